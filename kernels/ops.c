@@ -1,0 +1,390 @@
+// ops.c: the checked wrappers of kernels/ops.h. Each checks element counts and
+// dtypes, optionally times the call (profile), then calls the backend's table.
+#include "ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+size_t dtype_size(enum dtype dtype) {
+    switch (dtype) {
+    case DTYPE_FP32: return 4;
+    case DTYPE_BF16: return 2;
+    case DTYPE_FP16: return 2;
+    case DTYPE_FP64: return 8;
+    case DTYPE_I32: return 4;
+    }
+    return 0;
+}
+
+const char *dtype_name(enum dtype dtype) {
+    switch (dtype) {
+    case DTYPE_FP32: return "fp32";
+    case DTYPE_BF16: return "bf16";
+    case DTYPE_FP16: return "fp16";
+    case DTYPE_FP64: return "fp64";
+    case DTYPE_I32: return "i32";
+    }
+    return "?";
+}
+
+struct tensor tensor_slice(struct tensor t, size_t offset, size_t numel) {
+    CHECK(offset + numel <= t.numel, "slice [%zu, %zu) of a tensor of %zu elements", offset,
+          offset + numel, t.numel);
+    return tensor_view((char *)t.data + offset * dtype_size(t.dtype), t.dtype, numel);
+}
+
+// ---- profile ----------------------------------------------------------------
+
+enum { PROFILE_MAX_OPS = 32 };
+struct backend_profile {
+    bool on;
+    int n;
+    const char *name[PROFILE_MAX_OPS];
+    long calls[PROFILE_MAX_OPS];
+    double seconds[PROFILE_MAX_OPS];
+};
+
+void backend_profile_enable(struct backend *be, bool on) {
+    if (!be->profile) be->profile = xcalloc(1, sizeof *be->profile);
+    be->profile->on = on;
+}
+
+void backend_profile_reset(struct backend *be) {
+    if (!be->profile) return;
+    bool on = be->profile->on;
+    memset(be->profile, 0, sizeof *be->profile);
+    be->profile->on = on;
+}
+
+static int profile_slot(struct backend_profile *p, const char *op) {
+    for (int i = 0; i < p->n; i++)
+        if (p->name[i] == op || !strcmp(p->name[i], op)) return i;
+    CHECK(p->n < PROFILE_MAX_OPS, "too many ops to profile");
+    p->name[p->n] = op;
+    return p->n++;
+}
+
+long backend_profile_calls(struct backend *be, const char *op) {
+    if (!be->profile) return 0;
+    for (int i = 0; i < be->profile->n; i++)
+        if (!strcmp(be->profile->name[i], op)) return be->profile->calls[i];
+    return 0;
+}
+
+void backend_profile_print(struct backend *be, FILE *f) {
+    struct backend_profile *p = be->profile;
+    if (!p || !p->n) return;
+    int order[PROFILE_MAX_OPS];
+    double total = 0;
+    for (int i = 0; i < p->n; i++) order[i] = i, total += p->seconds[i];
+    for (int i = 1; i < p->n; i++) // insertion sort, slowest first
+        for (int j = i; j > 0 && p->seconds[order[j]] > p->seconds[order[j - 1]]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    fprintf(f, "  %-22s %8s %10s %7s\n", "op", "calls", "seconds", "share");
+    for (int i = 0; i < p->n; i++) {
+        int k = order[i];
+        fprintf(f, "  %-22s %8ld %10.4f %6.1f%%\n", p->name[k], p->calls[k], p->seconds[k],
+                total > 0 ? 100.0 * p->seconds[k] / total : 0.0);
+    }
+}
+
+// Times the statement when profiling is on; op is a string literal.
+#define PROFILED(be, op, stmt)                                                 \
+    do {                                                                       \
+        struct backend_profile *p_ = (be)->profile;                            \
+        if (p_ && p_->on) {                                                    \
+            double t0_ = time_now_s();                                         \
+            stmt;                                                              \
+            (be)->ops->synchronize(be);                                        \
+            int k_ = profile_slot(p_, op);                                     \
+            p_->calls[k_]++;                                                   \
+            p_->seconds[k_] += time_now_s() - t0_;                             \
+        } else {                                                               \
+            stmt;                                                              \
+        }                                                                      \
+    } while (0)
+
+// ---- checks -------------------------------------------------------------------
+
+static void need(const char *op, const char *arg, struct tensor t, size_t numel) {
+    if (t.numel < numel || (numel > 0 && !t.data))
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__,
+                   "%s: tensor %s holds %zu elements%s, needs %zu", op, arg, t.numel,
+                   t.data ? "" : " (no data)", numel);
+}
+
+static void same_dtype(const char *op, const char *arg, struct tensor t, enum dtype dtype) {
+    if (t.dtype != dtype)
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s: tensor %s is %s, expected %s", op,
+                   arg, dtype_name(t.dtype), dtype_name(dtype));
+}
+
+static bool is_float(enum dtype d) { return d != DTYPE_I32; }
+
+// The dtype of saved statistics (rstd, lse, row max) for activations of dtype d.
+static enum dtype stat_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
+
+static void need_float(const char *op, const char *arg, struct tensor t) {
+    if (!is_float(t.dtype))
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s: tensor %s is %s, expected a float dtype",
+                   op, arg, dtype_name(t.dtype));
+}
+
+// ---- memory -------------------------------------------------------------------
+
+void backend_free(struct backend *be) {
+    if (!be) return;
+    free(be->profile);
+    be->profile = NULL;
+    be->ops->destroy(be);
+}
+
+void *backend_alloc(struct backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+void backend_dealloc(struct backend *be, void *ptr) { if (ptr) be->ops->free(be, ptr); }
+void backend_to_device(struct backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) be->ops->to_device(be, dst, src, bytes);
+}
+void backend_to_host(struct backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) be->ops->to_host(be, dst, src, bytes);
+}
+void backend_memset0(struct backend *be, struct tensor t) {
+    if (t.numel) be->ops->memset0(be, t.data, t.numel * dtype_size(t.dtype));
+}
+void backend_synchronize(struct backend *be) { be->ops->synchronize(be); }
+
+// ---- ops ----------------------------------------------------------------------
+
+void backend_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
+                    int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta) {
+    CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: M=%d N=%d K=%d", M, N, K);
+    need("matmul", "out", out, (size_t)M * N);
+    need("matmul", "a", a, (size_t)M * K);
+    need("matmul", "b", b, (size_t)K * N);
+    need_float("matmul", "out", out);
+    same_dtype("matmul", "a", a, out.dtype);
+    same_dtype("matmul", "b", b, out.dtype);
+    PROFILED(be, "matmul", be->ops->matmul(be, out, a, b, M, N, K, trans_a, trans_b, alpha, beta));
+}
+
+void backend_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
+                               struct tensor tokens, int N, int C, int vocab_start, int Vl) {
+    need("embedding_forward", "out", out, (size_t)N * C);
+    need("embedding_forward", "wte", wte, (size_t)Vl * C);
+    need("embedding_forward", "tokens", tokens, N);
+    same_dtype("embedding_forward", "tokens", tokens, DTYPE_I32);
+    same_dtype("embedding_forward", "wte", wte, out.dtype);
+    PROFILED(be, "embedding_forward",
+             be->ops->embedding_forward(be, out, wte, tokens, N, C, vocab_start, Vl));
+}
+
+void backend_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
+                                struct tensor tokens, int N, int C, int vocab_start, int Vl) {
+    need("embedding_backward", "dwte", dwte, (size_t)Vl * C);
+    need("embedding_backward", "dout", dout, (size_t)N * C);
+    need("embedding_backward", "tokens", tokens, N);
+    same_dtype("embedding_backward", "tokens", tokens, DTYPE_I32);
+    PROFILED(be, "embedding_backward",
+             be->ops->embedding_backward(be, dwte, dout, tokens, N, C, vocab_start, Vl));
+}
+
+void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd,
+                             struct tensor x, struct tensor w, int N, int C, float eps) {
+    need("rmsnorm_forward", "y", y, (size_t)N * C);
+    need("rmsnorm_forward", "rstd", rstd, N);
+    need("rmsnorm_forward", "x", x, (size_t)N * C);
+    need("rmsnorm_forward", "w", w, C);
+    same_dtype("rmsnorm_forward", "x", x, y.dtype);
+    same_dtype("rmsnorm_forward", "rstd", rstd, stat_dtype(x.dtype));
+    PROFILED(be, "rmsnorm_forward", be->ops->rmsnorm_forward(be, y, rstd, x, w, N, C, eps));
+}
+
+void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
+                              struct tensor dy, struct tensor x, struct tensor w,
+                              struct tensor rstd, int N, int C) {
+    need("rmsnorm_backward", "dx", dx, (size_t)N * C);
+    need("rmsnorm_backward", "dw", dw, C);
+    need("rmsnorm_backward", "dy", dy, (size_t)N * C);
+    need("rmsnorm_backward", "x", x, (size_t)N * C);
+    need("rmsnorm_backward", "w", w, C);
+    need("rmsnorm_backward", "rstd", rstd, N);
+    same_dtype("rmsnorm_backward", "rstd", rstd, stat_dtype(x.dtype));
+    PROFILED(be, "rmsnorm_backward", be->ops->rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C));
+}
+
+static void rope_checks(const char *op, struct tensor x, struct tensor cos, struct tensor sin,
+                        int B, int T, int Hx, int D, int pos_offset) {
+    CHECK(D % 2 == 0, "%s: head size D=%d must be even", op, D);
+    need(op, "x", x, (size_t)B * T * Hx * D);
+    need(op, "cos", cos, (size_t)(pos_offset + T) * (D / 2));
+    need(op, "sin", sin, (size_t)(pos_offset + T) * (D / 2));
+    same_dtype(op, "cos", cos, stat_dtype(x.dtype));
+    same_dtype(op, "sin", sin, stat_dtype(x.dtype));
+}
+
+void backend_rope_forward(struct backend *be, struct tensor x, struct tensor cos,
+                          struct tensor sin, int B, int T, int Hx, int D, int pos_offset) {
+    rope_checks("rope_forward", x, cos, sin, B, T, Hx, D, pos_offset);
+    PROFILED(be, "rope_forward", be->ops->rope(be, x, cos, sin, B, T, Hx, D, pos_offset, false));
+}
+
+void backend_rope_backward(struct backend *be, struct tensor dx, struct tensor cos,
+                           struct tensor sin, int B, int T, int Hx, int D, int pos_offset) {
+    rope_checks("rope_backward", dx, cos, sin, B, T, Hx, D, pos_offset);
+    PROFILED(be, "rope_backward", be->ops->rope(be, dx, cos, sin, B, T, Hx, D, pos_offset, true));
+}
+
+static void attention_checks(const char *op, struct tensor out, struct tensor lse,
+                             struct tensor q, struct tensor k, struct tensor v, int B, int T,
+                             int H, int Hkv, int D) {
+    CHECK(Hkv > 0 && H % Hkv == 0, "%s: H=%d not a multiple of Hkv=%d", op, H, Hkv);
+    need(op, "out", out, (size_t)B * T * H * D);
+    need(op, "lse", lse, (size_t)B * H * T);
+    need(op, "q", q, (size_t)B * T * H * D);
+    need(op, "k", k, (size_t)B * T * Hkv * D);
+    need(op, "v", v, (size_t)B * T * Hkv * D);
+    same_dtype(op, "q", q, out.dtype);
+    same_dtype(op, "k", k, out.dtype);
+    same_dtype(op, "v", v, out.dtype);
+    same_dtype(op, "lse", lse, stat_dtype(out.dtype));
+}
+
+void backend_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
+                               struct tensor q, struct tensor k, struct tensor v,
+                               int B, int T, int H, int Hkv, int D) {
+    attention_checks("attention_forward", out, lse, q, k, v, B, T, H, Hkv, D);
+    PROFILED(be, "attention_forward",
+             be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D));
+}
+
+void backend_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
+                                struct tensor dv, struct tensor dout, struct tensor q,
+                                struct tensor k, struct tensor v, struct tensor out,
+                                struct tensor lse, int B, int T, int H, int Hkv, int D) {
+    attention_checks("attention_backward", out, lse, q, k, v, B, T, H, Hkv, D);
+    need("attention_backward", "dq", dq, (size_t)B * T * H * D);
+    need("attention_backward", "dk", dk, (size_t)B * T * Hkv * D);
+    need("attention_backward", "dv", dv, (size_t)B * T * Hkv * D);
+    need("attention_backward", "dout", dout, (size_t)B * T * H * D);
+    PROFILED(be, "attention_backward",
+             be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D));
+}
+
+void backend_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
+                            struct tensor up, size_t n) {
+    need("swiglu_forward", "out", out, n);
+    need("swiglu_forward", "gate", gate, n);
+    need("swiglu_forward", "up", up, n);
+    same_dtype("swiglu_forward", "gate", gate, out.dtype);
+    same_dtype("swiglu_forward", "up", up, out.dtype);
+    PROFILED(be, "swiglu_forward", be->ops->swiglu_forward(be, out, gate, up, n));
+}
+
+void backend_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
+                             struct tensor dout, struct tensor gate, struct tensor up, size_t n) {
+    need("swiglu_backward", "dgate", dgate, n);
+    need("swiglu_backward", "dup", dup, n);
+    need("swiglu_backward", "dout", dout, n);
+    need("swiglu_backward", "gate", gate, n);
+    need("swiglu_backward", "up", up, n);
+    PROFILED(be, "swiglu_backward", be->ops->swiglu_backward(be, dgate, dup, dout, gate, up, n));
+}
+
+void backend_ce_row_max(struct backend *be, struct tensor rowmax, struct tensor logits,
+                        int N, int Vl, int Vvalid) {
+    CHECK(Vvalid >= 0 && Vvalid <= Vl, "ce_row_max: Vvalid=%d outside [0, Vl=%d]", Vvalid, Vl);
+    need("ce_row_max", "rowmax", rowmax, N);
+    need("ce_row_max", "logits", logits, (size_t)N * Vl);
+    same_dtype("ce_row_max", "rowmax", rowmax, stat_dtype(logits.dtype));
+    PROFILED(be, "ce_row_max", be->ops->ce_row_max(be, rowmax, logits, N, Vl, Vvalid));
+}
+
+void backend_ce_partials(struct backend *be, struct tensor partials, struct tensor logits,
+                         struct tensor rowmax, struct tensor targets, int N, int Vl,
+                         int Vvalid, int vocab_start) {
+    CHECK(Vvalid >= 0 && Vvalid <= Vl, "ce_partials: Vvalid=%d outside [0, Vl=%d]", Vvalid, Vl);
+    need("ce_partials", "partials", partials, (size_t)N * 3);
+    need("ce_partials", "logits", logits, (size_t)N * Vl);
+    need("ce_partials", "rowmax", rowmax, N);
+    need("ce_partials", "targets", targets, N);
+    same_dtype("ce_partials", "targets", targets, DTYPE_I32);
+    same_dtype("ce_partials", "partials", partials, stat_dtype(logits.dtype));
+    PROFILED(be, "ce_partials",
+             be->ops->ce_partials(be, partials, logits, rowmax, targets, N, Vl, Vvalid, vocab_start));
+}
+
+void backend_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
+                     struct tensor partials, struct tensor rowmax, struct tensor targets,
+                     int N, int V, float smoothing, int ignore_index) {
+    need("ce_loss", "loss", loss, N);
+    need("ce_loss", "lse", lse, N);
+    need("ce_loss", "partials", partials, (size_t)N * 3);
+    need("ce_loss", "rowmax", rowmax, N);
+    need("ce_loss", "targets", targets, N);
+    same_dtype("ce_loss", "targets", targets, DTYPE_I32);
+    PROFILED(be, "ce_loss",
+             be->ops->ce_loss(be, loss, lse, partials, rowmax, targets, N, V, smoothing, ignore_index));
+}
+
+void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
+                         struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
+                         int vocab_start, int V, float smoothing, int ignore_index, float scale) {
+    need("ce_backward", "dlogits", dlogits, (size_t)N * Vl);
+    need("ce_backward", "logits", logits, (size_t)N * Vl);
+    need("ce_backward", "lse", lse, N);
+    need("ce_backward", "targets", targets, N);
+    same_dtype("ce_backward", "targets", targets, DTYPE_I32);
+    same_dtype("ce_backward", "dlogits", dlogits, logits.dtype);
+    PROFILED(be, "ce_backward",
+             be->ops->ce_backward(be, dlogits, logits, lse, targets, N, Vl, Vvalid, vocab_start, V,
+                                  smoothing, ignore_index, scale));
+}
+
+void backend_adamw(struct backend *be, struct tensor param, struct tensor master,
+                   struct tensor grad, struct tensor m, struct tensor v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                   int step) {
+    CHECK(step >= 1, "adamw: step %d, counts from 1", step);
+    need("adamw", "param", param, n);
+    need("adamw", "grad", grad, n);
+    need("adamw", "m", m, n);
+    need("adamw", "v", v, n);
+    if (master.data) need("adamw", "master", master, n);
+    PROFILED(be, "adamw", be->ops->adamw(be, param, master, grad, m, v, n, lr, beta1, beta2, eps,
+                                         weight_decay, grad_scale, step));
+}
+
+double backend_sum_squares(struct backend *be, struct tensor x, size_t n) {
+    need("sum_squares", "x", x, n);
+    double r = 0;
+    PROFILED(be, "sum_squares", r = be->ops->sum_squares(be, x, n));
+    return r;
+}
+
+void backend_scale(struct backend *be, struct tensor x, float s, size_t n) {
+    need("scale", "x", x, n);
+    PROFILED(be, "scale", be->ops->scale(be, x, s, n));
+}
+
+void backend_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n) {
+    need("axpy", "y", y, n);
+    need("axpy", "x", x, n);
+    PROFILED(be, "axpy", be->ops->axpy(be, y, a, x, n));
+}
+
+void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {
+    need("add", "out", out, n);
+    need("add", "a", a, n);
+    need("add", "b", b, n);
+    same_dtype("add", "a", a, out.dtype);
+    same_dtype("add", "b", b, out.dtype);
+    PROFILED(be, "add", be->ops->add(be, out, a, b, n));
+}
+
+void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n) {
+    need("copy", "dst", dst, n);
+    need("copy", "src", src, n);
+    PROFILED(be, "copy", be->ops->copy(be, dst, src, n));
+}

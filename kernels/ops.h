@@ -1,0 +1,294 @@
+// ops.h: the operations every compute backend implements (DESIGN.md §3).
+//
+// The model above this line is written once; a backend is a table of function
+// pointers (struct backend_ops) and the model calls the checked wrappers
+// backend_*() below, never the pointers. Each wrapper checks element counts and
+// dtypes and then dispatches.
+//
+// Conventions
+// - Tensors are row-major, contiguous, and carry their dtype (struct tensor).
+//   Storage dtypes: FP32 today on every backend; FP64 on the CPU backend, used
+//   by tests for finite differences; BF16/FP16 storage with FP32 compute and
+//   accumulation will be added as kernels behind these same signatures.
+//   Token ids and targets are I32.
+// - Shape letters: B batch, T sequence, C model width, H query heads, Hkv
+//   key/value heads, D head size, F feed-forward width, V vocabulary,
+//   Vl the local vocabulary slice of a vocab-parallel shard, N = B*T rows.
+// - "dx +=": the op accumulates into dx (residual branches, weight gradients).
+//   "dx =": the op overwrites dx.
+// - Statistics saved for backward passes (rstd, lse, row max) are FP32 for
+//   FP32/BF16/FP16 storage, and of the input dtype for FP64.
+// - A wrapper aborts (exit 1, file:line) on a shape or dtype error: those are
+//   bugs in trident, not user input.
+#ifndef TRIDENT_OPS_H
+#define TRIDENT_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32 };
+
+// Bytes per element of dtype.
+size_t dtype_size(enum dtype dtype);
+// "fp32", "bf16", "fp16", "fp64", "i32".
+const char *dtype_name(enum dtype dtype);
+
+// A view of n elements of one dtype in a backend's memory.
+struct tensor {
+    void *data;
+    enum dtype dtype;
+    size_t numel;
+};
+
+static inline struct tensor tensor_view(void *data, enum dtype dtype, size_t numel) {
+    struct tensor t = {data, dtype, numel};
+    return t;
+}
+// A sub-view starting at element offset, of numel elements.
+struct tensor tensor_slice(struct tensor t, size_t offset, size_t numel);
+
+struct backend;
+
+// The table a backend fills. Every entry is required unless marked optional.
+struct backend_ops {
+    const char *name; // "cpu", "cuda"
+    // Frees the backend's private state and the struct backend itself.
+    void (*destroy)(struct backend *be);
+
+    // Memory: allocations are aligned to 64 bytes; alloc returns NULL on failure.
+    void *(*alloc)(struct backend *be, size_t bytes);
+    void (*free)(struct backend *be, void *ptr);
+    void (*to_device)(struct backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(struct backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*memset0)(struct backend *be, void *dst, size_t bytes);
+    void (*synchronize)(struct backend *be);
+
+    void (*matmul)(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
+                   int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
+    void (*embedding_forward)(struct backend *be, struct tensor out, struct tensor wte,
+                              struct tensor tokens, int N, int C, int vocab_start, int Vl);
+    void (*embedding_backward)(struct backend *be, struct tensor dwte, struct tensor dout,
+                               struct tensor tokens, int N, int C, int vocab_start, int Vl);
+    void (*rmsnorm_forward)(struct backend *be, struct tensor y, struct tensor rstd,
+                            struct tensor x, struct tensor w, int N, int C, float eps);
+    void (*rmsnorm_backward)(struct backend *be, struct tensor dx, struct tensor dw,
+                             struct tensor dy, struct tensor x, struct tensor w,
+                             struct tensor rstd, int N, int C);
+    void (*rope)(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,
+                 int B, int T, int Hx, int D, int pos_offset, bool inverse);
+    void (*attention_forward)(struct backend *be, struct tensor out, struct tensor lse,
+                              struct tensor q, struct tensor k, struct tensor v,
+                              int B, int T, int H, int Hkv, int D);
+    void (*attention_backward)(struct backend *be, struct tensor dq, struct tensor dk,
+                               struct tensor dv, struct tensor dout, struct tensor q,
+                               struct tensor k, struct tensor v, struct tensor out,
+                               struct tensor lse, int B, int T, int H, int Hkv, int D);
+    void (*swiglu_forward)(struct backend *be, struct tensor out, struct tensor gate,
+                           struct tensor up, size_t n);
+    void (*swiglu_backward)(struct backend *be, struct tensor dgate, struct tensor dup,
+                            struct tensor dout, struct tensor gate, struct tensor up, size_t n);
+    void (*ce_row_max)(struct backend *be, struct tensor rowmax, struct tensor logits,
+                       int N, int Vl, int Vvalid);
+    void (*ce_partials)(struct backend *be, struct tensor partials, struct tensor logits,
+                        struct tensor rowmax, struct tensor targets, int N, int Vl,
+                        int Vvalid, int vocab_start);
+    void (*ce_loss)(struct backend *be, struct tensor loss, struct tensor lse,
+                    struct tensor partials, struct tensor rowmax, struct tensor targets,
+                    int N, int V, float smoothing, int ignore_index);
+    void (*ce_backward)(struct backend *be, struct tensor dlogits, struct tensor logits,
+                        struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
+                        int vocab_start, int V, float smoothing, int ignore_index, float scale);
+    void (*adamw)(struct backend *be, struct tensor param, struct tensor master,
+                  struct tensor grad, struct tensor m, struct tensor v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int step);
+    double (*sum_squares)(struct backend *be, struct tensor x, size_t n);
+    void (*scale)(struct backend *be, struct tensor x, float s, size_t n);
+    void (*axpy)(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
+    void (*add)(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
+    void (*copy)(struct backend *be, struct tensor dst, struct tensor src, size_t n);
+};
+
+// A backend instance: its table plus its private state (threads, streams,
+// workspaces). Created by backend_cpu_init() / backend_cuda_init().
+struct backend_profile;
+struct backend {
+    const struct backend_ops *ops;
+    void *impl;
+    int threads;
+    struct backend_profile *profile; // NULL unless backend_profile_enable()
+};
+
+// The CPU backend (C, OpenMP, OpenBLAS): the reference implementation.
+// threads <= 0 keeps OpenMP's default. Never fails.
+struct backend *backend_cpu_init(int threads);
+void backend_free(struct backend *be);
+
+// ---- memory ---------------------------------------------------------------
+
+// Allocates bytes of backend memory (64-byte aligned); NULL on failure.
+void *backend_alloc(struct backend *be, size_t bytes);
+void backend_dealloc(struct backend *be, void *ptr);
+void backend_to_device(struct backend *be, void *dst, const void *host_src, size_t bytes);
+void backend_to_host(struct backend *be, void *host_dst, const void *src, size_t bytes);
+void backend_memset0(struct backend *be, struct tensor t);
+void backend_synchronize(struct backend *be);
+
+// ---- linear algebra -------------------------------------------------------
+
+// out (M, N) = alpha * op(a) @ op(b) + beta * out, row-major.
+// op(a) is (M, K): a is stored (M, K), or (K, M) when trans_a.
+// op(b) is (K, N): b is stored (K, N), or (N, K) when trans_b.
+// A linear layer with PyTorch's weight layout W (out, in) is
+// matmul(y, x, W, N, out, in, false, true, 1, 0).
+// Math: BLAS sgemm/dgemm (the CPU backend calls OpenBLAS).
+void backend_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
+                    int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
+
+// ---- embedding (vocab-parallel, Megatron VocabParallelEmbedding) ----------
+
+// out (N, C) = wte[tokens[i] - vocab_start] for tokens in [vocab_start,
+// vocab_start + Vl), else a zero row (another tensor-parallel rank owns it;
+// the TP all-reduce of out completes the lookup).
+// wte: (Vl, C); tokens: (N,) I32.
+void backend_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
+                               struct tensor tokens, int N, int C, int vocab_start, int Vl);
+// dwte (Vl, C) += scatter-add of dout (N, C) rows at tokens owned by this shard.
+void backend_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
+                                struct tensor tokens, int N, int C, int vocab_start, int Vl);
+
+// ---- RMSNorm (Zhang & Sennrich 2019, eq. 4; torch LlamaRMSNorm) ------------
+
+// y (N, C) = x / sqrt(mean(x^2) + eps) * w; rstd (N,) = 1 / sqrt(mean(x^2) + eps).
+// x: (N, C); w: (C,).
+void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd,
+                             struct tensor x, struct tensor w, int N, int C, float eps);
+// dx (N, C) +=, dw (C,) += the gradients of the forward above given dy (N, C).
+void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
+                              struct tensor dy, struct tensor x, struct tensor w,
+                              struct tensor rstd, int N, int C);
+
+// ---- RoPE (Su et al. 2021, RoFormer eq. 34; HF LLaMA rotate_half) ---------
+
+// In place on x (B, T, Hx, D): for each position p = pos_offset + t and
+// i < D/2, with c = cos[p, i], s = sin[p, i]:
+//   x'[i]       = x[i] * c - x[i + D/2] * s
+//   x'[i + D/2] = x[i + D/2] * c + x[i] * s
+// inverse = true applies the transposed rotation (angle -theta): that is the
+// backward pass of the forward rotation. cos, sin: (Tmax, D/2) FP32 (for FP64
+// x: FP64) from rope_table_fill(); pos_offset + T <= Tmax.
+void backend_rope_forward(struct backend *be, struct tensor x, struct tensor cos,
+                          struct tensor sin, int B, int T, int Hx, int D, int pos_offset);
+void backend_rope_backward(struct backend *be, struct tensor dx, struct tensor cos,
+                           struct tensor sin, int B, int T, int Hx, int D, int pos_offset);
+
+// Host helper: cos/sin tables (Tmax, D/2) of angle p * theta^(-2i/D), the
+// angle and its cos/sin computed in double (HF's inv_freq, without its fp32
+// rounding), then stored as float.
+void rope_table_fill(float *cos, float *sin, int Tmax, int D, double theta);
+void rope_table_fill_f64(double *cos, double *sin, int Tmax, int D, double theta);
+
+// ---- causal grouped-query attention (Vaswani et al. 2017 eq. 1; GQA: ------
+// ---- Ainslie et al. 2023; matches torch scaled_dot_product_attention) -----
+
+// out (B, T, H, D) = softmax(q k^T / sqrt(D) + causal mask) v, per head, where
+// query head h reads key/value head h / (H / Hkv). q: (B, T, H, D);
+// k, v: (B, T, Hkv, D); lse (B, H, T): the log-sum-exp of each score row,
+// saved so the backward pass recomputes the probabilities (FlashAttention,
+// Dao et al. 2022, algorithm 2) instead of storing (B, H, T, T).
+void backend_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
+                               struct tensor q, struct tensor k, struct tensor v,
+                               int B, int T, int H, int Hkv, int D);
+// dq (B, T, H, D) =, dk (B, T, Hkv, D) =, dv (B, T, Hkv, D) = the gradients of
+// the forward above given dout (B, T, H, D) and the forward's out and lse.
+void backend_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
+                                struct tensor dv, struct tensor dout, struct tensor q,
+                                struct tensor k, struct tensor v, struct tensor out,
+                                struct tensor lse, int B, int T, int H, int Hkv, int D);
+
+// ---- SwiGLU (Shazeer 2020, eq. 6; HF LlamaMLP act_fn(gate) * up) ----------
+
+// out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+void backend_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
+                            struct tensor up, size_t n);
+// dgate (n,) =, dup (n,) = the gradients given dout (n,).
+void backend_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
+                             struct tensor dout, struct tensor gate, struct tensor up, size_t n);
+
+// ---- vocab-parallel cross-entropy (Megatron vocab_parallel_cross_entropy) --
+// A rank holds logits (N, Vl) for global columns [vocab_start, vocab_start+Vl);
+// only the first Vvalid columns are real (the rest pad a vocabulary not
+// divisible by tp and act as logits of -inf). The loss of row i is
+//   lse_i - (1 - s) * z_{i,y_i} - (s / V) * sum_j z_ij,  lse_i = log sum_j exp z_ij,
+// i.e. torch cross_entropy with label_smoothing = s over V real classes.
+// The pieces compose across tensor-parallel ranks:
+//   1. ce_row_max      -> rowmax (N,)          then all-reduce MAX over TP
+//   2. ce_partials     -> partials (N, 3)      then all-reduce SUM over TP
+//   3. ce_loss         -> loss (N,), lse (N,)  (same on every TP rank)
+//   4. ce_backward     -> dlogits (N, Vl)
+// Rows whose target is ignore_index have loss 0 and gradient 0.
+
+// rowmax (N,) = max over the Vvalid real local columns of logits (N, Vl);
+// -INFINITY when Vvalid == 0.
+void backend_ce_row_max(struct backend *be, struct tensor rowmax, struct tensor logits,
+                        int N, int Vl, int Vvalid);
+// partials (N, 3): [0] sum_j exp(z_ij - rowmax_i), [1] z_{i,y_i} if this shard
+// owns y_i else 0, [2] sum_j z_ij; all over the Vvalid real local columns.
+// targets: (N,) I32 global ids.
+void backend_ce_partials(struct backend *be, struct tensor partials, struct tensor logits,
+                         struct tensor rowmax, struct tensor targets, int N, int Vl,
+                         int Vvalid, int vocab_start);
+// loss (N,) and lse (N,) from the globally reduced partials and rowmax;
+// V is the global number of real classes.
+void backend_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
+                     struct tensor partials, struct tensor rowmax, struct tensor targets,
+                     int N, int V, float smoothing, int ignore_index);
+// dlogits (N, Vl) = scale * (exp(z - lse) - (1 - s) * onehot(y) - s / V) on
+// real columns, 0 on padding columns and ignored rows. scale is d(loss)/d(row
+// loss), e.g. 1 / (number of non-ignored targets in the global batch).
+void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
+                         struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
+                         int vocab_start, int V, float smoothing, int ignore_index, float scale);
+
+// ---- optimizer (Loshchilov & Hutter 2019, alg. 2; torch.optim.AdamW) ------
+
+// One AdamW step on n elements, with g = grad * grad_scale:
+//   w = w * (1 - lr * weight_decay)
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   w = w - lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+// with w the FP32 master weights when master.data != NULL (then param, of
+// any storage dtype, receives the rounded w), else param itself (FP32/FP64).
+// grad, m, v: FP32 (FP64 when param is FP64). step counts from 1.
+void backend_adamw(struct backend *be, struct tensor param, struct tensor master,
+                   struct tensor grad, struct tensor m, struct tensor v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                   int step);
+
+// ---- elementwise and reductions -------------------------------------------
+
+// sum_i x_i^2 over n elements, accumulated in double; synchronizes.
+double backend_sum_squares(struct backend *be, struct tensor x, size_t n);
+// x (n,) *= s
+void backend_scale(struct backend *be, struct tensor x, float s, size_t n);
+// y (n,) += a * x
+void backend_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
+// out (n,) = a + b (out may alias a or b)
+void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
+// dst (n,) = src (n,), converting dtype if they differ.
+void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
+
+// ---- profile ----------------------------------------------------------------
+
+// When on, every op wrapper synchronizes the backend and adds its wall time and
+// call count to a per-op table (for `make bench`'s breakdown). Off by default.
+void backend_profile_enable(struct backend *be, bool on);
+// Zeroes the table.
+void backend_profile_reset(struct backend *be);
+// Prints "op  calls  seconds  share" rows, slowest first, to f.
+void backend_profile_print(struct backend *be, FILE *f);
+// Calls of one op ("matmul", "attention_forward", ...) since the last reset.
+long backend_profile_calls(struct backend *be, const char *op);
+
+#endif

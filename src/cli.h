@@ -1,0 +1,11 @@
+// cli.h: the subcommands of the trident executable. Each returns the process
+// exit code (DESIGN.md §8: 0 ok, 1 runtime failure, 2 bad input).
+#ifndef TRIDENT_CLI_H
+#define TRIDENT_CLI_H
+
+// trident tokenize --tokenizer FILE [--decode]   (src/cmd_tokenize.c)
+int cmd_tokenize(int argc, char **argv);
+// trident prep --input PATH... --output DIR ...   (src/cmd_prep.c)
+int cmd_prep(int argc, char **argv);
+
+#endif

@@ -1,0 +1,52 @@
+// common.c: error reporting and small helpers shared by every module.
+#include "common.h"
+
+#include <string.h>
+#include <time.h>
+
+int g_log_rank = -1;
+static _Noreturn void (*fatal_hook)(int code);
+
+enum status error_set(struct error *err, enum status status, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->status = status;
+    }
+    return status;
+}
+
+void fatal_set_hook(_Noreturn void (*hook)(int code)) { fatal_hook = hook; }
+
+_Noreturn void fatal_exit(int code, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (g_log_rank >= 0) fprintf(stderr, "trident: [rank %d] %s:%d: ", g_log_rank, file, line);
+    else fprintf(stderr, "trident: %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    if (fatal_hook) fatal_hook(code);
+    exit(code);
+}
+
+void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "out of host memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+double time_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

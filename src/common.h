@@ -1,0 +1,57 @@
+// common.h: error codes, checks that carry file and line, small helpers.
+// Exit codes follow DESIGN.md §8: 0 ok, 1 runtime failure, 2 bad input.
+#ifndef TRIDENT_COMMON_H
+#define TRIDENT_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum status {
+    STATUS_OK = 0,
+    STATUS_RUNTIME = 1,   // a failure of the machine or a library
+    STATUS_BAD_INPUT = 2, // config, command line, data or checkpoint is wrong
+};
+
+// Error message buffer passed down the call chain: a function that fails fills
+// it and returns a non-zero status; the caller decides how to report it.
+struct error {
+    enum status status;
+    char msg[1024];
+};
+
+// Fills err (when not NULL) with a formatted message and returns status.
+enum status error_set(struct error *err, enum status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+// The MPI rank used to prefix fatal messages; -1 before MPI is up.
+extern int g_log_rank;
+
+// Prints "trident: [rank R] file:line: message" to stderr and exits with code.
+// The multi-rank layer replaces this with an MPI_Abort (see fatal_set_hook).
+_Noreturn void fatal_exit(int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// A hook that runs before fatal_exit terminates (e.g. MPI_Abort). NULL: exit().
+void fatal_set_hook(_Noreturn void (*hook)(int code));
+
+// Internal invariant: a failure is a bug in trident, exit 1 with file:line.
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__,            \
+                                "check failed: " #cond ": " __VA_ARGS__);      \
+    } while (0)
+
+// malloc/calloc that exit with a message naming the size on failure.
+void *xmalloc(size_t bytes);
+void *xcalloc(size_t count, size_t size);
+
+// Wall-clock seconds from a monotonic clock.
+double time_now_s(void);
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test: the unit binaries in $BUILD/tests and the shell tests in
+# tests/e2e/*.sh. Exit 0 = pass, 77 = skipped, anything else = fail.
+# Prints one line per test and ends with "N passed, N failed, N skipped".
+# TESTS="name ..." runs only those; ASAN=1 runs only the unit binaries.
+set -u
+BUILD=${BUILD:-build}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+cd "$(dirname "$0")/.."
+pass=0 fail=0 skip=0 failed=()
+tests=()
+for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && tests+=("$t"); done
+if [ -z "${ASAN:-}" ]; then for t in tests/e2e/*.sh; do [ -f "$t" ] && tests+=("$t"); done; fi
+log_dir="$BUILD/test-logs"; mkdir -p "$log_dir"
+for t in "${tests[@]}"; do
+    name=$(basename "$t" .sh)
+    if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $name "* ]]; then continue; fi
+    start=$(date +%s)
+    if [[ "$t" == *.sh ]]; then BUILD="$BUILD" bash "$t" >"$log_dir/$name.log" 2>&1; rc=$?
+    else "$t" >"$log_dir/$name.log" 2>&1; rc=$?; fi
+    secs=$(( $(date +%s) - start ))
+    case $rc in
+        0)  pass=$((pass+1)); printf 'PASS  %-32s %4ss\n' "$name" "$secs" ;;
+        77) skip=$((skip+1)); printf 'SKIP  %-32s %4ss  %s\n' "$name" "$secs" "$(grep -m1 '^skipped' "$log_dir/$name.log")" ;;
+        *)  fail=$((fail+1)); failed+=("$name"); printf 'FAIL  %-32s %4ss  (exit %d)\n' "$name" "$secs" "$rc"
+            tail -n 20 "$log_dir/$name.log" | sed 's/^/      /' ;;
+    esac
+done
+[ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]} (logs in $log_dir)"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
