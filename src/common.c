@@ -5,7 +5,7 @@
 #include <time.h>
 
 int g_log_rank = -1;
-static _Noreturn void (*fatal_hook)(int code);
+static void (*fatal_hook)(int code);
 
 enum status error_set(struct error *err, enum status status, const char *fmt, ...) {
     if (err) {
@@ -18,7 +18,7 @@ enum status error_set(struct error *err, enum status status, const char *fmt, ..
     return status;
 }
 
-void fatal_set_hook(_Noreturn void (*hook)(int code)) { fatal_hook = hook; }
+void fatal_set_hook(void (*hook)(int code)) { fatal_hook = hook; }
 
 _Noreturn void fatal_exit(int code, const char *file, int line, const char *fmt, ...) {
     va_list ap;

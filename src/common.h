@@ -35,13 +35,13 @@ _Noreturn void fatal_exit(int code, const char *file, int line, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 
 // A hook that runs before fatal_exit terminates (e.g. MPI_Abort). NULL: exit().
-void fatal_set_hook(_Noreturn void (*hook)(int code));
+void fatal_set_hook(void (*hook)(int code));
 
 // Internal invariant: a failure is a bug in trident, exit 1 with file:line.
-#define CHECK(cond, ...)                                                       \
+#define CHECK(cond, fmt, ...)                                                  \
     do {                                                                       \
         if (!(cond)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__,            \
-                                "check failed: " #cond ": " __VA_ARGS__);      \
+                                "check failed: %s: " fmt, #cond, ##__VA_ARGS__); \
     } while (0)
 
 // malloc/calloc that exit with a message naming the size on failure.
