@@ -1,0 +1,29 @@
+// train_step.c: accumulation over microbatches, clipping, AdamW (train_step.h).
+#include "train_step.h"
+
+#include <math.h>
+
+void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
+                int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
+                int T, struct train_step_result *out) {
+    size_t per_micro = (size_t)B * T;
+    long count = 0;
+    for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
+    float scale = count > 0 ? 1.0f / (float)count : 0.0f;
+
+    model_zero_grad(m);
+    double loss_sum = 0;
+    for (int k = 0; k < n_micro; k++) {
+        double micro_sum;
+        long micro_count;
+        model_forward(m, tokens + k * per_micro, targets + k * per_micro, &micro_sum, &micro_count);
+        model_backward(m, scale);
+        loss_sum += micro_sum;
+    }
+    double norm = sqrt(optimizer_grad_sum_squares(opt));
+    double coef = optimizer_clip_coef(cfg, norm);
+    double lr = optimizer_lr(cfg, step);
+    optimizer_step(opt, lr, coef);
+    out->loss = count > 0 ? loss_sum / count : 0.0;
+    out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
+}

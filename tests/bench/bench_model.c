@@ -1,0 +1,102 @@
+// bench_model.c: training-step throughput of a 124M-class model on the CPU.
+// Prints ms per step, tokens/s, achieved GFLOP/s, MFU against the sgemm rate
+// measured at start on the same machine in the same run, peak memory of the
+// arenas, and a per-op time breakdown.
+//
+// FLOPs per token (DESIGN.md §9): 6 * N for the matmul parameters (every
+// block matrix and the LM head; the embedding lookup does no matmul) plus
+// attention 12 * L * C * T, halved for the causal mask.
+//
+// Usage: bench_model [steps] [threads]; env BENCH_SMALL=1 runs a tiny config.
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "optimizer.h"
+#include "test.h"
+#include "train_step.h"
+
+// GFLOP/s of a square-ish fp32 GEMM of the model's typical shape.
+static double measure_sgemm_gflops(int M, int N, int K) {
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N),
+          *c = malloc(sizeof(float) * M * N);
+    for (long i = 0; i < (long)M * K; i++) a[i] = (float)((i * 7) % 13) * 0.01f;
+    for (long i = 0; i < (long)K * N; i++) b[i] = (float)((i * 5) % 11) * 0.01f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, b, K, 0, c, N);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = time_now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, b, K, 0, c, N);
+        double dt = time_now_s() - t0;
+        best = MAX(best, 2.0 * M * N * K / dt / 1e9);
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 3;
+    int threads = argc > 2 ? atoi(argv[2]) : 0;
+    bool small = getenv("BENCH_SMALL") != NULL;
+    struct llama_config cfg = {
+        .vocab_size = 32000, .d_model = 768, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12,
+        .ffn_dim = 2048, .max_seq_len = 256, .rope_theta = 10000.0, .norm_eps = 1e-5f,
+        .tie_embeddings = false, .init_std = 0.02f,
+    };
+    int B = 4, T = 256;
+    if (small) cfg.vocab_size = 512, cfg.d_model = 128, cfg.n_layers = 2, cfg.n_heads = 4,
+               cfg.n_kv_heads = 4, cfg.ffn_dim = 352, T = 64;
+    struct backend *be = backend_cpu_init(threads);
+    double peak = measure_sgemm_gflops(B * T, 4 * cfg.d_model, cfg.d_model);
+    printf("sgemm (%d x %d x %d): %.1f GFLOP/s  (the MFU denominator)\n", B * T, 4 * cfg.d_model,
+           cfg.d_model, peak);
+
+    struct model_shard shard = model_shard_full(&cfg);
+    struct model *m;
+    struct optimizer *opt;
+    struct error err;
+    CHECK(!model_init(&m, be, &cfg, &shard, DTYPE_FP32, B, T, 1, &err), "%s", err.msg);
+    struct optimizer_config oc = {.lr = 6e-4, .min_lr = 6e-5, .warmup_steps = 1, .steps = steps + 1,
+                                  .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                  .weight_decay = 0.1f, .grad_clip = 1.0f};
+    CHECK(!optimizer_init(&opt, be, m, &oc, &err), "%s", err.msg);
+
+    int n;
+    const struct param_info *p = model_params(m, &n);
+    double matmul_params = 0, all_params = 0;
+    for (int i = 0; i < n; i++) {
+        all_params += p[i].numel;
+        if (p[i].cols > 1 && strcmp(p[i].name, "model.embed_tokens.weight")) matmul_params += p[i].numel;
+    }
+    if (cfg.tie_embeddings) matmul_params += (double)cfg.vocab_size * cfg.d_model;
+    double flops_per_token = 6.0 * matmul_params + 6.0 * cfg.n_layers * cfg.d_model * T;
+    const struct model_memory *mem = model_memory(m);
+    printf("model: %.1fM parameters, V=%d C=%d L=%d H=%d F=%d, B=%d T=%d\n", all_params / 1e6,
+           cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.ffn_dim, B, T);
+    printf("memory: params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, "
+           "total %.1f MiB\n", mem->param_bytes / 1048576.0, mem->grad_bytes / 1048576.0,
+           optimizer_state_bytes(opt) / 1048576.0, mem->activation_bytes / 1048576.0,
+           (mem->param_bytes + mem->grad_bytes + optimizer_state_bytes(opt) + mem->activation_bytes) / 1048576.0);
+
+    int32_t *tokens = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
+    for (int i = 0; i < B * T; i++) tokens[i] = (i * 7919) % cfg.vocab_size, targets[i] = (i * 104729) % cfg.vocab_size;
+    struct train_step_result r;
+    train_step(m, opt, &oc, 0, tokens, targets, 1, B, T, &r); // warm-up
+    double t0 = time_now_s();
+    for (int s = 1; s <= steps; s++) train_step(m, opt, &oc, s, tokens, targets, 1, B, T, &r);
+    double dt = (time_now_s() - t0) / steps;
+    double tps = B * T / dt, gflops = flops_per_token * B * T / dt / 1e9;
+    printf("step: %.1f ms, %.0f tokens/s, %.1f GFLOP/s achieved, MFU %.1f%% of measured sgemm "
+           "(loss %.3f)\n", dt * 1e3, tps, gflops, 100.0 * gflops / peak, r.loss);
+
+    backend_profile_enable(be, true);
+    train_step(m, opt, &oc, steps + 1 > oc.steps - 1 ? oc.steps - 1 : steps + 1, tokens, targets, 1, B, T, &r);
+    printf("per-op time of one step:\n");
+    backend_profile_print(be, stdout);
+    free(tokens), free(targets);
+    optimizer_free(opt);
+    model_free(m);
+    backend_free(be);
+    return 0;
+}

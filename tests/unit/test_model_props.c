@@ -1,0 +1,241 @@
+// test_model_props.c: properties of the model that need no external reference.
+// - causality: changing token k leaves logits at positions < k bit-identical;
+// - the initial loss on uniformly random tokens is ln(V) +- 0.05;
+// - gradient accumulation: microbatches with 11 and 101 non-ignored targets
+//   give the loss and gradients (<= 1e-6 relative) of one microbatch holding
+//   both; a microbatch whose labels are all ignored contributes loss 0 and
+//   gradient 0, never NaN;
+// - finite differences of the whole model's loss in fp64 against its
+//   analytic gradient, for elements of every parameter tensor;
+// - the initialisation: output projections scaled by 1/sqrt(2L), norm gains 1.
+#include <math.h>
+#include <string.h>
+
+#include "init.h"
+#include "model.h"
+#include "optimizer.h"
+#include "test.h"
+#include "train_step.h"
+
+static struct llama_config small_config(int V) {
+    return (struct llama_config){
+        .vocab_size = V, .d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+        .ffn_dim = 160, .max_seq_len = 128, .rope_theta = 10000.0, .norm_eps = 1e-5f,
+        .tie_embeddings = false, .init_std = 0.02f, .label_smoothing = 0.0f,
+    };
+}
+
+static struct model *new_model(struct backend *be, const struct llama_config *cfg, enum dtype dt,
+                               int B, int T, uint64_t seed) {
+    struct model_shard shard = model_shard_full(cfg);
+    struct model *m;
+    struct error err;
+    CHECK(!model_init(&m, be, cfg, &shard, dt, B, T, seed, &err), "%s", err.msg);
+    return m;
+}
+
+static uint64_t rng_state = 42;
+static uint32_t rand_u32(void) { return (uint32_t)((rng_state = init_splitmix64(rng_state)) >> 32); }
+
+static void test_causality(struct backend *be) {
+    struct llama_config cfg = small_config(128);
+    int B = 2, T = 32;
+    struct model *m = new_model(be, &cfg, DTYPE_FP32, B, T, 7);
+    int32_t tokens[64], targets[64];
+    for (int i = 0; i < B * T; i++) tokens[i] = rand_u32() % 128, targets[i] = rand_u32() % 128;
+    size_t n = (size_t)B * T * cfg.vocab_size;
+    double *base = malloc(n * sizeof *base), *changed = malloc(n * sizeof *changed);
+    double loss;
+    long count;
+    model_forward(m, tokens, targets, &loss, &count);
+    model_get_logits(m, base);
+    int ks[] = {1, 5, 17, 31};
+    for (int i = 0; i < 4; i++) {
+        int k = ks[i];
+        int32_t t2[64];
+        memcpy(t2, tokens, sizeof t2);
+        for (int b = 0; b < B; b++) t2[b * T + k] = (tokens[b * T + k] + 1 + rand_u32() % 100) % 128;
+        model_forward(m, t2, targets, &loss, &count);
+        model_get_logits(m, changed);
+        size_t row = (size_t)cfg.vocab_size;
+        for (int b = 0; b < B; b++) {
+            size_t before = (size_t)k * row, at = (size_t)(b * T) * row;
+            EXPECT(!memcmp(base + at, changed + at, before * sizeof(double)),
+                   "row %d: logits before position %d changed when token %d changed", b, k, k);
+            double diff = 0;
+            for (size_t j = before; j < before + row; j++)
+                diff += fabs(base[at + j] - changed[at + j]);
+            EXPECT(diff > 0, "row %d: logits at position %d did not change with its token", b, k);
+        }
+    }
+    free(base), free(changed);
+    model_free(m);
+}
+
+static void test_initial_loss(struct backend *be) {
+    int V = 512, B = 4, T = 64;
+    struct llama_config cfg = small_config(V);
+    struct model *m = new_model(be, &cfg, DTYPE_FP32, B, T, 11);
+    int32_t tokens[256], targets[256];
+    for (int i = 0; i < B * T; i++) tokens[i] = rand_u32() % V, targets[i] = rand_u32() % V;
+    double sum;
+    long count;
+    model_forward(m, tokens, targets, &sum, &count);
+    double loss = sum / count;
+    EXPECT(fabs(loss - log(V)) <= 0.05, "initial loss %.4f vs ln(V) = %.4f", loss, log(V));
+    model_free(m);
+}
+
+// Two microbatches of 1 sequence (11 and 101 non-ignored targets) against one
+// microbatch of both, in fp64 (so 1e-6 is a test of the weighting, not of
+// rounding) and fp32.
+static void test_accumulation(struct backend *be, enum dtype dt) {
+    struct llama_config cfg = small_config(128);
+    int T = 128;
+    int32_t tokens[256], targets[256];
+    for (int i = 0; i < 2 * T; i++) tokens[i] = rand_u32() % 128, targets[i] = -100;
+    for (int i = 0; i < 11; i++) targets[3 + 7 * i] = rand_u32() % 128;
+    for (int i = 0; i < 101; i++) targets[T + 20 + i] = rand_u32() % 128;
+    struct optimizer_config oc = {.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 0, .steps = 10,
+                                  .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                  .weight_decay = 0.1f, .grad_clip = 0.0f};
+    struct model *one = new_model(be, &cfg, dt, 2, T, 3), *two = new_model(be, &cfg, dt, 1, T, 3);
+    struct optimizer *o1, *o2;
+    struct error err;
+    CHECK(!optimizer_init(&o1, be, one, &oc, &err) && !optimizer_init(&o2, be, two, &oc, &err), "");
+    struct train_step_result r1, r2;
+    train_step(one, o1, &oc, 0, tokens, targets, 1, 2, T, &r1);
+    train_step(two, o2, &oc, 0, tokens, targets, 2, 1, T, &r2);
+    EXPECT(r1.n_targets == 112 && r2.n_targets == 112, "targets %ld %ld", r1.n_targets, r2.n_targets);
+    EXPECT_REL(1, &r2.loss, &r1.loss, 1e-6, "accumulated loss");
+    EXPECT_REL(1, &r2.grad_norm, &r1.grad_norm, 1e-6, "accumulated grad norm");
+    int n;
+    const struct param_info *p = model_params(one, &n);
+    for (int i = 0; i < n; i++) {
+        double *g1 = malloc(p[i].numel * sizeof *g1), *g2 = malloc(p[i].numel * sizeof *g2);
+        model_get_grad(one, &p[i], g1);
+        model_get_grad(two, &p[i], g2);
+        char what[128];
+        snprintf(what, sizeof what, "%s accumulated grad %s", dtype_name(dt), p[i].name);
+        EXPECT_REL(p[i].numel, g2, g1, 1e-6, what);
+        free(g1), free(g2);
+    }
+    // Every label ignored: loss 0, gradient 0, finite weights after the step.
+    for (int i = 0; i < 2 * T; i++) targets[i] = -100;
+    train_step(two, o2, &oc, 1, tokens, targets, 2, 1, T, &r2);
+    EXPECT(r2.loss == 0.0 && r2.n_targets == 0, "all-ignored loss %g targets %ld", r2.loss, r2.n_targets);
+    EXPECT(r2.grad_norm == 0.0, "all-ignored grad norm %g", r2.grad_norm);
+    double sq = 0;
+    for (int i = 0; i < n; i++) {
+        double *w = malloc(p[i].numel * sizeof *w);
+        model_get_param(two, &model_params(two, &n)[i], w);
+        for (size_t k = 0; k < p[i].numel; k++) sq += w[k] * w[k];
+        free(w);
+    }
+    EXPECT(isfinite(sq), "weights not finite after an all-ignored step");
+    // One all-ignored microbatch beside a normal one adds nothing.
+    for (int i = 0; i < 101; i++) targets[T + 20 + i] = rand_u32() % 128;
+    struct model *a = new_model(be, &cfg, dt, 1, T, 5), *b = new_model(be, &cfg, dt, 1, T, 5);
+    double sa, sb;
+    long ca, cb;
+    model_zero_grad(a), model_zero_grad(b);
+    model_forward(a, tokens, targets, &sa, &ca); // all ignored
+    EXPECT(sa == 0.0 && ca == 0, "ignored microbatch loss %g count %ld", sa, ca);
+    model_backward(a, 1.0f / 101);
+    model_forward(a, tokens + T, targets + T, &sa, &ca);
+    model_backward(a, 1.0f / 101);
+    model_forward(b, tokens + T, targets + T, &sb, &cb);
+    model_backward(b, 1.0f / 101);
+    struct tensor ga = model_grad_arena(a), gb = model_grad_arena(b);
+    size_t bytes = ga.numel * dtype_size(ga.dtype);
+    EXPECT(!memcmp(ga.data, gb.data, bytes), "an all-ignored microbatch changed the gradients");
+    optimizer_free(o1), optimizer_free(o2);
+    model_free(one), model_free(two), model_free(a), model_free(b);
+}
+
+// Central differences of the mean loss in fp64 for a few elements of every
+// parameter tensor (a smaller model so that each loss costs little).
+static void test_model_finite_differences(struct backend *be) {
+    struct llama_config cfg = small_config(64);
+    cfg.d_model = 32, cfg.ffn_dim = 48, cfg.label_smoothing = 0.1f;
+    int B = 2, T = 8;
+    for (int tied = 0; tied <= 1; tied++) {
+        cfg.tie_embeddings = tied;
+        struct model *m = new_model(be, &cfg, DTYPE_FP64, B, T, 21);
+        int32_t tokens[16], targets[16];
+        for (int i = 0; i < B * T; i++) tokens[i] = rand_u32() % 64, targets[i] = rand_u32() % 64;
+        targets[3] = -100;
+        double sum;
+        long count;
+        model_zero_grad(m);
+        model_forward(m, tokens, targets, &sum, &count);
+        model_backward(m, 1.0f / count);
+        int n;
+        const struct param_info *p = model_params(m, &n);
+        struct tensor w = model_param_arena(m);
+        double worst = 0;
+        for (int i = 0; i < n; i++) {
+            double *g = malloc(p[i].numel * sizeof *g);
+            model_get_grad(m, &p[i], g);
+            double num = 0, den = 0;
+            for (int s = 0; s < 6; s++) {
+                size_t k = rand_u32() % p[i].numel;
+                double *x = (double *)w.data + p[i].offset + k, x0 = *x, h = 1e-5, lp, lm;
+                *x = x0 + h;
+                model_forward(m, tokens, targets, &lp, &count);
+                *x = x0 - h;
+                model_forward(m, tokens, targets, &lm, &count);
+                *x = x0;
+                double fd = (lp - lm) / (2 * h * count);
+                num += (fd - g[k]) * (fd - g[k]), den += fd * fd;
+            }
+            double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+            worst = fmax(worst, rel);
+            EXPECT(rel <= 1e-6, "tied=%d %s: finite-difference relative error %.3e", tied, p[i].name, rel);
+            free(g);
+        }
+        printf("model finite differences (tied=%d): worst relative error %.2e\n", tied, worst);
+        model_free(m);
+    }
+}
+
+static void test_init(struct backend *be) {
+    struct llama_config cfg = small_config(128);
+    cfg.n_layers = 8;
+    cfg.d_model = 128;
+    struct model *m = new_model(be, &cfg, DTYPE_FP32, 1, 8, 99);
+    int n;
+    const struct param_info *p = model_params(m, &n);
+    for (int i = 0; i < n; i++) {
+        double *w = malloc(p[i].numel * sizeof *w);
+        model_get_param(m, &p[i], w);
+        double s = 0, s2 = 0;
+        for (size_t k = 0; k < p[i].numel; k++) s += w[k], s2 += w[k] * w[k];
+        double mean = s / p[i].numel, std = sqrt(s2 / p[i].numel - mean * mean);
+        bool out_proj = strstr(p[i].name, "o_proj") || strstr(p[i].name, "down_proj");
+        double want = p[i].cols == 1 ? 0.0 : out_proj ? 0.02 / sqrt(2.0 * cfg.n_layers) : 0.02;
+        if (p[i].cols == 1) EXPECT(mean == 1.0 && std == 0.0, "%s: norm gain not ones", p[i].name);
+        else EXPECT(fabs(std - want) < 0.08 * want && fabs(mean) < 0.1 * want,
+                    "%s: std %.5f (want %.5f), mean %.5f", p[i].name, std, want, mean);
+        free(w);
+    }
+    // Same seed, same weights; another seed, other weights.
+    struct model *same = new_model(be, &cfg, DTYPE_FP32, 1, 8, 99);
+    struct model *other = new_model(be, &cfg, DTYPE_FP32, 1, 8, 100);
+    struct tensor a = model_param_arena(m), b = model_param_arena(same), c = model_param_arena(other);
+    EXPECT(!memcmp(a.data, b.data, a.numel * 4), "same seed gave different weights");
+    EXPECT(memcmp(a.data, c.data, a.numel * 4), "another seed gave the same weights");
+    model_free(m), model_free(same), model_free(other);
+}
+
+int main(void) {
+    struct backend *be = backend_cpu_init(2);
+    test_causality(be);
+    test_initial_loss(be);
+    test_accumulation(be, DTYPE_FP64);
+    test_accumulation(be, DTYPE_FP32);
+    test_model_finite_differences(be);
+    test_init(be);
+    backend_free(be);
+    return test_finish("test_model_props");
+}
