@@ -288,7 +288,7 @@ static void blocks_bind(struct model *m, struct tensor arena, struct block *bloc
                         struct tensor *wte, struct tensor *norm_w, struct tensor *head) {
     int i = 0;
     struct param_info *p = m->params;
-#define NEXT() tensor_slice(arena, p[i].offset, p[i].numel), i++
+#define NEXT() (i++, tensor_slice(arena, p[i - 1].offset, p[i - 1].numel))
     if (m->first || (m->last && m->cfg.tie_embeddings)) { *wte = NEXT(); }
     for (int l = 0; l < m->n_local_layers; l++) {
         struct block *b = &blocks[l];
