@@ -14,6 +14,7 @@ size_t dtype_size(enum dtype dtype) {
     case DTYPE_FP16: return 2;
     case DTYPE_FP64: return 8;
     case DTYPE_I32: return 4;
+    case DTYPE_I64: return 8;
     }
     return 0;
 }
@@ -25,6 +26,7 @@ const char *dtype_name(enum dtype dtype) {
     case DTYPE_FP16: return "fp16";
     case DTYPE_FP64: return "fp64";
     case DTYPE_I32: return "i32";
+    case DTYPE_I64: return "i64";
     }
     return "?";
 }

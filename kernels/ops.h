@@ -28,11 +28,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32 };
+// DTYPE_I64: counters (tokens, steps) summed across ranks by src/comm.h.
+enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32, DTYPE_I64 };
 
 // Bytes per element of dtype.
 size_t dtype_size(enum dtype dtype);
-// "fp32", "bf16", "fp16", "fp64", "i32".
+// "fp32", "bf16", "fp16", "fp64", "i32", "i64".
 const char *dtype_name(enum dtype dtype);
 
 // A view of n elements of one dtype in a backend's memory.

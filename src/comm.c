@@ -1,0 +1,201 @@
+// comm.c: the checked comm_* wrappers over struct comm_ops, and comm_self,
+// the group of one rank that needs no MPI (copy semantics).
+#include "comm.h"
+
+#include <string.h>
+
+const char *comm_op_name(enum comm_op op) {
+    switch (op) {
+    case COMM_SUM: return "sum";
+    case COMM_MAX: return "max";
+    }
+    return "?";
+}
+
+// ---- argument checks ---------------------------------------------------------
+
+static void check_group(const struct comm_group *g, const char *what) {
+    CHECK(g && g->ops, "%s on a group with no operations (not initialised)", what);
+    CHECK(g->size > 0, "%s on a group this rank is not a member of", what);
+    CHECK(g->rank >= 0 && g->rank < g->size, "%s: group rank %d of size %d", what, g->rank,
+          g->size);
+}
+
+static void check_dtype(enum dtype dtype, bool reduction, const char *what) {
+    CHECK((unsigned)dtype <= DTYPE_I64, "%s: unknown dtype %d", what, (int)dtype);
+    CHECK(!reduction || dtype == DTYPE_FP32 || dtype == DTYPE_FP64 || dtype == DTYPE_I32 ||
+              dtype == DTYPE_I64,
+          "%s: reductions take fp32, fp64, i32 or i64, not %s", what, dtype_name(dtype));
+}
+
+static void check_op(enum comm_op op, const char *what) {
+    CHECK(op == COMM_SUM || op == COMM_MAX, "%s: unknown reduction %d", what, (int)op);
+}
+
+static void check_buf(const void *buf, size_t count, const char *what) {
+    CHECK(buf || count == 0, "%s: NULL buffer for %zu elements", what, count);
+}
+
+static void check_peer(const struct comm_group *g, int peer, int tag, const char *what) {
+    CHECK(peer >= 0 && peer < g->size && peer != g->rank,
+          "%s: peer %d in a group of %d where this rank is %d", what, peer, g->size, g->rank);
+    CHECK(tag >= 0, "%s: negative tag %d", what, tag);
+}
+
+static bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// ---- wrappers ---------------------------------------------------------------
+
+void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                     enum comm_op op) {
+    check_group(g, "comm_all_reduce");
+    check_dtype(dtype, true, "comm_all_reduce");
+    check_op(op, "comm_all_reduce");
+    check_buf(buf, count, "comm_all_reduce");
+    g->ops->all_reduce(g, buf, count, dtype, op);
+}
+
+void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                           enum comm_op op, struct comm_request *req) {
+    check_group(g, "comm_all_reduce_start");
+    check_dtype(dtype, true, "comm_all_reduce_start");
+    check_op(op, "comm_all_reduce_start");
+    check_buf(buf, count, "comm_all_reduce_start");
+    CHECK(req, "comm_all_reduce_start: NULL request");
+    memset(req, 0, sizeof *req);
+    req->group = g;
+    g->ops->all_reduce_start(g, buf, count, dtype, op, req);
+}
+
+void comm_all_reduce_wait(struct comm_request *req) {
+    CHECK(req && req->group && req->group->ops, "comm_all_reduce_wait: request never started");
+    if (!req->done) req->group->ops->all_reduce_wait(req);
+    req->done = true;
+}
+
+void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                         enum dtype dtype, enum comm_op op) {
+    check_group(g, "comm_reduce_scatter");
+    check_dtype(dtype, true, "comm_reduce_scatter");
+    check_op(op, "comm_reduce_scatter");
+    check_buf(send, count, "comm_reduce_scatter send");
+    check_buf(recv, count, "comm_reduce_scatter recv");
+    size_t es = dtype_size(dtype);
+    CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
+          "comm_reduce_scatter: send and recv overlap");
+    g->ops->reduce_scatter(g, send, recv, count, dtype, op);
+}
+
+void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                     enum dtype dtype) {
+    check_group(g, "comm_all_gather");
+    check_dtype(dtype, false, "comm_all_gather");
+    check_buf(send, count, "comm_all_gather send");
+    check_buf(recv, count, "comm_all_gather recv");
+    size_t es = dtype_size(dtype);
+    const char *own = (const char *)recv + (size_t)g->rank * count * es;
+    CHECK(send == own || !ranges_overlap(send, count * es, recv, (size_t)g->size * count * es),
+          "comm_all_gather: send overlaps recv but is not this rank's chunk (in place)");
+    g->ops->all_gather(g, send, recv, count, dtype);
+}
+
+void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root) {
+    check_group(g, "comm_broadcast");
+    check_dtype(dtype, false, "comm_broadcast");
+    check_buf(buf, count, "comm_broadcast");
+    CHECK(root >= 0 && root < g->size, "comm_broadcast: root %d in a group of %d", root, g->size);
+    g->ops->broadcast(g, buf, count, dtype, root);
+}
+
+void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
+               int tag) {
+    check_group(g, "comm_send");
+    check_dtype(dtype, false, "comm_send");
+    check_buf(buf, count, "comm_send");
+    check_peer(g, peer, tag, "comm_send");
+    g->ops->send(g, buf, count, dtype, peer, tag);
+}
+
+void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+               int tag) {
+    check_group(g, "comm_recv");
+    check_dtype(dtype, false, "comm_recv");
+    check_buf(buf, count, "comm_recv");
+    check_peer(g, peer, tag, "comm_recv");
+    g->ops->recv(g, buf, count, dtype, peer, tag);
+}
+
+void comm_barrier(struct comm_group *g) {
+    check_group(g, "comm_barrier");
+    g->ops->barrier(g);
+}
+
+void comm_group_free(struct comm_group *g) {
+    if (!g) return;
+    if (g->ops && g->ops->free) g->ops->free(g);
+    memset(g, 0, sizeof *g);
+}
+
+// ---- comm_self: a group of one ------------------------------------------------
+
+static void self_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                            enum comm_op op) {}
+
+static void self_all_reduce_start(struct comm_group *g, void *buf, size_t count,
+                                  enum dtype dtype, enum comm_op op, struct comm_request *req) {
+    req->done = true;
+}
+
+static void self_all_reduce_wait(struct comm_request *req) {}
+
+static void self_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                                enum dtype dtype, enum comm_op op) {
+    memcpy(recv, send, count * dtype_size(dtype));
+}
+
+static void self_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                            enum dtype dtype) {
+    if (send != recv) memcpy(recv, send, count * dtype_size(dtype));
+}
+
+static void self_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                           int root) {}
+
+// Unreachable: the wrappers reject peer == own rank, the only rank there is.
+static void self_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                      int peer, int tag) {
+    CHECK(0, "comm_self has no peer to send to");
+}
+
+static void self_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                      int tag) {
+    CHECK(0, "comm_self has no peer to receive from");
+}
+
+static void self_barrier(struct comm_group *g) {}
+
+static void self_free(struct comm_group *g) {}
+
+static const struct comm_ops comm_self_ops = {
+    .name = "self",
+    .all_reduce = self_all_reduce,
+    .all_reduce_start = self_all_reduce_start,
+    .all_reduce_wait = self_all_reduce_wait,
+    .reduce_scatter = self_reduce_scatter,
+    .all_gather = self_all_gather,
+    .broadcast = self_broadcast,
+    .send = self_send,
+    .recv = self_recv,
+    .barrier = self_barrier,
+    .free = self_free,
+};
+
+void comm_self_init(struct comm_group *g) {
+    g->rank = 0;
+    g->size = 1;
+    g->ops = &comm_self_ops;
+    g->impl = NULL;
+}

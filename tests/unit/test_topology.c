@@ -1,0 +1,140 @@
+// test_topology.c: the pure grid functions (no MPI): rank <-> coord round
+// trips over many layouts, Megatron order properties, group membership
+// against a table written out by hand for (tp, pp, dp) = (2, 2, 2), and the
+// comm_self group and topology_init_self.
+#include <string.h>
+
+#include "comm.h"
+#include "test.h"
+#include "topology.h"
+
+static int same_members(const int *a, int na, const int *b, int nb) {
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+// Every layout with sizes 1..6: coord_of inverts rank_of, coordinates stay in
+// range, TP groups are tp consecutive ranks starting at a multiple of tp, the
+// pipeline stage is rank / (tp * dp), and each kind of group partitions ranks
+// (every member of my group sees the same group).
+static void test_layouts(void) {
+    int members[8], other[8];
+    for (int tp = 1; tp <= 6; tp++)
+        for (int pp = 1; pp <= 6; pp++)
+            for (int dp = 1; dp <= 6; dp++) {
+                int n = tp * pp * dp, bad = 0;
+                for (int r = 0; r < n; r++) {
+                    struct grid_coord c = topology_coord_of(tp, pp, dp, r);
+                    bad += c.t < 0 || c.t >= tp || c.d < 0 || c.d >= dp || c.p < 0 || c.p >= pp;
+                    bad += topology_rank_of(tp, pp, dp, c) != r;
+                    bad += c.p != r / (tp * dp);
+                    int nt = topology_group_members(GROUP_TP, tp, pp, dp, c, members);
+                    bad += nt != tp || members[0] != r - r % tp;
+                    for (int i = 0; i < nt; i++) bad += members[i] != members[0] + i;
+                    bad += topology_group_members(GROUP_DP, tp, pp, dp, c, members) != dp;
+                    bad += topology_group_members(GROUP_PP, tp, pp, dp, c, members) != pp;
+                    int ne = topology_group_members(GROUP_EMBED, tp, pp, dp, c, members);
+                    bad += ne != (c.p == 0 || c.p == pp - 1 ? MIN(pp, 2) : 0);
+                    for (int k = 0; k < GROUP_COUNT; k++) {
+                        int nk = topology_group_members(k, tp, pp, dp, c, members), has_me = 0;
+                        for (int i = 0; i < nk; i++) {
+                            has_me += members[i] == r;
+                            struct grid_coord cm = topology_coord_of(tp, pp, dp, members[i]);
+                            int no = topology_group_members(k, tp, pp, dp, cm, other);
+                            bad += !same_members(members, nk, other, no);
+                        }
+                        bad += nk > 0 && has_me != 1;
+                    }
+                }
+                EXPECT(bad == 0, "layout tp=%d pp=%d dp=%d: %d violations", tp, pp, dp, bad);
+            }
+}
+
+// (tp, pp, dp) = (2, 2, 2): rank = t + 2 * (d + 2 * p), written out by hand.
+static void test_table_222(void) {
+    static const int coord[8][3] = { // t, d, p
+        {0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}};
+    static const int groups[8][3][2] = { // tp, dp, pp groups of each rank
+        {{0, 1}, {0, 2}, {0, 4}}, {{0, 1}, {1, 3}, {1, 5}}, {{2, 3}, {0, 2}, {2, 6}},
+        {{2, 3}, {1, 3}, {3, 7}}, {{4, 5}, {4, 6}, {0, 4}}, {{4, 5}, {5, 7}, {1, 5}},
+        {{6, 7}, {4, 6}, {2, 6}}, {{6, 7}, {5, 7}, {3, 7}}};
+    const enum group_kind kinds[3] = {GROUP_TP, GROUP_DP, GROUP_PP};
+    int members[8];
+    for (int r = 0; r < 8; r++) {
+        struct grid_coord c = topology_coord_of(2, 2, 2, r);
+        EXPECT(c.t == coord[r][0] && c.d == coord[r][1] && c.p == coord[r][2],
+               "rank %d: coord (%d,%d,%d)", r, c.t, c.d, c.p);
+        for (int k = 0; k < 3; k++) {
+            int n = topology_group_members(kinds[k], 2, 2, 2, c, members);
+            EXPECT(same_members(members, n, groups[r][k], 2), "rank %d %s group [%d %d] (n=%d)",
+                   r, topology_group_name(kinds[k]), members[0], members[1], n);
+        }
+        // pp == 2: the embedding group {first, last stage} is the pp group.
+        int n = topology_group_members(GROUP_EMBED, 2, 2, 2, c, members);
+        EXPECT(same_members(members, n, groups[r][2], 2), "rank %d embed group", r);
+    }
+}
+
+// Embedding groups: middle stages are out, pp == 1 is the rank alone.
+static void test_embed(void) {
+    int members[8];
+    // (tp, pp, dp) = (1, 3, 1): ranks 0, 1, 2 are stages 0, 1, 2.
+    int n = topology_group_members(GROUP_EMBED, 1, 3, 1, topology_coord_of(1, 3, 1, 0), members);
+    EXPECT(n == 2 && members[0] == 0 && members[1] == 2, "pp=3 stage 0: n=%d", n);
+    n = topology_group_members(GROUP_EMBED, 1, 3, 1, topology_coord_of(1, 3, 1, 1), members);
+    EXPECT(n == 0, "pp=3 middle stage is in an embedding group of %d", n);
+    // (tp, pp, dp) = (2, 1, 2): rank 3 alone.
+    n = topology_group_members(GROUP_EMBED, 2, 1, 2, topology_coord_of(2, 1, 2, 3), members);
+    EXPECT(n == 1 && members[0] == 3, "pp=1: n=%d first %d", n, members[0]);
+}
+
+static void test_describe(void) {
+    char buf[1024] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    topology_describe(f, 2, 2, 2);
+    fclose(f);
+    EXPECT(strstr(buf, "tp    groups: [0 1] [2 3] [4 5] [6 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp    groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "pp    groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+}
+
+// comm_self: reductions leave data, scatter/gather copy, requests complete.
+static void test_comm_self(void) {
+    struct topology topo;
+    topology_init_self(&topo);
+    EXPECT(topo.tp_group.size == 1 && topo.embed_group.size == 1 && topo.world.rank == 0,
+           "self topology sizes");
+    struct comm_group *g = &topo.dp_group;
+    double x[3] = {1.5, -2, 3};
+    comm_all_reduce(g, x, 3, DTYPE_FP64, COMM_SUM);
+    EXPECT(x[0] == 1.5 && x[1] == -2 && x[2] == 3, "self all_reduce changed data");
+    struct comm_request req;
+    int64_t n[2] = {7, 1LL << 40};
+    comm_all_reduce_start(g, n, 2, DTYPE_I64, COMM_MAX, &req);
+    comm_all_reduce_wait(&req);
+    EXPECT(req.done && n[0] == 7 && n[1] == 1LL << 40, "self non-blocking all_reduce");
+    float src[4] = {1, 2, 3, 4}, dst[4] = {-1, -1, -1, -1};
+    comm_reduce_scatter(g, src, dst, 4, DTYPE_FP32, COMM_SUM);
+    EXPECT(!memcmp(src, dst, sizeof src), "self reduce_scatter copies");
+    float gat[2] = {-1, -1};
+    comm_all_gather(g, src, gat, 2, DTYPE_FP32);
+    EXPECT(gat[0] == 1 && gat[1] == 2, "self all_gather copies");
+    comm_all_gather(g, gat, gat, 2, DTYPE_FP32); // in place
+    EXPECT(gat[0] == 1 && gat[1] == 2, "self all_gather in place");
+    comm_broadcast(g, x, 3, DTYPE_FP64, 0);
+    comm_barrier(g);
+    EXPECT(x[2] == 3, "self broadcast");
+    topology_free(&topo);
+    EXPECT(topo.tp_group.ops == NULL && topo.tp_group.size == 0, "free zeroes groups");
+}
+
+int main(void) {
+    test_layouts();
+    test_table_222();
+    test_embed();
+    test_describe();
+    test_comm_self();
+    return test_finish("test_topology");
+}
