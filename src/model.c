@@ -69,6 +69,11 @@ struct model {
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
     struct tensor dgate, dup, dact; // (N, Fl)
 
+    void (*grad_ready)(void *ctx, size_t ready_from);
+    void *grad_ready_ctx;
+    size_t *block_offset;          // (L_local,) arena offset of each block's first parameter
+    size_t head_offset;            // arena offset of model.norm.weight (last stage)
+
     double *host_loss;             // (N,)
     int32_t *host_targets;         // (N,) of the last forward
 };
@@ -292,10 +297,12 @@ static void blocks_bind(struct model *m, struct tensor arena, struct block *bloc
     if (m->first || (m->last && m->cfg.tie_embeddings)) { *wte = NEXT(); }
     for (int l = 0; l < m->n_local_layers; l++) {
         struct block *b = &blocks[l];
+        m->block_offset[l] = p[i].offset;
         b->ln1_w = NEXT(); b->wq = NEXT(); b->wk = NEXT(); b->wv = NEXT(); b->wo = NEXT();
         b->ln2_w = NEXT(); b->wgate = NEXT(); b->wup = NEXT(); b->wdown = NEXT();
     }
     if (m->last) {
+        m->head_offset = p[i].offset;
         *norm_w = NEXT();
         *head = m->cfg.tie_embeddings ? *wte : NEXT();
     }
@@ -319,6 +326,7 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     m->dblocks = xcalloc(m->n_local_layers, sizeof *m->dblocks);
     m->x = xcalloc(m->n_local_layers + 1, sizeof *m->x);
     m->acts = xcalloc(m->n_local_layers, sizeof *m->acts);
+    m->block_offset = xcalloc(m->n_local_layers, sizeof *m->block_offset);
 
     struct carver count = {0};
     acts_layout(m, &count);
@@ -383,6 +391,7 @@ void model_free(struct model *m) {
         backend_dealloc(m->be, m->act_arena.data);
     }
     free(m->params), free(m->blocks), free(m->dblocks), free(m->x), free(m->acts);
+    free(m->block_offset);
     free(m->host_loss), free(m->host_targets);
     free(m);
 }
@@ -430,6 +439,15 @@ void model_get_param(struct model *m, const struct param_info *p, double *local)
 }
 void model_get_grad(struct model *m, const struct param_info *p, double *local) {
     get_local(m, m->grad_arena, p, local);
+}
+
+void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
+                               void *ctx) {
+    m->grad_ready = fn, m->grad_ready_ctx = ctx;
+}
+
+static void grads_ready(struct model *m, size_t from) {
+    if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, from);
 }
 
 void model_zero_grad(struct model *m) { backend_memset0(m->be, m->grad_arena); }
@@ -579,8 +597,14 @@ void model_backward(struct model *m, float loss_scale) {
         tp_all_reduce_sum(m, m->dln);
         backend_memset0(be, m->dx);
         backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln, m->x[L], m->norm_w, m->rstdf, N, C);
+        // A tied embedding sits at offset 0, so it is not final before the end.
+        grads_ready(m, m->head_offset);
     }
-    for (int l = L - 1; l >= 0; l--) block_backward(m, l);
+    for (int l = L - 1; l >= 0; l--) {
+        block_backward(m, l);
+        grads_ready(m, m->block_offset[l]);
+    }
     if (m->first)
         backend_embedding_backward(be, m->dwte, m->dx, m->tokens, N, C, m->vocab_start, m->Vl);
+    grads_ready(m, 0);
 }

@@ -125,6 +125,16 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
 // 1 / (non-ignored targets of the whole global batch) for a mean loss.
 void model_backward(struct model *m, float loss_scale);
 
+// Gradient-ready hook: during model_backward, called with an element offset
+// `ready_from` each time the gradients of parameter-arena elements
+// [ready_from, n_params) are final for this backward pass (after the head,
+// after each block, after the embedding: parameters are laid out in forward
+// order and the backward runs in reverse). Data parallelism uses it to start
+// the all-reduce of a gradient bucket while the backward goes on.
+// fn NULL disables it.
+void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
+                               void *ctx);
+
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,
 // sampling). Last stage only.
 void model_get_logits(struct model *m, double *out);

@@ -4,11 +4,12 @@
 #include <math.h>
 
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
+                struct comm_group *dp, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
                 int T, struct train_step_result *out) {
     size_t per_micro = (size_t)B * T;
-    long count = 0;
+    int64_t count = 0;
     for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
+    if (dp) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
     float scale = count > 0 ? 1.0f / (float)count : 0.0f;
 
     model_zero_grad(m);
@@ -17,9 +18,12 @@ void train_step(struct model *m, struct optimizer *opt, const struct optimizer_c
         double micro_sum;
         long micro_count;
         model_forward(m, tokens + k * per_micro, targets + k * per_micro, &micro_sum, &micro_count);
+        if (sync && k == n_micro - 1) grad_sync_arm(sync);
         model_backward(m, scale);
         loss_sum += micro_sum;
     }
+    if (sync) grad_sync_finish(sync);
+    if (dp) comm_all_reduce(dp, &loss_sum, 1, DTYPE_FP64, COMM_SUM);
     double norm = sqrt(optimizer_grad_sum_squares(opt));
     double coef = optimizer_clip_coef(cfg, norm);
     double lr = optimizer_lr(cfg, step);

@@ -82,16 +82,16 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 7919) % cfg.vocab_size, targets[i] = (i * 104729) % cfg.vocab_size;
     struct train_step_result r;
-    train_step(m, opt, &oc, 0, tokens, targets, 1, B, T, &r); // warm-up
+    train_step(m, opt, &oc, NULL, NULL, 0, tokens, targets, 1, B, T, &r); // warm-up
     double t0 = time_now_s();
-    for (int s = 1; s <= steps; s++) train_step(m, opt, &oc, s, tokens, targets, 1, B, T, &r);
+    for (int s = 1; s <= steps; s++) train_step(m, opt, &oc, NULL, NULL, s, tokens, targets, 1, B, T, &r);
     double dt = (time_now_s() - t0) / steps;
     double tps = B * T / dt, gflops = flops_per_token * B * T / dt / 1e9;
     printf("step: %.1f ms, %.0f tokens/s, %.1f GFLOP/s achieved, MFU %.1f%% of measured sgemm "
            "(loss %.3f)\n", dt * 1e3, tps, gflops, 100.0 * gflops / peak, r.loss);
 
     backend_profile_enable(be, true);
-    train_step(m, opt, &oc, steps + 1 > oc.steps - 1 ? oc.steps - 1 : steps + 1, tokens, targets, 1, B, T, &r);
+    train_step(m, opt, &oc, NULL, NULL, steps + 1 > oc.steps - 1 ? oc.steps - 1 : steps + 1, tokens, targets, 1, B, T, &r);
     printf("per-op time of one step:\n");
     backend_profile_print(be, stdout);
     free(tokens), free(targets);

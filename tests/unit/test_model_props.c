@@ -104,8 +104,8 @@ static void test_accumulation(struct backend *be, enum dtype dt) {
     struct error err;
     CHECK(!optimizer_init(&o1, be, one, &oc, &err) && !optimizer_init(&o2, be, two, &oc, &err), "");
     struct train_step_result r1, r2;
-    train_step(one, o1, &oc, 0, tokens, targets, 1, 2, T, &r1);
-    train_step(two, o2, &oc, 0, tokens, targets, 2, 1, T, &r2);
+    train_step(one, o1, &oc, NULL, NULL, 0, tokens, targets, 1, 2, T, &r1);
+    train_step(two, o2, &oc, NULL, NULL, 0, tokens, targets, 2, 1, T, &r2);
     EXPECT(r1.n_targets == 112 && r2.n_targets == 112, "targets %ld %ld", r1.n_targets, r2.n_targets);
     EXPECT_REL(1, &r2.loss, &r1.loss, 1e-6, "accumulated loss");
     EXPECT_REL(1, &r2.grad_norm, &r1.grad_norm, 1e-6, "accumulated grad norm");
@@ -122,7 +122,7 @@ static void test_accumulation(struct backend *be, enum dtype dt) {
     }
     // Every label ignored: loss 0, gradient 0, finite weights after the step.
     for (int i = 0; i < 2 * T; i++) targets[i] = -100;
-    train_step(two, o2, &oc, 1, tokens, targets, 2, 1, T, &r2);
+    train_step(two, o2, &oc, NULL, NULL, 1, tokens, targets, 2, 1, T, &r2);
     EXPECT(r2.loss == 0.0 && r2.n_targets == 0, "all-ignored loss %g targets %ld", r2.loss, r2.n_targets);
     EXPECT(r2.grad_norm == 0.0, "all-ignored grad norm %g", r2.grad_norm);
     double sq = 0;

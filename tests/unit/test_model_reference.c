@@ -168,7 +168,7 @@ static void check_training(struct backend *be, struct fixture *fx, enum dtype dt
     int clipped = 0;
     for (int s = 0; s < oc.steps; s++) {
         struct train_step_result r;
-        train_step(m, opt, &oc, s, tokens + s * per_step, targets + s * per_step, n_micro,
+        train_step(m, opt, &oc, NULL, NULL, s, tokens + s * per_step, targets + s * per_step, n_micro,
                    fx->B / n_micro, fx->T, &r);
         snprintf(what, sizeof what, "%s x%d step %d loss", dtype_name(dtype), n_micro, s);
         EXPECT_REL(1, &r.loss, &ref_loss[s], tol, what);

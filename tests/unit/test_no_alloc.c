@@ -52,13 +52,13 @@ int main(void) {
     for (int i = 0; i < n_micro * B * T; i++) tokens[i] = (i * 37) % 256, targets[i] = (i * 11) % 256;
     targets[5] = -100;
     struct train_step_result r;
-    train_step(m, opt, &oc, 0, tokens, targets, n_micro, B, T, &r);
+    train_step(m, opt, &oc, NULL, NULL, 0, tokens, targets, n_micro, B, T, &r);
     armed = true;
     void *probe = malloc(16); // proves the interposition counts
     free(probe);
     EXPECT(allocations == 1, "malloc interposition not active (%ld)", allocations);
     allocations = 0;
-    for (int s = 1; s < 4; s++) train_step(m, opt, &oc, s, tokens, targets, n_micro, B, T, &r);
+    for (int s = 1; s < 4; s++) train_step(m, opt, &oc, NULL, NULL, s, tokens, targets, n_micro, B, T, &r);
     armed = false;
     EXPECT(allocations == 0, "%ld heap allocations during steps 2-4", allocations);
     EXPECT(r.loss > 0 && r.n_targets == n_micro * B * T - 1, "steps ran: loss %g", r.loss);

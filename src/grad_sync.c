@@ -1,0 +1,70 @@
+// grad_sync.c: bucketed data-parallel all-reduce of gradients (grad_sync.h).
+#include "grad_sync.h"
+
+struct bucket {
+    size_t begin, end; // element range of the gradient arena
+    bool started;
+    struct comm_request req;
+};
+
+struct grad_sync {
+    struct model *model;
+    struct comm_group *dp;
+    struct tensor grads;
+    int n_buckets;        // buckets[0] is the last range of the arena
+    struct bucket *buckets;
+    int next;             // first bucket not started, in start order
+    int started_early;
+};
+
+struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes) {
+    struct grad_sync *s = xcalloc(1, sizeof *s);
+    s->model = m, s->dp = dp, s->grads = model_grad_arena(m);
+    size_t n = s->grads.numel, per = bucket_bytes / dtype_size(s->grads.dtype);
+    if (per < 1) per = 1;
+    s->n_buckets = dp && dp->size > 1 && n ? (int)((n + per - 1) / per) : 0;
+    s->buckets = xcalloc(s->n_buckets ? s->n_buckets : 1, sizeof *s->buckets);
+    for (int k = 0; k < s->n_buckets; k++) {
+        s->buckets[k].end = n - (size_t)k * per;
+        s->buckets[k].begin = s->buckets[k].end > per ? s->buckets[k].end - per : 0;
+    }
+    return s;
+}
+
+void grad_sync_free(struct grad_sync *s) {
+    if (!s) return;
+    free(s->buckets);
+    free(s);
+}
+
+static void bucket_start(struct grad_sync *s, struct bucket *b) {
+    struct tensor t = tensor_slice(s->grads, b->begin, b->end - b->begin);
+    comm_all_reduce_start(s->dp, t.data, t.numel, t.dtype, COMM_SUM, &b->req);
+    b->started = true;
+}
+
+// Model hook: [ready_from, n) is final; start every bucket inside it.
+static void on_grads_ready(void *ctx, size_t ready_from) {
+    struct grad_sync *s = ctx;
+    while (s->next < s->n_buckets && s->buckets[s->next].begin >= ready_from) {
+        bucket_start(s, &s->buckets[s->next++]);
+        s->started_early++;
+    }
+}
+
+void grad_sync_arm(struct grad_sync *s) {
+    if (!s->n_buckets) return;
+    s->next = 0, s->started_early = 0;
+    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].started = false;
+    model_set_grad_ready_hook(s->model, on_grads_ready, s);
+}
+
+void grad_sync_finish(struct grad_sync *s) {
+    if (!s->n_buckets) return;
+    model_set_grad_ready_hook(s->model, NULL, NULL);
+    while (s->next < s->n_buckets) bucket_start(s, &s->buckets[s->next++]);
+    for (int k = 0; k < s->n_buckets; k++) comm_all_reduce_wait(&s->buckets[k].req);
+}
+
+int grad_sync_buckets(const struct grad_sync *s) { return s->n_buckets; }
+int grad_sync_started_early(const struct grad_sync *s) { return s->started_early; }
