@@ -236,7 +236,7 @@ def train(model, batches, grad_clip, label):
 # ---- output --------------------------------------------------------------------
 
 def put(f, name, array, dtype):
-    f.create_dataset(name, data=np.ascontiguousarray(np.asarray(array, dtype=dtype)),
+    f.create_dataset(name, data=np.require(np.asarray(array, dtype=dtype), requirements="C"),
                      track_times=False)
 
 
