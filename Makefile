@@ -26,7 +26,7 @@ BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 .PHONY: all deps run test test-asan bench clean tests benches
 all: $(BUILD)/trident tests benches
 
-$(BUILD)/%.o: %.c $(wildcard src/*.h kernels/*.h kernels/cpu/*.h)
+$(BUILD)/%.o: %.c $(wildcard src/*.h kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

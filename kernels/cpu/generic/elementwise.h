@@ -1,0 +1,42 @@
+// generic/elementwise.h: SwiGLU and BLAS-1 style bodies, instantiated by
+// cpu_elementwise.c (see cpu.h). Each element is independent.
+
+// out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+// Math: Shazeer 2020 eq. 6; HF LlamaMLP act_fn(gate_proj(x)) * up_proj(x).
+static void FN(swiglu_forward)(real *out, const real *gate, const real *up, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        real g = gate[i];
+        out[i] = g / (1 + EXP(-g)) * up[i];
+    }
+}
+
+// dgate (n,) = dout * up * silu'(gate), dup (n,) = dout * silu(gate), with
+// silu'(g) = sig(g) (1 + g (1 - sig(g))), sig(g) = 1 / (1 + exp(-g)).
+static void FN(swiglu_backward)(real *dgate, real *dup, const real *dout, const real *gate,
+                                const real *up, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        real g = gate[i], sig = 1 / (1 + EXP(-g));
+        dgate[i] = dout[i] * up[i] * sig * (1 + g * (1 - sig));
+        dup[i] = dout[i] * g * sig;
+    }
+}
+
+// x (n,) *= s
+static void FN(scale)(real *x, real s, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+// y (n,) += a * x
+static void FN(axpy)(real *y, real a, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// out (n,) = a + b; out may alias a or b (each element is read before written).
+static void FN(add)(real *out, const real *a, const real *b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}

@@ -1,0 +1,52 @@
+// generic/optim.h: AdamW and the sum of squares, instantiated by
+// cpu_optim.c (see cpu.h).
+
+// One AdamW step on w (n,), g = grad * grad_scale (Loshchilov & Hutter 2019,
+// alg. 2, in torch.optim.AdamW's single-tensor form):
+//   w *= 1 - lr * weight_decay
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   w -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+// The bias corrections are computed in double (torch: Python floats), the
+// elementwise update in real. copy (n,), when not NULL, receives the new w
+// (the working copy of FP32 master weights).
+static void FN(adamw)(real *w, real *copy, const real *grad, real *m, real *v, size_t n,
+                      double lr, double beta1, double beta2, double eps, double weight_decay,
+                      double grad_scale, int step) {
+    real decay = (real)(1 - lr * weight_decay);
+    real step_size = (real)(lr / (1 - pow(beta1, step)));
+    real bc2_sqrt = (real)sqrt(1 - pow(beta2, step));
+    real b1 = (real)beta1, b2 = (real)beta2, gs = (real)grad_scale, e = (real)eps;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        real g = grad[i] * gs;
+        real wi = w[i] * decay;
+        real mi = b1 * m[i] + (1 - b1) * g;
+        real vi = b2 * v[i] + (1 - b2) * g * g;
+        wi -= step_size * mi / (SQRT(vi) / bc2_sqrt + e);
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi;
+        if (copy) copy[i] = wi;
+    }
+}
+
+// sum_i x_i^2 over x (n,), in double. Each thread sums a fixed static chunk;
+// the per-thread sums are added in thread order, so the result is the same
+// for the same thread count (no atomic or unordered reduction).
+static double FN(sum_squares)(const real *x, size_t n) {
+    int nt = omp_get_max_threads();
+    double part[nt]; // on the stack: no heap allocation per call
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), used = omp_get_num_threads();
+        size_t lo = n * t / used, hi = n * (t + 1) / used;
+        double s = 0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        part[t] = s;
+        if (t == 0)
+            for (int u = used; u < nt; u++) part[u] = 0; // fewer threads than asked for
+    }
+    double total = 0;
+    for (int t = 0; t < nt; t++) total += part[t];
+    return total;
+}
