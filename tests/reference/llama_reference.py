@@ -15,7 +15,10 @@ even in a float64 model (transformers 5.x modeling_llama.py):
   3. eager_attention_forward runs softmax(dtype=torch.float32).
 patch_llama_float64() replaces those three with the same math in the input
 dtype, so every number here is float64; check_float64() proves it with
-central finite differences. The RoPE angle is p * theta^(-2i/D) computed in
+central finite differences (patched: ~5e-8 of the largest gradient, the
+differencing noise; unpatched HF: ~9e-2). check_contract() then recomputes
+/forward from the written file alone with plain numpy, following ops.h's
+conventions, and requires agreement to 1e-12. The RoPE angle is p * theta^(-2i/D) computed in
 double, as trident's rope_table_fill() does.
 
 Mapping to trident's contracts (kernels/ops.h, DESIGN.md):
@@ -289,6 +292,66 @@ def generate(tied, seed):
         for n, p in params(model):
             put(f, f"train/final/{n}", p.detach().numpy(), np.float32)
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    check_contract(path)
+
+
+def check_contract(path):
+    """Recomputes /forward from the file alone with plain numpy, written from
+    ops.h's conventions rather than HF's code: proves the stored weights,
+    layouts, head grouping and RoPE pairing mean what the header says."""
+    with h5py.File(path, "r") as f:
+        a = {k: f.attrs[k].item() for k in f.attrs}
+        W = {k: f["weights"][k][...].astype(np.float64) for k in f["weights"]}
+        tokens, targets = f["inputs/tokens"][...], f["inputs/targets"][...]
+        want_logits, want_loss = f["forward/logits"][...], f["forward/loss"][()]
+        want_ls = f["forward_ls/loss"][()]
+    C, H, Hkv = a["d_model"], a["n_heads"], a["n_kv_heads"]
+    D, eps, (B, T) = C // H, a["norm_eps"], tokens.shape
+
+    def rmsnorm(x, w):  # (B, T, C)
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+    i = np.arange(D // 2)
+    ang = np.arange(T)[:, None] * a["rope_theta"] ** (-2.0 * i / D)  # (T, D/2)
+    cos, sin = np.cos(ang)[None, :, None, :], np.sin(ang)[None, :, None, :]
+
+    def rope(x):  # (B, T, Hx, D): pairs (i, i + D/2)
+        x1, x2 = x[..., :D // 2], x[..., D // 2:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+    x = W["model.embed_tokens.weight"][tokens]  # (B, T, C)
+    mask = np.tril(np.ones((T, T), dtype=bool))
+    for l in range(a["n_layers"]):
+        p = f"model.layers.{l}."
+        h = rmsnorm(x, W[p + "input_layernorm.weight"])
+        q = rope((h @ W[p + "self_attn.q_proj.weight"].T).reshape(B, T, H, D))
+        k = rope((h @ W[p + "self_attn.k_proj.weight"].T).reshape(B, T, Hkv, D))
+        v = (h @ W[p + "self_attn.v_proj.weight"].T).reshape(B, T, Hkv, D)
+        out = np.empty((B, T, H, D))
+        for hh in range(H):
+            g = hh // (H // Hkv)
+            s = np.einsum("btd,bsd->bts", q[:, :, hh], k[:, :, g]) / np.sqrt(D)
+            s = np.where(mask, s, -np.inf)
+            pr = np.exp(s - s.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            out[:, :, hh] = pr @ v[:, :, g]
+        x = x + out.reshape(B, T, C) @ W[p + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, W[p + "post_attention_layernorm.weight"])
+        gate, up = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ W[p + "mlp.down_proj.weight"].T
+    head = W["lm_head.weight" if not a["tie_embeddings"] else "model.embed_tokens.weight"]
+    logits = rmsnorm(x, W["model.norm.weight"]) @ head.T  # (B, T, V)
+    err = np.abs(logits - want_logits).max() / np.abs(want_logits).max()
+    assert err < 1e-12, f"{path}: numpy logits differ from the reference: {err:.3e}"
+    z = logits.reshape(-1, logits.shape[-1])
+    y = targets.reshape(-1)
+    keep = y != a["ignore_index"]
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    for sm, want in ((0.0, want_loss), (LABEL_SMOOTHING, want_ls)):
+        rows = lse - (1 - sm) * z[np.arange(len(y)), np.where(keep, y, 0)] - sm * z.mean(-1)
+        loss = rows[keep].mean()
+        assert abs(loss - want) < 1e-12 * abs(want), f"{path}: numpy loss {loss} != {want}"
+    print(f"{path}: numpy forward from the file matches (logits rel err {err:.1e})")
 
 
 def main():
