@@ -38,7 +38,7 @@ $(BUILD)/trident: $(BUILD)/src/main.o $(BUILD)/libtrident.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 tests: $(TEST_BIN)
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/test.h $(BUILD)/libtrident.a
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libtrident.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
 
