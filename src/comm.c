@@ -76,6 +76,12 @@ void comm_all_reduce_wait(struct comm_request *req) {
     req->done = true;
 }
 
+bool comm_all_reduce_test(struct comm_request *req) {
+    CHECK(req && req->group && req->group->ops, "comm_all_reduce_test: request never started");
+    if (!req->done) req->done = req->group->ops->all_reduce_test(req);
+    return req->done;
+}
+
 void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                          enum dtype dtype, enum comm_op op) {
     check_group(g, "comm_reduce_scatter");
@@ -151,6 +157,8 @@ static void self_all_reduce_start(struct comm_group *g, void *buf, size_t count,
 
 static void self_all_reduce_wait(struct comm_request *req) {}
 
+static bool self_all_reduce_test(struct comm_request *req) { return true; }
+
 static void self_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                                 enum dtype dtype, enum comm_op op) {
     memcpy(recv, send, count * dtype_size(dtype));
@@ -184,6 +192,7 @@ static const struct comm_ops comm_self_ops = {
     .all_reduce = self_all_reduce,
     .all_reduce_start = self_all_reduce_start,
     .all_reduce_wait = self_all_reduce_wait,
+    .all_reduce_test = self_all_reduce_test,
     .reduce_scatter = self_reduce_scatter,
     .all_gather = self_all_gather,
     .broadcast = self_broadcast,

@@ -113,6 +113,7 @@ static void test_comm_self(void) {
     struct comm_request req;
     int64_t n[2] = {7, 1LL << 40};
     comm_all_reduce_start(g, n, 2, DTYPE_I64, COMM_MAX, &req);
+    EXPECT(comm_all_reduce_test(&req), "self request not done at once");
     comm_all_reduce_wait(&req);
     EXPECT(req.done && n[0] == 7 && n[1] == 1LL << 40, "self non-blocking all_reduce");
     float src[4] = {1, 2, 3, 4}, dst[4] = {-1, -1, -1, -1};
