@@ -77,7 +77,7 @@ static void mpi_reduce_scatter(struct comm_group *g, const void *send, void *rec
 static void mpi_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
                            enum dtype dtype) {
     const char *own = (const char *)recv + (size_t)g->rank * count * dtype_size(dtype);
-    mpi_count((size_t)g->size * count);
+    mpi_count((size_t)g->size * count); // recv's total must fit an int too
     CHECK_MPI(MPI_Allgather(send == own ? MPI_IN_PLACE : send, mpi_count(count), mpi_dtype(dtype),
                             recv, mpi_count(count), mpi_dtype(dtype), group_comm(g)));
 }
