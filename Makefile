@@ -20,6 +20,8 @@ LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard kernels/*.c
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+MPI_SRC   := $(wildcard tests/mpi/*.c)
+MPI_BIN   := $(MPI_SRC:tests/mpi/%.c=$(BUILD)/mpi/%)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -37,10 +39,15 @@ $(BUILD)/libtrident.a: $(LIB_OBJ)
 $(BUILD)/trident: $(BUILD)/src/main.o $(BUILD)/libtrident.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(MPI_BIN)
 $(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libtrident.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
+
+# Multi-rank test programs, run under mpirun by tests/e2e/*.sh.
+$(BUILD)/mpi/%: tests/mpi/%.c $(BUILD)/libtrident.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
 
 benches: $(BENCH_BIN)
 $(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libtrident.a

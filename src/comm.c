@@ -28,7 +28,11 @@ static void check_dtype(enum dtype dtype, bool reduction, const char *what) {
           "%s: reductions take fp32, fp64, i32 or i64, not %s", what, dtype_name(dtype));
 }
 
-static void check_op(enum comm_op op, const char *what) {
+// The checks every reduction shares: member group, reducible dtype, known op.
+static void check_reduction(const struct comm_group *g, enum dtype dtype, enum comm_op op,
+                            const char *what) {
+    check_group(g, what);
+    check_dtype(dtype, true, what);
     CHECK(op == COMM_SUM || op == COMM_MAX, "%s: unknown reduction %d", what, (int)op);
 }
 
@@ -51,18 +55,14 @@ static bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t 
 
 void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                      enum comm_op op) {
-    check_group(g, "comm_all_reduce");
-    check_dtype(dtype, true, "comm_all_reduce");
-    check_op(op, "comm_all_reduce");
+    check_reduction(g, dtype, op, "comm_all_reduce");
     check_buf(buf, count, "comm_all_reduce");
     g->ops->all_reduce(g, buf, count, dtype, op);
 }
 
 void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                            enum comm_op op, struct comm_request *req) {
-    check_group(g, "comm_all_reduce_start");
-    check_dtype(dtype, true, "comm_all_reduce_start");
-    check_op(op, "comm_all_reduce_start");
+    check_reduction(g, dtype, op, "comm_all_reduce_start");
     check_buf(buf, count, "comm_all_reduce_start");
     CHECK(req, "comm_all_reduce_start: NULL request");
     memset(req, 0, sizeof *req);
@@ -76,11 +76,15 @@ void comm_all_reduce_wait(struct comm_request *req) {
     req->done = true;
 }
 
+bool comm_all_reduce_test(struct comm_request *req) {
+    CHECK(req && req->group && req->group->ops, "comm_all_reduce_test: request never started");
+    if (!req->done) req->done = req->group->ops->all_reduce_test(req);
+    return req->done;
+}
+
 void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                          enum dtype dtype, enum comm_op op) {
-    check_group(g, "comm_reduce_scatter");
-    check_dtype(dtype, true, "comm_reduce_scatter");
-    check_op(op, "comm_reduce_scatter");
+    check_reduction(g, dtype, op, "comm_reduce_scatter");
     check_buf(send, count, "comm_reduce_scatter send");
     check_buf(recv, count, "comm_reduce_scatter recv");
     size_t es = dtype_size(dtype);
@@ -151,6 +155,8 @@ static void self_all_reduce_start(struct comm_group *g, void *buf, size_t count,
 
 static void self_all_reduce_wait(struct comm_request *req) {}
 
+static bool self_all_reduce_test(struct comm_request *req) { return true; }
+
 static void self_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                                 enum dtype dtype, enum comm_op op) {
     memcpy(recv, send, count * dtype_size(dtype));
@@ -184,6 +190,7 @@ static const struct comm_ops comm_self_ops = {
     .all_reduce = self_all_reduce,
     .all_reduce_start = self_all_reduce_start,
     .all_reduce_wait = self_all_reduce_wait,
+    .all_reduce_test = self_all_reduce_test,
     .reduce_scatter = self_reduce_scatter,
     .all_gather = self_all_gather,
     .broadcast = self_broadcast,

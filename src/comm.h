@@ -44,11 +44,13 @@ struct comm_ops {
     void (*all_reduce)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                        enum comm_op op);
     // Starts the same all-reduce and returns at once; buf must not be touched
-    // until all_reduce_wait returns. With MPI the transfer progresses while the
-    // caller makes other MPI calls (OpenMPI has no progress thread by default).
+    // until all_reduce_wait returns or all_reduce_test returns true. With MPI
+    // the transfer progresses only inside MPI calls (OpenMPI has no progress
+    // thread by default): a caller overlapping compute calls test now and then.
     void (*all_reduce_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                              enum comm_op op, struct comm_request *req);
     void (*all_reduce_wait)(struct comm_request *req);
+    bool (*all_reduce_test)(struct comm_request *req); // true once complete
     // send: (size * count,) chunk r goes to group rank r; recv: (count,) the
     // reduction of this rank's chunk over the group. send and recv do not overlap.
     void (*reduce_scatter)(struct comm_group *g, const void *send, void *recv, size_t count,
@@ -91,6 +93,7 @@ void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype d
 void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                            enum comm_op op, struct comm_request *req);
 void comm_all_reduce_wait(struct comm_request *req);
+bool comm_all_reduce_test(struct comm_request *req);
 void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                          enum dtype dtype, enum comm_op op);
 void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,

@@ -59,6 +59,15 @@ static void mpi_all_reduce_wait(struct comm_request *req) {
     memcpy(req->storage, &r, sizeof r);
 }
 
+static bool mpi_all_reduce_test(struct comm_request *req) {
+    MPI_Request r;
+    int done = 0;
+    memcpy(&r, req->storage, sizeof r);
+    CHECK_MPI(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    memcpy(req->storage, &r, sizeof r);
+    return done;
+}
+
 static void mpi_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                                enum dtype dtype, enum comm_op op) {
     CHECK_MPI(MPI_Reduce_scatter_block(send, recv, mpi_count(count), mpi_dtype(dtype), mpi_op(op),
@@ -68,7 +77,7 @@ static void mpi_reduce_scatter(struct comm_group *g, const void *send, void *rec
 static void mpi_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
                            enum dtype dtype) {
     const char *own = (const char *)recv + (size_t)g->rank * count * dtype_size(dtype);
-    mpi_count((size_t)g->size * count);
+    mpi_count((size_t)g->size * count); // recv's total must fit an int too
     CHECK_MPI(MPI_Allgather(send == own ? MPI_IN_PLACE : send, mpi_count(count), mpi_dtype(dtype),
                             recv, mpi_count(count), mpi_dtype(dtype), group_comm(g)));
 }
@@ -104,6 +113,7 @@ static const struct comm_ops comm_mpi_ops = {
     .all_reduce = mpi_all_reduce,
     .all_reduce_start = mpi_all_reduce_start,
     .all_reduce_wait = mpi_all_reduce_wait,
+    .all_reduce_test = mpi_all_reduce_test,
     .reduce_scatter = mpi_reduce_scatter,
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,

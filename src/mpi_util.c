@@ -46,7 +46,10 @@ _Noreturn void mpi_exit_all(int code, const char *msg) {
             MPI_Finalize();
             exit(code);
         }
-        if (!msg) sleep(1);
+        // The reporting rank lets mpirun forward its message before the kill;
+        // the silent ones leave it time to abort first.
+        if (msg) usleep(100 * 1000);
+        else sleep(1);
         MPI_Abort(MPI_COMM_WORLD, code);
     }
     exit(code);

@@ -4,7 +4,9 @@
 // Exit codes under OpenMPI 4.1 mpirun (verified by tests/e2e/comm_mpi.sh):
 // after MPI_Abort(MPI_COMM_WORLD, code) on any rank, mpirun kills every rank
 // and itself exits with that code, e.g. 2 for bad input; when several ranks
-// abort, all with the same code, mpirun returns that code too.
+// abort, all with the same code, mpirun returns that code too. (mpirun also
+// ends the job when a rank exits without MPI_Finalize; MPI_Abort is used
+// because the standard guarantees it, under srun as well.)
 #ifndef TRIDENT_MPI_UTIL_H
 #define TRIDENT_MPI_UTIL_H
 

@@ -3,6 +3,8 @@
 // against a table written out by hand for (tp, pp, dp) = (2, 2, 2), and the
 // comm_self group and topology_init_self.
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "test.h"
@@ -113,6 +115,7 @@ static void test_comm_self(void) {
     struct comm_request req;
     int64_t n[2] = {7, 1LL << 40};
     comm_all_reduce_start(g, n, 2, DTYPE_I64, COMM_MAX, &req);
+    EXPECT(comm_all_reduce_test(&req), "self request not done at once");
     comm_all_reduce_wait(&req);
     EXPECT(req.done && n[0] == 7 && n[1] == 1LL << 40, "self non-blocking all_reduce");
     float src[4] = {1, 2, 3, 4}, dst[4] = {-1, -1, -1, -1};
@@ -130,11 +133,41 @@ static void test_comm_self(void) {
     EXPECT(topo.tp_group.ops == NULL && topo.tp_group.size == 0, "free zeroes groups");
 }
 
+// The wrappers reject misuse with exit 1 (a bug in trident, not bad input).
+// Each case runs in a child process; its message goes to the test log.
+static void test_wrapper_checks(void) {
+    const char *cases[] = {"root out of range", "bf16 reduction", "send to self",
+                           "not a member", "reduce_scatter overlap"};
+    for (int c = 0; c < 5; c++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct comm_group self, none;
+            comm_self_init(&self);
+            none = self;
+            none.size = 0; // as on a middle stage's embedding group
+            float x[4] = {0};
+            switch (c) {
+            case 0: comm_broadcast(&self, x, 4, DTYPE_FP32, 1); break;
+            case 1: comm_all_reduce(&self, x, 2, DTYPE_BF16, COMM_SUM); break;
+            case 2: comm_send(&self, x, 4, DTYPE_FP32, 0, 0); break;
+            case 3: comm_all_reduce(&none, x, 4, DTYPE_FP32, COMM_SUM); break;
+            case 4: comm_reduce_scatter(&self, x, x + 1, 2, DTYPE_FP32, COMM_SUM); break;
+            }
+            _exit(0); // the check did not fire
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s: child status %d", cases[c],
+               status);
+    }
+}
+
 int main(void) {
     test_layouts();
     test_table_222();
     test_embed();
     test_describe();
     test_comm_self();
+    test_wrapper_checks();
     return test_finish("test_topology");
 }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# comm_mpi.sh: topology groups and MPI collectives on 8 ranks (one mpirun for
+# five layouts, see tests/mpi/test_comm_mpi.c), the same on one rank without
+# mpirun, and whole-job exits: a layout with tp*pp*dp != N, an error seen by
+# one rank only, and a fatal check on one rank. Each must end every rank with
+# the right exit code within 10 s and leave no process alive.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/e2e/mpi_env.sh
+mpi_require
+BIN="$PWD/${BUILD:-build}/mpi/test_comm_mpi"
+[ -x "$BIN" ] || { echo "FAIL: $BIN not built (make)"; exit 1; }
+fail=0
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+
+# run NAME WANT_RC PATTERN CMD...: runs CMD under a 10 s timeout; checks its
+# exit code, that its output holds a line matching PATTERN (grep -E), and that
+# no process of BIN is left alive.
+run() {
+    local name=$1 want=$2 pattern=$3; shift 3
+    local start rc secs
+    start=$(date +%s.%N)
+    timeout -k 2 10 "$@" >"$log" 2>&1; rc=$?
+    secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+    echo "== $name: exit $rc in ${secs}s"; cat "$log"
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && { echo "FAIL $name: still running after 10 s"; fail=1; }
+    [ "$rc" -ne "$want" ] && { echo "FAIL $name: exit $rc, expected $want"; fail=1; }
+    grep -qE -- "$pattern" "$log" || { echo "FAIL $name: output lacks /$pattern/"; fail=1; }
+    mpi_no_leftovers "$BIN" || { echo "FAIL $name: processes left alive"; fail=1; }
+}
+
+# Needs the line of each layout: a rank that crashed early leaves some out.
+run "8 ranks, 5 layouts" 0 '^\(tp,pp,dp\)=\(1,8,1\): ok' $MPIRUN -np 8 "$BIN"
+for l in 2,2,2 1,2,4 4,1,2 8,1,1; do
+    grep -qF "(tp,pp,dp)=($l): ok" "$log" || { echo "FAIL: layout ($l) not ok"; fail=1; }
+done
+grep -qF '  tp    groups: [0 1] [2 3] [4 5] [6 7]' "$log" || { echo "FAIL: no grid description"; fail=1; }
+
+# One rank, no mpirun (MPI singleton): every group is the rank alone.
+run "1 rank without mpirun" 0 '^\(tp,pp,dp\)=\(1,1,1\): ok' "$BIN"
+
+# Every rank detects the bad layout; rank 0 reports it with the sizes and N.
+run "tp*pp*dp != N" 2 'rank 0\] \[parallel\] tp=3 \* pp=1 \* dp=3 = 9 ranks, but the job has N=8 ranks' \
+    $MPIRUN -np 8 "$BIN" --layout 3 1 3
+[ "$(grep -c 'but the job has' "$log")" -eq 1 ] || { echo "FAIL: the bad layout was reported by more than rank 0"; fail=1; }
+run "tp*pp*dp != N, one rank" 2 'tp=2 \* pp=1 \* dp=1 = 2 ranks, but the job has N=1 ranks' \
+    "$BIN" --layout 2 1 1
+
+# Only rank 5 detects bad input while the others block in a barrier.
+run "bad input on one rank" 2 'rank 5\] shard-00003.h5: bad magic' $MPIRUN -np 8 "$BIN" --partial-fail 5
+
+# A failed internal check on rank 2: fatal_exit's hook aborts with code 1.
+run "fatal check on one rank" 1 'rank 2\] .*test_comm_mpi.c:[0-9]+: check failed: .*injected failure on rank 2' \
+    $MPIRUN -np 8 "$BIN" --fatal 2
+
+[ "$fail" -eq 0 ] && echo "comm_mpi: all passed"
+exit "$fail"

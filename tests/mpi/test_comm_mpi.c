@@ -1,0 +1,252 @@
+// test_comm_mpi.c: topology groups and comm_mpi collectives under mpirun
+// (run by tests/e2e/comm_mpi.sh). One mpirun checks several layouts by
+// re-splitting MPI_COMM_WORLD; with 8 ranks: (tp,pp,dp) = (2,2,2), (1,2,4),
+// (4,1,2), (8,1,1), (1,8,1); with N other ranks: (N,1,1), (1,N,1), (1,1,N).
+// Expected values come from the pure layout functions and closed-form sums
+// over the members, never from the collective under test.
+//
+//   test_comm_mpi                     all layouts; exit 0 pass, 1 fail
+//   test_comm_mpi --layout TP PP DP   topology_init with that layout; on bad
+//                                     input rank 0 reports, all exit 2
+//   test_comm_mpi --partial-fail R    only rank R detects bad input while the
+//                                     others wait in a barrier: exit 2
+//   test_comm_mpi --fatal R           a failed CHECK on rank R only: exit 1
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "mpi_util.h"
+#include "topology.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            failures++;                                                        \
+            fprintf(stderr, "FAIL [rank %d] %s:%d: %s: ", g_log_rank, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+        }                                                                      \
+    } while (0)
+
+// The value world rank r contributes at index i: small integers, exact in fp32.
+static double value_of(int r, int i) { return (double)((r * 7 + i * 3) % 101) - 50.0; }
+
+// Group membership read back from MPI itself, against the pure enumeration.
+static void check_members(struct topology *topo, enum group_kind kind, const char *layout) {
+    int expect[64], n = topology_group_members(kind, topo->tp, topo->pp, topo->dp, topo->coord,
+                                               expect);
+    struct comm_group *g = topology_group(topo, kind);
+    EXPECT(g->size == n, "%s %s group size %d, expected %d", layout, topology_group_name(kind),
+           g->size, n);
+    if (g->size != n || n == 0) return;
+    MPI_Group world_group, group;
+    CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+    CHECK_MPI(MPI_Comm_group(comm_mpi_handle(g), &group));
+    int ranks[64], world_ranks[64];
+    for (int i = 0; i < n; i++) ranks[i] = i;
+    CHECK_MPI(MPI_Group_translate_ranks(group, n, ranks, world_group, world_ranks));
+    for (int i = 0; i < n; i++)
+        EXPECT(world_ranks[i] == expect[i], "%s %s group rank %d is world %d, expected %d", layout,
+               topology_group_name(kind), i, world_ranks[i], expect[i]);
+    EXPECT(expect[g->rank] == topo->world_rank, "%s %s: own group rank %d", layout,
+           topology_group_name(kind), g->rank);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+}
+
+// All-reduce (sum, max; fp32, fp64, i64), blocking and non-blocking,
+// reduce-scatter and all-gather (also in place), broadcast over one group.
+static void check_collectives(struct topology *topo, enum group_kind kind, const char *layout) {
+    struct comm_group *g = topology_group(topo, kind);
+    if (g->size == 0) return;
+    const char *name = topology_group_name(kind);
+    int members[64], n = topology_group_members(kind, topo->tp, topo->pp, topo->dp, topo->coord,
+                                                members);
+    int me = topo->world_rank;
+    enum { COUNT = 1000 };
+
+    float f32[COUNT];
+    double f64[COUNT];
+    int64_t i64[COUNT];
+    for (int i = 0; i < COUNT; i++) {
+        f32[i] = (float)value_of(me, i);
+        f64[i] = value_of(me, i) * 0.5;
+        i64[i] = (int64_t)value_of(me, i) + ((int64_t)me << 33); // beyond 32 bits
+    }
+    comm_all_reduce(g, f32, COUNT, DTYPE_FP32, COMM_SUM);
+    comm_all_reduce(g, f64, COUNT, DTYPE_FP64, COMM_MAX);
+    // Non-blocking: two buckets in flight at once, a blocking call between.
+    struct comm_request req[2];
+    comm_all_reduce_start(g, i64, COUNT / 2, DTYPE_I64, COMM_SUM, &req[0]);
+    comm_all_reduce_start(g, i64 + COUNT / 2, COUNT - COUNT / 2, DTYPE_I64, COMM_SUM, &req[1]);
+    comm_barrier(g);
+    comm_all_reduce_wait(&req[1]);
+    while (!comm_all_reduce_test(&req[0])) {
+    } // the first bucket by polling, as a backward pass would
+    comm_all_reduce_wait(&req[0]); // no-op once test said done
+    int bad = 0;
+    for (int i = 0; i < COUNT; i++) {
+        double sum = 0, max = -1e30;
+        int64_t isum = 0;
+        for (int m = 0; m < n; m++) {
+            sum += value_of(members[m], i);
+            max = MAX(max, value_of(members[m], i) * 0.5);
+            isum += (int64_t)value_of(members[m], i) + ((int64_t)members[m] << 33);
+        }
+        bad += f32[i] != (float)sum || f64[i] != max || i64[i] != isum;
+    }
+    EXPECT(bad == 0, "%s %s all_reduce: %d wrong elements", layout, name, bad);
+    EXPECT(req[0].done && req[1].done, "%s %s requests not done after wait", layout, name);
+
+    // Reduce-scatter: chunk c of the send buffer is summed into group rank c.
+    enum { CHUNK = 37 };
+    int S = g->size;
+    float *send = xmalloc(sizeof(float) * CHUNK * (size_t)S), recv[CHUNK];
+    for (int i = 0; i < CHUNK * S; i++) send[i] = (float)value_of(me, i);
+    for (int i = 0; i < CHUNK; i++) recv[i] = NAN;
+    comm_reduce_scatter(g, send, recv, CHUNK, DTYPE_FP32, COMM_SUM);
+    bad = 0;
+    for (int i = 0; i < CHUNK; i++) {
+        double sum = 0;
+        for (int m = 0; m < n; m++) sum += value_of(members[m], g->rank * CHUNK + i);
+        bad += recv[i] != (float)sum;
+    }
+    EXPECT(bad == 0, "%s %s reduce_scatter: %d wrong elements", layout, name, bad);
+
+    // All-gather: chunk c comes from group rank c; then the same in place.
+    float *gathered = xmalloc(sizeof(float) * CHUNK * (size_t)S);
+    for (int i = 0; i < CHUNK; i++) recv[i] = (float)value_of(me, i);
+    for (int i = 0; i < CHUNK * S; i++) gathered[i] = NAN;
+    comm_all_gather(g, recv, gathered, CHUNK, DTYPE_FP32);
+    for (int pass = 0; pass < 2; pass++) {
+        bad = 0;
+        for (int c = 0; c < S; c++)
+            for (int i = 0; i < CHUNK; i++) bad += gathered[c * CHUNK + i] != (float)value_of(members[c], i);
+        EXPECT(bad == 0, "%s %s all_gather%s: %d wrong elements", layout, name,
+               pass ? " in place" : "", bad);
+        for (int i = 0; i < CHUNK * S; i++)
+            if (i / CHUNK != g->rank) gathered[i] = NAN;
+        if (!pass) comm_all_gather(g, gathered + g->rank * CHUNK, gathered, CHUNK, DTYPE_FP32);
+    }
+    free(gathered);
+    free(send);
+
+    // Broadcast from the last group rank; the others start poisoned.
+    int root = S - 1;
+    for (int i = 0; i < COUNT; i++) f64[i] = g->rank == root ? value_of(me, i) : NAN;
+    comm_broadcast(g, f64, COUNT, DTYPE_FP64, root);
+    bad = 0;
+    for (int i = 0; i < COUNT; i++) bad += f64[i] != value_of(members[root], i);
+    EXPECT(bad == 0, "%s %s broadcast: %d wrong elements", layout, name, bad);
+}
+
+// Send/recv around the pipeline ring: stage p sends to p+1 and receives from
+// p-1. Stage 0 sends first, the others receive first, so blocking sends of a
+// large (rendezvous-sized) message cannot deadlock.
+static void check_ring(struct topology *topo, const char *layout) {
+    struct comm_group *g = &topo->pp_group;
+    if (g->size < 2) return;
+    enum { COUNT = 200000 }; // 800 KB
+    float *out = xmalloc(sizeof(float) * COUNT), *in = xmalloc(sizeof(float) * COUNT);
+    int next = (g->rank + 1) % g->size, prev = (g->rank + g->size - 1) % g->size;
+    for (int i = 0; i < COUNT; i++) out[i] = (float)value_of(topo->world_rank, i);
+    for (int i = 0; i < COUNT; i++) in[i] = NAN;
+    if (g->rank == 0) {
+        comm_send(g, out, COUNT, DTYPE_FP32, next, 7);
+        comm_recv(g, in, COUNT, DTYPE_FP32, prev, 7);
+    } else {
+        comm_recv(g, in, COUNT, DTYPE_FP32, prev, 7);
+        comm_send(g, out, COUNT, DTYPE_FP32, next, 7);
+    }
+    int members[64];
+    topology_group_members(GROUP_PP, topo->tp, topo->pp, topo->dp, topo->coord, members);
+    int bad = 0;
+    for (int i = 0; i < COUNT; i++) bad += in[i] != (float)value_of(members[prev], i);
+    EXPECT(bad == 0, "%s pp ring from group rank %d: %d wrong elements", layout, prev, bad);
+    free(out);
+    free(in);
+}
+
+static int run_layout(int tp, int pp, int dp) {
+    char layout[64];
+    snprintf(layout, sizeof layout, "(tp,pp,dp)=(%d,%d,%d)", tp, pp, dp);
+    struct topology topo;
+    struct error err;
+    if (topology_init(MPI_COMM_WORLD, tp, pp, dp, &topo, &err) != STATUS_OK)
+        mpi_exit_all(err.status, err.msg);
+    int before = failures;
+    struct grid_coord c = topo.coord;
+    EXPECT(topology_rank_of(tp, pp, dp, c) == topo.world_rank, "%s coord of rank", layout);
+    // One node here: node-local rank and size equal the world's.
+    EXPECT(topo.local_rank == topo.world_rank && topo.local_size == topo.world_size,
+           "%s local rank %d of %d", layout, topo.local_rank, topo.local_size);
+    for (int k = 0; k < GROUP_COUNT; k++) check_members(&topo, (enum group_kind)k, layout);
+    for (int k = 0; k < GROUP_COUNT; k++) check_collectives(&topo, (enum group_kind)k, layout);
+    check_ring(&topo, layout);
+    // Embedding group: the two ends of each (t, d) pipeline sum their ranks.
+    if (topo.embed_group.size > 0) {
+        int64_t x = topo.world_rank;
+        comm_all_reduce(&topo.embed_group, &x, 1, DTYPE_I64, COMM_SUM);
+        struct grid_coord first = c, last = c;
+        first.p = 0;
+        last.p = pp - 1;
+        int64_t want = topology_rank_of(tp, pp, dp, first) +
+                       (pp > 1 ? topology_rank_of(tp, pp, dp, last) : 0);
+        EXPECT(x == want, "%s embed sum %lld, expected %lld", layout, (long long)x, (long long)want);
+    } else {
+        EXPECT(c.p != 0 && c.p != pp - 1, "%s stage %d left out of the embedding group", layout, c.p);
+    }
+    int64_t ranks = topo.world_rank;
+    comm_all_reduce(&topo.world, &ranks, 1, DTYPE_I64, COMM_SUM);
+    EXPECT(ranks == (int64_t)topo.world_size * (topo.world_size - 1) / 2, "%s world sum", layout);
+    if (topo.world_rank == 0 && tp == 2 && pp == 2) topology_describe(stdout, tp, pp, dp);
+    topology_free(&topo);
+    int mine = failures - before, total = 0;
+    CHECK_MPI(MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (g_log_rank == 0) printf("%s: %s (%d failed checks)\n", layout, total ? "FAIL" : "ok", total);
+    return total;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    mpi_util_init(MPI_COMM_WORLD);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc == 5 && !strcmp(argv[1], "--layout")) {
+        struct topology topo;
+        struct error err;
+        if (topology_init(MPI_COMM_WORLD, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), &topo,
+                          &err) != STATUS_OK)
+            mpi_exit_all(err.status, rank == 0 ? err.msg : NULL); // every rank detects it
+        topology_free(&topo);
+        MPI_Finalize();
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "--partial-fail")) {
+        if (rank == atoi(argv[2])) mpi_exit_all(STATUS_BAD_INPUT, "shard-00003.h5: bad magic (only this rank saw it)");
+        MPI_Barrier(MPI_COMM_WORLD); // never completes: the aborting rank is missing
+        MPI_Finalize();
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "--fatal")) {
+        CHECK(rank != atoi(argv[2]), "injected failure on rank %d", rank);
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+        return 0;
+    }
+    CHECK(size <= 64, "the checks keep group members in arrays of 64, not %d", size);
+    if (argc != 1) mpi_exit_all(STATUS_BAD_INPUT, "usage: test_comm_mpi [--layout TP PP DP | --partial-fail R | --fatal R]");
+    int layouts8[5][3] = {{2, 2, 2}, {1, 2, 4}, {4, 1, 2}, {8, 1, 1}, {1, 8, 1}};
+    int layoutsN[3][3] = {{size, 1, 1}, {1, size, 1}, {1, 1, size}};
+    int total = 0;
+    if (size == 8)
+        for (int i = 0; i < 5; i++) total += run_layout(layouts8[i][0], layouts8[i][1], layouts8[i][2]);
+    else
+        for (int i = 0; i < 3; i++) total += run_layout(layoutsN[i][0], layoutsN[i][1], layoutsN[i][2]);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
