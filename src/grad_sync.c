@@ -43,13 +43,17 @@ static void bucket_start(struct grad_sync *s, struct bucket *b) {
     b->started = true;
 }
 
-// Model hook: [ready_from, n) is final; start every bucket inside it.
+// Model hook: [ready_from, n) is final; start every bucket inside it. MPI
+// advances non-blocking collectives only inside MPI calls, so the started
+// ones are also polled here, between layers of the backward pass.
 static void on_grads_ready(void *ctx, size_t ready_from) {
     struct grad_sync *s = ctx;
     while (s->next < s->n_buckets && s->buckets[s->next].begin >= ready_from) {
         bucket_start(s, &s->buckets[s->next++]);
         s->started_early++;
     }
+    for (int k = 0; k < s->next; k++)
+        if (!s->buckets[k].req.done) comm_all_reduce_test(&s->buckets[k].req);
 }
 
 void grad_sync_arm(struct grad_sync *s) {

@@ -539,6 +539,20 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
     *loss_sum = sum, *n_targets = count;
 }
 
+void model_microbatch_shape(const struct model *m, int *B, int *T, int *Vl) {
+    *B = m->B, *T = m->T, *Vl = m->Vl;
+}
+
+void model_get_logits_at(struct model *m, int b, int t, double *out) {
+    CHECK(m->last && b >= 0 && b < m->B && t >= 0 && t < m->T, "logits of (%d, %d)", b, t);
+    size_t es = dtype_size(m->dtype), row = (size_t)(b * m->T + t) * m->Vl;
+    void *host = xmalloc(m->Vl * es);
+    backend_to_host(m->be, host, (char *)m->logits.data + row * es, m->Vl * es);
+    for (int j = 0; j < m->Vl; j++)
+        out[j] = m->dtype == DTYPE_FP64 ? ((double *)host)[j] : ((float *)host)[j];
+    free(host);
+}
+
 void model_get_logits(struct model *m, double *out) {
     CHECK(m->last, "logits live on the last pipeline stage");
     size_t n = (size_t)m->N * m->Vl, es = dtype_size(m->dtype);

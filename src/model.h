@@ -135,6 +135,12 @@ void model_backward(struct model *m, float loss_scale);
 void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
                                void *ctx);
 
+// The microbatch shape (B, T) and the local vocabulary width Vl of m.
+void model_microbatch_shape(const struct model *m, int *B, int *T, int *Vl);
+
+// Logits (Vl,) of row b, position t of the last forward, as double. Last stage.
+void model_get_logits_at(struct model *m, int b, int t, double *out);
+
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,
 // sampling). Last stage only.
 void model_get_logits(struct model *m, double *out);
