@@ -284,6 +284,8 @@ static enum status parse_scalar(const struct config_key *k, enum config_type typ
             snprintf(why, sizeof why, "%zu bytes long, the limit is %d", len, CONFIG_PATH_MAX - 1);
             return value_error(k, where, text, why, err);
         }
+        if (text[0] == '#' || text[0] == ';')
+            return value_error(k, where, text, "a value starting with # or ; would read back as a comment", err);
         if (text[0] == '"' || text[0] == '\'')
             return value_error(k, where, text, "values are not quoted: write the path without quotes", err);
         for (size_t j = 0; j < len; j++) {
@@ -356,7 +358,13 @@ struct load_ctx {
     size_t cap;
     bool failed; // err holds the first error; the reader then reports EOF
     struct error *err;
+    const char *long_value; // value of a line longer than inih's buffer, in raw
 };
+
+// inih reads into a fixed buffer (INI_MAX_LINE, 200 bytes on Debian). A longer
+// `key = value` line reaches inih as `key=` plus this marker, and the handler
+// takes the value from the raw line, so paths up to CONFIG_PATH_MAX fit.
+#define LONG_VALUE_MARK "\x01"
 
 static char *skip_space(const char *s) {
     while (isspace((unsigned char)*s)) s++;
@@ -432,23 +440,38 @@ static char *load_reader(char *buf, int num, void *stream) {
     ssize_t len = getline(&c->raw, &c->cap, c->f);
     if (len < 0) return NULL;
     c->line++;
-    if ((size_t)len + 1 >= (size_t)num) {
-        error_set(c->err, STATUS_BAD_INPUT, "%s:%d: line is %zd bytes long; the limit is %d", c->path, c->line,
-                  len, num - 2);
-        c->failed = true;
-        return NULL;
-    }
+    c->long_value = NULL;
     if (strlen(c->raw) != (size_t)len) {
         error_set(c->err, STATUS_BAD_INPUT, "%s:%d: line contains a NUL byte", c->path, c->line);
         c->failed = true;
         return NULL;
     }
-    memcpy(buf, c->raw, (size_t)len + 1);
     while (len && (c->raw[len - 1] == '\n' || c->raw[len - 1] == '\r')) c->raw[--len] = '\0';
     if (!check_line(c, c->raw)) {
         c->failed = true;
         return NULL;
     }
+    if ((size_t)len + 2 < (size_t)num) {
+        snprintf(buf, (size_t)num, "%s\n", c->raw);
+        return buf;
+    }
+    // Too long for inih: a comment becomes an empty line; a key line passes its
+    // key (check_line accepted it, so it has '=') and the marker.
+    char *t = c->raw + (c->line == 1 && !strncmp(c->raw, "\xEF\xBB\xBF", 3) ? 3 : 0);
+    t = skip_space(t);
+    if (*t == '#' || *t == ';') {
+        snprintf(buf, (size_t)num, "\n");
+        return buf;
+    }
+    char *eq = strchr(t, '=');
+    if (*t == '[' || !eq || eq - t + 8 > num) {
+        error_set(c->err, STATUS_BAD_INPUT, "%s:%d: line is %zd bytes long; the limit is %d outside values",
+                  c->path, c->line, len, num - 2);
+        c->failed = true;
+        return NULL;
+    }
+    c->long_value = skip_space(eq + 1);
+    snprintf(buf, (size_t)num, "%.*s=%s\n", (int)(eq - t), t, LONG_VALUE_MARK);
     return buf;
 }
 
@@ -474,7 +497,14 @@ static int load_handler(void *user, const char *section_in, const char *name, co
         return 0;
     }
     // inih has stripped ' ;...' comments; strip ' #...' the same way.
+    if (c->long_value && !strcmp(value_in, LONG_VALUE_MARK)) value_in = c->long_value;
     char value[CONFIG_PATH_MAX + 64];
+    if (strlen(value_in) >= sizeof value) {
+        error_set(c->err, STATUS_BAD_INPUT, "%s: %s.%s = '%.40s...': the value is %zu bytes long; the limit is %d",
+                  where, section, name, value_in, strlen(value_in), CONFIG_PATH_MAX - 1);
+        c->failed = true;
+        return 0;
+    }
     snprintf(value, sizeof value, "%s", value_in);
     for (char *p = value; *p; p++) // inih skipped the whitespace before value
         if ((*p == '#' || *p == ';') && (p == value || isspace((unsigned char)p[-1]))) {
@@ -524,6 +554,9 @@ static enum status apply_override(struct config *cfg, int n, const char *arg, st
     char section[64], key[64], value[CONFIG_PATH_MAX + 64];
     snprintf(section, sizeof section, "%.*s", (int)(dot - arg), arg);
     snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+    if (strlen(eq + 1) >= sizeof value)
+        return error_set(err, STATUS_BAD_INPUT, "%s: the value is %zu bytes long; the limit is %d", where,
+                         strlen(eq + 1), CONFIG_PATH_MAX - 1);
     snprintf(value, sizeof value, "%s", skip_space(eq + 1));
     strip_right(value);
     if (!section_known(section)) {
@@ -626,7 +659,9 @@ static const char docs_header[] =
     "- Lines may not be indented; `key: value` is not accepted; an empty value is an\n"
     "  error (leave an optional key out to keep it unset).\n"
     "- Integers are decimal. Booleans are `true`, `false`, `1`, `0`. Sizes are bytes\n"
-    "  with an optional `K`, `M`, `G` or `T` suffix (powers of 1024). Times are seconds.\n"
+    "  with an optional `K`, `M`, `G` or `T` suffix, either case (powers of 1024).\n"
+    "  Times are seconds. Enum values are lower case. Paths may not start with `#`,\n"
+    "  `;` or a quote, and are at most 511 bytes.\n"
     "- `config_validate` then checks rules across keys: `tp * pp * dp` equals the\n"
     "  number of ranks; `n_heads % tp == 0`; `n_kv_heads % tp == 0` or\n"
     "  `tp % n_kv_heads == 0`; `n_heads % n_kv_heads == 0`; `d_model % n_heads == 0`\n"

@@ -168,8 +168,13 @@ static void test_round_trip(void) {
     EXPECT(config_load("configs/tiny.ini", 4, ov, &a, &err) == STATUS_BAD_INPUT, "typo override rejected");
     char *ov3[] = {"train.lr=0.30000000000000004", "train.seed=9007199254740993", "data.cache_bytes=3145729",
                    "data.cache_dir=/scratch/c", "precision.loss_scale=65536.5", "checkpoint.resume=ckpt/step-000010",
-                   "model.tie_embeddings=0", "train.min_lr=1e-300"};
-    EXPECT(config_load("configs/tiny.ini", 8, ov3, &a, &err) == STATUS_OK, "load: %s", err.msg);
+                   "model.tie_embeddings=0", "train.min_lr=1e-300", NULL};
+    char long_dir[340];
+    memset(long_dir, 'd', 330);
+    long_dir[330] = '\0';
+    memcpy(long_dir, "log.run_dir=/", 13);
+    ov3[8] = long_dir;
+    EXPECT(config_load("configs/tiny.ini", 9, ov3, &a, &err) == STATUS_OK, "load: %s", err.msg);
     char path2[80];
     snprintf(path2, sizeof path2, "%s.printed", tmp_path);
     EXPECT(config_write(&a, path2, &err) == STATUS_OK, "write: %s", err.msg);
@@ -181,6 +186,7 @@ static void test_round_trip(void) {
            "exact doubles and 64-bit ints survive: %.17g %lld", b.train.lr, (long long)b.train.seed);
     EXPECT(b.data.cache_bytes == 3145729 && !b.model.tie_embeddings && b.precision.loss_scale == 65536.5, "b");
     EXPECT(b.data.tokenizer[0] == '\0', "unset path stays unset");
+    EXPECT(strlen(b.log.run_dir) == 330 - 12, "a path longer than inih's line survives: %zu", strlen(b.log.run_dir));
     // Defaults round-trip too (unset paths are written as comments).
     config_defaults(&a);
     config_write(&a, path2, &err);
@@ -340,13 +346,29 @@ static void test_bad_inputs(void) {
     EXPECT(config_load("/nonexistent/x.ini", 0, NULL, &c, &err) == STATUS_BAD_INPUT &&
                contains(err.msg, "cannot open config file '/nonexistent/x.ini'"),
            "missing file: %s", err.msg);
-    char text[1200];
+    // Lines longer than inih's 200-byte buffer: values up to CONFIG_PATH_MAX.
+    char text[1200], longp[400];
+    memset(longp, 'p', 300);
+    longp[0] = '/', longp[300] = '\0';
+    snprintf(text, sizeof text, "# %0300d\n[data]\npath = %s ; comment\n", 0, longp);
+    write_tmp(text);
+    EXPECT(config_load(tmp_path, 0, NULL, &c, &err) == STATUS_OK && !strcmp(c.data.path, longp),
+           "300-byte path on a long line loads: %s", err.msg);
     snprintf(text, sizeof text, "[data]\npath = %0900d\n", 0);
     write_tmp(text);
     char want[128];
+    snprintf(want, sizeof want, "%s:2: data.path", tmp_path);
+    EXPECT(config_load(tmp_path, 0, NULL, &c, &err) == STATUS_BAD_INPUT && contains(err.msg, want) &&
+               contains(err.msg, "900 bytes long; the limit is 511"),
+           "900-byte path: %s", err.msg);
+    snprintf(text, sizeof text, "[data]\n%0300d = 1\n", 0);
+    write_tmp(text);
     snprintf(want, sizeof want, "%s:2: line is", tmp_path);
     EXPECT(config_load(tmp_path, 0, NULL, &c, &err) == STATUS_BAD_INPUT && contains(err.msg, want),
-           "long line: %s", err.msg);
+           "300-byte key: %s", err.msg);
+    char *pound[] = {"data.path=#x"};
+    EXPECT(config_load(NULL, 1, pound, &c, &err) == STATUS_BAD_INPUT && contains(err.msg, "read back as a comment"),
+           "a path starting with #: %s", err.msg);
     char *ov[] = {"data.path=a #b"};
     EXPECT(config_load(NULL, 1, ov, &c, &err) == STATUS_BAD_INPUT && contains(err.msg, "whitespace before #"),
            "a path print could not write back: %s", err.msg);
