@@ -52,6 +52,7 @@ static int edit_distance(const char *a, const char *b) {
 // A known name close enough to a typo to suggest: a few edits, or one is a
 // prefix of the other ("vocab" for "vocab_size"). Returns the distance or -1.
 static int name_closeness(const char *typo, const char *known) {
+    if (!strcasecmp(typo, known)) return 1;
     int d = edit_distance(typo, known);
     int limit = MAX(1, (int)strlen(typo) / 3);
     size_t nt = strlen(typo), nk = strlen(known);

@@ -108,6 +108,11 @@ static void test_tiny(void) {
     EXPECT(!strcmp(config_origin(&c, config_key_index("data", "cache_bytes"), buf, sizeof buf), "default"),
            "unset key origin: %s", buf);
     EXPECT(config_validate(&c, 1, false, &err) == STATUS_BAD_INPUT, "tiny.ini on 1 rank must fail");
+    for (int s = 0; config_sections[s]; s++) {
+        char header[32];
+        snprintf(header, sizeof header, "[%s]", config_sections[s]);
+        EXPECT(line_of("configs/tiny.ini", header) > 0, "tiny.ini has %s", header);
+    }
 }
 
 static void test_overrides(void) {
@@ -194,6 +199,9 @@ static void test_round_trip(void) {
     b.train.beta2 = 0.999;
     EXPECT(!config_equal(&a, &b), "config_equal sees a changed value");
     unlink(path2);
+    EXPECT(config_write(&a, "/nonexistent/dir/x.ini", &err) == STATUS_RUNTIME &&
+               contains(err.msg, "/nonexistent/dir/x.ini"),
+           "write failure names the path: %s", err.msg);
 }
 
 // ---- docs ------------------------------------------------------------------------------
@@ -238,6 +246,7 @@ static const struct bad_case bad_cases[] = {
     {"unknown key", "[train]\nlrr = 0.1\n", {0}, 1, {"@:2", "'lrr' in [train]", "did you mean train.lr?"}},
     {"key in another section", "[model]\nlr = 0.1\n", {0}, 1, {"@:2", "'lr' in [model]", "did you mean train.lr?"}},
     {"prefix suggestion", "[model]\nvocab = 5\n", {0}, 1, {"@:2", "did you mean model.vocab_size?"}},
+    {"upper-case key", "[train]\nLR = 0.1\n", {0}, 1, {"@:2", "'LR' in [train]", "did you mean train.lr?"}},
     {"unknown key no match", "[train]\nzzzzzzz = 1\n", {0}, 1, {"@:2", "keys of [train]:", "seq_len"}},
     {"int not a number", "[model]\nd_model = abc\n", {0}, 1,
      {"@:2", "model.d_model = 'abc'", "not an integer", "expected an integer"}},
