@@ -6,7 +6,9 @@
 // counts lines, since the packaged inih calls handlers without a line number,
 // (b) checks what inih would accept silently: indented lines (read as value
 // continuations on Debian's build, INI_ALLOW_MULTILINE=1), `key: value`,
-// text after `]`, empty section names; and (c) stops at the first error.
+// text after `]`, unknown or empty section names; (c) hands inih a short
+// stand-in for lines longer than its 200-byte buffer (see LONG_VALUE_MARK); and
+// (d) stops at the first error.
 // Inline comments: Debian's inih strips `;` after whitespace; the handler also
 // strips `#` after whitespace, so the rule holds whatever inih was built with.
 #include "config.h"

@@ -189,8 +189,8 @@ void config_defaults(struct config *cfg);
 // Defaults, then the INI file at path (NULL: no file), then the overrides
 // ("section.key=value", applied in order). Syntax, types and per-key ranges
 // are checked here; cross-key rules in config_validate.
-// Errors: STATUS_BAD_INPUT (see the top of this file), STATUS_RUNTIME when the
-// file cannot be read.
+// Errors: STATUS_BAD_INPUT (see the top of this file; also a file that cannot
+// be opened), STATUS_RUNTIME on a read error.
 enum status config_load(const char *path, int n_overrides, char **overrides, struct config *out,
                         struct error *err);
 
