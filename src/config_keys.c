@@ -1,0 +1,177 @@
+// config_keys.c: the table of configuration keys (DESIGN.md §10). Each row
+// gives the type, default, range, unit and meaning of one key; parsing,
+// defaults, printing and docs/config.md all come from here, so a new key is
+// one new row (and a field in config.h).
+#include <limits.h>
+#include <math.h>
+
+#include "config.h"
+
+#define F(field) offsetof(struct config, field)
+#define NOMIN (-INFINITY)
+#define NOMAX INFINITY
+
+#define KEY_INT(sec, name, field, def_, lo, hi, unit_, doc_)                       \
+    {.section = sec, .key = name, .type = CONFIG_INT, .def = def_, .min = lo, .max = hi, \
+     .unit = unit_, .doc = doc_, .offset = F(field)}
+#define KEY_INT64(sec, name, field, def_, lo, hi, unit_, doc_)                     \
+    {.section = sec, .key = name, .type = CONFIG_INT64, .def = def_, .min = lo, .max = hi, \
+     .unit = unit_, .doc = doc_, .offset = F(field)}
+#define KEY_SIZE(sec, name, field, def_, lo, hi, doc_)                             \
+    {.section = sec, .key = name, .type = CONFIG_SIZE, .def = def_, .min = lo, .max = hi, \
+     .unit = "bytes", .doc = doc_, .offset = F(field)}
+#define KEY_FLOAT(sec, name, field, def_, lo, hi, flags_, unit_, doc_)             \
+    {.section = sec, .key = name, .type = CONFIG_FLOAT, .def = def_, .min = lo, .max = hi, \
+     .flags = flags_, .unit = unit_, .doc = doc_, .offset = F(field)}
+#define KEY_BOOL(sec, name, field, def_, doc_)                                     \
+    {.section = sec, .key = name, .type = CONFIG_BOOL, .def = def_, .unit = "", .doc = doc_, \
+     .offset = F(field)}
+#define KEY_ENUM(sec, name, field, def_, choices_, doc_)                           \
+    {.section = sec, .key = name, .type = CONFIG_ENUM, .def = def_, .unit = "", .doc = doc_, \
+     .offset = F(field), .choices = choices_}
+#define KEY_PATH(sec, name, field, def_, flags_, doc_)                             \
+    {.section = sec, .key = name, .type = CONFIG_PATH, .def = def_, .flags = flags_,  \
+     .unit = "", .doc = doc_, .offset = F(field)}
+
+static const struct config_choice arch_choices[] = {{"llama", MODEL_ARCH_LLAMA}, {NULL, 0}};
+static const struct config_choice recompute_choices[] = {
+    {"none", RECOMPUTE_NONE}, {"selective", RECOMPUTE_SELECTIVE}, {"full", RECOMPUTE_FULL}, {NULL, 0}};
+static const struct config_choice schedule_choices[] = {{"cosine", LR_SCHEDULE_COSINE},
+                                                        {"linear", LR_SCHEDULE_LINEAR},
+                                                        {"constant", LR_SCHEDULE_CONSTANT},
+                                                        {NULL, 0}};
+static const struct config_choice dtype_choices[] = {
+    {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {"fp16", DTYPE_FP16}, {NULL, 0}};
+static const struct config_choice loss_scale_choices[] = {{"dynamic", LOSS_SCALE_DYNAMIC}, {NULL, 0}};
+static const struct config_choice resume_choices[] = {{"auto", RESUME_AUTO}, {"none", RESUME_NONE}, {NULL, 0}};
+static const struct config_choice device_choices[] = {{"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {NULL, 0}};
+
+const char *const config_sections[] = {"model", "train", "data", "parallel", "precision",
+                                       "checkpoint", "log", "system", NULL};
+
+const struct config_key config_keys[] = {
+    // [model]: a LLaMA-style decoder (DESIGN.md §4)
+    KEY_ENUM("model", "arch", model.arch, "llama", arch_choices, "model family; only LLaMA-style decoders"),
+    KEY_INT("model", "vocab_size", model.vocab_size, "8192", 2, INT_MAX, "tokens",
+            "vocabulary size V; must cover the dataset's tokenizer"),
+    KEY_INT("model", "d_model", model.d_model, "256", 1, INT_MAX, "", "model width C"),
+    KEY_INT("model", "n_layers", model.n_layers, "4", 1, INT_MAX, "", "decoder blocks L"),
+    KEY_INT("model", "n_heads", model.n_heads, "8", 1, INT_MAX, "", "query heads H; head size D = d_model / n_heads"),
+    KEY_INT("model", "n_kv_heads", model.n_kv_heads, "4", 1, INT_MAX, "",
+            "key/value heads Hkv (grouped-query attention); divides n_heads"),
+    KEY_INT("model", "ffn_dim", model.ffn_dim, "704", 1, INT_MAX, "", "SwiGLU hidden width F"),
+    KEY_INT("model", "max_seq_len", model.max_seq_len, "256", 1, INT_MAX, "tokens",
+            "longest sequence the RoPE tables cover"),
+    KEY_FLOAT("model", "rope_theta", model.rope_theta, "10000", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
+              "RoPE base frequency"),
+    KEY_FLOAT("model", "norm_eps", model.norm_eps, "1e-05", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
+              "RMSNorm epsilon"),
+    KEY_BOOL("model", "tie_embeddings", model.tie_embeddings, "true",
+             "LM head shares the token embedding matrix"),
+    KEY_FLOAT("model", "init_std", model.init_std, "0.02", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
+              "standard deviation of the normal weight init"),
+    KEY_ENUM("model", "recompute", model.recompute, "none", recompute_choices,
+             "activation recomputation in the backward pass"),
+
+    // [train]: batch terms as in Megatron (DESIGN.md §4)
+    KEY_INT("train", "seq_len", train.seq_len, "128", 1, INT_MAX, "tokens", "training sequence length T"),
+    KEY_INT("train", "micro_batch_size", train.micro_batch_size, "8", 1, INT_MAX, "sequences",
+            "sequences per microbatch on one DP rank"),
+    KEY_INT("train", "global_batch_size", train.global_batch_size, "16", 1, INT_MAX, "sequences",
+            "sequences per optimizer step over all DP ranks; a multiple of micro_batch_size * dp"),
+    KEY_INT("train", "steps", train.steps, "1000", 1, INT_MAX, "steps", "optimizer steps to train"),
+    KEY_FLOAT("train", "lr", train.lr, "0.0003", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
+              "peak learning rate, reached after warmup"),
+    KEY_FLOAT("train", "min_lr", train.min_lr, "3e-05", 0, NOMAX, 0, "",
+              "learning rate at the end of the decay; <= lr"),
+    KEY_INT("train", "warmup_steps", train.warmup_steps, "100", 0, INT_MAX, "steps",
+            "linear warmup from 0 to lr; <= steps"),
+    KEY_ENUM("train", "lr_schedule", train.lr_schedule, "cosine", schedule_choices,
+             "decay from lr to min_lr after warmup"),
+    KEY_FLOAT("train", "weight_decay", train.weight_decay, "0.1", 0, NOMAX, 0, "", "AdamW decoupled weight decay"),
+    KEY_FLOAT("train", "beta1", train.beta1, "0.9", 0, 1, CONFIG_MAX_EXCLUSIVE, "", "AdamW first-moment decay"),
+    KEY_FLOAT("train", "beta2", train.beta2, "0.95", 0, 1, CONFIG_MAX_EXCLUSIVE, "", "AdamW second-moment decay"),
+    KEY_FLOAT("train", "adam_eps", train.adam_eps, "1e-08", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "", "AdamW epsilon"),
+    KEY_FLOAT("train", "grad_clip", train.grad_clip, "1", 0, NOMAX, 0, "",
+              "clip the global gradient norm to this; 0 disables"),
+    KEY_FLOAT("train", "label_smoothing", train.label_smoothing, "0", 0, 1, CONFIG_MAX_EXCLUSIVE, "",
+              "cross-entropy label smoothing"),
+    KEY_INT64("train", "seed", train.seed, "1234", 0, NOMAX, "", "seed of weight init, data order and sampling"),
+    KEY_INT("train", "eval_every", train.eval_every, "0", 0, INT_MAX, "steps",
+            "steps between evaluations; 0 disables"),
+    KEY_INT("train", "eval_steps", train.eval_steps, "10", 1, INT_MAX, "batches", "batches per evaluation"),
+    KEY_INT("train", "sample_every", train.sample_every, "0", 0, INT_MAX, "steps",
+            "steps between text samples; 0 disables"),
+    KEY_INT("train", "sample_tokens", train.sample_tokens, "64", 1, INT_MAX, "tokens", "tokens per sample"),
+    KEY_FLOAT("train", "sample_temperature", train.sample_temperature, "1", 0, NOMAX, 0, "",
+              "sampling temperature; 0 is greedy"),
+    KEY_INT("train", "sample_top_k", train.sample_top_k, "0", 0, INT_MAX, "tokens",
+            "sample among the k most likely tokens; 0 uses the whole vocabulary"),
+
+    // [data]: HDF5 shards on tiered storage (DESIGN.md §6)
+    KEY_PATH("data", "path", data.path, "data/kjv-shards", 0, "dataset folder with index.ini and shards (cold tier)"),
+    KEY_PATH("data", "tokenizer", data.tokenizer, "", CONFIG_OPTIONAL,
+             "tokenizer.json used to decode samples; unset: samples print token ids"),
+    KEY_PATH("data", "cache_dir", data.cache_dir, "", CONFIG_OPTIONAL,
+             "hot-tier folder (local NVMe) shards are staged into; unset: read from path"),
+    KEY_SIZE("data", "cache_bytes", data.cache_bytes, "4G", 1, NOMAX, "hot-tier budget; least recently used shards are evicted over it"),
+    KEY_INT("data", "prefetch_shards", data.prefetch_shards, "2", 0, INT_MAX, "shards",
+            "shards staged ahead of the reader"),
+
+    // [parallel]: rank = t + tp * (d + dp * p) (DESIGN.md §2)
+    KEY_INT("parallel", "tp", parallel.tp, "1", 1, INT_MAX, "ranks", "tensor-parallel size"),
+    KEY_INT("parallel", "pp", parallel.pp, "1", 1, INT_MAX, "ranks", "pipeline-parallel size"),
+    KEY_INT("parallel", "dp", parallel.dp, "1", 1, INT_MAX, "ranks", "data-parallel size; tp * pp * dp = ranks"),
+    KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, INT_MAX, "",
+            "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
+    KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
+             "shard norms and dropout-free regions along T over the TP group"),
+    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 1, "",
+            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1)"),
+    KEY_INT("parallel", "bucket_mb", parallel.bucket_mb, "25", 1, INT_MAX, "MiB",
+            "gradient all-reduce bucket size"),
+
+    // [precision] (DESIGN.md §5)
+    KEY_ENUM("precision", "dtype", precision.dtype, "fp32", dtype_choices,
+             "weights and activations; master weights and moments stay fp32"),
+    {.section = "precision", .key = "loss_scale", .type = CONFIG_ENUM, .def = "dynamic", .min = 0,
+     .max = NOMAX, .flags = CONFIG_MIN_EXCLUSIVE, .unit = "",
+     .doc = "fp16 loss scale: dynamic (back off on inf/NaN, grow after good steps) or a fixed number",
+     .offset = F(precision.loss_scale_mode), .choices = loss_scale_choices, .has_alt = 1,
+     .alt_type = CONFIG_FLOAT, .alt_offset = F(precision.loss_scale), .alt_value = LOSS_SCALE_STATIC},
+
+    // [checkpoint] (DESIGN.md §7)
+    KEY_PATH("checkpoint", "dir", checkpoint.dir, "checkpoints", 0, "folder of step-NNNNNN/ checkpoints (warm tier)"),
+    KEY_INT("checkpoint", "every", checkpoint.every, "0", 0, INT_MAX, "steps",
+            "steps between checkpoints; 0 disables periodic checkpoints"),
+    KEY_INT("checkpoint", "keep_last", checkpoint.keep_last, "3", 0, INT_MAX, "checkpoints",
+            "checkpoints kept; older ones are deleted; 0 keeps all"),
+    {.section = "checkpoint", .key = "resume", .type = CONFIG_ENUM, .def = "auto", .min = NOMIN,
+     .max = NOMAX, .unit = "",
+     .doc = "auto: from dir/latest when present; none: start fresh; else a checkpoint folder",
+     .offset = F(checkpoint.resume), .choices = resume_choices, .has_alt = 1, .alt_type = CONFIG_PATH,
+     .alt_offset = F(checkpoint.resume_path), .alt_value = RESUME_PATH},
+
+    // [log] (DESIGN.md §9)
+    KEY_INT("log", "every", log.every, "10", 1, INT_MAX, "steps", "steps between log lines"),
+    KEY_PATH("log", "metrics_file", log.metrics_file, "", CONFIG_OPTIONAL,
+             "JSON-lines metrics; unset: <run_dir>/metrics.jsonl"),
+    KEY_PATH("log", "run_dir", log.run_dir, "runs/default", 0, "folder for logs, samples and the resolved config"),
+
+    // [system]
+    KEY_ENUM("system", "device", system.device, "cpu", device_choices, "compute backend"),
+    KEY_INT("system", "threads", system.threads, "0", 0, INT_MAX, "threads",
+            "OpenMP threads per rank; 0 keeps OpenMP's default"),
+    KEY_FLOAT("system", "peak_tflops", system.peak_tflops, "0", 0, NOMAX, 0, "TFLOP/s",
+              "peak rate for MFU; 0 measures a GEMM at start"),
+    KEY_FLOAT("system", "watchdog_s", system.watchdog_s, "300", 0, NOMAX, 0, "s",
+              "abort all ranks when a step takes longer; 0 disables"),
+};
+
+const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
+
+_Static_assert(sizeof config_keys / sizeof config_keys[0] <= CONFIG_MAX_KEYS,
+               "raise CONFIG_MAX_KEYS in config.h");
+// The parser stores enums through an int *.
+_Static_assert(sizeof(enum dtype) == sizeof(int) && sizeof(enum recompute) == sizeof(int),
+               "enums must be int-sized");

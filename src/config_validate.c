@@ -1,0 +1,91 @@
+// config_validate.c: rules across keys (DESIGN.md §2, §4), checked once the
+// number of ranks is known. Each message names the keys involved, their values
+// and where each was set (file:line, command line argument, or default).
+#include <string.h>
+
+#include "config.h"
+
+// "parallel.tp = 2 (configs/tiny.ini:21)"
+struct key_text {
+    char s[CONFIG_PATH_MAX + 96];
+};
+
+static struct key_text key_text(const struct config *cfg, const char *section, const char *key) {
+    struct key_text t;
+    int i = config_key_index(section, key);
+    CHECK(i >= 0, "no key %s.%s", section, key);
+    char value[CONFIG_PATH_MAX + 16], origin[CONFIG_PATH_MAX + 32];
+    snprintf(t.s, sizeof t.s, "%s.%s = %s (%s)", section, key, config_format_value(cfg, i, value, sizeof value),
+             config_origin(cfg, i, origin, sizeof origin));
+    return t;
+}
+
+#define KT(sec, key) key_text(cfg, sec, key).s
+
+enum status config_validate(const struct config *cfg, int world_size, bool has_cuda, struct error *err) {
+    const struct model_config *m = &cfg->model;
+    const struct train_config *t = &cfg->train;
+    const struct parallel_config *p = &cfg->parallel;
+    const char *file = cfg->file[0] ? cfg->file : "config";
+    const enum status bad = STATUS_BAD_INPUT;
+
+    long long ranks = (long long)p->tp * p->pp * p->dp;
+    if (world_size > 0 && ranks != world_size)
+        return error_set(err, bad,
+                         "%s: tp * pp * dp must equal the number of ranks: tp = %d, pp = %d, dp = %d give %lld, "
+                         "but N = %d ranks are running (%s; %s; %s)",
+                         file, p->tp, p->pp, p->dp, ranks, world_size, KT("parallel", "tp"), KT("parallel", "pp"),
+                         KT("parallel", "dp"));
+    if (m->n_heads % m->n_kv_heads)
+        return error_set(err, bad, "%s: n_heads must be a multiple of n_kv_heads (grouped-query attention): %s; %s",
+                         file, KT("model", "n_heads"), KT("model", "n_kv_heads"));
+    if (m->d_model % m->n_heads)
+        return error_set(err, bad, "%s: d_model must be a multiple of n_heads: %s; %s", file, KT("model", "d_model"),
+                         KT("model", "n_heads"));
+    if ((m->d_model / m->n_heads) % 2)
+        return error_set(err, bad, "%s: head size d_model / n_heads = %d must be even for RoPE: %s; %s", file,
+                         m->d_model / m->n_heads, KT("model", "d_model"), KT("model", "n_heads"));
+    if (m->n_heads % p->tp)
+        return error_set(err, bad, "%s: n_heads must be a multiple of tp (heads are split over the TP group): %s; %s",
+                         file, KT("model", "n_heads"), KT("parallel", "tp"));
+    if (m->n_kv_heads % p->tp && p->tp % m->n_kv_heads)
+        return error_set(err, bad,
+                         "%s: n_kv_heads must be a multiple of tp, or tp a multiple of n_kv_heads (then KV heads "
+                         "are replicated): %s; %s",
+                         file, KT("model", "n_kv_heads"), KT("parallel", "tp"));
+    if (m->ffn_dim % p->tp)
+        return error_set(err, bad, "%s: ffn_dim must be a multiple of tp (gate/up are column-parallel): %s; %s", file,
+                         KT("model", "ffn_dim"), KT("parallel", "tp"));
+    long long chunks = (long long)p->pp * p->virtual_stages;
+    if (m->n_layers < chunks)
+        return error_set(err, bad,
+                         "%s: n_layers must be at least pp * virtual_stages = %lld (one layer per model chunk): "
+                         "%s; %s; %s",
+                         file, chunks, KT("model", "n_layers"), KT("parallel", "pp"),
+                         KT("parallel", "virtual_stages"));
+    long long per_step = (long long)t->micro_batch_size * p->dp;
+    if (t->global_batch_size % per_step)
+        return error_set(err, bad,
+                         "%s: global_batch_size must be a multiple of micro_batch_size * dp = %lld (gradient "
+                         "accumulation = global / (micro * dp)): %s; %s; %s",
+                         file, per_step, KT("train", "global_batch_size"), KT("train", "micro_batch_size"),
+                         KT("parallel", "dp"));
+    if (t->seq_len > m->max_seq_len)
+        return error_set(err, bad, "%s: seq_len must be <= max_seq_len: %s; %s", file, KT("train", "seq_len"),
+                         KT("model", "max_seq_len"));
+    if (p->sequence_parallel && t->seq_len % p->tp)
+        return error_set(err, bad, "%s: with sequence_parallel, seq_len must be a multiple of tp: %s; %s", file,
+                         KT("train", "seq_len"), KT("parallel", "tp"));
+    if (t->min_lr > t->lr)
+        return error_set(err, bad, "%s: min_lr must be <= lr: %s; %s", file, KT("train", "min_lr"), KT("train", "lr"));
+    if (t->warmup_steps > t->steps)
+        return error_set(err, bad, "%s: warmup_steps must be <= steps: %s; %s", file, KT("train", "warmup_steps"),
+                         KT("train", "steps"));
+    if (t->sample_top_k > m->vocab_size)
+        return error_set(err, bad, "%s: sample_top_k must be <= vocab_size: %s; %s", file,
+                         KT("train", "sample_top_k"), KT("model", "vocab_size"));
+    if (cfg->system.device == DEVICE_CUDA && !has_cuda)
+        return error_set(err, bad, "%s: %s: this build has no CUDA backend; rebuild with `make CUDA=1` or set "
+                         "system.device = cpu", file, KT("system", "device"));
+    return STATUS_OK;
+}
