@@ -22,14 +22,14 @@
 #include <stdio.h>
 
 #include "common.h"
-#include "ops.h" // enum dtype
+#include "ops.h"       // enum dtype
+#include "optimizer.h" // enum lr_schedule
 
 #define CONFIG_PATH_MAX 512
 #define CONFIG_MAX_KEYS 96 // >= number of rows in the key table (checked)
 
 enum model_arch { MODEL_ARCH_LLAMA };
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
-enum lr_schedule { LR_SCHEDULE_COSINE, LR_SCHEDULE_LINEAR, LR_SCHEDULE_CONSTANT };
 enum device { DEVICE_CPU, DEVICE_CUDA };
 enum resume_mode { RESUME_AUTO, RESUME_NONE, RESUME_PATH };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
