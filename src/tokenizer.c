@@ -43,6 +43,7 @@ struct tokenizer {
     int n_added;
     int *added_by_byte[2][256];  // [normalized][first byte] -> -1-terminated indices, longest first
     struct pretok pre;
+    char *pre_desc;              // the stages as text, part of the identity
     char identity[33];
     // Word cache: pre-token bytes -> offset of [n, ids...] in cache_ids. Shared
     // by concurrent encoders under cache_lock.
@@ -73,6 +74,15 @@ static int json_flag(const json_t *obj, const char *key, int dflt) {
     return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
+static enum status add_stage(struct tokenizer *t, const char *pattern, int literal, int prefix, const char *what,
+                             struct error *err) {
+    size_t old = t->pre_desc ? strlen(t->pre_desc) : 0, add = (pattern ? strlen(pattern) : 0) + 8;
+    t->pre_desc = realloc(t->pre_desc, old + add);
+    CHECK(t->pre_desc, "out of memory");
+    snprintf(t->pre_desc + old, add, "%d%d%s\x1f", literal, prefix, pattern ? pattern : "");
+    return pretok_add(&t->pre, pattern, literal, prefix, what, err);
+}
+
 // Adds the stages of one pre-tokenizer object (ByteLevel, Split or Sequence).
 static enum status load_pretok(struct tokenizer *t, const json_t *pt, const char *path, int *saw_byte_level,
                                struct error *err) {
@@ -84,7 +94,7 @@ static enum status load_pretok(struct tokenizer *t, const json_t *pt, const char
         *saw_byte_level = 1;
         int prefix = json_flag(pt, "add_prefix_space", 1), use_regex = json_flag(pt, "use_regex", 1);
         if (!prefix && !use_regex) return STATUS_OK;
-        return pretok_add(&t->pre, use_regex ? TOKENIZER_GPT2_PATTERN : NULL, 0, prefix, what, err);
+        return add_stage(t, use_regex ? TOKENIZER_GPT2_PATTERN : NULL, 0, prefix, what, err);
     }
     if (!strcmp(type, "Split")) {
         const json_t *pat = json_object_get(pt, "pattern");
@@ -98,7 +108,7 @@ static enum status load_pretok(struct tokenizer *t, const json_t *pt, const char
                              beh ? beh : "(missing)");
         if (json_flag(pt, "invert", 0))
             return error_set(err, STATUS_BAD_INPUT, "%s: invert=true not supported", what);
-        return pretok_add(&t->pre, re ? re : lit, !re, 0, what, err);
+        return add_stage(t, re ? re : lit, !re, 0, what, err);
     }
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(pt, "pretokenizers");
@@ -248,6 +258,8 @@ static void compute_identity(struct tokenizer *t) {
             MIX(&t->added[i].special, sizeof t->added[i].special);
             MIX(t->added[i].content, t->added[i].len + 1);
         }
+        MIX(&t->ignore_merges, sizeof t->ignore_merges);
+        if (t->pre_desc) MIX(t->pre_desc, strlen(t->pre_desc));
 #undef MIX
     }
     snprintf(t->identity, sizeof t->identity, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
@@ -413,6 +425,7 @@ void tokenizer_free(struct tokenizer *t) {
     for (int n = 0; n < 2; n++)
         for (int b = 0; b < 256; b++) free(t->added_by_byte[n][b]);
     pretok_free(&t->pre);
+    free(t->pre_desc);
     if (t->cache.cap) {
         pthread_mutex_destroy(&t->cache_lock);
         strmap_free(&t->cache);
