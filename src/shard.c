@@ -41,6 +41,7 @@ static int write_1d(hid_t file, const char *name, hid_t file_type, hid_t mem_typ
     hid_t space = H5Screate_simple(1, dims, maxdims);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 1, chunk);
+    H5Pset_obj_track_times(dcpl, 0); // byte-identical files for identical data
     hid_t dset = H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     int ok = dset >= 0 && (n == 0 || H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
     if (dset >= 0) H5Dclose(dset);
