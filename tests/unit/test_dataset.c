@@ -266,6 +266,8 @@ int main(void) {
         loader_free(&a);
         dataset_close(ds);
     }
+    struct source *srcs[] = {&s16, &s10, &s32};
+    for (int i = 0; i < 3; i++) free(srcs[i]->tokens), free(srcs[i]->pos_of);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     EXPECT(system(cmd) == 0, "cleanup");
