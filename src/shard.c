@@ -134,7 +134,12 @@ static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint6
                            struct error *err) {
     if (H5Lexists(s->file, name, H5P_DEFAULT) <= 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: no dataset /%s (expected a trident shard)", s->path, name);
-    *dset = H5Dopen2(s->file, name, H5P_DEFAULT);
+    // No chunk cache: the chunks are uncompressed, so HDF5 then reads just
+    // the selected bytes of a random sequence instead of its whole chunk.
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    H5Pset_chunk_cache(dapl, 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
+    *dset = H5Dopen2(s->file, name, dapl);
+    H5Pclose(dapl);
     if (*dset < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open /%s", s->path, name);
     hid_t type = H5Dget_type(*dset), space = H5Dget_space(*dset);
     int rank = H5Sget_simple_extent_ndims(space);
