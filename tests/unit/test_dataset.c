@@ -244,6 +244,26 @@ int main(void) {
         check_resume(ds, 1, 0, 2, 2, 3, 15, 0);  // mid-epoch 0
         check_resume(ds, 1, 0, 1, 2, 7, 30, 0);  // micro 1: between the two halves of a batch
         check_resume(ds, 2, 1, 1, 2, 6, 15, 1);  // dp 2, rank 1
+        // A state saved at a step boundary by dp=1 resumes on dp=2: the two
+        // ranks' next microbatches are the halves of dp=1's next batch.
+        struct loader one, r0, r1;
+        int32_t skip[7 * 2 * 5], ref[3 * 2 * 5], h0[3 * 5], h1[3 * 5];
+        struct loader_state st;
+        EXPECT(loader_init(&one, ds, SPLIT_TRAIN, 0, 1, 2, 2, 42, &err) == STATUS_OK, "%s", err.msg);
+        run_steps(&one, 7, skip);
+        loader_state_save(&one, &st);
+        run_steps(&one, 3, ref);
+        EXPECT(loader_init(&r0, ds, SPLIT_TRAIN, 0, 2, 1, 2, 0, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(loader_init(&r1, ds, SPLIT_TRAIN, 1, 2, 1, 2, 0, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(loader_state_load(&r0, &st, &err) == STATUS_OK && loader_state_load(&r1, &st, &err) == STATUS_OK,
+               "%s", err.msg);
+        run_steps(&r0, 3, h0);
+        run_steps(&r1, 3, h1);
+        for (int k = 0; k < 3; k++)
+            EXPECT(!memcmp(ref + k * 10, h0 + k * 5, 5 * sizeof(int32_t)) &&
+                       !memcmp(ref + k * 10 + 5, h1 + k * 5, 5 * sizeof(int32_t)),
+                   "dp=1 -> dp=2 resume: step %d differs", k);
+        loader_free(&one), loader_free(&r0), loader_free(&r1);
         dataset_close(ds);
     }
 
