@@ -6,7 +6,7 @@
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
 #   make CUDA=1    also build the CUDA backend (kernels/cuda) with nvcc
 
-PKGS      := hdf5 inih openblas libpcre2-8 jansson ompi-c
+PKGS      := hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash
 CC        ?= gcc
 BUILD     ?= build
 OPT       ?= -O3 -march=native

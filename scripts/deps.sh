@@ -3,7 +3,7 @@
 # As root: apt-get installs them. Otherwise: prints the exact command.
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
-      libinih-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev bible-kjv
+      libinih-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev libxxhash-dev bible-kjv
       python3)
 missing=()
 for p in "${pkgs[@]}"; do

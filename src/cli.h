@@ -7,5 +7,7 @@
 int cmd_tokenize(int argc, char **argv);
 // trident prep --input PATH... --output DIR ...   (src/cmd_prep.c)
 int cmd_prep(int argc, char **argv);
+// trident data-check DIR --seq-len N ...   (src/cmd_data.c; hidden, for debugging)
+int cmd_data_check(int argc, char **argv);
 
 #endif

@@ -8,18 +8,19 @@
 struct command {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *usage;
+    const char *usage; // NULL: a hidden debugging command
 };
 
 static const struct command commands[] = {
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
+    {"data-check", cmd_data_check, NULL},
     {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode]         text <-> token ids"},
 };
 
 static void print_usage(FILE *f) {
     fprintf(f, "usage: trident COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  trident %s\n", commands[i].usage);
+        if (commands[i].usage) fprintf(f, "  trident %s\n", commands[i].usage);
 }
 
 int main(int argc, char **argv) {
