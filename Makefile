@@ -72,7 +72,7 @@ bench: deps
 
 run: deps
 	@$(MAKE) --no-print-directory all
-	@scripts/run_default.sh
+	@scripts/run_default.sh $(ARGS)
 
 clean:
 	rm -rf build build-asan

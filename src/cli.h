@@ -10,4 +10,7 @@ int cmd_prep(int argc, char **argv);
 // trident data-check DIR --seq-len N ...   (src/cmd_data.c; hidden, for debugging)
 int cmd_data_check(int argc, char **argv);
 
+// trident train CONFIG.ini [section.key=value ...]   (src/train.c)
+int cmd_train(int argc, char **argv);
+
 #endif

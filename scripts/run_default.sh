@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `make run`: the default job on a fresh machine. Prepares the King James Bible
+# corpus (data/make_kjv.sh, then trident prep with a 4096-id BPE trained on
+# it), then trains configs/tiny.ini on 2 MPI ranks (data parallel). The log
+# shows the loss and the validation loss falling and text samples; metrics go
+# to runs/tiny/metrics.jsonl. Extra arguments are config overrides, e.g.
+#   make run ARGS="train.steps=100"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+data/make_kjv.sh
+if [ ! -f data/kjv-shards/index.ini ]; then
+    "$BUILD/trident" prep --input data/kjv.txt --output data/kjv-shards --vocab-size 4096
+fi
+source tests/e2e/mpi_env.sh
+# One OpenMP thread per rank: 2 ranks fill the 2 cores of a small machine.
+exec $MPIRUN -np 2 -x OMP_NUM_THREADS=1 "$BUILD/trident" train configs/tiny.ini system.threads=1 "$@"

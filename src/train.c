@@ -1,0 +1,357 @@
+// train.c: `trident train CONFIG.ini [section.key=value ...]`, the main job.
+// Config, grid, data, model and optimizer are set up and checked before the
+// first step (DESIGN.md §8); then the loop of microbatches, data-parallel
+// gradient all-reduce, clipping, schedule and AdamW, with validation, samples,
+// a log line per step and metrics.jsonl (DESIGN.md §9).
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "config.h"
+#include "dataset.h"
+#include "grad_sync.h"
+#include "model.h"
+#include "mpi_util.h"
+#include "optimizer.h"
+#include "sample.h"
+#include "tokenizer.h"
+#include "topology.h"
+#include "train_step.h"
+
+struct trainer {
+    struct config cfg;
+    struct topology topo;
+    struct backend *be;
+    struct dataset *ds;
+    struct loader train_loader, val_loader;
+    bool has_val;
+    struct model *model;
+    struct optimizer *opt;
+    struct optimizer_config oc;
+    struct grad_sync *sync;
+    struct tokenizer *tok;    // rank 0, for samples; NULL when missing
+    int accum;                // microbatches per step on this rank
+    int32_t *seqs;            // (B, T + 1) one microbatch from the loader
+    int32_t *tokens, *targets; // (accum, B, T)
+    double flops_per_token;   // 6 N + attention (DESIGN.md §9)
+    double peak_flops;        // all ranks together, FLOP/s
+    size_t mem_bytes;         // arenas of this rank
+    FILE *metrics;            // rank 0
+};
+
+static bool is_root(const struct trainer *t) { return t->topo.world_rank == 0; }
+
+// Ends the job with a bad-input error every rank found the same way: rank 0
+// speaks, every rank exits 2 (mpi_util.h).
+static _Noreturn void fail_all(const struct trainer *t, const struct error *err) {
+    mpi_exit_all(err->status ? (int)err->status : 1, t->topo.world_rank == 0 ? err->msg : NULL);
+}
+
+// Ends the job for an error only this rank found.
+static _Noreturn void fail_here(const struct error *err) {
+    mpi_exit_all(err->status ? (int)err->status : 1, err->msg);
+}
+
+static struct llama_config llama_from(const struct config *c) {
+    return (struct llama_config){
+        .vocab_size = c->model.vocab_size, .d_model = c->model.d_model,
+        .n_layers = c->model.n_layers, .n_heads = c->model.n_heads,
+        .n_kv_heads = c->model.n_kv_heads, .ffn_dim = c->model.ffn_dim,
+        .max_seq_len = c->model.max_seq_len, .rope_theta = c->model.rope_theta,
+        .norm_eps = (float)c->model.norm_eps, .tie_embeddings = c->model.tie_embeddings,
+        .init_std = (float)c->model.init_std, .label_smoothing = (float)c->train.label_smoothing,
+    };
+}
+
+static struct optimizer_config optimizer_from(const struct config *c) {
+    return (struct optimizer_config){
+        .lr = c->train.lr, .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
+        .steps = c->train.steps, .schedule = (enum lr_schedule)c->train.lr_schedule,
+        .beta1 = (float)c->train.beta1, .beta2 = (float)c->train.beta2,
+        .eps = (float)c->train.adam_eps, .weight_decay = (float)c->train.weight_decay,
+        .grad_clip = (float)c->train.grad_clip,
+    };
+}
+
+// Features this build does not have yet are refused before any work.
+static enum status check_supported(const struct config *c, struct error *err) {
+    if (c->parallel.tp != 1 || c->parallel.pp != 1)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: [parallel] tp = %d, pp = %d: tensor and pipeline parallelism are not "
+                         "in this build yet (expected tp = 1 and pp = 1; data parallel dp = N works)",
+                         c->file, c->parallel.tp, c->parallel.pp);
+    if (c->precision.dtype != DTYPE_FP32)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
+                         c->file, dtype_name(c->precision.dtype));
+    if (c->parallel.zero_stage != 0)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: [parallel] zero_stage = %d is not in this build yet (expected 0)",
+                         c->file, c->parallel.zero_stage);
+    return STATUS_OK;
+}
+
+// mkdir -p for the run directory. Errors: STATUS_BAD_INPUT naming the path.
+static enum status make_dirs(const char *path, struct error *err) {
+    char buf[CONFIG_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) && errno != EEXIST) break;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST)
+        return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: cannot create: %s", path,
+                         strerror(errno));
+    return STATUS_OK;
+}
+
+// fp32 GEMM rate of this rank, measured while every rank measures (so that
+// ranks sharing cores share them here too); summed over the world.
+static double measure_peak_flops(struct trainer *t) {
+    if (t->cfg.system.peak_tflops > 0) return t->cfg.system.peak_tflops * 1e12;
+    int M = 512, N = 1024, K = 512;
+    float *a = xcalloc((size_t)M * K, 4), *b = xcalloc((size_t)K * N, 4), *c = xcalloc((size_t)M * N, 4);
+    comm_barrier(&t->topo.world);
+    double best = 0, start = time_now_s();
+    for (int rep = 0; rep < 50 && (rep < 4 || time_now_s() - start < 0.5); rep++) {
+        double t0 = time_now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, b, K, 0, c, N);
+        best = MAX(best, 2.0 * M * N * K / (time_now_s() - t0)); // best of 0.5 s: least disturbed
+    }
+    free(a), free(b), free(c);
+    comm_all_reduce(&t->topo.world, &best, 1, DTYPE_FP64, COMM_SUM);
+    return best;
+}
+
+static void setup(struct trainer *t, int argc, char **argv) {
+    struct error err = {0};
+    int world_rank, world_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    t->topo.world_rank = world_rank;
+    if (argc < 2 || argv[1][0] == '-') {
+        error_set(&err, STATUS_BAD_INPUT,
+                  "usage: trident train CONFIG.ini [section.key=value ...]%s%s",
+                  argc >= 2 ? "; unknown option " : "", argc >= 2 ? argv[1] : "");
+        fail_all(t, &err);
+    }
+    struct config *c = &t->cfg;
+    if (config_load(argv[1], argc - 2, argv + 2, c, &err) ||
+        config_validate(c, world_size, false, &err) || check_supported(c, &err))
+        fail_all(t, &err);
+    if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->topo, &err))
+        fail_all(t, &err);
+
+    const char *tok_expected = NULL;
+    if (dataset_open(c->data.path, c->train.seq_len, c->model.vocab_size, tok_expected, &t->ds, &err))
+        fail_all(t, &err);
+    int dp = c->parallel.dp, d = t->topo.coord.d, B = c->train.micro_batch_size;
+    if (loader_init(&t->train_loader, t->ds, SPLIT_TRAIN, d, dp, B, c->train.global_batch_size,
+                    (uint64_t)c->train.seed, &err))
+        fail_all(t, &err);
+    t->has_val = t->ds->split_sequences[SPLIT_VAL] >= (uint64_t)c->train.global_batch_size;
+    if (t->has_val && loader_init(&t->val_loader, t->ds, SPLIT_VAL, d, dp, B,
+                                  c->train.global_batch_size, (uint64_t)c->train.seed, &err))
+        fail_all(t, &err);
+
+    t->be = backend_cpu_init(c->system.threads);
+    struct llama_config lc = llama_from(c);
+    struct model_shard shard = model_shard_full(&lc);
+    if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
+                   (uint64_t)c->train.seed, &err))
+        fail_all(t, &err);
+    t->oc = optimizer_from(c);
+    if (optimizer_init(&t->opt, t->be, t->model, &t->oc, &err)) fail_here(&err);
+    t->sync = grad_sync_init(t->model, &t->topo.dp_group, (size_t)c->parallel.bucket_mb << 20);
+
+    t->accum = c->train.global_batch_size / (B * dp);
+    int T = c->train.seq_len;
+    t->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
+    t->tokens = xmalloc(sizeof(int32_t) * t->accum * B * T);
+    t->targets = xmalloc(sizeof(int32_t) * t->accum * B * T);
+
+    int n;
+    const struct param_info *p = model_params(t->model, &n);
+    double matmul_params = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i].cols > 1 && strcmp(p[i].name, "model.embed_tokens.weight")) matmul_params += p[i].numel;
+    if (lc.tie_embeddings) matmul_params += (double)lc.vocab_size * lc.d_model;
+    t->flops_per_token = 6.0 * matmul_params + 6.0 * lc.n_layers * lc.d_model * T;
+    const struct model_memory *mem = model_memory(t->model);
+    t->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
+                   optimizer_state_bytes(t->opt);
+    t->peak_flops = measure_peak_flops(t);
+
+    if (is_root(t)) {
+        if (make_dirs(c->log.run_dir, &err)) fail_here(&err);
+        char path[CONFIG_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/config.ini", c->log.run_dir);
+        if (config_write(c, path, &err)) fail_here(&err);
+        const char *mf = c->log.metrics_file;
+        if (!mf[0]) snprintf(path, sizeof path, "%s/metrics.jsonl", c->log.run_dir), mf = path;
+        t->metrics = fopen(mf, "w");
+        if (!t->metrics) {
+            error_set(&err, STATUS_BAD_INPUT, "[log] metrics_file = %s: cannot write: %s", mf,
+                      strerror(errno));
+            fail_here(&err);
+        }
+        char tok_path[CONFIG_PATH_MAX + 32];
+        if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
+        else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
+        if (c->train.sample_every > 0 && tokenizer_load(tok_path, &t->tok, &err))
+            fprintf(stderr, "trident: samples off: %s\n", err.msg), t->tok = NULL;
+        printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
+               world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
+               c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+        printf("---- resolved config (also in %s/config.ini) ----\n", c->log.run_dir);
+        config_print(c, stdout);
+        printf("----\n");
+        printf("model: %.2fM parameters; memory per rank: params %.1f MiB, grads %.1f MiB, "
+               "optimizer %.1f MiB, activations %.1f MiB\n", mem->n_params / 1e6,
+               mem->param_bytes / 1048576.0, mem->grad_bytes / 1048576.0,
+               optimizer_state_bytes(t->opt) / 1048576.0, mem->activation_bytes / 1048576.0);
+        printf("data: %s: %llu train sequences, %llu validation sequences of %d tokens; "
+               "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s)\n",
+               c->data.path, (unsigned long long)t->ds->split_sequences[SPLIT_TRAIN],
+               (unsigned long long)t->ds->split_sequences[SPLIT_VAL], T, t->accum, B,
+               t->peak_flops / 1e9, c->system.peak_tflops > 0 ? "config" : "measured sgemm");
+        fflush(stdout);
+    }
+}
+
+// Splits loader sequences (B, T + 1) into inputs (B, T) and next-token targets.
+static void next_microbatch(struct trainer *t, struct loader *ld, int32_t *tokens, int32_t *targets) {
+    struct error err;
+    if (loader_next(ld, t->seqs, &err)) fail_here(&err);
+    int B = t->cfg.train.micro_batch_size, T = t->cfg.train.seq_len;
+    for (int b = 0; b < B; b++) {
+        memcpy(tokens + b * T, t->seqs + b * (T + 1), sizeof(int32_t) * T);
+        memcpy(targets + b * T, t->seqs + b * (T + 1) + 1, sizeof(int32_t) * T);
+    }
+}
+
+// Mean loss over eval_steps validation global batches, summed over DP.
+static double evaluate(struct trainer *t) {
+    int BT = t->cfg.train.micro_batch_size * t->cfg.train.seq_len;
+    double sum = 0;
+    int64_t count = 0;
+    loader_reset(&t->val_loader);
+    for (int s = 0; s < t->cfg.train.eval_steps; s++)
+        for (int k = 0; k < t->accum; k++) {
+            double ls;
+            long n;
+            next_microbatch(t, &t->val_loader, t->tokens, t->targets);
+            model_forward(t->model, t->tokens, t->targets, &ls, &n);
+            sum += ls, count += n;
+            (void)BT;
+        }
+    comm_all_reduce(&t->topo.dp_group, &sum, 1, DTYPE_FP64, COMM_SUM);
+    comm_all_reduce(&t->topo.dp_group, &count, 1, DTYPE_I64, COMM_SUM);
+    return count ? sum / count : 0.0;
+}
+
+static void format_eta(double s, char *buf, size_t n) {
+    long x = (long)(s + 0.5);
+    if (x >= 3600) snprintf(buf, n, "%ldh%02ldm", x / 3600, x / 60 % 60);
+    else if (x >= 60) snprintf(buf, n, "%ldm%02lds", x / 60, x % 60);
+    else snprintf(buf, n, "%lds", x);
+}
+
+static void log_step(struct trainer *t, int step, const struct train_step_result *r, double dt,
+                     double elapsed) {
+    const struct config *c = &t->cfg;
+    double tokens = (double)c->train.global_batch_size * c->train.seq_len;
+    double tps = tokens / dt, mfu = t->flops_per_token * tps / t->peak_flops;
+    double eta = elapsed / (step + 1) * (c->train.steps - step - 1);
+    char eta_s[32];
+    format_eta(eta, eta_s, sizeof eta_s);
+    // The printed line and the JSON line use the same formats, so they agree.
+    // loss and grad norm carry 6 decimals so that runs can be compared to 1e-5.
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f | %.0f tok/s | MFU %.2f%% | "
+           "mem %.1f MiB | %.1f ms/step | ETA %s\n", step + 1, c->train.steps, r->loss, r->lr,
+           r->grad_norm, tps, 100 * mfu, t->mem_bytes / 1048576.0, dt * 1e3, eta_s);
+    fprintf(t->metrics, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.3e, \"grad_norm\": %.6f, "
+            "\"tokens_per_s\": %.0f, \"mfu\": %.4f, \"mem_bytes\": %zu, \"step_time_s\": %.4f, "
+            "\"eta_s\": %.0f}\n", step + 1, r->loss, r->lr, r->grad_norm, tps, mfu, t->mem_bytes,
+            dt, eta);
+    fflush(stdout), fflush(t->metrics);
+}
+
+static void run(struct trainer *t) {
+    const struct config *c = &t->cfg;
+    int B = c->train.micro_batch_size, T = c->train.seq_len;
+    double start = time_now_s(), best_val = INFINITY, tokens_seen = 0;
+    for (int step = 0; step < c->train.steps; step++) {
+        double t0 = time_now_s();
+        for (int k = 0; k < t->accum; k++)
+            next_microbatch(t, &t->train_loader, t->tokens + k * B * T, t->targets + k * B * T);
+        struct train_step_result r;
+        train_step(t->model, t->opt, &t->oc, &t->topo.dp_group, t->sync, step, t->tokens,
+                   t->targets, t->accum, B, T, &r);
+        if (!isfinite(r.loss)) {
+            struct error err;
+            error_set(&err, STATUS_RUNTIME, "step %d: loss is %g; stopping", step + 1, r.loss);
+            fail_here(&err);
+        }
+        double dt = time_now_s() - t0;
+        tokens_seen += (double)c->train.global_batch_size * T;
+        bool last = step == c->train.steps - 1;
+        if (is_root(t) && (last || (step + 1) % c->log.every == 0 || step == 0))
+            log_step(t, step, &r, dt, time_now_s() - start);
+        if (t->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
+            double val = evaluate(t);
+            best_val = MIN(best_val, val);
+            if (is_root(t)) {
+                printf("step %5d/%d | validation loss %.4f\n", step + 1, c->train.steps, val);
+                fprintf(t->metrics, "{\"step\": %d, \"val_loss\": %.4f}\n", step + 1, val);
+                fflush(stdout), fflush(t->metrics);
+            }
+        }
+        if (is_root(t) && t->tok && c->train.sample_every > 0 &&
+            ((step + 1) % c->train.sample_every == 0 || last)) {
+            printf("step %5d/%d | sample: ", step + 1, c->train.steps);
+            sample_print(t->model, t->tok, c->train.sample_tokens, c->train.sample_temperature,
+                         c->train.sample_top_k, (uint64_t)c->train.seed + step, stdout);
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    double total = time_now_s() - start;
+    if (is_root(t)) {
+        printf("done: %d steps, %.0f tokens seen, %.1f s, mean %.0f tokens/s", c->train.steps,
+               tokens_seen, total, tokens_seen / total);
+        if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
+        printf("\n");
+    }
+}
+
+static void teardown(struct trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    tokenizer_free(t->tok);
+    grad_sync_free(t->sync);
+    optimizer_free(t->opt);
+    model_free(t->model);
+    if (t->has_val) loader_free(&t->val_loader);
+    loader_free(&t->train_loader);
+    dataset_close(t->ds);
+    backend_free(t->be);
+    topology_free(&t->topo);
+    free(t->seqs), free(t->tokens), free(t->targets);
+}
+
+int cmd_train(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    mpi_util_init(MPI_COMM_WORLD);
+    struct trainer t = {0};
+    setup(&t, argc, argv);
+    run(&t);
+    teardown(&t);
+    MPI_Finalize();
+    return STATUS_OK;
+}
