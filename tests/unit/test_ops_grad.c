@@ -290,7 +290,7 @@ static double test_ce(int nsh, int V, int32_t *targets, double **full_logits) {
                 c.logits[s][i * Vl + j] = j < ce_valid(&c, s) ? 3 * full_logits[i][s * Vl + j] : NAN;
     }
     double L = ce_loss_fn(&c);
-    char what[80];
+    char what[128];
     for (int s = 0; s < nsh; s++) {
         int Vv = ce_valid(&c, s);
         ce_loss_fn(&c); // lse of the unperturbed logits
