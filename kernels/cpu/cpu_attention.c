@@ -12,14 +12,6 @@
 // T x T work at T = 256 (the causal upper triangle).
 #define ATTN_BLOCK 64
 
-// The vector variants of exp in glibc's libmvec (at most 4 ulp; glibc
-// declares them only under -ffast-math): lets the softmax loops vectorize,
-// which halves the attention time at the benchmark shapes.
-#pragma omp declare simd notinbranch
-float expf(float x);
-#pragma omp declare simd notinbranch
-double exp(double x);
-
 #define GENERIC_FILE "cpu/generic/attention.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE

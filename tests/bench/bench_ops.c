@@ -49,6 +49,29 @@ int main(int argc, char **argv) {
         t_fwd = MIN(t_fwd, t1 - t0), t_bwd = MIN(t_bwd, t2 - t1);
         t_mm = MIN(t_mm, t3 - t2), t_blas = MIN(t_blas, t4 - t3);
     }
+    // cross-entropy over V = 32000 (all four pieces) vs the LM-head GEMM
+    int V = 32000;
+    float *logits = filled(be, (size_t)N * V, 3), *dlogits = filled(be, (size_t)N * V, 0);
+    float *stats = filled(be, (size_t)N * 6, 0), *wlm = filled(be, (size_t)V * C, 0.03f);
+    int32_t *targets = backend_alloc(be, (size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) targets[i] = (i * 7919) % V;
+    double t_ce = 1e30, t_lm = 1e30;
+    for (int it = 0; it < 3; it++) {
+        double t0 = time_now_s();
+        struct tensor rm = F32(stats, N), part = F32(stats + N, 3 * (size_t)N);
+        struct tensor loss = F32(stats + 4 * N, N), lse_ce = F32(stats + 5 * N, N);
+        struct tensor tz = F32(logits, (size_t)N * V), tt = tensor_view(targets, DTYPE_I32, N);
+        backend_ce_row_max(be, rm, tz, N, V, V);
+        backend_ce_partials(be, part, tz, rm, tt, N, V, V, 0);
+        backend_ce_loss(be, loss, lse_ce, part, rm, tt, N, V, 0.1f, -100);
+        backend_ce_backward(be, F32(dlogits, (size_t)N * V), tz, lse_ce, tt, N, V, V, 0, V, 0.1f,
+                            -100, 1.0f / N);
+        double t1 = time_now_s();
+        backend_matmul(be, tz, F32(x, (size_t)N * C), F32(wlm, (size_t)V * C), N, V, C, false,
+                       true, 1, 0);
+        double t2 = time_now_s();
+        t_ce = MIN(t_ce, t1 - t0), t_lm = MIN(t_lm, t2 - t1);
+    }
     double gemm_flops = 2.0 * N * 4 * C * C;
     printf("B=%d T=%d C=%d H=%d Hkv=%d D=%d threads=%d (best of %d)\n", B, T, C, H, Hkv, D,
            be->threads, iters);
@@ -59,6 +82,8 @@ int main(int argc, char **argv) {
            gemm_flops / t_mm * 1e-9);
     printf("OpenBLAS threaded sgemm     %8.2f ms  %6.1f GFLOP/s\n", 1e3 * t_blas,
            gemm_flops / t_blas * 1e-9);
+    printf("cross-entropy V=%d (4 pieces) %8.2f ms\n", V, 1e3 * t_ce);
+    printf("LM head matmul (N,C)x(C,V)  %8.2f ms\n", 1e3 * t_lm);
     // One LLaMA block (F = 4C MLP as in this GEMM, 4 C^2 attention projections):
     // forward GEMMs = 4 C^2 + 3 C F = 16 C^2 per token = 4 GEMMs of (N,C)x(C,4C);
     // backward twice that: 12 such GEMM times per layer step.
