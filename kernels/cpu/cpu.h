@@ -10,10 +10,22 @@
 #ifndef TRIDENT_CPU_H
 #define TRIDENT_CPU_H
 
+#include <math.h>
+
 #include "common.h"
 #include "ops.h"
 
-// Private state of the CPU backend (struct backend.impl).
+// The vector variants of exp in glibc's libmvec (within 4 ulp; math.h
+// declares them only under -ffast-math): with these declarations the softmax
+// and cross-entropy loops marked `omp simd` vectorize: at the benchmark
+// shapes attention takes ~25% less time, the cross-entropy ~70% less.
+#pragma omp declare simd notinbranch
+float expf(float x);
+#pragma omp declare simd notinbranch
+double exp(double x);
+
+// Private state of the CPU backend (struct backend.impl). Calls into one
+// backend are not reentrant: the scratch is shared by consecutive ops.
 struct cpu_backend {
     // Per-thread scratch of the attention kernels: grown by cpu_scratch() to
     // the largest request and kept, so that a training step allocates nothing

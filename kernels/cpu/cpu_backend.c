@@ -3,7 +3,7 @@
 // synchronize has nothing to wait for. Threads: OpenMP loops over rows and
 // OpenBLAS for GEMMs; the Debian openmp build of OpenBLAS runs single-threaded
 // when called inside an OpenMP parallel region (num_cpu_avail() returns 1 when
-// omp_in_parallel()), which the attention kernels rely on.
+// omp_in_parallel()), which the attention and matmul kernels rely on.
 #include "cpu.h"
 
 #include <cblas.h>

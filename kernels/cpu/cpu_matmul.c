@@ -1,8 +1,17 @@
-// cpu_matmul.c: matmul of the CPU backend (OpenBLAS sgemm/dgemm, row-major).
+// cpu_matmul.c: matmul of the CPU backend (OpenBLAS sgemm/dgemm, row-major,
+// threaded by slabs of the output; see generic/matmul.h).
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 
 #include "cpu.h"
+
+// Below this many multiply-adds one thread does the whole product: forking
+// costs more than it saves.
+#define MATMUL_SERIAL_WORK (64.0 * 64 * 64)
+// Slabs of out per thread are cut at multiples of this (GEMM kernels unroll
+// by up to 16 rows or columns).
+#define MATMUL_ALIGN 16
 
 #define GENERIC_FILE "cpu/generic/matmul.h"
 #include "generic/instantiate.h"

@@ -39,8 +39,10 @@ static void FN(attention_forward)(real *out, real *lse, const real *q, const rea
             for (int i = i0; i < i1; i++) {
                 real *s = S + (size_t)(i - i0) * T;
                 real mx = s[0];
+#pragma omp simd reduction(max : mx)
                 for (int j = 1; j <= i; j++) mx = s[j] > mx ? s[j] : mx;
                 accreal sum = 0;
+#pragma omp simd reduction(+ : sum)
                 for (int j = 0; j <= i; j++) {
                     s[j] = EXP(s[j] - mx);
                     sum += s[j];
@@ -102,8 +104,10 @@ static void FN(attention_backward)(real *dq, real *dk, real *dv, const real *dou
                     real *p = P + (size_t)(i - i0) * T, *dp = dP + (size_t)(i - i0) * T;
                     const real *o = ob + (size_t)i * ldq, *g = dob + (size_t)i * ldq;
                     accreal Di = 0;
+#pragma omp simd reduction(+ : Di)
                     for (int d = 0; d < D; d++) Di += (accreal)g[d] * o[d];
                     real l = lb[i], di = (real)Di;
+#pragma omp simd
                     for (int j = 0; j <= i; j++) {
                         p[j] = EXP(p[j] - l);
                         dp[j] = p[j] * (dp[j] - di); // dS

@@ -13,6 +13,7 @@ static void FN(ce_row_max)(real *rowmax, const real *logits, int N, int Vl, int 
     for (int i = 0; i < N; i++) {
         const real *z = logits + (size_t)i * Vl;
         real mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < Vvalid; j++) mx = z[j] > mx ? z[j] : mx;
         rowmax[i] = mx;
     }
@@ -28,6 +29,7 @@ static void FN(ce_partials)(real *partials, const real *logits, const real *rowm
         const real *z = logits + (size_t)i * Vl;
         real mx = rowmax[i];
         accreal sumexp = 0, sumz = 0;
+#pragma omp simd reduction(+ : sumexp, sumz)
         for (int j = 0; j < Vvalid; j++) {
             sumexp += EXP(z[j] - mx);
             sumz += z[j];
@@ -78,6 +80,7 @@ static void FN(ce_backward)(real *dlogits, const real *logits, const real *lse,
         }
         const real *z = logits + (size_t)i * Vl;
         real l = lse[i], uniform = smoothing / V;
+#pragma omp simd
         for (int j = 0; j < Vvalid; j++) dz[j] = scale * (EXP(z[j] - l) - uniform);
         int y = targets[i] - vocab_start;
         if (y >= 0 && y < Vvalid) dz[y] -= scale * (1 - smoothing);

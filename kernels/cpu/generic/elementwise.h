@@ -4,7 +4,7 @@
 // out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
 // Math: Shazeer 2020 eq. 6; HF LlamaMLP act_fn(gate_proj(x)) * up_proj(x).
 static void FN(swiglu_forward)(real *out, const real *gate, const real *up, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         real g = gate[i];
         out[i] = g / (1 + EXP(-g)) * up[i];
@@ -15,7 +15,7 @@ static void FN(swiglu_forward)(real *out, const real *gate, const real *up, size
 // silu'(g) = sig(g) (1 + g (1 - sig(g))), sig(g) = 1 / (1 + exp(-g)).
 static void FN(swiglu_backward)(real *dgate, real *dup, const real *dout, const real *gate,
                                 const real *up, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         real g = gate[i], sig = 1 / (1 + EXP(-g));
         dgate[i] = dout[i] * up[i] * sig * (1 + g * (1 - sig));

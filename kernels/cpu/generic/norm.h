@@ -19,6 +19,7 @@ static void FN(rmsnorm_forward)(real *y, real *rstd, const real *x, const real *
         const real *xi = x + (size_t)i * C;
         real *yi = y + (size_t)i * C;
         accreal ss = 0;
+#pragma omp simd reduction(+ : ss)
         for (int j = 0; j < C; j++) ss += (accreal)xi[j] * xi[j];
         real r = (real)(1.0 / sqrt(ss / C + (accreal)eps));
         rstd[i] = r;
@@ -39,6 +40,7 @@ static void FN(rmsnorm_backward)(real *dx, real *dw, const real *dy, const real 
             real *dxi = dx + (size_t)i * C;
             real r = rstd[i];
             accreal dot = 0;
+#pragma omp simd reduction(+ : dot)
             for (int j = 0; j < C; j++) dot += (accreal)dyi[j] * w[j] * xi[j];
             real k = (real)(dot * r * r * r / C);
             for (int j = 0; j < C; j++) dxi[j] += w[j] * dyi[j] * r - xi[j] * k;

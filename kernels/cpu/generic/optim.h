@@ -41,6 +41,7 @@ static double FN(sum_squares)(const real *x, size_t n) {
         int t = omp_get_thread_num(), used = omp_get_num_threads();
         size_t lo = n * t / used, hi = n * (t + 1) / used;
         double s = 0;
+#pragma omp simd reduction(+ : s)
         for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
         part[t] = s;
         if (t == 0)

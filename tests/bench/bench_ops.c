@@ -1,0 +1,95 @@
+// bench_ops.c: times the CPU backend's attention (forward + backward) against
+// the GEMM of an MLP projection at the benchmark model's shapes, to check
+// that attention stays a small share of a training step.
+// Usage: bench_ops [B T C H Hkv iters]   (default 4 256 768 12 12 5)
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "ops.h"
+
+static float *filled(struct backend *be, size_t n, float scale) {
+    float *p = backend_alloc(be, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = scale * ((float)((i * 2654435761u) % 1000) / 500 - 1);
+    return p;
+}
+
+int main(int argc, char **argv) {
+    int B = 4, T = 256, C = 768, H = 12, Hkv = 12, iters = 5;
+    if (argc == 7) B = atoi(argv[1]), T = atoi(argv[2]), C = atoi(argv[3]), H = atoi(argv[4]),
+                   Hkv = atoi(argv[5]), iters = atoi(argv[6]);
+    int D = C / H, N = B * T;
+    struct backend *be = backend_cpu_init(0);
+    size_t nq = (size_t)N * H * D, nk = (size_t)N * Hkv * D;
+    float *q = filled(be, nq, 1), *k = filled(be, nk, 1), *v = filled(be, nk, 1);
+    float *out = filled(be, nq, 0), *dout = filled(be, nq, 1), *lse = filled(be, (size_t)B * H * T, 0);
+    float *dq = filled(be, nq, 0), *dk = filled(be, nk, 0), *dv = filled(be, nk, 0);
+    float *x = filled(be, (size_t)N * C, 1), *w = filled(be, (size_t)4 * C * C, 0.03f);
+    float *y = filled(be, (size_t)N * 4 * C, 0);
+#define F32(p, n) tensor_view(p, DTYPE_FP32, n)
+    double t_fwd = 1e30, t_bwd = 1e30, t_mm = 1e30, t_blas = 1e30;
+    for (int it = 0; it < iters + 1; it++) { // best of iters after one warm-up
+        double t0 = time_now_s();
+        backend_attention_forward(be, F32(out, nq), F32(lse, (size_t)B * H * T), F32(q, nq),
+                                  F32(k, nk), F32(v, nk), B, T, H, Hkv, D);
+        double t1 = time_now_s();
+        backend_attention_backward(be, F32(dq, nq), F32(dk, nk), F32(dv, nk), F32(dout, nq),
+                                   F32(q, nq), F32(k, nk), F32(v, nk), F32(out, nq),
+                                   F32(lse, (size_t)B * H * T), B, T, H, Hkv, D);
+        double t2 = time_now_s();
+        // y (N, 4C) = x (N, C) W^T, W (4C, C): the MLP up projection
+        backend_matmul(be, F32(y, (size_t)N * 4 * C), F32(x, (size_t)N * C),
+                       F32(w, (size_t)4 * C * C), N, 4 * C, C, false, true, 1, 0);
+        double t3 = time_now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 4 * C, C, 1, x, C, w, C, 0, y,
+                    4 * C);
+        double t4 = time_now_s();
+        if (it == 0) continue;
+        t_fwd = MIN(t_fwd, t1 - t0), t_bwd = MIN(t_bwd, t2 - t1);
+        t_mm = MIN(t_mm, t3 - t2), t_blas = MIN(t_blas, t4 - t3);
+    }
+    // cross-entropy over V = 32000 (all four pieces) vs the LM-head GEMM
+    int V = 32000;
+    float *logits = filled(be, (size_t)N * V, 3), *dlogits = filled(be, (size_t)N * V, 0);
+    float *stats = filled(be, (size_t)N * 6, 0), *wlm = filled(be, (size_t)V * C, 0.03f);
+    int32_t *targets = backend_alloc(be, (size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) targets[i] = (i * 7919) % V;
+    double t_ce = 1e30, t_lm = 1e30;
+    for (int it = 0; it < 3; it++) {
+        double t0 = time_now_s();
+        struct tensor rm = F32(stats, N), part = F32(stats + N, 3 * (size_t)N);
+        struct tensor loss = F32(stats + 4 * N, N), lse_ce = F32(stats + 5 * N, N);
+        struct tensor tz = F32(logits, (size_t)N * V), tt = tensor_view(targets, DTYPE_I32, N);
+        backend_ce_row_max(be, rm, tz, N, V, V);
+        backend_ce_partials(be, part, tz, rm, tt, N, V, V, 0);
+        backend_ce_loss(be, loss, lse_ce, part, rm, tt, N, V, 0.1f, -100);
+        backend_ce_backward(be, F32(dlogits, (size_t)N * V), tz, lse_ce, tt, N, V, V, 0, V, 0.1f,
+                            -100, 1.0f / N);
+        double t1 = time_now_s();
+        backend_matmul(be, tz, F32(x, (size_t)N * C), F32(wlm, (size_t)V * C), N, V, C, false,
+                       true, 1, 0);
+        double t2 = time_now_s();
+        t_ce = MIN(t_ce, t1 - t0), t_lm = MIN(t_lm, t2 - t1);
+    }
+    double gemm_flops = 2.0 * N * 4 * C * C;
+    printf("B=%d T=%d C=%d H=%d Hkv=%d D=%d threads=%d (best of %d)\n", B, T, C, H, Hkv, D,
+           be->threads, iters);
+    printf("attention forward           %8.2f ms\n", 1e3 * t_fwd);
+    printf("attention backward          %8.2f ms\n", 1e3 * t_bwd);
+    printf("attention fwd+bwd           %8.2f ms\n", 1e3 * (t_fwd + t_bwd));
+    printf("matmul (N,C)x(C,4C)         %8.2f ms  %6.1f GFLOP/s\n", 1e3 * t_mm,
+           gemm_flops / t_mm * 1e-9);
+    printf("OpenBLAS threaded sgemm     %8.2f ms  %6.1f GFLOP/s\n", 1e3 * t_blas,
+           gemm_flops / t_blas * 1e-9);
+    printf("cross-entropy V=%d (4 pieces) %8.2f ms\n", V, 1e3 * t_ce);
+    printf("LM head matmul (N,C)x(C,V)  %8.2f ms\n", 1e3 * t_lm);
+    // One LLaMA block (F = 4C MLP as in this GEMM, 4 C^2 attention projections):
+    // forward GEMMs = 4 C^2 + 3 C F = 16 C^2 per token = 4 GEMMs of (N,C)x(C,4C);
+    // backward twice that: 12 such GEMM times per layer step.
+    double layer_mm = 12 * t_mm, att = t_fwd + t_bwd;
+    printf("attention share of a block's (GEMM + attention) time: %.1f%%\n",
+           100 * att / (att + layer_mm));
+    backend_free(be);
+    return 0;
+}
