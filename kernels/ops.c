@@ -332,7 +332,7 @@ void backend_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
 
 void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
                          struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                         int vocab_start, int V, float smoothing, int ignore_index, float scale) {
+                         int vocab_start, int V, float smoothing, int ignore_index, double scale) {
     need("ce_backward", "dlogits", dlogits, (size_t)N * Vl);
     need("ce_backward", "logits", logits, (size_t)N * Vl);
     need("ce_backward", "lse", lse, N);
@@ -345,8 +345,8 @@ void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tenso
 }
 
 void backend_adamw(struct backend *be, struct tensor param, struct tensor master,
-                   struct tensor grad, struct tensor m, struct tensor v, size_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                   struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, double grad_scale,
                    int step) {
     CHECK(step >= 1, "adamw: step %d, counts from 1", step);
     need("adamw", "param", param, n);

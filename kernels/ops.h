@@ -100,10 +100,10 @@ struct backend_ops {
                     int N, int V, float smoothing, int ignore_index);
     void (*ce_backward)(struct backend *be, struct tensor dlogits, struct tensor logits,
                         struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                        int vocab_start, int V, float smoothing, int ignore_index, float scale);
+                        int vocab_start, int V, float smoothing, int ignore_index, double scale);
     void (*adamw)(struct backend *be, struct tensor param, struct tensor master,
-                  struct tensor grad, struct tensor m, struct tensor v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr,
+                  double beta1, double beta2, double eps, double weight_decay, double grad_scale,
                   int step);
     double (*sum_squares)(struct backend *be, struct tensor x, size_t n);
     void (*scale)(struct backend *be, struct tensor x, float s, size_t n);
@@ -251,7 +251,7 @@ void backend_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
 // loss), e.g. 1 / (number of non-ignored targets in the global batch).
 void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
                          struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                         int vocab_start, int V, float smoothing, int ignore_index, float scale);
+                         int vocab_start, int V, float smoothing, int ignore_index, double scale);
 
 // ---- optimizer (Loshchilov & Hutter 2019, alg. 2; torch.optim.AdamW) ------
 
@@ -263,8 +263,8 @@ void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tenso
 // any storage dtype, receives the rounded w), else param itself (FP32/FP64).
 // grad, m, v: FP32 (FP64 when param is FP64). step counts from 1.
 void backend_adamw(struct backend *be, struct tensor param, struct tensor master,
-                   struct tensor grad, struct tensor m, struct tensor v, size_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                   struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, double grad_scale,
                    int step);
 
 // ---- elementwise and reductions -------------------------------------------

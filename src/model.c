@@ -600,7 +600,7 @@ static void block_backward(struct model *m, int l) {
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln, m->x[l], w->ln1_w, a->rstd1, N, C);
 }
 
-void model_backward(struct model *m, float loss_scale) {
+void model_backward(struct model *m, double loss_scale) {
     struct backend *be = m->be;
     int N = m->N, C = m->C, L = m->n_local_layers;
     if (m->last) {

@@ -123,7 +123,7 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
 // Backward pass of the microbatch last given to model_forward, accumulating
 // (+=) into the gradient arena. loss_scale multiplies d(loss_sum): pass
 // 1 / (non-ignored targets of the whole global batch) for a mean loss.
-void model_backward(struct model *m, float loss_scale);
+void model_backward(struct model *m, double loss_scale);
 
 // Gradient-ready hook: during model_backward, called with an element offset
 // `ready_from` each time the gradients of parameter-arena elements

@@ -79,8 +79,8 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
     for (int i = 0; i < n; i++) {
         size_t off = p[i].offset, k = p[i].numel;
         backend_adamw(o->be, tensor_slice(w, off, k), none, tensor_slice(g, off, k),
-                      tensor_slice(o->m, off, k), tensor_slice(o->v, off, k), k, (float)lr,
+                      tensor_slice(o->m, off, k), tensor_slice(o->v, off, k), k, lr,
                       o->cfg.beta1, o->cfg.beta2, o->cfg.eps,
-                      p[i].decay ? o->cfg.weight_decay : 0.0f, (float)grad_scale, o->step);
+                      p[i].decay ? o->cfg.weight_decay : 0.0, grad_scale, o->step);
     }
 }

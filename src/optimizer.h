@@ -20,9 +20,9 @@ struct optimizer_config {
     int warmup_steps;     // linear warmup length, steps
     int steps;            // total optimizer steps of the run
     enum lr_schedule schedule;
-    float beta1, beta2, eps;
-    float weight_decay;   // applied to matrices only (param_info.decay)
-    float grad_clip;      // max global L2 norm; <= 0 disables clipping
+    double beta1, beta2, eps;
+    double weight_decay;  // applied to matrices only (param_info.decay)
+    double grad_clip;     // max global L2 norm; <= 0 disables clipping
 };
 
 // Learning rate of optimizer step `step` (counts from 0):

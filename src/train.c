@@ -71,9 +71,8 @@ static struct optimizer_config optimizer_from(const struct config *c) {
     return (struct optimizer_config){
         .lr = c->train.lr, .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
         .steps = c->train.steps, .schedule = (enum lr_schedule)c->train.lr_schedule,
-        .beta1 = (float)c->train.beta1, .beta2 = (float)c->train.beta2,
-        .eps = (float)c->train.adam_eps, .weight_decay = (float)c->train.weight_decay,
-        .grad_clip = (float)c->train.grad_clip,
+        .beta1 = c->train.beta1, .beta2 = c->train.beta2, .eps = c->train.adam_eps,
+        .weight_decay = c->train.weight_decay, .grad_clip = c->train.grad_clip,
     };
 }
 

@@ -10,7 +10,7 @@ void train_step(struct model *m, struct optimizer *opt, const struct optimizer_c
     int64_t count = 0;
     for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
     if (dp) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
-    float scale = count > 0 ? 1.0f / (float)count : 0.0f;
+    double scale = count > 0 ? 1.0 / (double)count : 0.0;
 
     model_zero_grad(m);
     double loss_sum = 0;

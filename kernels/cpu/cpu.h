@@ -88,10 +88,10 @@ void cpu_ce_loss(struct backend *be, struct tensor loss, struct tensor lse, stru
                  int ignore_index);
 void cpu_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
                      struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                     int vocab_start, int V, float smoothing, int ignore_index, float scale);
+                     int vocab_start, int V, float smoothing, int ignore_index, double scale);
 void cpu_adamw(struct backend *be, struct tensor param, struct tensor master, struct tensor grad,
-               struct tensor m, struct tensor v, size_t n, float lr, float beta1, float beta2,
-               float eps, float weight_decay, float grad_scale, int step);
+               struct tensor m, struct tensor v, size_t n, double lr, double beta1, double beta2,
+               double eps, double weight_decay, double grad_scale, int step);
 double cpu_sum_squares(struct backend *be, struct tensor x, size_t n);
 
 #endif

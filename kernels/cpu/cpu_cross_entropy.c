@@ -48,7 +48,7 @@ void cpu_ce_loss(struct backend *be, struct tensor loss, struct tensor lse, stru
 
 void cpu_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
                      struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                     int vocab_start, int V, float smoothing, int ignore_index, float scale) {
+                     int vocab_start, int V, float smoothing, int ignore_index, double scale) {
     CPU_CHECK_DTYPE("ce_backward", logits.dtype);
     CPU_CHECK_SAME("ce_backward", "lse", lse, logits.dtype);
     CHECK(Vvalid >= 0 && Vvalid <= Vl, "ce_backward: Vvalid=%d outside [0, Vl=%d]", Vvalid, Vl);

@@ -13,8 +13,8 @@
 // With master (FP32) the update runs on master with FP32 grad, m, v and param
 // receives a copy: param must then be FP32 until BF16/FP16 kernels exist.
 void cpu_adamw(struct backend *be, struct tensor param, struct tensor master, struct tensor grad,
-               struct tensor m, struct tensor v, size_t n, float lr, float beta1, float beta2,
-               float eps, float weight_decay, float grad_scale, int step) {
+               struct tensor m, struct tensor v, size_t n, double lr, double beta1, double beta2,
+               double eps, double weight_decay, double grad_scale, int step) {
     const char *op = "adamw";
     struct tensor w = master.data ? master : param;
     CPU_CHECK_DTYPE(op, param.dtype);

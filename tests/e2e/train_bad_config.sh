@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# train_bad_config.sh: bad configs and command lines given to
+# `mpirun -np 2 trident train` end the whole job with exit 2 and a message that
+# names the file:line or argument, the key, the value found and what was
+# expected; no process of the run is left alive 10 s after it started.
+# Each row: a label; an edit of a valid config: "set S.K=V" (replace or add
+# key K of section S), or "add TEXT" (lines appended, \n for newlines), or
+# nothing; command-line arguments after the config; and an extended regex
+# the message must match.
+set -u
+cd "$(dirname "$0")/../.."
+source tests/e2e/lib/train_env.sh
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+small_dataset "$tmp"
+# set_key FILE SECTION KEY VALUE: replaces KEY's line in [SECTION], or adds it.
+set_key() {
+    awk -v sec="[$2]" -v key="$3" -v val="$4" '
+        /^\[/ { if (in_sec && !done) { print key " = " val; done = 1 } in_sec = ($0 == sec) }
+        in_sec && $1 == key && !done { print key " = " val; done = 1; next }
+        { print }
+        END { if (!done) { if (!in_sec) print sec; print key " = " val } }' "$1" > "$1.new" && mv "$1.new" "$1"
+}
+base="$tmp/base.ini"
+cp "$SMALL_INI" "$base"
+set_key "$base" data path "$tmp/shards"
+set_key "$base" parallel dp 2
+cases=(
+"unknown section|add [trainer]\nsteps = 5||unknown section .?\[?trainer"
+"unknown key|set train.stepz=5||stepz.*did you mean.*steps"
+"key in wrong section|set model.lr=0.1||lr.*train.lr"
+"wrong type int|set train.steps=ten||train.steps.*ten"
+"trailing junk|set train.steps=100abc||train.steps.*100abc"
+"junk after number|set train.steps=100 total||train.steps.*100 total"
+"float for int|set model.d_model=64.5||model.d_model.*64.5"
+"out of range|set train.lr=-1||train.lr.*-1"
+"negative size|set data.cache_bytes=-4G||data.cache_bytes.*-4G"
+"overflow|set train.steps=99999999999999999999||train.steps.*99999999999999999999"
+"empty value|set train.seed=||train.seed.*empty"
+"duplicate key|add [system]\nthreads = 1||system.threads.*twice"
+"malformed line|add [log]\nevery 5||:[0-9]+"
+"bad section header|add [log\nevery = 5||:[0-9]+"
+"unknown device|set system.device=tpu||system.device.*tpu.*cpu, cuda"
+"unknown dtype|set precision.dtype=fp8||precision.dtype.*fp8"
+"bad bool|set model.tie_embeddings=maybe||model.tie_embeddings.*maybe"
+"world size|set parallel.dp=3||tp = 1, pp = 1, dp = 3.*N = 2"
+"heads vs kv heads|set model.n_kv_heads=3||n_kv_heads.*3"
+"layers < pp|set model.n_layers=1|parallel.pp=2 parallel.dp=1|n_layers.*1.*pp.*2|pp.*2.*n_layers.*1"
+"global batch divisibility|set train.global_batch_size=6||global_batch_size.*6"
+"seq_len > max_seq_len|set train.seq_len=128||seq_len.*128.*max_seq_len"
+"vocab vs data|set model.vocab_size=1024||1024.*512|512.*1024"
+"missing dataset|set data.path=/nonexistent/shards||/nonexistent/shards"
+"override without =||train.steps|train.steps"
+"override unknown key||train.stepss=5|stepss.*did you mean"
+"override without section||steps=5|steps=5"
+"override bad value||train.lr=fast|train.lr.*fast"
+"cuda in cpu build||system.device=cuda|no CUDA|cuda"
+"tensor parallel not yet||parallel.tp=2 parallel.dp=1|tp = 2"
+"negative override||train.micro_batch_size=-2|train.micro_batch_size.*-2"
+"missing config file|||MISSING"
+)
+fail=0 n=0
+for row in "${cases[@]}"; do
+    IFS='|' read -r label ini args want <<<"$row"
+    n=$((n + 1))
+    cfg="$tmp/case$n.ini"
+    cp "$base" "$cfg"
+    case "$ini" in
+        set\ *) kv=${ini#set }; sk=${kv%%=*}; set_key "$cfg" "${sk%%.*}" "${sk#*.}" "${kv#*=}" ;;
+        add\ *) printf "\n${ini#add }\n" >> "$cfg" ;;
+    esac
+    [ "$label" = "missing config file" ] && { cfg="$tmp/nothing-here.ini"; want="nothing-here.ini"; }
+    marker="case$n-$$"
+    start=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    out=$(timeout 20 $MPIRUN -np 2 "$TRIDENT" train "$cfg" log.run_dir="$tmp/$marker" $args 2>&1); rc=$?
+    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    if [ "$rc" -ne 2 ]; then
+        echo "FAIL [$label]: exit $rc, expected 2"; echo "$out" | head -5; fail=1; continue
+    fi
+    if ! grep -Eq -- "$want" <<<"$out"; then
+        echo "FAIL [$label]: message does not match /$want/:"; echo "$out" | head -5; fail=1; continue
+    fi
+    if ! mpi_no_leftovers "$marker" >/dev/null; then
+        echo "FAIL [$label]: processes left after exit"; fail=1; continue
+    fi
+    if [ "$(echo "$secs > 10" | bc)" -eq 1 ]; then
+        echo "FAIL [$label]: took $secs s, expected < 10"; fail=1; continue
+    fi
+    echo "ok   [$label] ($(grep -m1 -E -- "$want" <<<"$out" | cut -c1-150))"
+done
+echo "$n cases"
+[ "$n" -ge 25 ] || { echo "FAIL: fewer than 25 cases"; fail=1; }
+exit $fail
