@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "model.h"
+#include "optimizer.h"
+#include "train_step.h"
 #include "prep.h"
 
 int main(int argc, char **argv) {
@@ -65,6 +68,40 @@ int main(int argc, char **argv) {
     printf("loader (T %d, micro %d, G %d, random order): %d microbatches in %.3f s: %.0f tokens/s, "
            "%.1f us per sequence (checksum %lld)\n",
            T, micro, G, steps, t_load, (double)steps * micro * T / t_load, 1e6 * t_load / (steps * micro), check);
+    double loader_tps = (double)steps * micro * T / t_load;
+
+    // What the default model (configs/tiny.ini shapes) consumes per second
+    // while training on one rank, against what the loader serves.
+    struct llama_config tiny = {.vocab_size = 4096, .d_model = 256, .n_layers = 4, .n_heads = 8,
+                                .n_kv_heads = 4, .ffn_dim = 704, .max_seq_len = 256,
+                                .rope_theta = 10000.0, .norm_eps = 1e-5, .tie_embeddings = true,
+                                .init_std = 0.02f};
+    int tB = 8, tT = 128;
+    struct backend *be = backend_cpu_init(0);
+    struct model_shard shard = model_shard_full(&tiny);
+    struct model *m;
+    struct optimizer *optim;
+    struct optimizer_config oc = {.lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 1, .steps = 10,
+                                  .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                  .grad_clip = 1.0};
+    if (model_init(&m, be, &tiny, &shard, DTYPE_FP32, tB, tT, 1, &err) ||
+        optimizer_init(&optim, be, m, &oc, &err)) {
+        printf("bench_data: model: %s\n", err.msg);
+        return 1;
+    }
+    int32_t *tok = xmalloc(sizeof *tok * tB * tT), *tgt = xmalloc(sizeof *tgt * tB * tT);
+    for (int i = 0; i < tB * tT; i++) tok[i] = batch[i % (micro * (T + 1))] % 4096, tgt[i] = (i * 7) % 4096;
+    struct train_step_result r;
+    train_step(m, optim, &oc, NULL, NULL, 0, tok, tgt, 1, tB, tT, &r);
+    t0 = time_now_s();
+    for (int s = 1; s <= 3; s++) train_step(m, optim, &oc, NULL, NULL, s, tok, tgt, 1, tB, tT, &r);
+    double train_tps = 3.0 * tB * tT / (time_now_s() - t0);
+    printf("tiny model training consumes %.0f tokens/s; the loader serves %.0fx that\n", train_tps,
+           loader_tps / train_tps);
+    free(tok), free(tgt);
+    optimizer_free(optim);
+    model_free(m);
+    backend_free(be);
     free(batch);
     loader_free(&ld);
     dataset_close(ds);

@@ -4,6 +4,7 @@
 set -u
 BUILD=${BUILD:-build}
 cd "$(dirname "$0")/../.."
+data/make_kjv.sh >/dev/null
 for b in "$BUILD"/bench/bench_*; do
     [ -x "$b" ] || continue
     echo "== $(basename "$b")"
