@@ -68,6 +68,10 @@ struct model {
     struct tensor tmp, dx, dln;    // (N, C)
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
     struct tensor dgate, dup, dact; // (N, Fl)
+    struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
+
+    struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
+    int kv_head0, kv_replicas;
 
     void (*grad_ready)(void *ctx, size_t ready_from);
     void *grad_ready_ctx;
@@ -93,6 +97,7 @@ static struct tensor carve(struct carver *c, enum dtype dtype, size_t numel) {
 
 struct dims {
     int C, D, Hl, Hkvl, Fl, Vl, vocab_start, Vvalid, Lloc;
+    int kv_head0, kv_replicas; // first local key/value head; ranks holding each copy
     bool first, last, holds_wte;
 };
 
@@ -108,18 +113,24 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
     if ((cfg->d_model / cfg->n_heads) % 2)
         return error_set(err, STATUS_BAD_INPUT, "model: head size %d must be even for RoPE",
                          cfg->d_model / cfg->n_heads);
-    if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp || cfg->n_heads % tp ||
-        cfg->n_kv_heads % tp || cfg->ffn_dim % tp)
+    if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp || cfg->n_heads % tp || cfg->ffn_dim % tp ||
+        (cfg->n_kv_heads % tp && tp % cfg->n_kv_heads))
         return error_set(err, STATUS_BAD_INPUT,
-                         "model: tp %d must divide n_heads %d, n_kv_heads %d and ffn_dim %d", tp,
-                         cfg->n_heads, cfg->n_kv_heads, cfg->ffn_dim);
+                         "model: tp %d must divide n_heads %d and ffn_dim %d, and divide or be a "
+                         "multiple of n_kv_heads %d", tp, cfg->n_heads, cfg->ffn_dim, cfg->n_kv_heads);
     if (s->layer_begin < 0 || s->layer_end > cfg->n_layers || s->layer_begin >= s->layer_end)
         return error_set(err, STATUS_BAD_INPUT, "model: layer range [%d, %d) outside [0, %d)",
                          s->layer_begin, s->layer_end, cfg->n_layers);
     d->C = cfg->d_model;
     d->D = cfg->d_model / cfg->n_heads;
     d->Hl = cfg->n_heads / tp;
-    d->Hkvl = cfg->n_kv_heads / tp;
+    // n_kv_heads % tp == 0: each rank holds n_kv_heads / tp key/value heads.
+    // Otherwise (tp a multiple of n_kv_heads) the tp / n_kv_heads consecutive
+    // ranks whose query heads share a key/value head each hold a copy of it.
+    d->Hkvl = cfg->n_kv_heads % tp == 0 ? cfg->n_kv_heads / tp : 1;
+    d->kv_head0 = cfg->n_kv_heads % tp == 0 ? s->tp_rank * d->Hkvl
+                                            : s->tp_rank / (tp / cfg->n_kv_heads);
+    d->kv_replicas = cfg->n_kv_heads % tp == 0 ? 1 : tp / cfg->n_kv_heads;
     d->Fl = cfg->ffn_dim / tp;
     d->Vl = (cfg->vocab_size + tp - 1) / tp;
     d->vocab_start = s->tp_rank * d->Vl;
@@ -165,9 +176,9 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
         param_add(params, &n, &off, NAME("self_attn.q_proj.weight"), d->Hl * D, C, H * D, C,
                   tr * d->Hl * D, 0, d->Hl * D, true, false, std);
         param_add(params, &n, &off, NAME("self_attn.k_proj.weight"), d->Hkvl * D, C, Hkv * D, C,
-                  tr * d->Hkvl * D, 0, d->Hkvl * D, true, false, std);
+                  d->kv_head0 * D, 0, d->Hkvl * D, true, false, std);
         param_add(params, &n, &off, NAME("self_attn.v_proj.weight"), d->Hkvl * D, C, Hkv * D, C,
-                  tr * d->Hkvl * D, 0, d->Hkvl * D, true, false, std);
+                  d->kv_head0 * D, 0, d->Hkvl * D, true, false, std);
         param_add(params, &n, &off, NAME("self_attn.o_proj.weight"), C, d->Hl * D, C, H * D, 0,
                   tr * d->Hl * D, C, true, false, out_std);
         param_add(params, &n, &off, NAME("post_attention_layernorm.weight"), C, 1, C, 1, 0, 0, C,
@@ -186,9 +197,21 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
             param_add(params, &n, &off, "lm_head.weight", d->Vl, C, V, C, d->vocab_start, 0,
                       d->Vvalid, true, false, std);
     }
+    if (s->arena_multiple > 1) off = (off + s->arena_multiple - 1) / s->arena_multiple * s->arena_multiple;
     *total = off;
+    if (params) // who counts each tensor in the global gradient norm
+        for (int i = 0; i < n; i++) {
+            struct param_info *p = &params[i];
+            p->kv_shared = d->kv_replicas > 1 &&
+                           (strstr(p->name, ".k_proj.") || strstr(p->name, ".v_proj."));
+            p->norm_skip = (p->tp_replicated && tr != 0) ||
+                           (p->kv_shared && tr % d->kv_replicas != 0) ||
+                           (!strcmp(p->name, "model.embed_tokens.weight") && !d->first);
+        }
     return n;
 }
+
+static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
 
 // Carves the activation arena (base NULL: counts only).
 static void acts_layout(struct model *m, struct carver *c) {
@@ -235,9 +258,9 @@ static void acts_layout(struct model *m, struct carver *c) {
     m->dgate = carve(c, a, (size_t)N * Fl);
     m->dup = carve(c, a, (size_t)N * Fl);
     m->dact = carve(c, a, (size_t)N * Fl);
+    if (m->kv_replicas > 1)
+        m->kv_grad = carve(c, grad_dtype(a), (size_t)m->cfg.n_kv_heads * m->D * C);
 }
-
-static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
 
 // Fills the fields of m that the size table needs (no allocation).
 static enum status model_setup(struct model *m, const struct llama_config *cfg,
@@ -259,6 +282,7 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     m->C = d.C, m->D = d.D, m->Hl = d.Hl, m->Hkvl = d.Hkvl, m->Fl = d.Fl;
     m->Vl = d.Vl, m->vocab_start = d.vocab_start, m->Vvalid = d.Vvalid;
     m->n_local_layers = d.Lloc, m->first = d.first, m->last = d.last;
+    m->kv_head0 = d.kv_head0, m->kv_replicas = d.kv_replicas;
     size_t total;
     m->n_params = params_layout(cfg, shard, &d, NULL, &total);
     m->mem.n_params = total;
@@ -284,7 +308,7 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 }
 
 struct model_shard model_shard_full(const struct llama_config *cfg) {
-    struct model_shard s = {0, cfg->n_layers, 0, 1};
+    struct model_shard s = {0, cfg->n_layers, 0, 1, 0};
     return s;
 }
 
@@ -454,13 +478,36 @@ void model_zero_grad(struct model *m) { backend_memset0(m->be, m->grad_arena); }
 
 // ---- forward ---------------------------------------------------------------------
 
-// Sums a tensor-parallel partial result over the TP group. With tp = 1 the
-// partial is already the whole; the multi-rank reduction arrives with the
-// communication layer (issue 5).
-static void tp_all_reduce_sum(struct model *m, struct tensor t) {
-    CHECK(m->shard.tp_size == 1, "tensor parallel reduction not wired yet (tp=%d)", m->shard.tp_size);
+void model_set_tp_group(struct model *m, struct comm_group *tp) {
+    CHECK(!tp || tp->size == m->shard.tp_size, "TP group of %d ranks for a shard of tp %d",
+          tp ? tp->size : 0, m->shard.tp_size);
+    m->tp = tp;
 }
-static void tp_all_reduce_max(struct model *m, struct tensor t) { tp_all_reduce_sum(m, t); }
+
+// Sums (or maxes) a tensor-parallel partial result over the TP group, in place.
+static void tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
+    if (m->shard.tp_size == 1) return;
+    CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
+    backend_synchronize(m->be);
+    comm_all_reduce(m->tp, t.data, t.numel, t.dtype, op);
+}
+static void tp_all_reduce_sum(struct model *m, struct tensor t) { tp_all_reduce(m, t, COMM_SUM); }
+static void tp_all_reduce_max(struct model *m, struct tensor t) { tp_all_reduce(m, t, COMM_MAX); }
+
+void model_finish_grads(struct model *m) {
+    if (m->kv_replicas == 1) return;
+    size_t block = (size_t)m->D * m->C; // one key/value head's rows
+    for (int l = 0; l < m->n_local_layers; l++) {
+        struct tensor g[2] = {m->dblocks[l].wk, m->dblocks[l].wv};
+        for (int i = 0; i < 2; i++) {
+            backend_memset0(m->be, m->kv_grad);
+            struct tensor mine = tensor_slice(m->kv_grad, (size_t)m->kv_head0 * block, block);
+            backend_copy(m->be, mine, g[i], block);
+            tp_all_reduce_sum(m, m->kv_grad);
+            backend_copy(m->be, g[i], mine, block);
+        }
+    }
+}
 
 // y (N, out) = x (N, in) @ W^T, W (out, in) in PyTorch's Linear layout.
 static void linear(struct model *m, struct tensor y, struct tensor x, struct tensor w, int out,
@@ -539,18 +586,21 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
     *loss_sum = sum, *n_targets = count;
 }
 
-void model_microbatch_shape(const struct model *m, int *B, int *T, int *Vl) {
-    *B = m->B, *T = m->T, *Vl = m->Vl;
+void model_microbatch_shape(const struct model *m, int *B, int *T, int *V) {
+    *B = m->B, *T = m->T, *V = m->cfg.vocab_size;
 }
 
 void model_get_logits_at(struct model *m, int b, int t, double *out) {
     CHECK(m->last && b >= 0 && b < m->B && t >= 0 && t < m->T, "logits of (%d, %d)", b, t);
+    int tp = m->shard.tp_size;
     size_t es = dtype_size(m->dtype), row = (size_t)(b * m->T + t) * m->Vl;
-    void *host = xmalloc(m->Vl * es);
-    backend_to_host(m->be, host, (char *)m->logits.data + row * es, m->Vl * es);
-    for (int j = 0; j < m->Vl; j++)
-        out[j] = m->dtype == DTYPE_FP64 ? ((double *)host)[j] : ((float *)host)[j];
-    free(host);
+    char *all = xmalloc((size_t)tp * m->Vl * es);
+    char *mine = all + (size_t)m->shard.tp_rank * m->Vl * es;
+    backend_to_host(m->be, mine, (char *)m->logits.data + row * es, m->Vl * es);
+    if (tp > 1) comm_all_gather(m->tp, mine, all, m->Vl, m->dtype);
+    for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
+        out[j] = m->dtype == DTYPE_FP64 ? ((double *)all)[j] : ((float *)all)[j];
+    free(all);
 }
 
 void model_get_logits(struct model *m, double *out) {

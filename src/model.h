@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "common.h"
 #include "ops.h"
 
@@ -41,6 +42,8 @@ struct llama_config {
 struct model_shard {
     int layer_begin, layer_end; // layers [begin, end) of this pipeline stage
     int tp_rank, tp_size;       // tensor-parallel position
+    int arena_multiple;         // pad the parameter arena to a multiple of this many
+                                // elements (ZeRO-1 shards it evenly); 0: no padding
 };
 
 // The single-rank shard: every layer, tp = 1.
@@ -58,6 +61,8 @@ struct param_info {
     size_t numel;            // rows * cols
     bool decay;              // weight decay applies (matrices, not norm gains)
     bool tp_replicated;      // the same on every TP rank (norm gains)
+    bool kv_shared;          // a key/value head copied on several TP ranks (tp > n_kv_heads)
+    bool norm_skip;          // another rank counts this tensor in the global gradient norm
     float init_std;          // 0: initialised to ones (norm gains)
 };
 
@@ -109,6 +114,16 @@ void model_set_param(struct model *m, const struct param_info *p, const float *g
 void model_get_param(struct model *m, const struct param_info *p, double *local);
 void model_get_grad(struct model *m, const struct param_info *p, double *local);
 
+// The tensor-parallel group of this shard (shard.tp_size ranks); NULL or a
+// group of one rank for tp = 1. Must be set before the first forward when
+// tp > 1. The model all-reduces over it (Megatron's f and g operators).
+void model_set_tp_group(struct model *m, struct comm_group *tp);
+
+// After the last microbatch's backward: sums the partial gradients of
+// key/value heads held by several TP ranks (tp > n_kv_heads), so that every
+// copy receives the whole gradient. A no-op otherwise.
+void model_finish_grads(struct model *m);
+
 // Zeroes the gradient arena (start of a global batch).
 void model_zero_grad(struct model *m);
 
@@ -135,10 +150,12 @@ void model_backward(struct model *m, double loss_scale);
 void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
                                void *ctx);
 
-// The microbatch shape (B, T) and the local vocabulary width Vl of m.
-void model_microbatch_shape(const struct model *m, int *B, int *T, int *Vl);
+// The microbatch shape (B, T) of m and the global vocabulary size V.
+void model_microbatch_shape(const struct model *m, int *B, int *T, int *V);
 
-// Logits (Vl,) of row b, position t of the last forward, as double. Last stage.
+// Logits (V,) over the whole vocabulary of row b, position t of the last
+// forward, as double; the vocab shards are all-gathered over the TP group, so
+// with tp > 1 every rank of the group must call it. Last stage.
 void model_get_logits_at(struct model *m, int b, int t, double *out);
 
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,

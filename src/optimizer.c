@@ -1,13 +1,17 @@
-// optimizer.c: AdamW over the model's parameter arena (see optimizer.h).
+// optimizer.c: AdamW over the model's parameter arena, optionally ZeRO-1
+// sharded over data-parallel ranks (see optimizer.h).
 #include "optimizer.h"
 
 #include <math.h>
 
 struct optimizer {
     struct optimizer_config cfg;
+    struct parallel_groups groups;
     struct backend *be;
     struct model *model;
-    struct tensor m, v; // (n_params,) first and second moments
+    size_t begin, end;  // this rank's range of the parameter arena
+    struct tensor m, v; // (end - begin,) first and second moments
+    struct tensor gshard; // (end - begin,) reduce-scattered gradients (ZeRO-1)
     int step;           // steps taken
 };
 
@@ -27,20 +31,39 @@ double optimizer_clip_coef(const struct optimizer_config *c, double grad_norm) {
     return coef < 1.0 ? coef : 1.0;
 }
 
+static int group_size(struct comm_group *g) { return g ? g->size : 1; }
+static bool zero1(const struct optimizer *o) { return o->groups.zero_stage == 1 && group_size(o->groups.dp) > 1; }
+
 enum status optimizer_init(struct optimizer **out, struct backend *be, struct model *model,
-                           const struct optimizer_config *cfg, struct error *err) {
+                           const struct optimizer_config *cfg, const struct parallel_groups *groups,
+                           struct error *err) {
+    struct optimizer *o = xcalloc(1, sizeof *o);
+    o->cfg = *cfg, o->be = be, o->model = model;
+    if (groups) o->groups = *groups;
     struct tensor g = model_grad_arena(model);
-    size_t bytes = g.numel * dtype_size(g.dtype);
+    o->begin = 0, o->end = g.numel;
+    if (zero1(o)) {
+        int dp = o->groups.dp->size, d = o->groups.dp->rank;
+        if (g.numel % dp) {
+            free(o);
+            return error_set(err, STATUS_BAD_INPUT, "optimizer: ZeRO-1 needs the parameter arena "
+                             "(%zu elements) padded to a multiple of dp = %d", g.numel, dp);
+        }
+        size_t per = g.numel / dp;
+        o->begin = per * d, o->end = per * (d + 1);
+    }
+    size_t n = o->end - o->begin, bytes = n * dtype_size(g.dtype);
     void *m = backend_alloc(be, bytes), *v = backend_alloc(be, bytes);
-    if (!m || !v) {
-        backend_dealloc(be, m), backend_dealloc(be, v);
+    void *gs = zero1(o) ? backend_alloc(be, bytes) : NULL;
+    if (!m || !v || (zero1(o) && !gs)) {
+        backend_dealloc(be, m), backend_dealloc(be, v), backend_dealloc(be, gs);
+        free(o);
         return error_set(err, STATUS_RUNTIME, "optimizer: out of %s memory for 2 x %zu bytes of moments",
                          be->ops->name, bytes);
     }
-    struct optimizer *o = xcalloc(1, sizeof *o);
-    o->cfg = *cfg, o->be = be, o->model = model;
-    o->m = tensor_view(m, g.dtype, g.numel);
-    o->v = tensor_view(v, g.dtype, g.numel);
+    o->m = tensor_view(m, g.dtype, n);
+    o->v = tensor_view(v, g.dtype, n);
+    o->gshard = tensor_view(gs, g.dtype, gs ? n : 0);
     backend_memset0(be, o->m);
     backend_memset0(be, o->v);
     *out = o;
@@ -51,6 +74,7 @@ void optimizer_free(struct optimizer *o) {
     if (!o) return;
     backend_dealloc(o->be, o->m.data);
     backend_dealloc(o->be, o->v.data);
+    backend_dealloc(o->be, o->gshard.data);
     free(o);
 }
 
@@ -60,27 +84,62 @@ size_t optimizer_state_bytes(const struct optimizer *o) {
 
 int optimizer_steps_done(const struct optimizer *o) { return o->step; }
 
-double optimizer_grad_sum_squares(struct optimizer *o) {
+void optimizer_shard_range(const struct optimizer *o, size_t *begin, size_t *end) {
+    *begin = o->begin, *end = o->end;
+}
+
+// The part [lo, hi) of parameter p inside this rank's range; false if none.
+static bool overlap(const struct optimizer *o, const struct param_info *p, size_t *lo, size_t *hi) {
+    *lo = MAX(p->offset, o->begin);
+    *hi = MIN(p->offset + p->numel, o->end);
+    return *lo < *hi;
+}
+
+// The gradients of this rank's range: the shard buffer under ZeRO-1, else
+// the model's arena.
+static struct tensor grads_of_range(struct optimizer *o, size_t lo, size_t hi) {
+    if (zero1(o)) return tensor_slice(o->gshard, lo - o->begin, hi - lo);
+    return tensor_slice(model_grad_arena(o->model), lo, hi - lo);
+}
+
+double optimizer_prepare(struct optimizer *o) {
+    struct tensor g = model_grad_arena(o->model);
+    if (zero1(o)) {
+        backend_synchronize(o->be);
+        comm_reduce_scatter(o->groups.dp, g.data, o->gshard.data, o->gshard.numel, g.dtype, COMM_SUM);
+    }
     int n;
     const struct param_info *p = model_params(o->model, &n);
-    struct tensor g = model_grad_arena(o->model);
     double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += backend_sum_squares(o->be, tensor_slice(g, p[i].offset, p[i].numel), p[i].numel);
-    return sum;
+    for (int i = 0; i < n; i++) {
+        size_t lo, hi;
+        if (p[i].norm_skip || !overlap(o, &p[i], &lo, &hi)) continue;
+        sum += backend_sum_squares(o->be, grads_of_range(o, lo, hi), hi - lo);
+    }
+    if (zero1(o)) comm_all_reduce(o->groups.dp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    if (group_size(o->groups.tp) > 1) comm_all_reduce(o->groups.tp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    if (group_size(o->groups.pp) > 1) comm_all_reduce(o->groups.pp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    return sqrt(sum);
 }
 
 void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
     int n;
     const struct param_info *p = model_params(o->model, &n);
-    struct tensor w = model_param_arena(o->model), g = model_grad_arena(o->model);
+    struct tensor w = model_param_arena(o->model);
     struct tensor none = tensor_view(NULL, DTYPE_FP32, 0);
     o->step++;
     for (int i = 0; i < n; i++) {
-        size_t off = p[i].offset, k = p[i].numel;
-        backend_adamw(o->be, tensor_slice(w, off, k), none, tensor_slice(g, off, k),
-                      tensor_slice(o->m, off, k), tensor_slice(o->v, off, k), k, lr,
-                      o->cfg.beta1, o->cfg.beta2, o->cfg.eps,
-                      p[i].decay ? o->cfg.weight_decay : 0.0, grad_scale, o->step);
+        size_t lo, hi;
+        if (!overlap(o, &p[i], &lo, &hi)) continue;
+        size_t k = hi - lo, at = lo - o->begin;
+        backend_adamw(o->be, tensor_slice(w, lo, k), none, grads_of_range(o, lo, hi),
+                      tensor_slice(o->m, at, k), tensor_slice(o->v, at, k), k, lr, o->cfg.beta1,
+                      o->cfg.beta2, o->cfg.eps, p[i].decay ? o->cfg.weight_decay : 0.0,
+                      grad_scale, o->step);
+    }
+    if (zero1(o)) { // every rank gets the updated shards of the others
+        backend_synchronize(o->be);
+        void *mine = tensor_slice(w, o->begin, o->end - o->begin).data;
+        comm_all_gather(o->groups.dp, mine, w.data, o->end - o->begin, w.dtype);
     }
 }

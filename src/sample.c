@@ -63,7 +63,7 @@ void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, do
         char *text;
         size_t n;
         struct error err;
-        if (tokenizer_decode(tok, &tokens[len - 1], 1, &text, &n, &err) == STATUS_OK) {
+        if (f && tokenizer_decode(tok, &tokens[len - 1], 1, &text, &n, &err) == STATUS_OK) {
             fwrite(text, 1, n, f);
             free(text);
         }

@@ -14,8 +14,10 @@
 // position t depend only on tokens <= t, so one forward per new token reads
 // the logits at the last filled position (no KV cache: fine for samples).
 // temperature 0 is greedy; top_k 0 samples from the whole vocabulary.
-// Overwrites the model's activations (call between steps). Single-stage,
-// tp = 1 models only.
+// Overwrites the model's activations (call between steps). With tp > 1 every
+// rank of the TP group calls it (the forward and the logits are collective)
+// and draws the same tokens; f NULL: generate without printing.
+// Single-stage models only.
 void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
                   int top_k, uint64_t seed, FILE *f);
 

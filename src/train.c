@@ -32,7 +32,8 @@ struct trainer {
     struct model *model;
     struct optimizer *opt;
     struct optimizer_config oc;
-    struct grad_sync *sync;
+    struct grad_sync *sync;   // NULL under ZeRO-1
+    struct parallel_groups groups;
     struct tokenizer *tok;    // rank 0, for samples; NULL when missing
     int accum;                // microbatches per step on this rank
     int32_t *seqs;            // (B, T + 1) one microbatch from the loader
@@ -78,19 +79,18 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 
 // Features this build does not have yet are refused before any work.
 static enum status check_supported(const struct config *c, struct error *err) {
-    if (c->parallel.tp != 1 || c->parallel.pp != 1)
+    if (c->parallel.pp != 1)
         return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [parallel] tp = %d, pp = %d: tensor and pipeline parallelism are not "
-                         "in this build yet (expected tp = 1 and pp = 1; data parallel dp = N works)",
-                         c->file, c->parallel.tp, c->parallel.pp);
+                         "%s: [parallel] pp = %d: pipeline parallelism is not in this build yet "
+                         "(expected pp = 1; tp and dp work)", c->file, c->parallel.pp);
+    if (c->parallel.sequence_parallel)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: [parallel] sequence_parallel = true is not in this build yet "
+                         "(expected false)", c->file);
     if (c->precision.dtype != DTYPE_FP32)
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
                          c->file, dtype_name(c->precision.dtype));
-    if (c->parallel.zero_stage != 0)
-        return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [parallel] zero_stage = %d is not in this build yet (expected 0)",
-                         c->file, c->parallel.zero_stage);
     return STATUS_OK;
 }
 
@@ -162,12 +162,18 @@ static void setup(struct trainer *t, int argc, char **argv) {
     t->be = backend_cpu_init(c->system.threads);
     struct llama_config lc = llama_from(c);
     struct model_shard shard = model_shard_full(&lc);
+    shard.tp_rank = t->topo.coord.t, shard.tp_size = c->parallel.tp;
+    shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * dp : 0;
     if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
                    (uint64_t)c->train.seed, &err))
         fail_all(t, &err);
+    model_set_tp_group(t->model, &t->topo.tp_group);
+    t->groups = (struct parallel_groups){&t->topo.tp_group, &t->topo.pp_group, &t->topo.dp_group,
+                                         c->parallel.zero_stage};
     t->oc = optimizer_from(c);
-    if (optimizer_init(&t->opt, t->be, t->model, &t->oc, &err)) fail_here(&err);
-    t->sync = grad_sync_init(t->model, &t->topo.dp_group, (size_t)c->parallel.bucket_mb << 20);
+    if (optimizer_init(&t->opt, t->be, t->model, &t->oc, &t->groups, &err)) fail_here(&err);
+    if (c->parallel.zero_stage == 0)
+        t->sync = grad_sync_init(t->model, &t->topo.dp_group, (size_t)c->parallel.bucket_mb << 20);
 
     t->accum = c->train.global_batch_size / (B * dp);
     int T = c->train.seq_len;
@@ -187,6 +193,16 @@ static void setup(struct trainer *t, int argc, char **argv) {
                    optimizer_state_bytes(t->opt);
     t->peak_flops = measure_peak_flops(t);
 
+    // Samples come from the TP group of DP rank 0: each of its ranks loads the tokenizer.
+    if (t->topo.coord.d == 0 && c->train.sample_every > 0) {
+        char tok_path[CONFIG_PATH_MAX + 32];
+        if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
+        else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
+        if (tokenizer_load(tok_path, &t->tok, &err)) {
+            if (is_root(t)) fprintf(stderr, "trident: samples off: %s\n", err.msg);
+            t->tok = NULL;
+        }
+    }
     if (is_root(t)) {
         if (make_dirs(c->log.run_dir, &err)) fail_here(&err);
         char path[CONFIG_PATH_MAX + 32];
@@ -200,11 +216,6 @@ static void setup(struct trainer *t, int argc, char **argv) {
                       strerror(errno));
             fail_here(&err);
         }
-        char tok_path[CONFIG_PATH_MAX + 32];
-        if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
-        else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
-        if (c->train.sample_every > 0 && tokenizer_load(tok_path, &t->tok, &err))
-            fprintf(stderr, "trident: samples off: %s\n", err.msg), t->tok = NULL;
         printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
                world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
                c->system.device == DEVICE_CPU ? "cpu" : "cuda");
@@ -291,7 +302,7 @@ static void run(struct trainer *t) {
         for (int k = 0; k < t->accum; k++)
             next_microbatch(t, &t->train_loader, t->tokens + k * B * T, t->targets + k * B * T);
         struct train_step_result r;
-        train_step(t->model, t->opt, &t->oc, &t->topo.dp_group, t->sync, step, t->tokens,
+        train_step(t->model, t->opt, &t->oc, &t->groups, t->sync, step, t->tokens,
                    t->targets, t->accum, B, T, &r);
         if (!isfinite(r.loss)) {
             struct error err;
@@ -312,13 +323,14 @@ static void run(struct trainer *t) {
                 fflush(stdout), fflush(t->metrics);
             }
         }
-        if (is_root(t) && t->tok && c->train.sample_every > 0 &&
+        // The TP group of data-parallel rank 0 samples together; world rank 0 prints.
+        if (t->topo.coord.d == 0 && t->tok && c->train.sample_every > 0 &&
             ((step + 1) % c->train.sample_every == 0 || last)) {
-            printf("step %5d/%d | sample: ", step + 1, c->train.steps);
+            FILE *out = is_root(t) ? stdout : NULL;
+            if (out) printf("step %5d/%d | sample: ", step + 1, c->train.steps);
             sample_print(t->model, t->tok, c->train.sample_tokens, c->train.sample_temperature,
-                         c->train.sample_top_k, (uint64_t)c->train.seed + step, stdout);
-            printf("\n");
-            fflush(stdout);
+                         c->train.sample_top_k, (uint64_t)c->train.seed + step, out);
+            if (out) printf("\n"), fflush(stdout);
         }
     }
     double total = time_now_s() - start;
@@ -333,7 +345,7 @@ static void run(struct trainer *t) {
 static void teardown(struct trainer *t) {
     if (t->metrics) fclose(t->metrics);
     tokenizer_free(t->tok);
-    grad_sync_free(t->sync);
+    if (t->sync) grad_sync_free(t->sync);
     optimizer_free(t->opt);
     model_free(t->model);
     if (t->has_val) loader_free(&t->val_loader);

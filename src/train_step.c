@@ -1,11 +1,11 @@
 // train_step.c: accumulation over microbatches, clipping, AdamW (train_step.h).
 #include "train_step.h"
 
-#include <math.h>
 
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                struct comm_group *dp, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
+                const struct parallel_groups *groups, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
                 int T, struct train_step_result *out) {
+    struct comm_group *dp = groups && groups->dp && groups->dp->size > 1 ? groups->dp : NULL;
     size_t per_micro = (size_t)B * T;
     int64_t count = 0;
     for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
@@ -23,8 +23,9 @@ void train_step(struct model *m, struct optimizer *opt, const struct optimizer_c
         loss_sum += micro_sum;
     }
     if (sync) grad_sync_finish(sync);
+    model_finish_grads(m);
     if (dp) comm_all_reduce(dp, &loss_sum, 1, DTYPE_FP64, COMM_SUM);
-    double norm = sqrt(optimizer_grad_sum_squares(opt));
+    double norm = optimizer_prepare(opt);
     double coef = optimizer_clip_coef(cfg, norm);
     double lr = optimizer_lr(cfg, step);
     optimizer_step(opt, lr, coef);

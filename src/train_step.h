@@ -25,14 +25,15 @@ struct train_step_result {
 
 // Runs forward and backward on n_micro microbatches and one AdamW step.
 // tokens, targets: (n_micro, B, T) I32 host arrays (targets -100 = ignored)
-// of this data-parallel rank. dp: the data-parallel group (NULL: none), over
-// which the target count and the loss are summed; sync: its gradient
-// all-reduce (NULL: none), armed for the last microbatch's backward.
+// of this data-parallel rank. groups: the parallel groups (NULL: one rank);
+// the target count and the loss are summed over DP. sync: the overlapped DP
+// gradient all-reduce (NULL: none; also NULL under ZeRO-1, whose optimizer
+// reduce-scatters instead), armed for the last microbatch's backward.
 // step counts from 0 and selects the learning rate. When every target is
 // ignored, the loss is 0, the gradients are 0 and the step still runs
 // (weight decay only), so every rank takes the same number of steps.
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                struct comm_group *dp, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
+                const struct parallel_groups *groups, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
                 int T, struct train_step_result *out);
 
 #endif

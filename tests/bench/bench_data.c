@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
                                   .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                                   .grad_clip = 1.0};
     if (model_init(&m, be, &tiny, &shard, DTYPE_FP32, tB, tT, 1, &err) ||
-        optimizer_init(&optim, be, m, &oc, &err)) {
+        optimizer_init(&optim, be, m, &oc, NULL, &err)) {
         printf("bench_data: model: %s\n", err.msg);
         return 1;
     }

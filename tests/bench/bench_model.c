@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
     struct optimizer_config oc = {.lr = 6e-4, .min_lr = 6e-5, .warmup_steps = 1, .steps = steps + 1,
                                   .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                   .weight_decay = 0.1f, .grad_clip = 1.0f};
-    CHECK(!optimizer_init(&opt, be, m, &oc, &err), "%s", err.msg);
+    CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
 
     int n;
     const struct param_info *p = model_params(m, &n);

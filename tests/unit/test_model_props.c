@@ -102,7 +102,7 @@ static void test_accumulation(struct backend *be, enum dtype dt) {
     struct model *one = new_model(be, &cfg, dt, 2, T, 3), *two = new_model(be, &cfg, dt, 1, T, 3);
     struct optimizer *o1, *o2;
     struct error err;
-    CHECK(!optimizer_init(&o1, be, one, &oc, &err) && !optimizer_init(&o2, be, two, &oc, &err), "");
+    CHECK(!optimizer_init(&o1, be, one, &oc, NULL, &err) && !optimizer_init(&o2, be, two, &oc, NULL, &err), "");
     struct train_step_result r1, r2;
     train_step(one, o1, &oc, NULL, NULL, 0, tokens, targets, 1, 2, T, &r1);
     train_step(two, o2, &oc, NULL, NULL, 0, tokens, targets, 2, 1, T, &r2);

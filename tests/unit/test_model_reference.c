@@ -141,7 +141,7 @@ static void check_training(struct backend *be, struct fixture *fx, enum dtype dt
     };
     struct optimizer *opt;
     struct error err;
-    CHECK(!optimizer_init(&opt, be, m, &oc, &err), "%s", err.msg);
+    CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
     int32_t *tokens = read_ints(fx->f, "/train/tokens");
     int32_t *targets = read_ints(fx->f, "/train/targets");
     double *ref_loss = read_doubles(fx->f, "/train/losses", NULL);

@@ -47,7 +47,7 @@ int main(void) {
     struct optimizer_config oc = {.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 1, .steps = 4,
                                   .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                   .weight_decay = 0.1f, .grad_clip = 1.0f};
-    CHECK(!optimizer_init(&opt, be, m, &oc, &err), "%s", err.msg);
+    CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
     int32_t tokens[128], targets[128];
     for (int i = 0; i < n_micro * B * T; i++) tokens[i] = (i * 37) % 256, targets[i] = (i * 11) % 256;
     targets[5] = -100;
