@@ -222,10 +222,11 @@ static void setup(struct trainer *t, int argc, char **argv) {
         printf("---- resolved config (also in %s/config.ini) ----\n", c->log.run_dir);
         config_print(c, stdout);
         printf("----\n");
-        printf("model: %.2fM parameters; memory per rank: params %.1f MiB, grads %.1f MiB, "
-               "optimizer %.1f MiB, activations %.1f MiB\n", mem->n_params / 1e6,
-               mem->param_bytes / 1048576.0, mem->grad_bytes / 1048576.0,
-               optimizer_state_bytes(t->opt) / 1048576.0, mem->activation_bytes / 1048576.0);
+        printf("model: %.2fM parameters on this rank; memory per rank: params %.1f MiB, grads "
+               "%.1f MiB, optimizer %.1f MiB (%zu bytes%s), activations %.1f MiB\n",
+               mem->n_params / 1e6, mem->param_bytes / 1048576.0, mem->grad_bytes / 1048576.0,
+               optimizer_state_bytes(t->opt) / 1048576.0, optimizer_state_bytes(t->opt),
+               c->parallel.zero_stage == 1 ? ", ZeRO-1 shard" : "", mem->activation_bytes / 1048576.0);
         printf("data: %s: %llu train sequences, %llu validation sequences of %d tokens; "
                "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s)\n",
                c->data.path, (unsigned long long)t->ds->split_sequences[SPLIT_TRAIN],

@@ -75,6 +75,19 @@ for name in ("true-1-1-0", "true-2-2-0", "false-1-4-1"):
                 print(f"FAIL: {name} step {rec['step']} {key}: json {got} printed {val}")
         n += 1
     assert n == 20, f"{name}: {n} step records in metrics.jsonl"
+# ZeRO-1 divides the optimizer state per rank by dp (the startup memory report).
+def optimizer_mib(name):
+    for line in open(f"{tmp}/log-{name}"):
+        m = re.search(r"optimizer [\d.]+ MiB \((\d+) bytes", line)
+        if m: return int(m[1])
+    raise AssertionError(f"{name}: no memory report")
+for tp, dp in ((1, 2), (1, 4), (2, 2)):
+    full, sharded = optimizer_mib(f"true-{tp}-{dp}-0"), optimizer_mib(f"true-{tp}-{dp}-1")
+    ratio = full / sharded
+    print(f"(tp, dp) = ({tp}, {dp}): optimizer state {full} bytes without ZeRO, {sharded} bytes with ZeRO-1 (/{ratio:.2f})")
+    if abs(ratio - dp) > 0.05 * dp:
+        ok = False
+        print(f"FAIL: ZeRO-1 with dp={dp} divides optimizer state by {ratio:.2f}")
 base = steps("true-1-1-0")
 losses = [float(base[s][2]) for s in (1, 20)]
 assert losses[1] < losses[0] - 0.5, f"loss did not fall: {losses}"
