@@ -26,11 +26,11 @@ struct block {
 
 // Activations of one block saved for the backward pass.
 struct block_acts {
-    struct tensor ln1, rstd1;     // (N, C), (N,)
+    struct tensor ln1, rstd1;     // (N, C) all-gathered, (Ns,)
     struct tensor q, k, v;        // (B, T, Hl, D), (B, T, Hkvl, D) x2, after RoPE
     struct tensor att, lse;       // (B, T, Hl, D), (B, Hl, T)
-    struct tensor xmid;           // (N, C) residual after attention
-    struct tensor ln2, rstd2;     // (N, C), (N,)
+    struct tensor xmid;           // (Ns, C) residual after attention
+    struct tensor ln2, rstd2;     // (N, C) all-gathered, (Ns,)
     struct tensor gate, up, act;  // (N, Fl) each
 };
 
@@ -41,6 +41,8 @@ struct model {
     enum dtype dtype;       // weights and activations
     enum dtype stat;        // saved statistics: fp32, fp64 for an fp64 model
     int B, T, N;            // microbatch shape, N = B*T
+    int Ns;                 // rows of the residual stream: N / tp with sequence parallel, else N
+    bool sp;
     int C, D, Hl, Hkvl, Fl; // local widths
     int Vl, vocab_start, Vvalid;
     int n_local_layers;
@@ -57,15 +59,20 @@ struct model {
     struct block *blocks, *dblocks;
 
     // activations
-    struct tensor *x;              // (L_local + 1) residual streams (N, C)
+    struct tensor *x;              // (L_local + 1) residual streams (Ns, C)
     struct block_acts *acts;
-    struct tensor lnf, rstdf;      // (N, C), (N,)
+    struct tensor lnf, rstdf;      // (N, C), (Ns,)
     struct tensor logits, dlogits; // (N, Vl)
     struct tensor rowmax, partials, lse, loss; // (N,), (N, 3), (N,), (N,)
     struct tensor tokens, targets; // (N,) I32
     struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
     // backward scratch
-    struct tensor tmp, dx, dln;    // (N, C)
+    struct tensor tmp, dx, dln;    // (N, C), (Ns, C), (N, C)
+    // Sequence parallel: (Ns, C) norm output before its all-gather, row-parallel
+    // output after its reduce-scatter, input gradient after its reduce-scatter,
+    // and the all-gathered residual gradient (N, C). Without it each aliases
+    // its full-size twin (tmp, dln, dx) and the norm writes its saved output.
+    struct tensor norm_s, tmp_s, dln_s, dx_full;
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
     struct tensor dgate, dup, dact; // (N, Fl)
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
@@ -215,28 +222,28 @@ static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64
 
 // Carves the activation arena (base NULL: counts only).
 static void acts_layout(struct model *m, struct carver *c) {
-    int N = m->N, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
     enum dtype a = m->dtype, s = m->stat;
-    for (int l = 0; l <= m->n_local_layers; l++) m->x[l] = carve(c, a, (size_t)N * C);
+    for (int l = 0; l <= m->n_local_layers; l++) m->x[l] = carve(c, a, (size_t)Ns * C);
     for (int l = 0; l < m->n_local_layers; l++) {
         struct block_acts *b = &m->acts[l];
         b->ln1 = carve(c, a, (size_t)N * C);
-        b->rstd1 = carve(c, s, N);
+        b->rstd1 = carve(c, s, Ns);
         b->q = carve(c, a, (size_t)N * HD);
         b->k = carve(c, a, (size_t)N * KD);
         b->v = carve(c, a, (size_t)N * KD);
         b->att = carve(c, a, (size_t)N * HD);
         b->lse = carve(c, s, (size_t)N * m->Hl);
-        b->xmid = carve(c, a, (size_t)N * C);
+        b->xmid = carve(c, a, (size_t)Ns * C);
         b->ln2 = carve(c, a, (size_t)N * C);
-        b->rstd2 = carve(c, s, N);
+        b->rstd2 = carve(c, s, Ns);
         b->gate = carve(c, a, (size_t)N * Fl);
         b->up = carve(c, a, (size_t)N * Fl);
         b->act = carve(c, a, (size_t)N * Fl);
     }
     if (m->last) {
         m->lnf = carve(c, a, (size_t)N * C);
-        m->rstdf = carve(c, s, N);
+        m->rstdf = carve(c, s, Ns);
         m->logits = carve(c, a, (size_t)N * m->Vl);
         m->dlogits = carve(c, a, (size_t)N * m->Vl);
         m->rowmax = carve(c, s, N);
@@ -249,8 +256,17 @@ static void acts_layout(struct model *m, struct carver *c) {
     m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->tmp = carve(c, a, (size_t)N * C);
-    m->dx = carve(c, a, (size_t)N * C);
+    m->dx = carve(c, a, (size_t)Ns * C);
     m->dln = carve(c, a, (size_t)N * C);
+    if (m->sp) {
+        m->norm_s = carve(c, a, (size_t)Ns * C);
+        m->tmp_s = carve(c, a, (size_t)Ns * C);
+        m->dln_s = carve(c, a, (size_t)Ns * C);
+        m->dx_full = carve(c, a, (size_t)N * C);
+    } else {
+        m->norm_s = tensor_view(NULL, a, 0); // unused: norms write their saved output
+        m->tmp_s = m->tmp, m->dln_s = m->dln, m->dx_full = m->dx;
+    }
     m->datt = carve(c, a, (size_t)N * HD);
     m->dq = carve(c, a, (size_t)N * HD);
     m->dk = carve(c, a, (size_t)N * KD);
@@ -279,6 +295,11 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     m->cfg = *cfg, m->shard = *shard, m->dtype = dtype;
     m->stat = dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
     m->B = B, m->T = T, m->N = B * T;
+    m->sp = shard->sequence_parallel && shard->tp_size > 1;
+    if (m->sp && m->N % shard->tp_size)
+        return error_set(err, STATUS_BAD_INPUT, "model: sequence parallel needs B*T = %d rows "
+                         "divisible by tp = %d", m->N, shard->tp_size);
+    m->Ns = m->sp ? m->N / shard->tp_size : m->N;
     m->C = d.C, m->D = d.D, m->Hl = d.Hl, m->Hkvl = d.Hkvl, m->Fl = d.Fl;
     m->Vl = d.Vl, m->vocab_start = d.vocab_start, m->Vvalid = d.Vvalid;
     m->n_local_layers = d.Lloc, m->first = d.first, m->last = d.last;
@@ -308,7 +329,7 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 }
 
 struct model_shard model_shard_full(const struct llama_config *cfg) {
-    struct model_shard s = {0, cfg->n_layers, 0, 1, 0};
+    struct model_shard s = {0, cfg->n_layers, 0, 1, 0, false};
     return s;
 }
 
@@ -494,7 +515,37 @@ static void tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
 static void tp_all_reduce_sum(struct model *m, struct tensor t) { tp_all_reduce(m, t, COMM_SUM); }
 static void tp_all_reduce_max(struct model *m, struct tensor t) { tp_all_reduce(m, t, COMM_MAX); }
 
+// full (N, C) = the all-gather over TP of part (Ns, C), under sequence
+// parallelism (Megatron's g); without it part already is full.
+static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
+    if (!m->sp) return;
+    backend_synchronize(m->be);
+    comm_all_gather(m->tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
+}
+
+// Completes a TP-partial (N, C) result: under sequence parallelism the
+// reduce-scatter of full into part (Ns, C) (Megatron's g-bar); without it the
+// all-reduce of full in place (part aliases full).
+static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
+    if (!m->sp) {
+        tp_all_reduce_sum(m, full);
+        return;
+    }
+    backend_synchronize(m->be);
+    comm_reduce_scatter(m->tp, full.data, part.data, (size_t)m->Ns * m->C, full.dtype, COMM_SUM);
+}
+
+// Where a norm writes: the (Ns, C) scratch before its all-gather into saved,
+// or saved itself without sequence parallelism.
+static struct tensor norm_out(struct model *m, struct tensor saved) {
+    return m->sp ? m->norm_s : saved;
+}
+
 void model_finish_grads(struct model *m) {
+    if (m->sp) // each rank's norm-gain gradient covers only its rows
+        for (int i = 0; i < m->n_params; i++)
+            if (m->params[i].tp_replicated)
+                tp_all_reduce_sum(m, tensor_slice(m->grad_arena, m->params[i].offset, m->params[i].numel));
     if (m->kv_replicas == 1) return;
     size_t block = (size_t)m->D * m->C; // one key/value head's rows
     for (int l = 0; l < m->n_local_layers; l++) {
@@ -519,9 +570,11 @@ static void block_forward(struct model *m, int l) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[l];
     struct block_acts *a = &m->acts[l];
-    int N = m->N, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     float eps = m->cfg.norm_eps;
-    backend_rmsnorm_forward(be, a->ln1, a->rstd1, m->x[l], w->ln1_w, N, C, eps);
+    struct tensor n1 = norm_out(m, a->ln1), n2 = norm_out(m, a->ln2);
+    backend_rmsnorm_forward(be, n1, a->rstd1, m->x[l], w->ln1_w, Ns, C, eps);
+    sp_gather(m, a->ln1, n1);
     linear(m, a->q, a->ln1, w->wq, HD, C);
     linear(m, a->k, a->ln1, w->wk, KD, C);
     linear(m, a->v, a->ln1, w->wv, KD, C);
@@ -529,22 +582,25 @@ static void block_forward(struct model *m, int l) {
     backend_rope_forward(be, a->k, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
     backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, m->B, m->T, m->Hl, m->Hkvl, m->D);
     linear(m, m->tmp, a->att, w->wo, C, HD);
-    tp_all_reduce_sum(m, m->tmp);
-    backend_add(be, a->xmid, m->x[l], m->tmp, (size_t)N * C);
-    backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, N, C, eps);
+    sp_reduce(m, m->tmp_s, m->tmp);
+    backend_add(be, a->xmid, m->x[l], m->tmp_s, (size_t)Ns * C);
+    backend_rmsnorm_forward(be, n2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
+    sp_gather(m, a->ln2, n2);
     linear(m, a->gate, a->ln2, w->wgate, m->Fl, C);
     linear(m, a->up, a->ln2, w->wup, m->Fl, C);
-    backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * m->Fl);
+    backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
     linear(m, m->tmp, a->act, w->wdown, C, m->Fl);
-    tp_all_reduce_sum(m, m->tmp);
-    backend_add(be, m->x[l + 1], a->xmid, m->tmp, (size_t)N * C);
+    sp_reduce(m, m->tmp_s, m->tmp);
+    backend_add(be, m->x[l + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
 }
 
 // Loss of each row from the logits, composed across the vocab shards.
 static void head_forward(struct model *m) {
     struct backend *be = m->be;
     int N = m->N, C = m->C, L = m->n_local_layers;
-    backend_rmsnorm_forward(be, m->lnf, m->rstdf, m->x[L], m->norm_w, N, C, m->cfg.norm_eps);
+    struct tensor nf = norm_out(m, m->lnf);
+    backend_rmsnorm_forward(be, nf, m->rstdf, m->x[L], m->norm_w, m->Ns, C, m->cfg.norm_eps);
+    sp_gather(m, m->lnf, nf);
     linear(m, m->logits, m->lnf, m->head, m->Vl, C);
     backend_ce_row_max(be, m->rowmax, m->logits, N, m->Vl, m->Vvalid);
     tp_all_reduce_max(m, m->rowmax);
@@ -561,8 +617,11 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
     *loss_sum = 0, *n_targets = 0;
     if (m->first) {
         backend_to_device(be, m->tokens.data, tokens, (size_t)m->N * sizeof(int32_t));
-        backend_embedding_forward(be, m->x[0], m->wte, m->tokens, m->N, m->C, m->vocab_start, m->Vl);
-        tp_all_reduce_sum(m, m->x[0]);
+        // Each vocab shard looks up its own ids (zero rows elsewhere); the
+        // sum over TP completes the lookup (reduce-scattered under SP).
+        struct tensor e = m->sp ? m->tmp : m->x[0];
+        backend_embedding_forward(be, e, m->wte, m->tokens, m->N, m->C, m->vocab_start, m->Vl);
+        sp_reduce(m, m->x[0], e);
     }
     for (int l = 0; l < m->n_local_layers; l++) block_forward(m, l);
     if (!m->last) return;
@@ -622,23 +681,25 @@ static void linear_backward(struct model *m, struct tensor dx, float beta_dx, st
     backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
 }
 
-// On entry m->dx holds d x[l+1]; on exit d x[l].
+// On entry m->dx (Ns, C) holds d x[l+1]; on exit d x[l].
 static void block_backward(struct model *m, int l) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[l], *dw = &m->dblocks[l];
     struct block_acts *a = &m->acts[l];
-    int N = m->N, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
     // x[l+1] = xmid + down(act): d xmid += dx through the residual.
-    backend_matmul(be, m->dact, m->dx, w->wdown, N, Fl, C, false, false, 1.0f, 0.0f);
-    backend_matmul(be, dw->wdown, m->dx, a->act, C, Fl, N, true, false, 1.0f, 1.0f);
+    sp_gather(m, m->dx_full, m->dx);
+    backend_matmul(be, m->dact, m->dx_full, w->wdown, N, Fl, C, false, false, 1.0f, 0.0f);
+    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, false, 1.0f, 1.0f);
     backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
     linear_backward(m, m->dln, 0.0f, dw->wgate, m->dgate, a->ln2, w->wgate, Fl, C);
     linear_backward(m, m->dln, 1.0f, dw->wup, m->dup, a->ln2, w->wup, Fl, C);
-    tp_all_reduce_sum(m, m->dln);
-    backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln, a->xmid, w->ln2_w, a->rstd2, N, C);
+    sp_reduce(m, m->dln_s, m->dln);
+    backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
     // xmid = x[l] + o(att)
-    backend_matmul(be, m->datt, m->dx, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
-    backend_matmul(be, dw->wo, m->dx, a->att, C, HD, N, true, false, 1.0f, 1.0f);
+    sp_gather(m, m->dx_full, m->dx);
+    backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
+    backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
     backend_attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
                                m->B, m->T, m->Hl, m->Hkvl, m->D);
     backend_rope_backward(be, m->dq, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
@@ -646,8 +707,8 @@ static void block_backward(struct model *m, int l) {
     linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, a->ln1, w->wq, HD, C);
     linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, a->ln1, w->wk, KD, C);
     linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, a->ln1, w->wv, KD, C);
-    tp_all_reduce_sum(m, m->dln);
-    backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln, m->x[l], w->ln1_w, a->rstd1, N, C);
+    sp_reduce(m, m->dln_s, m->dln);
+    backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, m->x[l], w->ln1_w, a->rstd1, Ns, C);
 }
 
 void model_backward(struct model *m, double loss_scale) {
@@ -658,9 +719,10 @@ void model_backward(struct model *m, double loss_scale) {
                             m->vocab_start, m->cfg.vocab_size, m->cfg.label_smoothing,
                             IGNORE_INDEX, loss_scale);
         linear_backward(m, m->dln, 0.0f, m->dhead, m->dlogits, m->lnf, m->head, m->Vl, C);
-        tp_all_reduce_sum(m, m->dln);
+        sp_reduce(m, m->dln_s, m->dln);
         backend_memset0(be, m->dx);
-        backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln, m->x[L], m->norm_w, m->rstdf, N, C);
+        backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln_s, m->x[L], m->norm_w, m->rstdf,
+                                 m->Ns, C);
         // A tied embedding sits at offset 0, so it is not final before the end.
         grads_ready(m, m->head_offset);
     }
@@ -668,7 +730,9 @@ void model_backward(struct model *m, double loss_scale) {
         block_backward(m, l);
         grads_ready(m, m->block_offset[l]);
     }
-    if (m->first)
-        backend_embedding_backward(be, m->dwte, m->dx, m->tokens, N, C, m->vocab_start, m->Vl);
+    if (m->first) {
+        sp_gather(m, m->dx_full, m->dx);
+        backend_embedding_backward(be, m->dwte, m->dx_full, m->tokens, N, C, m->vocab_start, m->Vl);
+    }
     grads_ready(m, 0);
 }

@@ -44,6 +44,8 @@ struct model_shard {
     int tp_rank, tp_size;       // tensor-parallel position
     int arena_multiple;         // pad the parameter arena to a multiple of this many
                                 // elements (ZeRO-1 shards it evenly); 0: no padding
+    bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
+                                // N / tp rows; all-gather / reduce-scatter over TP
 };
 
 // The single-rank shard: every layer, tp = 1.
@@ -119,9 +121,10 @@ void model_get_grad(struct model *m, const struct param_info *p, double *local);
 // tp > 1. The model all-reduces over it (Megatron's f and g operators).
 void model_set_tp_group(struct model *m, struct comm_group *tp);
 
-// After the last microbatch's backward: sums the partial gradients of
-// key/value heads held by several TP ranks (tp > n_kv_heads), so that every
-// copy receives the whole gradient. A no-op otherwise.
+// After the last microbatch's backward: sums over the TP group the partial
+// gradients of tensors that several TP ranks hold: key/value heads copied
+// when tp > n_kv_heads, and the norm gains under sequence parallelism (each
+// rank saw only its rows). A no-op otherwise.
 void model_finish_grads(struct model *m);
 
 // Zeroes the gradient arena (start of a global batch).

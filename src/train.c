@@ -83,10 +83,6 @@ static enum status check_supported(const struct config *c, struct error *err) {
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: [parallel] pp = %d: pipeline parallelism is not in this build yet "
                          "(expected pp = 1; tp and dp work)", c->file, c->parallel.pp);
-    if (c->parallel.sequence_parallel)
-        return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [parallel] sequence_parallel = true is not in this build yet "
-                         "(expected false)", c->file);
     if (c->precision.dtype != DTYPE_FP32)
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
@@ -164,6 +160,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
     struct model_shard shard = model_shard_full(&lc);
     shard.tp_rank = t->topo.coord.t, shard.tp_size = c->parallel.tp;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * dp : 0;
+    shard.sequence_parallel = c->parallel.sequence_parallel;
     if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
                    (uint64_t)c->train.seed, &err))
         fail_all(t, &err);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_layouts.sh: every parallel layout trains the single-rank model to the
 # single-rank numbers. Runs of 20 steps with the same global batch (8
-# sequences) in layouts (tp, dp, zero_stage) must log the same loss and
+# sequences) in layouts (tp, dp, zero_stage, sequence_parallel) must log the same loss and
 # gradient norm at every step as (1, 1, 0) within 1e-5 relative (fp32); tied
 # and untied embeddings; vocab 510 (not a multiple of tp = 4: padded shards)
 # and n_kv_heads = 2 < tp = 4 (replicated key/value heads).
@@ -13,13 +13,14 @@ cd "$(dirname "$0")/../.."
 source tests/e2e/lib/train_env.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 small_dataset "$tmp"
-layouts="1,1,0 1,2,0 1,4,0 2,1,0 4,1,0 2,2,0 1,2,1 2,2,1 1,4,1"
+layouts="1,1,0,0 1,2,0,0 1,4,0,0 2,1,0,0 4,1,0,0 2,2,0,0 1,2,1,0 2,2,1,0 1,4,1,0 2,1,0,1 4,1,0,1 2,2,1,1"
 for tied in true false; do
     for l in $layouts; do
-        IFS=, read -r tp dp zero <<<"$l"
-        name="$tied-$tp-$dp-$zero"
+        IFS=, read -r tp dp zero sp <<<"$l"
+        name="$tied-$tp-$dp-$zero-$sp"
         timeout 300 $MPIRUN -np $((tp * dp)) "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
             parallel.tp=$tp parallel.dp=$dp parallel.zero_stage=$zero model.tie_embeddings=$tied \
+            parallel.sequence_parallel=$sp \
             log.run_dir="$tmp/run-$name" > "$tmp/log-$name" 2>&1 \
             || { echo "FAIL: $name run exited $?"; tail -20 "$tmp/log-$name"; exit 1; }
     done
@@ -35,7 +36,7 @@ def steps(name):
     return out
 ok = True
 for tied in ("true", "false"):
-    ref = f"{tied}-1-1-0"
+    ref = f"{tied}-1-1-0-0"
     base = steps(ref)
     assert len(base) == 20, f"{ref} logged {len(base)} steps, expected 20"
     for l in layouts[1:]:
@@ -51,9 +52,9 @@ for tied in ("true", "false"):
                 if rel > 1e-5:
                     ok = False
                     print(f"FAIL: {name} step {s} {what}: {b} vs {a} in {ref} (rel {rel:.2e})")
-        print(f"tied={tied} (tp, dp, zero) = ({l}): 20 steps match (worst rel {worst:.1e}, final loss {other[20][2]})")
+        print(f"tied={tied} (tp, dp, zero, sp) = ({l}): 20 steps match (worst rel {worst:.1e}, final loss {other[20][2]})")
 # metrics.jsonl against the printed lines
-for name in ("true-1-1-0", "true-2-2-0", "false-1-4-1"):
+for name in ("true-1-1-0-0", "true-2-2-0-0", "false-1-4-1-0"):
     printed = steps(name)
     n = 0
     for line in open(f"{tmp}/run-{name}/metrics.jsonl"):
@@ -82,13 +83,13 @@ def optimizer_mib(name):
         if m: return int(m[1])
     raise AssertionError(f"{name}: no memory report")
 for tp, dp in ((1, 2), (1, 4), (2, 2)):
-    full, sharded = optimizer_mib(f"true-{tp}-{dp}-0"), optimizer_mib(f"true-{tp}-{dp}-1")
+    full, sharded = optimizer_mib(f"true-{tp}-{dp}-0-0"), optimizer_mib(f"true-{tp}-{dp}-1-0")
     ratio = full / sharded
     print(f"(tp, dp) = ({tp}, {dp}): optimizer state {full} bytes without ZeRO, {sharded} bytes with ZeRO-1 (/{ratio:.2f})")
     if abs(ratio - dp) > 0.05 * dp:
         ok = False
         print(f"FAIL: ZeRO-1 with dp={dp} divides optimizer state by {ratio:.2f}")
-base = steps("true-1-1-0")
+base = steps("true-1-1-0-0")
 losses = [float(base[s][2]) for s in (1, 20)]
 assert losses[1] < losses[0] - 0.5, f"loss did not fall: {losses}"
 sys.exit(0 if ok else 1)
