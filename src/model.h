@@ -38,9 +38,13 @@ struct llama_config {
     float label_smoothing;
 };
 
+enum { MODEL_MAX_CHUNKS = 8 };
+
 // Which part of the model this rank holds.
 struct model_shard {
-    int layer_begin, layer_end; // layers [begin, end) of this pipeline stage
+    int n_chunks;               // model chunks (virtual pipeline stages) on this rank
+    int layer_begin[MODEL_MAX_CHUNKS], layer_end[MODEL_MAX_CHUNKS]; // layers of each chunk
+    int n_slots;                // activation slots: microbatches in flight (0 or 1: one)
     int tp_rank, tp_size;       // tensor-parallel position
     int arena_multiple;         // pad the parameter arena to a multiple of this many
                                 // elements (ZeRO-1 shards it evenly); 0: no padding
@@ -48,8 +52,12 @@ struct model_shard {
                                 // N / tp rows; all-gather / reduce-scatter over TP
 };
 
-// The single-rank shard: every layer, tp = 1.
+// The single-rank shard: every layer, tp = 1, one slot.
 struct model_shard model_shard_full(const struct llama_config *cfg);
+// Stage s of p with v chunks (Narayanan et al. 2021 §2.2): chunk c is virtual
+// stage u = c p + s and holds layers [u L / (p v), (u + 1) L / (p v)). tp = 1
+// and one slot: the caller sets tp_rank, tp_size and n_slots.
+struct model_shard model_shard_pipeline(const struct llama_config *cfg, int p, int s, int v);
 
 // One parameter tensor of this rank, in the parameter arena. Its local block
 // (rows, cols) sits at (row_offset, col_offset) of the global (grows, gcols).
@@ -73,7 +81,8 @@ struct param_info {
 struct model_memory {
     size_t param_bytes;      // weights in the model dtype
     size_t grad_bytes;       // gradients (fp32, fp64 for an fp64 model)
-    size_t activation_bytes; // saved activations + backward scratch for (B, T)
+    size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
+    size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t n_params;         // elements of this rank's parameters
 };
 
@@ -142,6 +151,26 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
 // (+=) into the gradient arena. loss_scale multiplies d(loss_sum): pass
 // 1 / (non-ignored targets of the whole global batch) for a mean loss.
 void model_backward(struct model *m, double loss_scale);
+
+// Pipeline-stage passes. Forward of model chunk `chunk` of one microbatch
+// into activation slot `slot`: the first virtual stage reads tokens (B, T)
+// I32 host ids, the others `in` (Ns, C) in the model dtype (the previous
+// stage's output, Ns = B*T/tp under sequence parallelism, else B*T); the last
+// virtual stage reads targets (B, T) and returns the loss sum and count (as
+// model_forward), the others write `out` (Ns, C).
+void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
+                         const void *in, const int32_t *targets, void *out, double *loss_sum,
+                         long *n_targets);
+// Backward of that forward (same chunk and slot): dout (Ns, C) the gradient of
+// the chunk's output (ignored on the last virtual stage, which starts from the
+// loss times loss_scale); din (Ns, C) receives the gradient of its input
+// (ignored on the first virtual stage). Accumulates into the gradient arena.
+void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
+                          const void *dout, void *din);
+// Elements of one activation message between stages: Ns * C.
+size_t model_stage_message_numel(const struct model *m);
+// High-water mark of activation slots used since model_init (1 + largest index).
+int model_slots_used(const struct model *m);
 
 // Gradient-ready hook: during model_backward, called with an element offset
 // `ready_from` each time the gradients of parameter-arena elements

@@ -1,0 +1,109 @@
+// model_internal.h: the private state of struct model, shared by model.c
+// (layout, arenas, parameters) and model_pass.c (forward and backward).
+#ifndef TRIDENT_MODEL_INTERNAL_H
+#define TRIDENT_MODEL_INTERNAL_H
+
+#include "model.h"
+
+enum { IGNORE_INDEX = -100, ALIGN_ELEMS = 16 };
+
+// Weights of one decoder block (views into the parameter or gradient arena).
+struct block {
+    struct tensor ln1_w;  // (C,)
+    struct tensor wq;     // (Hl*D, C)
+    struct tensor wk;     // (Hkvl*D, C)
+    struct tensor wv;     // (Hkvl*D, C)
+    struct tensor wo;     // (C, Hl*D)
+    struct tensor ln2_w;  // (C,)
+    struct tensor wgate;  // (Fl, C)
+    struct tensor wup;    // (Fl, C)
+    struct tensor wdown;  // (C, Fl)
+};
+
+// Activations of one block saved for the backward pass.
+struct block_acts {
+    struct tensor ln1, rstd1;     // (N, C) all-gathered, (Ns,)
+    struct tensor q, k, v;        // (B, T, Hl, D), (B, T, Hkvl, D) x2, after RoPE
+    struct tensor att, lse;       // (B, T, Hl, D), (B, Hl, T)
+    struct tensor xmid;           // (Ns, C) residual after attention
+    struct tensor ln2, rstd2;     // (N, C) all-gathered, (Ns,)
+    struct tensor gate, up, act;  // (N, Fl) each
+};
+
+// What one microbatch in flight keeps between its forward and its backward
+// through one model chunk: a pipeline stage holds up to n_slots of these.
+struct slot {
+    struct tensor *x;              // (max_layers + 1) residual streams (Ns, C)
+    struct block_acts *acts;       // (max_layers)
+    struct tensor lnf, rstdf;      // (N, C), (Ns,)        last stage only
+    struct tensor logits, dlogits; // (N, Vl)               last stage only
+    struct tensor rowmax, partials, lse, loss; // (N,), (N, 3), (N,), (N,)
+    struct tensor tokens, targets; // (N,) I32
+};
+
+struct model {
+    struct llama_config cfg;
+    struct model_shard shard;
+    struct backend *be;
+    enum dtype dtype;       // weights and activations
+    enum dtype stat;        // saved statistics: fp32, fp64 for an fp64 model
+    int B, T, N;            // microbatch shape, N = B*T
+    int Ns;                 // rows of the residual stream: N / tp with sequence parallel, else N
+    bool sp;
+    int C, D, Hl, Hkvl, Fl; // local widths
+    int Vl, vocab_start, Vvalid;
+    int n_local_layers;     // over all chunks
+    int block0[MODEL_MAX_CHUNKS]; // index of each chunk's first block in blocks
+    int max_layers;         // of one chunk
+    bool first, last;       // holds the first / last virtual stage
+
+    int n_params;
+    struct param_info *params;
+    struct model_memory mem;
+    struct tensor param_arena, grad_arena, act_arena;
+
+    struct tensor wte, dwte;       // (Vl, C) embedding, when held
+    struct tensor norm_w, dnorm_w; // (C,) final norm (last stage)
+    struct tensor head, dhead;     // (Vl, C) lm_head or the tied embedding
+    struct block *blocks, *dblocks;
+
+    struct slot *slots;            // (n_slots)
+    int slots_used;                // high-water mark: 1 + the largest slot index used
+    struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
+    // backward scratch
+    struct tensor tmp, dx, dln;    // (N, C), (Ns, C), (N, C)
+    // Sequence parallel: (Ns, C) norm output before its all-gather, row-parallel
+    // output after its reduce-scatter, input gradient after its reduce-scatter,
+    // and the all-gathered residual gradient (N, C). Without it each aliases
+    // its full-size twin (tmp, dln, dx) and the norm writes its saved output.
+    struct tensor norm_s, tmp_s, dln_s, dx_full;
+    struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
+    struct tensor dgate, dup, dact; // (N, Fl)
+    struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
+
+    struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
+    int kv_head0, kv_replicas;
+
+    void (*grad_ready)(void *ctx, size_t ready_from);
+    void *grad_ready_ctx;
+    size_t *block_offset;          // (L_local,) arena offset of each block's first parameter
+    size_t head_offset;            // arena offset of model.norm.weight (last stage)
+
+    double *host_loss;             // (N,)
+};
+
+static inline int model_chunk_layers(const struct model *m, int chunk) {
+    return m->shard.layer_end[chunk] - m->shard.layer_begin[chunk];
+}
+static inline bool model_chunk_first(const struct model *m, int chunk) {
+    return chunk == 0 && m->first;
+}
+static inline bool model_chunk_last(const struct model *m, int chunk) {
+    return chunk == m->shard.n_chunks - 1 && m->last;
+}
+
+// Sums (or maxes) a tensor-parallel partial result over the TP group, in place
+// (model_pass.c). A no-op for tp = 1.
+void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op);
+
+#endif

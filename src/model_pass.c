@@ -1,0 +1,290 @@
+// model_pass.c: forward and backward passes of the decoder (model.h) for one
+// model chunk of one microbatch, with the tensor- and sequence-parallel
+// communication of Megatron-LM (Shoeybi et al. 2019 §3; Korthikanti et al.
+// 2022 §4.2.2: the g / g-bar conjugate all-gather and reduce-scatter).
+#include <string.h>
+
+#include "model.h"
+#include "model_internal.h"
+
+void model_set_tp_group(struct model *m, struct comm_group *tp) {
+    CHECK(!tp || tp->size == m->shard.tp_size, "TP group of %d ranks for a shard of tp %d",
+          tp ? tp->size : 0, m->shard.tp_size);
+    m->tp = tp;
+}
+
+void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
+    if (m->shard.tp_size == 1) return;
+    CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
+    backend_synchronize(m->be);
+    comm_all_reduce(m->tp, t.data, t.numel, t.dtype, op);
+}
+static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t, COMM_SUM); }
+
+// full (N, C) = the all-gather over TP of part (Ns, C), under sequence
+// parallelism (Megatron's g); without it part already is full.
+static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
+    if (!m->sp) return;
+    backend_synchronize(m->be);
+    comm_all_gather(m->tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
+}
+
+// Completes a TP-partial (N, C) result: under sequence parallelism the
+// reduce-scatter of full into part (Ns, C) (Megatron's g-bar); without it the
+// all-reduce of full in place (part aliases full).
+static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
+    if (!m->sp) {
+        tp_sum(m, full);
+        return;
+    }
+    backend_synchronize(m->be);
+    comm_reduce_scatter(m->tp, full.data, part.data, (size_t)m->Ns * m->C, full.dtype, COMM_SUM);
+}
+
+// Where a norm writes: the (Ns, C) scratch before its all-gather into saved,
+// or saved itself without sequence parallelism.
+static struct tensor norm_out(struct model *m, struct tensor saved) {
+    return m->sp ? m->norm_s : saved;
+}
+
+static void grads_ready(struct model *m, size_t from) {
+    if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, from);
+}
+
+void model_finish_grads(struct model *m) {
+    if (m->sp) // each rank's norm-gain gradient covers only its rows
+        for (int i = 0; i < m->n_params; i++)
+            if (m->params[i].tp_replicated)
+                tp_sum(m, tensor_slice(m->grad_arena, m->params[i].offset, m->params[i].numel));
+    if (m->kv_replicas == 1) return;
+    size_t block = (size_t)m->D * m->C; // one key/value head's rows
+    for (int l = 0; l < m->n_local_layers; l++) {
+        struct tensor g[2] = {m->dblocks[l].wk, m->dblocks[l].wv};
+        for (int i = 0; i < 2; i++) {
+            backend_memset0(m->be, m->kv_grad);
+            struct tensor mine = tensor_slice(m->kv_grad, (size_t)m->kv_head0 * block, block);
+            backend_copy(m->be, mine, g[i], block);
+            tp_sum(m, m->kv_grad);
+            backend_copy(m->be, g[i], mine, block);
+        }
+    }
+}
+
+// ---- forward ---------------------------------------------------------------------
+
+// y (N, out) = x (N, in) @ W^T, W (out, in) in PyTorch's Linear layout.
+static void linear(struct model *m, struct tensor y, struct tensor x, struct tensor w, int out,
+                   int in) {
+    backend_matmul(m->be, y, x, w, m->N, out, in, false, true, 1.0f, 0.0f);
+}
+
+// Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
+static void block_forward(struct model *m, struct slot *S, int blk, int i) {
+    struct backend *be = m->be;
+    struct block *w = &m->blocks[blk];
+    struct block_acts *a = &S->acts[i];
+    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    float eps = m->cfg.norm_eps;
+    struct tensor n1 = norm_out(m, a->ln1), n2 = norm_out(m, a->ln2);
+    backend_rmsnorm_forward(be, n1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
+    sp_gather(m, a->ln1, n1);
+    linear(m, a->q, a->ln1, w->wq, HD, C);
+    linear(m, a->k, a->ln1, w->wk, KD, C);
+    linear(m, a->v, a->ln1, w->wv, KD, C);
+    backend_rope_forward(be, a->q, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_forward(be, a->k, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
+    backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, m->B, m->T, m->Hl, m->Hkvl, m->D);
+    linear(m, m->tmp, a->att, w->wo, C, HD);
+    sp_reduce(m, m->tmp_s, m->tmp);
+    backend_add(be, a->xmid, S->x[i], m->tmp_s, (size_t)Ns * C);
+    backend_rmsnorm_forward(be, n2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
+    sp_gather(m, a->ln2, n2);
+    linear(m, a->gate, a->ln2, w->wgate, m->Fl, C);
+    linear(m, a->up, a->ln2, w->wup, m->Fl, C);
+    backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+    linear(m, m->tmp, a->act, w->wdown, C, m->Fl);
+    sp_reduce(m, m->tmp_s, m->tmp);
+    backend_add(be, S->x[i + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
+}
+
+// Loss of each row from the logits, composed across the vocab shards.
+static void head_forward(struct model *m, struct slot *S, struct tensor x) {
+    struct backend *be = m->be;
+    int N = m->N, C = m->C;
+    struct tensor nf = norm_out(m, S->lnf);
+    backend_rmsnorm_forward(be, nf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
+    sp_gather(m, S->lnf, nf);
+    linear(m, S->logits, S->lnf, m->head, m->Vl, C);
+    backend_ce_row_max(be, S->rowmax, S->logits, N, m->Vl, m->Vvalid);
+    model_tp_all_reduce(m, S->rowmax, COMM_MAX);
+    backend_ce_partials(be, S->partials, S->logits, S->rowmax, S->targets, N, m->Vl, m->Vvalid,
+                        m->vocab_start);
+    tp_sum(m, S->partials);
+    backend_ce_loss(be, S->loss, S->lse, S->partials, S->rowmax, S->targets, N,
+                    m->cfg.vocab_size, m->cfg.label_smoothing, IGNORE_INDEX);
+}
+
+// Sum and count of the per-token losses of slot S over non-ignored targets.
+static void loss_sum_of(struct model *m, struct slot *S, const int32_t *targets, double *sum,
+                        long *count) {
+    if (m->stat == DTYPE_FP64) {
+        backend_to_host(m->be, m->host_loss, S->loss.data, (size_t)m->N * sizeof(double));
+    } else {
+        float *f = (float *)m->host_loss; // fp32 values unpacked in place, back to front
+        backend_to_host(m->be, f, S->loss.data, (size_t)m->N * sizeof(float));
+        for (int i = m->N - 1; i >= 0; i--) m->host_loss[i] = f[i];
+    }
+    *sum = 0, *count = 0;
+    for (int i = 0; i < m->N; i++)
+        if (targets[i] != IGNORE_INDEX) *sum += m->host_loss[i], (*count)++;
+}
+
+static struct slot *slot_of(struct model *m, int slot) {
+    CHECK(slot >= 0 && slot < m->shard.n_slots, "activation slot %d of %d", slot, m->shard.n_slots);
+    m->slots_used = MAX(m->slots_used, slot + 1);
+    return &m->slots[slot];
+}
+
+void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
+                         const void *in, const int32_t *targets, void *out, double *loss_sum,
+                         long *n_targets) {
+    struct backend *be = m->be;
+    struct slot *S = slot_of(m, slot);
+    int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
+    size_t act_bytes = (size_t)m->Ns * m->C * dtype_size(m->dtype);
+    *loss_sum = 0, *n_targets = 0;
+    if (model_chunk_first(m, chunk)) {
+        backend_to_device(be, S->tokens.data, tokens, (size_t)m->N * sizeof(int32_t));
+        // Each vocab shard looks up its own ids (zero rows elsewhere); the
+        // sum over TP completes the lookup (reduce-scattered under SP).
+        struct tensor e = m->sp ? m->tmp : S->x[0];
+        backend_embedding_forward(be, e, m->wte, S->tokens, m->N, m->C, m->vocab_start, m->Vl);
+        sp_reduce(m, S->x[0], e);
+    } else {
+        backend_to_device(be, S->x[0].data, in, act_bytes);
+    }
+    for (int i = 0; i < nl; i++) block_forward(m, S, b0 + i, i);
+    if (!model_chunk_last(m, chunk)) {
+        backend_to_host(be, out, S->x[nl].data, act_bytes);
+        return;
+    }
+    backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
+    head_forward(m, S, S->x[nl]);
+    loss_sum_of(m, S, targets, loss_sum, n_targets);
+}
+
+void model_forward(struct model *m, const int32_t *tokens, const int32_t *targets,
+                   double *loss_sum, long *n_targets) {
+    CHECK(m->shard.n_chunks == 1 && m->first && m->last,
+          "model_forward runs a whole model; a pipeline stage uses model_forward_chunk");
+    model_forward_chunk(m, 0, 0, tokens, NULL, targets, NULL, loss_sum, n_targets);
+}
+
+void model_microbatch_shape(const struct model *m, int *B, int *T, int *V) {
+    *B = m->B, *T = m->T, *V = m->cfg.vocab_size;
+}
+
+size_t model_stage_message_numel(const struct model *m) { return (size_t)m->Ns * m->C; }
+
+int model_slots_used(const struct model *m) { return m->slots_used; }
+
+void model_get_logits_at(struct model *m, int b, int t, double *out) {
+    CHECK(m->last && b >= 0 && b < m->B && t >= 0 && t < m->T, "logits of (%d, %d)", b, t);
+    int tp = m->shard.tp_size;
+    size_t es = dtype_size(m->dtype), row = (size_t)(b * m->T + t) * m->Vl;
+    char *all = xmalloc((size_t)tp * m->Vl * es);
+    char *mine = all + (size_t)m->shard.tp_rank * m->Vl * es;
+    backend_to_host(m->be, mine, (char *)m->slots[0].logits.data + row * es, m->Vl * es);
+    if (tp > 1) comm_all_gather(m->tp, mine, all, m->Vl, m->dtype);
+    for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
+        out[j] = m->dtype == DTYPE_FP64 ? ((double *)all)[j] : ((float *)all)[j];
+    free(all);
+}
+
+void model_get_logits(struct model *m, double *out) {
+    CHECK(m->last, "logits live on the last pipeline stage");
+    size_t n = (size_t)m->N * m->Vl, es = dtype_size(m->dtype);
+    void *host = xmalloc(n * es);
+    backend_to_host(m->be, host, m->slots[0].logits.data, n * es);
+    for (size_t i = 0; i < n; i++)
+        out[i] = m->dtype == DTYPE_FP64 ? ((double *)host)[i] : ((float *)host)[i];
+    free(host);
+}
+
+// ---- backward --------------------------------------------------------------------
+
+// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in).
+static void linear_backward(struct model *m, struct tensor dx, float beta_dx, struct tensor dw,
+                            struct tensor dy, struct tensor x, struct tensor w, int out, int in) {
+    backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
+    backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
+}
+
+// On entry m->dx (Ns, C) holds d x[i+1]; on exit d x[i].
+static void block_backward(struct model *m, struct slot *S, int blk, int i) {
+    struct backend *be = m->be;
+    struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
+    struct block_acts *a = &S->acts[i];
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    // x[i+1] = xmid + down(act): d xmid += dx through the residual.
+    sp_gather(m, m->dx_full, m->dx);
+    backend_matmul(be, m->dact, m->dx_full, w->wdown, N, Fl, C, false, false, 1.0f, 0.0f);
+    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, false, 1.0f, 1.0f);
+    backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
+    linear_backward(m, m->dln, 0.0f, dw->wgate, m->dgate, a->ln2, w->wgate, Fl, C);
+    linear_backward(m, m->dln, 1.0f, dw->wup, m->dup, a->ln2, w->wup, Fl, C);
+    sp_reduce(m, m->dln_s, m->dln);
+    backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
+    // xmid = x[i] + o(att)
+    sp_gather(m, m->dx_full, m->dx);
+    backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
+    backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
+    backend_attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
+                               m->B, m->T, m->Hl, m->Hkvl, m->D);
+    backend_rope_backward(be, m->dq, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_backward(be, m->dk, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
+    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, a->ln1, w->wq, HD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, a->ln1, w->wk, KD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, a->ln1, w->wv, KD, C);
+    sp_reduce(m, m->dln_s, m->dln);
+    backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
+}
+
+void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
+                          const void *dout, void *din) {
+    struct backend *be = m->be;
+    struct slot *S = slot_of(m, slot);
+    int N = m->N, C = m->C, nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
+    size_t act_bytes = (size_t)m->Ns * C * dtype_size(m->dtype);
+    if (model_chunk_last(m, chunk)) {
+        backend_ce_backward(be, S->dlogits, S->logits, S->lse, S->targets, N, m->Vl, m->Vvalid,
+                            m->vocab_start, m->cfg.vocab_size, m->cfg.label_smoothing,
+                            IGNORE_INDEX, loss_scale);
+        linear_backward(m, m->dln, 0.0f, m->dhead, S->dlogits, S->lnf, m->head, m->Vl, C);
+        sp_reduce(m, m->dln_s, m->dln);
+        backend_memset0(be, m->dx);
+        backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln_s, S->x[nl], m->norm_w, S->rstdf,
+                                 m->Ns, C);
+        // A tied embedding sits at offset 0, so it is not final before the end.
+        grads_ready(m, m->head_offset);
+    } else {
+        backend_to_device(be, m->dx.data, dout, act_bytes);
+    }
+    for (int i = nl - 1; i >= 0; i--) {
+        block_backward(m, S, b0 + i, i);
+        grads_ready(m, m->block_offset[b0 + i]);
+    }
+    if (model_chunk_first(m, chunk)) {
+        sp_gather(m, m->dx_full, m->dx);
+        backend_embedding_backward(be, m->dwte, m->dx_full, S->tokens, N, C, m->vocab_start, m->Vl);
+        grads_ready(m, 0);
+    } else {
+        backend_to_host(be, din, m->dx.data, act_bytes);
+    }
+}
+
+void model_backward(struct model *m, double loss_scale) {
+    CHECK(m->shard.n_chunks == 1 && m->first && m->last,
+          "model_backward runs a whole model; a pipeline stage uses model_backward_chunk");
+    model_backward_chunk(m, 0, 0, loss_scale, NULL, NULL);
+}
