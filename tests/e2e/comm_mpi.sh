@@ -2,8 +2,9 @@
 # comm_mpi.sh: topology groups, MPI collectives and blocking and non-blocking
 # point-to-point on 8 ranks (one mpirun for five layouts, see
 # tests/mpi/test_comm_mpi.c), the same on one rank without mpirun, a send to
-# itself on a group of one (refused, exit 1), and whole-job exits: a layout with tp*pp*dp != N, an error seen by
-# one rank only, and a fatal check on one rank. Each must end every rank with
+# itself on a group of one (refused, exit 1), and whole-job exits: a layout
+# with tp*pp*dp != N, an error seen by one rank only, and a fatal check on one
+# rank. Each must end every rank with
 # the right exit code within 10 s and leave no process alive.
 set -u
 cd "$(dirname "$0")/../.."
