@@ -106,16 +106,24 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
 // Sends: started (isend) as soon as the op producing them returns; before an
 // op writes ring buffer i % ring, it waits for send i - ring.
 //
-// Why this cannot deadlock. A rank blocks only (a) on a receive, which
-// completes once the peer has run the op that produces it, or (b) on its own
-// send i - ring, which completes once the peer has posted receive i - ring,
-// i.e. consumed message i - 2 ring. Both are edges from an op the peer runs
-// earlier in its own order; with the 1F1B orders these edges are already
-// implied by the data dependencies (unit-time simulation in
-// tests/unit/test_pipeline.c finds no cycle), and a larger ring only posts
-// receives earlier. tests/unit/test_pipeline.c runs this executor on threads
-// whose sends complete only on a matching receive (rendezvous, the worst
-// case of MPI) with ring = 1 for every p <= 8, m <= 3p + 4, v <= 3.
+// Why this does not deadlock. A rank blocks only (a) on receive i, which
+// completes once the peer has run the op producing message i, or (b) on its
+// own send i - ring before reusing that buffer, which completes once the peer
+// has posted receive i - ring, i.e. consumed message i - 2 ring. (a) is the
+// schedule's own data dependency, acyclic: the unit-time simulation in
+// tests/unit/test_pipeline.c runs every stage to the end. (b) adds an edge
+// from the peer's consumption of an earlier message to our production of a
+// later one; in the 1F1B orders that consumption never waits on a later
+// output of ours. Each rank's progress is monotone in the others' (requests
+// only ever get posted), so whether a run ends does not depend on timing, and
+// a larger ring only posts receives earlier. tests/unit/test_pipeline.c runs
+// this executor on threads whose sends complete only on a matching receive
+// (rendezvous, the worst case of MPI) with ring = 1 for every p <= 8,
+// m <= 3p + 4, v <= 3, and detects a deadlock when every live thread waits.
+//
+// Progress: MPI moves a large message only inside MPI calls, and the
+// executor makes them between ops; a model calls pipeline_poll between
+// layers so that its transfers overlap its compute.
 
 enum { STREAM_ACT_IN, STREAM_GRAD_IN, STREAM_ACT_OUT, STREAM_GRAD_OUT, STREAM_COUNT };
 
@@ -276,6 +284,15 @@ static void send_output(const struct pipeline_exec *x, int k, const struct pp_op
                     message_tag(op->micro, chunk, x->v, gradient),
                     &q->req[q->done % x->state->ring]);
     q->done++;
+}
+
+void pipeline_poll(const struct pipeline_exec *x) {
+    const struct pipeline_state *st = x->state;
+    for (int k = 0; k < STREAM_COUNT; k++)
+        for (int i = 0; st->streams[k].req && i < st->ring; i++) {
+            struct comm_request *r = &st->streams[k].req[i];
+            if (r->group && !r->done) comm_test(r);
+        }
 }
 
 enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {

@@ -102,6 +102,10 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 // its peer has not posted a receive for (see pipeline.c). No allocation.
 enum status pipeline_run(const struct pipeline_exec *x, struct error *err);
 
+// Lets pending messages progress (MPI moves data only inside MPI calls): a
+// callback that computes for long calls it now and then, e.g. between layers.
+void pipeline_poll(const struct pipeline_exec *x);
+
 // Releases what pipeline_exec_init allocated. Safe twice.
 void pipeline_exec_free(struct pipeline_exec *x);
 

@@ -7,7 +7,8 @@
 // output and the input gradient are checked on every rank against closed
 // forms with ==. Messages are 4096 floats (16 KB, above the shared-memory
 // eager limit: a send completes only once its receive is posted). Each layout
-// runs with the default ring of buffers and with a ring of 1.
+// runs with the default ring of buffers and with a ring of 1, two steps each,
+// the callbacks calling pipeline_poll.
 //
 //   test_pipeline_mpi P M V [P M V ...]   exit 0 pass, 1 fail, 2 bad arguments
 #include <stdlib.h>
@@ -40,12 +41,14 @@ static int run_layout(int p, int m, int v, int ring) {
                               .count = COUNT, .dtype = DTYPE_FP32, .ctx = &toy,
                               .forward = toy_forward, .backward = toy_backward, .ring = ring};
     if (pipeline_exec_init(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
+    toy.poll = &x;
     double t0 = MPI_Wtime();
     // Twice: the executor's state is reset between steps, buffers reused.
     for (int step = 0; step < 2 && toy.bad == 0; step++) {
         if (step) {
             toy_free(&toy);
             toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(p, s, m, v));
+            toy.poll = &x;
         }
         if (pipeline_run(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
         toy_finish(&toy);

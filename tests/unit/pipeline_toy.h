@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "pipeline.h"
 
 struct toy {
     int p, s, m, v, n, slots;
@@ -26,6 +27,7 @@ struct toy {
     int *fwd, *bwd;           // (m * v,) times each op ran
     float *dx;                // (m, n) gradient of virtual stage 0's input
     float *y;                 // (m, n) output of the last virtual stage
+    const struct pipeline_exec *poll; // when set, each callback calls pipeline_poll
     int bad;                  // failed checks
     char first[256];          // the first of them
 };
@@ -78,6 +80,7 @@ static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *i
     const float *in = in_;
     float *out = out_;
     int u = chunk * t->p + t->s, V = t->p * t->v, id = micro * t->v + chunk;
+    if (t->poll) pipeline_poll(t->poll);
     TOY_EXPECT(t, (in == NULL) == (u == 0), "F(%d,%d): in %s on virtual stage %d", micro, chunk,
                in ? "given" : "NULL", u);
     TOY_EXPECT(t, (out == NULL) == (u == V - 1), "F(%d,%d): out %s on virtual stage %d of %d",
@@ -107,6 +110,7 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, const void *
     const float *dout = dout_;
     float *din = din_;
     int u = chunk * t->p + t->s, V = t->p * t->v, id = micro * t->v + chunk;
+    if (t->poll) pipeline_poll(t->poll);
     TOY_EXPECT(t, (dout == NULL) == (u == V - 1), "B(%d,%d): dout %s on virtual stage %d of %d",
                micro, chunk, dout ? "given" : "NULL", u, V);
     TOY_EXPECT(t, (din == NULL) == (u == 0), "B(%d,%d): din %s on virtual stage %d", micro, chunk,
