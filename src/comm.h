@@ -12,8 +12,8 @@
 //
 // Counts are in elements of the given dtype, not bytes. Reductions (sum, max)
 // take FP32, FP64, I32 or I64; data movement (all_gather, broadcast, send,
-// recv, send_start, recv_start) takes any dtype. Every member of a group must call a collective with
-// the same count, dtype, op and root, in the same order.
+// recv, send_start, recv_start) takes any dtype. Every member of a group must
+// call a collective with the same count, dtype, op and root, in the same order.
 #ifndef TRIDENT_COMM_H
 #define TRIDENT_COMM_H
 
@@ -93,7 +93,8 @@ struct comm_group {
 
 // Fills g with the group of this rank alone: all-reduce and broadcast leave
 // the buffer as it is, reduce-scatter and all-gather copy send to recv, and
-// send/recv (blocking or not) have no peer: a message to itself is an error. Needs no MPI and no free (comm_group_free is a no-op).
+// send/recv (blocking or not) have no peer: a message to itself is an error.
+// Needs no MPI and no free (comm_group_free is a no-op).
 void comm_self_init(struct comm_group *g);
 
 // Releases what the group holds and zeroes it. Safe on a zeroed group.

@@ -16,6 +16,11 @@
 //          (megatron/core/pipeline_parallel/schedules.py): microbatches go
 //          through the chunks in groups of p, warmup of
 //          2 (p - s - 1) + (v - 1) p forwards, and m % p == 0 is required.
+//          One difference: Megatron runs every forward first on every stage
+//          when m == p; here the warmup formula holds for m == p too, which
+//          keeps fewer activations in flight on stages s > 0 and still
+//          reaches the ideal makespan 2 (v m + p - 1) op times (unit-time
+//          simulation in tests/unit/test_pipeline.c).
 //
 // Terms: p stages (the pp group's size), s this stage (its rank), m
 // microbatches per optimizer step (gradient accumulation), v model chunks per

@@ -192,8 +192,10 @@ static void check_ring_nonblocking(struct topology *topo, const char *layout) {
             in[k][i] = NAN;
         }
     }
-    for (int k = 0; k < 2; k++) comm_recv_start(g, in[k], COUNT, DTYPE_FP32, prev, 20 + k, &rreq[k]);
-    for (int k = 1; k >= 0; k--) comm_send_start(g, out[k], COUNT, DTYPE_FP32, next, 20 + k, &sreq[k]);
+    for (int k = 0; k < 2; k++)
+        comm_recv_start(g, in[k], COUNT, DTYPE_FP32, prev, 20 + k, &rreq[k]);
+    for (int k = 1; k >= 0; k--)
+        comm_send_start(g, out[k], COUNT, DTYPE_FP32, next, 20 + k, &sreq[k]);
     comm_wait(&rreq[0]);
     while (!comm_test(&rreq[1])) {
     }

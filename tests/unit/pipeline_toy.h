@@ -138,15 +138,17 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, const void *
     if (u == 0) {
         int wrong = 0;
         for (int i = 0; i < t->n; i++) wrong += dh[i] != (float)toy_dh(0, V, micro, i);
-        TOY_EXPECT(t, wrong == 0, "B(%d,0): %d elements of dx differ from g * prod a", micro, wrong);
+        TOY_EXPECT(t, wrong == 0, "B(%d,0): %d elements of dx differ from g * prod a", micro,
+                   wrong);
     }
 }
 
 // After a run: every op ran exactly once. Returns the failed checks.
 static int toy_finish(struct toy *t) {
     for (int id = 0; id < t->m * t->v; id++)
-        TOY_EXPECT(t, t->fwd[id] == 1 && t->bwd[id] == 1, "(micro %d, chunk %d) ran F %d, B %d times",
-                   id / t->v, id % t->v, t->fwd[id], t->bwd[id]);
+        TOY_EXPECT(t, t->fwd[id] == 1 && t->bwd[id] == 1,
+                   "(micro %d, chunk %d) ran F %d, B %d times", id / t->v, id % t->v, t->fwd[id],
+                   t->bwd[id]);
     return t->bad;
 }
 

@@ -55,8 +55,9 @@ static void check_stage(int p, int s, int m, int v, const struct pp_op *ops) {
         }
     }
     for (int i = 0; i < m * v; i++) bad += fwd_at[i] < 0 || bwd_at[i] < fwd_at[i];
-    EXPECT(bad == 0, "p=%d s=%d m=%d v=%d: %d ops missing, repeated, out of order or on a busy slot",
-           p, s, m, v, bad);
+    EXPECT(bad == 0,
+           "p=%d s=%d m=%d v=%d: %d ops missing, repeated, out of order or on a busy slot", p, s,
+           m, v, bad);
     EXPECT(peak == max && peak <= in_flight_bound(p, s, m, v),
            "p=%d s=%d m=%d v=%d: peak in flight %d, max_in_flight %d, bound %d", p, s, m, v, peak,
            max, in_flight_bound(p, s, m, v));
@@ -66,7 +67,8 @@ static void check_stage(int p, int s, int m, int v, const struct pp_op *ops) {
         for (int j = 0; j < m - w; j++, k += 2)
             wrong += ops[k].kind != PP_FORWARD || ops[k].micro != w + j ||
                      ops[k + 1].kind != PP_BACKWARD || ops[k + 1].micro != j;
-        for (int j = m - w; j < m; j++, k++) wrong += ops[k].kind != PP_BACKWARD || ops[k].micro != j;
+        for (int j = m - w; j < m; j++, k++)
+            wrong += ops[k].kind != PP_BACKWARD || ops[k].micro != j;
         EXPECT(wrong == 0, "p=%d s=%d m=%d: %d ops out of the 1F1B order", p, s, m, wrong);
     }
 }
@@ -117,7 +119,8 @@ static void test_schedules(void) {
                 EXPECT(T > 0, "p=%d m=%d v=%d: deadlock in the unit-time simulation", p, m, v);
                 if (T <= 0) continue;
                 double bubble = 1.0 - 2.0 * m * v / T;
-                double f1 = (double)(p - 1) / (m + p - 1), ideal = (double)(p - 1) / (v * m + p - 1);
+                double f1 = (double)(p - 1) / (m + p - 1);
+                double ideal = (double)(p - 1) / (v * m + p - 1);
                 // A chunk op is 1/v of a stage's: the ideal makespan is
                 // 2 m v units of work plus a bubble of 2 (p - 1) units (§2.2.2).
                 EXPECT(T == 2 * (m * v + p - 1),
@@ -127,7 +130,8 @@ static void test_schedules(void) {
                        "p=%d m=%d v=%d: bubble %.4f, expected %.4f (1F1B %.4f)", p, m, v, bubble,
                        ideal, f1);
                 if (p >= 2 && (m == p || m == 2 * p) && (v == 1 || m % p == 0))
-                    printf("  %d %2d  %d  %.4f  %.4f              %.4f\n", p, m, v, bubble, f1, ideal);
+                    printf("  %d %2d  %d  %.4f  %.4f              %.4f\n", p, m, v, bubble, f1,
+                           ideal);
             }
     printf("  %d (p, m, v) schedules checked\n", configs);
 }
@@ -164,7 +168,8 @@ static void test_refused(void) {
     struct pp_op ops[64];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct error err = {0};
-        enum status st = pipeline_schedule(cases[i].p, cases[i].s, cases[i].m, cases[i].v, ops, &err);
+        enum status st =
+            pipeline_schedule(cases[i].p, cases[i].s, cases[i].m, cases[i].v, ops, &err);
         EXPECT(st == STATUS_BAD_INPUT && strstr(err.msg, cases[i].says),
                "p=%d s=%d m=%d v=%d: status %d, message '%s', expected '%s'", cases[i].p,
                cases[i].s, cases[i].m, cases[i].v, st, err.msg, cases[i].says);
@@ -343,7 +348,8 @@ static void test_executor_threads(void) {
         for (int m = p; m <= 3 * p + 4; m++)
             for (int v = 1; v <= 3; v++) {
                 if (v > 1 && (p == 1 || m % p)) continue;
-                for (int ring = 0; ring <= 1; ring++, runs++) failed += run_threads(p, m, v, ring) != 0;
+                for (int ring = 0; ring <= 1; ring++, runs++)
+                    failed += run_threads(p, m, v, ring) != 0;
             }
     EXPECT(failed == 0, "%d of %d threaded pipeline runs failed", failed, runs);
     printf("  %d threaded executor runs (rendezvous messages, ring 1 and default)\n", runs);
