@@ -70,17 +70,21 @@ void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum d
     g->ops->all_reduce_start(g, buf, count, dtype, op, req);
 }
 
-void comm_all_reduce_wait(struct comm_request *req) {
-    CHECK(req && req->group && req->group->ops, "comm_all_reduce_wait: request never started");
-    if (!req->done) req->group->ops->all_reduce_wait(req);
+void comm_wait(struct comm_request *req) {
+    CHECK(req && req->group && req->group->ops, "comm_wait: request never started");
+    if (!req->done) req->group->ops->wait(req);
     req->done = true;
 }
 
-bool comm_all_reduce_test(struct comm_request *req) {
-    CHECK(req && req->group && req->group->ops, "comm_all_reduce_test: request never started");
-    if (!req->done) req->done = req->group->ops->all_reduce_test(req);
+bool comm_test(struct comm_request *req) {
+    CHECK(req && req->group && req->group->ops, "comm_test: request never started");
+    if (!req->done) req->done = req->group->ops->test(req);
     return req->done;
 }
+
+void comm_all_reduce_wait(struct comm_request *req) { comm_wait(req); }
+
+bool comm_all_reduce_test(struct comm_request *req) { return comm_test(req); }
 
 void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                          enum dtype dtype, enum comm_op op) {
@@ -132,6 +136,30 @@ void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, 
     g->ops->recv(g, buf, count, dtype, peer, tag);
 }
 
+void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                     int peer, int tag, struct comm_request *req) {
+    check_group(g, "comm_send_start");
+    check_dtype(dtype, false, "comm_send_start");
+    check_buf(buf, count, "comm_send_start");
+    check_peer(g, peer, tag, "comm_send_start");
+    CHECK(req, "comm_send_start: NULL request");
+    memset(req, 0, sizeof *req);
+    req->group = g;
+    g->ops->send_start(g, buf, count, dtype, peer, tag, req);
+}
+
+void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                     int tag, struct comm_request *req) {
+    check_group(g, "comm_recv_start");
+    check_dtype(dtype, false, "comm_recv_start");
+    check_buf(buf, count, "comm_recv_start");
+    check_peer(g, peer, tag, "comm_recv_start");
+    CHECK(req, "comm_recv_start: NULL request");
+    memset(req, 0, sizeof *req);
+    req->group = g;
+    g->ops->recv_start(g, buf, count, dtype, peer, tag, req);
+}
+
 void comm_barrier(struct comm_group *g) {
     check_group(g, "comm_barrier");
     g->ops->barrier(g);
@@ -153,9 +181,10 @@ static void self_all_reduce_start(struct comm_group *g, void *buf, size_t count,
     req->done = true;
 }
 
-static void self_all_reduce_wait(struct comm_request *req) {}
+// Only all-reduces start on a group of one, and they complete at once.
+static void self_wait(struct comm_request *req) {}
 
-static bool self_all_reduce_test(struct comm_request *req) { return true; }
+static bool self_test(struct comm_request *req) { return true; }
 
 static void self_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
                                 enum dtype dtype, enum comm_op op) {
@@ -170,7 +199,8 @@ static void self_all_gather(struct comm_group *g, const void *send, void *recv, 
 static void self_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                            int root) {}
 
-// Unreachable: the wrappers reject peer == own rank, the only rank there is.
+// Unreachable (also the _start twins below): the wrappers reject peer ==
+// own rank, the only rank there is.
 static void self_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
                       int peer, int tag) {
     CHECK(0, "comm_self has no peer to send to");
@@ -178,6 +208,16 @@ static void self_send(struct comm_group *g, const void *buf, size_t count, enum 
 
 static void self_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                       int tag) {
+    CHECK(0, "comm_self has no peer to receive from");
+}
+
+static void self_send_start(struct comm_group *g, const void *buf, size_t count,
+                            enum dtype dtype, int peer, int tag, struct comm_request *req) {
+    CHECK(0, "comm_self has no peer to send to");
+}
+
+static void self_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                            int peer, int tag, struct comm_request *req) {
     CHECK(0, "comm_self has no peer to receive from");
 }
 
@@ -189,13 +229,15 @@ static const struct comm_ops comm_self_ops = {
     .name = "self",
     .all_reduce = self_all_reduce,
     .all_reduce_start = self_all_reduce_start,
-    .all_reduce_wait = self_all_reduce_wait,
-    .all_reduce_test = self_all_reduce_test,
+    .wait = self_wait,
+    .test = self_test,
     .reduce_scatter = self_reduce_scatter,
     .all_gather = self_all_gather,
     .broadcast = self_broadcast,
     .send = self_send,
     .recv = self_recv,
+    .send_start = self_send_start,
+    .recv_start = self_recv_start,
     .barrier = self_barrier,
     .free = self_free,
 };

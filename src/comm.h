@@ -12,8 +12,8 @@
 //
 // Counts are in elements of the given dtype, not bytes. Reductions (sum, max)
 // take FP32, FP64, I32 or I64; data movement (all_gather, broadcast, send,
-// recv) takes any dtype. Every member of a group must call a collective with
-// the same count, dtype, op and root, in the same order.
+// recv, send_start, recv_start) takes any dtype. Every member of a group must
+// call a collective with the same count, dtype, op and root, in the same order.
 #ifndef TRIDENT_COMM_H
 #define TRIDENT_COMM_H
 
@@ -44,13 +44,15 @@ struct comm_ops {
     void (*all_reduce)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                        enum comm_op op);
     // Starts the same all-reduce and returns at once; buf must not be touched
-    // until all_reduce_wait returns or all_reduce_test returns true. With MPI
-    // the transfer progresses only inside MPI calls (OpenMPI has no progress
-    // thread by default): a caller overlapping compute calls test now and then.
+    // until wait returns or test returns true. With MPI the transfer
+    // progresses only inside MPI calls (OpenMPI has no progress thread by
+    // default): a caller overlapping compute calls test now and then.
     void (*all_reduce_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                              enum comm_op op, struct comm_request *req);
-    void (*all_reduce_wait)(struct comm_request *req);
-    bool (*all_reduce_test)(struct comm_request *req); // true once complete
+    // Completion of any started request (all_reduce_start, send_start,
+    // recv_start): wait blocks until it is complete, test returns true once it is.
+    void (*wait)(struct comm_request *req);
+    bool (*test)(struct comm_request *req);
     // send: (size * count,) chunk r goes to group rank r; recv: (count,) the
     // reduction of this rank's chunk over the group. send and recv do not overlap.
     void (*reduce_scatter)(struct comm_group *g, const void *send, void *recv, size_t count,
@@ -66,6 +68,16 @@ struct comm_ops {
                  int tag);
     void (*recv)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                  int tag);
+    // Non-blocking point-to-point (pipeline activations): return at once; buf
+    // must not be written (send) or read (recv) until the request completes.
+    // A send may complete only once the peer has posted the matching receive
+    // (large messages), so a caller must not wait on a send before every
+    // receive its peer needs first is posted. Messages between two ranks with
+    // the same tag arrive in the order they were sent.
+    void (*send_start)(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                       int peer, int tag, struct comm_request *req);
+    void (*recv_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                       int tag, struct comm_request *req);
     void (*barrier)(struct comm_group *g);
     // Releases impl (and the communicator it owns); the group struct stays.
     void (*free)(struct comm_group *g);
@@ -81,7 +93,8 @@ struct comm_group {
 
 // Fills g with the group of this rank alone: all-reduce and broadcast leave
 // the buffer as it is, reduce-scatter and all-gather copy send to recv, and
-// send/recv have no peer. Needs no MPI and no free (comm_group_free is a no-op).
+// send/recv (blocking or not) have no peer: a message to itself is an error.
+// Needs no MPI and no free (comm_group_free is a no-op).
 void comm_self_init(struct comm_group *g);
 
 // Releases what the group holds and zeroes it. Safe on a zeroed group.
@@ -92,6 +105,10 @@ void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype d
                      enum comm_op op);
 void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                            enum comm_op op, struct comm_request *req);
+// Completion of any request; both are no-ops on a request already complete.
+void comm_wait(struct comm_request *req);
+bool comm_test(struct comm_request *req);
+// The names from before point-to-point requests existed: comm_wait, comm_test.
 void comm_all_reduce_wait(struct comm_request *req);
 bool comm_all_reduce_test(struct comm_request *req);
 void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
@@ -103,6 +120,10 @@ void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype d
                int tag);
 void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                int tag);
+void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                     int peer, int tag, struct comm_request *req);
+void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                     int tag, struct comm_request *req);
 void comm_barrier(struct comm_group *g);
 
 // "sum", "max".

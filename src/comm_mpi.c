@@ -52,14 +52,14 @@ static void mpi_all_reduce_start(struct comm_group *g, void *buf, size_t count, 
     memcpy(req->storage, &r, sizeof r);
 }
 
-static void mpi_all_reduce_wait(struct comm_request *req) {
+static void mpi_wait(struct comm_request *req) {
     MPI_Request r;
     memcpy(&r, req->storage, sizeof r);
     CHECK_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
     memcpy(req->storage, &r, sizeof r);
 }
 
-static bool mpi_all_reduce_test(struct comm_request *req) {
+static bool mpi_test(struct comm_request *req) {
     MPI_Request r;
     int done = 0;
     memcpy(&r, req->storage, sizeof r);
@@ -98,6 +98,20 @@ static void mpi_recv(struct comm_group *g, void *buf, size_t count, enum dtype d
                        MPI_STATUS_IGNORE));
 }
 
+static void mpi_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                           int peer, int tag, struct comm_request *req) {
+    MPI_Request r;
+    CHECK_MPI(MPI_Isend(buf, mpi_count(count), mpi_dtype(dtype), peer, tag, group_comm(g), &r));
+    memcpy(req->storage, &r, sizeof r);
+}
+
+static void mpi_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                           int peer, int tag, struct comm_request *req) {
+    MPI_Request r;
+    CHECK_MPI(MPI_Irecv(buf, mpi_count(count), mpi_dtype(dtype), peer, tag, group_comm(g), &r));
+    memcpy(req->storage, &r, sizeof r);
+}
+
 static void mpi_barrier(struct comm_group *g) { CHECK_MPI(MPI_Barrier(group_comm(g))); }
 
 static void mpi_free(struct comm_group *g) {
@@ -112,13 +126,15 @@ static const struct comm_ops comm_mpi_ops = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
     .all_reduce_start = mpi_all_reduce_start,
-    .all_reduce_wait = mpi_all_reduce_wait,
-    .all_reduce_test = mpi_all_reduce_test,
+    .wait = mpi_wait,
+    .test = mpi_test,
     .reduce_scatter = mpi_reduce_scatter,
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
     .send = mpi_send,
     .recv = mpi_recv,
+    .send_start = mpi_send_start,
+    .recv_start = mpi_recv_start,
     .barrier = mpi_barrier,
     .free = mpi_free,
 };

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# comm_mpi.sh: topology groups and MPI collectives on 8 ranks (one mpirun for
-# five layouts, see tests/mpi/test_comm_mpi.c), the same on one rank without
-# mpirun, and whole-job exits: a layout with tp*pp*dp != N, an error seen by
-# one rank only, and a fatal check on one rank. Each must end every rank with
+# comm_mpi.sh: topology groups, MPI collectives and blocking and non-blocking
+# point-to-point on 8 ranks (one mpirun for five layouts, see
+# tests/mpi/test_comm_mpi.c), the same on one rank without mpirun, a send to
+# itself on a group of one (refused, exit 1), and whole-job exits: a layout
+# with tp*pp*dp != N, an error seen by one rank only, and a fatal check on one
+# rank. Each must end every rank with
 # the right exit code within 10 s and leave no process alive.
 set -u
 cd "$(dirname "$0")/../.."
@@ -52,6 +54,10 @@ run "bad input on one rank" 2 'rank 5\] shard-00003.h5: bad magic' $MPIRUN -np 8
 # A failed internal check on rank 2: fatal_exit's hook aborts with code 1.
 run "fatal check on one rank" 1 'rank 2\] .*test_comm_mpi.c:[0-9]+: check failed: .*injected failure on rank 2' \
     $MPIRUN -np 8 "$BIN" --fatal 2
+
+# A non-blocking send to itself on a group of one is refused by the wrapper.
+run "send to self" 1 'check failed: .*comm_send_start: peer 0 in a group of 1 where this rank is 0' \
+    "$BIN" --self-send
 
 [ "$fail" -eq 0 ] && echo "comm_mpi: all passed"
 exit "$fail"

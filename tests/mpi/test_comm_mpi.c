@@ -11,6 +11,8 @@
 //   test_comm_mpi --partial-fail R    only rank R detects bad input while the
 //                                     others wait in a barrier: exit 2
 //   test_comm_mpi --fatal R           a failed CHECK on rank R only: exit 1
+//   test_comm_mpi --self-send         a non-blocking send on a group of one
+//                                     (to itself): a bug, exit 1
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +172,50 @@ static void check_ring(struct topology *topo, const char *layout) {
     free(in);
 }
 
+// Non-blocking point-to-point around the pipeline ring: every rank posts both
+// receives from p-1 and both sends to p+1 before waiting on anything, a
+// pattern that deadlocks with blocking rendezvous sends. The two messages
+// carry different tags, are sent in the opposite order to the receives and
+// completed by wait and by polling test: tags, not order, must match them.
+static void check_ring_nonblocking(struct topology *topo, const char *layout) {
+    struct comm_group *g = &topo->pp_group;
+    if (g->size < 2) return;
+    enum { COUNT = 200000 }; // 800 KB each: beyond any eager limit
+    float *out[2], *in[2];
+    struct comm_request rreq[2], sreq[2];
+    int next = (g->rank + 1) % g->size, prev = (g->rank + g->size - 1) % g->size;
+    for (int k = 0; k < 2; k++) {
+        out[k] = xmalloc(sizeof(float) * COUNT);
+        in[k] = xmalloc(sizeof(float) * COUNT);
+        for (int i = 0; i < COUNT; i++) {
+            out[k][i] = (float)value_of(topo->world_rank, i + k);
+            in[k][i] = NAN;
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        comm_recv_start(g, in[k], COUNT, DTYPE_FP32, prev, 20 + k, &rreq[k]);
+    for (int k = 1; k >= 0; k--)
+        comm_send_start(g, out[k], COUNT, DTYPE_FP32, next, 20 + k, &sreq[k]);
+    comm_wait(&rreq[0]);
+    while (!comm_test(&rreq[1])) {
+    }
+    comm_wait(&sreq[0]);
+    comm_wait(&sreq[1]);
+    int members[64];
+    topology_group_members(GROUP_PP, topo->tp, topo->pp, topo->dp, topo->coord, members);
+    int bad = 0;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < COUNT; i++) bad += in[k][i] != (float)value_of(members[prev], i + k);
+    EXPECT(bad == 0, "%s pp non-blocking ring from group rank %d: %d wrong elements", layout, prev,
+           bad);
+    EXPECT(rreq[0].done && rreq[1].done && sreq[0].done && sreq[1].done,
+           "%s p2p requests not done after wait", layout);
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        free(in[k]);
+    }
+}
+
 static int run_layout(int tp, int pp, int dp) {
     char layout[64];
     snprintf(layout, sizeof layout, "(tp,pp,dp)=(%d,%d,%d)", tp, pp, dp);
@@ -186,6 +232,7 @@ static int run_layout(int tp, int pp, int dp) {
     for (int k = 0; k < GROUP_COUNT; k++) check_members(&topo, (enum group_kind)k, layout);
     for (int k = 0; k < GROUP_COUNT; k++) check_collectives(&topo, (enum group_kind)k, layout);
     check_ring(&topo, layout);
+    check_ring_nonblocking(&topo, layout);
     // Embedding group: the two ends of each (t, d) pipeline sum their ranks.
     if (topo.embed_group.size > 0) {
         int64_t x = topo.world_rank;
@@ -238,8 +285,17 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--self-send")) {
+        struct comm_group self;
+        struct comm_request req;
+        float x = 1;
+        comm_self_init(&self);
+        comm_send_start(&self, &x, 1, DTYPE_FP32, 0, 0, &req);
+        MPI_Finalize();
+        return 0;
+    }
     CHECK(size <= 64, "the checks keep group members in arrays of 64, not %d", size);
-    if (argc != 1) mpi_exit_all(STATUS_BAD_INPUT, "usage: test_comm_mpi [--layout TP PP DP | --partial-fail R | --fatal R]");
+    if (argc != 1) mpi_exit_all(STATUS_BAD_INPUT, "usage: test_comm_mpi [--layout TP PP DP | --partial-fail R | --fatal R | --self-send]");
     int layouts8[5][3] = {{2, 2, 2}, {1, 2, 4}, {4, 1, 2}, {8, 1, 1}, {1, 8, 1}};
     int layoutsN[3][3] = {{size, 1, 1}, {1, size, 1}, {1, 1, size}};
     int total = 0;

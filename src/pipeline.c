@@ -1,0 +1,324 @@
+// pipeline.c: the 1F1B and interleaved 1F1B schedules (Narayanan et al. 2021,
+// §2.2.1 and §2.2.2; op order of Megatron-LM's schedules.py) and the executor
+// that runs a stage's schedule over the pp group with non-blocking messages.
+#include "pipeline.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+// MPI guarantees tags up to 32767 (MPI_TAG_UB); tags wrap below that. Two
+// messages share a tag only when m v > 16384, and then they are thousands of
+// ops apart, never in flight together.
+enum { PIPELINE_TAG_SPAN = 32768 };
+
+static enum status check_args(int p, int s, int m, int v, struct error *err) {
+    if (p < 1) return error_set(err, STATUS_BAD_INPUT, "pipeline: %d stages, expected >= 1", p);
+    if (s < 0 || s >= p)
+        return error_set(err, STATUS_BAD_INPUT, "pipeline: stage %d, expected 0..%d (p=%d)", s,
+                         p - 1, p);
+    if (v < 1)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "pipeline: virtual_stages=%d model chunks per stage, expected >= 1", v);
+    if (m < p)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "pipeline: fewer microbatches than stages: m=%d microbatches for p=%d "
+                         "stages (the pipeline never fills); raise global_batch_size or lower pp",
+                         m, p);
+    if (v > 1 && p == 1)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "pipeline: virtual_stages=%d needs pp >= 2 (interleaving over one stage "
+                         "is the plain model); set virtual_stages=1", v);
+    if (v > 1 && m % p != 0)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "pipeline: the interleaved schedule (virtual_stages=%d) needs the "
+                         "microbatch count to be a multiple of pp: m=%d, p=%d (as Megatron-LM)",
+                         v, m, p);
+    return STATUS_OK;
+}
+
+// Forwards before the first backward on stage s (the warmup). 1F1B: the
+// backward of microbatch 0 reaches stage s after the forwards of p - s - 1
+// more microbatches. Interleaved (Megatron's num_warmup_microbatches): the
+// first backward on the last virtual stage needs p v - 1 forwards upstream;
+// stage s runs 2 (p - s - 1) + (v - 1) p of them first.
+static int warmup_count(int p, int s, int m, int v) {
+    if (v == 1) return MIN(p - s - 1, m);
+    return MIN(2 * (p - s - 1) + (v - 1) * p, m * v);
+}
+
+int pipeline_max_in_flight(int p, int s, int m, int v) {
+    if (check_args(p, s, m, v, NULL) != STATUS_OK) return 0;
+    int w = warmup_count(p, s, m, v);
+    return w < m * v ? w + 1 : m * v;
+}
+
+int pipeline_virtual_stage(int p, int s, int chunk) { return chunk * p + s; }
+
+// The k-th forward (or backward) of a stage in Megatron's order
+// (get_model_chunk_id, get_microbatch_id_in_model_chunk): microbatches go
+// through the chunks in groups of p, forwards chunk 0 first, backwards the
+// last chunk first. v == 1: micro = k, chunk = 0.
+static struct pp_op op_of(enum pp_op_kind kind, int k, int p, int v) {
+    int in_group = k % (p * v), chunk = in_group / p;
+    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1};
+    if (kind == PP_BACKWARD) op.chunk = v - 1 - chunk;
+    return op;
+}
+
+enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, struct error *err) {
+    enum status st = check_args(p, s, m, v, err);
+    if (st != STATUS_OK) return st;
+    int total = m * v, w = warmup_count(p, s, m, v), n = 0, nf = 0, nb = 0;
+    // Warmup forwards, then (forward, backward) pairs, then the cooldown.
+    for (; nf < w; nf++) ops[n++] = op_of(PP_FORWARD, nf, p, v);
+    while (nf < total) {
+        ops[n++] = op_of(PP_FORWARD, nf++, p, v);
+        ops[n++] = op_of(PP_BACKWARD, nb++, p, v);
+    }
+    while (nb < total) ops[n++] = op_of(PP_BACKWARD, nb++, p, v);
+    CHECK(n == 2 * total, "schedule of %d ops, expected %d", n, 2 * total);
+
+    // Slots: lowest free first. owner[slot] = micro * v + chunk, or -1.
+    int slots = pipeline_max_in_flight(p, s, m, v), *owner = xmalloc(sizeof(int) * slots);
+    for (int i = 0; i < slots; i++) owner[i] = -1;
+    for (int i = 0; i < n; i++) {
+        int id = ops[i].micro * v + ops[i].chunk, want = ops[i].kind == PP_FORWARD ? -1 : id;
+        int slot = 0;
+        while (slot < slots && owner[slot] != want) slot++;
+        CHECK(slot < slots, "stage %d op %d: no slot among %d (p=%d m=%d v=%d)", s, i, slots, p,
+              m, v);
+        owner[slot] = ops[i].kind == PP_FORWARD ? id : -1;
+        ops[i].slot = slot;
+    }
+    free(owner);
+    return STATUS_OK;
+}
+
+// ---- executor -----------------------------------------------------------------
+//
+// Four message streams per stage: activations in (from the previous virtual
+// stage) and out (to the next), gradients in (from the next) and out (to the
+// previous). The messages of a stream are numbered in the order this stage's
+// schedule consumes or produces them; message i uses ring buffer i % ring.
+//
+// Receives: the first ring receives of each stream are posted at the start;
+// receive i + ring is posted as soon as the op consuming message i returns.
+// Sends: started (isend) as soon as the op producing them returns; before an
+// op writes ring buffer i % ring, it waits for send i - ring.
+//
+// Why this does not deadlock. A rank blocks only (a) on receive i, which
+// completes once the peer has run the op producing message i, or (b) on its
+// own send i - ring before reusing that buffer, which completes once the peer
+// has posted receive i - ring, i.e. consumed message i - 2 ring. (a) is the
+// schedule's own data dependency, acyclic: the unit-time simulation in
+// tests/unit/test_pipeline.c runs every stage to the end. (b) adds an edge
+// from the peer's consumption of an earlier message to our production of a
+// later one; in the 1F1B orders that consumption never waits on a later
+// output of ours. Each rank's progress is monotone in the others' (requests
+// only ever get posted), so whether a run ends does not depend on timing, and
+// a larger ring only posts receives earlier. tests/unit/test_pipeline.c runs
+// this executor on threads whose sends complete only on a matching receive
+// (rendezvous, the worst case of MPI) with ring = 1 for every p <= 8,
+// m <= 3p + 4, v <= 3, and detects a deadlock when every live thread waits.
+//
+// Progress: MPI moves a large message only inside MPI calls, and the
+// executor makes them between ops; a model calls pipeline_poll between
+// layers so that its transfers overlap its compute.
+
+enum { STREAM_ACT_IN, STREAM_GRAD_IN, STREAM_ACT_OUT, STREAM_GRAD_OUT, STREAM_COUNT };
+
+struct pp_stream {
+    int peer;                 // group rank at the other end
+    int n;                    // messages in one run
+    int *tag;                 // (n,) receive streams: the tag of message i
+    char *buf;                // (ring, bytes)
+    struct comm_request *req; // (ring,)
+    int done;                 // messages consumed (in) or produced (out) so far
+};
+
+struct pipeline_state {
+    struct pp_op *ops; // (2 m v,)
+    int n_ops, ring;
+    size_t bytes; // one message
+    struct pp_stream streams[STREAM_COUNT];
+};
+
+static bool first_virtual(const struct pipeline_exec *x, int chunk) {
+    return x->s == 0 && chunk == 0;
+}
+
+static bool last_virtual(const struct pipeline_exec *x, int chunk) {
+    return x->s == x->p - 1 && chunk == x->v - 1;
+}
+
+// A message is tagged by the op that consumes it: (micro, chunk) on the
+// receiving stage and whether it is an activation (0) or a gradient (1).
+static int message_tag(int micro, int chunk, int v, int gradient) {
+    return (int)((((int64_t)micro * v + chunk) * 2 + gradient) % PIPELINE_TAG_SPAN);
+}
+
+// The stream an op reads from (in) or writes to (out), or -1 when it has none.
+static int stream_in(const struct pipeline_exec *x, const struct pp_op *op) {
+    if (op->kind == PP_FORWARD) return first_virtual(x, op->chunk) ? -1 : STREAM_ACT_IN;
+    return last_virtual(x, op->chunk) ? -1 : STREAM_GRAD_IN;
+}
+
+static int stream_out(const struct pipeline_exec *x, const struct pp_op *op) {
+    if (op->kind == PP_FORWARD) return last_virtual(x, op->chunk) ? -1 : STREAM_ACT_OUT;
+    return first_virtual(x, op->chunk) ? -1 : STREAM_GRAD_OUT;
+}
+
+enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
+    x->state = NULL;
+    enum status st = check_args(x->p, x->s, x->m, x->v, err);
+    if (st != STATUS_OK) return st;
+    if (!x->group || x->group->size != x->p || x->group->rank != x->s)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "pipeline: the pp group has %d ranks and this rank is %d, expected p=%d "
+                         "ranks and stage s=%d", x->group ? x->group->size : 0,
+                         x->group ? x->group->rank : -1, x->p, x->s);
+    if (x->count == 0 || !x->forward || !x->backward || x->ring < 0)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "pipeline: message of %zu elements, ring %d, callbacks %s: expected a "
+                         "non-empty message, ring >= 0 and both callbacks", x->count, x->ring,
+                         x->forward && x->backward ? "set" : "missing");
+    struct pipeline_state *state = xcalloc(1, sizeof *state);
+    state->n_ops = 2 * x->m * x->v;
+    state->ops = xmalloc(sizeof(struct pp_op) * state->n_ops);
+    CHECK(pipeline_schedule(x->p, x->s, x->m, x->v, state->ops, err) == STATUS_OK,
+          "schedule refused after its arguments were checked");
+    state->ring = x->ring ? x->ring : pipeline_max_in_flight(x->p, x->s, x->m, x->v);
+    state->bytes = x->count * dtype_size(x->dtype);
+    int prev = (x->s + x->p - 1) % x->p, next = (x->s + 1) % x->p;
+    int peers[STREAM_COUNT] = {prev, next, next, prev};
+    for (int k = 0; k < STREAM_COUNT; k++) state->streams[k].peer = peers[k];
+    for (int i = 0; i < state->n_ops; i++) {
+        int in = stream_in(x, &state->ops[i]), out = stream_out(x, &state->ops[i]);
+        if (in >= 0) state->streams[in].n++;
+        if (out >= 0) state->streams[out].n++;
+    }
+    for (int k = 0; k < STREAM_COUNT; k++) {
+        struct pp_stream *q = &state->streams[k];
+        if (q->n == 0) continue;
+        q->buf = xmalloc((size_t)state->ring * state->bytes);
+        q->req = xcalloc((size_t)state->ring, sizeof *q->req);
+        q->tag = xmalloc(sizeof(int) * q->n);
+        q->n = 0;
+    }
+    // Receive tags in consumption order.
+    for (int i = 0; i < state->n_ops; i++) {
+        const struct pp_op *op = &state->ops[i];
+        int in = stream_in(x, op);
+        if (in >= 0) {
+            struct pp_stream *q = &state->streams[in];
+            q->tag[q->n++] = message_tag(op->micro, op->chunk, x->v, in == STREAM_GRAD_IN);
+        }
+        int out = stream_out(x, op);
+        if (out >= 0) state->streams[out].n++;
+    }
+    x->state = state;
+    return STATUS_OK;
+}
+
+void pipeline_exec_free(struct pipeline_exec *x) {
+    struct pipeline_state *st = x->state;
+    if (!st) return;
+    for (int k = 0; k < STREAM_COUNT; k++) {
+        free(st->streams[k].buf);
+        free(st->streams[k].req);
+        free(st->streams[k].tag);
+    }
+    free(st->ops);
+    free(st);
+    x->state = NULL;
+}
+
+static void *ring_buf(const struct pipeline_state *st, const struct pp_stream *q, int i) {
+    return q->buf + (size_t)(i % st->ring) * st->bytes;
+}
+
+static void post_recv(const struct pipeline_exec *x, struct pp_stream *q, int i) {
+    const struct pipeline_state *st = x->state;
+    comm_recv_start(x->group, ring_buf(st, q, i), x->count, x->dtype, q->peer, q->tag[i],
+                    &q->req[i % st->ring]);
+}
+
+// The buffer the next message of receive stream k arrives in, once it has.
+static const void *take_input(const struct pipeline_exec *x, int k) {
+    if (k < 0) return NULL;
+    struct pp_stream *q = &x->state->streams[k];
+    CHECK(q->done < q->n, "stream %d: message %d of %d", k, q->done, q->n);
+    comm_wait(&q->req[q->done % x->state->ring]);
+    return ring_buf(x->state, q, q->done);
+}
+
+// The input is consumed: its buffer takes the receive ring messages later.
+static void release_input(const struct pipeline_exec *x, int k) {
+    if (k < 0) return;
+    struct pp_stream *q = &x->state->streams[k];
+    int next = q->done + x->state->ring;
+    if (next < q->n) post_recv(x, q, next);
+    q->done++;
+}
+
+// The buffer the next message of send stream k is written to, free once the
+// send that used it ring messages ago has completed.
+static void *claim_output(const struct pipeline_exec *x, int k) {
+    if (k < 0) return NULL;
+    struct pp_stream *q = &x->state->streams[k];
+    CHECK(q->done < q->n, "stream %d: message %d of %d", k, q->done, q->n);
+    if (q->done >= x->state->ring) comm_wait(&q->req[q->done % x->state->ring]);
+    return ring_buf(x->state, q, q->done);
+}
+
+// The consumer of an op's output: (micro, chunk) on the next virtual stage
+// (forward) or the previous one (backward); the ring wraps between stage
+// p - 1 and stage 0, where the chunk changes.
+static void send_output(const struct pipeline_exec *x, int k, const struct pp_op *op) {
+    if (k < 0) return;
+    struct pp_stream *q = &x->state->streams[k];
+    int chunk = op->chunk, gradient = k == STREAM_GRAD_OUT;
+    if (!gradient && x->s == x->p - 1) chunk++;
+    if (gradient && x->s == 0) chunk--;
+    comm_send_start(x->group, ring_buf(x->state, q, q->done), x->count, x->dtype, q->peer,
+                    message_tag(op->micro, chunk, x->v, gradient),
+                    &q->req[q->done % x->state->ring]);
+    q->done++;
+}
+
+void pipeline_poll(const struct pipeline_exec *x) {
+    const struct pipeline_state *st = x->state;
+    for (int k = 0; k < STREAM_COUNT; k++)
+        for (int i = 0; st->streams[k].req && i < st->ring; i++) {
+            struct comm_request *r = &st->streams[k].req[i];
+            if (r->group && !r->done) comm_test(r);
+        }
+}
+
+enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
+    struct pipeline_state *st = x->state;
+    if (!st) return error_set(err, STATUS_RUNTIME, "pipeline_run before pipeline_exec_init");
+    for (int k = 0; k < STREAM_COUNT; k++) st->streams[k].done = 0;
+    for (int k = STREAM_ACT_IN; k <= STREAM_GRAD_IN; k++)
+        for (int i = 0; i < MIN(st->ring, st->streams[k].n); i++) post_recv(x, &st->streams[k], i);
+    for (int i = 0; i < st->n_ops; i++) {
+        const struct pp_op *op = &st->ops[i];
+        int in = stream_in(x, op), out = stream_out(x, op);
+        const void *src = take_input(x, in);
+        void *dst = claim_output(x, out);
+        if (op->kind == PP_FORWARD)
+            x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst);
+        else
+            x->backward(x->ctx, op->micro, op->chunk, op->slot, src, dst);
+        send_output(x, out, op);
+        release_input(x, in);
+    }
+    // Every receive was consumed; the last ring sends may still be in flight.
+    for (int k = 0; k < STREAM_COUNT; k++) {
+        struct pp_stream *q = &st->streams[k];
+        CHECK(q->done == q->n, "stream %d: %d of %d messages at the end", k, q->done, q->n);
+        if (k == STREAM_ACT_OUT || k == STREAM_GRAD_OUT)
+            for (int i = MAX(0, q->n - st->ring); i < q->n; i++) comm_wait(&q->req[i % st->ring]);
+    }
+    return STATUS_OK;
+}
