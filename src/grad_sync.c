@@ -15,6 +15,7 @@ struct grad_sync {
     struct bucket *buckets;
     int next;             // first bucket not started, in start order
     int started_early;
+    bool armed;           // grad_sync_arm ran for the current backward
 };
 
 struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes) {
@@ -58,7 +59,7 @@ static void on_grads_ready(void *ctx, size_t ready_from) {
 
 void grad_sync_arm(struct grad_sync *s) {
     if (!s->n_buckets) return;
-    s->next = 0, s->started_early = 0;
+    s->next = 0, s->started_early = 0, s->armed = true;
     for (int k = 0; k < s->n_buckets; k++) s->buckets[k].started = false;
     model_set_grad_ready_hook(s->model, on_grads_ready, s);
 }
@@ -66,6 +67,8 @@ void grad_sync_arm(struct grad_sync *s) {
 void grad_sync_finish(struct grad_sync *s) {
     if (!s->n_buckets) return;
     model_set_grad_ready_hook(s->model, NULL, NULL);
+    if (!s->armed) s->next = 0, s->started_early = 0; // no overlap this time: start all here
+    s->armed = false;
     while (s->next < s->n_buckets) bucket_start(s, &s->buckets[s->next++]);
     for (int k = 0; k < s->n_buckets; k++) comm_all_reduce_wait(&s->buckets[k].req);
 }

@@ -26,7 +26,8 @@ void grad_sync_free(struct grad_sync *s);
 
 // Arms the hook for the next model_backward (the last microbatch's).
 void grad_sync_arm(struct grad_sync *s);
-// Starts the buckets not started yet, waits for every bucket and disarms.
+// Starts the buckets not started yet (all of them when grad_sync_arm was not
+// called for this backward), waits for every bucket and disarms.
 void grad_sync_finish(struct grad_sync *s);
 // Number of buckets, and how many had been started before grad_sync_finish
 // in the last armed backward (tests: proves the overlap).

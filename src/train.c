@@ -17,6 +17,7 @@
 #include "model.h"
 #include "mpi_util.h"
 #include "optimizer.h"
+#include "pipeline.h"
 #include "sample.h"
 #include "tokenizer.h"
 #include "topology.h"
@@ -34,6 +35,10 @@ struct trainer {
     struct optimizer_config oc;
     struct grad_sync *sync;   // NULL under ZeRO-1
     struct parallel_groups groups;
+    struct pipeline_exec pipe; // pp > 1 or virtual stages
+    struct train_ctx ctx;
+    bool whole_model;         // one stage, one chunk: evaluation and samples run
+    bool reads_tokens, reads_targets; // first / last pipeline stage
     struct tokenizer *tok;    // rank 0, for samples; NULL when missing
     int accum;                // microbatches per step on this rank
     int32_t *seqs;            // (B, T + 1) one microbatch from the loader
@@ -79,10 +84,6 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 
 // Features this build does not have yet are refused before any work.
 static enum status check_supported(const struct config *c, struct error *err) {
-    if (c->parallel.pp != 1)
-        return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [parallel] pp = %d: pipeline parallelism is not in this build yet "
-                         "(expected pp = 1; tp and dp work)", c->file, c->parallel.pp);
     if (c->precision.dtype != DTYPE_FP32)
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
@@ -150,15 +151,34 @@ static void setup(struct trainer *t, int argc, char **argv) {
     if (loader_init(&t->train_loader, t->ds, SPLIT_TRAIN, d, dp, B, c->train.global_batch_size,
                     (uint64_t)c->train.seed, &err))
         fail_all(t, &err);
-    t->has_val = t->ds->split_sequences[SPLIT_VAL] >= (uint64_t)c->train.global_batch_size;
+    // Validation runs whole-model forwards; a pipeline schedule has no
+    // forward-only mode yet, so pipelined runs skip it (said at start).
+    t->has_val = t->ds->split_sequences[SPLIT_VAL] >= (uint64_t)c->train.global_batch_size &&
+                 c->parallel.pp == 1 && c->parallel.virtual_stages <= 1;
     if (t->has_val && loader_init(&t->val_loader, t->ds, SPLIT_VAL, d, dp, B,
                                   c->train.global_batch_size, (uint64_t)c->train.seed, &err))
         fail_all(t, &err);
 
     t->be = backend_cpu_init(c->system.threads);
     struct llama_config lc = llama_from(c);
-    struct model_shard shard = model_shard_full(&lc);
+    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = t->topo.coord.p;
+    t->accum = c->train.global_batch_size / (B * dp);
+    struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
     shard.tp_rank = t->topo.coord.t, shard.tp_size = c->parallel.tp;
+    t->whole_model = pp == 1 && v == 1;
+    if (!t->whole_model) {
+        // 1F1B keeps at most p - s microbatches in flight (fewer with fewer).
+        shard.n_slots = pipeline_max_in_flight(pp, s, t->accum, v);
+        if (shard.n_slots < 1) {
+            struct pp_op probe[1];
+            pipeline_schedule(pp, s, t->accum, v, probe, &err); // the reason, as a message
+            error_set(&err, STATUS_BAD_INPUT, "%s: [parallel] pp = %d, virtual_stages = %d with "
+                      "%d microbatches per step (global_batch_size / (micro_batch_size * dp)): %s",
+                      c->file, pp, v, t->accum, err.msg);
+            fail_all(t, &err);
+        }
+    }
+    t->reads_tokens = s == 0, t->reads_targets = s == pp - 1;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * dp : 0;
     shard.sequence_parallel = c->parallel.sequence_parallel;
     if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
@@ -171,8 +191,18 @@ static void setup(struct trainer *t, int argc, char **argv) {
     if (optimizer_init(&t->opt, t->be, t->model, &t->oc, &t->groups, &err)) fail_here(&err);
     if (c->parallel.zero_stage == 0)
         t->sync = grad_sync_init(t->model, &t->topo.dp_group, (size_t)c->parallel.bucket_mb << 20);
+    if (!t->whole_model) {
+        t->pipe = (struct pipeline_exec){.p = pp, .s = s, .m = t->accum, .v = v,
+                                         .group = &t->topo.pp_group,
+                                         .count = model_stage_message_numel(t->model),
+                                         .dtype = c->precision.dtype};
+        train_step_bind_pipeline(&t->pipe);
+        if (pipeline_exec_init(&t->pipe, &err)) fail_all(t, &err);
+    }
+    t->ctx = (struct train_ctx){t->model, t->opt, &t->oc, &t->groups, t->sync,
+                                t->whole_model ? NULL : &t->pipe,
+                                lc.tie_embeddings && pp > 1 ? &t->topo.embed_group : NULL};
 
-    t->accum = c->train.global_batch_size / (B * dp);
     int T = c->train.seq_len;
     t->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
     t->tokens = xmalloc(sizeof(int32_t) * t->accum * B * T);
@@ -191,7 +221,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
     t->peak_flops = measure_peak_flops(t);
 
     // Samples come from the TP group of DP rank 0: each of its ranks loads the tokenizer.
-    if (t->topo.coord.d == 0 && c->train.sample_every > 0) {
+    if (t->topo.coord.d == 0 && c->train.sample_every > 0 && t->whole_model) {
         char tok_path[CONFIG_PATH_MAX + 32];
         if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
         else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
@@ -297,11 +327,13 @@ static void run(struct trainer *t) {
     double start = time_now_s(), best_val = INFINITY, tokens_seen = 0;
     for (int step = 0; step < c->train.steps; step++) {
         double t0 = time_now_s();
-        for (int k = 0; k < t->accum; k++)
-            next_microbatch(t, &t->train_loader, t->tokens + k * B * T, t->targets + k * B * T);
+        // Inputs are read on the first stage, labels on the last.
+        if (t->reads_tokens || t->reads_targets)
+            for (int k = 0; k < t->accum; k++)
+                next_microbatch(t, &t->train_loader, t->tokens + k * B * T, t->targets + k * B * T);
         struct train_step_result r;
-        train_step(t->model, t->opt, &t->oc, &t->groups, t->sync, step, t->tokens,
-                   t->targets, t->accum, B, T, &r);
+        train_step_run(&t->ctx, step, t->reads_tokens ? t->tokens : NULL,
+                       t->reads_targets ? t->targets : NULL, t->accum, B, T, &r);
         if (!isfinite(r.loss)) {
             struct error err;
             error_set(&err, STATUS_RUNTIME, "step %d: loss is %g; stopping", step + 1, r.loss);
@@ -344,6 +376,7 @@ static void teardown(struct trainer *t) {
     if (t->metrics) fclose(t->metrics);
     tokenizer_free(t->tok);
     if (t->sync) grad_sync_free(t->sync);
+    pipeline_exec_free(&t->pipe);
     optimizer_free(t->opt);
     model_free(t->model);
     if (t->has_val) loader_free(&t->val_loader);

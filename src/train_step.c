@@ -1,34 +1,92 @@
-// train_step.c: accumulation over microbatches, clipping, AdamW (train_step.h).
+// train_step.c: accumulation over microbatches (or a pipeline schedule),
+// clipping, AdamW (train_step.h).
 #include "train_step.h"
 
+static struct comm_group *real(struct comm_group *g) { return g && g->size > 1 ? g : NULL; }
 
-void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                const struct parallel_groups *groups, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
-                int T, struct train_step_result *out) {
-    struct comm_group *dp = groups && groups->dp && groups->dp->size > 1 ? groups->dp : NULL;
+// The pipeline executor's view of one step.
+struct pp_step {
+    struct model *model;
+    const int32_t *tokens, *targets; // (n_micro, B, T)
+    size_t per_micro;                // B * T
+    double scale;                    // d loss / d (sum of token losses)
+    double loss_sum;
+};
+
+static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in, void *out) {
+    struct pp_step *p = ctx;
+    const int32_t *tok = p->tokens ? p->tokens + micro * p->per_micro : NULL;
+    const int32_t *tgt = p->targets ? p->targets + micro * p->per_micro : NULL;
+    double sum;
+    long count;
+    model_forward_chunk(p->model, chunk, slot, tok, in, tgt, out, &sum, &count);
+    p->loss_sum += sum;
+}
+
+static void pp_backward(void *ctx, int micro, int chunk, int slot, const void *dout, void *din) {
+    struct pp_step *p = ctx;
+    model_backward_chunk(p->model, chunk, slot, p->scale, dout, din);
+}
+
+void train_step_bind_pipeline(struct pipeline_exec *x) {
+    x->forward = pp_forward, x->backward = pp_backward;
+}
+
+void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
+                    const int32_t *targets, int n_micro, int B, int T,
+                    struct train_step_result *out) {
+    struct model *m = c->model;
+    struct comm_group *dp = c->groups ? real(c->groups->dp) : NULL;
+    struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
+    bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
+    // Only the last stage sees the targets; its DP group sums their count.
     int64_t count = 0;
-    for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
-    if (dp) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
-    double scale = count > 0 ? 1.0 / (double)count : 0.0;
+    if (last)
+        for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
+    if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
+    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? 1.0 / (double)count : 0.0, 0};
 
     model_zero_grad(m);
-    double loss_sum = 0;
-    for (int k = 0; k < n_micro; k++) {
-        double micro_sum;
-        long micro_count;
-        model_forward(m, tokens + k * per_micro, targets + k * per_micro, &micro_sum, &micro_count);
-        if (sync && k == n_micro - 1) grad_sync_arm(sync);
-        model_backward(m, scale);
-        loss_sum += micro_sum;
+    if (c->pipe) {
+        struct error err;
+        c->pipe->ctx = &ps;
+        if (pipeline_run(c->pipe, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+    } else {
+        for (int k = 0; k < n_micro; k++) {
+            pp_forward(&ps, k, 0, 0, NULL, NULL);
+            if (c->sync && k == n_micro - 1) grad_sync_arm(c->sync);
+            pp_backward(&ps, k, 0, 0, NULL, NULL);
+        }
     }
-    if (sync) grad_sync_finish(sync);
+    if (c->sync) grad_sync_finish(c->sync);
     model_finish_grads(m);
-    if (dp) comm_all_reduce(dp, &loss_sum, 1, DTYPE_FP64, COMM_SUM);
-    double norm = optimizer_prepare(opt);
-    double coef = optimizer_clip_coef(cfg, norm);
-    double lr = optimizer_lr(cfg, step);
-    optimizer_step(opt, lr, coef);
+    // A tied embedding lives on the first and the last stage: sum the two
+    // gradients so both copies take the same step.
+    if (real(c->embed)) {
+        const struct param_info *p = model_find_param(m, "model.embed_tokens.weight");
+        struct tensor g = tensor_slice(model_grad_arena(m), p->offset, p->numel);
+        comm_all_reduce(c->embed, g.data, g.numel, g.dtype, COMM_SUM);
+    }
+    double loss_sum = ps.loss_sum;
+    if (dp && last) comm_all_reduce(dp, &loss_sum, 1, DTYPE_FP64, COMM_SUM);
+    if (pp) { // every stage logs the last stage's numbers
+        double v[2] = {last ? loss_sum : 0, last ? (double)count : 0};
+        comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
+        loss_sum = v[0], count = (int64_t)v[1];
+    }
+    double norm = optimizer_prepare(c->opt);
+    double coef = optimizer_clip_coef(c->cfg, norm);
+    double lr = optimizer_lr(c->cfg, step);
+    optimizer_step(c->opt, lr, coef);
     out->loss = count > 0 ? loss_sum / count : 0.0;
     out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
+}
+
+void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
+                const struct parallel_groups *groups, struct grad_sync *sync, int step,
+                const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
+                struct train_step_result *out) {
+    struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL};
+    train_step_run(&c, step, tokens, targets, n_micro, B, T, out);
 }

@@ -1,7 +1,7 @@
 // train_step.h: one optimizer step over a global batch split in microbatches.
 //
-// The loss is the mean over all non-ignored targets of the whole global batch
-// (Megatron-LM's and torch's `cross_entropy(reduction="mean")` over the
+// The loss is the mean over all non-ignored target tokens of the whole global
+// batch (Megatron-LM's and torch's `cross_entropy(reduction="mean")` over the
 // concatenated batch): each microbatch's backward is scaled by 1 / (targets
 // counted over every microbatch and, with data parallelism, every rank), so
 // microbatches of different sizes weigh by their tokens, not equally.
@@ -14,6 +14,7 @@
 #include "grad_sync.h"
 #include "model.h"
 #include "optimizer.h"
+#include "pipeline.h"
 
 struct train_step_result {
     double loss;      // mean loss over the global batch's non-ignored targets
@@ -23,17 +24,43 @@ struct train_step_result {
     long n_targets;   // non-ignored targets in the global batch
 };
 
+// What one rank trains with. NULL members are "none": groups NULL is a single
+// rank; sync NULL no overlapped DP all-reduce (also under ZeRO-1, whose
+// optimizer reduce-scatters); pipe NULL a model that is one whole stage;
+// embed the tied-embedding group of the first and last stages (NULL, or of
+// size 0 on a middle stage, when there is nothing to sum).
+struct train_ctx {
+    struct model *model;
+    struct optimizer *opt;
+    const struct optimizer_config *cfg;
+    const struct parallel_groups *groups;
+    struct grad_sync *sync;
+    struct pipeline_exec *pipe;
+    struct comm_group *embed;
+};
+
 // Runs forward and backward on n_micro microbatches and one AdamW step.
 // tokens, targets: (n_micro, B, T) I32 host arrays (targets -100 = ignored)
-// of this data-parallel rank. groups: the parallel groups (NULL: one rank);
-// the target count and the loss are summed over DP. sync: the overlapped DP
-// gradient all-reduce (NULL: none; also NULL under ZeRO-1, whose optimizer
-// reduce-scatters instead), armed for the last microbatch's backward.
-// step counts from 0 and selects the learning rate. When every target is
-// ignored, the loss is 0, the gradients are 0 and the step still runs
-// (weight decay only), so every rank takes the same number of steps.
+// of this data-parallel rank; under pipeline parallelism only the first stage
+// reads tokens and only the last targets (the others may pass NULL). The
+// target count and the loss are summed over DP and, for the log, sent from
+// the last pipeline stage to every stage. step counts from 0 and selects the
+// learning rate. When every target is ignored, the loss is 0, the gradients
+// are 0 and the step still runs (weight decay only), so every rank takes the
+// same number of steps.
+void train_step_run(struct train_ctx *ctx, int step, const int32_t *tokens,
+                    const int32_t *targets, int n_micro, int B, int T,
+                    struct train_step_result *out);
+
+// Points a pipeline executor's callbacks at this module's (before
+// pipeline_exec_init); train_step_run sets its ctx each step.
+void train_step_bind_pipeline(struct pipeline_exec *x);
+
+// The same for a model that is one whole stage: train_step_run with only
+// these members set.
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                const struct parallel_groups *groups, struct grad_sync *sync, int step, const int32_t *tokens, const int32_t *targets, int n_micro, int B,
-                int T, struct train_step_result *out);
+                const struct parallel_groups *groups, struct grad_sync *sync, int step,
+                const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
+                struct train_step_result *out);
 
 #endif
