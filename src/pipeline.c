@@ -109,7 +109,8 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
 // Why this does not deadlock. A rank blocks only (a) on receive i, which
 // completes once the peer has run the op producing message i, or (b) on its
 // own send i - ring before reusing that buffer, which completes once the peer
-// has posted receive i - ring, i.e. consumed message i - 2 ring. (a) is the
+// has posted receive i - ring, i.e. consumed message i - ring - ring' (ring'
+// its own ring of the stream). (a) is the
 // schedule's own data dependency, acyclic: the unit-time simulation in
 // tests/unit/test_pipeline.c runs every stage to the end. (b) adds an edge
 // from the peer's consumption of an earlier message to our production of a
