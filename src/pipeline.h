@@ -95,7 +95,8 @@ enum pp_stream_kind {
 // the end of the consuming op, when all stages run their schedules with
 // backward ops as long as forward ones and twice as long (so in such runs no
 // op waits for a buffer), plus one spare. 0 for a stream without messages or
-// refused arguments. Any ring >= 1 is free of deadlock; a smaller one adds waits.
+// refused arguments. Any ring >= 1 is free of deadlock; a smaller one adds
+// waits.
 int pipeline_ring_size(int p, int s, int m, int v, enum pp_stream_kind stream);
 
 // Bytes of message buffers pipeline_exec_init allocates with the default
@@ -125,8 +126,10 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 // Runs stage s's schedule once (one optimizer step's forwards and backwards):
 // every rank of the pp group calls it with the same p, m, v. Activations go
 // to the next stage and gradients to the previous one with non-blocking
-// sends; receives are posted ahead into the ring, so no rank waits on a send
-// its peer has not posted a receive for (see pipeline.c). No allocation.
+// sends; receives are posted ahead into the rings and a send is waited on
+// only before its buffer is reused, an order free of deadlock (the argument
+// in pipeline.c; checked on threads with rendezvous messages for every
+// p <= 8, m <= 3p + 4, v <= 3). No allocation.
 enum status pipeline_run(const struct pipeline_exec *x, struct error *err);
 
 // Lets pending messages progress (MPI moves data only inside MPI calls): a
