@@ -109,7 +109,8 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
 // Why this does not deadlock. A rank blocks only (a) on receive i, which
 // completes once the peer has run the op producing message i, or (b) on its
 // own send i - ring before reusing that buffer, which completes once the peer
-// has posted receive i - ring, i.e. consumed message i - 2 ring. (a) is the
+// has posted receive i - ring, i.e. consumed message i - ring - ring' (ring'
+// its own ring of the stream). (a) is the
 // schedule's own data dependency, acyclic: the unit-time simulation in
 // tests/unit/test_pipeline.c runs every stage to the end. (b) adds an edge
 // from the peer's consumption of an earlier message to our production of a
@@ -125,11 +126,10 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
 // executor makes them between ops; a model calls pipeline_poll between
 // layers so that its transfers overlap its compute.
 
-enum { STREAM_ACT_IN, STREAM_GRAD_IN, STREAM_ACT_OUT, STREAM_GRAD_OUT, STREAM_COUNT };
-
 struct pp_stream {
     int peer;                 // group rank at the other end
     int n;                    // messages in one run
+    int ring;                 // buffers; message i uses buffer i % ring
     int *tag;                 // (n,) receive streams: the tag of message i
     char *buf;                // (ring, bytes)
     struct comm_request *req; // (ring,)
@@ -138,9 +138,9 @@ struct pp_stream {
 
 struct pipeline_state {
     struct pp_op *ops; // (2 m v,)
-    int n_ops, ring;
+    int n_ops;
     size_t bytes; // one message
-    struct pp_stream streams[STREAM_COUNT];
+    struct pp_stream streams[PP_STREAM_COUNT];
 };
 
 static bool first_virtual(const struct pipeline_exec *x, int chunk) {
@@ -159,13 +159,102 @@ static int message_tag(int micro, int chunk, int v, int gradient) {
 
 // The stream an op reads from (in) or writes to (out), or -1 when it has none.
 static int stream_in(const struct pipeline_exec *x, const struct pp_op *op) {
-    if (op->kind == PP_FORWARD) return first_virtual(x, op->chunk) ? -1 : STREAM_ACT_IN;
-    return last_virtual(x, op->chunk) ? -1 : STREAM_GRAD_IN;
+    if (op->kind == PP_FORWARD) return first_virtual(x, op->chunk) ? -1 : PP_STREAM_ACT_IN;
+    return last_virtual(x, op->chunk) ? -1 : PP_STREAM_GRAD_IN;
 }
 
 static int stream_out(const struct pipeline_exec *x, const struct pp_op *op) {
-    if (op->kind == PP_FORWARD) return last_virtual(x, op->chunk) ? -1 : STREAM_ACT_OUT;
-    return first_virtual(x, op->chunk) ? -1 : STREAM_GRAD_OUT;
+    if (op->kind == PP_FORWARD) return last_virtual(x, op->chunk) ? -1 : PP_STREAM_ACT_OUT;
+    return first_virtual(x, op->chunk) ? -1 : PP_STREAM_GRAD_OUT;
+}
+
+// Runs every stage's schedule with forward ops of tf and backward ops of tb
+// time units, each op starting once its stage is free and its input exists,
+// and fills fin[(kind * V + u) * m + micro] with the finish times.
+static void simulate(int p, int m, int v, int tf, int tb, const struct pp_op *ops, int *fin) {
+    int V = p * v, n = 2 * m * v, *idx = xcalloc((size_t)p, sizeof(int));
+    int *clock = xcalloc((size_t)p, sizeof(int));
+    for (int i = 0; i < 2 * V * m; i++) fin[i] = -1;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int s = 0; s < p; s++) {
+            if (idx[s] == n) continue;
+            const struct pp_op *op = &ops[(size_t)s * n + idx[s]];
+            int u = pipeline_virtual_stage(p, s, op->chunk), ready = 0;
+            if (op->kind == PP_FORWARD && u > 0) ready = fin[(0 * V + u - 1) * m + op->micro];
+            if (op->kind == PP_BACKWARD && u < V - 1) ready = fin[(1 * V + u + 1) * m + op->micro];
+            if (ready < 0) continue;
+            clock[s] = MAX(clock[s], ready) + (op->kind == PP_FORWARD ? tf : tb);
+            fin[(op->kind * V + u) * m + op->micro] = clock[s];
+            idx[s]++, progress = true;
+        }
+    }
+    for (int s = 0; s < p; s++) CHECK(idx[s] == n, "pipeline: stage %d stuck in simulation", s);
+    free(idx);
+    free(clock);
+}
+
+// The peak number of messages from stage a to its neighbour (activations to
+// a + 1, or gradients to a - 1) that were produced and whose consuming op has
+// not yet finished, in the simulated run: a message occupies a buffer on
+// both ends over [producer's finish, consumer's finish).
+static int stream_peak(int p, int m, int v, const int *fin, int a, int gradient) {
+    int V = p * v, T = 0, peak = 0, live = 0;
+    for (int i = 0; i < 2 * V * m; i++) T = MAX(T, fin[i]);
+    int *diff = xcalloc((size_t)T + 2, sizeof(int));
+    for (int c = 0; c < v; c++) {
+        int u = c * p + a, to = gradient ? u - 1 : u + 1;
+        if (to < 0 || to >= V) continue;
+        for (int micro = 0; micro < m; micro++) {
+            diff[fin[(gradient * V + u) * m + micro]]++;
+            diff[fin[(gradient * V + to) * m + micro]]--;
+        }
+    }
+    for (int t = 0; t <= T; t++) {
+        live += diff[t];
+        peak = MAX(peak, live);
+    }
+    free(diff);
+    return peak;
+}
+
+// Default rings: each stream's peak of messages in flight (0 when it has
+// none) over two timings (tb = tf, and tb = 2 tf as for a transformer
+// layer), so that in those runs no op waits for a buffer, plus one spare for
+// ops that run late. Any ring >= 1 is deadlock-free (see above); a smaller
+// one only adds waits.
+static void ring_sizes(int p, int s, int m, int v, int rings[PP_STREAM_COUNT]) {
+    int n = 2 * m * v, V = p * v;
+    struct pp_op *ops = xmalloc(sizeof(struct pp_op) * (size_t)p * n);
+    int *fin = xmalloc(sizeof(int) * 2 * (size_t)V * m);
+    for (int a = 0; a < p; a++)
+        CHECK(pipeline_schedule(p, a, m, v, ops + (size_t)a * n, NULL) == STATUS_OK,
+              "schedule refused after its arguments were checked");
+    for (int k = 0; k < PP_STREAM_COUNT; k++) rings[k] = 0;
+    for (int tb = 1; tb <= 2; tb++) {
+        simulate(p, m, v, 1, tb, ops, fin);
+        // (stage sending the stream, gradient?) for each stream of stage s
+        int from[PP_STREAM_COUNT][2] = {{(s + p - 1) % p, 0}, {(s + 1) % p, 1}, {s, 0}, {s, 1}};
+        for (int k = 0; k < PP_STREAM_COUNT; k++)
+            rings[k] = MAX(rings[k], stream_peak(p, m, v, fin, from[k][0], from[k][1]));
+    }
+    for (int k = 0; k < PP_STREAM_COUNT; k++) rings[k] += rings[k] > 0; // one spare
+    free(ops);
+    free(fin);
+}
+
+int pipeline_ring_size(int p, int s, int m, int v, enum pp_stream_kind stream) {
+    int rings[PP_STREAM_COUNT];
+    if (check_args(p, s, m, v, NULL) != STATUS_OK || (unsigned)stream >= PP_STREAM_COUNT) return 0;
+    ring_sizes(p, s, m, v, rings);
+    return rings[stream];
+}
+
+size_t pipeline_buffer_bytes(int p, int s, int m, int v, size_t count, enum dtype dtype) {
+    size_t total = 0;
+    for (int k = 0; k < PP_STREAM_COUNT; k++)
+        total += (size_t)pipeline_ring_size(p, s, m, v, (enum pp_stream_kind)k);
+    return total * count * dtype_size(dtype);
 }
 
 enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
@@ -187,21 +276,28 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
     state->ops = xmalloc(sizeof(struct pp_op) * state->n_ops);
     CHECK(pipeline_schedule(x->p, x->s, x->m, x->v, state->ops, err) == STATUS_OK,
           "schedule refused after its arguments were checked");
-    state->ring = x->ring ? x->ring : pipeline_max_in_flight(x->p, x->s, x->m, x->v);
+    int rings[PP_STREAM_COUNT]; // 0 for a stream without messages
+    if (x->ring)
+        for (int k = 0; k < PP_STREAM_COUNT; k++) rings[k] = x->ring;
+    else
+        ring_sizes(x->p, x->s, x->m, x->v, rings);
     state->bytes = x->count * dtype_size(x->dtype);
     int prev = (x->s + x->p - 1) % x->p, next = (x->s + 1) % x->p;
-    int peers[STREAM_COUNT] = {prev, next, next, prev};
-    for (int k = 0; k < STREAM_COUNT; k++) state->streams[k].peer = peers[k];
+    int peers[PP_STREAM_COUNT] = {prev, next, next, prev};
+    for (int k = 0; k < PP_STREAM_COUNT; k++) {
+        state->streams[k].peer = peers[k];
+        state->streams[k].ring = MAX(1, rings[k]);
+    }
     for (int i = 0; i < state->n_ops; i++) {
         int in = stream_in(x, &state->ops[i]), out = stream_out(x, &state->ops[i]);
         if (in >= 0) state->streams[in].n++;
         if (out >= 0) state->streams[out].n++;
     }
-    for (int k = 0; k < STREAM_COUNT; k++) {
+    for (int k = 0; k < PP_STREAM_COUNT; k++) {
         struct pp_stream *q = &state->streams[k];
         if (q->n == 0) continue;
-        q->buf = xmalloc((size_t)state->ring * state->bytes);
-        q->req = xcalloc((size_t)state->ring, sizeof *q->req);
+        q->buf = xmalloc((size_t)q->ring * state->bytes);
+        q->req = xcalloc((size_t)q->ring, sizeof *q->req);
         q->tag = xmalloc(sizeof(int) * q->n);
         q->n = 0;
     }
@@ -211,7 +307,7 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
         int in = stream_in(x, op);
         if (in >= 0) {
             struct pp_stream *q = &state->streams[in];
-            q->tag[q->n++] = message_tag(op->micro, op->chunk, x->v, in == STREAM_GRAD_IN);
+            q->tag[q->n++] = message_tag(op->micro, op->chunk, x->v, in == PP_STREAM_GRAD_IN);
         }
         int out = stream_out(x, op);
         if (out >= 0) state->streams[out].n++;
@@ -223,7 +319,7 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
 void pipeline_exec_free(struct pipeline_exec *x) {
     struct pipeline_state *st = x->state;
     if (!st) return;
-    for (int k = 0; k < STREAM_COUNT; k++) {
+    for (int k = 0; k < PP_STREAM_COUNT; k++) {
         free(st->streams[k].buf);
         free(st->streams[k].req);
         free(st->streams[k].tag);
@@ -234,13 +330,13 @@ void pipeline_exec_free(struct pipeline_exec *x) {
 }
 
 static void *ring_buf(const struct pipeline_state *st, const struct pp_stream *q, int i) {
-    return q->buf + (size_t)(i % st->ring) * st->bytes;
+    return q->buf + (size_t)(i % q->ring) * st->bytes;
 }
 
 static void post_recv(const struct pipeline_exec *x, struct pp_stream *q, int i) {
     const struct pipeline_state *st = x->state;
     comm_recv_start(x->group, ring_buf(st, q, i), x->count, x->dtype, q->peer, q->tag[i],
-                    &q->req[i % st->ring]);
+                    &q->req[i % q->ring]);
 }
 
 // The buffer the next message of receive stream k arrives in, once it has.
@@ -248,7 +344,7 @@ static const void *take_input(const struct pipeline_exec *x, int k) {
     if (k < 0) return NULL;
     struct pp_stream *q = &x->state->streams[k];
     CHECK(q->done < q->n, "stream %d: message %d of %d", k, q->done, q->n);
-    comm_wait(&q->req[q->done % x->state->ring]);
+    comm_wait(&q->req[q->done % q->ring]);
     return ring_buf(x->state, q, q->done);
 }
 
@@ -256,7 +352,7 @@ static const void *take_input(const struct pipeline_exec *x, int k) {
 static void release_input(const struct pipeline_exec *x, int k) {
     if (k < 0) return;
     struct pp_stream *q = &x->state->streams[k];
-    int next = q->done + x->state->ring;
+    int next = q->done + q->ring;
     if (next < q->n) post_recv(x, q, next);
     q->done++;
 }
@@ -267,7 +363,7 @@ static void *claim_output(const struct pipeline_exec *x, int k) {
     if (k < 0) return NULL;
     struct pp_stream *q = &x->state->streams[k];
     CHECK(q->done < q->n, "stream %d: message %d of %d", k, q->done, q->n);
-    if (q->done >= x->state->ring) comm_wait(&q->req[q->done % x->state->ring]);
+    if (q->done >= q->ring) comm_wait(&q->req[q->done % q->ring]);
     return ring_buf(x->state, q, q->done);
 }
 
@@ -277,19 +373,19 @@ static void *claim_output(const struct pipeline_exec *x, int k) {
 static void send_output(const struct pipeline_exec *x, int k, const struct pp_op *op) {
     if (k < 0) return;
     struct pp_stream *q = &x->state->streams[k];
-    int chunk = op->chunk, gradient = k == STREAM_GRAD_OUT;
+    int chunk = op->chunk, gradient = k == PP_STREAM_GRAD_OUT;
     if (!gradient && x->s == x->p - 1) chunk++;
     if (gradient && x->s == 0) chunk--;
     comm_send_start(x->group, ring_buf(x->state, q, q->done), x->count, x->dtype, q->peer,
                     message_tag(op->micro, chunk, x->v, gradient),
-                    &q->req[q->done % x->state->ring]);
+                    &q->req[q->done % q->ring]);
     q->done++;
 }
 
 void pipeline_poll(const struct pipeline_exec *x) {
     const struct pipeline_state *st = x->state;
-    for (int k = 0; k < STREAM_COUNT; k++)
-        for (int i = 0; st->streams[k].req && i < st->ring; i++) {
+    for (int k = 0; k < PP_STREAM_COUNT; k++)
+        for (int i = 0; st->streams[k].req && i < st->streams[k].ring; i++) {
             struct comm_request *r = &st->streams[k].req[i];
             if (r->group && !r->done) comm_test(r);
         }
@@ -298,9 +394,10 @@ void pipeline_poll(const struct pipeline_exec *x) {
 enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
     struct pipeline_state *st = x->state;
     if (!st) return error_set(err, STATUS_RUNTIME, "pipeline_run before pipeline_exec_init");
-    for (int k = 0; k < STREAM_COUNT; k++) st->streams[k].done = 0;
-    for (int k = STREAM_ACT_IN; k <= STREAM_GRAD_IN; k++)
-        for (int i = 0; i < MIN(st->ring, st->streams[k].n); i++) post_recv(x, &st->streams[k], i);
+    for (int k = 0; k < PP_STREAM_COUNT; k++) st->streams[k].done = 0;
+    for (int k = PP_STREAM_ACT_IN; k <= PP_STREAM_GRAD_IN; k++)
+        for (int i = 0; i < MIN(st->streams[k].ring, st->streams[k].n); i++)
+            post_recv(x, &st->streams[k], i);
     for (int i = 0; i < st->n_ops; i++) {
         const struct pp_op *op = &st->ops[i];
         int in = stream_in(x, op), out = stream_out(x, op);
@@ -314,11 +411,11 @@ enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
         release_input(x, in);
     }
     // Every receive was consumed; the last ring sends may still be in flight.
-    for (int k = 0; k < STREAM_COUNT; k++) {
+    for (int k = 0; k < PP_STREAM_COUNT; k++) {
         struct pp_stream *q = &st->streams[k];
         CHECK(q->done == q->n, "stream %d: %d of %d messages at the end", k, q->done, q->n);
-        if (k == STREAM_ACT_OUT || k == STREAM_GRAD_OUT)
-            for (int i = MAX(0, q->n - st->ring); i < q->n; i++) comm_wait(&q->req[i % st->ring]);
+        if (k == PP_STREAM_ACT_OUT || k == PP_STREAM_GRAD_OUT)
+            for (int i = MAX(0, q->n - q->ring); i < q->n; i++) comm_wait(&q->req[i % q->ring]);
     }
     return STATUS_OK;
 }

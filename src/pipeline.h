@@ -80,6 +80,29 @@ typedef void (*pipeline_forward_fn)(void *ctx, int micro, int chunk, int slot, c
 typedef void (*pipeline_backward_fn)(void *ctx, int micro, int chunk, int slot, const void *dout,
                                      void *din);
 
+// The four message streams of a stage: activations from the previous virtual
+// stage and to the next, gradients from the next and to the previous.
+enum pp_stream_kind {
+    PP_STREAM_ACT_IN,
+    PP_STREAM_GRAD_IN,
+    PP_STREAM_ACT_OUT,
+    PP_STREAM_GRAD_OUT,
+    PP_STREAM_COUNT,
+};
+
+// Message buffers of one stream of stage s (a ring; message i uses buffer
+// i % ring): the peak number of its messages in flight, from production to
+// the end of the consuming op, when all stages run their schedules with
+// backward ops as long as forward ones and twice as long (so in such runs no
+// op waits for a buffer), plus one spare. 0 for a stream without messages or
+// refused arguments. Any ring >= 1 is free of deadlock; a smaller one adds
+// waits.
+int pipeline_ring_size(int p, int s, int m, int v, enum pp_stream_kind stream);
+
+// Bytes of message buffers pipeline_exec_init allocates with the default
+// ring, for messages of count elements of dtype (for the memory plan).
+size_t pipeline_buffer_bytes(int p, int s, int m, int v, size_t count, enum dtype dtype);
+
 struct pipeline_state; // message buffers and requests, owned (pipeline.c)
 
 // What the caller sets before pipeline_exec_init; state is filled there.
@@ -91,20 +114,22 @@ struct pipeline_exec {
     void *ctx;                // passed to the callbacks
     pipeline_forward_fn forward;
     pipeline_backward_fn backward;
-    int ring; // message buffers per direction and kind; 0: max in flight
+    int ring; // buffers per stream; 0: pipeline_ring_size's (1 gives the fewest)
     struct pipeline_state *state;
 };
 
 // Checks x (STATUS_BAD_INPUT for a refused schedule or a group that is not
-// p ranks with this rank s) and allocates, once, four rings of ring message
-// buffers each: activations in and out, gradients in and out.
+// p ranks with this rank s) and allocates, once, the message buffers of the
+// four streams (pipeline_buffer_bytes of them with the default ring).
 enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 
 // Runs stage s's schedule once (one optimizer step's forwards and backwards):
 // every rank of the pp group calls it with the same p, m, v. Activations go
 // to the next stage and gradients to the previous one with non-blocking
-// sends; receives are posted ahead into the ring, so no rank waits on a send
-// its peer has not posted a receive for (see pipeline.c). No allocation.
+// sends; receives are posted ahead into the rings and a send is waited on
+// only before its buffer is reused, an order free of deadlock (the argument
+// in pipeline.c; checked on threads with rendezvous messages for every
+// p <= 8, m <= 3p + 4, v <= 3). No allocation.
 enum status pipeline_run(const struct pipeline_exec *x, struct error *err);
 
 // Lets pending messages progress (MPI moves data only inside MPI calls): a

@@ -26,7 +26,7 @@ run() {
     [ "$rc" -ne 0 ] && { echo "FAIL $name: exit $rc"; fail=1; }
     while [ $# -ge 3 ]; do
         local n
-        n=$(grep -cE "^\(p,m,v\)=\($1,$2,$3\) ring=[0-9]+ dp=[0-9]+: ok" "$log")
+        n=$(grep -cE "^\(p,m,v\)=\($1,$2,$3\) ring=(1|default) dp=[0-9]+: ok" "$log")
         [ "$n" -eq 2 ] || { echo "FAIL $name: ($1,$2,$3) ok for $n of 2 rings"; fail=1; }
         shift 3
     done

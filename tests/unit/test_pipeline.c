@@ -186,6 +186,43 @@ static void test_refused(void) {
                !x.state, "group of 1 for p=2: '%s'", err.msg);
 }
 
+// Default rings: one buffer at least exactly on the streams that carry
+// messages (counted from the schedule), none on the others, never more than
+// the stream's messages plus the spare; the buffer bytes are their sum.
+static void test_rings(void) {
+    static struct pp_op ops[MAX_OPS];
+    printf("  default rings (act in, grad in, act out, grad out), stage 0 and p-1:\n");
+    for (int p = 1; p <= 8; p++)
+        for (int m = p; m <= 3 * p + 4; m++)
+            for (int v = 1; v <= 3; v++) {
+                if (v > 1 && (p == 1 || m % p)) continue;
+                for (int s = 0; s < p; s++) {
+                    pipeline_schedule(p, s, m, v, ops, NULL);
+                    int msgs[PP_STREAM_COUNT] = {0}, ring[PP_STREAM_COUNT], sum = 0, bad = 0;
+                    for (int i = 0; i < 2 * m * v; i++) {
+                        int u = pipeline_virtual_stage(p, s, ops[i].chunk), V = p * v;
+                        bool f = ops[i].kind == PP_FORWARD;
+                        msgs[f ? PP_STREAM_ACT_IN : PP_STREAM_GRAD_IN] += f ? u > 0 : u < V - 1;
+                        msgs[f ? PP_STREAM_ACT_OUT : PP_STREAM_GRAD_OUT] += f ? u < V - 1 : u > 0;
+                    }
+                    for (int k = 0; k < PP_STREAM_COUNT; k++) {
+                        ring[k] = pipeline_ring_size(p, s, m, v, (enum pp_stream_kind)k);
+                        bad += (ring[k] > 0) != (msgs[k] > 0) || ring[k] > msgs[k] + 1;
+                        sum += ring[k];
+                    }
+                    EXPECT(bad == 0 && pipeline_buffer_bytes(p, s, m, v, 10, DTYPE_BF16) ==
+                                           (size_t)sum * 20,
+                           "p=%d s=%d m=%d v=%d: rings %d %d %d %d for %d %d %d %d messages", p, s,
+                           m, v, ring[0], ring[1], ring[2], ring[3], msgs[0], msgs[1], msgs[2],
+                           msgs[3]);
+                    if (p >= 4 && m == 2 * p && (s == 0 || s == p - 1))
+                        printf("    p=%d m=%2d v=%d s=%d: %d %d %d %d  max in flight %d\n", p, m, v,
+                               s, ring[0], ring[1], ring[2], ring[3],
+                               pipeline_max_in_flight(p, s, m, v));
+                }
+            }
+}
+
 // ---- a rendezvous network of threads --------------------------------------------
 
 struct mock_rec { // one posted send or receive
@@ -359,6 +396,7 @@ int main(void) {
     test_refused();
     test_literal_1f1b();
     test_schedules();
+    test_rings();
     test_executor_threads();
     return test_finish("test_pipeline");
 }
