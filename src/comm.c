@@ -53,11 +53,19 @@ static bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t 
 
 // ---- wrappers ---------------------------------------------------------------
 
+// Runs a blocking call and adds its duration to the group's busy time.
+#define TIMED(g, stmt)                                                         \
+    do {                                                                       \
+        double t0_ = time_now_s();                                             \
+        stmt;                                                                  \
+        (g)->busy_s += time_now_s() - t0_;                                     \
+    } while (0)
+
 void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                      enum comm_op op) {
     check_reduction(g, dtype, op, "comm_all_reduce");
     check_buf(buf, count, "comm_all_reduce");
-    g->ops->all_reduce(g, buf, count, dtype, op);
+    TIMED(g, g->ops->all_reduce(g, buf, count, dtype, op));
 }
 
 void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
@@ -72,7 +80,7 @@ void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum d
 
 void comm_wait(struct comm_request *req) {
     CHECK(req && req->group && req->group->ops, "comm_wait: request never started");
-    if (!req->done) req->group->ops->wait(req);
+    if (!req->done) TIMED(req->group, req->group->ops->wait(req));
     req->done = true;
 }
 
@@ -94,7 +102,7 @@ void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, siz
     size_t es = dtype_size(dtype);
     CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
           "comm_reduce_scatter: send and recv overlap");
-    g->ops->reduce_scatter(g, send, recv, count, dtype, op);
+    TIMED(g, g->ops->reduce_scatter(g, send, recv, count, dtype, op));
 }
 
 void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
@@ -107,7 +115,7 @@ void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t 
     const char *own = (const char *)recv + (size_t)g->rank * count * es;
     CHECK(send == own || !ranges_overlap(send, count * es, recv, (size_t)g->size * count * es),
           "comm_all_gather: send overlaps recv but is not this rank's chunk (in place)");
-    g->ops->all_gather(g, send, recv, count, dtype);
+    TIMED(g, g->ops->all_gather(g, send, recv, count, dtype));
 }
 
 void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root) {
@@ -115,7 +123,7 @@ void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dt
     check_dtype(dtype, false, "comm_broadcast");
     check_buf(buf, count, "comm_broadcast");
     CHECK(root >= 0 && root < g->size, "comm_broadcast: root %d in a group of %d", root, g->size);
-    g->ops->broadcast(g, buf, count, dtype, root);
+    TIMED(g, g->ops->broadcast(g, buf, count, dtype, root));
 }
 
 void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
@@ -124,7 +132,7 @@ void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype d
     check_dtype(dtype, false, "comm_send");
     check_buf(buf, count, "comm_send");
     check_peer(g, peer, tag, "comm_send");
-    g->ops->send(g, buf, count, dtype, peer, tag);
+    TIMED(g, g->ops->send(g, buf, count, dtype, peer, tag));
 }
 
 void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
@@ -133,7 +141,7 @@ void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, 
     check_dtype(dtype, false, "comm_recv");
     check_buf(buf, count, "comm_recv");
     check_peer(g, peer, tag, "comm_recv");
-    g->ops->recv(g, buf, count, dtype, peer, tag);
+    TIMED(g, g->ops->recv(g, buf, count, dtype, peer, tag));
 }
 
 void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
@@ -162,7 +170,7 @@ void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype d
 
 void comm_barrier(struct comm_group *g) {
     check_group(g, "comm_barrier");
-    g->ops->barrier(g);
+    TIMED(g, g->ops->barrier(g));
 }
 
 void comm_group_free(struct comm_group *g) {

@@ -89,6 +89,7 @@ struct comm_group {
     int rank, size;
     const struct comm_ops *ops;
     void *impl;
+    double busy_s; // seconds this rank spent in the group's blocking calls and waits
 };
 
 // Fills g with the group of this rank alone: all-reduce and broadcast leave

@@ -356,7 +356,7 @@ static int run_threads(int p, int m, int v, int ring) {
     for (int s = 0; s < p; s++) {
         struct mock_rank *r = &ranks[s];
         r->net = &net, r->done = 0, net.alive[s] = true;
-        r->g = (struct comm_group){s, p, &mock_ops, &net};
+        r->g = (struct comm_group){.rank = s, .size = p, .ops = &mock_ops, .impl = &net};
         toy_init(&r->toy, p, s, m, v, N, pipeline_max_in_flight(p, s, m, v));
         r->x = (struct pipeline_exec){p, s, m, v, &r->g, N, DTYPE_FP32, &r->toy, toy_forward,
                                       toy_backward, ring, NULL};
