@@ -39,6 +39,8 @@ struct trainer {
     struct train_ctx ctx;
     bool whole_model;         // one stage, one chunk: evaluation and samples run
     bool reads_tokens, reads_targets; // first / last pipeline stage
+    double *split_all;        // (world, 3) per-rank time split, gathered for the log
+    int n_slots;              // activation slots: microbatches in flight on this stage
     struct tokenizer *tok;    // rank 0, for samples; NULL when missing
     int accum;                // microbatches per step on this rank
     int32_t *seqs;            // (B, T + 1) one microbatch from the loader
@@ -169,18 +171,21 @@ static void setup(struct trainer *t, int argc, char **argv) {
     if (!t->whole_model) {
         // 1F1B keeps at most p - s microbatches in flight (fewer with fewer).
         shard.n_slots = pipeline_max_in_flight(pp, s, t->accum, v);
-        if (shard.n_slots < 1) {
-            struct pp_op probe[1];
-            pipeline_schedule(pp, s, t->accum, v, probe, &err); // the reason, as a message
+        if (shard.n_slots < 1) { // refused: the schedule says why
+            struct error why = {0};
+            struct pp_op *probe = xcalloc(2 * (size_t)t->accum * v, sizeof *probe);
+            pipeline_schedule(pp, s, t->accum, v, probe, &why);
+            free(probe);
             error_set(&err, STATUS_BAD_INPUT, "%s: [parallel] pp = %d, virtual_stages = %d with "
                       "%d microbatches per step (global_batch_size / (micro_batch_size * dp)): %s",
-                      c->file, pp, v, t->accum, err.msg);
+                      c->file, pp, v, t->accum, why.msg);
             fail_all(t, &err);
         }
     }
     t->reads_tokens = s == 0, t->reads_targets = s == pp - 1;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * dp : 0;
     shard.sequence_parallel = c->parallel.sequence_parallel;
+    t->n_slots = MAX(1, shard.n_slots);
     if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
                    (uint64_t)c->train.seed, &err))
         fail_all(t, &err);
@@ -206,6 +211,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
     int T = c->train.seq_len;
     t->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
     t->tokens = xmalloc(sizeof(int32_t) * t->accum * B * T);
+    t->split_all = xcalloc(3 * (size_t)world_size, sizeof *t->split_all);
     t->targets = xmalloc(sizeof(int32_t) * t->accum * B * T);
 
     int n;
@@ -250,10 +256,12 @@ static void setup(struct trainer *t, int argc, char **argv) {
         config_print(c, stdout);
         printf("----\n");
         printf("model: %.2fM parameters on this rank; memory per rank: params %.1f MiB, grads "
-               "%.1f MiB, optimizer %.1f MiB (%zu bytes%s), activations %.1f MiB\n",
+               "%.1f MiB, optimizer %.1f MiB (%zu bytes%s), activations %.1f MiB (%zu bytes: "
+               "%d slots of %zu bytes + scratch)\n",
                mem->n_params / 1e6, mem->param_bytes / 1048576.0, mem->grad_bytes / 1048576.0,
                optimizer_state_bytes(t->opt) / 1048576.0, optimizer_state_bytes(t->opt),
-               c->parallel.zero_stage == 1 ? ", ZeRO-1 shard" : "", mem->activation_bytes / 1048576.0);
+               c->parallel.zero_stage == 1 ? ", ZeRO-1 shard" : "", mem->activation_bytes / 1048576.0,
+               mem->activation_bytes, t->n_slots, mem->slot_bytes);
         printf("data: %s: %llu train sequences, %llu validation sequences of %d tokens; "
                "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s)\n",
                c->data.path, (unsigned long long)t->ds->split_sequences[SPLIT_TRAIN],
@@ -301,8 +309,25 @@ static void format_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%lds", x);
 }
 
+// Seconds this rank has spent blocked in tensor/data-parallel (and tied
+// embedding) collectives, and in pipeline messages.
+static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
+    *collective = t->topo.tp_group.busy_s + t->topo.dp_group.busy_s + t->topo.embed_group.busy_s;
+    *pipeline = t->topo.pp_group.busy_s;
+}
+
+// split: this rank's (compute, communication, pipeline wait) seconds of the
+// step. Gathered from every rank (a collective: every rank calls log_step at
+// the same steps); rank 0 prints its own and the largest pipeline wait, and
+// writes every rank's to metrics.jsonl.
 static void log_step(struct trainer *t, int step, const struct train_step_result *r, double dt,
-                     double elapsed) {
+                     double elapsed, const double split[3]) {
+    int W = t->topo.world_size;
+    double *all = t->split_all;
+    comm_all_gather(&t->topo.world, split, all, 3, DTYPE_FP64);
+    if (!is_root(t)) return;
+    double worst_wait = 0;
+    for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[3 * i + 2]);
     const struct config *c = &t->cfg;
     double tokens = (double)c->train.global_batch_size * c->train.seq_len;
     double tps = tokens / dt, mfu = t->flops_per_token * tps / t->peak_flops;
@@ -312,12 +337,21 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     // The printed line and the JSON line use the same formats, so they agree.
     // loss and grad norm carry 6 decimals so that runs can be compared to 1e-5.
     printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f | %.0f tok/s | MFU %.2f%% | "
-           "mem %.1f MiB | %.1f ms/step | ETA %s\n", step + 1, c->train.steps, r->loss, r->lr,
-           r->grad_norm, tps, 100 * mfu, t->mem_bytes / 1048576.0, dt * 1e3, eta_s);
+           "mem %.1f MiB | %.1f ms/step | ETA %s | rank 0: compute %.1f ms, comm %.1f ms, "
+           "pipeline wait %.1f ms (max over ranks %.1f ms)\n", step + 1, c->train.steps, r->loss,
+           r->lr, r->grad_norm, tps, 100 * mfu, t->mem_bytes / 1048576.0, dt * 1e3, eta_s,
+           split[0] * 1e3, split[1] * 1e3, split[2] * 1e3, worst_wait * 1e3);
     fprintf(t->metrics, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.3e, \"grad_norm\": %.6f, "
             "\"tokens_per_s\": %.0f, \"mfu\": %.4f, \"mem_bytes\": %zu, \"step_time_s\": %.4f, "
-            "\"eta_s\": %.0f}\n", step + 1, r->loss, r->lr, r->grad_norm, tps, mfu, t->mem_bytes,
+            "\"eta_s\": %.0f", step + 1, r->loss, r->lr, r->grad_norm, tps, mfu, t->mem_bytes,
             dt, eta);
+    const char *keys[3] = {"compute_s", "comm_s", "pipeline_wait_s"};
+    for (int k = 0; k < 3; k++) {
+        fprintf(t->metrics, ", \"%s\": [", keys[k]);
+        for (int i = 0; i < W; i++) fprintf(t->metrics, "%s%.4f", i ? ", " : "", all[3 * i + k]);
+        fprintf(t->metrics, "]");
+    }
+    fprintf(t->metrics, "}\n");
     fflush(stdout), fflush(t->metrics);
 }
 
@@ -326,7 +360,8 @@ static void run(struct trainer *t) {
     int B = c->train.micro_batch_size, T = c->train.seq_len;
     double start = time_now_s(), best_val = INFINITY, tokens_seen = 0;
     for (int step = 0; step < c->train.steps; step++) {
-        double t0 = time_now_s();
+        double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
+        comm_busy(t, &coll0, &pipe0);
         // Inputs are read on the first stage, labels on the last.
         if (t->reads_tokens || t->reads_targets)
             for (int k = 0; k < t->accum; k++)
@@ -340,10 +375,12 @@ static void run(struct trainer *t) {
             fail_here(&err);
         }
         double dt = time_now_s() - t0;
+        comm_busy(t, &coll1, &pipe1);
+        double split[3] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0};
         tokens_seen += (double)c->train.global_batch_size * T;
         bool last = step == c->train.steps - 1;
-        if (is_root(t) && (last || (step + 1) % c->log.every == 0 || step == 0))
-            log_step(t, step, &r, dt, time_now_s() - start);
+        if (last || (step + 1) % c->log.every == 0 || step == 0)
+            log_step(t, step, &r, dt, time_now_s() - start, split);
         if (t->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
             double val = evaluate(t);
             best_val = MIN(best_val, val);
@@ -368,7 +405,8 @@ static void run(struct trainer *t) {
         printf("done: %d steps, %.0f tokens seen, %.1f s, mean %.0f tokens/s", c->train.steps,
                tokens_seen, total, tokens_seen / total);
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
-        printf("\n");
+        printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
+               model_slots_used(t->model), t->n_slots, t->accum);
     }
 }
 
@@ -384,7 +422,7 @@ static void teardown(struct trainer *t) {
     dataset_close(t->ds);
     backend_free(t->be);
     topology_free(&t->topo);
-    free(t->seqs), free(t->tokens), free(t->targets);
+    free(t->seqs), free(t->tokens), free(t->targets), free(t->split_all);
 }
 
 int cmd_train(int argc, char **argv) {
