@@ -88,6 +88,12 @@ void optimizer_shard_range(const struct optimizer *o, size_t *begin, size_t *end
     *begin = o->begin, *end = o->end;
 }
 
+void optimizer_moments(struct optimizer *o, struct tensor *m, struct tensor *v) {
+    *m = o->m, *v = o->v;
+}
+
+void optimizer_set_steps_done(struct optimizer *o, int steps) { o->step = steps; }
+
 // The part [lo, hi) of parameter p inside this rank's range; false if none.
 static bool overlap(const struct optimizer *o, const struct param_info *p, size_t *lo, size_t *hi) {
     *lo = MAX(p->offset, o->begin);

@@ -79,4 +79,9 @@ void optimizer_step(struct optimizer *opt, double lr, double grad_scale);
 int optimizer_steps_done(const struct optimizer *opt);
 void optimizer_shard_range(const struct optimizer *opt, size_t *begin, size_t *end);
 
+// The moments (end - begin,) of this rank's range, in backend memory, for
+// checkpoints; and setting the step counter on resume.
+void optimizer_moments(struct optimizer *opt, struct tensor *m, struct tensor *v);
+void optimizer_set_steps_done(struct optimizer *opt, int steps);
+
 #endif
