@@ -1,0 +1,154 @@
+// checkpoint.h: save and load training state as pieces of global tensors
+// (DESIGN.md §7, docs/formats.md "Checkpoints"). Independent of the model
+// code: a caller describes each tensor it holds as a piece (a block of a
+// global 2-D tensor, or a flat sub-range of that block under ZeRO), and a
+// loader in any other (tp, pp, dp) layout asks for the pieces it needs; they
+// are reassembled from whichever rank files hold them (resharding).
+//
+//   dir/step-000100/rank-00000.h5 ... rank-NNNNN.h5   one per world rank
+//   dir/step-000100/manifest.ini                      step, layout, model, checksums
+//   dir/latest                                        "step-000100\n"
+//
+// Commit protocol (checkpoint_save): rank 0 creates step-N.tmp/ (removing
+// stale *.tmp of crashed saves); every rank writes and fsyncs its file; an
+// all-reduce agrees on success; rank 0 writes and fsyncs manifest.ini and the
+// directory, renames step-N.tmp -> step-N, fsyncs dir, then writes
+// latest.tmp, fsyncs, renames it to latest, fsyncs dir, and rotates. A kill
+// at any moment leaves `latest` naming a complete checkpoint.
+#ifndef TRIDENT_CHECKPOINT_H
+#define TRIDENT_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "common.h"
+#include "config.h"
+#include "dataset.h"
+#include "model.h"
+#include "ops.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_NAME_MAX 128
+#define CKPT_PATH_MAX 4096
+
+// One stored or wanted piece of a global (grows, gcols) tensor. The block
+// (rows, cols) sits at (row_offset, col_offset); of the block's row-major
+// flattening this piece holds elements [flat_begin, flat_end) (the whole
+// block: 0, rows * cols). Vectors have gcols = cols = 1.
+struct ckpt_piece {
+    char name[CKPT_NAME_MAX]; // "param/<hf name>", "adam_m/<hf name>", "adam_v/<hf name>"
+    int grows, gcols;
+    int row_offset, col_offset, rows, cols;
+    size_t flat_begin, flat_end;
+    enum dtype dtype;
+    void *data; // (flat_end - flat_begin,) host
+};
+
+// Scalars of the training state, one copy per rank file.
+struct ckpt_state {
+    int64_t step;            // optimizer steps done (the next step to run)
+    int64_t lr_step;         // position in the LR schedule
+    int64_t opt_steps;       // AdamW bias-correction counter
+    struct loader_state loader;
+    uint64_t rng_seed;       // [train] seed of the run
+    uint64_t rng_state[4];   // generator state, when the caller has one (else 0)
+    double loss_scale;       // current dynamic loss scale (1 for fp32)
+    int64_t loss_scale_good_steps; // steps since the last overflow
+};
+
+struct ckpt_save_args {
+    const char *dir;     // [checkpoint] dir
+    int64_t step;        // names the folder step-%06lld
+    int tp, pp, dp, zero_stage;
+    int rank;            // world rank whose file this call writes
+    const struct llama_config *model;
+    const char *tokenizer_id; // "" when none
+    const struct ckpt_piece *pieces;
+    int n_pieces;
+    const struct ckpt_state *state;
+    int keep_last;       // rotation after commit; 0 keeps all
+};
+
+// What a rank file turned out as, for the manifest.
+struct ckpt_file_sum {
+    uint64_t xxh3;
+    uint64_t bytes;
+};
+
+// The whole collective save. Every rank of world (world rank == a->rank,
+// size == tp * pp * dp) calls it with its pieces and state. Returns STATUS_OK
+// on every rank or an error on every rank (a rank whose own step succeeded
+// says which rank failed); on error the previous checkpoint and `latest` are
+// untouched.
+enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
+                            struct error *err);
+
+// The three steps of checkpoint_save, callable one by one so that a test can
+// play several ranks in one process: prepare (rank 0: fresh step-N.tmp/),
+// write_rank (each rank: its file, fsynced, and its checksum), commit (rank 0:
+// manifest, renames, latest, rotation; sums has tp * pp * dp entries).
+enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err);
+enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_file_sum *sum,
+                                  struct error *err);
+enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_file_sum *sums,
+                              struct error *err);
+
+// Deletes complete checkpoints of dir beyond the newest keep_last (0: none),
+// never the one `latest` names. Errors: STATUS_RUNTIME from storage.
+enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err);
+
+// The checkpoint folder to resume from: RESUME_NONE, or RESUME_AUTO without
+// dir/latest, gives out = "" (start fresh); RESUME_AUTO gives dir/<latest>;
+// RESUME_PATH gives path (a checkpoint folder, or a dir with a `latest`).
+// Errors: STATUS_BAD_INPUT when latest is malformed or names a missing folder.
+enum status checkpoint_resolve(const char *dir, enum resume_mode mode, const char *path,
+                               char out[CKPT_PATH_MAX], struct error *err);
+
+struct ckpt_reader;
+
+// Opens a checkpoint folder (or a dir holding `latest`): reads manifest.ini,
+// checks the format version, every listed file's presence, size and xxh3
+// checksum, every piece's tags, and that the pieces of each tensor cover it.
+// Errors: STATUS_BAD_INPUT with a message naming the file.
+enum status checkpoint_open(const char *path, struct ckpt_reader **out, struct error *err);
+void checkpoint_close(struct ckpt_reader *r);
+
+// The manifest's header.
+struct ckpt_info {
+    int format_version;
+    int64_t step;
+    int world_size, tp, pp, dp, zero_stage;
+    struct llama_config model; // shape fields only
+    char tokenizer_id[128];
+    char path[CKPT_PATH_MAX];  // the checkpoint folder
+};
+const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
+
+// Refuses a checkpoint of another model: vocab_size, d_model, n_layers,
+// n_heads, n_kv_heads, ffn_dim, tie_embeddings, rope_theta, norm_eps and the
+// tokenizer id (when both are non-empty) must match. Errors: STATUS_BAD_INPUT
+// naming the key, the checkpoint's value and the run's.
+enum status checkpoint_check_model(const struct ckpt_reader *r, const struct llama_config *model,
+                                   const char *tokenizer_id, struct error *err);
+
+// Fills want->data (caller's buffer, flat_end - flat_begin elements of
+// want->dtype) with the requested range of the requested block, gathered from
+// every stored piece of want->name. fp32 and fp64 convert into each other;
+// other dtypes must match. The last tensor assembled is cached, so asking for
+// several blocks of one name reads the files once.
+// Errors: STATUS_BAD_INPUT when the name is absent, the global shape differs
+// or an element is in no stored piece.
+enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want,
+                                  struct error *err);
+
+// The training state of world rank `rank`'s file (-1: rank 0's).
+enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
+                                  struct error *err);
+
+// Stored pieces, for `trident ckpt info`: i in [0, n).
+int checkpoint_n_pieces(const struct ckpt_reader *r);
+const struct ckpt_piece *checkpoint_piece_at(const struct ckpt_reader *r, int i, int *file_rank);
+
+#endif
