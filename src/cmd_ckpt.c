@@ -17,7 +17,7 @@ static void print_info(const struct ckpt_reader *r) {
            "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
            m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);
     printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
-    printf("  %-60s %-12s %-5s %6s %12s\n", "tensor", "shape", "dtype", "pieces", "stored MB");
+    printf("  %-60s %-12s %-5s %6s %12s\n", "tensor", "shape", "dtype", "pieces", "bytes");
     int n = checkpoint_n_pieces(r);
     size_t total = 0;
     for (int i = 0, j; i < n; i = j) {
@@ -30,8 +30,8 @@ static void print_info(const struct ckpt_reader *r) {
         }
         char shape[32];
         snprintf(shape, sizeof shape, "(%d, %d)", p->grows, p->gcols);
-        printf("  %-60s %-12s %-5s %6d %12.3f\n", p->name, shape, dtype_name(p->dtype), j - i,
-               bytes / 1e6);
+        printf("  %-60s %-12s %-5s %6d %12zu\n", p->name, shape, dtype_name(p->dtype), j - i,
+               bytes);
         total += bytes;
     }
     printf("  total stored %.3f MB in %d pieces\n", total / 1e6, n);
