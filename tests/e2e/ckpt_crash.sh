@@ -2,11 +2,11 @@
 # ckpt_crash.sh: real processes killed (SIGKILL, TRIDENT_FAULT=kill:...) at
 # 27 points of three checkpoint saves on 4 MPI ranks (tests/mpi/ckpt_driver.c):
 # every storage call of the second save on rank 0, calls of the first and
-# third, each storage call of rank 1, early calls on all ranks, and the named
-# point between the two renames (about 2 s a point, mostly mpirun's abort).
-# After each kill: `trident ckpt verify` on the
-# dir passes (when some save got as far as `latest`), and a one-rank load in
-# another layout returns the last committed step with the right values.
+# third on rank 0, three calls of rank 1, a call on all ranks at once, and the
+# named point between the two renames (about 2 s a point, mostly mpirun's
+# abort). After each kill: `trident ckpt verify` on the dir passes (when some
+# save got as far as `latest`), and a one-rank load in another layout
+# (resharding) returns the last committed step with that step's values.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/e2e/mpi_env.sh
