@@ -28,6 +28,8 @@ struct ckpt_reader {
     enum dtype cache_dtype;
     void *cache;
     size_t cache_bytes;
+    void *tmp; // one stored piece on its way into cache; kept to avoid page faults
+    size_t tmp_bytes;
 };
 
 struct manifest_file {
@@ -391,6 +393,7 @@ void checkpoint_close(struct ckpt_reader *r) {
     free(r->files);
     free(r->pieces);
     free(r->cache);
+    free(r->tmp);
     free(r);
 }
 
@@ -433,17 +436,18 @@ static enum status assemble(struct ckpt_reader *r, int i, int j, enum dtype dtyp
         r->cache = xmalloc(r->cache_bytes = bytes);
     }
     r->cache_name[0] = 0;
-    void *tmp = NULL;
-    size_t tmp_bytes = 0;
     enum status st = STATUS_OK;
     for (int k = i; !st && k < j; k++) {
         const struct stored_piece *s = &r->pieces[k];
         size_t n = s->p.flat_end - s->p.flat_begin;
         if (!n) continue;
-        if (n * es > tmp_bytes) {
-            free(tmp);
-            tmp = xmalloc(tmp_bytes = n * es);
+        // A piece that is the whole tensor is read straight into the cache.
+        int whole = n * es == bytes;
+        if (!whole && n * es > r->tmp_bytes) {
+            free(r->tmp);
+            r->tmp = xmalloc(r->tmp_bytes = n * es);
         }
+        void *tmp = whole ? r->cache : r->tmp;
         char dname[32];
         snprintf(dname, sizeof dname, "pieces/%05d", s->index);
         hid_t ds = H5Dopen2(r->files[s->file], dname, H5P_DEFAULT);
@@ -452,11 +456,10 @@ static enum status assemble(struct ckpt_reader *r, int i, int j, enum dtype dtyp
             st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: reading tensor %s failed",
                            r->info.path, s->file, s->p.name);
         if (ds >= 0) H5Dclose(ds);
-        if (!st)
+        if (!st && !whole)
             ckpt_block_copy(r->cache, s->p.gcols, s->p.row_offset, s->p.col_offset, s->p.cols,
                             s->p.flat_begin, s->p.flat_end, tmp, es, 1);
     }
-    free(tmp);
     if (!st) {
         snprintf(r->cache_name, sizeof r->cache_name, "%s", p0->name);
         r->cache_dtype = dtype;
