@@ -147,6 +147,21 @@ enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want
 enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
                                   struct error *err);
 
+// The pieces of a range of an arena laid out by a parameter table (model.h),
+// for saving and for loading: one piece per parameter whose arena elements
+// [offset, offset + numel) meet [begin, end), cut to that range and to its
+// valid rows (vocab padding is not saved). prefix: "param", "adam_m",
+// "adam_v"; arena: host copy of the whole arena (element 0), of dtype; a
+// ZeRO shard passes its [begin, end), a full copy (0, SIZE_MAX). out: room for
+// n pieces. Returns the number of pieces filled.
+int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,
+                                  void *arena, enum dtype dtype, size_t begin, size_t end,
+                                  struct ckpt_piece *out);
+
+// checkpoint_read_piece of each of n pieces; stops at the first error.
+enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,
+                                   struct error *err);
+
 // Stored pieces, for `trident ckpt info`: i in [0, n).
 int checkpoint_n_pieces(const struct ckpt_reader *r);
 const struct ckpt_piece *checkpoint_piece_at(const struct ckpt_reader *r, int i, int *file_rank);

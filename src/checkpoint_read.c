@@ -519,3 +519,34 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
     out->loader = (struct loader_state){loader[0], loader[1], loader[2], loader[3]};
     return STATUS_OK;
 }
+
+int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,
+                                  void *arena, enum dtype dtype, size_t begin, size_t end,
+                                  struct ckpt_piece *out) {
+    int k = 0;
+    size_t es = dtype_size(dtype);
+    for (int i = 0; i < n; i++) {
+        const struct param_info *p = &params[i];
+        // Valid rows come first in the block's row-major layout; padding after.
+        size_t valid = (size_t)p->valid_rows * (size_t)p->cols;
+        size_t lo = MAX(begin, p->offset), hi = MIN(end, p->offset + valid);
+        if (lo >= hi) continue;
+        struct ckpt_piece *q = &out[k++];
+        memset(q, 0, sizeof *q);
+        snprintf(q->name, sizeof q->name, "%s/%s", prefix, p->name);
+        q->grows = p->grows, q->gcols = p->gcols;
+        q->row_offset = p->row_offset, q->col_offset = p->col_offset;
+        q->rows = p->valid_rows, q->cols = p->cols;
+        q->flat_begin = lo - p->offset, q->flat_end = hi - p->offset;
+        q->dtype = dtype;
+        q->data = (char *)arena + lo * es;
+    }
+    return k;
+}
+
+enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,
+                                   struct error *err) {
+    enum status st = STATUS_OK;
+    for (int i = 0; !st && i < n; i++) st = checkpoint_read_piece(r, &pieces[i], err);
+    return st;
+}
