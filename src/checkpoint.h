@@ -113,6 +113,12 @@ struct ckpt_reader;
 // checksum, every piece's tags, and that the pieces of each tensor cover it.
 // Errors: STATUS_BAD_INPUT with a message naming the file.
 enum status checkpoint_open(const char *path, struct ckpt_reader **out, struct error *err);
+// As checkpoint_open without the checksums (sizes, tags and coverage are
+// still checked): for the ranks of a job other than the one that ran
+// checkpoint_open on the same folder and shared its verdict, so that the
+// checkpoint is read in full once, not once per rank.
+enum status checkpoint_open_trusted(const char *path, struct ckpt_reader **out,
+                                    struct error *err);
 void checkpoint_close(struct ckpt_reader *r);
 
 // The manifest's header.
@@ -137,7 +143,9 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
 // want->dtype) with the requested range of the requested block, gathered from
 // every stored piece of want->name. fp32 and fp64 convert into each other;
 // other dtypes must match. The last tensor assembled is cached, so asking for
-// several blocks of one name reads the files once.
+// several blocks of one name reads the files once; only stored pieces that
+// meet the wanted range and are not yet in the cache are read (a replicated
+// tensor is read from one file, not from every rank's copy).
 // Errors: STATUS_BAD_INPUT when the name is absent, the global shape differs
 // or an element is in no stored piece.
 enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want,

@@ -206,7 +206,16 @@ static void test_bad(const char *root) {
                    "tensor param/w (6, 10): element (4, 9) is in no rank file");
     snprintf(good, sizeof good, "%s/bad/step-000005", root);
 
-    struct ckpt_reader *r;
+    // The trusted open skips checksums but still checks sizes.
+    struct ckpt_reader *r = NULL;
+    snprintf(dir, sizeof dir, "%s/flipped", root);
+    EXPECT(checkpoint_open_trusted(dir, &r, &err) == STATUS_OK, "trusted open: %s", err.msg);
+    checkpoint_close(r);
+    snprintf(dir, sizeof dir, "%s/truncated", root);
+    EXPECT(checkpoint_open_trusted(dir, &r, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "rank-00001.h5: 2000 bytes"), "trusted open of truncated: %s",
+           err.msg);
+
     EXPECT(checkpoint_open(good, &r, &err) == STATUS_OK, "open: %s", err.msg);
     if (!r) return;
     EXPECT(checkpoint_check_model(r, &model_cfg, "bpe-test", &err) == STATUS_OK, "%s", err.msg);
