@@ -208,6 +208,15 @@ enum status storage_write_file(const char *path, const void *buf, size_t n, stru
 enum status storage_mkdir(const char *path, struct error *err) {
     if (fault_tick("mkdir", path, 0, 0, 1) == FAULT_ENOSPC)
         return fail_errno(err, "mkdir", path, ENOSPC);
+    // Parents first, as mkdir -p.
+    char part[4096];
+    snprintf(part, sizeof part, "%s", path);
+    for (char *s = part + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(part, 0755) && errno != EEXIST) return fail_errno(err, "mkdir", part, errno);
+        *s = '/';
+    }
     if (mkdir(path, 0755) && errno != EEXIST) return fail_errno(err, "mkdir", path, errno);
     struct stat s;
     if (stat(path, &s) || !S_ISDIR(s.st_mode))

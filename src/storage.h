@@ -50,7 +50,7 @@ enum status storage_fsync_path(const char *path, struct error *err);
 enum status storage_fsync_dir(const char *path, struct error *err);
 // Writes a whole small file: open, write, fsync, close.
 enum status storage_write_file(const char *path, const void *buf, size_t n, struct error *err);
-enum status storage_mkdir(const char *path, struct error *err);          // ok if it exists
+enum status storage_mkdir(const char *path, struct error *err); // with parents; ok if it exists
 enum status storage_rename(const char *from, const char *to, struct error *err);
 // Removes path and everything below it; ok when it does not exist.
 enum status storage_remove_tree(const char *path, struct error *err);

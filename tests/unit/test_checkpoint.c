@@ -332,7 +332,7 @@ static void test_faults(const char *root) {
 // The collective path on one rank (comm_self): save, resume, read back.
 static void test_collective(const char *root) {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/self", root);
+    snprintf(dir, sizeof dir, "%s/self/nested/ckpt", root); // parents made as needed
     struct comm_group self;
     comm_self_init(&self);
     float w[GR * GC];
