@@ -259,6 +259,15 @@ enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_
     enum status st = storage_write_file(path, text, len, err);
     free(text);
     if (st || (st = storage_fsync_dir(tmp, err))) return st;
+    // The reader's checks on what was written (tags, one shape per tensor,
+    // every element in some piece; metadata only), so that a caller's bad
+    // pieces never become `latest`.
+    struct ckpt_reader *r;
+    struct error rerr;
+    if (checkpoint_open_trusted(tmp, &r, &rerr))
+        return error_set(err, STATUS_RUNTIME, "checkpoint step %lld not committed: %s",
+                         (long long)a->step, rerr.msg);
+    checkpoint_close(r);
 
     struct stat s;
     if (!stat(final, &s)) {
@@ -284,7 +293,6 @@ enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_
         (st = storage_rename(path, latest, err)) || (st = storage_fsync_dir(a->dir, err)))
         return st;
 
-    struct error rerr;
     if (checkpoint_rotate(a->dir, a->keep_last, &rerr))
         fprintf(stderr, "trident: warning: checkpoint rotation: %s\n", rerr.msg);
     return STATUS_OK;

@@ -12,7 +12,8 @@
 // Commit protocol (checkpoint_save): rank 0 creates step-N.tmp/ (removing
 // stale *.tmp of crashed saves); every rank writes and fsyncs its file; an
 // all-reduce agrees on success; rank 0 writes and fsyncs manifest.ini and the
-// directory, renames step-N.tmp -> step-N, fsyncs dir, then writes
+// directory, checks the pieces cover every tensor, renames step-N.tmp ->
+// step-N, fsyncs dir, then writes
 // latest.tmp, fsyncs, renames it to latest, fsyncs dir, and rotates. A kill
 // at any moment leaves `latest` naming a complete checkpoint.
 #ifndef TRIDENT_CHECKPOINT_H
@@ -88,7 +89,9 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
 // The three steps of checkpoint_save, callable one by one so that a test can
 // play several ranks in one process: prepare (rank 0: fresh step-N.tmp/),
 // write_rank (each rank: its file, fsynced, and its checksum), commit (rank 0:
-// manifest, renames, latest, rotation; sums has tp * pp * dp entries).
+// manifest, the reader's checks of the .tmp folder (metadata only: a caller
+// whose pieces leave a hole gets an error, never a `latest` naming it),
+// renames, latest, rotation; sums has tp * pp * dp entries).
 enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err);
 enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_file_sum *sum,
                                   struct error *err);

@@ -198,10 +198,15 @@ static void test_bad(const char *root) {
     expect_refused(root, good, "version", "sed -i 's/^format_version = 1/format_version = 99/' manifest.ini",
                    "manifest.ini: format_version = 99");
     expect_refused(root, good, "nomanifest", "rm manifest.ini", "manifest.ini");
-    // Checksums fine, but rank 5 left out its piece of param/w.
+    // Rank 5 leaves out its piece of param/w: the commit refuses it, and the
+    // reader refuses the .tmp folder it left (checksums fine, a hole).
     snprintf(dir, sizeof dir, "%s/incomplete", root);
-    EXPECT(save_a(dir, 6, 0, 1, &err) == STATUS_OK, "save: %s", err.msg);
-    snprintf(good, sizeof good, "%s/step-000006", dir);
+    EXPECT(save_a(dir, 6, 0, 1, &err) == STATUS_RUNTIME &&
+               strstr(err.msg, "step 6 not committed") && strstr(err.msg, "in no rank file"),
+           "incomplete save: %s", err.msg);
+    snprintf(good, sizeof good, "%s/latest", dir);
+    EXPECT(!exists(good), "an incomplete checkpoint became latest");
+    snprintf(good, sizeof good, "%s/step-000006.tmp", dir);
     expect_refused(root, good, "hole", "true",
                    "tensor param/w (6, 10): element (4, 9) is in no rank file");
     snprintf(good, sizeof good, "%s/bad/step-000005", root);
