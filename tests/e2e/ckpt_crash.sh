@@ -72,6 +72,14 @@ crash "kill:ckpt_between_renames:2"
 "$TRIDENT" ckpt verify "$root/k$((points - 1))/step-000002" >/dev/null 2>&1 || { echo "FAIL: step-000002 incomplete after the kill between renames"; fail=1; }
 [ "$(cat "$root/k$((points - 1))/latest")" = step-000001 ] || { echo "FAIL: latest moved before the kill between renames"; fail=1; }
 
+# info: the layout and every tensor with its global shape, pieces and bytes
+# (4 pieces of (8, 6) fp32 = 192 bytes each for the moments: ZeRO halves of
+# two TP blocks; param/w twice per block, once per DP rank).
+out=$("$TRIDENT" ckpt info "$root/clean" 2>&1)
+grep -q 'layout tp=2 pp=1 dp=2 (world 4), zero_stage=1' <<<"$out" &&
+    grep -Eq '^  adam_m/w +\(8, 6\) +fp32 +4 +192$' <<<"$out" &&
+    grep -Eq '^  param/w +\(8, 6\) +fp32 +4 +384$' <<<"$out" || { echo "$out"; echo "FAIL: ckpt info"; fail=1; }
+
 # A bad checkpoint: verify exits 2 and names the file.
 printf 'x' | dd of="$root/clean/step-000003/rank-00001.h5" bs=1 seek=4000 conv=notrunc status=none
 out=$("$TRIDENT" ckpt verify "$root/clean" 2>&1); rc=$?
