@@ -162,9 +162,11 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
 // for saving and for loading: one piece per parameter whose arena elements
 // [offset, offset + numel) meet [begin, end), cut to that range and to its
 // valid rows (vocab padding is not saved). prefix: "param", "adam_m",
-// "adam_v"; arena: host copy of the whole arena (element 0), of dtype; a
-// ZeRO shard passes its [begin, end), a full copy (0, SIZE_MAX). out: room for
-// n pieces. Returns the number of pieces filled.
+// "adam_v"; arena: host memory of dtype holding arena elements [begin, end)
+// from its start: a ZeRO shard of moments passes its own array and range, a
+// whole arena (0, SIZE_MAX). The pieces point into arena: for saving, or as
+// the destinations of checkpoint_read_pieces. out: room for n pieces.
+// Returns the number of pieces filled.
 int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,
                                   void *arena, enum dtype dtype, size_t begin, size_t end,
                                   struct ckpt_piece *out);

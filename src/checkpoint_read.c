@@ -613,7 +613,7 @@ int checkpoint_pieces_from_params(const struct param_info *params, int n, const 
         q->rows = p->valid_rows, q->cols = p->cols;
         q->flat_begin = lo - p->offset, q->flat_end = hi - p->offset;
         q->dtype = dtype;
-        q->data = (char *)arena + lo * es;
+        q->data = (char *)arena + (lo - begin) * es;
     }
     return k;
 }
