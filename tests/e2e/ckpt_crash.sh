@@ -72,6 +72,16 @@ crash "kill:ckpt_between_renames:2"
 "$TRIDENT" ckpt verify "$root/k$((points - 1))/step-000002" >/dev/null 2>&1 || { echo "FAIL: step-000002 incomplete after the kill between renames"; fail=1; }
 [ "$(cat "$root/k$((points - 1))/latest")" = step-000001 ] || { echo "FAIL: latest moved before the kill between renames"; fail=1; }
 
+# A failed fsync on rank 2 only, in the second save: every rank returns the
+# error (rank 2 its own, the others naming rank 2), rank 0 removes the .tmp,
+# and step 1 stays the latest.
+dir="$root/fsync"
+TRIDENT_FAULT=fsync:2@2 timeout -k 2 30 $MPIRUN -np 4 "$DRV" save "$dir" >"$root/out" 2>&1; rc=$?
+[ "$rc" -eq 1 ] && [ "$(grep -c 'save failed: checkpoint step 2: writing the rank file failed on rank 2' "$root/out")" -eq 3 ] &&
+    grep -q 'rank 2\] save failed: .*step-000002.tmp/rank-00002.h5: fsync failed' "$root/out" &&
+    [ ! -e "$dir/step-000002.tmp" ] && [ "$("$DRV" load "$dir" 2>&1)" = "loaded step 1" ] ||
+    { cat "$root/out"; ls "$dir"; echo "FAIL: fsync fault on one rank (exit $rc)"; fail=1; }
+
 # info: the layout and every tensor with its global shape, pieces and bytes
 # (4 pieces of (8, 6) fp32 = 192 bytes each for the moments: ZeRO halves of
 # two TP blocks; param/w twice per block, once per DP rank).
