@@ -13,9 +13,9 @@
 // stale *.tmp of crashed saves); every rank writes and fsyncs its file; an
 // all-reduce agrees on success; rank 0 writes and fsyncs manifest.ini and the
 // directory, checks the pieces cover every tensor, renames step-N.tmp ->
-// step-N, fsyncs dir, then writes
-// latest.tmp, fsyncs, renames it to latest, fsyncs dir, and rotates. A kill
-// at any moment leaves `latest` naming a complete checkpoint.
+// step-N, fsyncs dir, then writes latest.tmp, fsyncs, renames it to latest,
+// fsyncs dir, and rotates. A kill at any moment leaves `latest` naming a
+// complete checkpoint.
 //
 // How the trainer uses it (src/train.c; the optimizer accessors marked NEW do
 // not exist yet). Resume, after model_init / optimizer_init / loader_init:
