@@ -157,7 +157,7 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
         const char *why = ckpt_piece_tags_error(&a->pieces[i]);
         CHECK(!why, "checkpoint piece %s: %s", a->pieces[i].name, why);
     }
-    enum status st = storage_point("h5_create", path, err);
+    enum status st = storage_point("h5_create", path, true, err);
     if (st) return st;
     shard_quiet_hdf5();
     hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -282,7 +282,7 @@ enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_
         if ((st = storage_remove_tree(final, err))) return st;
     }
     if ((st = storage_rename(tmp, final, err)) || (st = storage_fsync_dir(a->dir, err))) return st;
-    if ((st = storage_point("ckpt_between_renames", final, err))) return st;
+    if ((st = storage_point("ckpt_between_renames", final, false, err))) return st;
 
     char line[80];
     int n = snprintf(line, sizeof line, "%s\n", name);

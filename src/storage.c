@@ -260,8 +260,8 @@ enum status storage_remove_tree(const char *path, struct error *err) {
     return remove_rec(path, err);
 }
 
-enum status storage_point(const char *name, const char *path, struct error *err) {
-    enum fault_kind k = fault_tick(name, path, 0, 0, 1);
+enum status storage_point(const char *name, const char *path, bool creates, struct error *err) {
+    enum fault_kind k = fault_tick(name, path, 0, 0, creates);
     if (fault.kind == FAULT_KILL_NAMED && fault_here() && !strcmp(fault.name, name) &&
         ++fault.named_hits == fault.n)
         fault_kill(name, path);

@@ -10,7 +10,9 @@
 //   kill:N          the process SIGKILLs itself at its Nth storage call
 //                   (1-based, every call of this API counts), before doing it
 //   kill:NAME[:K]   at the Kth time (default 1) named point NAME is reached
-//                   (storage_point; e.g. "ckpt_between_renames")
+//                   (storage_point): "h5_create" (a rank file about to be
+//                   written by HDF5), "ckpt_between_renames" (step-N.tmp
+//                   renamed to step-N, `latest` not yet updated)
 //   short_write:N   the Nth storage_write writes half its bytes and fails
 //   fsync:N         the Nth fsync (file or directory) fails with EIO
 //   enospc:N        the Nth storage call that creates or writes data
@@ -21,6 +23,7 @@
 #ifndef TRIDENT_STORAGE_H
 #define TRIDENT_STORAGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,9 +57,9 @@ enum status storage_mkdir(const char *path, struct error *err); // with parents;
 enum status storage_rename(const char *from, const char *to, struct error *err);
 // Removes path and everything below it; ok when it does not exist.
 enum status storage_remove_tree(const char *path, struct error *err);
-// A named point where a library (HDF5) is about to create or write what; it
-// counts as a storage call, can be killed at, and fails with ENOSPC under
-// enospc:N.
-enum status storage_point(const char *name, const char *path, struct error *err);
+// A named point of a protocol, e.g. where a library (HDF5) is about to
+// create path: it counts as a storage call and can be killed at; when
+// creates, it also counts for enospc:N and fails with ENOSPC there.
+enum status storage_point(const char *name, const char *path, bool creates, struct error *err);
 
 #endif
