@@ -10,6 +10,9 @@ int cmd_prep(int argc, char **argv);
 // trident data-check DIR --seq-len N ...   (src/cmd_data.c; hidden, for debugging)
 int cmd_data_check(int argc, char **argv);
 
+// trident ckpt info DIR | trident ckpt verify DIR   (src/cmd_ckpt.c)
+int cmd_ckpt(int argc, char **argv);
+
 // trident train CONFIG.ini [section.key=value ...]   (src/train.c)
 int cmd_train(int argc, char **argv);
 

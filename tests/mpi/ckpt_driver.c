@@ -1,0 +1,143 @@
+// ckpt_driver.c: saves and loads checkpoints for tests/e2e/ckpt_crash.sh.
+//
+//   mpirun -np 4 ckpt_driver save DIR   layout tp=2 x dp=2 (ZeRO-1): saves
+//       steps 1, 2, 3 with keep_last=2; rank 0 prints "committed step S" after
+//       each save returned OK on every rank, and every rank prints
+//       "calls rank R after step S: N" (its storage calls so far).
+//       TRIDENT_FAULT (src/storage.h) kills or fails a storage call.
+//   ckpt_driver load DIR                one rank (another layout: resharding):
+//       resumes from DIR/latest, checks every tensor against the closed form
+//       of its step, prints "loaded step S" (or "loaded none"), exit 0; a
+//       bad checkpoint: the message and exit 2; a wrong value: exit 1.
+//
+// Tensors (values: step * 1000 + row * 10 + col + 0.5, exact in fp32):
+//   param/w    (8, 6)  row block t of 4 rows on TP rank t, whole on each DP rank
+//   adam_m/w, adam_v/w (8, 6): row block t, flat halves by DP rank (ZeRO-1)
+//   param/norm (6, 1)  replicated on every rank
+#include <string.h>
+
+#include "checkpoint.h"
+#include "comm_mpi.h"
+#include "mpi_util.h"
+#include "storage.h"
+
+enum { GR = 8, GC = 6 };
+
+static const struct llama_config model = {.vocab_size = 64, .d_model = 6, .n_layers = 1,
+                                          .n_heads = 2, .n_kv_heads = 2, .ffn_dim = 12,
+                                          .max_seq_len = 16, .rope_theta = 10000,
+                                          .norm_eps = 1e-5f};
+
+static float value(int64_t step, int tensor, int r, int c) {
+    return (float)(step * 1000 + tensor * 100000 + r * 10 + c) + 0.5f;
+}
+
+static int save(const char *dir, int rank, struct comm_group *world) {
+    int t = rank % 2, d = rank / 2;
+    for (int64_t step = 1; step <= 3; step++) {
+        float w[24], m[12], v[12], norm[GC];
+        for (int f = 0; f < 24; f++) w[f] = value(step, 0, 4 * t + f / GC, f % GC);
+        for (int f = 0; f < 12; f++) {
+            int g = 12 * d + f;
+            m[f] = value(step, 1, 4 * t + g / GC, g % GC);
+            v[f] = value(step, 2, 4 * t + g / GC, g % GC);
+        }
+        for (int i = 0; i < GC; i++) norm[i] = value(step, 3, i, 0);
+        struct ckpt_piece p[4] = {
+            {"param/w", GR, GC, 4 * t, 0, 4, GC, 0, 24, DTYPE_FP32, w},
+            {"adam_m/w", GR, GC, 4 * t, 0, 4, GC, 12 * d, 12 * d + 12, DTYPE_FP32, m},
+            {"adam_v/w", GR, GC, 4 * t, 0, 4, GC, 12 * d, 12 * d + 12, DTYPE_FP32, v},
+            {"param/norm", GC, 1, 0, 0, GC, 1, 0, GC, DTYPE_FP32, norm},
+        };
+        struct ckpt_state s = {.step = step, .lr_step = step, .opt_steps = step,
+                               .loader = {1, 0, (uint64_t)step, 0}, .rng_seed = 1,
+                               .loss_scale = 1};
+        struct ckpt_save_args a = {.dir = dir, .step = step, .tp = 2, .pp = 1, .dp = 2,
+                                   .zero_stage = 1, .rank = rank, .model = &model,
+                                   .tokenizer_id = "test-bpe", .pieces = p, .n_pieces = 4,
+                                   .state = &s, .keep_last = 2};
+        struct error err = {0};
+        enum status st = checkpoint_save(&a, world, &err);
+        printf("calls rank %d after step %lld: %ld\n", rank, (long long)step, storage_calls());
+        if (st) {
+            fprintf(stderr, "[rank %d] save failed: %s\n", rank, err.msg);
+            return 1;
+        }
+        if (rank == 0) printf("committed step %lld\n", (long long)step);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int load(const char *dir) {
+    char path[CKPT_PATH_MAX];
+    struct error err = {0};
+    struct ckpt_reader *r;
+    if (checkpoint_resolve(dir, RESUME_AUTO, NULL, path, &err) ||
+        (path[0] && (checkpoint_open(path, &r, &err) ||
+                     checkpoint_check_model(r, &model, "test-bpe", &err)))) {
+        fprintf(stderr, "load: %s\n", err.msg);
+        return err.status;
+    }
+    if (!path[0]) {
+        printf("loaded none\n");
+        return 0;
+    }
+    struct ckpt_state s;
+    if (checkpoint_read_state(r, -1, &s, &err)) {
+        fprintf(stderr, "load: %s\n", err.msg);
+        return err.status;
+    }
+    int64_t step = checkpoint_info(r)->step;
+    int bad = s.step != step;
+    static const char *names[3] = {"param/w", "adam_m/w", "adam_v/w"};
+    for (int k = 0; k < 3; k++) {
+        // A column block of width 4 at column 1, its flat range [5, 30).
+        float buf[32];
+        struct ckpt_piece want = {"", GR, GC, 0, 1, GR, 4, 5, 32, DTYPE_FP32, buf};
+        snprintf(want.name, sizeof want.name, "%s", names[k]);
+        if (checkpoint_read_piece(r, &want, &err)) {
+            fprintf(stderr, "load: %s\n", err.msg);
+            return err.status;
+        }
+        for (int f = 5; f < 32; f++)
+            if (buf[f - 5] != value(step, k, f / 4, 1 + f % 4)) bad++;
+    }
+    float norm[GC];
+    struct ckpt_piece want = {"param/norm", GC, 1, 0, 0, GC, 1, 0, GC, DTYPE_FP32, norm};
+    if (checkpoint_read_piece(r, &want, &err)) {
+        fprintf(stderr, "load: %s\n", err.msg);
+        return err.status;
+    }
+    for (int i = 0; i < GC; i++) bad += norm[i] != value(step, 3, i, 0);
+    checkpoint_close(r);
+    if (bad) {
+        fprintf(stderr, "load: step %lld: %d values differ from the closed form\n",
+                (long long)step, bad);
+        return 1;
+    }
+    printf("loaded step %lld\n", (long long)step);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    mpi_util_init(MPI_COMM_WORLD);
+    int rank, size, rc = 2;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc == 3 && !strcmp(argv[1], "save") && size == 4) {
+        struct comm_group world;
+        MPI_Comm dup;
+        CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+        comm_mpi_init(&world, dup);
+        rc = save(argv[2], rank, &world);
+        comm_group_free(&world);
+    } else if (argc == 3 && !strcmp(argv[1], "load") && size == 1) {
+        rc = load(argv[2]);
+    } else {
+        fprintf(stderr, "usage: mpirun -np 4 ckpt_driver save DIR | ckpt_driver load DIR\n");
+    }
+    MPI_Finalize();
+    return rc;
+}

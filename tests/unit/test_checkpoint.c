@@ -1,0 +1,396 @@
+// test_checkpoint.c: checkpoints in one process (several ranks played by
+// calling checkpoint_write_rank once per rank; comm_self for the collective
+// checkpoint_save). Proves: a layout saved as 2 row blocks x 3 ZeRO flat
+// ranges loads exactly as 3 column blocks x 2 flat ranges and as the whole
+// tensor (values from a closed form, never from the code under test); each
+// bad checkpoint is refused with STATUS_BAD_INPUT naming the file; rotation;
+// crash leftovers; every injected storage fault is reported and leaves the
+// latest checkpoint loadable.
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "storage.h"
+#include "test.h"
+
+// Layout A: world 6 = tp 2 x dp 3; rank = t + 2 d. Global tensors:
+//   "param/w" and "adam_m/w": (6, 10) fp32; rank (t, d) holds row block t
+//   (rows 3t..3t+2) cut at flat offsets {0, 7, 19, 30} into ZeRO range d.
+//   "param/w64": (6, 10) fp64, the same layout.
+//   "param/norm": (10, 1) fp32, replicated whole on every rank.
+enum { GR = 6, GC = 10, TP = 2, DP = 3, WORLD = TP * DP };
+static const size_t cut_a[DP + 1] = {0, 7, 19, 30};
+
+static double value(int tensor, int r, int c) { return tensor * 1000 + r * 10 + c + 0.25; }
+
+static const struct llama_config model_cfg = {
+    .vocab_size = 256, .d_model = 10, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1,
+    .ffn_dim = 32, .max_seq_len = 64, .rope_theta = 10000, .norm_eps = 1e-5f,
+    .tie_embeddings = true, .init_std = 0.02f};
+
+struct rank_data {
+    struct ckpt_piece pieces[4];
+    float w[30], m[30], norm[GC];
+    double w64[30];
+    struct ckpt_state state;
+};
+
+static void fill_rank(struct rank_data *rd, int rank, int64_t step, int drop_piece) {
+    int t = rank % TP, d = rank / TP;
+    size_t fb = cut_a[d], fe = cut_a[d + 1];
+    for (size_t f = fb; f < fe; f++) {
+        int r = 3 * t + (int)(f / GC), c = (int)(f % GC);
+        rd->w[f - fb] = (float)value(1, r, c) + (float)step;
+        rd->m[f - fb] = (float)value(2, r, c);
+        rd->w64[f - fb] = value(3, r, c) + 1e-9; // not representable in fp32
+    }
+    for (int c = 0; c < GC; c++) rd->norm[c] = (float)value(4, c, 0);
+    const char *names[4] = {"param/w", "adam_m/w", "param/w64", "param/norm"};
+    void *data[4] = {rd->w, rd->m, rd->w64, rd->norm};
+    for (int i = 0; i < 4; i++) {
+        struct ckpt_piece *p = &rd->pieces[i];
+        if (i < 3) {
+            *p = (struct ckpt_piece){.grows = GR, .gcols = GC, .row_offset = 3 * t, .col_offset = 0,
+                                     .rows = 3, .cols = GC, .flat_begin = fb, .flat_end = fe,
+                                     .dtype = i == 2 ? DTYPE_FP64 : DTYPE_FP32, .data = data[i]};
+            snprintf(p->name, sizeof p->name, "%s", names[i]);
+        } else {
+            *p = (struct ckpt_piece){.grows = GC, .gcols = 1, .rows = GC, .cols = 1,
+                                     .flat_end = GC, .dtype = DTYPE_FP32, .data = data[i]};
+            snprintf(p->name, sizeof p->name, "%s", names[i]);
+        }
+    }
+    if (drop_piece >= 0) rd->pieces[drop_piece] = rd->pieces[3];
+    rd->state = (struct ckpt_state){.step = step, .lr_step = step, .opt_steps = step + 1,
+                                    .loader = {7, 1, (uint64_t)step, 0}, .rng_seed = 7,
+                                    .rng_state = {1, 2, 3, (uint64_t)rank},
+                                    .loss_scale = 65536.0, .loss_scale_good_steps = 11};
+}
+
+// Saves layout A at step, playing all 6 ranks. drop: rank 5 leaves out
+// "param/w" (an incomplete but consistently checksummed checkpoint).
+static enum status save_a(const char *dir, int64_t step, int keep_last, int drop,
+                          struct error *err) {
+    struct rank_data rd[WORLD];
+    struct ckpt_file_sum sums[WORLD];
+    struct ckpt_save_args a = {.dir = dir, .step = step, .tp = TP, .pp = 1, .dp = DP,
+                               .zero_stage = 1, .model = &model_cfg, .tokenizer_id = "bpe-test",
+                               .n_pieces = 4, .keep_last = keep_last};
+    enum status st = checkpoint_prepare(&a, err);
+    for (int r = 0; !st && r < WORLD; r++) {
+        fill_rank(&rd[r], r, step, drop && r == 5 ? 0 : -1);
+        a.rank = r;
+        a.pieces = rd[r].pieces;
+        a.state = &rd[r].state;
+        st = checkpoint_write_rank(&a, &sums[r], err);
+    }
+    a.rank = 0;
+    return st ? st : checkpoint_commit(&a, sums, err);
+}
+
+// Layout B reads: 3 column blocks (widths 3, 3, 4) x 2 flat ranges, and the
+// whole tensor, of w (fp32), w64 (fp64, and read as fp32), adam_m/w and norm.
+static void check_layout_b(struct ckpt_reader *r, int64_t step, const char *what) {
+    struct error err = {0};
+    static const int col0[4] = {0, 3, 6, 10};
+    for (int tensor = 1; tensor <= 3; tensor++) {
+        const char *name = tensor == 1 ? "param/w" : tensor == 2 ? "adam_m/w" : "param/w64";
+        double add = tensor == 1 ? (double)step : tensor == 3 ? 1e-9 : 0;
+        for (int b = 0; b < 3; b++) {
+            int cols = col0[b + 1] - col0[b];
+            size_t n = (size_t)GR * cols, cut = n / 3;
+            for (int half = 0; half < 2; half++) {
+                double buf[60];
+                struct ckpt_piece want = {.grows = GR, .gcols = GC, .row_offset = 0,
+                                          .col_offset = col0[b], .rows = GR, .cols = cols,
+                                          .flat_begin = half ? cut : 0, .flat_end = half ? n : cut,
+                                          .dtype = DTYPE_FP64, .data = buf};
+                snprintf(want.name, sizeof want.name, "%s", name);
+                for (int i = 0; i < 60; i++) buf[i] = -1e30; // poison
+                enum status st = checkpoint_read_piece(r, &want, &err);
+                EXPECT(st == STATUS_OK, "%s: read %s block %d: %s", what, name, b, err.msg);
+                int bad = 0;
+                for (size_t f = want.flat_begin; f < want.flat_end; f++) {
+                    int row = (int)(f / cols), col = col0[b] + (int)(f % cols);
+                    double expect = tensor == 3 ? value(3, row, col) + add
+                                                : (double)(float)((float)value(tensor, row, col) + (float)add);
+                    if (buf[f - want.flat_begin] != expect) bad++;
+                }
+                EXPECT(!bad, "%s: %s block %d half %d: %d elements differ", what, name, b, half, bad);
+            }
+        }
+        float whole[GR * GC];
+        struct ckpt_piece want = {.grows = GR, .gcols = GC, .rows = GR, .cols = GC,
+                                  .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = whole};
+        snprintf(want.name, sizeof want.name, "%s", name);
+        EXPECT(checkpoint_read_piece(r, &want, &err) == STATUS_OK, "%s: whole %s: %s", what, name,
+               err.msg);
+        int bad = 0;
+        for (int i = 0; i < GR * GC; i++)
+            if (whole[i] != (float)((float)value(tensor, i / GC, i % GC) + (float)add)) bad++;
+        EXPECT(!bad, "%s: whole %s: %d elements differ", what, name, bad);
+    }
+    float norm[4];
+    struct ckpt_piece want = {.name = "param/norm", .grows = GC, .gcols = 1, .row_offset = 6,
+                              .rows = 4, .cols = 1, .flat_end = 4, .dtype = DTYPE_FP32, .data = norm};
+    EXPECT(checkpoint_read_piece(r, &want, &err) == STATUS_OK, "%s: norm: %s", what, err.msg);
+    for (int i = 0; i < 4; i++)
+        EXPECT(norm[i] == (float)value(4, 6 + i, 0), "%s: norm[%d] = %g", what, 6 + i, norm[i]);
+    struct ckpt_state s;
+    EXPECT(checkpoint_read_state(r, 3, &s, &err) == STATUS_OK, "%s: state: %s", what, err.msg);
+    EXPECT(s.step == step && s.opt_steps == step + 1 && s.loader.batch == (uint64_t)step &&
+               s.rng_state[3] == 3 && s.loss_scale == 65536.0 && s.loss_scale_good_steps == 11,
+           "%s: state of rank 3: step %lld", what, (long long)s.step);
+}
+
+// The checkpoint `latest` names in dir opens, is complete and holds step.
+static int64_t latest_step(const char *dir) {
+    char path[CKPT_PATH_MAX];
+    struct error err = {0};
+    struct ckpt_reader *r;
+    if (checkpoint_resolve(dir, RESUME_AUTO, NULL, path, &err) || !path[0] ||
+        checkpoint_open(path, &r, &err)) {
+        fprintf(stderr, "  latest of %s: %s\n", dir, err.msg);
+        return -1;
+    }
+    int64_t step = checkpoint_info(r)->step;
+    check_layout_b(r, step, "latest");
+    checkpoint_close(r);
+    return step;
+}
+
+static void run(const char *cmd) { EXPECT(system(cmd) == 0, "%s", cmd); }
+
+static int exists(const char *path) {
+    struct stat s;
+    return !stat(path, &s);
+}
+
+// A copy of good with one defect made by cmd (run in the copy); open must
+// refuse it with STATUS_BAD_INPUT and a message holding needle.
+static void expect_refused(const char *root, const char *good, const char *name, const char *cmd,
+                           const char *needle) {
+    char buf[8192];
+    snprintf(buf, sizeof buf, "cp -r %s %s/%s && cd %s/%s && %s", good, root, name, root, name, cmd);
+    run(buf);
+    snprintf(buf, sizeof buf, "%s/%s", root, name);
+    struct ckpt_reader *r = NULL;
+    struct error err = {0};
+    enum status st = checkpoint_open(buf, &r, &err);
+    EXPECT(st == STATUS_BAD_INPUT && !r, "%s: open gave status %d", name, st);
+    EXPECT(strstr(err.msg, needle), "%s: message '%s' lacks '%s'", name, err.msg, needle);
+    printf("  %-12s refused: %s\n", name, err.msg);
+    checkpoint_close(r);
+}
+
+static void test_bad(const char *root) {
+    char dir[512], good[600];
+    snprintf(dir, sizeof dir, "%s/bad", root);
+    struct error err = {0};
+    EXPECT(save_a(dir, 5, 0, 0, &err) == STATUS_OK, "save: %s", err.msg);
+    snprintf(good, sizeof good, "%s/step-000005", dir);
+    expect_refused(root, good, "flipped",
+                   "printf '\\x5a' | dd of=rank-00002.h5 bs=1 seek=3000 conv=notrunc status=none",
+                   "rank-00002.h5: checksum");
+    expect_refused(root, good, "truncated", "truncate -s 2000 rank-00001.h5", "rank-00001.h5");
+    expect_refused(root, good, "missing", "rm rank-00003.h5", "rank-00003.h5: missing");
+    expect_refused(root, good, "version", "sed -i 's/^format_version = 1/format_version = 99/' manifest.ini",
+                   "manifest.ini: format_version = 99");
+    expect_refused(root, good, "nomanifest", "rm manifest.ini", "manifest.ini");
+    // Rank 5 leaves out its piece of param/w: the commit refuses it, and the
+    // reader refuses the .tmp folder it left (checksums fine, a hole).
+    snprintf(dir, sizeof dir, "%s/incomplete", root);
+    EXPECT(save_a(dir, 6, 0, 1, &err) == STATUS_RUNTIME &&
+               strstr(err.msg, "step 6 not committed") && strstr(err.msg, "in no rank file"),
+           "incomplete save: %s", err.msg);
+    snprintf(good, sizeof good, "%s/latest", dir);
+    EXPECT(!exists(good), "an incomplete checkpoint became latest");
+    snprintf(good, sizeof good, "%s/step-000006.tmp", dir);
+    expect_refused(root, good, "hole", "true",
+                   "tensor param/w (6, 10): element (4, 9) is in no rank file");
+    snprintf(good, sizeof good, "%s/bad/step-000005", root);
+
+    // The trusted open skips checksums but still checks sizes.
+    struct ckpt_reader *r = NULL;
+    snprintf(dir, sizeof dir, "%s/flipped", root);
+    EXPECT(checkpoint_open_trusted(dir, &r, &err) == STATUS_OK, "trusted open: %s", err.msg);
+    checkpoint_close(r);
+    snprintf(dir, sizeof dir, "%s/truncated", root);
+    EXPECT(checkpoint_open_trusted(dir, &r, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "rank-00001.h5: 2000 bytes"), "trusted open of truncated: %s",
+           err.msg);
+
+    EXPECT(checkpoint_open(good, &r, &err) == STATUS_OK, "open: %s", err.msg);
+    if (!r) return;
+    EXPECT(checkpoint_check_model(r, &model_cfg, "bpe-test", &err) == STATUS_OK, "%s", err.msg);
+    struct llama_config other = model_cfg;
+    other.d_model = 12;
+    EXPECT(checkpoint_check_model(r, &other, "bpe-test", &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "manifest.ini: [model] d_model = 10, but the run has 12"),
+           "model mismatch: %s", err.msg);
+    EXPECT(checkpoint_check_model(r, &model_cfg, "bpe-other", &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "tokenizer = 'bpe-test'"), "tokenizer mismatch: %s", err.msg);
+    float buf[60];
+    struct ckpt_piece want = {.name = "param/w", .grows = 6, .gcols = 11, .rows = 6, .cols = 11,
+                              .flat_end = 60, .dtype = DTYPE_FP32, .data = buf};
+    EXPECT(checkpoint_read_piece(r, &want, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "param/w is (6, 10), the run expects (6, 11)"), "%s", err.msg);
+    snprintf(want.name, sizeof want.name, "param/nope");
+    EXPECT(checkpoint_read_piece(r, &want, &err) == STATUS_BAD_INPUT, "absent tensor");
+    checkpoint_close(r);
+}
+
+static void test_rotation_and_crash(const char *root) {
+    char dir[512], path[1200];
+    snprintf(dir, sizeof dir, "%s/rot", root);
+    struct error err = {0};
+    for (int s = 1; s <= 4; s++)
+        EXPECT(save_a(dir, s * 10, 2, 0, &err) == STATUS_OK, "save %d: %s", s, err.msg);
+    static const int kept[4] = {0, 0, 1, 1};
+    for (int s = 1; s <= 4; s++) {
+        snprintf(path, sizeof path, "%s/step-%06d", dir, s * 10);
+        EXPECT(exists(path) == kept[s - 1], "after keep_last=2: %s exists=%d", path, exists(path));
+    }
+    EXPECT(latest_step(dir) == 40, "latest after rotation");
+
+    // A crash mid-save: a .tmp folder with a partial file. Ignored by resume.
+    snprintf(path, sizeof path, "mkdir -p %s/step-000050.tmp && head -c 100 /dev/urandom > "
+             "%s/step-000050.tmp/rank-00000.h5", dir, dir);
+    run(path);
+    EXPECT(latest_step(dir) == 40, "a .tmp folder is not resumed from");
+    // A crash between the renames: step-000060 complete, latest still 40.
+    // Rotation keeps both the newest complete folder and the latest.
+    EXPECT(save_a(dir, 60, 0, 0, &err) == STATUS_OK, "save 60: %s", err.msg);
+    snprintf(path, sizeof path, "printf 'step-000040\\n' > %s/latest", dir);
+    run(path);
+    EXPECT(checkpoint_rotate(dir, 1, &err) == STATUS_OK, "rotate: %s", err.msg);
+    snprintf(path, sizeof path, "%s/step-000040", dir);
+    EXPECT(exists(path), "rotation removed the one `latest` names");
+    snprintf(path, sizeof path, "%s/step-000060", dir);
+    EXPECT(exists(path), "rotation removed the newest complete checkpoint");
+    snprintf(path, sizeof path, "%s/step-000030", dir);
+    EXPECT(!exists(path), "rotation kept an old one");
+
+    // The next save cleans the .tmp; re-saving step 60 (not the latest) replaces it.
+    EXPECT(save_a(dir, 60, 2, 0, &err) == STATUS_OK, "save 60 again: %s", err.msg);
+    snprintf(path, sizeof path, "%s/step-000050.tmp", dir);
+    EXPECT(!exists(path), "the stale .tmp folder was not removed");
+    EXPECT(latest_step(dir) == 60, "latest after re-save");
+    EXPECT(save_a(dir, 60, 2, 0, &err) == STATUS_BAD_INPUT && strstr(err.msg, "is the latest"),
+           "re-saving the latest step: %s", err.msg);
+    EXPECT(latest_step(dir) == 60, "latest after a refused save");
+
+    char out[CKPT_PATH_MAX];
+    EXPECT(checkpoint_resolve(dir, RESUME_NONE, NULL, out, &err) == STATUS_OK && !out[0], "none");
+    snprintf(path, sizeof path, "%s/fresh", root);
+    EXPECT(checkpoint_resolve(path, RESUME_AUTO, NULL, out, &err) == STATUS_OK && !out[0],
+           "auto without latest starts fresh");
+    EXPECT(checkpoint_resolve(dir, RESUME_PATH, path, out, &err) == STATUS_BAD_INPUT, "bad path");
+}
+
+// Each fault kind at every index it can hit in one save: the save reports an
+// error, and `latest` still names a complete checkpoint (the previous one,
+// except when only the final directory fsync failed: then the new one).
+static void test_faults(const char *root) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/faults", root);
+    struct error err = {0};
+    EXPECT(save_a(dir, 1, 2, 0, &err) == STATUS_OK, "first save: %s", err.msg);
+    storage_fault_set(NULL, &err);
+    EXPECT(save_a(dir, 2, 2, 0, &err) == STATUS_OK, "second save: %s", err.msg);
+    long calls = storage_calls();
+    printf("  one save of %d ranks makes %ld storage calls\n", WORLD, calls);
+    static const char *kinds[] = {"short_write", "fsync", "enospc"};
+    int64_t step = 3, prev = 2;
+    int failures_seen = 0;
+    for (int k = 0; k < 3; k++) {
+        for (int n = 1; n < 200; n++) {
+            char spec[64];
+            snprintf(spec, sizeof spec, "%s:%d", kinds[k], n);
+            EXPECT(storage_fault_set(spec, &err) == STATUS_OK, "%s", err.msg);
+            enum status st = save_a(dir, step, 2, 0, &err);
+            storage_fault_set(NULL, &err);
+            int64_t now = latest_step(dir);
+            if (st == STATUS_OK) { // n is past the last call of this kind
+                EXPECT(now == step, "%s: saved, latest %lld", spec, (long long)now);
+                EXPECT(n > 1, "%s: no call of this kind in a save", spec);
+                prev = step++;
+                break;
+            }
+            failures_seen++;
+            EXPECT(err.msg[0] && strstr(err.msg, dir), "%s: message '%s' names no path", spec,
+                   err.msg);
+            EXPECT(now == prev || (now == step && !strcmp(kinds[k], "fsync")),
+                   "%s: latest is step %lld after the failed save of %lld (previous %lld): %s",
+                   spec, (long long)now, (long long)step, (long long)prev, err.msg);
+            if (now == step) prev = step;
+            step++;
+        }
+    }
+    printf("  %d injected faults reported as errors\n", failures_seen);
+    EXPECT(failures_seen >= 10, "only %d faults hit", failures_seen);
+    EXPECT(storage_fault_set("bogus:1", &err) == STATUS_BAD_INPUT, "bad fault spec accepted");
+    storage_fault_set(NULL, &err);
+}
+
+// The collective path on one rank (comm_self): save, resume, read back.
+static void test_collective(const char *root) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/self/nested/ckpt", root); // parents made as needed
+    struct comm_group self;
+    comm_self_init(&self);
+    float w[GR * GC];
+    for (int i = 0; i < GR * GC; i++) w[i] = (float)value(1, i / GC, i % GC);
+    struct ckpt_piece p = {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
+                           .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w};
+    struct ckpt_state s = {.step = 9};
+    struct ckpt_save_args a = {.dir = dir, .step = 9, .tp = 1, .pp = 1, .dp = 1,
+                               .model = &model_cfg, .tokenizer_id = "", .pieces = &p,
+                               .n_pieces = 1, .state = &s};
+    struct error err = {0};
+    EXPECT(checkpoint_save(&a, &self, &err) == STATUS_OK, "save: %s", err.msg);
+    char path[CKPT_PATH_MAX];
+    struct ckpt_reader *r;
+    EXPECT(checkpoint_resolve(dir, RESUME_AUTO, NULL, path, &err) == STATUS_OK, "%s", err.msg);
+    if (checkpoint_open(path, &r, &err)) {
+        EXPECT(0, "open: %s", err.msg);
+        return;
+    }
+    float back[GR];
+    struct ckpt_piece want = {.name = "param/w", .grows = GR, .gcols = GC, .col_offset = 4,
+                              .rows = GR, .cols = 1, .flat_end = GR, .dtype = DTYPE_FP32,
+                              .data = back};
+    EXPECT(checkpoint_read_piece(r, &want, &err) == STATUS_OK, "%s", err.msg);
+    for (int i = 0; i < GR; i++) EXPECT(back[i] == (float)value(1, i, 4), "column 4 row %d", i);
+    EXPECT(checkpoint_info(r)->step == 9 && checkpoint_info(r)->world_size == 1, "info");
+    checkpoint_close(r);
+}
+
+int main(void) {
+    char root[] = "/tmp/trident-ckpt-XXXXXX";
+    if (!mkdtemp(root)) TEST_SKIP("cannot make a temporary folder");
+    struct error err = {0};
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/a", root);
+    EXPECT(save_a(dir, 3, 0, 0, &err) == STATUS_OK, "save: %s", err.msg);
+    struct ckpt_reader *r;
+    snprintf(dir, sizeof dir, "%s/a/step-000003", root);
+    if (checkpoint_open(dir, &r, &err) == STATUS_OK) {
+        check_layout_b(r, 3, "layout B");
+        const struct ckpt_info *in = checkpoint_info(r);
+        EXPECT(in->tp == 2 && in->dp == 3 && in->world_size == 6 && in->zero_stage == 1 &&
+                   in->model.d_model == 10 && !strcmp(in->tokenizer_id, "bpe-test"), "manifest");
+        checkpoint_close(r);
+    } else {
+        EXPECT(0, "open: %s", err.msg);
+    }
+    test_bad(root);
+    test_rotation_and_crash(root);
+    test_faults(root);
+    test_collective(root);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (!test_failures) run(cmd);
+    return test_finish("test_checkpoint");
+}
