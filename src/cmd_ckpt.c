@@ -1,6 +1,9 @@
-// cmd_ckpt.c: `trident ckpt info DIR` and `trident ckpt verify DIR`. DIR is a
-// checkpoint folder (step-NNNNNN) or a [checkpoint] dir holding `latest`.
-// Both validate the whole checkpoint (checkpoint_open) and exit 2 on a bad one.
+// cmd_ckpt.c: `trident ckpt info DIR`, `trident ckpt verify DIR` and
+// `trident ckpt export DIR OUT.h5`. DIR is a checkpoint folder (step-NNNNNN)
+// or a [checkpoint] dir holding `latest`. All validate the whole checkpoint
+// (checkpoint_open) and exit 2 on a bad one.
+#include <hdf5.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
@@ -37,10 +40,49 @@ static void print_info(const struct ckpt_reader *r) {
     printf("  total stored %.3f MB in %d pieces\n", total / 1e6, n);
 }
 
+// Writes every parameter as one whole float32 dataset named by its Hugging
+// Face name (model.layers.0.mlp.up_proj.weight, ...), reassembled from the
+// shards of whatever layout saved it: the weights of LlamaForCausalLM.
+static enum status export_params(struct ckpt_reader *r, const char *out, struct error *err) {
+    hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot create the HDF5 file", out);
+    enum status st = STATUS_OK;
+    int n = checkpoint_n_pieces(r), written = 0;
+    for (int i = 0; i < n && !st; i++) {
+        const struct ckpt_piece *p = checkpoint_piece_at(r, i, NULL);
+        if (strncmp(p->name, "param/", 6)) continue;
+        if (i > 0 && !strcmp(checkpoint_piece_at(r, i - 1, NULL)->name, p->name)) continue;
+        struct ckpt_piece want = *p;
+        want.row_offset = want.col_offset = 0, want.rows = p->grows, want.cols = p->gcols;
+        want.flat_begin = 0, want.flat_end = (size_t)p->grows * p->gcols, want.dtype = DTYPE_FP32;
+        want.data = xmalloc(want.flat_end * sizeof(float));
+        st = checkpoint_read_piece(r, &want, err);
+        if (!st) {
+            hsize_t dims[2] = {(hsize_t)p->grows, (hsize_t)p->gcols};
+            hid_t space = H5Screate_simple(p->gcols == 1 ? 1 : 2, dims, NULL);
+            hid_t d = H5Dcreate2(f, p->name + 6, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                 H5P_DEFAULT);
+            if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data) < 0)
+                st = error_set(err, STATUS_RUNTIME, "%s: cannot write %s", out, p->name + 6);
+            if (d >= 0) H5Dclose(d);
+            H5Sclose(space);
+            written++;
+        }
+        free(want.data);
+    }
+    if (H5Fclose(f) < 0 && !st) st = error_set(err, STATUS_RUNTIME, "%s: cannot close", out);
+    if (!st) printf("exported %d parameter tensors to %s\n", written, out);
+    return st;
+}
+
 int cmd_ckpt(int argc, char **argv) {
-    if (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify"))) {
-        fprintf(stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR\n"
-                        "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n");
+    bool export = argc == 4 && !strcmp(argv[1], "export");
+    if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
+        fprintf(stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
+                        "trident ckpt export DIR OUT.h5\n"
+                        "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
+                        "  export: every parameter as a whole float32 tensor named as in Hugging "
+                        "Face LlamaForCausalLM\n");
         return STATUS_BAD_INPUT;
     }
     struct error err = {0};
@@ -49,7 +91,13 @@ int cmd_ckpt(int argc, char **argv) {
         fprintf(stderr, "trident: ckpt %s: %s\n", argv[1], err.msg);
         return err.status;
     }
-    if (!strcmp(argv[1], "info")) {
+    if (export) {
+        if (export_params(r, argv[3], &err)) {
+            fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
+    } else if (!strcmp(argv[1], "info")) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);

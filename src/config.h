@@ -72,6 +72,7 @@ struct train_config {
     int sample_tokens;
     double sample_temperature; // 0: greedy
     int sample_top_k;          // 0: the whole vocabulary
+    int exit_interval;         // 0: run to steps
 };
 
 struct data_config {

@@ -107,6 +107,9 @@ const struct config_key config_keys[] = {
               "sampling temperature; 0 is greedy"),
     KEY_INT("train", "sample_top_k", train.sample_top_k, "0", 0, INT_MAX, "tokens",
             "sample among the k most likely tokens; 0 uses the whole vocabulary"),
+    KEY_INT("train", "exit_interval", train.exit_interval, "0", 0, INT_MAX, "steps",
+            "stop (after saving a checkpoint) once the step count is a multiple of this, as "
+            "Megatron-LM's --exit-interval; 0 runs to steps"),
 
     // [data]: HDF5 shards on tiered storage (DESIGN.md §6)
     KEY_PATH("data", "path", data.path, "data/kjv-shards", 0, "dataset folder with index.ini and shards (cold tier)"),

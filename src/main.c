@@ -15,7 +15,7 @@ static const struct command commands[] = {
     {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
     {"data-check", cmd_data_check, NULL},
-    {"ckpt", cmd_ckpt, "ckpt info|verify DIR                         inspect or check a checkpoint"},
+    {"ckpt", cmd_ckpt, "ckpt info|verify|export DIR                         inspect or check a checkpoint"},
     {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode]         text <-> token ids"},
 };
 

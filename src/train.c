@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "config.h"
 #include "dataset.h"
@@ -22,45 +23,19 @@
 #include "tokenizer.h"
 #include "topology.h"
 #include "train_step.h"
+#include "trainer.h"
 
-struct trainer {
-    struct config cfg;
-    struct topology topo;
-    struct backend *be;
-    struct dataset *ds;
-    struct loader train_loader, val_loader;
-    bool has_val;
-    struct model *model;
-    struct optimizer *opt;
-    struct optimizer_config oc;
-    struct grad_sync *sync;   // NULL under ZeRO-1
-    struct parallel_groups groups;
-    struct pipeline_exec pipe; // pp > 1 or virtual stages
-    struct train_ctx ctx;
-    bool whole_model;         // one stage, one chunk: evaluation and samples run
-    bool reads_tokens, reads_targets; // first / last pipeline stage
-    double *split_all;        // (world, 3) per-rank time split, gathered for the log
-    int n_slots;              // activation slots: microbatches in flight on this stage
-    struct tokenizer *tok;    // rank 0, for samples; NULL when missing
-    int accum;                // microbatches per step on this rank
-    int32_t *seqs;            // (B, T + 1) one microbatch from the loader
-    int32_t *tokens, *targets; // (accum, B, T)
-    double flops_per_token;   // 6 N + attention (DESIGN.md §9)
-    double peak_flops;        // all ranks together, FLOP/s
-    size_t mem_bytes;         // arenas of this rank
-    FILE *metrics;            // rank 0
-};
 
 static bool is_root(const struct trainer *t) { return t->topo.world_rank == 0; }
 
 // Ends the job with a bad-input error every rank found the same way: rank 0
 // speaks, every rank exits 2 (mpi_util.h).
-static _Noreturn void fail_all(const struct trainer *t, const struct error *err) {
+_Noreturn void trainer_fail_all(const struct trainer *t, const struct error *err) {
     mpi_exit_all(err->status ? (int)err->status : 1, t->topo.world_rank == 0 ? err->msg : NULL);
 }
 
 // Ends the job for an error only this rank found.
-static _Noreturn void fail_here(const struct error *err) {
+_Noreturn void trainer_fail_here(const struct error *err) {
     mpi_exit_all(err->status ? (int)err->status : 1, err->msg);
 }
 
@@ -137,32 +112,33 @@ static void setup(struct trainer *t, int argc, char **argv) {
         error_set(&err, STATUS_BAD_INPUT,
                   "usage: trident train CONFIG.ini [section.key=value ...]%s%s",
                   argc >= 2 ? "; unknown option " : "", argc >= 2 ? argv[1] : "");
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
     }
     struct config *c = &t->cfg;
     if (config_load(argv[1], argc - 2, argv + 2, c, &err) ||
         config_validate(c, world_size, false, &err) || check_supported(c, &err))
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
     if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->topo, &err))
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
 
     const char *tok_expected = NULL;
     if (dataset_open(c->data.path, c->train.seq_len, c->model.vocab_size, tok_expected, &t->ds, &err))
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
     int dp = c->parallel.dp, d = t->topo.coord.d, B = c->train.micro_batch_size;
     if (loader_init(&t->train_loader, t->ds, SPLIT_TRAIN, d, dp, B, c->train.global_batch_size,
                     (uint64_t)c->train.seed, &err))
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
     // Validation runs whole-model forwards; a pipeline schedule has no
     // forward-only mode yet, so pipelined runs skip it (said at start).
     t->has_val = t->ds->split_sequences[SPLIT_VAL] >= (uint64_t)c->train.global_batch_size &&
                  c->parallel.pp == 1 && c->parallel.virtual_stages <= 1;
     if (t->has_val && loader_init(&t->val_loader, t->ds, SPLIT_VAL, d, dp, B,
                                   c->train.global_batch_size, (uint64_t)c->train.seed, &err))
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
 
     t->be = backend_cpu_init(c->system.threads);
     struct llama_config lc = llama_from(c);
+    t->lc = lc;
     int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = t->topo.coord.p;
     t->accum = c->train.global_batch_size / (B * dp);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
@@ -179,7 +155,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
             error_set(&err, STATUS_BAD_INPUT, "%s: [parallel] pp = %d, virtual_stages = %d with "
                       "%d microbatches per step (global_batch_size / (micro_batch_size * dp)): %s",
                       c->file, pp, v, t->accum, why.msg);
-            fail_all(t, &err);
+            trainer_fail_all(t, &err);
         }
     }
     t->reads_tokens = s == 0, t->reads_targets = s == pp - 1;
@@ -188,12 +164,12 @@ static void setup(struct trainer *t, int argc, char **argv) {
     t->n_slots = MAX(1, shard.n_slots);
     if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
                    (uint64_t)c->train.seed, &err))
-        fail_all(t, &err);
+        trainer_fail_all(t, &err);
     model_set_tp_group(t->model, &t->topo.tp_group);
     t->groups = (struct parallel_groups){&t->topo.tp_group, &t->topo.pp_group, &t->topo.dp_group,
                                          c->parallel.zero_stage};
     t->oc = optimizer_from(c);
-    if (optimizer_init(&t->opt, t->be, t->model, &t->oc, &t->groups, &err)) fail_here(&err);
+    if (optimizer_init(&t->opt, t->be, t->model, &t->oc, &t->groups, &err)) trainer_fail_here(&err);
     if (c->parallel.zero_stage == 0)
         t->sync = grad_sync_init(t->model, &t->topo.dp_group, (size_t)c->parallel.bucket_mb << 20);
     if (!t->whole_model) {
@@ -202,7 +178,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
                                          .count = model_stage_message_numel(t->model),
                                          .dtype = c->precision.dtype};
         train_step_bind_pipeline(&t->pipe);
-        if (pipeline_exec_init(&t->pipe, &err)) fail_all(t, &err);
+        if (pipeline_exec_init(&t->pipe, &err)) trainer_fail_all(t, &err);
     }
     t->ctx = (struct train_ctx){t->model, t->opt, &t->oc, &t->groups, t->sync,
                                 t->whole_model ? NULL : &t->pipe,
@@ -224,6 +200,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
     const struct model_memory *mem = model_memory(t->model);
     t->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
                    optimizer_state_bytes(t->opt);
+    trainer_resume(t);
     t->peak_flops = measure_peak_flops(t);
 
     // Samples come from the TP group of DP rank 0: each of its ranks loads the tokenizer.
@@ -237,17 +214,17 @@ static void setup(struct trainer *t, int argc, char **argv) {
         }
     }
     if (is_root(t)) {
-        if (make_dirs(c->log.run_dir, &err)) fail_here(&err);
+        if (make_dirs(c->log.run_dir, &err)) trainer_fail_here(&err);
         char path[CONFIG_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/config.ini", c->log.run_dir);
-        if (config_write(c, path, &err)) fail_here(&err);
+        if (config_write(c, path, &err)) trainer_fail_here(&err);
         const char *mf = c->log.metrics_file;
         if (!mf[0]) snprintf(path, sizeof path, "%s/metrics.jsonl", c->log.run_dir), mf = path;
         t->metrics = fopen(mf, "w");
         if (!t->metrics) {
             error_set(&err, STATUS_BAD_INPUT, "[log] metrics_file = %s: cannot write: %s", mf,
                       strerror(errno));
-            fail_here(&err);
+            trainer_fail_here(&err);
         }
         printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
                world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
@@ -274,7 +251,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
 // Splits loader sequences (B, T + 1) into inputs (B, T) and next-token targets.
 static void next_microbatch(struct trainer *t, struct loader *ld, int32_t *tokens, int32_t *targets) {
     struct error err;
-    if (loader_next(ld, t->seqs, &err)) fail_here(&err);
+    if (loader_next(ld, t->seqs, &err)) trainer_fail_here(&err);
     int B = t->cfg.train.micro_batch_size, T = t->cfg.train.seq_len;
     for (int b = 0; b < B; b++) {
         memcpy(tokens + b * T, t->seqs + b * (T + 1), sizeof(int32_t) * T);
@@ -331,7 +308,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     const struct config *c = &t->cfg;
     double tokens = (double)c->train.global_batch_size * c->train.seq_len;
     double tps = tokens / dt, mfu = t->flops_per_token * tps / t->peak_flops;
-    double eta = elapsed / (step + 1) * (c->train.steps - step - 1);
+    double eta = elapsed / (step + 1 - t->start_step) * (c->train.steps - step - 1);
     char eta_s[32];
     format_eta(eta, eta_s, sizeof eta_s);
     // The printed line and the JSON line use the same formats, so they agree.
@@ -355,11 +332,19 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     fflush(stdout), fflush(t->metrics);
 }
 
-static void run(struct trainer *t) {
+// Set by SIGTERM / SIGUSR1 (what Slurm's --signal sends before the time
+// limit): finish the step, save, exit EXIT_PREEMPTED. A signal handler can only
+// reach a global.
+static volatile sig_atomic_t preempt_signal;
+static void on_preempt(int sig) { preempt_signal = sig; }
+
+// Returns 0, or EXIT_PREEMPTED when a signal stopped the run after a save.
+static int run(struct trainer *t) {
     const struct config *c = &t->cfg;
     int B = c->train.micro_batch_size, T = c->train.seq_len;
     double start = time_now_s(), best_val = INFINITY, tokens_seen = 0;
-    for (int step = 0; step < c->train.steps; step++) {
+    bool saves = c->checkpoint.dir[0] != '\0';
+    for (int step = t->start_step; step < c->train.steps; step++) {
         double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
         comm_busy(t, &coll0, &pipe0);
         // Inputs are read on the first stage, labels on the last.
@@ -372,15 +357,35 @@ static void run(struct trainer *t) {
         if (!isfinite(r.loss)) {
             struct error err;
             error_set(&err, STATUS_RUNTIME, "step %d: loss is %g; stopping", step + 1, r.loss);
-            fail_here(&err);
+            trainer_fail_here(&err);
         }
         double dt = time_now_s() - t0;
         comm_busy(t, &coll1, &pipe1);
         double split[3] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0};
         tokens_seen += (double)c->train.global_batch_size * T;
         bool last = step == c->train.steps - 1;
-        if (last || (step + 1) % c->log.every == 0 || step == 0)
+        if (last || (step + 1) % c->log.every == 0 || step == t->start_step)
             log_step(t, step, &r, dt, time_now_s() - start, split);
+        // Any rank's signal stops every rank after this step, with a save.
+        int stop = preempt_signal;
+        comm_all_reduce(&t->topo.world, &stop, 1, DTYPE_I32, COMM_MAX);
+        bool planned_exit = c->train.exit_interval > 0 && (step + 1) % c->train.exit_interval == 0;
+        if (saves && (last || stop || planned_exit ||
+                      (c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0)))
+            trainer_save(t, step + 1);
+        if (planned_exit && !last && !stop) {
+            if (is_root(t)) printf("exit_interval %d: stopping after step %d\n", c->train.exit_interval, step + 1);
+            return 0;
+        }
+        if (stop) {
+            if (is_root(t)) {
+                printf("stopped by signal %d after step %d%s; exit %d (requeue)\n", stop, step + 1,
+                       saves ? ", checkpoint saved" : " (no [checkpoint] dir: nothing saved)",
+                       EXIT_PREEMPTED);
+                fflush(stdout);
+            }
+            return EXIT_PREEMPTED;
+        }
         if (t->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
             double val = evaluate(t);
             best_val = MIN(best_val, val);
@@ -402,12 +407,13 @@ static void run(struct trainer *t) {
     }
     double total = time_now_s() - start;
     if (is_root(t)) {
-        printf("done: %d steps, %.0f tokens seen, %.1f s, mean %.0f tokens/s", c->train.steps,
+        printf("done: %d steps, %.0f tokens seen, %.1f s, mean %.0f tokens/s", c->train.steps - t->start_step,
                tokens_seen, total, tokens_seen / total);
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
         printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
                model_slots_used(t->model), t->n_slots, t->accum);
     }
+    return 0;
 }
 
 static void teardown(struct trainer *t) {
@@ -423,15 +429,20 @@ static void teardown(struct trainer *t) {
     backend_free(t->be);
     topology_free(&t->topo);
     free(t->seqs), free(t->tokens), free(t->targets), free(t->split_all);
+    free(t->host_params), free(t->host_m), free(t->host_v), free(t->pieces);
 }
 
 int cmd_train(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_preempt;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     struct trainer t = {0};
     setup(&t, argc, argv);
-    run(&t);
+    int rc = run(&t);
     teardown(&t);
     MPI_Finalize();
-    return STATUS_OK;
+    return rc;
 }
