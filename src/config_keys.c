@@ -144,7 +144,9 @@ const struct config_key config_keys[] = {
      .alt_type = CONFIG_FLOAT, .alt_offset = F(precision.loss_scale), .alt_value = LOSS_SCALE_STATIC},
 
     // [checkpoint] (DESIGN.md §7)
-    KEY_PATH("checkpoint", "dir", checkpoint.dir, "checkpoints", 0, "folder of step-NNNNNN/ checkpoints (warm tier)"),
+    KEY_PATH("checkpoint", "dir", checkpoint.dir, "", CONFIG_OPTIONAL,
+             "folder of step-NNNNNN/ checkpoints (warm tier); unset: no checkpoints are written "
+             "and resume = auto starts fresh"),
     KEY_INT("checkpoint", "every", checkpoint.every, "0", 0, INT_MAX, "steps",
             "steps between checkpoints; 0 disables periodic checkpoints"),
     KEY_INT("checkpoint", "keep_last", checkpoint.keep_last, "3", 0, INT_MAX, "checkpoints",

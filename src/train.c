@@ -344,6 +344,9 @@ static int run(struct trainer *t) {
     int B = c->train.micro_batch_size, T = c->train.seq_len;
     double start = time_now_s(), best_val = INFINITY, tokens_seen = 0;
     bool saves = c->checkpoint.dir[0] != '\0';
+    if (t->start_step >= c->train.steps && is_root(t))
+        printf("nothing to do: the checkpoint is at step %d and [train] steps = %d\n",
+               t->start_step, c->train.steps);
     for (int step = t->start_step; step < c->train.steps; step++) {
         double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
         comm_busy(t, &coll0, &pipe0);
