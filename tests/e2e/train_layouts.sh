@@ -10,12 +10,15 @@
 # 3e-3 the tied model hits a loss spike near step 9 where the gradient norm is
 # ill-conditioned enough that a different fp32 summation order, even plain
 # dp = 4, moves it by 1e-4.)
-# Also checks metrics.jsonl: every line parses as JSON with step, loss, lr,
+# The final parameters, gathered from each layout's last checkpoint by
+# `trident ckpt export`, equal the single-rank ones within 1e-5 relative per
+# tensor. Also checks metrics.jsonl: every line parses as JSON with step, loss, lr,
 # grad_norm, tokens_per_s, mfu, mem_bytes, and its values equal the printed
 # log line's.
 set -u
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib/train_env.sh
+python3 -c "import h5py, numpy" 2>/dev/null || { echo "skipped: python h5py/numpy not installed"; exit 77; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 small_dataset "$tmp"
 # tp,pp,dp,zero,sp,v
@@ -30,12 +33,16 @@ for tied in true false; do
             parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp parallel.zero_stage=$zero \
             parallel.sequence_parallel=$sp parallel.virtual_stages=$v model.tie_embeddings=$tied \
             model.n_layers=4 train.global_batch_size=16 train.lr=2e-3 train.min_lr=2e-4 \
+            checkpoint.dir="$tmp/ck-$name" \
             log.run_dir="$tmp/run-$name" > "$tmp/log-$name" 2>&1 \
             || { echo "FAIL: $name run exited $?"; tail -20 "$tmp/log-$name"; exit 1; }
+        "$TRIDENT" ckpt export "$tmp/ck-$name" "$tmp/final-$name.h5" > /dev/null \
+            || { echo "FAIL: $name: ckpt export"; exit 1; }
     done
 done
 python3 - "$tmp" "$layouts" <<'PY'
 import json, re, sys
+import h5py, numpy as np
 tmp, layouts = sys.argv[1], sys.argv[2].split()
 def steps(name):
     out = {}
@@ -61,7 +68,18 @@ for tied in ("true", "false"):
                 if rel > 1e-5:
                     ok = False
                     print(f"FAIL: {name} step {s} {what}: {b} vs {a} in {ref} (rel {rel:.2e})")
-        print(f"tied={tied} (tp, pp, dp, zero, sp, v) = ({l}): 20 steps match (worst rel {worst:.1e}, final loss {other[20][2]})")
+        fa, fb = h5py.File(f"{tmp}/final-{ref}.h5"), h5py.File(f"{tmp}/final-{name}.h5")
+        assert sorted(fa) == sorted(fb), f"{name}: tensors {sorted(fb)} vs {sorted(fa)}"
+        pworst = 0
+        for k in fa:
+            a, b = fa[k][()].astype(np.float64), fb[k][()].astype(np.float64)
+            rel = np.linalg.norm(a - b) / np.linalg.norm(a)
+            pworst = max(pworst, rel)
+            if rel > 1e-5:
+                ok = False
+                print(f"FAIL: {name}: final {k} differs from {ref} (rel {rel:.2e})")
+        print(f"tied={tied} (tp, pp, dp, zero, sp, v) = ({l}): 20 steps match (worst rel {worst:.1e}, "
+              f"final loss {other[20][2]}), final parameters match (worst rel {pworst:.1e})")
 # metrics.jsonl against the printed lines
 for name in ("true-1-1-1-0-0-1", "true-2-2-2-0-0-1", "false-1-2-4-1-0-1"):
     printed = steps(name)
