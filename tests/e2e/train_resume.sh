@@ -11,6 +11,9 @@
 #  3. SIGTERM to one rank of a 4-rank run: every rank stops after the current
 #     step with exit code 3, a checkpoint of that step exists and verifies,
 #     and resuming from it is bit-exact against a straight run.
+#  4. Refused with exit 2 and a message naming the file, nothing changed: a
+#     flipped byte, a truncated or missing rank file, another model, an
+#     unknown format version.
 set -u
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib/train_env.sh
@@ -65,6 +68,35 @@ e=$((k + 5))
 train "term" 1 1 4 0 train.steps=100000 train.exit_interval=$e || { echo "FAIL: resume after SIGTERM exited $?"; fail=1; }
 train "termref" 1 1 4 0 train.steps=100000 train.exit_interval=$e || fail=1
 export_final term; export_final termref
+
+# 4. A bad checkpoint is refused before training (exit 2, the file named)
+#    and nothing in it is overwritten.
+refuse() { # LABEL PATTERN [overrides]: resume from $tmp/ck-bad must exit 2
+    local label=$1 pattern=$2; shift 2
+    local before after out rc
+    before=$(cd "$tmp/ck-bad" && find . -type f -exec md5sum {} + | sort)
+    out=$(timeout 60 $MPIRUN -np 2 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
+          parallel.dp=2 train.global_batch_size=16 checkpoint.dir="$tmp/ck-bad" \
+          log.run_dir="$tmp/run-bad" "$@" 2>&1); rc=$?
+    after=$(cd "$tmp/ck-bad" && find . -type f -exec md5sum {} + | sort)
+    if [ "$rc" != 2 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ "$before" != "$after" ]; then
+        echo "FAIL: bad checkpoint ($label): exit $rc, message match $(grep -Ec -- "$pattern" <<<"$out"), files unchanged $([ "$before" = "$after" ] && echo yes || echo no)"
+        grep trident: <<<"$out" | head -3; fail=1
+    else
+        echo "refused ($label): $(grep -m1 -E -- "$pattern" <<<"$out" | cut -c1-160)"
+    fi
+}
+fresh_bad() { rm -rf "$tmp/ck-bad"; cp -r "$tmp/ck-straight-1,1,1,0" "$tmp/ck-bad"; }
+fresh_bad; printf '\x55' | dd of="$tmp/ck-bad/step-000020/rank-00000.h5" bs=1 seek=5000 conv=notrunc 2>/dev/null
+refuse "flipped byte" "rank-00000.h5.*(checksum|xxh3)"
+fresh_bad; truncate -s 3000 "$tmp/ck-bad/step-000020/rank-00000.h5"
+refuse "truncated file" "rank-00000.h5"
+fresh_bad; rm "$tmp/ck-bad/step-000020/rank-00000.h5"
+refuse "missing rank file" "rank-00000.h5"
+fresh_bad
+refuse "model differs" "d_model" model.d_model=128 model.n_heads=4
+fresh_bad; sed -i 's/^format_version = 1/format_version = 7/' "$tmp/ck-bad/step-000020/manifest.ini"
+refuse "unknown format version" "format_version.*7"
 
 python3 - "$tmp" <<'PY' || fail=1
 import re, sys, h5py, numpy as np
