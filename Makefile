@@ -101,4 +101,4 @@ run: deps
 	@scripts/run_default.sh $(ARGS)
 
 clean:
-	rm -rf build build-asan build-cuda
+	rm -rf build build-asan build-cuda build-gpu
