@@ -1,8 +1,10 @@
 // cuda_backend.cu: the CUDA backend's table, memory, streams and init
 // (DESIGN.md §3). Memory is device memory from cudaMalloc (256-byte aligned);
-// copies are cudaMemcpyAsync on the compute stream, so host buffers passed to
-// to_device/to_host must stay valid until backend_synchronize (to_host
-// synchronizes itself: its caller reads the result right away).
+// copies are cudaMemcpyAsync on the compute stream, ordered with the kernels.
+// to_device from pageable host memory (what trident passes) returns once CUDA
+// has staged the source, so the buffer may be reused at once; from pinned
+// memory the copy is truly asynchronous (reuse after backend_synchronize).
+// to_host synchronizes: its caller reads the result right away.
 #include "cuda_internal.cuh"
 
 #include <string.h>

@@ -26,6 +26,19 @@ extern "C" {
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_check.h"
 
+// A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
+// the query costs tens of microseconds and a training step repeats a handful
+// of shapes. Searched linearly; once full, new shapes query every time.
+#define CUDA_ALGO_CACHE 64
+struct algo_entry {
+    int M, N, K;
+    bool ta, tb;
+    enum dtype ab, c;
+    uint32_t al_a, al_b, al_c; // pointer alignments the algorithm was chosen for
+    int found;                 // 0: cuBLASLt has none, use the fallback kernel
+    cublasLtMatmulAlgo_t algo;
+};
+
 // Private state of the CUDA backend (struct backend.impl).
 struct cuda_backend {
     int device;
@@ -41,6 +54,8 @@ struct cuda_backend {
     double *host_sum; // pinned: sum_squares' result
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
     int sm_count;
+    struct algo_entry algos[CUDA_ALGO_CACHE];
+    int n_algos;
 };
 
 static inline struct cuda_backend *cuda_state(struct backend *be) {

@@ -8,6 +8,8 @@
 // for both (FP32 accumulation; no TF32, so FP32 matches the CPU to ~1e-6).
 #include "cuda_internal.cuh"
 
+#include <string.h>
+
 static cudaDataType_t cuda_type(enum dtype d) { return d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 // Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic
@@ -34,12 +36,26 @@ __global__ void scale_kernel(struct dptr x, float s, size_t n) {
         st(x, i, s == 0.0f ? 0.0f : s * ld(x, i));
 }
 
+// out (M, N) = alpha op(a) op(b) + beta out, one thread per element, row-major
+// as in ops.h: the fallback when cuBLASLt offers no algorithm (slow, exact
+// semantics: beta == 0 never reads out).
+__global__ void gemm_naive_kernel(struct dptr out, struct dptr a, struct dptr b, int M, int N,
+                                  int K, bool ta, bool tb, float alpha, float beta) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= N) return;
+    float s = 0;
+    for (int k = 0; k < K; k++)
+        s += ld(a, ta ? (size_t)k * M + i : (size_t)i * K + k) *
+             ld(b, tb ? (size_t)j * K + k : (size_t)k * N + j);
+    size_t o = (size_t)i * N + j;
+    st(out, o, beta == 0.0f ? alpha * s : alpha * s + beta * ld(out, o));
+}
+
 void cuda_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b, int M,
                  int N, int K, bool trans_a, bool trans_b, float alpha, float beta) {
     const char *op = "matmul";
     struct cuda_backend *c = cuda_state(be);
-    struct dptr o = dptr_of(op, "out", out);
-    dptr_of(op, "a", a);
+    struct dptr o = dptr_of(op, "out", out), pa = dptr_of(op, "a", a), pb = dptr_of(op, "b", b);
     CUDA_CHECK_SAME(op, "b", b, a.dtype);
     CHECK(out.dtype == a.dtype || out.dtype == DTYPE_FP32,
           "matmul: out is %s, expected %s or fp32", dtype_name(out.dtype), dtype_name(a.dtype));
@@ -62,32 +78,57 @@ void cuda_matmul(struct backend *be, struct tensor out, struct tensor a, struct 
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof tb));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof ta));
 
-    cublasLtMatmulPreference_t pref;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = c->workspace_bytes;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     uint32_t al_a = ptr_alignment(b.data), al_b = ptr_alignment(a.data), al_c = ptr_alignment(out.data);
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(c->lt, desc, lb, la, lc, lc, pref, 1, &heur, &found));
-    CHECK(found > 0, "matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d %s%s (%s x %s -> %s)",
-          M, N, K, trans_a ? "A^T" : "A", trans_b ? "B^T" : "B", dtype_name(a.dtype),
-          dtype_name(b.dtype), dtype_name(out.dtype));
-    CHECK_CUBLAS(cublasLtMatmul(c->lt, desc, &alpha, b.data, lb, a.data, la, &beta, out.data, lc,
-                                out.data, lc, &heur.algo, c->workspace, c->workspace_bytes,
-                                c->stream));
+    struct algo_entry *e = NULL;
+    for (int i = 0; i < c->n_algos && !e; i++) {
+        struct algo_entry *x = &c->algos[i];
+        if (x->M == M && x->N == N && x->K == K && x->ta == trans_a && x->tb == trans_b &&
+            x->ab == a.dtype && x->c == out.dtype && x->al_a == al_a && x->al_b == al_b &&
+            x->al_c == al_c)
+            e = x;
+    }
+    struct algo_entry fresh;
+    if (!e) {
+        cublasLtMatmulPreference_t pref;
+        CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+        size_t ws = c->workspace_bytes;
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+        cublasLtMatmulHeuristicResult_t heur;
+        memset(&heur, 0, sizeof heur);
+        int found = 0;
+        // NOT_SUPPORTED (no algorithm for this problem) is an answer, not an error.
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, desc, lb, la, lc, lc, pref, 1,
+                                                           &heur, &found);
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) CHECK_CUBLAS(st);
+        cublasLtMatmulPreferenceDestroy(pref);
+        fresh = (struct algo_entry){M, N, K, trans_a, trans_b, a.dtype, out.dtype, al_a, al_b,
+                                    al_c, st == CUBLAS_STATUS_SUCCESS && found > 0, heur.algo};
+        e = &fresh;
+        if (c->n_algos < CUDA_ALGO_CACHE) {
+            c->algos[c->n_algos] = fresh;
+            e = &c->algos[c->n_algos++];
+        }
+    }
+    if (e->found) {
+        CHECK_CUBLAS(cublasLtMatmul(c->lt, desc, &alpha, b.data, lb, a.data, la, &beta, out.data,
+                                    lc, out.data, lc, &e->algo, c->workspace, c->workspace_bytes,
+                                    c->stream));
+    } else {
+        dim3 grid((N + 127) / 128, M);
+        gemm_naive_kernel<<<grid, 128, 0, c->stream>>>(o, pa, pb, M, N, K, trans_a, trans_b,
+                                                       alpha, beta);
+        CHECK_LAUNCH();
+    }
     // Descriptors are host objects: destroying them does not wait for the GEMM.
-    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatmulDescDestroy(desc);
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatrixLayoutDestroy(la);
