@@ -7,7 +7,8 @@
 #      under /tmp (never into /), points PATH, LD_LIBRARY_PATH, OPAL_PREFIX,
 #      PKG_CONFIG_PATH, CPATH and LIBRARY_PATH at it;
 #   2. make CUDA=1 into build-gpu (no warning allowed: counted in the summary);
-#   3. build-gpu/tests/test_ops_cuda (every op against the CPU backend);
+#   3. build-gpu/tests/test_ops_cuda (every op against the CPU backend), and
+#      build-gpu/mpi/test_comm_nccl under mpirun, one rank per GPU;
 #   4. build-gpu/bench/bench_cuda (op timings on the device);
 #   5. 50 steps of configs/tiny.ini with system.device=cuda, when the trainer
 #      accepts it, and the same 50 steps on the CPU for comparison.
@@ -125,6 +126,11 @@ build_rc=$?
 step test_ops_cuda 120 env TEST_VERBOSE=1 "$BUILD/tests/test_ops_cuda"
 ops_rc=$?
 grep -E "checks (passed|failed)" "$OUT/test_ops_cuda.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+
+# ---- 3b. the NCCL comm table: one rank per GPU --------------------------------------
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${NGPU:-0}" -ge 1 ] || NGPU=1
+step comm_nccl 60 mpirun --oversubscribe --bind-to none -np "$NGPU" "$BUILD/mpi/test_comm_nccl"
 
 # ---- 4. device benchmark --------------------------------------------------------------
 [ -x "$BUILD/bench/bench_cuda" ] && step bench_cuda 60 "$BUILD/bench/bench_cuda"
