@@ -112,6 +112,7 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768, H = 12, Hkv = 12, iters = 5;
     if (argc == 7) B = atoi(argv[1]), T = atoi(argv[2]), C = atoi(argv[3]), H = atoi(argv[4]),
                    Hkv = atoi(argv[5]), iters = atoi(argv[6]);
+    setvbuf(stdout, NULL, _IOLBF, 0); // lines survive a timeout's kill
     if (backend_device_count() == 0) {
         printf("skipped: no CUDA device%s\n", backend_has_cuda() ? "" : " (build without CUDA=1)");
         return 0;

@@ -260,12 +260,14 @@ static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
         pair_free(dq), pair_free(dk), pair_free(dv);
 }
 
-// One vocab shard [100, 170) of V = 300 with 61 real columns; targets inside
-// and outside the shard and ignored rows.
-static void test_cross_entropy(enum dtype dt) {
-    int N = 13, Vl = 70, Vvalid = 61, vs = 100, V = 300, ign = -100;
+// One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
+// inside and outside the shard, and every 7th row ignored.
+static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs, int V) {
+    int ign = -100;
     float s = 0.1f;
-    int32_t tg[] = {100, 160, 5, ign, 299, 130, 161, 101, ign, 0, 150, 120, 159};
+    int32_t *tg = xmalloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++)
+        tg[i] = i % 7 == 3 ? ign : i % 2 ? vs + (i * 37) % Vvalid : (i * 7919) % V;
     struct ipair t = ipair_make(tg, N);
     struct pair z = pair_rand((size_t)N * Vl, 4, dt), mx = pair_nan(N, DTYPE_FP32);
     backend_ce_row_max(cpu, mx.c, z.c, N, Vl, Vvalid);
@@ -298,11 +300,12 @@ static void test_cross_entropy(enum dtype dt) {
     }
     pair_sync(lse);
     struct pair dz = pair_nan((size_t)N * Vl, dt);
-    backend_ce_backward(cpu, dz.c, z.c, lse.c, t.c, N, Vl, Vvalid, vs, V, s, ign, 1.0 / 11);
-    backend_ce_backward(gpu, dz.g, z.g, lse.g, t.g, N, Vl, Vvalid, vs, V, s, ign, 1.0 / 11);
+    backend_ce_backward(cpu, dz.c, z.c, lse.c, t.c, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
+    backend_ce_backward(gpu, dz.g, z.g, lse.g, t.g, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
     expect_match(dz, "ce_backward");
     pair_free(z), pair_free(mx), pair_free(part), pair_free(rp), pair_free(loss), pair_free(lse),
         pair_free(dz), ipair_free(t);
+    free(tg);
 }
 
 // AdamW: param of dtype dt with FP32 master, and (FP32 only) param without master.
@@ -384,7 +387,10 @@ static void run_all(enum dtype dt) {
     test_attention(dt, 2, 37, 4, 2, 24);
     test_attention(dt, 1, 70, 4, 4, 64);
     test_attention(dt, 2, 19, 6, 2, 80);
-    test_cross_entropy(dt);
+    test_attention(dt, 1, 257, 8, 2, 128);
+    test_attention(dt, 1, 33, 2, 1, 256);
+    test_cross_entropy(dt, 13, 70, 61, 100, 300);
+    test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
     test_adamw(dt);
     test_elementwise(dt);
 }
