@@ -6,7 +6,7 @@
 # does not link the CUDA runtime. Skips (77) when nvcc is missing.
 # Takes ~1 minute on 2 cores.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 [ -x "$CUDA_HOME/bin/nvcc" ] || { echo "skipped: no nvcc ($CUDA_HOME/bin/nvcc)"; exit 77; }
 BUILD=${BUILD:-build}

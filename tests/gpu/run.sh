@@ -16,7 +16,7 @@
 # step's log under $OUT (OUT defaults to /tmp/trident-gpu-out). Exit 0 when
 # the build and test_ops_cuda passed.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 OUT=${OUT:-/tmp/trident-gpu-out}
 PREFIX=${PREFIX:-/tmp/trident-prefix}
