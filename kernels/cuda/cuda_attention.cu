@@ -1,16 +1,19 @@
 // cuda_attention.cu: causal grouped-query attention of the CUDA backend, plain
-// kernels (no tensor cores): correct first, fast later (cuDNN's fused SDPA or
-// a FlashAttention-style tiled kernel would replace these behind the same
-// entry points).
+// kernels (no tensor cores, no shared-memory tiling): correct first, fast
+// later (cuDNN's fused SDPA or a FlashAttention-style kernel would replace
+// these behind the same entry points).
 //
 // Layouts (kernels/ops.h): q, out, dq, dout (B, T, H, D); k, v, dk, dv
 // (B, T, Hkv, D); lse (B, H, T) FP32; query head h reads kv head h / (H / Hkv).
-// One warp per row: lane l holds elements d = l + 32 e (e < NPL) of a head
-// vector, so D <= 32 * NPL (NPL in 1, 2, 4, 8: D <= 256); dot products are
-// warp reductions.
+// One warp per output row. Scores go 32 at a time: lane l takes key (or
+// query) j0 + l and computes its dot products over the whole head alone (no
+// reduction per pair); the chunk's softmax statistics are warp reductions;
+// then the row's accumulator, of which lane l holds elements d = l + 32 e
+// (e < NPL, so D <= 32 * NPL <= 256), takes the 32 weighted rows one by one
+// with the weight broadcast by a shuffle.
 //
-// Forward: per query row i, online softmax over keys j <= i (Milakov &
-// Gimelshein 2018), saving lse_i = m + log(l).
+// Forward: online softmax over keys j <= i (Milakov & Gimelshein 2018),
+// saving lse_i = m + log(l).
 // Backward (FlashAttention, Dao et al. 2022, alg. 2/4, P recomputed from lse):
 //   P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dO_i.v_j, D_i = dO_i.O_i,
 //   dS_ij = P_ij (dP_ij - D_i), dq_i = scale sum_j dS_ij k_j,
@@ -22,6 +25,13 @@
 
 #define ATTN_WARPS 4 // warps (rows) per block
 
+// Dot product of two head vectors (D,) read whole by one lane.
+__device__ __forceinline__ float dot_row(struct dptr a, size_t ao, struct dptr b, size_t bo, int D) {
+    float s = 0;
+    for (int d = 0; d < D; d++) s += ld(a, ao + d) * ld(b, bo + d);
+    return s;
+}
+
 template <int NPL>
 __global__ void attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k,
                                          struct dptr v, int T, int H, int Hkv, int D, float scale,
@@ -31,30 +41,28 @@ __global__ void attention_forward_kernel(struct dptr out, float *lse, struct dpt
     int lane = threadIdx.x % 32;
     int i = (int)(row % T), h = (int)((row / T) % H), b = (int)(row / ((size_t)T * H));
     int hk = h / (H / Hkv);
-    size_t qo = ((size_t)(b * (size_t)T + i) * H + h) * D;
-    float qr[NPL], o[NPL];
+    size_t qo = ((size_t)b * T + i) * H * D + (size_t)h * D;
+    size_t kbase = (size_t)b * T * Hkv * D + (size_t)hk * D, ks = (size_t)Hkv * D;
+    float o[NPL];
 #pragma unroll
-    for (int e = 0; e < NPL; e++) {
-        int d = lane + 32 * e;
-        qr[e] = d < D ? ld(q, qo + d) : 0.0f;
-        o[e] = 0;
-    }
+    for (int e = 0; e < NPL; e++) o[e] = 0;
     float m = -INFINITY, l = 0;
-    for (int j = 0; j <= i; j++) {
-        size_t ko = ((size_t)(b * (size_t)T + j) * Hkv + hk) * D;
-        float s = 0;
+    for (int j0 = 0; j0 <= i; j0 += 32) {
+        int j = j0 + lane, nj = min(32, i - j0 + 1);
+        float s = j <= i ? dot_row(q, qo, k, kbase + (size_t)j * ks, D) * scale : -INFINITY;
+        float mn = fmaxf(m, warp_max(s)); // finite: key j0 <= i is in every chunk
+        float p = j <= i ? expf(s - mn) : 0.0f, corr = expf(m - mn);
+        l = l * corr + warp_sum(p);
 #pragma unroll
-        for (int e = 0; e < NPL; e++) {
-            int d = lane + 32 * e;
-            if (d < D) s += qr[e] * ld(k, ko + d);
-        }
-        s = warp_sum(s) * scale;
-        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
+        for (int e = 0; e < NPL; e++) o[e] *= corr;
+        for (int t = 0; t < nj; t++) {
+            float pt = __shfl_sync(0xffffffffu, p, t);
+            size_t vo = kbase + (size_t)(j0 + t) * ks;
 #pragma unroll
-        for (int e = 0; e < NPL; e++) {
-            int d = lane + 32 * e;
-            if (d < D) o[e] = o[e] * corr + p * ld(v, ko + d);
+            for (int e = 0; e < NPL; e++) {
+                int d = lane + 32 * e;
+                if (d < D) o[e] += pt * ld(v, vo + d);
+            }
         }
         m = mn;
     }
@@ -77,37 +85,34 @@ __global__ void attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct
     int lane = threadIdx.x % 32;
     int i = (int)(row % T), h = (int)((row / T) % H), b = (int)(row / ((size_t)T * H));
     int hk = h / (H / Hkv);
-    size_t qo = ((size_t)(b * (size_t)T + i) * H + h) * D;
-    float qr[NPL], gr[NPL], acc[NPL], di = 0;
+    size_t qo = ((size_t)b * T + i) * H * D + (size_t)h * D;
+    size_t kbase = (size_t)b * T * Hkv * D + (size_t)hk * D, ks = (size_t)Hkv * D;
+    float acc[NPL], di = 0;
 #pragma unroll
     for (int e = 0; e < NPL; e++) {
         int d = lane + 32 * e;
-        qr[e] = d < D ? ld(q, qo + d) : 0.0f;
-        gr[e] = d < D ? ld(dout, qo + d) : 0.0f;
-        di += d < D ? gr[e] * ld(out, qo + d) : 0.0f;
+        di += d < D ? ld(dout, qo + d) * ld(out, qo + d) : 0.0f;
         acc[e] = 0;
     }
     di = warp_sum(di);
     if (lane == 0) Dvec[row] = di;
     float li = lse[row];
-    for (int j = 0; j <= i; j++) {
-        size_t ko = ((size_t)(b * (size_t)T + j) * Hkv + hk) * D;
-        float s = 0, dp = 0;
-#pragma unroll
-        for (int e = 0; e < NPL; e++) {
-            int d = lane + 32 * e;
-            if (d < D) {
-                s += qr[e] * ld(k, ko + d);
-                dp += gr[e] * ld(v, ko + d);
-            }
+    for (int j0 = 0; j0 <= i; j0 += 32) {
+        int j = j0 + lane, nj = min(32, i - j0 + 1);
+        float ds = 0;
+        if (j <= i) {
+            size_t ko = kbase + (size_t)j * ks;
+            float p = expf(dot_row(q, qo, k, ko, D) * scale - li);
+            ds = p * (dot_row(dout, qo, v, ko, D) - di);
         }
-        s = warp_sum(s);
-        dp = warp_sum(dp);
-        float p = expf(s * scale - li), ds = p * (dp - di);
+        for (int t = 0; t < nj; t++) {
+            float dst = __shfl_sync(0xffffffffu, ds, t);
+            size_t ko = kbase + (size_t)(j0 + t) * ks;
 #pragma unroll
-        for (int e = 0; e < NPL; e++) {
-            int d = lane + 32 * e;
-            if (d < D) acc[e] += ds * ld(k, ko + d);
+            for (int e = 0; e < NPL; e++) {
+                int d = lane + 32 * e;
+                if (d < D) acc[e] += dst * ld(k, ko + d);
+            }
         }
     }
 #pragma unroll
@@ -127,37 +132,32 @@ __global__ void attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, co
     int lane = threadIdx.x % 32;
     int j = (int)(row % T), hk = (int)((row / T) % Hkv), b = (int)(row / ((size_t)T * Hkv));
     int G = H / Hkv;
-    size_t ko = ((size_t)(b * (size_t)T + j) * Hkv + hk) * D;
-    float kr[NPL], vr[NPL], dka[NPL], dva[NPL];
+    size_t ko = ((size_t)b * T + j) * Hkv * D + (size_t)hk * D;
+    size_t qs = (size_t)H * D;
+    float dka[NPL], dva[NPL];
 #pragma unroll
-    for (int e = 0; e < NPL; e++) {
-        int d = lane + 32 * e;
-        kr[e] = d < D ? ld(k, ko + d) : 0.0f;
-        vr[e] = d < D ? ld(v, ko + d) : 0.0f;
-        dka[e] = dva[e] = 0;
-    }
+    for (int e = 0; e < NPL; e++) dka[e] = dva[e] = 0;
     for (int h = hk * G; h < (hk + 1) * G; h++) {
         const float *lh = lse + ((size_t)b * H + h) * T, *Dh = Dvec + ((size_t)b * H + h) * T;
-        for (int i = j; i < T; i++) {
-            size_t qo = ((size_t)(b * (size_t)T + i) * H + h) * D;
-            float s = 0, dp = 0;
-#pragma unroll
-            for (int e = 0; e < NPL; e++) {
-                int d = lane + 32 * e;
-                if (d < D) {
-                    s += kr[e] * ld(q, qo + d);
-                    dp += vr[e] * ld(dout, qo + d);
-                }
+        size_t qbase = (size_t)b * T * H * D + (size_t)h * D;
+        for (int i0 = j; i0 < T; i0 += 32) {
+            int i = i0 + lane, ni = min(32, T - i0);
+            float p = 0, ds = 0;
+            if (i < T) {
+                size_t qo = qbase + (size_t)i * qs;
+                p = expf(dot_row(q, qo, k, ko, D) * scale - lh[i]);
+                ds = p * (dot_row(dout, qo, v, ko, D) - Dh[i]);
             }
-            s = warp_sum(s);
-            dp = warp_sum(dp);
-            float p = expf(s * scale - lh[i]), ds = p * (dp - Dh[i]);
+            for (int t = 0; t < ni; t++) {
+                float pt = __shfl_sync(0xffffffffu, p, t), dst = __shfl_sync(0xffffffffu, ds, t);
+                size_t qo = qbase + (size_t)(i0 + t) * qs;
 #pragma unroll
-            for (int e = 0; e < NPL; e++) {
-                int d = lane + 32 * e;
-                if (d < D) {
-                    dva[e] += p * ld(dout, qo + d);
-                    dka[e] += ds * ld(q, qo + d);
+                for (int e = 0; e < NPL; e++) {
+                    int d = lane + 32 * e;
+                    if (d < D) {
+                        dva[e] += pt * ld(dout, qo + d);
+                        dka[e] += dst * ld(q, qo + d);
+                    }
                 }
             }
         }

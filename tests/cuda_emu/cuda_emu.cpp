@@ -30,6 +30,15 @@ float emu_shfl_xor(float v, int m) {
     return r;
 }
 
+float emu_shfl_idx(float v, int src) {
+    int w = tl_tid / 32;
+    g_block->lanes[tl_tid] = v;
+    g_block->warp[w]->arrive_and_wait();
+    float r = g_block->lanes[w * 32 + src];
+    g_block->warp[w]->arrive_and_wait();
+    return r;
+}
+
 float atomicAdd(float *p, float v) {
     std::lock_guard<std::mutex> lock(g_atomic);
     float old = *p;

@@ -40,7 +40,9 @@ void emu_syncthreads(void);
 float emu_shfl_xor(float v, int lane_mask);
 void emu_run(dim3 grid, dim3 block, const std::function<void()> &body);
 #define __syncthreads() emu_syncthreads()
+float emu_shfl_idx(float v, int src);
 static inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl_xor(v, m); }
+static inline float __shfl_sync(unsigned, float v, int src) { return emu_shfl_idx(v, src); }
 float atomicAdd(float *p, float v);
 int atomicAdd(int *p, int v);
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
