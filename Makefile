@@ -15,9 +15,29 @@ CFLAGS    += $(OPT) -g -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter \
 LDLIBS    += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 LDFLAGS   += -fopenmp
 
-LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard kernels/*.c) \
+LIB_SRC   := $(filter-out src/main.c src/comm_nccl.c,$(wildcard src/*.c)) $(wildcard kernels/*.c) \
              $(wildcard kernels/cpu/*.c)
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# CUDA=1: kernels/cuda/*.cu with nvcc and src/comm_nccl.c join the library;
+# -DTRIDENT_CUDA tells kernels/backend.c (only) that the CUDA backend exists.
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+CU_OBJ    :=
+ifeq ($(CUDA),1)
+CUDA_LIBDIRS := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib
+CFLAGS    += -DTRIDENT_CUDA -I$(CUDA_HOME)/include
+NVFLAGS   := -O3 -g -std=c++17 $(CUDA_ARCHS) -DTRIDENT_CUDA -Isrc -Ikernels \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+LIB_SRC   += src/comm_nccl.c
+CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
+LDLIBS    += $(CUDA_LIBDIRS:%=-L%) $(CUDA_LIBDIRS:%=-Wl,-rpath,%) \
+             -lcudnn -lnccl -lcublasLt -lcublas -lcudart -lstdc++
+endif
+# Rebuilds backend.o when CUDA= changes between two makes in one BUILD dir.
+$(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
+  [ "$$(cat $$f 2>/dev/null)" = "CUDA=$(CUDA)" ] || echo "CUDA=$(CUDA)" > $$f)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 MPI_SRC   := $(wildcard tests/mpi/*.c)
@@ -28,9 +48,15 @@ BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 .PHONY: all deps run test test-asan bench clean tests benches
 all: $(BUILD)/trident tests benches
 
-$(BUILD)/%.o: %.c $(wildcard src/*.h kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h)
+$(BUILD)/%.o: %.c $(wildcard src/*.h kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h kernels/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels/cuda/*.cuh src/common.h kernels/ops.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
 
 $(BUILD)/libtrident.a: $(LIB_OBJ)
 	@rm -f $@
@@ -75,4 +101,4 @@ run: deps
 	@scripts/run_default.sh $(ARGS)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda build-gpu

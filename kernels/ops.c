@@ -166,8 +166,11 @@ void backend_matmul(struct backend *be, struct tensor out, struct tensor a, stru
     need("matmul", "a", a, (size_t)M * K);
     need("matmul", "b", b, (size_t)K * N);
     need_float("matmul", "out", out);
-    same_dtype("matmul", "a", a, out.dtype);
-    same_dtype("matmul", "b", b, out.dtype);
+    same_dtype("matmul", "b", b, a.dtype);
+    // out has a's dtype, or FP32 for 16-bit a and b (FP32 weight gradients of
+    // BF16 activations, accumulated with beta = 1).
+    if (!(out.dtype == DTYPE_FP32 && (a.dtype == DTYPE_BF16 || a.dtype == DTYPE_FP16)))
+        same_dtype("matmul", "a", a, out.dtype);
     PROFILED(be, "matmul", be->ops->matmul(be, out, a, b, M, N, K, trans_a, trans_b, alpha, beta));
 }
 

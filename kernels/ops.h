@@ -144,7 +144,10 @@ void backend_synchronize(struct backend *be);
 // op(b) is (K, N): b is stored (K, N), or (N, K) when trans_b.
 // A linear layer with PyTorch's weight layout W (out, in) is
 // matmul(y, x, W, N, out, in, false, true, 1, 0).
-// Math: BLAS sgemm/dgemm (the CPU backend calls OpenBLAS).
+// a and b share a dtype; out has it too, or is FP32 when a and b are BF16/FP16
+// (FP32 accumulation into FP32 weight gradients).
+// Math: BLAS sgemm/dgemm (the CPU backend calls OpenBLAS; the CUDA backend
+// cuBLASLt with FP32 compute).
 void backend_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
                     int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
 

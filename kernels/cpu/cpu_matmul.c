@@ -20,6 +20,7 @@
 void cpu_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b, int M,
                 int N, int K, bool trans_a, bool trans_b, float alpha, float beta) {
     CPU_CHECK_DTYPE("matmul", out.dtype);
+    CPU_CHECK_SAME("matmul", "a", a, out.dtype); // ops.c lets FP32 out take BF16 a, b
     if (out.dtype == DTYPE_FP32)
         matmul_f32(out.data, a.data, b.data, M, N, K, trans_a, trans_b, alpha, beta);
     else

@@ -1,0 +1,40 @@
+// backend.c: run-time backend selection (kernels/backend.h). The only file
+// outside kernels/cuda that knows whether CUDA was built: the Makefile defines
+// TRIDENT_CUDA for every object when CUDA=1 (and rebuilds them when CUDA=
+// changes, see $(BUILD)/cuda.flag).
+#include "backend.h"
+
+#ifdef TRIDENT_CUDA
+#include "cuda/backend_cuda.h"
+#endif
+
+bool backend_has_cuda(void) {
+#ifdef TRIDENT_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+int backend_device_count(void) {
+#ifdef TRIDENT_CUDA
+    return backend_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+struct backend *backend_init(enum backend_kind kind, int device, int threads, struct error *err) {
+    switch (kind) {
+    case BACKEND_CPU: return backend_cpu_init(threads);
+    case BACKEND_CUDA:
+#ifdef TRIDENT_CUDA
+        return backend_cuda_init(device, err);
+#else
+        error_set(err, STATUS_BAD_INPUT, "this build has no CUDA backend; rebuild with make CUDA=1");
+        return NULL;
+#endif
+    }
+    error_set(err, STATUS_BAD_INPUT, "backend_init: unknown backend kind %d", (int)kind);
+    return NULL;
+}

@@ -1,0 +1,34 @@
+// backend_cuda.h: the CUDA backend (kernels/cuda/*.cu), built only with
+// `make CUDA=1`. C-callable; model and training code reach it through
+// backend_init() (kernels/backend.h), never directly.
+#ifndef TRIDENT_BACKEND_CUDA_H
+#define TRIDENT_BACKEND_CUDA_H
+
+#include "common.h"
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A backend on CUDA device `device` (the node-local rank picks it): a compute
+// stream, a communication stream, a cuBLASLt handle and workspace. Storage
+// dtypes FP32 and BF16 (FP32 compute and accumulation); FP64 is rejected.
+// Returns NULL and fills err (STATUS_RUNTIME) when the device cannot be used.
+struct backend *backend_cuda_init(int device, struct error *err);
+
+// Number of CUDA devices visible to this process; 0 when none or the driver
+// is missing (never fails).
+int backend_cuda_device_count(void);
+
+// The compute and communication streams of a CUDA backend (cudaStream_t),
+// for the NCCL comm table (src/comm_nccl.c), and the device it runs on.
+void *backend_cuda_stream(struct backend *be);
+void *backend_cuda_comm_stream(struct backend *be);
+int backend_cuda_device(struct backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

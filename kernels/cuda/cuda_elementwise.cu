@@ -1,0 +1,190 @@
+// cuda_elementwise.cu: SwiGLU, scale, axpy, add, copy (with FP32 <-> BF16
+// conversion), AdamW and the sum of squares of the CUDA backend. Each element
+// is independent; kernels are grid-stride loops. Math as in kernels/ops.h and
+// kernels/cpu/generic/{elementwise,optim}.h.
+#include "cuda_internal.cuh"
+
+#define EW_THREADS 256
+// Blocks of the sum-of-squares partials: fixed, so the FP64 sum has one order.
+#define SUMSQ_BLOCKS 1024
+
+#define GRID_STRIDE(i, n)                                                      \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);    \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// out = silu(gate) * up
+__global__ void swiglu_forward_kernel(struct dptr out, struct dptr gate, struct dptr up, size_t n) {
+    GRID_STRIDE(i, n) {
+        float g = ld(gate, i);
+        st(out, i, g / (1.0f + expf(-g)) * ld(up, i));
+    }
+}
+
+// dgate = dout * up * sig (1 + g (1 - sig)), dup = dout * g * sig
+__global__ void swiglu_backward_kernel(struct dptr dgate, struct dptr dup, struct dptr dout,
+                                       struct dptr gate, struct dptr up, size_t n) {
+    GRID_STRIDE(i, n) {
+        float g = ld(gate, i), d = ld(dout, i), sig = 1.0f / (1.0f + expf(-g));
+        st(dgate, i, d * ld(up, i) * sig * (1.0f + g * (1.0f - sig)));
+        st(dup, i, d * g * sig);
+    }
+}
+
+__global__ void scale_ew_kernel(struct dptr x, float s, size_t n) {
+    GRID_STRIDE(i, n) st(x, i, ld(x, i) * s);
+}
+
+__global__ void axpy_kernel(struct dptr y, float a, struct dptr x, size_t n) {
+    GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i));
+}
+
+// out may alias a or b: each element is read before it is written.
+__global__ void add_kernel(struct dptr out, struct dptr a, struct dptr b, size_t n) {
+    GRID_STRIDE(i, n) st(out, i, ld(a, i) + ld(b, i));
+}
+
+__global__ void convert_kernel(struct dptr dst, struct dptr src, size_t n) {
+    GRID_STRIDE(i, n) st(dst, i, ld(src, i));
+}
+
+#define LAUNCH(be, n) <<<grid_for(n, EW_THREADS), EW_THREADS, 0, cuda_stream(be)>>>
+
+void cuda_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
+                         struct tensor up, size_t n) {
+    const char *op = "swiglu_forward";
+    struct dptr po = dptr_of(op, "out", out), pg = dptr_of(op, "gate", gate), pu = dptr_of(op, "up", up);
+    if (!n) return;
+    swiglu_forward_kernel LAUNCH(be, n)(po, pg, pu, n);
+    CHECK_LAUNCH();
+}
+
+void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
+                          struct tensor dout, struct tensor gate, struct tensor up, size_t n) {
+    const char *op = "swiglu_backward";
+    struct dptr a = dptr_of(op, "dgate", dgate), b = dptr_of(op, "dup", dup);
+    struct dptr d = dptr_of(op, "dout", dout), g = dptr_of(op, "gate", gate), u = dptr_of(op, "up", up);
+    if (!n) return;
+    swiglu_backward_kernel LAUNCH(be, n)(a, b, d, g, u, n);
+    CHECK_LAUNCH();
+}
+
+void cuda_scale(struct backend *be, struct tensor x, float s, size_t n) {
+    struct dptr px = dptr_of("scale", "x", x);
+    if (!n) return;
+    scale_ew_kernel LAUNCH(be, n)(px, s, n);
+    CHECK_LAUNCH();
+}
+
+void cuda_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n) {
+    struct dptr py = dptr_of("axpy", "y", y), px = dptr_of("axpy", "x", x);
+    if (!n) return;
+    axpy_kernel LAUNCH(be, n)(py, a, px, n);
+    CHECK_LAUNCH();
+}
+
+void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {
+    struct dptr po = dptr_of("add", "out", out), pa = dptr_of("add", "a", a), pb = dptr_of("add", "b", b);
+    if (!n) return;
+    add_kernel LAUNCH(be, n)(po, pa, pb, n);
+    CHECK_LAUNCH();
+}
+
+// dst (n,) = src: a device copy for equal dtypes (any dtype), else FP32 <-> BF16
+// (round to nearest even when narrowing).
+void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n) {
+    if (!n) return;
+    if (dst.dtype == src.dtype) {
+        CHECK_CUDA(cudaMemcpyAsync(dst.data, src.data, n * dtype_size(dst.dtype),
+                                   cudaMemcpyDeviceToDevice, cuda_stream(be)));
+        return;
+    }
+    struct dptr pd = dptr_of("copy", "dst", dst), ps = dptr_of("copy", "src", src);
+    convert_kernel LAUNCH(be, n)(pd, ps, n);
+    CHECK_LAUNCH();
+}
+
+// One AdamW step (ops.h) on w (FP32 master, or param itself); param receives
+// the rounded w when w is the master. Scalars as computed by the CPU backend.
+__global__ void adamw_kernel(float *w, struct dptr param, const float *grad, float *m, float *v,
+                             size_t n, float decay, float step_size, float bc2_sqrt, float b1,
+                             float b2, float gs, float eps, bool has_master) {
+    GRID_STRIDE(i, n) {
+        float g = grad[i] * gs;
+        float wi = (has_master ? w[i] : ld(param, i)) * decay;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        wi -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+        m[i] = mi;
+        v[i] = vi;
+        if (has_master) w[i] = wi;
+        st(param, i, wi);
+    }
+}
+
+void cuda_adamw(struct backend *be, struct tensor param, struct tensor master, struct tensor grad,
+                struct tensor m, struct tensor v, size_t n, double lr, double beta1, double beta2,
+                double eps, double weight_decay, double grad_scale, int step) {
+    const char *op = "adamw";
+    struct dptr pp = dptr_of(op, "param", param);
+    bool has_master = master.data != NULL;
+    if (has_master) CUDA_CHECK_SAME(op, "master", master, DTYPE_FP32);
+    else CHECK(!pp.bf, "adamw: bf16 param %s needs fp32 master weights", "param");
+    CUDA_CHECK_SAME(op, "grad", grad, DTYPE_FP32);
+    CUDA_CHECK_SAME(op, "m", m, DTYPE_FP32);
+    CUDA_CHECK_SAME(op, "v", v, DTYPE_FP32);
+    if (!n) return;
+    float decay = (float)(1 - lr * weight_decay);
+    float step_size = (float)(lr / (1 - pow(beta1, step)));
+    float bc2_sqrt = (float)sqrt(1 - pow(beta2, step));
+    adamw_kernel LAUNCH(be, n)((float *)master.data, pp, (const float *)grad.data, (float *)m.data,
+                               (float *)v.data, n, decay, step_size, bc2_sqrt, (float)beta1,
+                               (float)beta2, (float)grad_scale, (float)eps, has_master);
+    CHECK_LAUNCH();
+}
+
+// partial[block] = sum of x_i^2 over the block's grid-stride elements, in FP64.
+__global__ void sum_squares_partial(double *partial, struct dptr x, size_t n) {
+    __shared__ double shared[EW_THREADS];
+    double s = 0;
+    GRID_STRIDE(i, n) {
+        double xi = ld(x, i);
+        s += xi * xi;
+    }
+    shared[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) shared[threadIdx.x] += shared[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+}
+
+// out = sum of partial (nb,), one block, fixed order.
+__global__ void sum_squares_final(double *out, const double *partial, int nb) {
+    __shared__ double shared[EW_THREADS];
+    double s = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += partial[i];
+    shared[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) shared[threadIdx.x] += shared[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = shared[0];
+}
+
+// sum_i x_i^2 in FP64; synchronizes the compute stream.
+double cuda_sum_squares(struct backend *be, struct tensor x, size_t n) {
+    struct dptr px = dptr_of("sum_squares", "x", x);
+    if (!n) return 0;
+    struct cuda_backend *c = cuda_state(be);
+    double *partial = (double *)cuda_scratch(be, sizeof(double) * (SUMSQ_BLOCKS + 1));
+    sum_squares_partial<<<SUMSQ_BLOCKS, EW_THREADS, 0, c->stream>>>(partial, px, n);
+    CHECK_LAUNCH();
+    sum_squares_final<<<1, EW_THREADS, 0, c->stream>>>(partial + SUMSQ_BLOCKS, partial, SUMSQ_BLOCKS);
+    CHECK_LAUNCH();
+    CHECK_CUDA(cudaMemcpyAsync(c->host_sum, partial + SUMSQ_BLOCKS, sizeof(double),
+                               cudaMemcpyDeviceToHost, c->stream));
+    CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    return *c->host_sum;
+}

@@ -1,0 +1,176 @@
+// cuda_internal.cuh: internals of the CUDA backend (kernels/cuda/*.cu), not
+// part of ops.h: the private state, typed device pointers and the kernels'
+// entry points that cuda_backend.cu puts in the table.
+//
+// Storage dtypes: every float tensor argument may be FP32 or BF16 on its own
+// (e.g. FP32 weight gradients of BF16 activations). Kernels take a `dptr`
+// (pointer + is-BF16 flag) and load/store through ld()/st(), converting to
+// and from FP32; the flag is uniform across a launch, so the branch costs a
+// predicate, not divergence. Compute and accumulation are FP32 (sums over
+// whole tensors: FP64); statistics (rstd, lse, rowmax, partials) are FP32.
+#ifndef TRIDENT_CUDA_INTERNAL_CUH
+#define TRIDENT_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+// common.h is C11: give C++ its spelling of _Noreturn.
+#ifndef _Noreturn
+#define _Noreturn __attribute__((noreturn))
+#endif
+extern "C" {
+#include "common.h"
+#include "ops.h"
+}
+#include "cuda/backend_cuda.h"
+#include "cuda/cuda_check.h"
+
+// A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
+// the query costs tens of microseconds and a training step repeats a handful
+// of shapes. Searched linearly; once full, new shapes query every time.
+#define CUDA_ALGO_CACHE 64
+struct algo_entry {
+    int M, N, K;
+    bool ta, tb;
+    enum dtype ab, c;
+    uint32_t al_a, al_b, al_c; // pointer alignments the algorithm was chosen for
+    int found;                 // 0: cuBLASLt has none, use the fallback kernel
+    cublasLtMatmulAlgo_t algo;
+};
+
+// Private state of the CUDA backend (struct backend.impl).
+struct cuda_backend {
+    int device;
+    cudaStream_t stream;      // compute: every op and memory copy
+    cudaStream_t comm_stream; // communication (NCCL), see src/comm_nccl.c
+    cublasLtHandle_t lt;
+    void *workspace; // cuBLASLt workspace
+    size_t workspace_bytes;
+    // Scratch of reductions (rmsnorm dw partials, attention's D vector,
+    // sum_squares partials): grown to the largest request and kept.
+    void *scratch;
+    size_t scratch_bytes;
+    double *host_sum; // pinned: sum_squares' result
+    int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
+    int sm_count;
+    struct algo_entry algos[CUDA_ALGO_CACHE];
+    int n_algos;
+};
+
+static inline struct cuda_backend *cuda_state(struct backend *be) {
+    return (struct cuda_backend *)be->impl;
+}
+static inline cudaStream_t cuda_stream(struct backend *be) { return cuda_state(be)->stream; }
+
+// Device scratch of at least bytes, valid until the next call (stream-ordered:
+// a regrow synchronizes the stream before freeing the old buffer).
+void *cuda_scratch(struct backend *be, size_t bytes);
+
+// A float tensor's data and whether it is BF16; aborts unless FP32 or BF16.
+struct dptr {
+    void *p;
+    bool bf;
+};
+static inline struct dptr dptr_of(const char *op, const char *name, struct tensor t) {
+    CHECK(t.dtype == DTYPE_FP32 || t.dtype == DTYPE_BF16,
+          "%s: tensor %s is %s; the cuda backend stores fp32 and bf16 only", op, name,
+          dtype_name(t.dtype));
+    struct dptr d = {t.data, t.dtype == DTYPE_BF16};
+    return d;
+}
+// Aborts unless t has dtype d (the checks ops.c leaves to backends).
+#define CUDA_CHECK_SAME(op, name, t, d)                                        \
+    CHECK((t).dtype == (d), "%s: tensor %s is %s, expected %s", op, name,      \
+          dtype_name((t).dtype), dtype_name(d))
+
+__device__ __forceinline__ float ld(struct dptr a, size_t i) {
+    return a.bf ? __bfloat162float(((const __nv_bfloat16 *)a.p)[i]) : ((const float *)a.p)[i];
+}
+// Round to nearest even when storing BF16.
+__device__ __forceinline__ void st(struct dptr a, size_t i, float v) {
+    if (a.bf) ((__nv_bfloat16 *)a.p)[i] = __float2bfloat16_rn(v);
+    else ((float *)a.p)[i] = v;
+}
+
+// Grid size for n independent elements at 256 threads per block.
+static inline unsigned grid_for(size_t n, int threads) {
+    size_t g = (n + threads - 1) / threads;
+    return (unsigned)(g < 1 ? 1 : g > 65535u * 32 ? 65535u * 32 : g);
+}
+
+// Block-wide sum / max of v over blockDim.x (a multiple of 32, <= 1024)
+// threads; every thread gets the result. shared: 32 floats.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float block_sum(float v, float *shared) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); // shared may hold a previous reduction's values
+    if (lane == 0) shared[w] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *shared) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[w] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// Entry points of the table (same signatures as struct backend_ops).
+void cuda_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b, int M,
+                 int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
+void cuda_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
+                            struct tensor tokens, int N, int C, int vocab_start, int Vl);
+void cuda_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
+                             struct tensor tokens, int N, int C, int vocab_start, int Vl);
+void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd, struct tensor x,
+                          struct tensor w, int N, int C, float eps);
+void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
+                           struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd,
+                           int N, int C);
+void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin, int B,
+               int T, int Hx, int D, int pos_offset, bool inverse);
+void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
+                            struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
+                            int Hkv, int D);
+void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
+                             struct tensor dv, struct tensor dout, struct tensor q,
+                             struct tensor k, struct tensor v, struct tensor out,
+                             struct tensor lse, int B, int T, int H, int Hkv, int D);
+void cuda_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
+                         struct tensor up, size_t n);
+void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
+                          struct tensor dout, struct tensor gate, struct tensor up, size_t n);
+void cuda_scale(struct backend *be, struct tensor x, float s, size_t n);
+void cuda_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
+void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
+void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
+void cuda_ce_row_max(struct backend *be, struct tensor rowmax, struct tensor logits, int N, int Vl,
+                     int Vvalid);
+void cuda_ce_partials(struct backend *be, struct tensor partials, struct tensor logits,
+                      struct tensor rowmax, struct tensor targets, int N, int Vl, int Vvalid,
+                      int vocab_start);
+void cuda_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
+                  struct tensor partials, struct tensor rowmax, struct tensor targets, int N,
+                  int V, float smoothing, int ignore_index);
+void cuda_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
+                      struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
+                      int vocab_start, int V, float smoothing, int ignore_index, double scale);
+void cuda_adamw(struct backend *be, struct tensor param, struct tensor master, struct tensor grad,
+                struct tensor m, struct tensor v, size_t n, double lr, double beta1, double beta2,
+                double eps, double weight_decay, double grad_scale, int step);
+double cuda_sum_squares(struct backend *be, struct tensor x, size_t n);
+
+#endif

@@ -1,0 +1,195 @@
+// cuda_norm.cu: RMSNorm, RoPE and the vocab-parallel embedding of the CUDA
+// backend. Math and shapes as in kernels/ops.h (and kernels/cpu/generic/norm.h,
+// the reference these are tested against).
+#include "cuda_internal.cuh"
+
+// Threads per block of the row kernels (one block per row).
+#define ROW_THREADS 256
+// Row chunks of the dw reduction: partial sums (chunks, C) then a fixed-order
+// sum over chunks, so dw does not depend on scheduling (no atomics).
+#define DW_CHUNKS 64
+
+// y (N, C) = w * (x * rstd), rstd (N,) = 1 / sqrt(mean(x^2) + eps). One block per row.
+__global__ void rmsnorm_forward_kernel(struct dptr y, float *rstd, struct dptr x, struct dptr w,
+                                       int C, float eps) {
+    __shared__ float shared[32];
+    size_t row = (size_t)blockIdx.x * C;
+    float ss = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        float v = ld(x, row + j);
+        ss += v * v;
+    }
+    ss = block_sum(ss, shared);
+    float r = rsqrtf(ss / C + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) st(y, row + j, ld(w, j) * (ld(x, row + j) * r));
+}
+
+void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd, struct tensor x,
+                          struct tensor w, int N, int C, float eps) {
+    const char *op = "rmsnorm_forward";
+    struct dptr dy = dptr_of(op, "y", y), dx = dptr_of(op, "x", x), dw = dptr_of(op, "w", w);
+    CUDA_CHECK_SAME(op, "rstd", rstd, DTYPE_FP32);
+    if (N == 0) return;
+    rmsnorm_forward_kernel<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dy, (float *)rstd.data, dx, dw,
+                                                                    C, eps);
+    CHECK_LAUNCH();
+}
+
+// dx (N, C) += w * dy * r - x * (r^3 / C) * sum_k(dy_k w_k x_k). One block per row.
+__global__ void rmsnorm_backward_dx_kernel(struct dptr dx, struct dptr dy, struct dptr x,
+                                           struct dptr w, const float *rstd, int C) {
+    __shared__ float shared[32];
+    size_t row = (size_t)blockIdx.x * C;
+    float r = rstd[blockIdx.x], dot = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) dot += ld(dy, row + j) * ld(w, j) * ld(x, row + j);
+    dot = block_sum(dot, shared);
+    float k = dot * r * r * r / C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x)
+        st(dx, row + j, ld(dx, row + j) + ld(w, j) * ld(dy, row + j) * r - ld(x, row + j) * k);
+}
+
+// partial (DW_CHUNKS, C): chunk blockIdx.y sums dy * x * r over its rows.
+// Block (32, 8): 32 columns, 8 row lanes reduced through shared memory.
+__global__ void rmsnorm_backward_dw_partial(float *partial, struct dptr dy, struct dptr x,
+                                            const float *rstd, int N, int C) {
+    __shared__ float acc[8][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    int rows_per = (N + gridDim.y - 1) / gridDim.y;
+    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+    float s = 0;
+    if (j < C)
+        for (int i = r0 + threadIdx.y; i < r1; i += blockDim.y)
+            s += ld(dy, (size_t)i * C + j) * ld(x, (size_t)i * C + j) * rstd[i];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < C) {
+        float t = 0;
+        for (int k = 0; k < 8; k++) t += acc[k][threadIdx.x];
+        partial[(size_t)blockIdx.y * C + j] = t;
+    }
+}
+
+// dw (C,) += sum over chunks of partial (chunks, C), in chunk order.
+__global__ void rmsnorm_backward_dw_sum(struct dptr dw, const float *partial, int chunks, int C) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= C) return;
+    float s = 0;
+    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * C + j];
+    st(dw, j, ld(dw, j) + s);
+}
+
+void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
+                           struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd,
+                           int N, int C) {
+    const char *op = "rmsnorm_backward";
+    struct dptr pdx = dptr_of(op, "dx", dx), pdw = dptr_of(op, "dw", dw);
+    struct dptr pdy = dptr_of(op, "dy", dy), px = dptr_of(op, "x", x), pw = dptr_of(op, "w", w);
+    CUDA_CHECK_SAME(op, "rstd", rstd, DTYPE_FP32);
+    if (N == 0 || C == 0) return;
+    cudaStream_t s = cuda_stream(be);
+    const float *r = (const float *)rstd.data;
+    rmsnorm_backward_dx_kernel<<<N, ROW_THREADS, 0, s>>>(pdx, pdy, px, pw, r, C);
+    CHECK_LAUNCH();
+    int chunks = N < DW_CHUNKS ? N : DW_CHUNKS;
+    float *partial = (float *)cuda_scratch(be, sizeof(float) * chunks * (size_t)C);
+    dim3 grid((C + 31) / 32, chunks), block(32, 8);
+    rmsnorm_backward_dw_partial<<<grid, block, 0, s>>>(partial, pdy, px, r, N, C);
+    CHECK_LAUNCH();
+    rmsnorm_backward_dw_sum<<<(C + 255) / 256, 256, 0, s>>>(pdw, partial, chunks, C);
+    CHECK_LAUNCH();
+}
+
+// In place on x (B*T, Hx, D): one thread per (row bt, head, i < D/2).
+__global__ void rope_kernel(struct dptr x, const float *cos, const float *sin, int T, int Hx,
+                            int D, int pos_offset, float sign, size_t total) {
+    int half = D / 2;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(e % half);
+        size_t bth = e / half; // (bt, h)
+        int p = pos_offset + (int)((bth / Hx) % T);
+        size_t i1 = bth * D + i, i2 = i1 + half;
+        float c = cos[(size_t)p * half + i], sn = sign * sin[(size_t)p * half + i];
+        float a = ld(x, i1), b = ld(x, i2);
+        st(x, i1, a * c - b * sn);
+        st(x, i2, b * c + a * sn);
+    }
+}
+
+void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin, int B,
+               int T, int Hx, int D, int pos_offset, bool inverse) {
+    const char *op = inverse ? "rope_backward" : "rope_forward";
+    struct dptr px = dptr_of(op, "x", x);
+    CUDA_CHECK_SAME(op, "cos", cos, DTYPE_FP32);
+    CUDA_CHECK_SAME(op, "sin", sin, DTYPE_FP32);
+    size_t total = (size_t)B * T * Hx * (D / 2);
+    if (total == 0) return;
+    rope_kernel<<<grid_for(total, 256), 256, 0, cuda_stream(be)>>>(
+        px, (const float *)cos.data, (const float *)sin.data, T, Hx, D, pos_offset,
+        inverse ? -1.0f : 1.0f, total);
+    CHECK_LAUNCH();
+}
+
+// out (N, C) = wte row tokens[i] - vocab_start, or zeros for another shard's token.
+__global__ void embedding_forward_kernel(struct dptr out, struct dptr wte, const int32_t *tokens,
+                                         int C, int vocab_start, int Vl) {
+    int row = tokens[blockIdx.x] - vocab_start;
+    bool own = row >= 0 && row < Vl;
+    size_t o = (size_t)blockIdx.x * C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x)
+        st(out, o + j, own ? ld(wte, (size_t)row * C + j) : 0.0f);
+}
+
+void cuda_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
+                            struct tensor tokens, int N, int C, int vocab_start, int Vl) {
+    const char *op = "embedding_forward";
+    struct dptr po = dptr_of(op, "out", out), pw = dptr_of(op, "wte", wte);
+    if (N == 0) return;
+    embedding_forward_kernel<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+        po, pw, (const int32_t *)tokens.data, C, vocab_start, Vl);
+    CHECK_LAUNCH();
+}
+
+// FP32 dwte (Vl, C) += dout rows at owned tokens: one block per token row,
+// atomicAdd per element (a repeated token adds from several blocks; the sum
+// order, hence the last bits, can vary between runs).
+__global__ void embedding_backward_atomic(float *dwte, struct dptr dout, const int32_t *tokens,
+                                          int C, int vocab_start, int Vl) {
+    int row = tokens[blockIdx.x] - vocab_start;
+    if (row < 0 || row >= Vl) return;
+    size_t o = (size_t)blockIdx.x * C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x)
+        atomicAdd(dwte + (size_t)row * C + j, ld(dout, o + j));
+}
+
+// BF16 dwte: no atomics on 16-bit storage; one thread per column walks all N
+// tokens in order (deterministic, slow: BF16 embedding gradients are not
+// expected; FP32 gradients take the kernel above).
+__global__ void embedding_backward_columns(struct dptr dwte, struct dptr dout,
+                                           const int32_t *tokens, int N, int C, int vocab_start,
+                                           int Vl) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= C) return;
+    for (int i = 0; i < N; i++) {
+        int row = tokens[i] - vocab_start;
+        if (row < 0 || row >= Vl) continue;
+        size_t d = (size_t)row * C + j;
+        st(dwte, d, ld(dwte, d) + ld(dout, (size_t)i * C + j));
+    }
+}
+
+void cuda_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
+                             struct tensor tokens, int N, int C, int vocab_start, int Vl) {
+    const char *op = "embedding_backward";
+    struct dptr pw = dptr_of(op, "dwte", dwte), pd = dptr_of(op, "dout", dout);
+    if (N == 0 || C == 0) return;
+    const int32_t *tok = (const int32_t *)tokens.data;
+    if (!pw.bf)
+        embedding_backward_atomic<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+            (float *)dwte.data, pd, tok, C, vocab_start, Vl);
+    else
+        embedding_backward_columns<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(
+            pw, pd, tok, N, C, vocab_start, Vl);
+    CHECK_LAUNCH();
+}

@@ -1,0 +1,428 @@
+// test_ops_cuda.c: every op of the CUDA backend against the CPU backend (the
+// reference, itself checked against FP64 and naive loops in test_ops_cpu.c),
+// for FP32 storage (relative error <= 1e-5) and BF16 storage (<= 1e-2 on BF16
+// outputs; FP32 statistics and FP32 outputs of BF16 inputs <= 1e-5). Inputs
+// are fresh random values rounded to the storage dtype, so both backends see
+// the same numbers; the CPU computes in FP32 from them. Device outputs are
+// NaN-poisoned before each call (an unwritten element fails), "+=" outputs
+// start from random values. Copies between FP32 and BF16 are checked against
+// host round-to-nearest-even, and sum_squares against a host FP64 sum.
+//
+// Built always: in a build without the CUDA backend it checks that the
+// run-time selection refuses device = cuda with the documented message, then
+// skips (exit 77); with the backend but no device it skips too.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#include "ops.h"
+#include "test.h"
+
+static struct backend *cpu, *gpu;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static double rnd(void) { // uniform in [-1, 1)
+    rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0 * 2 - 1;
+}
+
+// ---- BF16 on the host: round to nearest even, as __float2bfloat16_rn ---------
+
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; // NaN
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float round_to(enum dtype dt, float f) { return dt == DTYPE_BF16 ? bf2f(f2bf(f)) : f; }
+
+// ---- a tensor on both backends -------------------------------------------------
+
+// h: the host values (what both see); c: CPU FP32 copy; g: GPU copy of dtype dt.
+struct pair {
+    float *h;
+    struct tensor c, g;
+    size_t n;
+    enum dtype dt;
+};
+
+static void upload(struct tensor g, const float *h, size_t n) {
+    void *tmp = xmalloc(n * dtype_size(g.dtype) + 1);
+    if (g.dtype == DTYPE_BF16)
+        for (size_t i = 0; i < n; i++) ((uint16_t *)tmp)[i] = f2bf(h[i]);
+    else memcpy(tmp, h, n * 4);
+    backend_to_device(gpu, g.data, tmp, n * dtype_size(g.dtype));
+    backend_synchronize(gpu);
+    free(tmp);
+}
+
+static void download(float *h, struct tensor g, size_t n) {
+    void *tmp = xmalloc(n * dtype_size(g.dtype) + 1);
+    backend_to_host(gpu, tmp, g.data, n * dtype_size(g.dtype));
+    backend_synchronize(gpu);
+    if (g.dtype == DTYPE_BF16)
+        for (size_t i = 0; i < n; i++) h[i] = bf2f(((uint16_t *)tmp)[i]);
+    else memcpy(h, tmp, n * 4);
+    free(tmp);
+}
+
+static struct pair pair_alloc(size_t n, enum dtype dt) {
+    struct pair p = {xmalloc(n * 4 + 4), {0}, {0}, n, dt};
+    p.c = tensor_view(backend_alloc(cpu, n * 4 + 4), DTYPE_FP32, n);
+    p.g = tensor_view(backend_alloc(gpu, n * dtype_size(dt) + 4), dt, n);
+    EXPECT(p.c.data && p.g.data, "allocation of %zu elements", n);
+    return p;
+}
+// Both copies := h.
+static void pair_sync(struct pair p) {
+    memcpy(p.c.data, p.h, p.n * 4);
+    upload(p.g, p.h, p.n);
+}
+static struct pair pair_rand(size_t n, double scale, enum dtype dt) {
+    struct pair p = pair_alloc(n, dt);
+    for (size_t i = 0; i < n; i++) p.h[i] = round_to(dt, (float)(scale * rnd()));
+    pair_sync(p);
+    return p;
+}
+static struct pair pair_nan(size_t n, enum dtype dt) {
+    struct pair p = pair_alloc(n, dt);
+    for (size_t i = 0; i < n; i++) p.h[i] = NAN;
+    pair_sync(p);
+    return p;
+}
+static void pair_free(struct pair p) {
+    free(p.h);
+    backend_dealloc(cpu, p.c.data);
+    backend_dealloc(gpu, p.g.data);
+}
+
+// Device integers (tokens, targets), the same on both sides.
+struct ipair { struct tensor c, g; };
+static struct ipair ipair_make(const int32_t *v, size_t n) {
+    struct ipair p;
+    p.c = tensor_view(backend_alloc(cpu, n * 4 + 4), DTYPE_I32, n);
+    p.g = tensor_view(backend_alloc(gpu, n * 4 + 4), DTYPE_I32, n);
+    memcpy(p.c.data, v, n * 4);
+    backend_to_device(gpu, p.g.data, v, n * 4);
+    backend_synchronize(gpu);
+    return p;
+}
+static void ipair_free(struct ipair p) {
+    backend_dealloc(cpu, p.c.data);
+    backend_dealloc(gpu, p.g.data);
+}
+
+static double tol_of(enum dtype dt) { return dt == DTYPE_BF16 ? 1e-2 : 1e-5; }
+
+// GPU result of p against the CPU result, within the tolerance of p's dtype;
+// every element written (a NaN fails).
+static void expect_match(struct pair p, const char *what) {
+    float *got = xmalloc(p.n * 4 + 4);
+    download(got, p.g, p.n);
+    size_t nan = 0;
+    for (size_t i = 0; i < p.n; i++) nan += isnan(got[i]);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s (%s)", what, dtype_name(p.dt));
+    EXPECT(nan == 0, "%s: %zu of %zu elements NaN / unwritten", msg, nan, p.n);
+    const float *ref = p.c.data;
+    EXPECT_REL(p.n, got, ref, tol_of(p.dt), msg);
+    free(got);
+}
+
+// ---- tests, each for storage dtype dt ----------------------------------------------
+
+static void test_matmul(enum dtype dt, enum dtype out_dt, bool ta, bool tb, int M, int N, int K) {
+    struct pair a = pair_rand((size_t)M * K, 1, dt), b = pair_rand((size_t)K * N, 1, dt);
+    char what[128];
+    for (int acc = 0; acc < 2; acc++) {
+        struct pair out = acc ? pair_rand((size_t)M * N, 1, out_dt) : pair_nan((size_t)M * N, out_dt);
+        float beta = acc ? 0.75f : 0;
+        backend_matmul(cpu, out.c, a.c, b.c, M, N, K, ta, tb, 0.5f, beta);
+        backend_matmul(gpu, out.g, a.g, b.g, M, N, K, ta, tb, 0.5f, beta);
+        snprintf(what, sizeof what, "matmul %dx%dx%d ta=%d tb=%d beta=%g %s->%s", M, N, K, ta, tb,
+                 beta, dtype_name(dt), dtype_name(out_dt));
+        expect_match(out, what);
+        pair_free(out);
+    }
+    pair_free(a), pair_free(b);
+}
+
+static void test_embedding(enum dtype dt) {
+    int N = 9, C = 300, Vl = 6, vs = 12; // tokens outside [12, 18) belong to other shards
+    int32_t tok[] = {12, 17, 3, 14, 18, 14, 12, 12, 30};
+    struct ipair t = ipair_make(tok, N);
+    struct pair wte = pair_rand((size_t)Vl * C, 1, dt), out = pair_nan((size_t)N * C, dt);
+    backend_embedding_forward(cpu, out.c, wte.c, t.c, N, C, vs, Vl);
+    backend_embedding_forward(gpu, out.g, wte.g, t.g, N, C, vs, Vl);
+    expect_match(out, "embedding_forward");
+    // dwte += in FP32 (atomic kernel) and in the storage dtype (column kernel for BF16)
+    for (int k = 0; k < 2; k++) {
+        enum dtype gdt = k ? dt : DTYPE_FP32;
+        struct pair dwte = pair_rand((size_t)Vl * C, 1, gdt), dout = pair_rand((size_t)N * C, 1, dt);
+        backend_embedding_backward(cpu, dwte.c, dout.c, t.c, N, C, vs, Vl);
+        backend_embedding_backward(gpu, dwte.g, dout.g, t.g, N, C, vs, Vl);
+        expect_match(dwte, "embedding_backward dwte");
+        pair_free(dwte), pair_free(dout);
+    }
+    pair_free(wte), pair_free(out), ipair_free(t);
+}
+
+static void test_rmsnorm(enum dtype dt) {
+    int N = 37, C = 300;
+    struct pair x = pair_rand((size_t)N * C, 2, dt), w = pair_rand(C, 1, dt);
+    struct pair y = pair_nan((size_t)N * C, dt), rstd = pair_nan(N, DTYPE_FP32);
+    backend_rmsnorm_forward(cpu, y.c, rstd.c, x.c, w.c, N, C, 1e-5f);
+    backend_rmsnorm_forward(gpu, y.g, rstd.g, x.g, w.g, N, C, 1e-5f);
+    expect_match(y, "rmsnorm_forward y");
+    expect_match(rstd, "rmsnorm_forward rstd");
+    // backward from the CPU's rstd on both sides; dx += in dt, dw += in FP32
+    struct pair dy = pair_rand((size_t)N * C, 1, dt), dx = pair_rand((size_t)N * C, 1, dt);
+    struct pair dw = pair_rand(C, 1, DTYPE_FP32);
+    memcpy(rstd.h, rstd.c.data, N * 4);
+    pair_sync(rstd);
+    backend_rmsnorm_backward(cpu, dx.c, dw.c, dy.c, x.c, w.c, rstd.c, N, C);
+    backend_rmsnorm_backward(gpu, dx.g, dw.g, dy.g, x.g, w.g, rstd.g, N, C);
+    expect_match(dx, "rmsnorm_backward dx");
+    expect_match(dw, "rmsnorm_backward dw");
+    pair_free(x), pair_free(w), pair_free(y), pair_free(rstd), pair_free(dy), pair_free(dx),
+        pair_free(dw);
+}
+
+static void test_rope(enum dtype dt) {
+    int B = 2, T = 9, Hx = 3, D = 16, pos = 5, Tmax = pos + T, half = D / 2;
+    struct pair cs = pair_alloc((size_t)Tmax * half, DTYPE_FP32), sn = pair_alloc((size_t)Tmax * half, DTYPE_FP32);
+    rope_table_fill(cs.h, sn.h, Tmax, D, 10000.0);
+    pair_sync(cs), pair_sync(sn);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        struct pair x = pair_rand((size_t)B * T * Hx * D, 1, dt);
+        if (inverse) {
+            backend_rope_backward(cpu, x.c, cs.c, sn.c, B, T, Hx, D, pos);
+            backend_rope_backward(gpu, x.g, cs.g, sn.g, B, T, Hx, D, pos);
+        } else {
+            backend_rope_forward(cpu, x.c, cs.c, sn.c, B, T, Hx, D, pos);
+            backend_rope_forward(gpu, x.g, cs.g, sn.g, B, T, Hx, D, pos);
+        }
+        expect_match(x, inverse ? "rope_backward" : "rope_forward");
+        pair_free(x);
+    }
+    pair_free(cs), pair_free(sn);
+}
+
+static void test_swiglu(enum dtype dt) {
+    size_t n = 1000;
+    struct pair g = pair_rand(n, 4, dt), u = pair_rand(n, 2, dt), out = pair_nan(n, dt);
+    backend_swiglu_forward(cpu, out.c, g.c, u.c, n);
+    backend_swiglu_forward(gpu, out.g, g.g, u.g, n);
+    expect_match(out, "swiglu_forward");
+    struct pair d = pair_rand(n, 1, dt), dg = pair_nan(n, dt), du = pair_nan(n, dt);
+    backend_swiglu_backward(cpu, dg.c, du.c, d.c, g.c, u.c, n);
+    backend_swiglu_backward(gpu, dg.g, du.g, d.g, g.g, u.g, n);
+    expect_match(dg, "swiglu_backward dgate");
+    expect_match(du, "swiglu_backward dup");
+    pair_free(g), pair_free(u), pair_free(out), pair_free(d), pair_free(dg), pair_free(du);
+}
+
+// Head sizes cover one lane element with masking (24), full lanes (64) and a
+// partial last element (80); H = Hkv and GQA.
+static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
+    char what[128];
+    snprintf(what, sizeof what, "attention B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
+    backend_attention_forward(cpu, out.c, lse.c, q.c, k.c, v.c, B, T, H, Hkv, D);
+    backend_attention_forward(gpu, out.g, lse.g, q.g, k.g, v.g, B, T, H, Hkv, D);
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s forward out", what), expect_match(out, w2);
+    snprintf(w2, sizeof w2, "%s forward lse", what), expect_match(lse, w2);
+    // backward from the CPU's out and lse (rounded to dt) on both sides
+    for (size_t i = 0; i < nq; i++) out.h[i] = round_to(dt, ((float *)out.c.data)[i]);
+    memcpy(lse.h, lse.c.data, nl * 4);
+    pair_sync(out), pair_sync(lse);
+    struct pair dout = pair_rand(nq, 1, dt), dq = pair_nan(nq, dt);
+    struct pair dk = pair_nan(nk, dt), dv = pair_nan(nk, dt);
+    backend_attention_backward(cpu, dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, out.c, lse.c, B, T, H, Hkv, D);
+    backend_attention_backward(gpu, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, B, T, H, Hkv, D);
+    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match(dq, w2);
+    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match(dk, w2);
+    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match(dv, w2);
+    pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse), pair_free(dout),
+        pair_free(dq), pair_free(dk), pair_free(dv);
+}
+
+// One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
+// inside and outside the shard, and every 7th row ignored.
+static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs, int V) {
+    int ign = -100;
+    float s = 0.1f;
+    int32_t *tg = xmalloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++)
+        tg[i] = i % 7 == 3 ? ign : i % 2 ? vs + (i * 37) % Vvalid : (i * 7919) % V;
+    struct ipair t = ipair_make(tg, N);
+    struct pair z = pair_rand((size_t)N * Vl, 4, dt), mx = pair_nan(N, DTYPE_FP32);
+    backend_ce_row_max(cpu, mx.c, z.c, N, Vl, Vvalid);
+    backend_ce_row_max(gpu, mx.g, z.g, N, Vl, Vvalid);
+    expect_match(mx, "ce_row_max");
+    struct pair part = pair_nan((size_t)N * 3, DTYPE_FP32);
+    memcpy(mx.h, mx.c.data, N * 4), pair_sync(mx);
+    backend_ce_partials(cpu, part.c, z.c, mx.c, t.c, N, Vl, Vvalid, vs);
+    backend_ce_partials(gpu, part.g, z.g, mx.g, t.g, N, Vl, Vvalid, vs);
+    expect_match(part, "ce_partials");
+    // loss from partials as if reduced over 5 shards: positive sums, any z
+    struct pair rp = pair_alloc((size_t)N * 3, DTYPE_FP32), loss = pair_nan(N, DTYPE_FP32);
+    struct pair lse = pair_nan(N, DTYPE_FP32);
+    for (int i = 0; i < N; i++) {
+        rp.h[3 * i] = (float)(1 + 5 * fabs(rnd()));
+        rp.h[3 * i + 1] = (float)(3 * rnd());
+        rp.h[3 * i + 2] = (float)(40 * rnd());
+    }
+    pair_sync(rp);
+    backend_ce_loss(cpu, loss.c, lse.c, rp.c, mx.c, t.c, N, V, s, ign);
+    backend_ce_loss(gpu, loss.g, lse.g, rp.g, mx.g, t.g, N, V, s, ign);
+    expect_match(loss, "ce_loss loss");
+    expect_match(lse, "ce_loss lse");
+    // backward with the true lse of this shard's row (as if it were the only one)
+    for (int i = 0; i < N; i++) {
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < Vvalid; j++) m = fmax(m, z.h[(size_t)i * Vl + j]);
+        for (int j = 0; j < Vvalid; j++) sum += exp(z.h[(size_t)i * Vl + j] - m);
+        lse.h[i] = (float)(m + log(sum));
+    }
+    pair_sync(lse);
+    struct pair dz = pair_nan((size_t)N * Vl, dt);
+    backend_ce_backward(cpu, dz.c, z.c, lse.c, t.c, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
+    backend_ce_backward(gpu, dz.g, z.g, lse.g, t.g, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
+    expect_match(dz, "ce_backward");
+    pair_free(z), pair_free(mx), pair_free(part), pair_free(rp), pair_free(loss), pair_free(lse),
+        pair_free(dz), ipair_free(t);
+    free(tg);
+}
+
+// AdamW: param of dtype dt with FP32 master, and (FP32 only) param without master.
+static void test_adamw(enum dtype dt) {
+    size_t n = 777;
+    for (int with_master = dt == DTYPE_BF16; with_master < 2; with_master++) {
+        struct pair p = pair_rand(n, 1, dt), g = pair_rand(n, 1, DTYPE_FP32);
+        struct pair m = pair_rand(n, 0.1, DTYPE_FP32), v = pair_rand(n, 0.1, DTYPE_FP32);
+        for (size_t i = 0; i < n; i++) v.h[i] = fabsf(v.h[i]);
+        pair_sync(v);
+        struct pair master = pair_alloc(n, DTYPE_FP32);
+        memcpy(master.h, p.h, n * 4), pair_sync(master); // the master holds the param's values
+        struct tensor mc = with_master ? master.c : tensor_view(NULL, DTYPE_FP32, 0);
+        struct tensor mg = with_master ? master.g : tensor_view(NULL, DTYPE_FP32, 0);
+        for (int step = 1; step <= 3; step++) { // the same grad each step: m, v, bias corrections move
+            backend_adamw(cpu, p.c, mc, g.c, m.c, v.c, n, 1e-2, 0.9, 0.95, 1e-8, 0.1, 0.5, step);
+            backend_adamw(gpu, p.g, mg, g.g, m.g, v.g, n, 1e-2, 0.9, 0.95, 1e-8, 0.1, 0.5, step);
+        }
+        const char *what = with_master ? "adamw with master" : "adamw";
+        char w2[96];
+        snprintf(w2, sizeof w2, "%s param", what), expect_match(p, w2);
+        snprintf(w2, sizeof w2, "%s m", what), expect_match(m, w2);
+        snprintf(w2, sizeof w2, "%s v", what), expect_match(v, w2);
+        if (with_master) expect_match(master, "adamw master");
+        pair_free(p), pair_free(g), pair_free(m), pair_free(v), pair_free(master);
+    }
+}
+
+static void test_elementwise(enum dtype dt, size_t n) {
+    struct pair x = pair_rand(n, 3, dt), y = pair_rand(n, 1, dt), o = pair_nan(n, dt);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (double)x.h[i] * x.h[i];
+    double got = backend_sum_squares(gpu, x.g, n);
+    EXPECT(fabs(got - ref) <= 1e-12 * ref, "sum_squares (%s): %.17g, host fp64 %.17g",
+           dtype_name(dt), got, ref);
+    backend_scale(cpu, y.c, -0.3f, n), backend_scale(gpu, y.g, -0.3f, n);
+    expect_match(y, "scale");
+    for (size_t i = 0; i < n; i++) y.h[i] = round_to(dt, (float)rnd());
+    pair_sync(y);
+    backend_axpy(cpu, y.c, 0.7f, x.c, n), backend_axpy(gpu, y.g, 0.7f, x.g, n);
+    expect_match(y, "axpy");
+    backend_add(cpu, o.c, x.c, y.c, n), backend_add(gpu, o.g, x.g, y.g, n);
+    expect_match(o, "add");
+    backend_add(cpu, x.c, x.c, y.c, n), backend_add(gpu, x.g, x.g, y.g, n);
+    expect_match(x, "add in place");
+    // copy to the other storage dtype and back: against host rounding
+    enum dtype other = dt == DTYPE_BF16 ? DTYPE_FP32 : DTYPE_BF16;
+    struct pair src = pair_rand(n, 5, DTYPE_FP32), conv = pair_nan(n, other), same = pair_nan(n, dt);
+    backend_copy(gpu, conv.g, src.g, n);
+    for (size_t i = 0; i < n; i++) ((float *)conv.c.data)[i] = round_to(other, src.h[i]);
+    expect_match(conv, "copy fp32 -> other dtype");
+    float *h = xmalloc(n * 4);
+    download(h, conv.g, n);
+    for (size_t i = 0; i < n; i++) ((float *)same.c.data)[i] = round_to(dt, h[i]);
+    backend_copy(gpu, same.g, conv.g, n);
+    expect_match(same, "copy other dtype -> storage dtype");
+    size_t exact = 0;
+    float *h2 = xmalloc(n * 4);
+    download(h2, same.g, n);
+    for (size_t i = 0; i < n; i++) exact += h2[i] == ((float *)same.c.data)[i];
+    EXPECT(exact == n, "copy: %zu of %zu elements equal host round-to-nearest-even", exact, n);
+    free(h), free(h2);
+    pair_free(x), pair_free(y), pair_free(o), pair_free(src), pair_free(conv), pair_free(same);
+}
+
+// small: the shapes the CPU emulation of the kernels can afford
+// (tests/e2e/cuda_emulated.sh sets TEST_OPS_SMALL=1): one launch there is an
+// OS thread per CUDA thread and a barrier per warp shuffle.
+static void run_all(enum dtype dt, bool small) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_matmul(dt, dt, ta, tb, 33, 20, 17);
+            test_matmul(dt, DTYPE_FP32, ta, tb, 9, 40, 13);
+            if (small) continue;
+            test_matmul(dt, dt, ta, tb, 150, 70, 40);
+            test_matmul(dt, DTYPE_FP32, ta, tb, 40, 150, 70);
+        }
+    test_matmul(dt, dt, false, false, 5, 7, 0); // K = 0: out = beta * out
+    test_embedding(dt);
+    test_rmsnorm(dt);
+    test_rope(dt);
+    test_swiglu(dt);
+    test_attention(dt, 2, 37, 4, 2, 24);
+    test_attention(dt, 1, 19, 2, 2, 80);
+    if (!small) {
+        test_attention(dt, 1, 70, 4, 4, 64);
+        test_attention(dt, 2, 19, 6, 2, 80);
+        test_attention(dt, 1, 257, 8, 2, 128);
+        test_attention(dt, 1, 33, 2, 1, 256);
+    }
+    test_cross_entropy(dt, 13, 70, 61, 100, 300);
+    if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
+    test_adamw(dt);
+    test_elementwise(dt, small ? 3001 : 100003); // more than one block, not a multiple of 256
+}
+
+int main(void) {
+    struct error err = {0};
+    if (!backend_has_cuda()) {
+        struct backend *none = backend_init(BACKEND_CUDA, 0, 1, &err);
+        EXPECT(!none && err.status == STATUS_BAD_INPUT &&
+                   strstr(err.msg, "this build has no CUDA backend; rebuild with make CUDA=1"),
+               "backend_init(cuda) in a CPU-only build: status %d, '%s'", err.status, err.msg);
+        if (test_failures) return test_finish("test_ops_cuda");
+        TEST_SKIP("no CUDA device (this build has no CUDA backend; make CUDA=1)");
+    }
+    if (backend_device_count() == 0) TEST_SKIP("no CUDA device");
+    gpu = backend_init(BACKEND_CUDA, 0, 0, &err);
+    EXPECT(gpu != NULL, "backend_init(cuda, 0): %s", err.msg);
+    if (!gpu) return test_finish("test_ops_cuda");
+    cpu = backend_init(BACKEND_CPU, 0, 0, &err);
+    EXPECT(!strcmp(gpu->ops->name, "cuda") && !strcmp(cpu->ops->name, "cpu"), "backend names %s, %s",
+           gpu->ops->name, cpu->ops->name);
+    bool small = getenv("TEST_OPS_SMALL") != NULL;
+    run_all(DTYPE_FP32, small);
+    run_all(DTYPE_BF16, small);
+    backend_free(gpu);
+    backend_free(cpu);
+    return test_finish("test_ops_cuda");
+}
