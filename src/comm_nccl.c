@@ -68,20 +68,48 @@ static void nccl_all_reduce(struct comm_group *g, void *buf, size_t count, enum 
     end(c);
 }
 
+// Takes a free completion event for a started operation and stores its index
+// in req.
+static int event_take(struct comm_nccl *c, struct comm_request *req) {
+    int k = c->next;
+    CHECK(!c->busy[k], "comm_nccl: more than %d operations in flight on one group", NCCL_EVENTS);
+    c->next = (k + 1) % NCCL_EVENTS;
+    c->busy[k] = true;
+    memcpy(req->storage, &k, sizeof k);
+    return k;
+}
+
 static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                                   enum comm_op op, struct comm_request *req) {
     struct comm_nccl *c = impl_of(g);
-    int k = c->next;
-    CHECK(!c->busy[k], "comm_nccl: more than %d all-reduces in flight on one group", NCCL_EVENTS);
-    c->next = (k + 1) % NCCL_EVENTS;
-    c->busy[k] = true;
+    int k = event_take(c, req);
     begin(c);
     CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
     CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
-    memcpy(req->storage, &k, sizeof k);
 }
 
-static void nccl_all_reduce_wait(struct comm_request *req) {
+// Point-to-point starts are enqueued on the communication stream in call
+// order, each its own NCCL group: the two sides of an exchange must post them
+// in matching order (a send waits on the stream for its receive).
+static void nccl_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                            int peer, int tag, struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    CHECK_NCCL(ncclSend(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
+static void nccl_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                            int peer, int tag, struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    CHECK_NCCL(ncclRecv(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
+static void nccl_wait(struct comm_request *req) {
     struct comm_nccl *c = impl_of(req->group);
     int k;
     memcpy(&k, req->storage, sizeof k);
@@ -90,7 +118,7 @@ static void nccl_all_reduce_wait(struct comm_request *req) {
     c->busy[k] = false;
 }
 
-static bool nccl_all_reduce_test(struct comm_request *req) {
+static bool nccl_test(struct comm_request *req) {
     struct comm_nccl *c = impl_of(req->group);
     int k;
     memcpy(&k, req->storage, sizeof k);
@@ -171,8 +199,10 @@ static const struct comm_ops comm_nccl_ops = {
     .name = "nccl",
     .all_reduce = nccl_all_reduce,
     .all_reduce_start = nccl_all_reduce_start,
-    .all_reduce_wait = nccl_all_reduce_wait,
-    .all_reduce_test = nccl_all_reduce_test,
+    .wait = nccl_wait,
+    .test = nccl_test,
+    .send_start = nccl_send_start,
+    .recv_start = nccl_recv_start,
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,

@@ -3,13 +3,13 @@
 // first step (DESIGN.md §8); then the loop of microbatches, data-parallel
 // gradient all-reduce, clipping, schedule and AdamW, with validation, samples,
 // a log line per step and metrics.jsonl (DESIGN.md §9).
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "config.h"
@@ -60,7 +60,12 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 }
 
 // Features this build does not have yet are refused before any work.
-static enum status check_supported(const struct config *c, struct error *err) {
+static enum status check_supported(const struct config *c, int world_size, struct error *err) {
+    if (c->system.device == DEVICE_CUDA && world_size > 1)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: [system] device = cuda with %d ranks: this build trains on one GPU "
+                         "(tp = pp = dp = 1); the NCCL groups for multi-GPU device buffers are not "
+                         "wired into the trainer yet", c->file, world_size);
     if (c->precision.dtype != DTYPE_FP32)
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
@@ -86,18 +91,30 @@ static enum status make_dirs(const char *path, struct error *err) {
 
 // fp32 GEMM rate of this rank, measured while every rank measures (so that
 // ranks sharing cores share them here too); summed over the world.
+// The matmul rate of this rank's backend (fp32, the model's GEMM path),
+// measured while every rank measures (so that ranks sharing cores or a GPU
+// share them here too); summed over the world: the MFU denominator, unless
+// [system] peak_tflops gives it.
 static double measure_peak_flops(struct trainer *t) {
     if (t->cfg.system.peak_tflops > 0) return t->cfg.system.peak_tflops * 1e12;
-    int M = 512, N = 1024, K = 512;
-    float *a = xcalloc((size_t)M * K, 4), *b = xcalloc((size_t)K * N, 4), *c = xcalloc((size_t)M * N, 4);
+    int M = 1024, N = 1024, K = 1024;
+    size_t bytes = (size_t)M * K * sizeof(float);
+    struct tensor a = tensor_view(backend_alloc(t->be, bytes), DTYPE_FP32, (size_t)M * K);
+    struct tensor b = tensor_view(backend_alloc(t->be, bytes), DTYPE_FP32, (size_t)K * N);
+    struct tensor c = tensor_view(backend_alloc(t->be, bytes), DTYPE_FP32, (size_t)M * N);
+    CHECK(a.data && b.data && c.data, "no memory for the matmul probe");
+    backend_memset0(t->be, a), backend_memset0(t->be, b);
+    backend_matmul(t->be, c, a, b, M, N, K, false, true, 1.0f, 0.0f); // warm-up
+    backend_synchronize(t->be);
     comm_barrier(&t->topo.world);
     double best = 0, start = time_now_s();
     for (int rep = 0; rep < 50 && (rep < 4 || time_now_s() - start < 0.5); rep++) {
         double t0 = time_now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, b, K, 0, c, N);
+        backend_matmul(t->be, c, a, b, M, N, K, false, true, 1.0f, 0.0f);
+        backend_synchronize(t->be);
         best = MAX(best, 2.0 * M * N * K / (time_now_s() - t0)); // best of 0.5 s: least disturbed
     }
-    free(a), free(b), free(c);
+    backend_dealloc(t->be, a.data), backend_dealloc(t->be, b.data), backend_dealloc(t->be, c.data);
     comm_all_reduce(&t->topo.world, &best, 1, DTYPE_FP64, COMM_SUM);
     return best;
 }
@@ -116,7 +133,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
     }
     struct config *c = &t->cfg;
     if (config_load(argv[1], argc - 2, argv + 2, c, &err) ||
-        config_validate(c, world_size, false, &err) || check_supported(c, &err))
+        config_validate(c, world_size, backend_has_cuda(), &err) || check_supported(c, world_size, &err))
         trainer_fail_all(t, &err);
     if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->topo, &err))
         trainer_fail_all(t, &err);
@@ -136,7 +153,9 @@ static void setup(struct trainer *t, int argc, char **argv) {
                                   c->train.global_batch_size, (uint64_t)c->train.seed, &err))
         trainer_fail_all(t, &err);
 
-    t->be = backend_cpu_init(c->system.threads);
+    t->be = backend_init(c->system.device == DEVICE_CUDA ? BACKEND_CUDA : BACKEND_CPU,
+                         t->topo.local_rank, c->system.threads, &err);
+    if (!t->be) trainer_fail_here(&err);
     struct llama_config lc = llama_from(c);
     t->lc = lc;
     int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = t->topo.coord.p;
@@ -243,7 +262,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
                "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s)\n",
                c->data.path, (unsigned long long)t->ds->split_sequences[SPLIT_TRAIN],
                (unsigned long long)t->ds->split_sequences[SPLIT_VAL], T, t->accum, B,
-               t->peak_flops / 1e9, c->system.peak_tflops > 0 ? "config" : "measured sgemm");
+               t->peak_flops / 1e9, c->system.peak_tflops > 0 ? "config" : "measured fp32 matmul");
         fflush(stdout);
     }
 }
