@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "h5util.h"
 #include "index.h" // file_checksum
 #include "shard.h" // shard_quiet_hdf5
 
@@ -128,24 +129,6 @@ static int attr_read(hid_t loc, const char *name, hid_t type, size_t n, void *ou
     return bad;
 }
 
-static int attr_read_str(hid_t loc, const char *name, char *out, size_t cap) {
-    if (H5Aexists(loc, name) <= 0) return 1;
-    hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t ftype = H5Aget_type(attr);
-    size_t size = H5Tget_size(ftype);
-    int bad = H5Tget_class(ftype) != H5T_STRING || size >= cap;
-    if (!bad) {
-        hid_t type = H5Tcopy(H5T_C_S1);
-        H5Tset_size(type, size);
-        bad = H5Aread(attr, type, out) < 0;
-        out[size] = 0;
-        H5Tclose(type);
-    }
-    H5Tclose(ftype);
-    H5Aclose(attr);
-    return bad;
-}
-
 static int cmp_pieces(const void *a, const void *b) {
     const struct stored_piece *x = a, *y = b;
     int c = strcmp(x->p.name, y->p.name);
@@ -190,8 +173,8 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
         int64_t shape[6];
         uint64_t flat[2];
         hid_t ds = H5Lexists(g, dname, H5P_DEFAULT) > 0 ? H5Dopen2(g, dname, H5P_DEFAULT) : -1;
-        int bad = ds < 0 || attr_read_str(ds, "name", sp->p.name, sizeof sp->p.name) ||
-                  attr_read_str(ds, "dtype", dt, sizeof dt) ||
+        int bad = ds < 0 || !h5util_read_attr_str(ds, "name", sp->p.name, sizeof sp->p.name) ||
+                  !h5util_read_attr_str(ds, "dtype", dt, sizeof dt) ||
                   attr_read(ds, "shape", H5T_NATIVE_INT64, 6, shape) ||
                   attr_read(ds, "flat_range", H5T_NATIVE_UINT64, 2, flat);
         if (bad) {

@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "h5util.h"
+
 // Tokens per HDF5 chunk: 64 Ki ids (128 KiB as uint16), a few sequences per
 // chunk so that a hyperslab read of one sequence touches one or two chunks.
 #define SHARD_CHUNK_TOKENS 65536
@@ -96,39 +98,6 @@ static int read_attr_int(hid_t file, const char *name, int64_t *value) {
     return ok;
 }
 
-// Reads a fixed- or variable-length string attribute into out (cap bytes).
-static int read_attr_str(hid_t file, const char *name, char *out, size_t cap) {
-    if (H5Aexists(file, name) <= 0) return 0;
-    hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
-    if (attr < 0) return 0;
-    hid_t type = H5Aget_type(attr);
-    int ok = 0;
-    if (H5Tget_class(type) == H5T_STRING) {
-        if (H5Tis_variable_str(type) > 0) {
-            char *s = NULL;
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mem, H5T_VARIABLE);
-            if (H5Aread(attr, mem, &s) >= 0 && s) {
-                snprintf(out, cap, "%s", s);
-                H5free_memory(s);
-                ok = 1;
-            }
-            H5Tclose(mem);
-        } else {
-            size_t size = H5Tget_size(type);
-            char *s = xcalloc(size + 1, 1);
-            if (H5Aread(attr, type, s) >= 0) {
-                snprintf(out, cap, "%s", s);
-                ok = 1;
-            }
-            free(s);
-        }
-    }
-    H5Tclose(type);
-    H5Aclose(attr);
-    return ok;
-}
-
 // Length of a 1-D dataset of unsigned integers; its element size in *bytes.
 static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint64_t *n, int *bytes,
                            struct error *err) {
@@ -197,7 +166,7 @@ enum status shard_open(const char *path, struct shard *s, struct error *err) {
             st = error_set(err, STATUS_BAD_INPUT, "%s: missing or non-integer attribute '%s'", path, names[i]);
             goto fail;
         }
-    if (!read_attr_str(s->file, "tokenizer", s->meta.tokenizer, sizeof s->meta.tokenizer)) {
+    if (!h5util_read_attr_str(s->file, "tokenizer", s->meta.tokenizer, sizeof s->meta.tokenizer)) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: missing or non-string attribute 'tokenizer'", path);
         goto fail;
     }
