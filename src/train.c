@@ -145,10 +145,7 @@ static void setup(struct trainer *t, int argc, char **argv) {
     if (loader_init(&t->train_loader, t->ds, SPLIT_TRAIN, d, dp, B, c->train.global_batch_size,
                     (uint64_t)c->train.seed, &err))
         trainer_fail_all(t, &err);
-    // Validation runs whole-model forwards; a pipeline schedule has no
-    // forward-only mode yet, so pipelined runs skip it (said at start).
-    t->has_val = t->ds->split_sequences[SPLIT_VAL] >= (uint64_t)c->train.global_batch_size &&
-                 c->parallel.pp == 1 && c->parallel.virtual_stages <= 1;
+    t->has_val = t->ds->split_sequences[SPLIT_VAL] >= (uint64_t)c->train.global_batch_size;
     if (t->has_val && loader_init(&t->val_loader, t->ds, SPLIT_VAL, d, dp, B,
                                   c->train.global_batch_size, (uint64_t)c->train.seed, &err))
         trainer_fail_all(t, &err);
@@ -284,17 +281,17 @@ static double evaluate(struct trainer *t) {
     double sum = 0;
     int64_t count = 0;
     loader_reset(&t->val_loader);
-    for (int s = 0; s < t->cfg.train.eval_steps; s++)
-        for (int k = 0; k < t->accum; k++) {
-            double ls;
-            long n;
-            next_microbatch(t, &t->val_loader, t->tokens, t->targets);
-            model_forward(t->model, t->tokens, t->targets, &ls, &n);
-            sum += ls, count += n;
-            (void)BT;
-        }
-    comm_all_reduce(&t->topo.dp_group, &sum, 1, DTYPE_FP64, COMM_SUM);
-    comm_all_reduce(&t->topo.dp_group, &count, 1, DTYPE_I64, COMM_SUM);
+    for (int s = 0; s < t->cfg.train.eval_steps; s++) {
+        if (t->reads_tokens || t->reads_targets)
+            for (int k = 0; k < t->accum; k++)
+                next_microbatch(t, &t->val_loader, t->tokens + k * BT, t->targets + k * BT);
+        double ls;
+        int64_t n;
+        train_step_eval(&t->ctx, t->reads_tokens ? t->tokens : NULL,
+                        t->reads_targets ? t->targets : NULL, t->accum,
+                        t->cfg.train.micro_batch_size, t->cfg.train.seq_len, &ls, &n);
+        sum += ls, count += n;
+    }
     return count ? sum / count : 0.0;
 }
 

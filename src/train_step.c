@@ -83,6 +83,30 @@ void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
     out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
 }
 
+void train_step_eval(struct train_ctx *c, const int32_t *tokens, const int32_t *targets,
+                     int n_micro, int B, int T, double *loss_sum, int64_t *count) {
+    struct model *m = c->model;
+    struct comm_group *dp = c->groups ? real(c->groups->dp) : NULL;
+    struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
+    bool last = model_is_last_stage(m);
+    size_t per_micro = (size_t)B * T;
+    int64_t n = 0;
+    if (last)
+        for (size_t i = 0; i < per_micro * n_micro; i++) n += targets[i] != -100;
+    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, 0};
+    if (c->pipe) {
+        struct error err;
+        c->pipe->ctx = &ps;
+        if (pipeline_run(c->pipe, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+    } else {
+        for (int k = 0; k < n_micro; k++) pp_forward(&ps, k, 0, 0, NULL, NULL);
+    }
+    double v[2] = {last ? ps.loss_sum : 0, last ? (double)n : 0};
+    if (dp && last) comm_all_reduce(dp, v, 2, DTYPE_FP64, COMM_SUM);
+    if (pp) comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
+    *loss_sum = v[0], *count = (int64_t)v[1];
+}
+
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
                 const struct parallel_groups *groups, struct grad_sync *sync, int step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,

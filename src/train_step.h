@@ -52,6 +52,14 @@ void train_step_run(struct train_ctx *ctx, int step, const int32_t *tokens,
                     const int32_t *targets, int n_micro, int B, int T,
                     struct train_step_result *out);
 
+// The loss sum and target count of n_micro microbatches without a step, over
+// this rank's data-parallel group and, under pipeline parallelism, sent from
+// the last stage to every stage (validation). With a pipeline the schedule
+// runs its backwards too, with a zero loss scale: the gradients it adds are
+// exactly zero, and the next step zeroes them anyway.
+void train_step_eval(struct train_ctx *ctx, const int32_t *tokens, const int32_t *targets,
+                     int n_micro, int B, int T, double *loss_sum, int64_t *count);
+
 // Points a pipeline executor's callbacks at this module's (before
 // pipeline_exec_init); train_step_run sets its ctx each step.
 void train_step_bind_pipeline(struct pipeline_exec *x);
