@@ -2,8 +2,9 @@
 # `make run`: the default job on a fresh machine. Prepares the King James Bible
 # corpus (data/make_kjv.sh, then trident prep with a 4096-id BPE trained on
 # it), then trains configs/tiny.ini on 2 MPI ranks (data parallel). The log
-# shows the loss and the validation loss falling and text samples; metrics go
-# to runs/tiny/metrics.jsonl. Extra arguments are config overrides, e.g.
+# shows the loss and the validation loss falling and text samples; the run's
+# folder runs/tiny-<date>-<time>/ gets metrics.jsonl, config.ini and
+# checkpoints/. Extra arguments are config overrides, e.g.
 #   make run ARGS="train.steps=100"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,8 @@ if [ ! -f data/kjv-shards/index.ini ]; then
     "$BUILD/trident" prep --input data/kjv.txt --output data/kjv-shards --vocab-size 4096
 fi
 source tests/e2e/mpi_env.sh
-# Each `make run` is a fresh run in its own folder (log, metrics.jsonl,
-# config.ini, checkpoints); resume one with
+# Each `make run` is a fresh run in its own folder (metrics.jsonl,
+# config.ini, checkpoints/); resume one with
 #   mpirun -np 2 build/trident train configs/tiny.ini log.run_dir=DIR checkpoint.dir=DIR/checkpoints
 run_dir="runs/tiny-$(date +%Y%m%d-%H%M%S)"
 # One OpenMP thread per rank: 2 ranks fill the 2 cores of a small machine.

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -44,7 +45,10 @@ static void print_info(const struct ckpt_reader *r) {
 // Face name (model.layers.0.mlp.up_proj.weight, ...), reassembled from the
 // shards of whatever layout saved it: the weights of LlamaForCausalLM.
 static enum status export_params(struct ckpt_reader *r, const char *out, struct error *err) {
-    hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (access(out, F_OK) == 0)
+        return error_set(err, STATUS_BAD_INPUT, "%s: exists; export writes a new file (remove it "
+                         "or choose another name)", out);
+    hid_t f = H5Fcreate(out, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot create the HDF5 file", out);
     enum status st = STATUS_OK;
     int n = checkpoint_n_pieces(r), written = 0;
@@ -76,14 +80,15 @@ static enum status export_params(struct ckpt_reader *r, const char *out, struct 
 }
 
 int cmd_ckpt(int argc, char **argv) {
+    bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     bool export = argc == 4 && !strcmp(argv[1], "export");
     if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
-        fprintf(stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
+        fprintf(help ? stdout : stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
                         "trident ckpt export DIR OUT.h5\n"
                         "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
                         "  export: every parameter as a whole float32 tensor named as in Hugging "
                         "Face LlamaForCausalLM\n");
-        return STATUS_BAD_INPUT;
+        return help ? STATUS_OK : STATUS_BAD_INPUT;
     }
     struct error err = {0};
     struct ckpt_reader *r;

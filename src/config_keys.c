@@ -53,7 +53,7 @@ const struct config_key config_keys[] = {
     // [model]: a LLaMA-style decoder (DESIGN.md §4)
     KEY_ENUM("model", "arch", model.arch, "llama", arch_choices, "model family; only LLaMA-style decoders"),
     KEY_INT("model", "vocab_size", model.vocab_size, "8192", 2, INT_MAX, "tokens",
-            "vocabulary size V; must cover the dataset's tokenizer"),
+            "vocabulary size V; must equal the dataset's vocab_size (index.ini)"),
     KEY_INT("model", "d_model", model.d_model, "256", 1, INT_MAX, "", "model width C"),
     KEY_INT("model", "n_layers", model.n_layers, "4", 1, INT_MAX, "", "decoder blocks L"),
     KEY_INT("model", "n_heads", model.n_heads, "8", 1, INT_MAX, "", "query heads H; head size D = d_model / n_heads"),
@@ -71,7 +71,8 @@ const struct config_key config_keys[] = {
     KEY_FLOAT("model", "init_std", model.init_std, "0.02", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
               "standard deviation of the normal weight init"),
     KEY_ENUM("model", "recompute", model.recompute, "none", recompute_choices,
-             "activation recomputation in the backward pass"),
+             "activation recomputation in the backward pass; only none in this build "
+             "(selective and full are refused before training)"),
 
     // [train]: batch terms as in Megatron (DESIGN.md §4)
     KEY_INT("train", "seq_len", train.seq_len, "128", 1, INT_MAX, "tokens", "training sequence length T"),
@@ -114,12 +115,15 @@ const struct config_key config_keys[] = {
     // [data]: HDF5 shards on tiered storage (DESIGN.md §6)
     KEY_PATH("data", "path", data.path, "data/kjv-shards", 0, "dataset folder with index.ini and shards (cold tier)"),
     KEY_PATH("data", "tokenizer", data.tokenizer, "", CONFIG_OPTIONAL,
-             "tokenizer.json used to decode samples; unset: samples print token ids"),
+             "tokenizer.json of the dataset (its identity must match index.ini; checked before "
+             "training), used to decode samples; unset: <path>/tokenizer.json when present"),
     KEY_PATH("data", "cache_dir", data.cache_dir, "", CONFIG_OPTIONAL,
-             "hot-tier folder (local NVMe) shards are staged into; unset: read from path"),
-    KEY_SIZE("data", "cache_bytes", data.cache_bytes, "4G", 1, NOMAX, "hot-tier budget; least recently used shards are evicted over it"),
+             "hot-tier folder (local NVMe) to stage shards into; not in this build yet: setting "
+             "it is refused; unset: read from path"),
+    KEY_SIZE("data", "cache_bytes", data.cache_bytes, "4G", 1, NOMAX,
+             "hot-tier budget (with cache_dir, not in this build yet)"),
     KEY_INT("data", "prefetch_shards", data.prefetch_shards, "2", 0, INT_MAX, "shards",
-            "shards staged ahead of the reader"),
+            "shards staged ahead of the reader (with cache_dir, not in this build yet)"),
 
     // [parallel]: rank = t + tp * (d + dp * p) (DESIGN.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, INT_MAX, "ranks", "tensor-parallel size"),
@@ -170,7 +174,8 @@ const struct config_key config_keys[] = {
     KEY_FLOAT("system", "peak_tflops", system.peak_tflops, "0", 0, NOMAX, 0, "TFLOP/s",
               "peak rate for MFU; 0 measures a GEMM at start"),
     KEY_FLOAT("system", "watchdog_s", system.watchdog_s, "300", 0, NOMAX, 0, "s",
-              "abort all ranks when a step takes longer; 0 disables"),
+              "end the job (exit 1, naming the rank) when a rank makes no progress (a step, an "
+              "evaluation or a save) for this long; 0 disables"),
 };
 
 const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);

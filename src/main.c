@@ -15,8 +15,8 @@ static const struct command commands[] = {
     {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
     {"data-check", cmd_data_check, NULL},
-    {"ckpt", cmd_ckpt, "ckpt info|verify|export DIR                         inspect or check a checkpoint"},
-    {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode]         text <-> token ids"},
+    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5       inspect, check or export a checkpoint"},
+    {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},
 };
 
 static void print_usage(FILE *f) {

@@ -306,11 +306,28 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     if (access(ipath, F_OK) == 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: already holds a dataset; remove it or choose another --output",
                          ipath);
-    if (mkdir(opt->output, 0777) != 0 && errno != EEXIST)
+    // Nothing of the user's is overwritten: the folder is new or empty.
+    DIR *existing = opendir(opt->output);
+    if (existing) {
+        struct dirent *e;
+        const char *found = NULL;
+        while (!found && (e = readdir(existing)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) found = e->d_name;
+        enum status st = found ? error_set(err, STATUS_BAD_INPUT, "%s: --output folder is not empty "
+                                           "(it holds %s); choose a new or empty folder",
+                                           opt->output, found) : STATUS_OK;
+        closedir(existing);
+        if (st) return st;
+    }
+    bool created = mkdir(opt->output, 0777) == 0;
+    if (!created && errno != EEXIST)
         return error_set(err, STATUS_BAD_INPUT, "%s: cannot create output folder: %s", opt->output, strerror(errno));
     struct corpus c;
     enum status st = corpus_read(opt->inputs, opt->n_inputs, opt->format, &c, err);
-    if (st) return st;
+    if (st) {
+        if (created) rmdir(opt->output); // leave no empty folder behind
+        return st;
+    }
     struct tokenizer *tok = NULL;
     unsigned char *is_val = NULL;
     int32_t **ids = NULL;
@@ -374,5 +391,6 @@ done:
     free(is_val);
     if (tok) tokenizer_free(tok);
     corpus_free(&c);
+    if (st && created) rmdir(opt->output); // only when nothing was written into it
     return st;
 }

@@ -58,7 +58,10 @@ void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, do
         model_get_logits_at(m, 0, len - 1, logits);
         state = init_splitmix64(state);
         int next = pick(logits, V, temperature, top_k, (double)(state >> 11) * 0x1.0p-53);
-        if (next == eot) break;
+        if (next == eot) {
+            if (f) fputs(i == 0 ? "<|endoftext|> (first token)" : " <|endoftext|>", f);
+            break;
+        }
         tokens[len++] = next;
         char *text;
         size_t n;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "backend.h"
@@ -61,6 +62,14 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 
 // Features this build does not have yet are refused before any work.
 static enum status check_supported(const struct config *c, int world_size, struct error *err) {
+    if (c->model.recompute != RECOMPUTE_NONE)
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] recompute = %s is not in this build "
+                         "yet (expected none)", c->file,
+                         c->model.recompute == RECOMPUTE_FULL ? "full" : "selective");
+    if (c->data.cache_dir[0])
+        return error_set(err, STATUS_BAD_INPUT, "%s: [data] cache_dir = %s: the hot-tier shard "
+                         "cache is not in this build yet (expected it unset: shards are read "
+                         "from [data] path)", c->file, c->data.cache_dir);
     if (c->system.device == DEVICE_CUDA && world_size > 1)
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: [system] device = cuda with %d ranks: this build trains on one GPU "
@@ -125,6 +134,14 @@ static void setup(struct trainer *t, int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     t->topo.world_rank = world_rank;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        if (world_rank == 0)
+            printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
+                   "  under mpirun -np N or srun, N = tp * pp * dp; every key of docs/config.md\n"
+                   "  can be overridden as section.key=value\n");
+        MPI_Finalize();
+        exit(0);
+    }
     if (argc < 2 || argv[1][0] == '-') {
         error_set(&err, STATUS_BAD_INPUT,
                   "usage: trident train CONFIG.ini [section.key=value ...]%s%s",
@@ -138,7 +155,19 @@ static void setup(struct trainer *t, int argc, char **argv) {
     if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->topo, &err))
         trainer_fail_all(t, &err);
 
+    // The tokenizer: [data] tokenizer when given (its identity must be the
+    // dataset's: checked by dataset_open), else the dataset's own copy.
+    char tok_path[CONFIG_PATH_MAX + 32];
+    if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
+    else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
     const char *tok_expected = NULL;
+    if (c->data.tokenizer[0] || access(tok_path, R_OK) == 0) {
+        if (tokenizer_load(tok_path, &t->tok, &err)) {
+            err.status = STATUS_BAD_INPUT;
+            trainer_fail_all(t, &err);
+        }
+        tok_expected = tokenizer_identity(t->tok);
+    }
     if (dataset_open(c->data.path, c->train.seq_len, c->model.vocab_size, tok_expected, &t->ds, &err))
         trainer_fail_all(t, &err);
     int dp = c->parallel.dp, d = t->topo.coord.d, B = c->train.micro_batch_size;
@@ -218,17 +247,20 @@ static void setup(struct trainer *t, int argc, char **argv) {
                    optimizer_state_bytes(t->opt);
     trainer_resume(t);
     t->peak_flops = measure_peak_flops(t);
+    t->watchdog = watchdog_start(c->system.watchdog_s, t->topo.world_rank);
 
-    // Samples come from the TP group of DP rank 0: each of its ranks loads the tokenizer.
-    if (t->topo.coord.d == 0 && c->train.sample_every > 0 && t->whole_model) {
-        char tok_path[CONFIG_PATH_MAX + 32];
-        if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
-        else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
-        if (tokenizer_load(tok_path, &t->tok, &err)) {
-            if (is_root(t)) fprintf(stderr, "trident: samples off: %s\n", err.msg);
-            t->tok = NULL;
-        }
+    // Samples come from the TP group of DP rank 0, of a whole-model stage.
+    if (!(t->topo.coord.d == 0 && c->train.sample_every > 0 && t->whole_model)) {
+        tokenizer_free(t->tok);
+        t->tok = NULL;
     }
+    if (is_root(t) && c->train.sample_every > 0 && !t->tok)
+        printf("note: no text samples: %s\n", !t->whole_model ? "not under pipeline parallelism yet"
+               : "no tokenizer (set [data] tokenizer or put tokenizer.json in [data] path)");
+    if (is_root(t) && c->train.eval_every > 0 && !t->has_val)
+        printf("note: no validation: the dataset's val split has %llu sequences, fewer than one "
+               "global batch of %d\n", (unsigned long long)t->ds->split_sequences[SPLIT_VAL],
+               c->train.global_batch_size);
     if (is_root(t)) {
         if (make_dirs(c->log.run_dir, &err)) trainer_fail_here(&err);
         char path[CONFIG_PATH_MAX + 32];
@@ -291,6 +323,7 @@ static double evaluate(struct trainer *t) {
                         t->reads_targets ? t->targets : NULL, t->accum,
                         t->cfg.train.micro_batch_size, t->cfg.train.seq_len, &ls, &n);
         sum += ls, count += n;
+        watchdog_kick(t->watchdog);
     }
     return count ? sum / count : 0.0;
 }
@@ -371,6 +404,7 @@ static int run(struct trainer *t) {
             for (int k = 0; k < t->accum; k++)
                 next_microbatch(t, &t->train_loader, t->tokens + k * B * T, t->targets + k * B * T);
         struct train_step_result r;
+        watchdog_kick(t->watchdog);
         train_step_run(&t->ctx, step, t->reads_tokens ? t->tokens : NULL,
                        t->reads_targets ? t->targets : NULL, t->accum, B, T, &r);
         if (!isfinite(r.loss)) {
@@ -379,6 +413,7 @@ static int run(struct trainer *t) {
             trainer_fail_here(&err);
         }
         double dt = time_now_s() - t0;
+        watchdog_kick(t->watchdog);
         comm_busy(t, &coll1, &pipe1);
         double split[3] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0};
         tokens_seen += (double)c->train.global_batch_size * T;
@@ -436,6 +471,7 @@ static int run(struct trainer *t) {
 }
 
 static void teardown(struct trainer *t) {
+    watchdog_stop(t->watchdog);
     if (t->metrics) fclose(t->metrics);
     tokenizer_free(t->tok);
     if (t->sync) grad_sync_free(t->sync);

@@ -3,6 +3,7 @@
 // The format and the commit protocol are in checkpoint.c.
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "mpi_util.h"
@@ -69,6 +70,7 @@ void trainer_save(struct trainer *t, int steps_done) {
         trainer_fail_all(t, &err);
     }
     t->last_saved = steps_done;
+    watchdog_kick(t->watchdog);
     if (t->topo.world_rank == 0) {
         printf("checkpoint: %s/step-%06d saved in %.2f s\n", c->checkpoint.dir, steps_done,
                time_now_s() - t0);
@@ -85,6 +87,16 @@ void trainer_resume(struct trainer *t) {
     if (checkpoint_resolve(c->checkpoint.dir, c->checkpoint.resume, c->checkpoint.resume_path,
                            path, &err))
         trainer_fail_all(t, &err);
+    // A fresh run must not share a folder with another run's checkpoints:
+    // rotation would delete one run's steps to keep the other's.
+    char latest[CONFIG_PATH_MAX + 16];
+    snprintf(latest, sizeof latest, "%s/latest", c->checkpoint.dir);
+    if (c->checkpoint.resume == RESUME_NONE && c->checkpoint.dir[0] && access(latest, F_OK) == 0) {
+        error_set(&err, STATUS_BAD_INPUT, "[checkpoint] dir = %s already holds checkpoints (%s) "
+                  "and resume = none: give this run its own dir, or resume = auto to continue "
+                  "that run", c->checkpoint.dir, latest);
+        trainer_fail_all(t, &err);
+    }
     if (!path[0]) return;
     // Rank 0 verifies every checksum once; the others trust its verdict.
     struct ckpt_reader *r = NULL;

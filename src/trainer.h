@@ -15,6 +15,7 @@
 #include "tokenizer.h"
 #include "topology.h"
 #include "train_step.h"
+#include "watchdog.h"
 
 // Exit code of a run stopped by SIGTERM or SIGUSR1 after saving a checkpoint
 // of its last finished step: "requeue me" (docs/design.md §8).
@@ -52,6 +53,7 @@ struct trainer {
     float *host_params;       // (n_params,) host copy of the arena, for checkpoints
     float *host_m, *host_v;   // this rank's moment range, for checkpoints
     struct ckpt_piece *pieces;
+    struct watchdog *watchdog; // NULL when [system] watchdog_s = 0
 };
 
 // Resumes from [checkpoint] resume (auto: dir/latest) when there is one:
