@@ -32,6 +32,34 @@ void train_step_bind_pipeline(struct pipeline_exec *x) {
     x->forward = pp_forward, x->backward = pp_backward;
 }
 
+// Non-ignored targets of n_micro microbatches: the last stage's count (it
+// alone sees the targets), 0 elsewhere.
+static int64_t count_targets(const struct model *m, const int32_t *targets, size_t n) {
+    int64_t count = 0;
+    if (model_is_last_stage(m))
+        for (size_t i = 0; i < n; i++) count += targets[i] != -100;
+    return count;
+}
+
+// Forward (and, with backward, backward) passes of every microbatch: the
+// pipeline schedule, or microbatches in turn with the DP gradient sync armed
+// for the last backward. Under a pipeline the backwards always run (with a
+// zero loss scale they add exact zeros).
+static void run_microbatches(struct train_ctx *c, struct pp_step *ps, int n_micro, bool backward) {
+    if (c->pipe) {
+        struct error err;
+        c->pipe->ctx = ps;
+        if (pipeline_run(c->pipe, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+        return;
+    }
+    for (int k = 0; k < n_micro; k++) {
+        pp_forward(ps, k, 0, 0, NULL, NULL);
+        if (!backward) continue;
+        if (c->sync && k == n_micro - 1) grad_sync_arm(c->sync);
+        pp_backward(ps, k, 0, 0, NULL, NULL);
+    }
+}
+
 void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
                     const int32_t *targets, int n_micro, int B, int T,
                     struct train_step_result *out) {
@@ -40,25 +68,13 @@ void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
     struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
-    // Only the last stage sees the targets; its DP group sums their count.
-    int64_t count = 0;
-    if (last)
-        for (size_t i = 0; i < per_micro * n_micro; i++) count += targets[i] != -100;
+    // The last stage's DP group sums the target count before any backward.
+    int64_t count = count_targets(m, targets, per_micro * n_micro);
     if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
     struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? 1.0 / (double)count : 0.0, 0};
 
     model_zero_grad(m);
-    if (c->pipe) {
-        struct error err;
-        c->pipe->ctx = &ps;
-        if (pipeline_run(c->pipe, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
-    } else {
-        for (int k = 0; k < n_micro; k++) {
-            pp_forward(&ps, k, 0, 0, NULL, NULL);
-            if (c->sync && k == n_micro - 1) grad_sync_arm(c->sync);
-            pp_backward(&ps, k, 0, 0, NULL, NULL);
-        }
-    }
+    run_microbatches(c, &ps, n_micro, true);
     if (c->sync) grad_sync_finish(c->sync);
     model_finish_grads(m);
     // A tied embedding lives on the first and the last stage: sum the two
@@ -90,17 +106,9 @@ void train_step_eval(struct train_ctx *c, const int32_t *tokens, const int32_t *
     struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
-    int64_t n = 0;
-    if (last)
-        for (size_t i = 0; i < per_micro * n_micro; i++) n += targets[i] != -100;
+    int64_t n = count_targets(m, targets, per_micro * n_micro);
     struct pp_step ps = {m, tokens, targets, per_micro, 0.0, 0};
-    if (c->pipe) {
-        struct error err;
-        c->pipe->ctx = &ps;
-        if (pipeline_run(c->pipe, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
-    } else {
-        for (int k = 0; k < n_micro; k++) pp_forward(&ps, k, 0, 0, NULL, NULL);
-    }
+    run_microbatches(c, &ps, n_micro, false);
     double v[2] = {last ? ps.loss_sum : 0, last ? (double)n : 0};
     if (dp && last) comm_all_reduce(dp, v, 2, DTYPE_FP64, COMM_SUM);
     if (pp) comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
