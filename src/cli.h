@@ -16,4 +16,7 @@ int cmd_ckpt(int argc, char **argv);
 // trident train CONFIG.ini [section.key=value ...]   (src/train.c)
 int cmd_train(int argc, char **argv);
 
+// trident plan CONFIG.ini [section.key=value ...]   (src/plan.c)
+int cmd_plan(int argc, char **argv);
+
 #endif

@@ -13,6 +13,7 @@ struct command {
 
 static const struct command commands[] = {
     {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
+    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running"},
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
     {"data-check", cmd_data_check, NULL},
     {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5       inspect, check or export a checkpoint"},

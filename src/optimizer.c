@@ -78,6 +78,11 @@ void optimizer_free(struct optimizer *o) {
     free(o);
 }
 
+size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage) {
+    size_t n = zero_stage == 1 && dp > 1 ? n_params / dp : n_params;
+    return 2 * n * dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32);
+}
+
 size_t optimizer_state_bytes(const struct optimizer *o) {
     return 2 * o->m.numel * dtype_size(o->m.dtype);
 }

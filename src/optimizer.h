@@ -61,6 +61,9 @@ void optimizer_free(struct optimizer *opt);
 
 // Bytes of optimizer state this rank holds (m, v).
 size_t optimizer_state_bytes(const struct optimizer *opt);
+// The same from sizes alone (trident plan): moments for n_params arena
+// elements of a model of dtype, divided over dp ranks under zero_stage 1.
+size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage);
 
 // Makes the gradients final and returns the global L2 norm over the whole
 // model, each parameter counted once (param_info.norm_skip), accumulated in

@@ -20,6 +20,7 @@
 #include "mpi_util.h"
 #include "optimizer.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "sample.h"
 #include "tokenizer.h"
 #include "topology.h"
@@ -40,16 +41,6 @@ _Noreturn void trainer_fail_here(const struct error *err) {
     mpi_exit_all(err->status ? (int)err->status : 1, err->msg);
 }
 
-static struct llama_config llama_from(const struct config *c) {
-    return (struct llama_config){
-        .vocab_size = c->model.vocab_size, .d_model = c->model.d_model,
-        .n_layers = c->model.n_layers, .n_heads = c->model.n_heads,
-        .n_kv_heads = c->model.n_kv_heads, .ffn_dim = c->model.ffn_dim,
-        .max_seq_len = c->model.max_seq_len, .rope_theta = c->model.rope_theta,
-        .norm_eps = (float)c->model.norm_eps, .tie_embeddings = c->model.tie_embeddings,
-        .init_std = (float)c->model.init_std, .label_smoothing = (float)c->train.label_smoothing,
-    };
-}
 
 static struct optimizer_config optimizer_from(const struct config *c) {
     return (struct optimizer_config){
@@ -182,30 +173,14 @@ static void setup(struct trainer *t, int argc, char **argv) {
     t->be = backend_init(c->system.device == DEVICE_CUDA ? BACKEND_CUDA : BACKEND_CPU,
                          t->topo.local_rank, c->system.threads, &err);
     if (!t->be) trainer_fail_here(&err);
-    struct llama_config lc = llama_from(c);
+    struct llama_config lc = plan_llama(c);
     t->lc = lc;
     int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = t->topo.coord.p;
-    t->accum = c->train.global_batch_size / (B * dp);
-    struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
-    shard.tp_rank = t->topo.coord.t, shard.tp_size = c->parallel.tp;
+    t->accum = plan_microbatches(c);
+    struct model_shard shard;
+    if (plan_shard(c, t->topo.coord, &shard, &err)) trainer_fail_all(t, &err);
     t->whole_model = pp == 1 && v == 1;
-    if (!t->whole_model) {
-        // 1F1B keeps at most p - s microbatches in flight (fewer with fewer).
-        shard.n_slots = pipeline_max_in_flight(pp, s, t->accum, v);
-        if (shard.n_slots < 1) { // refused: the schedule says why
-            struct error why = {0};
-            struct pp_op *probe = xcalloc(2 * (size_t)t->accum * v, sizeof *probe);
-            pipeline_schedule(pp, s, t->accum, v, probe, &why);
-            free(probe);
-            error_set(&err, STATUS_BAD_INPUT, "%s: [parallel] pp = %d, virtual_stages = %d with "
-                      "%d microbatches per step (global_batch_size / (micro_batch_size * dp)): %s",
-                      c->file, pp, v, t->accum, why.msg);
-            trainer_fail_all(t, &err);
-        }
-    }
     t->reads_tokens = s == 0, t->reads_targets = s == pp - 1;
-    shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * dp : 0;
-    shard.sequence_parallel = c->parallel.sequence_parallel;
     t->n_slots = MAX(1, shard.n_slots);
     if (model_init(&t->model, t->be, &lc, &shard, c->precision.dtype, B, c->train.seq_len,
                    (uint64_t)c->train.seed, &err))
