@@ -37,7 +37,11 @@ endif
 # Rebuilds backend.o when CUDA= changes between two makes in one BUILD dir.
 $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
   [ "$$(cat $$f 2>/dev/null)" = "CUDA=$(CUDA)" ] || echo "CUDA=$(CUDA)" > $$f)
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+# The CPU kernels a second time without OpenMP, for single-thread runs
+# (kernels/cpu/serial_names.h renames them; cpu_backend.c picks the table).
+CPU_SERIAL_SRC := $(filter-out kernels/cpu/cpu_backend.c,$(wildcard kernels/cpu/*.c))
+CPU_SERIAL_OBJ := $(CPU_SERIAL_SRC:kernels/cpu/%.c=$(BUILD)/kernels/cpu-serial/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CPU_SERIAL_OBJ) $(CU_OBJ)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 MPI_SRC   := $(wildcard tests/mpi/*.c)
@@ -57,6 +61,10 @@ $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
+
+$(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c $(wildcard kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h src/common.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fno-openmp -Wno-unknown-pragmas -include kernels/cpu/serial_names.h -c $< -o $@
 
 $(BUILD)/libtrident.a: $(LIB_OBJ)
 	@rm -f $@

@@ -38,6 +38,17 @@ struct cpu_backend {
 // when bytes exceeds every earlier request. Call outside parallel regions.
 void *cpu_scratch(struct backend *be, size_t bytes);
 
+// Memory and lifetime entries of the table (cpu_backend.c), shared by both tables.
+void cpu_destroy(struct backend *be);
+void *cpu_alloc(struct backend *be, size_t bytes);
+void cpu_free(struct backend *be, void *ptr);
+void cpu_memcpy(struct backend *be, void *dst, const void *src, size_t bytes);
+void cpu_memset0(struct backend *be, void *dst, size_t bytes);
+void cpu_synchronize(struct backend *be);
+
+// The tables (cpu_table.c): OpenMP kernels, and the same kernels built serially.
+extern const struct backend_ops cpu_ops, cpu_serial_ops;
+
 // Aborts with "<op>: dtype <d> not supported by cpu backend" unless d is FP32
 // or FP64 (BF16/FP16 kernels are not written yet).
 #define CPU_CHECK_DTYPE(op, d)                                                 \

@@ -33,6 +33,14 @@ for c in "${csrc[@]}"; do
     gcc -c -std=gnu11 -fopenmp -DTRIDENT_CUDA -Itests/unit $CFLAGS "$c" -o "$o" || { echo "FAIL: compile $c"; exit 1; }
     objs+=("$o")
 done
+# The CPU backend's serial build (one thread), as the Makefile makes it.
+for c in kernels/cpu/*.c; do
+    [ "$c" = kernels/cpu/cpu_backend.c ] && continue
+    o="$OUT/s_$(basename "$c" .c).o"
+    gcc -c -std=gnu11 -fno-openmp -Wno-unknown-pragmas -include kernels/cpu/serial_names.h \
+        -Itests/unit $CFLAGS "$c" -o "$o" || { echo "FAIL: compile $c (serial)"; exit 1; }
+    objs+=("$o")
+done
 g++ -fopenmp -pthread "${objs[@]}" "$OUT/cuda_emu.o" -o "$OUT/test_ops_cuda" \
     $(pkg-config --libs openblas 2>/dev/null) -lm || { echo "FAIL: link"; exit 1; }
 start=$(date +%s)
