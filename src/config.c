@@ -541,7 +541,7 @@ static enum status load_file(const char *path, struct config *cfg, struct error 
     free(c.raw);
     if (c.failed) return err->status;
     if (read_error)
-        return error_set(err, STATUS_RUNTIME, "cannot read config file '%s': %s", path, strerror(saved_errno));
+        return error_set(err, STATUS_BAD_INPUT, "cannot read config file '%s': %s", path, strerror(saved_errno));
     if (rc > 0) return error_set(err, STATUS_BAD_INPUT, "%s:%d: malformed line", path, rc);
     if (rc < 0) return error_set(err, STATUS_RUNTIME, "inih failed on '%s' (code %d)", path, rc);
     return STATUS_OK;

@@ -86,11 +86,13 @@ static enum status make_dirs(const char *path, struct error *err) {
     if (mkdir(buf, 0755) && errno != EEXIST)
         return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: cannot create: %s", path,
                          strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) || !S_ISDIR(st.st_mode))
+        return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: exists and is not a folder",
+                         path);
     return STATUS_OK;
 }
 
-// fp32 GEMM rate of this rank, measured while every rank measures (so that
-// ranks sharing cores share them here too); summed over the world.
 // The matmul rate of this rank's backend (fp32, the model's GEMM path),
 // measured while every rank measures (so that ranks sharing cores or a GPU
 // share them here too); summed over the world: the MFU denominator, unless

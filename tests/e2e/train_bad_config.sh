@@ -59,6 +59,8 @@ cases=(
 "layers < pp * virtual_stages|set parallel.virtual_stages=2|parallel.pp=2 parallel.dp=1|n_layers.*pp \\* virtual_stages = 4"
 "interleaved needs m % p == 0|set model.n_layers=4|parallel.pp=2 parallel.dp=1 parallel.virtual_stages=2 train.global_batch_size=6|virtual_stages = 2 with 3 microbatches"
 "negative override||train.micro_batch_size=-2|train.micro_batch_size.*-2"
+"run_dir is a file|set log.run_dir=/etc/hostname||run_dir = /etc/hostname.*not a folder"
+"config is a folder|||FOLDER"
 "missing config file|||MISSING"
 )
 fail=0 n=0
@@ -67,15 +69,17 @@ for row in "${cases[@]}"; do
     n=$((n + 1))
     cfg="$tmp/case$n.ini"
     cp "$base" "$cfg"
+    marker="case$n-$$"
+    set_key "$cfg" log run_dir "$tmp/$marker" # each run its own folder (a case may replace it)
     case "$ini" in
         set\ *) kv=${ini#set }; sk=${kv%%=*}; set_key "$cfg" "${sk%%.*}" "${sk#*.}" "${kv#*=}" ;;
         add\ *) printf "\n${ini#add }\n" >> "$cfg" ;;
     esac
-    [ "$label" = "missing config file" ] && { cfg="$tmp/nothing-here.ini"; want="nothing-here.ini"; }
-    marker="case$n-$$"
+    [ "$label" = "missing config file" ] && { cfg="$tmp/nothing-here-$marker.ini"; want="nothing-here"; }
+    [ "$label" = "config is a folder" ] && { cfg="$tmp/folder-$marker"; mkdir -p "$cfg"; want="folder-$marker.*[Ii]s a directory"; }
     start=$(date +%s%N)
     # shellcheck disable=SC2086
-    out=$(timeout 20 $MPIRUN -np 2 "$TRIDENT" train "$cfg" log.run_dir="$tmp/$marker" $args 2>&1); rc=$?
+    out=$(timeout 20 $MPIRUN -np 2 "$TRIDENT" train "$cfg" $args 2>&1); rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     if [ "$rc" -ne 2 ]; then
         echo "FAIL [$label]: exit $rc, expected 2"; echo "$out" | head -5; fail=1; continue
@@ -83,7 +87,7 @@ for row in "${cases[@]}"; do
     if ! grep -Eq -- "$want" <<<"$out"; then
         echo "FAIL [$label]: message does not match /$want/:"; echo "$out" | head -5; fail=1; continue
     fi
-    if ! mpi_no_leftovers "$marker" >/dev/null; then
+    if ! mpi_no_leftovers "$cfg" >/dev/null; then
         echo "FAIL [$label]: processes left after exit"; fail=1; continue
     fi
     if [ "$ms" -gt 10000 ]; then
