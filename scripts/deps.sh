@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev libxxhash-dev bible-kjv
-      python3)
+      python3 procps)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
