@@ -199,8 +199,8 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 // head, layer, batch and sequence divisibility, lr and warmup order, and that
 // device = cuda only when has_cuda (pass whether this build has a CUDA backend).
 // Each message names the keys, their values and where they were set.
-// TODO(data): config_validate_data(cfg, vocab size, tokenizer id of the
-// dataset) once dataset.c reads index.ini.
+// The model against the data (vocab_size, tokenizer identity, seq_len) is
+// checked by dataset_open, which reads index.ini.
 enum status config_validate(const struct config *cfg, int world_size, bool has_cuda,
                             struct error *err);
 

@@ -352,14 +352,14 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     }
     m->param_arena = tensor_view(pa, dtype, total);
     m->grad_arena = tensor_view(ga, grad_dtype(dtype), total);
-    m->act_arena = tensor_view(aa, DTYPE_I32, 0);
+    m->act_arena = tensor_view(aa, DTYPE_I32, m->mem.activation_bytes / 4); // bytes, as 4-byte words
     struct carver c = {aa, 0};
     acts_layout(m, &c);
     blocks_bind(m, m->param_arena, m->blocks, &m->wte, &m->norm_w, &m->head);
     blocks_bind(m, m->grad_arena, m->dblocks, &m->dwte, &m->dnorm_w, &m->dhead);
     backend_memset0(be, m->param_arena);
     backend_memset0(be, m->grad_arena);
-    backend_memset0(be, tensor_view(aa, DTYPE_I32, m->mem.activation_bytes / 4));
+    backend_memset0(be, m->act_arena);
 
     // RoPE tables, angles in double.
     size_t half = (size_t)cfg->max_seq_len * (m->D / 2);
