@@ -469,6 +469,7 @@ int cmd_train(int argc, char **argv) {
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};
     sa.sa_handler = on_preempt;
+    sa.sa_flags = SA_RESTART; // reads and MPI calls the signal interrupts carry on
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     struct trainer t = {0};
