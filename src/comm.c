@@ -53,6 +53,22 @@ static bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t 
 
 // ---- wrappers ---------------------------------------------------------------
 
+// The checks every point-to-point wrapper makes.
+static void check_p2p(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                      int peer, int tag, const char *op) {
+    check_group(g, op);
+    check_dtype(dtype, false, op);
+    check_buf(buf, count, op);
+    check_peer(g, peer, tag, op);
+}
+
+// A fresh request of group g for a non-blocking operation.
+static void request_begin(struct comm_group *g, struct comm_request *req, const char *op) {
+    CHECK(req, "%s: NULL request", op);
+    memset(req, 0, sizeof *req);
+    req->group = g;
+}
+
 // Runs a blocking call and adds its duration to the group's busy time.
 #define TIMED(g, stmt)                                                         \
     do {                                                                       \
@@ -72,9 +88,7 @@ void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum d
                            enum comm_op op, struct comm_request *req) {
     check_reduction(g, dtype, op, "comm_all_reduce_start");
     check_buf(buf, count, "comm_all_reduce_start");
-    CHECK(req, "comm_all_reduce_start: NULL request");
-    memset(req, 0, sizeof *req);
-    req->group = g;
+    request_begin(g, req, "comm_all_reduce_start");
     g->ops->all_reduce_start(g, buf, count, dtype, op, req);
 }
 
@@ -128,43 +142,27 @@ void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dt
 
 void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
                int tag) {
-    check_group(g, "comm_send");
-    check_dtype(dtype, false, "comm_send");
-    check_buf(buf, count, "comm_send");
-    check_peer(g, peer, tag, "comm_send");
+    check_p2p(g, buf, count, dtype, peer, tag, "comm_send");
     TIMED(g, g->ops->send(g, buf, count, dtype, peer, tag));
 }
 
 void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                int tag) {
-    check_group(g, "comm_recv");
-    check_dtype(dtype, false, "comm_recv");
-    check_buf(buf, count, "comm_recv");
-    check_peer(g, peer, tag, "comm_recv");
+    check_p2p(g, buf, count, dtype, peer, tag, "comm_recv");
     TIMED(g, g->ops->recv(g, buf, count, dtype, peer, tag));
 }
 
 void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
                      int peer, int tag, struct comm_request *req) {
-    check_group(g, "comm_send_start");
-    check_dtype(dtype, false, "comm_send_start");
-    check_buf(buf, count, "comm_send_start");
-    check_peer(g, peer, tag, "comm_send_start");
-    CHECK(req, "comm_send_start: NULL request");
-    memset(req, 0, sizeof *req);
-    req->group = g;
+    check_p2p(g, buf, count, dtype, peer, tag, "comm_send_start");
+    request_begin(g, req, "comm_send_start");
     g->ops->send_start(g, buf, count, dtype, peer, tag, req);
 }
 
 void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                      int tag, struct comm_request *req) {
-    check_group(g, "comm_recv_start");
-    check_dtype(dtype, false, "comm_recv_start");
-    check_buf(buf, count, "comm_recv_start");
-    check_peer(g, peer, tag, "comm_recv_start");
-    CHECK(req, "comm_recv_start: NULL request");
-    memset(req, 0, sizeof *req);
-    req->group = g;
+    check_p2p(g, buf, count, dtype, peer, tag, "comm_recv_start");
+    request_begin(g, req, "comm_recv_start");
     g->ops->recv_start(g, buf, count, dtype, peer, tag, req);
 }
 
