@@ -11,14 +11,16 @@ CC        ?= gcc
 BUILD     ?= build
 OPT       ?= -O3 -march=native
 CFLAGS    += $(OPT) -g -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter \
-             -Isrc -Ikernels $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+             -Isrc -I. -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS    += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 LDFLAGS   += -fopenmp
 
-LIB_SRC   := $(filter-out src/main.c src/comm_nccl.c,$(wildcard src/*.c)) $(wildcard kernels/*.c) \
-             $(wildcard kernels/cpu/*.c)
+# src/<subsystem>/*.c (docs/design.md §1); src/cli/ is the executable's own.
+LIB_SRC   := $(filter-out src/cli/%.c src/parallel/comm_nccl.c,$(wildcard src/*/*.c)) \
+             $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+CLI_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cli/*.c))
 
-# CUDA=1: kernels/cuda/*.cu with nvcc and src/comm_nccl.c join the library;
+# CUDA=1: kernels/cuda/*.cu with nvcc and src/parallel/comm_nccl.c join the library;
 # -DTRIDENT_CUDA tells kernels/backend.c (only) that the CUDA backend exists.
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
@@ -27,9 +29,9 @@ CU_OBJ    :=
 ifeq ($(CUDA),1)
 CUDA_LIBDIRS := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib
 CFLAGS    += -DTRIDENT_CUDA -I$(CUDA_HOME)/include
-NVFLAGS   := -O3 -g -std=c++17 $(CUDA_ARCHS) -DTRIDENT_CUDA -Isrc -Ikernels \
+NVFLAGS   := -O3 -g -std=c++17 $(CUDA_ARCHS) -DTRIDENT_CUDA -Isrc -I. -MMD -MP \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
-LIB_SRC   += src/comm_nccl.c
+LIB_SRC   += src/parallel/comm_nccl.c
 CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
 LDLIBS    += $(CUDA_LIBDIRS:%=-L%) $(CUDA_LIBDIRS:%=-Wl,-rpath,%) \
              -lcudnn -lnccl -lcublasLt -lcublas -lcudart -lstdc++
@@ -52,17 +54,18 @@ BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 .PHONY: all deps run test test-asan bench clean tests benches
 all: $(BUILD)/trident tests benches
 
-$(BUILD)/%.o: %.c $(wildcard src/*.h kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h kernels/cuda/*.h)
+# Header dependencies come from the compiler (-MMD -MP): $(BUILD)/**/*.d.
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels/cuda/*.cuh src/common.h kernels/ops.h)
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels/cuda/*.cuh src/base/common.h kernels/ops.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
 
-$(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c $(wildcard kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h src/common.h)
+$(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c $(wildcard kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h src/base/common.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fno-openmp -Wno-unknown-pragmas -include kernels/cpu/serial_names.h -c $< -o $@
 
@@ -70,23 +73,23 @@ $(BUILD)/libtrident.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/trident: $(BUILD)/src/main.o $(BUILD)/libtrident.a
+$(BUILD)/trident: $(CLI_OBJ) $(BUILD)/libtrident.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 tests: $(TEST_BIN) $(MPI_BIN)
-$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libtrident.a
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtrident.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MF $@.d -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
 
 # Multi-rank test programs, run under mpirun by tests/e2e/*.sh.
 $(BUILD)/mpi/%: tests/mpi/%.c $(BUILD)/libtrident.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MF $@.d $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
 
 benches: $(BENCH_BIN)
 $(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libtrident.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MF $@.d -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
 
 deps:
 	@scripts/deps.sh
@@ -107,6 +110,8 @@ bench: deps
 run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run_default.sh $(ARGS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 clean:
 	rm -rf build build-asan build-cuda build-gpu

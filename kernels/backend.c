@@ -5,7 +5,7 @@
 #include "backend.h"
 
 #ifdef TRIDENT_CUDA
-#include "cuda/backend_cuda.h"
+#include "kernels/cuda/backend_cuda.h"
 #endif
 
 bool backend_has_cuda(void) {

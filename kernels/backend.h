@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "ops.h"
 
 enum backend_kind { BACKEND_CPU, BACKEND_CUDA };

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 size_t dtype_size(enum dtype dtype) {
     switch (dtype) {

@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-// DTYPE_I64: counters (tokens, steps) summed across ranks by src/comm.h.
+// DTYPE_I64: counters (tokens, steps) summed across ranks by src/parallel/comm.h.
 enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32, DTYPE_I64 };
 
 // Bytes per element of dtype.

@@ -12,8 +12,8 @@
 
 #include <math.h>
 
-#include "common.h"
-#include "ops.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 
 // The vector variants of exp in glibc's libmvec (within 4 ulp; math.h
 // declares them only under -ffast-math): with these declarations the softmax

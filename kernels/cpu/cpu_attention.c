@@ -12,7 +12,7 @@
 // T x T work at T = 256 (the causal upper triangle).
 #define ATTN_BLOCK 64
 
-#define GENERIC_FILE "cpu/generic/attention.h"
+#define GENERIC_FILE "kernels/cpu/generic/attention.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 

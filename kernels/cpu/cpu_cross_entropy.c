@@ -5,7 +5,7 @@
 
 #include "cpu.h"
 
-#define GENERIC_FILE "cpu/generic/cross_entropy.h"
+#define GENERIC_FILE "kernels/cpu/generic/cross_entropy.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 

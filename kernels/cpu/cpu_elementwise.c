@@ -5,7 +5,7 @@
 
 #include "cpu.h"
 
-#define GENERIC_FILE "cpu/generic/elementwise.h"
+#define GENERIC_FILE "kernels/cpu/generic/elementwise.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 

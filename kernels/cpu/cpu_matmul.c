@@ -13,7 +13,7 @@
 // by up to 16 rows or columns).
 #define MATMUL_ALIGN 16
 
-#define GENERIC_FILE "cpu/generic/matmul.h"
+#define GENERIC_FILE "kernels/cpu/generic/matmul.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 

@@ -5,7 +5,7 @@
 
 #include "cpu.h"
 
-#define GENERIC_FILE "cpu/generic/norm.h"
+#define GENERIC_FILE "kernels/cpu/generic/norm.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 

@@ -5,7 +5,7 @@
 
 #include "cpu.h"
 
-#define GENERIC_FILE "cpu/generic/optim.h"
+#define GENERIC_FILE "kernels/cpu/generic/optim.h"
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 

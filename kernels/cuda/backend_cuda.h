@@ -4,8 +4,8 @@
 #ifndef TRIDENT_BACKEND_CUDA_H
 #define TRIDENT_BACKEND_CUDA_H
 
-#include "common.h"
-#include "ops.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,7 +22,7 @@ struct backend *backend_cuda_init(int device, struct error *err);
 int backend_cuda_device_count(void);
 
 // The compute and communication streams of a CUDA backend (cudaStream_t),
-// for the NCCL comm table (src/comm_nccl.c), and the device it runs on.
+// for the NCCL comm table (src/parallel/comm_nccl.c), and the device it runs on.
 void *backend_cuda_stream(struct backend *be);
 void *backend_cuda_comm_stream(struct backend *be);
 int backend_cuda_device(struct backend *be);

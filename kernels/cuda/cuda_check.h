@@ -5,7 +5,7 @@
 #ifndef TRIDENT_CUDA_CHECK_H
 #define TRIDENT_CUDA_CHECK_H
 
-#include "common.h"
+#include "base/common.h"
 
 #define CHECK_CUDA(stmt)                                                       \
     do {                                                                       \

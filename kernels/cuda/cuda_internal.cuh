@@ -20,11 +20,11 @@
 #define _Noreturn __attribute__((noreturn))
 #endif
 extern "C" {
-#include "common.h"
-#include "ops.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 }
-#include "cuda/backend_cuda.h"
-#include "cuda/cuda_check.h"
+#include "backend_cuda.h"
+#include "cuda_check.h"
 
 // A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
 // the query costs tens of microseconds and a training step repeats a handful
@@ -43,7 +43,7 @@ struct algo_entry {
 struct cuda_backend {
     int device;
     cudaStream_t stream;      // compute: every op and memory copy
-    cudaStream_t comm_stream; // communication (NCCL), see src/comm_nccl.c
+    cudaStream_t comm_stream; // communication (NCCL), see src/parallel/comm_nccl.c
     cublasLtHandle_t lt;
     void *workspace; // cuBLASLt workspace
     size_t workspace_bytes;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 enum { C = 768, F = 2048, L = 12, V = 50304 };
 

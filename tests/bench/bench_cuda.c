@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "common.h"
-#include "ops.h"
+#include "kernels/backend.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 
 static struct backend *be;
 

@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dataset.h"
-#include "model.h"
-#include "optimizer.h"
-#include "train_step.h"
-#include "prep.h"
+#include "data/dataset.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "train/train_step.h"
+#include "data/prep.h"
 
 int main(int argc, char **argv) {
     const char *corpus = argc > 1 ? argv[1] : "data/kjv.txt";

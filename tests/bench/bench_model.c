@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "optimizer.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "test.h"
-#include "train_step.h"
+#include "train/train_step.h"
 
 // GFLOP/s of a square-ish fp32 GEMM of the model's typical shape.
 static double measure_sgemm_gflops(int M, int N, int K) {

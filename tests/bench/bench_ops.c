@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "ops.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 
 static float *filled(struct backend *be, size_t n, float scale) {
     float *p = backend_alloc(be, n * sizeof(float));

@@ -13,7 +13,7 @@ OUT="$BUILD/cuda-emu"
 command -v g++ >/dev/null || { echo "skipped: no g++"; exit 77; }
 command -v perl >/dev/null || { echo "skipped: no perl"; exit 77; }
 mkdir -p "$OUT"
-CFLAGS="-O1 -g -Isrc -Ikernels $(pkg-config --cflags openblas 2>/dev/null)"
+CFLAGS="-O1 -g -Isrc -I. $(pkg-config --cflags openblas 2>/dev/null)"
 fail=0
 objs=()
 for cu in kernels/cuda/*.cu; do
@@ -27,7 +27,7 @@ for cu in kernels/cuda/*.cu; do
     objs+=("$OUT/$name.o")
 done
 g++ -c -std=c++20 -O1 -g -pthread -Itests/cuda_emu tests/cuda_emu/cuda_emu.cpp -o "$OUT/cuda_emu.o" || exit 1
-csrc=(kernels/ops.c kernels/backend.c kernels/rope_table.c kernels/cpu/*.c src/common.c tests/unit/test_ops_cuda.c)
+csrc=(kernels/ops.c kernels/backend.c kernels/rope_table.c kernels/cpu/*.c src/base/common.c tests/unit/test_ops_cuda.c)
 for c in "${csrc[@]}"; do
     o="$OUT/c_$(basename "$c" .c).o"
     gcc -c -std=gnu11 -fopenmp -DTRIDENT_CUDA -Itests/unit $CFLAGS "$c" -o "$o" || { echo "FAIL: compile $c"; exit 1; }

@@ -4,7 +4,7 @@
 //       steps 1, 2, 3 with keep_last=2; rank 0 prints "committed step S" after
 //       each save returned OK on every rank, and every rank prints
 //       "calls rank R after step S: N" (its storage calls so far).
-//       TRIDENT_FAULT (src/storage.h) kills or fails a storage call.
+//       TRIDENT_FAULT (src/ckpt/durable.h) kills or fails a storage call.
 //   ckpt_driver load DIR                one rank (another layout: resharding):
 //       resumes from DIR/latest, checks every tensor against the closed form
 //       of its step, prints "loaded step S" (or "loaded none"), exit 0; a
@@ -16,10 +16,10 @@
 //   param/norm (6, 1)  replicated on every rank
 #include <string.h>
 
-#include "checkpoint.h"
-#include "comm_mpi.h"
-#include "mpi_util.h"
-#include "storage.h"
+#include "ckpt/checkpoint.h"
+#include "parallel/comm_mpi.h"
+#include "base/mpi_util.h"
+#include "ckpt/durable.h"
 
 enum { GR = 8, GC = 6 };
 
@@ -58,7 +58,7 @@ static int save(const char *dir, int rank, struct comm_group *world) {
                                    .state = &s, .keep_last = 2};
         struct error err = {0};
         enum status st = checkpoint_save(&a, world, &err);
-        printf("calls rank %d after step %lld: %ld\n", rank, (long long)step, storage_calls());
+        printf("calls rank %d after step %lld: %ld\n", rank, (long long)step, durable_calls());
         if (st) {
             fprintf(stderr, "[rank %d] save failed: %s\n", rank, err.msg);
             return 1;

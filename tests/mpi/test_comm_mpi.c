@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_mpi.h"
-#include "mpi_util.h"
-#include "topology.h"
+#include "parallel/comm_mpi.h"
+#include "base/mpi_util.h"
+#include "parallel/topology.h"
 
 static int failures;
 

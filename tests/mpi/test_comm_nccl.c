@@ -1,4 +1,4 @@
-// test_comm_nccl.c: the NCCL comm table (src/comm_nccl.c) on device buffers,
+// test_comm_nccl.c: the NCCL comm table (src/parallel/comm_nccl.c) on device buffers,
 // one rank per GPU: run as `mpirun -np G build/mpi/test_comm_nccl` with G <=
 // the GPUs of the node (tests/gpu/run.sh). Each rank fills device buffers
 // with rank-dependent values, runs every collective (sum and max all-reduce,
@@ -13,14 +13,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
-#include "common.h"
-#include "mpi_util.h"
+#include "kernels/backend.h"
+#include "base/common.h"
+#include "base/mpi_util.h"
 #include "../unit/test.h"
 
 #ifdef TRIDENT_CUDA
-#include "comm_mpi.h"
-#include "comm_nccl.h"
+#include "parallel/comm_mpi.h"
+#include "parallel/comm_nccl.h"
 
 static struct backend *be;
 

@@ -1,5 +1,5 @@
 // test_grad_sync.c: the bucketed data-parallel all-reduce of gradients
-// (src/grad_sync.c) under mpirun (run by tests/e2e/grad_sync_mpi.sh). Every
+// (src/train/grad_sync.c) under mpirun (run by tests/e2e/grad_sync_mpi.sh). Every
 // rank runs one backward on its own tokens with the sync armed and small
 // buckets; then (1) the gradients equal the sum over ranks of each rank's
 // own gradients, computed here without the sync by a second model and summed
@@ -10,10 +10,10 @@
 #include <mpi.h>
 #include <string.h>
 
-#include "comm_mpi.h"
-#include "grad_sync.h"
-#include "model.h"
-#include "mpi_util.h"
+#include "parallel/comm_mpi.h"
+#include "train/grad_sync.h"
+#include "model/model.h"
+#include "base/mpi_util.h"
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

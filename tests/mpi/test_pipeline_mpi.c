@@ -1,4 +1,4 @@
-// test_pipeline_mpi.c: the pipeline executor (src/pipeline.c) over MPI, run by
+// test_pipeline_mpi.c: the pipeline executor (src/parallel/pipeline.c) over MPI, run by
 // tests/e2e/pipeline_mpi.sh. For each (p, m, v) given, the world of N ranks
 // is laid out as tp = 1, pp = p, dp = N / p (topology_init), and every pp
 // group runs the toy model of tests/unit/pipeline_toy.h: each virtual stage
@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_mpi.h"
-#include "mpi_util.h"
-#include "pipeline.h"
-#include "topology.h"
+#include "parallel/comm_mpi.h"
+#include "base/mpi_util.h"
+#include "parallel/pipeline.h"
+#include "parallel/topology.h"
 #include "../unit/pipeline_toy.h"
 
 enum { COUNT = 4096 };

@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
-#include "pipeline.h"
+#include "base/common.h"
+#include "parallel/pipeline.h"
 
 struct toy {
     int p, s, m, v, n, slots;

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "storage.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/durable.h"
 #include "test.h"
 
 // Layout A: world 6 = tp 2 x dp 3; rank = t + 2 d. Global tensors:
@@ -297,9 +297,9 @@ static void test_faults(const char *root) {
     snprintf(dir, sizeof dir, "%s/faults", root);
     struct error err = {0};
     EXPECT(save_a(dir, 1, 2, 0, &err) == STATUS_OK, "first save: %s", err.msg);
-    storage_fault_set(NULL, &err);
+    durable_fault_set(NULL, &err);
     EXPECT(save_a(dir, 2, 2, 0, &err) == STATUS_OK, "second save: %s", err.msg);
-    long calls = storage_calls();
+    long calls = durable_calls();
     printf("  one save of %d ranks makes %ld storage calls\n", WORLD, calls);
     static const char *kinds[] = {"short_write", "fsync", "enospc"};
     int64_t step = 3, prev = 2;
@@ -308,9 +308,9 @@ static void test_faults(const char *root) {
         for (int n = 1; n < 200; n++) {
             char spec[64];
             snprintf(spec, sizeof spec, "%s:%d", kinds[k], n);
-            EXPECT(storage_fault_set(spec, &err) == STATUS_OK, "%s", err.msg);
+            EXPECT(durable_fault_set(spec, &err) == STATUS_OK, "%s", err.msg);
             enum status st = save_a(dir, step, 2, 0, &err);
-            storage_fault_set(NULL, &err);
+            durable_fault_set(NULL, &err);
             int64_t now = latest_step(dir);
             if (st == STATUS_OK) { // n is past the last call of this kind
                 EXPECT(now == step, "%s: saved, latest %lld", spec, (long long)now);
@@ -330,8 +330,8 @@ static void test_faults(const char *root) {
     }
     printf("  %d injected faults reported as errors\n", failures_seen);
     EXPECT(failures_seen >= 10, "only %d faults hit", failures_seen);
-    EXPECT(storage_fault_set("bogus:1", &err) == STATUS_BAD_INPUT, "bad fault spec accepted");
-    storage_fault_set(NULL, &err);
+    EXPECT(durable_fault_set("bogus:1", &err) == STATUS_BAD_INPUT, "bad fault spec accepted");
+    durable_fault_set(NULL, &err);
 }
 
 // The collective path on one rank (comm_self): save, resume, read back.

@@ -12,7 +12,7 @@
 // ranks of layout B each read only their shard of m (arena cut mid-tensor).
 #include <string.h>
 
-#include "checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "test.h"
 
 enum { TP = 2, PP = 2, DP = 2, B = 1, T = 8 };

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "test.h"
 
 static char tmp_path[64];

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dataset.h"
+#include "data/dataset.h"
 #include "test.h"
 
 // Source stream: a scramble of positions, so that a token value names its

@@ -6,7 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dataset.h"
+#include "base/checksum.h"
+#include "data/dataset.h"
 #include "test.h"
 
 static char dir[256];
@@ -122,7 +123,7 @@ int main(void) {
         EXPECT(index_read(ipath, &ix, &err) == STATUS_OK, "%s", err.msg);
         EXPECT(stat(spath, &st) == 0, "stat");
         ix.shards[0].bytes = (uint64_t)st.st_size;
-        EXPECT(file_checksum(spath, ix.shards[0].checksum, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(checksum_file(spath, ix.shards[0].checksum, &err) == STATUS_OK, "%s", err.msg);
         EXPECT(index_write(ipath, &ix, &err) == STATUS_OK, "%s", err.msg);
         index_free(&ix);
     }

@@ -11,11 +11,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "init.h"
-#include "model.h"
-#include "optimizer.h"
+#include "base/rng.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "test.h"
-#include "train_step.h"
+#include "train/train_step.h"
 
 static struct llama_config small_config(int V) {
     return (struct llama_config){
@@ -35,7 +35,7 @@ static struct model *new_model(struct backend *be, const struct llama_config *cf
 }
 
 static uint64_t rng_state = 42;
-static uint32_t rand_u32(void) { return (uint32_t)((rng_state = init_splitmix64(rng_state)) >> 32); }
+static uint32_t rand_u32(void) { return (uint32_t)((rng_state = rng_splitmix64(rng_state)) >> 32); }
 
 static void test_causality(struct backend *be) {
     struct llama_config cfg = small_config(128);

@@ -12,10 +12,10 @@
 
 #include "h5fixture.h"
 
-#include "model.h"
-#include "optimizer.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "test.h"
-#include "train_step.h"
+#include "train/train_step.h"
 
 #define FIXTURES "tests/reference/fixtures/"
 

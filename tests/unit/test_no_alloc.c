@@ -6,10 +6,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model.h"
-#include "optimizer.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "test.h"
-#include "train_step.h"
+#include "train/train_step.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 int main(void) { TEST_SKIP("the sanitizer owns malloc"); }

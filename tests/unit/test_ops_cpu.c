@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "ops.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 #include "test.h"
 
 #define TOL 1e-5

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "common.h"
-#include "ops.h"
+#include "kernels/backend.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 #include "test.h"
 
 static struct backend *cpu, *gpu;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "ops.h"
+#include "base/common.h"
+#include "kernels/ops.h"
 #include "test.h"
 
 #define EPS 1e-6

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "h5fixture.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include "test.h"
 
 // Relative to the repository root (tests/run.sh runs there); OPS_FIXTURE

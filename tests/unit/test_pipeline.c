@@ -1,4 +1,4 @@
-// test_pipeline.c: pipeline schedules (src/pipeline.c) against the properties
+// test_pipeline.c: pipeline schedules (src/parallel/pipeline.c) against the properties
 // of Narayanan et al. 2021 §2.2, and the executor on threads.
 //
 // For every p in 1..8, m in p..3p+4, v in 1..3 (where valid):
@@ -20,7 +20,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "pipeline.h"
+#include "parallel/pipeline.h"
 #include "pipeline_toy.h"
 #include "test.h"
 

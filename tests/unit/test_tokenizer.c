@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define FIX "tests/reference/fixtures/"
 

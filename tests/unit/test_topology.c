@@ -6,9 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "parallel/comm.h"
 #include "test.h"
-#include "topology.h"
+#include "parallel/topology.h"
 
 static int same_members(const int *a, int na, const int *b, int nb) {
     if (na != nb) return 0;

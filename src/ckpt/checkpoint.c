@@ -1,0 +1,384 @@
+// checkpoint.c: writing checkpoints (checkpoint.h): rank files in HDF5, the
+// manifest, the commit protocol and rotation. Every durable write goes
+// through durable.c so that crash tests can fail or kill it.
+#include "checkpoint_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/checksum.h"
+#include "base/h5util.h"
+#include "durable.h"
+
+hid_t ckpt_h5_type(enum dtype dtype) {
+    switch (dtype) {
+    case DTYPE_FP32: return H5T_NATIVE_FLOAT;
+    case DTYPE_FP64: return H5T_NATIVE_DOUBLE;
+    case DTYPE_I32: return H5T_NATIVE_INT32;
+    case DTYPE_I64: return H5T_NATIVE_INT64;
+    case DTYPE_BF16:
+    case DTYPE_FP16: return H5T_NATIVE_UINT16;
+    }
+    return H5T_NATIVE_FLOAT;
+}
+
+int ckpt_dtype_parse(const char *name) {
+    static const enum dtype all[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16,
+                                     DTYPE_FP64, DTYPE_I32,  DTYPE_I64};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(dtype_name(all[i]), name)) return (int)all[i];
+    return -1;
+}
+
+void ckpt_block_copy(char *global, int gcols, int ro, int co, int cols, size_t fb, size_t fe,
+                     char *flat, size_t es, int to_global) {
+    for (size_t f = fb; f < fe;) {
+        size_t r = f / (size_t)cols, c = f % (size_t)cols;
+        size_t run = MIN((size_t)cols - c, fe - f); // to the end of this block row
+        char *g = global + (((size_t)ro + r) * (size_t)gcols + (size_t)co + c) * es;
+        char *l = flat + (f - fb) * es;
+        if (to_global) memcpy(g, l, run * es);
+        else memcpy(l, g, run * es);
+        f += run;
+    }
+}
+
+const char *ckpt_piece_tags_error(const struct ckpt_piece *p) {
+    if (p->grows < 1 || p->gcols < 1) return "global shape is not positive";
+    if (p->rows < 0 || p->cols < 0 || p->row_offset < 0 || p->col_offset < 0 ||
+        p->row_offset + p->rows > p->grows || p->col_offset + p->cols > p->gcols)
+        return "block lies outside the global shape";
+    if (p->flat_begin > p->flat_end || p->flat_end > (size_t)p->rows * (size_t)p->cols)
+        return "flat range lies outside the block";
+    return NULL;
+}
+
+void ckpt_step_name(char *out, size_t cap, int64_t step) {
+    snprintf(out, cap, "step-%06lld", (long long)step);
+}
+
+static void tmp_dir_path(const struct ckpt_save_args *a, char *out) {
+    char name[64];
+    ckpt_step_name(name, sizeof name, a->step);
+    snprintf(out, CKPT_PATH_MAX, "%s/%s.tmp", a->dir, name);
+}
+
+// Removes leftovers of crashed saves: step-*.tmp folders and latest.tmp.
+static enum status remove_stale(const char *dir, struct error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return error_set(err, STATUS_RUNTIME, "%s: cannot list: %s", dir, strerror(errno));
+    struct dirent *e;
+    enum status st = STATUS_OK;
+    char path[CKPT_PATH_MAX];
+    while (!st && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        int stale = (!strncmp(e->d_name, "step-", 5) && n > 4 && !strcmp(e->d_name + n - 4, ".tmp")) ||
+                    !strcmp(e->d_name, "latest.tmp");
+        if (!stale) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        st = durable_remove_tree(path, err);
+    }
+    closedir(d);
+    return st;
+}
+
+enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err) {
+    char tmp[CKPT_PATH_MAX];
+    tmp_dir_path(a, tmp);
+    enum status st;
+    if ((st = durable_mkdir(a->dir, err)) || (st = remove_stale(a->dir, err)) ||
+        (st = durable_mkdir(tmp, err)) || (st = durable_fsync_dir(a->dir, err)))
+        return st;
+    return STATUS_OK;
+}
+
+// Attribute helpers: scalars and small arrays on a group or dataset.
+static int attr_write(hid_t loc, const char *name, hid_t type, size_t n, const void *v) {
+    hsize_t dims = n;
+    hid_t space = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &dims, NULL);
+    hid_t attr = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = attr < 0 || H5Awrite(attr, type, v) < 0;
+    if (attr >= 0) H5Aclose(attr);
+    H5Sclose(space);
+    return bad;
+}
+
+static int attr_write_str(hid_t loc, const char *name, const char *s) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, strlen(s) + 1);
+    int bad = attr_write(loc, name, type, 1, s);
+    H5Tclose(type);
+    return bad;
+}
+
+static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
+    char dname[16];
+    snprintf(dname, sizeof dname, "%05d", i);
+    hsize_t n = p->flat_end - p->flat_begin;
+    hid_t space = H5Screate_simple(1, &n, NULL);
+    hid_t type = ckpt_h5_type(p->dtype);
+    hid_t ds = H5Dcreate2(group, dname, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = ds < 0 || (n > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p->data) < 0);
+    int64_t shape[6] = {p->grows, p->gcols, p->row_offset, p->col_offset, p->rows, p->cols};
+    uint64_t flat[2] = {p->flat_begin, p->flat_end};
+    if (!bad)
+        bad = attr_write_str(ds, "name", p->name) || attr_write_str(ds, "dtype", dtype_name(p->dtype)) ||
+              attr_write(ds, "shape", H5T_NATIVE_INT64, 6, shape) ||
+              attr_write(ds, "flat_range", H5T_NATIVE_UINT64, 2, flat);
+    if (ds >= 0) H5Dclose(ds);
+    H5Sclose(space);
+    return bad;
+}
+
+static int write_state(hid_t file, const struct ckpt_state *s) {
+    hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return 1;
+    uint64_t loader[4] = {s->loader.seed, s->loader.epoch, s->loader.batch, s->loader.micro};
+    int bad = attr_write(g, "step", H5T_NATIVE_INT64, 1, &s->step) ||
+              attr_write(g, "lr_step", H5T_NATIVE_INT64, 1, &s->lr_step) ||
+              attr_write(g, "opt_steps", H5T_NATIVE_INT64, 1, &s->opt_steps) ||
+              attr_write(g, "loader", H5T_NATIVE_UINT64, 4, loader) ||
+              attr_write(g, "rng_seed", H5T_NATIVE_UINT64, 1, &s->rng_seed) ||
+              attr_write(g, "rng_state", H5T_NATIVE_UINT64, 4, s->rng_state) ||
+              attr_write(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &s->loss_scale) ||
+              attr_write(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1, &s->loss_scale_good_steps);
+    H5Gclose(g);
+    return bad;
+}
+
+enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_file_sum *sum,
+                                  struct error *err) {
+    char path[CKPT_PATH_MAX + 32], tmp[CKPT_PATH_MAX];
+    tmp_dir_path(a, tmp);
+    snprintf(path, sizeof path, "%s/rank-%05d.h5", tmp, a->rank);
+    for (int i = 0; i < a->n_pieces; i++) {
+        const char *why = ckpt_piece_tags_error(&a->pieces[i]);
+        CHECK(!why, "checkpoint piece %s: %s", a->pieces[i].name, why);
+    }
+    enum status st = durable_point("h5_create", path, true, err);
+    if (st) return st;
+    h5util_quiet();
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) return error_set(err, STATUS_RUNTIME, "%s: cannot create HDF5 file", path);
+    int version = CKPT_FORMAT_VERSION;
+    int64_t step = a->step, rank = a->rank;
+    int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
+              attr_write(file, "step", H5T_NATIVE_INT64, 1, &step) ||
+              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state);
+    hid_t g = bad ? -1 : H5Gcreate2(file, "pieces", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) bad = 1;
+    for (int i = 0; !bad && i < a->n_pieces; i++) {
+        if (write_piece(g, i, &a->pieces[i]))
+            return H5Gclose(g), H5Fclose(file),
+                   error_set(err, STATUS_RUNTIME, "%s: writing tensor %s failed (disk full?)", path,
+                             a->pieces[i].name);
+    }
+    if (g >= 0) H5Gclose(g);
+    if (H5Fclose(file) < 0 || bad)
+        return error_set(err, STATUS_RUNTIME, "%s: writing the HDF5 file failed (disk full?)", path);
+    if ((st = durable_fsync_path(path, err))) return st;
+    char sumtxt[64];
+    if ((st = checksum_file(path, sumtxt, err))) return st;
+    struct stat s;
+    if (stat(path, &s)) return error_set(err, STATUS_RUNTIME, "%s: stat: %s", path, strerror(errno));
+    sum->xxh3 = strtoull(sumtxt + strlen("xxh3-64:"), NULL, 16);
+    sum->bytes = (uint64_t)s.st_size;
+    return STATUS_OK;
+}
+
+// Appends printf text to a growing buffer.
+struct text {
+    char *buf;
+    size_t len, cap;
+};
+__attribute__((format(printf, 2, 3))) static void text_add(struct text *t, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = t->cap * 2 + (size_t)n + 256;
+        char *nb = xmalloc(t->cap);
+        memcpy(nb, t->buf, t->len);
+        free(t->buf);
+        t->buf = nb;
+    }
+}
+
+static char *manifest_text(const struct ckpt_save_args *a, const struct ckpt_file_sum *sums,
+                           size_t *len) {
+    struct text t = {xmalloc(4096), 0, 4096};
+    const struct llama_config *m = a->model;
+    int world = a->tp * a->pp * a->dp;
+    text_add(&t, "# trident checkpoint manifest (docs/formats.md)\n[checkpoint]\n");
+    text_add(&t, "format_version = %d\nstep = %lld\nworld_size = %d\n", CKPT_FORMAT_VERSION,
+             (long long)a->step, world);
+    text_add(&t, "tp = %d\npp = %d\ndp = %d\nzero_stage = %d\ntokenizer = %s\n", a->tp, a->pp,
+             a->dp, a->zero_stage, a->tokenizer_id ? a->tokenizer_id : "");
+    text_add(&t, "\n[model]\nvocab_size = %d\nd_model = %d\nn_layers = %d\nn_heads = %d\n",
+             m->vocab_size, m->d_model, m->n_layers, m->n_heads);
+    text_add(&t, "n_kv_heads = %d\nffn_dim = %d\nmax_seq_len = %d\nrope_theta = %.17g\n",
+             m->n_kv_heads, m->ffn_dim, m->max_seq_len, m->rope_theta);
+    text_add(&t, "norm_eps = %.9g\ntie_embeddings = %d\n", (double)m->norm_eps,
+             m->tie_embeddings ? 1 : 0);
+    text_add(&t, "\n[files]\n");
+    for (int r = 0; r < world; r++)
+        text_add(&t, "rank-%05d.h5 = xxh3-64:%016llx %llu\n", r, (unsigned long long)sums[r].xxh3,
+                 (unsigned long long)sums[r].bytes);
+    *len = t.len;
+    return t.buf;
+}
+
+// The folder name `latest` holds, or "" when there is none.
+static void latest_name(const char *dir, char *out, size_t cap) {
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(out, (int)cap, f)) out[0] = 0;
+    fclose(f);
+    out[strcspn(out, "\r\n")] = 0;
+}
+
+enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_file_sum *sums,
+                              struct error *err) {
+    char tmp[CKPT_PATH_MAX], final[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32], name[64], cur[256];
+    tmp_dir_path(a, tmp);
+    ckpt_step_name(name, sizeof name, a->step);
+    snprintf(final, sizeof final, "%s/%s", a->dir, name);
+    size_t len;
+    char *text = manifest_text(a, sums, &len);
+    snprintf(path, sizeof path, "%s/manifest.ini", tmp);
+    enum status st = durable_write_file(path, text, len, err);
+    free(text);
+    if (st || (st = durable_fsync_dir(tmp, err))) return st;
+    // The reader's checks on what was written (tags, one shape per tensor,
+    // every element in some piece; metadata only), so that a caller's bad
+    // pieces never become `latest`.
+    struct ckpt_reader *r;
+    struct error rerr;
+    if (checkpoint_open_trusted(tmp, &r, &rerr))
+        return error_set(err, STATUS_RUNTIME, "checkpoint step %lld not committed: %s",
+                         (long long)a->step, rerr.msg);
+    checkpoint_close(r);
+
+    struct stat s;
+    if (!stat(final, &s)) {
+        // A complete folder of this step from a run that crashed before
+        // updating `latest` (so not the latest): replaced. The latest one is
+        // never replaced: that would leave `latest` dangling for a moment.
+        latest_name(a->dir, cur, sizeof cur);
+        if (!strcmp(cur, name))
+            return error_set(err, STATUS_BAD_INPUT,
+                             "%s: already exists and is the latest checkpoint; not overwritten",
+                             final);
+        if ((st = durable_remove_tree(final, err))) return st;
+    }
+    if ((st = durable_rename(tmp, final, err)) || (st = durable_fsync_dir(a->dir, err))) return st;
+    if ((st = durable_point("ckpt_between_renames", final, false, err))) return st;
+
+    char line[80];
+    int n = snprintf(line, sizeof line, "%s\n", name);
+    snprintf(path, sizeof path, "%s/latest.tmp", a->dir);
+    char latest[CKPT_PATH_MAX];
+    snprintf(latest, sizeof latest, "%s/latest", a->dir);
+    if ((st = durable_write_file(path, line, (size_t)n, err)) ||
+        (st = durable_rename(path, latest, err)) || (st = durable_fsync_dir(a->dir, err)))
+        return st;
+
+    if (checkpoint_rotate(a->dir, a->keep_last, &rerr))
+        fprintf(stderr, "trident: warning: checkpoint rotation: %s\n", rerr.msg);
+    return STATUS_OK;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err) {
+    if (keep_last <= 0) return STATUS_OK;
+    DIR *d = opendir(dir);
+    if (!d) return error_set(err, STATUS_RUNTIME, "%s: cannot list: %s", dir, strerror(errno));
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long step;
+        int used = 0;
+        // Complete folders only: "step-" digits and nothing after (not .tmp).
+        if (sscanf(e->d_name, "step-%lld%n", &step, &used) != 1 || e->d_name[used]) continue;
+        if (n == cap) {
+            cap = cap * 2 + 16;
+            int64_t *ns = xmalloc(cap * sizeof *ns);
+            if (n) memcpy(ns, steps, n * sizeof *ns);
+            free(steps);
+            steps = ns;
+        }
+        steps[n++] = step;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof *steps, cmp_i64);
+    char cur[256], name[64], path[CKPT_PATH_MAX];
+    latest_name(dir, cur, sizeof cur);
+    enum status st = STATUS_OK;
+    for (size_t i = 0; !st && i + (size_t)keep_last < n; i++) {
+        ckpt_step_name(name, sizeof name, steps[i]);
+        if (!strcmp(name, cur)) continue; // the one `latest` names is never removed
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        st = durable_remove_tree(path, err);
+    }
+    free(steps);
+    return st;
+}
+
+// All ranks learn whether any failed: (first failing rank + 1, worst status)
+// by an all-reduce of maxima. A rank that did not fail gets a message naming
+// the rank that did.
+static enum status agree(struct comm_group *world, enum status mine, const char *phase,
+                         const struct ckpt_save_args *a, struct error *err) {
+    int64_t v[2] = {mine ? world->size - world->rank : 0, mine};
+    comm_all_reduce(world, v, 2, DTYPE_I64, COMM_MAX);
+    if (!v[0]) return STATUS_OK;
+    if (mine) return mine;
+    return error_set(err, (enum status)v[1],
+                     "checkpoint step %lld: %s failed on rank %lld (its message has the reason)",
+                     (long long)a->step, phase, (long long)(world->size - v[0]));
+}
+
+enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
+                            struct error *err) {
+    int n = a->tp * a->pp * a->dp;
+    CHECK(world->size == n && world->rank == a->rank, "world %d/%d, layout %dx%dx%d, rank %d",
+          world->rank, world->size, a->tp, a->pp, a->dp, a->rank);
+    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
+    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+
+    struct ckpt_file_sum mine = {0, 0};
+    st = checkpoint_write_rank(a, &mine, err);
+    uint64_t send[2] = {mine.xxh3, mine.bytes};
+    uint64_t *all = xmalloc(2 * (size_t)n * sizeof *all);
+    comm_all_gather(world, send, all, 2, DTYPE_I64);
+    struct ckpt_file_sum *sums = xmalloc((size_t)n * sizeof *sums);
+    for (int r = 0; r < n; r++) sums[r] = (struct ckpt_file_sum){all[2 * r], all[2 * r + 1]};
+    free(all);
+    if (!(st = agree(world, st, "writing the rank file", a, err)) && world->rank == 0)
+        st = checkpoint_commit(a, sums, err);
+    free(sums);
+    if (world->rank == 0 && st) {
+        // Best effort: a leftover .tmp is ignored and removed by the next save.
+        char tmp[CKPT_PATH_MAX];
+        struct error ignored;
+        tmp_dir_path(a, tmp);
+        durable_remove_tree(tmp, &ignored);
+    }
+    comm_barrier(world);
+    return agree(world, st, "committing", a, err);
+}

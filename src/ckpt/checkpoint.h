@@ -1,0 +1,212 @@
+// checkpoint.h: save and load training state as pieces of global tensors
+// (DESIGN.md §7, docs/formats.md "Checkpoints"). Independent of the model
+// code: a caller describes each tensor it holds as a piece (a block of a
+// global 2-D tensor, or a flat sub-range of that block under ZeRO), and a
+// loader in any other (tp, pp, dp) layout asks for the pieces it needs; they
+// are reassembled from whichever rank files hold them (resharding).
+//
+//   dir/step-000100/rank-00000.h5 ... rank-NNNNN.h5   one per world rank
+//   dir/step-000100/manifest.ini                      step, layout, model, checksums
+//   dir/latest                                        "step-000100\n"
+//
+// Commit protocol (checkpoint_save): rank 0 creates step-N.tmp/ (removing
+// stale *.tmp of crashed saves); every rank writes and fsyncs its file; an
+// all-reduce agrees on success; rank 0 writes and fsyncs manifest.ini and the
+// directory, checks the pieces cover every tensor, renames step-N.tmp ->
+// step-N, fsyncs dir, then writes latest.tmp, fsyncs, renames it to latest,
+// fsyncs dir, and rotates. A kill at any moment leaves `latest` naming a
+// complete checkpoint.
+//
+// How the trainer uses it (src/train/train.c; the optimizer accessors marked NEW do
+// not exist yet). Resume, after model_init / optimizer_init / loader_init:
+//   checkpoint_resolve(cfg.checkpoint.dir, cfg.checkpoint.resume,
+//                      cfg.checkpoint.resume_path, path, &err)    // "" = fresh
+//   world rank 0: checkpoint_open(path, &r, &err); every rank: all-reduce of
+//   rank 0's status (MAX), then ranks != 0: checkpoint_open_trusted(path, ...)
+//   checkpoint_check_model(r, &llama_cfg, ds->index.tokenizer, &err)
+//   n = checkpoint_pieces_from_params(params, np, "param", host arena, dtype,
+//                                     0, SIZE_MAX, pieces)       // every rank
+//   n += ...("adam_m", m, fp32, zb, ze, pieces + n) and "adam_v" with v, where
+//   [zb, ze) is this DP rank's ZeRO range of the arena (0, SIZE_MAX without
+//   ZeRO) and m, v hold exactly that range (NEW: optimizer_moments(opt, &m,
+//   &v, &zb, &ze))
+//   checkpoint_read_pieces(r, pieces, n, &err); copy the host arena to the
+//   device; checkpoint_read_state(r, -1, &st, &err);
+//   loader_state_load(&train_loader, &st.loader, &err);
+//   NEW optimizer_set_steps_done(opt, st.opt_steps); first step = st.step;
+//   loss scale = st.loss_scale; checkpoint_close(r).
+//   Any error: STATUS_BAD_INPUT, all ranks exit 2 (mpi_exit_all) before step 1.
+// Save, after optimizer step s (1-based count of steps done) when
+// s % every == 0 or s == steps (once, even when both hold):
+//   pieces as above, but "param" only on DP rank 0 and, without ZeRO, the
+//   moments only on DP rank 0 too (replicas need not be written; the commit
+//   checks that the pieces cover every tensor). state = {step = s, lr_step =
+//   s, opt_steps, loader_state_save(...), seed, loss scale}.
+//   checkpoint_save(&(struct ckpt_save_args){dir, s, tp, pp, dp, zero_stage,
+//                   world_rank, &llama_cfg, tokenizer, pieces, n, &state,
+//                   keep_last}, &topo.world, &err)
+//   An error is the same on every rank: report it on rank 0, exit 1.
+#ifndef TRIDENT_CHECKPOINT_H
+#define TRIDENT_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel/comm.h"
+#include "base/common.h"
+#include "config/config.h"
+#include "data/dataset.h"
+#include "model/model.h"
+#include "kernels/ops.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_NAME_MAX 128
+#define CKPT_PATH_MAX 4096
+
+// One stored or wanted piece of a global (grows, gcols) tensor. The block
+// (rows, cols) sits at (row_offset, col_offset); of the block's row-major
+// flattening this piece holds elements [flat_begin, flat_end) (the whole
+// block: 0, rows * cols). Vectors have gcols = cols = 1.
+struct ckpt_piece {
+    char name[CKPT_NAME_MAX]; // "param/<hf name>", "adam_m/<hf name>", "adam_v/<hf name>"
+    int grows, gcols;
+    int row_offset, col_offset, rows, cols;
+    size_t flat_begin, flat_end;
+    enum dtype dtype;
+    void *data; // (flat_end - flat_begin,) host
+};
+
+// Scalars of the training state, one copy per rank file.
+struct ckpt_state {
+    int64_t step;            // optimizer steps done (the next step to run)
+    int64_t lr_step;         // position in the LR schedule
+    int64_t opt_steps;       // AdamW bias-correction counter
+    struct loader_state loader;
+    uint64_t rng_seed;       // [train] seed of the run
+    uint64_t rng_state[4];   // generator state, when the caller has one (else 0)
+    double loss_scale;       // current dynamic loss scale (1 for fp32)
+    int64_t loss_scale_good_steps; // steps since the last overflow
+};
+
+struct ckpt_save_args {
+    const char *dir;     // [checkpoint] dir
+    int64_t step;        // names the folder step-%06lld
+    int tp, pp, dp, zero_stage;
+    int rank;            // world rank whose file this call writes
+    const struct llama_config *model;
+    const char *tokenizer_id; // "" when none
+    const struct ckpt_piece *pieces;
+    int n_pieces;
+    const struct ckpt_state *state;
+    int keep_last;       // rotation after commit; 0 keeps all
+};
+
+// What a rank file turned out as, for the manifest.
+struct ckpt_file_sum {
+    uint64_t xxh3;
+    uint64_t bytes;
+};
+
+// The whole collective save. Every rank of world (world rank == a->rank,
+// size == tp * pp * dp) calls it with its pieces and state. Returns STATUS_OK
+// on every rank or an error on every rank (a rank whose own step succeeded
+// says which rank failed); on error the previous checkpoint and `latest` are
+// untouched.
+enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
+                            struct error *err);
+
+// The three steps of checkpoint_save, callable one by one so that a test can
+// play several ranks in one process: prepare (rank 0: fresh step-N.tmp/),
+// write_rank (each rank: its file, fsynced, and its checksum), commit (rank 0:
+// manifest, the reader's checks of the .tmp folder (metadata only: a caller
+// whose pieces leave a hole gets an error, never a `latest` naming it),
+// renames, latest, rotation; sums has tp * pp * dp entries).
+enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err);
+enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_file_sum *sum,
+                                  struct error *err);
+enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_file_sum *sums,
+                              struct error *err);
+
+// Deletes complete checkpoints of dir beyond the newest keep_last (0: none),
+// never the one `latest` names. Errors: STATUS_RUNTIME from storage.
+enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err);
+
+// The checkpoint folder to resume from: RESUME_NONE, or RESUME_AUTO without
+// dir/latest, gives out = "" (start fresh); RESUME_AUTO gives dir/<latest>;
+// RESUME_PATH gives path (a checkpoint folder, or a dir with a `latest`).
+// Errors: STATUS_BAD_INPUT when latest is malformed or names a missing folder.
+enum status checkpoint_resolve(const char *dir, enum resume_mode mode, const char *path,
+                               char out[CKPT_PATH_MAX], struct error *err);
+
+struct ckpt_reader;
+
+// Opens a checkpoint folder (or a dir holding `latest`): reads manifest.ini,
+// checks the format version, every listed file's presence, size and xxh3
+// checksum, every piece's tags, and that the pieces of each tensor cover it.
+// Errors: STATUS_BAD_INPUT with a message naming the file.
+enum status checkpoint_open(const char *path, struct ckpt_reader **out, struct error *err);
+// As checkpoint_open without the checksums (sizes, tags and coverage are
+// still checked): for the ranks of a job other than the one that ran
+// checkpoint_open on the same folder and shared its verdict, so that the
+// checkpoint is read in full once, not once per rank.
+enum status checkpoint_open_trusted(const char *path, struct ckpt_reader **out,
+                                    struct error *err);
+void checkpoint_close(struct ckpt_reader *r);
+
+// The manifest's header.
+struct ckpt_info {
+    int format_version;
+    int64_t step;
+    int world_size, tp, pp, dp, zero_stage;
+    struct llama_config model; // shape fields only
+    char tokenizer_id[128];
+    char path[CKPT_PATH_MAX];  // the checkpoint folder
+};
+const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
+
+// Refuses a checkpoint of another model: vocab_size, d_model, n_layers,
+// n_heads, n_kv_heads, ffn_dim, tie_embeddings, rope_theta, norm_eps and the
+// tokenizer id (when both are non-empty) must match. Errors: STATUS_BAD_INPUT
+// naming the key, the checkpoint's value and the run's.
+enum status checkpoint_check_model(const struct ckpt_reader *r, const struct llama_config *model,
+                                   const char *tokenizer_id, struct error *err);
+
+// Fills want->data (caller's buffer, flat_end - flat_begin elements of
+// want->dtype) with the requested range of the requested block, gathered from
+// every stored piece of want->name. fp32 and fp64 convert into each other;
+// other dtypes must match. The last tensor assembled is cached, so asking for
+// several blocks of one name reads the files once; only stored pieces that
+// meet the wanted range and are not yet in the cache are read (a replicated
+// tensor is read from one file, not from every rank's copy).
+// Errors: STATUS_BAD_INPUT when the name is absent, the global shape differs
+// or an element is in no stored piece.
+enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want,
+                                  struct error *err);
+
+// The training state of world rank `rank`'s file (-1: rank 0's).
+enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
+                                  struct error *err);
+
+// The pieces of a range of an arena laid out by a parameter table (model.h),
+// for saving and for loading: one piece per parameter whose arena elements
+// [offset, offset + numel) meet [begin, end), cut to that range and to its
+// valid rows (vocab padding is not saved). prefix: "param", "adam_m",
+// "adam_v"; arena: host memory of dtype holding arena elements [begin, end)
+// from its start: a ZeRO shard of moments passes its own array and range, a
+// whole arena (0, SIZE_MAX). The pieces point into arena: for saving, or as
+// the destinations of checkpoint_read_pieces. out: room for n pieces.
+// Returns the number of pieces filled.
+int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,
+                                  void *arena, enum dtype dtype, size_t begin, size_t end,
+                                  struct ckpt_piece *out);
+
+// checkpoint_read_piece of each of n pieces; stops at the first error.
+enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,
+                                   struct error *err);
+
+// Stored pieces, for `trident ckpt info`: i in [0, n).
+int checkpoint_n_pieces(const struct ckpt_reader *r);
+const struct ckpt_piece *checkpoint_piece_at(const struct ckpt_reader *r, int i, int *file_rank);
+
+#endif

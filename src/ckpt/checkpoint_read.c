@@ -1,0 +1,608 @@
+// checkpoint_read.c: opening, validating and resharding checkpoints
+// (checkpoint.h). Every refusal is STATUS_BAD_INPUT naming the file.
+#include "checkpoint_internal.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/h5util.h"
+#include "base/checksum.h"
+
+struct stored_piece {
+    struct ckpt_piece p; // data NULL
+    int file;            // world rank of the file
+    int index;           // dataset pieces/%05d
+};
+
+struct ckpt_reader {
+    struct ckpt_info info;
+    char manifest[CKPT_PATH_MAX + 32];
+    hid_t *files;              // (world_size,)
+    struct stored_piece *pieces; // sorted by name, then file
+    int n_pieces;
+    // The last assembled global tensor: (grows * gcols,) of cache_dtype.
+    char cache_name[CKPT_NAME_MAX];
+    enum dtype cache_dtype;
+    void *cache;
+    size_t cache_bytes;
+    unsigned char *mask;  // (grows * gcols,) 1 where the cache holds the element
+    size_t mask_bytes;
+    unsigned char *loaded; // (n_pieces,) stored piece already in the cache
+    void *tmp; // one stored piece on its way into cache; kept to avoid page faults
+    size_t tmp_bytes;
+    unsigned char *ones; // (ones_bytes,) all 1: marks mask runs
+    size_t ones_bytes;
+};
+
+struct manifest_file {
+    uint64_t xxh3, bytes;
+    int seen;
+};
+
+struct manifest_parse {
+    struct ckpt_info *info;
+    struct manifest_file *files; // (world_size,) once world_size is known
+    int n_files;
+    char bad[512];
+    unsigned have; // bit per required key
+};
+
+static const char *required_keys[] = {"format_version", "step", "world_size", "tp", "pp", "dp",
+                                      "zero_stage", "vocab_size", "d_model", "n_layers",
+                                      "n_heads", "n_kv_heads", "ffn_dim", "tie_embeddings"};
+enum { N_REQUIRED = sizeof required_keys / sizeof required_keys[0] };
+
+static int manifest_handler(void *user, const char *section, const char *key, const char *value) {
+    struct manifest_parse *mp = user;
+    struct ckpt_info *in = mp->info;
+    if (mp->bad[0]) return 1;
+    for (int i = 0; i < N_REQUIRED; i++)
+        if (!strcmp(key, required_keys[i])) mp->have |= 1u << i;
+    char *end;
+    long long v = strtoll(value, &end, 10);
+    int is_int = end != value && !*end;
+#define INT_KEY(sec, k, field)                                                                  \
+    if (!strcmp(section, sec) && !strcmp(key, k)) {                                             \
+        if (!is_int) snprintf(mp->bad, sizeof mp->bad, "[%s] %s = '%s' is not an integer", sec, k, value); \
+        field = v;                                                                              \
+        return 1;                                                                               \
+    }
+    INT_KEY("checkpoint", "format_version", in->format_version)
+    INT_KEY("checkpoint", "step", in->step)
+    INT_KEY("checkpoint", "tp", in->tp)
+    INT_KEY("checkpoint", "pp", in->pp)
+    INT_KEY("checkpoint", "dp", in->dp)
+    INT_KEY("checkpoint", "zero_stage", in->zero_stage)
+    INT_KEY("model", "vocab_size", in->model.vocab_size)
+    INT_KEY("model", "d_model", in->model.d_model)
+    INT_KEY("model", "n_layers", in->model.n_layers)
+    INT_KEY("model", "n_heads", in->model.n_heads)
+    INT_KEY("model", "n_kv_heads", in->model.n_kv_heads)
+    INT_KEY("model", "ffn_dim", in->model.ffn_dim)
+    INT_KEY("model", "max_seq_len", in->model.max_seq_len)
+    INT_KEY("model", "tie_embeddings", in->model.tie_embeddings)
+#undef INT_KEY
+    if (!strcmp(section, "checkpoint") && !strcmp(key, "world_size")) {
+        if (!is_int || v < 1 || v > 1 << 20 || mp->files) {
+            snprintf(mp->bad, sizeof mp->bad, "[checkpoint] world_size = '%s' is not valid", value);
+            return 1;
+        }
+        in->world_size = (int)v;
+        mp->n_files = (int)v;
+        mp->files = xcalloc((size_t)v, sizeof *mp->files);
+    } else if (!strcmp(section, "checkpoint") && !strcmp(key, "tokenizer")) {
+        snprintf(in->tokenizer_id, sizeof in->tokenizer_id, "%s", value);
+    } else if (!strcmp(section, "model") && !strcmp(key, "rope_theta")) {
+        in->model.rope_theta = strtod(value, NULL);
+    } else if (!strcmp(section, "model") && !strcmp(key, "norm_eps")) {
+        in->model.norm_eps = strtof(value, NULL);
+    } else if (!strcmp(section, "files")) {
+        int r, used = 0;
+        unsigned long long h, bytes;
+        if (sscanf(key, "rank-%5d.h5%n", &r, &used) != 1 || key[used] ||
+            sscanf(value, "xxh3-64:%16llx %llu", &h, &bytes) != 2) {
+            snprintf(mp->bad, sizeof mp->bad, "[files] '%s = %s': expected rank-NNNNN.h5 = "
+                     "xxh3-64:<16 hex digits> <bytes>", key, value);
+        } else if (!mp->files || r < 0 || r >= mp->n_files) {
+            snprintf(mp->bad, sizeof mp->bad, "[files] %s: rank outside world_size %d "
+                     "(world_size must come first)", key, in->world_size);
+        } else {
+            mp->files[r] = (struct manifest_file){h, bytes, 1};
+        }
+    }
+    return 1;
+}
+
+// Attribute readers; return non-zero when absent or of another size.
+static int attr_read(hid_t loc, const char *name, hid_t type, size_t n, void *out) {
+    if (H5Aexists(loc, name) <= 0) return 1;
+    hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t space = H5Aget_space(attr);
+    hssize_t got = H5Sget_simple_extent_npoints(space);
+    int bad = got != (hssize_t)n || H5Aread(attr, type, out) < 0;
+    H5Sclose(space);
+    H5Aclose(attr);
+    return bad;
+}
+
+static int cmp_pieces(const void *a, const void *b) {
+    const struct stored_piece *x = a, *y = b;
+    int c = strcmp(x->p.name, y->p.name);
+    return c ? c : x->file - y->file;
+}
+
+// Reads the piece table of rank file r into r->pieces.
+static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *path, int *cap,
+                                    struct error *err) {
+    hid_t f = rd->files[r];
+    int version = -1;
+    int64_t step = -1, rank = -1;
+    if (attr_read(f, "format_version", H5T_NATIVE_INT, 1, &version) ||
+        attr_read(f, "step", H5T_NATIVE_INT64, 1, &step) ||
+        attr_read(f, "rank", H5T_NATIVE_INT64, 1, &rank))
+        return error_set(err, STATUS_BAD_INPUT, "%s: not a trident checkpoint rank file "
+                         "(format_version, step or rank attribute missing)", path);
+    if (version != CKPT_FORMAT_VERSION || step != rd->info.step || rank != r)
+        return error_set(err, STATUS_BAD_INPUT, "%s: holds format_version %d, step %lld, rank "
+                         "%lld; manifest.ini expects %d, %lld, %d", path, version,
+                         (long long)step, (long long)rank, CKPT_FORMAT_VERSION,
+                         (long long)rd->info.step, r);
+    hid_t g = H5Gopen2(f, "pieces", H5P_DEFAULT);
+    if (g < 0) return error_set(err, STATUS_BAD_INPUT, "%s: group /pieces missing", path);
+    H5G_info_t gi;
+    H5Gget_info(g, &gi);
+    enum status st = STATUS_OK;
+    for (hsize_t i = 0; !st && i < gi.nlinks; i++) {
+        char dname[16], dt[16];
+        snprintf(dname, sizeof dname, "%05d", (int)i);
+        if (rd->n_pieces == *cap) {
+            *cap = *cap * 2 + 64;
+            struct stored_piece *np = xmalloc((size_t)*cap * sizeof *np);
+            if (rd->n_pieces) memcpy(np, rd->pieces, (size_t)rd->n_pieces * sizeof *np);
+            free(rd->pieces);
+            rd->pieces = np;
+        }
+        struct stored_piece *sp = &rd->pieces[rd->n_pieces];
+        memset(sp, 0, sizeof *sp);
+        sp->file = r;
+        sp->index = (int)i;
+        int64_t shape[6];
+        uint64_t flat[2];
+        hid_t ds = H5Lexists(g, dname, H5P_DEFAULT) > 0 ? H5Dopen2(g, dname, H5P_DEFAULT) : -1;
+        int bad = ds < 0 || !h5util_read_attr_str(ds, "name", sp->p.name, sizeof sp->p.name) ||
+                  !h5util_read_attr_str(ds, "dtype", dt, sizeof dt) ||
+                  attr_read(ds, "shape", H5T_NATIVE_INT64, 6, shape) ||
+                  attr_read(ds, "flat_range", H5T_NATIVE_UINT64, 2, flat);
+        if (bad) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: dataset /pieces/%s missing or lacks its "
+                           "name, dtype, shape or flat_range attribute", path, dname);
+        } else {
+            int dtype = ckpt_dtype_parse(dt);
+            for (int k = 0; k < 6; k++)
+                if (shape[k] < 0 || shape[k] > INT32_MAX) bad = 1;
+            sp->p.grows = (int)shape[0], sp->p.gcols = (int)shape[1];
+            sp->p.row_offset = (int)shape[2], sp->p.col_offset = (int)shape[3];
+            sp->p.rows = (int)shape[4], sp->p.cols = (int)shape[5];
+            sp->p.flat_begin = flat[0], sp->p.flat_end = flat[1];
+            sp->p.dtype = dtype < 0 ? DTYPE_FP32 : (enum dtype)dtype;
+            const char *why = bad ? "shape out of range" : ckpt_piece_tags_error(&sp->p);
+            hid_t space = H5Dget_space(ds);
+            hssize_t n = H5Sget_simple_extent_npoints(space);
+            H5Sclose(space);
+            if (dtype < 0)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: unknown dtype '%s'", path,
+                               sp->p.name, dt);
+            else if (why)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: %s", path, sp->p.name, why);
+            else if ((size_t)n != sp->p.flat_end - sp->p.flat_begin)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s holds %lld elements, its "
+                               "flat_range says %zu", path, sp->p.name, (long long)n,
+                               sp->p.flat_end - sp->p.flat_begin);
+            else
+                rd->n_pieces++;
+        }
+        if (ds >= 0) H5Dclose(ds);
+    }
+    H5Gclose(g);
+    return st;
+}
+
+// Every element of every tensor is in some stored piece, with one global
+// shape and dtype per name. pieces sorted by name.
+static enum status check_coverage(struct ckpt_reader *rd, struct error *err) {
+    unsigned char *mask = NULL;
+    size_t mask_cap = 0;
+    enum status st = STATUS_OK;
+    for (int i = 0, j; !st && i < rd->n_pieces; i = j) {
+        const struct ckpt_piece *p0 = &rd->pieces[i].p;
+        size_t numel = (size_t)p0->grows * (size_t)p0->gcols;
+        if (numel > mask_cap) {
+            free(mask);
+            mask = xmalloc(mask_cap = numel);
+        }
+        memset(mask, 0, numel);
+        for (j = i; j < rd->n_pieces && !strcmp(rd->pieces[j].p.name, p0->name); j++) {
+            const struct stored_piece *s = &rd->pieces[j];
+            if (s->p.grows != p0->grows || s->p.gcols != p0->gcols || s->p.dtype != p0->dtype) {
+                st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: tensor %s is (%d, %d) %s, "
+                               "but (%d, %d) %s in rank-%05d.h5", rd->info.path, s->file,
+                               p0->name, s->p.grows, s->p.gcols, dtype_name(s->p.dtype),
+                               p0->grows, p0->gcols, dtype_name(p0->dtype), rd->pieces[i].file);
+                break;
+            }
+            size_t n = s->p.flat_end - s->p.flat_begin;
+            if (!n) continue;
+            // Mark the run of ones through the byte copy: a source of n ones.
+            unsigned char *ones = xmalloc(n);
+            memset(ones, 1, n);
+            ckpt_block_copy((char *)mask, s->p.gcols, s->p.row_offset, s->p.col_offset, s->p.cols,
+                            s->p.flat_begin, s->p.flat_end, (char *)ones, 1, 1);
+            free(ones);
+        }
+        for (size_t k = 0; !st && k < numel; k++)
+            if (!mask[k])
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s (%d, %d): element (%zu, %zu) "
+                               "is in no rank file (incomplete checkpoint)", rd->info.path,
+                               p0->name, p0->grows, p0->gcols, k / (size_t)p0->gcols,
+                               k % (size_t)p0->gcols);
+    }
+    free(mask);
+    return st;
+}
+
+enum status checkpoint_resolve(const char *dir, enum resume_mode mode, const char *path,
+                               char out[CKPT_PATH_MAX], struct error *err) {
+    out[0] = 0;
+    if (mode == RESUME_NONE) return STATUS_OK;
+    const char *base = mode == RESUME_PATH ? path : dir;
+    char latest[CKPT_PATH_MAX], manifest[CKPT_PATH_MAX];
+    snprintf(manifest, sizeof manifest, "%s/manifest.ini", base);
+    struct stat s;
+    if (mode == RESUME_PATH && !stat(manifest, &s)) {
+        snprintf(out, CKPT_PATH_MAX, "%s", path);
+        return STATUS_OK;
+    }
+    snprintf(latest, sizeof latest, "%s/latest", base);
+    FILE *f = fopen(latest, "r");
+    if (!f) {
+        if (mode == RESUME_AUTO && errno == ENOENT) return STATUS_OK; // a fresh run
+        return error_set(err, STATUS_BAD_INPUT, "%s: not a checkpoint folder (no manifest.ini) "
+                         "and no readable 'latest' in it: %s", base, strerror(errno));
+    }
+    char name[256] = "";
+    if (!fgets(name, sizeof name, f)) name[0] = 0;
+    fclose(f);
+    name[strcspn(name, "\r\n")] = 0;
+    long long step;
+    int used = 0;
+    if (sscanf(name, "step-%lld%n", &step, &used) != 1 || name[used])
+        return error_set(err, STATUS_BAD_INPUT, "%s: holds '%s', expected step-NNNNNN", latest,
+                         name);
+    snprintf(out, CKPT_PATH_MAX, "%s/%s", base, name);
+    if (stat(out, &s) || !S_ISDIR(s.st_mode))
+        return error_set(err, STATUS_BAD_INPUT, "%s names %s, which does not exist", latest, out);
+    return STATUS_OK;
+}
+
+static enum status open_files(struct ckpt_reader *rd, struct manifest_file *files,
+                              bool checksums, struct error *err) {
+    char path[CKPT_PATH_MAX + 32], sum[64];
+    int cap = 0;
+    for (int r = 0; r < rd->info.world_size; r++) {
+        snprintf(path, sizeof path, "%s/rank-%05d.h5", rd->info.path, r);
+        if (!files[r].seen)
+            return error_set(err, STATUS_BAD_INPUT, "%s: [files] lacks rank-%05d.h5 (world_size "
+                             "%d)", rd->manifest, r, rd->info.world_size);
+        struct stat s;
+        if (stat(path, &s))
+            return error_set(err, STATUS_BAD_INPUT, "%s: missing (listed in %s): %s", path,
+                             rd->manifest, strerror(errno));
+        if ((uint64_t)s.st_size != files[r].bytes)
+            return error_set(err, STATUS_BAD_INPUT, "%s: %lld bytes, manifest.ini says %llu "
+                             "(truncated or replaced)", path, (long long)s.st_size,
+                             (unsigned long long)files[r].bytes);
+        enum status st = checksums ? checksum_file(path, sum, err) : STATUS_OK;
+        if (st) return st;
+        unsigned long long h = checksums ? strtoull(sum + strlen("xxh3-64:"), NULL, 16) : 0;
+        if (checksums && h != files[r].xxh3)
+            return error_set(err, STATUS_BAD_INPUT, "%s: checksum %s, manifest.ini says "
+                             "xxh3-64:%016llx (the file is corrupt)", path, sum,
+                             (unsigned long long)files[r].xxh3);
+        rd->files[r] = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (rd->files[r] < 0)
+            return error_set(err, STATUS_BAD_INPUT, "%s: not an HDF5 file", path);
+        if ((st = read_piece_table(rd, r, path, &cap, err))) return st;
+    }
+    return STATUS_OK;
+}
+
+static enum status open_reader(const char *path, bool checksums, struct ckpt_reader **out,
+                               struct error *err) {
+    *out = NULL;
+    char dir[CKPT_PATH_MAX];
+    enum status st = checkpoint_resolve(NULL, RESUME_PATH, path, dir, err);
+    if (st) return st;
+    h5util_quiet();
+    struct ckpt_reader *rd = xcalloc(1, sizeof *rd);
+    snprintf(rd->info.path, sizeof rd->info.path, "%s", dir);
+    snprintf(rd->manifest, sizeof rd->manifest, "%s/manifest.ini", dir);
+    struct manifest_parse mp = {.info = &rd->info};
+    FILE *f = fopen(rd->manifest, "r");
+    if (!f) {
+        st = error_set(err, STATUS_BAD_INPUT, "%s: cannot read: %s", rd->manifest, strerror(errno));
+        goto done;
+    }
+    int line = ini_parse_file(f, manifest_handler, &mp);
+    fclose(f);
+    if (line) {
+        st = error_set(err, STATUS_BAD_INPUT, "%s: syntax error on line %d", rd->manifest, line);
+        goto done;
+    }
+    if (mp.have & 1 && rd->info.format_version != CKPT_FORMAT_VERSION) {
+        st = error_set(err, STATUS_BAD_INPUT, "%s: format_version = %d; this trident reads "
+                       "checkpoint format version %d", rd->manifest, rd->info.format_version,
+                       CKPT_FORMAT_VERSION);
+        goto done;
+    }
+    if (mp.bad[0]) {
+        st = error_set(err, STATUS_BAD_INPUT, "%s: %s", rd->manifest, mp.bad);
+        goto done;
+    }
+    for (int i = 0; i < N_REQUIRED; i++)
+        if (!(mp.have & (1u << i))) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: key %s missing", rd->manifest,
+                           required_keys[i]);
+            goto done;
+        }
+    if (rd->info.tp * rd->info.pp * rd->info.dp != rd->info.world_size) {
+        st = error_set(err, STATUS_BAD_INPUT, "%s: tp=%d * pp=%d * dp=%d != world_size=%d",
+                       rd->manifest, rd->info.tp, rd->info.pp, rd->info.dp, rd->info.world_size);
+        goto done;
+    }
+    rd->files = xmalloc((size_t)rd->info.world_size * sizeof *rd->files);
+    for (int r = 0; r < rd->info.world_size; r++) rd->files[r] = -1;
+    if ((st = open_files(rd, mp.files, checksums, err))) goto done;
+    qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
+    rd->loaded = xcalloc((size_t)rd->n_pieces + 1, 1);
+    st = check_coverage(rd, err);
+done:
+    free(mp.files);
+    if (st) checkpoint_close(rd);
+    else *out = rd;
+    return st;
+}
+
+enum status checkpoint_open(const char *path, struct ckpt_reader **out, struct error *err) {
+    return open_reader(path, true, out, err);
+}
+
+enum status checkpoint_open_trusted(const char *path, struct ckpt_reader **out,
+                                    struct error *err) {
+    return open_reader(path, false, out, err);
+}
+
+void checkpoint_close(struct ckpt_reader *r) {
+    if (!r) return;
+    for (int i = 0; r->files && i < r->info.world_size; i++)
+        if (r->files[i] >= 0) H5Fclose(r->files[i]);
+    free(r->files);
+    free(r->pieces);
+    free(r->cache);
+    free(r->tmp);
+    free(r->mask);
+    free(r->loaded);
+    free(r->ones);
+    free(r);
+}
+
+const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r) { return &r->info; }
+int checkpoint_n_pieces(const struct ckpt_reader *r) { return r->n_pieces; }
+const struct ckpt_piece *checkpoint_piece_at(const struct ckpt_reader *r, int i, int *file_rank) {
+    if (file_rank) *file_rank = r->pieces[i].file;
+    return &r->pieces[i].p;
+}
+
+enum status checkpoint_check_model(const struct ckpt_reader *r, const struct llama_config *m,
+                                   const char *tokenizer_id, struct error *err) {
+    const struct llama_config *c = &r->info.model;
+    const char *path = r->manifest;
+#define SAME_INT(k)                                                                             \
+    if (c->k != m->k)                                                                           \
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] " #k " = %d, but the run has %d",  \
+                         path, (int)c->k, (int)m->k);
+    SAME_INT(vocab_size) SAME_INT(d_model) SAME_INT(n_layers) SAME_INT(n_heads)
+    SAME_INT(n_kv_heads) SAME_INT(ffn_dim) SAME_INT(tie_embeddings)
+#undef SAME_INT
+    if (c->rope_theta != m->rope_theta || c->norm_eps != m->norm_eps)
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] rope_theta = %.17g, norm_eps = %.9g; "
+                         "the run has %.17g, %.9g", path, c->rope_theta, (double)c->norm_eps,
+                         m->rope_theta, (double)m->norm_eps);
+    if (tokenizer_id && *tokenizer_id && r->info.tokenizer_id[0] &&
+        strcmp(tokenizer_id, r->info.tokenizer_id))
+        return error_set(err, STATUS_BAD_INPUT, "%s: tokenizer = '%s', but the run's data uses '%s'",
+                         path, r->info.tokenizer_id, tokenizer_id);
+    return STATUS_OK;
+}
+
+// Global rows [r0, r1] and columns [c0, c1) that a piece's flat range spans.
+static void piece_bbox(const struct ckpt_piece *p, int *r0, int *r1, int *c0, int *c1) {
+    *r0 = p->row_offset + (int)(p->flat_begin / (size_t)p->cols);
+    *r1 = p->row_offset + (int)((p->flat_end - 1) / (size_t)p->cols);
+    *c0 = p->col_offset, *c1 = p->col_offset + p->cols;
+}
+
+static int bbox_meet(const struct ckpt_piece *a, const struct ckpt_piece *b) {
+    int ar0, ar1, ac0, ac1, br0, br1, bc0, bc1;
+    piece_bbox(a, &ar0, &ar1, &ac0, &ac1);
+    piece_bbox(b, &br0, &br1, &bc0, &bc1);
+    return ar0 <= br1 && br0 <= ar1 && ac0 < bc1 && bc0 < ac1;
+}
+
+// The first element of want's range not yet in the cache (numel: none).
+static size_t first_missing(const struct ckpt_reader *r, const struct ckpt_piece *want) {
+    for (size_t f = want->flat_begin; f < want->flat_end;) {
+        size_t row = f / (size_t)want->cols, c = f % (size_t)want->cols;
+        size_t run = MIN((size_t)want->cols - c, want->flat_end - f);
+        size_t g = ((size_t)want->row_offset + row) * (size_t)want->gcols + (size_t)want->col_offset + c;
+        const unsigned char *z = memchr(r->mask + g, 0, run);
+        if (z) return (size_t)(z - r->mask);
+        f += run;
+    }
+    return SIZE_MAX;
+}
+
+// Reads stored piece k into the cache (as r->cache_dtype) and marks it.
+static enum status load_stored(struct ckpt_reader *r, int k, struct error *err) {
+    const struct stored_piece *s = &r->pieces[k];
+    size_t es = dtype_size(r->cache_dtype), n = s->p.flat_end - s->p.flat_begin;
+    size_t numel = (size_t)s->p.grows * (size_t)s->p.gcols;
+    r->loaded[k] = 1;
+    // A piece that is the whole tensor is read straight into the cache.
+    int whole = n == numel;
+    if (!whole && n * es > r->tmp_bytes) {
+        free(r->tmp);
+        r->tmp = xmalloc(r->tmp_bytes = n * es);
+    }
+    void *buf = whole ? r->cache : r->tmp;
+    char dname[32];
+    snprintf(dname, sizeof dname, "pieces/%05d", s->index);
+    hid_t ds = H5Dopen2(r->files[s->file], dname, H5P_DEFAULT);
+    // HDF5 converts fp32 <-> fp64 on read.
+    int bad = ds < 0 || H5Dread(ds, ckpt_h5_type(r->cache_dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                buf) < 0;
+    if (ds >= 0) H5Dclose(ds);
+    if (bad) {
+        r->cache_name[0] = 0; // the cache may be half overwritten
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: reading tensor %s failed",
+                         r->info.path, s->file, s->p.name);
+    }
+    if (whole) {
+        memset(r->mask, 1, numel);
+        return STATUS_OK;
+    }
+    ckpt_block_copy(r->cache, s->p.gcols, s->p.row_offset, s->p.col_offset, s->p.cols,
+                    s->p.flat_begin, s->p.flat_end, buf, es, 1);
+    if (n > r->ones_bytes) {
+        free(r->ones);
+        r->ones = xmalloc(r->ones_bytes = n);
+        memset(r->ones, 1, n);
+    }
+    ckpt_block_copy((char *)r->mask, s->p.gcols, s->p.row_offset, s->p.col_offset, s->p.cols,
+                    s->p.flat_begin, s->p.flat_end, (char *)r->ones, 1, 1);
+    return STATUS_OK;
+}
+
+enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want,
+                                  struct error *err) {
+    const char *why = ckpt_piece_tags_error(want);
+    CHECK(!why, "wanted piece %s: %s", want->name, why);
+    int i = 0;
+    while (i < r->n_pieces && strcmp(r->pieces[i].p.name, want->name)) i++;
+    if (i == r->n_pieces)
+        return error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s in the checkpoint", r->info.path,
+                         want->name);
+    int j = i;
+    while (j < r->n_pieces && !strcmp(r->pieces[j].p.name, want->name)) j++;
+    const struct ckpt_piece *p0 = &r->pieces[i].p;
+    if (p0->grows != want->grows || p0->gcols != want->gcols)
+        return error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is (%d, %d), the run expects (%d, %d)",
+                         r->info.path, want->name, p0->grows, p0->gcols, want->grows, want->gcols);
+    int fp = (p0->dtype == DTYPE_FP32 || p0->dtype == DTYPE_FP64) &&
+             (want->dtype == DTYPE_FP32 || want->dtype == DTYPE_FP64);
+    if (p0->dtype != want->dtype && !fp)
+        return error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is %s, the run expects %s",
+                         r->info.path, want->name, dtype_name(p0->dtype), dtype_name(want->dtype));
+    if (want->flat_begin == want->flat_end) return STATUS_OK;
+    size_t numel = (size_t)p0->grows * (size_t)p0->gcols, es = dtype_size(want->dtype);
+    if (strcmp(r->cache_name, want->name) || r->cache_dtype != want->dtype) {
+        // A new tensor: an empty cache of its global shape.
+        if (numel * es > r->cache_bytes) {
+            free(r->cache);
+            r->cache = xmalloc(r->cache_bytes = numel * es);
+        }
+        if (numel > r->mask_bytes) {
+            free(r->mask);
+            r->mask = xmalloc(r->mask_bytes = numel);
+        }
+        memset(r->mask, 0, numel);
+        memset(r->loaded, 0, (size_t)r->n_pieces);
+        snprintf(r->cache_name, sizeof r->cache_name, "%s", want->name);
+        r->cache_dtype = want->dtype;
+    }
+    // Reads stored pieces that meet the wanted range until it is all there:
+    // a copy held by several ranks (replicas, DP) is read once.
+    size_t miss;
+    int k = i;
+    while ((miss = first_missing(r, want)) != SIZE_MAX) {
+        while (k < j && (r->loaded[k] || r->pieces[k].p.flat_begin == r->pieces[k].p.flat_end ||
+                         !bbox_meet(&r->pieces[k].p, want)))
+            k++;
+        if (k == j) // checkpoint_open checked coverage: only a changed file gets here
+            return error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: element (%zu, %zu) is in no "
+                             "rank file", r->info.path, want->name, miss / (size_t)want->gcols,
+                             miss % (size_t)want->gcols);
+        enum status st = load_stored(r, k, err);
+        if (st) return st;
+    }
+    ckpt_block_copy(r->cache, want->gcols, want->row_offset, want->col_offset, want->cols,
+                    want->flat_begin, want->flat_end, want->data, es, 0);
+    return STATUS_OK;
+}
+
+enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
+                                  struct error *err) {
+    if (rank < 0) rank = 0;
+    CHECK(rank < r->info.world_size, "rank %d of %d", rank, r->info.world_size);
+    memset(out, 0, sizeof *out);
+    hid_t g = H5Gopen2(r->files[rank], "state", H5P_DEFAULT);
+    uint64_t loader[4];
+    int bad = g < 0 || attr_read(g, "step", H5T_NATIVE_INT64, 1, &out->step) ||
+              attr_read(g, "lr_step", H5T_NATIVE_INT64, 1, &out->lr_step) ||
+              attr_read(g, "opt_steps", H5T_NATIVE_INT64, 1, &out->opt_steps) ||
+              attr_read(g, "loader", H5T_NATIVE_UINT64, 4, loader) ||
+              attr_read(g, "rng_seed", H5T_NATIVE_UINT64, 1, &out->rng_seed) ||
+              attr_read(g, "rng_state", H5T_NATIVE_UINT64, 4, out->rng_state) ||
+              attr_read(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &out->loss_scale) ||
+              attr_read(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1,
+                        &out->loss_scale_good_steps);
+    if (g >= 0) H5Gclose(g);
+    if (bad)
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing or "
+                         "incomplete", r->info.path, rank);
+    out->loader = (struct loader_state){loader[0], loader[1], loader[2], loader[3]};
+    return STATUS_OK;
+}
+
+int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,
+                                  void *arena, enum dtype dtype, size_t begin, size_t end,
+                                  struct ckpt_piece *out) {
+    int k = 0;
+    size_t es = dtype_size(dtype);
+    for (int i = 0; i < n; i++) {
+        const struct param_info *p = &params[i];
+        // Valid rows come first in the block's row-major layout; padding after.
+        size_t valid = (size_t)p->valid_rows * (size_t)p->cols;
+        size_t lo = MAX(begin, p->offset), hi = MIN(end, p->offset + valid);
+        if (lo >= hi) continue;
+        struct ckpt_piece *q = &out[k++];
+        memset(q, 0, sizeof *q);
+        snprintf(q->name, sizeof q->name, "%s/%s", prefix, p->name);
+        q->grows = p->grows, q->gcols = p->gcols;
+        q->row_offset = p->row_offset, q->col_offset = p->col_offset;
+        q->rows = p->valid_rows, q->cols = p->cols;
+        q->flat_begin = lo - p->offset, q->flat_end = hi - p->offset;
+        q->dtype = dtype;
+        q->data = (char *)arena + (lo - begin) * es;
+    }
+    return k;
+}
+
+enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,
+                                   struct error *err) {
+    enum status st = STATUS_OK;
+    for (int i = 0; !st && i < n; i++) st = checkpoint_read_piece(r, &pieces[i], err);
+    return st;
+}

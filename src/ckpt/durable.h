@@ -1,0 +1,65 @@
+// durable.h: the one place trident writes durable files through (checkpoints),
+// a thin checked wrapper over POSIX in the manner of SQLite's OS layer. Every
+// call counts as one "storage call" and can be made to fail for crash tests.
+//
+// Errors name the path and the errno text: ENOSPC, EDQUOT and EROFS are
+// STATUS_RUNTIME like every other failure of the machine.
+//
+// Fault injection (tests only): TRIDENT_FAULT="WHAT:N[@RANK]" read once, at
+// the first storage call (after MPI is up, so g_log_rank is known).
+//   kill:N          the process SIGKILLs itself at its Nth storage call
+//                   (1-based, every call of this API counts), before doing it
+//   kill:NAME[:K]   at the Kth time (default 1) named point NAME is reached
+//                   (durable_point): "h5_create" (a rank file about to be
+//                   written by HDF5), "ckpt_between_renames" (step-N.tmp
+//                   renamed to step-N, `latest` not yet updated)
+//   short_write:N   the Nth durable_write writes half its bytes and fails
+//   fsync:N         the Nth fsync (file or directory) fails with EIO
+//   enospc:N        the Nth storage call that creates or writes data
+//                   (open for writing, write, mkdir, h5 create point) fails
+//                   with ENOSPC
+//   @RANK           only on world rank RANK (g_log_rank); else every rank
+// durable_fault_set replaces the setting at run time (unit tests).
+#ifndef TRIDENT_DURABLE_H
+#define TRIDENT_DURABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/common.h"
+
+// Replaces the fault setting (same syntax as TRIDENT_FAULT; NULL or "" for
+// none) and resets every counter. Errors: STATUS_BAD_INPUT on bad syntax.
+enum status durable_fault_set(const char *spec, struct error *err);
+// Storage calls made since start (or the last durable_fault_set).
+long durable_calls(void);
+
+// A file open for writing: created or truncated, mode 0644.
+struct durable_file {
+    int fd;
+    char path[4096];
+};
+enum status durable_open_write(struct durable_file *f, const char *path, struct error *err);
+// Writes all n bytes (retrying partial writes) or fails.
+enum status durable_write(struct durable_file *f, const void *buf, size_t n, struct error *err);
+enum status durable_fsync(struct durable_file *f, struct error *err);
+// Closes f; f->fd becomes -1. Safe to call twice.
+enum status durable_close(struct durable_file *f, struct error *err);
+
+// Opens path read-only and fsyncs it: for files written by a library (HDF5).
+enum status durable_fsync_path(const char *path, struct error *err);
+// fsync of a directory, so that entries created or renamed in it are durable.
+enum status durable_fsync_dir(const char *path, struct error *err);
+// Writes a whole small file: open, write, fsync, close.
+enum status durable_write_file(const char *path, const void *buf, size_t n, struct error *err);
+enum status durable_mkdir(const char *path, struct error *err); // with parents; ok if it exists
+enum status durable_rename(const char *from, const char *to, struct error *err);
+// Removes path and everything below it; ok when it does not exist.
+enum status durable_remove_tree(const char *path, struct error *err);
+// A named point of a protocol, e.g. where a library (HDF5) is about to
+// create path: it counts as a storage call and can be killed at; when
+// creates, it also counts for enospc:N and fails with ENOSPC there.
+enum status durable_point(const char *name, const char *path, bool creates, struct error *err);
+
+#endif

@@ -1,0 +1,22 @@
+// cli.h: the subcommands of the trident executable. Each returns the process
+// exit code (DESIGN.md §8: 0 ok, 1 runtime failure, 2 bad input).
+#ifndef TRIDENT_CLI_H
+#define TRIDENT_CLI_H
+
+// trident tokenize --tokenizer FILE [--decode]   (src/cli/cmd_tokenize.c)
+int cmd_tokenize(int argc, char **argv);
+// trident prep --input PATH... --output DIR ...   (src/cli/cmd_prep.c)
+int cmd_prep(int argc, char **argv);
+// trident data-check DIR --seq-len N ...   (src/cli/cmd_data.c; hidden, for debugging)
+int cmd_data_check(int argc, char **argv);
+
+// trident ckpt info DIR | trident ckpt verify DIR   (src/cli/cmd_ckpt.c)
+int cmd_ckpt(int argc, char **argv);
+
+// trident train CONFIG.ini [section.key=value ...]   (src/train/train.c)
+int cmd_train(int argc, char **argv);
+
+// trident plan CONFIG.ini [section.key=value ...]   (src/train/plan.c)
+int cmd_plan(int argc, char **argv);
+
+#endif

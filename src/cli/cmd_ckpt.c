@@ -1,0 +1,115 @@
+// cmd_ckpt.c: `trident ckpt info DIR`, `trident ckpt verify DIR` and
+// `trident ckpt export DIR OUT.h5`. DIR is a checkpoint folder (step-NNNNNN)
+// or a [checkpoint] dir holding `latest`. All validate the whole checkpoint
+// (checkpoint_open) and exit 2 on a bad one.
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+#include "cli.h"
+
+static void print_info(const struct ckpt_reader *r) {
+    const struct ckpt_info *in = checkpoint_info(r);
+    const struct llama_config *m = &in->model;
+    printf("checkpoint %s\n", in->path);
+    printf("  format_version %d, step %lld\n", in->format_version, (long long)in->step);
+    printf("  layout tp=%d pp=%d dp=%d (world %d), zero_stage=%d\n", in->tp, in->pp, in->dp,
+           in->world_size, in->zero_stage);
+    printf("  model vocab_size=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d "
+           "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
+           m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);
+    printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
+    printf("  %-60s %-12s %-5s %6s %12s\n", "tensor", "shape", "dtype", "pieces", "bytes");
+    int n = checkpoint_n_pieces(r);
+    size_t total = 0;
+    for (int i = 0, j; i < n; i = j) {
+        const struct ckpt_piece *p = checkpoint_piece_at(r, i, NULL);
+        size_t bytes = 0;
+        for (j = i; j < n; j++) {
+            const struct ckpt_piece *q = checkpoint_piece_at(r, j, NULL);
+            if (strcmp(q->name, p->name)) break;
+            bytes += (q->flat_end - q->flat_begin) * dtype_size(q->dtype);
+        }
+        char shape[32];
+        snprintf(shape, sizeof shape, "(%d, %d)", p->grows, p->gcols);
+        printf("  %-60s %-12s %-5s %6d %12zu\n", p->name, shape, dtype_name(p->dtype), j - i,
+               bytes);
+        total += bytes;
+    }
+    printf("  total stored %.3f MB in %d pieces\n", total / 1e6, n);
+}
+
+// Writes every parameter as one whole float32 dataset named by its Hugging
+// Face name (model.layers.0.mlp.up_proj.weight, ...), reassembled from the
+// shards of whatever layout saved it: the weights of LlamaForCausalLM.
+static enum status export_params(struct ckpt_reader *r, const char *out, struct error *err) {
+    if (access(out, F_OK) == 0)
+        return error_set(err, STATUS_BAD_INPUT, "%s: exists; export writes a new file (remove it "
+                         "or choose another name)", out);
+    hid_t f = H5Fcreate(out, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot create the HDF5 file", out);
+    enum status st = STATUS_OK;
+    int n = checkpoint_n_pieces(r), written = 0;
+    for (int i = 0; i < n && !st; i++) {
+        const struct ckpt_piece *p = checkpoint_piece_at(r, i, NULL);
+        if (strncmp(p->name, "param/", 6)) continue;
+        if (i > 0 && !strcmp(checkpoint_piece_at(r, i - 1, NULL)->name, p->name)) continue;
+        struct ckpt_piece want = *p;
+        want.row_offset = want.col_offset = 0, want.rows = p->grows, want.cols = p->gcols;
+        want.flat_begin = 0, want.flat_end = (size_t)p->grows * p->gcols, want.dtype = DTYPE_FP32;
+        want.data = xmalloc(want.flat_end * sizeof(float));
+        st = checkpoint_read_piece(r, &want, err);
+        if (!st) {
+            hsize_t dims[2] = {(hsize_t)p->grows, (hsize_t)p->gcols};
+            hid_t space = H5Screate_simple(p->gcols == 1 ? 1 : 2, dims, NULL);
+            hid_t d = H5Dcreate2(f, p->name + 6, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                 H5P_DEFAULT);
+            if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data) < 0)
+                st = error_set(err, STATUS_RUNTIME, "%s: cannot write %s", out, p->name + 6);
+            if (d >= 0) H5Dclose(d);
+            H5Sclose(space);
+            written++;
+        }
+        free(want.data);
+    }
+    if (H5Fclose(f) < 0 && !st) st = error_set(err, STATUS_RUNTIME, "%s: cannot close", out);
+    if (!st) printf("exported %d parameter tensors to %s\n", written, out);
+    return st;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    bool export = argc == 4 && !strcmp(argv[1], "export");
+    if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
+        fprintf(help ? stdout : stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
+                        "trident ckpt export DIR OUT.h5\n"
+                        "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
+                        "  export: every parameter as a whole float32 tensor named as in Hugging "
+                        "Face LlamaForCausalLM\n");
+        return help ? STATUS_OK : STATUS_BAD_INPUT;
+    }
+    struct error err = {0};
+    struct ckpt_reader *r;
+    if (checkpoint_open(argv[2], &r, &err)) {
+        fprintf(stderr, "trident: ckpt %s: %s\n", argv[1], err.msg);
+        return err.status;
+    }
+    if (export) {
+        if (export_params(r, argv[3], &err)) {
+            fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
+    } else if (!strcmp(argv[1], "info")) {
+        print_info(r);
+    } else {
+        const struct ckpt_info *in = checkpoint_info(r);
+        printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
+               "complete\n", in->path, (long long)in->step, in->world_size,
+               checkpoint_n_pieces(r));
+    }
+    checkpoint_close(r);
+    return STATUS_OK;
+}

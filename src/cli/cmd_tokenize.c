@@ -1,0 +1,190 @@
+// cmd_tokenize.c: `trident tokenize`: text <-> token ids on stdin/stdout, and
+// BPE training for tests and small corpora.
+//
+//   trident tokenize --tokenizer FILE            stdin text -> ids on one line
+//   trident tokenize --tokenizer FILE --decode   stdin ids (whitespace-separated) -> bytes
+//   trident tokenize --train --vocab-size N --output FILE
+//       trains on stdin, one document per block of lines separated by blank lines
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "base/common.h"
+#include "tokenizer/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: trident tokenize --tokenizer FILE [--decode]\n"
+               "       trident tokenize --train --vocab-size N --output FILE\n"
+               "  encode: stdin text -> token ids, space-separated on one line\n"
+               "  --decode: stdin whitespace-separated ids -> the bytes they spell\n"
+               "  --train: byte-level BPE on stdin (documents separated by blank lines)\n");
+}
+
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            CHECK(buf, "out of memory reading stdin (%zu bytes)", cap);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    buf[n] = 0;
+    *len = n;
+    return ferror(f) ? (free(buf), NULL) : buf;
+}
+
+static int do_train(char *text, size_t len, int vocab_size, const char *out) {
+    // documents: maximal runs of text between two or more consecutive '\n'
+    size_t n_docs = 0, cap = 1024;
+    const char **docs = xmalloc(cap * sizeof *docs);
+    size_t *lens = xmalloc(cap * sizeof *lens);
+    size_t s = 0;
+    for (size_t i = 0; i <= len; i++) {
+        int sep = i == len || (text[i] == '\n' && i + 1 < len && text[i + 1] == '\n');
+        if (!sep) continue;
+        if (i > s) {
+            if (n_docs == cap) {
+                cap *= 2;
+                docs = realloc(docs, cap * sizeof *docs);
+                lens = realloc(lens, cap * sizeof *lens);
+                CHECK(docs && lens, "out of memory");
+            }
+            docs[n_docs] = text + s;
+            lens[n_docs++] = i - s;
+        }
+        while (i < len && text[i] == '\n') i++; // the whole run of newlines
+        s = i;
+    }
+    struct error err = {0};
+    double t0 = time_now_s();
+    enum status st = tokenizer_train(docs, lens, n_docs, vocab_size, out, &err);
+    free(docs);
+    free(lens);
+    if (st) {
+        fprintf(stderr, "trident tokenize: %s\n", err.msg);
+        return st;
+    }
+    fprintf(stderr, "trident tokenize: trained vocab %d on %zu documents (%zu bytes) in %.2f s -> %s\n", vocab_size,
+            n_docs, len, time_now_s() - t0, out);
+    return STATUS_OK;
+}
+
+static int do_decode(const struct tokenizer *tok, char *text) {
+    size_t n = 0, cap = 1024;
+    int32_t *ids = xmalloc(cap * sizeof *ids);
+    for (char *p = strtok(text, " \t\r\n\v\f"); p; p = strtok(NULL, " \t\r\n\v\f")) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (*end || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "trident tokenize --decode: stdin token %zu is '%s', expected a token id >= 0\n", n + 1, p);
+            free(ids);
+            return STATUS_BAD_INPUT;
+        }
+        if (n == cap) {
+            cap *= 2;
+            ids = realloc(ids, cap * sizeof *ids);
+            CHECK(ids, "out of memory");
+        }
+        ids[n++] = (int32_t)v;
+    }
+    char *out;
+    size_t len;
+    struct error err = {0};
+    enum status st = tokenizer_decode(tok, ids, n, &out, &len, &err);
+    free(ids);
+    if (st) {
+        fprintf(stderr, "trident tokenize --decode: %s\n", err.msg);
+        return st;
+    }
+    int bad = fwrite(out, 1, len, stdout) != len;
+    free(out);
+    return bad ? STATUS_RUNTIME : STATUS_OK;
+}
+
+static int do_encode(const struct tokenizer *tok, const char *text, size_t len) {
+    int32_t *ids;
+    size_t n;
+    struct error err = {0};
+    enum status st = tokenizer_encode(tok, text, len, &ids, &n, &err);
+    if (st) {
+        fprintf(stderr, "trident tokenize: %s\n", err.msg);
+        return st;
+    }
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    putchar('\n');
+    free(ids);
+    return STATUS_OK;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *tok_path = NULL, *out = NULL, *vocab_arg = NULL;
+    int decode = 0, train = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return STATUS_OK;
+        } else if (!strcmp(a, "--decode")) decode = 1;
+        else if (!strcmp(a, "--train")) train = 1;
+        else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--output") || !strcmp(a, "--vocab-size")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "trident tokenize: %s needs a value\n", a);
+                return STATUS_BAD_INPUT;
+            }
+            const char **dst = !strcmp(a, "--tokenizer") ? &tok_path : !strcmp(a, "--output") ? &out : &vocab_arg;
+            *dst = argv[++i];
+        } else {
+            fprintf(stderr, "trident tokenize: unknown argument '%s'\n", a);
+            usage(stderr);
+            return STATUS_BAD_INPUT;
+        }
+    }
+    if (train) {
+        char *end = NULL;
+        long v = vocab_arg ? strtol(vocab_arg, &end, 10) : 0;
+        if (!vocab_arg || !out || tok_path || decode) {
+            fprintf(stderr, "trident tokenize: --train needs --vocab-size N and --output FILE (and no --tokenizer/--decode)\n");
+            return STATUS_BAD_INPUT;
+        }
+        if (*end || v < 257 || v > 1 << 30) {
+            fprintf(stderr, "trident tokenize: --vocab-size is '%s', expected an integer >= 257\n", vocab_arg);
+            return STATUS_BAD_INPUT;
+        }
+        size_t len;
+        char *text = read_all(stdin, &len);
+        if (!text) {
+            fprintf(stderr, "trident tokenize: reading stdin failed\n");
+            return STATUS_RUNTIME;
+        }
+        int rc = do_train(text, len, (int)v, out);
+        free(text);
+        return rc;
+    }
+    if (!tok_path || out || vocab_arg) {
+        fprintf(stderr, "trident tokenize: need --tokenizer FILE (--output/--vocab-size only with --train)\n");
+        usage(stderr);
+        return STATUS_BAD_INPUT;
+    }
+    struct tokenizer *tok;
+    struct error err = {0};
+    if (tokenizer_load(tok_path, &tok, &err)) {
+        fprintf(stderr, "trident tokenize: %s\n", err.msg);
+        return err.status;
+    }
+    size_t len;
+    char *text = read_all(stdin, &len);
+    int rc = STATUS_RUNTIME;
+    if (!text) fprintf(stderr, "trident tokenize: reading stdin failed\n");
+    else rc = decode ? do_decode(tok, text) : do_encode(tok, text, len);
+    free(text);
+    tokenizer_free(tok);
+    return rc;
+}

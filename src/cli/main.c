@@ -1,0 +1,39 @@
+// main.c: the trident executable; dispatches to a subcommand (src/cli/cli.h).
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "base/common.h"
+
+struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage; // NULL: a hidden debugging command
+};
+
+static const struct command commands[] = {
+    {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
+    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running"},
+    {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
+    {"data-check", cmd_data_check, NULL},
+    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5       inspect, check or export a checkpoint"},
+    {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},
+};
+
+static void print_usage(FILE *f) {
+    fprintf(f, "usage: trident COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].usage) fprintf(f, "  trident %s\n", commands[i].usage);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        print_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? STATUS_BAD_INPUT : STATUS_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "trident: unknown command '%s'\n\n", argv[1]);
+    print_usage(stderr);
+    return STATUS_BAD_INPUT;
+}

@@ -1,0 +1,228 @@
+// config.h: the training configuration. An INI file (read with inih) plus
+// `section.key=value` command-line overrides fill one struct config; one table
+// of key descriptors (src/config/config_keys.c) drives parsing, defaults, range checks,
+// printing and docs/config.md. Key names are contracts (DESIGN.md §10).
+//
+// File syntax (also in docs/config.md, generated from config_write_docs):
+// - `[section]` headers and `key = value` lines; values are not quoted.
+// - A full-line comment starts with `#` or `;`. An inline comment is `#` or `;`
+//   preceded by whitespace and runs to the end of the line. Any other text after
+//   a value is part of it, so `steps = 100 total` and `steps = 100abc` are errors.
+// - Lines may not be indented (inih would read an indented line as the
+//   continuation of the previous value); `key: value` is not accepted.
+// - A key may appear once per file; an override may name a key once.
+// Every error is STATUS_BAD_INPUT and names file:line (or the command-line
+// argument), section.key, the value found and what was expected.
+#ifndef TRIDENT_CONFIG_H
+#define TRIDENT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/common.h"
+#include "kernels/ops.h"       // enum dtype
+#include "model/optimizer.h" // enum lr_schedule
+
+#define CONFIG_PATH_MAX 512
+#define CONFIG_MAX_KEYS 96 // >= number of rows in the key table (checked)
+
+enum model_arch { MODEL_ARCH_LLAMA };
+enum recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
+enum device { DEVICE_CPU, DEVICE_CUDA };
+enum resume_mode { RESUME_AUTO, RESUME_NONE, RESUME_PATH };
+enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
+
+struct model_config {
+    enum model_arch arch;
+    int vocab_size;      // V
+    int d_model;         // C
+    int n_layers;        // L
+    int n_heads;         // H
+    int n_kv_heads;      // Hkv
+    int ffn_dim;         // F
+    int max_seq_len;     // longest T the RoPE tables cover
+    double rope_theta;
+    double norm_eps;
+    bool tie_embeddings;
+    double init_std;
+    enum recompute recompute;
+};
+
+struct train_config {
+    int seq_len;           // T
+    int micro_batch_size;  // B: sequences per microbatch per DP rank
+    int global_batch_size; // sequences per optimizer step over all DP ranks
+    int steps;
+    double lr;
+    double min_lr;
+    int warmup_steps;
+    enum lr_schedule lr_schedule;
+    double weight_decay;
+    double beta1;
+    double beta2;
+    double adam_eps;
+    double grad_clip;  // 0: no clipping
+    double label_smoothing;
+    int64_t seed;
+    int eval_every;    // 0: no evaluation
+    int eval_steps;
+    int sample_every;  // 0: no sampling
+    int sample_tokens;
+    double sample_temperature; // 0: greedy
+    int sample_top_k;          // 0: the whole vocabulary
+    int exit_interval;         // 0: run to steps
+};
+
+struct data_config {
+    char path[CONFIG_PATH_MAX];      // dataset folder (cold tier)
+    char tokenizer[CONFIG_PATH_MAX]; // tokenizer.json; "" unset
+    char cache_dir[CONFIG_PATH_MAX]; // hot tier; "" none
+    int64_t cache_bytes;
+    int prefetch_shards;
+};
+
+struct parallel_config {
+    int tp;
+    int pp;
+    int dp;
+    int virtual_stages;
+    bool sequence_parallel;
+    int zero_stage; // 0 or 1
+    int bucket_mb;
+};
+
+struct precision_config {
+    enum dtype dtype; // DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16
+    enum loss_scale_mode loss_scale_mode;
+    double loss_scale; // the fixed scale when LOSS_SCALE_STATIC, else 0
+};
+
+struct checkpoint_config {
+    char dir[CONFIG_PATH_MAX];
+    int every;     // 0: no periodic checkpoints
+    int keep_last; // 0: keep all
+    enum resume_mode resume;
+    char resume_path[CONFIG_PATH_MAX]; // when RESUME_PATH, else ""
+};
+
+struct log_config {
+    int every;
+    char metrics_file[CONFIG_PATH_MAX]; // "": <run_dir>/metrics.jsonl
+    char run_dir[CONFIG_PATH_MAX];
+};
+
+struct system_config {
+    enum device device;
+    int threads;        // 0: OpenMP's default
+    double peak_tflops; // 0: measure at start
+    double watchdog_s;  // 0: no watchdog
+};
+
+struct config {
+    struct model_config model;
+    struct train_config train;
+    struct data_config data;
+    struct parallel_config parallel;
+    struct precision_config precision;
+    struct checkpoint_config checkpoint;
+    struct log_config log;
+    struct system_config system;
+    // Where each value came from, indexed like the key table:
+    // > 0: line in `file`; 0: default; < 0: command-line override number -origin.
+    char file[CONFIG_PATH_MAX];
+    int origin[CONFIG_MAX_KEYS];
+};
+
+// ---- the key table ----------------------------------------------------------
+
+enum config_type {
+    CONFIG_INT,   // int
+    CONFIG_INT64, // int64_t
+    CONFIG_FLOAT, // double
+    CONFIG_BOOL,  // bool: true, false, 1, 0
+    CONFIG_ENUM,  // an int-sized enum named by choices
+    CONFIG_SIZE,  // int64_t bytes; K, M, G, T suffixes (powers of 1024)
+    CONFIG_PATH,  // char[CONFIG_PATH_MAX]
+};
+
+struct config_choice {
+    const char *name;
+    int value;
+};
+
+#define CONFIG_MIN_EXCLUSIVE 1u // value > min rather than >= min
+#define CONFIG_MAX_EXCLUSIVE 2u // value < max rather than <= max
+#define CONFIG_OPTIONAL 4u      // a path that may stay unset ("")
+
+// One key. min/max bound INT, INT64, FLOAT, SIZE values and the alternative of an
+// ENUM (-INFINITY/INFINITY: unbounded). An ENUM with alt_type set accepts a
+// value that is none of its choices when it parses as alt_type: then the enum
+// becomes alt_value and the value goes to alt_offset (resume = <path>,
+// loss_scale = <number>); a choice resets alt_offset to zero.
+struct config_key {
+    const char *section;
+    const char *key;
+    enum config_type type;
+    const char *def; // default, written as in a file; "" for an unset path
+    double min, max;
+    unsigned flags;
+    const char *unit;
+    const char *doc;
+    size_t offset; // into struct config
+    const struct config_choice *choices; // ENUM: ends with {NULL, 0}
+    int has_alt;
+    enum config_type alt_type;
+    size_t alt_offset;
+    int alt_value;
+};
+
+extern const struct config_key config_keys[];
+extern const int config_n_keys;
+extern const char *const config_sections[]; // NULL-terminated, in file order
+
+// ---- API ----------------------------------------------------------------------
+
+// Fills every value with its default (the table's def) and origins with 0.
+void config_defaults(struct config *cfg);
+
+// Defaults, then the INI file at path (NULL: no file), then the overrides
+// ("section.key=value", applied in order). Syntax, types and per-key ranges
+// are checked here; cross-key rules in config_validate.
+// Errors: STATUS_BAD_INPUT (see the top of this file; also a file that cannot
+// be opened), STATUS_RUNTIME on a read error.
+enum status config_load(const char *path, int n_overrides, char **overrides, struct config *out,
+                        struct error *err);
+
+// Cross-key checks: tp * pp * dp == world_size (skipped when world_size <= 0),
+// head, layer, batch and sequence divisibility, lr and warmup order, and that
+// device = cuda only when has_cuda (pass whether this build has a CUDA backend).
+// Each message names the keys, their values and where they were set.
+// The model against the data (vocab_size, tokenizer identity, seq_len) is
+// checked by dataset_open, which reads index.ini.
+enum status config_validate(const struct config *cfg, int world_size, bool has_cuda,
+                            struct error *err);
+
+// Writes the resolved config as an INI file that config_load reads back to an
+// equal config (config_equal). Unset optional paths are written as comments.
+void config_print(const struct config *cfg, FILE *f);
+// config_print to path. Errors: STATUS_RUNTIME naming path.
+enum status config_write(const struct config *cfg, const char *path, struct error *err);
+
+// True when every value in the table is equal (origins are not compared).
+bool config_equal(const struct config *a, const struct config *b);
+
+// The key's row in the table, or -1.
+int config_key_index(const char *section, const char *key);
+// "file:line", "command line argument N" or "default" for key index i.
+const char *config_origin(const struct config *cfg, int i, char *buf, size_t n);
+// The value of key index i as it would be written in a file ("" unset path).
+const char *config_format_value(const struct config *cfg, int i, char *buf, size_t n);
+
+// Tooling and tests: the Markdown reference of every key (docs/config.md).
+// The suite compares the committed file with this text; regenerate it with
+// `build/tests/test_config --write-docs`.
+void config_write_docs(FILE *f);
+
+#endif

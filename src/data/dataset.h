@@ -1,0 +1,120 @@
+// dataset.h: a tokenized dataset folder (index.ini + HDF5 shards, DESIGN.md §6)
+// and the resumable data-parallel loader that serves training sequences.
+//
+// Sequences: each split's shards, in index order, form one token stream of
+// N tokens. Sequence i is tokens [i*T, i*T + T + 1) (T = seq_len): inputs are
+// the first T, targets the last T. They do not overlap except for the one
+// shifted target token; count = (N - 1) / T. A sequence may span two shards.
+//
+// Order: epoch e visits the sequences in a seeded pseudo-random permutation
+// (a Feistel bijection keyed by (seed, e), no table in memory). Global batch b
+// of the epoch is positions [b*G, (b+1)*G) of the permutation (G =
+// global_batch_size); DP rank r takes positions [r*G/dp, (r+1)*G/dp) of it, in
+// microbatches of micro_batch_size. The tail of an epoch shorter than G is
+// dropped on every rank alike; then epoch e + 1 starts.
+#ifndef TRIDENT_DATASET_H
+#define TRIDENT_DATASET_H
+
+#include <stdint.h>
+
+#include "base/common.h"
+#include "index.h"
+#include "shard.h"
+
+struct dataset_shard {
+    struct index_shard entry; // as index.ini lists it
+    struct shard h5;          // open for the lifetime of the dataset
+    uint64_t start;           // offset of its first token in its split's stream
+};
+
+struct dataset {
+    char dir[4096];
+    struct index index;
+    int seq_len;
+    int n_shards;
+    struct dataset_shard *shards;         // (n_shards,) index order
+    uint64_t split_tokens[SPLIT_COUNT];    // N per split
+    uint64_t split_sequences[SPLIT_COUNT]; // (N - 1) / seq_len, 0 when N == 0
+    int *split_shards[SPLIT_COUNT];        // (split_n[s],) shard ids, in order
+    int split_n[SPLIT_COUNT];
+};
+
+// Opens dir/index.ini and validates every shard before training: the files are
+// present and their checksum matches, format version, /tokens dtype against
+// the vocabulary, every token id < vocab_size (first bad one reported by shard
+// and offset), /doc_offsets start at 0, increase and end at the token count,
+// index and file attributes agree, the training split is non-empty and holds
+// at least seq_len + 1 tokens (the validation split: none, or that many), and
+// vocab_size_expected (when > 0) and tokenizer_expected (when not NULL) match.
+// Errors: STATUS_BAD_INPUT naming the file, the value found and expected.
+enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected,
+                         const char *tokenizer_expected, struct dataset **out, struct error *err);
+void dataset_close(struct dataset *ds);
+
+// Loader position, saved into checkpoints. At a step boundary (micro == 0) it
+// does not depend on dp or micro_batch_size, so a run may resume on another
+// layout with the same global_batch_size.
+struct loader_state {
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t batch; // global batches finished in this epoch
+    uint64_t micro; // microbatches of the current global batch served here
+};
+
+struct loader {
+    struct dataset *ds;
+    enum split split;
+    int dp_rank, dp_size, micro_batch_size, global_batch_size;
+    int accum;                  // microbatches per global batch on this rank
+    uint64_t batches_per_epoch; // floor(sequences / global_batch_size)
+    struct loader_state state;
+    uint64_t feistel_keys[4];   // round keys of the current epoch
+    int feistel_half_bits;
+    void *buf;                  // (T + 1,) stored integers, reused per read
+    hid_t memspace;             // (T + 1,) HDF5 memory dataspace, reused
+};
+
+// Prepares a loader of split for DP rank dp_rank of dp_size. global_batch_size
+// must be divisible by micro_batch_size * dp_size and at most the split's
+// sequence count. Errors: STATUS_BAD_INPUT naming the setting and values.
+enum status loader_init(struct loader *ld, struct dataset *ds, enum split split, int dp_rank,
+                        int dp_size, int micro_batch_size, int global_batch_size, uint64_t seed,
+                        struct error *err);
+void loader_free(struct loader *ld);
+
+// Serves this rank's next microbatch: tokens (micro_batch_size, seq_len + 1).
+// No allocation. Errors: STATUS_RUNTIME on a read failure.
+enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err);
+
+// The index (into the split's sequences) of the sequence that position pos of
+// epoch's permutation names: exposed for tests and tools.
+uint64_t loader_sequence_at(const struct loader *ld, uint64_t epoch, uint64_t pos);
+
+// Back to epoch 0, batch 0 (validation passes start over each time).
+void loader_reset(struct loader *ld);
+
+void loader_state_save(const struct loader *ld, struct loader_state *state);
+// Errors: STATUS_BAD_INPUT when state is out of range for this loader.
+enum status loader_state_load(struct loader *ld, const struct loader_state *state, struct error *err);
+
+// Writes a dataset folder shard by shard: prep and tests use it.
+struct dataset_writer {
+    char dir[4096];
+    struct shard_meta meta;
+    struct index index;
+    int force_elem_bytes; // 0: by vocab size; 2 or 4: that width (tests only)
+};
+
+// Creates dir when missing. Errors: STATUS_BAD_INPUT when dir already holds
+// an index.ini (nothing is overwritten); STATUS_RUNTIME on I/O errors.
+enum status dataset_writer_init(struct dataset_writer *w, const char *dir, int64_t vocab_size,
+                                int64_t eot_id, const char *tokenizer, struct error *err);
+// Writes shard-NNNNN.h5 with tokens (n_tokens,) and doc_offsets (n_docs + 1,)
+// and records its size and checksum for the index.
+enum status dataset_writer_add(struct dataset_writer *w, enum split split, const int32_t *tokens,
+                               uint64_t n_tokens, const uint64_t *doc_offsets, uint64_t n_docs,
+                               struct error *err);
+// Writes index.ini (last, so a folder with an index is complete) and frees w.
+enum status dataset_writer_finish(struct dataset_writer *w, struct error *err);
+
+#endif

@@ -1,0 +1,459 @@
+// model.c: the LLaMA decoder of model.h: its parameter table, arenas,
+// initialisation and parameter I/O. Every buffer comes from one of three
+// arenas (parameters, gradients, activations) carved by a size table that
+// model_plan computes first. The passes are in model_pass.c.
+#include "model.h"
+#include "model_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/rng.h"
+
+// ---- the size table ------------------------------------------------------------
+
+struct carver {
+    char *base;   // NULL while only counting
+    size_t bytes; // running size
+};
+
+static struct tensor carve(struct carver *c, enum dtype dtype, size_t numel) {
+    size_t at = c->bytes;
+    c->bytes += ((numel * dtype_size(dtype) + 63) / 64) * 64;
+    return tensor_view(c->base ? c->base + at : NULL, dtype, numel);
+}
+
+struct dims {
+    int C, D, Hl, Hkvl, Fl, Vl, vocab_start, Vvalid, Lloc, max_layers;
+    int kv_head0, kv_replicas; // first local key/value head; ranks holding each copy
+    bool first, last, holds_wte;
+};
+
+static enum status dims_compute(const struct llama_config *cfg, const struct model_shard *s,
+                                struct dims *d, struct error *err) {
+    int tp = s->tp_size;
+    if (cfg->n_heads <= 0 || cfg->d_model % cfg->n_heads)
+        return error_set(err, STATUS_BAD_INPUT, "model: d_model %d is not a multiple of n_heads %d",
+                         cfg->d_model, cfg->n_heads);
+    if (cfg->n_kv_heads <= 0 || cfg->n_heads % cfg->n_kv_heads)
+        return error_set(err, STATUS_BAD_INPUT, "model: n_heads %d is not a multiple of n_kv_heads %d",
+                         cfg->n_heads, cfg->n_kv_heads);
+    if ((cfg->d_model / cfg->n_heads) % 2)
+        return error_set(err, STATUS_BAD_INPUT, "model: head size %d must be even for RoPE",
+                         cfg->d_model / cfg->n_heads);
+    if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp || cfg->n_heads % tp || cfg->ffn_dim % tp ||
+        (cfg->n_kv_heads % tp && tp % cfg->n_kv_heads))
+        return error_set(err, STATUS_BAD_INPUT,
+                         "model: tp %d must divide n_heads %d and ffn_dim %d, and divide or be a "
+                         "multiple of n_kv_heads %d", tp, cfg->n_heads, cfg->ffn_dim, cfg->n_kv_heads);
+    if (s->n_chunks < 1 || s->n_chunks > MODEL_MAX_CHUNKS)
+        return error_set(err, STATUS_BAD_INPUT, "model: %d model chunks, expected 1 to %d",
+                         s->n_chunks, MODEL_MAX_CHUNKS);
+    d->Lloc = 0, d->max_layers = 0;
+    for (int c = 0; c < s->n_chunks; c++) {
+        int b = s->layer_begin[c], e = s->layer_end[c];
+        if (b < 0 || e > cfg->n_layers || b >= e || (c > 0 && b < s->layer_end[c - 1]))
+            return error_set(err, STATUS_BAD_INPUT,
+                             "model: chunk %d holds layers [%d, %d): not an ordered, non-empty "
+                             "range inside [0, %d)", c, b, e, cfg->n_layers);
+        d->Lloc += e - b;
+        d->max_layers = MAX(d->max_layers, e - b);
+    }
+    d->C = cfg->d_model;
+    d->D = cfg->d_model / cfg->n_heads;
+    d->Hl = cfg->n_heads / tp;
+    // n_kv_heads % tp == 0: each rank holds n_kv_heads / tp key/value heads.
+    // Otherwise (tp a multiple of n_kv_heads) the tp / n_kv_heads consecutive
+    // ranks whose query heads share a key/value head each hold a copy of it.
+    d->Hkvl = cfg->n_kv_heads % tp == 0 ? cfg->n_kv_heads / tp : 1;
+    d->kv_head0 = cfg->n_kv_heads % tp == 0 ? s->tp_rank * d->Hkvl
+                                            : s->tp_rank / (tp / cfg->n_kv_heads);
+    d->kv_replicas = cfg->n_kv_heads % tp == 0 ? 1 : tp / cfg->n_kv_heads;
+    d->Fl = cfg->ffn_dim / tp;
+    d->Vl = (cfg->vocab_size + tp - 1) / tp;
+    d->vocab_start = s->tp_rank * d->Vl;
+    d->Vvalid = MAX(0, MIN(d->Vl, cfg->vocab_size - d->vocab_start));
+    d->first = s->layer_begin[0] == 0;
+    d->last = s->layer_end[s->n_chunks - 1] == cfg->n_layers;
+    d->holds_wte = d->first || (d->last && cfg->tie_embeddings);
+    return STATUS_OK;
+}
+
+// Appends one parameter to the table (params may be NULL: count only).
+static void param_add(struct param_info *params, int *n, size_t *offset, const char *name,
+                      int rows, int cols, int grows, int gcols, int row_offset, int col_offset,
+                      int valid_rows, bool decay, bool replicated, float init_std) {
+    if (params) {
+        struct param_info *p = &params[*n];
+        memset(p, 0, sizeof *p);
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->rows = rows, p->cols = cols, p->grows = grows, p->gcols = gcols;
+        p->row_offset = row_offset, p->col_offset = col_offset, p->valid_rows = valid_rows;
+        p->offset = *offset, p->numel = (size_t)rows * cols;
+        p->decay = decay, p->tp_replicated = replicated, p->init_std = init_std;
+    }
+    (*n)++;
+    *offset += (((size_t)rows * cols + ALIGN_ELEMS - 1) / ALIGN_ELEMS) * ALIGN_ELEMS;
+}
+
+// The parameter table in arena order; returns the count and the arena length.
+static int params_layout(const struct llama_config *cfg, const struct model_shard *s,
+                         const struct dims *d, struct param_info *params, size_t *total) {
+    int n = 0, tr = s->tp_rank, C = d->C, D = d->D, H = cfg->n_heads, Hkv = cfg->n_kv_heads;
+    int V = cfg->vocab_size, F = cfg->ffn_dim;
+    size_t off = 0;
+    float std = cfg->init_std, out_std = cfg->init_std / sqrtf(2.0f * cfg->n_layers);
+    char name[96];
+    if (d->holds_wte)
+        param_add(params, &n, &off, "model.embed_tokens.weight", d->Vl, C, V, C, d->vocab_start,
+                  0, d->Vvalid, true, false, std);
+    for (int c = 0; c < s->n_chunks; c++)
+    for (int l = s->layer_begin[c]; l < s->layer_end[c]; l++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, l), name)
+        param_add(params, &n, &off, NAME("input_layernorm.weight"), C, 1, C, 1, 0, 0, C, false, true, 0);
+        param_add(params, &n, &off, NAME("self_attn.q_proj.weight"), d->Hl * D, C, H * D, C,
+                  tr * d->Hl * D, 0, d->Hl * D, true, false, std);
+        param_add(params, &n, &off, NAME("self_attn.k_proj.weight"), d->Hkvl * D, C, Hkv * D, C,
+                  d->kv_head0 * D, 0, d->Hkvl * D, true, false, std);
+        param_add(params, &n, &off, NAME("self_attn.v_proj.weight"), d->Hkvl * D, C, Hkv * D, C,
+                  d->kv_head0 * D, 0, d->Hkvl * D, true, false, std);
+        param_add(params, &n, &off, NAME("self_attn.o_proj.weight"), C, d->Hl * D, C, H * D, 0,
+                  tr * d->Hl * D, C, true, false, out_std);
+        param_add(params, &n, &off, NAME("post_attention_layernorm.weight"), C, 1, C, 1, 0, 0, C,
+                  false, true, 0);
+        param_add(params, &n, &off, NAME("mlp.gate_proj.weight"), d->Fl, C, F, C, tr * d->Fl, 0,
+                  d->Fl, true, false, std);
+        param_add(params, &n, &off, NAME("mlp.up_proj.weight"), d->Fl, C, F, C, tr * d->Fl, 0,
+                  d->Fl, true, false, std);
+        param_add(params, &n, &off, NAME("mlp.down_proj.weight"), C, d->Fl, C, F, 0, tr * d->Fl,
+                  C, true, false, out_std);
+#undef NAME
+    }
+    if (d->last) {
+        param_add(params, &n, &off, "model.norm.weight", C, 1, C, 1, 0, 0, C, false, true, 0);
+        if (!cfg->tie_embeddings)
+            param_add(params, &n, &off, "lm_head.weight", d->Vl, C, V, C, d->vocab_start, 0,
+                      d->Vvalid, true, false, std);
+    }
+    if (s->arena_multiple > 1) off = (off + s->arena_multiple - 1) / s->arena_multiple * s->arena_multiple;
+    *total = off;
+    if (params) // who counts each tensor in the global gradient norm
+        for (int i = 0; i < n; i++) {
+            struct param_info *p = &params[i];
+            p->kv_shared = d->kv_replicas > 1 &&
+                           (strstr(p->name, ".k_proj.") || strstr(p->name, ".v_proj."));
+            p->norm_skip = (p->tp_replicated && tr != 0) ||
+                           (p->kv_shared && tr % d->kv_replicas != 0) ||
+                           (!strcmp(p->name, "model.embed_tokens.weight") && !d->first);
+        }
+    return n;
+}
+
+static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
+
+// Carves one activation slot (base NULL: counts only).
+static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    enum dtype a = m->dtype, s = m->stat;
+    for (int l = 0; l <= m->max_layers; l++) S->x[l] = carve(c, a, (size_t)Ns * C);
+    for (int l = 0; l < m->max_layers; l++) {
+        struct block_acts *b = &S->acts[l];
+        b->ln1 = carve(c, a, (size_t)N * C);
+        b->rstd1 = carve(c, s, Ns);
+        b->q = carve(c, a, (size_t)N * HD);
+        b->k = carve(c, a, (size_t)N * KD);
+        b->v = carve(c, a, (size_t)N * KD);
+        b->att = carve(c, a, (size_t)N * HD);
+        b->lse = carve(c, s, (size_t)N * m->Hl);
+        b->xmid = carve(c, a, (size_t)Ns * C);
+        b->ln2 = carve(c, a, (size_t)N * C);
+        b->rstd2 = carve(c, s, Ns);
+        b->gate = carve(c, a, (size_t)N * Fl);
+        b->up = carve(c, a, (size_t)N * Fl);
+        b->act = carve(c, a, (size_t)N * Fl);
+    }
+    if (m->last) {
+        S->lnf = carve(c, a, (size_t)N * C);
+        S->rstdf = carve(c, s, Ns);
+        S->logits = carve(c, a, (size_t)N * m->Vl);
+        S->dlogits = carve(c, a, (size_t)N * m->Vl);
+        S->rowmax = carve(c, s, N);
+        S->partials = carve(c, s, (size_t)N * 3);
+        S->lse = carve(c, s, N);
+        S->loss = carve(c, s, N);
+    }
+    S->tokens = carve(c, DTYPE_I32, N);
+    S->targets = carve(c, DTYPE_I32, N);
+}
+
+// Carves the activation arena: the slots, then the shared scratch (base
+// NULL: counts only). m->mem.slot_bytes is the size of one slot.
+static void acts_layout(struct model *m, struct carver *c) {
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    enum dtype a = m->dtype, s = m->stat;
+    for (int i = 0; i < m->shard.n_slots; i++) {
+        size_t before = c->bytes;
+        slot_layout(m, &m->slots[i], c);
+        m->mem.slot_bytes = c->bytes - before;
+    }
+    m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
+    m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
+    m->tmp = carve(c, a, (size_t)N * C);
+    m->dx = carve(c, a, (size_t)Ns * C);
+    m->dln = carve(c, a, (size_t)N * C);
+    if (m->sp) {
+        m->norm_s = carve(c, a, (size_t)Ns * C);
+        m->tmp_s = carve(c, a, (size_t)Ns * C);
+        m->dln_s = carve(c, a, (size_t)Ns * C);
+        m->dx_full = carve(c, a, (size_t)N * C);
+    } else {
+        m->norm_s = tensor_view(NULL, a, 0); // unused: norms write their saved output
+        m->tmp_s = m->tmp, m->dln_s = m->dln, m->dx_full = m->dx;
+    }
+    m->datt = carve(c, a, (size_t)N * HD);
+    m->dq = carve(c, a, (size_t)N * HD);
+    m->dk = carve(c, a, (size_t)N * KD);
+    m->dv = carve(c, a, (size_t)N * KD);
+    m->dgate = carve(c, a, (size_t)N * Fl);
+    m->dup = carve(c, a, (size_t)N * Fl);
+    m->dact = carve(c, a, (size_t)N * Fl);
+    if (m->kv_replicas > 1)
+        m->kv_grad = carve(c, grad_dtype(a), (size_t)m->cfg.n_kv_heads * m->D * C);
+}
+
+// Fills the fields of m that the size table needs (no allocation).
+static enum status model_setup(struct model *m, const struct llama_config *cfg,
+                               const struct model_shard *shard, enum dtype dtype, int B, int T,
+                               struct error *err) {
+    if (dtype != DTYPE_FP32 && dtype != DTYPE_FP64)
+        return error_set(err, STATUS_BAD_INPUT, "model: dtype %s is not supported yet (fp32)",
+                         dtype_name(dtype));
+    if (B < 1 || T < 1 || T > cfg->max_seq_len)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "model: microbatch (B=%d, T=%d) must be positive with T <= max_seq_len %d",
+                         B, T, cfg->max_seq_len);
+    struct dims d;
+    enum status st = dims_compute(cfg, shard, &d, err);
+    if (st) return st;
+    m->cfg = *cfg, m->shard = *shard, m->dtype = dtype;
+    m->stat = dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
+    m->B = B, m->T = T, m->N = B * T;
+    m->sp = shard->sequence_parallel && shard->tp_size > 1;
+    if (m->sp && m->N % shard->tp_size)
+        return error_set(err, STATUS_BAD_INPUT, "model: sequence parallel needs B*T = %d rows "
+                         "divisible by tp = %d", m->N, shard->tp_size);
+    m->Ns = m->sp ? m->N / shard->tp_size : m->N;
+    m->C = d.C, m->D = d.D, m->Hl = d.Hl, m->Hkvl = d.Hkvl, m->Fl = d.Fl;
+    m->Vl = d.Vl, m->vocab_start = d.vocab_start, m->Vvalid = d.Vvalid;
+    m->n_local_layers = d.Lloc, m->first = d.first, m->last = d.last;
+    m->max_layers = d.max_layers;
+    for (int c = 0, b = 0; c < shard->n_chunks; b += shard->layer_end[c] - shard->layer_begin[c], c++)
+        m->block0[c] = b;
+    if (m->shard.n_slots < 1) m->shard.n_slots = 1;
+    m->kv_head0 = d.kv_head0, m->kv_replicas = d.kv_replicas;
+    size_t total;
+    m->n_params = params_layout(cfg, shard, &d, NULL, &total);
+    m->mem.n_params = total;
+    m->mem.param_bytes = total * dtype_size(dtype);
+    m->mem.grad_bytes = total * dtype_size(grad_dtype(dtype));
+    return STATUS_OK;
+}
+
+enum status model_plan(const struct llama_config *cfg, const struct model_shard *shard,
+                       enum dtype dtype, int B, int T, struct model_memory *out,
+                       struct error *err) {
+    struct model m = {0};
+    enum status st = model_setup(&m, cfg, shard, dtype, B, T, err);
+    if (st) return st;
+    struct slot slots[m.shard.n_slots];
+    struct tensor xs[m.shard.n_slots][m.max_layers + 1];
+    struct block_acts acts[m.shard.n_slots][m.max_layers];
+    for (int i = 0; i < m.shard.n_slots; i++) slots[i].x = xs[i], slots[i].acts = acts[i];
+    m.slots = slots;
+    struct carver c = {0};
+    acts_layout(&m, &c);
+    m.mem.activation_bytes = c.bytes;
+    *out = m.mem;
+    return STATUS_OK;
+}
+
+struct model_shard model_shard_full(const struct llama_config *cfg) {
+    return model_shard_pipeline(cfg, 1, 0, 1);
+}
+
+struct model_shard model_shard_pipeline(const struct llama_config *cfg, int p, int s, int v) {
+    struct model_shard sh = {.n_chunks = v, .tp_rank = 0, .tp_size = 1, .n_slots = 1};
+    int L = cfg->n_layers, pv = p * v;
+    for (int c = 0; c < v && c < MODEL_MAX_CHUNKS; c++) {
+        int u = c * p + s; // virtual stage
+        sh.layer_begin[c] = (int)((long)u * L / pv);
+        sh.layer_end[c] = (int)((long)(u + 1) * L / pv);
+    }
+    return sh;
+}
+
+// Points a block's tensors at the arena holding parameters (or gradients).
+static void blocks_bind(struct model *m, struct tensor arena, struct block *blocks,
+                        struct tensor *wte, struct tensor *norm_w, struct tensor *head) {
+    int i = 0;
+    struct param_info *p = m->params;
+#define NEXT() (i++, tensor_slice(arena, p[i - 1].offset, p[i - 1].numel))
+    if (m->first || (m->last && m->cfg.tie_embeddings)) { *wte = NEXT(); }
+    for (int l = 0; l < m->n_local_layers; l++) {
+        struct block *b = &blocks[l];
+        m->block_offset[l] = p[i].offset;
+        b->ln1_w = NEXT(); b->wq = NEXT(); b->wk = NEXT(); b->wv = NEXT(); b->wo = NEXT();
+        b->ln2_w = NEXT(); b->wgate = NEXT(); b->wup = NEXT(); b->wdown = NEXT();
+    }
+    if (m->last) {
+        m->head_offset = p[i].offset;
+        *norm_w = NEXT();
+        *head = m->cfg.tie_embeddings ? *wte : NEXT();
+    }
+#undef NEXT
+    CHECK(i == m->n_params, "bound %d of %d parameters", i, m->n_params);
+}
+
+enum status model_init(struct model **out, struct backend *be, const struct llama_config *cfg,
+                       const struct model_shard *shard, enum dtype dtype, int B, int T,
+                       uint64_t seed, struct error *err) {
+    struct model *m = xcalloc(1, sizeof *m);
+    enum status st = model_setup(m, cfg, shard, dtype, B, T, err);
+    if (st) { free(m); return st; }
+    m->be = be;
+    struct dims d;
+    dims_compute(cfg, shard, &d, NULL);
+    m->params = xcalloc(m->n_params, sizeof *m->params);
+    size_t total;
+    params_layout(cfg, shard, &d, m->params, &total);
+    m->blocks = xcalloc(m->n_local_layers, sizeof *m->blocks);
+    m->dblocks = xcalloc(m->n_local_layers, sizeof *m->dblocks);
+    m->slots = xcalloc(m->shard.n_slots, sizeof *m->slots);
+    for (int i = 0; i < m->shard.n_slots; i++) {
+        m->slots[i].x = xcalloc(m->max_layers + 1, sizeof *m->slots[i].x);
+        m->slots[i].acts = xcalloc(m->max_layers, sizeof *m->slots[i].acts);
+    }
+    m->block_offset = xcalloc(m->n_local_layers, sizeof *m->block_offset);
+
+    struct carver count = {0};
+    acts_layout(m, &count);
+    m->mem.activation_bytes = count.bytes;
+    void *pa = backend_alloc(be, m->mem.param_bytes);
+    void *ga = backend_alloc(be, m->mem.grad_bytes);
+    void *aa = backend_alloc(be, m->mem.activation_bytes);
+    if (!pa || !ga || !aa) {
+        backend_dealloc(be, pa), backend_dealloc(be, ga), backend_dealloc(be, aa);
+        model_free(m);
+        return error_set(err, STATUS_RUNTIME,
+                         "model: out of %s memory (params %zu B, grads %zu B, activations %zu B)",
+                         be->ops->name, m->mem.param_bytes, m->mem.grad_bytes,
+                         m->mem.activation_bytes);
+    }
+    m->param_arena = tensor_view(pa, dtype, total);
+    m->grad_arena = tensor_view(ga, grad_dtype(dtype), total);
+    m->act_arena = tensor_view(aa, DTYPE_I32, m->mem.activation_bytes / 4); // bytes, as 4-byte words
+    struct carver c = {aa, 0};
+    acts_layout(m, &c);
+    blocks_bind(m, m->param_arena, m->blocks, &m->wte, &m->norm_w, &m->head);
+    blocks_bind(m, m->grad_arena, m->dblocks, &m->dwte, &m->dnorm_w, &m->dhead);
+    backend_memset0(be, m->param_arena);
+    backend_memset0(be, m->grad_arena);
+    backend_memset0(be, m->act_arena);
+
+    // RoPE tables, angles in double.
+    size_t half = (size_t)cfg->max_seq_len * (m->D / 2);
+    size_t tab_bytes = half * dtype_size(m->stat);
+    char *tab = xmalloc(2 * tab_bytes);
+    if (m->stat == DTYPE_FP64)
+        rope_table_fill_f64((double *)tab, (double *)(tab + tab_bytes), cfg->max_seq_len, m->D,
+                            cfg->rope_theta);
+    else
+        rope_table_fill((float *)tab, (float *)(tab + tab_bytes), cfg->max_seq_len, m->D,
+                        cfg->rope_theta);
+    backend_to_device(be, m->rope_cos.data, tab, tab_bytes);
+    backend_to_device(be, m->rope_sin.data, tab + tab_bytes, tab_bytes);
+    free(tab);
+
+    // Weights: every element from (seed, name, global index).
+    size_t max_numel = 0;
+    for (int i = 0; i < m->n_params; i++) max_numel = MAX(max_numel, (size_t)m->params[i].grows * m->params[i].gcols);
+    float *host = xmalloc(max_numel * sizeof *host);
+    for (int i = 0; i < m->n_params; i++) {
+        const struct param_info *p = &m->params[i];
+        rng_fill_normal(host, (size_t)p->grows * p->gcols, seed, p->name, p->init_std);
+        model_set_param(m, p, host);
+    }
+    free(host);
+    m->host_loss = xcalloc(m->N, sizeof *m->host_loss);
+    *out = m;
+    return STATUS_OK;
+}
+
+void model_free(struct model *m) {
+    if (!m) return;
+    if (m->be) {
+        backend_dealloc(m->be, m->param_arena.data);
+        backend_dealloc(m->be, m->grad_arena.data);
+        backend_dealloc(m->be, m->act_arena.data);
+    }
+    for (int i = 0; m->slots && i < m->shard.n_slots; i++) free(m->slots[i].x), free(m->slots[i].acts);
+    free(m->params), free(m->blocks), free(m->dblocks), free(m->slots);
+    free(m->block_offset);
+    free(m->host_loss);
+    free(m);
+}
+
+const struct param_info *model_params(const struct model *m, int *n) {
+    *n = m->n_params;
+    return m->params;
+}
+struct tensor model_param_arena(struct model *m) { return m->param_arena; }
+struct tensor model_grad_arena(struct model *m) { return m->grad_arena; }
+const struct model_memory *model_memory(const struct model *m) { return &m->mem; }
+bool model_is_first_stage(const struct model *m) { return m->first; }
+bool model_is_last_stage(const struct model *m) { return m->last; }
+
+const struct param_info *model_find_param(const struct model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return &m->params[i];
+    return NULL;
+}
+
+void model_set_param(struct model *m, const struct param_info *p, const float *global) {
+    char *local = xcalloc(p->numel, dtype_size(m->dtype));
+    for (int r = 0; r < p->valid_rows; r++)
+        for (int c = 0; c < p->cols; c++) {
+            float v = global[(size_t)(p->row_offset + r) * p->gcols + p->col_offset + c];
+            if (m->dtype == DTYPE_FP64) ((double *)local)[(size_t)r * p->cols + c] = v;
+            else ((float *)local)[(size_t)r * p->cols + c] = v;
+        }
+    backend_to_device(m->be, tensor_slice(m->param_arena, p->offset, p->numel).data, local,
+                      p->numel * dtype_size(m->dtype));
+    free(local);
+}
+
+static void get_local(struct model *m, struct tensor arena, const struct param_info *p, double *out) {
+    size_t es = dtype_size(arena.dtype);
+    void *host = xmalloc(p->numel * es);
+    backend_to_host(m->be, host, tensor_slice(arena, p->offset, p->numel).data, p->numel * es);
+    for (size_t i = 0; i < p->numel; i++)
+        out[i] = arena.dtype == DTYPE_FP64 ? ((double *)host)[i] : ((float *)host)[i];
+    free(host);
+}
+
+void model_get_param(struct model *m, const struct param_info *p, double *local) {
+    get_local(m, m->param_arena, p, local);
+}
+void model_get_grad(struct model *m, const struct param_info *p, double *local) {
+    get_local(m, m->grad_arena, p, local);
+}
+
+void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
+                               void *ctx) {
+    m->grad_ready = fn, m->grad_ready_ctx = ctx;
+}
+
+
+void model_zero_grad(struct model *m) { backend_memset0(m->be, m->grad_arena); }
+

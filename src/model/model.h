@@ -1,0 +1,197 @@
+// model.h: the LLaMA-style decoder of DESIGN.md §4 for one pipeline stage and
+// one tensor-parallel shard, written once against kernels/ops.h.
+//
+// Math and parameter names match Hugging Face LlamaForCausalLM
+// (transformers/models/llama/modeling_llama.py): token embedding, L blocks of
+// x = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))),
+// n1 = input_layernorm(x); x = x + down_proj(silu(gate_proj(n2)) * up_proj(n2)),
+// n2 = post_attention_layernorm(x); final norm; lm_head (or the embedding
+// when tied); cross-entropy over the next-token targets.
+//
+// Tensor parallel (Megatron-LM, Shoeybi et al. 2019, §3): q/k/v and gate/up
+// are column-parallel (rows of the HF weight split over tp), o/down are
+// row-parallel (columns split), embedding and lm_head are vocab-parallel.
+// tp = 1 and a single stage are the special case of the same code.
+#ifndef TRIDENT_MODEL_H
+#define TRIDENT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "parallel/comm.h"
+#include "base/common.h"
+#include "kernels/ops.h"
+
+// Global model hyperparameters ([model] in the config).
+struct llama_config {
+    int vocab_size;      // V: real classes
+    int d_model;         // C
+    int n_layers;        // L
+    int n_heads;         // H
+    int n_kv_heads;      // Hkv, divides H
+    int ffn_dim;         // F
+    int max_seq_len;     // rows of the RoPE tables
+    double rope_theta;   // RoPE base
+    float norm_eps;      // RMSNorm epsilon
+    bool tie_embeddings; // lm_head shares model.embed_tokens.weight
+    float init_std;      // std of the normal init of every matrix
+    float label_smoothing;
+};
+
+enum { MODEL_MAX_CHUNKS = 8 };
+
+// Which part of the model this rank holds.
+struct model_shard {
+    int n_chunks;               // model chunks (virtual pipeline stages) on this rank
+    int layer_begin[MODEL_MAX_CHUNKS], layer_end[MODEL_MAX_CHUNKS]; // layers of each chunk
+    int n_slots;                // activation slots: microbatches in flight (0 or 1: one)
+    int tp_rank, tp_size;       // tensor-parallel position
+    int arena_multiple;         // pad the parameter arena to a multiple of this many
+                                // elements (ZeRO-1 shards it evenly); 0: no padding
+    bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
+                                // N / tp rows; all-gather / reduce-scatter over TP
+};
+
+// The single-rank shard: every layer, tp = 1, one slot.
+struct model_shard model_shard_full(const struct llama_config *cfg);
+// Stage s of p with v chunks (Narayanan et al. 2021 §2.2): chunk c is virtual
+// stage u = c p + s and holds layers [u L / (p v), (u + 1) L / (p v)). tp = 1
+// and one slot: the caller sets tp_rank, tp_size and n_slots.
+struct model_shard model_shard_pipeline(const struct llama_config *cfg, int p, int s, int v);
+
+// One parameter tensor of this rank, in the parameter arena. Its local block
+// (rows, cols) sits at (row_offset, col_offset) of the global (grows, gcols).
+struct param_info {
+    char name[96];           // Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight"
+    int rows, cols;          // local shape (cols = 1 for vectors)
+    int grows, gcols;        // global shape
+    int row_offset, col_offset;
+    int valid_rows;          // local rows that exist globally (vocab padding excluded)
+    size_t offset;           // element offset in the parameter and gradient arenas
+    size_t numel;            // rows * cols
+    bool decay;              // weight decay applies (matrices, not norm gains)
+    bool tp_replicated;      // the same on every TP rank (norm gains)
+    bool kv_shared;          // a key/value head copied on several TP ranks (tp > n_kv_heads)
+    bool norm_skip;          // another rank counts this tensor in the global gradient norm
+    float init_std;          // 0: initialised to ones (norm gains)
+};
+
+// Sizes in bytes of every pool, from the config and layout alone (no
+// allocation): what model_init allocates, and what `trident plan` prints.
+struct model_memory {
+    size_t param_bytes;      // weights in the model dtype
+    size_t grad_bytes;       // gradients (fp32, fp64 for an fp64 model)
+    size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
+    size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
+    size_t n_params;         // elements of this rank's parameters
+};
+
+struct model;
+
+// Computes the parameter table and pool sizes without allocating.
+// Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,
+// head size odd, layer range outside [0, L)).
+enum status model_plan(const struct llama_config *cfg, const struct model_shard *shard,
+                       enum dtype dtype, int B, int T, struct model_memory *out,
+                       struct error *err);
+
+// Allocates parameters, gradients and activations for microbatches of
+// (B, T) tokens on backend be and initialises the weights (normal(0,
+// init_std), output projections o_proj/down_proj scaled by 1/sqrt(2L), norm
+// gains 1) from seed. The init of every element depends only on (seed, name,
+// global index), so any layout initialises the same global model.
+// dtype: DTYPE_FP32 or DTYPE_FP64 (tests). Errors: as model_plan, and
+// STATUS_RUNTIME when the backend is out of memory.
+enum status model_init(struct model **out, struct backend *be, const struct llama_config *cfg,
+                       const struct model_shard *shard, enum dtype dtype, int B, int T,
+                       uint64_t seed, struct error *err);
+void model_free(struct model *m);
+
+// The parameter table of this rank (n entries), and the arenas.
+const struct param_info *model_params(const struct model *m, int *n);
+struct tensor model_param_arena(struct model *m); // (n_params,) model dtype
+struct tensor model_grad_arena(struct model *m);  // (n_params,) fp32 / fp64
+const struct model_memory *model_memory(const struct model *m);
+bool model_is_first_stage(const struct model *m);
+bool model_is_last_stage(const struct model *m);
+
+// Finds a parameter by HF name; NULL when this rank does not hold it.
+const struct param_info *model_find_param(const struct model *m, const char *name);
+// Copies the global tensor `global` (grows, gcols) float32 host values into
+// this rank's slice of parameter p.
+void model_set_param(struct model *m, const struct param_info *p, const float *global);
+// Copies this rank's slice of parameter p (or its gradient) to host as double,
+// into `local` (rows * cols).
+void model_get_param(struct model *m, const struct param_info *p, double *local);
+void model_get_grad(struct model *m, const struct param_info *p, double *local);
+
+// The tensor-parallel group of this shard (shard.tp_size ranks); NULL or a
+// group of one rank for tp = 1. Must be set before the first forward when
+// tp > 1. The model all-reduces over it (Megatron's f and g operators).
+void model_set_tp_group(struct model *m, struct comm_group *tp);
+
+// After the last microbatch's backward: sums over the TP group the partial
+// gradients of tensors that several TP ranks hold: key/value heads copied
+// when tp > n_kv_heads, and the norm gains under sequence parallelism (each
+// rank saw only its rows). A no-op otherwise.
+void model_finish_grads(struct model *m);
+
+// Zeroes the gradient arena (start of a global batch).
+void model_zero_grad(struct model *m);
+
+// Forward pass of one microbatch. tokens: (B, T) I32 host ids (first stage);
+// targets: (B, T) I32 host next-token ids, ignore index -100 (last stage).
+// Returns in *loss_sum the sum of the per-token losses over non-ignored
+// targets (last stage; 0 elsewhere) and in *n_targets their count.
+// The activations stay saved for model_backward.
+void model_forward(struct model *m, const int32_t *tokens, const int32_t *targets,
+                   double *loss_sum, long *n_targets);
+
+// Backward pass of the microbatch last given to model_forward, accumulating
+// (+=) into the gradient arena. loss_scale multiplies d(loss_sum): pass
+// 1 / (non-ignored targets of the whole global batch) for a mean loss.
+void model_backward(struct model *m, double loss_scale);
+
+// Pipeline-stage passes. Forward of model chunk `chunk` of one microbatch
+// into activation slot `slot`: the first virtual stage reads tokens (B, T)
+// I32 host ids, the others `in` (Ns, C) in the model dtype (the previous
+// stage's output, Ns = B*T/tp under sequence parallelism, else B*T); the last
+// virtual stage reads targets (B, T) and returns the loss sum and count (as
+// model_forward), the others write `out` (Ns, C).
+void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
+                         const void *in, const int32_t *targets, void *out, double *loss_sum,
+                         long *n_targets);
+// Backward of that forward (same chunk and slot): dout (Ns, C) the gradient of
+// the chunk's output (ignored on the last virtual stage, which starts from the
+// loss times loss_scale); din (Ns, C) receives the gradient of its input
+// (ignored on the first virtual stage). Accumulates into the gradient arena.
+void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
+                          const void *dout, void *din);
+// Elements of one activation message between stages: Ns * C.
+size_t model_stage_message_numel(const struct model *m);
+// High-water mark of activation slots used since model_init (1 + largest index).
+int model_slots_used(const struct model *m);
+
+// Gradient-ready hook: during model_backward, called with an element offset
+// `ready_from` each time the gradients of parameter-arena elements
+// [ready_from, n_params) are final for this backward pass (after the head,
+// after each block, after the embedding: parameters are laid out in forward
+// order and the backward runs in reverse). Data parallelism uses it to start
+// the all-reduce of a gradient bucket while the backward goes on.
+// fn NULL disables it.
+void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
+                               void *ctx);
+
+// The microbatch shape (B, T) of m and the global vocabulary size V.
+void model_microbatch_shape(const struct model *m, int *B, int *T, int *V);
+
+// Logits (V,) over the whole vocabulary of row b, position t of the last
+// forward, as double; the vocab shards are all-gathered over the TP group, so
+// with tp > 1 every rank of the group must call it. Last stage.
+void model_get_logits_at(struct model *m, int b, int t, double *out);
+
+// Logits of the last forward, (B, T, Vl) copied to host as double (tests,
+// sampling). Last stage only.
+void model_get_logits(struct model *m, double *out);
+
+#endif

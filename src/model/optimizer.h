@@ -1,0 +1,90 @@
+// optimizer.h: AdamW with decoupled weight decay, the learning-rate schedule,
+// clipping by the global gradient norm, and ZeRO-1 sharding of its state.
+//
+// Math: Loshchilov & Hutter 2019 (AdamW, alg. 2) as torch.optim.AdamW computes
+// it; clipping as torch.nn.utils.clip_grad_norm_ (coefficient
+// max_norm / (norm + 1e-6), capped at 1); schedule as llm.c / Megatron-LM:
+// linear warmup then cosine, linear or constant decay to min_lr.
+// ZeRO-1: Rajbhandari et al. 2020, §5.1 (P_os): each data-parallel rank keeps
+// the moments of 1/dp of the parameters; gradients are reduce-scattered, each
+// rank updates its shard, and the updated parameters are all-gathered.
+#ifndef TRIDENT_OPTIMIZER_H
+#define TRIDENT_OPTIMIZER_H
+
+#include "parallel/comm.h"
+#include "base/common.h"
+#include "model.h"
+#include "kernels/ops.h"
+
+enum lr_schedule { LR_SCHEDULE_COSINE, LR_SCHEDULE_LINEAR, LR_SCHEDULE_CONSTANT };
+
+struct optimizer_config {
+    double lr;            // peak learning rate
+    double min_lr;        // floor reached at the last step
+    int warmup_steps;     // linear warmup length, steps
+    int steps;            // total optimizer steps of the run
+    enum lr_schedule schedule;
+    double beta1, beta2, eps;
+    double weight_decay;  // applied to matrices only (param_info.decay)
+    double grad_clip;     // max global L2 norm; <= 0 disables clipping
+};
+
+// The groups a multi-rank optimizer reduces over; NULL members (or a NULL
+// struct) are groups of one rank.
+struct parallel_groups {
+    struct comm_group *tp, *pp, *dp;
+    int zero_stage;       // 0: every DP rank holds all moments; 1: ZeRO-1
+};
+
+// Learning rate of optimizer step `step` (counts from 0):
+//   step < warmup:  lr * (step + 1) / warmup
+//   else ratio = (step - warmup) / (steps - warmup), clamped to [0, 1];
+//   cosine: min_lr + 0.5 (lr - min_lr)(1 + cos(pi ratio)); linear:
+//   lr - (lr - min_lr) ratio; constant: lr.
+double optimizer_lr(const struct optimizer_config *cfg, int step);
+
+// Clip coefficient for a global gradient norm: min(1, clip / (norm + 1e-6)),
+// 1 when clipping is disabled.
+double optimizer_clip_coef(const struct optimizer_config *cfg, double grad_norm);
+
+struct optimizer;
+
+// Allocates fp32 (fp64 for an fp64 model) moments m and v: for the whole
+// parameter arena, or with zero_stage 1 for this DP rank's 1/dp of it (the
+// arena must then be padded to a multiple of dp: model_shard.arena_multiple).
+// groups NULL: a single rank. Errors: STATUS_RUNTIME when out of memory;
+// STATUS_BAD_INPUT when the arena does not divide evenly for ZeRO-1.
+enum status optimizer_init(struct optimizer **out, struct backend *be, struct model *model,
+                           const struct optimizer_config *cfg, const struct parallel_groups *groups,
+                           struct error *err);
+void optimizer_free(struct optimizer *opt);
+
+// Bytes of optimizer state this rank holds (m, v).
+size_t optimizer_state_bytes(const struct optimizer *opt);
+// The same from sizes alone (trident plan): moments for n_params arena
+// elements of a model of dtype, divided over dp ranks under zero_stage 1.
+size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage);
+
+// Makes the gradients final and returns the global L2 norm over the whole
+// model, each parameter counted once (param_info.norm_skip), accumulated in
+// double and summed over TP and PP (and over DP shards under ZeRO-1, where
+// this first reduce-scatters the gradients over DP). Without ZeRO the
+// gradients must already be summed over DP (grad_sync).
+double optimizer_prepare(struct optimizer *opt);
+
+// One AdamW step on this rank's parameters (its shard under ZeRO-1, then the
+// all-gather over DP) with the gradients times grad_scale (the clip
+// coefficient) at learning rate lr. Advances the bias-correction step.
+void optimizer_step(struct optimizer *opt, double lr, double grad_scale);
+
+// Optimizer steps taken so far; and the element range [begin, end) of the
+// parameter arena whose moments this rank holds.
+int optimizer_steps_done(const struct optimizer *opt);
+void optimizer_shard_range(const struct optimizer *opt, size_t *begin, size_t *end);
+
+// The moments (end - begin,) of this rank's range, in backend memory, for
+// checkpoints; and setting the step counter on resume.
+void optimizer_moments(struct optimizer *opt, struct tensor *m, struct tensor *v);
+void optimizer_set_steps_done(struct optimizer *opt, int steps);
+
+#endif

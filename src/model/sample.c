@@ -1,0 +1,75 @@
+// sample.c: autoregressive sampling for the training log (sample.h).
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+
+// Picks a token from logits (V,) with temperature and top-k; u in [0, 1).
+static int pick(double *logits, int V, double temperature, int top_k, double u) {
+    int best = 0;
+    for (int j = 1; j < V; j++) if (logits[j] > logits[best]) best = j;
+    if (temperature <= 0) return best;
+    double kth = -INFINITY;
+    if (top_k > 0 && top_k < V) { // the k-th largest logit, by repeated selection
+        double prev = INFINITY;
+        for (int r = 0; r < top_k; r++) {
+            double cur = -INFINITY;
+            for (int j = 0; j < V; j++) if (logits[j] < prev && logits[j] > cur) cur = logits[j];
+            prev = cur;
+        }
+        kth = prev;
+    }
+    double sum = 0;
+    for (int j = 0; j < V; j++) {
+        logits[j] = logits[j] >= kth ? exp((logits[j] - logits[best]) / temperature) : 0.0;
+        sum += logits[j];
+    }
+    double acc = 0, target = u * sum;
+    for (int j = 0; j < V; j++) {
+        acc += logits[j];
+        if (acc > target && logits[j] > 0) return j;
+    }
+    return best;
+}
+
+void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
+                  int top_k, uint64_t seed, FILE *f) {
+    int B, T, V;
+    model_microbatch_shape(m, &B, &T, &V);
+    int32_t *tokens = xcalloc((size_t)B * T, sizeof *tokens);
+    int32_t *targets = xmalloc(sizeof *targets * B * T);
+    double *logits = xmalloc(sizeof *logits * V);
+    for (int i = 0; i < B * T; i++) targets[i] = -100;
+    int eot = tokenizer_eot_id(tok);
+    tokens[0] = eot >= 0 ? eot : 0;
+    int len = 1, start = 1;
+    uint64_t state = seed;
+    for (int i = 0; i < n_tokens; i++) {
+        if (len == T) { // window full: keep the last half as context
+            memmove(tokens, tokens + T / 2, sizeof *tokens * (T - T / 2));
+            len -= T / 2, start = MAX(0, start - T / 2);
+        }
+        double loss;
+        long count;
+        model_forward(m, tokens, targets, &loss, &count);
+        model_get_logits_at(m, 0, len - 1, logits);
+        state = rng_splitmix64(state);
+        int next = pick(logits, V, temperature, top_k, (double)(state >> 11) * 0x1.0p-53);
+        if (next == eot) {
+            if (f) fputs(i == 0 ? "<|endoftext|> (first token)" : " <|endoftext|>", f);
+            break;
+        }
+        tokens[len++] = next;
+        char *text;
+        size_t n;
+        struct error err;
+        if (f && tokenizer_decode(tok, &tokens[len - 1], 1, &text, &n, &err) == STATUS_OK) {
+            fwrite(text, 1, n, f);
+            free(text);
+        }
+    }
+    free(tokens), free(targets), free(logits);
+}

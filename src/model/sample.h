@@ -1,0 +1,24 @@
+// sample.h: text samples from the model during training (temperature, top-k).
+#ifndef TRIDENT_SAMPLE_H
+#define TRIDENT_SAMPLE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+#include "tokenizer/tokenizer.h"
+
+// Generates n_tokens after an end-of-text token (a document start) and
+// writes their decoded text to f. The model's microbatch (B, T) is the
+// context window: row 0 holds the text, and a causal model's logits at
+// position t depend only on tokens <= t, so one forward per new token reads
+// the logits at the last filled position (no KV cache: fine for samples).
+// temperature 0 is greedy; top_k 0 samples from the whole vocabulary.
+// Overwrites the model's activations (call between steps). With tp > 1 every
+// rank of the TP group calls it (the forward and the logits are collective)
+// and draws the same tokens; f NULL: generate without printing.
+// Single-stage models only.
+void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
+                  int top_k, uint64_t seed, FILE *f);
+
+#endif

@@ -1,0 +1,133 @@
+// comm.h: collectives and point-to-point messages within one group of ranks,
+// behind one table of operations (DESIGN.md §3). Implementations:
+// comm_mpi.c (an MPI communicator; host buffers on the CPU backend) and
+// comm_self.c (a group of one rank, no MPI: unit tests and single-rank runs).
+// A NCCL implementation (device buffers) fills the same table later.
+//
+// The core calls the comm_* wrappers below, never the table: they check the
+// arguments (a violation is a bug in trident: exit 1 with file:line) and then
+// dispatch. A failure inside the library (an MPI error) is fatal on the rank
+// that sees it and aborts the job (src/base/mpi_util.h), so the operations return
+// nothing.
+//
+// Counts are in elements of the given dtype, not bytes. Reductions (sum, max)
+// take FP32, FP64, I32 or I64; data movement (all_gather, broadcast, send,
+// recv, send_start, recv_start) takes any dtype. Every member of a group must
+// call a collective with the same count, dtype, op and root, in the same order.
+#ifndef TRIDENT_COMM_H
+#define TRIDENT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/common.h"
+#include "kernels/ops.h"
+
+enum comm_op { COMM_SUM, COMM_MAX };
+
+struct comm_group;
+
+// A pending non-blocking operation. Small and held by value (no malloc in the
+// training loop): an implementation keeps its handle (MPI_Request, CUDA
+// event) in storage. done is set once the operation has completed.
+struct comm_request {
+    struct comm_group *group;
+    bool done;
+    uint64_t storage[2];
+};
+
+// The table an implementation fills. Every entry is required.
+struct comm_ops {
+    const char *name; // "mpi", "self"
+    // buf: (count,) replaced on every rank by the reduction over the group.
+    void (*all_reduce)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                       enum comm_op op);
+    // Starts the same all-reduce and returns at once; buf must not be touched
+    // until wait returns or test returns true. With MPI the transfer
+    // progresses only inside MPI calls (OpenMPI has no progress thread by
+    // default): a caller overlapping compute calls test now and then.
+    void (*all_reduce_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                             enum comm_op op, struct comm_request *req);
+    // Completion of any started request (all_reduce_start, send_start,
+    // recv_start): wait blocks until it is complete, test returns true once it is.
+    void (*wait)(struct comm_request *req);
+    bool (*test)(struct comm_request *req);
+    // send: (size * count,) chunk r goes to group rank r; recv: (count,) the
+    // reduction of this rank's chunk over the group. send and recv do not overlap.
+    void (*reduce_scatter)(struct comm_group *g, const void *send, void *recv, size_t count,
+                           enum dtype dtype, enum comm_op op);
+    // send: (count,); recv: (size * count,) chunk r from group rank r. send may
+    // be this rank's own chunk inside recv (in place: recv + rank * count).
+    void (*all_gather)(struct comm_group *g, const void *send, void *recv, size_t count,
+                       enum dtype dtype);
+    // buf: (count,) root's values copied to every rank.
+    void (*broadcast)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root);
+    // Blocking point-to-point to / from group rank peer, matched by tag.
+    void (*send)(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
+                 int tag);
+    void (*recv)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                 int tag);
+    // Non-blocking point-to-point (pipeline activations): return at once; buf
+    // must not be written (send) or read (recv) until the request completes.
+    // A send may complete only once the peer has posted the matching receive
+    // (large messages), so a caller must not wait on a send before every
+    // receive its peer needs first is posted. Messages between two ranks with
+    // the same tag arrive in the order they were sent.
+    void (*send_start)(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                       int peer, int tag, struct comm_request *req);
+    void (*recv_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                       int tag, struct comm_request *req);
+    void (*barrier)(struct comm_group *g);
+    // Releases impl (and the communicator it owns); the group struct stays.
+    void (*free)(struct comm_group *g);
+};
+
+// A group of ranks: this rank's index in it and its size. size == 0 marks a
+// group this rank is not in (e.g. the embedding group of a middle stage).
+struct comm_group {
+    int rank, size;
+    const struct comm_ops *ops;
+    void *impl;
+    double busy_s; // seconds this rank spent in the group's blocking calls and waits
+};
+
+// Fills g with the group of this rank alone: all-reduce and broadcast leave
+// the buffer as it is, reduce-scatter and all-gather copy send to recv, and
+// send/recv (blocking or not) have no peer: a message to itself is an error.
+// Needs no MPI and no free (comm_group_free is a no-op).
+void comm_self_init(struct comm_group *g);
+
+// Releases what the group holds and zeroes it. Safe on a zeroed group.
+void comm_group_free(struct comm_group *g);
+
+// The checked wrappers; see struct comm_ops for each one's contract.
+void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                     enum comm_op op);
+void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                           enum comm_op op, struct comm_request *req);
+// Completion of any request; both are no-ops on a request already complete.
+void comm_wait(struct comm_request *req);
+bool comm_test(struct comm_request *req);
+// The names from before point-to-point requests existed: comm_wait, comm_test.
+void comm_all_reduce_wait(struct comm_request *req);
+bool comm_all_reduce_test(struct comm_request *req);
+void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                         enum dtype dtype, enum comm_op op);
+void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                     enum dtype dtype);
+void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root);
+void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
+               int tag);
+void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+               int tag);
+void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                     int peer, int tag, struct comm_request *req);
+void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                     int tag, struct comm_request *req);
+void comm_barrier(struct comm_group *g);
+
+// "sum", "max".
+const char *comm_op_name(enum comm_op op);
+
+#endif

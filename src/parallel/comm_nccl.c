@@ -1,0 +1,235 @@
+// comm_nccl.c: the comm_ops table on NCCL communicators (device buffers of
+// the CUDA backend); see comm_nccl.h for the stream ordering.
+#include "comm_nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "kernels/cuda/backend_cuda.h"
+#include "kernels/cuda/cuda_check.h"
+#include "base/mpi_util.h"
+
+// Events of pending all_reduce_start requests: a ring, so starting a request
+// allocates nothing; more than this many requests in flight at once on one
+// group is a bug (checked).
+#define NCCL_EVENTS 64
+
+struct comm_nccl {
+    ncclComm_t comm;
+    MPI_Comm mpi; // not owned: the MPI group's (barrier, id broadcast)
+    int device;
+    cudaStream_t compute, stream; // the backend's compute and communication streams
+    cudaEvent_t ready;            // compute -> comm ordering before each operation
+    cudaEvent_t done[NCCL_EVENTS];
+    bool busy[NCCL_EVENTS];
+    int next;
+};
+
+_Static_assert(sizeof(int) <= sizeof(((struct comm_request *)0)->storage),
+               "event index does not fit in comm_request.storage");
+
+static struct comm_nccl *impl_of(const struct comm_group *g) { return g->impl; }
+
+static ncclDataType_t nccl_dtype(enum dtype dtype) {
+    switch (dtype) {
+    case DTYPE_FP32: return ncclFloat32;
+    case DTYPE_FP64: return ncclFloat64;
+    case DTYPE_I32: return ncclInt32;
+    case DTYPE_I64: return ncclInt64;
+    case DTYPE_BF16: return ncclBfloat16;
+    case DTYPE_FP16: return ncclFloat16;
+    }
+    CHECK(0, "no NCCL datatype for dtype %d", (int)dtype);
+}
+
+static ncclRedOp_t nccl_op(enum comm_op op) { return op == COMM_MAX ? ncclMax : ncclSum; }
+
+// The communication stream waits for everything enqueued on the compute stream.
+static void begin(struct comm_nccl *c) {
+    CHECK_CUDA(cudaSetDevice(c->device));
+    CHECK_CUDA(cudaEventRecord(c->ready, c->compute));
+    CHECK_CUDA(cudaStreamWaitEvent(c->stream, c->ready, 0));
+}
+
+// The compute stream waits for the operation just enqueued on the communication stream.
+static void end(struct comm_nccl *c) {
+    CHECK_CUDA(cudaEventRecord(c->ready, c->stream));
+    CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->ready, 0));
+}
+
+static void nccl_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                            enum comm_op op) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
+    end(c);
+}
+
+// Takes a free completion event for a started operation and stores its index
+// in req.
+static int event_take(struct comm_nccl *c, struct comm_request *req) {
+    int k = c->next;
+    CHECK(!c->busy[k], "comm_nccl: more than %d operations in flight on one group", NCCL_EVENTS);
+    c->next = (k + 1) % NCCL_EVENTS;
+    c->busy[k] = true;
+    memcpy(req->storage, &k, sizeof k);
+    return k;
+}
+
+static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                                  enum comm_op op, struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
+// Point-to-point starts are enqueued on the communication stream in call
+// order, each its own NCCL group: the two sides of an exchange must post them
+// in matching order (a send waits on the stream for its receive).
+static void nccl_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                            int peer, int tag, struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    CHECK_NCCL(ncclSend(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
+static void nccl_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                            int peer, int tag, struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    CHECK_NCCL(ncclRecv(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
+static void nccl_wait(struct comm_request *req) {
+    struct comm_nccl *c = impl_of(req->group);
+    int k;
+    memcpy(&k, req->storage, sizeof k);
+    // Stream-ordered completion: kernels enqueued from now on see the result.
+    CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->done[k], 0));
+    c->busy[k] = false;
+}
+
+static bool nccl_test(struct comm_request *req) {
+    struct comm_nccl *c = impl_of(req->group);
+    int k;
+    memcpy(&k, req->storage, sizeof k);
+    cudaError_t e = cudaEventQuery(c->done[k]);
+    if (e == cudaErrorNotReady) return false;
+    CHECK_CUDA(e);
+    c->busy[k] = false;
+    return true;
+}
+
+static void nccl_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                                enum dtype dtype, enum comm_op op) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_dtype(dtype), nccl_op(op), c->comm,
+                                 c->stream));
+    end(c);
+}
+
+// In place when send == recv + rank * count (NCCL detects it).
+static void nccl_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                            enum dtype dtype) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    CHECK_NCCL(ncclAllGather(send, recv, count, nccl_dtype(dtype), c->comm, c->stream));
+    end(c);
+}
+
+static void nccl_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                           int root) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, c->comm, c->stream));
+    end(c);
+}
+
+static void nccl_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                      int peer, int tag) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclSend(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
+    CHECK_NCCL(ncclGroupEnd());
+    end(c);
+}
+
+static void nccl_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
+                      int tag) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclRecv(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
+    CHECK_NCCL(ncclGroupEnd());
+    end(c);
+}
+
+static void nccl_barrier(struct comm_group *g) {
+    struct comm_nccl *c = impl_of(g);
+    CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    CHECK_CUDA(cudaStreamSynchronize(c->compute));
+    CHECK_MPI(MPI_Barrier(c->mpi));
+}
+
+static void nccl_free(struct comm_group *g) {
+    struct comm_nccl *c = g->impl;
+    if (!c) return;
+    if (c->comm) {
+        cudaStreamSynchronize(c->stream);
+        ncclCommDestroy(c->comm);
+        cudaEventDestroy(c->ready);
+        for (int k = 0; k < NCCL_EVENTS; k++) cudaEventDestroy(c->done[k]);
+    }
+    free(c);
+    g->impl = NULL;
+}
+
+static const struct comm_ops comm_nccl_ops = {
+    .name = "nccl",
+    .all_reduce = nccl_all_reduce,
+    .all_reduce_start = nccl_all_reduce_start,
+    .wait = nccl_wait,
+    .test = nccl_test,
+    .send_start = nccl_send_start,
+    .recv_start = nccl_recv_start,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .barrier = nccl_barrier,
+    .free = nccl_free,
+};
+
+void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, struct backend *be) {
+    memset(g, 0, sizeof *g);
+    g->ops = &comm_nccl_ops;
+    struct comm_nccl *c = xcalloc(1, sizeof *c);
+    g->impl = c;
+    if (mpi_group->size == 0) return; // not a member
+    c->mpi = comm_mpi_handle(mpi_group);
+    c->device = backend_cuda_device(be);
+    c->compute = (cudaStream_t)backend_cuda_stream(be);
+    c->stream = (cudaStream_t)backend_cuda_comm_stream(be);
+    CHECK_CUDA(cudaSetDevice(c->device));
+    CHECK_CUDA(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+    for (int k = 0; k < NCCL_EVENTS; k++)
+        CHECK_CUDA(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
+    ncclUniqueId id;
+    if (mpi_group->rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
+    CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi));
+    CHECK_NCCL(ncclCommInitRank(&c->comm, mpi_group->size, id, mpi_group->rank));
+    g->rank = mpi_group->rank;
+    g->size = mpi_group->size;
+}

@@ -1,0 +1,30 @@
+// comm_nccl.h: struct comm_group on NCCL (src/parallel/comm.h), built only with
+// `make CUDA=1`. Buffers are device memory of the CUDA backend.
+//
+// Ordering: an operation is enqueued on the backend's communication stream
+// after the work already enqueued on its compute stream (an event), and the
+// compute stream waits for it (another event), so kernels launched after a
+// blocking call see its result without the host waiting. all_reduce_start
+// leaves out the second wait until all_reduce_wait; all_reduce_test polls.
+// barrier synchronizes both streams, then MPI_Barrier.
+// send/recv: each is one NCCL group (ncclGroupStart/End). NCCL has no tags
+// (tag is checked, then ignored: messages between two ranks arrive in order)
+// and a send completes only when the peer's recv runs: two ranks that both
+// send to each other before receiving deadlock on the device, as blocking
+// MPI_Send of large messages can; order pipeline exchanges send/recv on one
+// side and recv/send on the other.
+#ifndef TRIDENT_COMM_NCCL_H
+#define TRIDENT_COMM_NCCL_H
+
+#include "comm.h"
+#include "kernels/ops.h"
+
+// Fills g with a NCCL communicator over the ranks of mpi_group (an MPI group
+// from comm_mpi_init, which keeps ownership of its MPI_Comm and must outlive
+// g): rank 0 of the group creates the unique id and broadcasts it over the
+// group's MPI communicator. be: the CUDA backend of this rank (its device,
+// chosen from the node-local rank, and its streams). A group this rank is not
+// a member of (mpi_group->size == 0) gives a group of size 0.
+void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, struct backend *be);
+
+#endif

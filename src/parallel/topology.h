@@ -1,0 +1,68 @@
+// topology.h: the 3-D grid of tensor-, data- and pipeline-parallel ranks
+// (DESIGN.md §2) and the communication groups of this rank.
+//
+// Rank order is Megatron's: rank = t + tp * (d + dp * p). TP varies fastest,
+// so a TP group is tp consecutive ranks (one node's fast domain); PP stages
+// vary slowest.
+#ifndef TRIDENT_TOPOLOGY_H
+#define TRIDENT_TOPOLOGY_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "comm.h"
+#include "base/common.h"
+
+// A rank's place in the grid: t in [0, tp), d in [0, dp), p in [0, pp).
+struct grid_coord {
+    int t, d, p;
+};
+
+// The kinds of group each rank belongs to.
+enum group_kind {
+    GROUP_TP,    // same (d, p), t = 0..tp-1
+    GROUP_DP,    // same (t, p), d = 0..dp-1
+    GROUP_PP,    // same (t, d), p = 0..pp-1
+    GROUP_EMBED, // same (t, d), p in {0, pp-1}: tied embedding and LM head;
+                 // the rank alone when pp == 1; middle stages are not members
+    GROUP_COUNT,
+};
+
+struct topology {
+    int world_rank, world_size;
+    int tp, pp, dp;
+    struct grid_coord coord;
+    int local_rank, local_size; // on this node (MPI_COMM_TYPE_SHARED)
+    struct comm_group tp_group, dp_group, pp_group;
+    struct comm_group embed_group; // size 0 on middle pipeline stages
+    struct comm_group world;       // a duplicate of the world passed to init
+};
+
+// Pure layout functions: no MPI needed.
+int topology_rank_of(int tp, int pp, int dp, struct grid_coord coord);
+struct grid_coord topology_coord_of(int tp, int pp, int dp, int rank);
+// "tp", "dp", "pp", "embed".
+const char *topology_group_name(enum group_kind kind);
+// Fills members (room for max(tp, pp, dp) ranks) with the world ranks of the
+// group of kind that contains coord, in group-rank order, and returns their
+// count; 0 when coord is not in such a group (middle stage, GROUP_EMBED).
+int topology_group_members(enum group_kind kind, int tp, int pp, int dp, struct grid_coord coord,
+                           int *members);
+// Prints which world ranks form each TP, DP, PP and embedding group (rank 0's
+// startup log).
+void topology_describe(FILE *f, int tp, int pp, int dp);
+
+// Collective over world: checks tp * pp * dp == world size (else
+// STATUS_BAD_INPUT naming the three sizes and N) and builds every group of
+// this rank. Every rank makes the same MPI calls in the same order.
+enum status topology_init(MPI_Comm world, int tp, int pp, int dp, struct topology *out,
+                          struct error *err);
+// A 1 x 1 x 1 topology of comm_self groups, without MPI (tests, one rank).
+void topology_init_self(struct topology *out);
+// Collective over world when built by topology_init.
+void topology_free(struct topology *topo);
+
+// The group of kind in topo.
+struct comm_group *topology_group(struct topology *topo, enum group_kind kind);
+
+#endif

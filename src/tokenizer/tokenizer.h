@@ -1,0 +1,55 @@
+// tokenizer.h: byte-level BPE as GPT-2, LLaMA-3 and Qwen use it, loaded from
+// and written to Hugging Face `tokenizer.json` files.
+//
+// Math/algorithm source: Sennrich et al. 2016 (BPE merges by rank), Radford et
+// al. 2019 (GPT-2 byte-to-unicode map and pre-tokenizer regex); the reference
+// implementation it must match is Hugging Face `tokenizers` (BPE model,
+// ByteLevel pre-tokenizer and decoder).
+#ifndef TRIDENT_TOKENIZER_H
+#define TRIDENT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/common.h"
+
+struct tokenizer;
+
+// Loads a tokenizer.json (BPE model with ByteLevel pre-tokenizer; the GPT-2 or
+// LLaMA-3 split pattern; merges; added and special tokens).
+// Errors: STATUS_BAD_INPUT naming the file and the field when the file is
+// missing, not JSON, or not a byte-level BPE.
+enum status tokenizer_load(const char *path, struct tokenizer **out, struct error *err);
+void tokenizer_free(struct tokenizer *tok);
+
+// Encodes len bytes of text (any bytes; invalid UTF-8 is encoded byte-wise) to
+// token ids. *ids is malloc'd (caller frees), *n_ids its length.
+// Special tokens written literally in text are matched as HF does for added
+// tokens. Errors: none for valid tokenizers (returns STATUS_OK).
+enum status tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len,
+                             int32_t **ids, size_t *n_ids, struct error *err);
+
+// Decodes ids to bytes; *text is malloc'd and NUL-terminated, *len excludes the
+// NUL. decode(encode(x)) == x for every byte string x.
+// Errors: STATUS_BAD_INPUT for an id outside [0, vocab size).
+enum status tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids,
+                             char **text, size_t *len, struct error *err);
+
+// Number of ids (base vocabulary plus added tokens): max id + 1.
+int tokenizer_vocab_size(const struct tokenizer *tok);
+// The id of the end-of-text token ("<|endoftext|>", "<|end_of_text|>" or "</s>"),
+// or -1 when the tokenizer has none.
+int tokenizer_eot_id(const struct tokenizer *tok);
+// A short identity of the tokenizer for index.ini and checkpoints: a hex digest
+// of its vocabulary and merges (stable across loads of the same file).
+const char *tokenizer_identity(const struct tokenizer *tok);
+
+// Trains a byte-level BPE with vocab_size ids (256 byte tokens, merges, and the
+// special token "<|endoftext|>" as the last id) on n_docs documents and writes
+// a tokenizer.json that Hugging Face tokenizers loads and encodes identically.
+// Errors: STATUS_BAD_INPUT when vocab_size < 257; STATUS_RUNTIME on I/O errors
+// naming out_path.
+enum status tokenizer_train(const char *const *docs, const size_t *doc_lens, size_t n_docs,
+                            int vocab_size, const char *out_path, struct error *err);
+
+#endif

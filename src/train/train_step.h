@@ -1,0 +1,74 @@
+// train_step.h: one optimizer step over a global batch split in microbatches.
+//
+// The loss is the mean over all non-ignored target tokens of the whole global
+// batch (Megatron-LM's and torch's `cross_entropy(reduction="mean")` over the
+// concatenated batch): each microbatch's backward is scaled by 1 / (targets
+// counted over every microbatch and, with data parallelism, every rank), so
+// microbatches of different sizes weigh by their tokens, not equally.
+#ifndef TRIDENT_TRAIN_STEP_H
+#define TRIDENT_TRAIN_STEP_H
+
+#include <stdint.h>
+
+#include "parallel/comm.h"
+#include "grad_sync.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "parallel/pipeline.h"
+
+struct train_step_result {
+    double loss;      // mean loss over the global batch's non-ignored targets
+    double grad_norm; // global L2 norm before clipping
+    double clip_coef; // factor the gradients were scaled by (1: not clipped)
+    double lr;        // learning rate used
+    long n_targets;   // non-ignored targets in the global batch
+};
+
+// What one rank trains with. NULL members are "none": groups NULL is a single
+// rank; sync NULL no overlapped DP all-reduce (also under ZeRO-1, whose
+// optimizer reduce-scatters); pipe NULL a model that is one whole stage;
+// embed the tied-embedding group of the first and last stages (NULL, or of
+// size 0 on a middle stage, when there is nothing to sum).
+struct train_ctx {
+    struct model *model;
+    struct optimizer *opt;
+    const struct optimizer_config *cfg;
+    const struct parallel_groups *groups;
+    struct grad_sync *sync;
+    struct pipeline_exec *pipe;
+    struct comm_group *embed;
+};
+
+// Runs forward and backward on n_micro microbatches and one AdamW step.
+// tokens, targets: (n_micro, B, T) I32 host arrays (targets -100 = ignored)
+// of this data-parallel rank; under pipeline parallelism only the first stage
+// reads tokens and only the last targets (the others may pass NULL). The
+// target count and the loss are summed over DP and, for the log, sent from
+// the last pipeline stage to every stage. step counts from 0 and selects the
+// learning rate. When every target is ignored, the loss is 0, the gradients
+// are 0 and the step still runs (weight decay only), so every rank takes the
+// same number of steps.
+void train_step_run(struct train_ctx *ctx, int step, const int32_t *tokens,
+                    const int32_t *targets, int n_micro, int B, int T,
+                    struct train_step_result *out);
+
+// The loss sum and target count of n_micro microbatches without a step, over
+// this rank's data-parallel group and, under pipeline parallelism, sent from
+// the last stage to every stage (validation). With a pipeline the schedule
+// runs its backwards too, with a zero loss scale: the gradients it adds are
+// exactly zero, and the next step zeroes them anyway.
+void train_step_eval(struct train_ctx *ctx, const int32_t *tokens, const int32_t *targets,
+                     int n_micro, int B, int T, double *loss_sum, int64_t *count);
+
+// Points a pipeline executor's callbacks at this module's (before
+// pipeline_exec_init); train_step_run sets its ctx each step.
+void train_step_bind_pipeline(struct pipeline_exec *x);
+
+// The same for a model that is one whole stage: train_step_run with only
+// these members set.
+void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
+                const struct parallel_groups *groups, struct grad_sync *sync, int step,
+                const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
+                struct train_step_result *out);
+
+#endif
