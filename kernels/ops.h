@@ -1,4 +1,4 @@
-// ops.h: the operations every compute backend implements (DESIGN.md §3).
+// ops.h: the operations every compute backend implements (docs/design.md §3).
 //
 // The model above this line is written once; a backend is a table of function
 // pointers (struct backend_ops) and the model calls the checked wrappers

@@ -1,4 +1,4 @@
-// cpu_backend.c: the CPU backend's table, memory and threads (DESIGN.md §3).
+// cpu_backend.c: the CPU backend's table, memory and threads (docs/design.md §3).
 // Memory is host memory: alloc is aligned_alloc(64), copies are memcpy and
 // synchronize has nothing to wait for. Threads: OpenMP loops over rows and
 // OpenBLAS for GEMMs; the Debian openmp build of OpenBLAS runs single-threaded

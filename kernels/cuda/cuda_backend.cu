@@ -1,5 +1,5 @@
 // cuda_backend.cu: the CUDA backend's table, memory, streams and init
-// (DESIGN.md §3). Memory is device memory from cudaMalloc (256-byte aligned);
+// (docs/design.md §3). Memory is device memory from cudaMalloc (256-byte aligned);
 // copies are cudaMemcpyAsync on the compute stream, ordered with the kernels.
 // to_device from pageable host memory (what trident passes) returns once CUDA
 // has staged the source, so the buffer may be reused at once; from pinned

@@ -1,5 +1,5 @@
 // common.h: error codes, checks that carry file and line, small helpers.
-// Exit codes follow DESIGN.md §8: 0 ok, 1 runtime failure, 2 bad input.
+// Exit codes follow docs/design.md §8: 0 ok, 1 runtime failure, 2 bad input.
 #ifndef TRIDENT_COMMON_H
 #define TRIDENT_COMMON_H
 

@@ -1,4 +1,4 @@
-// mpi_util.h: MPI error checks and whole-job exits (DESIGN.md §8: every rank
+// mpi_util.h: MPI error checks and whole-job exits (docs/design.md §8: every rank
 // exits non-zero within seconds, none is left hanging).
 //
 // Exit codes under OpenMPI 4.1 mpirun (verified by tests/e2e/comm_mpi.sh):

@@ -1,5 +1,5 @@
 // checkpoint.h: save and load training state as pieces of global tensors
-// (DESIGN.md §7, docs/formats.md "Checkpoints"). Independent of the model
+// (docs/design.md §7, docs/formats.md "Checkpoints"). Independent of the model
 // code: a caller describes each tensor it holds as a piece (a block of a
 // global 2-D tensor, or a flat sub-range of that block under ZeRO), and a
 // loader in any other (tp, pp, dp) layout asks for the pieces it needs; they

@@ -1,5 +1,5 @@
 // cli.h: the subcommands of the trident executable. Each returns the process
-// exit code (DESIGN.md §8: 0 ok, 1 runtime failure, 2 bad input).
+// exit code (docs/design.md §8: 0 ok, 1 runtime failure, 2 bad input).
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
@@ -16,7 +16,7 @@ int cmd_ckpt(int argc, char **argv);
 // trident train CONFIG.ini [section.key=value ...]   (src/train/train.c)
 int cmd_train(int argc, char **argv);
 
-// trident plan CONFIG.ini [section.key=value ...]   (src/train/plan.c)
+// trident plan CONFIG.ini [section.key=value ...]   (src/cli/cmd_plan.c)
 int cmd_plan(int argc, char **argv);
 
 #endif

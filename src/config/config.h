@@ -1,7 +1,7 @@
 // config.h: the training configuration. An INI file (read with inih) plus
 // `section.key=value` command-line overrides fill one struct config; one table
 // of key descriptors (src/config/config_keys.c) drives parsing, defaults, range checks,
-// printing and docs/config.md. Key names are contracts (DESIGN.md §10).
+// printing and docs/config.md. Key names are contracts (docs/design.md §10).
 //
 // File syntax (also in docs/config.md, generated from config_write_docs):
 // - `[section]` headers and `key = value` lines; values are not quoted.

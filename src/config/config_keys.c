@@ -1,4 +1,4 @@
-// config_keys.c: the table of configuration keys (DESIGN.md §10). Each row
+// config_keys.c: the table of configuration keys (docs/design.md §10). Each row
 // gives the type, default, range, unit and meaning of one key; parsing,
 // defaults, printing and docs/config.md all come from here, so a new key is
 // one new row (and a field in config.h).
@@ -50,7 +50,7 @@ const char *const config_sections[] = {"model", "train", "data", "parallel", "pr
                                        "checkpoint", "log", "system", NULL};
 
 const struct config_key config_keys[] = {
-    // [model]: a LLaMA-style decoder (DESIGN.md §4)
+    // [model]: a LLaMA-style decoder (docs/design.md §4)
     KEY_ENUM("model", "arch", model.arch, "llama", arch_choices, "model family; only LLaMA-style decoders"),
     KEY_INT("model", "vocab_size", model.vocab_size, "8192", 2, INT_MAX, "tokens",
             "vocabulary size V; must equal the dataset's vocab_size (index.ini)"),
@@ -74,7 +74,7 @@ const struct config_key config_keys[] = {
              "activation recomputation in the backward pass; only none in this build "
              "(selective and full are refused before training)"),
 
-    // [train]: batch terms as in Megatron (DESIGN.md §4)
+    // [train]: batch terms as in Megatron (docs/design.md §4)
     KEY_INT("train", "seq_len", train.seq_len, "128", 1, INT_MAX, "tokens", "training sequence length T"),
     KEY_INT("train", "micro_batch_size", train.micro_batch_size, "8", 1, INT_MAX, "sequences",
             "sequences per microbatch on one DP rank"),
@@ -112,7 +112,7 @@ const struct config_key config_keys[] = {
             "stop (after saving a checkpoint) once the step count is a multiple of this, as "
             "Megatron-LM's --exit-interval; 0 runs to steps"),
 
-    // [data]: HDF5 shards on tiered storage (DESIGN.md §6)
+    // [data]: HDF5 shards on tiered storage (docs/design.md §6)
     KEY_PATH("data", "path", data.path, "data/kjv-shards", 0, "dataset folder with index.ini and shards (cold tier)"),
     KEY_PATH("data", "tokenizer", data.tokenizer, "", CONFIG_OPTIONAL,
              "tokenizer.json of the dataset (its identity must match index.ini; checked before "
@@ -125,7 +125,7 @@ const struct config_key config_keys[] = {
     KEY_INT("data", "prefetch_shards", data.prefetch_shards, "2", 0, INT_MAX, "shards",
             "shards staged ahead of the reader (with cache_dir, not in this build yet)"),
 
-    // [parallel]: rank = t + tp * (d + dp * p) (DESIGN.md §2)
+    // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, INT_MAX, "ranks", "tensor-parallel size"),
     KEY_INT("parallel", "pp", parallel.pp, "1", 1, INT_MAX, "ranks", "pipeline-parallel size"),
     KEY_INT("parallel", "dp", parallel.dp, "1", 1, INT_MAX, "ranks", "data-parallel size; tp * pp * dp = ranks"),
@@ -138,7 +138,7 @@ const struct config_key config_keys[] = {
     KEY_INT("parallel", "bucket_mb", parallel.bucket_mb, "25", 1, INT_MAX, "MiB",
             "gradient all-reduce bucket size"),
 
-    // [precision] (DESIGN.md §5)
+    // [precision] (docs/design.md §5)
     KEY_ENUM("precision", "dtype", precision.dtype, "fp32", dtype_choices,
              "weights and activations; master weights and moments stay fp32"),
     {.section = "precision", .key = "loss_scale", .type = CONFIG_ENUM, .def = "dynamic", .min = 0,
@@ -147,7 +147,7 @@ const struct config_key config_keys[] = {
      .offset = F(precision.loss_scale_mode), .choices = loss_scale_choices, .has_alt = 1,
      .alt_type = CONFIG_FLOAT, .alt_offset = F(precision.loss_scale), .alt_value = LOSS_SCALE_STATIC},
 
-    // [checkpoint] (DESIGN.md §7)
+    // [checkpoint] (docs/design.md §7)
     KEY_PATH("checkpoint", "dir", checkpoint.dir, "", CONFIG_OPTIONAL,
              "folder of step-NNNNNN/ checkpoints (warm tier); unset: no checkpoints are written "
              "and resume = auto starts fresh"),
@@ -161,7 +161,7 @@ const struct config_key config_keys[] = {
      .offset = F(checkpoint.resume), .choices = resume_choices, .has_alt = 1, .alt_type = CONFIG_PATH,
      .alt_offset = F(checkpoint.resume_path), .alt_value = RESUME_PATH},
 
-    // [log] (DESIGN.md §9)
+    // [log] (docs/design.md §9)
     KEY_INT("log", "every", log.every, "10", 1, INT_MAX, "steps", "steps between log lines"),
     KEY_PATH("log", "metrics_file", log.metrics_file, "", CONFIG_OPTIONAL,
              "JSON-lines metrics; unset: <run_dir>/metrics.jsonl"),

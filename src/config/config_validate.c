@@ -1,9 +1,11 @@
-// config_validate.c: rules across keys (DESIGN.md §2, §4), checked once the
+// config_validate.c: rules across keys (docs/design.md §2, §4), checked once the
 // number of ranks is known. Each message names the keys involved, their values
 // and where each was set (file:line, command line argument, or default).
 #include <string.h>
 
 #include "config.h"
+
+#include "data/dataset.h"
 
 // "parallel.tp = 2 (configs/tiny.ini:21)"
 struct key_text {
@@ -64,7 +66,7 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
                          file, chunks, KT("model", "n_layers"), KT("parallel", "pp"),
                          KT("parallel", "virtual_stages"));
     long long per_step = (long long)t->micro_batch_size * p->dp;
-    if (t->global_batch_size % per_step)
+    if (loader_microbatches(t->global_batch_size, t->micro_batch_size, p->dp) == 0)
         return error_set(err, bad,
                          "%s: global_batch_size must be a multiple of micro_batch_size * dp = %lld (gradient "
                          "accumulation = global / (micro * dp)): %s; %s; %s",

@@ -1,5 +1,5 @@
 // dataset.c: open a dataset folder and validate every shard before training
-// (DESIGN.md §6, §8: bad data is found before the first step).
+// (docs/design.md §6, §8: bad data is found before the first step).
 #include "dataset.h"
 
 #include "base/checksum.h"

@@ -1,4 +1,4 @@
-// dataset.h: a tokenized dataset folder (index.ini + HDF5 shards, DESIGN.md §6)
+// dataset.h: a tokenized dataset folder (index.ini + HDF5 shards, docs/design.md §6)
 // and the resumable data-parallel loader that serves training sequences.
 //
 // Sequences: each split's shards, in index order, form one token stream of
@@ -73,6 +73,13 @@ struct loader {
     void *buf;                  // (T + 1,) stored integers, reused per read
     hid_t memspace;             // (T + 1,) HDF5 memory dataspace, reused
 };
+
+// Microbatches per optimizer step on one DP rank (gradient accumulation
+// steps, Megatron's num_microbatches): global_batch_size / (micro_batch_size
+// * dp_size), the one place this rule is computed (docs/design.md §4).
+// Returns 0 when a size is < 1 or micro_batch_size * dp_size does not divide
+// global_batch_size; the caller names its keys in the message.
+int loader_microbatches(int global_batch_size, int micro_batch_size, int dp_size);
 
 // Prepares a loader of split for DP rank dp_rank of dp_size. global_batch_size
 // must be divisible by micro_batch_size * dp_size and at most the split's

@@ -1,4 +1,4 @@
-// index.h: a dataset folder's `index.ini` (DESIGN.md §6, docs/formats.md) and
+// index.h: a dataset folder's `index.ini` (docs/design.md §6, docs/formats.md) and
 // the xxHash checksum of shard files it records.
 //
 //   [dataset]  format_version tokenizer vocab_size eot_id num_shards

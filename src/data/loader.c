@@ -45,13 +45,20 @@ uint64_t loader_sequence_at(const struct loader *ld, uint64_t epoch, uint64_t po
     return feistel_permute(keys, ld->feistel_half_bits, n, pos);
 }
 
+int loader_microbatches(int global_batch_size, int micro_batch_size, int dp_size) {
+    if (global_batch_size < 1 || micro_batch_size < 1 || dp_size < 1) return 0;
+    long long per_step = (long long)micro_batch_size * dp_size;
+    return global_batch_size % per_step ? 0 : (int)(global_batch_size / per_step);
+}
+
 enum status loader_init(struct loader *ld, struct dataset *ds, enum split split, int dp_rank, int dp_size,
                         int micro_batch_size, int global_batch_size, uint64_t seed, struct error *err) {
     memset(ld, 0, sizeof *ld);
     ld->memspace = H5I_INVALID_HID;
     if (dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size)
         return error_set(err, STATUS_BAD_INPUT, "loader: dp rank %d of dp size %d is out of range", dp_rank, dp_size);
-    if (micro_batch_size < 1 || global_batch_size < 1 || global_batch_size % (micro_batch_size * dp_size))
+    int accum = loader_microbatches(global_batch_size, micro_batch_size, dp_size);
+    if (accum == 0)
         return error_set(err, STATUS_BAD_INPUT,
                          "[train] global_batch_size = %d must be a positive multiple of micro_batch_size * dp = %d * %d",
                          global_batch_size, micro_batch_size, dp_size);
@@ -67,7 +74,7 @@ enum status loader_init(struct loader *ld, struct dataset *ds, enum split split,
     ld->dp_size = dp_size;
     ld->micro_batch_size = micro_batch_size;
     ld->global_batch_size = global_batch_size;
-    ld->accum = global_batch_size / (micro_batch_size * dp_size);
+    ld->accum = accum;
     ld->batches_per_epoch = n / (uint64_t)global_batch_size;
     int bits = 0;
     while (bits < 64 && (1ull << bits) < n) bits++;

@@ -1,4 +1,4 @@
-// prep.h: raw text to a tokenized dataset folder (`trident prep`, DESIGN.md §6).
+// prep.h: raw text to a tokenized dataset folder (`trident prep`, docs/design.md §6).
 //
 // Documents: plain text (blocks separated by blank lines) or JSON Lines (the
 // "text" field of each object). Each document is encoded and followed by the

@@ -1,4 +1,4 @@
-// shard.h: one HDF5 token shard, `shard-00000.h5` (DESIGN.md §6, docs/formats.md).
+// shard.h: one HDF5 token shard, `shard-00000.h5` (docs/design.md §6, docs/formats.md).
 //
 // Layout: /tokens (n_tokens,) uint16 when vocab_size <= 65536 else uint32,
 // chunked; /doc_offsets (n_docs + 1,) uint64, doc d is tokens

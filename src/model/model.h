@@ -1,4 +1,4 @@
-// model.h: the LLaMA-style decoder of DESIGN.md §4 for one pipeline stage and
+// model.h: the LLaMA-style decoder of docs/design.md §4 for one pipeline stage and
 // one tensor-parallel shard, written once against kernels/ops.h.
 //
 // Math and parameter names match Hugging Face LlamaForCausalLM
@@ -39,6 +39,10 @@ struct llama_config {
 };
 
 enum { MODEL_MAX_CHUNKS = 8 };
+
+// A target id that adds no loss and no gradient (Hugging Face's and PyTorch's
+// ignore_index): padding, prompt tokens, positions without a next token.
+enum { IGNORE_INDEX = -100 };
 
 // Which part of the model this rank holds.
 struct model_shard {
@@ -140,7 +144,7 @@ void model_finish_grads(struct model *m);
 void model_zero_grad(struct model *m);
 
 // Forward pass of one microbatch. tokens: (B, T) I32 host ids (first stage);
-// targets: (B, T) I32 host next-token ids, ignore index -100 (last stage).
+// targets: (B, T) I32 host next-token ids, IGNORE_INDEX = ignored (last stage).
 // Returns in *loss_sum the sum of the per-token losses over non-ignored
 // targets (last stage; 0 elsewhere) and in *n_targets their count.
 // The activations stay saved for model_backward.

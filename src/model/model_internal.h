@@ -5,7 +5,7 @@
 
 #include "model.h"
 
-enum { IGNORE_INDEX = -100, ALIGN_ELEMS = 16 };
+enum { ALIGN_ELEMS = 16 };
 
 // Weights of one decoder block (views into the parameter or gradient arena).
 struct block {

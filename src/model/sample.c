@@ -42,7 +42,7 @@ void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, do
     int32_t *tokens = xcalloc((size_t)B * T, sizeof *tokens);
     int32_t *targets = xmalloc(sizeof *targets * B * T);
     double *logits = xmalloc(sizeof *logits * V);
-    for (int i = 0; i < B * T; i++) targets[i] = -100;
+    for (int i = 0; i < B * T; i++) targets[i] = IGNORE_INDEX;
     int eot = tokenizer_eot_id(tok);
     tokens[0] = eot >= 0 ? eot : 0;
     int len = 1, start = 1;

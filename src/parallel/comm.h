@@ -1,5 +1,5 @@
 // comm.h: collectives and point-to-point messages within one group of ranks,
-// behind one table of operations (DESIGN.md §3). Implementations:
+// behind one table of operations (docs/design.md §3). Implementations:
 // comm_mpi.c (an MPI communicator; host buffers on the CPU backend) and
 // comm_self.c (a group of one rank, no MPI: unit tests and single-rank runs).
 // A NCCL implementation (device buffers) fills the same table later.

@@ -1,5 +1,5 @@
 // topology.c: ranks to grid coordinates, and the MPI communicators of each
-// group (DESIGN.md §2).
+// group (docs/design.md §2).
 #include "topology.h"
 
 #include <string.h>

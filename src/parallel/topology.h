@@ -1,5 +1,5 @@
 // topology.h: the 3-D grid of tensor-, data- and pipeline-parallel ranks
-// (DESIGN.md §2) and the communication groups of this rank.
+// (docs/design.md §2) and the communication groups of this rank.
 //
 // Rank order is Megatron's: rank = t + tp * (d + dp * p). TP varies fastest,
 // so a TP group is tp consecutive ranks (one node's fast domain); PP stages

@@ -1,4 +1,4 @@
-// plan.h: what each rank of a run holds, from the config alone (DESIGN.md §5):
+// plan.h: what each rank of a run holds, from the config alone (docs/design.md §5):
 // the model shard of every grid position and the bytes of every pool. The
 // trainer builds its shards with plan_shard, so `trident plan` prints exactly
 // what a run of that config allocates.
@@ -12,8 +12,8 @@
 // The [model] section as the model takes it.
 struct llama_config plan_llama(const struct config *c);
 
-// Microbatches per optimizer step on one data-parallel rank:
-// global_batch_size / (micro_batch_size * dp).
+// Microbatches per optimizer step on one data-parallel rank
+// (loader_microbatches of the config's batch terms; 0 when they do not divide).
 int plan_microbatches(const struct config *c);
 
 // The model shard of grid position coord: its pipeline chunks, tensor-parallel
@@ -22,7 +22,5 @@ int plan_microbatches(const struct config *c);
 // the pipeline schedule refuses the layout (the message says why).
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err);
-
-// `trident plan CONFIG.ini [section.key=value ...]` (src/cli/cli.h).
 
 #endif

@@ -1,8 +1,8 @@
 // train.c: `trident train CONFIG.ini [section.key=value ...]`, the main job.
 // Config, grid, data, model and optimizer are set up and checked before the
-// first step (DESIGN.md §8); then the loop of microbatches, data-parallel
+// first step (docs/design.md §8); then the loop of microbatches, data-parallel
 // gradient all-reduce, clipping, schedule and AdamW, with validation, samples,
-// a log line per step and metrics.jsonl (DESIGN.md §9).
+// a log line per step and metrics.jsonl (docs/design.md §9).
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>

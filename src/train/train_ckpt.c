@@ -1,4 +1,4 @@
-// train_ckpt.c: the trainer's checkpoints (DESIGN.md §7): what a rank saves,
+// train_ckpt.c: the trainer's checkpoints (docs/design.md §7): what a rank saves,
 // and resuming from a checkpoint written in any (tp, pp, dp, zero) layout.
 // The format and the commit protocol are in checkpoint.c.
 #include <stdint.h>

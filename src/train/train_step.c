@@ -37,7 +37,7 @@ void train_step_bind_pipeline(struct pipeline_exec *x) {
 static int64_t count_targets(const struct model *m, const int32_t *targets, size_t n) {
     int64_t count = 0;
     if (model_is_last_stage(m))
-        for (size_t i = 0; i < n; i++) count += targets[i] != -100;
+        for (size_t i = 0; i < n; i++) count += targets[i] != IGNORE_INDEX;
     return count;
 }
 

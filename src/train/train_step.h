@@ -40,7 +40,7 @@ struct train_ctx {
 };
 
 // Runs forward and backward on n_micro microbatches and one AdamW step.
-// tokens, targets: (n_micro, B, T) I32 host arrays (targets -100 = ignored)
+// tokens, targets: (n_micro, B, T) I32 host arrays (targets IGNORE_INDEX = ignored)
 // of this data-parallel rank; under pipeline parallelism only the first stage
 // reads tokens and only the last targets (the others may pass NULL). The
 // target count and the loss are summed over DP and, for the log, sent from

@@ -43,7 +43,7 @@ struct trainer {
     int accum;                // microbatches per step on this rank
     int32_t *seqs;            // (B, T + 1) one microbatch from the loader
     int32_t *tokens, *targets; // (accum, B, T)
-    double flops_per_token;   // 6 N + attention (DESIGN.md §9)
+    double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
     size_t mem_bytes;         // arenas of this rank
     FILE *metrics;            // rank 0

@@ -3,7 +3,7 @@
 // measured at start on the same machine in the same run, peak memory of the
 // arenas, and a per-op time breakdown.
 //
-// FLOPs per token (DESIGN.md §9): 6 * N for the matmul parameters (every
+// FLOPs per token (docs/design.md §9): 6 * N for the matmul parameters (every
 // block matrix and the LM head; the embedding lookup does no matmul) plus
 // attention 12 * L * C * T, halved for the causal mask.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plan_matches_run.sh: `trident plan` prints what a run allocates (DESIGN.md
+# plan_matches_run.sh: `trident plan` prints what a run allocates (docs/design.md
 # §5): for layouts (tp,pp,dp,zero) = (1,1,1,0), (2,2,2,1), (1,2,1,0) with
 # sequence parallelism off and (2,1,1,0) with it on, the plan's optimizer and
 # activation bytes for stage 0, tp rank 0 equal those world rank 0 reports

@@ -21,7 +21,7 @@ differencing noise; unpatched HF: ~9e-2). check_contract() then recomputes
 conventions, and requires agreement to 1e-12. The RoPE angle is p * theta^(-2i/D) computed in
 double, as trident's rope_table_fill() does.
 
-Mapping to trident's contracts (kernels/ops.h, DESIGN.md):
+Mapping to trident's contracts (kernels/ops.h, docs/design.md):
 - Weights: /weights/<HF parameter name>, float32, HF shapes, i.e. PyTorch's
   Linear layout W (out, in); q_proj (H*D, C), k_proj/v_proj (Hkv*D, C),
   o_proj (C, H*D), gate/up (F, C), down (C, F), embed (V, C), norms (C,).

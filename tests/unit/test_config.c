@@ -1,5 +1,5 @@
 // test_config.c: the config module: defaults, configs/tiny.ini, overrides,
-// sizes, comments, print -> load round trip, the generated docs, the DESIGN.md
+// sizes, comments, print -> load round trip, the generated docs, the docs/design.md
 // §10 key contract, and a table of bad configs that must each fail with exit
 // status 2 and a message naming where, which key, the value and the expectation.
 // `test_config --write-docs` regenerates docs/config.md from the key table.
@@ -34,7 +34,7 @@ static void expand(const char *frag, char *out, size_t n) {
     out[MIN(len, n - 1)] = '\0';
 }
 
-// ---- the DESIGN.md §10 contract ----------------------------------------------
+// ---- the docs/design.md §10 contract ----------------------------------------------
 
 static void test_contract_keys(void) {
     static const char *required[] = {
@@ -54,7 +54,7 @@ static void test_contract_keys(void) {
         char sec[32];
         const char *dot = strchr(required[i], '.');
         snprintf(sec, sizeof sec, "%.*s", (int)(dot - required[i]), required[i]);
-        EXPECT(config_key_index(sec, dot + 1) >= 0, "DESIGN.md §10 key %s is missing", required[i]);
+        EXPECT(config_key_index(sec, dot + 1) >= 0, "docs/design.md §10 key %s is missing", required[i]);
     }
 }
 

@@ -1,6 +1,6 @@
 // test_dataset_bad.c: dataset_open refuses each kind of bad data before
 // training, with STATUS_BAD_INPUT and a message that names the file and the
-// problem (DESIGN.md §8). Each case starts from a good dataset and breaks one
+// problem (docs/design.md §8). Each case starts from a good dataset and breaks one
 // thing.
 #include <string.h>
 #include <sys/stat.h>
