@@ -12,53 +12,6 @@
 #include "base/h5util.h"
 #include "durable.h"
 
-hid_t ckpt_h5_type(enum dtype dtype) {
-    switch (dtype) {
-    case DTYPE_FP32: return H5T_NATIVE_FLOAT;
-    case DTYPE_FP64: return H5T_NATIVE_DOUBLE;
-    case DTYPE_I32: return H5T_NATIVE_INT32;
-    case DTYPE_I64: return H5T_NATIVE_INT64;
-    case DTYPE_BF16:
-    case DTYPE_FP16: return H5T_NATIVE_UINT16;
-    }
-    return H5T_NATIVE_FLOAT;
-}
-
-int ckpt_dtype_parse(const char *name) {
-    static const enum dtype all[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16,
-                                     DTYPE_FP64, DTYPE_I32,  DTYPE_I64};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (!strcmp(dtype_name(all[i]), name)) return (int)all[i];
-    return -1;
-}
-
-void ckpt_block_copy(char *global, int gcols, int ro, int co, int cols, size_t fb, size_t fe,
-                     char *flat, size_t es, int to_global) {
-    for (size_t f = fb; f < fe;) {
-        size_t r = f / (size_t)cols, c = f % (size_t)cols;
-        size_t run = MIN((size_t)cols - c, fe - f); // to the end of this block row
-        char *g = global + (((size_t)ro + r) * (size_t)gcols + (size_t)co + c) * es;
-        char *l = flat + (f - fb) * es;
-        if (to_global) memcpy(g, l, run * es);
-        else memcpy(l, g, run * es);
-        f += run;
-    }
-}
-
-const char *ckpt_piece_tags_error(const struct ckpt_piece *p) {
-    if (p->grows < 1 || p->gcols < 1) return "global shape is not positive";
-    if (p->rows < 0 || p->cols < 0 || p->row_offset < 0 || p->col_offset < 0 ||
-        p->row_offset + p->rows > p->grows || p->col_offset + p->cols > p->gcols)
-        return "block lies outside the global shape";
-    if (p->flat_begin > p->flat_end || p->flat_end > (size_t)p->rows * (size_t)p->cols)
-        return "flat range lies outside the block";
-    return NULL;
-}
-
-void ckpt_step_name(char *out, size_t cap, int64_t step) {
-    snprintf(out, cap, "step-%06lld", (long long)step);
-}
-
 static void tmp_dir_path(const struct ckpt_save_args *a, char *out) {
     char name[64];
     ckpt_step_name(name, sizeof name, a->step);

@@ -17,35 +17,15 @@
 // fsyncs dir, and rotates. A kill at any moment leaves `latest` naming a
 // complete checkpoint.
 //
-// How the trainer uses it (src/train/train.c; the optimizer accessors marked NEW do
-// not exist yet). Resume, after model_init / optimizer_init / loader_init:
-//   checkpoint_resolve(cfg.checkpoint.dir, cfg.checkpoint.resume,
-//                      cfg.checkpoint.resume_path, path, &err)    // "" = fresh
-//   world rank 0: checkpoint_open(path, &r, &err); every rank: all-reduce of
-//   rank 0's status (MAX), then ranks != 0: checkpoint_open_trusted(path, ...)
-//   checkpoint_check_model(r, &llama_cfg, ds->index.tokenizer, &err)
-//   n = checkpoint_pieces_from_params(params, np, "param", host arena, dtype,
-//                                     0, SIZE_MAX, pieces)       // every rank
-//   n += ...("adam_m", m, fp32, zb, ze, pieces + n) and "adam_v" with v, where
-//   [zb, ze) is this DP rank's ZeRO range of the arena (0, SIZE_MAX without
-//   ZeRO) and m, v hold exactly that range (NEW: optimizer_moments(opt, &m,
-//   &v, &zb, &ze))
-//   checkpoint_read_pieces(r, pieces, n, &err); copy the host arena to the
-//   device; checkpoint_read_state(r, -1, &st, &err);
-//   loader_state_load(&train_loader, &st.loader, &err);
-//   NEW optimizer_set_steps_done(opt, st.opt_steps); first step = st.step;
-//   loss scale = st.loss_scale; checkpoint_close(r).
-//   Any error: STATUS_BAD_INPUT, all ranks exit 2 (mpi_exit_all) before step 1.
-// Save, after optimizer step s (1-based count of steps done) when
-// s % every == 0 or s == steps (once, even when both hold):
-//   pieces as above, but "param" only on DP rank 0 and, without ZeRO, the
-//   moments only on DP rank 0 too (replicas need not be written; the commit
-//   checks that the pieces cover every tensor). state = {step = s, lr_step =
-//   s, opt_steps, loader_state_save(...), seed, loss scale}.
-//   checkpoint_save(&(struct ckpt_save_args){dir, s, tp, pp, dp, zero_stage,
-//                   world_rank, &llama_cfg, tokenizer, pieces, n, &state,
-//                   keep_last}, &topo.world, &err)
-//   An error is the same on every rank: report it on rank 0, exit 1.
+// The trainer's use (src/train/train_ckpt.c): on resume, world rank 0 opens
+// the folder checkpoint_resolve names with checkpoint_open (checksums), the
+// others with checkpoint_open_trusted once rank 0 agreed; each rank describes
+// what it holds as pieces (checkpoint_pieces_from_params over its parameter
+// arena, its ZeRO range of the AdamW moments) and reads them with
+// checkpoint_read_pieces, then the scalars with checkpoint_read_state. On save
+// every rank calls checkpoint_save with the pieces it alone must write
+// (parameters and, without ZeRO, moments from DP rank 0 only); the commit
+// checks the pieces cover every tensor.
 #ifndef TRIDENT_CHECKPOINT_H
 #define TRIDENT_CHECKPOINT_H
 
@@ -55,12 +35,14 @@
 
 #include "parallel/comm.h"
 #include "base/common.h"
-#include "config/config.h"
 #include "data/dataset.h"
 #include "model/model.h"
 #include "kernels/ops.h"
 
 #define CKPT_FORMAT_VERSION 1
+
+// [checkpoint] resume: auto (dir/latest when there is one), none, or a path.
+enum resume_mode { RESUME_AUTO, RESUME_NONE, RESUME_PATH };
 #define CKPT_NAME_MAX 128
 #define CKPT_PATH_MAX 4096
 

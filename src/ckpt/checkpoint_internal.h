@@ -1,5 +1,6 @@
 // checkpoint_internal.h: what checkpoint.c (save) and checkpoint_read.c
-// (load) share: HDF5 types of dtypes and the block <-> global copy.
+// (load) share, implemented in checkpoint_format.c: HDF5 types of dtypes, the
+// block <-> global copy, piece tag checks and step folder names.
 #ifndef TRIDENT_CHECKPOINT_INTERNAL_H
 #define TRIDENT_CHECKPOINT_INTERNAL_H
 

@@ -22,7 +22,8 @@
 #include <stdio.h>
 
 #include "base/common.h"
-#include "kernels/ops.h"       // enum dtype
+#include "kernels/ops.h"         // enum dtype
+#include "ckpt/checkpoint.h" // enum resume_mode
 #include "model/optimizer.h" // enum lr_schedule
 
 #define CONFIG_PATH_MAX 512
@@ -31,7 +32,6 @@
 enum model_arch { MODEL_ARCH_LLAMA };
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 enum device { DEVICE_CPU, DEVICE_CUDA };
-enum resume_mode { RESUME_AUTO, RESUME_NONE, RESUME_PATH };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
 
 struct model_config {

@@ -116,7 +116,6 @@ const struct param_info *model_params(const struct model *m, int *n);
 struct tensor model_param_arena(struct model *m); // (n_params,) model dtype
 struct tensor model_grad_arena(struct model *m);  // (n_params,) fp32 / fp64
 const struct model_memory *model_memory(const struct model *m);
-bool model_is_first_stage(const struct model *m);
 bool model_is_last_stage(const struct model *m);
 
 // Finds a parameter by HF name; NULL when this rank does not hold it.

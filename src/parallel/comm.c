@@ -4,14 +4,6 @@
 
 #include <string.h>
 
-const char *comm_op_name(enum comm_op op) {
-    switch (op) {
-    case COMM_SUM: return "sum";
-    case COMM_MAX: return "max";
-    }
-    return "?";
-}
-
 // ---- argument checks ---------------------------------------------------------
 
 static void check_group(const struct comm_group *g, const char *what) {

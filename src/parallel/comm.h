@@ -1,8 +1,9 @@
 // comm.h: collectives and point-to-point messages within one group of ranks,
 // behind one table of operations (docs/design.md §3). Implementations:
-// comm_mpi.c (an MPI communicator; host buffers on the CPU backend) and
-// comm_self.c (a group of one rank, no MPI: unit tests and single-rank runs).
-// A NCCL implementation (device buffers) fills the same table later.
+// comm_mpi.c (an MPI communicator; host buffers on the CPU backend),
+// comm_nccl.c (a NCCL communicator; device buffers, built with CUDA=1) and
+// comm_self in comm.c (a group of one rank, no MPI: unit tests and
+// single-rank runs).
 //
 // The core calls the comm_* wrappers below, never the table: they check the
 // arguments (a violation is a bug in trident: exit 1 with file:line) and then
@@ -126,8 +127,5 @@ void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum d
 void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                      int tag, struct comm_request *req);
 void comm_barrier(struct comm_group *g);
-
-// "sum", "max".
-const char *comm_op_name(enum comm_op op);
 
 #endif

@@ -100,7 +100,8 @@ enum pp_stream_kind {
 int pipeline_ring_size(int p, int s, int m, int v, enum pp_stream_kind stream);
 
 // Bytes of message buffers pipeline_exec_init allocates with the default
-// ring, for messages of count elements of dtype (for the memory plan).
+// ring, for messages of count elements of dtype. Not yet part of the memory
+// plan (model_plan counts the arenas only).
 size_t pipeline_buffer_bytes(int p, int s, int m, int v, size_t count, enum dtype dtype);
 
 struct pipeline_state; // message buffers and requests, owned (pipeline.c)

@@ -48,8 +48,8 @@ const char *topology_group_name(enum group_kind kind);
 // count; 0 when coord is not in such a group (middle stage, GROUP_EMBED).
 int topology_group_members(enum group_kind kind, int tp, int pp, int dp, struct grid_coord coord,
                            int *members);
-// Prints which world ranks form each TP, DP, PP and embedding group (rank 0's
-// startup log).
+// Prints which world ranks form each TP, DP, PP and embedding group, one
+// line per group (tests and debugging; the trainer's banner prints the grid).
 void topology_describe(FILE *f, int tp, int pp, int dp);
 
 // Collective over world: checks tp * pp * dp == world size (else

@@ -107,12 +107,6 @@ void strmap_free(struct strmap *m) {
     memset(m, 0, sizeof *m);
 }
 
-void strmap_clear(struct strmap *m) {
-    memset(m->hash, 0, m->cap * sizeof *m->hash);
-    m->n = 0;
-    m->arena_len = 0;
-}
-
 static size_t strmap_find(const struct strmap *m, uint64_t h, const void *key, size_t len) {
     size_t mask = m->cap - 1, i = h & mask;
     while (m->hash[i]) {

@@ -54,7 +54,6 @@ void strmap_free(struct strmap *m);
 int64_t *strmap_get(const struct strmap *m, const void *key, size_t len);
 // Returns the value slot for key, inserting it with val when absent.
 int64_t *strmap_put(struct strmap *m, const void *key, size_t len, int64_t val, int *inserted);
-void strmap_clear(struct strmap *m);
 
 // uint64 -> int64 map (token pairs packed as a << 32 | b).
 struct u64map {
