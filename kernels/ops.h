@@ -239,10 +239,6 @@ void backend_adamw(struct backend *be, struct tensor param, struct tensor master
 
 // sum_i x_i^2 over n elements, accumulated in double; synchronizes.
 double backend_sum_squares(struct backend *be, struct tensor x, size_t n);
-// x (n,) *= s
-void backend_scale(struct backend *be, struct tensor x, float s, size_t n);
-// y (n,) += a * x
-void backend_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
 // out (n,) = a + b (out may alias a or b)
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
 // dst (n,) = src (n,), converting dtype if they differ.
@@ -253,11 +249,7 @@ void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size
 // When on, every op wrapper synchronizes the backend and adds its wall time and
 // call count to a per-op table (for `make bench`'s breakdown). Off by default.
 void backend_profile_enable(struct backend *be, bool on);
-// Zeroes the table.
-void backend_profile_reset(struct backend *be);
 // Prints "op  calls  seconds  share" rows, slowest first, to f.
 void backend_profile_print(struct backend *be, FILE *f);
-// Calls of one op ("matmul", "attention_forward", ...) since the last reset.
-long backend_profile_calls(struct backend *be, const char *op);
 
 #endif
