@@ -40,7 +40,8 @@ endif
 $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
   [ "$$(cat $$f 2>/dev/null)" = "CUDA=$(CUDA)" ] || echo "CUDA=$(CUDA)" > $$f)
 # The CPU kernels a second time without OpenMP, for single-thread runs
-# (kernels/cpu/serial_names.h renames them; cpu_backend.c picks the table).
+# (-DCPU_SERIAL: linked as cpu_serial_<op>, see kernels/cpu/cpu.h;
+# cpu_backend.c picks the table).
 CPU_SERIAL_SRC := $(filter-out kernels/cpu/cpu_backend.c,$(wildcard kernels/cpu/*.c))
 CPU_SERIAL_OBJ := $(CPU_SERIAL_SRC:kernels/cpu/%.c=$(BUILD)/kernels/cpu-serial/%.o)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CPU_SERIAL_OBJ) $(CU_OBJ)
@@ -59,7 +60,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels/cuda/*.cuh src/base/common.h kernels/ops.h)
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels/cuda/*.cuh src/base/common.h kernels/ops.h kernels/ops_list.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -67,7 +68,7 @@ $(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
 
 $(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c $(wildcard kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h src/base/common.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fno-openmp -Wno-unknown-pragmas -include kernels/cpu/serial_names.h -c $< -o $@
+	$(CC) $(CFLAGS) -fno-openmp -Wno-unknown-pragmas -DCPU_SERIAL -c $< -o $@
 
 $(BUILD)/libtrident.a: $(LIB_OBJ)
 	@rm -f $@

@@ -53,26 +53,12 @@ void backend_profile_enable(struct backend *be, bool on) {
     be->profile->on = on;
 }
 
-void backend_profile_reset(struct backend *be) {
-    if (!be->profile) return;
-    bool on = be->profile->on;
-    memset(be->profile, 0, sizeof *be->profile);
-    be->profile->on = on;
-}
-
 static int profile_slot(struct backend_profile *p, const char *op) {
     for (int i = 0; i < p->n; i++)
         if (p->name[i] == op || !strcmp(p->name[i], op)) return i;
     CHECK(p->n < PROFILE_MAX_OPS, "too many ops to profile");
     p->name[p->n] = op;
     return p->n++;
-}
-
-long backend_profile_calls(struct backend *be, const char *op) {
-    if (!be->profile) return 0;
-    for (int i = 0; i < be->profile->n; i++)
-        if (!strcmp(be->profile->name[i], op)) return be->profile->calls[i];
-    return 0;
 }
 
 void backend_profile_print(struct backend *be, FILE *f) {
@@ -366,17 +352,6 @@ double backend_sum_squares(struct backend *be, struct tensor x, size_t n) {
     double r = 0;
     PROFILED(be, "sum_squares", r = be->ops->sum_squares(be, x, n));
     return r;
-}
-
-void backend_scale(struct backend *be, struct tensor x, float s, size_t n) {
-    need("scale", "x", x, n);
-    PROFILED(be, "scale", be->ops->scale(be, x, s, n));
-}
-
-void backend_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n) {
-    need("axpy", "y", y, n);
-    need("axpy", "x", x, n);
-    PROFILED(be, "axpy", be->ops->axpy(be, y, a, x, n));
 }
 
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {

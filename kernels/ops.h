@@ -1,9 +1,10 @@
 // ops.h: the operations every compute backend implements (docs/design.md §3).
 //
 // The model above this line is written once; a backend is a table of function
-// pointers (struct backend_ops) and the model calls the checked wrappers
-// backend_*() below, never the pointers. Each wrapper checks element counts and
-// dtypes and then dispatches.
+// pointers (struct backend_ops, its compute entries listed once in
+// kernels/ops_list.h) and the model calls the checked wrappers backend_*()
+// below, never the pointers. Each wrapper checks element counts and dtypes and
+// then dispatches.
 //
 // Conventions
 // - Tensors are row-major, contiguous, and carry their dtype (struct tensor).
@@ -27,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "ops_list.h"
 
 // DTYPE_I64: counters (tokens, steps) summed across ranks by src/parallel/comm.h.
 enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32, DTYPE_I64 };
@@ -66,50 +69,12 @@ struct backend_ops {
     void (*memset0)(struct backend *be, void *dst, size_t bytes);
     void (*synchronize)(struct backend *be);
 
-    void (*matmul)(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
-                   int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
-    void (*embedding_forward)(struct backend *be, struct tensor out, struct tensor wte,
-                              struct tensor tokens, int N, int C, int vocab_start, int Vl);
-    void (*embedding_backward)(struct backend *be, struct tensor dwte, struct tensor dout,
-                               struct tensor tokens, int N, int C, int vocab_start, int Vl);
-    void (*rmsnorm_forward)(struct backend *be, struct tensor y, struct tensor rstd,
-                            struct tensor x, struct tensor w, int N, int C, float eps);
-    void (*rmsnorm_backward)(struct backend *be, struct tensor dx, struct tensor dw,
-                             struct tensor dy, struct tensor x, struct tensor w,
-                             struct tensor rstd, int N, int C);
-    void (*rope)(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,
-                 int B, int T, int Hx, int D, int pos_offset, bool inverse);
-    void (*attention_forward)(struct backend *be, struct tensor out, struct tensor lse,
-                              struct tensor q, struct tensor k, struct tensor v,
-                              int B, int T, int H, int Hkv, int D);
-    void (*attention_backward)(struct backend *be, struct tensor dq, struct tensor dk,
-                               struct tensor dv, struct tensor dout, struct tensor q,
-                               struct tensor k, struct tensor v, struct tensor out,
-                               struct tensor lse, int B, int T, int H, int Hkv, int D);
-    void (*swiglu_forward)(struct backend *be, struct tensor out, struct tensor gate,
-                           struct tensor up, size_t n);
-    void (*swiglu_backward)(struct backend *be, struct tensor dgate, struct tensor dup,
-                            struct tensor dout, struct tensor gate, struct tensor up, size_t n);
-    void (*ce_row_max)(struct backend *be, struct tensor rowmax, struct tensor logits,
-                       int N, int Vl, int Vvalid);
-    void (*ce_partials)(struct backend *be, struct tensor partials, struct tensor logits,
-                        struct tensor rowmax, struct tensor targets, int N, int Vl,
-                        int Vvalid, int vocab_start);
-    void (*ce_loss)(struct backend *be, struct tensor loss, struct tensor lse,
-                    struct tensor partials, struct tensor rowmax, struct tensor targets,
-                    int N, int V, float smoothing, int ignore_index);
-    void (*ce_backward)(struct backend *be, struct tensor dlogits, struct tensor logits,
-                        struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                        int vocab_start, int V, float smoothing, int ignore_index, double scale);
-    void (*adamw)(struct backend *be, struct tensor param, struct tensor master,
-                  struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, double grad_scale,
-                  int step);
-    double (*sum_squares)(struct backend *be, struct tensor x, size_t n);
-    void (*scale)(struct backend *be, struct tensor x, float s, size_t n);
-    void (*axpy)(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
-    void (*add)(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
-    void (*copy)(struct backend *be, struct tensor dst, struct tensor src, size_t n);
+    // The compute ops, one entry per line of kernels/ops_list.h: e.g.
+    // void (*matmul)(struct backend *be, struct tensor out, ...). What each
+    // computes: at its wrapper backend_<name>() below.
+#define BACKEND_OPS_ENTRY(name, ret, params) ret(*name) params;
+    BACKEND_OPS(BACKEND_OPS_ENTRY)
+#undef BACKEND_OPS_ENTRY
 };
 
 // A backend instance: its table plus its private state (threads, streams,
@@ -274,10 +239,6 @@ void backend_adamw(struct backend *be, struct tensor param, struct tensor master
 
 // sum_i x_i^2 over n elements, accumulated in double; synchronizes.
 double backend_sum_squares(struct backend *be, struct tensor x, size_t n);
-// x (n,) *= s
-void backend_scale(struct backend *be, struct tensor x, float s, size_t n);
-// y (n,) += a * x
-void backend_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
 // out (n,) = a + b (out may alias a or b)
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
 // dst (n,) = src (n,), converting dtype if they differ.
@@ -288,11 +249,7 @@ void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size
 // When on, every op wrapper synchronizes the backend and adds its wall time and
 // call count to a per-op table (for `make bench`'s breakdown). Off by default.
 void backend_profile_enable(struct backend *be, bool on);
-// Zeroes the table.
-void backend_profile_reset(struct backend *be);
 // Prints "op  calls  seconds  share" rows, slowest first, to f.
 void backend_profile_print(struct backend *be, FILE *f);
-// Calls of one op ("matmul", "attention_forward", ...) since the last reset.
-long backend_profile_calls(struct backend *be, const char *op);
 
 #endif

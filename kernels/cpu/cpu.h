@@ -1,12 +1,12 @@
 // cpu.h: internals of the CPU backend (kernels/cpu/*.c), not part of ops.h.
 //
-// Each kernel body is written once in kernels/cpu/generic/<op>.h over a type
+// Each kernel body is written once in kernels/cpu/generic/*.h over a type
 // `real` and instantiated for float and double by generic/instantiate.h (the
 // scheme of PyTorch's old TH/generic): a .c file sets GENERIC_FILE and
 // includes instantiate.h, which defines real, accreal, FN() and the math
 // macros for FP32, includes the body, then does the same for FP64. The
-// instantiated functions are static; the cpu_* dispatchers below pick one by
-// dtype and are what the table in cpu_backend.c points to.
+// instantiated functions are static; the cpu_<op> dispatchers declared below
+// pick one by dtype and are what the tables in cpu_table.c point to.
 #ifndef TRIDENT_CPU_H
 #define TRIDENT_CPU_H
 
@@ -46,7 +46,8 @@ void cpu_memcpy(struct backend *be, void *dst, const void *src, size_t bytes);
 void cpu_memset0(struct backend *be, void *dst, size_t bytes);
 void cpu_synchronize(struct backend *be);
 
-// The tables (cpu_table.c): OpenMP kernels, and the same kernels built serially.
+// The tables (cpu_table.c): the OpenMP kernels, and the same kernels built
+// serially (see "The serial build" below).
 extern const struct backend_ops cpu_ops, cpu_serial_ops;
 
 // Aborts with "<op>: dtype <d> not supported by cpu backend" unless d is FP32
@@ -61,48 +62,23 @@ extern const struct backend_ops cpu_ops, cpu_serial_ops;
     CHECK((t).dtype == (d), "%s: tensor %s is %s, expected %s", op, name,      \
           dtype_name((t).dtype), dtype_name(d))
 
-// Dispatchers, one per table entry (same signatures as struct backend_ops).
-void cpu_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b, int M,
-                int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
-void cpu_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
-                           struct tensor tokens, int N, int C, int vocab_start, int Vl);
-void cpu_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
-                            struct tensor tokens, int N, int C, int vocab_start, int Vl);
-void cpu_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd, struct tensor x,
-                         struct tensor w, int N, int C, float eps);
-void cpu_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw, struct tensor dy,
-                          struct tensor x, struct tensor w, struct tensor rstd, int N, int C);
-void cpu_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin, int B,
-              int T, int Hx, int D, int pos_offset, bool inverse);
-void cpu_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
-                           struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
-                           int Hkv, int D);
-void cpu_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
-                            struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
-                            struct tensor v, struct tensor out, struct tensor lse, int B, int T,
-                            int H, int Hkv, int D);
-void cpu_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate, struct tensor up,
-                        size_t n);
-void cpu_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
-                         struct tensor dout, struct tensor gate, struct tensor up, size_t n);
-void cpu_scale(struct backend *be, struct tensor x, float s, size_t n);
-void cpu_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
-void cpu_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
-void cpu_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
-void cpu_ce_row_max(struct backend *be, struct tensor rowmax, struct tensor logits, int N, int Vl,
-                    int Vvalid);
-void cpu_ce_partials(struct backend *be, struct tensor partials, struct tensor logits,
-                     struct tensor rowmax, struct tensor targets, int N, int Vl, int Vvalid,
-                     int vocab_start);
-void cpu_ce_loss(struct backend *be, struct tensor loss, struct tensor lse, struct tensor partials,
-                 struct tensor rowmax, struct tensor targets, int N, int V, float smoothing,
-                 int ignore_index);
-void cpu_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
-                     struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                     int vocab_start, int V, float smoothing, int ignore_index, double scale);
-void cpu_adamw(struct backend *be, struct tensor param, struct tensor master, struct tensor grad,
-               struct tensor m, struct tensor v, size_t n, double lr, double beta1, double beta2,
-               double eps, double weight_decay, double grad_scale, int step);
-double cpu_sum_squares(struct backend *be, struct tensor x, size_t n);
+// Dispatchers, one per line of kernels/ops_list.h: cpu_matmul, cpu_rope, ...
+// with the signatures of struct backend_ops; each kernels/cpu/cpu_*.c defines
+// those of its ops.
+//
+// The serial build: the Makefile (CPU_SERIAL_*) compiles kernels/cpu/*.c a
+// second time without OpenMP and with -DCPU_SERIAL, and the backend uses it
+// with one thread (cpu_backend.c): libgomp allocates (memalign) a team for
+// every parallel region of a single thread, and the training step must
+// allocate nothing. There the source name cpu_<op> gets the link name
+// cpu_serial_<op> (a GNU asm label), so both builds link into one program,
+// and cpu_table.c defines cpu_serial_ops.
+#ifdef CPU_SERIAL
+#define CPU_OP_PROTOTYPE(name, ret, params) ret cpu_##name params __asm__("cpu_serial_" #name);
+#else
+#define CPU_OP_PROTOTYPE(name, ret, params) ret cpu_##name params;
+#endif
+BACKEND_OPS(CPU_OP_PROTOTYPE)
+#undef CPU_OP_PROTOTYPE
 
 #endif

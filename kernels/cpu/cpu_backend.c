@@ -1,4 +1,4 @@
-// cpu_backend.c: the CPU backend's table, memory and threads (docs/design.md §3).
+// cpu_backend.c: the CPU backend's memory, threads and init (docs/design.md §3).
 // Memory is host memory: alloc is aligned_alloc(64), copies are memcpy and
 // synchronize has nothing to wait for. Threads: OpenMP loops over rows and
 // OpenBLAS for GEMMs; the Debian openmp build of OpenBLAS runs single-threaded
@@ -54,7 +54,7 @@ struct backend *backend_cpu_init(int threads) {
     struct backend *be = xcalloc(1, sizeof *be);
     // One thread: the serial build of the same kernels, since libgomp
     // allocates a team for every parallel region of a single thread and the
-    // training step must not allocate (kernels/cpu/serial_names.h).
+    // training step must not allocate (kernels/cpu/cpu.h).
     be->ops = omp_get_max_threads() == 1 ? &cpu_serial_ops : &cpu_ops;
     be->impl = xcalloc(1, sizeof(struct cpu_backend));
     be->threads = omp_get_max_threads();

@@ -1,4 +1,4 @@
-// cpu_elementwise.c: SwiGLU, scale, axpy, add and copy of the CPU backend;
+// cpu_elementwise.c: SwiGLU, add and copy of the CPU backend;
 // bodies in generic/elementwise.h, instantiated for FP32 and FP64.
 #include <math.h>
 #include <string.h>
@@ -28,19 +28,6 @@ void cpu_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor 
         swiglu_backward_f32(dgate.data, dup.data, dout.data, gate.data, up.data, n);
     else
         swiglu_backward_f64(dgate.data, dup.data, dout.data, gate.data, up.data, n);
-}
-
-void cpu_scale(struct backend *be, struct tensor x, float s, size_t n) {
-    CPU_CHECK_DTYPE("scale", x.dtype);
-    if (x.dtype == DTYPE_FP32) scale_f32(x.data, s, n);
-    else scale_f64(x.data, s, n);
-}
-
-void cpu_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n) {
-    CPU_CHECK_DTYPE("axpy", y.dtype);
-    CPU_CHECK_SAME("axpy", "x", x, y.dtype);
-    if (y.dtype == DTYPE_FP32) axpy_f32(y.data, a, x.data, n);
-    else axpy_f64(y.data, a, x.data, n);
 }
 
 void cpu_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {

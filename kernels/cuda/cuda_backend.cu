@@ -85,26 +85,9 @@ static const struct backend_ops cuda_ops = {
     .to_host = cuda_to_host,
     .memset0 = cuda_memset0,
     .synchronize = cuda_synchronize,
-    .matmul = cuda_matmul,
-    .embedding_forward = cuda_embedding_forward,
-    .embedding_backward = cuda_embedding_backward,
-    .rmsnorm_forward = cuda_rmsnorm_forward,
-    .rmsnorm_backward = cuda_rmsnorm_backward,
-    .rope = cuda_rope,
-    .attention_forward = cuda_attention_forward,
-    .attention_backward = cuda_attention_backward,
-    .swiglu_forward = cuda_swiglu_forward,
-    .swiglu_backward = cuda_swiglu_backward,
-    .ce_row_max = cuda_ce_row_max,
-    .ce_partials = cuda_ce_partials,
-    .ce_loss = cuda_ce_loss,
-    .ce_backward = cuda_ce_backward,
-    .adamw = cuda_adamw,
-    .sum_squares = cuda_sum_squares,
-    .scale = cuda_scale,
-    .axpy = cuda_axpy,
-    .add = cuda_add,
-    .copy = cuda_copy,
+#define CUDA_TABLE_ENTRY(name, ret, params) .name = cuda_##name,
+    BACKEND_OPS(CUDA_TABLE_ENTRY)
+#undef CUDA_TABLE_ENTRY
 };
 
 extern "C" int backend_cuda_device_count(void) {

@@ -1,4 +1,4 @@
-// cuda_elementwise.cu: SwiGLU, scale, axpy, add, copy (with FP32 <-> BF16
+// cuda_elementwise.cu: SwiGLU, add, copy (with FP32 <-> BF16
 // conversion), AdamW and the sum of squares of the CUDA backend. Each element
 // is independent; kernels are grid-stride loops. Math as in kernels/ops.h and
 // kernels/cpu/generic/{elementwise,optim}.h.
@@ -30,14 +30,6 @@ __global__ void swiglu_backward_kernel(struct dptr dgate, struct dptr dup, struc
     }
 }
 
-__global__ void scale_ew_kernel(struct dptr x, float s, size_t n) {
-    GRID_STRIDE(i, n) st(x, i, ld(x, i) * s);
-}
-
-__global__ void axpy_kernel(struct dptr y, float a, struct dptr x, size_t n) {
-    GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i));
-}
-
 // out may alias a or b: each element is read before it is written.
 __global__ void add_kernel(struct dptr out, struct dptr a, struct dptr b, size_t n) {
     GRID_STRIDE(i, n) st(out, i, ld(a, i) + ld(b, i));
@@ -65,20 +57,6 @@ void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor
     struct dptr d = dptr_of(op, "dout", dout), g = dptr_of(op, "gate", gate), u = dptr_of(op, "up", up);
     if (!n) return;
     swiglu_backward_kernel LAUNCH(be, n)(a, b, d, g, u, n);
-    CHECK_LAUNCH();
-}
-
-void cuda_scale(struct backend *be, struct tensor x, float s, size_t n) {
-    struct dptr px = dptr_of("scale", "x", x);
-    if (!n) return;
-    scale_ew_kernel LAUNCH(be, n)(px, s, n);
-    CHECK_LAUNCH();
-}
-
-void cuda_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n) {
-    struct dptr py = dptr_of("axpy", "y", y), px = dptr_of("axpy", "x", x);
-    if (!n) return;
-    axpy_kernel LAUNCH(be, n)(py, a, px, n);
     CHECK_LAUNCH();
 }
 

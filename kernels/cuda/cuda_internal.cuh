@@ -128,49 +128,11 @@ __device__ __forceinline__ float block_max(float v, float *shared) {
     return warp_max(v);
 }
 
-// Entry points of the table (same signatures as struct backend_ops).
-void cuda_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b, int M,
-                 int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
-void cuda_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
-                            struct tensor tokens, int N, int C, int vocab_start, int Vl);
-void cuda_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
-                             struct tensor tokens, int N, int C, int vocab_start, int Vl);
-void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd, struct tensor x,
-                          struct tensor w, int N, int C, float eps);
-void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
-                           struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd,
-                           int N, int C);
-void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin, int B,
-               int T, int Hx, int D, int pos_offset, bool inverse);
-void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
-                            struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
-                            int Hkv, int D);
-void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
-                             struct tensor dv, struct tensor dout, struct tensor q,
-                             struct tensor k, struct tensor v, struct tensor out,
-                             struct tensor lse, int B, int T, int H, int Hkv, int D);
-void cuda_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
-                         struct tensor up, size_t n);
-void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
-                          struct tensor dout, struct tensor gate, struct tensor up, size_t n);
-void cuda_scale(struct backend *be, struct tensor x, float s, size_t n);
-void cuda_axpy(struct backend *be, struct tensor y, float a, struct tensor x, size_t n);
-void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
-void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
-void cuda_ce_row_max(struct backend *be, struct tensor rowmax, struct tensor logits, int N, int Vl,
-                     int Vvalid);
-void cuda_ce_partials(struct backend *be, struct tensor partials, struct tensor logits,
-                      struct tensor rowmax, struct tensor targets, int N, int Vl, int Vvalid,
-                      int vocab_start);
-void cuda_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
-                  struct tensor partials, struct tensor rowmax, struct tensor targets, int N,
-                  int V, float smoothing, int ignore_index);
-void cuda_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
-                      struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
-                      int vocab_start, int V, float smoothing, int ignore_index, double scale);
-void cuda_adamw(struct backend *be, struct tensor param, struct tensor master, struct tensor grad,
-                struct tensor m, struct tensor v, size_t n, double lr, double beta1, double beta2,
-                double eps, double weight_decay, double grad_scale, int step);
-double cuda_sum_squares(struct backend *be, struct tensor x, size_t n);
+// Entry points of the table, one per line of kernels/ops_list.h: cuda_matmul,
+// cuda_rope, ... with the signatures of struct backend_ops; each
+// kernels/cuda/cuda_*.cu defines those of its ops.
+#define CUDA_OP_PROTOTYPE(name, ret, params) ret cuda_##name params;
+BACKEND_OPS(CUDA_OP_PROTOTYPE)
+#undef CUDA_OP_PROTOTYPE
 
 #endif

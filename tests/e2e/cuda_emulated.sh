@@ -37,7 +37,7 @@ done
 for c in kernels/cpu/*.c; do
     [ "$c" = kernels/cpu/cpu_backend.c ] && continue
     o="$OUT/s_$(basename "$c" .c).o"
-    gcc -c -std=gnu11 -fno-openmp -Wno-unknown-pragmas -include kernels/cpu/serial_names.h \
+    gcc -c -std=gnu11 -fno-openmp -Wno-unknown-pragmas -DCPU_SERIAL \
         -Itests/unit $CFLAGS "$c" -o "$o" || { echo "FAIL: compile $c (serial)"; exit 1; }
     objs+=("$o")
 done

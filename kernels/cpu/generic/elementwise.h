@@ -1,4 +1,4 @@
-// generic/elementwise.h: SwiGLU and BLAS-1 style bodies, instantiated by
+// generic/elementwise.h: SwiGLU and add bodies, instantiated by
 // cpu_elementwise.c (see cpu.h). Each element is independent.
 
 // out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
@@ -21,18 +21,6 @@ static void FN(swiglu_backward)(real *dgate, real *dup, const real *dout, const 
         dgate[i] = dout[i] * up[i] * sig * (1 + g * (1 - sig));
         dup[i] = dout[i] * g * sig;
     }
-}
-
-// x (n,) *= s
-static void FN(scale)(real *x, real s, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
-// y (n,) += a * x
-static void FN(axpy)(real *y, real a, const real *x, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 // out (n,) = a + b; out may alias a or b (each element is read before written).

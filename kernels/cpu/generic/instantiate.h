@@ -3,10 +3,10 @@
 //   real      the storage and compute type of the instantiation
 //   accreal   the type of long reductions (row sums, means): always double
 //   FN(name)  name_f32 or name_f64, for static functions
-//   EXP LOG SQRT COS SIN   the math.h function of that precision
+//   EXP LOG SQRT   the math.h function of that precision
 //   GEMM      cblas_sgemm or cblas_dgemm
-// A .c file defines GENERIC_FILE (a path under kernels/, e.g.
-// "cpu/generic/norm.h", found through -Ikernels), includes this, then
+// A .c file defines GENERIC_FILE (a path from the repository root, found
+// through -I., e.g. "kernels/cpu/generic/norm.h"), includes this, then
 // undefines it.
 #ifndef GENERIC_FILE
 #error "define GENERIC_FILE before including generic/instantiate.h"

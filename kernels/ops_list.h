@@ -1,0 +1,58 @@
+// ops_list.h: the compute ops of a backend, one X(name, return type,
+// (parameters)) each: the one place an op's signature is written for the
+// backends (docs/design.md §3, "Adding an op"). From this list come
+//   - the entries of struct backend_ops (kernels/ops.h);
+//   - the prototypes cpu_<name> (kernels/cpu/cpu.h) and cuda_<name>
+//     (kernels/cuda/cuda_internal.cuh) that each backend defines;
+//   - both tables (kernels/cpu/cpu_table.c, kernels/cuda/cuda_backend.cu);
+//   - the link names cpu_serial_<name> of the CPU backend's serial build
+//     (kernels/cpu/cpu.h).
+// What each op computes, with shapes and dtypes: at its checked wrapper
+// backend_<name>() in kernels/ops.h. rope is two wrappers:
+// backend_rope_forward (inverse = false) and backend_rope_backward
+// (inverse = true). The memory entries (alloc, to_device, ...) are written
+// out in struct backend_ops. Valid C and C++ (the CUDA backend).
+#ifndef TRIDENT_OPS_LIST_H
+#define TRIDENT_OPS_LIST_H
+
+#define BACKEND_OPS(X)                                                                            \
+    X(matmul, void, (struct backend *be, struct tensor out, struct tensor a, struct tensor b,     \
+      int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta))                  \
+    X(embedding_forward, void, (struct backend *be, struct tensor out, struct tensor wte,         \
+      struct tensor tokens, int N, int C, int vocab_start, int Vl))                               \
+    X(embedding_backward, void, (struct backend *be, struct tensor dwte, struct tensor dout,      \
+      struct tensor tokens, int N, int C, int vocab_start, int Vl))                               \
+    X(rmsnorm_forward, void, (struct backend *be, struct tensor y, struct tensor rstd,            \
+      struct tensor x, struct tensor w, int N, int C, float eps))                                 \
+    X(rmsnorm_backward, void, (struct backend *be, struct tensor dx, struct tensor dw,            \
+      struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd, int N, int C))      \
+    X(rope, void, (struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,     \
+      int B, int T, int Hx, int D, int pos_offset, bool inverse))                                 \
+    X(attention_forward, void, (struct backend *be, struct tensor out, struct tensor lse,         \
+      struct tensor q, struct tensor k, struct tensor v, int B, int T, int H, int Hkv, int D))    \
+    X(attention_backward, void, (struct backend *be, struct tensor dq, struct tensor dk,          \
+      struct tensor dv, struct tensor dout, struct tensor q, struct tensor k, struct tensor v,    \
+      struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D))                 \
+    X(swiglu_forward, void, (struct backend *be, struct tensor out, struct tensor gate,           \
+      struct tensor up, size_t n))                                                                \
+    X(swiglu_backward, void, (struct backend *be, struct tensor dgate, struct tensor dup,         \
+      struct tensor dout, struct tensor gate, struct tensor up, size_t n))                        \
+    X(ce_row_max, void, (struct backend *be, struct tensor rowmax, struct tensor logits, int N,   \
+      int Vl, int Vvalid))                                                                        \
+    X(ce_partials, void, (struct backend *be, struct tensor partials, struct tensor logits,       \
+      struct tensor rowmax, struct tensor targets, int N, int Vl, int Vvalid, int vocab_start))   \
+    X(ce_loss, void, (struct backend *be, struct tensor loss, struct tensor lse,                  \
+      struct tensor partials, struct tensor rowmax, struct tensor targets, int N, int V,          \
+      float smoothing, int ignore_index))                                                         \
+    X(ce_backward, void, (struct backend *be, struct tensor dlogits, struct tensor logits,        \
+      struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid, int vocab_start,       \
+      int V, float smoothing, int ignore_index, double scale))                                    \
+    X(adamw, void, (struct backend *be, struct tensor param, struct tensor master,                \
+      struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr, double beta1,    \
+      double beta2, double eps, double weight_decay, double grad_scale, int step))                \
+    X(sum_squares, double, (struct backend *be, struct tensor x, size_t n))                       \
+    X(add, void, (struct backend *be, struct tensor out, struct tensor a, struct tensor b,        \
+      size_t n))                                                                                  \
+    X(copy, void, (struct backend *be, struct tensor dst, struct tensor src, size_t n))
+
+#endif
