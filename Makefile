@@ -42,7 +42,7 @@ $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
 # The CPU kernels a second time without OpenMP, for single-thread runs
 # (-DCPU_SERIAL: linked as cpu_serial_<op>, see kernels/cpu/cpu.h;
 # cpu_backend.c picks the table).
-CPU_SERIAL_SRC := $(filter-out kernels/cpu/cpu_backend.c,$(wildcard kernels/cpu/*.c))
+CPU_SERIAL_SRC := $(filter-out kernels/cpu/cpu_backend.c kernels/cpu/cpu_memory.c,$(wildcard kernels/cpu/*.c))
 CPU_SERIAL_OBJ := $(CPU_SERIAL_SRC:kernels/cpu/%.c=$(BUILD)/kernels/cpu-serial/%.o)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CPU_SERIAL_OBJ) $(CU_OBJ)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
@@ -60,13 +60,13 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h kernels/cuda/*.cuh src/base/common.h kernels/ops.h kernels/ops_list.h)
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
 
-$(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c $(wildcard kernels/*.h kernels/cpu/*.h kernels/cpu/generic/*.h src/base/common.h)
+$(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fno-openmp -Wno-unknown-pragmas -DCPU_SERIAL -c $< -o $@
 

@@ -1,0 +1,40 @@
+// cpu_memory.c: the CPU backend's memory entries of its table and the
+// kernels' scratch (cpu.h). Memory is host memory: alloc is aligned_alloc(64),
+// copies are memcpy and synchronize has nothing to wait for. Built once (not
+// in the serial build): both tables point here.
+#include "cpu.h"
+
+#include <string.h>
+
+void cpu_destroy(struct backend *be) {
+    struct cpu_backend *cpu = be->impl;
+    free(cpu->scratch);
+    free(cpu);
+    free(be);
+}
+
+void *cpu_alloc(struct backend *be, size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64; // aligned_alloc needs a multiple of the alignment
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+void cpu_free(struct backend *be, void *ptr) { free(ptr); }
+
+void cpu_memcpy(struct backend *be, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+
+void cpu_memset0(struct backend *be, void *dst, size_t bytes) { memset(dst, 0, bytes); }
+
+void cpu_synchronize(struct backend *be) {}
+
+void *cpu_scratch(struct backend *be, size_t bytes) {
+    struct cpu_backend *cpu = be->impl;
+    if (bytes > cpu->scratch_bytes) {
+        free(cpu->scratch);
+        cpu->scratch = cpu_alloc(be, bytes);
+        CHECK(cpu->scratch, "cpu backend: out of memory for %zu bytes of scratch", bytes);
+        cpu->scratch_bytes = bytes;
+    }
+    return cpu->scratch;
+}
