@@ -3,8 +3,11 @@
 # src/ and kernels/ is one the rule allows, no file sits directly in src/, and
 # no files form an include cycle or (from nm over the build) a call cycle.
 # The self-check first plants each kind of fault in a copy of the tree and
-# fails unless the checker catches it.
+# fails unless the checker catches it. Then the op list: a compute op is
+# written once in kernels/ops_list.h, never in a hand-written table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 python3 tests/layering/check_layering.py --self-check --objects "$BUILD"
+# One op list: each compute op's signature written once (docs/design.md §3).
+python3 tests/layering/check_op_list.py --self-check
