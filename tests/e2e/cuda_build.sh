@@ -22,7 +22,7 @@ if grep -qiE "warning|remark" "$log"; then
     grep -iE -B2 -A4 "warning|remark" "$log" | head -n 60 || true
     echo "FAIL: make CUDA=1 printed warnings"; fail=1
 fi
-for f in "$OUT"/kernels/cuda/cuda_backend.o "$OUT"/src/comm_nccl.o "$OUT"/trident; do
+for f in "$OUT"/kernels/cuda/cuda_backend.o "$OUT"/src/parallel/comm_nccl.o "$OUT"/trident; do
     [ -e "$f" ] || { echo "FAIL: $f not built"; fail=1; }
 done
 # Both architectures are in the fatbinary.
