@@ -1,5 +1,6 @@
 # trident build. `make` builds build/trident (CPU backend); see README.md.
-#   make deps      install missing Debian packages (as root), else print the command
+#   make deps      install missing Debian packages (as root), else print the command;
+#                  make .venv/ with the test suite's Python packages (tests/requirements.txt)
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
 #   make test      deps, build, run the test suite (last line: N passed, N failed)
 #   make test-asan the model and op tests under AddressSanitizer + UBSan

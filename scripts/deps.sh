@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
-# Installs the Debian packages trident builds and tests with, when missing.
-# As root: apt-get installs them. Otherwise: prints the exact command.
+# Installs what trident builds and tests with, when missing:
+#  1. Debian packages. As root: apt-get installs them. Otherwise: prints the
+#     exact command and exits 1.
+#  2. The test suite's Python packages (tests/requirements.txt, pinned) in a
+#     project-local virtual environment, .venv/ at the repo root (gitignored),
+#     made with Debian's python3 -m venv; tests/e2e/lib/common.sh runs
+#     .venv/bin/python. The system Python is never touched.
+# Quick and silent when everything is present: one dpkg-query, and .venv's
+# record of the requirements it was built from compared with the file.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev libxxhash-dev bible-kjv
-      python3 procps)
+      python3 python3-venv jq procps)
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}')
 missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-[ ${#missing[@]} -eq 0 ] && exit 0
-cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
-if [ "$(id -u)" -eq 0 ]; then
-    echo "deps: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-    echo "deps: missing packages; run as root:"
-    echo "  sudo sh -c '$cmd'"
-    exit 1
+for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        echo "deps: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    else
+        echo "deps: missing packages; run as root:"
+        echo "  sudo sh -c 'apt-get update && apt-get install -y --no-install-recommends ${missing[*]}'"
+        exit 1
+    fi
 fi
+
+venv=.venv req=tests/requirements.txt
+if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/trident-requirements.txt"; then exit 0; fi
+echo "deps: making $venv with $(/usr/bin/python3 --version) and $req"
+rm -f "$venv/trident-requirements.txt"
+[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: -r "$req"
+"$venv/bin/python" -c "import h5py, numpy, tokenizers"
+cp "$req" "$venv/trident-requirements.txt"

@@ -14,12 +14,12 @@ data/make_kjv.sh
 if [ ! -f data/kjv-shards/index.ini ]; then
     "$BUILD/trident" prep --input data/kjv.txt --output data/kjv-shards --vocab-size 4096
 fi
-source tests/e2e/mpi_env.sh
+source tests/e2e/lib/mpi_env.sh
 # Each `make run` is a fresh run in its own folder (metrics.jsonl,
 # config.ini, checkpoints/); resume one with
 #   mpirun -np 2 build/trident train configs/tiny.ini log.run_dir=DIR checkpoint.dir=DIR/checkpoints
 run_dir="runs/tiny-$(date +%Y%m%d-%H%M%S)"
 # One OpenMP thread per rank: 2 ranks fill the 2 cores of a small machine.
-$MPIRUN -np 2 -x OMP_NUM_THREADS=1 "$BUILD/trident" train configs/tiny.ini system.threads=1 \
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$BUILD/trident" train configs/tiny.ini system.threads=1 \
     log.run_dir="$run_dir" checkpoint.dir="$run_dir/checkpoints" "$@"
 echo "run folder: $run_dir (metrics.jsonl, config.ini, checkpoints/)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the unit binaries in $BUILD/tests and the shell tests in
-# tests/e2e/*.sh. Exit 0 = pass, 77 = skipped, anything else = fail.
+# tests/e2e/*.sh (which share tests/e2e/lib/common.sh). Exit 0 = pass, 77 =
+# skipped (only for a missing CUDA device or toolkit), anything else = fail.
 # Prints one line per test and ends with "N passed, N failed, N skipped".
 # TESTS="name ..." runs only those; ASAN=1 runs only the unit binaries.
 set -u

@@ -7,41 +7,38 @@
 # abort). After each kill: `trident ckpt verify` on the dir passes (when some
 # save got as far as `latest`), and a one-rank load in another layout
 # (resharding) returns the last committed step with that step's values.
-set -u
-cd "$(dirname "$0")/../.."
-. tests/e2e/mpi_env.sh
-mpi_require
-BUILD=${BUILD:-build}
-DRV="$PWD/$BUILD/mpi/ckpt_driver" TRIDENT="$PWD/$BUILD/trident"
-[ -x "$DRV" ] && [ -x "$TRIDENT" ] || { echo "FAIL: $DRV or $TRIDENT not built (make)"; exit 1; }
-root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+DRV="$PWD/$BUILD/mpi/ckpt_driver"
+need_built "$DRV" "$TRIDENT"
+root=$tmp
 fail=0
 
 # A clean run: 3 committed steps, and rank 0's storage calls per save, which
 # the kill points below are chosen from (19 per save, +1 for rotation at 3).
-timeout 60 $MPIRUN -np 4 "$DRV" save "$root/clean" >"$root/out" 2>&1 || { cat "$root/out"; echo "FAIL: clean save"; exit 1; }
+timeout 60 "${MPIRUN[@]}" -np 4 "$DRV" save "$root/clean" >"$root/out" 2>&1 || { cat "$root/out"; echo "FAIL: clean save"; exit 1; }
 grep -q '^committed step 3$' "$root/out" || { cat "$root/out"; echo "FAIL: clean save did not commit 3"; exit 1; }
 c1=$(sed -n 's/^calls rank 0 after step 1: //p' "$root/out")
 c2=$(sed -n 's/^calls rank 0 after step 2: //p' "$root/out")
 c3=$(sed -n 's/^calls rank 0 after step 3: //p' "$root/out")
 r1=$(sed -n 's/^calls rank 1 after step 3: //p' "$root/out")
 echo "rank 0 storage calls after each save: $c1 $c2 $c3; rank 1 after 3 saves: $r1"
-[ "$c1" -ge 10 ] && [ "$r1" -eq 6 ] || { echo "FAIL: unexpected call counts"; exit 1; }
+[ "${c1:-0}" -ge 10 ] && [ "${r1:-0}" -eq 6 ] || fail "unexpected call counts"
 
 # crash SPEC: saves under TRIDENT_FAULT=SPEC (must die), then checks the dir.
 # after_latest=1: the kill came after `latest` was renamed in the save that
 # was running, so the load may return that save's step too.
 points=0
 crash() {
-    local spec=$1 after_latest=${2:-0} dir="$root/k$points" rc out committed want got
+    local spec=$1 after_latest=${2:-0} dir="$root/k$points" rc=0 out committed got
     points=$((points + 1))
-    TRIDENT_FAULT=$spec timeout -k 2 30 $MPIRUN -np 4 "$DRV" save "$dir" >"$root/out" 2>&1; rc=$?
+    TRIDENT_FAULT=$spec timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" save "$dir" >"$root/out" 2>&1 || rc=$?
     committed=$(sed -n 's/^committed step //p' "$root/out" | tail -n 1); committed=${committed:-0}
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q 'TRIDENT_FAULT: killed at storage call' "$root/out"; then
         cat "$root/out"; echo "FAIL $spec: not killed, or hung (exit $rc)"; fail=1; return
     fi
     mpi_no_leftovers "$DRV" >/dev/null || { echo "FAIL $spec: processes left alive"; fail=1; }
-    out=$("$DRV" load "$dir" 2>&1); rc=$?
+    rc=0; out=$("$DRV" load "$dir" 2>&1) || rc=$?
     got=$(sed -n 's/^loaded step //p; s/^loaded none/0/p' <<<"$out")
     if [ "$rc" -ne 0 ] || [ -z "$got" ]; then
         echo "$out"; echo "FAIL $spec: load exit $rc"; fail=1; return
@@ -76,7 +73,7 @@ crash "kill:ckpt_between_renames:2"
 # error (rank 2 its own, the others naming rank 2), rank 0 removes the .tmp,
 # and step 1 stays the latest.
 dir="$root/fsync"
-TRIDENT_FAULT=fsync:2@2 timeout -k 2 30 $MPIRUN -np 4 "$DRV" save "$dir" >"$root/out" 2>&1; rc=$?
+rc=0; TRIDENT_FAULT=fsync:2@2 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" save "$dir" >"$root/out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && [ "$(grep -c 'save failed: checkpoint step 2: writing the rank file failed on rank 2' "$root/out")" -eq 3 ] &&
     grep -q 'rank 2\] save failed: .*step-000002.tmp/rank-00002.h5: fsync failed' "$root/out" &&
     [ ! -e "$dir/step-000002.tmp" ] && [ "$("$DRV" load "$dir" 2>&1)" = "loaded step 1" ] ||
@@ -85,17 +82,17 @@ TRIDENT_FAULT=fsync:2@2 timeout -k 2 30 $MPIRUN -np 4 "$DRV" save "$dir" >"$root
 # info: the layout and every tensor with its global shape, pieces and bytes
 # (4 pieces of (8, 6) fp32 = 192 bytes each for the moments: ZeRO halves of
 # two TP blocks; param/w twice per block, once per DP rank).
-out=$("$TRIDENT" ckpt info "$root/clean" 2>&1)
+out=$("$TRIDENT" ckpt info "$root/clean" 2>&1) || fail "ckpt info: $out"
 grep -q 'layout tp=2 pp=1 dp=2 (world 4), zero_stage=1' <<<"$out" &&
     grep -Eq '^  adam_m/w +\(8, 6\) +fp32 +4 +192$' <<<"$out" &&
     grep -Eq '^  param/w +\(8, 6\) +fp32 +4 +384$' <<<"$out" || { echo "$out"; echo "FAIL: ckpt info"; fail=1; }
 
 # A bad checkpoint: verify exits 2 and names the file.
 printf 'x' | dd of="$root/clean/step-000003/rank-00001.h5" bs=1 seek=4000 conv=notrunc status=none
-out=$("$TRIDENT" ckpt verify "$root/clean" 2>&1); rc=$?
+rc=0; out=$("$TRIDENT" ckpt verify "$root/clean" 2>&1) || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'rank-00001.h5: checksum' <<<"$out" || { echo "$out"; echo "FAIL: flipped byte: exit $rc"; fail=1; }
 
 echo "$points kill points"
 [ "$points" -ge 20 ] || { echo "FAIL: only $points kill points"; fail=1; }
-[ "$fail" -eq 0 ] && echo "ckpt_crash: all passed"
+if [ "$fail" -eq 0 ]; then echo "ckpt_crash: all passed"; fi
 exit "$fail"

@@ -6,14 +6,12 @@
 # with tp*pp*dp != N, an error seen by one rank only, and a fatal check on one
 # rank. Each must end every rank with
 # the right exit code within 10 s and leave no process alive.
-set -u
-cd "$(dirname "$0")/../.."
-. tests/e2e/mpi_env.sh
-mpi_require
-BIN="$PWD/${BUILD:-build}/mpi/test_comm_mpi"
-[ -x "$BIN" ] || { echo "FAIL: $BIN not built (make)"; exit 1; }
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+BIN="$PWD/$BUILD/mpi/test_comm_mpi"
+need_built "$BIN"
 fail=0
-log=$(mktemp); trap 'rm -f "$log"' EXIT
+log="$tmp/log"
 
 # run NAME WANT_RC PATTERN CMD...: runs CMD under a 10 s timeout; checks its
 # exit code, that its output holds a line matching PATTERN (grep -E), and that
@@ -22,17 +20,17 @@ run() {
     local name=$1 want=$2 pattern=$3; shift 3
     local start rc secs
     start=$(date +%s.%N)
-    timeout -k 2 10 "$@" >"$log" 2>&1; rc=$?
+    rc=0; timeout -k 2 10 "$@" >"$log" 2>&1 || rc=$?
     secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
     echo "== $name: exit $rc in ${secs}s"; cat "$log"
-    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && { echo "FAIL $name: still running after 10 s"; fail=1; }
-    [ "$rc" -ne "$want" ] && { echo "FAIL $name: exit $rc, expected $want"; fail=1; }
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "FAIL $name: still running after 10 s"; fail=1; fi
+    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; fail=1; fi
     grep -qE -- "$pattern" "$log" || { echo "FAIL $name: output lacks /$pattern/"; fail=1; }
     mpi_no_leftovers "$BIN" || { echo "FAIL $name: processes left alive"; fail=1; }
 }
 
 # Needs the line of each layout: a rank that crashed early leaves some out.
-run "8 ranks, 5 layouts" 0 '^\(tp,pp,dp\)=\(1,8,1\): ok' $MPIRUN -np 8 "$BIN"
+run "8 ranks, 5 layouts" 0 '^\(tp,pp,dp\)=\(1,8,1\): ok' "${MPIRUN[@]}" -np 8 "$BIN"
 for l in 2,2,2 1,2,4 4,1,2 8,1,1; do
     grep -qF "(tp,pp,dp)=($l): ok" "$log" || { echo "FAIL: layout ($l) not ok"; fail=1; }
 done
@@ -43,21 +41,21 @@ run "1 rank without mpirun" 0 '^\(tp,pp,dp\)=\(1,1,1\): ok' "$BIN"
 
 # Every rank detects the bad layout; rank 0 reports it with the sizes and N.
 run "tp*pp*dp != N" 2 'rank 0\] \[parallel\] tp=3 \* pp=1 \* dp=3 = 9 ranks, but the job has N=8 ranks' \
-    $MPIRUN -np 8 "$BIN" --layout 3 1 3
+    "${MPIRUN[@]}" -np 8 "$BIN" --layout 3 1 3
 [ "$(grep -c 'but the job has' "$log")" -eq 1 ] || { echo "FAIL: the bad layout was reported by more than rank 0"; fail=1; }
 run "tp*pp*dp != N, one rank" 2 'tp=2 \* pp=1 \* dp=1 = 2 ranks, but the job has N=1 ranks' \
     "$BIN" --layout 2 1 1
 
 # Only rank 5 detects bad input while the others block in a barrier.
-run "bad input on one rank" 2 'rank 5\] shard-00003.h5: bad magic' $MPIRUN -np 8 "$BIN" --partial-fail 5
+run "bad input on one rank" 2 'rank 5\] shard-00003.h5: bad magic' "${MPIRUN[@]}" -np 8 "$BIN" --partial-fail 5
 
 # A failed internal check on rank 2: fatal_exit's hook aborts with code 1.
 run "fatal check on one rank" 1 'rank 2\] .*test_comm_mpi.c:[0-9]+: check failed: .*injected failure on rank 2' \
-    $MPIRUN -np 8 "$BIN" --fatal 2
+    "${MPIRUN[@]}" -np 8 "$BIN" --fatal 2
 
 # A non-blocking send to itself on a group of one is refused by the wrapper.
 run "send to self" 1 'check failed: .*comm_send_start: peer 0 in a group of 1 where this rank is 0' \
     "$BIN" --self-send
 
-[ "$fail" -eq 0 ] && echo "comm_mpi: all passed"
+if [ "$fail" -eq 0 ]; then echo "comm_mpi: all passed"; fi
 exit "$fail"

@@ -5,22 +5,21 @@
 # without a device, exit 77, and must not fail); the CPU-only build's binary
 # does not link the CUDA runtime. Skips (77) when nvcc is missing.
 # Takes ~1 minute on 2 cores.
-set -u
-cd "$(dirname "$0")/../.." || exit 1
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-[ -x "$CUDA_HOME/bin/nvcc" ] || { echo "skipped: no nvcc ($CUDA_HOME/bin/nvcc)"; exit 77; }
-BUILD=${BUILD:-build}
+[ -x "$CUDA_HOME/bin/nvcc" ] || skip "no nvcc ($CUDA_HOME/bin/nvcc): no CUDA toolkit"
 OUT="$BUILD-cuda"
 fail=0
-log=$(mktemp); trap 'rm -f "$log"' EXIT
+log="$tmp/log"
 
 rm -rf "$OUT"
 start=$(date +%s)
-make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" all >"$log" 2>&1; rc=$?
+rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" all >"$log" 2>&1 || rc=$?
 echo "== make CUDA=1 BUILD=$OUT: exit $rc in $(( $(date +%s) - start ))s"
-[ "$rc" -eq 0 ] || { tail -n 40 "$log"; echo "FAIL: make CUDA=1 exit $rc"; exit 1; }
+[ "$rc" -eq 0 ] || { tail -n 40 "$log"; fail "make CUDA=1 exit $rc"; }
 if grep -qiE "warning|remark" "$log"; then
-    grep -iE -B2 -A4 "warning|remark" "$log" | head -n 60
+    grep -iE -B2 -A4 "warning|remark" "$log" | head -n 60 || true
     echo "FAIL: make CUDA=1 printed warnings"; fail=1
 fi
 for f in "$OUT"/kernels/cuda/cuda_backend.o "$OUT"/src/parallel/comm_nccl.o "$OUT"/trident; do
@@ -28,24 +27,24 @@ for f in "$OUT"/kernels/cuda/cuda_backend.o "$OUT"/src/parallel/comm_nccl.o "$OU
 done
 # Both architectures are in the fatbinary.
 if command -v "$CUDA_HOME/bin/cuobjdump" >/dev/null; then
-    archs=$("$CUDA_HOME/bin/cuobjdump" --list-elf "$OUT/kernels/cuda/cuda_norm.o" 2>/dev/null)
+    archs=$("$CUDA_HOME/bin/cuobjdump" --list-elf "$OUT/kernels/cuda/cuda_norm.o" 2>/dev/null || true)
     for sm in sm_80 sm_90; do
         grep -q "$sm" <<<"$archs" || { echo "FAIL: cuda_norm.o has no $sm code"; fail=1; }
     done
 fi
 # test_ops_cuda calls backend_init, which pulls the CUDA objects in.
-ldd "$OUT/tests/test_ops_cuda" | grep -q libcudart ||
+grep -q libcudart <<<"$(ldd "$OUT/tests/test_ops_cuda")" ||
     { echo "FAIL: $OUT/tests/test_ops_cuda does not link libcudart"; fail=1; }
-if [ -x "$BUILD/trident" ] && ldd "$BUILD/trident" | grep -qE "libcudart|libnccl|libcublas"; then
+if [ -x "$BUILD/trident" ] && grep -qE "libcudart|libnccl|libcublas" <<<"$(ldd "$BUILD/trident")"; then
     echo "FAIL: the CPU-only $BUILD/trident links CUDA libraries"; fail=1
 fi
 
-"$OUT/tests/test_ops_cuda" >"$log" 2>&1; rc=$?
+rc=0; "$OUT/tests/test_ops_cuda" >"$log" 2>&1 || rc=$?
 echo "== $OUT/tests/test_ops_cuda: exit $rc"; cat "$log"
 case $rc in
     0) ;;
     77) grep -q "^skipped: no CUDA device" "$log" || { echo "FAIL: skip without the reason"; fail=1; } ;;
     *) echo "FAIL: test_ops_cuda exit $rc"; fail=1 ;;
 esac
-[ "$fail" -eq 0 ] && echo "cuda_build: ok"
+if [ "$fail" -eq 0 ]; then echo "cuda_build: ok"; fi
 exit "$fail"

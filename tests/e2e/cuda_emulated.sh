@@ -6,12 +6,11 @@
 # checked here: cuBLASLt (the emulated heuristic finds no algorithm), real
 # warp scheduling, streams, NCCL. Each kernel launch becomes one OS thread
 # per CUDA thread, so the test shapes are the small set (TEST_OPS_SMALL=1).
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
 OUT="$BUILD/cuda-emu"
-command -v g++ >/dev/null || { echo "skipped: no g++"; exit 77; }
-command -v perl >/dev/null || { echo "skipped: no perl"; exit 77; }
+command -v g++ >/dev/null || fail "no g++: run make deps (build-essential)"
+command -v perl >/dev/null || fail "no perl: run make deps"
 mkdir -p "$OUT"
 CFLAGS="-O1 -g -Isrc -I. $(pkg-config --cflags openblas 2>/dev/null)"
 fail=0
@@ -26,7 +25,7 @@ for cu in kernels/cuda/*.cu; do
         { echo "FAIL: compile $cu (emulated)"; exit 1; }
     objs+=("$OUT/$name.o")
 done
-g++ -c -std=c++20 -O1 -g -pthread -Itests/cuda_emu tests/cuda_emu/cuda_emu.cpp -o "$OUT/cuda_emu.o" || exit 1
+g++ -c -std=c++20 -O1 -g -pthread -Itests/cuda_emu tests/cuda_emu/cuda_emu.cpp -o "$OUT/cuda_emu.o" || fail "compile cuda_emu.cpp"
 csrc=(kernels/ops.c kernels/backend.c kernels/rope_table.c kernels/cpu/*.c src/base/common.c tests/unit/test_ops_cuda.c)
 for c in "${csrc[@]}"; do
     o="$OUT/c_$(basename "$c" .c).o"
@@ -44,7 +43,7 @@ done
 g++ -fopenmp -pthread "${objs[@]}" "$OUT/cuda_emu.o" -o "$OUT/test_ops_cuda" \
     $(pkg-config --libs openblas 2>/dev/null) -lm || { echo "FAIL: link"; exit 1; }
 start=$(date +%s)
-TEST_OPS_SMALL=1 OMP_NUM_THREADS=1 "$OUT/test_ops_cuda"; rc=$?
+rc=0; TEST_OPS_SMALL=1 OMP_NUM_THREADS=1 "$OUT/test_ops_cuda" || rc=$?
 echo "== emulated test_ops_cuda: exit $rc in $(( $(date +%s) - start ))s"
 [ "$rc" -eq 0 ] || fail=1
 exit "$fail"

@@ -6,27 +6,25 @@
 # then (8,16,1) and (8,8,2) on 8 ranks. Every rank checks its activations,
 # gradients and outputs against closed forms; a deadlock shows as a run still
 # going after 60 s. No process may be left alive.
-set -u
-cd "$(dirname "$0")/../.."
-. tests/e2e/mpi_env.sh
-mpi_require
-BIN="$PWD/${BUILD:-build}/mpi/test_pipeline_mpi"
-[ -x "$BIN" ] || { echo "FAIL: $BIN not built (make)"; exit 1; }
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+BIN="$PWD/$BUILD/mpi/test_pipeline_mpi"
+need_built "$BIN"
 fail=0
-log=$(mktemp); trap 'rm -f "$log"' EXIT
+log="$tmp/log"
 
 # run NAME NP LAYOUTS...: one mpirun of NP ranks over the layouts (P M V
 # triples); each must print its "ok" line for both rings.
 run() {
     local name=$1 np=$2; shift 2
-    local rc
-    timeout -k 2 60 $MPIRUN -np "$np" "$BIN" "$@" >"$log" 2>&1; rc=$?
+    local rc=0
+    timeout -k 2 60 "${MPIRUN[@]}" -np "$np" "$BIN" "$@" >"$log" 2>&1 || rc=$?
     echo "== $name: exit $rc"; cat "$log"
-    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && { echo "FAIL $name: still running after 60 s (deadlock?)"; fail=1; }
-    [ "$rc" -ne 0 ] && { echo "FAIL $name: exit $rc"; fail=1; }
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "FAIL $name: still running after 60 s (deadlock?)"; fail=1; fi
+    if [ "$rc" -ne 0 ]; then echo "FAIL $name: exit $rc"; fail=1; fi
     while [ $# -ge 3 ]; do
         local n
-        n=$(grep -cE "^\(p,m,v\)=\($1,$2,$3\) ring=(1|default) dp=[0-9]+: ok" "$log")
+        n=$(grep -cE "^\(p,m,v\)=\($1,$2,$3\) ring=(1|default) dp=[0-9]+: ok" "$log" || true)
         [ "$n" -eq 2 ] || { echo "FAIL $name: ($1,$2,$3) ok for $n of 2 rings"; fail=1; }
         shift 3
     done
@@ -36,5 +34,5 @@ run() {
 run "4 ranks" 4 2 4 1  4 8 1  4 4 1  2 4 2  4 8 2  4 12 3  2 6 3
 run "8 ranks" 8 8 16 1  8 8 2
 
-[ "$fail" -eq 0 ] && echo "pipeline_mpi: all passed"
+if [ "$fail" -eq 0 ]; then echo "pipeline_mpi: all passed"; fi
 exit "$fail"

@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # plan_matches_run.sh: `trident plan` prints what a run allocates (docs/design.md
 # §5): for layouts (tp,pp,dp,zero) = (1,1,1,0), (2,2,2,1), (1,2,1,0) with
-# sequence parallelism off and (2,1,1,0) with it on, the plan's optimizer and
-# activation bytes for stage 0, tp rank 0 equal those world rank 0 reports
-# when the layout actually runs.
-set -u
-cd "$(dirname "$0")/../.."
-source tests/e2e/lib/train_env.sh
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# sequence parallelism off and (2,1,1,0) with it on, the plan's bytes for
+# stage 0, tp rank 0 (params + grads + optimizer + activations) equal the
+# mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+need_built "$TRIDENT"
 small_dataset "$tmp"
 fail=0
 for l in 1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1; do
     IFS=, read -r tp pp dp z sp <<<"$l"
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp"
     args=(data.path="$tmp/shards" parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp train.global_batch_size=16
-          train.steps=1 train.warmup_steps=1 log.run_dir="$tmp/run")
-    plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || { echo "FAIL: plan $l exited $?"; fail=1; continue; }
-    want=$(awk '/^0 +0 /{getline; print; exit}' <<<"$plan" | sed -n 's/.*optimizer \([0-9]*\), activations \([0-9]*\).*/\1 \2/p')
-    out=$(timeout 120 $MPIRUN -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" "${args[@]}" 2>&1) \
-        || { echo "FAIL: run $l exited"; fail=1; continue; }
-    got=$(sed -n 's/.*optimizer [0-9.]* MiB (\([0-9]*\) bytes[^)]*), activations [0-9.]* MiB (\([0-9]*\) bytes.*/\1 \2/p' <<<"$out")
-    if [ -z "$want" ] || [ "$want" != "$got" ]; then
-        echo "FAIL: $l: plan says optimizer/activations '$want', the run '$got'"; fail=1
+          train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
+    rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
+    [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
+    # The row "0 0 ..." (stage 0, tp rank 0), then its "bytes: params P, grads G, optimizer O, activations A".
+    want=$(awk '/^0 +0 /{getline; print; exit}' <<<"$plan" |
+           sed -n 's/.*params \([0-9]*\), grads \([0-9]*\), optimizer \([0-9]*\), activations \([0-9]*\).*/\1 + \2 + \3 + \4/p')
+    rc=0; timeout 120 "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" "${args[@]}" \
+        > "$tmp/log" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] || { tail -5 "$tmp/log"; echo "FAIL: run $l exited $rc"; fail=1; continue; }
+    got=$(metrics "$run_dir" .mem_bytes | sed -n 1p)
+    if [ -z "$want" ] || [ -z "$got" ] || [ "$((want))" != "$got" ]; then
+        echo "FAIL: $l: plan says $want bytes, metrics.jsonl of the run '$got'"; fail=1
     else
-        echo "$l: plan == run (optimizer, activation bytes: $got)"
+        echo "$l: plan == run ($want = $got bytes on rank 0)"
     fi
 done
 exit $fail

@@ -3,12 +3,11 @@
 # and a message naming the file and the problem: `trident prep` arguments and
 # inputs, and `trident data-check` (which opens a dataset exactly as training
 # does) on a good dataset broken one way at a time.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-T="$PWD/$BUILD/trident"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+T=$TRIDENT
+need_built "$T"
+need_py h5py numpy
 failures=0
 
 # expect2 NAME WANT... -- CMD...: CMD exits 2 and stderr holds every WANT.
@@ -17,8 +16,8 @@ expect2() {
     local wants=()
     while [ "$1" != "--" ]; do wants+=("$1"); shift; done
     shift
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    local rc=$?
+    local rc=0
+    "$@" > "$tmp/out" 2> "$tmp/err" || rc=$?
     if [ $rc -ne 2 ]; then
         echo "FAIL $name: exit $rc, expected 2; stderr: $(cat "$tmp/err")"; failures=$((failures + 1)); return
     fi
@@ -89,9 +88,8 @@ expect2 "empty dataset" "$D/index.ini" "empty dataset" -- check
 
 # Shards rewritten with h5py, then index.ini given the new size and checksum
 # (XXH3-64 through ctypes from libxxhash), so only the planted fault remains.
-if python3 -c "import h5py, numpy" 2>/dev/null; then
-    forge() { # forge SHARD PYTHON-STATEMENTS (f: the open h5py file)
-        python3 - "$D" "$1" "$2" <<'PY'
+forge() { # forge SHARD PYTHON-STATEMENTS (f: the open h5py file)
+    "$PY" - "$D" "$1" "$2" <<'PY'
 import ctypes, ctypes.util, os, re, sys, h5py, numpy as np
 d, shard, code = sys.argv[1:]
 path = f"{d}/{shard}"
@@ -110,18 +108,15 @@ if os.environ.get("INDEX_VOCAB"):
     ix = re.sub(r"(?m)^vocab_size = \d+", "vocab_size = " + os.environ["INDEX_VOCAB"], ix)
 open(f"{d}/index.ini", "w").write(ix)
 PY
-    }
-    fresh; forge shard-00001.h5 't = f["tokens"]; t[123] = 512'
-    expect2 "token id >= vocab" "$D/shard-00001.h5" "token id 512 at offset 123" -- check
-    fresh; INDEX_VOCAB=70000 forge shard-00000.h5 'f.attrs["vocab_size"] = np.int64(70000)'
-    expect2 "uint16 storage with vocab > 65536" "$D/shard-00000.h5" "uint16 but vocab_size is 70000" -- check
-    fresh; forge shard-00000.h5 'f.attrs["format_version"] = np.int64(2)'
-    expect2 "shard format version" "$D/shard-00000.h5" "format_version 2" -- check
-    fresh; forge shard-00000.h5 'o = f["doc_offsets"]; o[-1] = o[-1] - 1'
-    expect2 "doc_offsets end" "$D/shard-00000.h5" "/doc_offsets ends at" -- check
-else
-    echo "note: h5py missing; forged-shard cases skipped (tests/unit/test_dataset_bad covers them)"
-fi
+}
+fresh; forge shard-00001.h5 't = f["tokens"]; t[123] = 512'
+expect2 "token id >= vocab" "$D/shard-00001.h5" "token id 512 at offset 123" -- check
+fresh; INDEX_VOCAB=70000 forge shard-00000.h5 'f.attrs["vocab_size"] = np.int64(70000)'
+expect2 "uint16 storage with vocab > 65536" "$D/shard-00000.h5" "uint16 but vocab_size is 70000" -- check
+fresh; forge shard-00000.h5 'f.attrs["format_version"] = np.int64(2)'
+expect2 "shard format version" "$D/shard-00000.h5" "format_version 2" -- check
+fresh; forge shard-00000.h5 'o = f["doc_offsets"]; o[-1] = o[-1] - 1'
+expect2 "doc_offsets end" "$D/shard-00000.h5" "/doc_offsets ends at" -- check
 
 echo "prep_bad_data: $failures failures"
 [ "$failures" -eq 0 ]

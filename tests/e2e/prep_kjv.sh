@@ -6,12 +6,10 @@
 # (Python h5py + tokenizers) that each shard's documents decode back to
 # corpus documents, each followed by the end-of-text id.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-T="$PWD/$BUILD/trident"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib/common.sh"
+T=$TRIDENT
+need_built "$T"
+need_py h5py numpy tokenizers
 
 # 300 documents of 1-6 lines of pseudo-words (1-3 syllables each),
 # deterministic (awk srand).
@@ -69,7 +67,7 @@ cmp "$ix" "$tmp/ds1/index.ini" || fail "output depends on the thread count"
 cmp "$ix" "$tmp/ds2/index.ini" || fail "--tokenizer with the trained file gives other shards"
 # JSON Lines holding the same documents, in two files of a folder.
 mkdir "$tmp/jl"
-python3 - "$tmp/corpus.txt" "$tmp/jl" <<'PY'
+"$PY" - "$tmp/corpus.txt" "$tmp/jl" <<'PY'
 import json, sys
 docs = open(sys.argv[1]).read().split("\n\n")
 for k, part in enumerate([docs[:120], docs[120:]]):
@@ -81,11 +79,7 @@ PY
     2>/dev/null || fail "jsonl prep failed"
 cmp "$ix" "$tmp/ds3/index.ini" || fail "--format jsonl gives other shards than the same documents as text"
 
-if ! python3 -c "import h5py, tokenizers" 2>/dev/null; then
-    echo "skipped: python3 h5py or tokenizers missing (the checks above passed)"
-    exit 77
-fi
-python3 - "$tmp/ds" "$tmp/corpus.txt" <<'PY'
+"$PY" - "$tmp/ds" "$tmp/corpus.txt" <<'PY'
 import configparser, sys, h5py, numpy as np
 from tokenizers import Tokenizer
 ds, corpus = sys.argv[1], sys.argv[2]
@@ -97,6 +91,7 @@ for sec in [s for s in ix.sections() if s.startswith("shard-")]:
     with h5py.File(f"{ds}/{ix[sec]['file']}", "r") as f:
         t, off = f["tokens"][:], f["doc_offsets"][:]
         assert t.dtype == np.uint16 and off.dtype == np.uint64, (t.dtype, off.dtype)
+        off = off.astype(np.int64)  # uint64 - int is float64 in numpy 1.x: no index
         assert f["tokens"].chunks is not None, "tokens not chunked"
         assert int(f.attrs["vocab_size"]) == 512 and int(f.attrs["format_version"]) == 1
         eot = int(f.attrs["eot_id"])

@@ -2,15 +2,11 @@
 # tokenizer_hf.sh: `trident tokenize --train` writes a tokenizer.json that
 # Hugging Face tokenizers loads and encodes to the same ids as
 # `trident tokenize`; --decode inverts encode; bad arguments exit 2.
-set -u
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-TRIDENT=$BUILD/trident
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+need_built "$TRIDENT"
+need_py tokenizers
 FIX=tests/reference/fixtures
-python3 -c "import tokenizers" 2>/dev/null || { echo "skipped: python tokenizers not installed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
 
 "$TRIDENT" tokenize --train --vocab-size 512 --output "$tmp/tok.json" < $FIX/tokenizer_corpus.txt \
     || fail "training exited $?"
@@ -18,7 +14,7 @@ fail() { echo "FAIL: $*"; exit 1; }
     || fail "encode exited $?"
 [ "$(wc -w < "$tmp/ids.txt")" -gt 100 ] || fail "encode gave too few ids: $(wc -w < "$tmp/ids.txt")"
 
-python3 - "$tmp/tok.json" $FIX/tokenizer_test_text.txt "$tmp/ids.txt" <<'EOF' || fail "HF check failed"
+"$PY" - "$tmp/tok.json" $FIX/tokenizer_test_text.txt "$tmp/ids.txt" <<'EOF' || fail "HF check failed"
 import sys
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
@@ -44,7 +40,8 @@ cmp -s "$tmp/bad_utf8" "$tmp/bad_back" || fail "invalid UTF-8 does not round-tri
 
 expect_exit2() { # expect_exit2 NEEDLE ARGS...: exit 2 and a message containing NEEDLE
     local needle=$1; shift
-    "$TRIDENT" tokenize "$@" < /dev/null > /dev/null 2> "$tmp/err"; local rc=$?
+    local rc=0
+    "$TRIDENT" tokenize "$@" < /dev/null > /dev/null 2> "$tmp/err" || rc=$?
     [ $rc -eq 2 ] || fail "tokenize $* exited $rc, expected 2"
     grep -qF -- "$needle" "$tmp/err" || fail "tokenize $*: message lacks '$needle': $(cat "$tmp/err")"
 }
@@ -54,8 +51,8 @@ expect_exit2 "$tmp/garbled.json" --tokenizer "$tmp/garbled.json"
 expect_exit2 --bogus --bogus
 expect_exit2 "'12x'" --train --vocab-size 12x --output "$tmp/x.json"
 expect_exit2 --tokenizer
-echo "5 99999" | "$TRIDENT" tokenize --tokenizer "$tmp/tok.json" --decode > /dev/null 2> "$tmp/err"
-[ $? -eq 2 ] && grep -q 99999 "$tmp/err" || fail "decode of id 99999: $(cat "$tmp/err")"
-echo "5 abc" | "$TRIDENT" tokenize --tokenizer "$tmp/tok.json" --decode > /dev/null 2> "$tmp/err"
-[ $? -eq 2 ] && grep -q "'abc'" "$tmp/err" || fail "decode of 'abc': $(cat "$tmp/err")"
+rc=0; echo "5 99999" | "$TRIDENT" tokenize --tokenizer "$tmp/tok.json" --decode > /dev/null 2> "$tmp/err" || rc=$?
+[ $rc -eq 2 ] && grep -q 99999 "$tmp/err" || fail "decode of id 99999: $(cat "$tmp/err")"
+rc=0; echo "5 abc" | "$TRIDENT" tokenize --tokenizer "$tmp/tok.json" --decode > /dev/null 2> "$tmp/err" || rc=$?
+[ $rc -eq 2 ] && grep -q "'abc'" "$tmp/err" || fail "decode of 'abc': $(cat "$tmp/err")"
 echo "tokenizer_hf: ok"

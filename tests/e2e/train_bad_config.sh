@@ -7,10 +7,9 @@
 # key K of section S), or "add TEXT" (lines appended, \n for newlines), or
 # nothing; command-line arguments after the config; and an extended regex
 # the message must match.
-set -u
-cd "$(dirname "$0")/../.."
-source tests/e2e/lib/train_env.sh
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+need_built "$TRIDENT"
 small_dataset "$tmp"
 # set_key FILE SECTION KEY VALUE: replaces KEY's line in [SECTION], or adds it.
 set_key() {
@@ -79,13 +78,13 @@ for row in "${cases[@]}"; do
     [ "$label" = "config is a folder" ] && { cfg="$tmp/folder-$marker"; mkdir -p "$cfg"; want="folder-$marker.*[Ii]s a directory"; }
     start=$(date +%s%N)
     # shellcheck disable=SC2086
-    out=$(timeout 20 $MPIRUN -np 2 "$TRIDENT" train "$cfg" $args 2>&1); rc=$?
+    rc=0; out=$(timeout 20 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$cfg" $args 2>&1) || rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     if [ "$rc" -ne 2 ]; then
-        echo "FAIL [$label]: exit $rc, expected 2"; echo "$out" | head -5; fail=1; continue
+        echo "FAIL [$label]: exit $rc, expected 2"; head -5 <<<"$out"; fail=1; continue
     fi
     if ! grep -Eq -- "$want" <<<"$out"; then
-        echo "FAIL [$label]: message does not match /$want/:"; echo "$out" | head -5; fail=1; continue
+        echo "FAIL [$label]: message does not match /$want/:"; head -5 <<<"$out"; fail=1; continue
     fi
     if ! mpi_no_leftovers "$cfg" >/dev/null; then
         echo "FAIL [$label]: processes left after exit"; fail=1; continue

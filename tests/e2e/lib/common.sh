@@ -1,0 +1,84 @@
+# common.sh: the preamble of every tests/e2e/*.sh, sourced right after the
+# script's `set -euo pipefail`:
+#     set -euo pipefail
+#     source "$(dirname "$0")/lib/common.sh"
+# It cds to the repo root and defines
+#   BUILD, TRIDENT      the build folder (env BUILD, default build) and $PWD/$BUILD/trident
+#   MPIRUN              the mpirun line as an array (lib/mpi_env.sh), OpenMPI's root variables
+#   tmp                 a fresh folder, removed when the script exits
+#   PY                  .venv/bin/python, the project's venv (made by `make deps`)
+#   fail MSG            print "FAIL: MSG" and exit 1
+#   skip MSG            print "skipped: MSG" and exit 77 (only for a missing CUDA device)
+#   need_built FILE...  fail unless each FILE is an executable (run make)
+#   need_py MODULE...   fail unless the venv's python imports each MODULE (run make deps)
+#   mpi_no_leftovers PATTERN
+#                       prints the live processes whose command line holds PATTERN;
+#                       true when there are none (waits up to 3 s for mpirun's cleanup)
+#   metrics RUN_DIR [JQ-EXPR]
+#                       the step records (those with "loss") of RUN_DIR/metrics.jsonl,
+#                       one compact JSON line each, or JQ-EXPR applied to each
+#   metrics_at_least RUN_DIR STEP
+#                       true when RUN_DIR/metrics.jsonl has a step record >= STEP
+#   small_dataset DIR   DIR/shards: a 510-id dataset (not a multiple of 4: tp = 4
+#                       pads the vocabulary) of the first chapters of the King
+#                       James Bible (bible-kjv); SMALL_INI: the config it goes with
+# Numbers and progress of `trident train` come from metrics.jsonl and the run's
+# files, never from its printed log (whose wording is for people); a message
+# on stderr for bad input is the contract being tested and may be matched.
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
+BUILD=${BUILD:-build}
+TRIDENT="$PWD/$BUILD/trident"
+PY="$PWD/.venv/bin/python"
+SMALL_INI=tests/e2e/configs/small.ini
+source tests/e2e/lib/mpi_env.sh
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/trident-$(basename "$0" .sh).XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+skip() { echo "skipped: $*"; exit 77; }
+
+need_built() {
+    local f
+    for f in "$@"; do [ -x "$f" ] || fail "$f not built (make)"; done
+}
+
+need_py() {
+    [ -x "$PY" ] || fail "$PY missing: run make deps (it makes .venv with tests/requirements.txt)"
+    local m
+    for m in "$@"; do
+        "$PY" -c "import $m" 2>/dev/null || fail "python module $m missing from .venv: run make deps"
+    done
+}
+
+mpi_no_leftovers() {
+    local left
+    for _ in 1 2 3 4 5 6; do
+        left=$(ps -eo pid=,stat=,args= | awk -v p="$1" '$2 !~ /^Z/ && index($0, p) && !/awk/')
+        [ -z "$left" ] && return 0
+        sleep 0.5
+    done
+    echo "$left"
+    return 1
+}
+
+command -v jq >/dev/null || fail "jq not installed: run make deps"
+command -v mpirun >/dev/null || fail "mpirun not installed: run make deps"
+
+metrics() {
+    [ -f "$1/metrics.jsonl" ] || { echo "FAIL: $1/metrics.jsonl missing" >&2; return 1; }
+    jq -c "select(has(\"loss\")) | ${2:-.}" "$1/metrics.jsonl"
+}
+
+metrics_at_least() {
+    [ -f "$1/metrics.jsonl" ] && jq -e --argjson s "$2" 'select(has("loss") and .step >= $s)' \
+        "$1/metrics.jsonl" >/dev/null 2>&1
+}
+
+small_dataset() {
+    local dir=$1
+    command -v bible >/dev/null || fail "bible-kjv not installed: run make deps"
+    data/make_kjv.sh "$dir/kjv.txt" >/dev/null
+    awk 'BEGIN{RS=""; ORS="\n\n"} NR <= 150' "$dir/kjv.txt" > "$dir/small.txt"
+    "$TRIDENT" prep --input "$dir/small.txt" --output "$dir/shards" --vocab-size 510 \
+        --val-fraction 0.05 >/dev/null 2>&1 || fail "prep of the small dataset"
+}
