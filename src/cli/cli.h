@@ -1,19 +1,20 @@
 // cli.h: the subcommands of the trident executable. Each returns the process
-// exit code (docs/design.md §8: 0 ok, 1 runtime failure, 2 bad input).
+// exit code (docs/design.md §8: 0 ok, 1 runtime failure, 2 bad input, 3 preempted).
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
-// trident tokenize --tokenizer FILE [--decode]   (src/cli/cmd_tokenize.c)
+// trident tokenize --tokenizer FILE [--decode] | --train ...   (src/cli/cmd_tokenize.c)
 int cmd_tokenize(int argc, char **argv);
 // trident prep --input PATH... --output DIR ...   (src/cli/cmd_prep.c)
 int cmd_prep(int argc, char **argv);
 // trident data-check DIR --seq-len N ...   (src/cli/cmd_data.c; hidden, for debugging)
 int cmd_data_check(int argc, char **argv);
 
-// trident ckpt info DIR | trident ckpt verify DIR   (src/cli/cmd_ckpt.c)
+// trident ckpt info|verify DIR | trident ckpt export DIR OUT.h5   (src/cli/cmd_ckpt.c)
 int cmd_ckpt(int argc, char **argv);
 
-// trident train CONFIG.ini [section.key=value ...]   (src/train/train.c)
+// trident train CONFIG.ini [section.key=value ...]   (src/cli/cmd_train.c; a failure
+// ends every rank of the job from inside, mpi_exit_all)
 int cmd_train(int argc, char **argv);
 
 // trident plan CONFIG.ini [section.key=value ...]   (src/cli/cmd_plan.c)

@@ -1,133 +1,150 @@
 // train_ckpt.c: the trainer's checkpoints (docs/design.md §7): what a rank saves,
 // and resuming from a checkpoint written in any (tp, pp, dp, zero) layout.
-// The format and the commit protocol are in checkpoint.c.
+// The format and the commit protocol are in src/ckpt/checkpoint.c.
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
-#include "base/mpi_util.h"
 #include "trainer.h"
 
 // Host buffers for the parameter arena and this rank's moments (allocated on
 // first use: a run that never saves nor resumes does not pay for them).
 static void host_buffers(struct trainer *t) {
-    if (t->host_params) return;
+    if (t->ckpt.host_params) return;
     int n;
-    model_params(t->model, &n);
+    model_params(t->m.model, &n);
     size_t zb, ze;
-    optimizer_shard_range(t->opt, &zb, &ze);
-    t->host_params = xcalloc(model_param_arena(t->model).numel, sizeof(float));
-    t->host_m = xcalloc(ze - zb, sizeof(float));
-    t->host_v = xcalloc(ze - zb, sizeof(float));
-    t->pieces = xcalloc(3 * (size_t)n, sizeof *t->pieces);
+    optimizer_shard_range(t->m.opt, &zb, &ze);
+    t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
+    t->ckpt.host_m = xcalloc(ze - zb, sizeof(float));
+    t->ckpt.host_v = xcalloc(ze - zb, sizeof(float));
+    t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
 }
 
-// Fills t->pieces: parameters (when with_params) and this rank's moments
+// Fills t->ckpt.pieces: parameters (when with_params) and this rank's moments
 // (when with_moments); returns how many.
 static int pieces(struct trainer *t, bool with_params, bool with_moments) {
     int n, k = 0;
-    const struct param_info *p = model_params(t->model, &n);
+    const struct param_info *p = model_params(t->m.model, &n);
     size_t zb, ze;
-    optimizer_shard_range(t->opt, &zb, &ze);
+    optimizer_shard_range(t->m.opt, &zb, &ze);
     if (with_params)
-        k += checkpoint_pieces_from_params(p, n, "param", t->host_params, DTYPE_FP32, 0, SIZE_MAX,
-                                           t->pieces + k);
+        k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_params, DTYPE_FP32, 0, SIZE_MAX,
+                                           t->ckpt.pieces + k);
     if (with_moments) {
-        k += checkpoint_pieces_from_params(p, n, "adam_m", t->host_m, DTYPE_FP32, zb, ze, t->pieces + k);
-        k += checkpoint_pieces_from_params(p, n, "adam_v", t->host_v, DTYPE_FP32, zb, ze, t->pieces + k);
+        k += checkpoint_pieces_from_params(p, n, "adam_m", t->ckpt.host_m, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
+        k += checkpoint_pieces_from_params(p, n, "adam_v", t->ckpt.host_v, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
     }
     return k;
 }
 
-void trainer_save(struct trainer *t, int steps_done) {
+enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
     const struct config *c = &t->cfg;
-    struct error err = {0};
     host_buffers(t);
-    struct tensor w = model_param_arena(t->model), m, v;
-    optimizer_moments(t->opt, &m, &v);
-    backend_to_host(t->be, t->host_params, w.data, w.numel * sizeof(float));
-    backend_to_host(t->be, t->host_m, m.data, m.numel * sizeof(float));
-    backend_to_host(t->be, t->host_v, v.data, v.numel * sizeof(float));
+    struct tensor w = model_param_arena(t->m.model), m, v;
+    optimizer_moments(t->m.opt, &m, &v);
+    backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+    backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
+    backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard.
-    bool first_replica = t->topo.coord.d == 0;
+    bool first_replica = t->par.topo.coord.d == 0;
     int n = pieces(t, first_replica, first_replica || c->parallel.zero_stage == 1);
     struct ckpt_state st = {
-        .step = steps_done, .lr_step = steps_done, .opt_steps = optimizer_steps_done(t->opt),
+        .step = steps_done, .lr_step = steps_done, .opt_steps = optimizer_steps_done(t->m.opt),
         .rng_seed = (uint64_t)c->train.seed, .loss_scale = 1.0,
     };
-    loader_state_save(&t->train_loader, &st.loader);
+    loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
         .dir = c->checkpoint.dir, .step = steps_done, .tp = c->parallel.tp, .pp = c->parallel.pp,
-        .dp = c->parallel.dp, .zero_stage = c->parallel.zero_stage, .rank = t->topo.world_rank,
-        .model = &t->lc, .tokenizer_id = t->ds->index.tokenizer, .pieces = t->pieces,
+        .dp = c->parallel.dp, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
+        .model = &t->m.lc, .tokenizer_id = t->data.ds->index.tokenizer, .pieces = t->ckpt.pieces,
         .n_pieces = n, .state = &st, .keep_last = c->checkpoint.keep_last,
     };
     double t0 = time_now_s();
-    if (checkpoint_save(&a, &t->topo.world, &err)) {
-        err.status = STATUS_RUNTIME;
-        trainer_fail_all(t, &err);
-    }
-    t->last_saved = steps_done;
+    // An error on every rank (checkpoint_save agrees on it), whatever its cause: a runtime failure.
+    if (checkpoint_save(&a, &t->par.topo.world, &err->err))
+        return err->err.status = STATUS_RUNTIME;
     watchdog_kick(t->watchdog);
-    if (t->topo.world_rank == 0) {
+    if (t->par.topo.world_rank == 0) {
         printf("checkpoint: %s/step-%06d saved in %.2f s\n", c->checkpoint.dir, steps_done,
                time_now_s() - t0);
         fflush(stdout);
     }
+    return STATUS_OK;
 }
 
-void trainer_resume(struct trainer *t) {
+// Reads the checkpoint at path into the model, the optimizer and the train
+// loader; fills st. Errors of the checkpoint's content are every rank's, read
+// failures this rank's alone.
+static enum status resume_from(struct trainer *t, const char *path, struct ckpt_state *st,
+                               struct trainer_error *err) {
+    // Rank 0 verifies every checksum once; the others trust its verdict.
+    struct ckpt_reader *r = NULL;
+    int verdict = 0;
+    bool root = t->par.topo.world_rank == 0;
+    if (root) verdict = checkpoint_open(path, &r, &err->err);
+    comm_all_reduce(&t->par.topo.world, &verdict, 1, DTYPE_I32, COMM_MAX);
+    if (verdict) { // rank 0 holds the message
+        if (!root) err->err.msg[0] = '\0';
+        return err->err.status = (enum status)verdict;
+    }
+    if (!root && checkpoint_open_trusted(path, &r, &err->err)) return trainer_alone(err);
+    enum status s = STATUS_OK;
+    if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
+        s = err->err.status;
+        goto out;
+    }
+    host_buffers(t);
+    struct tensor w = model_param_arena(t->m.model), m, v;
+    optimizer_moments(t->m.opt, &m, &v);
+    memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
+    int n = pieces(t, true, true);
+    if (checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err) ||
+        checkpoint_read_state(r, -1, st, &err->err)) {
+        s = trainer_alone(err);
+        goto out;
+    }
+    if (loader_state_load(&t->data.train_loader, &st->loader, &err->err)) {
+        s = err->err.status;
+        goto out;
+    }
+    backend_to_device(t->m.be, w.data, t->ckpt.host_params, w.numel * sizeof(float));
+    backend_to_device(t->m.be, m.data, t->ckpt.host_m, m.numel * sizeof(float));
+    backend_to_device(t->m.be, v.data, t->ckpt.host_v, v.numel * sizeof(float));
+    optimizer_set_steps_done(t->m.opt, (int)st->opt_steps);
+    const struct ckpt_info *info = checkpoint_info(r);
+    if (root) {
+        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d)\n",
+               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage);
+        fflush(stdout);
+    }
+out:
+    checkpoint_close(r);
+    return s;
+}
+
+enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
-    struct error err = {0};
     char path[CKPT_PATH_MAX];
-    t->start_step = 0, t->last_saved = -1;
-    if (!c->checkpoint.dir[0] && c->checkpoint.resume != RESUME_PATH) return;
+    t->ckpt.start_step = 0;
+    if (!c->checkpoint.dir[0] && c->checkpoint.resume != RESUME_PATH) return STATUS_OK;
     if (checkpoint_resolve(c->checkpoint.dir, c->checkpoint.resume, c->checkpoint.resume_path,
-                           path, &err))
-        trainer_fail_all(t, &err);
+                           path, &err->err))
+        return err->err.status;
     // A fresh run must not share a folder with another run's checkpoints:
     // rotation would delete one run's steps to keep the other's.
     char latest[CONFIG_PATH_MAX + 16];
     snprintf(latest, sizeof latest, "%s/latest", c->checkpoint.dir);
-    if (c->checkpoint.resume == RESUME_NONE && c->checkpoint.dir[0] && access(latest, F_OK) == 0) {
-        error_set(&err, STATUS_BAD_INPUT, "[checkpoint] dir = %s already holds checkpoints (%s) "
-                  "and resume = none: give this run its own dir, or resume = auto to continue "
-                  "that run", c->checkpoint.dir, latest);
-        trainer_fail_all(t, &err);
-    }
-    if (!path[0]) return;
-    // Rank 0 verifies every checksum once; the others trust its verdict.
-    struct ckpt_reader *r = NULL;
-    int verdict = 0;
-    if (t->topo.world_rank == 0) verdict = checkpoint_open(path, &r, &err);
-    comm_all_reduce(&t->topo.world, &verdict, 1, DTYPE_I32, COMM_MAX);
-    if (verdict) {
-        if (t->topo.world_rank == 0) mpi_exit_all(verdict, err.msg);
-        mpi_exit_all(verdict, NULL);
-    }
-    if (t->topo.world_rank != 0 && checkpoint_open_trusted(path, &r, &err)) trainer_fail_here(&err);
-    if (checkpoint_check_model(r, &t->lc, t->ds->index.tokenizer, &err)) trainer_fail_all(t, &err);
-    host_buffers(t);
-    struct tensor w = model_param_arena(t->model), m, v;
-    optimizer_moments(t->opt, &m, &v);
-    memset(t->host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
-    int n = pieces(t, true, true);
-    if (checkpoint_read_pieces(r, t->pieces, n, &err)) trainer_fail_here(&err);
+    if (c->checkpoint.resume == RESUME_NONE && c->checkpoint.dir[0] && access(latest, F_OK) == 0)
+        return error_set(&err->err, STATUS_BAD_INPUT, "[checkpoint] dir = %s already holds "
+                         "checkpoints (%s) and resume = none: give this run its own dir, or "
+                         "resume = auto to continue that run", c->checkpoint.dir, latest);
+    if (!path[0]) return STATUS_OK;
     struct ckpt_state st;
-    if (checkpoint_read_state(r, -1, &st, &err)) trainer_fail_here(&err);
-    if (loader_state_load(&t->train_loader, &st.loader, &err)) trainer_fail_all(t, &err);
-    backend_to_device(t->be, w.data, t->host_params, w.numel * sizeof(float));
-    backend_to_device(t->be, m.data, t->host_m, m.numel * sizeof(float));
-    backend_to_device(t->be, v.data, t->host_v, v.numel * sizeof(float));
-    optimizer_set_steps_done(t->opt, (int)st.opt_steps);
-    const struct ckpt_info *info = checkpoint_info(r);
-    if (t->topo.world_rank == 0) {
-        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d)\n",
-               path, (long long)st.step, info->tp, info->pp, info->dp, info->zero_stage);
-        fflush(stdout);
-    }
-    t->start_step = (int)st.step, t->last_saved = (int)st.step;
-    checkpoint_close(r);
+    enum status s = resume_from(t, path, &st, err);
+    if (s) return s;
+    t->ckpt.start_step = (int)st.step;
+    return STATUS_OK;
 }

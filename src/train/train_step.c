@@ -44,13 +44,12 @@ static int64_t count_targets(const struct model *m, const int32_t *targets, size
 // Forward (and, with backward, backward) passes of every microbatch: the
 // pipeline schedule, or microbatches in turn with the DP gradient sync armed
 // for the last backward. Under a pipeline the backwards always run (with a
-// zero loss scale they add exact zeros).
-static void run_microbatches(struct train_ctx *c, struct pp_step *ps, int n_micro, bool backward) {
+// zero loss scale they add exact zeros). Errors: the pipeline's.
+static enum status run_microbatches(struct train_ctx *c, struct pp_step *ps, int n_micro,
+                                    bool backward, struct error *err) {
     if (c->pipe) {
-        struct error err;
         c->pipe->ctx = ps;
-        if (pipeline_run(c->pipe, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
-        return;
+        return pipeline_run(c->pipe, err);
     }
     for (int k = 0; k < n_micro; k++) {
         pp_forward(ps, k, 0, 0, NULL, NULL);
@@ -58,11 +57,12 @@ static void run_microbatches(struct train_ctx *c, struct pp_step *ps, int n_micr
         if (c->sync && k == n_micro - 1) grad_sync_arm(c->sync);
         pp_backward(ps, k, 0, 0, NULL, NULL);
     }
+    return STATUS_OK;
 }
 
-void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
-                    const int32_t *targets, int n_micro, int B, int T,
-                    struct train_step_result *out) {
+enum status train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
+                           const int32_t *targets, int n_micro, int B, int T,
+                           struct train_step_result *out, struct error *err) {
     struct model *m = c->model;
     struct comm_group *dp = c->groups ? real(c->groups->dp) : NULL;
     struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
@@ -74,7 +74,8 @@ void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
     struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? 1.0 / (double)count : 0.0, 0};
 
     model_zero_grad(m);
-    run_microbatches(c, &ps, n_micro, true);
+    enum status st = run_microbatches(c, &ps, n_micro, true, err);
+    if (st) return st;
     if (c->sync) grad_sync_finish(c->sync);
     model_finish_grads(m);
     // A tied embedding lives on the first and the last stage: sum the two
@@ -97,10 +98,12 @@ void train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
     optimizer_step(c->opt, lr, coef);
     out->loss = count > 0 ? loss_sum / count : 0.0;
     out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
+    return STATUS_OK;
 }
 
-void train_step_eval(struct train_ctx *c, const int32_t *tokens, const int32_t *targets,
-                     int n_micro, int B, int T, double *loss_sum, int64_t *count) {
+enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const int32_t *targets,
+                            int n_micro, int B, int T, double *loss_sum, int64_t *count,
+                            struct error *err) {
     struct model *m = c->model;
     struct comm_group *dp = c->groups ? real(c->groups->dp) : NULL;
     struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
@@ -108,11 +111,13 @@ void train_step_eval(struct train_ctx *c, const int32_t *tokens, const int32_t *
     size_t per_micro = (size_t)B * T;
     int64_t n = count_targets(m, targets, per_micro * n_micro);
     struct pp_step ps = {m, tokens, targets, per_micro, 0.0, 0};
-    run_microbatches(c, &ps, n_micro, false);
+    enum status st = run_microbatches(c, &ps, n_micro, false, err);
+    if (st) return st;
     double v[2] = {last ? ps.loss_sum : 0, last ? (double)n : 0};
     if (dp && last) comm_all_reduce(dp, v, 2, DTYPE_FP64, COMM_SUM);
     if (pp) comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
     *loss_sum = v[0], *count = (int64_t)v[1];
+    return STATUS_OK;
 }
 
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
@@ -120,5 +125,7 @@ void train_step(struct model *m, struct optimizer *opt, const struct optimizer_c
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
                 struct train_step_result *out) {
     struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL};
-    train_step_run(&c, step, tokens, targets, n_micro, B, T, out);
+    struct error err;
+    enum status st = train_step_run(&c, step, tokens, targets, n_micro, B, T, out, &err);
+    CHECK(st == STATUS_OK, "a step without a pipeline failed: %s", err.msg);
 }

@@ -47,25 +47,28 @@ struct train_ctx {
 // the last pipeline stage to every stage. step counts from 0 and selects the
 // learning rate. When every target is ignored, the loss is 0, the gradients
 // are 0 and the step still runs (weight decay only), so every rank takes the
-// same number of steps.
-void train_step_run(struct train_ctx *ctx, int step, const int32_t *tokens,
-                    const int32_t *targets, int n_micro, int B, int T,
-                    struct train_step_result *out);
+// same number of steps. Errors: the pipeline schedule's (pipeline_run), on
+// this rank alone; the step is then unfinished.
+enum status train_step_run(struct train_ctx *ctx, int step, const int32_t *tokens,
+                           const int32_t *targets, int n_micro, int B, int T,
+                           struct train_step_result *out, struct error *err);
 
 // The loss sum and target count of n_micro microbatches without a step, over
 // this rank's data-parallel group and, under pipeline parallelism, sent from
 // the last stage to every stage (validation). With a pipeline the schedule
 // runs its backwards too, with a zero loss scale: the gradients it adds are
-// exactly zero, and the next step zeroes them anyway.
-void train_step_eval(struct train_ctx *ctx, const int32_t *tokens, const int32_t *targets,
-                     int n_micro, int B, int T, double *loss_sum, int64_t *count);
+// exactly zero, and the next step zeroes them anyway. Errors: as
+// train_step_run.
+enum status train_step_eval(struct train_ctx *ctx, const int32_t *tokens, const int32_t *targets,
+                            int n_micro, int B, int T, double *loss_sum, int64_t *count,
+                            struct error *err);
 
 // Points a pipeline executor's callbacks at this module's (before
 // pipeline_exec_init); train_step_run sets its ctx each step.
 void train_step_bind_pipeline(struct pipeline_exec *x);
 
 // The same for a model that is one whole stage: train_step_run with only
-// these members set.
+// these members set. Without a pipeline a step cannot fail.
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
                 const struct parallel_groups *groups, struct grad_sync *sync, int step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,

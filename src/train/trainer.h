@@ -1,72 +1,94 @@
-// trainer.h: the state of `trident train` (src/train/train.c), shared with its
-// checkpoint glue (src/train/train_ckpt.c). Private to those two files.
+// trainer.h: the state of a trainer (train.h), shared by src/train/train.c
+// (setup and the loop) and src/train/train_ckpt.c (its checkpoints). Private
+// to src/train/.
 #ifndef TRIDENT_TRAINER_H
 #define TRIDENT_TRAINER_H
 
-#include <signal.h>
 #include <stdio.h>
 
+#include "base/watchdog.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "grad_sync.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "parallel/pipeline.h"
-#include "tokenizer/tokenizer.h"
 #include "parallel/topology.h"
+#include "tokenizer/tokenizer.h"
+#include "train.h"
 #include "train_step.h"
-#include "base/watchdog.h"
 
-// Exit code of a run stopped by SIGTERM or SIGUSR1 after saving a checkpoint
-// of its last finished step: "requeue me" (docs/design.md §8).
-enum { EXIT_PREEMPTED = 3 };
-
-struct trainer {
-    struct config cfg;
-    struct topology topo;
-    struct backend *be;
+// The training data of this rank and the buffers a step reads.
+struct trainer_data {
     struct dataset *ds;
     struct loader train_loader, val_loader;
-    bool has_val;
+    bool has_val;                      // the val split holds at least one global batch
+    bool reads_tokens, reads_targets;  // first / last pipeline stage
+    int accum;                         // microbatches per step on this rank
+    int32_t *seqs;                     // (B, T + 1) one microbatch from the loader
+    int32_t *tokens, *targets;         // (accum, B, T)
+    struct tokenizer *tok;             // for samples (TP group of DP rank 0); NULL: none
+};
+
+// This rank's model shard and its optimizer.
+struct trainer_model {
+    struct backend *be;
+    struct llama_config lc;
     struct model *model;
     struct optimizer *opt;
     struct optimizer_config oc;
-    struct grad_sync *sync;   // NULL under ZeRO-1
-    struct parallel_groups groups;
-    struct pipeline_exec pipe; // pp > 1 or virtual stages
-    struct train_ctx ctx;
     bool whole_model;         // one stage, one chunk: evaluation and samples run
-    bool reads_tokens, reads_targets; // first / last pipeline stage
-    double *split_all;        // (world, 3) per-rank time split, gathered for the log
     int n_slots;              // activation slots: microbatches in flight on this stage
-    struct tokenizer *tok;    // rank 0, for samples; NULL when missing
-    int accum;                // microbatches per step on this rank
-    int32_t *seqs;            // (B, T + 1) one microbatch from the loader
-    int32_t *tokens, *targets; // (accum, B, T)
+    size_t mem_bytes;         // arenas of this rank: params, grads, AdamW, activations
+};
+
+// The grid and what moves data between its ranks.
+struct trainer_parallel {
+    struct topology topo;
+    struct parallel_groups groups;
+    struct grad_sync *sync;    // NULL under ZeRO-1
+    struct pipeline_exec pipe; // pp > 1 or virtual stages
+    struct train_ctx ctx;      // what train_step_run gets: model, optimizer and the above
+};
+
+// Host copies for checkpoints (allocated on first save or resume).
+struct trainer_ckpt {
+    int start_step;           // optimizer steps done before this run (resume)
+    float *host_params;       // (n_params,) host copy of the parameter arena
+    float *host_m, *host_v;   // this rank's moment range
+    struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
+};
+
+// The log line, metrics.jsonl and their denominators.
+struct trainer_log {
+    FILE *metrics;            // rank 0
     double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
-    size_t mem_bytes;         // arenas of this rank
-    FILE *metrics;            // rank 0
-    struct llama_config lc;
-    int start_step;           // optimizer steps done before this run (resume)
-    int last_saved;           // steps done at the last checkpoint written, -1: none
-    float *host_params;       // (n_params,) host copy of the arena, for checkpoints
-    float *host_m, *host_v;   // this rank's moment range, for checkpoints
-    struct ckpt_piece *pieces;
+    double *split_all;        // (world, 3) per-rank time split, gathered for the log
+};
+
+struct trainer {
+    struct config cfg;
+    struct trainer_data data;
+    struct trainer_model m;
+    struct trainer_parallel par;
+    struct trainer_ckpt ckpt;
+    struct trainer_log log;
     struct watchdog *watchdog; // NULL when [system] watchdog_s = 0
 };
 
 // Resumes from [checkpoint] resume (auto: dir/latest) when there is one:
-// parameters, moments, optimizer step, loader state. Sets t->start_step.
-// Bad checkpoints end the job with exit 2 on every rank.
-void trainer_resume(struct trainer *t);
+// parameters, moments, optimizer step, loader state. Sets ckpt.start_step.
+// Errors: STATUS_BAD_INPUT for a checkpoint that does not fit this run.
+enum status trainer_resume(struct trainer *t, struct trainer_error *err);
 // Saves a checkpoint of `steps_done` optimizer steps (collective over the
-// world). A failure ends the job with exit 1; the previous checkpoint stays.
-void trainer_save(struct trainer *t, int steps_done);
+// world). Errors: STATUS_RUNTIME on every rank; the previous checkpoint stays.
+enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err);
 
-// Ends the job: every rank found the same error (rank 0 reports it), or
-// only this rank did (it reports).
-_Noreturn void trainer_fail_all(const struct trainer *t, const struct error *err);
-_Noreturn void trainer_fail_here(const struct error *err);
+// Marks err as found by this rank alone (struct trainer_error) and returns its status.
+static inline enum status trainer_alone(struct trainer_error *err) {
+    err->alone = true;
+    return err->err.status;
+}
 
 #endif

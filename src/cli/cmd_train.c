@@ -1,0 +1,82 @@
+// cmd_train.c: `trident train CONFIG.ini [section.key=value ...]`, the main job
+// (the trainer is src/train/train.h). This file decides how the job ends
+// (docs/design.md §8): exit 0 done, 1 runtime failure, 2 bad input, 3
+// preempted; after a failure every rank exits non-zero within seconds.
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/mpi_util.h"
+#include "cli.h"
+#include "config/config.h"
+#include "kernels/backend.h"
+#include "train/train.h"
+
+// Exit code of a run stopped by SIGTERM or SIGUSR1 after saving a checkpoint
+// of its last finished step: "requeue me" (docs/design.md §8).
+enum { EXIT_PREEMPTED = 3 };
+
+// Set by SIGTERM / SIGUSR1 (what Slurm's --signal sends before the time
+// limit): the trainer finishes the step, saves and returns. A signal handler
+// can only reach a global.
+static volatile sig_atomic_t preempt_signal;
+static void on_preempt(int sig) { preempt_signal = sig; }
+
+// Ends the job on every rank with the error's status (mpi_exit_all). An error
+// every rank found is reported by rank 0; one this rank found alone, by this
+// rank, whose MPI_Abort also ends peers blocked waiting for it.
+static _Noreturn void fail(const struct trainer_error *e, int world_rank) {
+    mpi_exit_all(e->err.status ? (int)e->err.status : STATUS_RUNTIME,
+                 e->alone || world_rank == 0 ? e->err.msg : NULL);
+}
+
+int cmd_train(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    mpi_util_init(MPI_COMM_WORLD);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_preempt;
+    sa.sa_flags = SA_RESTART; // reads and MPI calls the signal interrupts carry on
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    int world_rank, world_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        if (world_rank == 0)
+            printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
+                   "  under mpirun -np N or srun, N = tp * pp * dp; every key of docs/config.md\n"
+                   "  can be overridden as section.key=value\n");
+        MPI_Finalize();
+        return STATUS_OK;
+    }
+    struct trainer_error e = {0};
+    if (argc < 2 || argv[1][0] == '-') {
+        error_set(&e.err, STATUS_BAD_INPUT,
+                  "usage: trident train CONFIG.ini [section.key=value ...]%s%s",
+                  argc >= 2 ? "; unknown option " : "", argc >= 2 ? argv[1] : "");
+        fail(&e, world_rank);
+    }
+    struct config cfg;
+    if (config_load(argv[1], argc - 2, argv + 2, &cfg, &e.err) ||
+        config_validate(&cfg, world_size, backend_has_cuda(), &e.err))
+        fail(&e, world_rank);
+
+    struct trainer *t;
+    struct trainer_outcome out;
+    if (trainer_open(&t, &cfg, &e) || trainer_run(t, &preempt_signal, &out, &e))
+        fail(&e, world_rank);
+    int rc = STATUS_OK;
+    if (out.signal) {
+        if (world_rank == 0) {
+            printf("stopped by signal %d after step %d%s; exit %d (requeue)\n", out.signal,
+                   out.steps_done, out.saved ? ", checkpoint saved"
+                   : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
+            fflush(stdout);
+        }
+        rc = EXIT_PREEMPTED;
+    }
+    trainer_close(t);
+    MPI_Finalize();
+    return rc;
+}
