@@ -478,6 +478,17 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
         printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
                model_slots_used(t->m.model), t->m.n_slots, d->accum);
+        // The same summary for tools: the last record of metrics.jsonl.
+        if (t->log.metrics) {
+            fprintf(t->log.metrics,
+                    "{\"done\": true, \"steps\": %d, \"tokens\": %.0f, \"seconds\": %.3f, "
+                    "\"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d",
+                    c->train.steps - start_step, tokens_seen, total, t->m.n_slots,
+                    model_slots_used(t->m.model), d->accum);
+            if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
+            fprintf(t->log.metrics, "}\n");
+            fflush(t->log.metrics);
+        }
     }
     return STATUS_OK;
 }

@@ -6,8 +6,7 @@
 # fails unless the checker catches it. Then the op list: a compute op is
 # written once in kernels/ops_list.h, never in a hand-written table.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
+source "$(dirname "$0")/lib/common.sh"
 python3 tests/layering/check_layering.py --self-check --objects "$BUILD"
 # One op list: each compute op's signature written once (docs/design.md §3).
 python3 tests/layering/check_op_list.py --self-check

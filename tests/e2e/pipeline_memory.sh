@@ -19,9 +19,8 @@ run() { # p global_batch -> prints "mem_bytes slots used"
     [ "$rc" -eq 0 ] || { echo "FAIL: p=$p run exited $rc" >&2; tail -5 "$log" >&2; return 1; }
     local bytes slots_used
     bytes=$(metrics "$run_dir" .mem_bytes | tail -n 1)
-    # The slot high-water mark is printed at the end of the run only (not in
-    # metrics.jsonl yet): "activation slots on rank 0: U used of N".
-    slots_used=$(sed -n 's/^activation slots on rank 0: \([0-9]*\) used of \([0-9]*\).*/\2 \1/p' "$log")
+    # The slot count and high-water mark: the run's closing record.
+    slots_used=$(jq -r 'select(.done) | "\(.activation_slots) \(.activation_slots_used)"' "$run_dir/metrics.jsonl")
     echo "$bytes $slots_used"
 }
 read -r b24 s24 u24 <<<"$(run 2 8)" || fail=1

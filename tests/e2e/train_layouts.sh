@@ -60,6 +60,8 @@ def steps(name):
     out = {}
     for line in open(f"{tmp}/run-{name}/metrics.jsonl"):
         rec = json.loads(line)
+        if rec.get("done"):  # the closing summary
+            continue
         if "loss" not in rec:
             assert set(rec) == {"step", "val_loss"}, f"{name}: unknown record {rec}"
             continue
