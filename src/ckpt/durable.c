@@ -79,11 +79,17 @@ enum status durable_fault_set(const char *spec, struct error *err) {
 
 long durable_calls(void) { return fault.calls; }
 
-static void fault_load(void) {
-    if (fault.loaded) return;
-    struct error err;
-    if (fault_parse(getenv("TRIDENT_FAULT"), &err))
-        fatal_exit(STATUS_BAD_INPUT, __FILE__, __LINE__, "%s", err.msg);
+// Reads TRIDENT_FAULT once. A bad setting is kept and returned by every
+// later call (STATUS_BAD_INPUT naming the variable), so no durable write
+// happens under a fault setting the test did not mean.
+static enum status fault_load(struct error *err) {
+    static struct error bad;
+    if (!fault.loaded && fault_parse(getenv("TRIDENT_FAULT"), &bad)) fault.loaded = -1;
+    if (fault.loaded < 0) {
+        if (err) *err = bad;
+        return bad.status;
+    }
+    return STATUS_OK;
 }
 
 static int fault_here(void) { return fault.rank < 0 || fault.rank == g_log_rank; }
@@ -95,11 +101,8 @@ static void fault_kill(const char *what, const char *path) {
     raise(SIGKILL);
 }
 
-// Counts one call of class (write/fsync/create flags) and says which fault,
-// if any, fires now.
-static enum fault_kind fault_tick(const char *what, const char *path, int is_write, int is_fsync,
-                                  int is_create) {
-    fault_load();
+static enum fault_kind tick(const char *what, const char *path, int is_write, int is_fsync,
+                            int is_create) {
     fault.calls++;
     if (is_write) fault.writes++;
     if (is_fsync) fault.fsyncs++;
@@ -124,6 +127,17 @@ static enum fault_kind fault_tick(const char *what, const char *path, int is_wri
     return FAULT_NONE;
 }
 
+// Counts one call of class (write/fsync/create flags) and says in *kind which
+// fault, if any, fires now. Errors: a bad TRIDENT_FAULT (fault_load).
+static enum status fault_tick(const char *what, const char *path, int is_write, int is_fsync,
+                              int is_create, enum fault_kind *kind, struct error *err) {
+    *kind = FAULT_NONE;
+    enum status st = fault_load(err);
+    if (st) return st;
+    *kind = tick(what, path, is_write, is_fsync, is_create);
+    return STATUS_OK;
+}
+
 static enum status fail_errno(struct error *err, const char *what, const char *path, int e) {
     return error_set(err, STATUS_RUNTIME, "%s: %s failed: %s", path, what, strerror(e));
 }
@@ -131,15 +145,19 @@ static enum status fail_errno(struct error *err, const char *what, const char *p
 enum status durable_open_write(struct durable_file *f, const char *path, struct error *err) {
     f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
-    if (fault_tick("open", path, 0, 0, 1) == FAULT_ENOSPC)
-        return fail_errno(err, "open for writing", path, ENOSPC);
+    enum fault_kind k;
+    enum status st = fault_tick("open", path, 0, 0, 1, &k, err);
+    if (st) return st;
+    if (k == FAULT_ENOSPC) return fail_errno(err, "open for writing", path, ENOSPC);
     f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (f->fd < 0) return fail_errno(err, "open for writing", path, errno);
     return STATUS_OK;
 }
 
 enum status durable_write(struct durable_file *f, const void *buf, size_t n, struct error *err) {
-    enum fault_kind k = fault_tick("write", f->path, 1, 0, 0);
+    enum fault_kind k;
+    enum status st = fault_tick("write", f->path, 1, 0, 0, &k, err);
+    if (st) return st;
     if (k == FAULT_ENOSPC) return fail_errno(err, "write", f->path, ENOSPC);
     if (k == FAULT_SHORT_WRITE) {
         // What a full disk does mid-write: part of the bytes land, then an error.
@@ -161,24 +179,30 @@ enum status durable_write(struct durable_file *f, const void *buf, size_t n, str
 }
 
 enum status durable_fsync(struct durable_file *f, struct error *err) {
-    if (fault_tick("fsync", f->path, 0, 1, 0) == FAULT_FSYNC)
-        return fail_errno(err, "fsync", f->path, EIO);
+    enum fault_kind k;
+    enum status st = fault_tick("fsync", f->path, 0, 1, 0, &k, err);
+    if (st) return st;
+    if (k == FAULT_FSYNC) return fail_errno(err, "fsync", f->path, EIO);
     if (fsync(f->fd)) return fail_errno(err, "fsync", f->path, errno);
     return STATUS_OK;
 }
 
 enum status durable_close(struct durable_file *f, struct error *err) {
     if (f->fd < 0) return STATUS_OK;
-    fault_tick("close", f->path, 0, 0, 0);
+    enum fault_kind k;
+    enum status st = fault_tick("close", f->path, 0, 0, 0, &k, err);
     int rc = close(f->fd);
     f->fd = -1;
     if (rc) return fail_errno(err, "close", f->path, errno);
-    return STATUS_OK;
+    return st;
 }
 
 // fsync of an existing file or directory opened with flags.
 static enum status fsync_opened(const char *what, const char *path, int flags, struct error *err) {
-    if (fault_tick(what, path, 0, 1, 0) == FAULT_FSYNC) return fail_errno(err, what, path, EIO);
+    enum fault_kind k;
+    enum status st = fault_tick(what, path, 0, 1, 0, &k, err);
+    if (st) return st;
+    if (k == FAULT_FSYNC) return fail_errno(err, what, path, EIO);
     int fd = open(path, flags | O_CLOEXEC);
     if (fd < 0) return fail_errno(err, "open for fsync", path, errno);
     int rc = fsync(fd), e = errno;
@@ -206,8 +230,10 @@ enum status durable_write_file(const char *path, const void *buf, size_t n, stru
 }
 
 enum status durable_mkdir(const char *path, struct error *err) {
-    if (fault_tick("mkdir", path, 0, 0, 1) == FAULT_ENOSPC)
-        return fail_errno(err, "mkdir", path, ENOSPC);
+    enum fault_kind k;
+    enum status st = fault_tick("mkdir", path, 0, 0, 1, &k, err);
+    if (st) return st;
+    if (k == FAULT_ENOSPC) return fail_errno(err, "mkdir", path, ENOSPC);
     // Parents first, as mkdir -p.
     char part[4096];
     snprintf(part, sizeof part, "%s", path);
@@ -225,7 +251,9 @@ enum status durable_mkdir(const char *path, struct error *err) {
 }
 
 enum status durable_rename(const char *from, const char *to, struct error *err) {
-    fault_tick("rename", from, 0, 0, 0);
+    enum fault_kind k;
+    enum status st = fault_tick("rename", from, 0, 0, 0, &k, err);
+    if (st) return st;
     if (rename(from, to))
         return error_set(err, STATUS_RUNTIME, "rename %s -> %s failed: %s", from, to,
                          strerror(errno));
@@ -256,12 +284,15 @@ static enum status remove_rec(const char *path, struct error *err) {
 }
 
 enum status durable_remove_tree(const char *path, struct error *err) {
-    fault_tick("remove", path, 0, 0, 0);
-    return remove_rec(path, err);
+    enum fault_kind k;
+    enum status st = fault_tick("remove", path, 0, 0, 0, &k, err);
+    return st ? st : remove_rec(path, err);
 }
 
 enum status durable_point(const char *name, const char *path, bool creates, struct error *err) {
-    enum fault_kind k = fault_tick(name, path, 0, 0, creates);
+    enum fault_kind k;
+    enum status st = fault_tick(name, path, 0, 0, creates, &k, err);
+    if (st) return st;
     if (fault.kind == FAULT_KILL_NAMED && fault_here() && !strcmp(fault.name, name) &&
         ++fault.named_hits == fault.n)
         fault_kill(name, path);

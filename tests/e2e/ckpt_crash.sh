@@ -92,6 +92,16 @@ printf 'x' | dd of="$root/clean/step-000003/rank-00001.h5" bs=1 seek=4000 conv=n
 rc=0; out=$("$TRIDENT" ckpt verify "$root/clean" 2>&1) || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'rank-00001.h5: checksum' <<<"$out" || { echo "$out"; echo "FAIL: flipped byte: exit $rc"; fail=1; }
 
+# A bad TRIDENT_FAULT is an error returned by the first storage call (the
+# library exits nothing): the save fails on every rank, nothing is killed,
+# no checkpoint is left, no process hangs.
+rc=0; TRIDENT_FAULT=bogus:1 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" save "$root/badspec" >"$root/out" 2>&1 || rc=$?
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || grep -q 'killed at storage call' "$root/out" ||
+    ! grep -q "save failed: TRIDENT_FAULT='bogus:1': expected kill:N" "$root/out" || [ -e "$root/badspec/latest" ]; then
+    cat "$root/out"; echo "FAIL: bad TRIDENT_FAULT: exit $rc"; fail=1
+fi
+mpi_no_leftovers "$DRV" >/dev/null || { echo "FAIL: bad TRIDENT_FAULT: processes left alive"; fail=1; }
+
 echo "$points kill points"
 [ "$points" -ge 20 ] || { echo "FAIL: only $points kill points"; fail=1; }
 if [ "$fail" -eq 0 ]; then echo "ckpt_crash: all passed"; fi

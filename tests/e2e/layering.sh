@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # layering.sh: the layering rule of docs/design.md §1 holds: every #include of
 # src/ and kernels/ is one the rule allows, no file sits directly in src/, and
-# no files form an include cycle or (from nm over the build) a call cycle.
+# no files form an include cycle or (from nm over the build) a call cycle,
+# and no library object ends the process (only src/cli/ chooses exit codes).
 # The self-check first plants each kind of fault in a copy of the tree and
 # fails unless the checker catches it. Then the op list: a compute op is
 # written once in kernels/ops_list.h, never in a hand-written table.

@@ -11,7 +11,10 @@ every `#include "..."` of src/, kernels/ and their subfolders, and fails on:
   - a cycle in the rule itself, or between files that include each other
     through any chain,
   - with --objects DIR: a call cycle between object files, from `nm` (an
-    object that defines a symbol another one uses is called by it).
+    object that defines a symbol another one uses is called by it), and a
+    process exit outside src/cli/: only the objects of EXITS may call
+    exit, _exit, abort or MPI_Abort, and only src/cli/ may call
+    mpi_exit_all (the whole-job exit), so library code returns a status.
 --self-check runs the checks on copies of the tree with one bad include, one
 include cycle and one call cycle added, and fails unless each is caught.
 Exit 0 clean, 1 violations (each printed), 2 usage or a bad rule table.
@@ -24,6 +27,13 @@ import subprocess
 import sys
 import tempfile
 
+# The objects that may end the process, and why (docs/design.md §1, §8).
+EXITS = {
+    'src/base/common.o': 'fatal_exit: CHECK of an invariant, out of host memory',
+    'src/base/mpi_util.o': 'mpi_fail (CHECK_MPI) and mpi_exit_all, called by src/cli/ only',
+    'src/base/watchdog.o': 'the watchdog thread ends a stuck process',
+}
+EXIT_SYMBOLS = {'exit', '_exit', '_Exit', 'abort', 'quick_exit', 'MPI_Abort'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE = re.compile(r'\.(c|h|cu|cuh|cpp)$')
 
@@ -164,13 +174,20 @@ def check_calls(root, objects, rule):
                 defs.setdefault(w[2], name)
             elif len(w) == 2 and w[0] == 'U':
                 uses.setdefault(name, set()).add(w[1])
+    errors = []
+    for o, syms in sorted(uses.items()):
+        for sym in sorted(syms & EXIT_SYMBOLS):
+            if o not in EXITS:
+                errors.append('%s calls %s: library code returns a status; only src/cli/ ends the job' % (o, sym))
+        if 'mpi_exit_all' in syms and not o.startswith('src/cli/'):
+            errors.append('%s calls mpi_exit_all: only src/cli/ decides how the job ends' % o)
     graph = {}
     for o, syms in uses.items():
         for s in syms:
             d = defs.get(s)
             if d and d != o:
                 graph.setdefault(o, set()).add(d)
-    return ['call cycle among object files: %s' % ', '.join(c) for c in cycles(graph)]
+    return errors + ['call cycle among object files: %s' % ', '.join(c) for c in cycles(graph)]
 
 
 def self_check(root):
@@ -224,11 +241,14 @@ def self_check(root):
             os.makedirs(sd)
             open(os.path.join(sd, 'a.c'), 'w').write('int b(int);\nint a(int x) { return x ? b(x - 1) : 0; }\n')
             open(os.path.join(sd, 'b.c'), 'w').write('int a(int);\nint b(int x) { return x ? a(x - 1) : 1; }\n')
-            for n in ('a', 'b'):
+            open(os.path.join(sd, 'c.c'), 'w').write('#include <stdlib.h>\nvoid c(void) { exit(1); }\n')
+            for n in ('a', 'b', 'c'):
                 subprocess.run([cc, '-c', os.path.join(sd, n + '.c'), '-o', os.path.join(sd, n + '.o')], check=True)
             errs = check_calls(od, od, {})
             if not any('call cycle' in e for e in errs):
                 failures.append('a call cycle a.o <-> b.o was not caught: %s' % errs)
+            if not any('src/c.o calls exit' in e for e in errs):
+                failures.append('a library exit() in c.o was not caught: %s' % errs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return failures
@@ -247,7 +267,7 @@ def main():
             print('self-check FAILED: ' + f)
         if failures:
             return 1
-        print('self-check: a bad include, an include cycle, a file in src/ and a call cycle are each caught')
+        print('self-check: a bad include, an include cycle, a file in src/, a call cycle and a library exit are each caught')
     errors = check(root, a.objects)
     for e in errors:
         print(e)
