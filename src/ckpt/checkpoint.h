@@ -33,11 +33,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "parallel/comm.h"
 #include "base/common.h"
 #include "data/dataset.h"
-#include "model/model.h"
 #include "kernels/ops.h"
+#include "model/model.h"
+#include "parallel/comm.h"
 
 #define CKPT_FORMAT_VERSION 1
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/h5util.h"
 #include "base/checksum.h"
+#include "base/h5util.h"
 
 struct stored_piece {
     struct ckpt_piece p; // data NULL

@@ -2,8 +2,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "cli.h"
 #include "base/common.h"
+#include "cli.h"
 #include "data/prep.h"
 
 static const char *prep_usage =

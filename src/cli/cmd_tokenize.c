@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "base/common.h"
+#include "cli.h"
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f) {

@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
 #include "base/common.h"
+#include "cli.h"
 
 struct command {
     const char *name;

@@ -18,9 +18,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "parallel/comm.h"
 #include "base/common.h"
 #include "kernels/ops.h"
+#include "parallel/comm.h"
 
 // Global model hyperparameters ([model] in the config).
 struct llama_config {

@@ -11,10 +11,10 @@
 #ifndef TRIDENT_OPTIMIZER_H
 #define TRIDENT_OPTIMIZER_H
 
-#include "parallel/comm.h"
 #include "base/common.h"
-#include "model.h"
 #include "kernels/ops.h"
+#include "model.h"
+#include "parallel/comm.h"
 
 enum lr_schedule { LR_SCHEDULE_COSINE, LR_SCHEDULE_LINEAR, LR_SCHEDULE_CONSTANT };
 

@@ -7,10 +7,10 @@
 #include <nccl.h>
 #include <string.h>
 
+#include "base/mpi_util.h"
 #include "comm_mpi.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
-#include "base/mpi_util.h"
 
 // Events of pending all_reduce_start requests: a ring, so starting a request
 // allocates nothing; more than this many requests in flight at once on one

@@ -31,8 +31,8 @@
 
 #include <stddef.h>
 
-#include "comm.h"
 #include "base/common.h"
+#include "comm.h"
 #include "kernels/ops.h"
 
 enum pp_op_kind { PP_FORWARD, PP_BACKWARD };

@@ -4,8 +4,8 @@
 
 #include <string.h>
 
-#include "comm_mpi.h"
 #include "base/mpi_util.h"
+#include "comm_mpi.h"
 
 int topology_rank_of(int tp, int pp, int dp, struct grid_coord c) {
     return c.t + tp * (c.d + dp * c.p);

@@ -10,8 +10,8 @@
 #include <mpi.h>
 #include <stdio.h>
 
-#include "comm.h"
 #include "base/common.h"
+#include "comm.h"
 
 // A rank's place in the grid: t in [0, tp), d in [0, dp), p in [0, pp).
 struct grid_coord {

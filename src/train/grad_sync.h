@@ -14,8 +14,8 @@
 
 #include <stddef.h>
 
-#include "parallel/comm.h"
 #include "model/model.h"
+#include "parallel/comm.h"
 
 struct grad_sync;
 

@@ -10,10 +10,10 @@
 
 #include <stdint.h>
 
-#include "parallel/comm.h"
 #include "grad_sync.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "parallel/comm.h"
 #include "parallel/pipeline.h"
 
 struct train_step_result {

@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/prep.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "train/train_step.h"
-#include "data/prep.h"
 
 int main(int argc, char **argv) {
     const char *corpus = argc > 1 ? argv[1] : "data/kjv.txt";

@@ -16,10 +16,10 @@
 //   param/norm (6, 1)  replicated on every rank
 #include <string.h>
 
-#include "ckpt/checkpoint.h"
-#include "parallel/comm_mpi.h"
 #include "base/mpi_util.h"
+#include "ckpt/checkpoint.h"
 #include "ckpt/durable.h"
+#include "parallel/comm_mpi.h"
 
 enum { GR = 8, GC = 6 };
 

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/comm_mpi.h"
 #include "base/mpi_util.h"
+#include "parallel/comm_mpi.h"
 #include "parallel/topology.h"
 
 static int failures;

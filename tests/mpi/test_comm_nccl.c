@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "../unit/test.h"
 #include "base/common.h"
 #include "base/mpi_util.h"
-#include "../unit/test.h"
+#include "kernels/backend.h"
 
 #ifdef TRIDENT_CUDA
 #include "parallel/comm_mpi.h"

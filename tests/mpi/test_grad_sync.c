@@ -10,10 +10,10 @@
 #include <mpi.h>
 #include <string.h>
 
+#include "base/mpi_util.h"
+#include "model/model.h"
 #include "parallel/comm_mpi.h"
 #include "train/grad_sync.h"
-#include "model/model.h"
-#include "base/mpi_util.h"
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/comm_mpi.h"
+#include "../unit/pipeline_toy.h"
 #include "base/mpi_util.h"
+#include "parallel/comm_mpi.h"
 #include "parallel/pipeline.h"
 #include "parallel/topology.h"
-#include "../unit/pipeline_toy.h"
 
 enum { COUNT = 4096 };
 

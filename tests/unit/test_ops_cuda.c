@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
 #include "base/common.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "test.h"
 

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "parallel/comm.h"
-#include "test.h"
 #include "parallel/topology.h"
+#include "test.h"
 
 static int same_members(const int *a, int na, const int *b, int nb) {
     if (na != nb) return 0;
