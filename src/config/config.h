@@ -22,8 +22,8 @@
 #include <stdio.h>
 
 #include "base/common.h"
-#include "ckpt/checkpoint.h"  // enum resume_mode
-#include "kernels/ops.h"       // enum dtype
+#include "ckpt/checkpoint.h" // enum resume_mode
+#include "kernels/ops.h"     // enum dtype
 #include "model/optimizer.h" // enum lr_schedule
 
 #define CONFIG_PATH_MAX 512
