@@ -2,8 +2,8 @@
 #   make deps      install missing Debian packages (as root), else print the command;
 #                  make .venv/ with the test suite's Python packages (tests/requirements.txt)
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
-#   make test      deps, build, run the test suite (last line: N passed, N failed)
-#   make test-asan the model and op tests under AddressSanitizer + UBSan
+#   make test      deps, build, run the test suite (last line: N passed, N failed, N skipped)
+#   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
 #   make CUDA=1    also build the CUDA backend (kernels/cuda) with nvcc
 

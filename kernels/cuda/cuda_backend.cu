@@ -1,5 +1,6 @@
 // cuda_backend.cu: the CUDA backend's table, memory, streams and init
-// (docs/design.md §3). Memory is device memory from cudaMalloc (256-byte aligned);
+// (docs/design.md §3); the kernels' scratch is in cuda_memory.cu, so kernels
+// never call back into this file. Memory is device memory from cudaMalloc (256-byte aligned);
 // copies are cudaMemcpyAsync on the compute stream, ordered with the kernels.
 // to_device from pageable host memory (what trident passes) returns once CUDA
 // has staged the source, so the buffer may be reused at once; from pinned
@@ -62,18 +63,6 @@ static void cuda_synchronize(struct backend *be) {
     int bad = 0;
     CHECK_CUDA(cudaMemcpy(&bad, c->bad, sizeof bad, cudaMemcpyDeviceToHost));
     CHECK(bad == 0, "ce_loss: %d targets outside [0, V) and not ignore_index", bad);
-}
-
-void *cuda_scratch(struct backend *be, size_t bytes) {
-    struct cuda_backend *c = cuda_state(be);
-    if (bytes > c->scratch_bytes) {
-        CHECK_CUDA(cudaStreamSynchronize(c->stream)); // earlier kernels may still use it
-        CHECK_CUDA(cudaFree(c->scratch));
-        c->scratch = NULL;
-        CHECK_CUDA(cudaMalloc(&c->scratch, bytes));
-        c->scratch_bytes = bytes;
-    }
-    return c->scratch;
 }
 
 static const struct backend_ops cuda_ops = {

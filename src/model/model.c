@@ -344,11 +344,11 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     void *aa = backend_alloc(be, m->mem.activation_bytes);
     if (!pa || !ga || !aa) {
         backend_dealloc(be, pa), backend_dealloc(be, ga), backend_dealloc(be, aa);
-        model_free(m);
-        return error_set(err, STATUS_RUNTIME,
-                         "model: out of %s memory (params %zu B, grads %zu B, activations %zu B)",
-                         be->ops->name, m->mem.param_bytes, m->mem.grad_bytes,
-                         m->mem.activation_bytes);
+        error_set(err, STATUS_RUNTIME,
+                  "model: out of %s memory (params %zu B, grads %zu B, activations %zu B)",
+                  be->ops->name, m->mem.param_bytes, m->mem.grad_bytes, m->mem.activation_bytes);
+        model_free(m); // after the message: it reads m->mem
+        return STATUS_RUNTIME;
     }
     m->param_arena = tensor_view(pa, dtype, total);
     m->grad_arena = tensor_view(ga, grad_dtype(dtype), total);

@@ -164,8 +164,8 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     m->n_slots = MAX(1, shard.n_slots);
     int T = c->train.seq_len;
     if (model_init(&m->model, m->be, &m->lc, &shard, c->precision.dtype, c->train.micro_batch_size,
-                   T, (uint64_t)c->train.seed, &err->err))
-        return err->err.status;
+                   T, (uint64_t)c->train.seed, &err->err)) // out of memory: this rank's stage alone
+        return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     model_set_tp_group(m->model, &t->par.topo.tp_group);
     m->oc = optimizer_from(c);
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
@@ -400,6 +400,26 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     fflush(stdout), fflush(t->log.metrics);
 }
 
+// The closing record of metrics.jsonl (rank 0), the summary tools read: how
+// the run ended ("completed", "signal", "exit_interval"), optimizer steps done
+// (resumed ones included) and run here, tokens, seconds, the signal and
+// whether a checkpoint of steps_done was saved, activation slots and their
+// high-water mark, the best validation loss when there was one.
+static void log_closing(struct trainer *t, const struct trainer_outcome *out, const char *ended,
+                        double tokens, double seconds, double best_val) {
+    if (!is_root(t) || !t->log.metrics) return;
+    fprintf(t->log.metrics,
+            "{\"done\": true, \"ended\": \"%s\", \"steps_done\": %d, \"steps\": %d, "
+            "\"tokens\": %.0f, \"seconds\": %.3f, \"signal\": %d, \"saved\": %s, "
+            "\"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d",
+            ended, out->steps_done, out->steps_done - t->ckpt.start_step, tokens, seconds,
+            out->signal, out->saved ? "true" : "false", t->m.n_slots, model_slots_used(t->m.model),
+            t->data.accum);
+    if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
+    fprintf(t->log.metrics, "}\n");
+    fflush(t->log.metrics);
+}
+
 enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_flag,
                         struct trainer_outcome *out, struct trainer_error *err) {
     const struct config *c = &t->cfg;
@@ -445,10 +465,12 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
         if (planned_exit && !last && !stop) {
             if (is_root(t)) printf("exit_interval %d: stopping after step %d\n", c->train.exit_interval, step + 1);
+            log_closing(t, out, "exit_interval", tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
         }
         if (stop) {
             out->signal = stop;
+            log_closing(t, out, "signal", tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
         }
         if (d->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
@@ -478,18 +500,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
         printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
                model_slots_used(t->m.model), t->m.n_slots, d->accum);
-        // The same summary for tools: the last record of metrics.jsonl.
-        if (t->log.metrics) {
-            fprintf(t->log.metrics,
-                    "{\"done\": true, \"steps\": %d, \"tokens\": %.0f, \"seconds\": %.3f, "
-                    "\"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d",
-                    c->train.steps - start_step, tokens_seen, total, t->m.n_slots,
-                    model_slots_used(t->m.model), d->accum);
-            if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
-            fprintf(t->log.metrics, "}\n");
-            fflush(t->log.metrics);
-        }
     }
+    log_closing(t, out, "completed", tokens_seen, total, best_val);
     return STATUS_OK;
 }
 

@@ -68,7 +68,8 @@ enum status train_step_eval(struct train_ctx *ctx, const int32_t *tokens, const 
 void train_step_bind_pipeline(struct pipeline_exec *x);
 
 // The same for a model that is one whole stage: train_step_run with only
-// these members set. Without a pipeline a step cannot fail.
+// these members set (unit tests and benchmarks; the trainer calls
+// train_step_run). Without a pipeline a step cannot fail.
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
                 const struct parallel_groups *groups, struct grad_sync *sync, int step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,

@@ -8,6 +8,15 @@
 # written once in kernels/ops_list.h, never in a hand-written table.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-python3 tests/layering/check_layering.py --self-check --objects "$BUILD"
+# The CUDA build's objects too (comm_nccl.o, kernels/cuda/*.o) where there is
+# a CUDA toolkit: cuda_build.sh made $BUILD-cuda just before this test in
+# `make test`; the make here only brings a stale one up to date.
+objects=(--objects "$BUILD")
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ -x "$CUDA_HOME/bin/nvcc" ]; then
+    make -s -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$BUILD-cuda" "$BUILD-cuda/libtrident.a" >/dev/null
+    objects+=(--objects "$BUILD-cuda")
+fi
+python3 tests/layering/check_layering.py --self-check "${objects[@]}"
 # One op list: each compute op's signature written once (docs/design.md §3).
 python3 tests/layering/check_op_list.py --self-check

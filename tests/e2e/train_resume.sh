@@ -69,7 +69,10 @@ rc=$(cat "$tmp/term.rc")
 k=$(sed -n 's/^step-0*\([0-9]*\)$/\1/p' "$tmp/ck-term/latest")
 last=$(metrics "$tmp/run-term.0" .step | tail -n 1)
 [ "$k" = "$last" ] || { echo "FAIL: the checkpoint is of step $k, metrics.jsonl ends at step $last"; fail=1; }
-# The line a requeue script looks for (README, Checkpoints).
+# The closing record says how the run ended, and the line a requeue script
+# looks for (README, Checkpoints) is printed.
+ended=$(jq -r 'select(.done) | "\(.ended) \(.signal) \(.steps_done) \(.saved)"' "$tmp/run-term.0/metrics.jsonl")
+[ "$ended" = "signal 15 $k true" ] || { echo "FAIL: closing record '$ended', expected 'signal 15 $k true'"; fail=1; }
 grep -q "stopped by signal 15 after step $k, checkpoint saved" "$tmp/term.log" || { echo "FAIL: no 'stopped by signal' line for step $k"; fail=1; }
 "$TRIDENT" ckpt verify "$tmp/ck-term" > /dev/null || { echo "FAIL: ckpt verify after SIGTERM"; fail=1; }
 echo "SIGTERM: stopped after step $k with exit $rc"

@@ -32,9 +32,18 @@ EXITS = {
     'src/base/common.o': 'fatal_exit: CHECK of an invariant, out of host memory',
     'src/base/mpi_util.o': 'mpi_fail (CHECK_MPI) and mpi_exit_all, called by src/cli/ only',
     'src/base/watchdog.o': 'the watchdog thread ends a stuck process',
+    'src/ckpt/durable.o': 'TRIDENT_FAULT=kill:... (tests only) raises SIGKILL to simulate a crash',
 }
-EXIT_SYMBOLS = {'exit', '_exit', '_Exit', 'abort', 'quick_exit', 'MPI_Abort'}
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+EXIT_SYMBOLS = {'exit', '_exit', '_Exit', 'abort', 'quick_exit', 'MPI_Abort', 'err', 'errx', 'verr',
+                'verrx', 'error', 'error_at_line', '__assert_fail', 'raise', 'kill', 'syscall',
+                'pthread_exit'}
+# #include "x.h" and #include <x.h> (a project header found through -Isrc -I.),
+# and a header named in a string macro (#define GENERIC_FILE "x.h", then
+# #include GENERIC_FILE), all after comments are stripped.
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*(?:include[ \t]*([<"])([^">\n]+)[">]|define[ \t]+\w+[ \t]+"([^"\n]+\.(?:h|cuh))")', re.M)
+# fatal_exit's code: only STATUS_RUNTIME (a bug or no memory); an input error
+# is a status returned to src/cli/.
+FATAL = re.compile(r'\bfatal_exit\s*\(\s*([^,()]+),')
 SOURCE = re.compile(r'\.(c|h|cu|cuh|cpp)$')
 
 
@@ -75,8 +84,35 @@ def sources(root):
     return sorted(out)
 
 
-def resolve(root, path, name):
-    for cand in (os.path.join(os.path.dirname(path), name), os.path.join('src', name), name):
+def strip_comments(text):
+    """text with its comments blanked (newlines kept, so line numbers hold),
+    string and character literals left as they are."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in '"\'':
+            j = i + 1
+            while j < n and text[j] != c and text[j] != '\n':
+                j += 2 if text[j] == '\\' else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith('//', i):
+            j = text.find('\n', i)
+            i = n if j < 0 else j
+        elif text.startswith('/*', i):
+            j = text.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+            out.append('\n' * text.count('\n', i, j))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return ''.join(out)
+
+
+def resolve(root, path, name, angle=False):
+    here = () if angle else (os.path.join(os.path.dirname(path), name),)
+    for cand in here + (os.path.join('src', name), name):
         cand = os.path.normpath(cand)
         if os.path.isfile(os.path.join(root, cand)):
             return cand
@@ -129,12 +165,20 @@ def check(root, objects=None):
             errors.append('src/%s/: a folder the rule in docs/design.md does not name' % f)
     includes = {}
     for path in sources(root):
-        text = open(os.path.join(root, path), encoding='utf-8', errors='replace').read()
+        text = strip_comments(open(os.path.join(root, path), encoding='utf-8', errors='replace').read())
         src_folder = folder_of(path)
-        for lineno, name in ((text.count('\n', 0, m.start()) + 1, m.group(1)) for m in INCLUDE.finditer(text)):
-            target = resolve(root, path, name)
+        for m in FATAL.finditer(text):
+            if m.group(1).strip() not in ('STATUS_RUNTIME', 'int code'):
+                errors.append('%s:%d: fatal_exit(%s, ...): only STATUS_RUNTIME (a bug, no memory); return '
+                              'a status for anything else' % (path, text.count('\n', 0, m.start()) + 1,
+                                                               m.group(1).strip()))
+        for m in INCLUDE.finditer(text):
+            lineno = text.count('\n', 0, m.start()) + 1
+            angle, name = m.group(1) == '<', m.group(2) or m.group(3)
+            target = resolve(root, path, name, angle)
             if target is None:
-                errors.append('%s:%d: #include "%s" is no file of the tree' % (path, lineno, name))
+                if not angle:  # <stdio.h> and the like are not the tree's
+                    errors.append('%s:%d: #include "%s" is no file of the tree' % (path, lineno, name))
                 continue
             dst_folder = folder_of(target)
             if dst_folder is None:
@@ -146,8 +190,32 @@ def check(root, objects=None):
                 includes.setdefault(path, set()).add(target)
     for c in cycles(includes):
         errors.append('include cycle among files: %s' % ', '.join(c))
-    if objects:
-        errors += check_calls(root, objects, rule)
+    errors += check_map(root)
+    for o in objects or ():
+        errors += check_calls(root, o, rule)
+    return errors
+
+
+def check_map(root):
+    """The module map of docs/design.md §1 names every .c file of each src/
+    folder (its last column lists the stems) and no stem that is not there."""
+    errors = []
+    text = open(os.path.join(root, 'docs', 'design.md'), encoding='utf-8').read()
+    rows = dict((m.group(1), m.group(2)) for m in
+                re.finditer(r'^\| `src/(\w+)/` \|.*\| ([^|]+) \|$', text, re.M))
+    for folder in sorted(os.listdir(os.path.join(root, 'src'))):
+        d = os.path.join(root, 'src', folder)
+        if not os.path.isdir(d):
+            continue
+        if folder not in rows:
+            errors.append('src/%s/: no row in the module map of docs/design.md §1' % folder)
+            continue
+        named = set(w.strip() for w in rows[folder].split(','))
+        have = set(f[:-2] for f in os.listdir(d) if f.endswith('.c'))
+        for stem in sorted(have - named):
+            errors.append('src/%s/%s.c: not named in the module map of docs/design.md §1' % (folder, stem))
+        for stem in sorted(named - have):
+            errors.append('docs/design.md §1 names src/%s/%s.c, which does not exist' % (folder, stem))
     return errors
 
 
@@ -201,6 +269,16 @@ PLANTED = [
      {'src/base/rng.h': '#include "watchdog.h"', 'src/base/watchdog.h': '#include "rng.h"'},
      'include cycle'),
     ('a file directly in src/', {'src/stray.c': 'int stray;'}, 'src/stray.c'),
+    ('an angle-bracket include of a project header', {'src/base/common.c': '#include <config/config.h>'},
+     'base/ may not include config/'),
+    ('an include behind a comment', {'src/base/common.c': '/**/ #include "train/train.h"'},
+     'base/ may not include train/'),
+    ('a header named in a string macro', {'kernels/ops.c': '#define GENERIC_FILE "train/plan.h"'},
+     'kernels/ may not include train/'),
+    ('a .c file the module map does not name', {'src/data/stray.c': 'int stray;'},
+     'src/data/stray.c: not named in the module map'),
+    ('fatal_exit choosing an exit code', {'src/data/index.c': 'void f(void) { fatal_exit(STATUS_BAD_INPUT, 0, 0, ""); }'},
+     'fatal_exit(STATUS_BAD_INPUT'),
 ]
 
 
@@ -246,7 +324,8 @@ def self_check(root):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--root', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
-    ap.add_argument('--objects', help='build folder whose src/ and kernels/ objects form the call graph')
+    ap.add_argument('--objects', action='append',
+                    help='a build folder whose src/ and kernels/ objects form a call graph (repeatable)')
     ap.add_argument('--self-check', action='store_true')
     a = ap.parse_args()
     root = os.path.normpath(a.root)
@@ -256,7 +335,8 @@ def main():
             print('self-check FAILED: ' + f)
         if failures:
             return 1
-        print('self-check: a bad include, an include cycle, a file in src/, a call cycle and a library exit are each caught')
+        print('self-check: all %d planted faults caught (%s)' % (len(PLANTED) + 2, ', '.join(
+            [w for w, _, _ in PLANTED] + ['a call cycle', 'a library exit()'])))
     errors = check(root, a.objects)
     for e in errors:
         print(e)
