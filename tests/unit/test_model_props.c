@@ -93,7 +93,7 @@ static void test_accumulation(struct backend *be, enum dtype dt) {
     struct llama_config cfg = small_config(128);
     int T = 128;
     int32_t tokens[256], targets[256];
-    for (int i = 0; i < 2 * T; i++) tokens[i] = rand_u32() % 128, targets[i] = -100;
+    for (int i = 0; i < 2 * T; i++) tokens[i] = rand_u32() % 128, targets[i] = IGNORE_INDEX;
     for (int i = 0; i < 11; i++) targets[3 + 7 * i] = rand_u32() % 128;
     for (int i = 0; i < 101; i++) targets[T + 20 + i] = rand_u32() % 128;
     struct optimizer_config oc = {.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 0, .steps = 10,
@@ -121,7 +121,7 @@ static void test_accumulation(struct backend *be, enum dtype dt) {
         free(g1), free(g2);
     }
     // Every label ignored: loss 0, gradient 0, finite weights after the step.
-    for (int i = 0; i < 2 * T; i++) targets[i] = -100;
+    for (int i = 0; i < 2 * T; i++) targets[i] = IGNORE_INDEX;
     train_step(two, o2, &oc, NULL, NULL, 1, tokens, targets, 2, 1, T, &r2);
     EXPECT(r2.loss == 0.0 && r2.n_targets == 0, "all-ignored loss %g targets %ld", r2.loss, r2.n_targets);
     EXPECT(r2.grad_norm == 0.0, "all-ignored grad norm %g", r2.grad_norm);
@@ -164,7 +164,7 @@ static void test_model_finite_differences(struct backend *be) {
         struct model *m = new_model(be, &cfg, DTYPE_FP64, B, T, 21);
         int32_t tokens[16], targets[16];
         for (int i = 0; i < B * T; i++) tokens[i] = rand_u32() % 64, targets[i] = rand_u32() % 64;
-        targets[3] = -100;
+        targets[3] = IGNORE_INDEX;
         double sum;
         long count;
         model_zero_grad(m);

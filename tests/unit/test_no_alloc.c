@@ -53,7 +53,7 @@ static void run(int threads) {
     CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
     int32_t tokens[128], targets[128];
     for (int i = 0; i < n_micro * B * T; i++) tokens[i] = (i * 37) % 256, targets[i] = (i * 11) % 256;
-    targets[5] = -100;
+    targets[5] = IGNORE_INDEX;
     struct train_step_result r;
     train_step(m, opt, &oc, NULL, NULL, 0, tokens, targets, n_micro, B, T, &r);
     armed = true;
