@@ -96,7 +96,9 @@ static int write_state(hid_t file, const struct ckpt_state *s) {
               attr_write(g, "rng_seed", H5T_NATIVE_UINT64, 1, &s->rng_seed) ||
               attr_write(g, "rng_state", H5T_NATIVE_UINT64, 4, s->rng_state) ||
               attr_write(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &s->loss_scale) ||
-              attr_write(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1, &s->loss_scale_good_steps);
+              attr_write(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1, &s->loss_scale_good_steps) ||
+              attr_write(g, "skipped_steps", H5T_NATIVE_INT64, 1, &s->skipped_steps) ||
+              attr_write(g, "consecutive_skips", H5T_NATIVE_INT64, 1, &s->consecutive_skips);
     H5Gclose(g);
     return bad;
 }
@@ -109,6 +111,18 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     for (int i = 0; i < a->n_pieces; i++) {
         const char *why = ckpt_piece_tags_error(&a->pieces[i]);
         CHECK(!why, "checkpoint piece %s: %s", a->pieces[i].name, why);
+    }
+    // Never a checkpoint with a NaN or an infinity: it would become `latest`
+    // and rotation would delete the good ones before it.
+    for (int i = 0; i < a->n_pieces; i++) {
+        const struct ckpt_piece *p = &a->pieces[i];
+        size_t first = 0, bad = ckpt_count_nonfinite(p->data, p->dtype, p->flat_end - p->flat_begin,
+                                                     &first);
+        if (bad)
+            return error_set(err, STATUS_RUNTIME, "checkpoint step %lld refused: tensor %s holds "
+                             "%zu non-finite values (the first at element %zu of its block); "
+                             "nothing written", (long long)a->step, p->name, bad,
+                             p->flat_begin + first);
     }
     enum status st = durable_point("h5_create", path, true, err);
     if (st) return st;
@@ -292,18 +306,23 @@ enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err)
     return st;
 }
 
-// All ranks learn whether any failed: (first failing rank + 1, worst status)
-// by an all-reduce of maxima. A rank that did not fail gets a message naming
-// the rank that did.
+// All ranks learn whether any failed: (size - first failing rank, worst
+// status) by an all-reduce of maxima. A rank that did not fail gets a message
+// naming the first rank that did, with that rank's message (broadcast: the
+// caller may print rank 0's message only).
 static enum status agree(struct comm_group *world, enum status mine, const char *phase,
                          const struct ckpt_save_args *a, struct error *err) {
     int64_t v[2] = {mine ? world->size - world->rank : 0, mine};
     comm_all_reduce(world, v, 2, DTYPE_I64, COMM_MAX);
     if (!v[0]) return STATUS_OK;
+    int first = (int)(world->size - v[0]);
+    int32_t why[sizeof err->msg / sizeof(int32_t)];
+    if (world->rank == first) memcpy(why, err->msg, sizeof why);
+    comm_broadcast(world, why, sizeof why / sizeof why[0], DTYPE_I32, first);
     if (mine) return mine;
-    return error_set(err, (enum status)v[1],
-                     "checkpoint step %lld: %s failed on rank %lld (its message has the reason)",
-                     (long long)a->step, phase, (long long)(world->size - v[0]));
+    ((char *)why)[sizeof why - 1] = '\0';
+    return error_set(err, (enum status)v[1], "checkpoint step %lld: %s failed on rank %d: %s",
+                     (long long)a->step, phase, first, (const char *)why);
 }
 
 enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,

@@ -69,6 +69,11 @@ struct ckpt_state {
     uint64_t rng_state[4];   // generator state, when the caller has one (else 0)
     double loss_scale;       // current dynamic loss scale (1 for fp32)
     int64_t loss_scale_good_steps; // steps since the last overflow
+    // Steps skipped for a non-finite loss or gradient norm (no update, the
+    // LR schedule held): in all, and the latest run of them in a row (0 after
+    // an applied step). Absent from older files: read as 0.
+    int64_t skipped_steps;
+    int64_t consecutive_skips;
 };
 
 struct ckpt_save_args {
@@ -93,14 +98,18 @@ struct ckpt_file_sum {
 // The whole collective save. Every rank of world (world rank == a->rank,
 // size == tp * pp * dp) calls it with its pieces and state. Returns STATUS_OK
 // on every rank or an error on every rank (a rank whose own step succeeded
-// says which rank failed); on error the previous checkpoint and `latest` are
-// untouched.
+// says which rank failed, with that rank's message); on error the previous
+// checkpoint and `latest` are untouched and nothing is rotated. A piece
+// holding a NaN or an infinity is refused (STATUS_RUNTIME naming the tensor):
+// a checkpoint is never written with non-finite values.
 enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
                             struct error *err);
 
 // The three steps of checkpoint_save, callable one by one so that a test can
 // play several ranks in one process: prepare (rank 0: fresh step-N.tmp/),
-// write_rank (each rank: its file, fsynced, and its checksum), commit (rank 0:
+// write_rank (each rank: its file, fsynced, and its checksum; refused with
+// STATUS_RUNTIME naming the tensor, before anything is written, when a
+// floating-point piece holds a NaN or an infinity), commit (rank 0:
 // manifest, the reader's checks of the .tmp folder (metadata only: a caller
 // whose pieces leave a hole gets an error, never a `latest` naming it),
 // renames, latest, rotation; sums has tp * pp * dp entries).
@@ -190,5 +199,17 @@ enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pie
 // Stored pieces, for `trident ckpt info`: i in [0, n).
 int checkpoint_n_pieces(const struct ckpt_reader *r);
 const struct ckpt_piece *checkpoint_piece_at(const struct ckpt_reader *r, int i, int *file_rank);
+
+// Non-finite values (NaN, +-inf) of one stored piece: how many, and the first
+// one's global (row, col) and value. Integer pieces have none.
+struct ckpt_nonfinite {
+    size_t count;
+    int row, col;  // of the first, in the global (grows, gcols) tensor
+    double value;  // the first: NaN, inf or -inf
+};
+// Reads stored piece i (checkpoint_piece_at) and fills *out (`trident ckpt
+// verify`). Errors: STATUS_BAD_INPUT when the read fails.
+enum status checkpoint_piece_nonfinite(struct ckpt_reader *r, int i, struct ckpt_nonfinite *out,
+                                       struct error *err);
 
 #endif

@@ -4,6 +4,7 @@
 // depend on this file; it depends on neither.
 #include "checkpoint_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,4 +53,35 @@ const char *ckpt_piece_tags_error(const struct ckpt_piece *p) {
 
 void ckpt_step_name(char *out, size_t cap, int64_t step) {
     snprintf(out, cap, "step-%06lld", (long long)step);
+}
+
+// A bf16 or fp16 word is non-finite when its exponent bits are all ones.
+static size_t count_nonfinite16(const uint16_t *x, uint16_t exp_mask, size_t n, size_t *first) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((x[i] & exp_mask) == exp_mask && !bad++) *first = i;
+    return bad;
+}
+
+size_t ckpt_count_nonfinite(const void *data, enum dtype dtype, size_t n, size_t *first) {
+    size_t bad = 0;
+    switch (dtype) {
+    case DTYPE_FP32: {
+        const float *x = data;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && !bad++) *first = i;
+        return bad;
+    }
+    case DTYPE_FP64: {
+        const double *x = data;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && !bad++) *first = i;
+        return bad;
+    }
+    case DTYPE_BF16: return count_nonfinite16(data, 0x7f80, n, first);
+    case DTYPE_FP16: return count_nonfinite16(data, 0x7c00, n, first);
+    case DTYPE_I32:
+    case DTYPE_I64: return 0;
+    }
+    return 0;
 }

@@ -26,4 +26,9 @@ const char *ckpt_piece_tags_error(const struct ckpt_piece *p);
 // "step-%06lld"
 void ckpt_step_name(char *out, size_t cap, int64_t step);
 
+// NaNs and infinities among the n values of dtype at data (bf16 and fp16 as
+// their 16-bit words); the index of the first in *first when there are any.
+// Integer dtypes have none.
+size_t ckpt_count_nonfinite(const void *data, enum dtype dtype, size_t n, size_t *first);
+
 #endif

@@ -128,6 +128,12 @@ static int attr_read(hid_t loc, const char *name, hid_t type, size_t n, void *ou
     return bad;
 }
 
+// A scalar attribute added after format version 1 was fixed: absent in older
+// files (out keeps its value); non-zero when present but unreadable.
+static int attr_read_optional(hid_t loc, const char *name, hid_t type, void *out) {
+    return H5Aexists(loc, name) > 0 ? attr_read(loc, name, type, 1, out) : 0;
+}
+
 static int cmp_pieces(const void *a, const void *b) {
     const struct stored_piece *x = a, *y = b;
     int c = strcmp(x->p.name, y->p.name);
@@ -567,7 +573,9 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
               attr_read(g, "rng_state", H5T_NATIVE_UINT64, 4, out->rng_state) ||
               attr_read(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &out->loss_scale) ||
               attr_read(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1,
-                        &out->loss_scale_good_steps);
+                        &out->loss_scale_good_steps) ||
+              attr_read_optional(g, "skipped_steps", H5T_NATIVE_INT64, &out->skipped_steps) ||
+              attr_read_optional(g, "consecutive_skips", H5T_NATIVE_INT64, &out->consecutive_skips);
     if (g >= 0) H5Gclose(g);
     if (bad)
         return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing or "
@@ -598,6 +606,40 @@ int checkpoint_pieces_from_params(const struct param_info *params, int n, const 
         q->data = (char *)arena + (lo - begin) * es;
     }
     return k;
+}
+
+enum status checkpoint_piece_nonfinite(struct ckpt_reader *r, int i, struct ckpt_nonfinite *out,
+                                       struct error *err) {
+    CHECK(i >= 0 && i < r->n_pieces, "piece %d of %d", i, r->n_pieces);
+    const struct stored_piece *s = &r->pieces[i];
+    size_t n = s->p.flat_end - s->p.flat_begin, es = dtype_size(s->p.dtype);
+    memset(out, 0, sizeof *out);
+    if (n == 0 || s->p.dtype == DTYPE_I32 || s->p.dtype == DTYPE_I64) return STATUS_OK;
+    if (n * es > r->tmp_bytes) { // the staging buffer of load_stored; holds nothing between calls
+        free(r->tmp);
+        r->tmp = xmalloc(r->tmp_bytes = n * es);
+    }
+    char dname[32];
+    snprintf(dname, sizeof dname, "pieces/%05d", s->index);
+    hid_t ds = H5Dopen2(r->files[s->file], dname, H5P_DEFAULT);
+    int bad = ds < 0 || H5Dread(ds, ckpt_h5_type(s->p.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                r->tmp) < 0;
+    if (ds >= 0) H5Dclose(ds);
+    if (bad)
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: reading tensor %s failed",
+                         r->info.path, s->file, s->p.name);
+    size_t first = 0;
+    out->count = ckpt_count_nonfinite(r->tmp, s->p.dtype, n, &first);
+    if (!out->count) return STATUS_OK;
+    size_t f = s->p.flat_begin + first;
+    out->row = s->p.row_offset + (int)(f / (size_t)s->p.cols);
+    out->col = s->p.col_offset + (int)(f % (size_t)s->p.cols);
+    const char *x = (const char *)r->tmp + first * es;
+    if (s->p.dtype == DTYPE_FP32) out->value = *(const float *)x;
+    else if (s->p.dtype == DTYPE_FP64) out->value = *(const double *)x;
+    else out->value = (*(const uint16_t *)x & (s->p.dtype == DTYPE_BF16 ? 0x7f : 0x3ff)) ? NAN
+                      : (*(const uint16_t *)x & 0x8000) ? -INFINITY : INFINITY;
+    return STATUS_OK;
 }
 
 enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,

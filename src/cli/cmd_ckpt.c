@@ -1,7 +1,8 @@
 // cmd_ckpt.c: `trident ckpt info DIR`, `trident ckpt verify DIR` and
 // `trident ckpt export DIR OUT.h5`. DIR is a checkpoint folder (step-NNNNNN)
 // or a [checkpoint] dir holding `latest`. All validate the whole checkpoint
-// (checkpoint_open) and exit 2 on a bad one.
+// (checkpoint_open) and exit 2 on a bad one; verify also reads every value
+// and exits 2 naming each tensor that holds a NaN or an infinity.
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,34 @@ static enum status export_params(struct ckpt_reader *r, const char *out, struct 
     return st;
 }
 
+// Reads every stored piece; prints each tensor holding NaNs or infinities
+// (its count over all pieces and the first one's place) to stderr. Returns
+// the number of such tensors, or -1 on a read error (in err).
+static int report_nonfinite(struct ckpt_reader *r, struct error *err) {
+    int n = checkpoint_n_pieces(r), bad_tensors = 0;
+    for (int i = 0, j; i < n; i = j) { // the pieces of one name are consecutive
+        const struct ckpt_piece *p = checkpoint_piece_at(r, i, NULL);
+        struct ckpt_nonfinite first = {0};
+        size_t count = 0, stored = 0;
+        for (j = i; j < n && !strcmp(checkpoint_piece_at(r, j, NULL)->name, p->name); j++) {
+            struct ckpt_nonfinite nf;
+            if (checkpoint_piece_nonfinite(r, j, &nf, err)) return -1;
+            if (nf.count && !count) first = nf;
+            count += nf.count;
+            const struct ckpt_piece *q = checkpoint_piece_at(r, j, NULL);
+            stored += q->flat_end - q->flat_begin;
+        }
+        if (!count) continue;
+        if (!bad_tensors++)
+            fprintf(stderr, "trident: ckpt verify: %s holds non-finite values:\n",
+                    checkpoint_info(r)->path);
+        fprintf(stderr, "  %s (%d, %d): %zu non-finite of %zu stored values, the first %g at "
+                "(%d, %d)\n", p->name, p->grows, p->gcols, count, stored, first.value, first.row,
+                first.col);
+    }
+    return bad_tensors;
+}
+
 int cmd_ckpt(int argc, char **argv) {
     bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     bool export = argc == 4 && !strcmp(argv[1], "export");
@@ -106,8 +135,16 @@ int cmd_ckpt(int argc, char **argv) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
+        int bad = report_nonfinite(r, &err);
+        if (bad) {
+            if (bad < 0) fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
+            else fprintf(stderr, "trident: ckpt verify: %s: %d tensors with NaN or infinite "
+                         "values; not a checkpoint to resume from\n", in->path, bad);
+            checkpoint_close(r);
+            return STATUS_BAD_INPUT;
+        }
         printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
-               "complete\n", in->path, (long long)in->step, in->world_size,
+               "complete and finite\n", in->path, (long long)in->step, in->world_size,
                checkpoint_n_pieces(r));
     }
     checkpoint_close(r);

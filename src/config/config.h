@@ -73,6 +73,7 @@ struct train_config {
     double sample_temperature; // 0: greedy
     int sample_top_k;          // 0: the whole vocabulary
     int exit_interval;         // 0: run to steps
+    int max_skipped_steps;     // consecutive non-finite steps that stop the run
 };
 
 struct data_config {

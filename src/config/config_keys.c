@@ -111,6 +111,9 @@ const struct config_key config_keys[] = {
     KEY_INT("train", "exit_interval", train.exit_interval, "0", 0, INT_MAX, "steps",
             "stop (after saving a checkpoint) once the step count is a multiple of this, as "
             "Megatron-LM's --exit-interval; 0 runs to steps"),
+    KEY_INT("train", "max_skipped_steps", train.max_skipped_steps, "10", 1, INT_MAX, "steps",
+            "a step whose loss or gradient norm is NaN or infinite is skipped (no update, the "
+            "LR schedule held, its batch consumed); this many in a row stop the run with exit 1"),
 
     // [data]: HDF5 shards on tiered storage (docs/design.md §6)
     KEY_PATH("data", "path", data.path, "data/kjv-shards", 0, "dataset folder with index.ini and shards (cold tier)"),

@@ -381,15 +381,25 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     format_eta(eta, eta_s, sizeof eta_s);
     // The printed line and the JSON line use the same formats, so they agree.
     // loss and grad norm carry 6 decimals so that runs can be compared to 1e-5.
-    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f | %.0f tok/s | MFU %.2f%% | "
+    const struct trainer_progress *pg = &t->progress;
+    char skipped[160] = "";
+    if (r->skipped)
+        snprintf(skipped, sizeof skipped, " | skipped: non-finite %s, no update (%d in a row, "
+                 "%d in all)", isfinite(r->loss) ? "grad norm" : "loss", pg->consecutive_skips,
+                 pg->skipped_steps);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f%s | %.0f tok/s | MFU %.2f%% | "
            "mem %.1f MiB | %.1f ms/step | ETA %s | rank 0: compute %.1f ms, comm %.1f ms, "
            "pipeline wait %.1f ms (max over ranks %.1f ms)\n", step + 1, c->train.steps, r->loss,
-           r->lr, r->grad_norm, tps, 100 * mfu, t->m.mem_bytes / 1048576.0, dt * 1e3, eta_s,
-           split[0] * 1e3, split[1] * 1e3, split[2] * 1e3, worst_wait * 1e3);
-    fprintf(t->log.metrics, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.3e, \"grad_norm\": %.6f, "
-            "\"tokens_per_s\": %.0f, \"mfu\": %.4f, \"mem_bytes\": %zu, \"step_time_s\": %.4f, "
-            "\"eta_s\": %.0f", step + 1, r->loss, r->lr, r->grad_norm, tps, mfu, t->m.mem_bytes,
-            dt, eta);
+           r->lr, r->grad_norm, skipped, tps, 100 * mfu, t->m.mem_bytes / 1048576.0, dt * 1e3,
+           eta_s, split[0] * 1e3, split[1] * 1e3, split[2] * 1e3, worst_wait * 1e3);
+    // JSON has no NaN or infinity: a non-finite loss or norm is null.
+    char loss[32] = "null", norm[32] = "null";
+    if (isfinite(r->loss)) snprintf(loss, sizeof loss, "%.6f", r->loss);
+    if (isfinite(r->grad_norm)) snprintf(norm, sizeof norm, "%.6f", r->grad_norm);
+    fprintf(t->log.metrics, "{\"step\": %d, \"loss\": %s, \"lr\": %.3e, \"grad_norm\": %s, "
+            "\"skipped\": %d, \"skipped_steps\": %d, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
+            "\"mem_bytes\": %zu, \"step_time_s\": %.4f, \"eta_s\": %.0f", step + 1, loss, r->lr,
+            norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt, eta);
     const char *keys[3] = {"compute_s", "comm_s", "pipeline_wait_s"};
     for (int k = 0; k < 3; k++) {
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);
@@ -404,20 +414,47 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
 // the run ended ("completed", "signal", "exit_interval"), optimizer steps done
 // (resumed ones included) and run here, tokens, seconds, the signal and
 // whether a checkpoint of steps_done was saved, activation slots and their
-// high-water mark, the best validation loss when there was one.
+// high-water mark, steps skipped (non-finite), the best validation loss when
+// there was one.
 static void log_closing(struct trainer *t, const struct trainer_outcome *out, const char *ended,
                         double tokens, double seconds, double best_val) {
     if (!is_root(t) || !t->log.metrics) return;
     fprintf(t->log.metrics,
             "{\"done\": true, \"ended\": \"%s\", \"steps_done\": %d, \"steps\": %d, "
             "\"tokens\": %.0f, \"seconds\": %.3f, \"signal\": %d, \"saved\": %s, "
-            "\"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d",
+            "\"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d, "
+            "\"skipped_steps\": %d",
             ended, out->steps_done, out->steps_done - t->ckpt.start_step, tokens, seconds,
             out->signal, out->saved ? "true" : "false", t->m.n_slots, model_slots_used(t->m.model),
-            t->data.accum);
+            t->data.accum, t->progress.skipped_steps);
     if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
     fprintf(t->log.metrics, "}\n");
     fflush(t->log.metrics);
+}
+
+// Counts a step: applied (the LR schedule moves on) or skipped.
+static void count_step(struct trainer_progress *p, const struct train_step_result *r) {
+    if (r->skipped) {
+        p->skipped_steps++, p->consecutive_skips++;
+    } else {
+        p->lr_step++, p->consecutive_skips = 0;
+    }
+}
+
+// The error that ends a run after [train] max_skipped_steps skipped steps in
+// a row (every rank returns it), naming the last checkpoint. step counts from 0.
+static enum status too_many_skips(struct trainer *t, int step, struct trainer_error *err) {
+    const struct config *c = &t->cfg;
+    int n = t->progress.consecutive_skips;
+    char last[sizeof t->ckpt.last + 64];
+    if (t->ckpt.last[0]) snprintf(last, sizeof last, "the last good checkpoint is %s", t->ckpt.last);
+    else snprintf(last, sizeof last, "no checkpoint was %s", c->checkpoint.dir[0] ? "saved yet"
+                  : "saved ([checkpoint] dir is unset)");
+    return error_set(&err->err, STATUS_RUNTIME, "step %d: %d steps in a row (%d-%d) had a NaN or "
+                     "infinite loss or gradient norm and were skipped ([train] max_skipped_steps "
+                     "= %d); stopping; %s. A lower [train] lr, a longer warmup or [train] "
+                     "grad_clip may help", step + 1, n, step + 2 - n, step + 1,
+                     c->train.max_skipped_steps, last);
 }
 
 enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_flag,
@@ -439,27 +476,32 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         if (st) return st;
         struct train_step_result r;
         watchdog_kick(t->watchdog);
-        if (train_step_run(&t->par.ctx, step, d->reads_tokens ? d->tokens : NULL,
+        if (train_step_run(&t->par.ctx, t->progress.lr_step, d->reads_tokens ? d->tokens : NULL,
                            d->reads_targets ? d->targets : NULL, d->accum, B, T, &r, &err->err))
             return trainer_alone(err);
-        if (!isfinite(r.loss)) {
-            error_set(&err->err, STATUS_RUNTIME, "step %d: loss is %g; stopping", step + 1, r.loss);
-            return trainer_alone(err);
-        }
+        count_step(&t->progress, &r);
         double dt = time_now_s() - t0;
         watchdog_kick(t->watchdog);
         comm_busy(t, &coll1, &pipe1);
         double split[3] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0};
         tokens_seen += (double)c->train.global_batch_size * T;
         bool last = step == c->train.steps - 1;
-        if (last || (step + 1) % c->log.every == 0 || step == start_step)
+        if (last || (step + 1) % c->log.every == 0 || step == start_step || r.skipped)
             log_step(t, step, &r, dt, time_now_s() - start, split);
+        // Every rank has the same verdict (train_step_should_skip), so every
+        // rank stops here together.
+        if (t->progress.consecutive_skips >= c->train.max_skipped_steps)
+            return too_many_skips(t, step, err);
         // Any rank's signal stops every rank after this step, with a save.
         int stop = *stop_flag;
         comm_all_reduce(&t->par.topo.world, &stop, 1, DTYPE_I32, COMM_MAX);
         bool planned_exit = c->train.exit_interval > 0 && (step + 1) % c->train.exit_interval == 0;
-        if (saves && (last || stop || planned_exit ||
-                      (c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0))) {
+        // The periodic save waits for an applied step: a skipped one holds the
+        // parameters of the last applied step, whose checkpoint rotation would
+        // delete. A stop (the end, a signal, exit_interval) saves where it is.
+        bool periodic = c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0 &&
+                        !r.skipped;
+        if (saves && (last || stop || planned_exit || periodic)) {
             if ((st = trainer_save(t, step + 1, err))) return st;
         }
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
@@ -498,6 +540,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         printf("done: %d steps, %.0f tokens seen, %.1f s, mean %.0f tokens/s", c->train.steps - start_step,
                tokens_seen, total, tokens_seen / total);
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
+        if (t->progress.skipped_steps)
+            printf(", %d steps skipped (non-finite loss or grad norm)", t->progress.skipped_steps);
         printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
                model_slots_used(t->m.model), t->m.n_slots, d->accum);
     }

@@ -50,8 +50,10 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
 // (with a checkpoint when [checkpoint] dir is set) at [train] exit_interval,
 // or when *stop is non-zero on any rank (a signal handler sets it: SIGTERM,
 // SIGUSR1); out says which. Already at the last step: prints "nothing to do"
-// and returns STATUS_OK. Errors: STATUS_RUNTIME (a non-finite loss, a failed
-// read or checkpoint write), STATUS_BAD_INPUT (a shard found bad while
+// and returns STATUS_OK. A step with a NaN or infinite loss or gradient norm
+// is skipped (train_step_should_skip) and logged. Errors: STATUS_RUNTIME
+// ([train] max_skipped_steps skipped steps in a row, found by every rank; a
+// failed read or checkpoint write), STATUS_BAD_INPUT (a shard found bad while
 // reading); as for trainer_open, the trainer is then left as it is.
 enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop,
                         struct trainer_outcome *out, struct trainer_error *err);

@@ -52,8 +52,10 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     bool first_replica = t->par.topo.coord.d == 0;
     int n = pieces(t, first_replica, first_replica || c->parallel.zero_stage == 1);
     struct ckpt_state st = {
-        .step = steps_done, .lr_step = steps_done, .opt_steps = optimizer_steps_done(t->m.opt),
-        .rng_seed = (uint64_t)c->train.seed, .loss_scale = 1.0,
+        .step = steps_done, .lr_step = t->progress.lr_step,
+        .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
+        .loss_scale = 1.0, .skipped_steps = t->progress.skipped_steps,
+        .consecutive_skips = t->progress.consecutive_skips,
     };
     loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
@@ -67,9 +69,9 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     if (checkpoint_save(&a, &t->par.topo.world, &err->err))
         return err->err.status = STATUS_RUNTIME;
     watchdog_kick(t->watchdog);
+    snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s/step-%06d", c->checkpoint.dir, steps_done);
     if (t->par.topo.world_rank == 0) {
-        printf("checkpoint: %s/step-%06d saved in %.2f s\n", c->checkpoint.dir, steps_done,
-               time_now_s() - t0);
+        printf("checkpoint: %s saved in %.2f s\n", t->ckpt.last, time_now_s() - t0);
         fflush(stdout);
     }
     return STATUS_OK;
@@ -146,5 +148,9 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
     enum status s = resume_from(t, path, &st, err);
     if (s) return s;
     t->ckpt.start_step = (int)st.step;
+    // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).
+    t->progress = (struct trainer_progress){(int)st.lr_step, (int)st.skipped_steps,
+                                            (int)st.consecutive_skips};
+    snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
     return STATUS_OK;
 }

@@ -1,6 +1,8 @@
 // train_step.c: accumulation over microbatches (or a pipeline schedule),
-// clipping, AdamW (train_step.h).
+// clipping, the verdict on non-finite steps, AdamW (train_step.h).
 #include "train_step.h"
+
+#include <math.h>
 
 static struct comm_group *real(struct comm_group *g) { return g && g->size > 1 ? g : NULL; }
 
@@ -60,7 +62,11 @@ static enum status run_microbatches(struct train_ctx *c, struct pp_step *ps, int
     return STATUS_OK;
 }
 
-enum status train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
+bool train_step_should_skip(double loss, double grad_norm) {
+    return !isfinite(loss) || !isfinite(grad_norm);
+}
+
+enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *tokens,
                            const int32_t *targets, int n_micro, int B, int T,
                            struct train_step_result *out, struct error *err) {
     struct model *m = c->model;
@@ -94,9 +100,14 @@ enum status train_step_run(struct train_ctx *c, int step, const int32_t *tokens,
     }
     double norm = optimizer_prepare(c->opt);
     double coef = optimizer_clip_coef(c->cfg, norm);
-    double lr = optimizer_lr(c->cfg, step);
-    optimizer_step(c->opt, lr, coef);
-    out->loss = count > 0 ? loss_sum / count : 0.0;
+    double lr = optimizer_lr(c->cfg, lr_step);
+    double loss = count > 0 ? loss_sum / count : 0.0;
+    // Every rank reaches the same verdict without a collective of its own:
+    // see train_step_should_skip. A skipped step leaves the parameters, the
+    // moments and AdamW's step counter as they were.
+    bool skip = train_step_should_skip(loss, norm);
+    if (!skip) optimizer_step(c->opt, lr, coef);
+    out->loss = loss, out->skipped = skip;
     out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
     return STATUS_OK;
 }
@@ -121,11 +132,11 @@ enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const in
 }
 
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                const struct parallel_groups *groups, struct grad_sync *sync, int step,
+                const struct parallel_groups *groups, struct grad_sync *sync, int lr_step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
                 struct train_step_result *out) {
     struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL};
     struct error err;
-    enum status st = train_step_run(&c, step, tokens, targets, n_micro, B, T, out, &err);
+    enum status st = train_step_run(&c, lr_step, tokens, targets, n_micro, B, T, out, &err);
     CHECK(st == STATUS_OK, "a step without a pipeline failed: %s", err.msg);
 }

@@ -8,6 +8,7 @@
 #ifndef TRIDENT_TRAIN_STEP_H
 #define TRIDENT_TRAIN_STEP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "grad_sync.h"
@@ -20,9 +21,27 @@ struct train_step_result {
     double loss;      // mean loss over the global batch's non-ignored targets
     double grad_norm; // global L2 norm before clipping
     double clip_coef; // factor the gradients were scaled by (1: not clipped)
-    double lr;        // learning rate used
+    double lr;        // learning rate of the step's place in the schedule (used unless skipped)
     long n_targets;   // non-ignored targets in the global batch
+    bool skipped;     // train_step_should_skip: no update was applied
 };
+
+// The verdict on a step: skip it (apply no update) when the loss or the
+// global gradient norm is NaN or infinite. The fp16 loss scaler takes the
+// same verdict for an overflow (an inf or NaN in any gradient makes the norm
+// non-finite).
+//
+// Why every rank of every group agrees without a collective of its own: the
+// loss each rank holds is the last stage's, summed over DP and sent over PP
+// (train_step_run), and it is the same on every TP rank (the cross-entropy
+// is composed from TP-reduced partials); the norm is summed over TP, PP and,
+// under ZeRO-1, the DP shards (optimizer_prepare), and without ZeRO each DP
+// rank holds the same DP-summed gradients (as its identical parameters
+// already require). A NaN or an infinity in any addend of those sums makes
+// every rank's result non-finite whatever the order of summation, and the
+// sum of squares is in double, which fp32 gradients cannot overflow; so the
+// verdict is the same everywhere.
+bool train_step_should_skip(double loss, double grad_norm);
 
 // What one rank trains with. NULL members are "none": groups NULL is a single
 // rank; sync NULL no overlapped DP all-reduce (also under ZeRO-1, whose
@@ -39,17 +58,19 @@ struct train_ctx {
     struct comm_group *embed;
 };
 
-// Runs forward and backward on n_micro microbatches and one AdamW step.
+// Runs forward and backward on n_micro microbatches and one AdamW step, or
+// none when train_step_should_skip says so (out->skipped).
 // tokens, targets: (n_micro, B, T) I32 host arrays (targets IGNORE_INDEX = ignored)
 // of this data-parallel rank; under pipeline parallelism only the first stage
 // reads tokens and only the last targets (the others may pass NULL). The
 // target count and the loss are summed over DP and, for the log, sent from
-// the last pipeline stage to every stage. step counts from 0 and selects the
-// learning rate. When every target is ignored, the loss is 0, the gradients
-// are 0 and the step still runs (weight decay only), so every rank takes the
-// same number of steps. Errors: the pipeline schedule's (pipeline_run), on
-// this rank alone; the step is then unfinished.
-enum status train_step_run(struct train_ctx *ctx, int step, const int32_t *tokens,
+// the last pipeline stage to every stage. lr_step, the place in the LR
+// schedule (steps applied before this one, from 0), selects the learning
+// rate. When every target is ignored, the loss is 0, the gradients are 0 and
+// the step still runs (weight decay only), so every rank takes the same
+// number of steps. Errors: the pipeline schedule's (pipeline_run), on this
+// rank alone; the step is then unfinished.
+enum status train_step_run(struct train_ctx *ctx, int lr_step, const int32_t *tokens,
                            const int32_t *targets, int n_micro, int B, int T,
                            struct train_step_result *out, struct error *err);
 
@@ -71,7 +92,7 @@ void train_step_bind_pipeline(struct pipeline_exec *x);
 // these members set (unit tests and benchmarks; the trainer calls
 // train_step_run). Without a pipeline a step cannot fail.
 void train_step(struct model *m, struct optimizer *opt, const struct optimizer_config *cfg,
-                const struct parallel_groups *groups, struct grad_sync *sync, int step,
+                const struct parallel_groups *groups, struct grad_sync *sync, int lr_step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
                 struct train_step_result *out);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "base/watchdog.h"
+#include "ckpt/checkpoint.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "grad_sync.h"
@@ -54,6 +55,7 @@ struct trainer_parallel {
 // Host copies for checkpoints (allocated on first save or resume).
 struct trainer_ckpt {
     int start_step;           // optimizer steps done before this run (resume)
+    char last[CKPT_PATH_MAX]; // the checkpoint last saved or resumed from; "" none
     float *host_params;       // (n_params,) host copy of the parameter arena
     float *host_m, *host_v;   // this rank's moment range
     struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
@@ -67,8 +69,17 @@ struct trainer_log {
     double *split_all;        // (world, 3) per-rank time split, gathered for the log
 };
 
+// Where the run stands beyond its step count; saved in checkpoints
+// (struct ckpt_state) and restored on resume.
+struct trainer_progress {
+    int lr_step;           // place in the LR schedule: steps applied, not skipped
+    int skipped_steps;     // steps skipped (train_step_should_skip), in all
+    int consecutive_skips; // the latest of them in a row; 0 after an applied step
+};
+
 struct trainer {
     struct config cfg;
+    struct trainer_progress progress;
     struct trainer_data data;
     struct trainer_model m;
     struct trainer_parallel par;
@@ -78,11 +89,14 @@ struct trainer {
 };
 
 // Resumes from [checkpoint] resume (auto: dir/latest) when there is one:
-// parameters, moments, optimizer step, loader state. Sets ckpt.start_step.
+// parameters, moments, optimizer step, loader state, progress. Sets
+// ckpt.start_step and ckpt.last.
 // Errors: STATUS_BAD_INPUT for a checkpoint that does not fit this run.
 enum status trainer_resume(struct trainer *t, struct trainer_error *err);
-// Saves a checkpoint of `steps_done` optimizer steps (collective over the
-// world). Errors: STATUS_RUNTIME on every rank; the previous checkpoint stays.
+// Saves a checkpoint of `steps_done` steps with t->progress (collective over
+// the world); sets ckpt.last. Errors: STATUS_RUNTIME on every rank (also for
+// a parameter or moment that is NaN or infinite: never saved); the previous
+// checkpoint stays `latest`.
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err);
 
 // Marks err as found by this rank alone (struct trainer_error) and returns its status.

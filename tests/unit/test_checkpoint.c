@@ -5,11 +5,18 @@
 // tensor (values from a closed form, never from the code under test); each
 // bad checkpoint is refused with STATUS_BAD_INPUT naming the file; rotation;
 // crash leftovers; every injected storage fault is reported and leaves the
-// latest checkpoint loadable.
+// latest checkpoint loadable; a NaN or an infinity in any floating-point
+// dtype is never saved (the previous checkpoint stays `latest`, nothing is
+// rotated), and one planted in a written file is named by
+// checkpoint_piece_nonfinite and by `trident ckpt verify` (exit 2).
+#include <hdf5.h>
+#include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/checksum.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/durable.h"
 #include "test.h"
@@ -156,6 +163,19 @@ static int64_t latest_step(const char *dir) {
     }
     int64_t step = checkpoint_info(r)->step;
     check_layout_b(r, step, "latest");
+    checkpoint_close(r);
+    return step;
+}
+
+// The step of the checkpoint `latest` names in dir (opened: complete); -1 if none.
+static int64_t latest_step_plain(const char *dir) {
+    char path[CKPT_PATH_MAX];
+    struct error err = {0};
+    struct ckpt_reader *r;
+    if (checkpoint_resolve(dir, RESUME_AUTO, NULL, path, &err) || !path[0] ||
+        checkpoint_open(path, &r, &err))
+        return -1;
+    int64_t step = checkpoint_info(r)->step;
     checkpoint_close(r);
     return step;
 }
@@ -367,7 +387,157 @@ static void test_collective(const char *root) {
     checkpoint_close(r);
 }
 
-int main(void) {
+// One whole (GR, GC) fp32 tensor "param/w" and a bf16 vector "param/norm16"
+// saved on one rank (comm_self) at step.
+static enum status save_self(const char *dir, int64_t step, float *w, uint16_t *norm16,
+                             struct error *err) {
+    struct comm_group self;
+    comm_self_init(&self);
+    struct ckpt_piece p[2] = {
+        {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
+         .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w},
+        {.name = "param/norm16", .grows = GC, .gcols = 1, .rows = GC, .cols = 1,
+         .flat_end = GC, .dtype = DTYPE_BF16, .data = norm16},
+    };
+    struct ckpt_state s = {.step = step, .lr_step = step - 1, .skipped_steps = 3,
+                           .consecutive_skips = 1};
+    struct ckpt_save_args a = {.dir = dir, .step = step, .tp = 1, .pp = 1, .dp = 1,
+                               .model = &model_cfg, .tokenizer_id = "", .pieces = p,
+                               .n_pieces = 2, .state = &s, .keep_last = 1};
+    return checkpoint_save(&a, &self, err);
+}
+
+// Non-finite values: refused on save in fp32 and bf16 (latest and the kept
+// checkpoint untouched, no .tmp left); the skip counters round-trip; a NaN
+// planted in a written file (checksums redone, as a bug or an older trident
+// would have left it) is found by checkpoint_piece_nonfinite and by
+// `trident ckpt verify` (built next to this test: ../trident).
+static void test_nonfinite(const char *root, const char *trident) {
+    char dir[512], path[1200];
+    snprintf(dir, sizeof dir, "%s/nonfinite", root);
+    float w[GR * GC];
+    uint16_t norm16[GC];
+    for (int i = 0; i < GR * GC; i++) w[i] = (float)value(1, i / GC, i % GC);
+    for (int i = 0; i < GC; i++) norm16[i] = 0x3f80; // 1.0 in bf16
+    struct error err = {0};
+    EXPECT(save_self(dir, 5, w, norm16, &err) == STATUS_OK, "finite save: %s", err.msg);
+    EXPECT(latest_step_plain(dir) == 5, "latest after the finite save");
+
+    w[2 * GC + 7] = NAN;
+    enum status st = save_self(dir, 6, w, norm16, &err);
+    EXPECT(st == STATUS_RUNTIME && strstr(err.msg, "param/w") && strstr(err.msg, "non-finite") &&
+               strstr(err.msg, "element 27"), "NaN save: status %d, '%s'", st, err.msg);
+    printf("  refused: %s\n", err.msg);
+    w[2 * GC + 7] = (float)value(1, 2, 7);
+    norm16[4] = 0x7f80; // +inf in bf16
+    st = save_self(dir, 7, w, norm16, &err);
+    EXPECT(st == STATUS_RUNTIME && strstr(err.msg, "param/norm16"), "bf16 inf save: '%s'", err.msg);
+    norm16[4] = 0x3f80;
+    EXPECT(latest_step_plain(dir) == 5, "latest moved after refused saves");
+    for (int s = 6; s <= 7; s++) {
+        snprintf(path, sizeof path, "%s/step-%06d", dir, s);
+        EXPECT(!exists(path), "%s exists", path);
+        snprintf(path, sizeof path, "%s/step-%06d.tmp", dir, s);
+        EXPECT(!exists(path), "%s left behind", path);
+    }
+    snprintf(path, sizeof path, "%s/step-000005", dir);
+    EXPECT(exists(path), "the good checkpoint was rotated away by a refused save");
+
+    // The skip counters round-trip.
+    struct ckpt_reader *r;
+    if (checkpoint_open(path, &r, &err) == STATUS_OK) {
+        struct ckpt_state s;
+        EXPECT(checkpoint_read_state(r, 0, &s, &err) == STATUS_OK, "state: %s", err.msg);
+        EXPECT(s.step == 5 && s.lr_step == 4 && s.skipped_steps == 3 && s.consecutive_skips == 1,
+               "state: step %lld lr_step %lld skipped %lld consecutive %lld", (long long)s.step,
+               (long long)s.lr_step, (long long)s.skipped_steps, (long long)s.consecutive_skips);
+        checkpoint_close(r);
+    } else {
+        EXPECT(0, "open: %s", err.msg);
+    }
+
+    // A NaN planted at (3, 4) of param/w and -inf at 8 of norm16 in a written
+    // step 8, then committed with the file's real checksum.
+    struct comm_group self;
+    comm_self_init(&self);
+    struct ckpt_piece p[2] = {
+        {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
+         .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w},
+        {.name = "param/norm16", .grows = GC, .gcols = 1, .rows = GC, .cols = 1,
+         .flat_end = GC, .dtype = DTYPE_BF16, .data = norm16},
+    };
+    struct ckpt_state s = {.step = 8, .lr_step = 8, .skipped_steps = 5, .consecutive_skips = 5};
+    struct ckpt_save_args a = {.dir = dir, .step = 8, .tp = 1, .pp = 1, .dp = 1,
+                               .model = &model_cfg, .tokenizer_id = "", .pieces = p,
+                               .n_pieces = 2, .state = &s};
+    struct ckpt_file_sum sum;
+    EXPECT(checkpoint_prepare(&a, &err) == STATUS_OK && checkpoint_write_rank(&a, &sum, &err) == STATUS_OK,
+           "write step 8: %s", err.msg);
+    snprintf(path, sizeof path, "%s/step-000008.tmp/rank-00000.h5", dir);
+    float bad[GR * GC];
+    memcpy(bad, w, sizeof bad);
+    bad[3 * GC + 4] = NAN;
+    uint16_t bad16[GC];
+    memcpy(bad16, norm16, sizeof bad16);
+    bad16[8] = 0xff80; // -inf
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d0 = H5Dopen2(f, "pieces/00000", H5P_DEFAULT), d1 = H5Dopen2(f, "pieces/00001", H5P_DEFAULT);
+    EXPECT(f >= 0 && d0 >= 0 && d1 >= 0 &&
+               H5Dwrite(d0, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad) >= 0 &&
+               H5Dwrite(d1, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad16) >= 0,
+           "planting the NaN in %s", path);
+    // As a checkpoint written before the skip counters existed: without them.
+    hid_t g = H5Gopen2(f, "state", H5P_DEFAULT);
+    EXPECT(g >= 0 && H5Adelete(g, "skipped_steps") >= 0 && H5Adelete(g, "consecutive_skips") >= 0,
+           "removing the skip counters");
+    H5Gclose(g), H5Dclose(d0), H5Dclose(d1), H5Fclose(f);
+    char text[CHECKSUM_TEXT_BYTES];
+    struct stat sb;
+    EXPECT(checksum_file(path, text, &err) == STATUS_OK && !stat(path, &sb), "checksum: %s", err.msg);
+    sum = (struct ckpt_file_sum){strtoull(text + strlen("xxh3-64:"), NULL, 16), (uint64_t)sb.st_size};
+    EXPECT(checkpoint_commit(&a, &sum, &err) == STATUS_OK, "commit step 8: %s", err.msg);
+    snprintf(path, sizeof path, "%s/step-000008", dir);
+    if (checkpoint_open(path, &r, &err) == STATUS_OK) { // checksums and coverage are fine
+        int found = 0;
+        for (int i = 0; i < checkpoint_n_pieces(r); i++) {
+            struct ckpt_nonfinite nf;
+            const struct ckpt_piece *q = checkpoint_piece_at(r, i, NULL);
+            EXPECT(checkpoint_piece_nonfinite(r, i, &nf, &err) == STATUS_OK, "%s", err.msg);
+            if (!strcmp(q->name, "param/w"))
+                found += nf.count == 1 && nf.row == 3 && nf.col == 4 && isnan(nf.value);
+            else
+                found += nf.count == 1 && nf.row == 8 && nf.col == 0 && nf.value == -INFINITY;
+        }
+        EXPECT(found == 2, "checkpoint_piece_nonfinite found %d of the 2 planted values", found);
+        struct ckpt_state old;
+        EXPECT(checkpoint_read_state(r, 0, &old, &err) == STATUS_OK && old.step == 8 &&
+                   old.lr_step == 8 && old.skipped_steps == 0 && old.consecutive_skips == 0,
+               "state without skip counters: %s", err.msg);
+        checkpoint_close(r);
+    } else {
+        EXPECT(0, "open step 8: %s", err.msg);
+    }
+    // The command line names both tensors and exits 2; a finite one is ok.
+    if (access(trident, X_OK)) {
+        EXPECT(0, "%s not built (make all)", trident);
+        return;
+    }
+    char cmd[2600], out[4096] = "";
+    snprintf(cmd, sizeof cmd, "%s ckpt verify %s 2>&1", trident, path);
+    FILE *pipe = popen(cmd, "r");
+    size_t got = pipe ? fread(out, 1, sizeof out - 1, pipe) : 0;
+    out[got] = '\0';
+    int rc = pipe ? pclose(pipe) : -1;
+    EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && strstr(out, "param/w (6, 10): 1 non-finite") &&
+               strstr(out, "at (3, 4)") && strstr(out, "param/norm16 (10, 1): 1 non-finite") &&
+               strstr(out, "-inf at (8, 0)"),
+           "ckpt verify of a NaN checkpoint: exit %d, output:\n%s", rc, out);
+    printf("  ckpt verify: %s", out);
+    snprintf(cmd, sizeof cmd, "%s ckpt verify %s/step-000005 >/dev/null 2>&1", trident, dir);
+    EXPECT(system(cmd) == 0, "ckpt verify of the finite step 5 failed");
+}
+
+int main(int argc, char **argv) {
     char root[] = "/tmp/trident-ckpt-XXXXXX";
     if (!mkdtemp(root)) TEST_SKIP("cannot make a temporary folder");
     struct error err = {0};
@@ -389,6 +559,11 @@ int main(void) {
     test_rotation_and_crash(root);
     test_faults(root);
     test_collective(root);
+    // The trident executable next to the tests folder: build/tests/.. /trident.
+    char self_path[1024], trident[1100];
+    snprintf(self_path, sizeof self_path, "%s", argc > 0 ? argv[0] : "build/tests/test_checkpoint");
+    snprintf(trident, sizeof trident, "%s/../trident", dirname(self_path));
+    test_nonfinite(root, trident);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     if (!test_failures) run(cmd);
