@@ -27,10 +27,11 @@ int cmd_plan(int argc, char **argv) {
     }
     tp = c.parallel.tp, pp = c.parallel.pp, dp = c.parallel.dp;
     struct llama_config lc = plan_llama(&c);
+    static const char *recompute_names[] = {"none", "selective", "full"};
     printf("plan: %s, tp %d x pp %d x dp %d = %d ranks, zero_stage %d, %d microbatches of %d x %d "
-           "tokens per rank per step, %s\n", c.file, tp, pp, dp, tp * pp * dp, c.parallel.zero_stage,
-           plan_microbatches(&c), c.train.micro_batch_size, c.train.seq_len,
-           dtype_name(c.precision.dtype));
+           "tokens per rank per step, %s, recompute %s\n", c.file, tp, pp, dp, tp * pp * dp,
+           c.parallel.zero_stage, plan_microbatches(&c), c.train.micro_batch_size,
+           c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
     printf("%-6s %-6s %12s %12s %12s %14s %12s %6s\n", "stage", "tp", "params MiB", "grads MiB",
            "AdamW MiB", "activ. MiB", "total MiB", "slots");
     double total = 0;
@@ -53,6 +54,10 @@ int cmd_plan(int argc, char **argv) {
                    MAX(1, shard.n_slots));
             printf("       bytes: params %zu, grads %zu, optimizer %zu, activations %zu\n",
                    mem.param_bytes, mem.grad_bytes, opt, mem.activation_bytes);
+            printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
+                   MAX(1, shard.n_slots), mem.slot_bytes, mem.recompute_bytes,
+                   mem.activation_bytes - mem.recompute_bytes -
+                       (size_t)MAX(1, shard.n_slots) * mem.slot_bytes);
             total += (double)sum * dp;
         }
     printf("all %d ranks: %.1f MiB (each data-parallel replica holds its stage's row)\n",

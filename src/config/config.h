@@ -24,13 +24,12 @@
 #include "base/common.h"
 #include "ckpt/checkpoint.h" // enum resume_mode
 #include "kernels/ops.h"     // enum dtype
-#include "model/optimizer.h" // enum lr_schedule
+#include "model/optimizer.h" // enum lr_schedule, enum recompute (model.h)
 
 #define CONFIG_PATH_MAX 512
 #define CONFIG_MAX_KEYS 96 // >= number of rows in the key table (checked)
 
 enum model_arch { MODEL_ARCH_LLAMA };
-enum recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 enum device { DEVICE_CPU, DEVICE_CUDA };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
 

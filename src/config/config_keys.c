@@ -71,8 +71,9 @@ const struct config_key config_keys[] = {
     KEY_FLOAT("model", "init_std", model.init_std, "0.02", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
               "standard deviation of the normal weight init"),
     KEY_ENUM("model", "recompute", model.recompute, "none", recompute_choices,
-             "activation recomputation in the backward pass; only none in this build "
-             "(selective and full are refused before training)"),
+             "activation recomputation in the backward pass: selective recomputes the norm "
+             "outputs, RoPE'd q/k and SwiGLU product, full keeps only each block's input "
+             "(bit-identical results; docs/design.md §5)"),
 
     // [train]: batch terms as in Megatron (docs/design.md §4)
     KEY_INT("train", "seq_len", train.seq_len, "128", 1, INT_MAX, "tokens", "training sequence length T"),

@@ -152,32 +152,51 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
 
 static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
 
-// Carves one activation slot (base NULL: counts only).
-static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
-    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+// What a block keeps in its slot under each recompute mode (model.h): none
+// keeps everything; selective drops the norm outputs, the RoPE'd q and k and
+// the SwiGLU product (recomputed from x, xmid, rstd, gate and up with two
+// norms, the q and k GEMMs, RoPE and a SwiGLU); full keeps only the block's
+// input (the slot's x[i]). Carves b's kept tensors (shared false: b is in a
+// slot, the others are views of m->re) or its recomputed ones (shared true:
+// b is m->re, the kept ones are empty).
+static void block_acts_layout(struct model *m, struct block_acts *b, struct carver *c,
+                              bool shared) {
+    size_t N = m->N, Ns = m->Ns, C = m->C, HD = (size_t)m->Hl * m->D, KD = (size_t)m->Hkvl * m->D;
+    size_t Fl = m->Fl;
     enum dtype a = m->dtype, s = m->stat;
+    bool all = m->shard.recompute == RECOMPUTE_NONE, most = m->shard.recompute != RECOMPUTE_FULL;
+#define ACT(f, keep, dt, n) \
+    b->f = (keep) != shared ? carve(c, dt, n) : shared ? tensor_view(NULL, dt, 0) : m->re.f
+    ACT(ln1, all, a, Ns * C);
+    ACT(rstd1, most, s, Ns);
+    ACT(q, all, a, N * HD);
+    ACT(k, all, a, N * KD);
+    ACT(v, most, a, N * KD);
+    ACT(att, most, a, N * HD);
+    ACT(lse, most, s, N * m->Hl);
+    ACT(xmid, most, a, Ns * C);
+    ACT(ln2, all, a, Ns * C);
+    ACT(rstd2, most, s, Ns);
+    ACT(gate, most, a, N * Fl);
+    ACT(up, most, a, N * Fl);
+    ACT(act, all, a, N * Fl);
+#undef ACT
+}
+
+// Carves one activation slot (base NULL: counts only). Under recompute the
+// final norm's output is recomputed too, and the logits' gradient is
+// written over the logits (ce_backward is elementwise).
+static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
+    int N = m->N, Ns = m->Ns, C = m->C;
+    enum dtype a = m->dtype, s = m->stat;
+    bool all = m->shard.recompute == RECOMPUTE_NONE;
     for (int l = 0; l <= m->max_layers; l++) S->x[l] = carve(c, a, (size_t)Ns * C);
-    for (int l = 0; l < m->max_layers; l++) {
-        struct block_acts *b = &S->acts[l];
-        b->ln1 = carve(c, a, (size_t)N * C);
-        b->rstd1 = carve(c, s, Ns);
-        b->q = carve(c, a, (size_t)N * HD);
-        b->k = carve(c, a, (size_t)N * KD);
-        b->v = carve(c, a, (size_t)N * KD);
-        b->att = carve(c, a, (size_t)N * HD);
-        b->lse = carve(c, s, (size_t)N * m->Hl);
-        b->xmid = carve(c, a, (size_t)Ns * C);
-        b->ln2 = carve(c, a, (size_t)N * C);
-        b->rstd2 = carve(c, s, Ns);
-        b->gate = carve(c, a, (size_t)N * Fl);
-        b->up = carve(c, a, (size_t)N * Fl);
-        b->act = carve(c, a, (size_t)N * Fl);
-    }
+    for (int l = 0; l < m->max_layers; l++) block_acts_layout(m, &S->acts[l], c, false);
     if (m->last) {
-        S->lnf = carve(c, a, (size_t)N * C);
+        S->lnf = all ? carve(c, a, (size_t)Ns * C) : m->re_lnf;
         S->rstdf = carve(c, s, Ns);
         S->logits = carve(c, a, (size_t)N * m->Vl);
-        S->dlogits = carve(c, a, (size_t)N * m->Vl);
+        S->dlogits = all ? carve(c, a, (size_t)N * m->Vl) : S->logits;
         S->rowmax = carve(c, s, N);
         S->partials = carve(c, s, (size_t)N * 3);
         S->lse = carve(c, s, N);
@@ -187,13 +206,19 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     S->targets = carve(c, DTYPE_I32, N);
 }
 
-// Carves the activation arena: the slots, then the shared scratch (base
-// NULL: counts only). m->mem.slot_bytes is the size of one slot.
+// Carves the activation arena: the recompute buffer, the slots, then the
+// shared scratch (base NULL: counts only). m->mem.slot_bytes is the size of
+// one slot, m->mem.recompute_bytes that of the recompute buffer.
 static void acts_layout(struct model *m, struct carver *c) {
     int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
     enum dtype a = m->dtype, s = m->stat;
+    size_t before = c->bytes;
+    block_acts_layout(m, &m->re, c, true);
+    bool re_lnf = m->last && m->shard.recompute != RECOMPUTE_NONE;
+    m->re_lnf = re_lnf ? carve(c, a, (size_t)Ns * C) : tensor_view(NULL, a, 0);
+    m->mem.recompute_bytes = c->bytes - before;
     for (int i = 0; i < m->shard.n_slots; i++) {
-        size_t before = c->bytes;
+        before = c->bytes;
         slot_layout(m, &m->slots[i], c);
         m->mem.slot_bytes = c->bytes - before;
     }
@@ -203,12 +228,12 @@ static void acts_layout(struct model *m, struct carver *c) {
     m->dx = carve(c, a, (size_t)Ns * C);
     m->dln = carve(c, a, (size_t)N * C);
     if (m->sp) {
-        m->norm_s = carve(c, a, (size_t)Ns * C);
+        m->ln_full = carve(c, a, (size_t)N * C);
         m->tmp_s = carve(c, a, (size_t)Ns * C);
         m->dln_s = carve(c, a, (size_t)Ns * C);
         m->dx_full = carve(c, a, (size_t)N * C);
     } else {
-        m->norm_s = tensor_view(NULL, a, 0); // unused: norms write their saved output
+        m->ln_full = tensor_view(NULL, a, 0); // unused: the GEMMs read the norm output
         m->tmp_s = m->tmp, m->dln_s = m->dln, m->dx_full = m->dx;
     }
     m->datt = carve(c, a, (size_t)N * HD);
@@ -239,6 +264,10 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     m->cfg = *cfg, m->shard = *shard, m->dtype = dtype;
     m->stat = dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
     m->B = B, m->T = T, m->N = B * T;
+    if (shard->recompute != RECOMPUTE_NONE && shard->recompute != RECOMPUTE_SELECTIVE &&
+        shard->recompute != RECOMPUTE_FULL)
+        return error_set(err, STATUS_BAD_INPUT, "model: recompute mode %d, expected none, "
+                         "selective or full", (int)shard->recompute);
     m->sp = shard->sequence_parallel && shard->tp_size > 1;
     if (m->sp && m->N % shard->tp_size)
         return error_set(err, STATUS_BAD_INPUT, "model: sequence parallel needs B*T = %d rows "

@@ -40,6 +40,16 @@ struct llama_config {
 
 enum { MODEL_MAX_CHUNKS = 8 };
 
+// What a block keeps for its backward pass ([model] recompute; docs/design.md §5).
+// NONE: every intermediate. SELECTIVE (Korthikanti et al. 2022, §5): not the
+// cheap, memory-heavy ones (the norm outputs, RoPE'd q and k, the SwiGLU
+// product), which the backward pass recomputes from what is kept. FULL (Chen
+// et al. 2016): only each block's input; the backward pass re-runs the
+// block's forward, collectives included, before its backward. The results
+// are bit-identical in every mode: a recomputation repeats the same ops on
+// the same inputs.
+enum recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
+
 // A target id that adds no loss and no gradient (Hugging Face's and PyTorch's
 // ignore_index): padding, prompt tokens, positions without a next token.
 enum { IGNORE_INDEX = -100 };
@@ -54,6 +64,7 @@ struct model_shard {
                                 // elements (ZeRO-1 shards it evenly); 0: no padding
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
+    enum recompute recompute;   // what the activation slots keep
 };
 
 // The single-rank shard: every layer, tp = 1, one slot.
@@ -87,6 +98,7 @@ struct model_memory {
     size_t grad_bytes;       // gradients (fp32, fp64 for an fp64 model)
     size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
+    size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
     size_t n_params;         // elements of this rank's parameters
 };
 
@@ -189,12 +201,13 @@ void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t rea
 void model_microbatch_shape(const struct model *m, int *B, int *T, int *V);
 
 // Logits (V,) over the whole vocabulary of row b, position t of the last
-// forward, as double; the vocab shards are all-gathered over the TP group, so
+// forward (before its backward, as model_get_logits), as double; the vocab shards are all-gathered over the TP group, so
 // with tp > 1 every rank of the group must call it. Last stage.
 void model_get_logits_at(struct model *m, int b, int t, double *out);
 
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,
-// sampling). Last stage only.
+// sampling). Last stage only. Under recompute selective or full the backward
+// pass writes the logits' gradient over them: read them before it.
 void model_get_logits(struct model *m, double *out);
 
 #endif

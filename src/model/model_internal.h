@@ -20,13 +20,18 @@ struct block {
     struct tensor wdown;  // (C, Fl)
 };
 
-// Activations of one block saved for the backward pass.
+// Activations of one block for the backward pass. A slot holds those its
+// recompute mode keeps (block_keeps in model.c); the others are views of the
+// one recompute buffer (model.re) that every block and slot shares, which
+// the backward pass refills (model_pass.c, block_recompute) just before the
+// block's backward. Norm outputs are (Ns, C): sequence-sharded under
+// sequence parallelism, all-gathered into model.ln_full where a GEMM reads them.
 struct block_acts {
-    struct tensor ln1, rstd1;     // (N, C) all-gathered, (Ns,)
+    struct tensor ln1, rstd1;     // (Ns, C), (Ns,)
     struct tensor q, k, v;        // (B, T, Hl, D), (B, T, Hkvl, D) x2, after RoPE
     struct tensor att, lse;       // (B, T, Hl, D), (B, Hl, T)
     struct tensor xmid;           // (Ns, C) residual after attention
-    struct tensor ln2, rstd2;     // (N, C) all-gathered, (Ns,)
+    struct tensor ln2, rstd2;     // (Ns, C), (Ns,)
     struct tensor gate, up, act;  // (N, Fl) each
 };
 
@@ -35,8 +40,10 @@ struct block_acts {
 struct slot {
     struct tensor *x;              // (max_layers + 1) residual streams (Ns, C)
     struct block_acts *acts;       // (max_layers)
-    struct tensor lnf, rstdf;      // (N, C), (Ns,)        last stage only
-    struct tensor logits, dlogits; // (N, Vl)               last stage only
+    struct tensor lnf, rstdf;      // (Ns, C), (Ns,)       last stage only; lnf is
+                                   // model.re_lnf unless recompute is none
+    struct tensor logits, dlogits; // (N, Vl)               last stage only; dlogits
+                                   // is logits (overwritten) unless recompute is none
     struct tensor rowmax, partials, lse, loss; // (N,), (N, 3), (N,), (N,)
     struct tensor tokens, targets; // (N,) I32
 };
@@ -72,11 +79,16 @@ struct model {
     struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
     // backward scratch
     struct tensor tmp, dx, dln;    // (N, C), (Ns, C), (N, C)
-    // Sequence parallel: (Ns, C) norm output before its all-gather, row-parallel
-    // output after its reduce-scatter, input gradient after its reduce-scatter,
-    // and the all-gathered residual gradient (N, C). Without it each aliases
-    // its full-size twin (tmp, dln, dx) and the norm writes its saved output.
-    struct tensor norm_s, tmp_s, dln_s, dx_full;
+    // Sequence parallel: the all-gathered norm output (N, C) that the GEMMs
+    // read, row-parallel output after its reduce-scatter, input gradient after
+    // its reduce-scatter (Ns, C), and the all-gathered residual gradient
+    // (N, C). Without it ln_full is unused (the GEMMs read the norm output)
+    // and the others alias their full-size twins (tmp, dln, dx).
+    struct tensor ln_full, tmp_s, dln_s, dx_full;
+    // What the blocks do not keep (recompute selective or full): one set,
+    // refilled before each block's backward; and the final norm's output.
+    struct block_acts re;
+    struct tensor re_lnf;          // (Ns, C)
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
     struct tensor dgate, dup, dact; // (N, Fl)
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP

@@ -41,10 +41,14 @@ static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
     comm_reduce_scatter(m->tp, full.data, part.data, (size_t)m->Ns * m->C, full.dtype, COMM_SUM);
 }
 
-// Where a norm writes: the (Ns, C) scratch before its all-gather into saved,
-// or saved itself without sequence parallelism.
-static struct tensor norm_out(struct model *m, struct tensor saved) {
-    return m->sp ? m->norm_s : saved;
+// The (N, C) rows a GEMM reads of a norm output (Ns, C): under sequence
+// parallelism its all-gather into m->ln_full (Megatron's g), else itself.
+// The activations keep the sequence-sharded rows (Korthikanti et al. 2022,
+// §4.2.2), so the backward pass gathers them again.
+static struct tensor gathered(struct model *m, struct tensor norm) {
+    if (!m->sp) return norm;
+    sp_gather(m, m->ln_full, norm);
+    return m->ln_full;
 }
 
 static void grads_ready(struct model *m, size_t from) {
@@ -79,29 +83,32 @@ static void linear(struct model *m, struct tensor y, struct tensor x, struct ten
 }
 
 // Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
-static void block_forward(struct model *m, struct slot *S, int blk, int i) {
+// again: the recomputation of recompute = full, which refills the block's
+// activations (the same ops on the same input, collectives included, so the
+// same bits on every TP rank) and leaves its output x[i+1] alone.
+static void block_forward(struct model *m, struct slot *S, int blk, int i, bool again) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk];
     struct block_acts *a = &S->acts[i];
     int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     float eps = m->cfg.norm_eps;
-    struct tensor n1 = norm_out(m, a->ln1), n2 = norm_out(m, a->ln2);
-    backend_rmsnorm_forward(be, n1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    sp_gather(m, a->ln1, n1);
-    linear(m, a->q, a->ln1, w->wq, HD, C);
-    linear(m, a->k, a->ln1, w->wk, KD, C);
-    linear(m, a->v, a->ln1, w->wv, KD, C);
+    backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
+    struct tensor n1 = gathered(m, a->ln1);
+    linear(m, a->q, n1, w->wq, HD, C);
+    linear(m, a->k, n1, w->wk, KD, C);
+    linear(m, a->v, n1, w->wv, KD, C);
     backend_rope_forward(be, a->q, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
     backend_rope_forward(be, a->k, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
     backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, m->B, m->T, m->Hl, m->Hkvl, m->D);
     linear(m, m->tmp, a->att, w->wo, C, HD);
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add(be, a->xmid, S->x[i], m->tmp_s, (size_t)Ns * C);
-    backend_rmsnorm_forward(be, n2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
-    sp_gather(m, a->ln2, n2);
-    linear(m, a->gate, a->ln2, w->wgate, m->Fl, C);
-    linear(m, a->up, a->ln2, w->wup, m->Fl, C);
+    backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
+    struct tensor n2 = gathered(m, a->ln2);
+    linear(m, a->gate, n2, w->wgate, m->Fl, C);
+    linear(m, a->up, n2, w->wup, m->Fl, C);
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+    if (again) return; // the down projection's output is x[i+1], kept
     linear(m, m->tmp, a->act, w->wdown, C, m->Fl);
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add(be, S->x[i + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
@@ -111,10 +118,8 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i) {
 static void head_forward(struct model *m, struct slot *S, struct tensor x) {
     struct backend *be = m->be;
     int N = m->N, C = m->C;
-    struct tensor nf = norm_out(m, S->lnf);
-    backend_rmsnorm_forward(be, nf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
-    sp_gather(m, S->lnf, nf);
-    linear(m, S->logits, S->lnf, m->head, m->Vl, C);
+    backend_rmsnorm_forward(be, S->lnf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
+    linear(m, S->logits, gathered(m, S->lnf), m->head, m->Vl, C);
     backend_ce_row_max(be, S->rowmax, S->logits, N, m->Vl, m->Vvalid);
     model_tp_all_reduce(m, S->rowmax, COMM_MAX);
     backend_ce_partials(be, S->partials, S->logits, S->rowmax, S->targets, N, m->Vl, m->Vvalid,
@@ -163,7 +168,7 @@ void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *to
     } else {
         backend_to_device(be, S->x[0].data, in, act_bytes);
     }
-    for (int i = 0; i < nl; i++) block_forward(m, S, b0 + i, i);
+    for (int i = 0; i < nl; i++) block_forward(m, S, b0 + i, i, false);
     if (!model_chunk_last(m, chunk)) {
         backend_to_host(be, out, S->x[nl].data, act_bytes);
         return;
@@ -220,6 +225,34 @@ static void linear_backward(struct model *m, struct tensor dx, float beta_dx, st
     backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
 }
 
+// Refills what block i of slot S did not keep (model.c, block_acts_layout)
+// before its backward: selective recomputes the two norm outputs from x[i]
+// and xmid (rewriting their kept rstd with the same values), q and k from
+// the first (two GEMMs and RoPE) and the SwiGLU product from gate and up;
+// full re-runs the block's forward from x[i]. The same kernels on the same
+// inputs give the bits of the first forward, so every mode's gradients are
+// those of recompute = none.
+static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
+    struct backend *be = m->be;
+    struct block *w = &m->blocks[blk];
+    struct block_acts *a = &S->acts[i];
+    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    float eps = m->cfg.norm_eps;
+    switch (m->shard.recompute) {
+    case RECOMPUTE_NONE: return;
+    case RECOMPUTE_FULL: block_forward(m, S, blk, i, true); return;
+    case RECOMPUTE_SELECTIVE: break;
+    }
+    backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
+    struct tensor n1 = gathered(m, a->ln1);
+    linear(m, a->q, n1, w->wq, HD, C);
+    linear(m, a->k, n1, w->wk, KD, C);
+    backend_rope_forward(be, a->q, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_forward(be, a->k, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
+    backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
+    backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+}
+
 // On entry m->dx (Ns, C) holds d x[i+1]; on exit d x[i].
 static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct backend *be = m->be;
@@ -231,8 +264,9 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     backend_matmul(be, m->dact, m->dx_full, w->wdown, N, Fl, C, false, false, 1.0f, 0.0f);
     backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, false, 1.0f, 1.0f);
     backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-    linear_backward(m, m->dln, 0.0f, dw->wgate, m->dgate, a->ln2, w->wgate, Fl, C);
-    linear_backward(m, m->dln, 1.0f, dw->wup, m->dup, a->ln2, w->wup, Fl, C);
+    struct tensor n2 = gathered(m, a->ln2);
+    linear_backward(m, m->dln, 0.0f, dw->wgate, m->dgate, n2, w->wgate, Fl, C);
+    linear_backward(m, m->dln, 1.0f, dw->wup, m->dup, n2, w->wup, Fl, C);
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
     // xmid = x[i] + o(att)
@@ -243,9 +277,10 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
                                m->B, m->T, m->Hl, m->Hkvl, m->D);
     backend_rope_backward(be, m->dq, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
     backend_rope_backward(be, m->dk, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
-    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, a->ln1, w->wq, HD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, a->ln1, w->wk, KD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, a->ln1, w->wv, KD, C);
+    struct tensor n1 = gathered(m, a->ln1);
+    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }
@@ -257,10 +292,16 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
     int N = m->N, C = m->C, nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
     size_t act_bytes = (size_t)m->Ns * C * dtype_size(m->dtype);
     if (model_chunk_last(m, chunk)) {
+        // Under recompute, dlogits is the logits' own storage (model.c) and
+        // the final norm's output is recomputed.
         backend_ce_backward(be, S->dlogits, S->logits, S->lse, S->targets, N, m->Vl, m->Vvalid,
                             m->vocab_start, m->cfg.vocab_size, m->cfg.label_smoothing,
                             IGNORE_INDEX, loss_scale);
-        linear_backward(m, m->dln, 0.0f, m->dhead, S->dlogits, S->lnf, m->head, m->Vl, C);
+        if (m->shard.recompute != RECOMPUTE_NONE)
+            backend_rmsnorm_forward(be, S->lnf, S->rstdf, S->x[nl], m->norm_w, m->Ns, C,
+                                    m->cfg.norm_eps);
+        linear_backward(m, m->dln, 0.0f, m->dhead, S->dlogits, gathered(m, S->lnf), m->head,
+                        m->Vl, C);
         sp_reduce(m, m->dln_s, m->dln);
         backend_memset0(be, m->dx);
         backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln_s, S->x[nl], m->norm_w, S->rstdf,
@@ -271,6 +312,7 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
         backend_to_device(be, m->dx.data, dout, act_bytes);
     }
     for (int i = nl - 1; i >= 0; i--) {
+        block_recompute(m, S, b0 + i, i);
         block_backward(m, S, b0 + i, i);
         grads_ready(m, m->block_offset[b0 + i]);
     }

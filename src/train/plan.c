@@ -29,6 +29,7 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     shard.tp_rank = coord.t, shard.tp_size = c->parallel.tp;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * c->parallel.dp : 0;
     shard.sequence_parallel = c->parallel.sequence_parallel;
+    shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
         shard.n_slots = pipeline_max_in_flight(pp, s, m, v);
         if (shard.n_slots < 1) { // refused: the schedule says why

@@ -18,7 +18,8 @@ int plan_microbatches(const struct config *c);
 
 // The model shard of grid position coord: its pipeline chunks, tensor-parallel
 // slice, activation slots (1F1B keeps at most p - s microbatches in flight),
-// sequence parallelism and ZeRO-1 arena padding. Errors: STATUS_BAD_INPUT when
+// sequence parallelism, what the slots keep ([model] recompute) and ZeRO-1
+// arena padding. Errors: STATUS_BAD_INPUT when
 // the pipeline schedule refuses the layout (the message says why).
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err);

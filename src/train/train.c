@@ -27,10 +27,6 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 
 // Features this build does not have yet are refused before any work.
 static enum status check_supported(const struct config *c, int world_size, struct error *err) {
-    if (c->model.recompute != RECOMPUTE_NONE)
-        return error_set(err, STATUS_BAD_INPUT, "%s: [model] recompute = %s is not in this build "
-                         "yet (expected none)", c->file,
-                         c->model.recompute == RECOMPUTE_FULL ? "full" : "selective");
     if (c->data.cache_dir[0])
         return error_set(err, STATUS_BAD_INPUT, "%s: [data] cache_dir = %s: the hot-tier shard "
                          "cache is not in this build yet (expected it unset: shards are read "

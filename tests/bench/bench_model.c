@@ -1,7 +1,8 @@
 // bench_model.c: training-step throughput of a 124M-class model on the CPU.
 // Prints ms per step, tokens/s, achieved GFLOP/s, MFU against the sgemm rate
 // measured at start on the same machine in the same run, peak memory of the
-// arenas, and a per-op time breakdown.
+// arenas, and a per-op time breakdown; then the same step with [model]
+// recompute = selective and full: ms per step and activation bytes against none.
 //
 // FLOPs per token (docs/design.md §9): 6 * N for the matmul parameters (every
 // block matrix and the LM head; the embedding lookup does no matmul) plus
@@ -102,9 +103,30 @@ int main(int argc, char **argv) {
     train_step(m, opt, &oc, NULL, NULL, steps + 1 > oc.steps - 1 ? oc.steps - 1 : steps + 1, tokens, targets, 1, B, T, &r);
     printf("per-op time of one step:\n");
     backend_profile_print(be, stdout);
-    free(tokens), free(targets);
+    backend_profile_enable(be, false);
+    size_t none_act = mem->activation_bytes;
     optimizer_free(opt);
     model_free(m);
+
+    // The same steps with recomputation (a fresh model and optimizer each,
+    // one warm-up step; the none step above is the reference).
+    const char *names[] = {"none", "selective", "full"};
+    printf("recompute: none %.1f ms/step, activations %.1f MiB\n", dt * 1e3, none_act / 1048576.0);
+    for (enum recompute rc = RECOMPUTE_SELECTIVE; rc <= RECOMPUTE_FULL; rc++) {
+        shard.recompute = rc;
+        CHECK(!model_init(&m, be, &cfg, &shard, DTYPE_FP32, B, T, 1, &err), "%s", err.msg);
+        CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
+        train_step(m, opt, &oc, NULL, NULL, 0, tokens, targets, 1, B, T, &r);
+        double r0 = time_now_s();
+        for (int st = 1; st <= steps; st++) train_step(m, opt, &oc, NULL, NULL, st, tokens, targets, 1, B, T, &r);
+        double rdt = (time_now_s() - r0) / steps;
+        size_t act = model_memory(m)->activation_bytes;
+        printf("recompute: %s %.1f ms/step (%.2fx none's time), activations %.1f MiB (%.1f%% of "
+               "none's)\n", names[rc], rdt * 1e3, rdt / dt, act / 1048576.0, 100.0 * act / none_act);
+        optimizer_free(opt);
+        model_free(m);
+    }
+    free(tokens), free(targets);
     backend_free(be);
     return 0;
 }

@@ -2,7 +2,8 @@
 // over microbatches, gradient norm, AdamW) allocates nothing on the heap.
 // malloc and friends are interposed here and count calls while armed.
 // Checked with 1 thread (the backend's serial kernels: libgomp would allocate
-// a team for every parallel region of one thread) and with 2 (OpenMP).
+// a team for every parallel region of one thread) and with 2 (OpenMP), in
+// every [model] recompute mode (none, selective, full).
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -33,7 +34,7 @@ int posix_memalign(void **p, size_t a, size_t n) {
     return *p ? 0 : 12;
 }
 
-static void run(int threads) {
+static void run(int threads, enum recompute recompute) {
     allocations = 0;
     struct backend *be = backend_cpu_init(threads);
     struct llama_config cfg = {
@@ -43,6 +44,7 @@ static void run(int threads) {
     };
     int B = 2, T = 32, n_micro = 2;
     struct model_shard shard = model_shard_full(&cfg);
+    shard.recompute = recompute;
     struct model *m;
     struct optimizer *opt;
     struct error err;
@@ -63,7 +65,8 @@ static void run(int threads) {
     allocations = 0;
     for (int s = 1; s < 4; s++) train_step(m, opt, &oc, NULL, NULL, s, tokens, targets, n_micro, B, T, &r);
     armed = false;
-    EXPECT(allocations == 0, "%d threads: %ld heap allocations during steps 2-4", threads, allocations);
+    EXPECT(allocations == 0, "%d threads, recompute %d: %ld heap allocations during steps 2-4",
+           threads, (int)recompute, allocations);
     EXPECT(r.loss > 0 && r.n_targets == n_micro * B * T - 1, "steps ran: loss %g", r.loss);
     optimizer_free(opt);
     model_free(m);
@@ -71,8 +74,10 @@ static void run(int threads) {
 }
 
 int main(void) {
-    run(1);
-    run(2);
+    for (enum recompute r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+        run(1, r);
+        run(2, r);
+    }
     return test_finish("test_no_alloc");
 }
 #endif
