@@ -13,7 +13,8 @@ BUILD     ?= build
 OPT       ?= -O3 -march=native
 CFLAGS    += $(OPT) -g -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter \
              -Isrc -I. -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS    += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
+# oneDNN (libdnnl-dev; no pkg-config file): the CPU backend's BF16 GEMM.
+LDLIBS    += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -ldnnl -lm -lpthread
 LDFLAGS   += -fopenmp
 
 # src/<subsystem>/*.c (docs/design.md §1); src/cli/ is the executable's own.

@@ -115,6 +115,14 @@ static bool is_float(enum dtype d) { return d != DTYPE_I32; }
 // The dtype of saved statistics (rstd, lse, row max) for activations of dtype d.
 static enum dtype stat_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
 
+// A parameter gradient (rmsnorm dw, embedding dwte) of activations of dtype d:
+// d itself or stat_dtype(d) (FP32 accumulation of BF16/FP16 activations).
+static void grad_dtype(const char *op, const char *arg, struct tensor g, enum dtype d) {
+    if (g.dtype != d && g.dtype != stat_dtype(d))
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s: tensor %s is %s, expected %s or %s", op,
+                   arg, dtype_name(g.dtype), dtype_name(d), dtype_name(stat_dtype(d)));
+}
+
 static void need_float(const char *op, const char *arg, struct tensor t) {
     if (!is_float(t.dtype))
         fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s: tensor %s is %s, expected a float dtype",
@@ -177,6 +185,7 @@ void backend_embedding_backward(struct backend *be, struct tensor dwte, struct t
     need("embedding_backward", "dout", dout, (size_t)N * C);
     need("embedding_backward", "tokens", tokens, N);
     same_dtype("embedding_backward", "tokens", tokens, DTYPE_I32);
+    grad_dtype("embedding_backward", "dwte", dwte, dout.dtype);
     PROFILED(be, "embedding_backward",
              be->ops->embedding_backward(be, dwte, dout, tokens, N, C, vocab_start, Vl));
 }
@@ -202,6 +211,9 @@ void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tenso
     need("rmsnorm_backward", "w", w, C);
     need("rmsnorm_backward", "rstd", rstd, N);
     same_dtype("rmsnorm_backward", "rstd", rstd, stat_dtype(x.dtype));
+    same_dtype("rmsnorm_backward", "dx", dx, x.dtype);
+    same_dtype("rmsnorm_backward", "dy", dy, x.dtype);
+    grad_dtype("rmsnorm_backward", "dw", dw, x.dtype);
     PROFILED(be, "rmsnorm_backward", be->ops->rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C));
 }
 

@@ -8,10 +8,16 @@
 //
 // Conventions
 // - Tensors are row-major, contiguous, and carry their dtype (struct tensor).
-//   Storage dtypes: FP32 today on every backend; FP64 on the CPU backend, used
-//   by tests for finite differences; BF16/FP16 storage with FP32 compute and
-//   accumulation will be added as kernels behind these same signatures.
-//   Token ids and targets are I32.
+//   Storage dtypes: FP32 on every backend; FP64 on the CPU backend, used by
+//   tests for finite differences; BF16 on both backends and FP16 on the CPU
+//   backend, as 16-bit storage only: every op loads BF16/FP16 to FP32,
+//   computes and accumulates in FP32 (GEMMs included) and rounds each output
+//   element once to its storage dtype, to nearest even (torch's .to(bfloat16)
+//   / .to(half); FP16 keeps subnormals, overflows to inf). Unless an op says
+//   otherwise, its float tensors share one storage dtype, and the statistics
+//   below are FP32. Token ids and targets are I32.
+// - Parameter gradients (matmul's FP32 out, rmsnorm dw, embedding dwte) of
+//   BF16/FP16 activations may be FP32: they then accumulate ("+=") in FP32.
 // - Shape letters: B batch, T sequence, C model width, H query heads, Hkv
 //   key/value heads, D head size, F feed-forward width, V vocabulary,
 //   Vl the local vocabulary slice of a vocab-parallel shard, N = B*T rows.
@@ -110,9 +116,12 @@ void backend_synchronize(struct backend *be);
 // A linear layer with PyTorch's weight layout W (out, in) is
 // matmul(y, x, W, N, out, in, false, true, 1, 0).
 // a and b share a dtype; out has it too, or is FP32 when a and b are BF16/FP16
-// (FP32 accumulation into FP32 weight gradients).
-// Math: BLAS sgemm/dgemm (the CPU backend calls OpenBLAS; the CUDA backend
-// cuBLASLt with FP32 compute).
+// (FP32 accumulation into FP32 weight gradients). BF16/FP16 out: the FP32
+// result of alpha * op(a) @ op(b) + beta * out, rounded once.
+// Math: BLAS sgemm/dgemm (the CPU backend calls OpenBLAS, and for BF16
+// oneDNN's dnnl_gemm_bf16bf16f32 where the CPU has AVX512_BF16, else the
+// operands converted to FP32 and sgemm; FP16 converts too; the CUDA backend
+// calls cuBLASLt with FP32 compute).
 void backend_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
                     int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
 
@@ -125,6 +134,8 @@ void backend_matmul(struct backend *be, struct tensor out, struct tensor a, stru
 void backend_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
                                struct tensor tokens, int N, int C, int vocab_start, int Vl);
 // dwte (Vl, C) += scatter-add of dout (N, C) rows at tokens owned by this shard.
+// dwte: dout's dtype, or FP32 for BF16/FP16 dout (FP32 sums); a BF16/FP16
+// dwte is rounded after each row added (a token repeated k times: k roundings).
 void backend_embedding_backward(struct backend *be, struct tensor dwte, struct tensor dout,
                                 struct tensor tokens, int N, int C, int vocab_start, int Vl);
 
@@ -135,6 +146,8 @@ void backend_embedding_backward(struct backend *be, struct tensor dwte, struct t
 void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd,
                              struct tensor x, struct tensor w, int N, int C, float eps);
 // dx (N, C) +=, dw (C,) += the gradients of the forward above given dy (N, C).
+// dx, dy, x, w: one dtype; dw: that dtype, or FP32 for BF16/FP16 x (the row
+// sums in FP64/FP32 either way, added to dw once).
 void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
                               struct tensor dy, struct tensor x, struct tensor w,
                               struct tensor rstd, int N, int C);
@@ -227,8 +240,9 @@ void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tenso
 //   w = w * (1 - lr * weight_decay)
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   w = w - lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
-// with w the FP32 master weights when master.data != NULL (then param, of
-// any storage dtype, receives the rounded w), else param itself (FP32/FP64).
+// with w the FP32 master weights when master.data != NULL (then param, FP32,
+// BF16 or FP16, receives w rounded to its dtype), else param itself (FP32 or
+// FP64: a BF16/FP16 param needs master weights).
 // grad, m, v: FP32 (FP64 when param is FP64). step counts from 1.
 void backend_adamw(struct backend *be, struct tensor param, struct tensor master,
                    struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr,
@@ -237,11 +251,13 @@ void backend_adamw(struct backend *be, struct tensor param, struct tensor master
 
 // ---- elementwise and reductions -------------------------------------------
 
-// sum_i x_i^2 over n elements, accumulated in double; synchronizes.
+// sum_i x_i^2 over n elements (any float dtype), accumulated in double; synchronizes.
 double backend_sum_squares(struct backend *be, struct tensor x, size_t n);
 // out (n,) = a + b (out may alias a or b)
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
-// dst (n,) = src (n,), converting dtype if they differ.
+// dst (n,) = src (n,), converting dtype if they differ (round to nearest even
+// when narrowing; FP64 to BF16/FP16 rounds through FP32 on the CPU backend).
+// CPU: any pair of FP32, FP64, BF16, FP16; CUDA: FP32 <-> BF16.
 void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
 
 // ---- profile ----------------------------------------------------------------

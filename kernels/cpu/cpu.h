@@ -1,12 +1,18 @@
 // cpu.h: internals of the CPU backend (kernels/cpu/*.c), not part of ops.h.
 //
-// Each kernel body is written once in kernels/cpu/generic/*.h over a type
-// `real` and instantiated for float and double by generic/instantiate.h (the
-// scheme of PyTorch's old TH/generic): a .c file sets GENERIC_FILE and
-// includes instantiate.h, which defines real, accreal, FN() and the math
-// macros for FP32, includes the body, then does the same for FP64. The
-// instantiated functions are static; the cpu_<op> dispatchers declared below
-// pick one by dtype and are what the tables in cpu_table.c point to.
+// Each kernel body is written once in kernels/cpu/generic/*.h over a storage
+// type `real` and a compute type `creal`, and instantiated by
+// generic/instantiate.h (the scheme of PyTorch's old TH/generic): a .c file
+// sets GENERIC_FILE and includes instantiate.h, which defines real, creal,
+// LD/ST, FN() and the math macros for FP32, includes the body, then does the
+// same for FP64, and, when the file defines GENERIC_LOWP, for BF16 and FP16
+// (storage uint16_t, compute FP32, rounding in ST; half.h). The instantiated
+// functions are static; the cpu_<op> dispatchers declared below pick one by
+// dtype (CPU_DISPATCH) and are what the tables in cpu_table.c point to. The
+// ops whose bodies call GEMM on their operands (matmul, attention) have FP32
+// and FP64 bodies only: their BF16/FP16 paths convert to FP32 around them
+// (cpu_matmul.c, with oneDNN's BF16 GEMM where the CPU has BF16 instructions;
+// cpu_attention.c).
 #ifndef TRIDENT_CPU_H
 #define TRIDENT_CPU_H
 
@@ -14,6 +20,8 @@
 
 #include "base/common.h"
 #include "kernels/ops.h"
+
+#include "half.h"
 
 // The vector variants of exp in glibc's libmvec (within 4 ulp; math.h
 // declares them only under -ffast-math): with these declarations the softmax
@@ -32,7 +40,16 @@ struct cpu_backend {
     // once it has run with its largest shapes.
     void *scratch;
     size_t scratch_bytes;
+    // BF16 matmuls through oneDNN's dnnl_gemm_bf16bf16f32 (cpu_matmul.c):
+    // set by backend_cpu_init when the CPU has AVX512_BF16 (AMX CPUs have it
+    // too); otherwise, or when cleared (tests of the fallback), BF16 operands
+    // are converted to FP32 for sgemm.
+    bool bf16_gemm;
 };
+
+// Whether BF16 matmuls can go to oneDNN (cpu_matmul.c): the CPU has
+// AVX512_BF16 and a probe product through dnnl_gemm_bf16bf16f32 is right.
+bool cpu_bf16_gemm_available(void);
 
 // Returns backend scratch of at least bytes (64-byte aligned); reallocates only
 // when bytes exceeds every earlier request. Call outside parallel regions.
@@ -50,12 +67,55 @@ void cpu_synchronize(struct backend *be);
 // serially (see "The serial build" below).
 extern const struct backend_ops cpu_ops, cpu_serial_ops;
 
-// Aborts with "<op>: dtype <d> not supported by cpu backend" unless d is FP32
-// or FP64 (BF16/FP16 kernels are not written yet).
-#define CPU_CHECK_DTYPE(op, d)                                                 \
-    CHECK((d) == DTYPE_FP32 || (d) == DTYPE_FP64,                              \
-          "%s: dtype %s not supported by cpu backend (fp32 and fp64 only)", op, \
-          dtype_name(d))
+// Aborts with "<op>: dtype <d> not supported by cpu backend" unless d is a
+// float storage dtype (FP32, FP64, BF16, FP16).
+#define CPU_CHECK_DTYPE(op, d)                                                          \
+    CHECK((d) == DTYPE_FP32 || (d) == DTYPE_FP64 || (d) == DTYPE_BF16 || (d) == DTYPE_FP16, \
+          "%s: dtype %s not supported by cpu backend", op, dtype_name(d))
+
+// Calls name_f32, name_f64, name_bf16 or name_fp16(args) by storage dtype d.
+#define CPU_DISPATCH(op, d, name, ...)                                           \
+    do {                                                                         \
+        switch (d) {                                                             \
+        case DTYPE_FP32: name##_f32(__VA_ARGS__); break;                         \
+        case DTYPE_FP64: name##_f64(__VA_ARGS__); break;                         \
+        case DTYPE_BF16: name##_bf16(__VA_ARGS__); break;                        \
+        case DTYPE_FP16: name##_fp16(__VA_ARGS__); break;                        \
+        default: CPU_CHECK_DTYPE(op, d);                                         \
+        }                                                                        \
+    } while (0)
+
+// The dtype of statistics, RoPE tables and master weights for storage d
+// (ops.h): FP64 for FP64, else FP32 (creal of the instantiation).
+static inline enum dtype cpu_compute_dtype(enum dtype d) {
+    return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
+}
+
+// Aborts unless the parameter gradient g (rmsnorm dw, embedding dwte) of
+// activations of dtype d is FP32/FP64 as cpu_compute_dtype(d), or d itself.
+#define CPU_CHECK_GRAD(op, name, g, d)                                           \
+    CHECK((g).dtype == (d) || (g).dtype == cpu_compute_dtype(d),                 \
+          "%s: tensor %s is %s, expected %s or %s", op, name, dtype_name((g).dtype), \
+          dtype_name(d), dtype_name(cpu_compute_dtype(d)))
+
+// dst[i] += v on the data of a gradient of dtype d: FP32/FP64 as `+=` in that
+// type; BF16/FP16 add in FP32 and round once per call.
+static inline void cpu_grad_add(void *dst, enum dtype d, size_t i, double v) {
+    switch (d) {
+    case DTYPE_FP64: ((double *)dst)[i] += v; break;
+    case DTYPE_BF16: {
+        uint16_t *p = dst;
+        p[i] = bf16_from_f32(bf16_to_f32(p[i]) + (float)v);
+        break;
+    }
+    case DTYPE_FP16: {
+        uint16_t *p = dst;
+        p[i] = fp16_from_f32(fp16_to_f32(p[i]) + (float)v);
+        break;
+    }
+    default: ((float *)dst)[i] += (float)v; break;
+    }
+}
 
 // Aborts unless tensor t has dtype d (the checks ops.c leaves to backends).
 #define CPU_CHECK_SAME(op, name, t, d)                                         \

@@ -1,5 +1,8 @@
 // cpu_attention.c: causal GQA attention of the CPU backend; bodies in
-// generic/attention.h, instantiated for FP32 and FP64.
+// generic/attention.h, instantiated for FP32 and FP64. BF16/FP16 storage:
+// each head's q, k, v (and out, dout) are converted to FP32 per thread, the
+// FP32 per-head bodies run on them, and results are rounded once (dk, dv
+// after summing over all query heads of their kv head, in FP32).
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -16,10 +19,94 @@
 #include "generic/instantiate.h"
 #undef GENERIC_FILE
 
-// Per-thread scratch for T: 2 * ATTN_BLOCK * T elements of elem bytes each.
-static void *attention_scratch(struct backend *be, int T, size_t elem) {
-    size_t per_thread = (size_t)2 * ATTN_BLOCK * (T > 0 ? T : 1) * elem;
+// Per-thread scratch of per_thread bytes for every OpenMP thread.
+static void *attention_scratch(struct backend *be, size_t per_thread) {
     return cpu_scratch(be, per_thread * (size_t)omp_get_max_threads());
+}
+
+static size_t block_elems(int T) { return (size_t)2 * ATTN_BLOCK * (T > 0 ? T : 1); }
+
+// dst (rows, cols) contiguous FP32 = src (BF16/FP16 dt) rows ld elements apart.
+static void rows_to_f32(float *dst, const uint16_t *src, enum dtype dt, int rows, int cols,
+                        int ld) {
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * cols;
+        if (dt == DTYPE_BF16)
+            for (int c = 0; c < cols; c++) d[c] = bf16_to_f32(s[c]);
+        else
+            for (int c = 0; c < cols; c++) d[c] = fp16_to_f32(s[c]);
+    }
+}
+
+// dst (BF16/FP16 dt) rows ld elements apart = src (rows, cols) FP32, rounded.
+static void rows_from_f32(uint16_t *dst, const float *src, enum dtype dt, int rows, int cols,
+                          int ld) {
+    for (int r = 0; r < rows; r++) {
+        uint16_t *d = dst + (size_t)r * ld;
+        const float *s = src + (size_t)r * cols;
+        if (dt == DTYPE_BF16)
+            for (int c = 0; c < cols; c++) d[c] = bf16_from_f32(s[c]);
+        else
+            for (int c = 0; c < cols; c++) d[c] = fp16_from_f32(s[c]);
+    }
+}
+
+// BF16/FP16 forward: per (b, h) q, k, v heads to FP32 (T, D), the FP32 head
+// body, out rounded; lse (FP32) written directly.
+static void attention_forward_lowp(struct backend *be, enum dtype dt, uint16_t *out, float *lse,
+                                   const uint16_t *q, const uint16_t *k, const uint16_t *v, int B,
+                                   int T, int H, int Hkv, int D) {
+    int G = H / Hkv, ldq = H * D, ldk = Hkv * D;
+    size_t head = (size_t)T * D, per = block_elems(T) + 4 * head;
+    float *scratch = attention_scratch(be, per * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H, hk = h / G;
+        float *S = scratch + (size_t)omp_get_thread_num() * per;
+        float *qf = S + block_elems(T), *kf = qf + head, *vf = kf + head, *of = vf + head;
+        size_t qoff = (size_t)b * T * ldq + (size_t)h * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
+        rows_to_f32(qf, q + qoff, dt, T, D, ldq);
+        rows_to_f32(kf, k + koff, dt, T, D, ldk);
+        rows_to_f32(vf, v + koff, dt, T, D, ldk);
+        attention_head_forward_f32(of, lse + ((size_t)b * H + h) * T, qf, D, kf, vf, D, T, D, S);
+        rows_from_f32(out + qoff, of, dt, T, D, ldq);
+    }
+}
+
+// BF16/FP16 backward: per (b, kv head) k, v to FP32 and FP32 dk, dv
+// accumulators; per query head of the group q, out, dout to FP32, the FP32
+// head body, dq rounded; then dk, dv rounded.
+static void attention_backward_lowp(struct backend *be, enum dtype dt, uint16_t *dq, uint16_t *dk,
+                                    uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                                    const uint16_t *k, const uint16_t *v, const uint16_t *out,
+                                    const float *lse, int B, int T, int H, int Hkv, int D) {
+    int G = H / Hkv, ldq = H * D, ldk = Hkv * D;
+    size_t head = (size_t)T * D, per = block_elems(T) + 8 * head;
+    float *scratch = attention_scratch(be, per * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int bk = 0; bk < B * Hkv; bk++) {
+        int b = bk / Hkv, hk = bk % Hkv;
+        float *P = scratch + (size_t)omp_get_thread_num() * per;
+        float *kf = P + block_elems(T), *vf = kf + head, *dkf = vf + head, *dvf = dkf + head;
+        float *qf = dvf + head, *of = qf + head, *dof = of + head, *dqf = dof + head;
+        size_t koff = (size_t)b * T * ldk + (size_t)hk * D;
+        rows_to_f32(kf, k + koff, dt, T, D, ldk);
+        rows_to_f32(vf, v + koff, dt, T, D, ldk);
+        memset(dkf, 0, head * sizeof(float));
+        memset(dvf, 0, head * sizeof(float));
+        for (int h = hk * G; h < (hk + 1) * G; h++) {
+            size_t off = (size_t)b * T * ldq + (size_t)h * D;
+            rows_to_f32(qf, q + off, dt, T, D, ldq);
+            rows_to_f32(of, out + off, dt, T, D, ldq);
+            rows_to_f32(dof, dout + off, dt, T, D, ldq);
+            attention_head_backward_f32(dqf, qf, of, dof, D, dkf, dvf, kf, vf, D,
+                                        lse + ((size_t)b * H + h) * T, T, D, P);
+            rows_from_f32(dq + off, dqf, dt, T, D, ldq);
+        }
+        rows_from_f32(dk + koff, dkf, dt, T, D, ldk);
+        rows_from_f32(dv + koff, dvf, dt, T, D, ldk);
+    }
 }
 
 void cpu_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
@@ -27,7 +114,12 @@ void cpu_attention_forward(struct backend *be, struct tensor out, struct tensor 
                            int Hkv, int D) {
     CPU_CHECK_DTYPE("attention_forward", out.dtype);
     CHECK(D > 0, "attention_forward: head size D=%d", D);
-    void *scratch = attention_scratch(be, T, dtype_size(out.dtype));
+    if (out.dtype == DTYPE_BF16 || out.dtype == DTYPE_FP16) {
+        attention_forward_lowp(be, out.dtype, out.data, lse.data, q.data, k.data, v.data, B, T, H,
+                               Hkv, D);
+        return;
+    }
+    void *scratch = attention_scratch(be, block_elems(T) * dtype_size(out.dtype));
     if (out.dtype == DTYPE_FP32)
         attention_forward_f32(out.data, lse.data, q.data, k.data, v.data, B, T, H, Hkv, D, scratch);
     else
@@ -45,7 +137,12 @@ void cpu_attention_backward(struct backend *be, struct tensor dq, struct tensor 
     CPU_CHECK_SAME(op, "dk", dk, out.dtype);
     CPU_CHECK_SAME(op, "dv", dv, out.dtype);
     CPU_CHECK_SAME(op, "dout", dout, out.dtype);
-    void *scratch = attention_scratch(be, T, dtype_size(out.dtype));
+    if (out.dtype == DTYPE_BF16 || out.dtype == DTYPE_FP16) {
+        attention_backward_lowp(be, out.dtype, dq.data, dk.data, dv.data, dout.data, q.data,
+                                k.data, v.data, out.data, lse.data, B, T, H, Hkv, D);
+        return;
+    }
+    void *scratch = attention_scratch(be, block_elems(T) * dtype_size(out.dtype));
     if (out.dtype == DTYPE_FP32)
         attention_backward_f32(dq.data, dk.data, dv.data, dout.data, q.data, k.data, v.data,
                                out.data, lse.data, B, T, H, Hkv, D, scratch);

@@ -20,7 +20,9 @@ struct backend *backend_cpu_init(int threads) {
     // allocates a team for every parallel region of a single thread and the
     // training step must not allocate (kernels/cpu/cpu.h).
     be->ops = omp_get_max_threads() == 1 ? &cpu_serial_ops : &cpu_ops;
-    be->impl = xcalloc(1, sizeof(struct cpu_backend));
+    struct cpu_backend *cpu = xcalloc(1, sizeof *cpu);
+    cpu->bf16_gemm = cpu_bf16_gemm_available();
+    be->impl = cpu;
     be->threads = omp_get_max_threads();
     return be;
 }

@@ -18,7 +18,7 @@ BUILD=${BUILD:-build}
 DEBS=tests/gpu/debs
 [ -x "$BUILD/trident" ] || { echo "prepare: build first (make); $BUILD/trident is missing" >&2; exit 1; }
 
-dev=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev libinih-dev libopenblas-openmp-dev
+dev=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev libinih-dev libopenblas-openmp-dev libdnnl-dev
      libpcre2-dev libjansson-dev libxxhash-dev pkgconf pkgconf-bin libpkgconf3 zlib1g-dev)
 skip=" libc6 libgcc-s1 libstdc++6 "
 

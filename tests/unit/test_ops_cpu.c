@@ -594,7 +594,8 @@ static void test_no_heap_after_first_pass(void) {
 static void test_no_heap_after_first_pass(void) {} // AddressSanitizer owns malloc
 #endif
 
-// A BF16 tensor reaches a kernel: the child exits 1 with a message naming it.
+// An I32 tensor reaches a float kernel: the child exits 1 with a message
+// naming it (BF16 and FP16 are supported: tests/unit/test_ops_lowp.c).
 static void test_unsupported_dtype(void) {
     int fd[2];
     EXPECT(pipe(fd) == 0, "pipe");
@@ -602,8 +603,8 @@ static void test_unsupported_dtype(void) {
     pid_t pid = fork();
     if (pid == 0) {
         dup2(fd[1], 2);
-        uint16_t h[4] = {0};
-        struct tensor t = tensor_view(h, DTYPE_BF16, 4);
+        int32_t h[4] = {0};
+        struct tensor t = tensor_view(h, DTYPE_I32, 4);
         backend_swiglu_forward(be, t, t, t, 4);
         _exit(0);
     }
@@ -615,9 +616,9 @@ static void test_unsupported_dtype(void) {
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1, "bf16 swiglu: status %d", status);
-    EXPECT(strstr(msg, "swiglu_forward: dtype bf16 not supported by cpu backend"),
-           "bf16 swiglu message: %s", msg);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1, "i32 swiglu: status %d", status);
+    EXPECT(strstr(msg, "swiglu_forward: dtype i32 not supported by cpu backend"),
+           "i32 swiglu message: %s", msg);
 }
 
 int main(void) {

@@ -1,5 +1,6 @@
 // generic/attention.h: causal grouped-query attention, forward and backward,
-// instantiated by cpu_attention.c (see cpu.h).
+// instantiated by cpu_attention.c for FP32 and FP64 (see cpu.h; BF16/FP16
+// convert each head to FP32 there and call the per-head functions below).
 //
 // Per (batch b, query head h) the scores are computed in row blocks of
 // ATTN_BLOCK queries: block [i0, i1) only needs keys [0, i1) (causal), so the
@@ -11,6 +12,39 @@
 // scratch: per thread 2 * ATTN_BLOCK * T reals (one score block, one dP
 // block), indexed by omp_get_thread_num(); the caller provides it.
 
+// One (batch, query head): o (T, D) = softmax(q k^T / sqrt(D) + causal mask) v
+// and l (T,) = the log-sum-exp of each scaled score row. q and o rows are ldq
+// apart, k and v rows ldk apart. S: ATTN_BLOCK * T scratch.
+static void FN(attention_head_forward)(real *o, real *l, const real *q, int ldq, const real *k,
+                                       const real *v, int ldk, int T, int D, real *S) {
+    real scale = (real)(1.0 / sqrt((double)D));
+    for (int i0 = 0; i0 < T; i0 += ATTN_BLOCK) {
+        int i1 = MIN(T, i0 + ATTN_BLOCK), m = i1 - i0;
+        // S (m, i1) = scale * Q[i0:i1] K[0:i1]^T
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, D, scale, q + (size_t)i0 * ldq, ldq,
+             k, ldk, 0, S, T);
+        for (int i = i0; i < i1; i++) {
+            real *s = S + (size_t)(i - i0) * T;
+            real mx = s[0];
+#pragma omp simd reduction(max : mx)
+            for (int j = 1; j <= i; j++) mx = s[j] > mx ? s[j] : mx;
+            accreal sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j <= i; j++) {
+                s[j] = EXP(s[j] - mx);
+                sum += s[j];
+            }
+            real inv = (real)(1.0 / sum);
+            for (int j = 0; j <= i; j++) s[j] *= inv;
+            for (int j = i + 1; j < i1; j++) s[j] = 0; // masked: P = 0
+            l[i] = (real)(mx + log(sum));
+        }
+        // O[i0:i1] (m, D) = P (m, i1) V[0:i1] (i1, D)
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, i1, 1, S, T, v, ldk, 0,
+             o + (size_t)i0 * ldq, ldq);
+    }
+}
+
 // out (B, T, H, D) = softmax(q k^T / sqrt(D) + causal mask) v; lse (B, H, T)
 // = log-sum-exp of each scaled score row. q: (B, T, H, D); k, v: (B, T, Hkv,
 // D); query head h reads kv head h / (H / Hkv). Math: Vaswani et al. 2017
@@ -21,109 +55,84 @@ static void FN(attention_forward)(real *out, real *lse, const real *q, const rea
                                   real *scratch) {
     int G = H / Hkv;
     int ldq = H * D, ldk = Hkv * D;
-    real scale = (real)(1.0 / sqrt((double)D));
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H, hk = h / G;
         real *S = scratch + (size_t)omp_get_thread_num() * 2 * ATTN_BLOCK * T; // (ATTN_BLOCK, T)
-        const real *qb = q + (size_t)b * T * ldq + (size_t)h * D;
-        const real *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-        const real *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
-        real *ob = out + (size_t)b * T * ldq + (size_t)h * D;
-        real *lb = lse + ((size_t)b * H + h) * T;
-        for (int i0 = 0; i0 < T; i0 += ATTN_BLOCK) {
-            int i1 = MIN(T, i0 + ATTN_BLOCK), m = i1 - i0;
-            // S (m, i1) = scale * Q[i0:i1] K[0:i1]^T
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, D, scale, qb + (size_t)i0 * ldq,
-                 ldq, kb, ldk, 0, S, T);
-            for (int i = i0; i < i1; i++) {
-                real *s = S + (size_t)(i - i0) * T;
-                real mx = s[0];
-#pragma omp simd reduction(max : mx)
-                for (int j = 1; j <= i; j++) mx = s[j] > mx ? s[j] : mx;
-                accreal sum = 0;
-#pragma omp simd reduction(+ : sum)
-                for (int j = 0; j <= i; j++) {
-                    s[j] = EXP(s[j] - mx);
-                    sum += s[j];
-                }
-                real inv = (real)(1.0 / sum);
-                for (int j = 0; j <= i; j++) s[j] *= inv;
-                for (int j = i + 1; j < i1; j++) s[j] = 0; // masked: P = 0
-                lb[i] = (real)(mx + log(sum));
+        size_t qoff = (size_t)b * T * ldq + (size_t)h * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
+        FN(attention_head_forward)(out + qoff, lse + ((size_t)b * H + h) * T, q + qoff, ldq,
+                                   k + koff, v + koff, ldk, T, D, S);
+    }
+}
+
+// One (batch, query head) of the backward pass: dq (T, D) = and dk, dv (T, D)
+// += (over the query heads of a kv head) the gradients given dout, the
+// forward's o and l. q, o, dout, dq rows are ldq apart; k, v, dk, dv rows ldk
+// apart. P is recomputed from q, k and l (FlashAttention, Dao et al. 2022,
+// alg. 2 / 4):
+//   P = exp(S - lse), dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
+//   dQ = scale dS K, dK += scale dS^T Q, dV += P^T dO.
+// P: 2 * ATTN_BLOCK * T scratch (P and dP blocks).
+static void FN(attention_head_backward)(real *dq, const real *q, const real *o, const real *dout,
+                                        int ldq, real *dk, real *dv, const real *k, const real *v,
+                                        int ldk, const real *l, int T, int D, real *P) {
+    real scale = (real)(1.0 / sqrt((double)D));
+    real *dP = P + (size_t)ATTN_BLOCK * T; // (ATTN_BLOCK, T)
+    for (int i0 = 0; i0 < T; i0 += ATTN_BLOCK) {
+        int i1 = MIN(T, i0 + ATTN_BLOCK), m = i1 - i0;
+        const real *qi = q + (size_t)i0 * ldq, *doi = dout + (size_t)i0 * ldq;
+        // S (m, i1) = scale * Q[i0:i1] K[0:i1]^T, into P
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, D, scale, qi, ldq, k, ldk, 0, P, T);
+        // dP (m, i1) = dO[i0:i1] V[0:i1]^T
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, D, 1, doi, ldq, v, ldk, 0, dP, T);
+        for (int i = i0; i < i1; i++) {
+            real *p = P + (size_t)(i - i0) * T, *dp = dP + (size_t)(i - i0) * T;
+            const real *oi = o + (size_t)i * ldq, *g = dout + (size_t)i * ldq;
+            accreal Di = 0;
+#pragma omp simd reduction(+ : Di)
+            for (int d = 0; d < D; d++) Di += (accreal)g[d] * oi[d];
+            real li = l[i], di = (real)Di;
+#pragma omp simd
+            for (int j = 0; j <= i; j++) {
+                p[j] = EXP(p[j] - li);
+                dp[j] = p[j] * (dp[j] - di); // dS
             }
-            // O[i0:i1] (m, D) = P (m, i1) V[0:i1] (i1, D)
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, i1, 1, S, T, vb, ldk, 0,
-                 ob + (size_t)i0 * ldq, ldq);
+            for (int j = i + 1; j < i1; j++) p[j] = dp[j] = 0;
         }
+        // dQ[i0:i1] (m, D) = scale * dS (m, i1) K[0:i1] (i1, D)
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, i1, scale, dP, T, k, ldk, 0,
+             dq + (size_t)i0 * ldq, ldq);
+        // dK[0:i1] (i1, D) += scale * dS^T (i1, m) Q[i0:i1] (m, D)
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, i1, D, m, scale, dP, T, qi, ldq, 1, dk, ldk);
+        // dV[0:i1] (i1, D) += P^T (i1, m) dO[i0:i1] (m, D)
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, i1, D, m, 1, P, T, doi, ldq, 1, dv, ldk);
     }
 }
 
 // dq (B, T, H, D) =, dk, dv (B, T, Hkv, D) = gradients of the forward given
-// dout (B, T, H, D), the forward's out and lse. P is recomputed from q, k and
-// lse (FlashAttention, Dao et al. 2022, alg. 2 / 4):
-//   P = exp(S - lse), dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
-//   dQ = scale dS K, dK += scale dS^T Q, dV += P^T dO.
-// Parallel over (b, kv head): one thread owns dk, dv of its kv head and loops
-// over the H / Hkv query heads that read it, so nothing races.
+// dout (B, T, H, D), the forward's out and lse. Parallel over (b, kv head):
+// one thread owns dk, dv of its kv head and loops over the H / Hkv query
+// heads that read it, so nothing races.
 static void FN(attention_backward)(real *dq, real *dk, real *dv, const real *dout, const real *q,
                                    const real *k, const real *v, const real *out,
                                    const real *lse, int B, int T, int H, int Hkv, int D,
                                    real *scratch) {
     int G = H / Hkv;
     int ldq = H * D, ldk = Hkv * D;
-    real scale = (real)(1.0 / sqrt((double)D));
 #pragma omp parallel for schedule(static)
     for (int bk = 0; bk < B * Hkv; bk++) {
         int b = bk / Hkv, hk = bk % Hkv;
-        real *P = scratch + (size_t)omp_get_thread_num() * 2 * ATTN_BLOCK * T; // (ATTN_BLOCK, T)
-        real *dP = P + (size_t)ATTN_BLOCK * T;                                  // (ATTN_BLOCK, T)
-        const real *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-        const real *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
-        real *dkb = dk + (size_t)b * T * ldk + (size_t)hk * D;
-        real *dvb = dv + (size_t)b * T * ldk + (size_t)hk * D;
+        real *P = scratch + (size_t)omp_get_thread_num() * 2 * ATTN_BLOCK * T;
+        size_t koff = (size_t)b * T * ldk + (size_t)hk * D;
         for (int t = 0; t < T; t++) {
-            memset(dkb + (size_t)t * ldk, 0, (size_t)D * sizeof(real));
-            memset(dvb + (size_t)t * ldk, 0, (size_t)D * sizeof(real));
+            memset(dk + koff + (size_t)t * ldk, 0, (size_t)D * sizeof(real));
+            memset(dv + koff + (size_t)t * ldk, 0, (size_t)D * sizeof(real));
         }
         for (int h = hk * G; h < (hk + 1) * G; h++) {
             size_t off = (size_t)b * T * ldq + (size_t)h * D;
-            const real *qb = q + off, *ob = out + off, *dob = dout + off;
-            real *dqb = dq + off;
-            const real *lb = lse + ((size_t)b * H + h) * T;
-            for (int i0 = 0; i0 < T; i0 += ATTN_BLOCK) {
-                int i1 = MIN(T, i0 + ATTN_BLOCK), m = i1 - i0;
-                const real *qi = qb + (size_t)i0 * ldq, *doi = dob + (size_t)i0 * ldq;
-                // S (m, i1) = scale * Q[i0:i1] K[0:i1]^T, into P
-                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, D, scale, qi, ldq, kb, ldk, 0,
-                     P, T);
-                // dP (m, i1) = dO[i0:i1] V[0:i1]^T
-                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, D, 1, doi, ldq, vb, ldk, 0,
-                     dP, T);
-                for (int i = i0; i < i1; i++) {
-                    real *p = P + (size_t)(i - i0) * T, *dp = dP + (size_t)(i - i0) * T;
-                    const real *o = ob + (size_t)i * ldq, *g = dob + (size_t)i * ldq;
-                    accreal Di = 0;
-#pragma omp simd reduction(+ : Di)
-                    for (int d = 0; d < D; d++) Di += (accreal)g[d] * o[d];
-                    real l = lb[i], di = (real)Di;
-#pragma omp simd
-                    for (int j = 0; j <= i; j++) {
-                        p[j] = EXP(p[j] - l);
-                        dp[j] = p[j] * (dp[j] - di); // dS
-                    }
-                    for (int j = i + 1; j < i1; j++) p[j] = dp[j] = 0;
-                }
-                // dQ[i0:i1] (m, D) = scale * dS (m, i1) K[0:i1] (i1, D)
-                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, i1, scale, dP, T, kb, ldk, 0,
-                     dqb + (size_t)i0 * ldq, ldq);
-                // dK[0:i1] (i1, D) += scale * dS^T (i1, m) Q[i0:i1] (m, D)
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, i1, D, m, scale, dP, T, qi, ldq, 1,
-                     dkb, ldk);
-                // dV[0:i1] (i1, D) += P^T (i1, m) dO[i0:i1] (m, D)
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, i1, D, m, 1, P, T, doi, ldq, 1, dvb,
-                     ldk);
-            }
+            FN(attention_head_backward)(dq + off, q + off, out + off, dout + off, ldq, dk + koff,
+                                        dv + koff, k + koff, v + koff, ldk,
+                                        lse + ((size_t)b * H + h) * T, T, D, P);
         }
     }
 }

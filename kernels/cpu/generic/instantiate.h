@@ -1,10 +1,20 @@
-// instantiate.h: includes GENERIC_FILE twice, once with real = float and once
-// with real = double (see kernels/cpu/cpu.h). Inside a generic body:
-//   real      the storage and compute type of the instantiation
+// instantiate.h: includes GENERIC_FILE once per storage dtype (see
+// kernels/cpu/cpu.h): FP32 and FP64 always, and BF16 and FP16 when the .c
+// file defines GENERIC_LOWP (bodies that only load, compute and store; those
+// that call GEMM on their operands, attention and matmul, are FP32/FP64 only
+// and cpu_attention.c / cpu_matmul.c convert around them). Inside a body:
+//   real      the storage type of the instantiation (uint16_t for BF16/FP16)
+//   creal     the compute type: float for FP32, BF16 and FP16, double for
+//             FP64; also the type of saved statistics (rstd, lse, row max,
+//             partials), of RoPE tables and of AdamW's master weights and
+//             moments (the FP32 of ops.h's conventions)
+//   LD(x)     a stored element as creal (exact)
+//   ST(v)     a value as real: rounded to nearest even for BF16/FP16
+//   LOWP      1 in the BF16/FP16 instantiations, else 0
 //   accreal   the type of long reductions (row sums, means): always double
-//   FN(name)  name_f32 or name_f64, for static functions
-//   EXP LOG SQRT   the math.h function of that precision
-//   GEMM      cblas_sgemm or cblas_dgemm
+//   FN(name)  name_f32, name_f64, name_bf16 or name_fp16, for static functions
+//   EXP LOG SQRT   the math.h function of creal's precision
+//   GEMM      cblas_sgemm or cblas_dgemm (FP32/FP64 instantiations only)
 // A .c file defines GENERIC_FILE (a path from the repository root, found
 // through -I., e.g. "kernels/cpu/generic/norm.h"), includes this, then
 // undefines it.
@@ -18,6 +28,10 @@
 #define FN(name) FN_PASTE(name, REAL_SFX)
 
 #define real float
+#define creal float
+#define LD(x) (x)
+#define ST(v) ((float)(v))
+#define LOWP 0
 #define REAL_SFX f32
 #define EXP expf
 #define LOG logf
@@ -25,6 +39,10 @@
 #define GEMM cblas_sgemm
 #include GENERIC_FILE
 #undef real
+#undef creal
+#undef LD
+#undef ST
+#undef LOWP
 #undef REAL_SFX
 #undef EXP
 #undef LOG
@@ -32,6 +50,10 @@
 #undef GEMM
 
 #define real double
+#define creal double
+#define LD(x) (x)
+#define ST(v) ((double)(v))
+#define LOWP 0
 #define REAL_SFX f64
 #define EXP exp
 #define LOG log
@@ -39,11 +61,47 @@
 #define GEMM cblas_dgemm
 #include GENERIC_FILE
 #undef real
+#undef creal
+#undef LD
+#undef ST
+#undef LOWP
 #undef REAL_SFX
 #undef EXP
 #undef LOG
 #undef SQRT
 #undef GEMM
+
+#ifdef GENERIC_LOWP
+#define real uint16_t
+#define creal float
+#define LOWP 1
+#define EXP expf
+#define LOG logf
+#define SQRT sqrtf
+
+#define LD(x) bf16_to_f32(x)
+#define ST(v) bf16_from_f32((float)(v))
+#define REAL_SFX bf16
+#include GENERIC_FILE
+#undef LD
+#undef ST
+#undef REAL_SFX
+
+#define LD(x) fp16_to_f32(x)
+#define ST(v) fp16_from_f32((float)(v))
+#define REAL_SFX fp16
+#include GENERIC_FILE
+#undef LD
+#undef ST
+#undef REAL_SFX
+
+#undef real
+#undef creal
+#undef LOWP
+#undef EXP
+#undef LOG
+#undef SQRT
+#endif
 
 #undef accreal
 #undef FN_PASTE_

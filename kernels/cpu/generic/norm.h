@@ -1,5 +1,5 @@
 // generic/norm.h: RMSNorm, embedding and RoPE bodies, instantiated by
-// cpu_norm.c (see cpu.h). OpenMP loops run over rows; reductions over rows
+// cpu_norm.c for FP32, FP64, BF16 and FP16 (see cpu.h). OpenMP loops run over rows; reductions over rows
 // (dw, dwte) run over column blocks instead, so that each output element has
 // one owner and the sum order is fixed (results do not depend on threads).
 
@@ -12,38 +12,40 @@
 // x: (N, C); w: (C,). Math: Zhang & Sennrich 2019 eq. 4; as torch
 // LlamaRMSNorm, the mean of squares is taken in the accumulation type (double
 // here) and y = w * (x * rstd).
-static void FN(rmsnorm_forward)(real *y, real *rstd, const real *x, const real *w, int N, int C,
-                                real eps) {
+static void FN(rmsnorm_forward)(real *y, creal *rstd, const real *x, const real *w, int N, int C,
+                                creal eps) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const real *xi = x + (size_t)i * C;
         real *yi = y + (size_t)i * C;
         accreal ss = 0;
 #pragma omp simd reduction(+ : ss)
-        for (int j = 0; j < C; j++) ss += (accreal)xi[j] * xi[j];
-        real r = (real)(1.0 / sqrt(ss / C + (accreal)eps));
+        for (int j = 0; j < C; j++) ss += (accreal)LD(xi[j]) * LD(xi[j]);
+        creal r = (creal)(1.0 / sqrt(ss / C + (accreal)eps));
         rstd[i] = r;
-        for (int j = 0; j < C; j++) yi[j] = w[j] * (xi[j] * r);
+        for (int j = 0; j < C; j++) yi[j] = ST(LD(w[j]) * (LD(xi[j]) * r));
     }
 }
 
 // dx (N, C) += w * dy * r - x * r^3 / C * sum_k(dy_k w_k x_k) per row;
 // dw (C,) += sum over rows of dy * x * r. dy, x: (N, C); w: (C,); rstd (N,)
-// from the forward (r). Derivation: dr/dx_j = -r^3 x_j / C.
-static void FN(rmsnorm_backward)(real *dx, real *dw, const real *dy, const real *x,
-                                 const real *w, const real *rstd, int N, int C) {
+// from the forward (r). Derivation: dr/dx_j = -r^3 x_j / C. dw has dtype dw_dtype
+// (creal's, or the storage dtype: cpu_grad_add).
+static void FN(rmsnorm_backward)(real *dx, void *dw, enum dtype dw_dtype, const real *dy,
+                                 const real *x, const real *w, const creal *rstd, int N, int C) {
 #pragma omp parallel
     {
 #pragma omp for schedule(static) nowait
         for (int i = 0; i < N; i++) {
             const real *dyi = dy + (size_t)i * C, *xi = x + (size_t)i * C;
             real *dxi = dx + (size_t)i * C;
-            real r = rstd[i];
+            creal r = rstd[i];
             accreal dot = 0;
 #pragma omp simd reduction(+ : dot)
-            for (int j = 0; j < C; j++) dot += (accreal)dyi[j] * w[j] * xi[j];
-            real k = (real)(dot * r * r * r / C);
-            for (int j = 0; j < C; j++) dxi[j] += w[j] * dyi[j] * r - xi[j] * k;
+            for (int j = 0; j < C; j++) dot += (accreal)LD(dyi[j]) * LD(w[j]) * LD(xi[j]);
+            creal k = (creal)(dot * r * r * r / C);
+            for (int j = 0; j < C; j++)
+                dxi[j] = ST(LD(dxi[j]) + (LD(w[j]) * LD(dyi[j]) * r - LD(xi[j]) * k));
         }
 #pragma omp for schedule(static)
         for (int j0 = 0; j0 < C; j0 += NORM_COL_BLOCK) {
@@ -52,9 +54,9 @@ static void FN(rmsnorm_backward)(real *dx, real *dw, const real *dy, const real 
             for (int i = 0; i < N; i++) {
                 const real *dyi = dy + (size_t)i * C + j0, *xi = x + (size_t)i * C + j0;
                 accreal r = rstd[i];
-                for (int j = 0; j < nj; j++) acc[j] += (accreal)dyi[j] * xi[j] * r;
+                for (int j = 0; j < nj; j++) acc[j] += (accreal)LD(dyi[j]) * LD(xi[j]) * r;
             }
-            for (int j = 0; j < nj; j++) dw[j0 + j] += (real)acc[j];
+            for (int j = 0; j < nj; j++) cpu_grad_add(dw, dw_dtype, (size_t)j0 + j, acc[j]);
         }
     }
 }
@@ -74,18 +76,19 @@ static void FN(embedding_forward)(real *out, const real *wte, const int32_t *tok
 
 // dwte (Vl, C) += dout (N, C) rows scattered to the rows of owned tokens.
 // Parallel over column blocks: a repeated token never races, and each element
-// sums its rows in token order.
-static void FN(embedding_backward)(real *dwte, const real *dout, const int32_t *tokens, int N,
-                                   int C, int vocab_start, int Vl) {
+// sums its rows in token order. dwte has dtype dwte_dtype (creal's, or the
+// storage dtype, then rounded after each row added: cpu_grad_add).
+static void FN(embedding_backward)(void *dwte, enum dtype dwte_dtype, const real *dout,
+                                   const int32_t *tokens, int N, int C, int vocab_start, int Vl) {
 #pragma omp parallel for schedule(static)
     for (int j0 = 0; j0 < C; j0 += NORM_COL_BLOCK) {
         int nj = MIN(NORM_COL_BLOCK, C - j0);
         for (int i = 0; i < N; i++) {
             int row = tokens[i] - vocab_start;
             if (row < 0 || row >= Vl) continue;
-            real *d = dwte + (size_t)row * C + j0;
+            size_t d = (size_t)row * C + j0;
             const real *g = dout + (size_t)i * C + j0;
-            for (int j = 0; j < nj; j++) d[j] += g[j];
+            for (int j = 0; j < nj; j++) cpu_grad_add(dwte, dwte_dtype, d + j, LD(g[j]));
         }
     }
 }
@@ -94,21 +97,21 @@ static void FN(embedding_backward)(real *dwte, const real *dout, const int32_t *
 //   x'[i] = x[i] c - x[i + D/2] s,  x'[i + D/2] = x[i + D/2] c + x[i] s
 // with c, s = cos, sin (Tmax, D/2) at [p, i]; inverse negates s (the
 // transposed rotation, i.e. the backward pass). Math: RoFormer eq. 34 in HF
-// LLaMA's rotate_half layout.
-static void FN(rope)(real *x, const real *cos, const real *sin, int B, int T, int Hx, int D,
+// LLaMA's rotate_half layout. The tables are creal (FP32 for BF16/FP16 x).
+static void FN(rope)(real *x, const creal *cos, const creal *sin, int B, int T, int Hx, int D,
                      int pos_offset, bool inverse) {
     int half = D / 2;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         int p = pos_offset + bt % T;
-        const real *c = cos + (size_t)p * half, *s = sin + (size_t)p * half;
-        real sign = inverse ? -1 : 1;
+        const creal *c = cos + (size_t)p * half, *s = sin + (size_t)p * half;
+        creal sign = inverse ? -1 : 1;
         for (int h = 0; h < Hx; h++) {
             real *x1 = x + ((size_t)bt * Hx + h) * D, *x2 = x1 + half;
             for (int i = 0; i < half; i++) {
-                real a = x1[i], b = x2[i], si = sign * s[i];
-                x1[i] = a * c[i] - b * si;
-                x2[i] = b * c[i] + a * si;
+                creal a = LD(x1[i]), b = LD(x2[i]), si = sign * s[i];
+                x1[i] = ST(a * c[i] - b * si);
+                x2[i] = ST(b * c[i] + a * si);
             }
         }
     }

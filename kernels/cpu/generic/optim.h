@@ -1,5 +1,5 @@
 // generic/optim.h: AdamW and the sum of squares, instantiated by
-// cpu_optim.c (see cpu.h).
+// cpu_optim.c for FP32, FP64, BF16 and FP16 (see cpu.h).
 
 // One AdamW step on w (n,), g = grad * grad_scale (Loshchilov & Hutter 2019,
 // alg. 2, in torch.optim.AdamW's single-tensor form):
@@ -7,26 +7,28 @@
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   w -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 // The bias corrections are computed in double (torch: Python floats), the
-// elementwise update in real. copy (n,), when not NULL, receives the new w
-// (the working copy of FP32 master weights).
-static void FN(adamw)(real *w, real *copy, const real *grad, real *m, real *v, size_t n,
+// elementwise update in creal. w, grad, m, v are creal (the FP32 master
+// weights and moments of BF16/FP16 params); copy (n,), when not NULL,
+// receives the new w rounded to real (the working copy of the params). The
+// BF16/FP16 instantiations are called with a copy only.
+static void FN(adamw)(creal *w, real *copy, const creal *grad, creal *m, creal *v, size_t n,
                       double lr, double beta1, double beta2, double eps, double weight_decay,
                       double grad_scale, int step) {
-    real decay = (real)(1 - lr * weight_decay);
-    real step_size = (real)(lr / (1 - pow(beta1, step)));
-    real bc2_sqrt = (real)sqrt(1 - pow(beta2, step));
-    real b1 = (real)beta1, b2 = (real)beta2, gs = (real)grad_scale, e = (real)eps;
+    creal decay = (creal)(1 - lr * weight_decay);
+    creal step_size = (creal)(lr / (1 - pow(beta1, step)));
+    creal bc2_sqrt = (creal)sqrt(1 - pow(beta2, step));
+    creal b1 = (creal)beta1, b2 = (creal)beta2, gs = (creal)grad_scale, e = (creal)eps;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        real g = grad[i] * gs;
-        real wi = w[i] * decay;
-        real mi = b1 * m[i] + (1 - b1) * g;
-        real vi = b2 * v[i] + (1 - b2) * g * g;
+        creal g = grad[i] * gs;
+        creal wi = w[i] * decay;
+        creal mi = b1 * m[i] + (1 - b1) * g;
+        creal vi = b2 * v[i] + (1 - b2) * g * g;
         wi -= step_size * mi / (SQRT(vi) / bc2_sqrt + e);
         m[i] = mi;
         v[i] = vi;
         w[i] = wi;
-        if (copy) copy[i] = wi;
+        if (copy) copy[i] = ST(wi);
     }
 }
 
@@ -42,7 +44,7 @@ static double FN(sum_squares)(const real *x, size_t n) {
         size_t lo = n * t / used, hi = n * (t + 1) / used;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        for (size_t i = lo; i < hi; i++) s += (double)LD(x[i]) * LD(x[i]);
         part[t] = s;
         if (t == 0)
             for (int u = used; u < nt; u++) part[u] = 0; // fewer threads than asked for
