@@ -387,18 +387,23 @@ static void test_collective(const char *root) {
     checkpoint_close(r);
 }
 
+// The pieces of a whole (GR, GC) fp32 tensor "param/w" and a bf16 vector
+// "param/norm16" held by one rank.
+static void two_pieces(struct ckpt_piece p[2], float *w, uint16_t *norm16) {
+    p[0] = (struct ckpt_piece){.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
+                               .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w};
+    p[1] = (struct ckpt_piece){.name = "param/norm16", .grows = GC, .gcols = 1, .rows = GC,
+                               .cols = 1, .flat_end = GC, .dtype = DTYPE_BF16, .data = norm16};
+}
+
 // One whole (GR, GC) fp32 tensor "param/w" and a bf16 vector "param/norm16"
 // saved on one rank (comm_self) at step.
 static enum status save_self(const char *dir, int64_t step, float *w, uint16_t *norm16,
                              struct error *err) {
     struct comm_group self;
     comm_self_init(&self);
-    struct ckpt_piece p[2] = {
-        {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
-         .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w},
-        {.name = "param/norm16", .grows = GC, .gcols = 1, .rows = GC, .cols = 1,
-         .flat_end = GC, .dtype = DTYPE_BF16, .data = norm16},
-    };
+    struct ckpt_piece p[2];
+    two_pieces(p, w, norm16);
     struct ckpt_state s = {.step = step, .lr_step = step - 1, .skipped_steps = 3,
                            .consecutive_skips = 1};
     struct ckpt_save_args a = {.dir = dir, .step = step, .tp = 1, .pp = 1, .dp = 1,
@@ -460,12 +465,8 @@ static void test_nonfinite(const char *root, const char *trident) {
     // step 8, then committed with the file's real checksum.
     struct comm_group self;
     comm_self_init(&self);
-    struct ckpt_piece p[2] = {
-        {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
-         .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w},
-        {.name = "param/norm16", .grows = GC, .gcols = 1, .rows = GC, .cols = 1,
-         .flat_end = GC, .dtype = DTYPE_BF16, .data = norm16},
-    };
+    struct ckpt_piece p[2];
+    two_pieces(p, w, norm16);
     struct ckpt_state s = {.step = 8, .lr_step = 8, .skipped_steps = 5, .consecutive_skips = 5};
     struct ckpt_save_args a = {.dir = dir, .step = 8, .tp = 1, .pp = 1, .dp = 1,
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
