@@ -9,13 +9,13 @@
 // Conventions
 // - Tensors are row-major, contiguous, and carry their dtype (struct tensor).
 //   Storage dtypes: FP32 on every backend; FP64 on the CPU backend, used by
-//   tests for finite differences; BF16 on both backends and FP16 on the CPU
-//   backend, as 16-bit storage only: every op loads BF16/FP16 to FP32,
-//   computes and accumulates in FP32 (GEMMs included) and rounds each output
-//   element once to its storage dtype, to nearest even (torch's .to(bfloat16)
-//   / .to(half); FP16 keeps subnormals, overflows to inf). Unless an op says
-//   otherwise, its float tensors share one storage dtype, and the statistics
-//   below are FP32. Token ids and targets are I32.
+//   tests for finite differences; BF16 and FP16 on both backends, as 16-bit
+//   storage only: every op loads BF16/FP16 to FP32, computes and accumulates
+//   in FP32 (GEMMs included) and rounds each output element once to its
+//   storage dtype, to nearest even (torch's .to(bfloat16) / .to(half); FP16
+//   keeps subnormals, overflows to inf). Unless an op says otherwise, its
+//   float tensors share one storage dtype, and the statistics below are
+//   FP32. Token ids and targets are I32.
 // - Parameter gradients (matmul's FP32 out, rmsnorm dw, embedding dwte) of
 //   BF16/FP16 activations may be FP32: they then accumulate ("+=") in FP32.
 // - Shape letters: B batch, T sequence, C model width, H query heads, Hkv
@@ -121,7 +121,8 @@ void backend_synchronize(struct backend *be);
 // Math: BLAS sgemm/dgemm (the CPU backend calls OpenBLAS, and for BF16
 // oneDNN's dnnl_gemm_bf16bf16f32 where the CPU has AVX512_BF16, else the
 // operands converted to FP32 and sgemm; FP16 converts too; the CUDA backend
-// calls cuBLASLt with FP32 compute).
+// calls cuBLASLt with FP32 compute, CUBLAS_COMPUTE_32F, for FP32, BF16 and
+// FP16 operands).
 void backend_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
                     int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
 
@@ -257,7 +258,8 @@ double backend_sum_squares(struct backend *be, struct tensor x, size_t n);
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
 // dst (n,) = src (n,), converting dtype if they differ (round to nearest even
 // when narrowing; FP64 to BF16/FP16 rounds through FP32 on the CPU backend).
-// CPU: any pair of FP32, FP64, BF16, FP16; CUDA: FP32 <-> BF16.
+// CPU: any pair of FP32, FP64, BF16, FP16; CUDA: any pair of FP32, BF16, FP16
+// (through FP32, which holds BF16 and FP16 exactly: one rounding).
 void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
 
 // ---- profile ----------------------------------------------------------------

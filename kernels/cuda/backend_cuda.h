@@ -13,7 +13,8 @@ extern "C" {
 
 // A backend on CUDA device `device` (the node-local rank picks it): a compute
 // stream, a communication stream, a cuBLASLt handle and workspace. Storage
-// dtypes FP32 and BF16 (FP32 compute and accumulation); FP64 is rejected.
+// dtypes FP32, BF16 and FP16 (FP32 compute and accumulation); FP64 is
+// rejected.
 // Returns NULL and fills err (STATUS_RUNTIME) when the device cannot be used.
 struct backend *backend_cuda_init(int device, struct error *err);
 

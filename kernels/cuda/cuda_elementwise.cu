@@ -1,5 +1,5 @@
-// cuda_elementwise.cu: SwiGLU, add, copy (with FP32 <-> BF16
-// conversion), AdamW and the sum of squares of the CUDA backend. Each element
+// cuda_elementwise.cu: SwiGLU, add, copy (converting between FP32, BF16
+// and FP16), AdamW and the sum of squares of the CUDA backend. Each element
 // is independent; kernels are grid-stride loops. Math as in kernels/ops.h and
 // kernels/cpu/generic/{elementwise,optim}.h.
 #include "cuda_internal.cuh"
@@ -67,8 +67,9 @@ void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct ten
     CHECK_LAUNCH();
 }
 
-// dst (n,) = src: a device copy for equal dtypes (any dtype), else FP32 <-> BF16
-// (round to nearest even when narrowing).
+// dst (n,) = src: a device copy for equal dtypes (any dtype), else any pair of
+// FP32, BF16, FP16 through FP32 (exact), rounded once to nearest even when
+// narrowing.
 void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n) {
     if (!n) return;
     if (dst.dtype == src.dtype) {
@@ -81,8 +82,9 @@ void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t 
     CHECK_LAUNCH();
 }
 
-// One AdamW step (ops.h) on w (FP32 master, or param itself); param receives
-// the rounded w when w is the master. Scalars as computed by the CPU backend.
+// One AdamW step (ops.h) on w (FP32 master, or param itself); param (FP32,
+// BF16 or FP16) receives the rounded w when w is the master. Scalars as
+// computed by the CPU backend.
 __global__ void adamw_kernel(float *w, struct dptr param, const float *grad, float *m, float *v,
                              size_t n, float decay, float step_size, float bc2_sqrt, float b1,
                              float b2, float gs, float eps, bool has_master) {
@@ -106,7 +108,7 @@ void cuda_adamw(struct backend *be, struct tensor param, struct tensor master, s
     struct dptr pp = dptr_of(op, "param", param);
     bool has_master = master.data != NULL;
     if (has_master) CUDA_CHECK_SAME(op, "master", master, DTYPE_FP32);
-    else CHECK(!pp.bf, "adamw: bf16 param %s needs fp32 master weights", "param");
+    else CHECK(!dtype_is16(pp.dt), "adamw: %s param needs fp32 master weights", dtype_name(pp.dt));
     CUDA_CHECK_SAME(op, "grad", grad, DTYPE_FP32);
     CUDA_CHECK_SAME(op, "m", m, DTYPE_FP32);
     CUDA_CHECK_SAME(op, "v", v, DTYPE_FP32);

@@ -2,17 +2,20 @@
 // part of ops.h: the private state, typed device pointers and the kernels'
 // entry points that cuda_backend.cu puts in the table.
 //
-// Storage dtypes: every float tensor argument may be FP32 or BF16 on its own
-// (e.g. FP32 weight gradients of BF16 activations). Kernels take a `dptr`
-// (pointer + is-BF16 flag) and load/store through ld()/st(), converting to
-// and from FP32; the flag is uniform across a launch, so the branch costs a
-// predicate, not divergence. Compute and accumulation are FP32 (sums over
-// whole tensors: FP64); statistics (rstd, lse, rowmax, partials) are FP32.
+// Storage dtypes: every float tensor argument may be FP32, BF16 or FP16 on
+// its own (e.g. FP32 weight gradients of BF16/FP16 activations). Kernels are
+// written once for all three: they take a `dptr` (pointer + dtype) and
+// load/store through ld()/st(), converting to and from FP32 (16-bit stores
+// round once, to nearest even); the dtype is uniform across a launch, so the
+// branch costs a predicate, not divergence. Compute and accumulation are FP32
+// (sums over whole tensors: FP64); statistics (rstd, lse, rowmax, partials)
+// are FP32.
 #ifndef TRIDENT_CUDA_INTERNAL_CUH
 #define TRIDENT_CUDA_INTERNAL_CUH
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 // common.h is C11: give C++ its spelling of _Noreturn.
@@ -67,29 +70,35 @@ static inline cudaStream_t cuda_stream(struct backend *be) { return cuda_state(b
 // a regrow synchronizes the stream before freeing the old buffer).
 void *cuda_scratch(struct backend *be, size_t bytes);
 
-// A float tensor's data and whether it is BF16; aborts unless FP32 or BF16.
+// A float tensor's data and storage dtype; aborts unless FP32, BF16 or FP16.
 struct dptr {
     void *p;
-    bool bf;
+    enum dtype dt;
 };
 static inline struct dptr dptr_of(const char *op, const char *name, struct tensor t) {
-    CHECK(t.dtype == DTYPE_FP32 || t.dtype == DTYPE_BF16,
-          "%s: tensor %s is %s; the cuda backend stores fp32 and bf16 only", op, name,
+    CHECK(t.dtype == DTYPE_FP32 || t.dtype == DTYPE_BF16 || t.dtype == DTYPE_FP16,
+          "%s: tensor %s is %s; the cuda backend stores fp32, bf16 and fp16 only", op, name,
           dtype_name(t.dtype));
-    struct dptr d = {t.data, t.dtype == DTYPE_BF16};
+    struct dptr d = {t.data, t.dtype};
     return d;
 }
+// Whether a storage dtype is one of the 16-bit ones (BF16, FP16).
+static inline bool dtype_is16(enum dtype d) { return d == DTYPE_BF16 || d == DTYPE_FP16; }
 // Aborts unless t has dtype d (the checks ops.c leaves to backends).
 #define CUDA_CHECK_SAME(op, name, t, d)                                        \
     CHECK((t).dtype == (d), "%s: tensor %s is %s, expected %s", op, name,      \
           dtype_name((t).dtype), dtype_name(d))
 
 __device__ __forceinline__ float ld(struct dptr a, size_t i) {
-    return a.bf ? __bfloat162float(((const __nv_bfloat16 *)a.p)[i]) : ((const float *)a.p)[i];
+    if (a.dt == DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.p)[i]);
+    if (a.dt == DTYPE_FP16) return __half2float(((const __half *)a.p)[i]);
+    return ((const float *)a.p)[i];
 }
-// Round to nearest even when storing BF16.
+// Round to nearest even when storing BF16 or FP16 (FP16: subnormals kept,
+// overflow to inf).
 __device__ __forceinline__ void st(struct dptr a, size_t i, float v) {
-    if (a.bf) ((__nv_bfloat16 *)a.p)[i] = __float2bfloat16_rn(v);
+    if (a.dt == DTYPE_BF16) ((__nv_bfloat16 *)a.p)[i] = __float2bfloat16_rn(v);
+    else if (a.dt == DTYPE_FP16) ((__half *)a.p)[i] = __float2half_rn(v);
     else ((float *)a.p)[i] = v;
 }
 

@@ -3,14 +3,17 @@
 // Row-major out (M, N) = op(a) op(b) is, read column-major, out^T (N, M) =
 // op(b)^T op(a)^T: cuBLASLt (column-major) multiplies b by a with m = N,
 // n = M, and the transposes of b and a in that order; no data moves.
-// Storage: a and b FP32 or BF16 (the same), out of their dtype or FP32 (e.g.
-// FP32 weight gradients of BF16 activations). Compute: CUBLAS_COMPUTE_32F
-// for both (FP32 accumulation; no TF32, so FP32 matches the CPU to ~1e-6).
+// Storage: a and b FP32, BF16 or FP16 (the same), out of their dtype or FP32
+// (e.g. FP32 weight gradients of BF16/FP16 activations). Compute:
+// CUBLAS_COMPUTE_32F for all three (FP32 accumulation, FP32 alpha and beta;
+// no TF32, so FP32 matches the CPU to ~1e-6; a 16-bit out is rounded once).
 #include "cuda_internal.cuh"
 
 #include <string.h>
 
-static cudaDataType_t cuda_type(enum dtype d) { return d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static cudaDataType_t cuda_type(enum dtype d) {
+    return d == DTYPE_BF16 ? CUDA_R_16BF : d == DTYPE_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 // Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic
 // assumes 256-byte aligned operands unless told otherwise, and a slice of a

@@ -163,9 +163,10 @@ __global__ void embedding_backward_atomic(float *dwte, struct dptr dout, const i
         atomicAdd(dwte + (size_t)row * C + j, ld(dout, o + j));
 }
 
-// BF16 dwte: no atomics on 16-bit storage; one thread per column walks all N
-// tokens in order (deterministic, slow: BF16 embedding gradients are not
-// expected; FP32 gradients take the kernel above).
+// BF16/FP16 dwte: no atomics on 16-bit storage; one thread per column walks
+// all N tokens in order, rounding after each row added as ops.h says
+// (deterministic, slow: 16-bit embedding gradients are not expected; FP32
+// gradients take the kernel above).
 __global__ void embedding_backward_columns(struct dptr dwte, struct dptr dout,
                                            const int32_t *tokens, int N, int C, int vocab_start,
                                            int Vl) {
@@ -185,7 +186,7 @@ void cuda_embedding_backward(struct backend *be, struct tensor dwte, struct tens
     struct dptr pw = dptr_of(op, "dwte", dwte), pd = dptr_of(op, "dout", dout);
     if (N == 0 || C == 0) return;
     const int32_t *tok = (const int32_t *)tokens.data;
-    if (!pw.bf)
+    if (pw.dt == DTYPE_FP32)
         embedding_backward_atomic<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
             (float *)dwte.data, pd, tok, C, vocab_start, Vl);
     else

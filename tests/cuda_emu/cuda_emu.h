@@ -1,10 +1,10 @@
-// cuda_emu.h: just enough of the CUDA runtime, cuda_bf16.h and cuBLASLt to
-// compile kernels/cuda/*.cu as host C++ and run every kernel on the CPU
-// (tests/e2e/cuda_emulated.sh). Each CUDA thread of a block is an OS thread;
-// blocks run one after another; __syncthreads and warp shuffles are barriers.
-// Slow (a barrier per shuffle), exact in semantics for kernels that (like
-// trident's) keep whole warps together and never leave a block before a
-// __syncthreads. cuBLASLt's heuristic answers "not supported", so matmul runs
+// cuda_emu.h: just enough of the CUDA runtime, cuda_bf16.h, cuda_fp16.h and
+// cuBLASLt to compile kernels/cuda/*.cu as host C++ and run every kernel on
+// the CPU (tests/e2e/cuda_emulated.sh). Each CUDA thread of a block is an OS
+// thread; blocks run one after another; __syncthreads and warp shuffles are
+// barriers. Slow (a barrier per shuffle), exact in semantics for kernels
+// that (like trident's) keep whole warps together and never leave a block
+// before a __syncthreads. cuBLASLt's heuristic answers "not supported", so matmul runs
 // its fallback kernel. Streams are ignored: every launch completes before it
 // returns. Not part of any build but that test.
 #ifndef TRIDENT_CUDA_EMU_H
@@ -72,6 +72,39 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     return h;
 }
 
+// ---- cuda_fp16.h ----------------------------------------------------------------
+// IEEE binary16, converted as the hardware does (cvt.rn.f16.f32): round to
+// nearest, ties to even, subnormals kept, overflow to inf, NaN to the
+// canonical 0x7fff. Written independently of kernels/cpu/half.h (the CPU
+// backend's conversion), so the emulated test compares two implementations.
+struct __half { uint16_t x; };
+static inline float __half2float(__half h) {
+    int e = (h.x >> 10) & 0x1f, m = h.x & 0x3ff;
+    float f = e == 0 ? ldexpf((float)m, -24)             // zero, subnormal
+              : e == 31 ? (m ? NAN : INFINITY)           // inf, NaN
+              : ldexpf((float)(0x400 | m), e - 25);       // normal: 1.m * 2^(e-15)
+    return h.x & 0x8000 ? -f : f;
+}
+static inline __half __float2half_rn(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    __half h;
+    if (a > 0x7f800000u) { h.x = 0x7fff; return h; }
+    int e = (int)(a >> 23) - 127;         // unbiased exponent of a normal f
+    if (e > 15) { h.x = sign | 0x7c00; return h; } // inf, or >= 2^16
+    if (e < -25) { h.x = sign; return h; }         // < 2^-25 (FP32 subnormals too): 0
+    uint32_t mant = (a & 0x7fffffu) | 0x800000u;   // 24 bits with the implicit one
+    // FP16 keeps 11 of them (normal), fewer below 2^-14 (subnormal, step 2^-24).
+    int shift = e >= -14 ? 13 : 13 + (-14 - e);
+    uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++; // a carry moves into the exponent
+    // normal: q in [0x400, 0x800], biased exponent e + 15 over the implicit one
+    h.x = sign | (uint16_t)(e >= -14 ? ((uint32_t)(e + 14) << 10) + q : q);
+    return h;
+}
+
 // ---- cuda_runtime.h -------------------------------------------------------------
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorMemoryAllocation = 2 };
@@ -91,7 +124,7 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 // Device memory is host memory; fresh allocations are filled with 0xff bytes
-// (NaN as fp32 and bf16) so that a kernel reading unwritten memory shows.
+// (NaN as fp32, bf16 and fp16) so that a kernel reading unwritten memory shows.
 static inline cudaError_t cudaMalloc(void **p, size_t n) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256);
     if (!*p) return cudaErrorMemoryAllocation;
@@ -116,7 +149,7 @@ static inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t
 // ---- cublasLt.h ------------------------------------------------------------------
 typedef int cublasStatus_t;
 enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
-typedef enum { CUDA_R_32F, CUDA_R_16BF } cudaDataType_t;
+typedef enum { CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F } cudaDataType_t;
 typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
 typedef enum { CUBLAS_COMPUTE_32F } cublasComputeType_t;
 enum {

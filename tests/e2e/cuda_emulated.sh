@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # cuda_emulated.sh: the CUDA backend's kernels (kernels/cuda/*.cu) compiled as
 # host C++ against tests/cuda_emu/cuda_emu.h and run by test_ops_cuda on the
-# CPU: every op against the CPU backend, FP32 and BF16, without a GPU. Checks
-# indexing, reductions, dtype handling and the matmul fallback kernel; not
+# CPU: every op against the CPU backend, FP32, BF16 and FP16, without a GPU.
+# Checks indexing, reductions, dtype handling and the matmul fallback kernel; not
 # checked here: cuBLASLt (the emulated heuristic finds no algorithm), real
 # warp scheduling, streams, NCCL. Each kernel launch becomes one OS thread
 # per CUDA thread, so the test shapes are the small set (TEST_OPS_SMALL=1).
+# First, tests/cuda_emu/check_half.cpp checks the emulation's FP16
+# conversions against kernels/cpu/half.h on every bit pattern (~10 s).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 OUT="$BUILD/cuda-emu"
@@ -26,6 +28,9 @@ for cu in kernels/cuda/*.cu; do
     objs+=("$OUT/$name.o")
 done
 g++ -c -std=c++20 -O1 -g -pthread -Itests/cuda_emu tests/cuda_emu/cuda_emu.cpp -o "$OUT/cuda_emu.o" || fail "compile cuda_emu.cpp"
+# The emulation's FP16 conversions against kernels/cpu/half.h, exhaustively.
+g++ -std=c++20 -O2 -Itests/cuda_emu $CFLAGS tests/cuda_emu/check_half.cpp -o "$OUT/check_half" || fail "compile check_half.cpp"
+"$OUT/check_half" || fail "the emulation's __half conversions differ from kernels/cpu/half.h"
 csrc=(kernels/ops.c kernels/backend.c kernels/rope_table.c kernels/cpu/*.c src/base/common.c tests/unit/test_ops_cuda.c)
 for c in "${csrc[@]}"; do
     o="$OUT/c_$(basename "$c" .c).o"

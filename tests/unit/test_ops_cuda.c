@@ -1,12 +1,19 @@
 // test_ops_cuda.c: every op of the CUDA backend against the CPU backend (the
 // reference, itself checked against FP64 and naive loops in test_ops_cpu.c),
-// for FP32 storage (relative error <= 1e-5) and BF16 storage (<= 1e-2 on BF16
-// outputs; FP32 statistics and FP32 outputs of BF16 inputs <= 1e-5). Inputs
-// are fresh random values rounded to the storage dtype, so both backends see
-// the same numbers; the CPU computes in FP32 from them. Device outputs are
-// NaN-poisoned before each call (an unwritten element fails), "+=" outputs
-// start from random values. Copies between FP32 and BF16 are checked against
-// host round-to-nearest-even, and sum_squares against a host FP64 sum.
+// for FP32 storage (relative error <= 1e-5), BF16 storage (<= 1e-2 on BF16
+// outputs) and FP16 storage (<= 1e-3 on FP16 outputs); FP32 statistics and
+// FP32 outputs of 16-bit inputs <= 1e-5. The CPU side holds FP32 copies, so
+// a 16-bit output differs from it by (about) the device's one rounding of
+// each element: at most u = 2^-8 ~ 3.9e-3 (BF16) or 2^-11 ~ 4.9e-4 (FP16)
+// relative; the bounds are 2.6 u and 2 u (measured, emulated: BF16 <= 2.5e-3,
+// FP16 <= 2.6e-4). Inputs are fresh random values rounded to the storage
+// dtype, so both backends see the same numbers; the CPU computes in FP32 from
+// them. Device outputs are NaN-poisoned before each call (an unwritten
+// element fails), "+=" outputs start from random values. Copies between
+// FP32, BF16 and FP16 are checked bit for bit against host round-to-nearest-
+// even (kernels/cpu/half.h for FP16), on random values and on the edges
+// (ties, subnormals, overflow, inf, NaN, -0), and sum_squares against a host
+// FP64 sum.
 //
 // Built always: in a build without the CUDA backend it checks that the
 // run-time selection refuses device = cuda with the documented message, then
@@ -18,6 +25,7 @@
 
 #include "base/common.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/half.h"
 #include "kernels/ops.h"
 #include "test.h"
 
@@ -29,7 +37,8 @@ static double rnd(void) { // uniform in [-1, 1)
     return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0 * 2 - 1;
 }
 
-// ---- BF16 on the host: round to nearest even, as __float2bfloat16_rn ---------
+// ---- BF16 and FP16 on the host: round to nearest even, as __float2bfloat16_rn
+// and __float2half_rn (FP16: kernels/cpu/half.h) --------------------------------
 
 static uint16_t f2bf(float f) {
     uint32_t u;
@@ -44,7 +53,9 @@ static float bf2f(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
-static float round_to(enum dtype dt, float f) { return dt == DTYPE_BF16 ? bf2f(f2bf(f)) : f; }
+static float round_to(enum dtype dt, float f) {
+    return dt == DTYPE_BF16 ? bf2f(f2bf(f)) : dt == DTYPE_FP16 ? fp16_to_f32(fp16_from_f32(f)) : f;
+}
 
 // ---- a tensor on both backends -------------------------------------------------
 
@@ -60,6 +71,8 @@ static void upload(struct tensor g, const float *h, size_t n) {
     void *tmp = xmalloc(n * dtype_size(g.dtype) + 1);
     if (g.dtype == DTYPE_BF16)
         for (size_t i = 0; i < n; i++) ((uint16_t *)tmp)[i] = f2bf(h[i]);
+    else if (g.dtype == DTYPE_FP16)
+        for (size_t i = 0; i < n; i++) ((uint16_t *)tmp)[i] = fp16_from_f32(h[i]);
     else memcpy(tmp, h, n * 4);
     backend_to_device(gpu, g.data, tmp, n * dtype_size(g.dtype));
     backend_synchronize(gpu);
@@ -72,6 +85,8 @@ static void download(float *h, struct tensor g, size_t n) {
     backend_synchronize(gpu);
     if (g.dtype == DTYPE_BF16)
         for (size_t i = 0; i < n; i++) h[i] = bf2f(((uint16_t *)tmp)[i]);
+    else if (g.dtype == DTYPE_FP16)
+        for (size_t i = 0; i < n; i++) h[i] = fp16_to_f32(((uint16_t *)tmp)[i]);
     else memcpy(h, tmp, n * 4);
     free(tmp);
 }
@@ -122,7 +137,9 @@ static void ipair_free(struct ipair p) {
     backend_dealloc(gpu, p.g.data);
 }
 
-static double tol_of(enum dtype dt) { return dt == DTYPE_BF16 ? 1e-2 : 1e-5; }
+static double tol_of(enum dtype dt) {
+    return dt == DTYPE_BF16 ? 1e-2 : dt == DTYPE_FP16 ? 1e-3 : 1e-5;
+}
 
 // GPU result of p against the CPU result, within the tolerance of p's dtype;
 // every element written (a NaN fails).
@@ -165,7 +182,7 @@ static void test_embedding(enum dtype dt) {
     backend_embedding_forward(cpu, out.c, wte.c, t.c, N, C, vs, Vl);
     backend_embedding_forward(gpu, out.g, wte.g, t.g, N, C, vs, Vl);
     expect_match(out, "embedding_forward");
-    // dwte += in FP32 (atomic kernel) and in the storage dtype (column kernel for BF16)
+    // dwte += in FP32 (atomic kernel) and in the storage dtype (column kernel for 16 bits)
     for (int k = 0; k < 2; k++) {
         enum dtype gdt = k ? dt : DTYPE_FP32;
         struct pair dwte = pair_rand((size_t)Vl * C, 1, gdt), dout = pair_rand((size_t)N * C, 1, dt);
@@ -311,7 +328,7 @@ static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs,
 // AdamW: param of dtype dt with FP32 master, and (FP32 only) param without master.
 static void test_adamw(enum dtype dt) {
     size_t n = 777;
-    for (int with_master = dt == DTYPE_BF16; with_master < 2; with_master++) {
+    for (int with_master = dt != DTYPE_FP32; with_master < 2; with_master++) {
         struct pair p = pair_rand(n, 1, dt), g = pair_rand(n, 1, DTYPE_FP32);
         struct pair m = pair_rand(n, 0.1, DTYPE_FP32), v = pair_rand(n, 0.1, DTYPE_FP32);
         for (size_t i = 0; i < n; i++) v.h[i] = fabsf(v.h[i]);
@@ -334,6 +351,31 @@ static void test_adamw(enum dtype dt) {
     }
 }
 
+// FP32 -> dt (BF16 or FP16) on values where rounding is easy to get wrong:
+// bit for bit against the host (NaN: any NaN).
+static void test_copy_edges(enum dtype dt) {
+    const float v[] = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f,
+                       1.0f + 3 * 0x1p-8f, -(1.0f + 0x1.8p-8f), 65504.0f, 65519.99f, 65520.0f,
+                       -1e5f, 0x1p-14f, 0x1.ff8p-15f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 3 * 0x1p-25f,
+                       0x1p-26f, -1e-8f, 1e-45f, 0x1p-126f, 3.4e38f, -3.4e38f, INFINITY,
+                       -INFINITY, NAN};
+    size_t n = sizeof v / sizeof v[0];
+    struct pair src = pair_alloc(n, DTYPE_FP32), dst = pair_nan(n, dt);
+    memcpy(src.h, v, sizeof v);
+    pair_sync(src);
+    backend_copy(gpu, dst.g, src.g, n);
+    float *got = xmalloc(n * 4);
+    download(got, dst.g, n);
+    for (size_t i = 0; i < n; i++) {
+        float want = round_to(dt, v[i]);
+        bool same = isnan(want) ? isnan(got[i]) : !memcmp(&got[i], &want, 4);
+        EXPECT(same, "copy fp32 -> %s of %a: %a, host %a", dtype_name(dt), (double)v[i],
+               (double)got[i], (double)want);
+    }
+    free(got);
+    pair_free(src), pair_free(dst);
+}
+
 static void test_elementwise(enum dtype dt, size_t n) {
     struct pair x = pair_rand(n, 3, dt), y = pair_rand(n, 1, dt), o = pair_nan(n, dt);
     double ref = 0;
@@ -345,24 +387,34 @@ static void test_elementwise(enum dtype dt, size_t n) {
     expect_match(o, "add");
     backend_add(cpu, x.c, x.c, y.c, n), backend_add(gpu, x.g, x.g, y.g, n);
     expect_match(x, "add in place");
-    // copy to the other storage dtype and back: against host rounding
-    enum dtype other = dt == DTYPE_BF16 ? DTYPE_FP32 : DTYPE_BF16;
-    struct pair src = pair_rand(n, 5, DTYPE_FP32), conv = pair_nan(n, other), same = pair_nan(n, dt);
-    backend_copy(gpu, conv.g, src.g, n);
-    for (size_t i = 0; i < n; i++) ((float *)conv.c.data)[i] = round_to(other, src.h[i]);
-    expect_match(conv, "copy fp32 -> other dtype");
-    float *h = xmalloc(n * 4);
-    download(h, conv.g, n);
-    for (size_t i = 0; i < n; i++) ((float *)same.c.data)[i] = round_to(dt, h[i]);
-    backend_copy(gpu, same.g, conv.g, n);
-    expect_match(same, "copy other dtype -> storage dtype");
-    size_t exact = 0;
-    float *h2 = xmalloc(n * 4);
-    download(h2, same.g, n);
-    for (size_t i = 0; i < n; i++) exact += h2[i] == ((float *)same.c.data)[i];
-    EXPECT(exact == n, "copy: %zu of %zu elements equal host round-to-nearest-even", exact, n);
-    free(h), free(h2);
-    pair_free(x), pair_free(y), pair_free(o), pair_free(src), pair_free(conv), pair_free(same);
+    // copy to each other storage dtype and back: against host rounding
+    enum dtype dts[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
+    for (int d = 0; d < 3; d++) {
+        enum dtype other = dts[d];
+        if (other == dt) continue;
+        char what[96];
+        struct pair src = pair_rand(n, 5, DTYPE_FP32), conv = pair_nan(n, other), same = pair_nan(n, dt);
+        backend_copy(gpu, conv.g, src.g, n);
+        for (size_t i = 0; i < n; i++) ((float *)conv.c.data)[i] = round_to(other, src.h[i]);
+        snprintf(what, sizeof what, "copy fp32 -> %s", dtype_name(other));
+        expect_match(conv, what);
+        float *h = xmalloc(n * 4);
+        download(h, conv.g, n);
+        for (size_t i = 0; i < n; i++) ((float *)same.c.data)[i] = round_to(dt, h[i]);
+        backend_copy(gpu, same.g, conv.g, n);
+        snprintf(what, sizeof what, "copy %s -> storage dtype", dtype_name(other));
+        expect_match(same, what);
+        size_t exact = 0;
+        float *h2 = xmalloc(n * 4);
+        download(h2, same.g, n);
+        for (size_t i = 0; i < n; i++) exact += h2[i] == ((float *)same.c.data)[i];
+        EXPECT(exact == n, "copy %s -> %s: %zu of %zu elements equal host round-to-nearest-even",
+               dtype_name(other), dtype_name(dt), exact, n);
+        free(h), free(h2);
+        pair_free(src), pair_free(conv), pair_free(same);
+    }
+    if (dt != DTYPE_FP32) test_copy_edges(dt);
+    pair_free(x), pair_free(y), pair_free(o);
 }
 
 // small: the shapes the CPU emulation of the kernels can afford
@@ -416,6 +468,7 @@ int main(void) {
     bool small = getenv("TEST_OPS_SMALL") != NULL;
     run_all(DTYPE_FP32, small);
     run_all(DTYPE_BF16, small);
+    run_all(DTYPE_FP16, small);
     backend_free(gpu);
     backend_free(cpu);
     return test_finish("test_ops_cuda");
