@@ -36,10 +36,6 @@ static enum status check_supported(const struct config *c, int world_size, struc
                          "%s: [system] device = cuda with %d ranks: this build trains on one GPU "
                          "(tp = pp = dp = 1); the NCCL groups for multi-GPU device buffers are not "
                          "wired into the trainer yet", c->file, world_size);
-    if (c->precision.dtype != DTYPE_FP32)
-        return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
-                         c->file, dtype_name(c->precision.dtype));
     return STATUS_OK;
 }
 
@@ -560,6 +556,6 @@ void trainer_close(struct trainer *t) {
     backend_free(t->m.be);
     topology_free(&t->par.topo);
     free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
-    free(t->ckpt.host_params), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
+    free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
     free(t);
 }

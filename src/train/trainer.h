@@ -56,7 +56,9 @@ struct trainer_parallel {
 struct trainer_ckpt {
     int start_step;           // optimizer steps done before this run (resume)
     char last[CKPT_PATH_MAX]; // the checkpoint last saved or resumed from; "" none
-    float *host_params;       // (n_params,) host copy of the parameter arena
+    float *host_params;       // (n_params,) host copy of the parameter arena (FP32: the
+                              // master weights of a BF16/FP16 model on resume)
+    float *host_master;       // (range,) this rank's FP32 master weights (BF16/FP16 save)
     float *host_m, *host_v;   // this rank's moment range
     struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
 };
