@@ -130,6 +130,7 @@ const struct param_info *model_params(const struct model *m, int *n);
 struct tensor model_param_arena(struct model *m); // (n_params,) model dtype
 struct tensor model_grad_arena(struct model *m);  // (n_params,) fp32 / fp64
 const struct model_memory *model_memory(const struct model *m);
+struct backend *model_backend(const struct model *m); // the backend its arenas live on
 bool model_is_last_stage(const struct model *m);
 
 // Finds a parameter by HF name; NULL when this rank does not hold it.

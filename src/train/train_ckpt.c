@@ -72,7 +72,9 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     struct ckpt_state st = {
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
-        .loss_scale = 1.0, .skipped_steps = t->progress.skipped_steps,
+        .loss_scale = t->par.ctx.scaler ? t->scaler.scale : 0.0,
+        .loss_scale_good_steps = t->par.ctx.scaler ? t->scaler.good_steps : 0,
+        .skipped_steps = t->progress.skipped_steps,
         .consecutive_skips = t->progress.consecutive_skips,
     };
     loader_state_save(&t->data.train_loader, &st.loader);
@@ -187,6 +189,10 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
     // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).
     t->progress = (struct trainer_progress){(int)st.lr_step, (int)st.skipped_steps,
                                             (int)st.consecutive_skips};
+    // A dynamic fp16 scale continues where it was; one saved without a
+    // scaler (0: bf16 or fp32) leaves this run's initial scale.
+    if (t->par.ctx.scaler && t->scaler.dynamic && st.loss_scale > 0)
+        t->scaler.scale = st.loss_scale, t->scaler.good_steps = (int)st.loss_scale_good_steps;
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
     return STATUS_OK;
 }
