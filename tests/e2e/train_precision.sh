@@ -2,7 +2,8 @@
 # train_precision.sh: mixed precision in the trainer (issue 11; docs/design.md §5).
 #  1. bf16 against fp32, 20 steps of the small config in (1,1,1): every step's
 #     loss within 0.2% of fp32's (measured 1e-4) (a short stand-in for the 300-step tiny.ini run
-#     of docs/performance.md), and not identical (bf16 really ran).
+#     of docs/performance.md), and not identical (bf16 really ran); fp16 with
+#     loss_scale_initial = 65536 the same, with no step skipped.
 #  2. bf16 layouts agree: (2,2,2) ZeRO-1 with sequence parallelism and
 #     (1,2,2) against (1,1,1) bf16, every step's loss within 2e-4 relative.
 #     Why that bound: fp32 layouts agree to ~1e-6; in bf16 a sum in another
@@ -60,6 +61,11 @@ close fp32 bf16 2e-3 || { echo "FAIL: bf16 strays from fp32"; fail=1; }
 if [ "$(metrics "$tmp/run-fp32" .loss)" = "$(metrics "$tmp/run-bf16" .loss)" ]; then
     echo "FAIL: bf16 losses are fp32's to the last digit: was bf16 used?"; fail=1
 fi
+# fp16 from a scale that does not overflow here (the default 2^32 skips the
+# first steps while it settles: tests/e2e/train_loss_scale.sh, docs/performance.md)
+train fp16 1 1 1 0 precision.dtype=fp16 precision.loss_scale_initial=65536 || fail=1
+close fp32 fp16 2e-3 || { echo "FAIL: fp16 strays from fp32"; fail=1; }
+[ "$(metrics "$tmp/run-fp16" .skipped | sort -u)" = 0 ] || { echo "FAIL: fp16 at scale 65536 skipped steps"; fail=1; }
 
 # 2. bf16 layouts
 train bf16-222 2 2 2 1 precision.dtype=bf16 parallel.sequence_parallel=true || fail=1
