@@ -67,7 +67,8 @@ struct ckpt_state {
     struct loader_state loader;
     uint64_t rng_seed;       // [train] seed of the run
     uint64_t rng_state[4];   // generator state, when the caller has one (else 0)
-    double loss_scale;       // current dynamic loss scale (1 for fp32)
+    double loss_scale;       // the fp16 loss scale; 0 for a run without one (bf16, fp32;
+                             // files written before mixed precision hold 1)
     int64_t loss_scale_good_steps; // steps since the last overflow
     // Steps skipped for a non-finite loss or gradient norm (no update, the
     // LR schedule held): in all, and the latest run of them in a row (0 after

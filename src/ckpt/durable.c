@@ -62,6 +62,7 @@ static enum status fault_parse(const char *spec, struct error *err) {
     else if (!strcmp(what, "short_write")) fault.kind = FAULT_SHORT_WRITE;
     else if (!strcmp(what, "fsync")) fault.kind = FAULT_FSYNC;
     else if (!strcmp(what, "enospc")) fault.kind = FAULT_ENOSPC;
+    else if (!strcmp(what, "grad_inf")) fault.kind = FAULT_NONE; // the trainer's (train.c), not storage
     else goto bad;
     if (fault.n < 1) goto bad;
     return STATUS_OK;
@@ -69,7 +70,7 @@ bad:
     fault.kind = FAULT_NONE;
     return error_set(err, STATUS_BAD_INPUT,
                      "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], short_write:N, "
-                     "fsync:N or enospc:N, optionally followed by @RANK",
+                     "fsync:N, enospc:N or grad_inf:N, optionally followed by @RANK",
                      spec);
 }
 

@@ -18,6 +18,8 @@
 //   enospc:N        the Nth storage call that creates or writes data
 //                   (open for writing, write, mkdir, h5 create point) fails
 //                   with ENOSPC
+//   grad_inf:N      not a storage fault: the trainer's (src/train/train.c: an
+//                   inf in the gradients at step N); accepted and ignored here
 //   @RANK           only on world rank RANK (g_log_rank); else every rank
 // durable_fault_set replaces the setting at run time (unit tests).
 #ifndef TRIDENT_DURABLE_H

@@ -97,6 +97,12 @@ struct precision_config {
     enum dtype dtype; // DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16
     enum loss_scale_mode loss_scale_mode;
     double loss_scale; // the fixed scale when LOSS_SCALE_STATIC, else 0
+    // fp16 dynamic loss scale (Megatron-LM's DynamicGradScaler defaults, no hysteresis)
+    double loss_scale_initial;      // 2^32
+    double loss_scale_min;          // 1
+    double loss_scale_backoff;      // 0.5: the factor on an overflow
+    double loss_scale_growth;       // 2: the factor after growth_interval good steps
+    int loss_scale_growth_interval; // 1000
 };
 
 struct checkpoint_config {

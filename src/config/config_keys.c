@@ -144,12 +144,27 @@ const struct config_key config_keys[] = {
 
     // [precision] (docs/design.md §5)
     KEY_ENUM("precision", "dtype", precision.dtype, "fp32", dtype_choices,
-             "weights and activations; master weights and moments stay fp32"),
+             "weights and activations; master weights, moments, gradients and statistics stay fp32"),
     {.section = "precision", .key = "loss_scale", .type = CONFIG_ENUM, .def = "dynamic", .min = 0,
      .max = NOMAX, .flags = CONFIG_MIN_EXCLUSIVE, .unit = "",
-     .doc = "fp16 loss scale: dynamic (back off on inf/NaN, grow after good steps) or a fixed number",
+     .doc = "fp16 loss scale: dynamic (back off on inf/NaN, grow after good steps) or a fixed number; bf16 and fp32 use none",
      .offset = F(precision.loss_scale_mode), .choices = loss_scale_choices, .has_alt = 1,
      .alt_type = CONFIG_FLOAT, .alt_offset = F(precision.loss_scale), .alt_value = LOSS_SCALE_STATIC},
+    KEY_FLOAT("precision", "loss_scale_initial", precision.loss_scale_initial, "4294967296", 0, NOMAX,
+              CONFIG_MIN_EXCLUSIVE, "", "fp16, loss_scale = dynamic: the scale of the first step "
+              "(Megatron-LM's 2^32; overflowing steps halve it until it settles)"),
+    KEY_FLOAT("precision", "loss_scale_min", precision.loss_scale_min, "1", 0, NOMAX,
+              CONFIG_MIN_EXCLUSIVE, "", "fp16, dynamic: the scale never backs off below this; an "
+              "overflow at this scale counts toward [train] max_skipped_steps"),
+    KEY_FLOAT("precision", "loss_scale_backoff", precision.loss_scale_backoff, "0.5", 0, 1,
+              CONFIG_MIN_EXCLUSIVE, "", "fp16, dynamic: the scale is multiplied by this on a step "
+              "whose gradients hold an inf or NaN (the step is skipped)"),
+    KEY_FLOAT("precision", "loss_scale_growth", precision.loss_scale_growth, "2", 1, NOMAX, 0, "",
+              "fp16, dynamic: the scale is multiplied by this after loss_scale_growth_interval "
+              "applied steps in a row"),
+    KEY_INT("precision", "loss_scale_growth_interval", precision.loss_scale_growth_interval, "1000",
+            1, INT_MAX, "steps", "fp16, dynamic: applied steps without an overflow before the "
+            "scale grows"),
 
     // [checkpoint] (docs/design.md §7)
     KEY_PATH("checkpoint", "dir", checkpoint.dir, "", CONFIG_OPTIONAL,

@@ -38,6 +38,10 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
                          "but N = %d ranks are running (%s; %s; %s)",
                          file, p->tp, p->pp, p->dp, ranks, world_size, KT("parallel", "tp"), KT("parallel", "pp"),
                          KT("parallel", "dp"));
+    const struct precision_config *pc = &cfg->precision;
+    if (pc->loss_scale_min > pc->loss_scale_initial)
+        return error_set(err, bad, "%s: the fp16 loss scale starts below its floor: %s; %s", file,
+                         KT("precision", "loss_scale_initial"), KT("precision", "loss_scale_min"));
     if (m->n_heads % m->n_kv_heads)
         return error_set(err, bad, "%s: n_heads must be a multiple of n_kv_heads (grouped-query attention): %s; %s",
                          file, KT("model", "n_heads"), KT("model", "n_kv_heads"));

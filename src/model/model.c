@@ -245,15 +245,25 @@ static void acts_layout(struct model *m, struct carver *c) {
     m->dact = carve(c, a, (size_t)N * Fl);
     if (m->kv_replicas > 1)
         m->kv_grad = carve(c, grad_dtype(a), (size_t)m->cfg.n_kv_heads * m->D * C);
+    // BF16/FP16 activations are summed over TP in FP32 (docs/design.md §5):
+    // converted into red (N, C), reduced, converted back (red_s (Ns, C)
+    // receives the reduce-scatter under sequence parallelism).
+    bool lowp = a == DTYPE_BF16 || a == DTYPE_FP16;
+    if (lowp && m->shard.tp_size > 1) {
+        m->red = carve(c, DTYPE_FP32, (size_t)N * C);
+        m->red_s = m->sp ? carve(c, DTYPE_FP32, (size_t)Ns * C) : m->red;
+    } else {
+        m->red = m->red_s = tensor_view(NULL, DTYPE_FP32, 0);
+    }
 }
 
 // Fills the fields of m that the size table needs (no allocation).
 static enum status model_setup(struct model *m, const struct llama_config *cfg,
                                const struct model_shard *shard, enum dtype dtype, int B, int T,
                                struct error *err) {
-    if (dtype != DTYPE_FP32 && dtype != DTYPE_FP64)
-        return error_set(err, STATUS_BAD_INPUT, "model: dtype %s is not supported yet (fp32)",
-                         dtype_name(dtype));
+    if (dtype != DTYPE_FP32 && dtype != DTYPE_FP64 && dtype != DTYPE_BF16 && dtype != DTYPE_FP16)
+        return error_set(err, STATUS_BAD_INPUT, "model: dtype %s, expected fp32, bf16, fp16 "
+                         "or fp64", dtype_name(dtype));
     if (B < 1 || T < 1 || T > cfg->max_seq_len)
         return error_set(err, STATUS_BAD_INPUT,
                          "model: microbatch (B=%d, T=%d) must be positive with T <= max_seq_len %d",
@@ -440,6 +450,7 @@ const struct param_info *model_params(const struct model *m, int *n) {
 struct tensor model_param_arena(struct model *m) { return m->param_arena; }
 struct tensor model_grad_arena(struct model *m) { return m->grad_arena; }
 const struct model_memory *model_memory(const struct model *m) { return &m->mem; }
+struct backend *model_backend(const struct model *m) { return m->be; }
 bool model_is_last_stage(const struct model *m) { return m->last; }
 
 const struct param_info *model_find_param(const struct model *m, const char *name) {
@@ -448,26 +459,58 @@ const struct param_info *model_find_param(const struct model *m, const char *nam
     return NULL;
 }
 
+// Copies n host floats (FP32 or FP64 as dtype) into backend memory dst of
+// dtype dst_dtype, rounding to BF16/FP16 through the backend's copy (RNE).
+static void to_device_as(struct model *m, struct tensor dst, const void *host, enum dtype host_dtype) {
+    size_t n = dst.numel, bytes = n * dtype_size(host_dtype);
+    if (dst.dtype == host_dtype) {
+        backend_to_device(m->be, dst.data, host, bytes);
+        return;
+    }
+    void *tmp = backend_alloc(m->be, bytes);
+    CHECK(tmp, "out of backend memory for %zu bytes of staging", bytes);
+    backend_to_device(m->be, tmp, host, bytes);
+    backend_copy(m->be, dst, tensor_view(tmp, host_dtype, n), n);
+    backend_synchronize(m->be);
+    backend_dealloc(m->be, tmp);
+}
+
 void model_set_param(struct model *m, const struct param_info *p, const float *global) {
-    char *local = xcalloc(p->numel, dtype_size(m->dtype));
+    bool f64 = m->dtype == DTYPE_FP64;
+    char *local = xcalloc(p->numel, f64 ? sizeof(double) : sizeof(float));
     for (int r = 0; r < p->valid_rows; r++)
         for (int c = 0; c < p->cols; c++) {
             float v = global[(size_t)(p->row_offset + r) * p->gcols + p->col_offset + c];
-            if (m->dtype == DTYPE_FP64) ((double *)local)[(size_t)r * p->cols + c] = v;
+            if (f64) ((double *)local)[(size_t)r * p->cols + c] = v;
             else ((float *)local)[(size_t)r * p->cols + c] = v;
         }
-    backend_to_device(m->be, tensor_slice(m->param_arena, p->offset, p->numel).data, local,
-                      p->numel * dtype_size(m->dtype));
+    to_device_as(m, tensor_slice(m->param_arena, p->offset, p->numel), local,
+                 f64 ? DTYPE_FP64 : DTYPE_FP32);
     free(local);
 }
 
+void model_to_host_f64(struct model *m, struct tensor src, double *out) {
+    size_t n = src.numel;
+    if (src.dtype == DTYPE_FP64) {
+        backend_to_host(m->be, out, src.data, n * sizeof(double));
+        return;
+    }
+    float *f = xmalloc(n * sizeof *f);
+    if (src.dtype == DTYPE_FP32) {
+        backend_to_host(m->be, f, src.data, n * sizeof *f);
+    } else { // BF16 / FP16: widened exactly on the backend
+        void *tmp = backend_alloc(m->be, n * sizeof *f);
+        CHECK(tmp, "out of backend memory for %zu bytes of staging", n * sizeof *f);
+        backend_copy(m->be, tensor_view(tmp, DTYPE_FP32, n), src, n);
+        backend_to_host(m->be, f, tmp, n * sizeof *f);
+        backend_dealloc(m->be, tmp);
+    }
+    for (size_t i = 0; i < n; i++) out[i] = f[i];
+    free(f);
+}
+
 static void get_local(struct model *m, struct tensor arena, const struct param_info *p, double *out) {
-    size_t es = dtype_size(arena.dtype);
-    void *host = xmalloc(p->numel * es);
-    backend_to_host(m->be, host, tensor_slice(arena, p->offset, p->numel).data, p->numel * es);
-    for (size_t i = 0; i < p->numel; i++)
-        out[i] = arena.dtype == DTYPE_FP64 ? ((double *)host)[i] : ((float *)host)[i];
-    free(host);
+    model_to_host_f64(m, tensor_slice(arena, p->offset, p->numel), out);
 }
 
 void model_get_param(struct model *m, const struct param_info *p, double *local) {

@@ -116,7 +116,9 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 // init_std), output projections o_proj/down_proj scaled by 1/sqrt(2L), norm
 // gains 1) from seed. The init of every element depends only on (seed, name,
 // global index), so any layout initialises the same global model.
-// dtype: DTYPE_FP32 or DTYPE_FP64 (tests). Errors: as model_plan, and
+// dtype: DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16 (weights and activations in
+// that dtype; gradients, saved statistics and the RoPE tables FP32; TP sums
+// of activations in FP32), or DTYPE_FP64 (tests). Errors: as model_plan, and
 // STATUS_RUNTIME when the backend is out of memory.
 enum status model_init(struct model **out, struct backend *be, const struct llama_config *cfg,
                        const struct model_shard *shard, enum dtype dtype, int B, int T,
@@ -128,6 +130,7 @@ const struct param_info *model_params(const struct model *m, int *n);
 struct tensor model_param_arena(struct model *m); // (n_params,) model dtype
 struct tensor model_grad_arena(struct model *m);  // (n_params,) fp32 / fp64
 const struct model_memory *model_memory(const struct model *m);
+struct backend *model_backend(const struct model *m); // the backend its arenas live on
 bool model_is_last_stage(const struct model *m);
 
 // Finds a parameter by HF name; NULL when this rank does not hold it.
@@ -139,6 +142,10 @@ void model_set_param(struct model *m, const struct param_info *p, const float *g
 // into `local` (rows * cols).
 void model_get_param(struct model *m, const struct param_info *p, double *local);
 void model_get_grad(struct model *m, const struct param_info *p, double *local);
+// Copies src (any float dtype, backend memory of m's backend) to host as
+// double (BF16/FP16 widened exactly). Not for the training loop: it may
+// allocate backend staging memory.
+void model_to_host_f64(struct model *m, struct tensor src, double *out);
 
 // The tensor-parallel group of this shard (shard.tp_size ranks); NULL or a
 // group of one rank for tp = 1. Must be set before the first forward when

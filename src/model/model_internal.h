@@ -92,6 +92,7 @@ struct model {
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
     struct tensor dgate, dup, dact; // (N, Fl)
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
+    struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
     struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
     int kv_head0, kv_replicas;

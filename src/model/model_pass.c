@@ -32,13 +32,25 @@ static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
 // Completes a TP-partial (N, C) result: under sequence parallelism the
 // reduce-scatter of full into part (Ns, C) (Megatron's g-bar); without it the
 // all-reduce of full in place (part aliases full).
+// BF16/FP16 activations are widened into m->red and summed in FP32, then
+// rounded once (design.md §5: FP32 reductions).
 static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
+    if (m->shard.tp_size == 1) return;
+    size_t nf = (size_t)m->N * m->C, np = (size_t)m->Ns * m->C;
+    bool lowp = full.dtype == DTYPE_BF16 || full.dtype == DTYPE_FP16;
+    if (lowp) {
+        backend_copy(m->be, m->red, full, nf);
+        full = m->red;
+    }
     if (!m->sp) {
         tp_sum(m, full);
+        if (lowp) backend_copy(m->be, part, m->red, nf);
         return;
     }
     backend_synchronize(m->be);
-    comm_reduce_scatter(m->tp, full.data, part.data, (size_t)m->Ns * m->C, full.dtype, COMM_SUM);
+    struct tensor out = lowp ? m->red_s : part;
+    comm_reduce_scatter(m->tp, full.data, out.data, np, full.dtype, COMM_SUM);
+    if (lowp) backend_copy(m->be, part, m->red_s, np);
 }
 
 // The (N, C) rows a GEMM reads of a norm output (Ns, C): under sequence
@@ -196,24 +208,19 @@ int model_slots_used(const struct model *m) { return m->slots_used; }
 void model_get_logits_at(struct model *m, int b, int t, double *out) {
     CHECK(m->last && b >= 0 && b < m->B && t >= 0 && t < m->T, "logits of (%d, %d)", b, t);
     int tp = m->shard.tp_size;
-    size_t es = dtype_size(m->dtype), row = (size_t)(b * m->T + t) * m->Vl;
-    char *all = xmalloc((size_t)tp * m->Vl * es);
-    char *mine = all + (size_t)m->shard.tp_rank * m->Vl * es;
-    backend_to_host(m->be, mine, (char *)m->slots[0].logits.data + row * es, m->Vl * es);
-    if (tp > 1) comm_all_gather(m->tp, mine, all, m->Vl, m->dtype);
+    size_t row = (size_t)(b * m->T + t) * m->Vl;
+    double *all = xmalloc((size_t)tp * m->Vl * sizeof *all);
+    double *mine = all + (size_t)m->shard.tp_rank * m->Vl;
+    model_to_host_f64(m, tensor_slice(m->slots[0].logits, row, m->Vl), mine);
+    if (tp > 1) comm_all_gather(m->tp, mine, all, m->Vl, DTYPE_FP64);
     for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
-        out[j] = m->dtype == DTYPE_FP64 ? ((double *)all)[j] : ((float *)all)[j];
+        out[j] = all[j];
     free(all);
 }
 
 void model_get_logits(struct model *m, double *out) {
     CHECK(m->last, "logits live on the last pipeline stage");
-    size_t n = (size_t)m->N * m->Vl, es = dtype_size(m->dtype);
-    void *host = xmalloc(n * es);
-    backend_to_host(m->be, host, m->slots[0].logits.data, n * es);
-    for (size_t i = 0; i < n; i++)
-        out[i] = m->dtype == DTYPE_FP64 ? ((double *)host)[i] : ((float *)host)[i];
-    free(host);
+    model_to_host_f64(m, tensor_slice(m->slots[0].logits, 0, (size_t)m->N * m->Vl), out);
 }
 
 // ---- backward --------------------------------------------------------------------

@@ -12,6 +12,7 @@ struct optimizer {
     size_t begin, end;  // this rank's range of the parameter arena
     struct tensor m, v; // (end - begin,) first and second moments
     struct tensor gshard; // (end - begin,) reduce-scattered gradients (ZeRO-1)
+    struct tensor master; // (end - begin,) FP32 master weights of a BF16/FP16 model; else empty
     int step;           // steps taken
 };
 
@@ -30,6 +31,8 @@ double optimizer_clip_coef(const struct optimizer_config *c, double grad_norm) {
     double coef = c->grad_clip / (grad_norm + 1e-6);
     return coef < 1.0 ? coef : 1.0;
 }
+
+static bool low_precision(enum dtype d) { return d == DTYPE_BF16 || d == DTYPE_FP16; }
 
 static int group_size(struct comm_group *g) { return g ? g->size : 1; }
 static bool zero1(const struct optimizer *o) { return o->groups.zero_stage == 1 && group_size(o->groups.dp) > 1; }
@@ -55,17 +58,25 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
     size_t n = o->end - o->begin, bytes = n * dtype_size(g.dtype);
     void *m = backend_alloc(be, bytes), *v = backend_alloc(be, bytes);
     void *gs = zero1(o) ? backend_alloc(be, bytes) : NULL;
-    if (!m || !v || (zero1(o) && !gs)) {
+    struct tensor w = model_param_arena(model);
+    bool lowp = low_precision(w.dtype);
+    void *mw = lowp ? backend_alloc(be, n * sizeof(float)) : NULL;
+    if (!m || !v || (zero1(o) && !gs) || (lowp && !mw)) {
         backend_dealloc(be, m), backend_dealloc(be, v), backend_dealloc(be, gs);
+        backend_dealloc(be, mw);
         free(o);
-        return error_set(err, STATUS_RUNTIME, "optimizer: out of %s memory for 2 x %zu bytes of moments",
-                         be->ops->name, bytes);
+        return error_set(err, STATUS_RUNTIME, "optimizer: out of %s memory for %d x %zu bytes of "
+                         "moments%s", be->ops->name, lowp ? 3 : 2, bytes,
+                         lowp ? " and master weights" : "");
     }
     o->m = tensor_view(m, g.dtype, n);
     o->v = tensor_view(v, g.dtype, n);
     o->gshard = tensor_view(gs, g.dtype, gs ? n : 0);
+    o->master = tensor_view(mw, DTYPE_FP32, mw ? n : 0);
     backend_memset0(be, o->m);
     backend_memset0(be, o->v);
+    // The master weights start as the model's (BF16/FP16 widen exactly).
+    if (lowp) backend_copy(be, o->master, tensor_slice(w, o->begin, n), n);
     *out = o;
     return STATUS_OK;
 }
@@ -75,17 +86,21 @@ void optimizer_free(struct optimizer *o) {
     backend_dealloc(o->be, o->m.data);
     backend_dealloc(o->be, o->v.data);
     backend_dealloc(o->be, o->gshard.data);
+    backend_dealloc(o->be, o->master.data);
     free(o);
 }
 
 size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage) {
     size_t n = zero_stage == 1 && dp > 1 ? n_params / dp : n_params;
-    return 2 * n * dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32);
+    size_t master = low_precision(dtype) ? n * sizeof(float) : 0;
+    return 2 * n * dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32) + master;
 }
 
 size_t optimizer_state_bytes(const struct optimizer *o) {
-    return 2 * o->m.numel * dtype_size(o->m.dtype);
+    return 2 * o->m.numel * dtype_size(o->m.dtype) + o->master.numel * dtype_size(o->master.dtype);
 }
+
+struct tensor optimizer_master(struct optimizer *o) { return o->master; }
 
 int optimizer_steps_done(const struct optimizer *o) { return o->step; }
 
@@ -143,7 +158,8 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
         size_t lo, hi;
         if (!overlap(o, &p[i], &lo, &hi)) continue;
         size_t k = hi - lo, at = lo - o->begin;
-        backend_adamw(o->be, tensor_slice(w, lo, k), none, grads_of_range(o, lo, hi),
+        struct tensor master = o->master.numel ? tensor_slice(o->master, at, k) : none;
+        backend_adamw(o->be, tensor_slice(w, lo, k), master, grads_of_range(o, lo, hi),
                       tensor_slice(o->m, at, k), tensor_slice(o->v, at, k), k, lr, o->cfg.beta1,
                       o->cfg.beta2, o->cfg.eps, p[i].decay ? o->cfg.weight_decay : 0.0,
                       grad_scale, o->step);

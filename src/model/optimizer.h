@@ -49,7 +49,8 @@ double optimizer_clip_coef(const struct optimizer_config *cfg, double grad_norm)
 
 struct optimizer;
 
-// Allocates fp32 (fp64 for an fp64 model) moments m and v: for the whole
+// Allocates fp32 (fp64 for an fp64 model) moments m and v, and for a BF16 /
+// FP16 model FP32 master weights initialised from its parameters: for the whole
 // parameter arena, or with zero_stage 1 for this DP rank's 1/dp of it (the
 // arena must then be padded to a multiple of dp: model_shard.arena_multiple).
 // groups NULL: a single rank. Errors: STATUS_RUNTIME when out of memory;
@@ -59,10 +60,12 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
                            struct error *err);
 void optimizer_free(struct optimizer *opt);
 
-// Bytes of optimizer state this rank holds (m, v).
+// Bytes of optimizer state this rank holds (m, v, and the FP32 master
+// weights of a BF16/FP16 model).
 size_t optimizer_state_bytes(const struct optimizer *opt);
-// The same from sizes alone (trident plan): moments for n_params arena
-// elements of a model of dtype, divided over dp ranks under zero_stage 1.
+// The same from sizes alone (trident plan): moments (and for a BF16/FP16
+// model master weights) for n_params arena elements of a model of dtype,
+// divided over dp ranks under zero_stage 1.
 size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage);
 
 // Makes the gradients final and returns the global L2 norm over the whole
@@ -86,5 +89,11 @@ void optimizer_shard_range(const struct optimizer *opt, size_t *begin, size_t *e
 // checkpoints; and setting the step counter on resume.
 void optimizer_moments(struct optimizer *opt, struct tensor *m, struct tensor *v);
 void optimizer_set_steps_done(struct optimizer *opt, int steps);
+// The FP32 master weights (end - begin,) of this rank's range for a BF16/FP16
+// model (ZeRO-1 shards them with the moments: each DP rank updates its range
+// of the master weights and writes them rounded into the model's parameter
+// arena, which the all-gather then completes); an empty tensor (numel 0) for
+// an FP32/FP64 model, whose parameters are their own master.
+struct tensor optimizer_master(struct optimizer *opt);
 
 #endif

@@ -36,10 +36,10 @@ static enum status check_supported(const struct config *c, int world_size, struc
                          "%s: [system] device = cuda with %d ranks: this build trains on one GPU "
                          "(tp = pp = dp = 1); the NCCL groups for multi-GPU device buffers are not "
                          "wired into the trainer yet", c->file, world_size);
-    if (c->precision.dtype != DTYPE_FP32)
-        return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [precision] dtype = %s is not in this build yet (expected fp32)",
-                         c->file, dtype_name(c->precision.dtype));
+    if (c->system.device == DEVICE_CUDA && c->precision.dtype == DTYPE_FP16)
+        return error_set(err, STATUS_BAD_INPUT, "%s: [precision] dtype = fp16 with [system] device "
+                         "= cuda: the CUDA backend stores fp32 and bf16 (expected bf16 or fp32, "
+                         "or device = cpu)", c->file);
     return STATUS_OK;
 }
 
@@ -200,7 +200,37 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     }
     par->ctx = (struct train_ctx){m->model, m->opt, &m->oc, &par->groups, par->sync,
                                   m->whole_model ? NULL : &par->pipe,
-                                  m->lc.tie_embeddings && pp > 1 ? &par->topo.embed_group : NULL};
+                                  m->lc.tie_embeddings && pp > 1 ? &par->topo.embed_group : NULL,
+                                  NULL, false};
+    // fp16 scales the loss (docs/design.md §5); bf16 has fp32's exponent range
+    // and needs no scale.
+    const struct precision_config *pc = &c->precision;
+    if (pc->dtype == DTYPE_FP16) {
+        bool dynamic = pc->loss_scale_mode == LOSS_SCALE_DYNAMIC;
+        t->scaler = (struct loss_scaler){
+            .scale = dynamic ? pc->loss_scale_initial : pc->loss_scale,
+            .min_scale = pc->loss_scale_min, .backoff = pc->loss_scale_backoff,
+            .growth = pc->loss_scale_growth, .growth_interval = pc->loss_scale_growth_interval,
+            .dynamic = dynamic};
+        par->ctx.scaler = &t->scaler;
+    }
+    return STATUS_OK;
+}
+
+// TRIDENT_FAULT=grad_inf:STEP[@RANK] (tests only; the grammar of the storage
+// faults in src/ckpt/durable.h, which ignore this kind): an inf in the
+// gradients of world rank RANK (every rank without @RANK) at step STEP
+// (1-based, as logged). Other kinds are the storage layer's.
+// Errors: STATUS_BAD_INPUT for a malformed grad_inf setting.
+static enum status setup_faults(struct trainer *t, struct error *err) {
+    const char *spec = getenv("TRIDENT_FAULT");
+    if (!spec || strncmp(spec, "grad_inf:", 9)) return STATUS_OK;
+    int step = 0, rank = -1, used = 0;
+    int n = sscanf(spec + 9, "%d%n@%d%n", &step, &used, &rank, &used);
+    if (n < 1 || spec[9 + used] || step < 1 || (n == 2 && rank < 0))
+        return error_set(err, STATUS_BAD_INPUT, "TRIDENT_FAULT='%s': expected grad_inf:STEP or "
+                         "grad_inf:STEP@RANK with STEP >= 1", spec);
+    if (rank < 0 || rank == t->par.topo.world_rank) t->fault_grad_inf_step = step;
     return STATUS_OK;
 }
 
@@ -282,6 +312,7 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
     enum status st;
     if ((st = check_supported(&t->cfg, world_size, &err->err)) || (st = setup_grid(t, err)) ||
         (st = setup_data(t, err)) || (st = setup_model(t, err)) || (st = setup_parallel(t, err)) ||
+        (st = setup_faults(t, &err->err)) ||
         (st = trainer_resume(t, err)))
         return st;
     t->log.peak_flops = measure_peak_flops(t);
@@ -378,15 +409,21 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     // The printed line and the JSON line use the same formats, so they agree.
     // loss and grad norm carry 6 decimals so that runs can be compared to 1e-5.
     const struct trainer_progress *pg = &t->progress;
-    char skipped[160] = "";
-    if (r->skipped)
+    char skipped[200] = "";
+    if (r->overflow)
+        snprintf(skipped, sizeof skipped, " | skipped: fp16 overflow (inf/NaN in gradients), no "
+                 "update, loss scale %g -> %g (%d in all)", r->loss_scale, t->scaler.scale,
+                 pg->skipped_steps);
+    else if (r->skipped)
         snprintf(skipped, sizeof skipped, " | skipped: non-finite %s, no update (%d in a row, "
                  "%d in all)", isfinite(r->loss) ? "grad norm" : "loss", pg->consecutive_skips,
                  pg->skipped_steps);
-    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f%s | %.0f tok/s | MFU %.2f%% | "
+    char scale[48] = "";
+    if (t->par.ctx.scaler) snprintf(scale, sizeof scale, " | loss scale %g", r->loss_scale);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f%s%s | %.0f tok/s | MFU %.2f%% | "
            "mem %.1f MiB | %.1f ms/step | ETA %s | rank 0: compute %.1f ms, comm %.1f ms, "
            "pipeline wait %.1f ms (max over ranks %.1f ms)\n", step + 1, c->train.steps, r->loss,
-           r->lr, r->grad_norm, skipped, tps, 100 * mfu, t->m.mem_bytes / 1048576.0, dt * 1e3,
+           r->lr, r->grad_norm, scale, skipped, tps, 100 * mfu, t->m.mem_bytes / 1048576.0, dt * 1e3,
            eta_s, split[0] * 1e3, split[1] * 1e3, split[2] * 1e3, worst_wait * 1e3);
     // JSON has no NaN or infinity: a non-finite loss or norm is null.
     char loss[32] = "null", norm[32] = "null";
@@ -396,6 +433,8 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             "\"skipped\": %d, \"skipped_steps\": %d, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
             "\"mem_bytes\": %zu, \"step_time_s\": %.4f, \"eta_s\": %.0f", step + 1, loss, r->lr,
             norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt, eta);
+    // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
+    if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
     const char *keys[3] = {"compute_s", "comm_s", "pipeline_wait_s"};
     for (int k = 0; k < 3; k++) {
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);
@@ -429,9 +468,14 @@ static void log_closing(struct trainer *t, const struct trainer_outcome *out, co
 }
 
 // Counts a step: applied (the LR schedule moves on) or skipped.
+// An fp16 overflow that the loss scale absorbed (r->overflow) is not one
+// of the skips in a row that max_skipped_steps limits: it is how the scale
+// finds its level (Megatron-LM: only an overflow at the minimum scale is an
+// error).
 static void count_step(struct trainer_progress *p, const struct train_step_result *r) {
     if (r->skipped) {
-        p->skipped_steps++, p->consecutive_skips++;
+        p->skipped_steps++;
+        if (!r->overflow) p->consecutive_skips++;
     } else {
         p->lr_step++, p->consecutive_skips = 0;
     }
@@ -472,6 +516,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         if (st) return st;
         struct train_step_result r;
         watchdog_kick(t->watchdog);
+        t->par.ctx.fault_grad_inf = step + 1 == t->fault_grad_inf_step;
         if (train_step_run(&t->par.ctx, t->progress.lr_step, d->reads_tokens ? d->tokens : NULL,
                            d->reads_targets ? d->targets : NULL, d->accum, B, T, &r, &err->err))
             return trainer_alone(err);
@@ -560,6 +605,6 @@ void trainer_close(struct trainer *t) {
     backend_free(t->m.be);
     topology_free(&t->par.topo);
     free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
-    free(t->ckpt.host_params), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
+    free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
     free(t);
 }

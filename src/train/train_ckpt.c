@@ -8,6 +8,11 @@
 #include "ckpt/checkpoint.h"
 #include "trainer.h"
 
+// The "param" tensors of a checkpoint are FP32 master values: the parameter
+// arena of an FP32 model, the optimizer's master weights of a BF16/FP16 one
+// (ZeRO-1 shards those with the moments). So a checkpoint resumes in any dtype.
+static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).numel > 0; }
+
 // Host buffers for the parameter arena and this rank's moments (allocated on
 // first use: a run that never saves nor resumes does not pay for them).
 static void host_buffers(struct trainer *t) {
@@ -17,19 +22,25 @@ static void host_buffers(struct trainer *t) {
     size_t zb, ze;
     optimizer_shard_range(t->m.opt, &zb, &ze);
     t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
+    if (has_master(t)) t->ckpt.host_master = xcalloc(ze - zb, sizeof(float));
     t->ckpt.host_m = xcalloc(ze - zb, sizeof(float));
     t->ckpt.host_v = xcalloc(ze - zb, sizeof(float));
     t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
 }
 
 // Fills t->ckpt.pieces: parameters (when with_params) and this rank's moments
-// (when with_moments); returns how many.
-static int pieces(struct trainer *t, bool with_params, bool with_moments) {
+// (when with_moments); returns how many. Parameters come from (or go to)
+// the whole arena in host_params, or with from_master this rank's range of
+// the master weights in host_master (saving a BF16/FP16 model).
+static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
     int n, k = 0;
     const struct param_info *p = model_params(t->m.model, &n);
     size_t zb, ze;
     optimizer_shard_range(t->m.opt, &zb, &ze);
-    if (with_params)
+    if (with_params && from_master)
+        k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_master, DTYPE_FP32, zb, ze,
+                                           t->ckpt.pieces + k);
+    else if (with_params)
         k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
     if (with_moments) {
@@ -44,17 +55,26 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     host_buffers(t);
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
-    backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+    bool master = has_master(t);
+    if (master) {
+        struct tensor mw = optimizer_master(t->m.opt);
+        backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
+    } else {
+        backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+    }
     backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
     backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
-    // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard.
-    bool first_replica = t->par.topo.coord.d == 0;
-    int n = pieces(t, first_replica, first_replica || c->parallel.zero_stage == 1);
+    // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
+    // (and its master-weight shard of a BF16/FP16 model).
+    bool first_replica = t->par.topo.coord.d == 0, zero = c->parallel.zero_stage == 1;
+    int n = pieces(t, first_replica || (master && zero), master, first_replica || zero);
     struct ckpt_state st = {
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
-        .loss_scale = 1.0, .skipped_steps = t->progress.skipped_steps,
+        .loss_scale = t->par.ctx.scaler ? t->scaler.scale : 0.0,
+        .loss_scale_good_steps = t->par.ctx.scaler ? t->scaler.good_steps : 0,
+        .skipped_steps = t->progress.skipped_steps,
         .consecutive_skips = t->progress.consecutive_skips,
     };
     loader_state_save(&t->data.train_loader, &st.loader);
@@ -102,7 +122,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
     memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
-    int n = pieces(t, true, true);
+    int n = pieces(t, true, false, true);
     if (checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err) ||
         checkpoint_read_state(r, -1, st, &err->err)) {
         s = trainer_alone(err);
@@ -112,7 +132,25 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         s = err->err.status;
         goto out;
     }
-    backend_to_device(t->m.be, w.data, t->ckpt.host_params, w.numel * sizeof(float));
+    if (has_master(t)) { // the FP32 values are the master weights; the model gets them rounded
+        struct tensor mw = optimizer_master(t->m.opt);
+        size_t zb, ze;
+        optimizer_shard_range(t->m.opt, &zb, &ze);
+        backend_to_device(t->m.be, mw.data, t->ckpt.host_params + zb, mw.numel * sizeof(float));
+        void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
+        if (!tmp) {
+            error_set(&err->err, STATUS_RUNTIME, "resume: out of %s memory for %zu bytes of "
+                      "staging", t->m.be->ops->name, w.numel * sizeof(float));
+            s = trainer_alone(err);
+            goto out;
+        }
+        backend_to_device(t->m.be, tmp, t->ckpt.host_params, w.numel * sizeof(float));
+        backend_copy(t->m.be, w, tensor_view(tmp, DTYPE_FP32, w.numel), w.numel);
+        backend_synchronize(t->m.be);
+        backend_dealloc(t->m.be, tmp);
+    } else {
+        backend_to_device(t->m.be, w.data, t->ckpt.host_params, w.numel * sizeof(float));
+    }
     backend_to_device(t->m.be, m.data, t->ckpt.host_m, m.numel * sizeof(float));
     backend_to_device(t->m.be, v.data, t->ckpt.host_v, v.numel * sizeof(float));
     optimizer_set_steps_done(t->m.opt, (int)st->opt_steps);
@@ -151,6 +189,10 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
     // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).
     t->progress = (struct trainer_progress){(int)st.lr_step, (int)st.skipped_steps,
                                             (int)st.consecutive_skips};
+    // A dynamic fp16 scale continues where it was; one saved without a
+    // scaler (0: bf16 or fp32) leaves this run's initial scale.
+    if (t->par.ctx.scaler && t->scaler.dynamic && st.loss_scale > 0)
+        t->scaler.scale = st.loss_scale, t->scaler.good_steps = (int)st.loss_scale_good_steps;
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
     return STATUS_OK;
 }

@@ -66,6 +66,29 @@ bool train_step_should_skip(double loss, double grad_norm) {
     return !isfinite(loss) || !isfinite(grad_norm);
 }
 
+bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite) {
+    if (!s->dynamic) return false;
+    if (skipped) {
+        s->good_steps = 0;
+        if (!loss_finite || s->scale <= s->min_scale) return false;
+        s->scale = MAX(s->scale * s->backoff, s->min_scale);
+        return true;
+    }
+    if (++s->good_steps >= s->growth_interval) s->scale *= s->growth, s->good_steps = 0;
+    return false;
+}
+
+// TRIDENT_FAULT=grad_inf: an inf in the first gradient element of this rank
+// before the backward passes accumulate (+=) into it, so it survives them
+// and reaches every reduction (DP sync, ZeRO reduce-scatter, the norm's sums)
+// as a real overflow would.
+static void poison_grads(struct model *m) {
+    float inf = INFINITY;
+    struct tensor g = model_grad_arena(m);
+    CHECK(g.dtype == DTYPE_FP32, "grad_inf fault on a %s gradient arena", dtype_name(g.dtype));
+    backend_to_device(model_backend(m), g.data, &inf, sizeof inf);
+}
+
 enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *tokens,
                            const int32_t *targets, int n_micro, int B, int T,
                            struct train_step_result *out, struct error *err) {
@@ -77,9 +100,11 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     // The last stage's DP group sums the target count before any backward.
     int64_t count = count_targets(m, targets, per_micro * n_micro);
     if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
-    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? 1.0 / (double)count : 0.0, 0};
+    double S = c->scaler ? c->scaler->scale : 1.0;
+    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, 0};
 
     model_zero_grad(m);
+    if (c->fault_grad_inf) poison_grads(m);
     enum status st = run_microbatches(c, &ps, n_micro, true, err);
     if (st) return st;
     if (c->sync) grad_sync_finish(c->sync);
@@ -98,7 +123,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
         comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
         loss_sum = v[0], count = (int64_t)v[1];
     }
-    double norm = optimizer_prepare(c->opt);
+    double norm = optimizer_prepare(c->opt) / S; // of the unscaled gradients
     double coef = optimizer_clip_coef(c->cfg, norm);
     double lr = optimizer_lr(c->cfg, lr_step);
     double loss = count > 0 ? loss_sum / count : 0.0;
@@ -106,8 +131,9 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     // see train_step_should_skip. A skipped step leaves the parameters, the
     // moments and AdamW's step counter as they were.
     bool skip = train_step_should_skip(loss, norm);
-    if (!skip) optimizer_step(c->opt, lr, coef);
-    out->loss = loss, out->skipped = skip;
+    if (!skip) optimizer_step(c->opt, lr, coef / S);
+    out->loss = loss, out->skipped = skip, out->loss_scale = S;
+    out->overflow = c->scaler && loss_scaler_update(c->scaler, skip, isfinite(loss));
     out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
     return STATUS_OK;
 }
@@ -135,7 +161,7 @@ void train_step(struct model *m, struct optimizer *opt, const struct optimizer_c
                 const struct parallel_groups *groups, struct grad_sync *sync, int lr_step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
                 struct train_step_result *out) {
-    struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL};
+    struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL, NULL, false};
     struct error err;
     enum status st = train_step_run(&c, lr_step, tokens, targets, n_micro, B, T, out, &err);
     CHECK(st == STATUS_OK, "a step without a pipeline failed: %s", err.msg);

@@ -24,7 +24,33 @@ struct train_step_result {
     double lr;        // learning rate of the step's place in the schedule (used unless skipped)
     long n_targets;   // non-ignored targets in the global batch
     bool skipped;     // train_step_should_skip: no update was applied
+    double loss_scale; // the loss scale of this step's backward (1 without a scaler)
+    bool overflow;    // skipped, and the dynamic loss scaler backed off for it (struct
+                      // loss_scaler): an fp16 overflow, not counted toward max_skipped_steps
 };
+
+// The fp16 loss scale (Micikevicius et al. 2018, §3.2; Megatron-LM's
+// DynamicGradScaler without hysteresis, i.e. PyTorch's GradScaler): the
+// loss is multiplied by `scale` before the backward pass and the gradients
+// divided by it before clipping and AdamW. A step whose gradients hold an
+// inf or NaN is skipped (train_step_should_skip) and, when dynamic, the
+// scale backs off (times backoff, not below min_scale); after
+// growth_interval applied steps in a row it grows (times growth).
+struct loss_scaler {
+    double scale;           // current scale
+    double min_scale, backoff, growth;
+    int growth_interval;    // applied steps without an overflow before it grows
+    int good_steps;         // applied steps since the last overflow or growth
+    bool dynamic;           // false: a fixed scale (overflows skip, nothing changes)
+};
+
+// Updates s after a step with verdict `skipped` whose loss was finite or
+// not. Returns true when the skip is an overflow the scale absorbed (it
+// backed off): a dynamic scale above min_scale and a finite loss. An
+// overflow at min_scale, a non-finite loss (the forward pass overflowed,
+// which no scale fixes) or any skip under a fixed scale returns false: that
+// skip counts toward [train] max_skipped_steps like a bf16/fp32 one.
+bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite);
 
 // The verdict on a step: skip it (apply no update) when the loss or the
 // global gradient norm is NaN or infinite. The fp16 loss scaler takes the
@@ -56,10 +82,16 @@ struct train_ctx {
     struct grad_sync *sync;
     struct pipeline_exec *pipe;
     struct comm_group *embed;
+    struct loss_scaler *scaler; // fp16: scale the loss, unscale the gradients; NULL: scale 1
+    bool fault_grad_inf; // tests (TRIDENT_FAULT=grad_inf): this rank's gradients get an inf
+                         // before this step's backward (so the DP reduction carries it)
 };
 
 // Runs forward and backward on n_micro microbatches and one AdamW step, or
-// none when train_step_should_skip says so (out->skipped).
+// none when train_step_should_skip says so (out->skipped). With a loss
+// scaler, the backward runs on the loss times its scale, the norm and the
+// clip coefficient are of the unscaled gradients, AdamW takes them divided
+// by the scale, and the scaler is updated (loss_scaler_update).
 // tokens, targets: (n_micro, B, T) I32 host arrays (targets IGNORE_INDEX = ignored)
 // of this data-parallel rank; under pipeline parallelism only the first stage
 // reads tokens and only the last targets (the others may pass NULL). The

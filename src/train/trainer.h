@@ -56,7 +56,9 @@ struct trainer_parallel {
 struct trainer_ckpt {
     int start_step;           // optimizer steps done before this run (resume)
     char last[CKPT_PATH_MAX]; // the checkpoint last saved or resumed from; "" none
-    float *host_params;       // (n_params,) host copy of the parameter arena
+    float *host_params;       // (n_params,) host copy of the parameter arena (FP32: the
+                              // master weights of a BF16/FP16 model on resume)
+    float *host_master;       // (range,) this rank's FP32 master weights (BF16/FP16 save)
     float *host_m, *host_v;   // this rank's moment range
     struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
 };
@@ -74,7 +76,9 @@ struct trainer_log {
 struct trainer_progress {
     int lr_step;           // place in the LR schedule: steps applied, not skipped
     int skipped_steps;     // steps skipped (train_step_should_skip), in all
-    int consecutive_skips; // the latest of them in a row; 0 after an applied step
+    int consecutive_skips; // the latest of them in a row that count toward [train]
+                           // max_skipped_steps (not fp16 overflows the scale absorbed);
+                           // 0 after an applied step
 };
 
 struct trainer {
@@ -86,6 +90,8 @@ struct trainer {
     struct trainer_ckpt ckpt;
     struct trainer_log log;
     struct watchdog *watchdog; // NULL when [system] watchdog_s = 0
+    struct loss_scaler scaler; // fp16 (par.ctx.scaler points here); else unused
+    int fault_grad_inf_step;   // TRIDENT_FAULT=grad_inf:STEP[@RANK] on this rank; 0: none
 };
 
 // Resumes from [checkpoint] resume (auto: dir/latest) when there is one:

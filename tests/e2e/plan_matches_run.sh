@@ -2,20 +2,23 @@
 # plan_matches_run.sh: `trident plan` prints what a run allocates (docs/design.md
 # §5): for layouts (tp,pp,dp,zero) = (1,1,1,0), (2,2,2,1), (1,2,1,0) with
 # sequence parallelism off and (2,1,1,0) with it on, each in [model]
-# recompute = none, selective and full, the plan's bytes for stage 0, tp rank
-# 0 (params + grads + optimizer + activations) equal the mem_bytes that world
-# rank 0 writes to metrics.jsonl when the layout runs.
+# recompute = none, selective and full in fp32, and none and full in bf16
+# (FP32 master weights in the optimizer's bytes, ZeRO-1 sharded; FP32
+# scratch for the TP sums of bf16 activations), the plan's bytes for stage
+# 0, tp rank 0 (params + grads + optimizer + activations) equal the
+# mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
 small_dataset "$tmp"
 fail=0
-for mode in none selective full; do
+for case in none,fp32 selective,fp32 full,fp32 none,bf16 full,bf16; do
+IFS=, read -r mode dtype <<<"$case"
 for l in 1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1; do
     IFS=, read -r tp pp dp z sp <<<"$l"
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$mode"
-    l="$l $mode"
-    args=(data.path="$tmp/shards" model.recompute=$mode parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$mode-$dtype"
+    l="$l $mode $dtype"
+    args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp train.global_batch_size=16
           train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
