@@ -36,10 +36,6 @@ static enum status check_supported(const struct config *c, int world_size, struc
                          "%s: [system] device = cuda with %d ranks: this build trains on one GPU "
                          "(tp = pp = dp = 1); the NCCL groups for multi-GPU device buffers are not "
                          "wired into the trainer yet", c->file, world_size);
-    if (c->system.device == DEVICE_CUDA && c->precision.dtype == DTYPE_FP16)
-        return error_set(err, STATUS_BAD_INPUT, "%s: [precision] dtype = fp16 with [system] device "
-                         "= cuda: the CUDA backend stores fp32 and bf16 (expected bf16 or fp32, "
-                         "or device = cpu)", c->file);
     return STATUS_OK;
 }
 
