@@ -2,7 +2,11 @@
 // Prints ms per step, tokens/s, achieved GFLOP/s, MFU against the sgemm rate
 // measured at start on the same machine in the same run, peak memory of the
 // arenas, and a per-op time breakdown; then the same step with [model]
-// recompute = selective and full: ms per step and activation bytes against none.
+// recompute = selective and full: ms per step and activation bytes against none;
+// then the same step with [precision] dtype = bf16 (FP32 master weights in the
+// optimizer, as the trainer sets it up) beside the fp32 one: ms per step, the
+// bf16/fp32 speedup, the arenas' bytes of each and the CPU's bf16 instructions
+// (issue 11's goal: bf16 at least 1.8x fp32 on a CPU with avx512_bf16).
 //
 // FLOPs per token (docs/design.md §9): 6 * N for the matmul parameters (every
 // block matrix and the LM head; the embedding lookup does no matmul) plus
@@ -13,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
+#include "kernels/cpu/cpu.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "test.h"
@@ -34,6 +40,23 @@ static double measure_sgemm_gflops(int M, int N, int K) {
     }
     free(a), free(b), free(c);
     return best;
+}
+
+// Seconds per step of `steps` train_step calls after one warm-up step.
+static double time_steps(struct model *m, struct optimizer *opt, const struct optimizer_config *oc,
+                         const int32_t *tokens, const int32_t *targets, int B, int T, int steps,
+                         struct train_step_result *r) {
+    train_step(m, opt, oc, NULL, NULL, 0, tokens, targets, 1, B, T, r); // warm-up
+    double t0 = time_now_s();
+    for (int s = 1; s <= steps; s++) train_step(m, opt, oc, NULL, NULL, s, tokens, targets, 1, B, T, r);
+    return (time_now_s() - t0) / steps;
+}
+
+// Bytes of the four arenas (parameters, gradients, optimizer state with any
+// FP32 master weights, activations): the peak a step holds.
+static size_t arena_bytes(struct model *m, struct optimizer *opt) {
+    const struct model_memory *mem = model_memory(m);
+    return mem->param_bytes + mem->grad_bytes + optimizer_state_bytes(opt) + mem->activation_bytes;
 }
 
 int main(int argc, char **argv) {
@@ -83,10 +106,8 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 7919) % cfg.vocab_size, targets[i] = (i * 104729) % cfg.vocab_size;
     struct train_step_result r;
-    train_step(m, opt, &oc, NULL, NULL, 0, tokens, targets, 1, B, T, &r); // warm-up
-    double t0 = time_now_s();
-    for (int s = 1; s <= steps; s++) train_step(m, opt, &oc, NULL, NULL, s, tokens, targets, 1, B, T, &r);
-    double dt = (time_now_s() - t0) / steps;
+    double dt = time_steps(m, opt, &oc, tokens, targets, B, T, steps, &r);
+    double fp32_loss = r.loss;
     // The machine is shared: measure the GEMM rate again after the steps and
     // keep the higher of the two, so that a disturbed first measurement
     // cannot inflate MFU.
@@ -104,7 +125,7 @@ int main(int argc, char **argv) {
     printf("per-op time of one step:\n");
     backend_profile_print(be, stdout);
     backend_profile_enable(be, false);
-    size_t none_act = mem->activation_bytes;
+    size_t none_act = mem->activation_bytes, fp32_bytes = arena_bytes(m, opt);
     optimizer_free(opt);
     model_free(m);
 
@@ -116,16 +137,30 @@ int main(int argc, char **argv) {
         shard.recompute = rc;
         CHECK(!model_init(&m, be, &cfg, &shard, DTYPE_FP32, B, T, 1, &err), "%s", err.msg);
         CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
-        train_step(m, opt, &oc, NULL, NULL, 0, tokens, targets, 1, B, T, &r);
-        double r0 = time_now_s();
-        for (int st = 1; st <= steps; st++) train_step(m, opt, &oc, NULL, NULL, st, tokens, targets, 1, B, T, &r);
-        double rdt = (time_now_s() - r0) / steps;
+        double rdt = time_steps(m, opt, &oc, tokens, targets, B, T, steps, &r);
         size_t act = model_memory(m)->activation_bytes;
         printf("recompute: %s %.1f ms/step (%.2fx none's time), activations %.1f MiB (%.1f%% of "
                "none's)\n", names[rc], rdt * 1e3, rdt / dt, act / 1048576.0, 100.0 * act / none_act);
         optimizer_free(opt);
         model_free(m);
     }
+
+    // The same steps in bf16 (recompute none), beside the fp32 ones above.
+    shard.recompute = RECOMPUTE_NONE;
+    CHECK(!model_init(&m, be, &cfg, &shard, DTYPE_BF16, B, T, 1, &err), "%s", err.msg);
+    CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
+    double bdt = time_steps(m, opt, &oc, tokens, targets, B, T, steps, &r);
+    size_t bf16_bytes = arena_bytes(m, opt);
+    char flags[64];
+    bench_cpu_bf16_flags(flags, sizeof flags);
+    printf("dtype: cpu bf16 flags: %s; bf16 GEMMs via %s\n", flags,
+           ((struct cpu_backend *)be->impl)->bf16_gemm ? "oneDNN" : "FP32 fallback");
+    printf("dtype: fp32 %.1f ms/step %.0f tokens/s arenas %.1f MiB (loss %.3f) | bf16 %.1f ms/step "
+           "%.0f tokens/s arenas %.1f MiB (loss %.3f) | bf16/fp32 speedup %.2fx, memory %.1f%%\n",
+           dt * 1e3, B * T / dt, fp32_bytes / 1048576.0, fp32_loss, bdt * 1e3, B * T / bdt,
+           bf16_bytes / 1048576.0, r.loss, dt / bdt, 100.0 * bf16_bytes / fp32_bytes);
+    optimizer_free(opt);
+    model_free(m);
     free(tokens), free(targets);
     backend_free(be);
     return 0;

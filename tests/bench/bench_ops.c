@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "bench.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
 
@@ -16,22 +17,6 @@ static float *filled(struct backend *be, size_t n, float scale) {
     float *p = backend_alloc(be, n * sizeof(float));
     for (size_t i = 0; i < n; i++) p[i] = scale * ((float)((i * 2654435761u) % 1000) / 500 - 1);
     return p;
-}
-
-// Which of avx512_bf16 / amx_bf16 the first "flags" line of /proc/cpuinfo names.
-static void cpu_bf16_flags(char *out, size_t len) {
-    snprintf(out, len, "none");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[8192];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5)) continue;
-        bool avx = strstr(line, " avx512_bf16") != NULL, amx = strstr(line, " amx_bf16") != NULL;
-        if (avx || amx) snprintf(out, len, "%s%s%s", avx ? "avx512_bf16" : "", avx && amx ? " " : "",
-                                 amx ? "amx_bf16" : "");
-        break;
-    }
-    fclose(f);
 }
 
 // Best time of iters calls of out (M, N) = a (M, K) @ b (K, N), all of dtype dt.
@@ -57,7 +42,7 @@ static double time_matmul(struct backend *be, enum dtype dt, int M, int N, int K
 static void bench_matmul_bf16(struct backend *be, int iters) {
     int M = 1024, K = 768, N = 3072;
     char flags[64];
-    cpu_bf16_flags(flags, sizeof flags);
+    bench_cpu_bf16_flags(flags, sizeof flags);
     double t32 = time_matmul(be, DTYPE_FP32, M, N, K, iters);
     double t16 = time_matmul(be, DTYPE_BF16, M, N, K, iters);
     double flop = 2.0 * M * N * K;
