@@ -16,16 +16,18 @@ static void check_group(const struct comm_group *g, const char *what) {
 static void check_dtype(enum dtype dtype, bool reduction, const char *what) {
     CHECK((unsigned)dtype <= DTYPE_I64, "%s: unknown dtype %d", what, (int)dtype);
     CHECK(!reduction || dtype == DTYPE_FP32 || dtype == DTYPE_FP64 || dtype == DTYPE_I32 ||
-              dtype == DTYPE_I64,
-          "%s: reductions take fp32, fp64, i32 or i64, not %s", what, dtype_name(dtype));
+              dtype == DTYPE_I64 || dtype == DTYPE_BF16,
+          "%s: reductions take fp32, fp64, i32, i64 or bf16, not %s", what, dtype_name(dtype));
 }
 
-// The checks every reduction shares: member group, reducible dtype, known op.
+// The checks every reduction shares: member group, reducible dtype, known op
+// (BF16: sums only).
 static void check_reduction(const struct comm_group *g, enum dtype dtype, enum comm_op op,
                             const char *what) {
     check_group(g, what);
     check_dtype(dtype, true, what);
     CHECK(op == COMM_SUM || op == COMM_MAX, "%s: unknown reduction %d", what, (int)op);
+    CHECK(dtype != DTYPE_BF16 || op == COMM_SUM, "%s: bf16 reductions are sums only", what);
 }
 
 static void check_buf(const void *buf, size_t count, const char *what) {

@@ -12,7 +12,12 @@
 // nothing.
 //
 // Counts are in elements of the given dtype, not bytes. Reductions (sum, max)
-// take FP32, FP64, I32 or I64; data movement (all_gather, broadcast, send,
+// take FP32, FP64, I32 or I64, and sums also BF16 (the data-parallel gradient
+// reduction of [precision] grad_dtype = bf16): each combination of two
+// operands widens them to FP32, adds and rounds the sum to BF16 once (to
+// nearest, ties to even), so a sum over p ranks rounds p - 1 times per
+// element, as NCCL's ncclBfloat16 sum does (MPI has no BF16 type: comm_mpi.c
+// defines the operation). Data movement (all_gather, broadcast, send,
 // recv, send_start, recv_start) takes any dtype. Every member of a group must
 // call a collective with the same count, dtype, op and root, in the same order.
 #ifndef TRIDENT_COMM_H

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/mpi_util.h"
+#include "kernels/cpu/half.h"
 #include "parallel/comm_mpi.h"
 #include "parallel/topology.h"
 
@@ -216,6 +217,71 @@ static void check_ring_nonblocking(struct topology *topo, const char *layout) {
     }
 }
 
+// BF16 sums (comm_mpi.c's user-defined MPI_Op): two group ranks contribute x
+// and y at an element, the others 0 (adding 0 changes nothing, so the result
+// is the same in whatever order MPI combines). Every x, y and want is a BF16
+// value; want is the FP32 sum rounded once to nearest, ties to even, worked
+// out by hand. Fails an operation that adds the 16-bit words as integers
+// (MPI_SUM on MPI_UINT16_T), truncates instead of rounding, rounds ties away
+// from zero, or widens as FP16.
+static const struct { float x, y, want; } bf16_cases[] = {
+    {1.0f, 0x1.8p-7f, 0x1.04p0f},   // 1 + 1.5 ulp: a tie, to even upwards (truncation: 1 + ulp)
+    {1.0f, 0x1p-8f, 1.0f},          // 1 + 0.5 ulp: a tie, to even downwards (half-up: 1 + ulp)
+    {1.0f, 0x1.8p-8f, 0x1.02p0f},   // 1 + 0.75 ulp: up to 1 + ulp (truncation: 1)
+    {-1.0f, -0x1.8p-7f, -0x1.04p0f}, // the same below zero
+    {256.0f, 3.0f, 260.0f},         // 259 between 258 and 260: a tie, to even (260)
+    {0x1.1p16f, 0x1.1p16f, 0x1.1p17f}, // 139264: exact in BF16, inf in FP16
+    {0x1.fep127f, 0x1.fep127f, INFINITY}, // beyond BF16's (and FP32's) range
+    {0.5f, -0.5f, 0.0f},
+};
+enum { BF16_CASES = sizeof bf16_cases / sizeof bf16_cases[0] };
+
+// Element i of group rank r's buffer: case i % BF16_CASES, contributed by
+// group ranks i % n (x) and (i + 1) % n (y).
+static uint16_t bf16_value(int r, int n, size_t i) {
+    int a = (int)(i % (size_t)n), b = (int)((i + 1) % (size_t)n);
+    float v = r == a ? bf16_cases[i % BF16_CASES].x : r == b ? bf16_cases[i % BF16_CASES].y : 0;
+    return bf16_from_f32(v);
+}
+
+// Counts the elements of got (count,) that are not the case's want, for
+// elements first.. of the global index.
+static int bf16_wrong(const uint16_t *got, size_t count, size_t first) {
+    int bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += got[i] != bf16_from_f32(bf16_cases[(first + i) % BF16_CASES].want);
+    return bad;
+}
+
+static void check_bf16_sum(struct topology *topo, enum group_kind kind, const char *layout) {
+    struct comm_group *g = topology_group(topo, kind);
+    if (g->size < 2) return;
+    const char *name = topology_group_name(kind);
+    enum { COUNT = 100003 }; // beyond one segment of MPI's reduction pipelines
+    uint16_t *buf = xmalloc(sizeof(uint16_t) * COUNT * g->size);
+    uint16_t *recv = xmalloc(sizeof(uint16_t) * COUNT);
+    for (size_t i = 0; i < COUNT; i++) buf[i] = bf16_value(g->rank, g->size, i);
+    comm_all_reduce(g, buf, COUNT, DTYPE_BF16, COMM_SUM);
+    int bad = bf16_wrong(buf, COUNT, 0);
+    if (bad && buf[0] != bf16_from_f32(bf16_cases[0].want))
+        fprintf(stderr, "[rank %d] bf16 sum of %g and %g: 0x%04x, expected 0x%04x\n", g_log_rank,
+                bf16_cases[0].x, bf16_cases[0].y, buf[0], bf16_from_f32(bf16_cases[0].want));
+    EXPECT(bad == 0, "%s %s bf16 all_reduce: %d of %d elements wrong", layout, name, bad, COUNT);
+    for (size_t i = 0; i < COUNT; i++) buf[i] = bf16_value(g->rank, g->size, i);
+    struct comm_request req;
+    comm_all_reduce_start(g, buf, COUNT, DTYPE_BF16, COMM_SUM, &req);
+    comm_wait(&req);
+    bad = bf16_wrong(buf, COUNT, 0);
+    EXPECT(bad == 0, "%s %s bf16 all_reduce_start: %d of %d elements wrong", layout, name, bad, COUNT);
+    // Reduce-scatter: chunk r of the send buffer is elements r * COUNT ...
+    for (size_t i = 0; i < (size_t)COUNT * g->size; i++) buf[i] = bf16_value(g->rank, g->size, i);
+    comm_reduce_scatter(g, buf, recv, COUNT, DTYPE_BF16, COMM_SUM);
+    bad = bf16_wrong(recv, COUNT, (size_t)g->rank * COUNT);
+    EXPECT(bad == 0, "%s %s bf16 reduce_scatter: %d of %d elements wrong", layout, name, bad, COUNT);
+    free(buf);
+    free(recv);
+}
+
 static int run_layout(int tp, int pp, int dp) {
     char layout[64];
     snprintf(layout, sizeof layout, "(tp,pp,dp)=(%d,%d,%d)", tp, pp, dp);
@@ -231,6 +297,8 @@ static int run_layout(int tp, int pp, int dp) {
            "%s local rank %d of %d", layout, topo.local_rank, topo.local_size);
     for (int k = 0; k < GROUP_COUNT; k++) check_members(&topo, (enum group_kind)k, layout);
     for (int k = 0; k < GROUP_COUNT; k++) check_collectives(&topo, (enum group_kind)k, layout);
+    check_bf16_sum(&topo, GROUP_DP, layout);
+    check_bf16_sum(&topo, GROUP_TP, layout);
     check_ring(&topo, layout);
     check_ring_nonblocking(&topo, layout);
     // Embedding group: the two ends of each (t, d) pipeline sum their ranks.
