@@ -136,9 +136,9 @@ static void test_comm_self(void) {
 // The wrappers reject misuse with exit 1 (a bug in trident, not bad input).
 // Each case runs in a child process; its message goes to the test log.
 static void test_wrapper_checks(void) {
-    const char *cases[] = {"root out of range", "bf16 reduction", "send to self",
-                           "not a member", "reduce_scatter overlap"};
-    for (int c = 0; c < 5; c++) {
+    const char *cases[] = {"root out of range", "fp16 reduction", "send to self",
+                           "not a member", "reduce_scatter overlap", "bf16 max"};
+    for (int c = 0; c < 6; c++) {
         pid_t pid = fork();
         if (pid == 0) {
             struct comm_group self, none;
@@ -148,10 +148,11 @@ static void test_wrapper_checks(void) {
             float x[4] = {0};
             switch (c) {
             case 0: comm_broadcast(&self, x, 4, DTYPE_FP32, 1); break;
-            case 1: comm_all_reduce(&self, x, 2, DTYPE_BF16, COMM_SUM); break;
+            case 1: comm_all_reduce(&self, x, 2, DTYPE_FP16, COMM_SUM); break;
             case 2: comm_send(&self, x, 4, DTYPE_FP32, 0, 0); break;
             case 3: comm_all_reduce(&none, x, 4, DTYPE_FP32, COMM_SUM); break;
             case 4: comm_reduce_scatter(&self, x, x + 1, 2, DTYPE_FP32, COMM_SUM); break;
+            case 5: comm_all_reduce(&self, x, 2, DTYPE_BF16, COMM_MAX); break; // sums only
             }
             _exit(0); // the check did not fire
         }
