@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "model/optimizer.h"
+#include "train/grad_sync.h"
 #include "train/plan.h"
 
 static double mib(size_t b) { return b / 1048576.0; }
@@ -47,7 +48,10 @@ int cmd_plan(int argc, char **argv) {
                 return err.status;
             }
             size_t opt = optimizer_plan_bytes(mem.n_params, c.precision.dtype, dp,
-                                              c.parallel.zero_stage);
+                                              c.parallel.zero_stage, c.precision.grad_dtype);
+            // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
+            mem.grad_bytes += grad_sync_plan_bytes(mem.n_params, dp, c.parallel.zero_stage,
+                                                   c.precision.grad_dtype);
             size_t sum = mem.param_bytes + mem.grad_bytes + opt + mem.activation_bytes;
             printf("%-6d %-6d %12.1f %12.1f %12.1f %14.1f %12.1f %6d\n", p, t, mib(mem.param_bytes),
                    mib(mem.grad_bytes), mib(opt), mib(mem.activation_bytes), mib(sum),

@@ -95,6 +95,7 @@ struct parallel_config {
 
 struct precision_config {
     enum dtype dtype; // DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16
+    enum dtype grad_dtype; // DTYPE_FP32 or DTYPE_BF16: the data-parallel gradient reduction
     enum loss_scale_mode loss_scale_mode;
     double loss_scale; // the fixed scale when LOSS_SCALE_STATIC, else 0
     // fp16 dynamic loss scale (Megatron-LM's DynamicGradScaler defaults, no hysteresis)

@@ -42,6 +42,8 @@ static const struct config_choice schedule_choices[] = {{"cosine", LR_SCHEDULE_C
                                                         {NULL, 0}};
 static const struct config_choice dtype_choices[] = {
     {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {"fp16", DTYPE_FP16}, {NULL, 0}};
+static const struct config_choice grad_dtype_choices[] = {
+    {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {NULL, 0}};
 static const struct config_choice loss_scale_choices[] = {{"dynamic", LOSS_SCALE_DYNAMIC}, {NULL, 0}};
 static const struct config_choice resume_choices[] = {{"auto", RESUME_AUTO}, {"none", RESUME_NONE}, {NULL, 0}};
 static const struct config_choice device_choices[] = {{"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {NULL, 0}};
@@ -145,6 +147,10 @@ const struct config_key config_keys[] = {
     // [precision] (docs/design.md §5)
     KEY_ENUM("precision", "dtype", precision.dtype, "fp32", dtype_choices,
              "weights and activations; master weights, moments, gradients and statistics stay fp32"),
+    KEY_ENUM("precision", "grad_dtype", precision.grad_dtype, "fp32", grad_dtype_choices,
+             "dtype of the data-parallel gradient reduction (bucketed all-reduce; ZeRO-1 "
+             "reduce-scatter): bf16 rounds the fp32 gradients for the transfer, sums each pair "
+             "in fp32 rounded once, and widens the result back into the fp32 gradients"),
     {.section = "precision", .key = "loss_scale", .type = CONFIG_ENUM, .def = "dynamic", .min = 0,
      .max = NOMAX, .flags = CONFIG_MIN_EXCLUSIVE, .unit = "",
      .doc = "fp16 loss scale: dynamic (back off on inf/NaN, grow after good steps) or a fixed number; bf16 and fp32 use none",

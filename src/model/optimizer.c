@@ -13,6 +13,8 @@ struct optimizer {
     struct tensor m, v; // (end - begin,) first and second moments
     struct tensor gshard; // (end - begin,) reduce-scattered gradients (ZeRO-1)
     struct tensor master; // (end - begin,) FP32 master weights of a BF16/FP16 model; else empty
+    struct tensor gsend16, grecv16; // ZeRO-1, grad_dtype BF16: (n_params,) the gradients
+                                    // rounded for the reduce-scatter, (end - begin,) its result
     int step;           // steps taken
 };
 
@@ -61,9 +63,12 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
     struct tensor w = model_param_arena(model);
     bool lowp = low_precision(w.dtype);
     void *mw = lowp ? backend_alloc(be, n * sizeof(float)) : NULL;
-    if (!m || !v || (zero1(o) && !gs) || (lowp && !mw)) {
+    bool g16 = zero1(o) && cfg->grad_dtype == DTYPE_BF16;
+    void *s16 = g16 ? backend_alloc(be, g.numel * sizeof(uint16_t)) : NULL;
+    void *r16 = g16 ? backend_alloc(be, n * sizeof(uint16_t)) : NULL;
+    if (!m || !v || (zero1(o) && !gs) || (lowp && !mw) || (g16 && (!s16 || !r16))) {
         backend_dealloc(be, m), backend_dealloc(be, v), backend_dealloc(be, gs);
-        backend_dealloc(be, mw);
+        backend_dealloc(be, mw), backend_dealloc(be, s16), backend_dealloc(be, r16);
         free(o);
         return error_set(err, STATUS_RUNTIME, "optimizer: out of %s memory for %d x %zu bytes of "
                          "moments%s", be->ops->name, lowp ? 3 : 2, bytes,
@@ -73,6 +78,8 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
     o->v = tensor_view(v, g.dtype, n);
     o->gshard = tensor_view(gs, g.dtype, gs ? n : 0);
     o->master = tensor_view(mw, DTYPE_FP32, mw ? n : 0);
+    o->gsend16 = tensor_view(s16, DTYPE_BF16, s16 ? g.numel : 0);
+    o->grecv16 = tensor_view(r16, DTYPE_BF16, r16 ? n : 0);
     backend_memset0(be, o->m);
     backend_memset0(be, o->v);
     // The master weights start as the model's (BF16/FP16 widen exactly).
@@ -87,17 +94,23 @@ void optimizer_free(struct optimizer *o) {
     backend_dealloc(o->be, o->v.data);
     backend_dealloc(o->be, o->gshard.data);
     backend_dealloc(o->be, o->master.data);
+    backend_dealloc(o->be, o->gsend16.data);
+    backend_dealloc(o->be, o->grecv16.data);
     free(o);
 }
 
-size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage) {
-    size_t n = zero_stage == 1 && dp > 1 ? n_params / dp : n_params;
+size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage,
+                            enum dtype grad_dtype) {
+    bool z1 = zero_stage == 1 && dp > 1;
+    size_t n = z1 ? n_params / dp : n_params;
     size_t master = low_precision(dtype) ? n * sizeof(float) : 0;
-    return 2 * n * dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32) + master;
+    size_t bf16_rs = z1 && grad_dtype == DTYPE_BF16 ? (n_params + n) * sizeof(uint16_t) : 0;
+    return 2 * n * dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32) + master + bf16_rs;
 }
 
 size_t optimizer_state_bytes(const struct optimizer *o) {
-    return 2 * o->m.numel * dtype_size(o->m.dtype) + o->master.numel * dtype_size(o->master.dtype);
+    return 2 * o->m.numel * dtype_size(o->m.dtype) + o->master.numel * dtype_size(o->master.dtype) +
+           (o->gsend16.numel + o->grecv16.numel) * sizeof(uint16_t);
 }
 
 struct tensor optimizer_master(struct optimizer *o) { return o->master; }
@@ -132,7 +145,16 @@ double optimizer_prepare(struct optimizer *o) {
     struct tensor g = model_grad_arena(o->model);
     if (zero1(o)) {
         backend_synchronize(o->be);
-        comm_reduce_scatter(o->groups.dp, g.data, o->gshard.data, o->gshard.numel, g.dtype, COMM_SUM);
+        if (o->gsend16.numel) { // grad_dtype BF16: round, reduce-scatter, widen (comm.h)
+            backend_copy(o->be, o->gsend16, g, g.numel);
+            backend_synchronize(o->be);
+            comm_reduce_scatter(o->groups.dp, o->gsend16.data, o->grecv16.data, o->grecv16.numel,
+                                DTYPE_BF16, COMM_SUM);
+            backend_copy(o->be, o->gshard, o->grecv16, o->gshard.numel);
+        } else {
+            comm_reduce_scatter(o->groups.dp, g.data, o->gshard.data, o->gshard.numel, g.dtype,
+                                COMM_SUM);
+        }
     }
     int n;
     const struct param_info *p = model_params(o->model, &n);

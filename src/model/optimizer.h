@@ -27,6 +27,9 @@ struct optimizer_config {
     double beta1, beta2, eps;
     double weight_decay;  // applied to matrices only (param_info.decay)
     double grad_clip;     // max global L2 norm; <= 0 disables clipping
+    enum dtype grad_dtype; // ZeRO-1's reduce-scatter of the FP32 gradients: DTYPE_FP32 (0,
+                           // the default) or DTYPE_BF16 (rounded for the transfer, comm.h's
+                           // BF16 sum, widened into the FP32 shard)
 };
 
 // The groups a multi-rank optimizer reduces over; NULL members (or a NULL
@@ -60,13 +63,17 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
                            struct error *err);
 void optimizer_free(struct optimizer *opt);
 
-// Bytes of optimizer state this rank holds (m, v, and the FP32 master
-// weights of a BF16/FP16 model).
+// Bytes of optimizer state this rank holds (m, v, the FP32 master weights
+// of a BF16/FP16 model, and under ZeRO-1 with grad_dtype BF16 the BF16
+// buffers of the reduce-scatter: the whole arena's gradients and this
+// rank's reduced shard).
 size_t optimizer_state_bytes(const struct optimizer *opt);
 // The same from sizes alone (trident plan): moments (and for a BF16/FP16
 // model master weights) for n_params arena elements of a model of dtype,
-// divided over dp ranks under zero_stage 1.
-size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage);
+// divided over dp ranks under zero_stage 1, plus the BF16 reduce-scatter
+// buffers when grad_dtype is DTYPE_BF16 under ZeRO-1 with dp > 1.
+size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage,
+                            enum dtype grad_dtype);
 
 // Makes the gradients final and returns the global L2 norm over the whole
 // model, each parameter counted once (param_info.norm_skip), accumulated in

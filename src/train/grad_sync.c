@@ -11,6 +11,7 @@ struct grad_sync {
     struct model *model;
     struct comm_group *dp;
     struct tensor grads;
+    struct tensor low;    // grad_dtype BF16: (grads.numel,) what the buckets all-reduce; else empty
     int n_buckets;        // buckets[0] is the last range of the arena
     struct bucket *buckets;
     int next;             // first bucket not started, in start order
@@ -18,12 +19,21 @@ struct grad_sync {
     bool armed;           // grad_sync_arm ran for the current backward
 };
 
-struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes) {
+struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes,
+                                 enum dtype grad_dtype) {
+    CHECK(grad_dtype == DTYPE_FP32 || grad_dtype == DTYPE_BF16, "grad_sync: grad_dtype %s",
+          dtype_name(grad_dtype));
     struct grad_sync *s = xcalloc(1, sizeof *s);
     s->model = m, s->dp = dp, s->grads = model_grad_arena(m);
     size_t n = s->grads.numel, per = bucket_bytes / dtype_size(s->grads.dtype);
     if (per < 1) per = 1;
     s->n_buckets = dp && dp->size > 1 && n ? (int)((n + per - 1) / per) : 0;
+    s->low = tensor_view(NULL, DTYPE_BF16, 0);
+    if (s->n_buckets && grad_dtype == DTYPE_BF16 && s->grads.dtype == DTYPE_FP32) {
+        void *p = backend_alloc(model_backend(m), n * sizeof(uint16_t));
+        CHECK(p, "grad_sync: no memory for %zu bytes of bf16 gradient buckets", n * sizeof(uint16_t));
+        s->low = tensor_view(p, DTYPE_BF16, n);
+    }
     s->buckets = xcalloc(s->n_buckets ? s->n_buckets : 1, sizeof *s->buckets);
     for (int k = 0; k < s->n_buckets; k++) {
         s->buckets[k].end = n - (size_t)k * per;
@@ -34,12 +44,29 @@ struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t 
 
 void grad_sync_free(struct grad_sync *s) {
     if (!s) return;
+    if (s->low.data) backend_dealloc(model_backend(s->model), s->low.data);
     free(s->buckets);
     free(s);
 }
 
+size_t grad_sync_bytes(const struct grad_sync *s) { return s->low.numel * sizeof(uint16_t); }
+
+size_t grad_sync_plan_bytes(size_t n_params, int dp, int zero_stage, enum dtype grad_dtype) {
+    return zero_stage == 0 && dp > 1 && grad_dtype == DTYPE_BF16 ? n_params * sizeof(uint16_t) : 0;
+}
+
+// Under grad_dtype BF16 the bucket's final FP32 gradients are rounded into
+// its range of s->low, which is all-reduced (comm.h's BF16 sum) and widened
+// back in grad_sync_finish.
 static void bucket_start(struct grad_sync *s, struct bucket *b) {
     struct tensor t = tensor_slice(s->grads, b->begin, b->end - b->begin);
+    if (s->low.numel) {
+        struct tensor l = tensor_slice(s->low, b->begin, t.numel);
+        struct backend *be = model_backend(s->model);
+        backend_copy(be, l, t, t.numel);
+        backend_synchronize(be);
+        t = l;
+    }
     comm_all_reduce_start(s->dp, t.data, t.numel, t.dtype, COMM_SUM, &b->req);
     b->started = true;
 }
@@ -71,6 +98,7 @@ void grad_sync_finish(struct grad_sync *s) {
     s->armed = false;
     while (s->next < s->n_buckets) bucket_start(s, &s->buckets[s->next++]);
     for (int k = 0; k < s->n_buckets; k++) comm_all_reduce_wait(&s->buckets[k].req);
+    if (s->low.numel) backend_copy(model_backend(s->model), s->grads, s->low, s->grads.numel);
 }
 
 int grad_sync_buckets(const struct grad_sync *s) { return s->n_buckets; }

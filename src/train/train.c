@@ -22,6 +22,7 @@ static struct optimizer_config optimizer_from(const struct config *c) {
         .steps = c->train.steps, .schedule = (enum lr_schedule)c->train.lr_schedule,
         .beta1 = c->train.beta1, .beta2 = c->train.beta2, .eps = c->train.adam_eps,
         .weight_decay = c->train.weight_decay, .grad_clip = c->train.grad_clip,
+        .grad_dtype = c->precision.grad_dtype,
     };
 }
 
@@ -183,8 +184,11 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     struct trainer_parallel *par = &t->par;
     struct trainer_model *m = &t->m;
     int pp = c->parallel.pp;
-    if (c->parallel.zero_stage == 0)
-        par->sync = grad_sync_init(m->model, &par->topo.dp_group, (size_t)c->parallel.bucket_mb << 20);
+    if (c->parallel.zero_stage == 0) {
+        par->sync = grad_sync_init(m->model, &par->topo.dp_group, (size_t)c->parallel.bucket_mb << 20,
+                                   c->precision.grad_dtype);
+        m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
+    }
     if (!m->whole_model) {
         par->pipe = (struct pipeline_exec){.p = pp, .s = par->topo.coord.p, .m = t->data.accum,
                                            .v = MAX(1, c->parallel.virtual_stages),
@@ -285,7 +289,8 @@ static void print_banner(const struct trainer *t) {
     printf("model: %.2fM parameters on this rank; memory per rank: params %.1f MiB, grads "
            "%.1f MiB, optimizer %.1f MiB (%zu bytes%s), activations %.1f MiB (%zu bytes: "
            "%d slots of %zu bytes + scratch)\n",
-           mem->n_params / 1e6, mem->param_bytes / 1048576.0, mem->grad_bytes / 1048576.0,
+           mem->n_params / 1e6, mem->param_bytes / 1048576.0,
+           (mem->grad_bytes + (t->par.sync ? grad_sync_bytes(t->par.sync) : 0)) / 1048576.0,
            opt_bytes / 1048576.0, opt_bytes, c->parallel.zero_stage == 1 ? ", ZeRO-1 shard" : "",
            mem->activation_bytes / 1048576.0, mem->activation_bytes, t->m.n_slots, mem->slot_bytes);
     printf("data: %s: %llu train sequences, %llu validation sequences of %d tokens; "

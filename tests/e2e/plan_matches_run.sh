@@ -4,7 +4,10 @@
 # sequence parallelism off and (2,1,1,0) with it on, each in [model]
 # recompute = none, selective and full in fp32, and none and full in bf16
 # (FP32 master weights in the optimizer's bytes, ZeRO-1 sharded; FP32
-# scratch for the TP sums of bf16 activations), the plan's bytes for stage
+# scratch for the TP sums of bf16 activations), and with [precision]
+# grad_dtype = bf16 in (1,1,2,0) (the BF16 copy of the gradient arena the
+# buckets all-reduce) and (2,2,2,1) (ZeRO-1's BF16 reduce-scatter buffers,
+# counted with the optimizer), the plan's bytes for stage
 # 0, tp rank 0 (params + grads + optimizer + activations) equal the
 # mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
 set -euo pipefail
@@ -12,13 +15,15 @@ source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
 small_dataset "$tmp"
 fail=0
-for case in none,fp32 selective,fp32 full,fp32 none,bf16 full,bf16; do
-IFS=, read -r mode dtype <<<"$case"
-for l in 1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1; do
+for case in none,fp32,fp32 selective,fp32,fp32 full,fp32,fp32 none,bf16,fp32 full,bf16,fp32 none,fp32,bf16; do
+IFS=, read -r mode dtype grad <<<"$case"
+layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
+[ "$grad" = fp32 ] || layouts="1,1,2,0,0 2,2,2,1,0"
+for l in $layouts; do
     IFS=, read -r tp pp dp z sp <<<"$l"
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$mode-$dtype"
-    l="$l $mode $dtype"
-    args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$mode-$dtype-$grad"
+    l="$l $mode $dtype grad $grad"
+    args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp train.global_batch_size=16
           train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     int32_t tokens[16], targets[16];
     for (int i = 0; i < 16; i++) tokens[i] = (i * 5 + dp.rank * 11) % 64, targets[i] = (i * 3 + dp.rank) % 64;
     size_t bucket_bytes = 4096;
-    struct grad_sync *sync = grad_sync_init(synced, &dp, bucket_bytes);
+    struct grad_sync *sync = grad_sync_init(synced, &dp, bucket_bytes, DTYPE_FP32);
     double loss;
     long count;
     model_zero_grad(synced), model_zero_grad(plain);
