@@ -39,7 +39,7 @@ static ncclDataType_t nccl_dtype(enum dtype dtype) {
     case DTYPE_FP64: return ncclFloat64;
     case DTYPE_I32: return ncclInt32;
     case DTYPE_I64: return ncclInt64;
-    case DTYPE_BF16: return ncclBfloat16; // sums too (NCCL >= 2.10): the grad_dtype = bf16 reduction
+    case DTYPE_BF16: return ncclBfloat16; // sums too (NCCL >= 2.10): grad_dtype = bf16
     case DTYPE_FP16: return ncclFloat16;
     }
     CHECK(0, "no NCCL datatype for dtype %d", (int)dtype);

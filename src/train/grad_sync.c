@@ -31,7 +31,8 @@ struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t 
     s->low = tensor_view(NULL, DTYPE_BF16, 0);
     if (s->n_buckets && grad_dtype == DTYPE_BF16 && s->grads.dtype == DTYPE_FP32) {
         void *p = backend_alloc(model_backend(m), n * sizeof(uint16_t));
-        CHECK(p, "grad_sync: no memory for %zu bytes of bf16 gradient buckets", n * sizeof(uint16_t));
+        CHECK(p, "grad_sync: no memory for %zu bytes of bf16 gradient buckets",
+              n * sizeof(uint16_t));
         s->low = tensor_view(p, DTYPE_BF16, n);
     }
     s->buckets = xcalloc(s->n_buckets ? s->n_buckets : 1, sizeof *s->buckets);

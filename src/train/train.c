@@ -185,8 +185,8 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     struct trainer_model *m = &t->m;
     int pp = c->parallel.pp;
     if (c->parallel.zero_stage == 0) {
-        par->sync = grad_sync_init(m->model, &par->topo.dp_group, (size_t)c->parallel.bucket_mb << 20,
-                                   c->precision.grad_dtype);
+        par->sync = grad_sync_init(m->model, &par->topo.dp_group,
+                                   (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
         m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
     }
     if (!m->whole_model) {
