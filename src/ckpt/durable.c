@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_SHORT_WRITE, FAULT_FSYNC,
-                  FAULT_ENOSPC };
+                  FAULT_ENOSPC, FAULT_GRAD_INF };
 
 // Process-wide, like the file descriptor table it guards: the fault setting
 // and the call counters. Only tests set a fault.
@@ -62,7 +62,7 @@ static enum status fault_parse(const char *spec, struct error *err) {
     else if (!strcmp(what, "short_write")) fault.kind = FAULT_SHORT_WRITE;
     else if (!strcmp(what, "fsync")) fault.kind = FAULT_FSYNC;
     else if (!strcmp(what, "enospc")) fault.kind = FAULT_ENOSPC;
-    else if (!strcmp(what, "grad_inf")) fault.kind = FAULT_NONE; // the trainer's (train.c), not storage
+    else if (!strcmp(what, "grad_inf")) fault.kind = FAULT_GRAD_INF; // the trainer's: no storage call fails
     else goto bad;
     if (fault.n < 1) goto bad;
     return STATUS_OK;
@@ -91,6 +91,13 @@ static enum status fault_load(struct error *err) {
         return bad.status;
     }
     return STATUS_OK;
+}
+
+enum status durable_fault_grad_inf(long *step, int *rank, struct error *err) {
+    enum status st = fault_load(err);
+    *step = !st && fault.kind == FAULT_GRAD_INF ? fault.n : 0;
+    *rank = fault.rank;
+    return st;
 }
 
 static int fault_here(void) { return fault.rank < 0 || fault.rank == g_log_rank; }

@@ -19,7 +19,8 @@
 //                   (open for writing, write, mkdir, h5 create point) fails
 //                   with ENOSPC
 //   grad_inf:N      not a storage fault: the trainer's (src/train/train.c: an
-//                   inf in the gradients at step N); accepted and ignored here
+//                   inf in the gradients at step N, durable_fault_grad_inf);
+//                   no storage call fails
 //   @RANK           only on world rank RANK (g_log_rank); else every rank
 // durable_fault_set replaces the setting at run time (unit tests).
 #ifndef TRIDENT_DURABLE_H
@@ -34,6 +35,11 @@
 // Replaces the fault setting (same syntax as TRIDENT_FAULT; NULL or "" for
 // none) and resets every counter. Errors: STATUS_BAD_INPUT on bad syntax.
 enum status durable_fault_set(const char *spec, struct error *err);
+// TRIDENT_FAULT's grad_inf:N[@RANK] setting, parsed with the storage faults:
+// *step = N (1-based, as logged) or 0 when the setting is another kind or
+// unset; *rank = RANK or -1 for every rank. Errors: a bad TRIDENT_FAULT
+// (STATUS_BAD_INPUT naming it).
+enum status durable_fault_grad_inf(long *step, int *rank, struct error *err);
 // Storage calls made since start (or the last durable_fault_set).
 long durable_calls(void);
 

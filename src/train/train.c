@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "ckpt/durable.h"
 #include "kernels/backend.h"
 #include "model/sample.h"
 #include "plan.h"
@@ -217,21 +218,16 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     return STATUS_OK;
 }
 
-// TRIDENT_FAULT=grad_inf:STEP[@RANK] (tests only; the grammar of the storage
-// faults in src/ckpt/durable.h, which ignore this kind): an inf in the
-// gradients of world rank RANK (every rank without @RANK) at step STEP
-// (1-based, as logged). Other kinds are the storage layer's.
-// Errors: STATUS_BAD_INPUT for a malformed grad_inf setting.
+// TRIDENT_FAULT=grad_inf:STEP[@RANK] (tests only; parsed with the storage
+// faults, src/ckpt/durable.h): an inf in the gradients of world rank RANK
+// (every rank without @RANK) at step STEP (1-based, as logged).
+// Errors: STATUS_BAD_INPUT for a malformed TRIDENT_FAULT.
 static enum status setup_faults(struct trainer *t, struct error *err) {
-    const char *spec = getenv("TRIDENT_FAULT");
-    if (!spec || strncmp(spec, "grad_inf:", 9)) return STATUS_OK;
-    int step = 0, rank = -1, used = 0;
-    int n = sscanf(spec + 9, "%d%n@%d%n", &step, &used, &rank, &used);
-    if (n < 1 || spec[9 + used] || step < 1 || (n == 2 && rank < 0))
-        return error_set(err, STATUS_BAD_INPUT, "TRIDENT_FAULT='%s': expected grad_inf:STEP or "
-                         "grad_inf:STEP@RANK with STEP >= 1", spec);
-    if (rank < 0 || rank == t->par.topo.world_rank) t->fault_grad_inf_step = step;
-    return STATUS_OK;
+    long step;
+    int rank;
+    enum status st = durable_fault_grad_inf(&step, &rank, err);
+    if (!st && (rank < 0 || rank == t->par.topo.world_rank)) t->fault_grad_inf_step = (int)step;
+    return st;
 }
 
 // Samples come from the TP group of DP rank 0, of a whole-model stage: the

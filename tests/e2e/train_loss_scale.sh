@@ -17,6 +17,7 @@
 #     counter is restored (with interval 5 the scale grows after step 13 in
 #     both, not after step 15).
 #  3. An overflow at loss_scale_min counts toward max_skipped_steps: exit 1.
+#  4. A malformed TRIDENT_FAULT (grad_inf:x) is bad input: exit 2 naming it, no step.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -53,6 +54,11 @@ done
 rc=0; TRIDENT_FAULT=grad_inf:3 train floor 1 1 1 0 precision.loss_scale_min=4096 train.max_skipped_steps=1 || rc=$?
 [ "$rc" = 1 ] || { echo "FAIL: an overflow at loss_scale_min with max_skipped_steps = 1 exited $rc, expected 1"; fail=1; }
 grep -q "max_skipped_steps" "$tmp/floor.log" || { echo "FAIL: no max_skipped_steps message"; fail=1; }
+
+# 4. a malformed fault setting is bad input, refused before the first step
+rc=0; TRIDENT_FAULT=grad_inf:x train badfault 1 1 1 0 || rc=$?
+[ "$rc" = 2 ] && grep -q "TRIDENT_FAULT='grad_inf:x'" "$tmp/badfault.log" &&
+    ! metrics_at_least "$tmp/run-badfault" 1 || { echo "FAIL: TRIDENT_FAULT=grad_inf:x exited $rc"; fail=1; }
 
 "$PY" - "$tmp" <<'PY' || fail=1
 import glob, json, sys, h5py, numpy as np
