@@ -5,6 +5,7 @@
 #   make test      deps, build, run the test suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
+#   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16)
 #   make CUDA=1    also build the CUDA backend (kernels/cuda) with nvcc
 
 PKGS      := hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash
@@ -54,7 +55,7 @@ MPI_BIN   := $(MPI_SRC:tests/mpi/%.c=$(BUILD)/mpi/%)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps run test test-asan bench clean tests benches
+.PHONY: all deps run test test-long test-asan bench clean tests benches
 all: $(BUILD)/trident tests benches
 
 # Header dependencies come from the compiler (-MMD -MP): $(BUILD)/**/*.d.
@@ -100,6 +101,10 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh
+
+test-long: deps
+	@$(MAKE) --no-print-directory all
+	@set -e; for t in tests/long/*.sh; do echo "== $$t"; BUILD=$(BUILD) bash $$t; done
 
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
