@@ -14,8 +14,8 @@
 // parallelism (pipeline.h) each model chunk's last backward is armed
 // (pp_op.last) and the backwards between them paused: the chunks finish from
 // the last to the first, the order of the arena, so the hook's "[ready_from,
-// n) is final" holds across chunks. The last stage, whose backwards end
-// first, so starts its buckets while the stages before it are still in their
+// n) is final" holds across chunks. So the last stage, whose backwards end
+// first, starts its buckets while the stages before it are still in their
 // backwards, and the executor polls them (grad_sync_poll) while it waits for
 // pipeline messages. A bucket that holds the last stage's copy of a tied
 // embedding (offset 0, never reported final there) waits for
@@ -59,7 +59,7 @@ void grad_sync_pause(struct grad_sync *s);
 // inside MPI calls): the pipeline executor calls it while it waits.
 void grad_sync_poll(struct grad_sync *s);
 // Starts the buckets not started yet (all of them when grad_sync_arm was not
-// called for this backward), waits for every bucket and disarms.
+// called in this step), waits for every bucket and disarms.
 void grad_sync_finish(struct grad_sync *s);
 // Number of buckets, and how many had been started before grad_sync_finish
 // in the last armed step (tests and the step record's dp_buckets_early:
