@@ -60,7 +60,7 @@ int pipeline_virtual_stage(int p, int s, int chunk) { return chunk * p + s; }
 // last chunk first. v == 1: micro = k, chunk = 0.
 static struct pp_op op_of(enum pp_op_kind kind, int k, int p, int v) {
     int in_group = k % (p * v), chunk = in_group / p;
-    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1};
+    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1, false};
     if (kind == PP_BACKWARD) op.chunk = v - 1 - chunk;
     return op;
 }
@@ -77,6 +77,9 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
     }
     while (nb < total) ops[n++] = op_of(PP_BACKWARD, nb++, p, v);
     CHECK(n == 2 * total, "schedule of %d ops, expected %d", n, 2 * total);
+    // A chunk's backwards run its microbatches in increasing order (op_of),
+    // so its last one is that of microbatch m - 1.
+    for (int i = 0; i < n; i++) ops[i].last = ops[i].kind == PP_BACKWARD && ops[i].micro == m - 1;
 
     // Slots: lowest free first. owner[slot] = micro * v + chunk, or -1.
     int slots = pipeline_max_in_flight(p, s, m, v), *owner = xmalloc(sizeof(int) * slots);
@@ -124,7 +127,11 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
 //
 // Progress: MPI moves a large message only inside MPI calls, and the
 // executor makes them between ops; a model calls pipeline_poll between
-// layers so that its transfers overlap its compute.
+// layers so that its transfers overlap its compute. While the executor
+// waits for a message it calls x->progress between tests of that message,
+// so that the caller's other requests (the data-parallel buckets that the
+// chunks' last backwards start) progress too instead of waiting for the
+// flush.
 
 struct pp_stream {
     int peer;                 // group rank at the other end
@@ -329,6 +336,20 @@ void pipeline_exec_free(struct pipeline_exec *x) {
     x->state = NULL;
 }
 
+// Waits for req (a message of the pp group), calling x->progress meanwhile;
+// the wait counts in the group's busy_s as comm_wait's does.
+static void wait_message(const struct pipeline_exec *x, struct comm_request *req) {
+    if (!x->progress) {
+        comm_wait(req);
+        return;
+    }
+    if (comm_test(req)) return;
+    double t0 = time_now_s();
+    do x->progress(x->ctx);
+    while (!comm_test(req));
+    req->group->busy_s += time_now_s() - t0;
+}
+
 static void *ring_buf(const struct pipeline_state *st, const struct pp_stream *q, int i) {
     return q->buf + (size_t)(i % q->ring) * st->bytes;
 }
@@ -344,7 +365,7 @@ static const void *take_input(const struct pipeline_exec *x, int k) {
     if (k < 0) return NULL;
     struct pp_stream *q = &x->state->streams[k];
     CHECK(q->done < q->n, "stream %d: message %d of %d", k, q->done, q->n);
-    comm_wait(&q->req[q->done % q->ring]);
+    wait_message(x, &q->req[q->done % q->ring]);
     return ring_buf(x->state, q, q->done);
 }
 
@@ -363,7 +384,7 @@ static void *claim_output(const struct pipeline_exec *x, int k) {
     if (k < 0) return NULL;
     struct pp_stream *q = &x->state->streams[k];
     CHECK(q->done < q->n, "stream %d: message %d of %d", k, q->done, q->n);
-    if (q->done >= q->ring) comm_wait(&q->req[q->done % q->ring]);
+    if (q->done >= q->ring) wait_message(x, &q->req[q->done % q->ring]);
     return ring_buf(x->state, q, q->done);
 }
 
@@ -406,7 +427,7 @@ enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
         if (op->kind == PP_FORWARD)
             x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst);
         else
-            x->backward(x->ctx, op->micro, op->chunk, op->slot, src, dst);
+            x->backward(x->ctx, op->micro, op->chunk, op->slot, op->last, src, dst);
         send_output(x, out, op);
         release_input(x, in);
     }
@@ -415,7 +436,8 @@ enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
         struct pp_stream *q = &st->streams[k];
         CHECK(q->done == q->n, "stream %d: %d of %d messages at the end", k, q->done, q->n);
         if (k == PP_STREAM_ACT_OUT || k == PP_STREAM_GRAD_OUT)
-            for (int i = MAX(0, q->n - q->ring); i < q->n; i++) comm_wait(&q->req[i % q->ring]);
+            for (int i = MAX(0, q->n - q->ring); i < q->n; i++)
+                wait_message(x, &q->req[i % q->ring]);
     }
     return STATUS_OK;
 }

@@ -29,6 +29,7 @@
 #ifndef TRIDENT_PIPELINE_H
 #define TRIDENT_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/common.h"
@@ -40,11 +41,16 @@ enum pp_op_kind { PP_FORWARD, PP_BACKWARD };
 // One op of a stage's schedule. slot in [0, pipeline_max_in_flight): the
 // activation storage the forward of (micro, chunk) fills and its backward
 // reads; it is free again after that backward (lowest free slot first).
+// last: a backward that is its chunk's last in the schedule (micro m - 1).
+// In both orders the chunks' last backwards come chunk v - 1 first and chunk
+// 0 last, i.e. from the end of the stage's layers to their start, the order
+// in which a gradient arena laid out in forward order becomes final.
 struct pp_op {
     enum pp_op_kind kind;
     int micro; // [0, m)
     int chunk; // [0, v): virtual stage chunk * p + s
     int slot;
+    bool last;
 };
 
 // Fills ops (2 m v entries) with the schedule of stage s. Refused with
@@ -76,9 +82,18 @@ typedef void (*pipeline_forward_fn)(void *ctx, int micro, int chunk, int slot, c
 // Backward of (micro, chunk) from activation slot. dout: (count,) the
 // gradient of this chunk's output, NULL on the last virtual stage (the loss
 // is the start); din: (count,) the gradient of its input, to fill, NULL on
-// virtual stage 0. The slot is free again when this returns.
-typedef void (*pipeline_backward_fn)(void *ctx, int micro, int chunk, int slot, const void *dout,
-                                     void *din);
+// virtual stage 0. The slot is free again when this returns. last: this is
+// the chunk's last backward of the run (pp_op.last), so the chunk's
+// parameter gradients are final as each of its layers is done, and every
+// chunk above it is already final: data parallelism starts their reduction
+// here, while the stages before go on with their backwards.
+typedef void (*pipeline_backward_fn)(void *ctx, int micro, int chunk, int slot, bool last,
+                                     const void *dout, void *din);
+// Optional: called over and over while the executor waits for a message,
+// so that the caller's own non-blocking operations progress (MPI moves data
+// only inside MPI calls, comm.h): e.g. comm_test on the data-parallel
+// gradient buckets that the last backwards started.
+typedef void (*pipeline_progress_fn)(void *ctx);
 
 // The four message streams of a stage: activations from the previous virtual
 // stage and to the next, gradients from the next and to the previous.
@@ -115,6 +130,7 @@ struct pipeline_exec {
     void *ctx;                // passed to the callbacks
     pipeline_forward_fn forward;
     pipeline_backward_fn backward;
+    pipeline_progress_fn progress; // NULL: the executor blocks in comm_wait
     int ring; // buffers per stream; 0: pipeline_ring_size's (1 gives the fewest)
     struct pipeline_state *state;
 };
@@ -130,7 +146,9 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 // sends; receives are posted ahead into the rings and a send is waited on
 // only before its buffer is reused, an order free of deadlock (the argument
 // in pipeline.c; checked on threads with rendezvous messages for every
-// p <= 8, m <= 3p + 4, v <= 3). No allocation.
+// p <= 8, m <= 3p + 4, v <= 3). While it waits for a message it calls
+// x->progress, when set, between comm_test's of that message (the wait
+// still counts in the pp group's busy_s). No allocation.
 enum status pipeline_run(const struct pipeline_exec *x, struct error *err);
 
 // Lets pending messages progress (MPI moves data only inside MPI calls): a

@@ -16,7 +16,8 @@ struct grad_sync {
     struct bucket *buckets;
     int next;             // first bucket not started, in start order
     int started_early;
-    bool armed;           // grad_sync_arm ran for the current backward
+    bool armed;           // grad_sync_arm ran in the current step (reset by grad_sync_finish)
+    bool final;           // the running backward finalises what the hook reports
 };
 
 struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes,
@@ -72,31 +73,41 @@ static void bucket_start(struct grad_sync *s, struct bucket *b) {
     b->started = true;
 }
 
-// Model hook: [ready_from, n) is final; start every bucket inside it. MPI
-// advances non-blocking collectives only inside MPI calls, so the started
-// ones are also polled here, between layers of the backward pass.
+void grad_sync_poll(struct grad_sync *s) {
+    for (int k = 0; k < s->next; k++)
+        if (!s->buckets[k].req.done) comm_test(&s->buckets[k].req);
+}
+
+// Model hook: in a final backward, [ready_from, n) is final; start every
+// bucket inside it. MPI advances non-blocking collectives only inside MPI
+// calls, so the started ones are also polled here, between layers of every
+// backward pass (paused ones too).
 static void on_grads_ready(void *ctx, size_t ready_from) {
     struct grad_sync *s = ctx;
-    while (s->next < s->n_buckets && s->buckets[s->next].begin >= ready_from) {
+    while (s->final && s->next < s->n_buckets && s->buckets[s->next].begin >= ready_from) {
         bucket_start(s, &s->buckets[s->next++]);
         s->started_early++;
     }
-    for (int k = 0; k < s->next; k++)
-        if (!s->buckets[k].req.done) comm_all_reduce_test(&s->buckets[k].req);
+    grad_sync_poll(s);
 }
 
 void grad_sync_arm(struct grad_sync *s) {
     if (!s->n_buckets) return;
-    s->next = 0, s->started_early = 0, s->armed = true;
-    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].started = false;
-    model_set_grad_ready_hook(s->model, on_grads_ready, s);
+    if (!s->armed) {
+        s->next = 0, s->started_early = 0, s->armed = true;
+        for (int k = 0; k < s->n_buckets; k++) s->buckets[k].started = false;
+        model_set_grad_ready_hook(s->model, on_grads_ready, s);
+    }
+    s->final = true;
 }
+
+void grad_sync_pause(struct grad_sync *s) { s->final = false; }
 
 void grad_sync_finish(struct grad_sync *s) {
     if (!s->n_buckets) return;
     model_set_grad_ready_hook(s->model, NULL, NULL);
     if (!s->armed) s->next = 0, s->started_early = 0; // no overlap this time: start all here
-    s->armed = false;
+    s->armed = false, s->final = false;
     while (s->next < s->n_buckets) bucket_start(s, &s->buckets[s->next++]);
     for (int k = 0; k < s->n_buckets; k++) comm_all_reduce_wait(&s->buckets[k].req);
     if (s->low.numel) backend_copy(model_backend(s->model), s->grads, s->low, s->grads.numel);

@@ -10,6 +10,19 @@
 // order, as MPI requires of collectives. Gradients are summed, not averaged:
 // the loss scale already divides by the global target count.
 //
+// Without a pipeline the last microbatch's backward is armed. Under pipeline
+// parallelism (pipeline.h) each model chunk's last backward is armed
+// (pp_op.last) and the backwards between them paused: the chunks finish from
+// the last to the first, the order of the arena, so the hook's "[ready_from,
+// n) is final" holds across chunks. So the last stage, whose backwards end
+// first, starts its buckets while the stages before it are still in their
+// backwards, and the executor polls them (grad_sync_poll) while it waits for
+// pipeline messages. A bucket that holds the last stage's copy of a tied
+// embedding (offset 0, never reported final there) waits for
+// grad_sync_finish. Start times change, the buckets and their sums do not:
+// the results are those of reducing every bucket after the flush, bit for
+// bit.
+//
 // [precision] grad_dtype = bf16 halves the bytes on the wire: each bucket's
 // FP32 gradients are rounded into a BF16 copy of the arena, all-reduced with
 // comm.h's BF16 sum (each pair of operands added in FP32 and rounded once)
@@ -33,13 +46,24 @@ struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t 
                                  enum dtype grad_dtype);
 void grad_sync_free(struct grad_sync *s);
 
-// Arms the hook for the next model_backward (the last microbatch's).
+// Arms the hook for the next backward: its gradient-ready reports are final
+// (the last microbatch's model_backward, or a chunk's last backward under a
+// pipeline). A second call before grad_sync_finish goes on with the same
+// step's buckets (the next chunk).
 void grad_sync_arm(struct grad_sync *s);
+// The backwards that follow, until the next grad_sync_arm, are not final (a
+// lower chunk's earlier microbatches): the hook only polls the started
+// buckets.
+void grad_sync_pause(struct grad_sync *s);
+// comm_test on every started bucket not yet complete (MPI moves them only
+// inside MPI calls): the pipeline executor calls it while it waits.
+void grad_sync_poll(struct grad_sync *s);
 // Starts the buckets not started yet (all of them when grad_sync_arm was not
-// called for this backward), waits for every bucket and disarms.
+// called in this step), waits for every bucket and disarms.
 void grad_sync_finish(struct grad_sync *s);
 // Number of buckets, and how many had been started before grad_sync_finish
-// in the last armed backward (tests: proves the overlap).
+// in the last armed step (tests and the step record's dp_buckets_early:
+// proves the overlap; 0 when that step was not armed).
 int grad_sync_buckets(const struct grad_sync *s);
 // Bytes of the BF16 copy of the gradient arena (0 under grad_dtype fp32 or
 // dp 1); and the same from sizes alone (trident plan), for n_params arena

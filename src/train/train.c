@@ -249,11 +249,11 @@ static void setup_samples(struct trainer *t) {
                c->train.global_batch_size);
 }
 
-// The buffer the log line gathers every rank's time split into; on rank 0 the
+// The buffer the log line gathers every rank's step split into; on rank 0 the
 // run folder, its config.ini and the metrics file (errors of rank 0 alone).
 static enum status setup_log(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
-    t->log.split_all = xcalloc(3 * (size_t)t->par.topo.world_size, sizeof *t->log.split_all);
+    t->log.split_all = xcalloc(4 * (size_t)t->par.topo.world_size, sizeof *t->log.split_all);
     if (!is_root(t)) return STATUS_OK;
     if (make_dirs(c->log.run_dir, &err->err)) return trainer_alone(err);
     char path[CONFIG_PATH_MAX + 32];
@@ -386,17 +386,19 @@ static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
 }
 
 // split: this rank's (compute, communication, pipeline wait) seconds of the
-// step. Gathered from every rank (a collective: every rank calls log_step at
-// the same steps); rank 0 prints its own and the largest pipeline wait, and
-// writes every rank's to metrics.jsonl.
+// step and the DP gradient buckets it started before the flush
+// (grad_sync_started_early: the overlap with the backward). Gathered from
+// every rank (a collective: every rank calls log_step at the same steps);
+// rank 0 prints its own and the largest pipeline wait, and writes every
+// rank's to metrics.jsonl (the buckets only when there is a DP gradient sync).
 static void log_step(struct trainer *t, int step, const struct train_step_result *r, double dt,
-                     double elapsed, const double split[3]) {
+                     double elapsed, const double split[4]) {
     int W = t->par.topo.world_size;
     double *all = t->log.split_all;
-    comm_all_gather(&t->par.topo.world, split, all, 3, DTYPE_FP64);
+    comm_all_gather(&t->par.topo.world, split, all, 4, DTYPE_FP64);
     if (!is_root(t)) return;
     double worst_wait = 0;
-    for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[3 * i + 2]);
+    for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[4 * i + 2]);
     const struct config *c = &t->cfg;
     double tokens = (double)c->train.global_batch_size * c->train.seq_len;
     double tps = tokens / dt, mfu = t->log.flops_per_token * tps / t->log.peak_flops;
@@ -432,10 +434,11 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt, eta);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
-    const char *keys[3] = {"compute_s", "comm_s", "pipeline_wait_s"};
-    for (int k = 0; k < 3; k++) {
+    const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
+    for (int k = 0; k < (t->par.sync ? 4 : 3); k++) {
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);
-        for (int i = 0; i < W; i++) fprintf(t->log.metrics, "%s%.4f", i ? ", " : "", all[3 * i + k]);
+        for (int i = 0; i < W; i++)
+            fprintf(t->log.metrics, k == 3 ? "%s%.0f" : "%s%.4f", i ? ", " : "", all[4 * i + k]);
         fprintf(t->log.metrics, "]");
     }
     fprintf(t->log.metrics, "}\n");
@@ -521,7 +524,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         double dt = time_now_s() - t0;
         watchdog_kick(t->watchdog);
         comm_busy(t, &coll1, &pipe1);
-        double split[3] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0};
+        double split[4] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0,
+                           t->par.sync ? grad_sync_started_early(t->par.sync) : 0};
         tokens_seen += (double)c->train.global_batch_size * T;
         bool last = step == c->train.steps - 1;
         if (last || (step + 1) % c->log.every == 0 || step == start_step || r.skipped)

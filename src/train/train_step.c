@@ -13,6 +13,7 @@ struct pp_step {
     size_t per_micro;                // B * T
     double scale;                    // d loss / d (sum of token losses)
     double loss_sum;
+    struct grad_sync *sync;          // armed for each chunk's last backward; NULL: none (eval)
 };
 
 static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in, void *out) {
@@ -25,13 +26,24 @@ static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in
     p->loss_sum += sum;
 }
 
-static void pp_backward(void *ctx, int micro, int chunk, int slot, const void *dout, void *din) {
+// The chunk's last backward (last) finalises its gradients: the DP buckets
+// they complete start during it (grad_sync.h).
+static void pp_backward(void *ctx, int micro, int chunk, int slot, bool last, const void *dout,
+                        void *din) {
     struct pp_step *p = ctx;
+    if (p->sync && last) grad_sync_arm(p->sync);
     model_backward_chunk(p->model, chunk, slot, p->scale, dout, din);
+    if (p->sync && last) grad_sync_pause(p->sync);
+}
+
+// The executor waits for a message: the started DP buckets move meanwhile.
+static void pp_progress(void *ctx) {
+    struct pp_step *p = ctx;
+    if (p->sync) grad_sync_poll(p->sync);
 }
 
 void train_step_bind_pipeline(struct pipeline_exec *x) {
-    x->forward = pp_forward, x->backward = pp_backward;
+    x->forward = pp_forward, x->backward = pp_backward, x->progress = pp_progress;
 }
 
 // Non-ignored targets of n_micro microbatches: the last stage's count (it
@@ -44,9 +56,10 @@ static int64_t count_targets(const struct model *m, const int32_t *targets, size
 }
 
 // Forward (and, with backward, backward) passes of every microbatch: the
-// pipeline schedule, or microbatches in turn with the DP gradient sync armed
-// for the last backward. Under a pipeline the backwards always run (with a
-// zero loss scale they add exact zeros). Errors: the pipeline's.
+// pipeline schedule, or microbatches in turn, with the DP gradient sync
+// (ps->sync) armed for the last backward of each chunk (pp_backward). Under a
+// pipeline the backwards always run (with a zero loss scale they add exact
+// zeros). Errors: the pipeline's.
 static enum status run_microbatches(struct train_ctx *c, struct pp_step *ps, int n_micro,
                                     bool backward, struct error *err) {
     if (c->pipe) {
@@ -55,9 +68,7 @@ static enum status run_microbatches(struct train_ctx *c, struct pp_step *ps, int
     }
     for (int k = 0; k < n_micro; k++) {
         pp_forward(ps, k, 0, 0, NULL, NULL);
-        if (!backward) continue;
-        if (c->sync && k == n_micro - 1) grad_sync_arm(c->sync);
-        pp_backward(ps, k, 0, 0, NULL, NULL);
+        if (backward) pp_backward(ps, k, 0, 0, k == n_micro - 1, NULL, NULL);
     }
     return STATUS_OK;
 }
@@ -101,7 +112,8 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     int64_t count = count_targets(m, targets, per_micro * n_micro);
     if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
     double S = c->scaler ? c->scaler->scale : 1.0;
-    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, 0};
+    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, 0,
+                         c->sync};
 
     model_zero_grad(m);
     if (c->fault_grad_inf) poison_grads(m);
@@ -147,7 +159,7 @@ enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const in
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
     int64_t n = count_targets(m, targets, per_micro * n_micro);
-    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, 0};
+    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, 0, NULL};
     enum status st = run_microbatches(c, &ps, n_micro, false, err);
     if (st) return st;
     double v[2] = {last ? ps.loss_sum : 0, last ? (double)n : 0};

@@ -8,7 +8,8 @@
 // forms with ==. Messages are 4096 floats (16 KB, above the shared-memory
 // eager limit: a send completes only once its receive is posted). Each layout
 // runs with the default ring of buffers and with a ring of 1, two steps each,
-// the callbacks calling pipeline_poll.
+// the callbacks calling pipeline_poll; with the ring of 1 the executor also
+// waits through its progress callback (comm_test loops instead of comm_wait).
 //
 //   test_pipeline_mpi P M V [P M V ...]   exit 0 pass, 1 fail, 2 bad arguments
 #include <stdlib.h>
@@ -39,7 +40,8 @@ static int run_layout(int p, int m, int v, int ring) {
     toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(p, s, m, v));
     struct pipeline_exec x = {.p = p, .s = s, .m = m, .v = v, .group = &topo.pp_group,
                               .count = COUNT, .dtype = DTYPE_FP32, .ctx = &toy,
-                              .forward = toy_forward, .backward = toy_backward, .ring = ring};
+                              .forward = toy_forward, .backward = toy_backward,
+                              .progress = ring ? toy_progress : NULL, .ring = ring};
     if (pipeline_exec_init(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
     toy.poll = &x;
     double t0 = MPI_Wtime();

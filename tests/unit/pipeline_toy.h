@@ -9,7 +9,9 @@
 // Each callback also checks that its inputs are NULL exactly on the first /
 // last virtual stage, that every (micro, chunk) runs forward once, then
 // backward once, and that its activation slot still holds the input the
-// forward saved (a slot shared by two ops in flight shows up here).
+// forward saved (a slot shared by two ops in flight shows up here); a
+// backward flagged last must be its chunk's last one, chunk v - 1 first and
+// chunk 0 last, and every chunk gets exactly one.
 #ifndef TRIDENT_PIPELINE_TOY_H
 #define TRIDENT_PIPELINE_TOY_H
 
@@ -25,9 +27,11 @@ struct toy {
     float *saved;             // (slots, n) the input each in-flight forward saved
     int *owner;               // (slots,) micro * v + chunk, or -1 when free
     int *fwd, *bwd;           // (m * v,) times each op ran
+    int next_last;            // the chunk whose last backward comes next (v - 1 down to 0)
     float *dx;                // (m, n) gradient of virtual stage 0's input
     float *y;                 // (m, n) output of the last virtual stage
     const struct pipeline_exec *poll; // when set, each callback calls pipeline_poll
+    long progress_calls;      // toy_progress calls (the executor's waits)
     int bad;                  // failed checks
     char first[256];          // the first of them
 };
@@ -62,6 +66,7 @@ static double toy_dh(int u, int V, int micro, int i) {
 static void toy_init(struct toy *t, int p, int s, int m, int v, int n, int slots) {
     memset(t, 0, sizeof *t);
     t->p = p, t->s = s, t->m = m, t->v = v, t->n = n, t->slots = slots;
+    t->next_last = v - 1;
     t->saved = xcalloc((size_t)slots * n, sizeof(float));
     t->owner = xmalloc(sizeof(int) * slots);
     for (int k = 0; k < slots; k++) t->owner[k] = -1;
@@ -104,8 +109,8 @@ static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *i
                chunk, wrong);
 }
 
-static void toy_backward(void *ctx, int micro, int chunk, int slot, const void *dout_,
-                         void *din_) {
+static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last,
+                         const void *dout_, void *din_) {
     struct toy *t = ctx;
     const float *dout = dout_;
     float *din = din_;
@@ -119,6 +124,14 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, const void *
                chunk);
     TOY_EXPECT(t, slot >= 0 && slot < t->slots && t->owner[slot] == id,
                "B(%d,%d): slot %d not the one its forward filled", micro, chunk, slot);
+    if (last) {
+        int left = 0;
+        for (int k = 0; k < t->m; k++) left += t->bwd[k * t->v + chunk] != 1;
+        TOY_EXPECT(t, left == 0 && chunk == t->next_last,
+                   "B(%d,%d) flagged last with %d backwards of the chunk to come, chunk %d's "
+                   "last expected next", micro, chunk, left, t->next_last);
+        t->next_last--;
+    }
     if (slot < 0 || slot >= t->slots) return;
     t->owner[slot] = -1;
     float *save = t->saved + (size_t)slot * t->n;
@@ -143,12 +156,17 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, const void *
     }
 }
 
+// The executor's progress callback (pipeline_exec.progress): counts its calls
+// (inline: the threaded test does not use it, its deadlock check needs waits).
+static inline void toy_progress(void *ctx) { ((struct toy *)ctx)->progress_calls++; }
+
 // After a run: every op ran exactly once. Returns the failed checks.
 static int toy_finish(struct toy *t) {
     for (int id = 0; id < t->m * t->v; id++)
         TOY_EXPECT(t, t->fwd[id] == 1 && t->bwd[id] == 1,
                    "(micro %d, chunk %d) ran F %d, B %d times", id / t->v, id % t->v, t->fwd[id],
                    t->bwd[id]);
+    TOY_EXPECT(t, t->next_last == -1, "%d chunks had no backward flagged last", t->next_last + 1);
     return t->bad;
 }
 

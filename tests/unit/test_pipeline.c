@@ -55,6 +55,18 @@ static void check_stage(int p, int s, int m, int v, const struct pp_op *ops) {
         }
     }
     for (int i = 0; i < m * v; i++) bad += fwd_at[i] < 0 || bwd_at[i] < fwd_at[i];
+    // last: one backward per chunk, after every other backward of the chunk,
+    // the chunks' in the order v - 1, ..., 0 (grad_sync relies on it).
+    int next_last = v - 1, wrong_last = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ops[i].last) continue;
+        wrong_last += ops[i].kind != PP_BACKWARD || ops[i].chunk != next_last--;
+        for (int j = i + 1; j < n; j++)
+            wrong_last += ops[j].kind == PP_BACKWARD && ops[j].chunk == ops[i].chunk;
+    }
+    EXPECT(wrong_last == 0 && next_last == -1,
+           "p=%d s=%d m=%d v=%d: backwards flagged last: %d wrong, %d chunks without one", p, s,
+           m, v, wrong_last, next_last + 1);
     EXPECT(bad == 0,
            "p=%d s=%d m=%d v=%d: %d ops missing, repeated, out of order or on a busy slot", p, s,
            m, v, bad);
@@ -359,7 +371,7 @@ static int run_threads(int p, int m, int v, int ring) {
         r->g = (struct comm_group){.rank = s, .size = p, .ops = &mock_ops, .impl = &net};
         toy_init(&r->toy, p, s, m, v, N, pipeline_max_in_flight(p, s, m, v));
         r->x = (struct pipeline_exec){p, s, m, v, &r->g, N, DTYPE_FP32, &r->toy, toy_forward,
-                                      toy_backward, ring, NULL};
+                                      toy_backward, NULL, ring, NULL};
         r->toy.poll = m % 2 ? &r->x : NULL; // pipeline_poll inside the callbacks
     }
     for (int s = 0; s < p; s++) pthread_create(&th[s], NULL, mock_rank_main, &ranks[s]);
