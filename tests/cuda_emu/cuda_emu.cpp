@@ -2,16 +2,21 @@
 // kernel machinery of cuda_emu.h: CUDA threads as fibers on the calling OS
 // thread, barriers, warp shuffles.
 //
-// Scheduling: a block's threads are fibers 0..n-1, each on its own stack
-// (reserved once per fiber, reused by every block and launch; the pool grows
-// to the largest block seen). The scheduler resumes them in index order; a
-// fiber runs until it arrives at a barrier that others have not reached, or
-// returns. A barrier completes when every live thread of its scope (block, or
-// warp for shuffles) has arrived; a returned thread is no longer counted. A
-// pass in which no fiber can run while some have not returned is a deadlock
-// (a __syncthreads that not every thread reaches): abort with a message.
-// Stacks switch by a dozen instructions (x86-64: callee-saved registers,
-// MXCSR and the x87 control word; elsewhere ucontext's swapcontext).
+// Scheduling: a block's CUDA threads (linear index t = 0..n-1) start in
+// order on fibers (stacks of their own, switched in user space, no OS thread
+// and no lock). A fiber runs one thread after another on its stack, with no
+// switch, until a thread arrives at a barrier (__syncthreads, or a warp
+// shuffle: a barrier of the warp) that others have not reached: the fiber
+// stays with that thread and parks, and a fresh fiber (from an idle pool,
+// reused by every block and launch) starts the next thread. So a kernel
+// without barriers runs a whole block on one fiber, and one with barriers
+// holds as many fibers as threads wait. Once every thread has started, the
+// parked fibers whose barrier has completed resume, in arrival order. A
+// barrier completes when every thread of its scope that has not returned
+// has arrived (a returned thread no longer counts). A round in which nothing
+// can run while threads remain is a deadlock (a __syncthreads that not every
+// thread reaches): abort with a message. Stack switch: x86-64, the six
+// callee-saved registers (asm below); elsewhere ucontext's swapcontext.
 #include "cuda_emu.h"
 
 #include <sys/mman.h>
@@ -30,8 +35,9 @@ dim3 blockDim, gridDim;
 #if defined(__x86_64__)
 // emu_ctx_switch(&save_sp, load_sp): pushes the callee-saved state on the
 // current stack, stores the stack pointer in *save_sp, loads load_sp and pops
-// the state saved there (System V ABI: rbx, rbp, r12-r15, MXCSR control
-// bits, x87 control word).
+// the state saved there (System V ABI: rbx, rbp, r12-r15). The MXCSR and x87
+// control words are not switched: nothing in the emulation or the kernels
+// changes rounding modes.
 extern "C" void emu_ctx_switch(void **save_sp, void *load_sp);
 asm(R"(
     .text
@@ -44,14 +50,8 @@ emu_ctx_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -68,15 +68,10 @@ static void ctx_switch(emu_ctx *save, emu_ctx *load) { emu_ctx_switch(&save->sp,
 // A context that starts entry() on the stack [base, base + bytes).
 static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) {
     uintptr_t top = ((uintptr_t)base + bytes) & ~(uintptr_t)15;
-    uint64_t *sp = (uint64_t *)(top - 72); // entry starts with rsp = top - 8, as after a call
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(fpucw));
-    sp[0] = mxcsr | (uint64_t)fpucw << 32;
-    for (int i = 1; i <= 6; i++) sp[i] = 0; // r15 r14 r13 r12 rbx rbp
-    sp[7] = (uint64_t)(uintptr_t)entry;     // popped by ret
-    sp[8] = 0;                              // entry's return address: it never returns
+    uint64_t *sp = (uint64_t *)(top - 64); // entry starts with rsp = top - 8, as after a call
+    for (int i = 0; i < 6; i++) sp[i] = 0;  // r15 r14 r13 r12 rbx rbp
+    sp[6] = (uint64_t)(uintptr_t)entry;     // popped by ret
+    sp[7] = 0;                              // entry's return address: it never returns
     c->sp = sp;
 }
 #else
@@ -98,27 +93,29 @@ static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) 
 
 namespace {
 
-// Per CUDA thread; only the pages a kernel touches are backed by memory.
+// Per fiber; only the pages a kernel touches are backed by memory.
 constexpr size_t STACK_BYTES = 256 << 10;
 
 struct barrier {
-    int arrived = 0, live = 0;
-    unsigned gen = 0; // completed rounds
+    int arrived = 0, live = 0; // live: threads of its scope not yet returned
+    unsigned gen = 0;          // completed rounds
 };
 
 struct fiber {
     emu_ctx ctx;
-    char *stack = nullptr; // STACK_BYTES, the lowest page a guard
-    uint3 idx;
+    char *stack = nullptr;            // STACK_BYTES, the lowest page a guard
+    int thread = -1;                  // the CUDA thread it runs now
     const barrier *wait_on = nullptr; // runnable once wait_on->gen != wait_gen
     unsigned wait_gen = 0;
-    bool done = false;
 };
 
 struct scheduler {
-    std::vector<fiber> fibers; // grown to the largest block seen
-    emu_ctx main;              // the launching thread's context
-    int cur = 0;               // the fiber running now
+    std::vector<fiber *> idle;    // LIFO: the stack last used is warm in cache
+    std::vector<fiber *> waiting; // at a barrier, in the order they arrived
+    emu_ctx main;                 // the launching thread's context
+    fiber *cur = nullptr;         // the fiber running now
+    int thread = 0;               // its CUDA thread (linear index in the block)
+    int n = 0, next = 0, left = 0; // threads per block, next to start, not yet returned
     const std::function<void()> *body = nullptr;
     barrier block;
     std::vector<barrier> warps;
@@ -134,7 +131,11 @@ std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ a
     abort();
 }
 
-void yield_to_scheduler() { ctx_switch(&S.fibers[S.cur].ctx, &S.main); }
+void set_thread(int t) {
+    S.thread = t;
+    S.cur->thread = t;
+    threadIdx = {t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
+}
 
 void barrier_arrive(barrier &b) {
     if (++b.arrived == b.live) { // the last one: release the others, go on
@@ -142,10 +143,11 @@ void barrier_arrive(barrier &b) {
         b.gen++;
         return;
     }
-    fiber &f = S.fibers[S.cur];
-    f.wait_on = &b;
-    f.wait_gen = b.gen;
-    yield_to_scheduler();
+    fiber *f = S.cur;
+    f->wait_on = &b;
+    f->wait_gen = b.gen;
+    S.waiting.push_back(f);
+    ctx_switch(&f->ctx, &S.main);
 }
 
 // A returned thread no longer counts: a barrier now only waiting for it completes.
@@ -157,54 +159,78 @@ void barrier_leave(barrier &b) {
     }
 }
 
+// A fiber runs CUDA threads not yet started, one after another on its stack,
+// until one of them waits at a barrier (the fiber stays with that thread) or
+// none is left (the fiber goes back to the idle pool).
 void fiber_entry(void) {
-    (*S.body)();
-    fiber &f = S.fibers[S.cur];
-    f.done = true;
-    barrier_leave(S.block);
-    barrier_leave(S.warps[S.cur / 32]);
-    ctx_switch(&f.ctx, &S.main);
-    emu_die("a finished CUDA thread was resumed");
+    for (;;) {
+        while (S.next < S.n) {
+            set_thread(S.next++);
+            (*S.body)();
+            S.left--;
+            barrier_leave(S.block);
+            barrier_leave(S.warps[S.thread / 32]);
+        }
+        fiber *f = S.cur;
+        f->thread = -1;
+        ctx_switch(&f->ctx, &S.main);
+        emu_die("an idle fiber was resumed");
+    }
 }
 
-void grow(int n) {
-    while ((int)S.fibers.size() < n) {
-        fiber f;
-        void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
-        mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
-        f.stack = (char *)p;
-        S.fibers.push_back(f);
+fiber *take_fiber() {
+    if (!S.idle.empty()) {
+        fiber *f = S.idle.back();
+        S.idle.pop_back();
+        return f;
     }
+    fiber *f = new fiber;
+    void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
+    mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
+    f->stack = (char *)p;
+    return f;
+}
+
+// Switches to f; back here when f waits at a barrier or runs out of threads.
+void resume(fiber *f) {
+    S.cur = f;
+    if (f->thread >= 0) set_thread(f->thread);
+    ctx_switch(&S.main, &f->ctx);
+    if (f->thread < 0) S.idle.push_back(f);
 }
 
 // Runs every thread of the current block to its end.
-void run_block(int n) {
+void run_block() {
     S.block = barrier();
-    S.block.live = n;
-    for (int w = 0; w < (n + 31) / 32; w++) {
+    S.block.live = S.n;
+    for (int w = 0; w < (S.n + 31) / 32; w++) {
         S.warps[w] = barrier();
-        S.warps[w].live = std::min(32, n - 32 * w);
+        S.warps[w].live = std::min(32, S.n - 32 * w);
     }
-    for (int t = 0; t < n; t++) {
-        fiber &f = S.fibers[t];
-        ctx_make(&f.ctx, f.stack, STACK_BYTES, fiber_entry);
-        f.wait_on = nullptr;
-        f.done = false;
-    }
-    int left = n;
-    while (left > 0) {
+    S.next = 0;
+    S.left = S.n;
+    std::vector<fiber *> ready;
+    while (S.left > 0) {
+        if (S.next < S.n) { // threads not started yet: a fresh fiber runs them
+            fiber *f = take_fiber();
+            f->thread = -1;
+            ctx_make(&f->ctx, f->stack, STACK_BYTES, fiber_entry);
+            resume(f);
+            continue;
+        }
+        ready.clear();
+        ready.swap(S.waiting);
         bool ran = false;
-        for (int t = 0; t < n; t++) {
-            fiber &f = S.fibers[t];
-            if (f.done || (f.wait_on && f.wait_on->gen == f.wait_gen)) continue;
-            f.wait_on = nullptr;
-            S.cur = t;
-            threadIdx = f.idx;
-            ctx_switch(&S.main, &f.ctx);
+        for (fiber *f : ready) {
+            if (f->wait_on->gen == f->wait_gen) {
+                S.waiting.push_back(f);
+                continue;
+            }
+            f->wait_on = nullptr;
+            resume(f);
             ran = true;
-            if (f.done) left--;
         }
         if (!ran) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
     }
@@ -214,15 +240,15 @@ void run_block(int n) {
 
 void emu_syncthreads(void) { barrier_arrive(S.block); }
 
-int emu_lane(void) { return S.cur % 32; }
+int emu_lane(void) { return S.thread % 32; }
 
 void emu_shfl_check(unsigned mask, int width) {
     if (mask != 0xffffffffu || width != 32) emu_die("shuffle with a partial mask or width != 32");
 }
 
 uint64_t emu_shfl(uint64_t v, int src) {
-    int w = S.cur / 32;
-    S.lanes[S.cur] = v;
+    int t = S.thread, w = t / 32;
+    S.lanes[t] = v;
     barrier_arrive(S.warps[w]);
     uint64_t r = src >= 0 && src < 32 ? S.lanes[w * 32 + src] : v;
     barrier_arrive(S.warps[w]); // nobody overwrites a slot before every lane has read
@@ -248,19 +274,17 @@ void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
         abort();
     }
     std::lock_guard<std::mutex> lock(launch_lock);
-    grow(n);
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     S.lanes.resize(std::max(S.lanes.size(), S.warps.size() * 32));
     S.body = &body;
+    S.n = n;
     blockDim = block;
     gridDim = grid;
-    for (int t = 0; t < n; t++)
-        S.fibers[t].idx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 blockIdx = {x, y, z};
-                run_block(n);
+                run_block();
             }
     S.body = nullptr;
 }
