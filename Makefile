@@ -101,7 +101,7 @@ $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(CXX) -E -x c++ $(EMU_CXXFLAGS) -MT $@ -MF $(@:.o=.d) $< -o $(@:.o=.ii)
 	perl -0pe '$(EMU_LAUNCH)' $(@:.o=.ii) > $(@:.o=.emu.cpp)
-	$(CXX) -c -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $(@:.o=.emu.cpp) -o $@
+	$(CXX) -c -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -Wno-unknown-pragmas $(@:.o=.emu.cpp) -o $@
 
 $(BUILD)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.cpp
 	@mkdir -p $(dir $@)

@@ -3,18 +3,19 @@
 // thread, barriers, warp shuffles.
 //
 // Scheduling: a block's CUDA threads (linear index t = 0..n-1) start in
-// order on fibers (stacks of their own, switched in user space, no OS thread
-// and no lock). A fiber runs one thread after another on its stack, with no
-// switch, until a thread arrives at a barrier (__syncthreads, or a warp
-// shuffle: a barrier of the warp) that others have not reached: the fiber
-// stays with that thread and parks, and a fresh fiber (from an idle pool,
-// reused by every block and launch) starts the next thread. So a kernel
-// without barriers runs a whole block on one fiber, and one with barriers
-// holds as many fibers as threads wait. Once every thread has started, the
-// parked fibers whose barrier has completed resume, in arrival order. A
-// barrier completes when every thread of its scope that has not returned
-// has arrived (a returned thread no longer counts). A round in which nothing
-// can run while threads remain is a deadlock (a __syncthreads that not every
+// order on fibers (stacks of their own, switched in user space: no OS
+// thread, no lock, deterministic). A fiber runs one thread after another on
+// its stack, with no switch, until a thread arrives at a barrier
+// (__syncthreads, or a warp shuffle: a barrier of the warp) that others have
+// not reached: the fiber parks with that thread and switches straight to the
+// next fiber to run: one released from a completed barrier (in arrival
+// order) if any, else a fresh one (from an idle pool, reused by every block
+// and launch) for the next thread not started. So a kernel without barriers
+// runs a whole block on one fiber, warp-level shuffles keep about a warp of
+// fibers alive, and __syncthreads as many as the block has threads. A
+// barrier completes when every thread of its scope that has not returned has
+// arrived (a returned thread no longer counts). When nothing can run while
+// threads remain, the block is deadlocked (a __syncthreads that not every
 // thread reaches): abort with a message. Stack switch: x86-64, the six
 // callee-saved registers (asm below); elsewhere ucontext's swapcontext.
 #include "cuda_emu.h"
@@ -96,32 +97,36 @@ namespace {
 // Per fiber; only the pages a kernel touches are backed by memory.
 constexpr size_t STACK_BYTES = 256 << 10;
 
+struct fiber;
+
 struct barrier {
-    int arrived = 0, live = 0; // live: threads of its scope not yet returned
-    unsigned gen = 0;          // completed rounds
+    int arrived = 0, live = 0;     // live: threads of its scope not yet returned
+    std::vector<fiber *> waiters; // parked here, in arrival order
 };
 
 struct fiber {
     emu_ctx ctx;
-    char *stack = nullptr;            // STACK_BYTES, the lowest page a guard
-    int thread = -1;                  // the CUDA thread it runs now
-    const barrier *wait_on = nullptr; // runnable once wait_on->gen != wait_gen
-    unsigned wait_gen = 0;
+    char *stack = nullptr; // STACK_BYTES, the lowest page a guard
+    size_t used = 0;       // the top bytes left unused (see take_fiber)
+    int thread = -1;       // the CUDA thread it runs now, -1 when idle
 };
 
 struct scheduler {
-    std::vector<fiber *> idle;    // LIFO: the stack last used is warm in cache
-    std::vector<fiber *> waiting; // at a barrier, in the order they arrived
-    emu_ctx main;                 // the launching thread's context
-    fiber *cur = nullptr;         // the fiber running now
-    int thread = 0;               // its CUDA thread (linear index in the block)
+    std::vector<fiber *> idle;     // LIFO: the stack last used is warm in cache
+    std::vector<fiber *> runq;     // released from a barrier, to resume in order
+    size_t runq_head = 0;
+    emu_ctx main;                  // the launching thread's context
+    fiber *cur = nullptr;          // the fiber running now
+    int thread = 0;                // its CUDA thread (linear index in the block)
     int n = 0, next = 0, left = 0; // threads per block, next to start, not yet returned
     const std::function<void()> *body = nullptr;
     barrier block;
     std::vector<barrier> warps;
     std::vector<uint64_t> lanes; // shuffle exchange, one slot per thread
+    std::vector<uint3> idx;      // threadIdx of each thread of the launch
 };
 scheduler S;
+unsigned long long n_switches; // fiber switches (TRIDENT_EMU_STATS)
 std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ are global)
 
 [[noreturn]] void emu_die(const char *what) {
@@ -134,29 +139,76 @@ std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ a
 void set_thread(int t) {
     S.thread = t;
     S.cur->thread = t;
-    threadIdx = {t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
+    threadIdx = S.idx[t];
+}
+
+void fiber_entry(void);
+
+fiber *take_fiber() {
+    fiber *f;
+    if (!S.idle.empty()) {
+        f = S.idle.back();
+        S.idle.pop_back();
+    } else {
+        f = new fiber;
+        void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
+        mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
+        f->stack = (char *)p;
+        // Stacks are STACK_BYTES apart: their tops would all fall in the same
+        // cache sets, and a barrier touches every one of them in turn. Each
+        // fiber's stack starts 17 cache lines (mod 32 KiB) below the last one's.
+        static unsigned made;
+        f->used = (size_t)(made++ * 17 % 512) * 64;
+    }
+    f->thread = -1;
+    ctx_make(&f->ctx, f->stack, STACK_BYTES - f->used, fiber_entry);
+    return f;
+}
+
+// Switches from the context from to fiber to.
+void enter(fiber *to, emu_ctx *from) {
+    n_switches++;
+    S.cur = to;
+    if (to->thread >= 0) set_thread(to->thread);
+    ctx_switch(from, &to->ctx);
+}
+
+// The fiber running now parks (at a barrier) or goes idle: the next one to
+// run is a released one, else a fresh one for threads not started yet; with
+// neither, back to run_block (the block is done, or deadlocked).
+void switch_away(fiber *self) {
+    fiber *to = nullptr;
+    if (S.runq_head < S.runq.size()) {
+        to = S.runq[S.runq_head++];
+        if (S.runq_head == S.runq.size()) S.runq.clear(), S.runq_head = 0;
+    } else if (S.next < S.n) {
+        to = take_fiber();
+    }
+    if (to) enter(to, &self->ctx);
+    else ctx_switch(&self->ctx, &S.main);
+}
+
+void release(barrier &b) {
+    b.arrived = 0;
+    S.runq.insert(S.runq.end(), b.waiters.begin(), b.waiters.end());
+    b.waiters.clear();
 }
 
 void barrier_arrive(barrier &b) {
     if (++b.arrived == b.live) { // the last one: release the others, go on
-        b.arrived = 0;
-        b.gen++;
+        release(b);
         return;
     }
-    fiber *f = S.cur;
-    f->wait_on = &b;
-    f->wait_gen = b.gen;
-    S.waiting.push_back(f);
-    ctx_switch(&f->ctx, &S.main);
+    b.waiters.push_back(S.cur);
+    switch_away(S.cur);
 }
 
 // A returned thread no longer counts: a barrier now only waiting for it completes.
 void barrier_leave(barrier &b) {
     b.live--;
-    if (b.arrived > 0 && b.arrived == b.live) {
-        b.arrived = 0;
-        b.gen++;
-    }
+    if (b.arrived > 0 && b.arrived == b.live) release(b);
 }
 
 // A fiber runs CUDA threads not yet started, one after another on its stack,
@@ -173,67 +225,28 @@ void fiber_entry(void) {
         }
         fiber *f = S.cur;
         f->thread = -1;
-        ctx_switch(&f->ctx, &S.main);
+        S.idle.push_back(f); // not reused before this fiber has switched away
+        switch_away(f);
         emu_die("an idle fiber was resumed");
     }
 }
 
-fiber *take_fiber() {
-    if (!S.idle.empty()) {
-        fiber *f = S.idle.back();
-        S.idle.pop_back();
-        return f;
-    }
-    fiber *f = new fiber;
-    void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
-    mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
-    f->stack = (char *)p;
-    return f;
-}
-
-// Switches to f; back here when f waits at a barrier or runs out of threads.
-void resume(fiber *f) {
-    S.cur = f;
-    if (f->thread >= 0) set_thread(f->thread);
-    ctx_switch(&S.main, &f->ctx);
-    if (f->thread < 0) S.idle.push_back(f);
-}
-
 // Runs every thread of the current block to its end.
 void run_block() {
-    S.block = barrier();
+    S.block.arrived = 0;
     S.block.live = S.n;
+    S.block.waiters.clear();
     for (int w = 0; w < (S.n + 31) / 32; w++) {
-        S.warps[w] = barrier();
+        S.warps[w].arrived = 0;
         S.warps[w].live = std::min(32, S.n - 32 * w);
+        S.warps[w].waiters.clear();
     }
+    S.runq.clear();
+    S.runq_head = 0;
     S.next = 0;
     S.left = S.n;
-    std::vector<fiber *> ready;
-    while (S.left > 0) {
-        if (S.next < S.n) { // threads not started yet: a fresh fiber runs them
-            fiber *f = take_fiber();
-            f->thread = -1;
-            ctx_make(&f->ctx, f->stack, STACK_BYTES, fiber_entry);
-            resume(f);
-            continue;
-        }
-        ready.clear();
-        ready.swap(S.waiting);
-        bool ran = false;
-        for (fiber *f : ready) {
-            if (f->wait_on->gen == f->wait_gen) {
-                S.waiting.push_back(f);
-                continue;
-            }
-            f->wait_on = nullptr;
-            resume(f);
-            ran = true;
-        }
-        if (!ran) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
-    }
+    enter(take_fiber(), &S.main);
+    if (S.left > 0) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
 }
 
 } // namespace
@@ -267,6 +280,17 @@ int atomicAdd(int *p, int v) {
     return old;
 }
 
+// TRIDENT_EMU_STATS=1: at exit, the launches, blocks, threads and fiber
+// switches of the process on stderr (tests check that kernels ran; profiling).
+struct emu_stats {
+    unsigned long long launches, blocks, threads;
+};
+static emu_stats stats;
+static void print_stats(void) {
+    fprintf(stderr, "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches\n",
+            stats.launches, stats.blocks, stats.threads, n_switches);
+}
+
 void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
@@ -274,10 +298,17 @@ void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
         abort();
     }
     std::lock_guard<std::mutex> lock(launch_lock);
+    if (stats.launches++ == 0 && getenv("TRIDENT_EMU_STATS")) atexit(print_stats);
+    unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
+    stats.blocks += nb;
+    stats.threads += nb * (unsigned long long)n;
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     S.lanes.resize(std::max(S.lanes.size(), S.warps.size() * 32));
     S.body = &body;
     S.n = n;
+    S.idx.resize(n);
+    for (int t = 0; t < n; t++)
+        S.idx[t] = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     blockDim = block;
     gridDim = grid;
     for (unsigned z = 0; z < grid.z; z++)
