@@ -7,7 +7,7 @@
 # collective x dtype against comm_mpi's result on the same inputs byte for
 # byte (BF16 sums rounded per combine as comm.h specifies), and the NCCL API
 # directly: communicators of sub-groups made in different orders, in-place
-# reduce-scatter, a group whose sends precede their receives. ~10 s.
+# reduce-scatter, a group whose receives precede their sends. ~10 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"

@@ -21,7 +21,7 @@
 //     whose ranks are not the world's (reversed), communicators of
 //     sub-groups created in different orders by different ranks, an in-place
 //     reduce-scatter, out-of-place broadcast and all-reduce, and a group in
-//     which every rank posts its send before its receive (4 MB each: that
+//     which every rank posts its receive before its send (4 MB each: that
 //     order deadlocks unless the group issues them together) next to a
 //     collective.
 // Exit 77 (skipped) in a build without CUDA or on a machine without a device.
@@ -278,15 +278,15 @@ static void nccl_api(int rank, int size) {
                hi[j] != ((int64_t)rank << 40) - j * (int64_t)rank;
     EXPECT(bad == 0, "out-of-place int64 max all-reduce: %d of 64 wrong (or the input changed)", bad);
 
-    // One group: on the pair, each sends 4 MB to the other before receiving
-    // (both first: deadlocks outside a group), and an all-reduce on rev.
+    // One group: on the pair, each receives 4 MB from the other before
+    // sending (both first: deadlocks outside a group), and an all-reduce on rev.
     for (int j = 0; j < n; j++) h[j] = (float)rank * 7 + (float)j;
     float *sd = dev_floats(h, n), *rd = dev_floats(h, n), *ar = dev_floats(h, n);
     int peer = 1 - rank % 2;
     EXPECT_NCCL(ncclGroupStart());
-    if (pc) EXPECT_NCCL(ncclSend(sd, n, ncclFloat32, peer, pc, s));
-    EXPECT_NCCL(ncclGroupStart()); // nested: only the outermost end issues
     if (pc) EXPECT_NCCL(ncclRecv(rd, n, ncclFloat32, peer, pc, s));
+    EXPECT_NCCL(ncclGroupStart()); // nested: only the outermost end issues
+    if (pc) EXPECT_NCCL(ncclSend(sd, n, ncclFloat32, peer, pc, s));
     EXPECT_NCCL(ncclAllReduce(ar, ar, n, ncclFloat32, ncclSum, rev, s));
     EXPECT_NCCL(ncclGroupEnd());
     EXPECT_NCCL(ncclGroupEnd());
@@ -295,7 +295,7 @@ static void nccl_api(int rank, int size) {
         bad = 0;
         int from = rank - rank % 2 + peer;
         for (int j = 0; j < n; j++) bad += o[j] != (float)from * 7 + (float)j;
-        EXPECT(bad == 0, "send before recv in a group: %d of %d wrong", bad, n);
+        EXPECT(bad == 0, "recv before send in a group: %d of %d wrong", bad, n);
     }
     read_back(o, ar, n);
     bad = 0;
