@@ -279,6 +279,18 @@ int atomicAdd(int *p, int v) {
     *p = old + v;
     return old;
 }
+int atomicMax(int *p, int v) {
+    int old = *p;
+    *p = std::max(old, v);
+    return old;
+}
+
+void emu_syncwarp(void) { barrier_arrive(S.warps[S.thread / 32]); }
+
+namespace {
+std::vector<float4> dynamic_shared; // float4: 16-byte aligned
+}
+void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 
 // TRIDENT_EMU_STATS=1: at exit, the launches, blocks, threads and fiber
 // switches of the process on stderr (tests check that kernels ran; profiling).
@@ -291,7 +303,7 @@ static void print_stats(void) {
             stats.launches, stats.blocks, stats.threads, n_switches);
 }
 
-void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
+void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
     int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
         fprintf(stderr, "cuda_emu: a launch of %d threads per block (1..1024)\n", n);
@@ -304,6 +316,7 @@ void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     stats.threads += nb * (unsigned long long)n;
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     S.lanes.resize(std::max(S.lanes.size(), S.warps.size() * 32));
+    dynamic_shared.assign((shmem + 15) / 16, float4{NAN, NAN, NAN, NAN}); // NaN: unwritten shows
     S.body = &body;
     S.n = n;
     S.idx.resize(n);

@@ -54,8 +54,16 @@ void emu_syncthreads(void);
 // outside [0, 32)): a barrier of the warp before and after the exchange.
 uint64_t emu_shfl(uint64_t v, int src);
 int emu_lane(void);
-// Runs body as every thread of every block of the grid (see the top).
-void emu_run(dim3 grid, dim3 block, const std::function<void()> &body);
+// Runs body as every thread of every block of the grid (see the top), with
+// shmem bytes of dynamic shared memory.
+void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body);
+// The launch's dynamic shared memory (16-byte aligned, 0xff-filled at each
+// launch): the build rewrites `extern __shared__ T name[];` (which the
+// preprocessor turned into `extern static T name[];`) to
+// `T *name = (T *)emu_dynamic_shared();`.
+void *emu_dynamic_shared(void);
+void emu_syncwarp(void);
+#define __syncwarp(...) emu_syncwarp()
 #define __syncthreads() emu_syncthreads()
 template <class T> static inline T emu_shfl_t(T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
@@ -91,9 +99,35 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 // emu_launch(grid, block, shmem, stream, kernel, args) by the build (the
 // Makefile's EMU=1 rule for kernels/cuda/%.cu).
 template <class... P, class... A>
-void emu_launch(dim3 grid, dim3 block, size_t, cudaStream_t, void (*k)(P...), A... a) {
-    emu_run(grid, block, [&]() { k(a...); });
+void emu_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t, void (*k)(P...), A... a) {
+    emu_run(grid, block, shmem, [&]() { k(a...); });
 }
+// Launches written with fewer than four configuration arguments.
+template <class... P, class... A>
+void emu_launch(dim3 grid, dim3 block, void (*k)(P...), A... a) {
+    emu_run(grid, block, 0, [&]() { k(a...); });
+}
+template <class... P, class... A>
+void emu_launch(dim3 grid, dim3 block, size_t shmem, void (*k)(P...), A... a) {
+    emu_run(grid, block, shmem, [&]() { k(a...); });
+}
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F, enum cudaFuncAttribute, int) {
+    return cudaSuccess;
+}
+
+// Device intrinsics, as plain host functions (__expf and __logf: glibc has them).
+#define __align__(n) alignas(n)
+template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+int atomicMax(int *p, int v);
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 // ---- cuda_bf16.h --------------------------------------------------------------
 struct __nv_bfloat16 { uint16_t x; };

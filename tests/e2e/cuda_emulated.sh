@@ -7,8 +7,10 @@
 # descriptors) and through the fallback GEMM kernel (TRIDENT_EMU_CUBLASLT=0).
 # Checks indexing, reductions, barriers, dtype handling; not checked here:
 # cuBLASLt's own kernels, real warp scheduling, asynchronous streams. The
-# shapes are the small set (TEST_OPS_SMALL=1). First, check_half (tests/cuda_emu/check_half.cpp)
-# checks the emulation's FP16 conversions against kernels/cpu/half.h on every
+# shapes are the small set (TEST_OPS_SMALL=1). First, check_emu
+# (tests/cuda_emu/check_emu.cpp) checks the emulation's own semantics, and
+# check_half (tests/cuda_emu/check_half.cpp) the emulation's FP16
+# conversions against kernels/cpu/half.h on every
 # bit pattern (~10 s). This is the first e2e test to need the emulated build:
 # it makes all of it (trident, tests, mpi programs; ~2 minutes on 2 cores
 # from scratch); nccl_emulated.sh and train_emulated.sh run `make EMU=1` again,
@@ -25,9 +27,12 @@ if grep -qiE "warning" "$tmp/make.log"; then
     grep -iE -B2 -A4 "warning" "$tmp/make.log" | head -n 40
     fail "make EMU=1 printed warnings"
 fi
-need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/test_ops_cuda" "$EMU_BUILD/trident" \
-    "$EMU_BUILD/mpi/test_comm_nccl"
+need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/test_ops_cuda" \
+    "$EMU_BUILD/trident" "$EMU_BUILD/mpi/test_comm_nccl"
 fail=0
+# The emulation's own semantics: indices, barriers, shuffles, dynamic shared
+# memory, early returns, atomics, deadlock detection.
+"$EMU_BUILD/tests/check_emu" || fail "check_emu: the kernel emulation is wrong"
 # The emulation's FP16 conversions against kernels/cpu/half.h, exhaustively.
 "$EMU_BUILD/tests/check_half" || fail "the emulation's __half conversions differ from kernels/cpu/half.h"
 # Matmul through the emulated cuBLASLt, then through the fallback GEMM kernel.
