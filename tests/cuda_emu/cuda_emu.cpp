@@ -1,80 +1,519 @@
-// cuda_emu.cpp: the thread machinery of cuda_emu.h.
+// cuda_emu.cpp: the emulated CUDA runtime (cuda_runtime_api.h) and the
+// kernel machinery of cuda_emu.h: CUDA threads as fibers on the calling OS
+// thread, barriers, warp shuffles.
+//
+// Scheduling: a block's CUDA threads (linear index t = 0..n-1) start in
+// order on fibers (stacks of their own, switched in user space: no OS
+// thread, no lock, deterministic). A fiber runs one thread after another on
+// its stack, with no switch, until a thread arrives at a barrier
+// (__syncthreads, or a warp shuffle: a barrier of the warp) that others have
+// not reached: the fiber parks with that thread and switches straight to the
+// next fiber to run: one released from a completed barrier (in arrival
+// order) if any, else a fresh one (from an idle pool, reused by every block
+// and launch) for the next thread not started. So a kernel without barriers
+// runs a whole block on one fiber, warp-level shuffles keep about a warp of
+// fibers alive, and __syncthreads as many as the block has threads. A
+// barrier completes when every thread of its scope that has not returned has
+// arrived (a returned thread no longer counts). When nothing can run while
+// threads remain, the block is deadlocked (a __syncthreads that not every
+// thread reaches): abort with a message. Stack switch: x86-64, the six
+// callee-saved registers (asm below); elsewhere ucontext's swapcontext.
 #include "cuda_emu.h"
 
-#include <barrier>
-#include <memory>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <mutex>
-#include <thread>
 #include <vector>
 
-thread_local uint3 threadIdx, blockIdx;
+uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
-struct emu_block {
-    std::unique_ptr<std::barrier<>> all;
-    std::vector<std::unique_ptr<std::barrier<>>> warp;
-    std::vector<float> lanes; // one slot per thread: shuffle exchange
+// ---- stack switching ------------------------------------------------------------
+
+#if defined(__x86_64__)
+// emu_ctx_switch(&save_sp, load_sp): pushes the callee-saved state on the
+// current stack, stores the stack pointer in *save_sp, loads load_sp and pops
+// the state saved there (System V ABI: rbx, rbp, r12-r15). The MXCSR and x87
+// control words are not switched: nothing in the emulation or the kernels
+// changes rounding modes.
+extern "C" void emu_ctx_switch(void **save_sp, void *load_sp);
+asm(R"(
+    .text
+    .globl emu_ctx_switch
+    .type emu_ctx_switch, @function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch, .-emu_ctx_switch
+)");
+struct emu_ctx {
+    void *sp;
 };
-static emu_block *g_block;
-static thread_local int tl_tid;
-static std::mutex g_atomic;
+static void ctx_switch(emu_ctx *save, emu_ctx *load) { emu_ctx_switch(&save->sp, load->sp); }
+// A context that starts entry() on the stack [base, base + bytes).
+static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) {
+    uintptr_t top = ((uintptr_t)base + bytes) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)(top - 64); // entry starts with rsp = top - 8, as after a call
+    for (int i = 0; i < 6; i++) sp[i] = 0;  // r15 r14 r13 r12 rbx rbp
+    sp[6] = (uint64_t)(uintptr_t)entry;     // popped by ret
+    sp[7] = 0;                              // entry's return address: it never returns
+    c->sp = sp;
+}
+#else
+#include <ucontext.h>
+struct emu_ctx {
+    ucontext_t uc;
+};
+static void ctx_switch(emu_ctx *save, emu_ctx *load) { swapcontext(&save->uc, &load->uc); }
+static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = base;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
 
-void emu_syncthreads(void) { g_block->all->arrive_and_wait(); }
+// ---- fibers and barriers --------------------------------------------------------
 
-float emu_shfl_xor(float v, int m) {
-    int w = tl_tid / 32, lane = tl_tid % 32;
-    g_block->lanes[tl_tid] = v;
-    g_block->warp[w]->arrive_and_wait();
-    float r = g_block->lanes[w * 32 + (lane ^ m)];
-    g_block->warp[w]->arrive_and_wait();
-    return r;
+namespace {
+
+// Per fiber; only the pages a kernel touches are backed by memory.
+constexpr size_t STACK_BYTES = 256 << 10;
+
+struct fiber;
+
+struct barrier {
+    int arrived = 0, live = 0;     // live: threads of its scope not yet returned
+    std::vector<fiber *> waiters; // parked here, in arrival order
+};
+
+struct fiber {
+    emu_ctx ctx;
+    char *stack = nullptr; // STACK_BYTES, the lowest page a guard
+    size_t used = 0;       // the top bytes left unused (see take_fiber)
+    int thread = -1;       // the CUDA thread it runs now, -1 when idle
+};
+
+struct scheduler {
+    std::vector<fiber *> idle;     // LIFO: the stack last used is warm in cache
+    std::vector<fiber *> runq;     // released from a barrier, to resume in order
+    size_t runq_head = 0;
+    emu_ctx main;                  // the launching thread's context
+    fiber *cur = nullptr;          // the fiber running now
+    int thread = 0;                // its CUDA thread (linear index in the block)
+    int n = 0, next = 0, left = 0; // threads per block, next to start, not yet returned
+    const std::function<void()> *body = nullptr;
+    barrier block;
+    std::vector<barrier> warps;
+    std::vector<uint64_t> lanes[2]; // shuffle exchange, one slot per thread, double-buffered
+    std::vector<uint8_t> parity;    // per thread: the buffer of its next shuffle
+    std::vector<uint3> idx;      // threadIdx of each thread of the launch
+};
+scheduler S;
+unsigned long long n_switches; // fiber switches (TRIDENT_EMU_STATS)
+std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ are global)
+
+[[noreturn]] void emu_die(const char *what) {
+    fprintf(stderr, "cuda_emu: %s (block %u,%u,%u of a %ux%ux%u grid, %ux%ux%u threads)\n", what,
+            blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z, blockDim.x,
+            blockDim.y, blockDim.z);
+    abort();
 }
 
-float emu_shfl_idx(float v, int src) {
-    int w = tl_tid / 32;
-    g_block->lanes[tl_tid] = v;
-    g_block->warp[w]->arrive_and_wait();
-    float r = g_block->lanes[w * 32 + src];
-    g_block->warp[w]->arrive_and_wait();
-    return r;
+void set_thread(int t) {
+    S.thread = t;
+    S.cur->thread = t;
+    threadIdx = S.idx[t];
 }
 
+void fiber_entry(void);
+
+fiber *take_fiber() {
+    fiber *f;
+    if (!S.idle.empty()) {
+        f = S.idle.back();
+        S.idle.pop_back();
+    } else {
+        f = new fiber;
+        void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
+        mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
+        f->stack = (char *)p;
+        // Stacks are STACK_BYTES apart: their tops would all fall in the same
+        // cache sets, and a barrier touches every one of them in turn. Each
+        // fiber's stack starts 17 cache lines (mod 32 KiB) below the last one's.
+        static unsigned made;
+        f->used = (size_t)(made++ * 17 % 512) * 64;
+    }
+    f->thread = -1;
+    ctx_make(&f->ctx, f->stack, STACK_BYTES - f->used, fiber_entry);
+    return f;
+}
+
+// Switches from the context from to fiber to.
+void enter(fiber *to, emu_ctx *from) {
+    n_switches++;
+    S.cur = to;
+    if (to->thread >= 0) set_thread(to->thread);
+    ctx_switch(from, &to->ctx);
+}
+
+// The fiber running now parks (at a barrier) or goes idle: the next one to
+// run is a released one, else a fresh one for threads not started yet; with
+// neither, back to run_block (the block is done, or deadlocked).
+void switch_away(fiber *self) {
+    fiber *to = nullptr;
+    if (S.runq_head < S.runq.size()) {
+        to = S.runq[S.runq_head++];
+        if (S.runq_head == S.runq.size()) S.runq.clear(), S.runq_head = 0;
+    } else if (S.next < S.n) {
+        to = take_fiber();
+    }
+    if (to) enter(to, &self->ctx);
+    else ctx_switch(&self->ctx, &S.main);
+}
+
+void release(barrier &b) {
+    b.arrived = 0;
+    if (S.runq_head == S.runq.size()) { // the run queue is empty (usual): take the list whole
+        S.runq.clear();
+        S.runq_head = 0;
+        S.runq.swap(b.waiters);
+    } else {
+        S.runq.insert(S.runq.end(), b.waiters.begin(), b.waiters.end());
+        b.waiters.clear();
+    }
+}
+
+void barrier_arrive(barrier &b) {
+    if (++b.arrived == b.live) { // the last one: release the others, go on
+        release(b);
+        return;
+    }
+    b.waiters.push_back(S.cur);
+    switch_away(S.cur);
+}
+
+// A returned thread no longer counts: a barrier now only waiting for it completes.
+void barrier_leave(barrier &b) {
+    b.live--;
+    if (b.arrived > 0 && b.arrived == b.live) release(b);
+}
+
+// A fiber runs CUDA threads not yet started, one after another on its stack,
+// until one of them waits at a barrier (the fiber stays with that thread) or
+// none is left (the fiber goes back to the idle pool).
+void fiber_entry(void) {
+    for (;;) {
+        while (S.next < S.n) {
+            set_thread(S.next++);
+            (*S.body)();
+            S.left--;
+            barrier_leave(S.block);
+            barrier_leave(S.warps[S.thread / 32]);
+        }
+        fiber *f = S.cur;
+        f->thread = -1;
+        S.idle.push_back(f); // not reused before this fiber has switched away
+        switch_away(f);
+        emu_die("an idle fiber was resumed");
+    }
+}
+
+// Runs every thread of the current block to its end.
+void run_block() {
+    S.block.arrived = 0;
+    S.block.live = S.n;
+    S.block.waiters.clear();
+    for (int w = 0; w < (S.n + 31) / 32; w++) {
+        S.warps[w].arrived = 0;
+        S.warps[w].live = std::min(32, S.n - 32 * w);
+        S.warps[w].waiters.clear();
+    }
+    S.runq.clear();
+    S.runq_head = 0;
+    S.next = 0;
+    S.left = S.n;
+    std::fill(S.parity.begin(), S.parity.begin() + S.n, 0);
+    enter(take_fiber(), &S.main);
+    if (S.left > 0) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
+}
+
+} // namespace
+
+void emu_syncthreads(void) { barrier_arrive(S.block); }
+
+int emu_lane(void) { return S.thread % 32; }
+
+void emu_shfl_check(unsigned mask, int width) {
+    if (mask != 0xffffffffu || width != 32) emu_die("shuffle with a partial mask or width != 32");
+}
+
+// One barrier per shuffle: consecutive shuffles of a warp use the two
+// buffers in turn, and a lane can only write buffer b again (two shuffles
+// later) after the barrier of the shuffle in between, which every lane
+// reaches after reading buffer b.
+uint64_t emu_shfl(uint64_t v, int src) {
+    int t = S.thread, w = t / 32;
+    std::vector<uint64_t> &lanes = S.lanes[S.parity[t]];
+    S.parity[t] ^= 1;
+    lanes[t] = v;
+    barrier_arrive(S.warps[w]);
+    return src >= 0 && src < 32 ? lanes[w * 32 + src] : v;
+}
+
+// One thread at a time: no lock needed beyond launch_lock.
 float atomicAdd(float *p, float v) {
-    std::lock_guard<std::mutex> lock(g_atomic);
     float old = *p;
     *p = old + v;
     return old;
 }
 int atomicAdd(int *p, int v) {
-    std::lock_guard<std::mutex> lock(g_atomic);
     int old = *p;
     *p = old + v;
     return old;
 }
+int atomicMax(int *p, int v) {
+    int old = *p;
+    *p = std::max(old, v);
+    return old;
+}
 
-void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
+void emu_syncwarp(void) { barrier_arrive(S.warps[S.thread / 32]); }
+
+namespace {
+std::vector<float4> dynamic_shared; // float4: 16-byte aligned
+}
+void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
+
+// TRIDENT_EMU_STATS=1: at exit, the launches, blocks, threads and fiber
+// switches of the process on stderr (tests check that kernels ran; profiling).
+struct emu_stats {
+    unsigned long long launches, blocks, threads;
+};
+static emu_stats stats;
+static void print_stats(void) {
+    fprintf(stderr, "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches\n",
+            stats.launches, stats.blocks, stats.threads, n_switches);
+}
+
+void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
     int n = (int)(block.x * block.y * block.z);
-    if (n % 32) abort(); // trident's kernels launch whole warps
-    emu_block b;
-    b.all = std::make_unique<std::barrier<>>(n);
-    for (int w = 0; w < n / 32; w++) b.warp.push_back(std::make_unique<std::barrier<>>(32));
-    b.lanes.assign(n, 0);
-    g_block = &b;
+    if (n <= 0 || n > 1024) {
+        fprintf(stderr, "cuda_emu: a launch of %d threads per block (1..1024)\n", n);
+        abort();
+    }
+    std::lock_guard<std::mutex> lock(launch_lock);
+    if (stats.launches++ == 0 && getenv("TRIDENT_EMU_STATS")) atexit(print_stats);
+    unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
+    stats.blocks += nb;
+    stats.threads += nb * (unsigned long long)n;
+    S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
+    for (auto &l : S.lanes) l.resize(std::max(l.size(), S.warps.size() * 32));
+    S.parity.resize(std::max(S.parity.size(), S.warps.size() * 32));
+    dynamic_shared.assign((shmem + 15) / 16, float4{NAN, NAN, NAN, NAN}); // NaN: unwritten shows
+    S.body = &body;
+    S.n = n;
+    S.idx.resize(n);
+    for (int t = 0; t < n; t++)
+        S.idx[t] = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     blockDim = block;
     gridDim = grid;
-    std::vector<std::thread> threads;
-    for (int t = 0; t < n; t++)
-        threads.emplace_back([&, t]() {
-            tl_tid = t;
-            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-            for (unsigned z = 0; z < grid.z; z++)
-                for (unsigned y = 0; y < grid.y; y++)
-                    for (unsigned x = 0; x < grid.x; x++) {
-                        blockIdx = {x, y, z};
-                        body();
-                        b.all->arrive_and_wait(); // the block ends for every thread
-                    }
-        });
-    for (auto &t : threads) t.join();
-    g_block = nullptr;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = {x, y, z};
+                run_block();
+            }
+    S.body = nullptr;
 }
+
+// ---- the runtime API (cuda_runtime_api.h) ---------------------------------------
+
+namespace {
+int current_device = 0;
+cudaError_t last_error = cudaSuccess;
+
+cudaError_t fail(cudaError_t e) {
+    last_error = e;
+    return e;
+}
+
+double now_ms() {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+} // namespace
+
+struct emu_stream {
+    unsigned flags;
+};
+struct emu_event {
+    double ms; // host time of the last record
+};
+
+extern "C" {
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (emulated)";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
+    case cudaErrorInvalidDevice: return "invalid device ordinal (emulated)";
+    case cudaErrorNotReady: return "device not ready (emulated)";
+    default: return "emulated CUDA error";
+    }
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    const char *s = getenv("TRIDENT_EMU_DEVICES");
+    *n = s && *s ? atoi(s) : 8;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    int n;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice);
+    current_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    *device = current_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+    if (attr != cudaDevAttrMultiProcessorCount) return fail(cudaErrorInvalidValue);
+    *value = 4;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    size_t total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    size_t avail = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    *free_bytes = avail;
+    *total_bytes = total;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    *s = new emu_stream{flags};
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = new emu_event{now_ms()};
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    if (!e) return fail(cudaErrorInvalidValue);
+    e->ms = now_ms();
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!*p) return fail(cudaErrorMemoryAllocation);
+    memset(*p, 0xff, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMalloc(p, n); }
+
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) {
+    if (n) memmove(d, s, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t) {
+    return cudaMemcpy(d, s, n, k);
+}
+
+cudaError_t cudaMemset(void *d, int v, size_t n) {
+    if (n) memset(d, v, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
+
+} // extern "C"
