@@ -50,10 +50,28 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 // kernel<<<grid, block, shmem, stream>>>(args) is rewritten to
 // emu_launch(grid, block, shmem, stream, kernel, args) by the test script.
 typedef struct emu_stream *cudaStream_t;
+// Dynamic shared memory: the launch's shmem bytes, one buffer shared by the
+// block's threads (blocks run one after another), filled with 0xff bytes (NaN)
+// at each launch. cuda_emulated.sh rewrites `extern __shared__ T name[];` to
+// `T *name = (T *)emu_dynamic_shared();`.
+inline unsigned char *emu_dynamic_shared_buf; // C++17 inline: one for the program
+inline size_t emu_dynamic_shared_cap;
+static inline void *emu_dynamic_shared(void) { return emu_dynamic_shared_buf; }
+static inline void emu_dynamic_shared_set(size_t bytes) {
+    if (bytes > emu_dynamic_shared_cap) {
+        free(emu_dynamic_shared_buf);
+        emu_dynamic_shared_buf = (unsigned char *)aligned_alloc(256, (bytes + 255) / 256 * 256);
+        emu_dynamic_shared_cap = bytes;
+    }
+    if (bytes) memset(emu_dynamic_shared_buf, 0xff, bytes);
+}
 template <class... P, class... A>
-void emu_launch(dim3 grid, dim3 block, size_t, cudaStream_t, void (*k)(P...), A... a) {
+void emu_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t, void (*k)(P...), A... a) {
+    emu_dynamic_shared_set(shmem);
     emu_run(grid, block, [&]() { k(a...); });
 }
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F> static inline int cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return 0; }
 
 // ---- cuda_bf16.h --------------------------------------------------------------
 struct __nv_bfloat16 { uint16_t x; };

@@ -20,8 +20,11 @@ objs=()
 for cu in kernels/cuda/*.cu; do
     name=$(basename "$cu" .cu)
     # preprocess, then rewrite kernel<<<cfg>>>(args) as emu_launch(cfg, kernel, args)
+    # and dynamic shared memory, `extern __shared__ T name[];` (`extern static`
+    # once preprocessed), as T *name = (T *)emu_dynamic_shared();
     g++ -E -x c++ -std=c++20 -Itests/cuda_emu $CFLAGS "$cu" -o "$OUT/$name.ii" || { echo "FAIL: preprocess $cu"; exit 1; }
-    perl -0pe 's/([A-Za-z_]\w*(?:\s*<\s*\d+\s*>)?)\s*<\s*<\s*<(.*?)>\s*>\s*>\s*\(/emu_launch($2, $1, /gs' \
+    perl -0pe 's/([A-Za-z_]\w*(?:\s*<\s*\d+\s*>)?)\s*<\s*<\s*<(.*?)>\s*>\s*>\s*\(/emu_launch($2, $1, /gs;
+               s/\bextern\s+static\s+(\w+)\s+(\w+)\s*\[\s*\]\s*;/$1 *$2 = ($1 *)emu_dynamic_shared();/g' \
         "$OUT/$name.ii" >"$OUT/$name.cpp"
     g++ -c -x c++ -std=c++20 -O1 -g -w -pthread -Itests/cuda_emu $CFLAGS "$OUT/$name.cpp" -o "$OUT/$name.o" ||
         { echo "FAIL: compile $cu (emulated)"; exit 1; }
