@@ -11,44 +11,51 @@
 //
 // Tiling. A block is 128 threads seen as a 16 x 8 grid: thread (tr, tc), tr =
 // tid / 8, tc = tid % 8. Tiles live in dynamic shared memory as FP32 rows of
-// DP + 4 floats (DP: the head size rounded up to 32, 64, 128 or 256, columns
-// >= D zero; the 4 floats of padding put rows 4 banks apart). A score tile
-// (rows x 32 columns) is computed as register micro-tiles: thread (tr, tc)
-// owns rows tr + 16 r (r < RM) and columns tc + 8 n (n < 4), reading one
-// float of each operand row per head element (RM + 4 loads, 4 RM FMAs). An
-// output accumulator (rows x DP) stays in registers: thread (tr, tc) holds
-// rows tr + 16 r, head elements tc + 8 e (e < DP / 8).
+// LD = DP + 4 floats (DP: the head size rounded up to 32, 64, 128 or 256,
+// columns >= D zero; the 4 floats of padding shift each row by one 16-byte
+// bank group, so 128-bit loads of 8 rows by a warp do not conflict). A score
+// tile (rows x 32 columns) is computed as register micro-tiles: thread (tr,
+// tc) owns rows tr + 16 r (r < RM) and columns tc + 8 n (n < 4) and reads 4
+// head elements of each operand row per 128-bit load (RM + 4 loads for 16 RM
+// FMAs). An output accumulator (rows x DP) stays in registers: thread (tr,
+// tc) holds rows tr + 16 r and head elements 4 tc + 32 e + c (c < 4), so a
+// warp's 8 column threads read one 128-byte segment of a V (K, Q, dO) row per
+// load. Global memory is read coalesced (consecutive threads, consecutive
+// elements of a row) through ld(), converted to FP32 once when staged.
 //
 // Forward (alg. 1), grid (ceil(T / BR), H, B), BR = 16 RM query rows: the
 // block's Q tile is staged once; K and V tiles of 32 keys stream through
 // shared memory, only those with a key <= the block's last query (causal:
-// fully masked tiles are never loaded); S = scale Q K^T in registers, masked
-// on the diagonal tile; the running row max m (FP32) from the 8 threads of a
-// row through shared memory; P = exp(S - m) to shared memory; O = O corr + P V
-// with corr = exp(m_old - m_new); l (row sum) kept per thread, summed at the
-// end; out = O / l, lse = m + log l. No T x T matrix exists anywhere.
+// fully masked tiles are never loaded; the mask is applied on tiles that
+// cross the diagonal only); S = scale Q K^T in registers; the running row max
+// m (FP32) from the 8 threads of a row through shared memory; P = exp(S - m)
+// to shared memory; O = O corr + P V with corr = exp(m_old - m_new); l (row
+// sum) kept per thread, summed at the end; out = O / l, lse = m + log l. No
+// T x T matrix exists anywhere. Blocks are issued last query block first
+// (the longest causal rows start early).
 //
 // Backward (alg. 2, P recomputed from lse, no atomics, deterministic):
 //   P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dO_i.v_j, D_i = dO_i.O_i,
 //   dS_ij = P_ij (dP_ij - D_i), dq_i = scale sum_j dS_ij k_j,
 //   dk_j = scale sum_{h in group, i >= j} dS_ij q_i, dv_j = sum P_ij dO_i.
 // Two kernels instead of FA2's one with atomicAdd on dq: each output row has
-// one owner, so results are bitwise reproducible and BF16/FP16 dq needs no
-// FP32 side buffer, at the price of recomputing S and dP once more (7 instead
-// of 5 tile GEMMs). The dq kernel, parallel over query blocks (as the
-// forward), also computes D_i = dO_i.O_i for its rows into scratch (B, H, T);
-// the dk/dv kernel, parallel over key blocks of BK = 16 RK keys of one kv
-// head, runs after it on the same stream and streams the Q, dO tiles (32
-// queries, i >= the block's first key) of every query head of its group.
+// one owner, so results are bitwise reproducible run to run and BF16/FP16 dq
+// needs no FP32 side buffer and conversion pass, at the price of computing S
+// and dP twice (7 tile GEMMs instead of 5). The dq kernel, parallel over
+// query blocks (as the forward), also computes D_i = dO_i.O_i for its rows
+// into scratch (B, H, T); the dk/dv kernel, parallel over key blocks of BK =
+// 16 RK keys of one kv head (GQA: the group's H / Hkv query heads are summed
+// inside the block, in order), runs after it on the same stream and streams
+// Q, dO tiles of 32 queries, i >= the block's first key.
 //
-// Shared memory per block (FP32, LD = DP + 4 floats a row), bytes:
-//   forward  (BR = 64, 64, 64, 32):  (BR + 64) LD + BR 33 + BR 8   floats
-//   dq       (BR = 64, 64, 64, 32):  (2 BR + 64) LD + BR 33 + BR 8 floats
-//   dk/dv    (BK = 64, 64, 32, 16):  (2 BK + 64) LD + 2 BK 33 + 64 floats
-// i.e. at DP = 32, 64, 128, 256: forward 28, 44, 78, 105 KiB; dq 46, 78, 110,
-// 137 KiB; dk/dv 46, 78, 78, 104 KiB (above 48 KiB through
-// cudaFuncAttributeMaxDynamicSharedMemorySize; sm_80 allows 163 KiB, sm_90
-// 227 KiB).
+// Shared memory per block (floats; LD = DP + 4; rows of P, dS: 36 floats):
+//   forward  BR = 64, 64, 64, 32:  (BR + 64) LD + BR (36 + 8)
+//   dq       BR = 64, 64, 64, 32:  (2 BR + 64) LD + BR (36 + 8)
+//   dk/dv    BK = 64, 64, 32, 16:  (2 BK + 64) LD + 2 BK 36 + 64
+// for DP = 32, 64, 128, 256: forward 29, 45, 77, 103 KiB; dq 38, 62, 110,
+// 136 KiB; dk/dv 45, 69, 75, 102 KiB (above 48 KiB through
+// cudaFuncAttributeMaxDynamicSharedMemorySize; sm_80 allows 163 KiB a block,
+// sm_90 227 KiB).
 #include "cuda_internal.cuh"
 
 #define ATTN_THREADS 128 // threads per block: a 16 x 8 grid
@@ -67,15 +74,15 @@ __host__ __device__ constexpr int attn_ld(int DP) { return DP + 4; }
 // Dynamic shared memory of each kernel in bytes (layouts in the kernels).
 static constexpr size_t attn_fwd_smem(int DP) {
     return sizeof(float) * ((size_t)(ATTN_TR * attn_rm(DP) + 2 * ATTN_BC) * attn_ld(DP) +
-                            (size_t)ATTN_TR * attn_rm(DP) * (ATTN_BC + 1 + ATTN_TC));
+                            (size_t)ATTN_TR * attn_rm(DP) * (ATTN_BC + 4 + ATTN_TC));
 }
 static constexpr size_t attn_dq_smem(int DP) {
     return sizeof(float) * ((size_t)(2 * ATTN_TR * attn_rm(DP) + 2 * ATTN_BC) * attn_ld(DP) +
-                            (size_t)ATTN_TR * attn_rm(DP) * (ATTN_BC + 1 + ATTN_TC));
+                            (size_t)ATTN_TR * attn_rm(DP) * (ATTN_BC + 4 + ATTN_TC));
 }
 static constexpr size_t attn_dkv_smem(int DP) {
     return sizeof(float) * ((size_t)(2 * ATTN_TR * attn_rk(DP) + 2 * ATTN_BC) * attn_ld(DP) +
-                            (size_t)2 * ATTN_TR * attn_rk(DP) * (ATTN_BC + 1) + 2 * ATTN_BC);
+                            (size_t)2 * ATTN_TR * attn_rk(DP) * (ATTN_BC + 4) + 2 * ATTN_BC);
 }
 
 // Shared rows dst[r][0, DP) (row stride DP + 4) := rows r0 + r (r < n) of a
@@ -91,39 +98,91 @@ __device__ __forceinline__ void attn_load_rows(float *dst, struct dptr src, size
     }
 }
 
+// Component i (0..3, a constant once unrolled) of v.
+__device__ __forceinline__ float attn_f4(float4 v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 // s[r][n] = A[tr + 16 r] . B[tc + 8 n] over head elements [0, D) of shared
-// rows (stride DP + 4): one register micro-tile of a score tile.
+// rows (stride DP + 4, columns >= D zero): one register micro-tile of a score
+// tile, 4 head elements per 128-bit shared load (RM + 4 loads, 16 RM FMAs; a
+// warp's 4 A rows and 8 B rows fall in distinct bank groups, the padding
+// shifting each row by 16 bytes).
 template <int DP, int RM>
 __device__ __forceinline__ void attn_tile_dot(float (&s)[RM][ATTN_RN], const float *A,
                                               const float *B, int tr, int tc, int D) {
-    constexpr int LD = attn_ld(DP);
+    constexpr int LD4 = attn_ld(DP) / 4;
 #pragma unroll
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int n = 0; n < ATTN_RN; n++) s[r][n] = 0;
-    const float *a0 = A + tr * LD, *b0 = B + tc * LD;
-    for (int d = 0; d < D; d++) {
-        float a[RM], b[ATTN_RN];
+    const float4 *a0 = (const float4 *)A + tr * LD4, *b0 = (const float4 *)B + tc * LD4;
+    int D4 = (D + 3) / 4;
+    for (int d4 = 0; d4 < D4; d4++) {
+        float4 a[RM], b[ATTN_RN];
 #pragma unroll
-        for (int r = 0; r < RM; r++) a[r] = a0[r * ATTN_TR * LD + d];
+        for (int r = 0; r < RM; r++) a[r] = a0[r * ATTN_TR * LD4 + d4];
 #pragma unroll
-        for (int n = 0; n < ATTN_RN; n++) b[n] = b0[n * ATTN_TC * LD + d];
+        for (int n = 0; n < ATTN_RN; n++) b[n] = b0[n * ATTN_TC * LD4 + d4];
 #pragma unroll
         for (int r = 0; r < RM; r++)
 #pragma unroll
-            for (int n = 0; n < ATTN_RN; n++) s[r][n] += a[r] * b[n];
+            for (int n = 0; n < ATTN_RN; n++) {
+                float t = s[r][n];
+                t = fmaf(a[r].x, b[n].x, t);
+                t = fmaf(a[r].y, b[n].y, t);
+                t = fmaf(a[r].z, b[n].z, t);
+                s[r][n] = fmaf(a[r].w, b[n].w, t);
+            }
     }
 }
 
+// acc[r][4 e + c] += sum_{j < 32} W[tr + 16 r][j] X[j][4 tc + 32 e + c]: a
+// register accumulator (rows x DP, this thread's rows tr + 16 r and head
+// elements 4 tc + 32 e + c) plus a weight tile W (shared, rows of 36 floats)
+// times 32 shared rows X (stride DP + 4); 128-bit loads of 4 weights and of 4
+// head elements (a warp's 8 column threads read one 128-byte row segment).
+template <int DP, int RM>
+__device__ __forceinline__ void attn_tile_acc(float (&acc)[RM][DP / ATTN_TC], const float *W,
+                                              const float *X, int tr, int tc) {
+    constexpr int LD4 = attn_ld(DP) / 4, PL4 = (ATTN_BC + 4) / 4, E4 = DP / 32;
+    const float4 *w0 = (const float4 *)W + tr * PL4, *x0 = (const float4 *)X + tc;
+    for (int j4 = 0; j4 < ATTN_BC / 4; j4++) {
+        float4 w[RM];
+#pragma unroll
+        for (int r = 0; r < RM; r++) w[r] = w0[r * ATTN_TR * PL4 + j4];
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            float4 x[E4];
+#pragma unroll
+            for (int e = 0; e < E4; e++) x[e] = x0[(4 * j4 + jj) * LD4 + 8 * e];
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                float wr = attn_f4(w[r], jj);
+#pragma unroll
+                for (int e = 0; e < E4; e++) {
+                    acc[r][4 * e] = fmaf(wr, x[e].x, acc[r][4 * e]);
+                    acc[r][4 * e + 1] = fmaf(wr, x[e].y, acc[r][4 * e + 1]);
+                    acc[r][4 * e + 2] = fmaf(wr, x[e].z, acc[r][4 * e + 2]);
+                    acc[r][4 * e + 3] = fmaf(wr, x[e].w, acc[r][4 * e + 3]);
+                }
+            }
+        }
+    }
+}
+
+// Head element of accumulator slot i (< DP / 8) of column thread tc.
+__device__ __forceinline__ int attn_col(int tc, int i) { return 4 * tc + 32 * (i / 4) + i % 4; }
+
 // Forward, algorithm 1: block (x, h, b) owns query rows [q0, q0 + BR) of head
 // h, the last blocks first (they have the most key tiles). Shared: Qs (BR,
-// LD), Ks, Vs (32, LD), Ps (BR, 33), red (BR, 8).
+// LD), Ks, Vs (32, LD), Ps (BR, 36), red (BR, 8).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k, struct dptr v,
                          int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
-    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 1;
+    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
     extern __shared__ float attn_smem[];
     float *Qs = attn_smem, *Ks = Qs + BR * LD, *Vs = Ks + BC * LD, *Ps = Vs + BC * LD;
     float *red = Ps + BR * PL;
@@ -181,18 +240,7 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
             for (int e = 0; e < DN; e++) o[r][e] *= corr;
         }
         __syncthreads();
-        // O += P V: keys past T have P = 0 for every row < T
-        for (int j = 0; j < BC; j++) {
-            float vj[DN];
-#pragma unroll
-            for (int e = 0; e < DN; e++) vj[e] = Vs[j * LD + tc + ATTN_TC * e];
-#pragma unroll
-            for (int r = 0; r < RM; r++) {
-                float p = Ps[(tr + ATTN_TR * r) * PL + j];
-#pragma unroll
-                for (int e = 0; e < DN; e++) o[r][e] += p * vj[e];
-            }
-        }
+        attn_tile_acc<DP, RM>(o, Ps, Vs, tr, tc); // O += P V (keys past T: P = 0 for rows < T)
     }
     // l: the sum of the row's 8 partial sums (red is free: its last readers
     // passed the barrier before O += P V)
@@ -210,7 +258,7 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
         size_t oo = qbase + (size_t)i * qs;
 #pragma unroll
         for (int e = 0; e < DN; e++) {
-            int d = tc + ATTN_TC * e;
+            int d = attn_col(tc, e);
             if (d < D) st(out, oo + d, o[r][e] * inv);
         }
         if (tc == 0) lse[((size_t)b * H + h) * T + i] = m[r] + logf(lt);
@@ -219,14 +267,14 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
 
 // Backward dq (and D_i = dO_i.O_i into Dvec): block (x, h, b) owns query rows
 // [q0, q0 + BR) of head h. Shared: Qs, dOs (BR, LD), Ks, Vs (32, LD), dSs
-// (BR, 33), red (BR, 8).
+// (BR, 36), red (BR, 8).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, struct dptr q,
                              struct dptr k, struct dptr v, struct dptr out, const float *lse,
                              int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
-    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 1;
+    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
     extern __shared__ float attn_smem[];
     float *Qs = attn_smem, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + BC * LD;
     float *dSs = Vs + BC * LD, *red = dSs + BR * PL;
@@ -248,7 +296,7 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
             size_t oo = qbase + (size_t)i * qs;
 #pragma unroll
             for (int e = 0; e < DN; e++) {
-                int d = tc + ATTN_TC * e;
+                int d = attn_col(tc, e);
                 if (d < D) part += dOs[row * LD + d] * ld(out, oo + d);
             }
         }
@@ -277,29 +325,19 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
         float s[RM][RN], dp[RM][RN];
         attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
         attn_tile_dot<DP, RM>(dp, dOs, Vs, tr, tc, D);
+        bool diag = k0 + BC - 1 > q0; // some key of the tile is after some row
 #pragma unroll
         for (int r = 0; r < RM; r++) {
             int row = tr + ATTN_TR * r, i = q0 + row;
 #pragma unroll
             for (int n = 0; n < RN; n++) {
                 int j = k0 + tc + ATTN_TC * n;
-                float p = j <= i ? expf(s[r][n] * scale - li[r]) : 0.0f;
+                float p = !diag || j <= i ? expf(s[r][n] * scale - li[r]) : 0.0f;
                 dSs[row * PL + tc + ATTN_TC * n] = p * (dp[r][n] - Di[r]);
             }
         }
         __syncthreads();
-        // dQ += dS K
-        for (int j = 0; j < BC; j++) {
-            float kj[DN];
-#pragma unroll
-            for (int e = 0; e < DN; e++) kj[e] = Ks[j * LD + tc + ATTN_TC * e];
-#pragma unroll
-            for (int r = 0; r < RM; r++) {
-                float ds = dSs[(tr + ATTN_TR * r) * PL + j];
-#pragma unroll
-                for (int e = 0; e < DN; e++) acc[r][e] += ds * kj[e];
-            }
-        }
+        attn_tile_acc<DP, RM>(acc, dSs, Ks, tr, tc); // dQ += dS K
     }
 #pragma unroll
     for (int r = 0; r < RM; r++) {
@@ -308,7 +346,7 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
         size_t oo = qbase + (size_t)i * qs;
 #pragma unroll
         for (int e = 0; e < DN; e++) {
-            int d = tc + ATTN_TC * e;
+            int d = attn_col(tc, e);
             if (d < D) st(dq, oo + d, scale * acc[r][e]);
         }
     }
@@ -317,14 +355,14 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
 // Backward dk, dv: block (x, hk, b) owns keys [k0, k0 + BK) of kv head hk,
 // the first blocks last (they see the most queries); for each query head of
 // the group, the query tiles from the one holding k0 on. Shared: Ks, Vs (BK,
-// LD), Qs, dOs (32, LD), Ps, dSs (BK, 33), ls, Ds (32).
+// LD), Qs, dOs (32, LD), Ps, dSs (BK, 36), ls, Ds (32).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
                               struct dptr dout, struct dptr q, struct dptr k, struct dptr v,
                               const float *lse, int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RK = attn_rk(DP), BK = ATTN_TR * RK, BQ = ATTN_BC;
-    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BQ + 1;
+    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BQ + 4;
     extern __shared__ float attn_smem[];
     float *Ks = attn_smem, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
     float *Ps = dOs + BQ * LD, *dSs = Ps + BK * PL, *ls = dSs + BK * PL, *Ds = ls + BQ;
@@ -356,37 +394,23 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
             float s[RK][RN], dp[RK][RN];
             attn_tile_dot<DP, RK>(s, Ks, Qs, tr, tc, D);
             attn_tile_dot<DP, RK>(dp, Vs, dOs, tr, tc, D);
+            // some query of the tile is before some key, or past T
+            bool edge = i0 < k0 + BK - 1 || i0 + BQ > T;
 #pragma unroll
             for (int r = 0; r < RK; r++) {
                 int row = tr + ATTN_TR * r, j = k0 + row;
 #pragma unroll
                 for (int n = 0; n < RN; n++) {
                     int c = tc + ATTN_TC * n, i = i0 + c;
-                    float p = i >= j && i < T ? expf(s[r][n] * scale - ls[c]) : 0.0f;
+                    bool keep = !edge || (i >= j && i < T);
+                    float p = keep ? expf(s[r][n] * scale - ls[c]) : 0.0f;
                     Ps[row * PL + c] = p;
                     dSs[row * PL + c] = p * (dp[r][n] - Ds[c]);
                 }
             }
             __syncthreads();
-            // dV += P^T dO, dK += dS^T Q
-            for (int c = 0; c < BQ; c++) {
-                float qc[DN], gc[DN];
-#pragma unroll
-                for (int e = 0; e < DN; e++) {
-                    qc[e] = Qs[c * LD + tc + ATTN_TC * e];
-                    gc[e] = dOs[c * LD + tc + ATTN_TC * e];
-                }
-#pragma unroll
-                for (int r = 0; r < RK; r++) {
-                    int row = tr + ATTN_TR * r;
-                    float p = Ps[row * PL + c], ds = dSs[row * PL + c];
-#pragma unroll
-                    for (int e = 0; e < DN; e++) {
-                        dva[r][e] += p * gc[e];
-                        dka[r][e] += ds * qc[e];
-                    }
-                }
-            }
+            attn_tile_acc<DP, RK>(dva, Ps, dOs, tr, tc);  // dV += P^T dO
+            attn_tile_acc<DP, RK>(dka, dSs, Qs, tr, tc);  // dK += dS^T Q
         }
     }
 #pragma unroll
@@ -396,7 +420,7 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
         size_t ko = kbase + (size_t)j * ks;
 #pragma unroll
         for (int e = 0; e < DN; e++) {
-            int d = tc + ATTN_TC * e;
+            int d = attn_col(tc, e);
             if (d < D) {
                 st(dk, ko + d, scale * dka[r][e]);
                 st(dv, ko + d, dva[r][e]);

@@ -33,6 +33,7 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 struct uint3 { unsigned x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; }; // 128-bit loads and stores
 extern thread_local uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
