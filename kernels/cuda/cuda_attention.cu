@@ -94,7 +94,8 @@ __device__ __forceinline__ void attn_load_rows(float *dst, struct dptr src, size
                                                size_t stride, int r0, int n, int T, int D) {
     for (int idx = threadIdx.x; idx < n * DP; idx += ATTN_THREADS) {
         int r = idx / DP, c = idx % DP, row = r0 + r;
-        dst[r * attn_ld(DP) + c] = row < T && c < D ? ld(src, base + (size_t)row * stride + c) : 0.0f;
+        float x = row < T && c < D ? ld(src, base + (size_t)row * stride + c) : 0.0f;
+        dst[r * attn_ld(DP) + c] = x;
     }
 }
 
@@ -183,8 +184,8 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
                          int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
-    extern __shared__ float attn_smem[];
-    float *Qs = attn_smem, *Ks = Qs + BR * LD, *Vs = Ks + BC * LD, *Ps = Vs + BC * LD;
+    extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
+    float *Qs = (float *)attn_smem, *Ks = Qs + BR * LD, *Vs = Ks + BC * LD, *Ps = Vs + BC * LD;
     float *red = Ps + BR * PL;
     int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
     int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
@@ -275,8 +276,8 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
                              int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
-    extern __shared__ float attn_smem[];
-    float *Qs = attn_smem, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + BC * LD;
+    extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
+    float *Qs = (float *)attn_smem, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + BC * LD;
     float *dSs = Vs + BC * LD, *red = dSs + BR * PL;
     int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
     int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
@@ -363,8 +364,8 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
                               const float *lse, int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RK = attn_rk(DP), BK = ATTN_TR * RK, BQ = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BQ + 4;
-    extern __shared__ float attn_smem[];
-    float *Ks = attn_smem, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
+    extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
+    float *Ks = (float *)attn_smem, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
     float *Ps = dOs + BQ * LD, *dSs = Ps + BK * PL, *ls = dSs + BK * PL, *Ds = ls + BQ;
     int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
     int k0 = (int)(gridDim.x - 1 - blockIdx.x) * BK, hk = blockIdx.y, b = blockIdx.z;
@@ -441,8 +442,8 @@ static int attn_bucket(const char *op, int D) {
     do {                                                                                         \
         size_t smem_ = SMEM(DP);                                                                 \
         if (smem_ > 48 * 1024)                                                                   \
-            CHECK_CUDA(cudaFuncSetAttribute(KERNEL<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                            (int)smem_));                                        \
+            CHECK_CUDA(cudaFuncSetAttribute(                                                     \
+                KERNEL<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_));           \
         KERNEL<DP><<<grid, ATTN_THREADS, smem_, stream>>>(__VA_ARGS__);                          \
     } while (0)
 #define ATTN_LAUNCH(dp, KERNEL, SMEM, grid, stream, ...)                                         \
@@ -460,6 +461,12 @@ static int attn_bucket(const char *op, int D) {
 static int attn_br(int dp) { return ATTN_TR * attn_rm(dp); }
 static int attn_bk(int dp) { return ATTN_TR * attn_rk(dp); }
 
+// out (B, T, H, D) = causal softmax(scale q k^T) v per head, lse (B, H, T)
+// FP32 = log-sum-exp of each scaled score row; q (B, T, H, D), k, v (B, T,
+// Hkv, D); out, q, k, v FP32, BF16 or FP16 each (FP32 math), scale =
+// 1/sqrt(D). The tiled forward kernel (alg. 1 above), one launch on the
+// backend's stream. Aborts (CHECK) on D > 256, another dtype, or B or H
+// above 65535; H must be a multiple of Hkv (ops.c checks).
 void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
                             struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
                             int Hkv, int D) {
@@ -476,6 +483,12 @@ void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor
                 (float *)lse.data, pq, pk, pv, T, H, Hkv, D, scale);
 }
 
+// dq (B, T, H, D), dk, dv (B, T, Hkv, D) := the gradients of
+// attention_forward given dout (B, T, H, D) and the forward's out and lse
+// (written, not accumulated); dtypes as the forward. Two launches on the
+// backend's stream: the dq kernel (which also fills D = rowsum(dout * out),
+// B x H x T FP32, in the backend's scratch), then the dk/dv kernel.
+// Deterministic. Aborts as the forward.
 void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
                              struct tensor dv, struct tensor dout, struct tensor q,
                              struct tensor k, struct tensor v, struct tensor out,
