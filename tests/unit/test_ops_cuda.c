@@ -252,15 +252,17 @@ static void test_swiglu(enum dtype dt) {
 
 // Head sizes cover each tile bucket of the CUDA kernels (32, 64, 128, 256)
 // full (64, 128, 256) and with zero padding (24, 80); H = Hkv and GQA; T below
-// one tile, many tiles and a partial last tile. TEST_VERBOSE prints the time.
-static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+// one tile, many tiles and a partial last tile. q is uniform in [-qs, qs):
+// qs = 12 gives scores of a few units (peaked rows, a running max that moves
+// between key tiles). TEST_VERBOSE prints the time.
+static void test_attention_qs(enum dtype dt, double qs, int B, int T, int H, int Hkv, int D) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
-    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair q = pair_rand(nq, qs, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
     struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
     char what[128];
-    snprintf(what, sizeof what, "attention B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
+    snprintf(what, sizeof what, "attention B=%d T=%d H=%d Hkv=%d D=%d q*%g", B, T, H, Hkv, D, qs);
     backend_attention_forward(cpu, out.c, lse.c, q.c, k.c, v.c, B, T, H, Hkv, D);
     backend_attention_forward(gpu, out.g, lse.g, q.g, k.g, v.g, B, T, H, Hkv, D);
     char w2[160];
@@ -283,6 +285,9 @@ static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
     if (getenv("TEST_VERBOSE"))
         printf("  %s (%s): %.2f s\n", what, dtype_name(dt),
                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+}
+static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+    test_attention_qs(dt, 1, B, T, H, Hkv, D);
 }
 
 // One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
@@ -449,6 +454,7 @@ static void run_all(enum dtype dt, bool small) {
     test_attention(dt, 1, 33, 2, 1, 256);
     test_attention(dt, 1, 257, 4, 2, 64);
     test_attention(dt, 1, 257, 2, 1, 128);
+    test_attention_qs(dt, 12, 1, 257, 2, 1, 64);
     if (dt == DTYPE_FP32 || !small) { // the emulation's budget: T = 1024 in one dtype
         test_attention(dt, 1, 1024, 2, 1, 64);
         test_attention(dt, 1, 1024, 2, 1, 128);
