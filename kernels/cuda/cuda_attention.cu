@@ -176,8 +176,9 @@ __device__ __forceinline__ void attn_tile_acc(float (&acc)[RM][DP / ATTN_TC], co
 __device__ __forceinline__ int attn_col(int tc, int i) { return 4 * tc + 32 * (i / 4) + i % 4; }
 
 // Forward, algorithm 1: block (x, h, b) owns query rows [q0, q0 + BR) of head
-// h, the last blocks first (they have the most key tiles). Shared: Qs (BR,
-// LD), Ks, Vs (32, LD), Ps (BR, 36), red (BR, 8).
+// h, q0 = (gridDim.x - 1 - x) BR (the last query blocks, which have the most
+// key tiles, are issued first). Shared: Qs (BR, LD), Ks, Vs (32, LD), Ps (BR,
+// 36), red (BR, 8).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k, struct dptr v,
@@ -267,8 +268,8 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
 }
 
 // Backward dq (and D_i = dO_i.O_i into Dvec): block (x, h, b) owns query rows
-// [q0, q0 + BR) of head h. Shared: Qs, dOs (BR, LD), Ks, Vs (32, LD), dSs
-// (BR, 36), red (BR, 8).
+// [q0, q0 + BR) of head h, issued as in the forward. Shared: Qs, dOs (BR,
+// LD), Ks, Vs (32, LD), dSs (BR, 36), red (BR, 8).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, struct dptr q,
@@ -354,9 +355,10 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
 }
 
 // Backward dk, dv: block (x, hk, b) owns keys [k0, k0 + BK) of kv head hk,
-// the first blocks last (they see the most queries); for each query head of
-// the group, the query tiles from the one holding k0 on. Shared: Ks, Vs (BK,
-// LD), Qs, dOs (32, LD), Ps, dSs (BK, 36), ls, Ds (32).
+// k0 = x BK (the first key blocks, which see the most queries, are issued
+// first); for each query head of the group, the query tiles from the one
+// holding k0 on. Shared: Ks, Vs (BK, LD), Qs, dOs (32, LD), Ps, dSs (BK, 36),
+// ls, Ds (32).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
@@ -368,7 +370,7 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
     float *Ks = (float *)attn_smem, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
     float *Ps = dOs + BQ * LD, *dSs = Ps + BK * PL, *ls = dSs + BK * PL, *Ds = ls + BQ;
     int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
-    int k0 = (int)(gridDim.x - 1 - blockIdx.x) * BK, hk = blockIdx.y, b = blockIdx.z;
+    int k0 = (int)blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z;
     int G = H / Hkv;
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     size_t kbase = (size_t)b * T * ks + (size_t)hk * D;
