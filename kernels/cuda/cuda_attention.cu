@@ -1,195 +1,474 @@
-// cuda_attention.cu: causal grouped-query attention of the CUDA backend, plain
-// kernels (no tensor cores, no shared-memory tiling): correct first, fast
-// later (cuDNN's fused SDPA or a FlashAttention-style kernel would replace
-// these behind the same entry points).
+// cuda_attention.cu: causal grouped-query attention of the CUDA backend as
+// tiled kernels in the manner of FlashAttention-2 (Dao 2023, "FlashAttention-2:
+// Faster Attention with Better Parallelism and Work Partitioning", algorithm 1
+// forward, algorithm 2 backward), FP32 math on CUDA cores for FP32, BF16 and
+// FP16 storage (the fallback where cuDNN's fused SDPA is absent or refuses).
 //
 // Layouts (kernels/ops.h): q, out, dq, dout (B, T, H, D); k, v, dk, dv
-// (B, T, Hkv, D); lse (B, H, T) FP32; query head h reads kv head h / (H / Hkv).
-// One warp per output row. Scores go 32 at a time: lane l takes key (or
-// query) j0 + l and computes its dot products over the whole head alone (no
-// reduction per pair); the chunk's softmax statistics are warp reductions;
-// then the row's accumulator, of which lane l holds elements d = l + 32 e
-// (e < NPL, so D <= 32 * NPL <= 256), takes the 32 weighted rows one by one
-// with the weight broadcast by a shuffle.
+// (B, T, Hkv, D); lse (B, H, T) FP32, lse_i = log sum_{j<=i} exp(scale q_i.k_j)
+// with scale = 1/sqrt(D), as kernels/cpu/cpu_attention.c; query head h reads
+// kv head h / (H / Hkv).
 //
-// Forward: online softmax over keys j <= i (Milakov & Gimelshein 2018),
-// saving lse_i = m + log(l).
-// Backward (FlashAttention, Dao et al. 2022, alg. 2/4, P recomputed from lse):
+// Tiling. A block is 128 threads seen as a 16 x 8 grid: thread (tr, tc), tr =
+// tid / 8, tc = tid % 8. Tiles live in dynamic shared memory as FP32 rows of
+// LD = DP + 4 floats (DP: the head size rounded up to 32, 64, 128 or 256,
+// columns >= D zero; the 4 floats of padding shift each row by one 16-byte
+// bank group, so 128-bit loads of 8 rows by a warp do not conflict). A score
+// tile (rows x 32 columns) is computed as register micro-tiles: thread (tr,
+// tc) owns rows tr + 16 r (r < RM) and columns tc + 8 n (n < 4) and reads 4
+// head elements of each operand row per 128-bit load (RM + 4 loads for 16 RM
+// FMAs). An output accumulator (rows x DP) stays in registers: thread (tr,
+// tc) holds rows tr + 16 r and head elements 4 tc + 32 e + c (c < 4), so a
+// warp's 8 column threads read one 128-byte segment of a V (K, Q, dO) row per
+// load. Global memory is read coalesced (consecutive threads, consecutive
+// elements of a row) through ld(), converted to FP32 once when staged.
+//
+// Forward (alg. 1), grid (ceil(T / BR), H, B), BR = 16 RM query rows: the
+// block's Q tile is staged once; K and V tiles of 32 keys stream through
+// shared memory, only those with a key <= the block's last query (causal:
+// fully masked tiles are never loaded; the mask is applied on tiles that
+// cross the diagonal only); S = scale Q K^T in registers; the running row max
+// m (FP32) from the 8 threads of a row through shared memory; P = exp(S - m)
+// to shared memory; O = O corr + P V with corr = exp(m_old - m_new); l (row
+// sum) kept per thread, summed at the end; out = O / l, lse = m + log l. No
+// T x T matrix exists anywhere. Blocks are issued last query block first
+// (the longest causal rows start early).
+//
+// Backward (alg. 2, P recomputed from lse, no atomics, deterministic):
 //   P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dO_i.v_j, D_i = dO_i.O_i,
 //   dS_ij = P_ij (dP_ij - D_i), dq_i = scale sum_j dS_ij k_j,
 //   dk_j = scale sum_{h in group, i >= j} dS_ij q_i, dv_j = sum P_ij dO_i.
-// The dq kernel (warp per query row) also writes D (B, H, T) to scratch; the
-// dk/dv kernel (warp per key row) then reads it. No atomics: each output row
-// has one owner, so results are deterministic.
+// Two kernels instead of FA2's one with atomicAdd on dq: each output row has
+// one owner, so results are bitwise reproducible run to run and BF16/FP16 dq
+// needs no FP32 side buffer and conversion pass, at the price of computing S
+// and dP twice (7 tile GEMMs instead of 5). The dq kernel, parallel over
+// query blocks (as the forward), also computes D_i = dO_i.O_i for its rows
+// into scratch (B, H, T); the dk/dv kernel, parallel over key blocks of BK =
+// 16 RK keys of one kv head (GQA: the group's H / Hkv query heads are summed
+// inside the block, in order), runs after it on the same stream and streams
+// Q, dO tiles of 32 queries, i >= the block's first key.
+//
+// Shared memory per block (floats; LD = DP + 4; rows of P, dS: 36 floats):
+//   forward  BR = 64, 64, 64, 32:  (BR + 64) LD + BR (36 + 8)
+//   dq       BR = 64, 64, 64, 32:  (2 BR + 64) LD + BR (36 + 8)
+//   dk/dv    BK = 64, 64, 32, 16:  (2 BK + 64) LD + 2 BK 36 + 64
+// for DP = 32, 64, 128, 256: forward 29, 45, 77, 103 KiB; dq 38, 62, 110,
+// 136 KiB; dk/dv 45, 69, 75, 102 KiB (above 48 KiB through
+// cudaFuncAttributeMaxDynamicSharedMemorySize; sm_80 allows 163 KiB a block,
+// sm_90 227 KiB).
 #include "cuda_internal.cuh"
 
-#define ATTN_WARPS 4 // warps (rows) per block
+#define ATTN_THREADS 128 // threads per block: a 16 x 8 grid
+#define ATTN_TR 16       // thread rows
+#define ATTN_TC 8        // thread columns
+#define ATTN_BC 32       // keys per K/V tile (forward, dq), queries per Q tile (dk/dv)
+#define ATTN_RN (ATTN_BC / ATTN_TC) // score columns per thread
 
-// Dot product of two head vectors (D,) read whole by one lane.
-__device__ __forceinline__ float dot_row(struct dptr a, size_t ao, struct dptr b, size_t bo, int D) {
-    float s = 0;
-    for (int d = 0; d < D; d++) s += ld(a, ao + d) * ld(b, bo + d);
-    return s;
+// Query rows per thread in the forward and dq kernels (BR = 16 RM), key rows
+// per thread in the dk/dv kernel (BK = 16 RK): accumulators of RM x DP / 8
+// (forward, dq) and 2 RK x DP / 8 (dk, dv) floats, 64 registers at most.
+__host__ __device__ constexpr int attn_rm(int DP) { return DP <= 128 ? 4 : 2; }
+__host__ __device__ constexpr int attn_rk(int DP) { return DP <= 64 ? 4 : DP <= 128 ? 2 : 1; }
+__host__ __device__ constexpr int attn_ld(int DP) { return DP + 4; }
+
+// Dynamic shared memory of each kernel in bytes (layouts in the kernels).
+static constexpr size_t attn_fwd_smem(int DP) {
+    return sizeof(float) * ((size_t)(ATTN_TR * attn_rm(DP) + 2 * ATTN_BC) * attn_ld(DP) +
+                            (size_t)ATTN_TR * attn_rm(DP) * (ATTN_BC + 4 + ATTN_TC));
+}
+static constexpr size_t attn_dq_smem(int DP) {
+    return sizeof(float) * ((size_t)(2 * ATTN_TR * attn_rm(DP) + 2 * ATTN_BC) * attn_ld(DP) +
+                            (size_t)ATTN_TR * attn_rm(DP) * (ATTN_BC + 4 + ATTN_TC));
+}
+static constexpr size_t attn_dkv_smem(int DP) {
+    return sizeof(float) * ((size_t)(2 * ATTN_TR * attn_rk(DP) + 2 * ATTN_BC) * attn_ld(DP) +
+                            (size_t)2 * ATTN_TR * attn_rk(DP) * (ATTN_BC + 4) + 2 * ATTN_BC);
 }
 
-template <int NPL>
-__global__ void attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k,
-                                         struct dptr v, int T, int H, int Hkv, int D, float scale,
-                                         size_t rows) {
-    size_t row = (size_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32; // (b, h, i)
-    if (row >= rows) return; // the whole warp leaves together
-    int lane = threadIdx.x % 32;
-    int i = (int)(row % T), h = (int)((row / T) % H), b = (int)(row / ((size_t)T * H));
-    int hk = h / (H / Hkv);
-    size_t qo = ((size_t)b * T + i) * H * D + (size_t)h * D;
-    size_t kbase = (size_t)b * T * Hkv * D + (size_t)hk * D, ks = (size_t)Hkv * D;
-    float o[NPL];
-#pragma unroll
-    for (int e = 0; e < NPL; e++) o[e] = 0;
-    float m = -INFINITY, l = 0;
-    for (int j0 = 0; j0 <= i; j0 += 32) {
-        int j = j0 + lane, nj = min(32, i - j0 + 1);
-        float s = j <= i ? dot_row(q, qo, k, kbase + (size_t)j * ks, D) * scale : -INFINITY;
-        float mn = fmaxf(m, warp_max(s)); // finite: key j0 <= i is in every chunk
-        float p = j <= i ? expf(s - mn) : 0.0f, corr = expf(m - mn);
-        l = l * corr + warp_sum(p);
-#pragma unroll
-        for (int e = 0; e < NPL; e++) o[e] *= corr;
-        for (int t = 0; t < nj; t++) {
-            float pt = __shfl_sync(0xffffffffu, p, t);
-            size_t vo = kbase + (size_t)(j0 + t) * ks;
-#pragma unroll
-            for (int e = 0; e < NPL; e++) {
-                int d = lane + 32 * e;
-                if (d < D) o[e] += pt * ld(v, vo + d);
-            }
-        }
-        m = mn;
-    }
-    float inv = 1.0f / l;
-#pragma unroll
-    for (int e = 0; e < NPL; e++) {
-        int d = lane + 32 * e;
-        if (d < D) st(out, qo + d, o[e] * inv);
-    }
-    if (lane == 0) lse[row] = m + logf(l);
-}
-
-template <int NPL>
-__global__ void attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout,
-                                             struct dptr q, struct dptr k, struct dptr v,
-                                             struct dptr out, const float *lse, int T, int H,
-                                             int Hkv, int D, float scale, size_t rows) {
-    size_t row = (size_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32; // (b, h, i)
-    if (row >= rows) return;
-    int lane = threadIdx.x % 32;
-    int i = (int)(row % T), h = (int)((row / T) % H), b = (int)(row / ((size_t)T * H));
-    int hk = h / (H / Hkv);
-    size_t qo = ((size_t)b * T + i) * H * D + (size_t)h * D;
-    size_t kbase = (size_t)b * T * Hkv * D + (size_t)hk * D, ks = (size_t)Hkv * D;
-    float acc[NPL], di = 0;
-#pragma unroll
-    for (int e = 0; e < NPL; e++) {
-        int d = lane + 32 * e;
-        di += d < D ? ld(dout, qo + d) * ld(out, qo + d) : 0.0f;
-        acc[e] = 0;
-    }
-    di = warp_sum(di);
-    if (lane == 0) Dvec[row] = di;
-    float li = lse[row];
-    for (int j0 = 0; j0 <= i; j0 += 32) {
-        int j = j0 + lane, nj = min(32, i - j0 + 1);
-        float ds = 0;
-        if (j <= i) {
-            size_t ko = kbase + (size_t)j * ks;
-            float p = expf(dot_row(q, qo, k, ko, D) * scale - li);
-            ds = p * (dot_row(dout, qo, v, ko, D) - di);
-        }
-        for (int t = 0; t < nj; t++) {
-            float dst = __shfl_sync(0xffffffffu, ds, t);
-            size_t ko = kbase + (size_t)(j0 + t) * ks;
-#pragma unroll
-            for (int e = 0; e < NPL; e++) {
-                int d = lane + 32 * e;
-                if (d < D) acc[e] += dst * ld(k, ko + d);
-            }
-        }
-    }
-#pragma unroll
-    for (int e = 0; e < NPL; e++) {
-        int d = lane + 32 * e;
-        if (d < D) st(dq, qo + d, scale * acc[e]);
+// Shared rows dst[r][0, DP) (row stride DP + 4) := rows r0 + r (r < n) of a
+// (B, T, heads, D) tensor, head elements [0, D) from src + base + row stride,
+// zero for rows >= T and elements >= D. Consecutive threads read consecutive
+// elements of a row (coalesced).
+template <int DP>
+__device__ __forceinline__ void attn_load_rows(float *dst, struct dptr src, size_t base,
+                                               size_t stride, int r0, int n, int T, int D) {
+    for (int idx = threadIdx.x; idx < n * DP; idx += ATTN_THREADS) {
+        int r = idx / DP, c = idx % DP, row = r0 + r;
+        float x = row < T && c < D ? ld(src, base + (size_t)row * stride + c) : 0.0f;
+        dst[r * attn_ld(DP) + c] = x;
     }
 }
 
-template <int NPL>
-__global__ void attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
-                                              struct dptr dout, struct dptr q, struct dptr k,
-                                              struct dptr v, const float *lse, int T, int H,
-                                              int Hkv, int D, float scale, size_t rows) {
-    size_t row = (size_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32; // (b, hk, j)
-    if (row >= rows) return;
-    int lane = threadIdx.x % 32;
-    int j = (int)(row % T), hk = (int)((row / T) % Hkv), b = (int)(row / ((size_t)T * Hkv));
-    int G = H / Hkv;
-    size_t ko = ((size_t)b * T + j) * Hkv * D + (size_t)hk * D;
-    size_t qs = (size_t)H * D;
-    float dka[NPL], dva[NPL];
+// Component i (0..3, a constant once unrolled) of v.
+__device__ __forceinline__ float attn_f4(float4 v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// s[r][n] = A[tr + 16 r] . B[tc + 8 n] over head elements [0, D) of shared
+// rows (stride DP + 4, columns >= D zero): one register micro-tile of a score
+// tile, 4 head elements per 128-bit shared load (RM + 4 loads, 16 RM FMAs; a
+// warp's 4 A rows and 8 B rows fall in distinct bank groups, the padding
+// shifting each row by 16 bytes).
+template <int DP, int RM>
+__device__ __forceinline__ void attn_tile_dot(float (&s)[RM][ATTN_RN], const float *A,
+                                              const float *B, int tr, int tc, int D) {
+    constexpr int LD4 = attn_ld(DP) / 4;
 #pragma unroll
-    for (int e = 0; e < NPL; e++) dka[e] = dva[e] = 0;
-    for (int h = hk * G; h < (hk + 1) * G; h++) {
-        const float *lh = lse + ((size_t)b * H + h) * T, *Dh = Dvec + ((size_t)b * H + h) * T;
-        size_t qbase = (size_t)b * T * H * D + (size_t)h * D;
-        for (int i0 = j; i0 < T; i0 += 32) {
-            int i = i0 + lane, ni = min(32, T - i0);
-            float p = 0, ds = 0;
-            if (i < T) {
-                size_t qo = qbase + (size_t)i * qs;
-                p = expf(dot_row(q, qo, k, ko, D) * scale - lh[i]);
-                ds = p * (dot_row(dout, qo, v, ko, D) - Dh[i]);
+    for (int r = 0; r < RM; r++)
+#pragma unroll
+        for (int n = 0; n < ATTN_RN; n++) s[r][n] = 0;
+    const float4 *a0 = (const float4 *)A + tr * LD4, *b0 = (const float4 *)B + tc * LD4;
+    int D4 = (D + 3) / 4;
+    for (int d4 = 0; d4 < D4; d4++) {
+        float4 a[RM], b[ATTN_RN];
+#pragma unroll
+        for (int r = 0; r < RM; r++) a[r] = a0[r * ATTN_TR * LD4 + d4];
+#pragma unroll
+        for (int n = 0; n < ATTN_RN; n++) b[n] = b0[n * ATTN_TC * LD4 + d4];
+#pragma unroll
+        for (int r = 0; r < RM; r++)
+#pragma unroll
+            for (int n = 0; n < ATTN_RN; n++) {
+                float t = s[r][n];
+                t = fmaf(a[r].x, b[n].x, t);
+                t = fmaf(a[r].y, b[n].y, t);
+                t = fmaf(a[r].z, b[n].z, t);
+                s[r][n] = fmaf(a[r].w, b[n].w, t);
             }
-            for (int t = 0; t < ni; t++) {
-                float pt = __shfl_sync(0xffffffffu, p, t), dst = __shfl_sync(0xffffffffu, ds, t);
-                size_t qo = qbase + (size_t)(i0 + t) * qs;
+    }
+}
+
+// acc[r][4 e + c] += sum_{j < 32} W[tr + 16 r][j] X[j][4 tc + 32 e + c]: a
+// register accumulator (rows x DP, this thread's rows tr + 16 r and head
+// elements 4 tc + 32 e + c) plus a weight tile W (shared, rows of 36 floats)
+// times 32 shared rows X (stride DP + 4); 128-bit loads of 4 weights and of 4
+// head elements (a warp's 8 column threads read one 128-byte row segment).
+template <int DP, int RM>
+__device__ __forceinline__ void attn_tile_acc(float (&acc)[RM][DP / ATTN_TC], const float *W,
+                                              const float *X, int tr, int tc) {
+    constexpr int LD4 = attn_ld(DP) / 4, PL4 = (ATTN_BC + 4) / 4, E4 = DP / 32;
+    const float4 *w0 = (const float4 *)W + tr * PL4, *x0 = (const float4 *)X + tc;
+    for (int j4 = 0; j4 < ATTN_BC / 4; j4++) {
+        float4 w[RM];
 #pragma unroll
-                for (int e = 0; e < NPL; e++) {
-                    int d = lane + 32 * e;
-                    if (d < D) {
-                        dva[e] += pt * ld(dout, qo + d);
-                        dka[e] += dst * ld(q, qo + d);
-                    }
+        for (int r = 0; r < RM; r++) w[r] = w0[r * ATTN_TR * PL4 + j4];
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            float4 x[E4];
+#pragma unroll
+            for (int e = 0; e < E4; e++) x[e] = x0[(4 * j4 + jj) * LD4 + 8 * e];
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                float wr = attn_f4(w[r], jj);
+#pragma unroll
+                for (int e = 0; e < E4; e++) {
+                    acc[r][4 * e] = fmaf(wr, x[e].x, acc[r][4 * e]);
+                    acc[r][4 * e + 1] = fmaf(wr, x[e].y, acc[r][4 * e + 1]);
+                    acc[r][4 * e + 2] = fmaf(wr, x[e].z, acc[r][4 * e + 2]);
+                    acc[r][4 * e + 3] = fmaf(wr, x[e].w, acc[r][4 * e + 3]);
                 }
             }
         }
     }
+}
+
+// Head element of accumulator slot i (< DP / 8) of column thread tc.
+__device__ __forceinline__ int attn_col(int tc, int i) { return 4 * tc + 32 * (i / 4) + i % 4; }
+
+// Forward, algorithm 1: block (x, h, b) owns query rows [q0, q0 + BR) of head
+// h, q0 = (gridDim.x - 1 - x) BR (the last query blocks, which have the most
+// key tiles, are issued first). Shared: Qs (BR, LD), Ks, Vs (32, LD), Ps (BR,
+// 36), red (BR, 8).
+template <int DP>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k, struct dptr v,
+                         int T, int H, int Hkv, int D, float scale) {
+    constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
+    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
+    extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
+    float *Qs = (float *)attn_smem, *Ks = Qs + BR * LD, *Vs = Ks + BC * LD, *Ps = Vs + BC * LD;
+    float *red = Ps + BR * PL;
+    int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
+    int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    int hk = h / (H / Hkv);
+    size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+    size_t qbase = (size_t)b * T * qs + (size_t)h * D, kbase = (size_t)b * T * ks + (size_t)hk * D;
+    attn_load_rows<DP>(Qs, q, qbase, qs, q0, BR, T, D);
+    float o[RM][DN], m[RM], l[RM];
 #pragma unroll
-    for (int e = 0; e < NPL; e++) {
-        int d = lane + 32 * e;
-        if (d < D) {
-            st(dk, ko + d, scale * dka[e]);
-            st(dv, ko + d, dva[e]);
+    for (int r = 0; r < RM; r++) {
+        m[r] = -INFINITY, l[r] = 0;
+#pragma unroll
+        for (int e = 0; e < DN; e++) o[r][e] = 0;
+    }
+    int kend = min(T, q0 + BR); // keys [0, kend): tiles past the block's last row are skipped
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        __syncthreads(); // the previous tile's Ks, Vs, Ps are consumed
+        attn_load_rows<DP>(Ks, k, kbase, ks, k0, BC, T, D);
+        attn_load_rows<DP>(Vs, v, kbase, ks, k0, BC, T, D);
+        __syncthreads();
+        float s[RM][RN];
+        attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
+        bool diag = k0 + BC - 1 > q0; // some key of the tile is after some row
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            int i = q0 + tr + ATTN_TR * r;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < RN; n++) {
+                s[r][n] = diag && k0 + tc + ATTN_TC * n > i ? -INFINITY : s[r][n] * scale;
+                mx = fmaxf(mx, s[r][n]);
+            }
+            red[(tr + ATTN_TR * r) * ATTN_TC + tc] = mx;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            int row = tr + ATTN_TR * r;
+            float mt = m[r];
+#pragma unroll
+            for (int c = 0; c < ATTN_TC; c++) mt = fmaxf(mt, red[row * ATTN_TC + c]);
+            // mt is finite: key 0 is in the first tile of every row
+            float corr = expf(m[r] - mt), ls = 0;
+#pragma unroll
+            for (int n = 0; n < RN; n++) {
+                float p = expf(s[r][n] - mt); // masked: exp(-inf) = 0
+                Ps[row * PL + tc + ATTN_TC * n] = p;
+                ls += p;
+            }
+            l[r] = l[r] * corr + ls;
+            m[r] = mt;
+#pragma unroll
+            for (int e = 0; e < DN; e++) o[r][e] *= corr;
+        }
+        __syncthreads();
+        attn_tile_acc<DP, RM>(o, Ps, Vs, tr, tc); // O += P V (keys past T: P = 0 for rows < T)
+    }
+    // l: the sum of the row's 8 partial sums (red is free: its last readers
+    // passed the barrier before O += P V)
+#pragma unroll
+    for (int r = 0; r < RM; r++) red[(tr + ATTN_TR * r) * ATTN_TC + tc] = l[r];
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int row = tr + ATTN_TR * r, i = q0 + row;
+        float lt = 0;
+#pragma unroll
+        for (int c = 0; c < ATTN_TC; c++) lt += red[row * ATTN_TC + c];
+        if (i >= T) continue;
+        float inv = 1.0f / lt;
+        size_t oo = qbase + (size_t)i * qs;
+#pragma unroll
+        for (int e = 0; e < DN; e++) {
+            int d = attn_col(tc, e);
+            if (d < D) st(out, oo + d, o[r][e] * inv);
+        }
+        if (tc == 0) lse[((size_t)b * H + h) * T + i] = m[r] + logf(lt);
+    }
+}
+
+// Backward dq (and D_i = dO_i.O_i into Dvec): block (x, h, b) owns query rows
+// [q0, q0 + BR) of head h, issued as in the forward. Shared: Qs, dOs (BR,
+// LD), Ks, Vs (32, LD), dSs (BR, 36), red (BR, 8).
+template <int DP>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, struct dptr q,
+                             struct dptr k, struct dptr v, struct dptr out, const float *lse,
+                             int T, int H, int Hkv, int D, float scale) {
+    constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
+    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
+    extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
+    float *Qs = (float *)attn_smem, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + BC * LD;
+    float *dSs = Vs + BC * LD, *red = dSs + BR * PL;
+    int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
+    int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    int hk = h / (H / Hkv);
+    size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+    size_t qbase = (size_t)b * T * qs + (size_t)h * D, kbase = (size_t)b * T * ks + (size_t)hk * D;
+    size_t lbase = ((size_t)b * H + h) * T;
+    attn_load_rows<DP>(Qs, q, qbase, qs, q0, BR, T, D);
+    attn_load_rows<DP>(dOs, dout, qbase, qs, q0, BR, T, D);
+    __syncthreads();
+    // D_i: partial dot products over this thread's head elements, then the row's 8
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int row = tr + ATTN_TR * r, i = q0 + row;
+        float part = 0;
+        if (i < T) {
+            size_t oo = qbase + (size_t)i * qs;
+#pragma unroll
+            for (int e = 0; e < DN; e++) {
+                int d = attn_col(tc, e);
+                if (d < D) part += dOs[row * LD + d] * ld(out, oo + d);
+            }
+        }
+        red[row * ATTN_TC + tc] = part;
+    }
+    __syncthreads();
+    float Di[RM], li[RM], acc[RM][DN];
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int row = tr + ATTN_TR * r, i = q0 + row;
+        float di = 0;
+#pragma unroll
+        for (int c = 0; c < ATTN_TC; c++) di += red[row * ATTN_TC + c];
+        Di[r] = di;
+        li[r] = i < T ? lse[lbase + i] : 0.0f;
+        if (tc == 0 && i < T) Dvec[lbase + i] = di;
+#pragma unroll
+        for (int e = 0; e < DN; e++) acc[r][e] = 0;
+    }
+    int kend = min(T, q0 + BR);
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        __syncthreads(); // the previous tile's Ks, Vs, dSs are consumed
+        attn_load_rows<DP>(Ks, k, kbase, ks, k0, BC, T, D);
+        attn_load_rows<DP>(Vs, v, kbase, ks, k0, BC, T, D);
+        __syncthreads();
+        float s[RM][RN], dp[RM][RN];
+        attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
+        attn_tile_dot<DP, RM>(dp, dOs, Vs, tr, tc, D);
+        bool diag = k0 + BC - 1 > q0; // some key of the tile is after some row
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            int row = tr + ATTN_TR * r, i = q0 + row;
+#pragma unroll
+            for (int n = 0; n < RN; n++) {
+                int j = k0 + tc + ATTN_TC * n;
+                float p = !diag || j <= i ? expf(s[r][n] * scale - li[r]) : 0.0f;
+                dSs[row * PL + tc + ATTN_TC * n] = p * (dp[r][n] - Di[r]);
+            }
+        }
+        __syncthreads();
+        attn_tile_acc<DP, RM>(acc, dSs, Ks, tr, tc); // dQ += dS K
+    }
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int i = q0 + tr + ATTN_TR * r;
+        if (i >= T) continue;
+        size_t oo = qbase + (size_t)i * qs;
+#pragma unroll
+        for (int e = 0; e < DN; e++) {
+            int d = attn_col(tc, e);
+            if (d < D) st(dq, oo + d, scale * acc[r][e]);
         }
     }
 }
 
-// Elements per lane for head size D; aborts above 256.
-static int lanes_for(const char *op, int D) {
-    CHECK(D >= 1 && D <= 256, "%s: head size D=%d; the cuda attention kernels take D <= 256", op, D);
-    return D <= 32 ? 1 : D <= 64 ? 2 : D <= 128 ? 4 : 8;
+// Backward dk, dv: block (x, hk, b) owns keys [k0, k0 + BK) of kv head hk,
+// k0 = x BK (the first key blocks, which see the most queries, are issued
+// first); for each query head of the group, the query tiles from the one
+// holding k0 on. Shared: Ks, Vs (BK, LD), Qs, dOs (32, LD), Ps, dSs (BK, 36),
+// ls, Ds (32).
+template <int DP>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
+                              struct dptr dout, struct dptr q, struct dptr k, struct dptr v,
+                              const float *lse, int T, int H, int Hkv, int D, float scale) {
+    constexpr int LD = attn_ld(DP), RK = attn_rk(DP), BK = ATTN_TR * RK, BQ = ATTN_BC;
+    constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BQ + 4;
+    extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
+    float *Ks = (float *)attn_smem, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
+    float *Ps = dOs + BQ * LD, *dSs = Ps + BK * PL, *ls = dSs + BK * PL, *Ds = ls + BQ;
+    int tr = threadIdx.x / ATTN_TC, tc = threadIdx.x % ATTN_TC;
+    int k0 = (int)blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z;
+    int G = H / Hkv;
+    size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+    size_t kbase = (size_t)b * T * ks + (size_t)hk * D;
+    attn_load_rows<DP>(Ks, k, kbase, ks, k0, BK, T, D);
+    attn_load_rows<DP>(Vs, v, kbase, ks, k0, BK, T, D);
+    float dka[RK][DN], dva[RK][DN];
+#pragma unroll
+    for (int r = 0; r < RK; r++)
+#pragma unroll
+        for (int e = 0; e < DN; e++) dka[r][e] = dva[r][e] = 0;
+    for (int h = hk * G; h < (hk + 1) * G; h++) {
+        size_t qbase = (size_t)b * T * qs + (size_t)h * D, lbase = ((size_t)b * H + h) * T;
+        for (int i0 = k0 / BQ * BQ; i0 < T; i0 += BQ) {
+            __syncthreads(); // the previous tile's Qs, dOs, Ps, dSs, ls, Ds are consumed
+            attn_load_rows<DP>(Qs, q, qbase, qs, i0, BQ, T, D);
+            attn_load_rows<DP>(dOs, dout, qbase, qs, i0, BQ, T, D);
+            if (threadIdx.x < BQ) {
+                int i = i0 + threadIdx.x;
+                ls[threadIdx.x] = i < T ? lse[lbase + i] : 0.0f;
+                Ds[threadIdx.x] = i < T ? Dvec[lbase + i] : 0.0f;
+            }
+            __syncthreads();
+            // transposed score tile: rows are keys, columns queries
+            float s[RK][RN], dp[RK][RN];
+            attn_tile_dot<DP, RK>(s, Ks, Qs, tr, tc, D);
+            attn_tile_dot<DP, RK>(dp, Vs, dOs, tr, tc, D);
+            // some query of the tile is before some key, or past T
+            bool edge = i0 < k0 + BK - 1 || i0 + BQ > T;
+#pragma unroll
+            for (int r = 0; r < RK; r++) {
+                int row = tr + ATTN_TR * r, j = k0 + row;
+#pragma unroll
+                for (int n = 0; n < RN; n++) {
+                    int c = tc + ATTN_TC * n, i = i0 + c;
+                    bool keep = !edge || (i >= j && i < T);
+                    float p = keep ? expf(s[r][n] * scale - ls[c]) : 0.0f;
+                    Ps[row * PL + c] = p;
+                    dSs[row * PL + c] = p * (dp[r][n] - Ds[c]);
+                }
+            }
+            __syncthreads();
+            attn_tile_acc<DP, RK>(dva, Ps, dOs, tr, tc);  // dV += P^T dO
+            attn_tile_acc<DP, RK>(dka, dSs, Qs, tr, tc);  // dK += dS^T Q
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RK; r++) {
+        int j = k0 + tr + ATTN_TR * r;
+        if (j >= T) continue;
+        size_t ko = kbase + (size_t)j * ks;
+#pragma unroll
+        for (int e = 0; e < DN; e++) {
+            int d = attn_col(tc, e);
+            if (d < D) {
+                st(dk, ko + d, scale * dka[r][e]);
+                st(dv, ko + d, dva[r][e]);
+            }
+        }
+    }
 }
 
-#define DISPATCH_NPL(npl, KERNEL, grid, stream, ...)                           \
-    do {                                                                       \
-        dim3 block_(32 * ATTN_WARPS);                                          \
-        switch (npl) {                                                         \
-        case 1: KERNEL<1><<<grid, block_, 0, stream>>>(__VA_ARGS__); break;    \
-        case 2: KERNEL<2><<<grid, block_, 0, stream>>>(__VA_ARGS__); break;    \
-        case 4: KERNEL<4><<<grid, block_, 0, stream>>>(__VA_ARGS__); break;    \
-        default: KERNEL<8><<<grid, block_, 0, stream>>>(__VA_ARGS__); break;   \
-        }                                                                      \
-        CHECK_LAUNCH();                                                        \
+// The head-size bucket DP (32, 64, 128, 256) of D; aborts above 256.
+static int attn_bucket(const char *op, int D) {
+    CHECK(D >= 1 && D <= 256, "%s: head size D=%d; the cuda attention kernels take D <= 256", op, D);
+    return D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
+}
+
+// Launches KERNEL<DP> with grid and SMEM(DP) bytes of dynamic shared memory,
+// first raising the kernel's limit past the default 48 KiB.
+#define ATTN_LAUNCH_DP(DP, KERNEL, SMEM, grid, stream, ...)                                      \
+    do {                                                                                         \
+        size_t smem_ = SMEM(DP);                                                                 \
+        if (smem_ > 48 * 1024)                                                                   \
+            CHECK_CUDA(cudaFuncSetAttribute(                                                     \
+                KERNEL<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_));           \
+        KERNEL<DP><<<grid, ATTN_THREADS, smem_, stream>>>(__VA_ARGS__);                          \
+    } while (0)
+#define ATTN_LAUNCH(dp, KERNEL, SMEM, grid, stream, ...)                                         \
+    do {                                                                                         \
+        switch (dp) {                                                                            \
+        case 32: ATTN_LAUNCH_DP(32, KERNEL, SMEM, grid, stream, __VA_ARGS__); break;              \
+        case 64: ATTN_LAUNCH_DP(64, KERNEL, SMEM, grid, stream, __VA_ARGS__); break;              \
+        case 128: ATTN_LAUNCH_DP(128, KERNEL, SMEM, grid, stream, __VA_ARGS__); break;            \
+        default: ATTN_LAUNCH_DP(256, KERNEL, SMEM, grid, stream, __VA_ARGS__); break;             \
+        }                                                                                        \
+        CHECK_LAUNCH();                                                                          \
     } while (0)
 
+// Rows (queries) per forward / dq block and keys per dk/dv block of bucket dp.
+static int attn_br(int dp) { return ATTN_TR * attn_rm(dp); }
+static int attn_bk(int dp) { return ATTN_TR * attn_rk(dp); }
+
+// out (B, T, H, D) = causal softmax(scale q k^T) v per head, lse (B, H, T)
+// FP32 = log-sum-exp of each scaled score row; q (B, T, H, D), k, v (B, T,
+// Hkv, D); out, q, k, v FP32, BF16 or FP16 each (FP32 math), scale =
+// 1/sqrt(D). The tiled forward kernel (alg. 1 above), one launch on the
+// backend's stream. Aborts (CHECK) on D > 256, another dtype, or B or H
+// above 65535; H must be a multiple of Hkv (ops.c checks).
 void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
                             struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
                             int Hkv, int D) {
@@ -197,15 +476,21 @@ void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor
     struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
     struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
     CUDA_CHECK_SAME(op, "lse", lse, DTYPE_FP32);
-    int npl = lanes_for(op, D);
-    size_t rows = (size_t)B * H * T;
-    if (rows == 0) return;
+    int dp = attn_bucket(op, D);
+    if ((size_t)B * H * T == 0) return;
+    CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
     float scale = (float)(1.0 / sqrt((double)D));
-    unsigned grid = (unsigned)((rows + ATTN_WARPS - 1) / ATTN_WARPS);
-    DISPATCH_NPL(npl, attention_forward_kernel, grid, cuda_stream(be), po, (float *)lse.data, pq,
-                 pk, pv, T, H, Hkv, D, scale, rows);
+    dim3 grid((unsigned)((T + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
+    ATTN_LAUNCH(dp, attention_forward_kernel, attn_fwd_smem, grid, cuda_stream(be), po,
+                (float *)lse.data, pq, pk, pv, T, H, Hkv, D, scale);
 }
 
+// dq (B, T, H, D), dk, dv (B, T, Hkv, D) := the gradients of
+// attention_forward given dout (B, T, H, D) and the forward's out and lse
+// (written, not accumulated); dtypes as the forward. Two launches on the
+// backend's stream: the dq kernel (which also fills D = rowsum(dout * out),
+// B x H x T FP32, in the backend's scratch), then the dk/dv kernel.
+// Deterministic. Aborts as the forward.
 void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
                              struct tensor dv, struct tensor dout, struct tensor q,
                              struct tensor k, struct tensor v, struct tensor out,
@@ -215,16 +500,16 @@ void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor
     struct dptr pg = dptr_of(op, "dout", dout), po = dptr_of(op, "out", out);
     struct dptr pq = dptr_of(op, "q", q), pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
     CUDA_CHECK_SAME(op, "lse", lse, DTYPE_FP32);
-    int npl = lanes_for(op, D);
-    size_t rows_q = (size_t)B * H * T, rows_k = (size_t)B * Hkv * T;
-    if (rows_q == 0) return;
+    int dp = attn_bucket(op, D);
+    if ((size_t)B * H * T == 0) return;
+    CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
     float scale = (float)(1.0 / sqrt((double)D));
-    float *Dvec = (float *)cuda_scratch(be, sizeof(float) * rows_q);
+    float *Dvec = (float *)cuda_scratch(be, sizeof(float) * (size_t)B * H * T);
     const float *pl = (const float *)lse.data;
-    unsigned grid_q = (unsigned)((rows_q + ATTN_WARPS - 1) / ATTN_WARPS);
-    unsigned grid_k = (unsigned)((rows_k + ATTN_WARPS - 1) / ATTN_WARPS);
-    DISPATCH_NPL(npl, attention_backward_dq_kernel, grid_q, cuda_stream(be), pdq, Dvec, pg, pq, pk,
-                 pv, po, pl, T, H, Hkv, D, scale, rows_q);
-    DISPATCH_NPL(npl, attention_backward_dkv_kernel, grid_k, cuda_stream(be), pdk, pdv, Dvec, pg,
-                 pq, pk, pv, pl, T, H, Hkv, D, scale, rows_k);
+    dim3 grid_q((unsigned)((T + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
+    dim3 grid_k((unsigned)((T + attn_bk(dp) - 1) / attn_bk(dp)), (unsigned)Hkv, (unsigned)B);
+    ATTN_LAUNCH(dp, attention_backward_dq_kernel, attn_dq_smem, grid_q, cuda_stream(be), pdq, Dvec,
+                pg, pq, pk, pv, po, pl, T, H, Hkv, D, scale);
+    ATTN_LAUNCH(dp, attention_backward_dkv_kernel, attn_dkv_smem, grid_k, cuda_stream(be), pdk, pdv,
+                Dvec, pg, pq, pk, pv, pl, T, H, Hkv, D, scale);
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/common.h"
 #include "kernels/backend.h"
@@ -249,14 +250,19 @@ static void test_swiglu(enum dtype dt) {
     pair_free(g), pair_free(u), pair_free(out), pair_free(d), pair_free(dg), pair_free(du);
 }
 
-// Head sizes cover one lane element with masking (24), full lanes (64) and a
-// partial last element (80); H = Hkv and GQA.
-static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+// Head sizes cover each tile bucket of the CUDA kernels (32, 64, 128, 256)
+// full (64, 128, 256) and with zero padding (24, 80); H = Hkv and GQA; T below
+// one tile, many tiles and a partial last tile. q is uniform in [-qs, qs):
+// qs = 12 gives scores of a few units (peaked rows, a running max that moves
+// between key tiles). TEST_VERBOSE prints the time.
+static void test_attention_qs(enum dtype dt, double qs, int B, int T, int H, int Hkv, int D) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
-    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair q = pair_rand(nq, qs, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
     struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
     char what[128];
-    snprintf(what, sizeof what, "attention B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
+    snprintf(what, sizeof what, "attention B=%d T=%d H=%d Hkv=%d D=%d q*%g", B, T, H, Hkv, D, qs);
     backend_attention_forward(cpu, out.c, lse.c, q.c, k.c, v.c, B, T, H, Hkv, D);
     backend_attention_forward(gpu, out.g, lse.g, q.g, k.g, v.g, B, T, H, Hkv, D);
     char w2[160];
@@ -275,6 +281,13 @@ static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
     snprintf(w2, sizeof w2, "%s backward dv", what), expect_match(dv, w2);
     pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse), pair_free(dout),
         pair_free(dq), pair_free(dk), pair_free(dv);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (getenv("TEST_VERBOSE"))
+        printf("  %s (%s): %.2f s\n", what, dtype_name(dt),
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+}
+static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+    test_attention_qs(dt, 1, B, T, H, Hkv, D);
 }
 
 // One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
@@ -434,13 +447,23 @@ static void run_all(enum dtype dt, bool small) {
     test_rmsnorm(dt);
     test_rope(dt);
     test_swiglu(dt);
+    // tiled kernels: query blocks of 64 (32 at D = 256), key tiles of 32;
+    // T = 257 and 1024 cross many tiles, T = 257 ends in a one-row tile
     test_attention(dt, 2, 37, 4, 2, 24);
     test_attention(dt, 1, 19, 2, 2, 80);
+    test_attention(dt, 1, 33, 2, 1, 256);
+    test_attention(dt, 1, 257, 4, 2, 64);
+    test_attention(dt, 1, 257, 2, 1, 128);
+    test_attention_qs(dt, 12, 1, 257, 2, 1, 64);
+    if (dt == DTYPE_FP32 || !small) { // the emulation's budget: T = 1024 in one dtype
+        test_attention(dt, 1, 1024, 2, 1, 64);
+        test_attention(dt, 1, 1024, 2, 1, 128);
+    }
     if (!small) {
         test_attention(dt, 1, 70, 4, 4, 64);
         test_attention(dt, 2, 19, 6, 2, 80);
         test_attention(dt, 1, 257, 8, 2, 128);
-        test_attention(dt, 1, 33, 2, 1, 256);
+        test_attention(dt, 2, 100, 4, 1, 256);
     }
     test_cross_entropy(dt, 13, 70, 61, 100, 300);
     if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
