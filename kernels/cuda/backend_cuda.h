@@ -5,6 +5,7 @@
 #define TRIDENT_BACKEND_CUDA_H
 
 #include "base/common.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 #ifdef __cplusplus
@@ -27,6 +28,12 @@ int backend_cuda_device_count(void);
 void *backend_cuda_stream(struct backend *be);
 void *backend_cuda_comm_stream(struct backend *be);
 int backend_cuda_device(struct backend *be);
+
+// backend_set_attention and backend_attention_uses_cudnn (kernels/backend.h)
+// for a CUDA backend; cuDNN's side is kernels/cuda/cuda_attention_cudnn.cu.
+enum status backend_cuda_set_attention(struct backend *be, enum backend_attention mode, struct error *err);
+enum status backend_cuda_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H,
+                                              int Hkv, int D, bool backward, bool *cudnn, struct error *err);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 // cuda_attention.cu: causal grouped-query attention of the CUDA backend, plain
 // kernels (no tensor cores, no shared-memory tiling): correct first, fast
-// later (cuDNN's fused SDPA or a FlashAttention-style kernel would replace
-// these behind the same entry points).
+// later. Each entry point first offers the call to cuDNN's fused attention
+// (cuda_attention_cudnn.cu, [system] attention); these kernels run when it
+// declines (FP32, attention = native, a shape cuDNN cannot plan).
 //
 // Layouts (kernels/ops.h): q, out, dq, dout (B, T, H, D); k, v, dk, dv
 // (B, T, Hkv, D); lse (B, H, T) FP32; query head h reads kv head h / (H / Hkv).
@@ -193,6 +194,7 @@ static int lanes_for(const char *op, int D) {
 void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
                             struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
                             int Hkv, int D) {
+    if (cuda_attention_cudnn_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return;
     const char *op = "attention_forward";
     struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
     struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
@@ -210,6 +212,7 @@ void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor
                              struct tensor dv, struct tensor dout, struct tensor q,
                              struct tensor k, struct tensor v, struct tensor out,
                              struct tensor lse, int B, int T, int H, int Hkv, int D) {
+    if (cuda_attention_cudnn_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D)) return;
     const char *op = "attention_backward";
     struct dptr pdq = dptr_of(op, "dq", dq), pdk = dptr_of(op, "dk", dk), pdv = dptr_of(op, "dv", dv);
     struct dptr pg = dptr_of(op, "dout", dout), po = dptr_of(op, "out", out);
