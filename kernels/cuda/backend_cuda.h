@@ -35,6 +35,14 @@ enum status backend_cuda_set_attention(struct backend *be, enum backend_attentio
 enum status backend_cuda_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H,
                                               int Hkv, int D, bool backward, bool *cudnn, struct error *err);
 
+// Builds the cuDNN operation graph of attention (forward or backward) of this
+// shape and storage dtype and finalises it without a device or handle: cuDNN
+// checks every tensor, every op and the graph's connections (dims, strides,
+// dtypes, the GQA broadcast), not the engines. For test_ops_cuda on machines
+// without a GPU. STATUS_RUNTIME with the failing call and cuDNN's message.
+enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
+                                               bool backward, struct error *err);
+
 #ifdef __cplusplus
 }
 #endif

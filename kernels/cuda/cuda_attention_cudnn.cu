@@ -36,6 +36,11 @@
 // first builds only a variant pack (the pointers) per call. A shape cuDNN
 // cannot plan is remembered too, with cuDNN's status and the call that gave
 // it, so `auto` tries it once and logs it once.
+//
+// Checked without a GPU: backend_cuda_attention_check_graph (test_ops_cuda)
+// has the linked cuDNN validate and finalise every graph (no handle, no
+// engines). Not yet checked: engine support, plans and the numbers
+// (tests/gpu/run.sh step 3a, the day a GPU is lent).
 #include "cuda_internal.cuh"
 
 #include <cudnn.h>
@@ -651,5 +656,36 @@ extern "C" enum status backend_cuda_attention_uses_cudnn(struct backend *be, enu
     struct sdpa_plan *p = NULL;
     enum status s = choose(be, &key, NULL, 0, &p, err);
     *cudnn = p != NULL;
+    return s;
+}
+
+extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
+                                                          bool backward, struct error *err) {
+    struct sdpa_plan *p = (struct sdpa_plan *)xcalloc(1, sizeof *p);
+    struct sdpa_key key = {B, T, H, Hkv, D, dtype, backward};
+    struct graph g;
+    memset(&g, 0, sizeof g);
+    g.p = p;
+    g.next_uid = UID_VIRTUAL;
+    if (dtype == DTYPE_BF16 || dtype == DTYPE_FP16) {
+        if (backward) graph_backward(&g, &key);
+        else graph_forward(&g, &key);
+    } else {
+        graph_fail(&g, CUDNN_STATUS_NOT_SUPPORTED, "dtype", "cuDNN attention takes bf16 and fp16");
+    }
+    cudnnBackendDescriptor_t og = graph_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+    graph_set(&g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.n_ops, g.ops,
+              "operation graph");
+    graph_finalize(&g, og, "operation graph");
+    enum status s = STATUS_OK;
+    if (g.st != CUDNN_STATUS_SUCCESS) {
+        char detail[160] = "";
+        cudnnGetLastErrorString(detail, sizeof detail);
+        s = error_set(err, STATUS_RUNTIME, "cuDNN attention graph %s B=%d T=%d H=%d Hkv=%d D=%d %s: %s: %s; %s",
+                      backward ? "backward" : "forward", B, T, H, Hkv, D, dtype_name(dtype), g.what,
+                      cudnnGetErrorString(g.st), detail);
+    }
+    plan_release(p);
+    free(p);
     return s;
 }

@@ -38,6 +38,9 @@
 #include "base/common.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/half.h"
+#ifdef TRIDENT_CUDA
+#include "kernels/cuda/backend_cuda.h" // backend_cuda_attention_check_graph
+#endif
 #include "kernels/ops.h"
 #include "test.h"
 
@@ -552,6 +555,31 @@ static void run_all(enum dtype dt, bool small) {
     test_elementwise(dt, small ? 3001 : 100003); // more than one block, not a multiple of 256
 }
 
+// cuDNN's attention graphs, built and finalised without a device against the
+// cuDNN the build links (its own validation of every tensor and op): BF16 and
+// FP16, forward and backward, H = Hkv and GQA; a head count that does not
+// divide (H=4, Hkv=3) must be refused, naming the first matmul. Skipped with
+// the emulated cuDNN (TEST_OPS_CUDNN_ABSENT), which validates nothing.
+static void test_cudnn_graphs(void) {
+#ifdef TRIDENT_CUDA
+    if (getenv("TEST_OPS_CUDNN_ABSENT")) return;
+    static const int shapes[][5] = {{2, 37, 4, 2, 24}, {1, 257, 8, 8, 128}, {2, 1024, 16, 4, 64}, {1, 64, 2, 1, 256}};
+    struct error err = {0};
+    for (int i = 0; i < 2; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const int *x = shapes[s];
+                err = (struct error){0};
+                EXPECT(!backend_cuda_attention_check_graph(i ? DTYPE_FP16 : DTYPE_BF16, x[0], x[1], x[2], x[3], x[4],
+                                                           bwd, &err), "%s", err.msg);
+            }
+    err = (struct error){0};
+    EXPECT(backend_cuda_attention_check_graph(DTYPE_BF16, 1, 16, 4, 3, 64, false, &err) == STATUS_RUNTIME &&
+               strstr(err.msg, "bmm1"),
+           "H=4 Hkv=3 must be refused at the first matmul: '%s'", err.msg);
+#endif
+}
+
 int main(void) {
     struct error err = {0};
     if (!backend_has_cuda()) {
@@ -562,7 +590,11 @@ int main(void) {
         if (test_failures) return test_finish("test_ops_cuda");
         TEST_SKIP("no CUDA device (this build has no CUDA backend; make CUDA=1)");
     }
-    if (backend_device_count() == 0) TEST_SKIP("no CUDA device");
+    test_cudnn_graphs(); // needs no device
+    if (backend_device_count() == 0) {
+        if (test_failures) return test_finish("test_ops_cuda");
+        TEST_SKIP("no CUDA device");
+    }
     gpu = backend_init(BACKEND_CUDA, 0, 0, &err);
     EXPECT(gpu != NULL, "backend_init(cuda, 0): %s", err.msg);
     if (!gpu) return test_finish("test_ops_cuda");
