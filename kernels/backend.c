@@ -4,6 +4,8 @@
 // changes, see $(BUILD)/cuda.flag).
 #include "backend.h"
 
+#include <string.h>
+
 #ifdef TRIDENT_CUDA
 #include "kernels/cuda/backend_cuda.h"
 #endif
@@ -37,4 +39,24 @@ struct backend *backend_init(enum backend_kind kind, int device, int threads, st
     }
     error_set(err, STATUS_BAD_INPUT, "backend_init: unknown backend kind %d", (int)kind);
     return NULL;
+}
+
+enum status backend_set_attention(struct backend *be, enum backend_attention mode, struct error *err) {
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda")) return backend_cuda_set_attention(be, mode, err);
+#endif
+    if (mode == BACKEND_ATTENTION_CUDNN)
+        return error_set(err, STATUS_BAD_INPUT, "system.attention = cudnn needs system.device = cuda: the %s "
+                         "backend has only the native attention", be->ops->name);
+    return STATUS_OK;
+}
+
+enum status backend_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H, int Hkv,
+                                         int D, bool backward, bool *cudnn, struct error *err) {
+    *cudnn = false;
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda"))
+        return backend_cuda_attention_uses_cudnn(be, dtype, B, T, H, Hkv, D, backward, cudnn, err);
+#endif
+    return STATUS_OK;
 }

@@ -26,4 +26,28 @@ int backend_device_count(void);
 // used.
 struct backend *backend_init(enum backend_kind kind, int device, int threads, struct error *err);
 
+// How a backend runs attention_forward/backward ([system] attention,
+// docs/config.md). AUTO: cuDNN's fused attention where the build has cuDNN,
+// the device takes it and cuDNN plans the shape (BF16/FP16 only), else the
+// native kernels (one line on stderr per shape that falls back); CUDNN: cuDNN
+// or an error; NATIVE: never cuDNN. FP32 always runs native. A new backend
+// starts in AUTO.
+enum backend_attention { BACKEND_ATTENTION_AUTO, BACKEND_ATTENTION_CUDNN, BACKEND_ATTENTION_NATIVE };
+
+// Sets be's attention mode. CUDA backend, CUDNN: opens cuDNN now and returns
+// STATUS_RUNTIME naming the key, the failing call and cuDNN's status when it
+// cannot. CPU backend: AUTO and NATIVE are the native kernels; CUDNN is
+// STATUS_BAD_INPUT (cuDNN is the CUDA backend's).
+enum status backend_set_attention(struct backend *be, enum backend_attention mode, struct error *err);
+
+// Whether attention of this shape (q (B, T, H, D), k and v (B, T, Hkv, D),
+// storage dtype) runs on cuDNN in be's current mode, forward or backward:
+// *cudnn = true when it does (building and caching the shape's cuDNN plan, as
+// the op itself would on first use). Returns STATUS_RUNTIME in CUDNN mode
+// when cuDNN cannot run the shape: err names system.attention, the shape and
+// cuDNN's status (the op itself would exit 1 with that message). The CPU
+// backend answers false.
+enum status backend_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H, int Hkv,
+                                         int D, bool backward, bool *cudnn, struct error *err);
+
 #endif

@@ -5,6 +5,7 @@
 #define TRIDENT_BACKEND_CUDA_H
 
 #include "base/common.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 #ifdef __cplusplus
@@ -27,6 +28,20 @@ int backend_cuda_device_count(void);
 void *backend_cuda_stream(struct backend *be);
 void *backend_cuda_comm_stream(struct backend *be);
 int backend_cuda_device(struct backend *be);
+
+// backend_set_attention and backend_attention_uses_cudnn (kernels/backend.h)
+// for a CUDA backend; cuDNN's side is kernels/cuda/cuda_attention_cudnn.cu.
+enum status backend_cuda_set_attention(struct backend *be, enum backend_attention mode, struct error *err);
+enum status backend_cuda_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H,
+                                              int Hkv, int D, bool backward, bool *cudnn, struct error *err);
+
+// Builds the cuDNN operation graph of attention (forward or backward) of this
+// shape and storage dtype and finalises it without a device or handle: cuDNN
+// checks every tensor, every op and the graph's connections (dims, strides,
+// dtypes, the GQA broadcast), not the engines. For test_ops_cuda on machines
+// without a GPU. STATUS_RUNTIME with the failing call and cuDNN's message.
+enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
+                                               bool backward, struct error *err);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,9 @@
 // tiled kernels in the manner of FlashAttention-2 (Dao 2023, "FlashAttention-2:
 // Faster Attention with Better Parallelism and Work Partitioning", algorithm 1
 // forward, algorithm 2 backward), FP32 math on CUDA cores for FP32, BF16 and
-// FP16 storage (the fallback where cuDNN's fused SDPA is absent or refuses).
+// FP16 storage. Each entry point first offers the call to cuDNN's fused
+// attention (cuda_attention_cudnn.cu, [system] attention); these kernels run
+// when it declines (FP32, attention = native, a shape cuDNN cannot plan).
 //
 // Layouts (kernels/ops.h): q, out, dq, dout (B, T, H, D); k, v, dk, dv
 // (B, T, Hkv, D); lse (B, H, T) FP32, lse_i = log sum_{j<=i} exp(scale q_i.k_j)
@@ -472,6 +474,7 @@ static int attn_bk(int dp) { return ATTN_TR * attn_rk(dp); }
 void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
                             struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
                             int Hkv, int D) {
+    if (cuda_attention_cudnn_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return;
     const char *op = "attention_forward";
     struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
     struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
@@ -495,6 +498,7 @@ void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor
                              struct tensor dv, struct tensor dout, struct tensor q,
                              struct tensor k, struct tensor v, struct tensor out,
                              struct tensor lse, int B, int T, int H, int Hkv, int D) {
+    if (cuda_attention_cudnn_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D)) return;
     const char *op = "attention_backward";
     struct dptr pdq = dptr_of(op, "dq", dq), pdk = dptr_of(op, "dk", dk), pdv = dptr_of(op, "dv", dv);
     struct dptr pg = dptr_of(op, "dout", dout), po = dptr_of(op, "out", out);

@@ -17,6 +17,7 @@
 static void cuda_destroy(struct backend *be) {
     struct cuda_backend *c = cuda_state(be);
     if (c->stream) cudaStreamSynchronize(c->stream); // best effort: also runs on init failure
+    cuda_attention_cudnn_free(c);
     cudaFree(c->workspace);
     cudaFree(c->scratch);
     cudaFree(c->bad);

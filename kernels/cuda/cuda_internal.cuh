@@ -24,6 +24,7 @@
 #endif
 extern "C" {
 #include "base/common.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 }
 #include "backend_cuda.h"
@@ -59,12 +60,26 @@ struct cuda_backend {
     int sm_count;
     struct algo_entry algos[CUDA_ALGO_CACHE];
     int n_algos;
+    enum backend_attention attention; // [system] attention (kernels/backend.h)
+    struct cudnn_attention *cudnn;    // cuDNN handle and plans; NULL until first needed
 };
 
 static inline struct cuda_backend *cuda_state(struct backend *be) {
     return (struct cuda_backend *)be->impl;
 }
 static inline cudaStream_t cuda_stream(struct backend *be) { return cuda_state(be)->stream; }
+
+// cuDNN's fused attention (cuda_attention_cudnn.cu): runs the op and returns
+// true when be's attention mode, the dtype and cuDNN's support for the shape
+// say so (exits 1 with the reason in mode cudnn when they cannot); false: the
+// caller runs the native kernel. Arguments as the ops of the same names.
+bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct tensor lse, struct tensor q,
+                                  struct tensor k, struct tensor v, int B, int T, int H, int Hkv, int D);
+bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
+                                   struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
+                                   struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D);
+// Frees the cuDNN plans and handle (cuda_destroy).
+void cuda_attention_cudnn_free(struct cuda_backend *c);
 
 // Device scratch of at least bytes, valid until the next call (stream-ordered:
 // a regrow synchronizes the stream before freeing the old buffer).

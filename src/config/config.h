@@ -31,6 +31,7 @@
 
 enum model_arch { MODEL_ARCH_LLAMA };
 enum device { DEVICE_CPU, DEVICE_CUDA };
+enum attention_impl { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
 
 struct model_config {
@@ -122,6 +123,7 @@ struct log_config {
 
 struct system_config {
     enum device device;
+    enum attention_impl attention; // cuda: cuDNN's fused attention or the native kernels
     int threads;        // 0: OpenMP's default
     double peak_tflops; // 0: measure at start
     double watchdog_s;  // 0: no watchdog

@@ -47,6 +47,8 @@ static const struct config_choice grad_dtype_choices[] = {
 static const struct config_choice loss_scale_choices[] = {{"dynamic", LOSS_SCALE_DYNAMIC}, {NULL, 0}};
 static const struct config_choice resume_choices[] = {{"auto", RESUME_AUTO}, {"none", RESUME_NONE}, {NULL, 0}};
 static const struct config_choice device_choices[] = {{"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {NULL, 0}};
+static const struct config_choice attention_choices[] = {
+    {"auto", ATTENTION_AUTO}, {"cudnn", ATTENTION_CUDNN}, {"native", ATTENTION_NATIVE}, {NULL, 0}};
 
 const char *const config_sections[] = {"model", "train", "data", "parallel", "precision",
                                        "checkpoint", "log", "system", NULL};
@@ -194,6 +196,10 @@ const struct config_key config_keys[] = {
 
     // [system]
     KEY_ENUM("system", "device", system.device, "cpu", device_choices, "compute backend"),
+    KEY_ENUM("system", "attention", system.attention, "auto", attention_choices,
+             "cuda, bf16/fp16: auto uses cuDNN's fused attention where cuDNN supports the shape, else "
+             "the native kernels; cudnn demands it (an error otherwise); native never uses it; fp32 and "
+             "cpu: native"),
     KEY_INT("system", "threads", system.threads, "0", 0, INT_MAX, "threads",
             "OpenMP threads per rank; 0 keeps OpenMP's default"),
     KEY_FLOAT("system", "peak_tflops", system.peak_tflops, "0", 0, NOMAX, 0, "TFLOP/s",
@@ -208,5 +214,6 @@ const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 _Static_assert(sizeof config_keys / sizeof config_keys[0] <= CONFIG_MAX_KEYS,
                "raise CONFIG_MAX_KEYS in config.h");
 // The parser stores enums through an int *.
-_Static_assert(sizeof(enum dtype) == sizeof(int) && sizeof(enum recompute) == sizeof(int),
+_Static_assert(sizeof(enum dtype) == sizeof(int) && sizeof(enum recompute) == sizeof(int) &&
+                   sizeof(enum attention_impl) == sizeof(int),
                "enums must be int-sized");

@@ -93,5 +93,8 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
     if (cfg->system.device == DEVICE_CUDA && !has_cuda)
         return error_set(err, bad, "%s: %s: this build has no CUDA backend; rebuild with `make CUDA=1` or set "
                          "system.device = cpu", file, KT("system", "device"));
+    if (cfg->system.attention == ATTENTION_CUDNN && cfg->system.device != DEVICE_CUDA)
+        return error_set(err, bad, "%s: %s needs system.device = cuda (cuDNN is the CUDA backend's); %s", file,
+                         KT("system", "attention"), KT("system", "device"));
     return STATUS_OK;
 }

@@ -150,7 +150,10 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     const struct topology *topo = &t->par.topo;
     m->be = backend_init(c->system.device == DEVICE_CUDA ? BACKEND_CUDA : BACKEND_CPU,
                          topo->local_rank, c->system.threads, &err->err);
-    if (!m->be) return trainer_alone(err);
+    static const enum backend_attention attention[] = {[ATTENTION_AUTO] = BACKEND_ATTENTION_AUTO,
+        [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
+    if (!m->be || backend_set_attention(m->be, attention[c->system.attention], &err->err))
+        return trainer_alone(err);
     m->lc = plan_llama(c);
     struct model_shard shard;
     if (plan_shard(c, topo->coord, &shard, &err->err)) return err->err.status;

@@ -7,8 +7,10 @@
 #      under /tmp (never into /), points PATH, LD_LIBRARY_PATH, OPAL_PREFIX,
 #      PKG_CONFIG_PATH, CPATH and LIBRARY_PATH at it;
 #   2. make CUDA=1 into build-gpu (no warning allowed: counted in the summary);
-#   3. build-gpu/tests/test_ops_cuda (every op against the CPU backend), and
-#      build-gpu/mpi/test_comm_nccl under mpirun, one rank per GPU;
+#   3. build-gpu/tests/test_ops_cuda (every op against the CPU backend), the
+#      same with TEST_OPS_ATTENTION=cudnn (cuDNN's fused attention against the
+#      native kernel and the CPU), and build-gpu/mpi/test_comm_nccl under
+#      mpirun, one rank per GPU;
 #   4. build-gpu/bench/bench_cuda (op timings on the device);
 #   5. 50 steps of configs/tiny.ini with system.device=cuda, when the trainer
 #      accepts it, and the same 50 steps on the CPU for comparison.
@@ -126,6 +128,12 @@ build_rc=$?
 step test_ops_cuda 120 env TEST_VERBOSE=1 "$BUILD/tests/test_ops_cuda"
 ops_rc=$?
 grep -E "checks (passed|failed)" "$OUT/test_ops_cuda.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+
+# ---- 3a. cuDNN attention (system.attention = cudnn, demanded) --------------------------
+# BF16 and FP16, T up to 1024, forward and backward, against the CPU backend
+# and against the native kernel on the same inputs (test_ops_cuda.c).
+step attention_cudnn 120 env TEST_VERBOSE=1 TEST_OPS_ATTENTION=cudnn "$BUILD/tests/test_ops_cuda"
+grep -E "checks (passed|failed)|cannot run attention" "$OUT/attention_cudnn.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # ---- 3b. the NCCL comm table: one rank per GPU --------------------------------------
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

@@ -49,7 +49,7 @@ static void test_contract_keys(void) {
         "parallel.sequence_parallel", "parallel.zero_stage", "parallel.bucket_mb", "precision.dtype",
         "precision.loss_scale", "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last",
         "checkpoint.resume", "log.every", "log.metrics_file", "log.run_dir", "system.device",
-        "system.threads", "system.peak_tflops", "system.watchdog_s"};
+        "system.attention", "system.threads", "system.peak_tflops", "system.watchdog_s"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         char sec[32];
         const char *dot = strchr(required[i], '.');
@@ -73,7 +73,8 @@ static void test_defaults(void) {
     EXPECT(c.precision.dtype == DTYPE_FP32 && c.precision.loss_scale_mode == LOSS_SCALE_DYNAMIC &&
                c.precision.loss_scale == 0, "precision defaults");
     EXPECT(c.checkpoint.resume == RESUME_AUTO && c.checkpoint.resume_path[0] == '\0', "resume default");
-    EXPECT(c.system.device == DEVICE_CPU && c.system.watchdog_s == 300, "system defaults");
+    EXPECT(c.system.device == DEVICE_CPU && c.system.watchdog_s == 300 && c.system.attention == ATTENTION_AUTO,
+           "system defaults");
     for (int i = 0; i < config_n_keys; i++) EXPECT(c.origin[i] == 0, "origin of key %d", i);
     struct error err = {0};
     EXPECT(config_validate(&c, 1, false, &err) == STATUS_OK, "defaults validate: %s", err.msg);
@@ -302,6 +303,10 @@ static const struct bad_case bad_cases[] = {
     {"recompute", "[model]\nrecompute = partial\n", {0}, 1, {"@:2", "'partial'", "one of: none, selective, full"}},
     {"cuda in a CPU build", "[system]\ndevice = cuda\n", {0}, 1,
      {"system.device = cuda (@:2)", "this build has no CUDA backend"}},
+    {"unknown attention", "[system]\nattention = flash\n", {0}, 1,
+     {"@:2", "system.attention = 'flash'", "one of: auto, cudnn, native"}},
+    {"cudnn on the cpu", "[system]\nattention = cudnn\n", {0}, 1,
+     {"system.attention = cudnn (@:2)", "needs system.device = cuda", "system.device = cpu (default)"}},
     {"tp*pp*dp != ranks", "[parallel]\ntp = 2\ndp = 2\n", {0}, 2,
      {"tp = 2, pp = 1, dp = 2 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)", "parallel.pp = 1 (default)"}},
     {"heads % tp", "[model]\nd_model = 192\nn_heads = 6\nn_kv_heads = 2\n[parallel]\ntp = 4\n", {0}, 4,
@@ -384,6 +389,9 @@ static void test_bad_inputs(void) {
     char *cuda[] = {"system.device=cuda"};
     EXPECT(config_load(NULL, 1, cuda, &c, &err) == STATUS_OK && config_validate(&c, 1, true, &err) == STATUS_OK,
            "device = cuda is fine in a CUDA build: %s", err.msg);
+    char *cudnn[] = {"system.device=cuda", "system.attention=cudnn"};
+    EXPECT(config_load(NULL, 2, cudnn, &c, &err) == STATUS_OK && config_validate(&c, 1, true, &err) == STATUS_OK,
+           "attention = cudnn is fine with device = cuda: %s", err.msg);
 }
 
 int main(int argc, char **argv) {

@@ -15,6 +15,18 @@
 // (ties, subnormals, overflow, inf, NaN, -0), and sum_squares against a host
 // FP64 sum.
 //
+// Attention runs on the native kernels unless TEST_OPS_ATTENTION says
+// otherwise: =cudnn (tests/gpu/run.sh) runs only the attention tests, BF16 and
+// FP16, through cuDNN's fused attention (demanded: a fallback fails), each
+// against the CPU backend and against the native kernel on the same inputs,
+// at cuDNN's tolerances (its P and dS are rounded to the I/O dtype before the
+// second GEMMs: BF16 3e-2, FP16 5e-3; lse 1e-4). test_attention_choice checks
+// the selection (system.attention): native never, fp32 never, auto exactly
+// when cudnn mode succeeds, cudnn otherwise an error naming the key, the
+// shape and cuDNN's status, the CPU backend refusing cudnn; with
+// TEST_OPS_CUDNN_ABSENT=1 (the emulation, whose cuDNN has no engines) auto
+// must fall back and a BF16 attention in auto mode must still match the CPU.
+//
 // Built always: in a build without the CUDA backend it checks that the
 // run-time selection refuses device = cuda with the documented message, then
 // skips (exit 77); with the backend but no device it skips too.
@@ -27,6 +39,9 @@
 #include "base/common.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/half.h"
+#ifdef TRIDENT_CUDA
+#include "kernels/cuda/backend_cuda.h" // backend_cuda_attention_check_graph
+#endif
 #include "kernels/ops.h"
 #include "test.h"
 
@@ -142,9 +157,16 @@ static double tol_of(enum dtype dt) {
     return dt == DTYPE_BF16 ? 1e-2 : dt == DTYPE_FP16 ? 1e-3 : 1e-5;
 }
 
+// The GPU's attention mode in test_attention (TEST_OPS_ATTENTION).
+static enum backend_attention attn_mode = BACKEND_ATTENTION_NATIVE;
+static double tol_attn(enum dtype dt) {
+    if (attn_mode == BACKEND_ATTENTION_NATIVE) return tol_of(dt);
+    return dt == DTYPE_BF16 ? 3e-2 : dt == DTYPE_FP16 ? 5e-3 : 1e-4;
+}
+
 // GPU result of p against the CPU result, within the tolerance of p's dtype;
 // every element written (a NaN fails).
-static void expect_match(struct pair p, const char *what) {
+static void expect_match_tol(struct pair p, double tol, const char *what) {
     float *got = xmalloc(p.n * 4 + 4);
     download(got, p.g, p.n);
     size_t nan = 0;
@@ -153,8 +175,17 @@ static void expect_match(struct pair p, const char *what) {
     snprintf(msg, sizeof msg, "%s (%s)", what, dtype_name(p.dt));
     EXPECT(nan == 0, "%s: %zu of %zu elements NaN / unwritten", msg, nan, p.n);
     const float *ref = p.c.data;
-    EXPECT_REL(p.n, got, ref, tol_of(p.dt), msg);
+    EXPECT_REL(p.n, got, ref, tol, msg);
     free(got);
+}
+static void expect_match(struct pair p, const char *what) { expect_match_tol(p, tol_of(p.dt), what); }
+
+// The GPU copies of a and b (two device results of the same op) agree.
+static void expect_same_gpu(struct pair a, struct pair b, double tol, const char *what) {
+    float *ga = xmalloc(a.n * 4 + 4), *gb = xmalloc(b.n * 4 + 4);
+    download(ga, a.g, a.n), download(gb, b.g, b.n);
+    EXPECT_REL(a.n, ga, gb, tol, what);
+    free(ga), free(gb);
 }
 
 // ---- tests, each for storage dtype dt ----------------------------------------------
@@ -258,16 +289,39 @@ static void test_swiglu(enum dtype dt) {
 static void test_attention_qs(enum dtype dt, double qs, int B, int T, int H, int Hkv, int D) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (attn_mode == BACKEND_ATTENTION_CUDNN && dt != DTYPE_FP32) { // report a shape cuDNN refuses, go on
+        struct error e = {0};
+        bool f = false, b = false;
+        EXPECT(!backend_set_attention(gpu, attn_mode, &e), "backend_set_attention(cudnn): %s", e.msg);
+        if (!e.status) backend_attention_uses_cudnn(gpu, dt, B, T, H, Hkv, D, false, &f, &e);
+        if (!e.status) backend_attention_uses_cudnn(gpu, dt, B, T, H, Hkv, D, true, &b, &e);
+        EXPECT(f && b && !e.status, "cuDNN attention: %s", e.msg);
+        if (!f || !b) return;
+    }
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
     struct pair q = pair_rand(nq, qs, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
     struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
     char what[128];
     snprintf(what, sizeof what, "attention B=%d T=%d H=%d Hkv=%d D=%d q*%g", B, T, H, Hkv, D, qs);
     backend_attention_forward(cpu, out.c, lse.c, q.c, k.c, v.c, B, T, H, Hkv, D);
+    struct error err = {0};
+    EXPECT(!backend_set_attention(gpu, attn_mode, &err), "%s: backend_set_attention: %s", what, err.msg);
     backend_attention_forward(gpu, out.g, lse.g, q.g, k.g, v.g, B, T, H, Hkv, D);
     char w2[160];
-    snprintf(w2, sizeof w2, "%s forward out", what), expect_match(out, w2);
-    snprintf(w2, sizeof w2, "%s forward lse", what), expect_match(lse, w2);
+    snprintf(w2, sizeof w2, "%s forward out", what), expect_match_tol(out, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s forward lse", what), expect_match_tol(lse, tol_attn(DTYPE_FP32), w2);
+    bool cmp_native = attn_mode == BACKEND_ATTENTION_CUDNN && dt != DTYPE_FP32;
+    if (cmp_native) { // cuDNN against the native kernel, same inputs
+        struct pair out2 = pair_nan(nq, dt), lse2 = pair_nan(nl, DTYPE_FP32);
+        backend_set_attention(gpu, BACKEND_ATTENTION_NATIVE, &err);
+        backend_attention_forward(gpu, out2.g, lse2.g, q.g, k.g, v.g, B, T, H, Hkv, D);
+        backend_set_attention(gpu, attn_mode, &err);
+        snprintf(w2, sizeof w2, "%s forward out, cudnn vs native (%s)", what, dtype_name(dt));
+        expect_same_gpu(out, out2, tol_attn(dt), w2);
+        snprintf(w2, sizeof w2, "%s forward lse, cudnn vs native (%s)", what, dtype_name(dt));
+        expect_same_gpu(lse, lse2, tol_attn(DTYPE_FP32), w2);
+        pair_free(out2), pair_free(lse2);
+    }
     // backward from the CPU's out and lse (rounded to dt) on both sides
     for (size_t i = 0; i < nq; i++) out.h[i] = round_to(dt, ((float *)out.c.data)[i]);
     memcpy(lse.h, lse.c.data, nl * 4);
@@ -276,9 +330,21 @@ static void test_attention_qs(enum dtype dt, double qs, int B, int T, int H, int
     struct pair dk = pair_nan(nk, dt), dv = pair_nan(nk, dt);
     backend_attention_backward(cpu, dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, out.c, lse.c, B, T, H, Hkv, D);
     backend_attention_backward(gpu, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, B, T, H, Hkv, D);
-    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match(dq, w2);
-    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match(dk, w2);
-    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match(dv, w2);
+    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match_tol(dq, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match_tol(dk, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match_tol(dv, tol_attn(dt), w2);
+    if (cmp_native) {
+        struct pair d2[3] = {pair_nan(nq, dt), pair_nan(nk, dt), pair_nan(nk, dt)}, d1[3] = {dq, dk, dv};
+        backend_set_attention(gpu, BACKEND_ATTENTION_NATIVE, &err);
+        backend_attention_backward(gpu, d2[0].g, d2[1].g, d2[2].g, dout.g, q.g, k.g, v.g, out.g, lse.g, B, T, H,
+                                   Hkv, D);
+        backend_set_attention(gpu, attn_mode, &err);
+        for (int i = 0; i < 3; i++) {
+            snprintf(w2, sizeof w2, "%s backward d%c, cudnn vs native (%s)", what, "qkv"[i], dtype_name(dt));
+            expect_same_gpu(d1[i], d2[i], tol_attn(dt), w2);
+            pair_free(d2[i]);
+        }
+    }
     pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse), pair_free(dout),
         pair_free(dq), pair_free(dk), pair_free(dv);
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -430,6 +496,56 @@ static void test_elementwise(enum dtype dt, size_t n) {
     pair_free(x), pair_free(y), pair_free(o);
 }
 
+// system.attention's selection (kernels/backend.h): see the file comment.
+static void test_attention_choice(void) {
+    struct error err = {0};
+    bool on = true, absent = getenv("TEST_OPS_CUDNN_ABSENT") != NULL;
+    const int B = 2, T = 37, H = 4, Hkv = 2, D = 24;
+    EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_NATIVE, &err), "set native: %s", err.msg);
+    EXPECT(!backend_attention_uses_cudnn(gpu, DTYPE_BF16, B, T, H, Hkv, D, false, &on, &err) && !on,
+           "attention = native: cudnn %d (%s)", on, err.msg);
+    EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_AUTO, &err), "set auto: %s", err.msg);
+    EXPECT(!backend_attention_uses_cudnn(gpu, DTYPE_FP32, B, T, H, Hkv, D, false, &on, &err) && !on,
+           "attention = auto, fp32: cudnn %d (%s)", on, err.msg);
+    bool auto_fwd = true, auto_bwd = true;
+    EXPECT(!backend_attention_uses_cudnn(gpu, DTYPE_BF16, B, T, H, Hkv, D, false, &auto_fwd, &err),
+           "attention = auto never fails: %s", err.msg);
+    EXPECT(!backend_attention_uses_cudnn(gpu, DTYPE_BF16, B, T, H, Hkv, D, true, &auto_bwd, &err),
+           "attention = auto never fails: %s", err.msg);
+    if (absent) EXPECT(!auto_fwd && !auto_bwd, "attention = auto with a cuDNN without engines: cudnn %d %d",
+                       auto_fwd, auto_bwd);
+    if (absent) { // the op itself, auto mode, falls back and still matches the CPU
+        enum backend_attention keep = attn_mode;
+        attn_mode = BACKEND_ATTENTION_AUTO;
+        test_attention(DTYPE_BF16, B, T, H, Hkv, D);
+        attn_mode = keep;
+    }
+    enum status st = backend_set_attention(gpu, BACKEND_ATTENTION_CUDNN, &err);
+    if (st) { // cuDNN cannot even open: auto must have fallen back
+        EXPECT(!auto_fwd && strstr(err.msg, "system.attention = cudnn"), "set cudnn: '%s'", err.msg);
+    } else {
+        EXPECT(!backend_attention_uses_cudnn(gpu, DTYPE_FP32, B, T, H, Hkv, D, false, &on, &err) && !on,
+               "attention = cudnn, fp32 runs native: cudnn %d (%s)", on, err.msg);
+        for (int bwd = 0; bwd < 2; bwd++) {
+            err = (struct error){0};
+            st = backend_attention_uses_cudnn(gpu, DTYPE_BF16, B, T, H, Hkv, D, bwd, &on, &err);
+            bool auto_on = bwd ? auto_bwd : auto_fwd;
+            EXPECT(auto_on ? st == STATUS_OK && on : st == STATUS_RUNTIME && !on,
+                   "attention = cudnn (%s) must succeed exactly when auto picks cuDNN (%d): status %d, '%s'",
+                   bwd ? "backward" : "forward", auto_on, st, err.msg);
+            if (st)
+                EXPECT(strstr(err.msg, "system.attention = cudnn") && strstr(err.msg, "B=2 T=37 H=4 Hkv=2 D=24 bf16") &&
+                           strstr(err.msg, "CUDNN_STATUS_"),
+                       "the error names the key, the shape and cuDNN's status: '%s'", err.msg);
+        }
+    }
+    err = (struct error){0};
+    EXPECT(backend_set_attention(cpu, BACKEND_ATTENTION_CUDNN, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "system.attention = cudnn"),
+           "cpu backend, attention = cudnn: '%s'", err.msg);
+    EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_NATIVE, &err), "set native: %s", err.msg);
+}
+
 // small: the shapes the CPU emulation of the kernels can afford
 // (tests/e2e/cuda_emulated.sh sets TEST_OPS_SMALL=1): one launch there is an
 // OS thread per CUDA thread and a barrier per warp shuffle.
@@ -471,6 +587,31 @@ static void run_all(enum dtype dt, bool small) {
     test_elementwise(dt, small ? 3001 : 100003); // more than one block, not a multiple of 256
 }
 
+// cuDNN's attention graphs, built and finalised without a device against the
+// cuDNN the build links (its own validation of every tensor and op): BF16 and
+// FP16, forward and backward, H = Hkv and GQA; a head count that does not
+// divide (H=4, Hkv=3) must be refused, naming the first matmul. Skipped with
+// the emulated cuDNN (TEST_OPS_CUDNN_ABSENT), which validates nothing.
+static void test_cudnn_graphs(void) {
+#ifdef TRIDENT_CUDA
+    if (getenv("TEST_OPS_CUDNN_ABSENT")) return;
+    static const int shapes[][5] = {{2, 37, 4, 2, 24}, {1, 257, 8, 8, 128}, {2, 1024, 16, 4, 64}, {1, 64, 2, 1, 256}};
+    struct error err = {0};
+    for (int i = 0; i < 2; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const int *x = shapes[s];
+                err = (struct error){0};
+                EXPECT(!backend_cuda_attention_check_graph(i ? DTYPE_FP16 : DTYPE_BF16, x[0], x[1], x[2], x[3], x[4],
+                                                           bwd, &err), "%s", err.msg);
+            }
+    err = (struct error){0};
+    EXPECT(backend_cuda_attention_check_graph(DTYPE_BF16, 1, 16, 4, 3, 64, false, &err) == STATUS_RUNTIME &&
+               strstr(err.msg, "bmm1"),
+           "H=4 Hkv=3 must be refused at the first matmul: '%s'", err.msg);
+#endif
+}
+
 int main(void) {
     struct error err = {0};
     if (!backend_has_cuda()) {
@@ -481,7 +622,11 @@ int main(void) {
         if (test_failures) return test_finish("test_ops_cuda");
         TEST_SKIP("no CUDA device (this build has no CUDA backend; make CUDA=1)");
     }
-    if (backend_device_count() == 0) TEST_SKIP("no CUDA device");
+    test_cudnn_graphs(); // needs no device
+    if (backend_device_count() == 0) {
+        if (test_failures) return test_finish("test_ops_cuda");
+        TEST_SKIP("no CUDA device");
+    }
     gpu = backend_init(BACKEND_CUDA, 0, 0, &err);
     EXPECT(gpu != NULL, "backend_init(cuda, 0): %s", err.msg);
     if (!gpu) return test_finish("test_ops_cuda");
@@ -489,6 +634,22 @@ int main(void) {
     EXPECT(!strcmp(gpu->ops->name, "cuda") && !strcmp(cpu->ops->name, "cpu"), "backend names %s, %s",
            gpu->ops->name, cpu->ops->name);
     bool small = getenv("TEST_OPS_SMALL") != NULL;
+    const char *am = getenv("TEST_OPS_ATTENTION");
+    test_attention_choice();
+    if (am && !strcmp(am, "cudnn")) { // tests/gpu/run.sh: cuDNN attention only
+        attn_mode = BACKEND_ATTENTION_CUDNN;
+        for (int i = 0; i < 2; i++) {
+            enum dtype dt = i ? DTYPE_FP16 : DTYPE_BF16;
+            test_attention(dt, 2, 37, 4, 2, 24);
+            test_attention(dt, 1, 70, 4, 4, 64);
+            test_attention(dt, 2, 19, 6, 2, 80);
+            test_attention(dt, 1, 257, 8, 2, 128);
+            test_attention(dt, 2, 1024, 8, 8, 64);
+        }
+        backend_free(gpu);
+        backend_free(cpu);
+        return test_finish("test_ops_cuda");
+    }
     run_all(DTYPE_FP32, small);
     run_all(DTYPE_BF16, small);
     run_all(DTYPE_FP16, small);
