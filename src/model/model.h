@@ -151,6 +151,11 @@ void model_to_host_f64(struct model *m, struct tensor src, double *out);
 // group of one rank for tp = 1. Must be set before the first forward when
 // tp > 1. The model all-reduces over it (Megatron's f and g operators).
 void model_set_tp_group(struct model *m, struct comm_group *tp);
+// The same ranks' group over host buffers, for what the model reduces in
+// host memory (model_get_logits_at's FP64 logits). NULL (the default): the
+// TP group itself, right when it is MPI (the CPU backend); under NCCL the
+// TP group takes device buffers only, so the trainer sets the MPI twin here.
+void model_set_tp_host_group(struct model *m, struct comm_group *tp_host);
 
 // After the last microbatch's backward: sums over the TP group the partial
 // gradients of tensors that several TP ranks hold: key/value heads copied

@@ -13,6 +13,12 @@ void model_set_tp_group(struct model *m, struct comm_group *tp) {
     m->tp = tp;
 }
 
+void model_set_tp_host_group(struct model *m, struct comm_group *tp_host) {
+    CHECK(!tp_host || tp_host->size == m->shard.tp_size, "TP host group of %d ranks for a shard "
+          "of tp %d", tp_host ? tp_host->size : 0, m->shard.tp_size);
+    m->tp_host = tp_host;
+}
+
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
     if (m->shard.tp_size == 1) return;
     CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
@@ -212,7 +218,7 @@ void model_get_logits_at(struct model *m, int b, int t, double *out) {
     double *all = xmalloc((size_t)tp * m->Vl * sizeof *all);
     double *mine = all + (size_t)m->shard.tp_rank * m->Vl;
     model_to_host_f64(m, tensor_slice(m->slots[0].logits, row, m->Vl), mine);
-    if (tp > 1) comm_all_gather(m->tp, mine, all, m->Vl, DTYPE_FP64);
+    if (tp > 1) comm_all_gather(m->tp_host ? m->tp_host : m->tp, mine, all, m->Vl, DTYPE_FP64);
     for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
         out[j] = all[j];
     free(all);
