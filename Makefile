@@ -6,9 +6,16 @@
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
 #   make CUDA=1    also build the CUDA backend (kernels/cuda) with nvcc
+#   make EMU=1     the CUDA build run on CPUs (into build-emu): kernels/cuda/*.cu
+#                  as host C++ against tests/cuda_emu (emulated runtime, cuBLASLt
+#                  and NCCL over MPI), see docs/cuda.md
 
 PKGS      := hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash
 CC        ?= gcc
+CXX       ?= g++
+ifeq ($(EMU),1)
+BUILD     ?= build-emu
+endif
 BUILD     ?= build
 OPT       ?= -O3 -march=native
 CFLAGS    += $(OPT) -g -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter \
@@ -38,15 +45,39 @@ CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
 LDLIBS    += $(CUDA_LIBDIRS:%=-L%) $(CUDA_LIBDIRS:%=-Wl,-rpath,%) \
              -lcudnn -lnccl -lcublasLt -lcublas -lcudart -lstdc++
 endif
-# Rebuilds backend.o when CUDA= changes between two makes in one BUILD dir.
+# EMU=1: the CUDA build on CPUs (docs/cuda.md). The same sources as CUDA=1,
+# with tests/cuda_emu first on the include path, so <cuda_runtime_api.h>,
+# <nccl.h>, <cublasLt.h>... are the emulation's (C files such as comm_nccl.c
+# included); each kernels/cuda/*.cu is preprocessed as C++, its launches
+# kernel<<<cfg>>>(args) rewritten to emu_launch(cfg, kernel, args) and
+# compiled with g++ (rule below); tests/cuda_emu/*.cpp (the emulated runtime,
+# cuBLASLt, NCCL over MPI) join the library, except check_*.cpp: programs
+# built into $(BUILD)/tests.
+EMU_DIR   := tests/cuda_emu
+EMU_OBJ   :=
+EMU_PROG  :=
+ifeq ($(EMU),1)
+ifeq ($(CUDA),1)
+$(error EMU=1 and CUDA=1 exclude each other: EMU=1 is the CUDA build without nvcc)
+endif
+CFLAGS    += -DTRIDENT_CUDA -I$(EMU_DIR)
+EMU_CXXFLAGS := $(filter-out -std=gnu11 -fopenmp -I%,$(CFLAGS)) -std=c++20 -pthread \
+             -I$(EMU_DIR) -Isrc -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LIB_SRC   += src/parallel/comm_nccl.c
+CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
+EMU_OBJ   := $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(EMU_DIR)/check_%.cpp,$(wildcard $(EMU_DIR)/*.cpp)))
+EMU_PROG  := $(patsubst $(EMU_DIR)/%.cpp,$(BUILD)/tests/%,$(wildcard $(EMU_DIR)/check_*.cpp))
+LDLIBS    += -lstdc++ -pthread
+endif
+# Rebuilds backend.o when CUDA= or EMU= changes between two makes in one BUILD dir.
 $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
-  [ "$$(cat $$f 2>/dev/null)" = "CUDA=$(CUDA)" ] || echo "CUDA=$(CUDA)" > $$f)
+  [ "$$(cat $$f 2>/dev/null)" = "CUDA=$(CUDA) EMU=$(EMU)" ] || echo "CUDA=$(CUDA) EMU=$(EMU)" > $$f)
 # The CPU kernels a second time without OpenMP, for single-thread runs
 # (-DCPU_SERIAL: linked as cpu_serial_<op>, see kernels/cpu/cpu.h;
 # cpu_backend.c picks the table).
 CPU_SERIAL_SRC := $(filter-out kernels/cpu/cpu_backend.c kernels/cpu/cpu_memory.c,$(wildcard kernels/cpu/*.c))
 CPU_SERIAL_OBJ := $(CPU_SERIAL_SRC:kernels/cpu/%.c=$(BUILD)/kernels/cpu-serial/%.o)
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CPU_SERIAL_OBJ) $(CU_OBJ)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CPU_SERIAL_OBJ) $(CU_OBJ) $(EMU_OBJ)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 MPI_SRC   := $(wildcard tests/mpi/*.c)
@@ -62,9 +93,28 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+ifeq ($(EMU),1)
+# Preprocess (the .d file comes from this step), rewrite the launches, compile.
+# The launch pattern: a kernel name, optional template arguments, <<<cfg>>>(.
+EMU_LAUNCH := s/([A-Za-z_][\w:]*(?:\s*<[^<>;(){}]*>)?)\s*<\s*<\s*<(.*?)>\s*>\s*>\s*\(/emu_launch($$2, $$1, /gs
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) -E -x c++ $(EMU_CXXFLAGS) -MT $@ -MF $(@:.o=.d) $< -o $(@:.o=.ii)
+	perl -0pe '$(EMU_LAUNCH)' $(@:.o=.ii) > $(@:.o=.emu.cpp)
+	$(CXX) -c -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $(@:.o=.emu.cpp) -o $@
+
+$(BUILD)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/tests/check_%: $(EMU_DIR)/check_%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -MF $@.d $< -o $@ $(LDFLAGS)
+else
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+endif
 
 $(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
 
@@ -79,7 +129,7 @@ $(BUILD)/libtrident.a: $(LIB_OBJ)
 $(BUILD)/trident: $(CLI_OBJ) $(BUILD)/libtrident.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-tests: $(TEST_BIN) $(MPI_BIN)
+tests: $(TEST_BIN) $(MPI_BIN) $(EMU_PROG)
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtrident.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MF $@.d -Itests/unit $< $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
@@ -117,4 +167,4 @@ run: deps
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 clean:
-	rm -rf build build-asan build-cuda build-gpu
+	rm -rf build build-asan build-cuda build-gpu build-emu

@@ -1,12 +1,21 @@
 // cuda_emu.h: just enough of the CUDA runtime, cuda_bf16.h, cuda_fp16.h and
 // cuBLASLt to compile kernels/cuda/*.cu as host C++ and run every kernel on
-// the CPU (tests/e2e/cuda_emulated.sh). Each CUDA thread of a block is an OS
-// thread; blocks run one after another; __syncthreads and warp shuffles are
-// barriers. Slow (a barrier per shuffle), exact in semantics for kernels
-// that (like trident's) keep whole warps together and never leave a block
-// before a __syncthreads. cuBLASLt's heuristic answers "not supported", so matmul runs
-// its fallback kernel. Streams are ignored: every launch completes before it
-// returns. Not part of any build but that test.
+// the CPU: the emulated build (`make EMU=1`, docs/cuda.md). The runtime's C
+// API is cuda_runtime_api.h (C files include it too); this header adds the
+// kernel side, which is C++.
+//
+// A launch runs the grid's blocks one after another on the calling thread
+// (__shared__ is `static`: one block at a time). The CUDA threads of a block
+// are fibers: each has its own stack and runs until it reaches a barrier
+// (__syncthreads, or a warp shuffle, which is a barrier of its warp), then
+// the next one runs (cuda_emu.cpp switches stacks in user space, no OS
+// thread, no lock). Exact in semantics for kernels that (like trident's)
+// keep whole warps together at shuffles; a thread that returns counts as
+// arrived at every later barrier of its block (and warp), and a barrier that
+// can never complete aborts with a message. Deterministic: the same launch
+// interleaves the same way every time (atomicAdd sums in one order).
+// cuBLASLt's heuristic answers "not supported", so matmul runs its fallback
+// kernel. Streams are synchronous: every launch completes before it returns.
 #ifndef TRIDENT_CUDA_EMU_H
 #define TRIDENT_CUDA_EMU_H
 
@@ -16,6 +25,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+
+#include "cuda_runtime_api.h"
 
 using std::max;
 using std::min;
@@ -33,23 +44,52 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 struct uint3 { unsigned x, y, z; };
-extern thread_local uint3 threadIdx, blockIdx;
+// Set by the emulation before it runs (or resumes) a CUDA thread.
+extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
+#define warpSize 32
 void emu_syncthreads(void);
-float emu_shfl_xor(float v, int lane_mask);
+// The value v of lane src of the calling thread's warp (its own v when src is
+// outside [0, 32)): a barrier of the warp before and after the exchange.
+uint64_t emu_shfl(uint64_t v, int src);
+int emu_lane(void);
+// Runs body as every thread of every block of the grid (see the top).
 void emu_run(dim3 grid, dim3 block, const std::function<void()> &body);
 #define __syncthreads() emu_syncthreads()
-float emu_shfl_idx(float v, int src);
-static inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl_xor(v, m); }
-static inline float __shfl_sync(unsigned, float v, int src) { return emu_shfl_idx(v, src); }
+template <class T> static inline T emu_shfl_t(T v, int src) {
+    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof v);
+    u = emu_shfl(u, src);
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+// Full warps only (width 32, every lane in the mask): anything else aborts.
+void emu_shfl_check(unsigned mask, int width);
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int w = 32) {
+    emu_shfl_check(mask, w);
+    return emu_shfl_t(v, emu_lane() ^ m);
+}
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int w = 32) {
+    emu_shfl_check(mask, w);
+    return emu_shfl_t(v, src & 31);
+}
+template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int w = 32) {
+    emu_shfl_check(mask, w);
+    return emu_shfl_t(v, emu_lane() + (int)d);
+}
+template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int w = 32) {
+    emu_shfl_check(mask, w);
+    return emu_shfl_t(v, emu_lane() - (int)d);
+}
 float atomicAdd(float *p, float v);
 int atomicAdd(int *p, int v);
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 // kernel<<<grid, block, shmem, stream>>>(args) is rewritten to
-// emu_launch(grid, block, shmem, stream, kernel, args) by the test script.
-typedef struct emu_stream *cudaStream_t;
+// emu_launch(grid, block, shmem, stream, kernel, args) by the build (the
+// Makefile's EMU=1 rule for kernels/cuda/%.cu).
 template <class... P, class... A>
 void emu_launch(dim3 grid, dim3 block, size_t, cudaStream_t, void (*k)(P...), A... a) {
     emu_run(grid, block, [&]() { k(a...); });
@@ -106,45 +146,10 @@ static inline __half __float2half_rn(float f) {
 }
 
 // ---- cuda_runtime.h -------------------------------------------------------------
-typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorMemoryAllocation = 2 };
-enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
-enum { cudaStreamNonBlocking = 1 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
-static inline const char *cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
-static inline const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
-static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-static inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
-static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 4; return cudaSuccess; }
-static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
-    *s = (cudaStream_t)malloc(1);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-// Device memory is host memory; fresh allocations are filled with 0xff bytes
-// (NaN as fp32, bf16 and fp16) so that a kernel reading unwritten memory shows.
-static inline cudaError_t cudaMalloc(void **p, size_t n) {
-    *p = aligned_alloc(256, (n + 255) / 256 * 256);
-    if (!*p) return cudaErrorMemoryAllocation;
-    memset(*p, 0xff, n);
-    return cudaSuccess;
-}
+// The C API is cuda_runtime_api.h (shared with the C files of the emulated
+// build); C++ adds the typed overloads, as the real cuda_runtime.h does.
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
-static inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
-template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMalloc((void **)p, n); }
-static inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
-static inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
-static inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
-    memmove(d, s, n);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) {
-    return cudaMemcpy(d, s, n, k);
-}
-static inline cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
-static inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
+template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
 
 // ---- cublasLt.h ------------------------------------------------------------------
 typedef int cublasStatus_t;

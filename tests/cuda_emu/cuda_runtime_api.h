@@ -1,0 +1,93 @@
+// cuda_runtime_api.h (emulated): the part of the CUDA runtime API that
+// trident's host code calls, as plain C declarations, so that C files
+// (src/parallel/comm_nccl.c, kernels/cuda/cuda_check.h users) compile against
+// it with gcc in the emulated build (`make EMU=1`, docs/cuda.md). Defined in
+// cuda_emu.cpp (extern "C"). The kernel side (dim3, threadIdx, launches,
+// __half, __nv_bfloat16) is C++ and lives in cuda_emu.h.
+//
+// The emulated device: device memory is host memory (cudaMalloc fills fresh
+// memory with 0xff bytes: NaN as FP32, BF16 and FP16, so a kernel that reads
+// what nothing wrote shows it); every stream is synchronous: a kernel launch,
+// a copy, a memset or an NCCL operation has completed when the call returns,
+// so events are always complete and waiting on them is a no-op. The number
+// of devices is TRIDENT_EMU_DEVICES (default 8: one "node" with 8 GPUs, so
+// that up to 8 ranks each get their own device index); all of them share the
+// host's memory.
+#ifndef TRIDENT_CUDA_EMU_RUNTIME_API_H
+#define TRIDENT_CUDA_EMU_RUNTIME_API_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int cudaError_t;
+enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNotReady = 600,
+};
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
+enum { cudaHostAllocDefault = 0 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+typedef enum cudaMemcpyKind cudaMemcpyKind_t;
+typedef struct emu_stream *cudaStream_t;
+typedef struct emu_event *cudaEvent_t;
+
+const char *cudaGetErrorString(cudaError_t e);
+const char *cudaGetErrorName(cudaError_t e);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+
+// Devices: TRIDENT_EMU_DEVICES of them (default 8), 4 "SMs" each.
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+// Streams and events: synchronous (see above).
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+// Milliseconds between the host times at which the two events were recorded.
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+// Memory: host memory, 256-byte aligned, fresh allocations filled with 0xff.
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t s);
+cudaError_t cudaMemset(void *dst, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
