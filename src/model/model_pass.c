@@ -19,10 +19,16 @@ void model_set_tp_host_group(struct model *m, struct comm_group *tp_host) {
     m->tp_host = tp_host;
 }
 
+// The host waits for the compute stream before a TP collective, unless the
+// group orders itself after it (NCCL: comm_stream_ordered).
+static void sync_for_tp(struct model *m) {
+    if (!comm_stream_ordered(m->tp)) backend_synchronize(m->be);
+}
+
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
     if (m->shard.tp_size == 1) return;
     CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
-    backend_synchronize(m->be);
+    sync_for_tp(m);
     comm_all_reduce(m->tp, t.data, t.numel, t.dtype, op);
 }
 static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t, COMM_SUM); }
@@ -31,7 +37,7 @@ static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t,
 // parallelism (Megatron's g); without it part already is full.
 static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
     if (!m->sp) return;
-    backend_synchronize(m->be);
+    sync_for_tp(m);
     comm_all_gather(m->tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
 }
 
@@ -53,7 +59,7 @@ static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
         if (lowp) backend_copy(m->be, part, m->red, nf);
         return;
     }
-    backend_synchronize(m->be);
+    sync_for_tp(m);
     struct tensor out = lowp ? m->red_s : part;
     comm_reduce_scatter(m->tp, full.data, out.data, np, full.dtype, COMM_SUM);
     if (lowp) backend_copy(m->be, part, m->red_s, np);

@@ -141,13 +141,19 @@ static struct tensor grads_of_range(struct optimizer *o, size_t lo, size_t hi) {
     return tensor_slice(model_grad_arena(o->model), lo, hi - lo);
 }
 
+// Before a DP collective on backend buffers: the host waits for the compute
+// stream unless the group orders itself after it (NCCL).
+static void sync_for_dp(struct optimizer *o) {
+    if (!comm_stream_ordered(o->groups.dp)) backend_synchronize(o->be);
+}
+
 double optimizer_prepare(struct optimizer *o) {
     struct tensor g = model_grad_arena(o->model);
     if (zero1(o)) {
-        backend_synchronize(o->be);
+        sync_for_dp(o);
         if (o->gsend16.numel) { // grad_dtype BF16: round, reduce-scatter, widen (comm.h)
             backend_copy(o->be, o->gsend16, g, g.numel);
-            backend_synchronize(o->be);
+            sync_for_dp(o);
             comm_reduce_scatter(o->groups.dp, o->gsend16.data, o->grecv16.data, o->grecv16.numel,
                                 DTYPE_BF16, COMM_SUM);
             backend_copy(o->be, o->gshard, o->grecv16, o->gshard.numel);
@@ -201,7 +207,7 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
                       grad_scale, o->step);
     }
     if (zero1(o)) { // every rank gets the updated shards of the others
-        backend_synchronize(o->be);
+        sync_for_dp(o);
         void *mine = tensor_slice(w, o->begin, o->end - o->begin).data;
         comm_all_gather(o->groups.dp, mine, w.data, o->end - o->begin, w.dtype);
     }

@@ -210,6 +210,7 @@ static const struct comm_ops comm_nccl_ops = {
     .recv = nccl_recv,
     .barrier = nccl_barrier,
     .free = nccl_free,
+    .stream_ordered = true, // begin() and end(): events between the two streams
 };
 
 void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, struct backend *be) {
