@@ -28,7 +28,7 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 }
 
 // Features this build does not have yet are refused before any work.
-static enum status check_supported(const struct config *c, int world_size, struct error *err) {
+static enum status check_supported(const struct config *c, struct error *err) {
     if (c->data.cache_dir[0])
         return error_set(err, STATUS_BAD_INPUT, "%s: [data] cache_dir = %s: the hot-tier shard "
                          "cache is not in this build yet (expected it unset: shards are read "
@@ -328,14 +328,12 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
                          struct trainer_error *err) {
     *out = NULL;
     err->alone = false;
-    int world_size;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     struct trainer *t = xcalloc(1, sizeof *t);
     t->cfg = *cfg;
     enum status st;
-    if ((st = check_supported(&t->cfg, world_size, &err->err)) || (st = setup_grid(t, err)) ||
-        (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) || (st = setup_parallel(t, err)) ||
-        (st = setup_faults(t, &err->err)) ||
+    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) ||
+        (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
+        (st = setup_parallel(t, err)) || (st = setup_faults(t, &err->err)) ||
         (st = trainer_resume(t, err)))
         return st;
     t->log.peak_flops = measure_peak_flops(t);
