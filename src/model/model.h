@@ -194,6 +194,11 @@ void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *to
 // (ignored on the first virtual stage). Accumulates into the gradient arena.
 void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
                           const void *dout, void *din);
+// Where in, out, dout and din of the chunk passes live: host memory (false,
+// the default: the passes copy to and from the backend) or the backend's
+// own memory (true: device-to-device copies; the pipeline's message buffers
+// under NCCL, pipeline_exec.be).
+void model_set_stage_messages_on_device(struct model *m, bool on_device);
 // Elements of one activation message between stages: Ns * C.
 size_t model_stage_message_numel(const struct model *m);
 // High-water mark of activation slots used since model_init (1 + largest index).

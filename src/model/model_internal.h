@@ -96,6 +96,7 @@ struct model {
 
     struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
     struct comm_group *tp_host;    // its twin over host buffers; NULL: tp itself
+    bool messages_on_device;       // stage messages (in, out, dout, din) are backend memory
     int kv_head0, kv_replicas;
 
     void (*grad_ready)(void *ctx, size_t ready_from);

@@ -213,14 +213,23 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
                                    (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
         m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
     }
-    // Pipeline messages are host buffers (the model stages its chunk inputs
-    // and outputs through host memory): the MPI PP group, under CUDA too.
     if (!m->whole_model) {
+        int v = MAX(1, c->parallel.virtual_stages);
+        // Under NCCL the messages are device buffers on the NCCL PP group,
+        // except for pp = 2 with virtual stages: there both streams of
+        // messages between the two ranks (activations wrapping to stage 0,
+        // gradients) share one direction, and NCCL, without tags, would match
+        // them in send order (comm_nccl.h); the MPI group (host buffers, the
+        // model copying) keeps them apart by tag.
+        bool device = par->topo.has_device_groups && !(pp == 2 && v > 1);
         par->pipe = (struct pipeline_exec){.p = pp, .s = par->topo.coord.p, .m = t->data.accum,
-                                           .v = MAX(1, c->parallel.virtual_stages),
-                                           .group = &par->topo.pp_group,
+                                           .v = v,
+                                           .group = device ? topology_device_group(&par->topo, GROUP_PP)
+                                                           : &par->topo.pp_group,
                                            .count = model_stage_message_numel(m->model),
-                                           .dtype = c->precision.dtype};
+                                           .dtype = c->precision.dtype,
+                                           .be = device ? m->be : NULL};
+        model_set_stage_messages_on_device(m->model, device);
         train_step_bind_pipeline(&par->pipe);
         if (pipeline_exec_init(&par->pipe, &err->err)) return err->err.status;
     }
@@ -305,6 +314,10 @@ static void print_banner(const struct trainer *t) {
     printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
            t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
            c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+    if (t->par.topo.has_device_groups)
+        printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
+               "messages %s), MPI for host scalars\n",
+               t->par.pipe.be ? "over NCCL" : t->m.whole_model ? "none" : "over MPI");
     printf("---- resolved config (also in %s/config.ini) ----\n", c->log.run_dir);
     config_print(c, stdout);
     printf("----\n");
@@ -410,9 +423,11 @@ static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
     struct topology *topo = &t->par.topo;
     *collective = topo->tp_group.busy_s + topo->dp_group.busy_s + topo->embed_group.busy_s;
     *pipeline = topo->pp_group.busy_s;
-    if (topo->has_device_groups)
+    if (topo->has_device_groups) {
         *collective += topo->device[GROUP_TP].busy_s + topo->device[GROUP_DP].busy_s +
-                       topo->device[GROUP_EMBED].busy_s + topo->device[GROUP_PP].busy_s;
+                       topo->device[GROUP_EMBED].busy_s;
+        *pipeline += topo->device[GROUP_PP].busy_s;
+    }
 }
 
 // split: this rank's (compute, communication, pipeline wait) seconds of the

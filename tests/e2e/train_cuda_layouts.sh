@@ -48,6 +48,10 @@ for l in $layouts; do
         log.run_dir="$tmp/run-$name" > "$tmp/log-$name" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -20 "$tmp/log-$name"; fail "(tp, pp, dp, zero, sp, G) = ($l): exit $rc"; }
     grep -q "device cuda" "$tmp/log-$name" || fail "($l): the banner does not say device cuda"
+    # Which path ran (the banner's words; the numbers come from metrics.jsonl).
+    want="communication: NCCL"
+    [ "$pp" -gt 1 ] && want="pipeline messages over NCCL"
+    grep -q "$want" "$tmp/log-$name" || fail "($l): the banner does not say '$want'"
     printf '(tp, pp, dp, zero, sp, G) = (%s): %.1f s\n' "$l" "$(echo "$(date +%s.%N) - $start" | bc)"
 done
 "$PY" - "$tmp" "$layouts" <<'PY'
