@@ -126,9 +126,10 @@ static void defer_p2p(struct comm_group *g, bool send, const void *buf, size_t c
 }
 
 // Enqueues the deferred sends and the deferred operation of event k (see
-// above), each completion event recorded after the group.
-static void flush_p2p(struct comm_nccl *c, int k) {
-    struct p2p_op now[NCCL_EVENTS];
+// above), and extra (a blocking send or receive, event -1) when given, in
+// one group; each deferred operation's completion event is recorded after it.
+static void flush_p2p(struct comm_nccl *c, int k, const struct p2p_op *extra) {
+    struct p2p_op now[NCCL_EVENTS + 1];
     int n_now = 0, n_left = 0;
     for (int i = 0; i < c->n_deferred; i++) {
         struct p2p_op op = c->deferred[i];
@@ -136,6 +137,7 @@ static void flush_p2p(struct comm_nccl *c, int k) {
         else c->deferred[n_left++] = op;
     }
     c->n_deferred = n_left;
+    if (extra) now[n_now++] = *extra;
     if (!n_now) return;
     begin(c);
     CHECK_NCCL(ncclGroupStart());
@@ -148,7 +150,8 @@ static void flush_p2p(struct comm_nccl *c, int k) {
                                 c->stream));
     }
     CHECK_NCCL(ncclGroupEnd());
-    for (int i = 0; i < n_now; i++) CHECK_CUDA(cudaEventRecord(c->done[now[i].event], c->stream));
+    for (int i = 0; i < n_now; i++)
+        if (now[i].event >= 0) CHECK_CUDA(cudaEventRecord(c->done[now[i].event], c->stream));
 }
 
 static bool is_deferred(const struct comm_nccl *c, int k) {
@@ -171,7 +174,7 @@ static void nccl_wait(struct comm_request *req) {
     struct comm_nccl *c = impl_of(req->group);
     int k;
     memcpy(&k, req->storage, sizeof k);
-    if (is_deferred(c, k)) flush_p2p(c, k);
+    if (is_deferred(c, k)) flush_p2p(c, k, NULL);
     // Stream-ordered completion: kernels enqueued from now on see the result.
     CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->done[k], 0));
     c->busy[k] = false;
@@ -217,23 +220,21 @@ static void nccl_broadcast(struct comm_group *g, void *buf, size_t count, enum d
     end(c);
 }
 
+// A blocking send or receive is one NCCL group, with the deferred sends
+// (started before it, so they go first, as MPI would have progressed them).
 static void nccl_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
                       int peer, int tag) {
     struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclGroupStart());
-    CHECK_NCCL(ncclSend(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
-    CHECK_NCCL(ncclGroupEnd());
+    struct p2p_op op = {true, (void *)buf, count, nccl_dtype(dtype), peer, -1};
+    flush_p2p(c, -1, &op);
     end(c);
 }
 
 static void nccl_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                       int tag) {
     struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclGroupStart());
-    CHECK_NCCL(ncclRecv(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
-    CHECK_NCCL(ncclGroupEnd());
+    struct p2p_op op = {false, buf, count, nccl_dtype(dtype), peer, -1};
+    flush_p2p(c, -1, &op);
     end(c);
 }
 

@@ -7,7 +7,8 @@
 // blocking call see its result without the host waiting. all_reduce_start
 // leaves out the second wait until all_reduce_wait; all_reduce_test polls.
 // barrier synchronizes both streams, then MPI_Barrier.
-// send/recv (blocking): each is one NCCL group (ncclGroupStart/End).
+// send/recv (blocking): each is one NCCL group (ncclGroupStart/End), with
+// the deferred sends below.
 // send_start/recv_start (the pipeline's messages) are deferred: waiting on
 // one enqueues every deferred send and the waited-for operation together in
 // one ncclGroupStart/End; test never enqueues (comm_nccl.c says why: a
