@@ -94,22 +94,29 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 ifeq ($(EMU),1)
-# Preprocess (the .d file comes from this step), rewrite the launches, compile.
-# The launch pattern: a kernel name, optional template arguments, <<<cfg>>>(.
-EMU_LAUNCH := s/([A-Za-z_][\w:]*(?:\s*<[^<>;(){}]*>)?)\s*<\s*<\s*<(.*?)>\s*>\s*>\s*\(/emu_launch($$2, $$1, /gs
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+# CUDA source to object: preprocess (the .d file comes from this step),
+# rewrite, compile. The rewrites: a launch (kernel name, optional template
+# arguments, <<<cfg>>>( ) becomes emu_launch(cfg, kernel, ...; dynamic shared
+# memory (`extern __shared__ T name[];`, `extern static ...` once
+# preprocessed) becomes a pointer to the launch's (cuda_emu.h).
+EMU_REWRITE := s/([A-Za-z_][\w:]*(?:\s*<[^<>;(){}]*>)?)\s*<\s*<\s*<(.*?)>\s*>\s*>\s*\(/emu_launch($$2, $$1, /gs; \
+               s/\bextern\s+static\s+(?:alignas\(\d+\)\s+)?([A-Za-z_][\w:]*)\s+(?:alignas\(\d+\)\s+)?(\w+)\s*\[\s*\]\s*;/$$1 *$$2 = ($$1 *)emu_dynamic_shared();/g
+define emu_cuda_compile
 	@mkdir -p $(dir $@)
-	$(CXX) -E -x c++ $(EMU_CXXFLAGS) -MT $@ -MF $(@:.o=.d) $< -o $(@:.o=.ii)
-	perl -0pe '$(EMU_LAUNCH)' $(@:.o=.ii) > $(@:.o=.emu.cpp)
-	$(CXX) -c -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $(@:.o=.emu.cpp) -o $@
+	$(CXX) -E -x c++ $(EMU_CXXFLAGS) -MT $@ -MF $(basename $@).d $< -o $(basename $@).ii
+	perl -0pe '$(EMU_REWRITE)' $(basename $@).ii > $(basename $@).emu.cpp
+	$(CXX) -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -Wno-unknown-pragmas $(basename $@).emu.cpp
+endef
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+	$(emu_cuda_compile) -c -o $@
 
 $(BUILD)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/tests/check_%: $(EMU_DIR)/check_%.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) -MF $@.d $< -o $@ $(LDFLAGS)
+# Programs checking the emulation itself, with kernels written as CUDA.
+$(BUILD)/tests/check_%: $(EMU_DIR)/check_%.cpp $(BUILD)/libtrident.a
+	$(emu_cuda_compile) -x none $(BUILD)/libtrident.a -o $@ $(LDFLAGS) $(LDLIBS)
 else
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)

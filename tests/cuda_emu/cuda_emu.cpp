@@ -2,16 +2,22 @@
 // kernel machinery of cuda_emu.h: CUDA threads as fibers on the calling OS
 // thread, barriers, warp shuffles.
 //
-// Scheduling: a block's threads are fibers 0..n-1, each on its own stack
-// (reserved once per fiber, reused by every block and launch; the pool grows
-// to the largest block seen). The scheduler resumes them in index order; a
-// fiber runs until it arrives at a barrier that others have not reached, or
-// returns. A barrier completes when every live thread of its scope (block, or
-// warp for shuffles) has arrived; a returned thread is no longer counted. A
-// pass in which no fiber can run while some have not returned is a deadlock
-// (a __syncthreads that not every thread reaches): abort with a message.
-// Stacks switch by a dozen instructions (x86-64: callee-saved registers,
-// MXCSR and the x87 control word; elsewhere ucontext's swapcontext).
+// Scheduling: a block's CUDA threads (linear index t = 0..n-1) start in
+// order on fibers (stacks of their own, switched in user space: no OS
+// thread, no lock, deterministic). A fiber runs one thread after another on
+// its stack, with no switch, until a thread arrives at a barrier
+// (__syncthreads, or a warp shuffle: a barrier of the warp) that others have
+// not reached: the fiber parks with that thread and switches straight to the
+// next fiber to run: one released from a completed barrier (in arrival
+// order) if any, else a fresh one (from an idle pool, reused by every block
+// and launch) for the next thread not started. So a kernel without barriers
+// runs a whole block on one fiber, warp-level shuffles keep about a warp of
+// fibers alive, and __syncthreads as many as the block has threads. A
+// barrier completes when every thread of its scope that has not returned has
+// arrived (a returned thread no longer counts). When nothing can run while
+// threads remain, the block is deadlocked (a __syncthreads that not every
+// thread reaches): abort with a message. Stack switch: x86-64, the six
+// callee-saved registers (asm below); elsewhere ucontext's swapcontext.
 #include "cuda_emu.h"
 
 #include <sys/mman.h>
@@ -30,8 +36,9 @@ dim3 blockDim, gridDim;
 #if defined(__x86_64__)
 // emu_ctx_switch(&save_sp, load_sp): pushes the callee-saved state on the
 // current stack, stores the stack pointer in *save_sp, loads load_sp and pops
-// the state saved there (System V ABI: rbx, rbp, r12-r15, MXCSR control
-// bits, x87 control word).
+// the state saved there (System V ABI: rbx, rbp, r12-r15). The MXCSR and x87
+// control words are not switched: nothing in the emulation or the kernels
+// changes rounding modes.
 extern "C" void emu_ctx_switch(void **save_sp, void *load_sp);
 asm(R"(
     .text
@@ -44,14 +51,8 @@ emu_ctx_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -68,15 +69,10 @@ static void ctx_switch(emu_ctx *save, emu_ctx *load) { emu_ctx_switch(&save->sp,
 // A context that starts entry() on the stack [base, base + bytes).
 static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) {
     uintptr_t top = ((uintptr_t)base + bytes) & ~(uintptr_t)15;
-    uint64_t *sp = (uint64_t *)(top - 72); // entry starts with rsp = top - 8, as after a call
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(fpucw));
-    sp[0] = mxcsr | (uint64_t)fpucw << 32;
-    for (int i = 1; i <= 6; i++) sp[i] = 0; // r15 r14 r13 r12 rbx rbp
-    sp[7] = (uint64_t)(uintptr_t)entry;     // popped by ret
-    sp[8] = 0;                              // entry's return address: it never returns
+    uint64_t *sp = (uint64_t *)(top - 64); // entry starts with rsp = top - 8, as after a call
+    for (int i = 0; i < 6; i++) sp[i] = 0;  // r15 r14 r13 r12 rbx rbp
+    sp[6] = (uint64_t)(uintptr_t)entry;     // popped by ret
+    sp[7] = 0;                              // entry's return address: it never returns
     c->sp = sp;
 }
 #else
@@ -98,33 +94,39 @@ static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) 
 
 namespace {
 
-// Per CUDA thread; only the pages a kernel touches are backed by memory.
+// Per fiber; only the pages a kernel touches are backed by memory.
 constexpr size_t STACK_BYTES = 256 << 10;
 
+struct fiber;
+
 struct barrier {
-    int arrived = 0, live = 0;
-    unsigned gen = 0; // completed rounds
+    int arrived = 0, live = 0;     // live: threads of its scope not yet returned
+    std::vector<fiber *> waiters; // parked here, in arrival order
 };
 
 struct fiber {
     emu_ctx ctx;
     char *stack = nullptr; // STACK_BYTES, the lowest page a guard
-    uint3 idx;
-    const barrier *wait_on = nullptr; // runnable once wait_on->gen != wait_gen
-    unsigned wait_gen = 0;
-    bool done = false;
+    size_t used = 0;       // the top bytes left unused (see take_fiber)
+    int thread = -1;       // the CUDA thread it runs now, -1 when idle
 };
 
 struct scheduler {
-    std::vector<fiber> fibers; // grown to the largest block seen
-    emu_ctx main;              // the launching thread's context
-    int cur = 0;               // the fiber running now
+    std::vector<fiber *> idle;     // LIFO: the stack last used is warm in cache
+    std::vector<fiber *> runq;     // released from a barrier, to resume in order
+    size_t runq_head = 0;
+    emu_ctx main;                  // the launching thread's context
+    fiber *cur = nullptr;          // the fiber running now
+    int thread = 0;                // its CUDA thread (linear index in the block)
+    int n = 0, next = 0, left = 0; // threads per block, next to start, not yet returned
     const std::function<void()> *body = nullptr;
     barrier block;
     std::vector<barrier> warps;
     std::vector<uint64_t> lanes; // shuffle exchange, one slot per thread
+    std::vector<uint3> idx;      // threadIdx of each thread of the launch
 };
 scheduler S;
+unsigned long long n_switches; // fiber switches (TRIDENT_EMU_STATS)
 std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ are global)
 
 [[noreturn]] void emu_die(const char *what) {
@@ -134,95 +136,132 @@ std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ a
     abort();
 }
 
-void yield_to_scheduler() { ctx_switch(&S.fibers[S.cur].ctx, &S.main); }
+void set_thread(int t) {
+    S.thread = t;
+    S.cur->thread = t;
+    threadIdx = S.idx[t];
+}
+
+void fiber_entry(void);
+
+fiber *take_fiber() {
+    fiber *f;
+    if (!S.idle.empty()) {
+        f = S.idle.back();
+        S.idle.pop_back();
+    } else {
+        f = new fiber;
+        void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
+        mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
+        f->stack = (char *)p;
+        // Stacks are STACK_BYTES apart: their tops would all fall in the same
+        // cache sets, and a barrier touches every one of them in turn. Each
+        // fiber's stack starts 17 cache lines (mod 32 KiB) below the last one's.
+        static unsigned made;
+        f->used = (size_t)(made++ * 17 % 512) * 64;
+    }
+    f->thread = -1;
+    ctx_make(&f->ctx, f->stack, STACK_BYTES - f->used, fiber_entry);
+    return f;
+}
+
+// Switches from the context from to fiber to.
+void enter(fiber *to, emu_ctx *from) {
+    n_switches++;
+    S.cur = to;
+    if (to->thread >= 0) set_thread(to->thread);
+    ctx_switch(from, &to->ctx);
+}
+
+// The fiber running now parks (at a barrier) or goes idle: the next one to
+// run is a released one, else a fresh one for threads not started yet; with
+// neither, back to run_block (the block is done, or deadlocked).
+void switch_away(fiber *self) {
+    fiber *to = nullptr;
+    if (S.runq_head < S.runq.size()) {
+        to = S.runq[S.runq_head++];
+        if (S.runq_head == S.runq.size()) S.runq.clear(), S.runq_head = 0;
+    } else if (S.next < S.n) {
+        to = take_fiber();
+    }
+    if (to) enter(to, &self->ctx);
+    else ctx_switch(&self->ctx, &S.main);
+}
+
+void release(barrier &b) {
+    b.arrived = 0;
+    S.runq.insert(S.runq.end(), b.waiters.begin(), b.waiters.end());
+    b.waiters.clear();
+}
 
 void barrier_arrive(barrier &b) {
     if (++b.arrived == b.live) { // the last one: release the others, go on
-        b.arrived = 0;
-        b.gen++;
+        release(b);
         return;
     }
-    fiber &f = S.fibers[S.cur];
-    f.wait_on = &b;
-    f.wait_gen = b.gen;
-    yield_to_scheduler();
+    b.waiters.push_back(S.cur);
+    switch_away(S.cur);
 }
 
 // A returned thread no longer counts: a barrier now only waiting for it completes.
 void barrier_leave(barrier &b) {
     b.live--;
-    if (b.arrived > 0 && b.arrived == b.live) {
-        b.arrived = 0;
-        b.gen++;
-    }
+    if (b.arrived > 0 && b.arrived == b.live) release(b);
 }
 
+// A fiber runs CUDA threads not yet started, one after another on its stack,
+// until one of them waits at a barrier (the fiber stays with that thread) or
+// none is left (the fiber goes back to the idle pool).
 void fiber_entry(void) {
-    (*S.body)();
-    fiber &f = S.fibers[S.cur];
-    f.done = true;
-    barrier_leave(S.block);
-    barrier_leave(S.warps[S.cur / 32]);
-    ctx_switch(&f.ctx, &S.main);
-    emu_die("a finished CUDA thread was resumed");
-}
-
-void grow(int n) {
-    while ((int)S.fibers.size() < n) {
-        fiber f;
-        void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) emu_die("cannot map a fiber stack");
-        mprotect(p, (size_t)sysconf(_SC_PAGESIZE), PROT_NONE); // overflow faults
-        f.stack = (char *)p;
-        S.fibers.push_back(f);
+    for (;;) {
+        while (S.next < S.n) {
+            set_thread(S.next++);
+            (*S.body)();
+            S.left--;
+            barrier_leave(S.block);
+            barrier_leave(S.warps[S.thread / 32]);
+        }
+        fiber *f = S.cur;
+        f->thread = -1;
+        S.idle.push_back(f); // not reused before this fiber has switched away
+        switch_away(f);
+        emu_die("an idle fiber was resumed");
     }
 }
 
 // Runs every thread of the current block to its end.
-void run_block(int n) {
-    S.block = barrier();
-    S.block.live = n;
-    for (int w = 0; w < (n + 31) / 32; w++) {
-        S.warps[w] = barrier();
-        S.warps[w].live = std::min(32, n - 32 * w);
+void run_block() {
+    S.block.arrived = 0;
+    S.block.live = S.n;
+    S.block.waiters.clear();
+    for (int w = 0; w < (S.n + 31) / 32; w++) {
+        S.warps[w].arrived = 0;
+        S.warps[w].live = std::min(32, S.n - 32 * w);
+        S.warps[w].waiters.clear();
     }
-    for (int t = 0; t < n; t++) {
-        fiber &f = S.fibers[t];
-        ctx_make(&f.ctx, f.stack, STACK_BYTES, fiber_entry);
-        f.wait_on = nullptr;
-        f.done = false;
-    }
-    int left = n;
-    while (left > 0) {
-        bool ran = false;
-        for (int t = 0; t < n; t++) {
-            fiber &f = S.fibers[t];
-            if (f.done || (f.wait_on && f.wait_on->gen == f.wait_gen)) continue;
-            f.wait_on = nullptr;
-            S.cur = t;
-            threadIdx = f.idx;
-            ctx_switch(&S.main, &f.ctx);
-            ran = true;
-            if (f.done) left--;
-        }
-        if (!ran) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
-    }
+    S.runq.clear();
+    S.runq_head = 0;
+    S.next = 0;
+    S.left = S.n;
+    enter(take_fiber(), &S.main);
+    if (S.left > 0) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
 }
 
 } // namespace
 
 void emu_syncthreads(void) { barrier_arrive(S.block); }
 
-int emu_lane(void) { return S.cur % 32; }
+int emu_lane(void) { return S.thread % 32; }
 
 void emu_shfl_check(unsigned mask, int width) {
     if (mask != 0xffffffffu || width != 32) emu_die("shuffle with a partial mask or width != 32");
 }
 
 uint64_t emu_shfl(uint64_t v, int src) {
-    int w = S.cur / 32;
-    S.lanes[S.cur] = v;
+    int t = S.thread, w = t / 32;
+    S.lanes[t] = v;
     barrier_arrive(S.warps[w]);
     uint64_t r = src >= 0 && src < 32 ? S.lanes[w * 32 + src] : v;
     barrier_arrive(S.warps[w]); // nobody overwrites a slot before every lane has read
@@ -240,27 +279,56 @@ int atomicAdd(int *p, int v) {
     *p = old + v;
     return old;
 }
+int atomicMax(int *p, int v) {
+    int old = *p;
+    *p = std::max(old, v);
+    return old;
+}
 
-void emu_run(dim3 grid, dim3 block, const std::function<void()> &body) {
+void emu_syncwarp(void) { barrier_arrive(S.warps[S.thread / 32]); }
+
+namespace {
+std::vector<float4> dynamic_shared; // float4: 16-byte aligned
+}
+void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
+
+// TRIDENT_EMU_STATS=1: at exit, the launches, blocks, threads and fiber
+// switches of the process on stderr (tests check that kernels ran; profiling).
+struct emu_stats {
+    unsigned long long launches, blocks, threads;
+};
+static emu_stats stats;
+static void print_stats(void) {
+    fprintf(stderr, "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches\n",
+            stats.launches, stats.blocks, stats.threads, n_switches);
+}
+
+void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
     int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
         fprintf(stderr, "cuda_emu: a launch of %d threads per block (1..1024)\n", n);
         abort();
     }
     std::lock_guard<std::mutex> lock(launch_lock);
-    grow(n);
+    if (stats.launches++ == 0 && getenv("TRIDENT_EMU_STATS")) atexit(print_stats);
+    unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
+    stats.blocks += nb;
+    stats.threads += nb * (unsigned long long)n;
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     S.lanes.resize(std::max(S.lanes.size(), S.warps.size() * 32));
+    dynamic_shared.assign((shmem + 15) / 16, float4{NAN, NAN, NAN, NAN}); // NaN: unwritten shows
     S.body = &body;
+    S.n = n;
+    S.idx.resize(n);
+    for (int t = 0; t < n; t++)
+        S.idx[t] = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     blockDim = block;
     gridDim = grid;
-    for (int t = 0; t < n; t++)
-        S.fibers[t].idx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 blockIdx = {x, y, z};
-                run_block(n);
+                run_block();
             }
     S.body = nullptr;
 }

@@ -14,8 +14,8 @@
 // arrived at every later barrier of its block (and warp), and a barrier that
 // can never complete aborts with a message. Deterministic: the same launch
 // interleaves the same way every time (atomicAdd sums in one order).
-// cuBLASLt's heuristic answers "not supported", so matmul runs its fallback
-// kernel. Streams are synchronous: every launch completes before it returns.
+// cuBLASLt is computed on the host (cublaslt_emu.cpp). Streams are
+// synchronous: every launch completes before it returns.
 #ifndef TRIDENT_CUDA_EMU_H
 #define TRIDENT_CUDA_EMU_H
 
@@ -54,8 +54,16 @@ void emu_syncthreads(void);
 // outside [0, 32)): a barrier of the warp before and after the exchange.
 uint64_t emu_shfl(uint64_t v, int src);
 int emu_lane(void);
-// Runs body as every thread of every block of the grid (see the top).
-void emu_run(dim3 grid, dim3 block, const std::function<void()> &body);
+// Runs body as every thread of every block of the grid (see the top), with
+// shmem bytes of dynamic shared memory.
+void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body);
+// The launch's dynamic shared memory (16-byte aligned, 0xff-filled at each
+// launch): the build rewrites `extern __shared__ T name[];` (which the
+// preprocessor turned into `extern static T name[];`) to
+// `T *name = (T *)emu_dynamic_shared();`.
+void *emu_dynamic_shared(void);
+void emu_syncwarp(void);
+#define __syncwarp(...) emu_syncwarp()
 #define __syncthreads() emu_syncthreads()
 template <class T> static inline T emu_shfl_t(T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
@@ -91,9 +99,35 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 // emu_launch(grid, block, shmem, stream, kernel, args) by the build (the
 // Makefile's EMU=1 rule for kernels/cuda/%.cu).
 template <class... P, class... A>
-void emu_launch(dim3 grid, dim3 block, size_t, cudaStream_t, void (*k)(P...), A... a) {
-    emu_run(grid, block, [&]() { k(a...); });
+void emu_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t, void (*k)(P...), A... a) {
+    emu_run(grid, block, shmem, [&]() { k(a...); });
 }
+// Launches written with fewer than four configuration arguments.
+template <class... P, class... A>
+void emu_launch(dim3 grid, dim3 block, void (*k)(P...), A... a) {
+    emu_run(grid, block, 0, [&]() { k(a...); });
+}
+template <class... P, class... A>
+void emu_launch(dim3 grid, dim3 block, size_t shmem, void (*k)(P...), A... a) {
+    emu_run(grid, block, shmem, [&]() { k(a...); });
+}
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F, enum cudaFuncAttribute, int) {
+    return cudaSuccess;
+}
+
+// Device intrinsics, as plain host functions (__expf and __logf: glibc has them).
+#define __align__(n) alignas(n)
+template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+int atomicMax(int *p, int v);
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 // ---- cuda_bf16.h --------------------------------------------------------------
 struct __nv_bfloat16 { uint16_t x; };
@@ -152,8 +186,16 @@ template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { retur
 template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
 
 // ---- cublasLt.h ------------------------------------------------------------------
+// Emulated in cublaslt_emu.cpp: the descriptors hold what was set, and
+// cublasLtMatmul computes D = alpha op(A) op(B) + beta C column-major on the
+// host (FP32, BF16, FP16 storage; FP32 accumulation in order k = 0, 1, ...).
+// TRIDENT_EMU_CUBLASLT=0 makes the heuristic find no algorithm (callers then
+// take their fallback kernels, as on a GPU where cuBLASLt declines a shape).
 typedef int cublasStatus_t;
-enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+enum {
+    CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15
+};
 typedef enum { CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F } cudaDataType_t;
 typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
 typedef enum { CUBLAS_COMPUTE_32F } cublasComputeType_t;
@@ -162,37 +204,35 @@ enum {
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
 };
-typedef void *cublasLtHandle_t, *cublasLtMatrixLayout_t, *cublasLtMatmulDesc_t, *cublasLtMatmulPreference_t;
+typedef struct emu_lt *cublasLtHandle_t;
+typedef struct emu_lt_layout *cublasLtMatrixLayout_t;
+typedef struct emu_lt_desc *cublasLtMatmulDesc_t;
+typedef struct emu_lt_pref *cublasLtMatmulPreference_t;
 typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
 typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; } cublasLtMatmulHeuristicResult_t;
-static inline const char *cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS status"; }
-static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (void *)1; return 0; }
-static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return 0; }
-static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t, uint64_t, uint64_t, int64_t) {
-    *l = (void *)1;
-    return 0;
-}
-static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t) { return 0; }
-static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) {
-    *d = (void *)1;
-    return 0;
-}
-static inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t) { return 0; }
-static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, int, const void *, size_t) { return 0; }
-static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = (void *)1; return 0; }
-static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t) { return 0; }
-static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, int, const void *, size_t) { return 0; }
-static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
-    cublasLtMatmulHeuristicResult_t *, int *found) {
-    *found = 0;
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-}
-static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
-    cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *, const void *,
-    cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t,
-    cudaStream_t) {
-    return CUBLAS_STATUS_NOT_SUPPORTED; // never reached: the heuristic found nothing
-}
+const char *cublasGetStatusString(cublasStatus_t s);
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                        cudaDataType_t scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int attr, const void *buf, size_t n);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, int attr, const void *buf,
+                                                    size_t n);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                              cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *found);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t lc, void *D,
+                              cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream);
 
 #endif

@@ -22,12 +22,15 @@
 //   never deadlock, whatever their order. A send or receive outside a group
 //   is a group of its own (as in NCCL).
 // - Stream ordering: emulated streams are synchronous, so an operation has
-//   completed when the call (or the outermost ncclGroupEnd) returns; the
-//   stream argument is ignored. Like NCCL on one stream, an operation blocks
-//   until its peers issue the matching one: collectives must be issued in the
-//   same order on every member, and a send outside a group may wait for its
-//   receive (MPI's standard send: small messages are buffered, large ones
-//   wait), so a pair of ranks that both send first can hang as on GPUs.
+//   completed when the call (or the outermost ncclGroupEnd) returns, as
+//   seen from the stream it was issued on (the stream argument is ignored):
+//   a collective or a receive returns once its result is in place. Sends
+//   are buffered: the data is copied and the call returns at once (the host
+//   of a GPU does not wait for a send either; the copy is freed once MPI has
+//   delivered it, ncclCommDestroy waits for the communicator's). So the
+//   emulation blocks where a GPU's host would not only in collectives and
+//   receives: collectives must be issued in the same order on every member
+//   (as with NCCL), and a receive waits for its send.
 //
 // Communicator creation (how ncclCommInitRank finds its peers): ncclGetUniqueId
 // writes into the id the caller's rank in MPI_COMM_WORLD (the id's "root")

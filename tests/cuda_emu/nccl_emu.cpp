@@ -262,21 +262,60 @@ std::vector<pending> group_ops;
 // overtake), as NCCL's do.
 constexpr int P2P_TAG = 0;
 
+// Sends in flight: the data was copied, so the caller may reuse its buffer
+// at once (as the host of a GPU never waits for a send on the stream).
+struct send_in_flight {
+    MPI_Request req;
+    ncclComm_t comm;
+    std::vector<char> copy;
+};
+std::vector<send_in_flight *> sends;
+
+// Frees the sends that have completed; with comm, waits for all of comm's.
+ncclResult_t progress_sends(ncclComm_t comm) {
+    ncclResult_t r = ncclSuccess;
+    for (size_t i = 0; i < sends.size();) {
+        send_in_flight *f = sends[i];
+        int done = 0;
+        int rc = f->comm == comm ? MPI_Wait(&f->req, MPI_STATUS_IGNORE) : MPI_Test(&f->req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) r = check_mpi(rc, "ncclSend (completing a buffered send)");
+        if (f->comm == comm || done || rc != MPI_SUCCESS) {
+            delete f;
+            sends[i] = sends.back();
+            sends.pop_back();
+        } else {
+            i++;
+        }
+    }
+    return r;
+}
+
 ncclResult_t run_group(std::vector<pending> &ops) {
     std::vector<MPI_Request> reqs;
-    ncclResult_t r = ncclSuccess;
+    ncclResult_t r = progress_sends(nullptr);
     for (const pending &p : ops) { // every receive and send of the group is posted first
+        if (r != ncclSuccess) break;
         if (p.kind != OP_SEND && p.kind != OP_RECV) continue;
         if (p.count > (size_t)INT32_MAX) {
             r = failure(ncclInvalidArgument, "ncclSend/ncclRecv: %zu elements (emulation: < 2^31)", p.count);
             break;
         }
+        if (p.kind == OP_SEND) {
+            send_in_flight *f = new send_in_flight;
+            f->comm = p.comm;
+            f->copy.assign((const char *)p.send, (const char *)p.send + p.count * type_size(p.type));
+            int rc = MPI_Isend(f->copy.data(), (int)p.count, mpi_type(p.type), p.root_or_peer, P2P_TAG,
+                               p.comm->mpi, &f->req);
+            if ((r = check_mpi(rc, "ncclSend (MPI_Isend)")) != ncclSuccess) {
+                delete f;
+                break;
+            }
+            sends.push_back(f);
+            continue;
+        }
         MPI_Request q;
-        int rc = p.kind == OP_SEND
-                     ? MPI_Isend(p.send, (int)p.count, mpi_type(p.type), p.root_or_peer, P2P_TAG, p.comm->mpi, &q)
-                     : MPI_Irecv(p.recv, (int)p.count, mpi_type(p.type), p.root_or_peer, P2P_TAG, p.comm->mpi, &q);
-        if ((r = check_mpi(rc, p.kind == OP_SEND ? "ncclSend (MPI_Isend)" : "ncclRecv (MPI_Irecv)")) != ncclSuccess)
-            break;
+        int rc = MPI_Irecv(p.recv, (int)p.count, mpi_type(p.type), p.root_or_peer, P2P_TAG, p.comm->mpi, &q);
+        if ((r = check_mpi(rc, "ncclRecv (MPI_Irecv)")) != ncclSuccess) break;
         reqs.push_back(q);
     }
     for (const pending &p : ops) {
@@ -402,7 +441,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
-    if (mpi_running()) MPI_Comm_free(&comm->mpi);
+    if (mpi_running()) {
+        progress_sends(comm); // its peers receive them, as they must with NCCL
+        MPI_Comm_free(&comm->mpi);
+    }
     delete comm;
     return ncclSuccess;
 }

@@ -2,12 +2,15 @@
 # cuda_emulated.sh: the emulated CUDA build (`make EMU=1`, docs/cuda.md) into
 # $BUILD-emu: the CUDA backend's kernels (kernels/cuda/*.cu) compiled as host
 # C++ against tests/cuda_emu and run by test_ops_cuda on the CPU: every op
-# against the CPU backend, FP32, BF16 and FP16, without a GPU. Checks
-# indexing, reductions, dtype handling and the matmul fallback kernel; not
-# checked here: cuBLASLt (the emulated heuristic finds no algorithm), real
-# warp scheduling, asynchronous streams. The shapes are the small set
-# (TEST_OPS_SMALL=1). First, check_half (tests/cuda_emu/check_half.cpp)
-# checks the emulation's FP16 conversions against kernels/cpu/half.h on every
+# against the CPU backend, FP32, BF16 and FP16, without a GPU, twice: matmul
+# through the emulated cuBLASLt (checks cuda_matmul.cu's column-major
+# descriptors) and through the fallback GEMM kernel (TRIDENT_EMU_CUBLASLT=0).
+# Checks indexing, reductions, barriers, dtype handling; not checked here:
+# cuBLASLt's own kernels, real warp scheduling, asynchronous streams. The
+# shapes are the small set (TEST_OPS_SMALL=1). First, check_emu
+# (tests/cuda_emu/check_emu.cpp) checks the emulation's own semantics, and
+# check_half (tests/cuda_emu/check_half.cpp) the emulation's FP16
+# conversions against kernels/cpu/half.h on every
 # bit pattern (~10 s). This is the first e2e test to need the emulated build:
 # it makes all of it (trident, tests, mpi programs; ~2 minutes on 2 cores
 # from scratch); nccl_emulated.sh and train_emulated.sh run `make EMU=1` again,
@@ -24,13 +27,19 @@ if grep -qiE "warning" "$tmp/make.log"; then
     grep -iE -B2 -A4 "warning" "$tmp/make.log" | head -n 40
     fail "make EMU=1 printed warnings"
 fi
-need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/test_ops_cuda" "$EMU_BUILD/trident" \
-    "$EMU_BUILD/mpi/test_comm_nccl"
+need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/test_ops_cuda" \
+    "$EMU_BUILD/trident" "$EMU_BUILD/mpi/test_comm_nccl"
 fail=0
+# The emulation's own semantics: indices, barriers, shuffles, dynamic shared
+# memory, early returns, atomics, deadlock detection.
+"$EMU_BUILD/tests/check_emu" || fail "check_emu: the kernel emulation is wrong"
 # The emulation's FP16 conversions against kernels/cpu/half.h, exhaustively.
 "$EMU_BUILD/tests/check_half" || fail "the emulation's __half conversions differ from kernels/cpu/half.h"
-start=$(date +%s)
-rc=0; TEST_OPS_SMALL=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda" || rc=$?
-echo "== emulated test_ops_cuda: exit $rc in $(( $(date +%s) - start ))s"
-[ "$rc" -eq 0 ] || fail=1
+# Matmul through the emulated cuBLASLt, then through the fallback GEMM kernel.
+for lt in 1 0; do
+    start=$(date +%s)
+    rc=0; TRIDENT_EMU_CUBLASLT=$lt TEST_OPS_SMALL=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda" || rc=$?
+    echo "== emulated test_ops_cuda (TRIDENT_EMU_CUBLASLT=$lt): exit $rc in $(( $(date +%s) - start ))s"
+    [ "$rc" -eq 0 ] || fail=1
+done
 exit "$fail"

@@ -1,13 +1,30 @@
 // test_comm_nccl.c: the NCCL comm table (src/parallel/comm_nccl.c) on device buffers,
 // one rank per GPU: run as `mpirun -np G build/mpi/test_comm_nccl` with G <=
-// the GPUs of the node (tests/gpu/run.sh). Each rank fills device buffers
-// with rank-dependent values, runs every collective (sum and max all-reduce,
-// the non-blocking start/test/wait, reduce-scatter, all-gather in and out of
-// place, broadcast, a send/recv ring when G > 1, barrier) and compares with
-// the values computed on the host. Kernels enqueued after a collective must
-// see its result (stream ordering): the checks read back through the compute
-// stream without any explicit wait. Exit 77 (skipped) in a build without
-// CUDA or on a machine without a device.
+// the GPUs of the node (tests/gpu/run.sh), or on CPUs against the emulated
+// CUDA and NCCL (`make EMU=1`, tests/e2e/nccl_emulated.sh, 2 and 4 ranks).
+//  1. Known values: each rank fills device buffers with rank-dependent values,
+//     runs every collective (sum and max all-reduce, the non-blocking
+//     start/test/wait, reduce-scatter, all-gather in and out of place,
+//     broadcast, a send/recv ring when G > 1, barrier) and compares with the
+//     values computed on the host. Kernels enqueued after a collective must
+//     see its result (stream ordering): the checks read back through the
+//     compute stream without any explicit wait.
+//  2. Against MPI: every collective x every dtype trident passes to comm
+//     (reductions: FP32, FP64, I32, I64 and BF16 sums; data movement also
+//     FP16) on pseudo-random inputs, the NCCL group's result on device
+//     buffers against the MPI group's (comm_mpi.c) on host copies of the same
+//     inputs, byte for byte: BF16 sums round once per pairwise combine in
+//     both (the emulation combines in MPI's order, so even 4-rank BF16 sums
+//     agree exactly; on GPUs NCCL's ring order may differ: tests/gpu/run.sh
+//     runs 2 ranks).
+//  3. The NCCL API directly (what comm_nccl.c does not reach): communicators
+//     whose ranks are not the world's (reversed), communicators of
+//     sub-groups created in different orders by different ranks, an in-place
+//     reduce-scatter, out-of-place broadcast and all-reduce, and a group in
+//     which every rank posts its receive before its send (4 MB each: that
+//     order deadlocks unless the group issues them together) next to a
+//     collective.
+// Exit 77 (skipped) in a build without CUDA or on a machine without a device.
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +36,10 @@
 #include "kernels/backend.h"
 
 #ifdef TRIDENT_CUDA
+#include <nccl.h>
+
+#include "kernels/cpu/half.h"
+#include "kernels/cuda/backend_cuda.h"
 #include "parallel/comm_mpi.h"
 #include "parallel/comm_nccl.h"
 
@@ -33,6 +54,261 @@ static float *dev_floats(const float *h, size_t n) {
 
 static void read_back(float *h, const float *d, size_t n) {
     backend_to_host(be, h, d, n * sizeof(float)); // on the compute stream: after the collective
+}
+
+// ---- 2. against MPI ----------------------------------------------------------------
+
+static const enum dtype all_dtypes[] = {DTYPE_FP32, DTYPE_FP64, DTYPE_I32, DTYPE_I64, DTYPE_BF16, DTYPE_FP16};
+
+// n pseudo-random values of dtype dt, different per rank and seed: floats in
+// [-2, 2), I32 in [-2^23, 2^23), I64 in [-2^59, 2^59) (8 ranks sum without overflow).
+static void fill(void *buf, enum dtype dt, size_t n, int rank, int seed) {
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(rank * 131 + seed * 7 + 1);
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(x >> 11) * 0x1p-53 * 4 - 2;
+        switch (dt) {
+        case DTYPE_FP32: ((float *)buf)[i] = (float)u; break;
+        case DTYPE_FP64: ((double *)buf)[i] = u; break;
+        case DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)(x >> 40) - (1 << 23); break;
+        case DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)(x >> 4) - ((int64_t)1 << 59); break;
+        case DTYPE_BF16: ((uint16_t *)buf)[i] = bf16_from_f32((float)u); break;
+        case DTYPE_FP16: ((uint16_t *)buf)[i] = fp16_from_f32((float)u); break;
+        }
+    }
+}
+
+// Elements of es bytes that differ between a and b.
+static size_t differ(const void *a, const void *b, size_t n, size_t es) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0;
+    return bad;
+}
+
+// A device buffer holding host bytes h.
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = backend_alloc(be, bytes + 4);
+    CHECK(d, "out of device memory");
+    backend_to_device(be, d, h, bytes);
+    return d;
+}
+
+static bool reducible(enum dtype dt, enum comm_op op) {
+    return dt != DTYPE_FP16 && (dt != DTYPE_BF16 || op == COMM_SUM);
+}
+
+static void against_mpi(struct comm_group *g, struct comm_group *mpi) {
+    int size = g->size, rank = g->rank;
+    const size_t sizes[] = {1037, 70001}; // the second: MPI's large-message algorithms
+    for (size_t k = 0; k < sizeof all_dtypes / sizeof *all_dtypes; k++) {
+        enum dtype dt = all_dtypes[k];
+        size_t es = dtype_size(dt);
+        const char *name = dtype_name(dt);
+        for (int si = 0; si < 2; si++) {
+            size_t n = sizes[si], bytes = n * es;
+            char *h = xmalloc(bytes * size), *ref = xmalloc(bytes * size), *out = xmalloc(bytes * size);
+            // all-reduce, blocking and started, sum and max
+            for (int op = COMM_SUM; op <= COMM_MAX; op++)
+                for (int started = 0; started < 2; started++) {
+                    if (!reducible(dt, (enum comm_op)op)) continue;
+                    fill(h, dt, n, rank, 10 * op + started);
+                    memcpy(ref, h, bytes);
+                    void *d = dev_copy(h, bytes);
+                    // The reference is MPI's blocking all-reduce for both: MPI's
+                    // non-blocking one may add in another order (3 ranks).
+                    if (started) {
+                        struct comm_request req;
+                        comm_all_reduce_start(g, d, n, dt, (enum comm_op)op, &req);
+                        comm_wait(&req);
+                    } else {
+                        comm_all_reduce(g, d, n, dt, (enum comm_op)op);
+                    }
+                    comm_all_reduce(mpi, ref, n, dt, (enum comm_op)op);
+                    backend_to_host(be, out, d, bytes);
+                    size_t bad = differ(out, ref, n, es);
+                    EXPECT(bad == 0, "all_reduce%s %s %s n=%zu: %zu elements differ from MPI's",
+                           started ? "_start" : "", op == COMM_SUM ? "sum" : "max", name, n, bad);
+                    backend_dealloc(be, d);
+                }
+            // reduce-scatter: send (size * n,), out of place
+            for (int op = COMM_SUM; op <= COMM_MAX; op++) {
+                if (!reducible(dt, (enum comm_op)op)) continue;
+                fill(h, dt, n * size, rank, 20 + op);
+                void *ds = dev_copy(h, bytes * size), *dr = dev_copy(h, bytes);
+                comm_reduce_scatter(g, ds, dr, n, dt, (enum comm_op)op);
+                comm_reduce_scatter(mpi, h, ref, n, dt, (enum comm_op)op);
+                backend_to_host(be, out, dr, bytes);
+                size_t bad = differ(out, ref, n, es);
+                EXPECT(bad == 0, "reduce_scatter %s %s n=%zu: %zu elements differ from MPI's",
+                       op == COMM_SUM ? "sum" : "max", name, n, bad);
+                backend_dealloc(be, ds), backend_dealloc(be, dr);
+            }
+            // all-gather, out of place and in place
+            for (int inplace = 0; inplace < 2; inplace++) {
+                fill(h, dt, n, rank, 30 + inplace);
+                fill(out, dt, n * size, rank, 99); // poison: every chunk must be written
+                void *da = dev_copy(out, bytes * size), *dsrc = NULL;
+                if (inplace) backend_to_device(be, (char *)da + (size_t)rank * bytes, h, bytes);
+                else dsrc = dev_copy(h, bytes);
+                comm_all_gather(g, inplace ? (char *)da + (size_t)rank * bytes : dsrc, da, n, dt);
+                comm_all_gather(mpi, h, ref, n, dt);
+                backend_to_host(be, out, da, bytes * size);
+                size_t bad = differ(out, ref, n * size, es);
+                EXPECT(bad == 0, "all_gather%s %s n=%zu: %zu elements differ from MPI's",
+                       inplace ? " in place" : "", name, n, bad);
+                backend_dealloc(be, da);
+                if (dsrc) backend_dealloc(be, dsrc);
+            }
+            // broadcast from the first and the last rank
+            for (int root = 0; root < size; root += size > 1 ? size - 1 : 1) {
+                fill(h, dt, n, rank, 40 + root);
+                memcpy(ref, h, bytes);
+                void *d = dev_copy(h, bytes);
+                comm_broadcast(g, d, n, dt, root);
+                comm_broadcast(mpi, ref, n, dt, root);
+                backend_to_host(be, out, d, bytes);
+                size_t bad = differ(out, ref, n, es);
+                EXPECT(bad == 0, "broadcast from %d %s n=%zu: %zu elements differ from MPI's", root,
+                       name, n, bad);
+                backend_dealloc(be, d);
+                if (size == 1) break;
+            }
+            // ring of started sends and receives (even ranks send first, as
+            // comm_nccl.c requires matching order), then blocking ones
+            if (size > 1) {
+                int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+                for (int blocking = 0; blocking < 2; blocking++) {
+                    fill(h, dt, n, rank, 50 + blocking);
+                    void *ds = dev_copy(h, bytes), *dr = dev_copy(h, bytes);
+                    struct comm_request sreq, rreq, msreq, mrreq;
+                    comm_send_start(mpi, h, n, dt, next, 3, &msreq);
+                    comm_recv_start(mpi, ref, n, dt, prev, 3, &mrreq);
+                    for (int turn = 0; turn < 2; turn++) {
+                        if (turn == rank % 2) {
+                            if (blocking) comm_send(g, ds, n, dt, next, 3);
+                            else comm_send_start(g, ds, n, dt, next, 3, &sreq);
+                        } else {
+                            if (blocking) comm_recv(g, dr, n, dt, prev, 3);
+                            else comm_recv_start(g, dr, n, dt, prev, 3, &rreq);
+                        }
+                    }
+                    if (!blocking) comm_wait(&sreq), comm_wait(&rreq);
+                    comm_wait(&msreq), comm_wait(&mrreq);
+                    backend_to_host(be, out, dr, bytes);
+                    size_t bad = differ(out, ref, n, es);
+                    EXPECT(bad == 0, "%s send/recv ring %s n=%zu: %zu elements differ from MPI's",
+                           blocking ? "blocking" : "started", name, n, bad);
+                    backend_dealloc(be, ds), backend_dealloc(be, dr);
+                }
+            }
+            free(h), free(ref), free(out);
+        }
+    }
+}
+
+// ---- 3. the NCCL API directly ------------------------------------------------------
+
+#define EXPECT_NCCL(stmt) EXPECT((stmt) == ncclSuccess, "%s", #stmt)
+
+// A communicator over the ranks of MPI communicator m (NCCL rank = nccl_rank),
+// the id made by the member of m rank 0 and sent over m.
+static ncclComm_t nccl_comm(MPI_Comm m, int nccl_rank) {
+    int msize, mrank;
+    MPI_Comm_size(m, &msize);
+    MPI_Comm_rank(m, &mrank);
+    ncclUniqueId id;
+    if (mrank == 0) EXPECT_NCCL(ncclGetUniqueId(&id));
+    CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, m));
+    ncclComm_t c = NULL;
+    EXPECT_NCCL(ncclCommInitRank(&c, msize, id, nccl_rank));
+    int r = -1, n = -1;
+    EXPECT_NCCL(ncclCommUserRank(c, &r));
+    EXPECT_NCCL(ncclCommCount(c, &n));
+    EXPECT(r == nccl_rank && n == msize, "communicator rank %d of %d, expected %d of %d", r, n, nccl_rank, msize);
+    return c;
+}
+
+static void nccl_api(int rank, int size) {
+    cudaStream_t s = (cudaStream_t)backend_cuda_stream(be);
+    // Communicators: the world reversed, and pairs (2k, 2k+1); pairs of
+    // even k create theirs before the reversed one, the others after it.
+    MPI_Comm pair_mpi = MPI_COMM_NULL;
+    int pair = size > 1 && !(size % 2 && rank == size - 1);
+    CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, pair ? rank / 2 : MPI_UNDEFINED, rank, &pair_mpi));
+    ncclComm_t rev, pc = NULL;
+    bool pair_first = (rank / 2) % 2 == 0;
+    if (pair && pair_first) pc = nccl_comm(pair_mpi, rank % 2);
+    MPI_Comm world_rev;
+    CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, size - 1 - rank, &world_rev));
+    rev = nccl_comm(world_rev, size - 1 - rank);
+    if (pair && !pair_first) pc = nccl_comm(pair_mpi, rank % 2);
+    int nr = size - 1 - rank; // rank in rev
+    enum { n = 1 << 20 };      // 4 MB of FP32: beyond MPI's eager sends
+    float *h = xmalloc(sizeof(float) * n * size), *o = xmalloc(sizeof(float) * n * size);
+
+    // In-place reduce-scatter on rev: element j of rank r is (r + 1) * (j % 13),
+    // exact in FP32 in any order; chunk nr of the sum lands at buf + nr * n.
+    for (size_t j = 0; j < (size_t)n * size; j++) h[j] = (float)(rank + 1) * (float)(j % 13);
+    float *d = dev_floats(h, (size_t)n * size);
+    EXPECT_NCCL(ncclReduceScatter(d, d + (size_t)nr * n, n, ncclFloat32, ncclSum, rev, s));
+    read_back(o, d + (size_t)nr * n, n);
+    int bad = 0;
+    for (size_t j = 0; j < n; j++)
+        bad += o[j] != (float)size * (size + 1) / 2 * (float)(((size_t)nr * n + j) % 13);
+    EXPECT(bad == 0, "in-place reduce-scatter on the reversed communicator: %d of %d wrong", bad, n);
+
+    // Out-of-place broadcast from rev's rank 0 (world rank size - 1) and
+    // all-reduce (max, int64) on rev.
+    for (int j = 0; j < n; j++) h[j] = (float)rank * 3 + (float)j;
+    float *src = dev_floats(h, n), *dst = dev_floats(o, n);
+    EXPECT_NCCL(ncclBroadcast(src, dst, n, ncclFloat32, 0, rev, s));
+    read_back(o, dst, n);
+    bad = 0;
+    for (int j = 0; j < n; j++) bad += o[j] != (float)(size - 1) * 3 + (float)j;
+    EXPECT(bad == 0, "out-of-place broadcast: %d of %d wrong", bad, n);
+    int64_t hi[64], ho[64];
+    for (int j = 0; j < 64; j++) hi[j] = ((int64_t)rank << 40) - j * (int64_t)rank;
+    int64_t *di = dev_copy(hi, sizeof hi), *dout = dev_copy(hi, sizeof hi);
+    EXPECT_NCCL(ncclAllReduce(di, dout, 64, ncclInt64, ncclMax, rev, s));
+    backend_to_host(be, ho, dout, sizeof ho);
+    backend_to_host(be, hi, di, sizeof hi);
+    bad = 0;
+    for (int j = 0; j < 64; j++)
+        bad += ho[j] != (size - 1 ? ((int64_t)(size - 1) << 40) - j * (int64_t)(size - 1) : 0) ||
+               hi[j] != ((int64_t)rank << 40) - j * (int64_t)rank;
+    EXPECT(bad == 0, "out-of-place int64 max all-reduce: %d of 64 wrong (or the input changed)", bad);
+
+    // One group: on the pair, each receives 4 MB from the other before
+    // sending (both first: deadlocks outside a group), and an all-reduce on rev.
+    for (int j = 0; j < n; j++) h[j] = (float)rank * 7 + (float)j;
+    float *sd = dev_floats(h, n), *rd = dev_floats(h, n), *ar = dev_floats(h, n);
+    int peer = 1 - rank % 2;
+    EXPECT_NCCL(ncclGroupStart());
+    if (pc) EXPECT_NCCL(ncclRecv(rd, n, ncclFloat32, peer, pc, s));
+    EXPECT_NCCL(ncclGroupStart()); // nested: only the outermost end issues
+    if (pc) EXPECT_NCCL(ncclSend(sd, n, ncclFloat32, peer, pc, s));
+    EXPECT_NCCL(ncclAllReduce(ar, ar, n, ncclFloat32, ncclSum, rev, s));
+    EXPECT_NCCL(ncclGroupEnd());
+    EXPECT_NCCL(ncclGroupEnd());
+    if (pc) {
+        read_back(o, rd, n);
+        bad = 0;
+        int from = rank - rank % 2 + peer;
+        for (int j = 0; j < n; j++) bad += o[j] != (float)from * 7 + (float)j;
+        EXPECT(bad == 0, "recv before send in a group: %d of %d wrong", bad, n);
+    }
+    read_back(o, ar, n);
+    bad = 0;
+    for (int j = 0; j < n; j++) bad += o[j] != 7.0f * size * (size - 1) / 2 + (float)size * j;
+    EXPECT(bad == 0, "all-reduce in a group with send/recv: %d of %d wrong", bad, n);
+    backend_dealloc(be, sd), backend_dealloc(be, rd), backend_dealloc(be, ar);
+    EXPECT_NCCL(ncclCommDestroy(rev));
+    if (pc) EXPECT_NCCL(ncclCommDestroy(pc));
+    backend_dealloc(be, d), backend_dealloc(be, src), backend_dealloc(be, dst);
+    backend_dealloc(be, di), backend_dealloc(be, dout);
+    free(h), free(o);
+    MPI_Comm_free(&world_rev);
+    if (pair_mpi != MPI_COMM_NULL) MPI_Comm_free(&pair_mpi);
 }
 
 static void run(int rank, int size) {
@@ -123,8 +399,10 @@ static void run(int rank, int size) {
     comm_barrier(&g);
     backend_dealloc(be, d), backend_dealloc(be, send), backend_dealloc(be, recv), backend_dealloc(be, all);
     free(send_h);
+    against_mpi(&g, &mpi);
     comm_group_free(&g);
     comm_group_free(&mpi);
+    nccl_api(rank, size);
 }
 #endif
 

@@ -1,0 +1,165 @@
+// cublaslt_emu.cpp: the emulated cuBLASLt of cuda_emu.h. Column-major, as the
+// real library: D (m, n) = alpha op(A) op(B) + beta C, op(A) (m, k), op(B)
+// (k, n), element (i, j) of a layout at i + j * ld. Only what trident sets
+// is honoured: TRANSA / TRANSB (the preferences are accepted and ignored);
+// compute CUBLAS_COMPUTE_32F with FP32 alpha and beta. beta == 0 never reads
+// C, as in cuBLAS.
+#include "cuda_emu.h"
+
+#include <vector>
+
+struct emu_lt {
+    int unused;
+};
+struct emu_lt_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct emu_lt_desc {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+};
+struct emu_lt_pref {
+    int unused;
+};
+
+namespace {
+
+float load(cudaDataType_t t, const void *p, size_t i) {
+    switch (t) {
+    case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case CUDA_R_16F: return __half2float(((const __half *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+void store(cudaDataType_t t, void *p, size_t i, float v) {
+    switch (t) {
+    case CUDA_R_16BF: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
+    case CUDA_R_16F: ((__half *)p)[i] = __float2half_rn(v); break;
+    default: ((float *)p)[i] = v;
+    }
+}
+
+// op(X) of layout l as FP32, (r, c) column-major with ld r.
+std::vector<float> op_of(const emu_lt_layout *l, const void *x, cublasOperation_t op, uint64_t r, uint64_t c) {
+    std::vector<float> out(r * c);
+    for (uint64_t j = 0; j < c; j++)
+        for (uint64_t i = 0; i < r; i++)
+            out[i + j * r] = load(l->type, x, op == CUBLAS_OP_N ? i + j * l->ld : j + i * l->ld);
+    return out;
+}
+
+bool enabled() {
+    const char *s = getenv("TRIDENT_EMU_CUBLASLT");
+    return !s || strcmp(s, "0") != 0;
+}
+
+} // namespace
+
+const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (emulated)";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (emulated)";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED (emulated)";
+    default: return "emulated cuBLAS status";
+    }
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = new emu_lt{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = new emu_lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
+    if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    *d = new emu_lt_desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int attr, const void *buf, size_t n) {
+    if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&d->ta, buf, n);
+    else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&d->tb, buf, n);
+    else return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new emu_lt_pref{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, int, const void *, size_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *found) {
+    *found = 0;
+    if (!enabled() || requested < 1) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = 0x454d55; // any non-zero pattern: "the emulated algorithm"
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha_p, const void *A,
+                              cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb,
+                              const void *beta_p, const void *C, cublasLtMatrixLayout_t lc, void *D,
+                              cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *, void *, size_t,
+                              cudaStream_t) {
+    uint64_t m = ld->rows, n = ld->cols;
+    uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t am = d->ta == CUBLAS_OP_N ? la->rows : la->cols;
+    uint64_t bk = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, bn = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    float alpha, beta;
+    memcpy(&alpha, alpha_p, 4);
+    memcpy(&beta, beta_p, 4);
+    std::vector<float> a = op_of(la, A, d->ta, m, k), b = op_of(lb, B, d->tb, k, n), acc(m);
+    for (uint64_t j = 0; j < n; j++) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (uint64_t p = 0; p < k; p++) {
+            float bpj = b[p + j * k];
+            const float *ap = &a[p * m];
+            for (uint64_t i = 0; i < m; i++) acc[i] += ap[i] * bpj;
+        }
+        for (uint64_t i = 0; i < m; i++) {
+            float v = alpha * acc[i];
+            if (beta != 0.0f) v += beta * load(lc->type, C, i + j * lc->ld);
+            store(ld->type, D, i + j * ld->ld, v);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

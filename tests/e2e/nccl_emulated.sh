@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# nccl_emulated.sh: the emulated NCCL (tests/cuda_emu/nccl.h, over MPI) under
+# the real comm table src/parallel/comm_nccl.c and the CUDA backend of the
+# emulated build (`make EMU=1`, made by cuda_emulated.sh; a no-op here when
+# up to date): tests/mpi/test_comm_nccl.c at 2, 3 and 4 ranks (each rank its
+# own emulated device). It checks every collective with known values, every
+# collective x dtype against comm_mpi's result on the same inputs byte for
+# byte (BF16 sums rounded per combine as comm.h specifies), and the NCCL API
+# directly: communicators of sub-groups made in different orders, in-place
+# reduce-scatter, a group whose receives precede their sends. ~10 s.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+EMU_BUILD="$BUILD-emu"
+make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/mpi/test_comm_nccl" >"$tmp/make.log" 2>&1 ||
+    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_built "$EMU_BUILD/mpi/test_comm_nccl"
+fail=0
+for np in 2 3 4; do
+    start=$(date +%s)
+    rc=0; timeout 300 "${MPIRUN[@]}" -np "$np" "$EMU_BUILD/mpi/test_comm_nccl" >"$tmp/np$np.log" 2>&1 || rc=$?
+    echo "== $np ranks: exit $rc in $(( $(date +%s) - start ))s: $(grep -m1 '^test_comm_nccl' "$tmp/np$np.log" || true)"
+    if [ "$rc" -ne 0 ]; then grep -m 20 'FAIL\|rror' "$tmp/np$np.log" || tail -n 20 "$tmp/np$np.log"; fail=1; fi
+    grep -q "^test_comm_nccl: $np ranks, ok" "$tmp/np$np.log" || { echo "FAIL: no ok line at $np ranks"; fail=1; }
+done
+mpi_no_leftovers "$EMU_BUILD/mpi/test_comm_nccl" >/dev/null || { echo "FAIL: test_comm_nccl processes left"; fail=1; }
+[ "$fail" -eq 0 ] && echo "nccl_emulated: ok"
+exit "$fail"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# train_emulated.sh: `trident train ... system.device=cuda` on one rank through
+# the emulated CUDA build (`make EMU=1` into $BUILD-emu, made by
+# cuda_emulated.sh; a no-op here when up to date): the real CUDA backend,
+# cuBLASLt calls (emulated on the host) and trainer, on CPUs. Against the CPU
+# backend's run of the CPU build ($BUILD/trident) on the same data and config:
+#  1. fp32, 5 steps of the small config, 2 microbatches per step: every
+#     step's loss and grad norm within 1e-5 relative (the two backends sum
+#     in other orders: measured 3e-7), and kernels really ran
+#     (TRIDENT_EMU_STATS counts the emulated launches).
+#  2. the same for 2 steps with TRIDENT_EMU_CUBLASLT=0: matmul through the
+#     backend's fallback GEMM kernel instead of cuBLASLt.
+#  3. bf16 (precision.dtype), 3 steps: loss and grad norm within 3e-3
+#     relative of the CPU backend's bf16 run. Both round activations to bf16,
+#     after sums in other orders (oneDNN's GEMM against the emulated
+#     cuBLASLt's FP32 loop), so an element can round to a neighbouring bf16
+#     value (2^-8 = 4e-3 apart); the loss and the norm average ~10^5 of them
+#     (measured 8e-4 at 5 steps). A missing or wrong bf16 rounding moves
+#     them by far more.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+EMU_BUILD="$BUILD-emu"
+need_built "$TRIDENT"
+need_py numpy
+make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
+    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_built "$EMU_BUILD/trident"
+small_dataset "$tmp"
+fail=0
+# train NAME BINARY DEVICE [overrides...]: a single-rank run of STEPS steps
+# (default 5) into $tmp/run-NAME.
+train() {
+    local name=$1 bin=$2 dev=$3 rc=0; shift 3
+    rm -rf "$tmp/run-$name" "$tmp/ck-$name"
+    local start=$(date +%s)
+    TRIDENT_EMU_STATS=1 timeout 300 "$bin" train "$SMALL_INI" data.path="$tmp/shards" system.device="$dev" \
+        train.steps="${STEPS:-5}" train.warmup_steps=2 train.global_batch_size=4 train.eval_every=0 \
+        checkpoint.every=0 checkpoint.keep_last=0 checkpoint.dir="$tmp/ck-$name" \
+        log.run_dir="$tmp/run-$name" "$@" > "$tmp/$name.log" 2>&1 || rc=$?
+    echo "== $name ($dev): exit $rc in $(( $(date +%s) - start ))s"
+    [ "$rc" -eq 0 ] || { echo "FAIL: $name exited $rc"; tail -5 "$tmp/$name.log"; fail=1; }
+    return 0
+}
+# close A B REL: run B's loss and grad_norm at every step of A within REL relative.
+close() {
+    "$PY" - "$tmp" "$@" <<'PY' || fail=1
+import json, sys
+tmp, a, b, rel = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def steps(name):
+    with open(f"{tmp}/run-{name}/metrics.jsonl") as f:
+        return {r["step"]: r for r in map(json.loads, f) if "loss" in r}
+ra, rb = steps(a), steps(b)
+bad, worst = 0, 0.0
+if not ra or sorted(ra) != sorted(rb):
+    print(f"FAIL: {a} has steps {sorted(ra)}, {b} has {sorted(rb)}"); sys.exit(1)
+for s in sorted(ra):
+    for key in ("loss", "grad_norm"):
+        x, y = ra[s][key], rb[s][key]
+        d = abs(x - y) / abs(y)
+        worst = max(worst, d)
+        if d > rel:
+            bad += 1
+            print(f"FAIL: step {s} {key}: {a} {x} vs {b} {y} (rel {d:.2e} > {rel:.0e})")
+print(f"{a} vs {b}: {len(ra)} steps, worst relative difference {worst:.2e} (bound {rel:.0e})")
+sys.exit(1 if bad else 0)
+PY
+}
+# launched NAME: the emulated run reports kernel launches (the CUDA backend ran).
+launched() {
+    local n
+    n=$(sed -n 's/^cuda_emu: \([0-9]*\) launches.*/\1/p' "$tmp/$1.log" | tail -1)
+    [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "FAIL: $1 reports no emulated kernel launch"; fail=1; return 0; }
+    echo "$1: $n emulated kernel launches"
+}
+
+train cpu "$TRIDENT" cpu
+train emu "$EMU_BUILD/trident" cuda
+launched emu
+close emu cpu 1e-5
+
+STEPS=2 train cpu2 "$TRIDENT" cpu
+STEPS=2 TRIDENT_EMU_CUBLASLT=0 train emu-fallback "$EMU_BUILD/trident" cuda
+launched emu-fallback
+close emu-fallback cpu2 1e-5
+
+STEPS=3 train cpu-bf16 "$TRIDENT" cpu precision.dtype=bf16
+STEPS=3 train emu-bf16 "$EMU_BUILD/trident" cuda precision.dtype=bf16
+launched emu-bf16
+close emu-bf16 cpu-bf16 3e-3
+[ "$fail" -eq 0 ] && echo "train_emulated: ok"
+exit "$fail"
