@@ -122,7 +122,8 @@ struct scheduler {
     const std::function<void()> *body = nullptr;
     barrier block;
     std::vector<barrier> warps;
-    std::vector<uint64_t> lanes; // shuffle exchange, one slot per thread
+    std::vector<uint64_t> lanes[2]; // shuffle exchange, one slot per thread, double-buffered
+    std::vector<uint8_t> parity;    // per thread: the buffer of its next shuffle
     std::vector<uint3> idx;      // threadIdx of each thread of the launch
 };
 scheduler S;
@@ -192,8 +193,14 @@ void switch_away(fiber *self) {
 
 void release(barrier &b) {
     b.arrived = 0;
-    S.runq.insert(S.runq.end(), b.waiters.begin(), b.waiters.end());
-    b.waiters.clear();
+    if (S.runq_head == S.runq.size()) { // the run queue is empty (usual): take the list whole
+        S.runq.clear();
+        S.runq_head = 0;
+        S.runq.swap(b.waiters);
+    } else {
+        S.runq.insert(S.runq.end(), b.waiters.begin(), b.waiters.end());
+        b.waiters.clear();
+    }
 }
 
 void barrier_arrive(barrier &b) {
@@ -245,6 +252,7 @@ void run_block() {
     S.runq_head = 0;
     S.next = 0;
     S.left = S.n;
+    std::fill(S.parity.begin(), S.parity.begin() + S.n, 0);
     enter(take_fiber(), &S.main);
     if (S.left > 0) emu_die("deadlock: a barrier (__syncthreads or a warp shuffle) that not every thread reaches");
 }
@@ -259,13 +267,17 @@ void emu_shfl_check(unsigned mask, int width) {
     if (mask != 0xffffffffu || width != 32) emu_die("shuffle with a partial mask or width != 32");
 }
 
+// One barrier per shuffle: consecutive shuffles of a warp use the two
+// buffers in turn, and a lane can only write buffer b again (two shuffles
+// later) after the barrier of the shuffle in between, which every lane
+// reaches after reading buffer b.
 uint64_t emu_shfl(uint64_t v, int src) {
     int t = S.thread, w = t / 32;
-    S.lanes[t] = v;
+    std::vector<uint64_t> &lanes = S.lanes[S.parity[t]];
+    S.parity[t] ^= 1;
+    lanes[t] = v;
     barrier_arrive(S.warps[w]);
-    uint64_t r = src >= 0 && src < 32 ? S.lanes[w * 32 + src] : v;
-    barrier_arrive(S.warps[w]); // nobody overwrites a slot before every lane has read
-    return r;
+    return src >= 0 && src < 32 ? lanes[w * 32 + src] : v;
 }
 
 // One thread at a time: no lock needed beyond launch_lock.
@@ -315,7 +327,8 @@ void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &b
     stats.blocks += nb;
     stats.threads += nb * (unsigned long long)n;
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
-    S.lanes.resize(std::max(S.lanes.size(), S.warps.size() * 32));
+    for (auto &l : S.lanes) l.resize(std::max(l.size(), S.warps.size() * 32));
+    S.parity.resize(std::max(S.parity.size(), S.warps.size() * 32));
     dynamic_shared.assign((shmem + 15) / 16, float4{NAN, NAN, NAN, NAN}); // NaN: unwritten shows
     S.body = &body;
     S.n = n;

@@ -450,7 +450,23 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+
+// As destroy, without waiting for the communicator's sends (their copies are
+// left to MPI: the process is expected to end).
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (!comm) return ncclSuccess;
+    for (size_t i = 0; i < sends.size();) {
+        if (sends[i]->comm == comm) {
+            sends[i] = sends.back();
+            sends.pop_back();
+        } else {
+            i++;
+        }
+    }
+    if (mpi_running()) MPI_Comm_free(&comm->mpi);
+    delete comm;
+    return ncclSuccess;
+}
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
     TRY(comm ? ncclSuccess : failure(ncclInvalidArgument, "NULL communicator"));
