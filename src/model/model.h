@@ -151,6 +151,11 @@ void model_to_host_f64(struct model *m, struct tensor src, double *out);
 // group of one rank for tp = 1. Must be set before the first forward when
 // tp > 1. The model all-reduces over it (Megatron's f and g operators).
 void model_set_tp_group(struct model *m, struct comm_group *tp);
+// The same ranks' group over host buffers, for what the model reduces in
+// host memory (model_get_logits_at's FP64 logits). NULL (the default): the
+// TP group itself, right when it is MPI (the CPU backend); under NCCL the
+// TP group takes device buffers only, so the trainer sets the MPI twin here.
+void model_set_tp_host_group(struct model *m, struct comm_group *tp_host);
 
 // After the last microbatch's backward: sums over the TP group the partial
 // gradients of tensors that several TP ranks hold: key/value heads copied
@@ -189,6 +194,11 @@ void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *to
 // (ignored on the first virtual stage). Accumulates into the gradient arena.
 void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
                           const void *dout, void *din);
+// Where in, out, dout and din of the chunk passes live: host memory (false,
+// the default: the passes copy to and from the backend) or the backend's
+// own memory (true: device-to-device copies; the pipeline's message buffers
+// under NCCL, pipeline_exec.be).
+void model_set_stage_messages_on_device(struct model *m, bool on_device);
 // Elements of one activation message between stages: Ns * C.
 size_t model_stage_message_numel(const struct model *m);
 // High-water mark of activation slots used since model_init (1 + largest index).

@@ -95,6 +95,8 @@ struct model {
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
     struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
+    struct comm_group *tp_host;    // its twin over host buffers; NULL: tp itself
+    bool messages_on_device;       // stage messages (in, out, dout, din) are backend memory
     int kv_head0, kv_replicas;
 
     void (*grad_ready)(void *ctx, size_t ready_from);

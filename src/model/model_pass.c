@@ -13,10 +13,22 @@ void model_set_tp_group(struct model *m, struct comm_group *tp) {
     m->tp = tp;
 }
 
+void model_set_tp_host_group(struct model *m, struct comm_group *tp_host) {
+    CHECK(!tp_host || tp_host->size == m->shard.tp_size, "TP host group of %d ranks for a shard "
+          "of tp %d", tp_host ? tp_host->size : 0, m->shard.tp_size);
+    m->tp_host = tp_host;
+}
+
+// The host waits for the compute stream before a TP collective, unless the
+// group orders itself after it (NCCL: comm_stream_ordered).
+static void sync_for_tp(struct model *m) {
+    if (!comm_stream_ordered(m->tp)) backend_synchronize(m->be);
+}
+
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
     if (m->shard.tp_size == 1) return;
     CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
-    backend_synchronize(m->be);
+    sync_for_tp(m);
     comm_all_reduce(m->tp, t.data, t.numel, t.dtype, op);
 }
 static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t, COMM_SUM); }
@@ -25,7 +37,7 @@ static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t,
 // parallelism (Megatron's g); without it part already is full.
 static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
     if (!m->sp) return;
-    backend_synchronize(m->be);
+    sync_for_tp(m);
     comm_all_gather(m->tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
 }
 
@@ -47,7 +59,7 @@ static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
         if (lowp) backend_copy(m->be, part, m->red, nf);
         return;
     }
-    backend_synchronize(m->be);
+    sync_for_tp(m);
     struct tensor out = lowp ? m->red_s : part;
     comm_reduce_scatter(m->tp, full.data, out.data, np, full.dtype, COMM_SUM);
     if (lowp) backend_copy(m->be, part, m->red_s, np);
@@ -156,6 +168,28 @@ static void loss_sum_of(struct model *m, struct slot *S, const int32_t *targets,
         if (targets[i] != IGNORE_INDEX) *sum += m->host_loss[i], (*count)++;
 }
 
+void model_set_stage_messages_on_device(struct model *m, bool on_device) {
+    m->messages_on_device = on_device;
+}
+
+// dst (Ns, C) of the backend = the stage message src (host or backend memory).
+static void message_in(struct model *m, struct tensor dst, const void *src) {
+    size_t n = (size_t)m->Ns * m->C;
+    if (m->messages_on_device)
+        backend_copy(m->be, dst, tensor_view((void *)src, dst.dtype, n), n);
+    else
+        backend_to_device(m->be, dst.data, src, n * dtype_size(dst.dtype));
+}
+
+// The stage message dst (host or backend memory) = src (Ns, C) of the backend.
+static void message_out(struct model *m, void *dst, struct tensor src) {
+    size_t n = (size_t)m->Ns * m->C;
+    if (m->messages_on_device)
+        backend_copy(m->be, tensor_view(dst, src.dtype, n), src, n);
+    else
+        backend_to_host(m->be, dst, src.data, n * dtype_size(src.dtype));
+}
+
 static struct slot *slot_of(struct model *m, int slot) {
     CHECK(slot >= 0 && slot < m->shard.n_slots, "activation slot %d of %d", slot, m->shard.n_slots);
     m->slots_used = MAX(m->slots_used, slot + 1);
@@ -168,7 +202,6 @@ void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *to
     struct backend *be = m->be;
     struct slot *S = slot_of(m, slot);
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
-    size_t act_bytes = (size_t)m->Ns * m->C * dtype_size(m->dtype);
     *loss_sum = 0, *n_targets = 0;
     if (model_chunk_first(m, chunk)) {
         backend_to_device(be, S->tokens.data, tokens, (size_t)m->N * sizeof(int32_t));
@@ -178,11 +211,11 @@ void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *to
         backend_embedding_forward(be, e, m->wte, S->tokens, m->N, m->C, m->vocab_start, m->Vl);
         sp_reduce(m, S->x[0], e);
     } else {
-        backend_to_device(be, S->x[0].data, in, act_bytes);
+        message_in(m, S->x[0], in);
     }
     for (int i = 0; i < nl; i++) block_forward(m, S, b0 + i, i, false);
     if (!model_chunk_last(m, chunk)) {
-        backend_to_host(be, out, S->x[nl].data, act_bytes);
+        message_out(m, out, S->x[nl]);
         return;
     }
     backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
@@ -212,7 +245,7 @@ void model_get_logits_at(struct model *m, int b, int t, double *out) {
     double *all = xmalloc((size_t)tp * m->Vl * sizeof *all);
     double *mine = all + (size_t)m->shard.tp_rank * m->Vl;
     model_to_host_f64(m, tensor_slice(m->slots[0].logits, row, m->Vl), mine);
-    if (tp > 1) comm_all_gather(m->tp, mine, all, m->Vl, DTYPE_FP64);
+    if (tp > 1) comm_all_gather(m->tp_host ? m->tp_host : m->tp, mine, all, m->Vl, DTYPE_FP64);
     for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
         out[j] = all[j];
     free(all);
@@ -297,7 +330,6 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
     struct backend *be = m->be;
     struct slot *S = slot_of(m, slot);
     int N = m->N, C = m->C, nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
-    size_t act_bytes = (size_t)m->Ns * C * dtype_size(m->dtype);
     if (model_chunk_last(m, chunk)) {
         // Under recompute, dlogits is the logits' own storage (model.c) and
         // the final norm's output is recomputed.
@@ -316,7 +348,7 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
         // A tied embedding sits at offset 0, so it is not final before the end.
         grads_ready(m, m->head_offset);
     } else {
-        backend_to_device(be, m->dx.data, dout, act_bytes);
+        message_in(m, m->dx, dout);
     }
     for (int i = nl - 1; i >= 0; i--) {
         block_recompute(m, S, b0 + i, i);
@@ -328,7 +360,7 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
         backend_embedding_backward(be, m->dwte, m->dx_full, S->tokens, N, C, m->vocab_start, m->Vl);
         grads_ready(m, 0);
     } else {
-        backend_to_host(be, din, m->dx.data, act_bytes);
+        message_out(m, din, m->dx);
     }
 }
 

@@ -141,13 +141,19 @@ static struct tensor grads_of_range(struct optimizer *o, size_t lo, size_t hi) {
     return tensor_slice(model_grad_arena(o->model), lo, hi - lo);
 }
 
+// Before a DP collective on backend buffers: the host waits for the compute
+// stream unless the group orders itself after it (NCCL).
+static void sync_for_dp(struct optimizer *o) {
+    if (!comm_stream_ordered(o->groups.dp)) backend_synchronize(o->be);
+}
+
 double optimizer_prepare(struct optimizer *o) {
     struct tensor g = model_grad_arena(o->model);
     if (zero1(o)) {
-        backend_synchronize(o->be);
+        sync_for_dp(o);
         if (o->gsend16.numel) { // grad_dtype BF16: round, reduce-scatter, widen (comm.h)
             backend_copy(o->be, o->gsend16, g, g.numel);
-            backend_synchronize(o->be);
+            sync_for_dp(o);
             comm_reduce_scatter(o->groups.dp, o->gsend16.data, o->grecv16.data, o->grecv16.numel,
                                 DTYPE_BF16, COMM_SUM);
             backend_copy(o->be, o->gshard, o->grecv16, o->gshard.numel);
@@ -156,17 +162,31 @@ double optimizer_prepare(struct optimizer *o) {
                                 COMM_SUM);
         }
     }
+    // One backend_sum_squares (one device round trip under CUDA) per run of
+    // adjacent counted parameters, not one per tensor: the arena is
+    // contiguous, and only norm_skip tensors (TP replicas) break a run.
     int n;
     const struct param_info *p = model_params(o->model, &n);
     double sum = 0;
-    for (int i = 0; i < n; i++) {
-        size_t lo, hi;
-        if (p[i].norm_skip || !overlap(o, &p[i], &lo, &hi)) continue;
-        sum += backend_sum_squares(o->be, grads_of_range(o, lo, hi), hi - lo);
+    size_t run_lo = 0, run_hi = 0;
+    for (int i = 0; i <= n; i++) {
+        size_t lo = 0, hi = 0;
+        bool counted = i < n && !p[i].norm_skip && overlap(o, &p[i], &lo, &hi);
+        if (counted && lo == run_hi && run_hi > run_lo) {
+            run_hi = hi;
+            continue;
+        }
+        if (run_hi > run_lo) sum += backend_sum_squares(o->be, grads_of_range(o, run_lo, run_hi),
+                                                        run_hi - run_lo);
+        run_lo = counted ? lo : 0, run_hi = counted ? hi : 0;
     }
-    if (zero1(o)) comm_all_reduce(o->groups.dp, &sum, 1, DTYPE_FP64, COMM_SUM);
-    if (group_size(o->groups.tp) > 1) comm_all_reduce(o->groups.tp, &sum, 1, DTYPE_FP64, COMM_SUM);
-    if (group_size(o->groups.pp) > 1) comm_all_reduce(o->groups.pp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    // The norm's pieces are host scalars: the host twins of the groups.
+    struct comm_group *dp = parallel_host_group(o->groups.dp, o->groups.host_dp);
+    struct comm_group *tp = parallel_host_group(o->groups.tp, o->groups.host_tp);
+    struct comm_group *pp = parallel_host_group(o->groups.pp, o->groups.host_pp);
+    if (zero1(o)) comm_all_reduce(dp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    if (group_size(tp) > 1) comm_all_reduce(tp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    if (group_size(pp) > 1) comm_all_reduce(pp, &sum, 1, DTYPE_FP64, COMM_SUM);
     return sqrt(sum);
 }
 
@@ -187,7 +207,7 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
                       grad_scale, o->step);
     }
     if (zero1(o)) { // every rank gets the updated shards of the others
-        backend_synchronize(o->be);
+        sync_for_dp(o);
         void *mine = tensor_slice(w, o->begin, o->end - o->begin).data;
         comm_all_gather(o->groups.dp, mine, w.data, o->end - o->begin, w.dtype);
     }

@@ -165,6 +165,10 @@ void comm_barrier(struct comm_group *g) {
     TIMED(g, g->ops->barrier(g));
 }
 
+bool comm_stream_ordered(const struct comm_group *g) {
+    return g && g->ops && g->ops->stream_ordered;
+}
+
 void comm_group_free(struct comm_group *g) {
     if (!g) return;
     if (g->ops && g->ops->free) g->ops->free(g);

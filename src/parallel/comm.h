@@ -87,6 +87,12 @@ struct comm_ops {
     void (*barrier)(struct comm_group *g);
     // Releases impl (and the communicator it owns); the group struct stays.
     void (*free)(struct comm_group *g);
+    // Optional, default false. True when every operation on backend buffers
+    // is ordered after the work already enqueued on the backend's compute
+    // stream, and work enqueued later after it (comm_nccl.c: events), so a
+    // caller need not backend_synchronize before a collective; false (MPI,
+    // self): the caller synchronizes so that the buffers are final in memory.
+    bool stream_ordered;
 };
 
 // A group of ranks: this rank's index in it and its size. size == 0 marks a
@@ -106,6 +112,11 @@ void comm_self_init(struct comm_group *g);
 
 // Releases what the group holds and zeroes it. Safe on a zeroed group.
 void comm_group_free(struct comm_group *g);
+
+// Whether g's operations are ordered with the backend's compute stream
+// (struct comm_ops.stream_ordered): then a caller skips the
+// backend_synchronize before a collective on backend buffers. False for NULL.
+bool comm_stream_ordered(const struct comm_group *g);
 
 // The checked wrappers; see struct comm_ops for each one's contract.
 void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,

@@ -17,6 +17,17 @@
 // group is a bug (checked).
 #define NCCL_EVENTS 64
 
+// A send or receive started (send_start, recv_start) but not yet enqueued:
+// see flush_p2p.
+struct p2p_op {
+    bool send;
+    void *buf;
+    size_t count;
+    ncclDataType_t dtype;
+    int peer;
+    int event; // its completion event, also its request's index
+};
+
 struct comm_nccl {
     ncclComm_t comm;
     MPI_Comm mpi; // not owned: the MPI group's (barrier, id broadcast)
@@ -26,6 +37,8 @@ struct comm_nccl {
     cudaEvent_t done[NCCL_EVENTS];
     bool busy[NCCL_EVENTS];
     int next;
+    struct p2p_op deferred[NCCL_EVENTS]; // started point-to-point operations not yet
+    int n_deferred;                       // enqueued, in start order
 };
 
 _Static_assert(sizeof(int) <= sizeof(((struct comm_request *)0)->storage),
@@ -88,40 +101,92 @@ static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count,
     CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
 }
 
-// Point-to-point starts are enqueued on the communication stream in call
-// order, each its own NCCL group: the two sides of an exchange must post them
-// in matching order (a send waits on the stream for its receive).
-static void nccl_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
-                            int peer, int tag, struct comm_request *req) {
+// Point-to-point starts are deferred, not enqueued: NCCL has no tags and an
+// enqueued receive holds the communication stream until its message comes,
+// so the receives a pipeline posts ahead (pipeline.c) would block the sends
+// behind them that their peers wait for. Waiting on a deferred request
+// enqueues, in one ncclGroupStart/End (whose operations progress together),
+// every deferred send and the waited-for operation, and leaves the other
+// deferred receives for their own waits: each receive joins the stream when
+// its data is needed, with the sends started before it (Megatron's
+// send_forward_recv_backward pairs). The stream then depends on exactly what
+// a host blocking in MPI_Wait would, so a schedule free of deadlock over MPI
+// stays free of it. Receives from one peer are enqueued in wait order and
+// NCCL matches them to that peer's sends in send order: the caller must
+// consume each peer's messages in the order that peer sent them (one stream
+// of messages per pair of ranks and direction; comm_nccl.h).
+static void defer_p2p(struct comm_group *g, bool send, const void *buf, size_t count,
+                      enum dtype dtype, int peer, struct comm_request *req) {
     struct comm_nccl *c = impl_of(g);
     int k = event_take(c, req);
+    CHECK(c->n_deferred < NCCL_EVENTS, "comm_nccl: more than %d deferred sends and receives",
+          NCCL_EVENTS);
+    c->deferred[c->n_deferred++] = (struct p2p_op){send, (void *)buf, count, nccl_dtype(dtype),
+                                                   peer, k};
+}
+
+// Enqueues the deferred sends and the deferred operation of event k (see
+// above), and extra (a blocking send or receive, event -1) when given, in
+// one group; each deferred operation's completion event is recorded after it.
+static void flush_p2p(struct comm_nccl *c, int k, const struct p2p_op *extra) {
+    struct p2p_op now[NCCL_EVENTS + 1];
+    int n_now = 0, n_left = 0;
+    for (int i = 0; i < c->n_deferred; i++) {
+        struct p2p_op op = c->deferred[i];
+        if (op.send || op.event == k) now[n_now++] = op;
+        else c->deferred[n_left++] = op;
+    }
+    c->n_deferred = n_left;
+    if (extra) now[n_now++] = *extra;
+    if (!n_now) return;
     begin(c);
-    CHECK_NCCL(ncclSend(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
-    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+    CHECK_NCCL(ncclGroupStart());
+    for (int i = 0; i < n_now; i++) {
+        if (now[i].send)
+            CHECK_NCCL(ncclSend(now[i].buf, now[i].count, now[i].dtype, now[i].peer, c->comm,
+                                c->stream));
+        else
+            CHECK_NCCL(ncclRecv(now[i].buf, now[i].count, now[i].dtype, now[i].peer, c->comm,
+                                c->stream));
+    }
+    CHECK_NCCL(ncclGroupEnd());
+    for (int i = 0; i < n_now; i++)
+        if (now[i].event >= 0) CHECK_CUDA(cudaEventRecord(c->done[now[i].event], c->stream));
+}
+
+static bool is_deferred(const struct comm_nccl *c, int k) {
+    for (int i = 0; i < c->n_deferred; i++)
+        if (c->deferred[i].event == k) return true;
+    return false;
+}
+
+static void nccl_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
+                            int peer, int tag, struct comm_request *req) {
+    defer_p2p(g, true, buf, count, dtype, peer, req);
 }
 
 static void nccl_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                             int peer, int tag, struct comm_request *req) {
-    struct comm_nccl *c = impl_of(g);
-    int k = event_take(c, req);
-    begin(c);
-    CHECK_NCCL(ncclRecv(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
-    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+    defer_p2p(g, false, buf, count, dtype, peer, req);
 }
 
 static void nccl_wait(struct comm_request *req) {
     struct comm_nccl *c = impl_of(req->group);
     int k;
     memcpy(&k, req->storage, sizeof k);
+    if (is_deferred(c, k)) flush_p2p(c, k, NULL);
     // Stream-ordered completion: kernels enqueued from now on see the result.
     CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->done[k], 0));
     c->busy[k] = false;
 }
 
+// A deferred operation is not complete and test does not enqueue it (a
+// receive enqueued early could block the sends behind it).
 static bool nccl_test(struct comm_request *req) {
     struct comm_nccl *c = impl_of(req->group);
     int k;
     memcpy(&k, req->storage, sizeof k);
+    if (is_deferred(c, k)) return false;
     cudaError_t e = cudaEventQuery(c->done[k]);
     if (e == cudaErrorNotReady) return false;
     CHECK_CUDA(e);
@@ -155,23 +220,21 @@ static void nccl_broadcast(struct comm_group *g, void *buf, size_t count, enum d
     end(c);
 }
 
+// A blocking send or receive is one NCCL group, with the deferred sends
+// (started before it, so they go first, as MPI would have progressed them).
 static void nccl_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
                       int peer, int tag) {
     struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclGroupStart());
-    CHECK_NCCL(ncclSend(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
-    CHECK_NCCL(ncclGroupEnd());
+    struct p2p_op op = {true, (void *)buf, count, nccl_dtype(dtype), peer, -1};
+    flush_p2p(c, -1, &op);
     end(c);
 }
 
 static void nccl_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                       int tag) {
     struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclGroupStart());
-    CHECK_NCCL(ncclRecv(buf, count, nccl_dtype(dtype), peer, c->comm, c->stream));
-    CHECK_NCCL(ncclGroupEnd());
+    struct p2p_op op = {false, buf, count, nccl_dtype(dtype), peer, -1};
+    flush_p2p(c, -1, &op);
     end(c);
 }
 
@@ -210,6 +273,7 @@ static const struct comm_ops comm_nccl_ops = {
     .recv = nccl_recv,
     .barrier = nccl_barrier,
     .free = nccl_free,
+    .stream_ordered = true, // begin() and end(): events between the two streams
 };
 
 void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, struct backend *be) {

@@ -7,12 +7,16 @@
 // blocking call see its result without the host waiting. all_reduce_start
 // leaves out the second wait until all_reduce_wait; all_reduce_test polls.
 // barrier synchronizes both streams, then MPI_Barrier.
-// send/recv: each is one NCCL group (ncclGroupStart/End). NCCL has no tags
-// (tag is checked, then ignored: messages between two ranks arrive in order)
-// and a send completes only when the peer's recv runs: two ranks that both
-// send to each other before receiving deadlock on the device, as blocking
-// MPI_Send of large messages can; order pipeline exchanges send/recv on one
-// side and recv/send on the other.
+// send/recv (blocking): each is one NCCL group (ncclGroupStart/End), with
+// the deferred sends below.
+// send_start/recv_start (the pipeline's messages) are deferred: waiting on
+// one enqueues every deferred send and the waited-for operation together in
+// one ncclGroupStart/End; test never enqueues (comm_nccl.c says why: a
+// receive enqueued ahead would hold the stream). NCCL has no tags (tag is
+// checked, then ignored): the messages from one peer must be consumed in the
+// order that peer sent them, i.e. one stream of messages per pair of ranks
+// and direction (the trainer keeps pp = 2 with virtual stages, where
+// activations and gradients share a direction, on MPI).
 #ifndef TRIDENT_COMM_NCCL_H
 #define TRIDENT_COMM_NCCL_H
 

@@ -303,7 +303,10 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
     for (int k = 0; k < PP_STREAM_COUNT; k++) {
         struct pp_stream *q = &state->streams[k];
         if (q->n == 0) continue;
-        q->buf = xmalloc((size_t)q->ring * state->bytes);
+        size_t bytes = (size_t)q->ring * state->bytes;
+        q->buf = x->be ? backend_alloc(x->be, bytes) : xmalloc(bytes);
+        CHECK(q->buf, "pipeline: no %s memory for %zu bytes of message buffers",
+              x->be ? x->be->ops->name : "host", bytes);
         q->req = xcalloc((size_t)q->ring, sizeof *q->req);
         q->tag = xmalloc(sizeof(int) * q->n);
         q->n = 0;
@@ -327,7 +330,8 @@ void pipeline_exec_free(struct pipeline_exec *x) {
     struct pipeline_state *st = x->state;
     if (!st) return;
     for (int k = 0; k < PP_STREAM_COUNT; k++) {
-        free(st->streams[k].buf);
+        if (x->be) backend_dealloc(x->be, st->streams[k].buf);
+        else free(st->streams[k].buf);
         free(st->streams[k].req);
         free(st->streams[k].tag);
     }

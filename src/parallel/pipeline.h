@@ -133,6 +133,8 @@ struct pipeline_exec {
     pipeline_progress_fn progress; // NULL: the executor blocks in comm_wait
     int ring; // buffers per stream; 0: pipeline_ring_size's (1 gives the fewest)
     struct pipeline_state *state;
+    struct backend *be; // the message buffers are this backend's memory (device
+                        // buffers for a NCCL group); NULL: host memory
 };
 
 // Checks x (STATUS_BAD_INPUT for a refused schedule or a group that is not

@@ -6,6 +6,9 @@
 
 #include "base/mpi_util.h"
 #include "comm_mpi.h"
+#ifdef TRIDENT_CUDA
+#include "comm_nccl.h"
+#endif
 
 int topology_rank_of(int tp, int pp, int dp, struct grid_coord c) {
     return c.t + tp * (c.d + dp * c.p);
@@ -165,7 +168,37 @@ void topology_init_self(struct topology *out) {
     comm_self_init(&out->world);
 }
 
+enum status topology_init_device(struct topology *topo, struct backend *be, struct error *err) {
+#ifdef TRIDENT_CUDA
+    for (int k = 0; k < GROUP_COUNT; k++) {
+        const struct comm_group *host = topology_group(topo, (enum group_kind)k);
+        struct comm_group *g = &topo->device[k];
+        if (host->size == 1) comm_self_init(g);
+        else if (host->size > 1) comm_nccl_init(g, host, be);
+        else memset(g, 0, sizeof *g); // not a member: nothing to join
+    }
+    topo->has_device_groups = true;
+    return STATUS_OK;
+#else
+    return error_set(err, STATUS_BAD_INPUT, "device groups need NCCL: this build has no CUDA "
+                     "backend; rebuild with make CUDA=1");
+#endif
+}
+
+struct comm_group *topology_device_group(struct topology *topo, enum group_kind kind) {
+    CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
+    return topo->has_device_groups ? &topo->device[kind] : topology_group(topo, kind);
+}
+
+int topology_device_of(const struct topology *topo, int device_count) {
+    CHECK(device_count >= 1, "topology_device_of: %d devices", device_count);
+    return topo->local_rank % device_count;
+}
+
 void topology_free(struct topology *topo) {
+    // NCCL communicators first: they were made over the MPI groups.
+    for (int k = 0; k < GROUP_COUNT; k++) comm_group_free(&topo->device[k]);
+    topo->has_device_groups = false;
     for (int k = 0; k < GROUP_COUNT; k++) comm_group_free(topology_group(topo, (enum group_kind)k));
     comm_group_free(&topo->world);
 }

@@ -12,6 +12,7 @@
 
 #include "base/common.h"
 #include "comm.h"
+#include "kernels/ops.h"
 
 // A rank's place in the grid: t in [0, tp), d in [0, dp), p in [0, pp).
 struct grid_coord {
@@ -36,6 +37,14 @@ struct topology {
     struct comm_group tp_group, dp_group, pp_group;
     struct comm_group embed_group; // size 0 on middle pipeline stages
     struct comm_group world;       // a duplicate of the world passed to init
+    // The groups over device buffers (gradients, activations, parameters),
+    // one per kind, indexed by enum group_kind: NCCL communicators over the
+    // members of the MPI group of the same kind once topology_init_device
+    // ran (system.device = cuda), comm_self for a group of one rank, size 0
+    // where this rank is no member. Before that (the CPU backend, whose
+    // buffers are host memory) topology_device_group returns the MPI groups.
+    struct comm_group device[GROUP_COUNT];
+    bool has_device_groups;
 };
 
 // Pure layout functions: no MPI needed.
@@ -62,7 +71,33 @@ void topology_init_self(struct topology *out);
 // Collective over world when built by topology_init.
 void topology_free(struct topology *topo);
 
-// The group of kind in topo.
+// The group of kind in topo: MPI over host buffers (scalars, the log,
+// checkpoints, pipeline messages, which the model stages through host memory).
 struct comm_group *topology_group(struct topology *topo, enum group_kind kind);
+
+// Collective over the world of topology_init: the device-buffer groups of
+// this rank over the CUDA backend be, whose device was chosen from the
+// node-local rank (topology_device_of) before any other CUDA call. Every
+// rank walks the kinds in enum order (TP, DP, PP, EMBED); for each group of
+// two or more ranks, its group rank 0 makes the ncclUniqueId, the group's MPI
+// communicator broadcasts it and its members call ncclCommInitRank together.
+// A group of one rank becomes comm_self (no NCCL communicator) and a rank
+// outside a group (a middle stage's EMBED) skips it: no collective another
+// rank waits on. Groups of one kind are disjoint and every rank takes the
+// kinds in the same order, so no rank waits on one that waits on it.
+// Errors: STATUS_BAD_INPUT in a build without CUDA (make CUDA=1). NCCL and
+// CUDA failures abort the job (CHECK_NCCL, CHECK_CUDA).
+enum status topology_init_device(struct topology *topo, struct backend *be, struct error *err);
+
+// The group of kind over device buffers: topo->device[kind] after
+// topology_init_device, else the MPI group topology_group returns (host
+// buffers are the device's on the CPU backend).
+struct comm_group *topology_device_group(struct topology *topo, enum group_kind kind);
+
+// The CUDA device of a rank: its node-local rank (topology.local_rank, from
+// MPI_Comm_split_type SHARED) modulo the devices it sees, so the ranks of a
+// node spread over its GPUs (and share them round-robin when there are more
+// ranks than GPUs). device_count: what cudaGetDeviceCount reports (>= 1).
+int topology_device_of(const struct topology *topo, int device_count);
 
 #endif

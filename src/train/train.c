@@ -1,4 +1,4 @@
-// train.c: the trainer (train.h): setup in named steps (grid, data, model,
+// train.c: the trainer (train.h): setup in named steps (grid, device, data, model,
 // parallel, resume, run folder, banner), then the loop of steps with
 // validation, samples, checkpoints, a log line per step and metrics.jsonl
 // (docs/design.md §9). Checkpoints are in train_ckpt.c.
@@ -28,16 +28,11 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 }
 
 // Features this build does not have yet are refused before any work.
-static enum status check_supported(const struct config *c, int world_size, struct error *err) {
+static enum status check_supported(const struct config *c, struct error *err) {
     if (c->data.cache_dir[0])
         return error_set(err, STATUS_BAD_INPUT, "%s: [data] cache_dir = %s: the hot-tier shard "
                          "cache is not in this build yet (expected it unset: shards are read "
                          "from [data] path)", c->file, c->data.cache_dir);
-    if (c->system.device == DEVICE_CUDA && world_size > 1)
-        return error_set(err, STATUS_BAD_INPUT,
-                         "%s: [system] device = cuda with %d ranks: this build trains on one GPU "
-                         "(tp = pp = dp = 1); the NCCL groups for multi-GPU device buffers are not "
-                         "wired into the trainer yet", c->file, world_size);
     return STATUS_OK;
 }
 
@@ -93,15 +88,48 @@ static double measure_peak_flops(struct trainer *t) {
 // Errors every rank finds the same way (the config, the data, the layout) are
 // returned as they are; errors of this rank alone are marked (trainer_alone).
 
-// The grid of tp x pp x dp ranks and the groups the optimizer and the step use.
+// The grid of tp x pp x dp ranks (MPI groups; no CUDA call yet).
 static enum status setup_grid(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
-    struct trainer_parallel *par = &t->par;
-    if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &par->topo,
+    if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->par.topo,
                       &err->err))
         return err->err.status;
-    par->groups = (struct parallel_groups){&par->topo.tp_group, &par->topo.pp_group,
-                                           &par->topo.dp_group, c->parallel.zero_stage};
+    return STATUS_OK;
+}
+
+// The backend, on the CUDA device of this rank's node-local rank (modulo the
+// devices it sees: topology_device_of) before any other CUDA or NCCL call;
+// then, under CUDA, the NCCL groups over device buffers (topology_init_device,
+// collective over the world; a backend that failed on one rank aborts the job
+// there, so none waits forever). The groups the optimizer and the step use:
+// device groups for gradients and parameters, the MPI groups for host scalars.
+static enum status setup_device(struct trainer *t, struct trainer_error *err) {
+    const struct config *c = &t->cfg;
+    struct trainer_parallel *par = &t->par;
+    struct topology *topo = &par->topo;
+    bool cuda = c->system.device == DEVICE_CUDA;
+    int device = 0;
+    if (cuda) {
+        int n = backend_device_count();
+        if (n < 1) {
+            error_set(&err->err, STATUS_RUNTIME, "[system] device = cuda: rank %d (node-local "
+                      "rank %d) sees no CUDA device (driver missing or CUDA_VISIBLE_DEVICES "
+                      "empty)", topo->world_rank, topo->local_rank);
+            return trainer_alone(err);
+        }
+        device = topology_device_of(topo, n);
+    }
+    t->m.be = backend_init(cuda ? BACKEND_CUDA : BACKEND_CPU, device, c->system.threads, &err->err);
+    static const enum backend_attention attention[] = {[ATTENTION_AUTO] = BACKEND_ATTENTION_AUTO,
+        [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
+    if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
+        return trainer_alone(err);
+    if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
+        return err->err.status;
+    par->groups = (struct parallel_groups){
+        topology_device_group(topo, GROUP_TP), topology_device_group(topo, GROUP_PP),
+        topology_device_group(topo, GROUP_DP), c->parallel.zero_stage,
+        &topo->tp_group, &topo->pp_group, &topo->dp_group};
     return STATUS_OK;
 }
 
@@ -147,13 +175,7 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
 static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     struct trainer_model *m = &t->m;
-    const struct topology *topo = &t->par.topo;
-    m->be = backend_init(c->system.device == DEVICE_CUDA ? BACKEND_CUDA : BACKEND_CPU,
-                         topo->local_rank, c->system.threads, &err->err);
-    static const enum backend_attention attention[] = {[ATTENTION_AUTO] = BACKEND_ATTENTION_AUTO,
-        [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
-    if (!m->be || backend_set_attention(m->be, attention[c->system.attention], &err->err))
-        return trainer_alone(err);
+    struct topology *topo = &t->par.topo;
     m->lc = plan_llama(c);
     struct model_shard shard;
     if (plan_shard(c, topo->coord, &shard, &err->err)) return err->err.status;
@@ -163,7 +185,8 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     if (model_init(&m->model, m->be, &m->lc, &shard, c->precision.dtype, c->train.micro_batch_size,
                    T, (uint64_t)c->train.seed, &err->err)) // out of memory: this rank's stage alone
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
-    model_set_tp_group(m->model, &t->par.topo.tp_group);
+    model_set_tp_group(m->model, topology_device_group(topo, GROUP_TP));
+    model_set_tp_host_group(m->model, &topo->tp_group);
     m->oc = optimizer_from(c);
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);
@@ -189,22 +212,34 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     struct trainer_model *m = &t->m;
     int pp = c->parallel.pp;
     if (c->parallel.zero_stage == 0) {
-        par->sync = grad_sync_init(m->model, &par->topo.dp_group,
+        par->sync = grad_sync_init(m->model, topology_device_group(&par->topo, GROUP_DP),
                                    (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
         m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
     }
     if (!m->whole_model) {
+        int v = MAX(1, c->parallel.virtual_stages);
+        // Under NCCL the messages are device buffers on the NCCL PP group,
+        // except for pp = 2 with virtual stages: there both streams of
+        // messages between the two ranks (activations wrapping to stage 0,
+        // gradients) share one direction, and NCCL, without tags, would match
+        // them in send order (comm_nccl.h); the MPI group (host buffers, the
+        // model copying) keeps them apart by tag.
+        bool device = par->topo.has_device_groups && !(pp == 2 && v > 1);
         par->pipe = (struct pipeline_exec){.p = pp, .s = par->topo.coord.p, .m = t->data.accum,
-                                           .v = MAX(1, c->parallel.virtual_stages),
-                                           .group = &par->topo.pp_group,
+                                           .v = v,
+                                           .group = device ? topology_device_group(&par->topo, GROUP_PP)
+                                                           : &par->topo.pp_group,
                                            .count = model_stage_message_numel(m->model),
-                                           .dtype = c->precision.dtype};
+                                           .dtype = c->precision.dtype,
+                                           .be = device ? m->be : NULL};
+        model_set_stage_messages_on_device(m->model, device);
         train_step_bind_pipeline(&par->pipe);
         if (pipeline_exec_init(&par->pipe, &err->err)) return err->err.status;
     }
     par->ctx = (struct train_ctx){m->model, m->opt, &m->oc, &par->groups, par->sync,
                                   m->whole_model ? NULL : &par->pipe,
-                                  m->lc.tie_embeddings && pp > 1 ? &par->topo.embed_group : NULL,
+                                  m->lc.tie_embeddings && pp > 1
+                                      ? topology_device_group(&par->topo, GROUP_EMBED) : NULL,
                                   NULL, false};
     // fp16 scales the loss (docs/design.md §5); bf16 has fp32's exponent range
     // and needs no scale.
@@ -282,6 +317,10 @@ static void print_banner(const struct trainer *t) {
     printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
            t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
            c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+    if (t->par.topo.has_device_groups)
+        printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
+               "messages %s), MPI for host scalars\n",
+               t->par.pipe.be ? "over NCCL" : t->m.whole_model ? "none" : "over MPI");
     printf("---- resolved config (also in %s/config.ini) ----\n", c->log.run_dir);
     config_print(c, stdout);
     printf("----\n");
@@ -305,14 +344,12 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
                          struct trainer_error *err) {
     *out = NULL;
     err->alone = false;
-    int world_size;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     struct trainer *t = xcalloc(1, sizeof *t);
     t->cfg = *cfg;
     enum status st;
-    if ((st = check_supported(&t->cfg, world_size, &err->err)) || (st = setup_grid(t, err)) ||
-        (st = setup_data(t, err)) || (st = setup_model(t, err)) || (st = setup_parallel(t, err)) ||
-        (st = setup_faults(t, &err->err)) ||
+    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) ||
+        (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
+        (st = setup_parallel(t, err)) || (st = setup_faults(t, &err->err)) ||
         (st = trainer_resume(t, err)))
         return st;
     t->log.peak_flops = measure_peak_flops(t);
@@ -383,9 +420,17 @@ static void format_eta(double s, char *buf, size_t n) {
 
 // Seconds this rank has spent blocked in tensor/data-parallel (and tied
 // embedding) collectives, and in pipeline messages.
+// Under CUDA the device groups' (NCCL) time counts too: the host blocks in
+// them only where a caller waits (comm_nccl.h).
 static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
-    *collective = t->par.topo.tp_group.busy_s + t->par.topo.dp_group.busy_s + t->par.topo.embed_group.busy_s;
-    *pipeline = t->par.topo.pp_group.busy_s;
+    struct topology *topo = &t->par.topo;
+    *collective = topo->tp_group.busy_s + topo->dp_group.busy_s + topo->embed_group.busy_s;
+    *pipeline = topo->pp_group.busy_s;
+    if (topo->has_device_groups) {
+        *collective += topo->device[GROUP_TP].busy_s + topo->device[GROUP_DP].busy_s +
+                       topo->device[GROUP_EMBED].busy_s;
+        *pipeline += topo->device[GROUP_PP].busy_s;
+    }
 }
 
 // split: this rank's (compute, communication, pipeline wait) seconds of the
@@ -606,8 +651,8 @@ void trainer_close(struct trainer *t) {
     if (t->data.has_val) loader_free(&t->data.val_loader);
     loader_free(&t->data.train_loader);
     dataset_close(t->data.ds);
+    topology_free(&t->par.topo); // NCCL communicators before the streams they use
     backend_free(t->m.be);
-    topology_free(&t->par.topo);
     free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
     free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
     free(t);

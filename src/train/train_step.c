@@ -6,6 +6,16 @@
 
 static struct comm_group *real(struct comm_group *g) { return g && g->size > 1 ? g : NULL; }
 
+// The DP or PP group over host memory (the step's scalars: target counts,
+// loss sums), NULL for a group of one rank.
+enum { DP_GROUP, PP_GROUP };
+static struct comm_group *host_group(const struct train_ctx *c, int which) {
+    const struct parallel_groups *g = c->groups;
+    if (!g) return NULL;
+    return real(which == DP_GROUP ? parallel_host_group(g->dp, g->host_dp)
+                                  : parallel_host_group(g->pp, g->host_pp));
+}
+
 // The pipeline executor's view of one step.
 struct pp_step {
     struct model *model;
@@ -104,8 +114,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
                            const int32_t *targets, int n_micro, int B, int T,
                            struct train_step_result *out, struct error *err) {
     struct model *m = c->model;
-    struct comm_group *dp = c->groups ? real(c->groups->dp) : NULL;
-    struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
+    struct comm_group *dp = host_group(c, DP_GROUP), *pp = host_group(c, PP_GROUP);
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
     // The last stage's DP group sums the target count before any backward.
@@ -154,8 +163,7 @@ enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const in
                             int n_micro, int B, int T, double *loss_sum, int64_t *count,
                             struct error *err) {
     struct model *m = c->model;
-    struct comm_group *dp = c->groups ? real(c->groups->dp) : NULL;
-    struct comm_group *pp = c->groups ? real(c->groups->pp) : NULL;
+    struct comm_group *dp = host_group(c, DP_GROUP), *pp = host_group(c, PP_GROUP);
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
     int64_t n = count_targets(m, targets, per_micro * n_micro);

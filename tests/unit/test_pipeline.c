@@ -371,7 +371,7 @@ static int run_threads(int p, int m, int v, int ring) {
         r->g = (struct comm_group){.rank = s, .size = p, .ops = &mock_ops, .impl = &net};
         toy_init(&r->toy, p, s, m, v, N, pipeline_max_in_flight(p, s, m, v));
         r->x = (struct pipeline_exec){p, s, m, v, &r->g, N, DTYPE_FP32, &r->toy, toy_forward,
-                                      toy_backward, NULL, ring, NULL};
+                                      toy_backward, NULL, ring, NULL, NULL};
         r->toy.poll = m % 2 ? &r->x : NULL; // pipeline_poll inside the callbacks
     }
     for (int s = 0; s < p; s++) pthread_create(&th[s], NULL, mock_rank_main, &ranks[s]);

@@ -1,7 +1,7 @@
 // test_topology.c: the pure grid functions (no MPI): rank <-> coord round
 // trips over many layouts, Megatron order properties, group membership
 // against a table written out by hand for (tp, pp, dp) = (2, 2, 2), and the
-// comm_self group and topology_init_self.
+// comm_self group and topology_init_self, device selection.
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -163,6 +163,29 @@ static void test_wrapper_checks(void) {
     }
 }
 
+// The device of a rank: node-local rank modulo the visible devices; before
+// topology_init_device the device-buffer groups are the host (MPI) groups,
+// and comm_self is not stream-ordered (callers synchronize before it).
+static void test_device_of(void) {
+    struct topology topo;
+    topology_init_self(&topo);
+    int want[][3] = {{0, 8, 0}, {7, 8, 7}, {5, 4, 1}, {3, 1, 0}, {2, 3, 2}, {6, 3, 0}};
+    for (int i = 0; i < 6; i++) {
+        topo.local_rank = want[i][0];
+        EXPECT(topology_device_of(&topo, want[i][1]) == want[i][2],
+               "node-local rank %d with %d devices: device %d, expected %d", want[i][0],
+               want[i][1], topology_device_of(&topo, want[i][1]), want[i][2]);
+    }
+    for (int k = 0; k < GROUP_COUNT; k++)
+        EXPECT(topology_device_group(&topo, (enum group_kind)k) ==
+                   topology_group(&topo, (enum group_kind)k),
+               "%s: device group is not the host group before topology_init_device",
+               topology_group_name((enum group_kind)k));
+    EXPECT(!comm_stream_ordered(&topo.tp_group) && !comm_stream_ordered(NULL),
+           "comm_self or NULL claims stream ordering");
+    topology_free(&topo);
+}
+
 int main(void) {
     test_layouts();
     test_table_222();
@@ -170,5 +193,6 @@ int main(void) {
     test_describe();
     test_comm_self();
     test_wrapper_checks();
+    test_device_of();
     return test_finish("test_topology");
 }
