@@ -341,9 +341,12 @@ void pipeline_exec_free(struct pipeline_exec *x) {
 }
 
 // Waits for req (a message of the pp group), calling x->progress meanwhile;
-// the wait counts in the group's busy_s as comm_wait's does.
+// the wait counts in the group's busy_s as comm_wait's does. A stream-ordered
+// group (NCCL) is waited on at once: its transfers move without host calls,
+// and comm_nccl enqueues its deferred sends only in a wait (comm_nccl.h), so
+// two stages testing each other's messages would never see them arrive.
 static void wait_message(const struct pipeline_exec *x, struct comm_request *req) {
-    if (!x->progress) {
+    if (!x->progress || comm_stream_ordered(req->group)) {
         comm_wait(req);
         return;
     }
