@@ -62,7 +62,7 @@ static size_t arena_bytes(struct model *m, struct optimizer *opt) {
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 3;
     int threads = argc > 2 ? atoi(argv[2]) : 0;
-    bool small = getenv("BENCH_SMALL") != NULL;
+    bool small = getenv("BENCH_SMALL") != NULL, dtype_only = getenv("BENCH_DTYPE_ONLY") != NULL;
     struct llama_config cfg = {
         .vocab_size = 32000, .d_model = 768, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12,
         .ffn_dim = 2048, .max_seq_len = 256, .rope_theta = 10000.0, .norm_eps = 1e-5f,
@@ -106,8 +106,12 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 7919) % cfg.vocab_size, targets[i] = (i * 104729) % cfg.vocab_size;
     struct train_step_result r;
+    if (dtype_only) { // BENCH_DTYPE_ONLY=1: the fp32 / bf16 comparison alone
+        optimizer_free(opt);
+        model_free(m);
+        goto dtype;
+    }
     double dt = time_steps(m, opt, &oc, tokens, targets, B, T, steps, &r);
-    double fp32_loss = r.loss;
     // The machine is shared: measure the GEMM rate again after the steps and
     // keep the higher of the two, so that a disturbed first measurement
     // cannot inflate MFU.
@@ -120,12 +124,7 @@ int main(int argc, char **argv) {
     printf("step: %.1f ms, %.0f tokens/s, %.1f GFLOP/s achieved, MFU %.1f%% of measured sgemm "
            "(loss %.3f)\n", dt * 1e3, tps, gflops, 100.0 * gflops / peak, r.loss);
 
-    backend_profile_enable(be, true);
-    train_step(m, opt, &oc, NULL, NULL, steps + 1 > oc.steps - 1 ? oc.steps - 1 : steps + 1, tokens, targets, 1, B, T, &r);
-    printf("per-op time of one step:\n");
-    backend_profile_print(be, stdout);
-    backend_profile_enable(be, false);
-    size_t none_act = mem->activation_bytes, fp32_bytes = arena_bytes(m, opt);
+    size_t none_act = mem->activation_bytes;
     optimizer_free(opt);
     model_free(m);
 
@@ -145,22 +144,64 @@ int main(int argc, char **argv) {
         model_free(m);
     }
 
-    // The same steps in bf16 (recompute none), beside the fp32 ones above.
+dtype:;
+    // The same step in bf16 (recompute none) against fp32, each model on its
+    // own backend (so each has its own per-op profile): after one warm-up
+    // step of each, fp32 and bf16 steps alternate, so that a change in the
+    // shared machine's load hits both alike; the ratio is reported as the
+    // median of the per-pair ratios and as best fp32 over best bf16.
     shard.recompute = RECOMPUTE_NONE;
-    CHECK(!model_init(&m, be, &cfg, &shard, DTYPE_BF16, B, T, 1, &err), "%s", err.msg);
-    CHECK(!optimizer_init(&opt, be, m, &oc, NULL, &err), "%s", err.msg);
-    double bdt = time_steps(m, opt, &oc, tokens, targets, B, T, steps, &r);
-    size_t bf16_bytes = arena_bytes(m, opt);
+    struct backend *bes[2] = {be, backend_cpu_init(threads)};
+    enum dtype dts[2] = {DTYPE_FP32, DTYPE_BF16};
+    struct model *ms[2];
+    struct optimizer *opts[2];
+    double losses[2], best[2] = {1e30, 1e30}, *ratios = malloc(sizeof(double) * steps);
+    for (int d = 0; d < 2; d++) {
+        CHECK(!model_init(&ms[d], bes[d], &cfg, &shard, dts[d], B, T, 1, &err), "%s", err.msg);
+        CHECK(!optimizer_init(&opts[d], bes[d], ms[d], &oc, NULL, &err), "%s", err.msg);
+        train_step(ms[d], opts[d], &oc, NULL, NULL, 0, tokens, targets, 1, B, T, &r); // warm-up
+    }
+    for (int s = 1; s <= steps; s++) {
+        double dts_s[2];
+        for (int d = 0; d < 2; d++) {
+            double t0 = time_now_s();
+            train_step(ms[d], opts[d], &oc, NULL, NULL, s, tokens, targets, 1, B, T, &r);
+            dts_s[d] = time_now_s() - t0;
+            best[d] = MIN(best[d], dts_s[d]);
+            losses[d] = r.loss;
+        }
+        ratios[s - 1] = dts_s[0] / dts_s[1];
+        printf("dtype: pair %d: fp32 %.1f ms, bf16 %.1f ms, ratio %.2fx\n", s, dts_s[0] * 1e3,
+               dts_s[1] * 1e3, ratios[s - 1]);
+    }
+    for (int i = 1; i < steps; i++) // insertion sort for the median
+        for (int j = i; j > 0 && ratios[j] < ratios[j - 1]; j--) {
+            double t = ratios[j]; ratios[j] = ratios[j - 1]; ratios[j - 1] = t;
+        }
+    double median = steps % 2 ? ratios[steps / 2] : 0.5 * (ratios[steps / 2 - 1] + ratios[steps / 2]);
+    size_t bytes[2] = {arena_bytes(ms[0], opts[0]), arena_bytes(ms[1], opts[1])};
     char flags[64];
     bench_cpu_bf16_flags(flags, sizeof flags);
     printf("dtype: cpu bf16 flags: %s; bf16 GEMMs via %s\n", flags,
            ((struct cpu_backend *)be->impl)->bf16_gemm ? "oneDNN" : "FP32 fallback");
-    printf("dtype: fp32 %.1f ms/step %.0f tokens/s arenas %.1f MiB (loss %.3f) | bf16 %.1f ms/step "
-           "%.0f tokens/s arenas %.1f MiB (loss %.3f) | bf16/fp32 speedup %.2fx, memory %.1f%%\n",
-           dt * 1e3, B * T / dt, fp32_bytes / 1048576.0, fp32_loss, bdt * 1e3, B * T / bdt,
-           bf16_bytes / 1048576.0, r.loss, dt / bdt, 100.0 * bf16_bytes / fp32_bytes);
-    optimizer_free(opt);
-    model_free(m);
+    printf("dtype: fp32 best %.1f ms/step %.0f tokens/s arenas %.1f MiB (loss %.3f) | bf16 best "
+           "%.1f ms/step %.0f tokens/s arenas %.1f MiB (loss %.3f) | bf16/fp32 speedup median "
+           "%.2fx of %d pairs, best-of %.2fx, memory %.1f%%\n",
+           best[0] * 1e3, B * T / best[0], bytes[0] / 1048576.0, losses[0], best[1] * 1e3,
+           B * T / best[1], bytes[1] / 1048576.0, losses[1], median, steps, best[0] / best[1],
+           100.0 * bytes[1] / bytes[0]);
+    for (int d = 0; d < 2; d++) {
+        backend_profile_enable(bes[d], true);
+        int s = steps + 1 > oc.steps - 1 ? oc.steps - 1 : steps + 1;
+        train_step(ms[d], opts[d], &oc, NULL, NULL, s, tokens, targets, 1, B, T, &r);
+        backend_profile_enable(bes[d], false);
+        printf("dtype: per-op time of one %s step:\n", dtype_name(dts[d]));
+        backend_profile_print(bes[d], stdout);
+        optimizer_free(opts[d]);
+        model_free(ms[d]);
+    }
+    free(ratios);
+    backend_free(bes[1]);
     free(tokens), free(targets);
     backend_free(be);
     return 0;
