@@ -47,16 +47,16 @@ struct cpu_backend {
     bool bf16_gemm;
     // oneDNN's engine, stream and the matmul primitives created so far, one
     // per shape (struct cpu_dnnl, cpu_matmul.c); NULL until the first BF16
-    // matmul through oneDNN.
+    // matmul through oneDNN, which also sets dnnl_free, called by
+    // cpu_destroy (a pointer, so that cpu_memory.c does not call into
+    // cpu_matmul.c, which calls cpu_scratch: tests/e2e/layering.sh).
     struct cpu_dnnl *dnnl;
+    void (*dnnl_free)(struct cpu_backend *cpu);
 };
 
 // Whether BF16 matmuls can go to oneDNN (cpu_matmul.c): the CPU has
 // AVX512_BF16 and a probe product through oneDNN's BF16 GEMM is right.
 bool cpu_bf16_gemm_available(void);
-
-// Frees cpu->dnnl (cpu_matmul.c); called by cpu_destroy.
-void cpu_dnnl_free(struct cpu_backend *cpu);
 
 // out (M, N) = alpha * op(a) (M, K) @ op(b) (K, N) + beta * out through a
 // oneDNN BF16 matmul primitive, row-major, a stored (K, M) when trans_a, b
@@ -74,7 +74,7 @@ bool cpu_dnnl_matmul_bf16(struct backend *be, void *out, enum dtype out_dtype, c
 // when bytes exceeds every earlier request. Call outside parallel regions.
 void *cpu_scratch(struct backend *be, size_t bytes);
 
-// Memory and lifetime entries of the table (cpu_backend.c), shared by both tables.
+// Memory and lifetime entries of the table (cpu_memory.c), shared by both tables.
 void cpu_destroy(struct backend *be);
 void *cpu_alloc(struct backend *be, size_t bytes);
 void cpu_free(struct backend *be, void *ptr);

@@ -90,7 +90,8 @@ static void dnnl_matmul_destroy(struct cpu_dnnl_matmul *e) {
     e->prim = NULL;
 }
 
-void cpu_dnnl_free(struct cpu_backend *cpu) {
+// cpu->dnnl_free: frees cpu->dnnl.
+static void dnnl_free(struct cpu_backend *cpu) {
     struct cpu_dnnl *d = cpu->dnnl;
     if (!d) return;
     for (int i = 0; i < d->n; i++) dnnl_matmul_destroy(&d->mm[i]);
@@ -153,6 +154,7 @@ bool cpu_dnnl_matmul_bf16(struct backend *be, void *out, enum dtype out_dtype, c
     struct cpu_dnnl *d = cpu->dnnl;
     if (!d) {
         d = cpu->dnnl = xcalloc(1, sizeof *d);
+        cpu->dnnl_free = dnnl_free;
         CHECK_DNNL(dnnl_engine_create(&d->engine, dnnl_cpu, 0));
         CHECK_DNNL(dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags));
     }
