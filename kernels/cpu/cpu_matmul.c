@@ -8,10 +8,11 @@
 //     directly. One primitive per shape, created on first use and kept, with
 //     the backend's scratch as its scratchpad: a step after the first creates
 //     nothing and maps no new pages (oneDNN still mallocs a few bytes of
-//     argument bookkeeping per call, so a BF16 step is not allocation-free;
-//     test_no_alloc checks the FP32 step). Should oneDNN have no primitive for
-//     a shape: dnnl_gemm_bf16bf16f32 into FP32 (which allocates its packing
-//     buffers on every call) and a rounding pass;
+//     argument bookkeeping per call, so a BF16 step is not allocation-free:
+//     test_no_alloc checks that it makes no allocation of 4 KiB or more).
+//     Should oneDNN have no primitive for a shape: dnnl_gemm_bf16bf16f32
+//     into FP32 (which allocates its packing buffers on every call) and a
+//     rounding pass;
 //   - otherwise (FP16, BF16 elsewhere): the operands converted to FP32 in the
 //     backend's scratch (exact) and the FP32 path above.
 #include <cblas.h>
