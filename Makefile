@@ -79,6 +79,10 @@ $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
 CPU_SERIAL_SRC := $(filter-out kernels/cpu/cpu_backend.c kernels/cpu/cpu_memory.c,$(wildcard kernels/cpu/*.c))
 CPU_SERIAL_OBJ := $(CPU_SERIAL_SRC:kernels/cpu/%.c=$(BUILD)/kernels/cpu-serial/%.o)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CPU_SERIAL_OBJ) $(CU_OBJ) $(EMU_OBJ)
+# AdamW's loop vectorizes only without errno for sqrtf; its FMAs are explicit
+# (kernels/cpu/cpu_optim.c).
+$(BUILD)/kernels/cpu/cpu_optim.o $(BUILD)/kernels/cpu-serial/cpu_optim.o: \
+    CFLAGS += -fno-math-errno -ffp-contract=off
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 MPI_SRC   := $(wildcard tests/mpi/*.c)

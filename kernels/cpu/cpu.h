@@ -40,22 +40,41 @@ struct cpu_backend {
     // once it has run with its largest shapes.
     void *scratch;
     size_t scratch_bytes;
-    // BF16 matmuls through oneDNN's dnnl_gemm_bf16bf16f32 (cpu_matmul.c):
-    // set by backend_cpu_init when the CPU has AVX512_BF16 (AMX CPUs have it
-    // too); otherwise, or when cleared (tests of the fallback), BF16 operands
-    // are converted to FP32 for sgemm.
+    // BF16 matmuls through oneDNN's matmul primitive (cpu_matmul.c): set by
+    // backend_cpu_init when the CPU has AVX512_BF16 (AMX CPUs have it too);
+    // otherwise, or when cleared (tests of the fallback), BF16 operands are
+    // converted to FP32 for sgemm.
     bool bf16_gemm;
+    // oneDNN's engine, stream and the matmul primitives created so far, one
+    // per shape (struct cpu_dnnl, cpu_matmul.c); NULL until the first BF16
+    // matmul through oneDNN, which also sets dnnl_free, called by
+    // cpu_destroy (a pointer, so that cpu_memory.c does not call into
+    // cpu_matmul.c, which calls cpu_scratch: tests/e2e/layering.sh).
+    struct cpu_dnnl *dnnl;
+    void (*dnnl_free)(struct cpu_backend *cpu);
 };
 
 // Whether BF16 matmuls can go to oneDNN (cpu_matmul.c): the CPU has
-// AVX512_BF16 and a probe product through dnnl_gemm_bf16bf16f32 is right.
+// AVX512_BF16 and a probe product through oneDNN's BF16 GEMM is right.
 bool cpu_bf16_gemm_available(void);
+
+// out (M, N) = alpha * op(a) (M, K) @ op(b) (K, N) + beta * out through a
+// oneDNN BF16 matmul primitive, row-major, a stored (K, M) when trans_a, b
+// (N, K) when trans_b (as cblas_sgemm): BF16 products summed in FP32, out
+// FP32, or BF16 rounded once (beta * out added in FP32 before the rounding).
+// The primitive of each shape is created on first use and kept (cpu->dnnl);
+// its scratchpad is the backend's scratch. M, N, K > 0. Returns false, having
+// done nothing, when oneDNN has no primitive for the shape (the caller falls
+// back); aborts if executing one fails. Defined once, by the OpenMP build.
+bool cpu_dnnl_matmul_bf16(struct backend *be, void *out, enum dtype out_dtype, const uint16_t *a,
+                          const uint16_t *b, int M, int N, int K, bool trans_a, bool trans_b,
+                          float alpha, float beta);
 
 // Returns backend scratch of at least bytes (64-byte aligned); reallocates only
 // when bytes exceeds every earlier request. Call outside parallel regions.
 void *cpu_scratch(struct backend *be, size_t bytes);
 
-// Memory and lifetime entries of the table (cpu_backend.c), shared by both tables.
+// Memory and lifetime entries of the table (cpu_memory.c), shared by both tables.
 void cpu_destroy(struct backend *be);
 void *cpu_alloc(struct backend *be, size_t bytes);
 void cpu_free(struct backend *be, void *ptr);

@@ -8,6 +8,7 @@
 
 void cpu_destroy(struct backend *be) {
     struct cpu_backend *cpu = be->impl;
+    if (cpu->dnnl_free) cpu->dnnl_free(cpu);
     free(cpu->scratch);
     free(cpu);
     free(be);

@@ -25,11 +25,15 @@ static inline float half_float_of(uint32_t u) {
 
 static inline float bf16_to_f32(uint16_t h) { return half_float_of((uint32_t)h << 16); }
 
+// Branch-free (masks, not a return or a select), so that loops storing BF16
+// vectorize, also those that call a vector math function (GCC's
+// if-conversion gives up on a loop with a call in it).
 static inline uint16_t bf16_from_f32(float f) {
     uint32_t u = half_bits_of(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1);                                            // ties to even
-    return (uint16_t)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;         // ties to even
+    uint32_t nan = (u >> 16) | 0x40;                                  // quiet NaN
+    uint32_t is_nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u); // all ones if NaN
+    return (uint16_t)((nan & is_nan) | (rounded & ~is_nan));
 }
 
 static inline float fp16_to_f32(uint16_t h) {

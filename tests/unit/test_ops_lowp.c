@@ -474,7 +474,7 @@ static void run_all(enum dtype dt) {
 int main(void) {
     be = backend_cpu_init(0);
     printf("bf16 matmul: %s\n", ((struct cpu_backend *)be->impl)->bf16_gemm
-                                    ? "oneDNN dnnl_gemm_bf16bf16f32 (CPU has AVX512_BF16)"
+                                    ? "oneDNN matmul primitives (CPU has AVX512_BF16)"
                                     : "FP32 fallback (no AVX512_BF16 or no oneDNN)");
     test_conversions(DTYPE_BF16);
     test_conversions(DTYPE_FP16);

@@ -13,7 +13,7 @@
 //   LOWP      1 in the BF16/FP16 instantiations, else 0
 //   accreal   the type of long reductions (row sums, means): always double
 //   FN(name)  name_f32, name_f64, name_bf16 or name_fp16, for static functions
-//   EXP LOG SQRT   the math.h function of creal's precision
+//   EXP LOG SQRT FMA   the math.h function of creal's precision
 //   GEMM      cblas_sgemm or cblas_dgemm (FP32/FP64 instantiations only)
 // A .c file defines GENERIC_FILE (a path from the repository root, found
 // through -I., e.g. "kernels/cpu/generic/norm.h"), includes this, then
@@ -36,6 +36,7 @@
 #define EXP expf
 #define LOG logf
 #define SQRT sqrtf
+#define FMA fmaf
 #define GEMM cblas_sgemm
 #include GENERIC_FILE
 #undef real
@@ -47,6 +48,7 @@
 #undef EXP
 #undef LOG
 #undef SQRT
+#undef FMA
 #undef GEMM
 
 #define real double
@@ -58,6 +60,7 @@
 #define EXP exp
 #define LOG log
 #define SQRT sqrt
+#define FMA fma
 #define GEMM cblas_dgemm
 #include GENERIC_FILE
 #undef real
@@ -69,6 +72,7 @@
 #undef EXP
 #undef LOG
 #undef SQRT
+#undef FMA
 #undef GEMM
 
 #ifdef GENERIC_LOWP
@@ -78,6 +82,7 @@
 #define EXP expf
 #define LOG logf
 #define SQRT sqrtf
+#define FMA fmaf
 
 #define LD(x) bf16_to_f32(x)
 #define ST(v) bf16_from_f32((float)(v))
@@ -101,6 +106,7 @@
 #undef EXP
 #undef LOG
 #undef SQRT
+#undef FMA
 #endif
 
 #undef accreal

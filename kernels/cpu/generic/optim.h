@@ -14,16 +14,20 @@
 static void FN(adamw)(creal *w, real *copy, const creal *grad, creal *m, creal *v, size_t n,
                       double lr, double beta1, double beta2, double eps, double weight_decay,
                       double grad_scale, int step) {
-    creal decay = (creal)(1 - lr * weight_decay);
+    creal decay = (creal)fma(-lr, weight_decay, 1); // 1 - lr * weight_decay
     creal step_size = (creal)(lr / (1 - pow(beta1, step)));
     creal bc2_sqrt = (creal)sqrt(1 - pow(beta2, step));
     creal b1 = (creal)beta1, b2 = (creal)beta2, gs = (creal)grad_scale, e = (creal)eps;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
+        // cpu_optim.c is built without FMA contraction: the fused
+        // multiply-adds are these explicit ones, the same in the vectorized
+        // loop and its scalar remainder (those GCC's contraction chose when
+        // the loop was scalar: the results did not change).
         creal g = grad[i] * gs;
         creal wi = w[i] * decay;
-        creal mi = b1 * m[i] + (1 - b1) * g;
-        creal vi = b2 * v[i] + (1 - b2) * g * g;
+        creal mi = FMA(b1, m[i], (1 - b1) * g);
+        creal vi = FMA(b2, v[i], (1 - b2) * g * g);
         wi -= step_size * mi / (SQRT(vi) / bc2_sqrt + e);
         m[i] = mi;
         v[i] = vi;
@@ -44,7 +48,7 @@ static double FN(sum_squares)(const real *x, size_t n) {
         size_t lo = n * t / used, hi = n * (t + 1) / used;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = lo; i < hi; i++) s += (double)LD(x[i]) * LD(x[i]);
+        for (size_t i = lo; i < hi; i++) s = fma((double)LD(x[i]), LD(x[i]), s);
         part[t] = s;
         if (t == 0)
             for (int u = used; u < nt; u++) part[u] = 0; // fewer threads than asked for
