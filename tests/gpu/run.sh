@@ -24,12 +24,14 @@
 #                       on one GPU need NCCL >= 2.30 with
 #                       NCCL_MULTI_RANK_GPU_ENABLE=1 (older NCCL refuses a
 #                       communicator with two ranks on one device, "Duplicate GPU
-#                       detected"); otherwise both SKIP, saying so;
+#                       detected"); otherwise train2_dp runs once and SKIPs
+#                       quoting NCCL's refusal (a 45 s limit), train2_tp SKIPs;
 #   5. train124_gpu     20 steps of configs/gpt2-small.ini (GPT-2 small's block
 #                       shapes, 91M parameters) in bf16 on the GPU, against
 #      train124_cpu     the same 20 steps in fp32 on the CPU backend (same
 #                       binary, data, seed; run in the background during steps
-#                       2-4): loss within 2e-2 relative at every step, and both
+#                       2-4): loss within 2e-2 relative at every step (1e-2 at
+#                       step 1), grad norm within 5e-2, and both
 #                       curves falling (by 4% or more);
 #   6. plan_1b          trident plan configs/llama-1b.ini fits the device
 #                       memory (plan total <= 90% of it);
@@ -431,7 +433,15 @@ TINY=(train.steps=10 train.warmup_steps=2 precision.dtype=fp32 "${EMU_TINY[@]}")
 train2_cpu() { train cpu 1 train2_cpu configs/tiny.ini parallel.dp=1 system.threads="$1" "${TINY[@]}"; }
 train2() {
     local name=$1; shift
-    train cuda 2 "$name" configs/tiny.ini system.threads=1 "$@" "${TINY[@]}" || return 1
+    if ! NCCL_DEBUG=${NCCL_DEBUG:-WARN} train cuda 2 "$name" configs/tiny.ini system.threads=1 "$@" "${TINY[@]}"; then
+        # NCCL before 2.30 (or without NCCL_MULTI_RANK_GPU_ENABLE) refuses two ranks on one GPU
+        if [ "$SHARED_OK" != 1 ] &&
+            grep -qiE "Duplicate GPU|ncclInvalidUsage|invalid usage|same GPU" "$OUT/$name.log"; then
+            echo "skip: NCCL refused two ranks on one GPU: $(grep -m1 -ioE "(Duplicate GPU|invalid usage|Multiple Ranks)[^;]{0,80}" "$OUT/$name.log")"
+            return 77
+        fi
+        return 1
+    fi
     grep -m1 -E "communication|NCCL" "$OUT/$name.log" | sed 's/^/result: banner: /'
     compare "$RUNS/train2_cpu" "$RUNS/$name" 10 1e-5 1e-5
 }
@@ -452,6 +462,8 @@ train124() {
     train "$dev" 1 "train124_$dev" configs/gpt2-small.ini precision.dtype="$dtype" \
         system.threads="$threads" "${R124[@]}" || return 1
     curve "$RUNS/train124_$dev" | awk '$1 == 1 || $1 % 5 == 0 { printf "step %2d loss %s grad norm %s %s tok/s\n", $1, $2, $3, $4 }'
+    curve "$RUNS/train124_$dev" | awk -v d="$dev $dtype" '$1 >= 5 { n++; t += $4; ms += $6 }
+        END { if (n) printf "result: %s: mean of steps 5-20: %.0f tokens/s, %.1f ms/step\n", d, t / n, 1e3 * ms / n }'
 }
 export -f train124
 bg_pid=""
@@ -462,16 +474,19 @@ if wanted train124; then
     bg_pid=$!
 fi
 
-if [ "$SHARED_OK" = 1 ]; then
-    step train2_cpu 90 train2_cpu_s "$((JOBS > 4 ? 4 : JOBS))"
-    if [ $? -eq 0 ]; then
-        step train2_dp 90 train2_s train2_dp parallel.dp=2
-        step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1
-    else
-        skip_step train2_dp "no CPU reference"; skip_step train2_tp "no CPU reference"
-    fi
+# Where NCCL is expected to refuse (one GPU, NCCL < 2.30), train2_dp still
+# runs, once: its log holds NCCL's answer, and the step SKIPs quoting it.
+export SHARED_OK
+step train2_cpu 90 train2_cpu_s "$((JOBS > 4 ? 4 : JOBS))"
+if [ $? -eq 0 ]; then
+    step train2_dp $([ "$SHARED_OK" = 1 ] && echo 90 || echo 45) train2_s train2_dp parallel.dp=2
+    case $? in
+        0) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
+        77) skip_step train2_tp "as train2_dp" ;;
+        *) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
+    esac
 else
-    for s in train2_cpu train2_dp train2_tp; do skip_step $s "$SHARED_WHY"; done
+    skip_step train2_dp "no CPU reference"; skip_step train2_tp "no CPU reference"
 fi
 
 # ---- 5. the 124M run on the device, compared --------------------------------------------------
@@ -481,6 +496,7 @@ if [ -n "$bg_pid" ]; then
     grep -q "^train124_cpu ok" "$SUMMARY" || FAILED=1
     cmp124() {
         compare "$RUNS/train124_cpu" "$RUNS/train124_cuda" 20 2e-2 1e-2 2 || return 1
+        compare "$RUNS/train124_cpu" "$RUNS/train124_cuda" 20 5e-2 5e-2 3 || return 1
         falls "$RUNS/train124_cpu" 20 0.04 && falls "$RUNS/train124_cuda" 20 0.04
     }
     export -f cmp124
