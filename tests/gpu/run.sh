@@ -116,7 +116,7 @@ step() {
     local secs=$(($(date +%s) - start)) status why
     case $rc in
         0) status=ok ;;
-        77) why=$(sed -n 's/^skip: //p' "$OUT/$name.log" | head -n1)
+        77) why=$(sed -n 's/^skip: //p; s/^skipped: //p' "$OUT/$name.log" | head -n1)
             status="SKIP(${why:-exit 77})" ;;
         124 | 137) status="TIMEOUT(${limit}s)" ;;
         *) status="FAIL($rc)" ;;
@@ -141,6 +141,9 @@ if [ "$MODE" = gpu ]; then
     NGPU=$(nvidia-smi -L | grep -c '^GPU' || true)
     [ -x "$CUDA_HOME/bin/nvcc" ] || { note "nvcc FAIL(missing $CUDA_HOME/bin/nvcc)"; exit 1; }
     note "nvcc $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([^,]*\),.*/\1/p')"
+    nccl_h=$CUDA_HOME/include/nccl.h
+    [ -f "$nccl_h" ] || nccl_h=/usr/include/nccl.h
+    note "nccl.h $(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' "$nccl_h" 2>/dev/null | paste -sd. -) ($nccl_h)"
 else
     GPU_NAME="emulated (tests/cuda_emu, $TRIDENT_EMU_DEVICES device)"
     GPU_MIB=134468 # 141 GB, the H200's, for the plan check
@@ -379,6 +382,10 @@ ops() {
 }
 export -f ops
 step test_ops_cuda 120 ops
+if [ $? -eq 77 ] && [ "$MODE" = gpu ]; then
+    note "test_ops_cuda: the GPU machine's build sees no device: FAIL"
+    FAILED=1
+fi
 
 if [ "$MODE" = emu ]; then
     skip_step attention_cudnn "emulation: tests/cuda_emu/cudnn.h has no engines; cuda_emulated.sh checks auto's fallback"
@@ -405,9 +412,9 @@ if [ "$MODE" = emu ]; then
 elif [ "$NGPU" -ge 2 ]; then
     SHARED_OK=1 SHARED_WHY="$NGPU GPUs: one rank each"
 else
-    code=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$CUDA_HOME/include/nccl.h" 2>/dev/null | head -n1)
-    major=$(sed -n 's/^#define NCCL_MAJOR \([0-9]*\).*/\1/p' "$CUDA_HOME/include/nccl.h" 2>/dev/null | head -n1)
-    minor=$(sed -n 's/^#define NCCL_MINOR \([0-9]*\).*/\1/p' "$CUDA_HOME/include/nccl.h" 2>/dev/null | head -n1)
+    code=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
+    major=$(sed -n 's/^#define NCCL_MAJOR \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
+    minor=$(sed -n 's/^#define NCCL_MINOR \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
     ver="${major:-?}.${minor:-?}"
     if [ "${code:-0}" -ge 23000 ] || [ "${FORCE_SHARED_GPU:-0}" = 1 ]; then
         export NCCL_MULTI_RANK_GPU_ENABLE=1
@@ -416,7 +423,7 @@ else
         SHARED_WHY="one GPU and NCCL $ver (< 2.30) refuses two ranks on one device (Duplicate GPU detected); FORCE_SHARED_GPU=1 tries anyway"
     fi
 fi
-note "nccl: two ranks $([ $SHARED_OK = 1 ] && echo run || echo SKIP): $SHARED_WHY"
+note "nccl: two ranks on the device(s): $([ $SHARED_OK = 1 ] && echo "expected to work" || echo "expected to be refused"): $SHARED_WHY"
 # test_comm_nccl demands one rank per device (its own check), even where NCCL would share.
 NP_COMM=$((NGPU < 2 ? 1 : (NGPU > 8 ? 8 : NGPU)))
 comm() {
@@ -567,12 +574,12 @@ fi
     echo "## GPU: $GPU_NAME ($(date -u +%F))"
     echo
     [ "$MODE" = emu ] && echo "DRY RUN through the emulation (DRY_RUN=emu, shrunk models): checks the script, not the device; no number below is a GPU's." && echo
-    echo "tests/gpu/run.sh on $(hostname), $JOBS cores$( [ "$MODE" = gpu ] && echo ", driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1), CUDA $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([^,]*\),.*/\1/p')")$(sed -n 's/.*NCCL version \([^ ]*\).*/, NCCL \1/p' "$OUT/comm_nccl.log" 2>/dev/null | head -n1):"
+    echo "tests/gpu/run.sh on $(hostname), $JOBS cores$( [ "$MODE" = gpu ] && echo ", driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1), CUDA $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([^,]*\),.*/\1/p')")$(sed -n 's/^nccl.h \([^ ]*\).*/, NCCL \1 (nccl.h)/p' "$SUMMARY" | head -n1)$(sed -n 's/.*NCCL version \([^ ]*\).*/, NCCL \1 (runtime)/p' "$OUT/comm_nccl.log" 2>/dev/null | head -n1):"
     echo
     echo "| step | status | result |"
     echo "| --- | --- | --- |"
     awk '/^    / { sub(/^    /, ""); r = r (r ? "; " : "") $0; next }
-         NF >= 3 && $0 !~ /^(run.sh|gpu|nvcc|nccl:|data:|result) / { if (name) print "| " name " | " st " | " r " |"; name = $1; st = substr($0, length($1) + 2); r = "" }
+         NF >= 3 && $0 !~ /^(run.sh|gpu|nvcc|nccl:|nccl.h|data:|result|test_ops_cuda:) / { if (name) print "| " name " | " st " | " r " |"; name = $1; st = substr($0, length($1) + 2); r = "" }
          END { if (name) print "| " name " | " st " | " r " |" }' "$SUMMARY"
     echo
     echo "Configs: configs/tiny.ini (train2_*: 10 fp32 steps, 1e-5), configs/gpt2-small.ini (train124_*: 20 steps, seq 512, 4 sequences a step, bf16 GPU vs fp32 CPU, 2e-2), configs/llama-1b.ini (throughput_1b: 1.09B parameters, 8 x 2048 tokens a microbatch, 2 a step, bf16, peak 989 TFLOP/s)."
