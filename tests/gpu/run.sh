@@ -47,6 +47,7 @@
 #                       docs/performance.md (date, device, numbers).
 #
 # Environment: OUT (default /tmp/trident-gpu-out), PREFIX (/tmp/trident-prefix),
+# RUNS (the runs' folders: /tmp/trident-gpu-runs), USE_PREFIX=0 (dry run: no unpack),
 # CUDA_HOME (/usr/local/cuda), BUDGET_S (seconds for the whole run: 420),
 # STEPS (a rerun of some steps only, e.g. STEPS="train124 throughput_1b";
 # step names or their prefixes; the unpack and the build always run, and the
@@ -83,8 +84,8 @@ fi
 START=$(date +%s)
 DEADLINE=$((START + ${BUDGET_S:-$DEFAULT_BUDGET}))
 JOBS=$(nproc 2>/dev/null || echo 8)
-SHARDS=$ROOT/data/kjv-shards
-RUNS=/tmp/trident-gpu-runs
+SHARDS=${SHARDS:-$ROOT/data/kjv-shards}
+RUNS=${RUNS:-/tmp/trident-gpu-runs}
 mkdir -p "$OUT" "$RUNS"
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -192,9 +193,9 @@ export -f unpack
 export ROOT OUT PREFIX CUDA_HOME BUILD JOBS MODE SHARDS RUNS
 
 use_prefix=1
-if [ "$MODE" = emu ] && ! ls tests/gpu/debs/*.deb >/dev/null 2>&1; then
+if [ "$MODE" = emu ] && { [ "${USE_PREFIX:-1}" = 0 ] || ! ls tests/gpu/debs/*.deb >/dev/null 2>&1; }; then
     use_prefix=0
-    note "unpack SKIP(dry run without tests/gpu/debs: the system's packages) 0s"
+    note "unpack SKIP(dry run without tests/gpu/debs or with USE_PREFIX=0: the system's packages) 0s"
 else
     if [ -n "$ONLY" ] && [ -f "$PREFIX/.unpacked" ]; then
         note "unpack SKIP(a rerun: $PREFIX is there) 0s"
@@ -229,7 +230,9 @@ build() {
     pkg-config --exists hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash ||
         { echo "pkg-config cannot find every package:"; cat "$OUT/env.log"; return 1; }
     if [ "$MODE" = emu ]; then
-        make -j"$JOBS" EMU=1 BUILD="$BUILD" all || return 1
+        # what the dry run runs (bench_cuda is skipped there)
+        make -j"$JOBS" EMU=1 BUILD="$BUILD" "$BUILD/trident" "$BUILD/tests/test_ops_cuda" \
+            "$BUILD/mpi/test_comm_nccl" || return 1
     else
         # only the device's architecture (half the nvcc time of sm_80 + sm_90)
         local cc archs=()
@@ -473,8 +476,8 @@ train124() {
     train "$dev" 1 "train124_$dev" configs/gpt2-small.ini precision.dtype="$dtype" \
         system.threads="$threads" "${R124[@]}" || return 1
     curve "$RUNS/train124_$dev" | awk '$1 == 1 || $1 % 5 == 0 { printf "step %2d loss %s grad norm %s %s tok/s\n", $1, $2, $3, $4 }'
-    curve "$RUNS/train124_$dev" | awk -v d="$dev $dtype" '$1 >= 5 { n++; t += $4; ms += $6 }
-        END { if (n) printf "result: %s: mean of steps 5-20: %.0f tokens/s, %.1f ms/step\n", d, t / n, 1e3 * ms / n }'
+    curve "$RUNS/train124_$dev" | awk -v d="$dev $dtype" '$1 >= 5 { n++; ms += $6; tok = $4 * $6 }
+        END { if (n) printf "result: %s: steps 5-20: %.1f ms/step, %.0f tokens/s\n", d, 1e3 * ms / n, tok * n / ms }'
 }
 export -f train124
 bg_pid=""
@@ -557,7 +560,7 @@ throughput() {
             here = fpt * t / (peak * 1e12)
             printf "result: %d steps (from step %d): median %.0f tokens/s, %.1f ms/step, MFU %.2f%% (trainer), %.2f%% (here: %.4g FLOP/token x tokens/s / %g TFLOP/s)%s\n", n, from, t, s, 100 * m, 100 * here, fpt, peak, mode == "emu" ? " [emulated, peak set to the emulation: not performance]" : ""
             agree = (m > 0 && (here - m) / m < 0.02 && (m - here) / m < 0.02)
-            printf "result: matmul parameters %.4g; the two MFUs %s; goal MFU 45%%: %s\n", P, agree ? "agree (2%)" : "DISAGREE: FAIL", (100 * here >= 45) ? "met" : "not met"
+            printf "result: matmul parameters %.4g; the two MFUs %s; goal MFU 45%%: %s\n", P, agree ? "agree (2%)" : "DISAGREE: FAIL", mode == "emu" ? "n/a (emulated)" : (100 * here >= 45) ? "met" : "not met"
             exit !agree
         }' || return 1
     grep -m2 -iE "attention|cudnn" "$OUT/throughput_1b.log" | sed 's/^/result: log: /'
