@@ -493,7 +493,7 @@ fi
 export SHARED_OK
 step train2_cpu 90 train2_cpu_s "$((JOBS > 4 ? 4 : JOBS))"
 if [ $? -eq 0 ]; then
-    step train2_dp $([ "$SHARED_OK" = 1 ] && echo 90 || echo 45) train2_s train2_dp parallel.dp=2
+    step train2_dp "$([ "$SHARED_OK" = 1 ] && echo 90 || echo 45)" train2_s train2_dp parallel.dp=2
     case $? in
         0) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
         77) skip_step train2_tp "as train2_dp" ;;
