@@ -242,6 +242,10 @@ build() {
         ldd "$BUILD/trident" | grep -E "cudnn|cublasLt|nccl" | awk '{print "result: links " $1}'
         ldd "$BUILD/trident" | grep "not found" && return 1
     fi
+    # with the prefix, only the base libraries (libc6, libgcc-s1, libstdc++6)
+    # and CUDA_HOME's may resolve outside it
+    [ -n "${OPAL_PREFIX:-}" ] && echo "result: trident's libraries from outside the prefix:" \
+        "$(ldd "$BUILD/trident" | awk -v p="$PREFIX" '/=> \// && index($3, p) != 1 { print $1 }' | paste -sd' ' -)"
     local w
     w=$(grep -ciE "warning" "$OUT/build.log")
     echo "result: $w warnings"
