@@ -10,7 +10,9 @@
 #     base libraries any machine that runs nvcc has (libc6, libgcc-s1,
 #     libstdc++6).
 # run.sh unpacks them with dpkg -x into a prefix under /tmp. Needs a build
-# (make) first, for the ldd walk. Prints the total size: the device tool
+# first, for the ldd walk (any of make, make EMU=1 BUILD=build-emu or make
+# CUDA=1 BUILD=build-cuda: they link the same Debian libraries; BUILD= says
+# which). Prints the total size: the device tool
 # carries at most 64 MiB of ignored files.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,16 +24,19 @@ dev=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev libinih-dev libopenbl
      libpcre2-dev libjansson-dev libxxhash-dev pkgconf pkgconf-bin libpkgconf3 zlib1g-dev)
 skip=" libc6 libgcc-s1 libstdc++6 "
 
-# The package owning a file, trying the merged-/usr spellings of its path.
+# The package owning a file, trying the merged-/usr spellings of its path
+# (ldd says /lib/x86_64-linux-gnu/..., dpkg knows /usr/lib/...; alternatives
+# such as libopenblas.so.0 resolve through readlink -f). Empty when none.
 owner() {
-    local p=$1 q
+    local p=$1 q r
     for q in "$p" "$(readlink -f "$p")" "/usr${p#/usr}" "${p#/usr}"; do
-        dpkg -S "$q" 2>/dev/null | head -n1 | cut -d: -f1 && return 0
+        r=$(dpkg -S "$q" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+        [ -n "$r" ] && { echo "$r"; return 0; }
     done
     return 0
 }
 
-mapfile -t objs < <(ls "$BUILD/trident" "$BUILD"/tests/test_* /usr/bin/orterun /usr/bin/orted \
+mapfile -t objs < <(ls "$BUILD/trident" "$BUILD"/tests/test_* "$BUILD"/mpi/test_* /usr/bin/orterun /usr/bin/orted \
     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so \
     2>/dev/null)
 declare -A pkgs=()
@@ -39,8 +44,15 @@ for p in "${dev[@]}"; do pkgs[$p]=1; done
 while read -r lib; do
     [ -n "$lib" ] || continue
     p=$(owner "$lib")
+    case "$p:$lib" in
+        :/usr/local/cuda*) ;; # the GPU machine's CUDA toolkit, cuDNN and NCCL
+        :*) echo "prepare: WARNING: no package owns $lib (linked by a binary)" >&2 ;;
+    esac
     [ -n "$p" ] && [[ "$skip" != *" $p "* ]] && pkgs[$p]=1
-done < <(for o in "${objs[@]}"; do ldd "$o" 2>/dev/null | awk '/=> \//{print $3}'; done | sort -u)
+done < <(for o in "${objs[@]}"; do # (set -e holds in here: a .d file must not end the walk)
+             case $o in *.d) continue ;; esac
+             ldd "$o" 2>/dev/null | awk '/=> \//{print $3}' || true
+         done | sort -u)
 for o in /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_btl_vader.so \
          /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_prm_default.so; do
     p=$(owner "$o"); [ -n "$p" ] && pkgs[$p]=1 # the plugins' own packages
