@@ -2,7 +2,7 @@
 # cuda_build.sh: `make CUDA=1` compiles and links the CUDA backend (nvcc for
 # sm_80 and sm_90, cuBLASLt, cuDNN, NCCL) from scratch into a separate BUILD
 # dir with no warning at all; `ldd BUILD-cuda/trident` lists libcudnn and
-# libcublasLt (and libnccl once the trainer calls NCCL); test_ops_cuda of that build runs (it skips
+# libcublasLt and libnccl; test_ops_cuda of that build runs (it skips
 # without a device, exit 77, and must not fail); the CPU-only build's binary
 # does not link the CUDA runtime. Skips (77) when nvcc is missing.
 # Takes ~1 minute on 2 cores.
@@ -33,17 +33,11 @@ if command -v "$CUDA_HOME/bin/cuobjdump" >/dev/null; then
         grep -q "$sm" <<<"$archs" || { echo "FAIL: cuda_norm.o has no $sm code"; fail=1; }
     done
 fi
-# The trainer calls cuDNN (fused attention) and cuBLASLt (matmul): the linker
-# (--as-needed) must keep both (issue 12, acceptance 2). libnccl: required as
-# soon as the trainer links comm_nccl.c's code (an NCCL symbol in trident);
-# until the trainer uses NCCL the linker rightly drops it, and this says so.
+# The trainer calls cuDNN (fused attention), cuBLASLt (matmul) and NCCL (the
+# device groups of a multi-rank run): the linker (--as-needed) must keep all
+# three (issue 12, acceptance 2).
 trident_libs=$(ldd "$OUT/trident" 2>&1 || true)
-want=(libcudnn libcublasLt)
-if nm -u "$OUT/trident" 2>/dev/null | grep -q " ncclAllReduce"; then
-    want+=(libnccl)
-else
-    echo "note: $OUT/trident has no NCCL call yet (comm_nccl.c is not reached from the trainer): libnccl not required"
-fi
+want=(libcudnn libcublasLt libnccl)
 for lib in "${want[@]}"; do
     grep -q "$lib\." <<<"$trident_libs" || { echo "FAIL: ldd $OUT/trident does not list $lib"; fail=1; }
 done
