@@ -163,6 +163,8 @@ static bool present(const struct cache *c, int i) {
     return stat(path, &st) == 0 && (uint64_t)st.st_size == c->shards[i].bytes;
 }
 
+bool cache_published(const struct cache *c, int i) { return present(c, i); }
+
 bool cache_acquire(struct cache *c, int i, char *path, size_t cap) {
     if (!present(c, i)) return false;
     snprintf(path, cap, "%s/%s", c->dir, c->shards[i].file);
@@ -342,7 +344,14 @@ void cache_want(struct cache *c, const int *shards, int n) {
         CHECK(pthread_create(&c->thread, NULL, stager_main, c) == 0, "cannot start the stager thread");
         c->started = true;
     }
-    pthread_cond_signal(&c->cv);
+    // Wake the stager only when the window holds work: a thread woken every
+    // step costs the reader a preemption on a loaded node (~1 ms measured).
+    bool work = false;
+    for (int k = 0; k < c->n_want && k < c->prefetch + 1 && !work; k++) {
+        const struct cache_shard *sh = &c->shards[c->want[k]];
+        work = !sh->hot && !sh->failed && (int64_t)sh->bytes <= c->budget;
+    }
+    if (work) pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 

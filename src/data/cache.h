@@ -60,6 +60,10 @@ void cache_close(struct cache *c);
 bool cache_acquire(struct cache *c, int i, char *path, size_t cap);
 void cache_release(struct cache *c, int i);
 
+// True when shard i has a published hot copy now (one stat(2)): a reader
+// that has the shard open on the cold tier switches to it.
+bool cache_published(const struct cache *c, int i);
+
 // The shards the next reads need, in order of first need (n of them,
 // duplicates allowed): replaces the stager's list. No-op when not a stager.
 void cache_want(struct cache *c, const int *shards, int n);

@@ -231,7 +231,11 @@ enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, str
     struct dataset_shard *sh = &ds->shards[i];
     sh->last_use = ++ds->clock;
     *out = &sh->h5;
-    if (sh->h5.file >= 0) return STATUS_OK;
+    if (sh->h5.file >= 0 && (sh->hot || !ds->cache || !cache_published(ds->cache, i))) return STATUS_OK;
+    if (sh->h5.file >= 0) { // open on the cold tier and staged since: move to the hot copy
+        shard_close(&sh->h5);
+        ds->n_open--;
+    }
     if (ds->n_open >= DATASET_OPEN_MAX) close_lru(ds, i);
     char path[8400];
     enum status s = STATUS_RUNTIME;
