@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,8 +112,9 @@ static void remove_stale_temps(const char *dir) {
         const char *dot = e->d_name + len - 5;
         while (dot > e->d_name && *dot != '.') dot--;
         long pid = strtol(dot + 1, NULL, 10);
-        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
         char path[4500];
+        snprintf(path, sizeof path, "/proc/%ld", pid); // Linux: the process is alive
+        if (pid > 0 && access(path, F_OK) == 0) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         unlink(path);
     }
