@@ -246,9 +246,10 @@ enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, str
             ds->n_open++;
             return STATUS_OK;
         }
+        // A hot copy that was evicted between the look and the open, or that
+        // fails to read: the cold tier has the shard, and its full check
+        // (checksum included) says whether the data itself is bad.
         cache_release(ds->cache, i);
-        if (s == STATUS_BAD_INPUT) return s;
-        // A hot copy that vanished or failed to read: the cold tier has it.
     }
     snprintf(path, sizeof path, "%s/%s", ds->dir, sh->entry.file);
     long backoff = CACHE_COLD_BACKOFF_MS;

@@ -640,6 +640,12 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             printf(", %d steps skipped (non-finite loss or grad norm)", t->progress.skipped_steps);
         printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
                model_slots_used(t->m.model), t->m.n_slots, d->accum);
+        if (d->ds->cache) {
+            int64_t staged, evicted, failed;
+            cache_counts(d->ds->cache, &staged, &evicted, &failed);
+            printf("hot tier (rank 0's stager): %lld shards staged, %lld evicted, %lld failed\n",
+                   (long long)staged, (long long)evicted, (long long)failed);
+        }
     }
     log_closing(t, out, "completed", tokens_seen, total, best_val);
     return STATUS_OK;
