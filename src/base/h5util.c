@@ -43,3 +43,19 @@ bool h5util_read_attr_str(hid_t loc, const char *name, char *out, size_t cap) {
 }
 
 void h5util_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+hid_t h5util_fapl(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0) return H5P_DEFAULT;
+    // use_file_locking = false: no flock/fcntl call at all; ignore_when_disabled
+    // = true matters only if an environment setting turns locking back on.
+    if (H5Pset_file_locking(fapl, false, true) < 0) {
+        H5Pclose(fapl);
+        return H5P_DEFAULT;
+    }
+    return fapl;
+}
+
+void h5util_fapl_close(hid_t fapl) {
+    if (fapl != H5P_DEFAULT) H5Pclose(fapl);
+}

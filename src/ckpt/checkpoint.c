@@ -127,7 +127,9 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     enum status st = durable_point("h5_create", path, true, err);
     if (st) return st;
     h5util_quiet();
-    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t fapl = h5util_fapl();
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    h5util_fapl_close(fapl);
     if (file < 0) return error_set(err, STATUS_RUNTIME, "%s: cannot create HDF5 file", path);
     int version = CKPT_FORMAT_VERSION;
     int64_t step = a->step, rank = a->rank;

@@ -317,7 +317,9 @@ static enum status open_files(struct ckpt_reader *rd, struct manifest_file *file
             return error_set(err, STATUS_BAD_INPUT, "%s: checksum %s, manifest.ini says "
                              "xxh3-64:%016llx (the file is corrupt)", path, sum,
                              (unsigned long long)files[r].xxh3);
-        rd->files[r] = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t fapl = h5util_fapl();
+        rd->files[r] = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+        h5util_fapl_close(fapl);
         if (rd->files[r] < 0)
             return error_set(err, STATUS_BAD_INPUT, "%s: not an HDF5 file", path);
         if ((st = read_piece_table(rd, r, path, &cap, err))) return st;

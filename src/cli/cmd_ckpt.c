@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/h5util.h"
 #include "ckpt/checkpoint.h"
 #include "cli.h"
 
@@ -49,7 +50,9 @@ static enum status export_params(struct ckpt_reader *r, const char *out, struct 
     if (access(out, F_OK) == 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: exists; export writes a new file (remove it "
                          "or choose another name)", out);
-    hid_t f = H5Fcreate(out, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t fapl = h5util_fapl();
+    hid_t f = H5Fcreate(out, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    h5util_fapl_close(fapl);
     if (f < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot create the HDF5 file", out);
     enum status st = STATUS_OK;
     int n = checkpoint_n_pieces(r), written = 0;

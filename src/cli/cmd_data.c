@@ -1,7 +1,7 @@
 // cmd_data.c: `trident data-check DIR --seq-len N [--vocab-size V]
 // [--tokenizer FILE | --tokenizer-id ID]`: a hidden debugging subcommand that
-// opens a dataset exactly as training does (dataset_open validates every
-// shard) and prints a summary.
+// opens a dataset as training does and validates every shard at once (what
+// training does on each shard's first read) and prints a summary.
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
@@ -58,6 +58,11 @@ int cmd_data_check(int argc, char **argv) {
     struct dataset *ds = NULL;
     enum status st = dataset_open(dir, seq_len, vocab, tok_id, &ds, &err);
     if (tok) tokenizer_free(tok);
+    // dataset_open checks shard by shard lazily; data-check reads them all now.
+    if (!st && (st = dataset_validate_all(ds, &err))) {
+        dataset_close(ds);
+        ds = NULL;
+    }
     if (st) {
         fprintf(stderr, "trident data-check: %s\n", err.msg);
         return st;

@@ -126,12 +126,15 @@ const struct config_key config_keys[] = {
              "tokenizer.json of the dataset (its identity must match index.ini; checked before "
              "training), used to decode samples; unset: <path>/tokenizer.json when present"),
     KEY_PATH("data", "cache_dir", data.cache_dir, "", CONFIG_OPTIONAL,
-             "hot-tier folder (local NVMe) to stage shards into; not in this build yet: setting "
-             "it is refused; unset: read from path"),
+             "hot-tier folder (local NVMe): node-local rank 0 stages shards from path into "
+             "cache_dir/<index.ini hash>/ ahead of the loader; readers use a staged copy when "
+             "there is one; unset: read from path"),
     KEY_SIZE("data", "cache_bytes", data.cache_bytes, "4G", 1, NOMAX,
-             "hot-tier budget (with cache_dir, not in this build yet)"),
+             "hot-tier budget: bytes of shards one stager keeps in cache_dir, least recently "
+             "used evicted first (with cache_dir)"),
     KEY_INT("data", "prefetch_shards", data.prefetch_shards, "2", 0, INT_MAX, "shards",
-            "shards staged ahead of the reader (with cache_dir, not in this build yet)"),
+            "shards staged ahead of the one being read, in the order the next global batches "
+            "need them; with the global shuffle, cover a few batches' shards (with cache_dir)"),
 
     // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, INT_MAX, "ranks", "tensor-parallel size"),

@@ -1,38 +1,43 @@
-// dataset.c: open a dataset folder and validate every shard before training
-// (docs/design.md §6, §8: bad data is found before the first step).
+// dataset.c: open a dataset folder in O(shards) and validate each shard on
+// its first read, before any of its tokens are served (docs/design.md §6, §8:
+// bad data is refused before it is trained on).
 #include "dataset.h"
 
 #include "base/checksum.h"
+#include "cache.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 // Tokens per read while scanning ids against the vocabulary.
 #define DATASET_SCAN_TOKENS (1 << 20)
 
-// Checks one shard against its index entry and the dataset attributes; scans
-// every token id. buf/ids/memspace: (DATASET_SCAN_TOKENS,) scratch.
-static enum status validate_shard(struct dataset *ds, int i, const char *path, void *buf, int32_t *ids,
-                                  hid_t memspace, struct error *err) {
-    const struct index *ix = &ds->index;
-    struct dataset_shard *sh = &ds->shards[i];
-    const struct index_shard *e = &sh->entry;
+// The cheap check of dataset_open: shard i's file at path exists with the
+// size index.ini records.
+static enum status check_shard_file(struct dataset *ds, int i, const char *path, struct error *err) {
     struct stat st;
     if (stat(path, &st) != 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: shard listed in %s/index.ini as [shard-%05d] is missing",
                          path, ds->dir, i);
-    if ((uint64_t)st.st_size != e->bytes)
+    if ((uint64_t)st.st_size != ds->shards[i].entry.bytes)
         return error_set(err, STATUS_BAD_INPUT,
                          "%s: file is %" PRIu64 " bytes, index.ini says %" PRIu64 " (truncated or replaced?)", path,
-                         (uint64_t)st.st_size, e->bytes);
-    char sum[64];
+                         (uint64_t)st.st_size, ds->shards[i].entry.bytes);
+    return STATUS_OK;
+}
+
+// Checks the open shard i (sh->h5, read from path) against its index entry
+// and the dataset attributes: always the header; on its first read in this
+// process (!sh->validated) also /doc_offsets and every token id.
+static enum status validate_shard(struct dataset *ds, int i, const char *path, struct error *err) {
+    const struct index *ix = &ds->index;
+    struct dataset_shard *sh = &ds->shards[i];
+    const struct index_shard *e = &sh->entry;
     enum status s;
-    if ((s = checksum_file(path, sum, err))) return s;
-    if (strcmp(sum, e->checksum))
-        return error_set(err, STATUS_BAD_INPUT, "%s: checksum %s does not match index.ini's %s (file corrupt or changed)",
-                         path, sum, e->checksum);
-    if ((s = shard_open(path, &sh->h5, err))) return s;
     const struct shard_meta *m = &sh->h5.meta;
     if (m->format_version != SHARD_FORMAT_VERSION)
         return error_set(err, STATUS_BAD_INPUT, "%s: format_version %" PRId64 ", this trident reads version %d", path,
@@ -53,6 +58,7 @@ static enum status validate_shard(struct dataset *ds, int i, const char *path, v
     if (sh->h5.n_tokens == 0 || sh->h5.n_docs == 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: shard is empty (%" PRIu64 " tokens, %" PRIu64 " documents)", path,
                          sh->h5.n_tokens, sh->h5.n_docs);
+    if (sh->validated) return STATUS_OK;
     uint64_t *offsets = xmalloc((sh->h5.n_docs + 1) * sizeof *offsets);
     s = shard_read_doc_offsets(&sh->h5, offsets, err);
     for (uint64_t d = 0; !s && d <= sh->h5.n_docs; d++) {
@@ -67,16 +73,27 @@ static enum status validate_shard(struct dataset *ds, int i, const char *path, v
                       path, offsets[sh->h5.n_docs], sh->h5.n_tokens);
     free(offsets);
     if (s) return s;
-    for (uint64_t at = 0; at < sh->h5.n_tokens; at += DATASET_SCAN_TOKENS) {
-        uint64_t n = MIN((uint64_t)DATASET_SCAN_TOKENS, sh->h5.n_tokens - at);
-        if ((s = shard_read_tokens(&sh->h5, at, n, ids, buf, memspace, err))) return s;
+    uint64_t chunk = MIN((uint64_t)DATASET_SCAN_TOKENS, sh->h5.n_tokens);
+    int32_t *ids = xmalloc(chunk * sizeof *ids);
+    void *buf = xmalloc(chunk * 4);
+    hsize_t dims[1] = {chunk};
+    hid_t memspace = H5Screate_simple(1, dims, NULL);
+    for (uint64_t at = 0; !s && at < sh->h5.n_tokens; at += chunk) {
+        uint64_t n = MIN(chunk, sh->h5.n_tokens - at);
+        if ((s = shard_read_tokens(&sh->h5, at, n, ids, buf, memspace, err))) break;
         for (uint64_t k = 0; k < n; k++)
-            if (ids[k] < 0 || ids[k] >= ix->vocab_size)
-                return error_set(err, STATUS_BAD_INPUT,
-                                 "%s: token id %" PRIu64 " at offset %" PRIu64 " of /tokens is >= vocab_size %" PRId64,
-                                 path, ids[k] < 0 ? (uint64_t)UINT32_MAX : (uint64_t)ids[k], at + k, ix->vocab_size);
+            if (ids[k] < 0 || ids[k] >= ix->vocab_size) {
+                s = error_set(err, STATUS_BAD_INPUT,
+                              "%s: token id %" PRIu64 " at offset %" PRIu64 " of /tokens is >= vocab_size %" PRId64,
+                              path, ids[k] < 0 ? (uint64_t)UINT32_MAX : (uint64_t)ids[k], at + k, ix->vocab_size);
+                break;
+            }
     }
-    return STATUS_OK;
+    H5Sclose(memspace);
+    free(buf);
+    free(ids);
+    if (!s) sh->validated = true;
+    return s;
 }
 
 // Checks the [dataset] section against the caller's expectations.
@@ -121,28 +138,22 @@ enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected, 
         ds->shards[i].entry = ds->index.shards[i];
         ds->shards[i].h5.file = ds->shards[i].h5.tokens = ds->shards[i].h5.file_space = H5I_INVALID_HID;
     }
-    void *buf = xmalloc((size_t)DATASET_SCAN_TOKENS * 4);
-    int32_t *ids = xmalloc((size_t)DATASET_SCAN_TOKENS * sizeof *ids);
-    hsize_t dims[1] = {DATASET_SCAN_TOKENS};
-    hid_t memspace = H5Screate_simple(1, dims, NULL);
     uint64_t total = 0;
     for (int i = 0; i < ds->n_shards && !s; i++) {
         char path[8400];
         snprintf(path, sizeof path, "%s/%s", dir, ds->shards[i].entry.file);
-        s = validate_shard(ds, i, path, buf, ids, memspace, err);
-        if (s) break;
+        if ((s = check_shard_file(ds, i, path, err))) break;
         enum split sp = ds->shards[i].entry.split;
         ds->shards[i].start = ds->split_tokens[sp];
-        ds->split_tokens[sp] += ds->shards[i].h5.n_tokens;
-        ds->split_shards[sp] = realloc(ds->split_shards[sp], (size_t)(ds->split_n[sp] + 1) * sizeof(int));
-        CHECK(ds->split_shards[sp], "out of memory");
-        ds->split_shards[sp][ds->split_n[sp]++] = i;
-        total += ds->shards[i].h5.n_tokens;
+        ds->split_tokens[sp] += ds->shards[i].entry.tokens;
+        total += ds->shards[i].entry.tokens;
     }
-    H5Sclose(memspace);
-    free(buf);
-    free(ids);
     if (s) goto fail;
+    for (int sp = 0; sp < SPLIT_COUNT; sp++) ds->split_shards[sp] = xmalloc((size_t)ds->n_shards * sizeof(int) + 1);
+    for (int i = 0; i < ds->n_shards; i++) {
+        enum split sp = ds->shards[i].entry.split;
+        ds->split_shards[sp][ds->split_n[sp]++] = i;
+    }
     if (total != ds->index.total_tokens) {
         s = error_set(err, STATUS_BAD_INPUT, "%s: total_tokens = %" PRIu64 " but the shards hold %" PRIu64, ipath,
                       ds->index.total_tokens, total);
@@ -168,8 +179,129 @@ fail:
 void dataset_close(struct dataset *ds) {
     if (!ds) return;
     for (int i = 0; i < ds->n_shards; i++) shard_close(&ds->shards[i].h5);
+    if (ds->cache) cache_close(ds->cache);
     for (int sp = 0; sp < SPLIT_COUNT; sp++) free(ds->split_shards[sp]);
     free(ds->shards);
     index_free(&ds->index);
     free(ds);
+}
+
+// ---- lazy validation and the tiers ------------------------------------------
+
+// Closes the open shard read least recently (the LRU) other than keep.
+static void close_lru(struct dataset *ds, int keep) {
+    int lru = -1;
+    for (int i = 0; i < ds->n_shards; i++)
+        if (i != keep && ds->shards[i].h5.file >= 0 && (lru < 0 || ds->shards[i].last_use < ds->shards[lru].last_use))
+            lru = i;
+    if (lru < 0) return;
+    shard_close(&ds->shards[lru].h5);
+    if (ds->cache && ds->shards[lru].hot) cache_release(ds->cache, lru);
+    ds->n_open--;
+}
+
+// One try at opening shard i from path: size, the checksum (cold tier, first
+// read only: the stager verified a hot copy before publishing it), the HDF5
+// header and validate_shard. On a cold tier a failure that is not bad data
+// (the file is complete and its checksum matched, or the read itself failed)
+// is STATUS_RUNTIME so the caller retries it.
+static enum status open_try(struct dataset *ds, int i, const char *path, bool hot, struct error *err) {
+    struct dataset_shard *sh = &ds->shards[i];
+    enum status s;
+    if (!hot) {
+        int fault = cache_cold_fault(i);
+        if (fault)
+            return error_set(err, STATUS_RUNTIME, "%s: cold-tier read failed: %s", path, strerror(fault));
+    }
+    if ((s = check_shard_file(ds, i, path, err))) return s;
+    if (!hot && !sh->validated) {
+        char sum[64];
+        if ((s = checksum_file(path, sum, err))) return STATUS_RUNTIME;
+        if (strcmp(sum, sh->entry.checksum))
+            return error_set(err, STATUS_BAD_INPUT,
+                             "%s: checksum %s does not match index.ini's %s (file corrupt or changed)", path, sum,
+                             sh->entry.checksum);
+    }
+    if ((s = shard_open(path, &sh->h5, err))) return s;
+    if ((s = validate_shard(ds, i, path, err))) shard_close(&sh->h5);
+    return s;
+}
+
+enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, struct error *err) {
+    struct dataset_shard *sh = &ds->shards[i];
+    sh->last_use = ++ds->clock;
+    *out = &sh->h5;
+    if (sh->h5.file >= 0 && (sh->hot || !ds->cache || !cache_published(ds->cache, i))) return STATUS_OK;
+    if (sh->h5.file >= 0) { // open on the cold tier and staged since: move to the hot copy
+        shard_close(&sh->h5);
+        ds->n_open--;
+    }
+    if (ds->n_open >= DATASET_OPEN_MAX) close_lru(ds, i);
+    char path[8400];
+    enum status s = STATUS_RUNTIME;
+    if (ds->cache && cache_acquire(ds->cache, i, path, sizeof path)) {
+        s = open_try(ds, i, path, true, err);
+        if (s == STATUS_OK) {
+            sh->hot = true;
+            ds->n_open++;
+            return STATUS_OK;
+        }
+        // A hot copy that was evicted between the look and the open, or that
+        // fails to read: the cold tier has the shard, and its full check
+        // (checksum included) says whether the data itself is bad.
+        cache_release(ds->cache, i);
+    }
+    snprintf(path, sizeof path, "%s/%s", ds->dir, sh->entry.file);
+    long backoff = CACHE_COLD_BACKOFF_MS;
+    for (int try = 1; try <= CACHE_COLD_TRIES; try++) {
+        s = open_try(ds, i, path, false, err);
+        if (s != STATUS_RUNTIME) break;
+        if (try < CACHE_COLD_TRIES) {
+            fprintf(stderr, "trident: %s (try %d of %d, again in %ld ms)\n", err->msg, try, CACHE_COLD_TRIES,
+                    backoff);
+            cache_sleep_ms(backoff);
+            backoff *= 2;
+        } else {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            error_set(err, STATUS_RUNTIME, "shard %s: the cold tier (%s) failed %d reads, giving up: %s",
+                      sh->entry.file, ds->dir, CACHE_COLD_TRIES, msg);
+        }
+    }
+    if (s) return s;
+    sh->hot = false;
+    ds->n_open++;
+    return STATUS_OK;
+}
+
+enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int32_t *out, void *buf,
+                         hid_t memspace, struct error *err) {
+    struct shard *h5;
+    enum status s = dataset_shard_get(ds, i, &h5, err);
+    if (s || ds->shards[i].hot) return s ? s : shard_read_tokens(h5, at, n, out, buf, memspace, err);
+    long backoff = CACHE_COLD_BACKOFF_MS;
+    for (int try = 1;; try++) {
+        int fault = cache_cold_fault(i);
+        s = fault ? error_set(err, STATUS_RUNTIME, "%s", strerror(fault))
+                  : shard_read_tokens(h5, at, n, out, buf, memspace, err);
+        if (!s) return STATUS_OK;
+        if (try == CACHE_COLD_TRIES) break;
+        fprintf(stderr, "trident: shard %s, cold tier (%s): %s (try %d of %d, again in %ld ms)\n",
+                ds->shards[i].entry.file, ds->dir, err->msg, try, CACHE_COLD_TRIES, backoff);
+        cache_sleep_ms(backoff);
+        backoff *= 2;
+    }
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return error_set(err, STATUS_RUNTIME, "shard %s: the cold tier (%s) failed %d reads, giving up: %s",
+                     ds->shards[i].entry.file, ds->dir, CACHE_COLD_TRIES, msg);
+}
+
+enum status dataset_validate_all(struct dataset *ds, struct error *err) {
+    for (int i = 0; i < ds->n_shards; i++) {
+        struct shard *h5;
+        enum status s = dataset_shard_get(ds, i, &h5, err);
+        if (s) return s;
+    }
+    return STATUS_OK;
 }

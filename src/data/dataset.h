@@ -15,17 +15,26 @@
 #ifndef TRIDENT_DATASET_H
 #define TRIDENT_DATASET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/common.h"
 #include "index.h"
 #include "shard.h"
 
+struct cache;
+
 struct dataset_shard {
     struct index_shard entry; // as index.ini lists it
-    struct shard h5;          // open for the lifetime of the dataset
+    struct shard h5;          // open while h5.file >= 0 (at most DATASET_OPEN_MAX at once)
     uint64_t start;           // offset of its first token in its split's stream
+    bool validated;           // checksum, header, /doc_offsets and every id checked once
+    bool hot;                 // h5 is open on the hot-tier copy (else on path)
+    uint64_t last_use;        // dataset clock at its last read, for closing the LRU
 };
+
+// Shards open at once per process; the least recently read is closed first.
+#define DATASET_OPEN_MAX 64
 
 struct dataset {
     char dir[4096];
@@ -37,19 +46,47 @@ struct dataset {
     uint64_t split_sequences[SPLIT_COUNT]; // (N - 1) / seq_len, 0 when N == 0
     int *split_shards[SPLIT_COUNT];        // (split_n[s],) shard ids, in order
     int split_n[SPLIT_COUNT];
+    int n_open;                            // shards with h5 open
+    uint64_t clock;                        // reads served, the LRU clock
+    struct cache *cache;                   // hot tier (cache.h); NULL: read path only
 };
 
-// Opens dir/index.ini and validates every shard before training: the files are
-// present and their checksum matches, format version, /tokens dtype against
-// the vocabulary, every token id < vocab_size (first bad one reported by shard
-// and offset), /doc_offsets start at 0, increase and end at the token count,
-// index and file attributes agree, the training split is non-empty and holds
-// at least seq_len + 1 tokens (the validation split: none, or that many), and
-// vocab_size_expected (when > 0) and tokenizer_expected (when not NULL) match.
-// Errors: STATUS_BAD_INPUT naming the file, the value found and expected.
+// Opens dir/index.ini and checks what costs O(shards), not O(tokens), before
+// training: the index (format version, vocab_size_expected when > 0,
+// tokenizer_expected when not NULL, total_tokens against the shards' sum),
+// every listed shard file is present with the size index.ini records, the
+// training split is non-empty and holds at least seq_len + 1 tokens (the
+// validation split: none, or that many). No shard is opened and no token is
+// read here: the per-shard checks (checksum, format version, /tokens dtype
+// against the vocabulary, attributes against the index, /doc_offsets start at
+// 0, increase and end at the token count, every token id < vocab_size) run in
+// dataset_shard_get on the shard's first read, before any of its tokens
+// reach the caller (docs/design.md §6). Errors: STATUS_BAD_INPUT naming the
+// file, the value found and expected.
 enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected,
                          const char *tokenizer_expected, struct dataset **out, struct error *err);
 void dataset_close(struct dataset *ds);
+
+// Shard i, open and validated: from the hot tier when ds->cache holds a
+// published copy, else from dir (the cold tier). The first read of a shard
+// in this process validates it completely (dataset_open's list); a cold-tier
+// read that fails with an I/O error is retried with backoff
+// (CACHE_COLD_TRIES, cache.h) before it is reported. Closes the least recently read
+// shard past DATASET_OPEN_MAX. Errors: STATUS_BAD_INPUT for bad data naming
+// the shard file and offset; STATUS_RUNTIME for a read that kept failing,
+// naming the shard and the tier.
+enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, struct error *err);
+
+// Reads tokens [at, at + n) of shard i into out (n,) through dataset_shard_get
+// (buf: n * 4 bytes scratch, memspace: 1-D dataspace of >= n elements).
+// Errors: as dataset_shard_get, and STATUS_RUNTIME on a failed read.
+enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int32_t *out, void *buf,
+                         hid_t memspace, struct error *err);
+
+// Validates every shard now (what dataset_open did in full before lazy
+// validation): `trident data-check` and tests. Errors: as dataset_shard_get.
+enum status dataset_validate_all(struct dataset *ds, struct error *err);
+
 
 // Loader position, saved into checkpoints. At a step boundary (micro == 0) it
 // does not depend on dp or micro_batch_size, so a run may resume on another

@@ -2,6 +2,8 @@
 // order and batching rules are in dataset.h).
 #include "dataset.h"
 
+#include "cache.h"
+
 #include <inttypes.h>
 #include <string.h>
 
@@ -128,8 +130,8 @@ static enum status read_sequence(struct loader *ld, uint64_t seq, int32_t *out, 
     while (left > 0) {
         CHECK(lo < ds->split_n[ld->split], "sequence %" PRIu64 " runs past the %s split", seq, split_name(ld->split));
         struct dataset_shard *sh = &ds->shards[ids[lo]];
-        uint64_t at = start - sh->start, n = MIN(left, sh->h5.n_tokens - at);
-        enum status s = shard_read_tokens(&sh->h5, at, n, out, ld->buf, ld->memspace, err);
+        uint64_t at = start - sh->start, n = MIN(left, sh->entry.tokens - at);
+        enum status s = dataset_read(ds, ids[lo], at, n, out, ld->buf, ld->memspace, err);
         if (s) return s;
         out += n;
         start += n;
@@ -139,11 +141,52 @@ static enum status read_sequence(struct loader *ld, uint64_t seq, int32_t *out, 
     return STATUS_OK;
 }
 
+// Global batches whose shards the hot tier's stager is told about ahead.
+#define LOADER_ANNOUNCE_BATCHES 8
+
+// The shard holding token start of the split's stream.
+static int shard_at(const struct loader *ld, uint64_t start) {
+    const struct dataset *ds = ld->ds;
+    const int *ids = ds->split_shards[ld->split];
+    int lo = 0, hi = ds->split_n[ld->split] - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ds->shards[ids[mid]].start <= start) lo = mid;
+        else hi = mid - 1;
+    }
+    return ids[lo];
+}
+
+// Tells the hot tier (cache_want) which shards the next
+// LOADER_ANNOUNCE_BATCHES global batches read, every DP rank's part, in
+// order of first need: the node's stager copies them ahead (cache.h).
+static void announce_shards(struct loader *ld) {
+    const uint64_t G = (uint64_t)ld->global_batch_size, T = (uint64_t)ld->ds->seq_len;
+    uint64_t epoch = ld->state.epoch, batch = ld->state.batch;
+    size_t n = 0, cap = 2 * G * LOADER_ANNOUNCE_BATCHES;
+    int *shards = xmalloc(cap * sizeof *shards);
+    for (int b = 0; b < LOADER_ANNOUNCE_BATCHES; b++) {
+        for (uint64_t p = 0; p < G; p++) {
+            uint64_t seq = loader_sequence_at(ld, epoch, batch * G + p);
+            shards[n++] = shard_at(ld, seq * T);
+            int last = shard_at(ld, seq * T + T);
+            if (last != shards[n - 1]) shards[n++] = last;
+        }
+        if (++batch == ld->batches_per_epoch) {
+            batch = 0;
+            epoch++;
+        }
+    }
+    cache_want(ld->ds->cache, shards, (int)n);
+    free(shards);
+}
+
 enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err) {
     const uint64_t G = (uint64_t)ld->global_batch_size, per_rank = G / (uint64_t)ld->dp_size;
     const uint64_t base = ld->state.batch * G + (uint64_t)ld->dp_rank * per_rank +
                           ld->state.micro * (uint64_t)ld->micro_batch_size;
     const size_t row = (size_t)ld->ds->seq_len + 1;
+    if (ld->ds->cache && ld->state.micro == 0) announce_shards(ld);
     for (int j = 0; j < ld->micro_batch_size; j++) {
         uint64_t seq = loader_sequence_at(ld, ld->state.epoch, base + (uint64_t)j);
         enum status s = read_sequence(ld, seq, tokens + (size_t)j * row, err);

@@ -55,7 +55,9 @@ enum status shard_write_typed(const char *path, int elem_bytes, const int32_t *t
                               uint64_t n_docs, const struct shard_meta *meta,
                               struct error *err) {
     h5util_quiet();
-    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t fapl = h5util_fapl();
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    h5util_fapl_close(fapl);
     if (file < 0) return error_set(err, STATUS_RUNTIME, "%s: cannot create HDF5 file", path);
     // Narrow to the stored width here (HDF5 would convert too, but then an id
     // that does not fit would be clipped silently rather than kept for the
@@ -133,7 +135,9 @@ enum status shard_open(const char *path, struct shard *s, struct error *err) {
     fclose(probe);
     if (H5Fis_hdf5(path) <= 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: not an HDF5 file (truncated or corrupt?)", path);
-    s->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t fapl = h5util_fapl();
+    s->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    h5util_fapl_close(fapl);
     if (s->file < 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: HDF5 cannot open the file (truncated or corrupt?)", path);
     enum status st;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "ckpt/durable.h"
+#include "data/cache.h"
 #include "kernels/backend.h"
 #include "model/sample.h"
 #include "plan.h"
@@ -29,10 +30,8 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 
 // Features this build does not have yet are refused before any work.
 static enum status check_supported(const struct config *c, struct error *err) {
-    if (c->data.cache_dir[0])
-        return error_set(err, STATUS_BAD_INPUT, "%s: [data] cache_dir = %s: the hot-tier shard "
-                         "cache is not in this build yet (expected it unset: shards are read "
-                         "from [data] path)", c->file, c->data.cache_dir);
+    (void)c;
+    (void)err;
     return STATUS_OK;
 }
 
@@ -150,6 +149,11 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     }
     if (dataset_open(c->data.path, c->train.seq_len, c->model.vocab_size, tok_expected, &d->ds,
                      &err->err))
+        return err->err.status;
+    // The hot tier: node-local rank 0 stages for the node (data/cache.h).
+    if (c->data.cache_dir[0] &&
+        cache_open(c->data.cache_dir, c->data.path, &d->ds->index, c->data.cache_bytes,
+                   c->data.prefetch_shards, t->par.topo.local_rank == 0, &d->ds->cache, &err->err))
         return err->err.status;
     int dp = c->parallel.dp, rank_d = t->par.topo.coord.d, B = c->train.micro_batch_size;
     int G = c->train.global_batch_size;
@@ -440,7 +444,7 @@ static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
 // rank 0 prints its own and the largest pipeline wait, and writes every
 // rank's to metrics.jsonl (the buckets only when there is a DP gradient sync).
 static void log_step(struct trainer *t, int step, const struct train_step_result *r, double dt,
-                     double elapsed, const double split[4]) {
+                     double data_wait, double elapsed, const double split[4]) {
     int W = t->par.topo.world_size;
     double *all = t->log.split_all;
     comm_all_gather(&t->par.topo.world, split, all, 4, DTYPE_FP64);
@@ -468,18 +472,19 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     char scale[48] = "";
     if (t->par.ctx.scaler) snprintf(scale, sizeof scale, " | loss scale %g", r->loss_scale);
     printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f%s%s | %.0f tok/s | MFU %.2f%% | "
-           "mem %.1f MiB | %.1f ms/step | ETA %s | rank 0: compute %.1f ms, comm %.1f ms, "
+           "mem %.1f MiB | %.1f ms/step | ETA %s | rank 0: data wait %.1f ms, compute %.1f ms, comm %.1f ms, "
            "pipeline wait %.1f ms (max over ranks %.1f ms)\n", step + 1, c->train.steps, r->loss,
            r->lr, r->grad_norm, scale, skipped, tps, 100 * mfu, t->m.mem_bytes / 1048576.0, dt * 1e3,
-           eta_s, split[0] * 1e3, split[1] * 1e3, split[2] * 1e3, worst_wait * 1e3);
+           eta_s, data_wait * 1e3, split[0] * 1e3, split[1] * 1e3, split[2] * 1e3, worst_wait * 1e3);
     // JSON has no NaN or infinity: a non-finite loss or norm is null.
     char loss[32] = "null", norm[32] = "null";
     if (isfinite(r->loss)) snprintf(loss, sizeof loss, "%.6f", r->loss);
     if (isfinite(r->grad_norm)) snprintf(norm, sizeof norm, "%.6f", r->grad_norm);
     fprintf(t->log.metrics, "{\"step\": %d, \"loss\": %s, \"lr\": %.3e, \"grad_norm\": %s, "
             "\"skipped\": %d, \"skipped_steps\": %d, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
-            "\"mem_bytes\": %zu, \"step_time_s\": %.4f, \"eta_s\": %.0f", step + 1, loss, r->lr,
-            norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt, eta);
+            "\"mem_bytes\": %zu, \"step_time_s\": %.4f, \"eta_s\": %.0f, \"data_wait_ms\": %.3f", step + 1,
+            loss, r->lr, norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt, eta,
+            data_wait * 1e3);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
     const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
@@ -562,6 +567,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         comm_busy(t, &coll0, &pipe0);
         enum status st = next_batch(t, &d->train_loader, err);
         if (st) return st;
+        double data_wait = time_now_s() - t0;
         struct train_step_result r;
         watchdog_kick(t->watchdog);
         t->par.ctx.fault_grad_inf = step + 1 == t->fault_grad_inf_step;
@@ -577,7 +583,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         tokens_seen += (double)c->train.global_batch_size * T;
         bool last = step == c->train.steps - 1;
         if (last || (step + 1) % c->log.every == 0 || step == start_step || r.skipped)
-            log_step(t, step, &r, dt, time_now_s() - start, split);
+            log_step(t, step, &r, dt, data_wait, time_now_s() - start, split);
         // Every rank has the same verdict (train_step_should_skip), so every
         // rank stops here together.
         if (t->progress.consecutive_skips >= c->train.max_skipped_steps)
@@ -634,6 +640,12 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             printf(", %d steps skipped (non-finite loss or grad norm)", t->progress.skipped_steps);
         printf("\nactivation slots on rank 0: %d used of %d (%d microbatches per step)\n",
                model_slots_used(t->m.model), t->m.n_slots, d->accum);
+        if (d->ds->cache) {
+            int64_t staged, evicted, failed;
+            cache_counts(d->ds->cache, &staged, &evicted, &failed);
+            printf("hot tier (rank 0's stager): %lld shards staged, %lld evicted, %lld failed\n",
+                   (long long)staged, (long long)evicted, (long long)failed);
+        }
     }
     log_closing(t, out, "completed", tokens_seen, total, best_val);
     return STATUS_OK;

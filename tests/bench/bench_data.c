@@ -47,7 +47,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     double t_open = time_now_s() - t0;
-    printf("dataset_open (checksums + every token id): %.3f s, %.0f tokens/s\n", t_open, toks / t_open);
+    if (dataset_validate_all(ds, &err)) {
+        printf("bench_data: %s\n", err.msg);
+        return 1;
+    }
+    t_open = time_now_s() - t0;
+    printf("dataset_open + validating every shard (checksums + every token id): %.3f s, %.0f tokens/s\n", t_open,
+           toks / t_open);
     struct loader ld;
     if (loader_init(&ld, ds, SPLIT_TRAIN, 0, 1, micro, G, 1, &err)) {
         printf("bench_data: loader_init failed: %s\n", err.msg);

@@ -182,6 +182,8 @@ int main(void) {
     struct dataset *ds = NULL;
     EXPECT(dataset_open(dir, T, 1000, "test-tok-1", &ds, &err) == STATUS_OK, "%s", err.msg);
     if (!ds) return test_finish("test_dataset");
+    struct shard *h5;
+    EXPECT(dataset_shard_get(ds, 0, &h5, &err) == STATUS_OK, "%s", err.msg);
     EXPECT(ds->shards[0].h5.elem_bytes == 2, "vocab 1000 stored as uint16, got %d bytes", ds->shards[0].h5.elem_bytes);
     EXPECT(ds->split_tokens[SPLIT_TRAIN] == 203 && ds->split_sequences[SPLIT_TRAIN] == 50, "train: %llu tokens",
            (unsigned long long)ds->split_tokens[SPLIT_TRAIN]);
@@ -273,6 +275,7 @@ int main(void) {
     write_dataset(dir, &s32, sizes32, 4, NULL, 0);
     EXPECT(dataset_open(dir, 6, 70000, "test-tok-1", &ds, &err) == STATUS_OK, "%s", err.msg);
     if (ds) {
+        EXPECT(dataset_shard_get(ds, 0, &h5, &err) == STATUS_OK, "%s", err.msg);
         EXPECT(ds->shards[0].h5.elem_bytes == 4, "vocab 70000 stored as uint32, got %d bytes",
                ds->shards[0].h5.elem_bytes);
         EXPECT(loader_init(&a, ds, SPLIT_TRAIN, 0, 1, 2, 16, 3, &err) == STATUS_OK, "%s", err.msg);

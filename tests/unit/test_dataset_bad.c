@@ -1,5 +1,6 @@
-// test_dataset_bad.c: dataset_open refuses each kind of bad data before
-// training, with STATUS_BAD_INPUT and a message that names the file and the
+// test_dataset_bad.c: dataset_open (what is O(shards)) and then each shard's
+// first read (dataset_validate_all; the loader for bad ids) refuse each kind
+// of bad data before any of it is trained on, with STATUS_BAD_INPUT and a message that names the file and the
 // problem (docs/design.md §8). Each case starts from a good dataset and breaks one
 // thing.
 #include <string.h>
@@ -47,6 +48,9 @@ static void expect_refused(const char *what, int seq_len, int vocab, const char 
     struct dataset *ds = NULL;
     struct error err = {0};
     enum status s = dataset_open(dir, seq_len, vocab, tok, &ds, &err);
+    // dataset_open checks what costs O(shards); the rest runs on each shard's
+    // first read, which dataset_validate_all forces for every shard.
+    if (s == STATUS_OK) s = dataset_validate_all(ds, &err);
     EXPECT(s == STATUS_BAD_INPUT, "%s: status %d, expected STATUS_BAD_INPUT", what, (int)s);
     EXPECT(strstr(err.msg, want1) && strstr(err.msg, want2), "%s: message '%s' lacks '%s' / '%s'", what, err.msg,
            want1, want2);
@@ -77,6 +81,27 @@ int main(void) {
 
     make_dataset(50, 0, 37, NULL);
     expect_refused("token id >= vocab", 8, 0, NULL, "shard-00001.h5", "token id 50 at offset 37");
+    // Training's path: the open succeeds (O(shards)), the loader refuses the
+    // shard on its first read and serves none of its tokens, ever.
+    {
+        EXPECT(dataset_open(dir, 8, 50, "tok-abc", &ds, &err) == STATUS_OK, "lazy open refused: %s", err.msg);
+        struct loader ld;
+        EXPECT(loader_init(&ld, ds, SPLIT_TRAIN, 0, 1, 1, 1, 3, &err) == STATUS_OK, "loader_init: %s", err.msg);
+        int32_t seq[9];
+        enum status s = STATUS_OK;
+        uint64_t served = 0;
+        for (uint64_t k = 0; k < ds->split_sequences[SPLIT_TRAIN] && !s; k++) {
+            s = loader_next(&ld, seq, &err);
+            for (int j = 0; !s && j < 9; j++) EXPECT(seq[j] < 50, "loader served id %d >= vocab", seq[j]);
+            served += !s;
+        }
+        EXPECT(s == STATUS_BAD_INPUT && strstr(err.msg, "shard-00001.h5") && strstr(err.msg, "offset 37"),
+               "loader over a bad shard: status %d, '%s' (after %llu sequences)", (int)s, err.msg,
+               (unsigned long long)served);
+        loader_free(&ld);
+        dataset_close(ds);
+        ds = NULL;
+    }
 
     make_dataset(70000, 2, -1, NULL);
     expect_refused("uint16 with vocab > 65536", 8, 0, NULL, "shard-00000.h5", "uint16 but vocab_size is 70000");
@@ -94,6 +119,10 @@ int main(void) {
 
     make_dataset(50, 0, -1, NULL);
     shell("sed -i 's/^tokens = 100/tokens = 99/' '%s/index.ini'", dir);
+    // The index no longer adds up: refused by dataset_open itself.
+    expect_refused("index sum vs total", 8, 0, NULL, "index.ini", "total_tokens = 230 but the shards hold 228");
+    // The index adds up but disagrees with the file: refused on the first read.
+    shell("sed -i 's/^total_tokens = 230/total_tokens = 228/' '%s/index.ini'", dir);
     expect_refused("index vs file tokens", 8, 0, NULL, "shard-00000.h5", "index.ini says 99");
 
     make_dataset(50, 0, -1, (uint64_t[]){0, 60, 90});
