@@ -156,8 +156,13 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     optimizer_set_steps_done(t->m.opt, (int)st->opt_steps);
     const struct ckpt_info *info = checkpoint_info(r);
     if (root) {
-        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d)\n",
-               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage);
+        const struct loader_state *ls = &t->data.train_loader.state;
+        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d); "
+               "data continues at epoch %llu, sample %llu%s\n",
+               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage,
+               (unsigned long long)ls->epoch, (unsigned long long)ls->sample,
+               st->loader.format < 2 ? " (a batch-index loader state of an older checkpoint, converted with "
+                                       "this run's global_batch_size)" : "");
         fflush(stdout);
     }
 out:
