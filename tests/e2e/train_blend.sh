@@ -7,7 +7,8 @@
 #     serves positions 8-15 of epoch 0, and the 16 samples of the two runs
 #     are exactly those of a straight run of 4 steps at 4 (each sequence
 #     once). A resume with another seq_len or seed exits 2 naming the old
-#     and new value.
+#     and new value. A checkpoint with the older batch-index loader state
+#     (rewritten with h5py) resumes at sample 8 too.
 #  2. [data] paths = A:0.7, B:0.3 (B prepped with A's tokenizer): over 1,000
 #     samples (25 steps of 40) dataset A's share is 0.7 +- 0.02, every sample
 #     valid, no sequence twice within an epoch of its dataset; the first 6
@@ -19,6 +20,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
+need_py h5py numpy
 small_dataset "$tmp"
 A=$tmp/shards B=$tmp/b
 awk 'BEGIN{RS=""; ORS="\n\n"} NR > 150 && NR <= 260' "$tmp/kjv.txt" > "$tmp/b.txt"
@@ -48,6 +50,28 @@ cmp -s "$tmp/gb.samples" "$tmp/gb-straight.samples" ||
     fail "G 4 -> 8 serves other samples than the straight run: $(diff "$tmp/gb-straight.samples" "$tmp/gb.samples" | head -5)"
 [ "$(cut -d' ' -f1,4 "$tmp/gb.samples" | sort -u | wc -l)" -eq 16 ] || fail "a sequence served twice in epoch 0"
 echo "global batch 4 -> 8: the resumed run serves positions 8-15 of epoch 0, as the straight run"
+# An older checkpoint (loader = seed, epoch, batch index, micro; no
+# loader_samples) of those 2 steps at 4 resumes at 4 from sample 8. Its
+# manifest checksum is updated from ckpt verify's message.
+cp -r "$tmp/ck-gb" "$tmp/ck-old"
+rm -rf "$tmp/ck-old/step-000003"; echo step-000002 > "$tmp/ck-old/latest"
+"$PY" - "$tmp/ck-old/step-000002/rank-00000.h5" <<'PYEOF' || fail "rewriting the loader state as format 1"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f["state"]
+    s = g.attrs["loader_samples"]  # format, seed, epoch, sample, micro, ...
+    assert list(s[:5]) == [2, 7, 0, 8, 0], s[:7]
+    del g.attrs["loader_samples"], g.attrs["loader_weights"]
+    g.attrs.create("loader", np.array([s[1], s[2], s[3] // 4, s[4]], dtype=np.uint64))
+PYEOF
+sum=$( ("$TRIDENT" ckpt verify "$tmp/ck-old" 2>&1 || true) | sed -n 's/.*checksum \(xxh3-64:[0-9a-f]*\), manifest.ini says \(xxh3-64:[0-9a-f]*\).*/\1 \2/p')
+[ -n "$sum" ] || fail "ckpt verify did not report the changed checksum"
+sed -i "s/${sum#* }/${sum% *}/" "$tmp/ck-old/step-000002/manifest.ini"
+train old 1 data.path="$A" train.global_batch_size=4 train.steps=4 checkpoint.dir="$tmp/ck-old" ||
+    fail "resume from a format 1 loader state: $(tail -3 "$tmp/old.log")"
+cmp -s "$tmp/old.samples" <(sed -n 9,16p "$tmp/gb-straight.samples") ||
+    fail "a format 1 loader state resumes elsewhere: $(head -2 "$tmp/old.samples")"
+echo "an older (batch-index) checkpoint resumes at sample 8"
 for change in train.seq_len=16:"seq_len changed from 32 to 16" train.seed=8:"seed changed from 7 to 8"; do
     rc=0
     "$TRIDENT" train "$SMALL_INI" data.path="$A" train.global_batch_size=8 train.steps=4 train.eval_every=0 train.warmup_steps=1 \
