@@ -137,8 +137,6 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
 static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
-    // The tokenizer: [data] tokenizer when given (its identity must be the
-    // dataset's: checked by dataset_open), else the dataset's own copy.
     // The datasets: [data] paths (a blend), else [data] path.
     struct blend_spec *bs = xmalloc(sizeof *bs);
     if (c->data.paths[0]) {
@@ -150,6 +148,8 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
         *bs = (struct blend_spec){.n = 1, .weights = {1.0}};
         snprintf(bs->paths[0], sizeof bs->paths[0], "%s", c->data.path);
     }
+    // The tokenizer: [data] tokenizer when given (its identity must be the
+    // (first) dataset's: checked by dataset_open), else that dataset's copy.
     char tok_path[CONFIG_PATH_MAX + 32];
     if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
     else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", bs->paths[0]);

@@ -16,7 +16,7 @@
 #     dp = 1, 2 and 4; 6 steps stopped at 3 and resumed give the straight
 #     run's losses bit for bit and the same samples. A dataset made with
 #     another tokenizer is refused naming both folders; a malformed paths
-#     value is refused naming the key.
+#     value, or path and paths both set, is refused naming the keys.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -125,5 +125,10 @@ rc=0
 "$TRIDENT" train "$SMALL_INI" data.paths="$A:0.7, $B:zero" train.steps=1 train.warmup_steps=1 log.run_dir="$tmp/run-x" > "$tmp/x.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "\[data\] paths = .*weight 'zero' is not a number > 0" "$tmp/x.log" ||
     { echo "FAIL: a bad weight: exit $rc: $(tail -2 "$tmp/x.log")"; bad=1; }
+rc=0
+"$TRIDENT" train "$SMALL_INI" data.path="$A" data.paths="$A:0.7, $B:0.3" train.steps=1 train.warmup_steps=1 \
+    log.run_dir="$tmp/run-x" > "$tmp/x.log" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "set one of \[data\] path and paths" "$tmp/x.log" ||
+    { echo "FAIL: path and paths both set: exit $rc: $(tail -2 "$tmp/x.log")"; bad=1; }
 [ "$bad" -eq 0 ] || exit 1
 echo "train_blend: pass"
