@@ -65,6 +65,7 @@ void dataset_close(struct dataset *ds);
 //  - Blend (n_datasets > 1): epoch = 0 and sample = mixture samples consumed
 //    (whole run); counts[d] = dataset d's samples consumed, so its next
 //    sample is position counts[d] % n_d of its epoch counts[d] / n_d.
+// global_batch_size is the saving run's (for the resume message);
 // seq_len, n_datasets, sequences and weights describe the data the state
 // belongs to: loader_state_load refuses another seed, seq_len or dataset
 // list. format 1: a checkpoint written before samples (sample holds the batch
@@ -77,6 +78,7 @@ struct loader_state {
     uint64_t micro; // microbatches of the current global batch served here
     uint64_t seq_len;
     uint64_t n_datasets;
+    uint64_t global_batch_size; // of the run that saved it (0: unknown, format 1)
     uint64_t counts[LOADER_MAX_DATASETS];    // blend: samples consumed per dataset
     uint64_t sequences[LOADER_MAX_DATASETS]; // each dataset's split sequence count
     double weights[LOADER_MAX_DATASETS];     // normalised blend weights (1 alone)

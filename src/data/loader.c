@@ -138,6 +138,7 @@ enum status loader_init_blend(struct loader *ld, struct dataset **ds, const doub
     ld->state.seed = seed;
     ld->state.seq_len = (uint64_t)ds[0]->seq_len;
     ld->state.n_datasets = (uint64_t)n_ds;
+    ld->state.global_batch_size = (uint64_t)global_batch_size;
     for (int d = 0; d < n_ds; d++) {
         ld->state.sequences[d] = ld->sources[d].n;
         ld->state.weights[d] = ld->sources[d].weight;
@@ -223,6 +224,7 @@ enum status loader_state_load(struct loader *ld, const struct loader_state *stat
                              "%" PRIu64 " samples consumed", sum, st.sample);
     }
     ld->state = st;
+    ld->state.global_batch_size = (uint64_t)ld->global_batch_size;
     if (st.micro == 0) fit_epoch(ld);
     return STATUS_OK;
 }

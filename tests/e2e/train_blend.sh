@@ -60,7 +60,7 @@ import sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r+") as f:
     g = f["state"]
     s = g.attrs["loader_samples"]  # format, seed, epoch, sample, micro, ...
-    assert list(s[:5]) == [2, 7, 0, 8, 0], s[:7]
+    assert list(s[:5]) == [2, 7, 0, 8, 0] and s[7] == 4, s[:8]
     del g.attrs["loader_samples"], g.attrs["loader_weights"]
     g.attrs.create("loader", np.array([s[1], s[2], s[3] // 4, s[4]], dtype=np.uint64))
 PYEOF
