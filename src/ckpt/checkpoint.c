@@ -88,11 +88,13 @@ static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
 static int write_state(hid_t file, const struct ckpt_state *s) {
     hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) return 1;
-    uint64_t loader[4] = {s->loader.seed, s->loader.epoch, s->loader.batch, s->loader.micro};
+    uint64_t loader[CKPT_LOADER_WORDS];
+    ckpt_loader_pack(&s->loader, loader);
     int bad = attr_write(g, "step", H5T_NATIVE_INT64, 1, &s->step) ||
               attr_write(g, "lr_step", H5T_NATIVE_INT64, 1, &s->lr_step) ||
               attr_write(g, "opt_steps", H5T_NATIVE_INT64, 1, &s->opt_steps) ||
-              attr_write(g, "loader", H5T_NATIVE_UINT64, 4, loader) ||
+              attr_write(g, "loader_samples", H5T_NATIVE_UINT64, CKPT_LOADER_WORDS, loader) ||
+              attr_write(g, "loader_weights", H5T_NATIVE_DOUBLE, LOADER_MAX_DATASETS, s->loader.weights) ||
               attr_write(g, "rng_seed", H5T_NATIVE_UINT64, 1, &s->rng_seed) ||
               attr_write(g, "rng_state", H5T_NATIVE_UINT64, 4, s->rng_state) ||
               attr_write(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &s->loss_scale) ||

@@ -3,6 +3,7 @@
 #include "checkpoint_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <ini.h>
 #include <math.h>
 #include <string.h>
@@ -566,11 +567,17 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
     CHECK(rank < r->info.world_size, "rank %d of %d", rank, r->info.world_size);
     memset(out, 0, sizeof *out);
     hid_t g = H5Gopen2(r->files[rank], "state", H5P_DEFAULT);
-    uint64_t loader[4];
+    uint64_t loader[CKPT_LOADER_WORDS] = {0};
+    // Format 2 (samples): loader_samples and loader_weights; format 1 (before
+    // it): loader = (seed, epoch, batch, micro).
+    bool samples = g >= 0 && H5Aexists(g, "loader_samples") > 0;
     int bad = g < 0 || attr_read(g, "step", H5T_NATIVE_INT64, 1, &out->step) ||
               attr_read(g, "lr_step", H5T_NATIVE_INT64, 1, &out->lr_step) ||
               attr_read(g, "opt_steps", H5T_NATIVE_INT64, 1, &out->opt_steps) ||
-              attr_read(g, "loader", H5T_NATIVE_UINT64, 4, loader) ||
+              (samples ? attr_read(g, "loader_samples", H5T_NATIVE_UINT64, CKPT_LOADER_WORDS, loader) ||
+                             attr_read(g, "loader_weights", H5T_NATIVE_DOUBLE, LOADER_MAX_DATASETS,
+                                       out->loader.weights)
+                       : attr_read(g, "loader", H5T_NATIVE_UINT64, 4, loader)) ||
               attr_read(g, "rng_seed", H5T_NATIVE_UINT64, 1, &out->rng_seed) ||
               attr_read(g, "rng_state", H5T_NATIVE_UINT64, 4, out->rng_state) ||
               attr_read(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &out->loss_scale) ||
@@ -582,7 +589,20 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
     if (bad)
         return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing or "
                          "incomplete", r->info.path, rank);
-    out->loader = (struct loader_state){loader[0], loader[1], loader[2], loader[3]};
+    if (samples) {
+        double w[LOADER_MAX_DATASETS];
+        memcpy(w, out->loader.weights, sizeof w);
+        ckpt_loader_unpack(loader, &out->loader);
+        memcpy(out->loader.weights, w, sizeof w);
+        if (out->loader.format > 2 || out->loader.n_datasets > LOADER_MAX_DATASETS)
+            return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state loader_samples has format %"
+                             PRIu64 " with %" PRIu64 " datasets; this trident reads formats up to 2 with at most %d",
+                             r->info.path, rank, out->loader.format, out->loader.n_datasets,
+                             LOADER_MAX_DATASETS);
+    } else {
+        out->loader = (struct loader_state){.format = 1, .seed = loader[0], .epoch = loader[1],
+                                            .sample = loader[2], .micro = loader[3]};
+    }
     return STATUS_OK;
 }
 

@@ -78,6 +78,7 @@ struct train_config {
 
 struct data_config {
     char path[CONFIG_PATH_MAX];      // dataset folder (cold tier)
+    char paths[CONFIG_PATH_MAX];     // blend "a:0.7, b:0.3" (blend_parse); "" unset: path
     char tokenizer[CONFIG_PATH_MAX]; // tokenizer.json; "" unset
     char cache_dir[CONFIG_PATH_MAX]; // hot tier; "" none
     int64_t cache_bytes;

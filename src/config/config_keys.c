@@ -122,6 +122,10 @@ const struct config_key config_keys[] = {
 
     // [data]: HDF5 shards on tiered storage (docs/design.md §6)
     KEY_PATH("data", "path", data.path, "data/kjv-shards", 0, "dataset folder with index.ini and shards (cold tier)"),
+    KEY_PATH("data", "paths", data.paths, "", CONFIG_OPTIONAL,
+             "blend of datasets instead of path: path:weight, comma-separated (weights > 0, "
+             "normalised); each sample comes from the dataset whose realised share lags its "
+             "weight most (Megatron-LM's blend); all datasets share one tokenizer"),
     KEY_PATH("data", "tokenizer", data.tokenizer, "", CONFIG_OPTIONAL,
              "tokenizer.json of the dataset (its identity must match index.ini; checked before "
              "training), used to decode samples; unset: <path>/tokenizer.json when present"),

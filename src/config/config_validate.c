@@ -31,6 +31,19 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
     const char *file = cfg->file[0] ? cfg->file : "config";
     const enum status bad = STATUS_BAD_INPUT;
 
+    if (cfg->data.paths[0]) {
+        char origin[CONFIG_PATH_MAX + 32];
+        if (strcmp(config_origin(cfg, config_key_index("data", "path"), origin, sizeof origin), "default"))
+            return error_set(err, bad, "%s: set one of [data] path and paths, not both (%s; %s)", file,
+                             KT("data", "path"), KT("data", "paths"));
+        struct blend_spec *b = xmalloc(sizeof *b);
+        char key[CONFIG_PATH_MAX + 64];
+        snprintf(key, sizeof key, "%s: [data] paths", file);
+        enum status s = blend_parse(key, cfg->data.paths, b, err);
+        free(b);
+        if (s) return s;
+    }
+
     long long ranks = (long long)p->tp * p->pp * p->dp;
     if (world_size > 0 && ranks != world_size)
         return error_set(err, bad,

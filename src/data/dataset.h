@@ -7,16 +7,18 @@
 // shifted target token; count = (N - 1) / T. A sequence may span two shards.
 //
 // Order: epoch e visits the sequences in a seeded pseudo-random permutation
-// (a Feistel bijection keyed by (seed, e), no table in memory). Global batch b
-// of the epoch is positions [b*G, (b+1)*G) of the permutation (G =
-// global_batch_size); DP rank r takes positions [r*G/dp, (r+1)*G/dp) of it, in
-// microbatches of micro_batch_size. The tail of an epoch shorter than G is
-// dropped on every rank alike; then epoch e + 1 starts.
+// (a Feistel bijection keyed by (seed, e), no table in memory). A global batch
+// is the next G positions of the permutation (G = global_batch_size); DP rank
+// r takes positions [r*G/dp, (r+1)*G/dp) of it, in microbatches of
+// micro_batch_size. The tail of an epoch shorter than G is dropped on every
+// rank alike; then epoch e + 1 starts. Several datasets are blended by weight
+// (loader_init_blend).
 #ifndef TRIDENT_DATASET_H
 #define TRIDENT_DATASET_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/common.h"
 #include "index.h"
@@ -87,28 +89,59 @@ enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int
 // validation): `trident data-check` and tests. Errors: as dataset_shard_get.
 enum status dataset_validate_all(struct dataset *ds, struct error *err);
 
+// Most datasets one loader blends ([data] paths).
+#define LOADER_MAX_DATASETS 32
 
-// Loader position, saved into checkpoints. At a step boundary (micro == 0) it
-// does not depend on dp or micro_batch_size, so a run may resume on another
-// layout with the same global_batch_size.
+// Loader position, saved into checkpoints, counted in samples (sequences), not
+// batches, so that a run may resume with another global_batch_size (it
+// continues at the next unconsumed sample) and, at a step boundary (micro ==
+// 0), on another dp or micro_batch_size.
+//  - One dataset: epoch and sample = the position in that epoch's permutation
+//    of the first sample of the next global batch.
+//  - Blend (n_datasets > 1): epoch = 0 and sample = mixture samples consumed
+//    (whole run); counts[d] = dataset d's samples consumed, so its next
+//    sample is position counts[d] % n_d of its epoch counts[d] / n_d.
+// global_batch_size is the saving run's (for the resume message);
+// seq_len, n_datasets, sequences and weights describe the data the state
+// belongs to: loader_state_load refuses another seed, seq_len or dataset
+// list. format 1: a checkpoint written before samples (sample holds the batch
+// index; seq_len and n_datasets 0: unknown); 2: this layout.
 struct loader_state {
+    uint64_t format;
     uint64_t seed;
     uint64_t epoch;
-    uint64_t batch; // global batches finished in this epoch
+    uint64_t sample;
     uint64_t micro; // microbatches of the current global batch served here
+    uint64_t seq_len;
+    uint64_t n_datasets;
+    uint64_t global_batch_size; // of the run that saved it (0: unknown, format 1)
+    uint64_t counts[LOADER_MAX_DATASETS];    // blend: samples consumed per dataset
+    uint64_t sequences[LOADER_MAX_DATASETS]; // each dataset's split sequence count
+    double weights[LOADER_MAX_DATASETS];     // normalised blend weights (1 alone)
+};
+
+// One dataset of a loader with its permutation parameters.
+struct loader_source {
+    struct dataset *ds;
+    double weight;          // normalised; sums to 1 over the sources
+    uint64_t n;             // sequences of the split
+    uint64_t seed;          // its permutation seed: the run's for source 0
+    int feistel_half_bits;
 };
 
 struct loader {
-    struct dataset *ds;
+    struct dataset *ds; // sources[0].ds
+    struct loader_source sources[LOADER_MAX_DATASETS];
+    int n_sources;
     enum split split;
     int dp_rank, dp_size, micro_batch_size, global_batch_size;
     int accum;                  // microbatches per global batch on this rank
-    uint64_t batches_per_epoch; // floor(sequences / global_batch_size)
+    uint64_t batches_per_epoch; // one dataset: floor(sequences / global_batch_size)
     struct loader_state state;
-    uint64_t feistel_keys[4];   // round keys of the current epoch
-    int feistel_half_bits;
+    uint64_t counts[LOADER_MAX_DATASETS]; // blend scratch for the walk of a batch
     void *buf;                  // (T + 1,) stored integers, reused per read
     hid_t memspace;             // (T + 1,) HDF5 memory dataspace, reused
+    FILE *log;                  // not NULL: one line per served sample (loader_set_log)
 };
 
 // Microbatches per optimizer step on one DP rank (gradient accumulation
@@ -124,22 +157,74 @@ int loader_microbatches(int global_batch_size, int micro_batch_size, int dp_size
 enum status loader_init(struct loader *ld, struct dataset *ds, enum split split, int dp_rank,
                         int dp_size, int micro_batch_size, int global_batch_size, uint64_t seed,
                         struct error *err);
+
+// loader_init over n datasets (1 <= n <= LOADER_MAX_DATASETS, all of the same
+// seq_len) blended by weights (n,) (> 0; normalised here). n == 1 is
+// loader_init. A blend (Megatron-LM's BlendableDataset index,
+// build_blending_indices): mixture sample i comes from the dataset d whose
+// realised count lags its share most, argmax_d (w_d * max(i, 1) - c_d(i)),
+// ties to the lowest d, c_d(i) the samples taken from d before i; dataset d
+// serves its own samples in the seeded permutation order of its epochs (seed
+// mixed with d), epoch after epoch with no tail dropped, so each of its
+// sequences is served once per epoch of it. Global batch b is mixture samples
+// [b*G, (b+1)*G), split over DP ranks as for one dataset. Errors:
+// STATUS_BAD_INPUT (a weight <= 0, a dataset with no sequence in split,
+// fewer sequences in all than global_batch_size, the batch rules above).
+enum status loader_init_blend(struct loader *ld, struct dataset **ds, const double *weights, int n,
+                              enum split split, int dp_rank, int dp_size, int micro_batch_size,
+                              int global_batch_size, uint64_t seed, struct error *err);
 void loader_free(struct loader *ld);
+
+// Every sample loader_next serves appends one line "epoch position dataset
+// sequence" to f (not closed by the loader; NULL: none): (epoch, position) is
+// its place in the loader's order (one dataset: the permutation position;
+// blend: epoch 0 and the mixture index), sequence the index into the split of
+// dataset number `dataset`. For tests (TRIDENT_LOG_SAMPLES, docs/design.md §6).
+void loader_set_log(struct loader *ld, FILE *f);
 
 // Serves this rank's next microbatch: tokens (micro_batch_size, seq_len + 1).
 // No allocation. Errors: STATUS_RUNTIME on a read failure.
 enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err);
 
 // The index (into the split's sequences) of the sequence that position pos of
-// epoch's permutation names: exposed for tests and tools.
+// epoch's permutation names (of source 0): exposed for tests and tools.
 uint64_t loader_sequence_at(const struct loader *ld, uint64_t epoch, uint64_t pos);
 
-// Back to epoch 0, batch 0 (validation passes start over each time).
+// Blend: the dataset of mixture sample pos, given counts (n,) of the samples
+// taken from each before it (Megatron's rule, above); the caller increments
+// counts[result].
+int loader_blend_choose(const double *weights, int n, uint64_t pos, const uint64_t *counts);
+
+// Back to the start (validation passes start over each time).
 void loader_reset(struct loader *ld);
 
 void loader_state_save(const struct loader *ld, struct loader_state *state);
-// Errors: STATUS_BAD_INPUT when state is out of range for this loader.
+// Continues at state: the next sample is the first one state has not
+// consumed, whatever this loader's global_batch_size, dp and
+// micro_batch_size (a state saved mid-step, micro > 0, needs the same
+// ones). One dataset: when fewer than global_batch_size samples are left in
+// the epoch, its tail is dropped as at any epoch end. A format 1 state
+// (batch index) is converted with this loader's global_batch_size.
+// Errors: STATUS_BAD_INPUT when the state's seed, seq_len, dataset count,
+// weights or a dataset's sequence count differ from this loader's (the
+// message gives the old and new value), or it is out of range.
 enum status loader_state_load(struct loader *ld, const struct loader_state *state, struct error *err);
+
+// The datasets of a blend, `[data] paths` (blend.c).
+#define BLEND_PATH_MAX 512
+struct blend_spec {
+    int n;
+    char paths[LOADER_MAX_DATASETS][BLEND_PATH_MAX];
+    double weights[LOADER_MAX_DATASETS]; // normalised: sum 1
+};
+
+// Parses "path:weight, path:weight, ..." (whitespace around entries ignored;
+// the weight follows the last ':' of an entry; one entry may omit it) into
+// out, weights normalised. Errors: STATUS_BAD_INPUT naming key and text: an
+// empty entry or path, a weight that is not a finite number > 0, a missing
+// weight in a list of several, a path listed twice, more than
+// LOADER_MAX_DATASETS entries or a path of BLEND_PATH_MAX bytes or more.
+enum status blend_parse(const char *key, const char *text, struct blend_spec *out, struct error *err);
 
 // Writes a dataset folder shard by shard: prep and tests use it.
 struct dataset_writer {

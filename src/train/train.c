@@ -136,34 +136,86 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
 static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
+    // The datasets: [data] paths (a blend), else [data] path.
+    struct blend_spec *bs = xmalloc(sizeof *bs);
+    if (c->data.paths[0]) {
+        if (blend_parse("[data] paths", c->data.paths, bs, &err->err)) {
+            free(bs);
+            return err->err.status;
+        }
+    } else {
+        *bs = (struct blend_spec){.n = 1, .weights = {1.0}};
+        snprintf(bs->paths[0], sizeof bs->paths[0], "%s", c->data.path);
+    }
     // The tokenizer: [data] tokenizer when given (its identity must be the
-    // dataset's: checked by dataset_open), else the dataset's own copy.
+    // (first) dataset's: checked by dataset_open), else that dataset's copy.
     char tok_path[CONFIG_PATH_MAX + 32];
     if (c->data.tokenizer[0]) snprintf(tok_path, sizeof tok_path, "%s", c->data.tokenizer);
-    else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", c->data.path);
+    else snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", bs->paths[0]);
     const char *tok_expected = NULL;
     if (c->data.tokenizer[0] || access(tok_path, R_OK) == 0) {
-        if (tokenizer_load(tok_path, &d->tok, &err->err))
+        if (tokenizer_load(tok_path, &d->tok, &err->err)) {
+            free(bs);
             return err->err.status = STATUS_BAD_INPUT;
+        }
         tok_expected = tokenizer_identity(d->tok);
     }
-    if (dataset_open(c->data.path, c->train.seq_len, c->model.vocab_size, tok_expected, &d->ds,
-                     &err->err))
-        return err->err.status;
-    // The hot tier: node-local rank 0 stages for the node (data/cache.h).
-    if (c->data.cache_dir[0] &&
-        cache_open(c->data.cache_dir, c->data.path, &d->ds->index, c->data.cache_bytes,
-                   c->data.prefetch_shards, t->par.topo.local_rank == 0, &d->ds->cache, &err->err))
-        return err->err.status;
+    // The first dataset is checked against the model and the tokenizer, the
+    // others against the first (a message naming both folders).
+    enum status st = STATUS_OK;
+    for (int k = 0; k < bs->n && !st; k++) {
+        st = dataset_open(bs->paths[k], c->train.seq_len, k ? 0 : c->model.vocab_size, k ? NULL : tok_expected,
+                          &d->sets[k], &err->err);
+        if (st) break;
+        d->weights[k] = bs->weights[k];
+        d->n_sets = k + 1;
+        // The hot tier: node-local rank 0 stages for the node (data/cache.h);
+        // each dataset of a blend has its own folder and budget there.
+        if (c->data.cache_dir[0] &&
+            (st = cache_open(c->data.cache_dir, bs->paths[k], &d->sets[k]->index, c->data.cache_bytes,
+                             c->data.prefetch_shards, t->par.topo.local_rank == 0, &d->sets[k]->cache,
+                             &err->err)))
+            break;
+        const struct index *a = &d->sets[0]->index, *b = &d->sets[k]->index;
+        if (a->vocab_size != b->vocab_size || a->eot_id != b->eot_id || strcmp(a->tokenizer, b->tokenizer))
+            st = error_set(&err->err, STATUS_BAD_INPUT, "[data] paths: %s/index.ini has tokenizer '%s' (vocab_size "
+                           "%lld, eot_id %lld) but %s/index.ini has '%s' (vocab_size %lld, eot_id %lld): blended "
+                           "datasets must be made with one tokenizer", bs->paths[k], b->tokenizer,
+                           (long long)b->vocab_size, (long long)b->eot_id, bs->paths[0], a->tokenizer,
+                           (long long)a->vocab_size, (long long)a->eot_id);
+    }
+    free(bs);
+    d->ds = d->sets[0];
+    if (st) return st;
     int dp = c->parallel.dp, rank_d = t->par.topo.coord.d, B = c->train.micro_batch_size;
     int G = c->train.global_batch_size;
-    if (loader_init(&d->train_loader, d->ds, SPLIT_TRAIN, rank_d, dp, B, G,
-                    (uint64_t)c->train.seed, &err->err))
+    if (loader_init_blend(&d->train_loader, d->sets, d->weights, d->n_sets, SPLIT_TRAIN, rank_d, dp, B, G,
+                          (uint64_t)c->train.seed, &err->err))
         return err->err.status;
-    d->has_val = d->ds->split_sequences[SPLIT_VAL] >= (uint64_t)G;
-    if (d->has_val && loader_init(&d->val_loader, d->ds, SPLIT_VAL, rank_d, dp, B, G,
-                                  (uint64_t)c->train.seed, &err->err))
+    uint64_t val_total = 0;
+    d->has_val = true;
+    for (int k = 0; k < d->n_sets; k++) {
+        val_total += d->sets[k]->split_sequences[SPLIT_VAL];
+        if (d->sets[k]->split_sequences[SPLIT_VAL] == 0) d->has_val = false;
+    }
+    d->has_val = d->has_val && val_total >= (uint64_t)G;
+    if (d->has_val && loader_init_blend(&d->val_loader, d->sets, d->weights, d->n_sets, SPLIT_VAL, rank_d, dp,
+                                        B, G, (uint64_t)c->train.seed, &err->err))
         return err->err.status;
+    // TRIDENT_LOG_SAMPLES=FILE: the train loader of each DP rank appends the
+    // samples it serves to FILE (loader_set_log), from the rank of tensor
+    // and pipeline coordinate 0 only, so each sample is logged once.
+    const char *log_samples = getenv("TRIDENT_LOG_SAMPLES");
+    if (log_samples && log_samples[0] && t->par.topo.coord.t == 0 && t->par.topo.coord.p == 0) {
+        d->sample_log = fopen(log_samples, "a");
+        if (!d->sample_log) {
+            error_set(&err->err, STATUS_BAD_INPUT, "TRIDENT_LOG_SAMPLES = %s: cannot append: %s", log_samples,
+                      strerror(errno));
+            return trainer_alone(err);
+        }
+        setvbuf(d->sample_log, NULL, _IOLBF, 0);
+        loader_set_log(&d->train_loader, d->sample_log);
+    }
     // Inputs are read on the first pipeline stage, labels on the last.
     int s = t->par.topo.coord.p, T = c->train.seq_len;
     d->reads_tokens = s == 0, d->reads_targets = s == c->parallel.pp - 1;
@@ -312,12 +364,18 @@ static enum status setup_log(struct trainer *t, struct trainer_error *err) {
     return STATUS_OK;
 }
 
+// Sequences of split over the run's datasets.
+static uint64_t total_sequences(const struct trainer *t, enum split split) {
+    uint64_t n = 0;
+    for (int k = 0; k < t->data.n_sets; k++) n += t->data.sets[k]->split_sequences[split];
+    return n;
+}
+
 // Rank 0's startup lines: the layout, the resolved config, memory and data.
 static void print_banner(const struct trainer *t) {
     const struct config *c = &t->cfg;
     const struct model_memory *mem = model_memory(t->m.model);
     size_t opt_bytes = optimizer_state_bytes(t->m.opt);
-    const struct dataset *ds = t->data.ds;
     printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
            t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
            c->system.device == DEVICE_CPU ? "cpu" : "cuda");
@@ -337,8 +395,9 @@ static void print_banner(const struct trainer *t) {
            mem->activation_bytes / 1048576.0, mem->activation_bytes, t->m.n_slots, mem->slot_bytes);
     printf("data: %s: %llu train sequences, %llu validation sequences of %d tokens; "
            "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s)\n",
-           c->data.path, (unsigned long long)ds->split_sequences[SPLIT_TRAIN],
-           (unsigned long long)ds->split_sequences[SPLIT_VAL], c->train.seq_len, t->data.accum,
+           c->data.paths[0] ? c->data.paths : c->data.path, 
+           (unsigned long long)total_sequences(t, SPLIT_TRAIN),
+           (unsigned long long)total_sequences(t, SPLIT_VAL), c->train.seq_len, t->data.accum,
            c->train.micro_batch_size, t->log.peak_flops / 1e9,
            c->system.peak_tflops > 0 ? "config" : "measured fp32 matmul");
     fflush(stdout);
@@ -662,7 +721,8 @@ void trainer_close(struct trainer *t) {
     model_free(t->m.model);
     if (t->data.has_val) loader_free(&t->data.val_loader);
     loader_free(&t->data.train_loader);
-    dataset_close(t->data.ds);
+    for (int k = 0; k < t->data.n_sets; k++) dataset_close(t->data.sets[k]);
+    if (t->data.sample_log) fclose(t->data.sample_log);
     topology_free(&t->par.topo); // NCCL communicators before the streams they use
     backend_free(t->m.be);
     free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);

@@ -156,8 +156,19 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     optimizer_set_steps_done(t->m.opt, (int)st->opt_steps);
     const struct ckpt_info *info = checkpoint_info(r);
     if (root) {
-        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d)\n",
-               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage);
+        const struct loader_state *ls = &t->data.train_loader.state;
+        char change[160] = "";
+        uint64_t old_g = st->loader.global_batch_size, new_g = ls->global_batch_size;
+        if (st->loader.format < 2)
+            snprintf(change, sizeof change, " (a batch-index loader state of an older checkpoint, "
+                     "converted with this run's global_batch_size)");
+        else if (old_g && old_g != new_g)
+            snprintf(change, sizeof change, " ([train] global_batch_size changed from %llu to %llu: "
+                     "the next unconsumed sample)", (unsigned long long)old_g, (unsigned long long)new_g);
+        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d); "
+               "data continues at epoch %llu, sample %llu%s\n",
+               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage,
+               (unsigned long long)ls->epoch, (unsigned long long)ls->sample, change);
         fflush(stdout);
     }
 out:

@@ -21,7 +21,11 @@
 
 // The training data of this rank and the buffers a step reads.
 struct trainer_data {
-    struct dataset *ds;
+    struct dataset *ds;                       // sets[0]
+    struct dataset *sets[LOADER_MAX_DATASETS]; // [data] path, or each of [data] paths
+    double weights[LOADER_MAX_DATASETS];      // normalised blend weights (1 alone)
+    int n_sets;
+    FILE *sample_log;                         // TRIDENT_LOG_SAMPLES; NULL: none
     struct loader train_loader, val_loader;
     bool has_val;                      // the val split holds at least one global batch
     bool reads_tokens, reads_targets;  // first / last pipeline stage

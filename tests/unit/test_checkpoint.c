@@ -70,7 +70,11 @@ static void fill_rank(struct rank_data *rd, int rank, int64_t step, int drop_pie
     }
     if (drop_piece >= 0) rd->pieces[drop_piece] = rd->pieces[3];
     rd->state = (struct ckpt_state){.step = step, .lr_step = step, .opt_steps = step + 1,
-                                    .loader = {7, 1, (uint64_t)step, 0}, .rng_seed = 7,
+                                    .loader = {.format = 2, .seed = 7, .epoch = 1, .sample = (uint64_t)step,
+                                               .seq_len = 32, .n_datasets = 2, .global_batch_size = 24,
+                                               .counts = {(uint64_t)step - 1, 1},
+                                               .sequences = {100, 50}, .weights = {0.25, 0.75}},
+                                    .rng_seed = 7,
                                     .rng_state = {1, 2, 3, (uint64_t)rank},
                                     .loss_scale = 65536.0, .loss_scale_good_steps = 11};
 }
@@ -146,7 +150,11 @@ static void check_layout_b(struct ckpt_reader *r, int64_t step, const char *what
         EXPECT(norm[i] == (float)value(4, 6 + i, 0), "%s: norm[%d] = %g", what, 6 + i, norm[i]);
     struct ckpt_state s;
     EXPECT(checkpoint_read_state(r, 3, &s, &err) == STATUS_OK, "%s: state: %s", what, err.msg);
-    EXPECT(s.step == step && s.opt_steps == step + 1 && s.loader.batch == (uint64_t)step &&
+    EXPECT(s.step == step && s.opt_steps == step + 1 && s.loader.sample == (uint64_t)step &&
+               s.loader.format == 2 && s.loader.seed == 7 && s.loader.epoch == 1 && s.loader.seq_len == 32 &&
+               s.loader.n_datasets == 2 && s.loader.global_batch_size == 24 &&
+               s.loader.counts[0] == (uint64_t)step - 1 && s.loader.counts[1] == 1 &&
+               s.loader.sequences[1] == 50 && s.loader.weights[0] == 0.25 && s.loader.weights[1] == 0.75 &&
                s.rng_state[3] == 3 && s.loss_scale == 65536.0 && s.loss_scale_good_steps == 11,
            "%s: state of rank 3: step %lld", what, (long long)s.step);
 }

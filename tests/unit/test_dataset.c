@@ -118,7 +118,7 @@ static void check_epochs(struct dataset *ds, const struct source *src, int dp, i
                epoch, (unsigned long long)count, (unsigned long long)(batches * G),
                (unsigned long long)(n_seq - batches * G));
         for (int r = 0; r < dp; r++)
-            EXPECT(ld[r].state.epoch == (uint64_t)epoch + 1 && ld[r].state.batch == 0 && ld[r].state.micro == 0,
+            EXPECT(ld[r].state.epoch == (uint64_t)epoch + 1 && ld[r].state.sample == 0 && ld[r].state.micro == 0,
                    "dp %d rank %d: not at the start of epoch %d after %llu batches", dp, r, epoch + 1,
                    (unsigned long long)batches);
         if (epoch == 1)
@@ -153,14 +153,18 @@ static void check_resume(struct dataset *ds, int dp, int rank, int micro, int G,
     loader_state_save(&b, &st);
     EXPECT(st.epoch == expect_epoch, "saved at microbatch %d in epoch %llu, expected %llu", at,
            (unsigned long long)st.epoch, (unsigned long long)expect_epoch);
-    // A fresh loader with another seed: the state's seed must win.
+    // A fresh loader with another seed refuses the state, naming both seeds.
     EXPECT(loader_init(&c, ds, SPLIT_TRAIN, rank, dp, micro, G, 5, &err) == STATUS_OK, "%s", err.msg);
+    EXPECT(loader_state_load(&c, &st, &err) == STATUS_BAD_INPUT && strstr(err.msg, "seed changed from 99 to 5"),
+           "another seed: %s", err.msg);
+    loader_free(&c);
+    EXPECT(loader_init(&c, ds, SPLIT_TRAIN, rank, dp, micro, G, 99, &err) == STATUS_OK, "%s", err.msg);
     EXPECT(loader_state_load(&c, &st, &err) == STATUS_OK, "%s", err.msg);
     run_steps(&c, total - at, got + at * per);
     EXPECT(memcmp(ref, got, total * per * sizeof *ref) == 0, "resume at %d (dp %d micro %d G %d) diverges", at, dp,
            micro, G);
     struct loader_state bad = st;
-    bad.batch = c.batches_per_epoch;
+    bad.sample = c.sources[0].n;
     EXPECT(loader_state_load(&c, &bad, &err) == STATUS_BAD_INPUT, "out-of-range state accepted");
     loader_free(&a), loader_free(&b), loader_free(&c);
     free(ref), free(got);
@@ -255,8 +259,8 @@ int main(void) {
         run_steps(&one, 7, skip);
         loader_state_save(&one, &st);
         run_steps(&one, 3, ref);
-        EXPECT(loader_init(&r0, ds, SPLIT_TRAIN, 0, 2, 1, 2, 0, &err) == STATUS_OK, "%s", err.msg);
-        EXPECT(loader_init(&r1, ds, SPLIT_TRAIN, 1, 2, 1, 2, 0, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(loader_init(&r0, ds, SPLIT_TRAIN, 0, 2, 1, 2, 42, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(loader_init(&r1, ds, SPLIT_TRAIN, 1, 2, 1, 2, 42, &err) == STATUS_OK, "%s", err.msg);
         EXPECT(loader_state_load(&r0, &st, &err) == STATUS_OK && loader_state_load(&r1, &st, &err) == STATUS_OK,
                "%s", err.msg);
         run_steps(&r0, 3, h0);
