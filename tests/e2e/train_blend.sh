@@ -117,6 +117,16 @@ resumed=$(jq -c 'select(has("loss")) | [.step, .loss]' "$tmp/mix-stop-1.jsonl" "
     { echo "FAIL: blend resume not bit-exact: straight $straight, resumed $resumed"; bad=1; }
 cmp -s "$tmp/mix-dp1.samples" "$tmp/mix-stop.samples" || { echo "FAIL: the resumed blend serves other samples"; bad=1; }
 echo "blend: dp 1, 2, 4 serve one mixture; stopped at 3 and resumed: the straight run's losses ($straight)"
+# A blend through the hot tier: each dataset staged into its own cache
+# folder, the same samples and losses as without the cache.
+train mix-cache 2 "${mix[@]}" train.global_batch_size=8 train.micro_batch_size=2 train.steps=6 \
+    data.cache_dir="$tmp/cache" data.prefetch_shards=8 || fail "blend with cache_dir: $(tail -3 "$tmp/mix-cache.log")"
+sort -n -k2,2 "$tmp/mix-cache.samples" | cmp -s - "$tmp/mix-dp2.sorted" ||
+    { echo "FAIL: the blend through the cache serves other samples"; bad=1; }
+[ "$(metrics "$tmp/run-mix-cache" '[.step, .loss]' | paste -sd' ')" = "$(metrics "$tmp/run-mix-dp2" '[.step, .loss]' | paste -sd' ')" ] ||
+    { echo "FAIL: the blend through the cache has other losses"; bad=1; }
+folders=$(find "$tmp/cache" -mindepth 2 -maxdepth 2 -name '*.h5' -printf '%h\n' | sort -u | wc -l)
+[ "$folders" -eq 2 ] || { echo "FAIL: the cache holds staged shards in $folders folders, expected one per dataset (2)"; bad=1; }
 rc=0
 "$TRIDENT" train "$SMALL_INI" data.paths="$A:0.7, $tmp/other:0.3" train.steps=1 train.warmup_steps=1 log.run_dir="$tmp/run-x" > "$tmp/x.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "$tmp/other/index.ini has tokenizer" "$tmp/x.log" && grep -q "but $A/index.ini" "$tmp/x.log" ||
