@@ -31,6 +31,53 @@ static _Noreturn void fail(const struct trainer_error *e, int world_rank) {
                  e->alone || world_rank == 0 ? e->err.msg : NULL);
 }
 
+// Every rank must train the same resolved config (a config file that differs
+// between nodes, or an MPMD launch with other overrides, would otherwise
+// hang in a collective or train different models silently). cfg: this rank's
+// config, NULL when it failed to load or validate (e holds why). Collective
+// over MPI_COMM_WORLD; returns only when every rank loaded the same config,
+// else ends the job with exit 2: a rank's own error is printed by rank 0 when
+// rank 0 has one too (the usual case: every rank reads one file), else by
+// that rank; a rank whose config differs from rank 0's names the first
+// differing line of both.
+static void check_same_config(const struct config *cfg, struct trainer_error *e, int world_rank) {
+    int bad[2] = {cfg == NULL, world_rank == 0 && cfg == NULL}, any[2];
+    MPI_Allreduce(bad, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any[0]) {
+        if (cfg) mpi_exit_all(STATUS_BAD_INPUT, NULL); // another rank reports
+        e->alone = !any[1];
+        fail(e, world_rank);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f, "open_memstream failed");
+    config_print(cfg, f);
+    fclose(f);
+    unsigned long long n0 = len;
+    MPI_Bcast(&n0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    char *text0 = xmalloc(n0 + 1);
+    if (world_rank == 0) memcpy(text0, text, n0);
+    MPI_Bcast(text0, (int)n0, MPI_CHAR, 0, MPI_COMM_WORLD);
+    text0[n0] = '\0';
+    int differs = n0 != len || memcmp(text0, text, len), any_differs;
+    MPI_Allreduce(&differs, &any_differs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (differs) { // the first line that differs, both versions
+        const char *a = text0, *b = text;
+        while (*a && *a == *b) a++, b++;
+        while (a > text0 && a[-1] != '\n') a--, b--;
+        int la = (int)strcspn(a, "\n"), lb = (int)strcspn(b, "\n");
+        error_set(&e->err, STATUS_BAD_INPUT, "the resolved config of this rank differs from rank 0's: "
+                  "rank 0 has `%.*s`, this rank `%.*s` (every rank must run the same config file and "
+                  "overrides)", la, a, lb, b);
+        e->alone = true;
+        fail(e, world_rank);
+    }
+    free(text0);
+    free(text);
+    if (any_differs) mpi_exit_all(STATUS_BAD_INPUT, NULL);
+}
+
 int cmd_train(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
@@ -58,9 +105,9 @@ int cmd_train(int argc, char **argv) {
         fail(&e, world_rank);
     }
     struct config cfg;
-    if (config_load(argv[1], argc - 2, argv + 2, &cfg, &e.err) ||
-        config_validate(&cfg, world_size, backend_has_cuda(), &e.err))
-        fail(&e, world_rank);
+    enum status st = config_load(argv[1], argc - 2, argv + 2, &cfg, &e.err);
+    if (!st) st = config_validate(&cfg, world_size, backend_has_cuda(), &e.err);
+    check_same_config(st ? NULL : &cfg, &e, world_rank);
 
     struct trainer *t;
     struct trainer_outcome out;

@@ -672,7 +672,9 @@ static const char docs_header[] =
     "  `global_batch_size % (micro_batch_size * dp) == 0`; `seq_len <= max_seq_len`\n"
     "  (and `seq_len % tp == 0` with `sequence_parallel`); `min_lr <= lr`;\n"
     "  `warmup_steps <= steps`; `sample_top_k <= vocab_size`; `device = cuda` only in\n"
-    "  a CUDA build.\n";
+    "  a CUDA build and with a head size `d_model / n_heads <= 256`; `attention = cudnn`\n"
+    "  only with `device = cuda` and `dtype = bf16` or `fp16`; every rank of a job\n"
+    "  resolves the same config (compared at start).\n";
 
 static const char *type_name(const struct config_key *k, char *buf, size_t n) {
     switch (k->type) {

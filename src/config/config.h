@@ -205,9 +205,15 @@ void config_defaults(struct config *cfg);
 enum status config_load(const char *path, int n_overrides, char **overrides, struct config *out,
                         struct error *err);
 
+// The largest head size (d_model / n_heads) system.device = cuda takes: the
+// CUDA attention kernels' limit (kernels/cuda/cuda_attention.cu).
+#define CONFIG_CUDA_MAX_HEAD_DIM 256
+
 // Cross-key checks: tp * pp * dp == world_size (skipped when world_size <= 0),
 // head, layer, batch and sequence divisibility, lr and warmup order, and that
-// device = cuda only when has_cuda (pass whether this build has a CUDA backend).
+// device = cuda only when has_cuda (pass whether this build has a CUDA backend),
+// with a head size <= CONFIG_CUDA_MAX_HEAD_DIM; attention = cudnn only with
+// device = cuda and a 16-bit dtype.
 // Each message names the keys, their values and where they were set.
 // The model against the data (vocab_size, tokenizer identity, seq_len) is
 // checked by dataset_open, which reads index.ini.

@@ -109,5 +109,14 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
     if (cfg->system.attention == ATTENTION_CUDNN && cfg->system.device != DEVICE_CUDA)
         return error_set(err, bad, "%s: %s needs system.device = cuda (cuDNN is the CUDA backend's); %s", file,
                          KT("system", "attention"), KT("system", "device"));
+    if (cfg->system.attention == ATTENTION_CUDNN && cfg->precision.dtype == DTYPE_FP32)
+        return error_set(err, bad, "%s: %s runs bf16 and fp16 only (cuDNN's fused attention); fp32 always "
+                         "uses the native kernels: set attention = auto or native, or a 16-bit dtype; %s", file,
+                         KT("system", "attention"), KT("precision", "dtype"));
+    // The CUDA attention kernels (native and cuDNN) take head sizes up to 256.
+    if (cfg->system.device == DEVICE_CUDA && m->d_model / m->n_heads > CONFIG_CUDA_MAX_HEAD_DIM)
+        return error_set(err, bad, "%s: head size d_model / n_heads = %d: system.device = cuda takes at most "
+                         "%d (the CUDA attention kernels); %s; %s", file, m->d_model / m->n_heads,
+                         CONFIG_CUDA_MAX_HEAD_DIM, KT("model", "d_model"), KT("model", "n_heads"));
     return STATUS_OK;
 }

@@ -55,17 +55,19 @@ static enum status make_dirs(const char *path, struct error *err) {
     return STATUS_OK;
 }
 
-// The matmul rate of this rank's backend (fp32, the model's GEMM path),
-// measured while every rank measures (so that ranks sharing cores or a GPU
-// share them here too); summed over the world: the MFU denominator, unless
-// [system] peak_tflops gives it.
+// The matmul rate of this rank's backend in the model's compute dtype
+// ([precision] dtype: the model's GEMM path, so that a bf16 run's MFU is
+// against the bf16 rate, not fp32's), measured while every rank measures (so
+// that ranks sharing cores or a GPU share them here too); summed over the
+// world: the MFU denominator, unless [system] peak_tflops gives it.
 static double measure_peak_flops(struct trainer *t) {
     if (t->cfg.system.peak_tflops > 0) return t->cfg.system.peak_tflops * 1e12;
     int M = 1024, N = 1024, K = 1024;
-    size_t bytes = (size_t)M * K * sizeof(float);
-    struct tensor a = tensor_view(backend_alloc(t->m.be, bytes), DTYPE_FP32, (size_t)M * K);
-    struct tensor b = tensor_view(backend_alloc(t->m.be, bytes), DTYPE_FP32, (size_t)K * N);
-    struct tensor c = tensor_view(backend_alloc(t->m.be, bytes), DTYPE_FP32, (size_t)M * N);
+    enum dtype dt = t->cfg.precision.dtype;
+    size_t bytes = (size_t)M * K * dtype_size(dt);
+    struct tensor a = tensor_view(backend_alloc(t->m.be, bytes), dt, (size_t)M * K);
+    struct tensor b = tensor_view(backend_alloc(t->m.be, bytes), dt, (size_t)K * N);
+    struct tensor c = tensor_view(backend_alloc(t->m.be, bytes), dt, (size_t)M * N);
     CHECK(a.data && b.data && c.data, "no memory for the matmul probe");
     backend_memset0(t->m.be, a), backend_memset0(t->m.be, b);
     backend_matmul(t->m.be, c, a, b, M, N, K, false, true, 1.0f, 0.0f); // warm-up
@@ -394,12 +396,13 @@ static void print_banner(const struct trainer *t) {
            opt_bytes / 1048576.0, opt_bytes, c->parallel.zero_stage == 1 ? ", ZeRO-1 shard" : "",
            mem->activation_bytes / 1048576.0, mem->activation_bytes, t->m.n_slots, mem->slot_bytes);
     printf("data: %s: %llu train sequences, %llu validation sequences of %d tokens; "
-           "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s)\n",
-           c->data.paths[0] ? c->data.paths : c->data.path, 
+           "%d microbatches of %d per rank per step; peak %.1f GFLOP/s (%s%s)\n",
+           c->data.paths[0] ? c->data.paths : c->data.path,
            (unsigned long long)total_sequences(t, SPLIT_TRAIN),
            (unsigned long long)total_sequences(t, SPLIT_VAL), c->train.seq_len, t->data.accum,
            c->train.micro_batch_size, t->log.peak_flops / 1e9,
-           c->system.peak_tflops > 0 ? "config" : "measured fp32 matmul");
+           c->system.peak_tflops > 0 ? "config" : dtype_name(c->precision.dtype),
+           c->system.peak_tflops > 0 ? "" : " matmul, measured");
     fflush(stdout);
 }
 

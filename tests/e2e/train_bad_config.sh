@@ -94,6 +94,19 @@ for row in "${cases[@]}"; do
     fi
     echo "ok   [$label] ($(grep -m1 -E -- "$want" <<<"$out" | cut -c1-150))"
 done
+# Ranks launched with different configs (an MPMD line, or a config file that
+# differs between nodes): every rank compares its resolved config with rank
+# 0's at start; exit 2 naming the differing line, no hang.
+start=$(date +%s%N)
+rc=0; out=$(timeout 20 "${MPIRUN[@]}" -np 1 "$TRIDENT" train "$base" log.run_dir="$tmp/mpmd" train.lr=1e-3 : \
+    -np 1 "$TRIDENT" train "$base" log.run_dir="$tmp/mpmd" train.lr=2e-3 2>&1) || rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+if [ "$rc" -ne 2 ] || ! grep -q "differs from rank 0's: rank 0 has \`lr = 0.001\`, this rank \`lr = 0.002\`" <<<"$out" ||
+    [ "$ms" -gt 10000 ]; then
+    echo "FAIL [ranks with different configs]: exit $rc in $ms ms"; head -5 <<<"$out"; fail=1
+else
+    echo "ok   [ranks with different configs] ($(grep -m1 "differs" <<<"$out" | cut -c1-150))"
+fi
 echo "$n cases"
 [ "$n" -ge 25 ] || { echo "FAIL: fewer than 25 cases"; fail=1; }
 exit $fail

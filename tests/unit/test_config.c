@@ -389,9 +389,21 @@ static void test_bad_inputs(void) {
     char *cuda[] = {"system.device=cuda"};
     EXPECT(config_load(NULL, 1, cuda, &c, &err) == STATUS_OK && config_validate(&c, 1, true, &err) == STATUS_OK,
            "device = cuda is fine in a CUDA build: %s", err.msg);
-    char *cudnn[] = {"system.device=cuda", "system.attention=cudnn"};
-    EXPECT(config_load(NULL, 2, cudnn, &c, &err) == STATUS_OK && config_validate(&c, 1, true, &err) == STATUS_OK,
-           "attention = cudnn is fine with device = cuda: %s", err.msg);
+    char *cudnn[] = {"system.device=cuda", "system.attention=cudnn", "precision.dtype=bf16"};
+    EXPECT(config_load(NULL, 3, cudnn, &c, &err) == STATUS_OK && config_validate(&c, 1, true, &err) == STATUS_OK,
+           "attention = cudnn is fine with device = cuda in bf16: %s", err.msg);
+    EXPECT(config_load(NULL, 2, cudnn, &c, &err) == STATUS_OK &&
+               config_validate(&c, 1, true, &err) == STATUS_BAD_INPUT && contains(err.msg, "system.attention = cudnn") &&
+               contains(err.msg, "precision.dtype = fp32"),
+           "attention = cudnn in fp32 is refused naming both keys: %s", err.msg);
+    char *wide[] = {"system.device=cuda", "model.d_model=1024", "model.n_heads=2", "model.n_kv_heads=2"};
+    EXPECT(config_load(NULL, 4, wide, &c, &err) == STATUS_OK &&
+               config_validate(&c, 1, true, &err) == STATUS_BAD_INPUT && contains(err.msg, "head size") &&
+               contains(err.msg, "512") && contains(err.msg, "model.n_heads = 2"),
+           "device = cuda with head size 512 is refused naming the keys: %s", err.msg);
+    wide[0] = "system.device=cpu";
+    EXPECT(config_load(NULL, 4, wide, &c, &err) == STATUS_OK && config_validate(&c, 1, true, &err) == STATUS_OK,
+           "head size 512 is fine on the cpu: %s", err.msg);
 }
 
 int main(int argc, char **argv) {
