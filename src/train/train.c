@@ -119,6 +119,12 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
             return trainer_alone(err);
         }
         device = topology_device_of(topo, n);
+        // Ranks sharing a GPU work (the emulation, a debug run) but real NCCL
+        // before 2.30 refuses two ranks of one communicator on one device.
+        if (topo->local_size > n && topo->local_rank == 0 && topo->world_size > 1)
+            fprintf(stderr, "trident: %d ranks on this node share %d CUDA device%s (device = node-local "
+                    "rank %% %d); NCCL refuses two ranks of one group on one GPU unless it is 2.30 or "
+                    "later with NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
     }
     t->m.be = backend_init(cuda ? BACKEND_CUDA : BACKEND_CPU, device, c->system.threads, &err->err);
     static const enum backend_attention attention[] = {[ATTENTION_AUTO] = BACKEND_ATTENTION_AUTO,

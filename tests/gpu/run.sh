@@ -140,6 +140,14 @@ if [ "$MODE" = gpu ]; then
     GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1)
     GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n1 | tr -dc 0-9)
     NGPU=$(nvidia-smi -L | grep -c '^GPU' || true)
+    # The carried prefix holds Debian 12's libraries (OpenMPI's libevent needs
+    # glibc 2.36): an older glibc would fail the link or mpirun after the
+    # device time is spent, so say it at once.
+    glibc=$(ldd --version 2>/dev/null | head -n1 | grep -oE '[0-9]+\.[0-9]+$' || echo 0.0)
+    note "glibc $glibc"
+    if [ "$(printf '%s\n2.36\n' "$glibc" | sort -V | head -n1)" != 2.36 ]; then
+        note "glibc FAIL($glibc < 2.36: the Debian 12 packages of tests/gpu/debs need 2.36)"; exit 1
+    fi
     [ -x "$CUDA_HOME/bin/nvcc" ] || { note "nvcc FAIL(missing $CUDA_HOME/bin/nvcc)"; exit 1; }
     note "nvcc $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([^,]*\),.*/\1/p')"
     nccl_h=$CUDA_HOME/include/nccl.h
