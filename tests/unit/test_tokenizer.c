@@ -54,7 +54,7 @@ static int roundtrip(const struct tokenizer *tok, const char *x, size_t n) {
     size_t n_ids, len;
     char *back;
     struct error err = {0};
-    if (tokenizer_encode(tok, x, n, &ids, &n_ids, &err)) return 0;
+    if (tokenizer_encode(tok, x, n, 1, &ids, &n_ids, &err)) return 0;
     int ok = !tokenizer_decode(tok, ids, n_ids, &back, &len, &err) && len == n && !memcmp(back, x, n);
     free(ids);
     if (ok) free(back);
@@ -68,7 +68,7 @@ static void test_hf_ids(const char *json, const char *ids_path, int vocab, int e
     int32_t *ref = read_ids(ids_path, &n_ref), *ids;
     struct error err = {0};
     for (int pass = 0; pass < 2; pass++) { // the second pass runs from the word cache
-        EXPECT(tokenizer_encode(tok, text, len, &ids, &n_ids, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(tokenizer_encode(tok, text, len, 1, &ids, &n_ids, &err) == STATUS_OK, "%s", err.msg);
         EXPECT(n_ids == n_ref, "%s: %zu ids, HF has %zu", json, n_ids, n_ref);
         size_t first = 0;
         while (first < MIN(n_ids, n_ref) && ids[first] == ref[first]) first++;
@@ -78,7 +78,7 @@ static void test_hf_ids(const char *json, const char *ids_path, int vocab, int e
     EXPECT(tokenizer_vocab_size(tok) == vocab, "%s: vocab size %d, expected %d", json, tokenizer_vocab_size(tok), vocab);
     EXPECT(tokenizer_eot_id(tok) == eot, "%s: eot id %d, expected %d", json, tokenizer_eot_id(tok), eot);
     if (check_roundtrip) EXPECT(roundtrip(tok, text, len), "%s: decode(encode(test text)) != test text", json);
-    EXPECT(tokenizer_encode(tok, "", 0, &ids, &n_ids, &err) == STATUS_OK && n_ids == 0, "empty text gives %zu ids", n_ids);
+    EXPECT(tokenizer_encode(tok, "", 0, 1, &ids, &n_ids, &err) == STATUS_OK && n_ids == 0, "empty text gives %zu ids", n_ids);
     free(ids);
     free(text);
     free(ref);
@@ -123,7 +123,7 @@ static void test_random_roundtrip(const char *json) {
     int32_t *ids;
     size_t n_ids;
     struct error err = {0};
-    EXPECT(tokenizer_encode(tok, "\xff", 1, &ids, &n_ids, &err) == STATUS_OK && n_ids == 1, "\\xff: %zu ids", n_ids);
+    EXPECT(tokenizer_encode(tok, "\xff", 1, 1, &ids, &n_ids, &err) == STATUS_OK && n_ids == 1, "\\xff: %zu ids", n_ids);
     free(ids);
     tokenizer_free(tok);
 }
@@ -188,8 +188,8 @@ static void test_string_merges(void) {
     char *text = read_file(FIX "tokenizer_test_text.txt", &len);
     int32_t *ia, *ib;
     struct error err = {0};
-    tokenizer_encode(a, text, len, &ia, &na, &err);
-    tokenizer_encode(b, text, len, &ib, &nb, &err);
+    tokenizer_encode(a, text, len, 1, &ia, &na, &err);
+    tokenizer_encode(b, text, len, 1, &ib, &nb, &err);
     EXPECT(na == nb && !memcmp(ia, ib, na * sizeof *ia), "string-form merges encode differently");
     free(ia);
     free(ib);
