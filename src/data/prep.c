@@ -17,7 +17,7 @@
 // Documents encoded per parallel block, and the most text one block holds:
 // enough work for every core, while a block stays small next to a shard.
 #define PREP_BLOCK_DOCS 4096
-#define PREP_BLOCK_BYTES (8u << 20)
+#define PREP_BLOCK_BYTES (4u << 20)
 
 static enum status read_file(const char *path, char **out, size_t *len, struct error *err) {
     FILE *f = fopen(path, "rb");
