@@ -80,9 +80,11 @@ struct pending {
     uint64_t docs, docs_cap;
 };
 
-static void pending_add(struct pending *p, const int32_t *ids, size_t n, int32_t eot) {
+// Doubling, but capped near one shard (limit: shard_tokens plus slack for the
+// document that crosses it), so a pending shard holds at most ~1.1 shards.
+static void pending_add(struct pending *p, const int32_t *ids, size_t n, int32_t eot, uint64_t limit) {
     if (p->n + n + 1 > p->cap) {
-        p->cap = MAX(2 * p->cap, p->n + n + 1 + (1 << 16));
+        p->cap = MAX(MIN(2 * p->cap, limit + limit / 8), p->n + n + 1 + (1 << 16));
         p->tokens = realloc(p->tokens, p->cap * sizeof *p->tokens);
         CHECK(p->tokens, "out of memory");
     }
@@ -290,7 +292,7 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
             for (size_t i = 0; i < b->n_ids[k]; i++)
                 CHECK(b->ids[k][i] >= 0 && b->ids[k][i] < vocab, "tokenizer gave id %d outside [0, %d)", b->ids[k][i],
                       vocab);
-            pending_add(&pend[sp], b->ids[k], b->n_ids[k], eot);
+            pending_add(&pend[sp], b->ids[k], b->n_ids[k], eot, opt->shard_tokens);
             stats->documents[sp]++;
             stats->tokens[sp] += b->n_ids[k] + 1;
             free(b->ids[k]);

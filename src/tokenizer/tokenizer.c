@@ -62,8 +62,8 @@ struct tokenizer {
     char *pre_desc;              // the stages as text, part of the identity
     char identity[33];
     // Word cache: pre-token bytes -> offset of [n, ids...] in cache_ids. Shared
-    // by concurrent encoders under cache_lock.
-    pthread_mutex_t cache_lock;
+    // by concurrent encoders under cache_lock (read-locked for lookups, which are most calls).
+    pthread_rwlock_t cache_lock;
     struct strmap cache;
     struct ibuf cache_ids;
 };
@@ -460,7 +460,7 @@ enum status tokenizer_load(const char *path, struct tokenizer **out, struct erro
         tokenizer_free(t);
         return st;
     }
-    pthread_mutex_init(&t->cache_lock, NULL);
+    pthread_rwlock_init(&t->cache_lock, NULL);
     strmap_init(&t->cache, 1 << 14);
     *out = t;
     return STATUS_OK;
@@ -481,7 +481,7 @@ void tokenizer_free(struct tokenizer *t) {
     normalizer_free(&t->norm);
     free(t->pre_desc);
     if (t->cache.cap) {
-        pthread_mutex_destroy(&t->cache_lock);
+        pthread_rwlock_destroy(&t->cache_lock);
         strmap_free(&t->cache);
     }
     free(t->cache_ids.v);
@@ -591,19 +591,20 @@ static void encode_piece(void *ctx, const char *piece, size_t len) {
     struct tokenizer *t = (struct tokenizer *)c->t; // the cache is the one mutable part
     int cacheable = len <= CACHE_MAX_WORD_LEN;
     if (cacheable) {
-        pthread_mutex_lock(&t->cache_lock);
+        pthread_rwlock_rdlock(&t->cache_lock);
         int64_t *off = strmap_get(&t->cache, piece, len);
         if (off) {
             const int32_t *e = t->cache_ids.v + *off;
             for (int32_t i = 1; i <= e[0]; i++) ibuf_push(c->out, e[i]);
         }
-        pthread_mutex_unlock(&t->cache_lock);
+        cacheable = t->cache.n < CACHE_MAX_WORDS; // full: no write lock for nothing
+        pthread_rwlock_unlock(&t->cache_lock);
         if (off) return;
     }
     size_t start = c->out->n;
     bpe_word(c, (const uint8_t *)piece, len, c->out);
     if (cacheable) {
-        pthread_mutex_lock(&t->cache_lock);
+        pthread_rwlock_wrlock(&t->cache_lock);
         if (t->cache.n < CACHE_MAX_WORDS) {
             int inserted;
             int64_t *off = strmap_put(&t->cache, piece, len, (int64_t)t->cache_ids.n, &inserted);
@@ -613,7 +614,7 @@ static void encode_piece(void *ctx, const char *piece, size_t len) {
                 for (size_t i = start; i < c->out->n; i++) ibuf_push(&t->cache_ids, c->out->v[i]);
             }
         }
-        pthread_mutex_unlock(&t->cache_lock);
+        pthread_rwlock_unlock(&t->cache_lock);
     }
 }
 
