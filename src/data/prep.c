@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <omp.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -159,15 +160,15 @@ static void fmt_seconds(char *buf, size_t n, double s) {
 
 // One progress line: bytes read of the total, tokens/s and the ETA. On a
 // terminal it is redrawn in place; otherwise a plain line each time.
-static void progress(const struct prep_stats *s, const struct doc_reader *r, double t0, int last) {
+static void progress(const struct prep_stats *s, uint64_t bytes_read, uint64_t total_bytes, double t0, int last) {
     double dt = MAX(time_now_s() - t0, 1e-9), mb = 1e6;
     uint64_t docs = s->documents[0] + s->documents[1], toks = s->tokens[0] + s->tokens[1];
-    double rate = (double)r->bytes_read / dt, pct = r->total_bytes ? 100.0 * (double)r->bytes_read / (double)r->total_bytes : 100;
+    double rate = (double)bytes_read / dt, pct = total_bytes ? 100.0 * (double)bytes_read / (double)total_bytes : 100;
     char eta[32];
-    fmt_seconds(eta, sizeof eta, rate > 0 ? (double)(r->total_bytes - MIN(r->bytes_read, r->total_bytes)) / rate : -1);
+    fmt_seconds(eta, sizeof eta, rate > 0 ? (double)(total_bytes - MIN(bytes_read, total_bytes)) / rate : -1);
     int tty = isatty(2);
     fprintf(stderr, "%sprep: %.1f/%.1f MB read (%.0f%%), %llu documents, %llu tokens, %.2f MB/s, %.0f tokens/s, %s %s%s",
-            tty ? "\r" : "", (double)r->bytes_read / mb, (double)r->total_bytes / mb, pct, (unsigned long long)docs,
+            tty ? "\r" : "", (double)bytes_read / mb, (double)total_bytes / mb, pct, (unsigned long long)docs,
             (unsigned long long)toks, rate / mb, (double)toks / dt, last ? "took" : "ETA",
             last ? (fmt_seconds(eta, sizeof eta, dt), eta) : eta, tty && !last ? "\033[K" : "\n");
 }
@@ -199,6 +200,7 @@ struct block {
     int n;
     int32_t *ids[PREP_BLOCK_DOCS];
     size_t n_ids[PREP_BLOCK_DOCS];
+    uint64_t bytes_read;   // the reader's input position after this block
 };
 
 // Fills b from the reader; b->n == 0 at the end of the inputs.
@@ -221,7 +223,69 @@ static enum status block_fill(struct block *b, struct doc_reader *r, struct erro
         b->len += n;
         b->off[++b->n] = b->len;
     }
+    b->bytes_read = r->bytes_read;
     return STATUS_OK;
+}
+
+// The bounded queue between the reader thread and the encoder: blocks
+// filled - consumed are ready (slot i % PREP_QUEUE), at most PREP_QUEUE of
+// them counting the one being encoded, so reading and parsing the input
+// overlap encoding while memory stays at PREP_QUEUE blocks.
+#define PREP_QUEUE 3
+struct block_queue {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    struct block *slot[PREP_QUEUE];
+    uint64_t filled, consumed;
+    int done, stop;        // reader finished (end or error); encoder asks it to stop
+    enum status st;        // the reader's status once done
+    struct error err;
+    struct doc_reader *r;
+};
+
+static void *queue_reader(void *arg) {
+    struct block_queue *q = arg;
+    for (;;) {
+        pthread_mutex_lock(&q->m);
+        while (q->filled - q->consumed == PREP_QUEUE && !q->stop) pthread_cond_wait(&q->cv, &q->m);
+        int stop = q->stop;
+        struct block *b = q->slot[q->filled % PREP_QUEUE];
+        pthread_mutex_unlock(&q->m);
+        if (stop) break;
+        struct error e = {0};
+        enum status st = block_fill(b, q->r, &e);
+        int end = st || b->n == 0;
+        pthread_mutex_lock(&q->m);
+        if (end) {
+            q->st = st;
+            q->err = e;
+            q->done = 1;
+        } else {
+            q->filled++;
+        }
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->m);
+        if (end) break;
+    }
+    return NULL;
+}
+
+// The next block in input order, or NULL at the end of the input or on a
+// reader error (q->st).
+static struct block *queue_next(struct block_queue *q) {
+    pthread_mutex_lock(&q->m);
+    while (q->filled == q->consumed && !q->done) pthread_cond_wait(&q->cv, &q->m);
+    struct block *b = q->filled > q->consumed ? q->slot[q->consumed % PREP_QUEUE] : NULL;
+    pthread_mutex_unlock(&q->m);
+    return b;
+}
+
+static void queue_release(struct block_queue *q, int stop) {
+    pthread_mutex_lock(&q->m);
+    if (stop) q->stop = 1;
+    else q->consumed++;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->m);
 }
 
 enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, struct error *err) {
@@ -254,8 +318,9 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     struct pending pend[2] = {{0}};
     struct dataset_writer w;
     struct doc_reader r = {0};
-    struct block *b = NULL;
-    int writer_open = 0;
+    struct block_queue q = {.r = &r};
+    pthread_t reader;
+    int writer_open = 0, reader_started = 0;
     if ((st = prep_tokenizer(opt, &tok, err))) goto done;
     int eot = tokenizer_eot_id(tok), vocab = tokenizer_vocab_size(tok);
     if (eot < 0) {
@@ -267,12 +332,21 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     writer_open = 1;
     if ((st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err))) goto done;
     struct val_sampler vs = {.n = n_docs, .k = val_count(n_docs, opt->val_fraction), .rng = opt->seed};
-    b = xcalloc(1, sizeof *b);
+    for (int i = 0; i < PREP_QUEUE; i++) q.slot[i] = xcalloc(1, sizeof *q.slot[i]);
+    pthread_mutex_init(&q.m, NULL);
+    pthread_cond_init(&q.cv, NULL);
+    CHECK(pthread_create(&reader, NULL, queue_reader, &q) == 0, "cannot start the prep reader thread");
+    reader_started = 1;
     stats->threads = omp_get_max_threads();
     double t0 = time_now_s(), last = t0;
+    uint64_t bytes_read = 0;
     int tty = isatty(2);
     for (;;) {
-        if ((st = block_fill(b, &r, err)) || b->n == 0) break;
+        struct block *b = queue_next(&q);
+        if (!b) {
+            if (q.st) st = error_set(err, q.st, "%s", q.err.msg);
+            break;
+        }
         int failed = 0;
         // Encode in parallel; append below in document order, so the output
         // does not depend on the thread count.
@@ -285,6 +359,7 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         if (failed) {
             st = error_set(err, STATUS_RUNTIME, "tokenizer_encode failed in documents %llu..%llu",
                            (unsigned long long)vs.seen, (unsigned long long)vs.seen + (unsigned long long)b->n - 1);
+            queue_release(&q, 1);
             break;
         }
         for (int k = 0; k < b->n; k++) {
@@ -300,9 +375,11 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
             if (!st && pend[sp].n >= opt->shard_tokens) st = pending_flush(&pend[sp], &w, sp, stats, err);
         }
         stats->bytes += b->len;
+        bytes_read = b->bytes_read;
+        queue_release(&q, st != STATUS_OK);
         if (st) break;
         if (!opt->quiet && time_now_s() - last > (tty ? 0.5 : 10.0)) {
-            progress(stats, &r, t0, 0);
+            progress(stats, bytes_read, r.total_bytes, t0, 0);
             last = time_now_s();
         }
     }
@@ -312,15 +389,22 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         writer_open = 0;
     }
     stats->encode_seconds = time_now_s() - t0;
-    if (!opt->quiet && !st) progress(stats, &r, t0, 1);
+    if (!opt->quiet && !st) progress(stats, bytes_read, r.total_bytes, t0, 1);
 done:
+    if (reader_started) {
+        queue_release(&q, 1);
+        pthread_join(reader, NULL);
+        pthread_mutex_destroy(&q.m);
+        pthread_cond_destroy(&q.cv);
+    }
+    for (int i = 0; i < PREP_QUEUE; i++) {
+        if (!q.slot[i]) continue;
+        for (int k = 0; k < PREP_BLOCK_DOCS; k++) free(q.slot[i]->ids[k]);
+        free(q.slot[i]->text);
+        free(q.slot[i]);
+    }
     if (writer_open) index_free(&w.index);
     for (int sp = 0; sp < 2; sp++) free(pend[sp].tokens), free(pend[sp].offsets);
-    if (b) {
-        for (int k = 0; k < PREP_BLOCK_DOCS; k++) free(b->ids[k]);
-        free(b->text);
-        free(b);
-    }
     doc_reader_close(&r);
     if (tok) tokenizer_free(tok);
     struct rusage ru;
