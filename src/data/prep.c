@@ -179,12 +179,21 @@ static enum status count_docs(const struct prep_options *opt, uint64_t *n, struc
     struct doc_reader r;
     enum status st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err);
     *n = 0;
+    int tty = isatty(2), shown = 0;
+    double t0 = time_now_s(), last = t0;
     for (;;) {
         const char *s;
         size_t len;
         if (st || (st = doc_reader_next(&r, &s, &len, err)) || !s) break;
-        (*n)++;
+        if (((++*n) & 4095) == 0 && !opt->quiet && time_now_s() - last > (tty ? 0.5 : 10.0)) {
+            fprintf(stderr, "%sprep: checking the input: %.1f/%.1f MB read, %llu documents%s", tty ? "\r" : "",
+                    (double)r.bytes_read / 1e6, (double)r.total_bytes / 1e6, (unsigned long long)*n,
+                    tty ? "\033[K" : "\n");
+            last = time_now_s();
+            shown = 1;
+        }
     }
+    if (shown && tty) fputc('\n', stderr);
     doc_reader_close(&r);
     if (!st && *n == 0)
         st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", opt->inputs[0],
