@@ -60,16 +60,60 @@ static uint64_t val_count(uint64_t n, double f) {
     return k;
 }
 
-// Seeded selection sampling (Knuth, TAOCP vol. 2, 3.4.2, Algorithm S): the
-// i-th of n documents is validation with probability (k - chosen) / (n - i),
-// which picks exactly k, uniformly, in one pass with O(1) memory.
+// The validation documents: the first k of a seeded Fisher-Yates shuffle of
+// [0, n) (the choice earlier trident versions made with an n-entry array, so
+// the same corpus and seed give the same split), run sparsely: only the
+// positions a swap touched are kept, in a hash map, so memory is O(k) (the
+// validation documents), not O(n). val_next then walks the sorted choice in
+// corpus order.
 struct val_sampler {
-    uint64_t n, k, seen, chosen, rng;
+    uint64_t *chosen;  // (k) document indices, ascending
+    uint64_t k, at, seen;
 };
+
+static uint64_t *slot_find(uint64_t *keys, uint64_t mask, uint64_t key) {
+    uint64_t h = (key * 0x9e3779b97f4a7c15ull) >> 20;
+    for (;; h++) {
+        uint64_t *s = &keys[2 * (h & mask)];
+        if (s[0] == key || s[0] == UINT64_MAX) return s;
+    }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void val_sampler_init(struct val_sampler *v, uint64_t n, uint64_t k, uint64_t seed) {
+    memset(v, 0, sizeof *v);
+    v->k = k;
+    v->chosen = xmalloc((k ? k : 1) * sizeof *v->chosen);
+    uint64_t cap = 16;
+    while (cap < 4 * k + 16) cap *= 2; // at most 2k keys: load <= 1/2
+    uint64_t *map = xmalloc(2 * cap * sizeof *map); // (cap) pairs (position, value)
+    memset(map, 0xff, 2 * cap * sizeof *map);
+    uint64_t rng = seed;
+    for (uint64_t i = 0; i < k; i++) {
+        uint64_t j = i + splitmix64(&rng) % (n - i);
+        const uint64_t *si = slot_find(map, cap - 1, i), *sj = slot_find(map, cap - 1, j);
+        uint64_t pi = si[0] == UINT64_MAX ? i : si[1], pj = sj[0] == UINT64_MAX ? j : sj[1];
+        uint64_t *s = slot_find(map, cap - 1, j); // perm[j] = perm[i], then perm[i] = perm[j]
+        s[0] = j;
+        s[1] = pi;
+        s = slot_find(map, cap - 1, i);
+        s[0] = i;
+        s[1] = pj;
+        v->chosen[i] = pj;
+    }
+    free(map);
+    qsort(v->chosen, k, sizeof *v->chosen, cmp_u64);
+}
+
+// Whether the next document in corpus order is a validation document.
 static int val_next(struct val_sampler *v) {
-    int pick = v->seen < v->n && splitmix64(&v->rng) % (v->n - v->seen) < v->k - v->chosen;
+    int pick = v->at < v->k && v->chosen[v->at] == v->seen;
+    v->at += (uint64_t)pick;
     v->seen++;
-    v->chosen += (uint64_t)pick;
     return pick;
 }
 
@@ -328,6 +372,7 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     struct dataset_writer w;
     struct doc_reader r = {0};
     struct block_queue q = {.r = &r};
+    struct val_sampler vs = {0};
     pthread_t reader;
     int writer_open = 0, reader_started = 0;
     if ((st = prep_tokenizer(opt, &tok, err))) goto done;
@@ -340,7 +385,7 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     if ((st = dataset_writer_init(&w, opt->output, vocab, eot, tokenizer_identity(tok), err))) goto done;
     writer_open = 1;
     if ((st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err))) goto done;
-    struct val_sampler vs = {.n = n_docs, .k = val_count(n_docs, opt->val_fraction), .rng = opt->seed};
+    val_sampler_init(&vs, n_docs, val_count(n_docs, opt->val_fraction), opt->seed);
     for (int i = 0; i < PREP_QUEUE; i++) q.slot[i] = xcalloc(1, sizeof *q.slot[i]);
     pthread_mutex_init(&q.m, NULL);
     pthread_cond_init(&q.cv, NULL);
@@ -415,6 +460,7 @@ done:
     if (writer_open) index_free(&w.index);
     for (int sp = 0; sp < 2; sp++) free(pend[sp].tokens), free(pend[sp].offsets);
     doc_reader_close(&r);
+    free(vs.chosen);
     if (tok) tokenizer_free(tok);
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) stats->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;

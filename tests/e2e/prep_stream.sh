@@ -3,7 +3,8 @@
 #  - a 100 MB generated corpus (one 10 MB file given 10 times) preps with peak
 #    RSS (prep_stats.peak_rss_bytes, getrusage) far below the corpus size;
 #  - the shards are byte-identical with 1 and 2 encoder threads, and identical
-#    to HF tokenizers' ids for sampled documents (h5py);
+#    to HF tokenizers' ids for sampled documents (h5py); the validation split
+#    is the seeded Fisher-Yates choice (recomputed in Python);
 #  - special-token text in a document is ordinary text by default (2 end-of-text
 #    ids for 2 documents, the ids HF gives with encode_special_tokens=True) and
 #    an end-of-text id with --allow-special-tokens (3 ids, HF's default);
@@ -113,5 +114,41 @@ for i in r.sample(range(len(offs) - 1), 50):
     assert text in src, f"document {i} of shard 3 is no corpus document: {text[:80]!r}"
     assert hf.encode(text, add_special_tokens=False).ids == ids[:-1], f"document {i}: ids differ from HF"
 print(f"{n_docs} documents; 50 sampled documents of shard 3 match HF ids")
+
+# The validation split: the first k of a seeded Fisher-Yates shuffle of the
+# documents (SplitMix64 draws), written here in Python as a plain array
+# shuffle: the validation shards hold exactly those documents, in order.
+M = (1 << 64) - 1
+state = 1234  # prep's default --seed
+def splitmix64():
+    global state
+    state = (state + 0x9E3779B97F4A7C15) & M
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return z ^ (z >> 31)
+docs = [d.strip("\n") for d in open(f"{tmp}/c10.txt", encoding="utf-8").read().split("\n\n") if d.strip()]
+n = len(docs) * 10
+assert n == n_docs, (n, n_docs)
+k = int(0.01 * n + 0.5)
+perm = list(range(n))
+for i in range(k):
+    j = i + splitmix64() % (n - i)
+    perm[i], perm[j] = perm[j], perm[i]
+chosen = sorted(perm[:k])
+import configparser
+ix = configparser.ConfigParser()
+ix.read(f"{tmp}/big1/index.ini")
+val = []
+for sec in ix.sections():
+    if ix[sec].get("split") == "val":
+        with h5py.File(f"{tmp}/big1/" + ix[sec]["file"], "r") as f:
+            toks, offs = f["tokens"][:], f["doc_offsets"][:].tolist()
+        val += [toks[offs[i]:offs[i + 1] - 1].tolist() for i in range(len(offs) - 1)]
+assert len(val) == k, (len(val), k)
+for q in range(0, k, max(1, k // 200)):
+    want = hf.encode(docs[chosen[q] % len(docs)], add_special_tokens=False).ids
+    assert val[q] == want, f"validation document {q} is not corpus document {chosen[q]}"
+print(f"validation split: the {k} documents of the seeded Fisher-Yates choice")
 EOF
 echo "prep_stream: ok"
