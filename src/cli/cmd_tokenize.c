@@ -1,7 +1,8 @@
 // cmd_tokenize.c: `trident tokenize`: text <-> token ids on stdin/stdout, and
 // BPE training for tests and small corpora.
 //
-//   trident tokenize --tokenizer FILE            stdin text -> ids on one line
+//   trident tokenize --tokenizer FILE [--allow-special-tokens]
+//                                                stdin text -> ids on one line
 //   trident tokenize --tokenizer FILE --decode   stdin ids (whitespace-separated) -> bytes
 //   trident tokenize --train --vocab-size N --output FILE
 //       trains on stdin, one document per block of lines separated by blank lines
@@ -15,9 +16,11 @@
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: trident tokenize --tokenizer FILE [--decode]\n"
+    fprintf(f, "usage: trident tokenize --tokenizer FILE [--decode | --allow-special-tokens]\n"
                "       trident tokenize --train --vocab-size N --output FILE\n"
                "  encode: stdin text -> token ids, space-separated on one line\n"
+               "  --allow-special-tokens: special-token text (<|endoftext|>) in stdin becomes its id;\n"
+               "      by default it is encoded as ordinary text\n"
                "  --decode: stdin whitespace-separated ids -> the bytes they spell\n"
                "  --train: byte-level BPE on stdin (documents separated by blank lines)\n");
 }
@@ -109,11 +112,11 @@ static int do_decode(const struct tokenizer *tok, char *text) {
     return bad ? STATUS_RUNTIME : STATUS_OK;
 }
 
-static int do_encode(const struct tokenizer *tok, const char *text, size_t len) {
+static int do_encode(const struct tokenizer *tok, const char *text, size_t len, int allow_special) {
     int32_t *ids;
     size_t n;
     struct error err = {0};
-    enum status st = tokenizer_encode(tok, text, len, &ids, &n, &err);
+    enum status st = tokenizer_encode(tok, text, len, allow_special, &ids, &n, &err);
     if (st) {
         fprintf(stderr, "trident tokenize: %s\n", err.msg);
         return st;
@@ -126,7 +129,7 @@ static int do_encode(const struct tokenizer *tok, const char *text, size_t len) 
 
 int cmd_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *out = NULL, *vocab_arg = NULL;
-    int decode = 0, train = 0;
+    int decode = 0, train = 0, allow_special = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -134,6 +137,7 @@ int cmd_tokenize(int argc, char **argv) {
             return STATUS_OK;
         } else if (!strcmp(a, "--decode")) decode = 1;
         else if (!strcmp(a, "--train")) train = 1;
+        else if (!strcmp(a, "--allow-special-tokens")) allow_special = 1;
         else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--output") || !strcmp(a, "--vocab-size")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "trident tokenize: %s needs a value\n", a);
@@ -183,7 +187,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *text = read_all(stdin, &len);
     int rc = STATUS_RUNTIME;
     if (!text) fprintf(stderr, "trident tokenize: reading stdin failed\n");
-    else rc = decode ? do_decode(tok, text) : do_encode(tok, text, len);
+    else rc = decode ? do_decode(tok, text) : do_encode(tok, text, len, allow_special);
     free(text);
     tokenizer_free(tok);
     return rc;

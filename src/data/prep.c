@@ -1,95 +1,24 @@
-// prep.c: `trident prep`: read documents, train or load a tokenizer, encode on
-// all cores, write shards and index.ini (layout: docs/formats.md).
+// prep.c: `trident prep`: train or load a tokenizer, then stream the documents
+// (prep_read.c) a block at a time, encode each block on all cores, and write
+// shards in input order and index.ini (layout: docs/formats.md).
 #include "prep.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
+#include <omp.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "dataset.h"
 #include "tokenizer/tokenizer.h"
 
-// Documents encoded per parallel block: enough work for every core, while
-// the ids of one block stay small next to the corpus.
-#define PREP_BLOCK_DOCS 2048
-
-struct corpus_builder {
-    struct corpus c;
-    size_t len, cap, docs_cap;
-};
-
-static void corpus_add(struct corpus_builder *b, const char *text, size_t len) {
-    if (len == 0) return;
-    if (b->len + len > b->cap) {
-        b->cap = MAX(2 * b->cap, b->len + len + (1 << 16));
-        b->c.text = realloc(b->c.text, b->cap);
-        CHECK(b->c.text, "out of memory reading the corpus (%zu bytes)", b->cap);
-    }
-    if (b->c.n_docs + 2 > b->docs_cap) {
-        b->docs_cap = MAX(2 * b->docs_cap, 1024);
-        b->c.offsets = realloc(b->c.offsets, b->docs_cap * sizeof *b->c.offsets);
-        CHECK(b->c.offsets, "out of memory");
-    }
-    memcpy(b->c.text + b->len, text, len);
-    b->c.offsets[b->c.n_docs] = b->len;
-    b->len += len;
-    b->c.offsets[++b->c.n_docs] = b->len;
-}
-
-static int line_is_blank(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
-    return 1;
-}
-
-// Plain text: a document is a run of non-blank lines, kept with its inner
-// newlines and without the final one.
-static void split_text(struct corpus_builder *b, const char *s, size_t n) {
-    size_t doc_start = 0, doc_end = 0;
-    int in_doc = 0;
-    for (size_t at = 0; at < n;) {
-        const char *nl = memchr(s + at, '\n', n - at);
-        size_t end = nl ? (size_t)(nl - s) : n;
-        if (line_is_blank(s + at, end - at)) {
-            if (in_doc) corpus_add(b, s + doc_start, doc_end - doc_start);
-            in_doc = 0;
-        } else {
-            if (!in_doc) doc_start = at;
-            in_doc = 1;
-            doc_end = end > at && s[end - 1] == '\r' ? end - 1 : end;
-        }
-        at = end + 1;
-    }
-    if (in_doc) corpus_add(b, s + doc_start, doc_end - doc_start);
-}
-
-static enum status split_jsonl(struct corpus_builder *b, const char *path, const char *s, size_t n,
-                               struct error *err) {
-    size_t line = 0;
-    for (size_t at = 0; at < n;) {
-        const char *nl = memchr(s + at, '\n', n - at);
-        size_t end = nl ? (size_t)(nl - s) : n;
-        line++;
-        if (!line_is_blank(s + at, end - at)) {
-            json_error_t jerr;
-            json_t *obj = json_loadb(s + at, end - at, 0, &jerr);
-            if (!obj) return error_set(err, STATUS_BAD_INPUT, "%s:%zu: not JSON: %s", path, line, jerr.text);
-            json_t *text = json_is_object(obj) ? json_object_get(obj, "text") : NULL;
-            if (!json_is_string(text)) {
-                json_decref(obj);
-                return error_set(err, STATUS_BAD_INPUT, "%s:%zu: expected an object with a string field \"text\"",
-                                 path, line);
-            }
-            corpus_add(b, json_string_value(text), json_string_length(text));
-            json_decref(obj);
-        }
-        at = end + 1;
-    }
-    return STATUS_OK;
-}
+// Documents encoded per parallel block, and the most text one block holds:
+// enough work for every core, while a block stays small next to a shard.
+#define PREP_BLOCK_DOCS 4096
+#define PREP_BLOCK_BYTES (4u << 20)
 
 static enum status read_file(const char *path, char **out, size_t *len, struct error *err) {
     FILE *f = fopen(path, "rb");
@@ -115,79 +44,6 @@ static enum status read_file(const char *path, char **out, size_t *len, struct e
     return STATUS_OK;
 }
 
-static enum status read_one(struct corpus_builder *b, const char *path, enum prep_format format, struct error *err) {
-    char *s;
-    size_t n;
-    enum status st = read_file(path, &s, &n, err);
-    if (st) return st;
-    if (format == PREP_FORMAT_JSONL) st = split_jsonl(b, path, s, n, err);
-    else split_text(b, s, n);
-    free(s);
-    return st;
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-enum status corpus_read(const char *const *inputs, int n_inputs, enum prep_format format, struct corpus *out,
-                        struct error *err) {
-    struct corpus_builder b = {0};
-    enum status st = STATUS_OK;
-    for (int i = 0; i < n_inputs && !st; i++) {
-        struct stat sb;
-        if (stat(inputs[i], &sb) != 0) {
-            st = error_set(err, STATUS_BAD_INPUT, "%s: input not found: %s", inputs[i], strerror(errno));
-        } else if (S_ISDIR(sb.st_mode)) {
-            // A folder: its regular files (not hidden), in name order.
-            DIR *d = opendir(inputs[i]);
-            if (!d) {
-                st = error_set(err, STATUS_BAD_INPUT, "%s: cannot list folder: %s", inputs[i], strerror(errno));
-                break;
-            }
-            char **names = NULL;
-            size_t n = 0;
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (e->d_name[0] == '.') continue;
-                char *p = xmalloc(strlen(inputs[i]) + strlen(e->d_name) + 2);
-                sprintf(p, "%s/%s", inputs[i], e->d_name);
-                struct stat fs;
-                if (stat(p, &fs) != 0 || !S_ISREG(fs.st_mode)) {
-                    free(p);
-                    continue;
-                }
-                names = realloc(names, (n + 1) * sizeof *names);
-                CHECK(names, "out of memory");
-                names[n++] = p;
-            }
-            closedir(d);
-            qsort(names, n, sizeof *names, cmp_str);
-            for (size_t k = 0; k < n; k++) {
-                if (!st) st = read_one(&b, names[k], format, err);
-                free(names[k]);
-            }
-            free(names);
-        } else {
-            st = read_one(&b, inputs[i], format, err);
-        }
-    }
-    if (!st && b.c.n_docs == 0)
-        st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", inputs[0],
-                       n_inputs > 1 ? " ..." : "");
-    if (st) {
-        corpus_free(&b.c);
-        return st;
-    }
-    if (!b.c.offsets) b.c.offsets = xcalloc(1, sizeof *b.c.offsets);
-    *out = b.c;
-    return STATUS_OK;
-}
-
-void corpus_free(struct corpus *c) {
-    free(c->text);
-    free(c->offsets);
-    memset(c, 0, sizeof *c);
-}
-
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -195,25 +51,70 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-// Marks round(f * n) documents as validation (at least 1 when f > 0 and
-// n >= 2, at most n - 1): the first ones of a seeded Fisher-Yates shuffle.
-static unsigned char *choose_val(size_t n, double f, uint64_t seed) {
-    unsigned char *is_val = xcalloc(n, 1);
-    size_t k = (size_t)(f * (double)n + 0.5);
+// The number of validation documents: round(f * n), at least 1 when f > 0
+// and n >= 2, at most n - 1.
+static uint64_t val_count(uint64_t n, double f) {
+    uint64_t k = (uint64_t)(f * (double)n + 0.5);
     if (f > 0 && k == 0 && n >= 2) k = 1;
-    if (k >= n) k = n - 1;
-    size_t *perm = xmalloc(n * sizeof *perm);
-    for (size_t i = 0; i < n; i++) perm[i] = i;
-    uint64_t rng = seed;
-    for (size_t i = 0; i < k; i++) {
-        size_t j = i + (size_t)(splitmix64(&rng) % (uint64_t)(n - i));
-        size_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-        is_val[perm[i]] = 1;
+    if (n && k >= n) k = n - 1;
+    return k;
+}
+
+// The validation documents: the first k of a seeded Fisher-Yates shuffle of
+// [0, n) (the choice earlier trident versions made with an n-entry array, so
+// the same corpus and seed give the same split), run sparsely: only the
+// positions a swap touched are kept, in a hash map, so memory is O(k) (the
+// validation documents), not O(n). val_next then walks the sorted choice in
+// corpus order.
+struct val_sampler {
+    uint64_t *chosen;  // (k) document indices, ascending
+    uint64_t k, at, seen;
+};
+
+static uint64_t *slot_find(uint64_t *keys, uint64_t mask, uint64_t key) {
+    uint64_t h = (key * 0x9e3779b97f4a7c15ull) >> 20;
+    for (;; h++) {
+        uint64_t *s = &keys[2 * (h & mask)];
+        if (s[0] == key || s[0] == UINT64_MAX) return s;
     }
-    free(perm);
-    return is_val;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void val_sampler_init(struct val_sampler *v, uint64_t n, uint64_t k, uint64_t seed) {
+    memset(v, 0, sizeof *v);
+    v->k = k;
+    v->chosen = xmalloc((k ? k : 1) * sizeof *v->chosen);
+    uint64_t cap = 16;
+    while (cap < 4 * k + 16) cap *= 2; // at most 2k keys: load <= 1/2
+    uint64_t *map = xmalloc(2 * cap * sizeof *map); // (cap) pairs (position, value)
+    memset(map, 0xff, 2 * cap * sizeof *map);
+    uint64_t rng = seed;
+    for (uint64_t i = 0; i < k; i++) {
+        uint64_t j = i + splitmix64(&rng) % (n - i);
+        const uint64_t *si = slot_find(map, cap - 1, i), *sj = slot_find(map, cap - 1, j);
+        uint64_t pi = si[0] == UINT64_MAX ? i : si[1], pj = sj[0] == UINT64_MAX ? j : sj[1];
+        uint64_t *s = slot_find(map, cap - 1, j); // perm[j] = perm[i], then perm[i] = perm[j]
+        s[0] = j;
+        s[1] = pi;
+        s = slot_find(map, cap - 1, i);
+        s[0] = i;
+        s[1] = pj;
+        v->chosen[i] = pj;
+    }
+    free(map);
+    qsort(v->chosen, k, sizeof *v->chosen, cmp_u64);
+}
+
+// Whether the next document in corpus order is a validation document.
+static int val_next(struct val_sampler *v) {
+    int pick = v->at < v->k && v->chosen[v->at] == v->seen;
+    v->at += (uint64_t)pick;
+    v->seen++;
+    return pick;
 }
 
 // Tokens of one split waiting to become a shard.
@@ -224,9 +125,11 @@ struct pending {
     uint64_t docs, docs_cap;
 };
 
-static void pending_add(struct pending *p, const int32_t *ids, size_t n, int32_t eot) {
+// Doubling, but capped near one shard (limit: shard_tokens plus slack for the
+// document that crosses it), so a pending shard holds at most ~1.1 shards.
+static void pending_add(struct pending *p, const int32_t *ids, size_t n, int32_t eot, uint64_t limit) {
     if (p->n + n + 1 > p->cap) {
-        p->cap = MAX(2 * p->cap, p->n + n + 1 + (1 << 16));
+        p->cap = MAX(MIN(2 * p->cap, limit + limit / 8), p->n + n + 1 + (1 << 16));
         p->tokens = realloc(p->tokens, p->cap * sizeof *p->tokens);
         CHECK(p->tokens, "out of memory");
     }
@@ -252,8 +155,8 @@ static enum status pending_flush(struct pending *p, struct dataset_writer *w, en
 }
 
 static enum status copy_file(const char *from, const char *to, struct error *err) {
-    char *s;
-    size_t n;
+    char *s = NULL;
+    size_t n = 0;
     enum status st = read_file(from, &s, &n, err);
     if (st) return st;
     FILE *f = fopen(to, "wb");
@@ -265,12 +168,14 @@ static enum status copy_file(const char *from, const char *to, struct error *err
 }
 
 // Loads or trains the tokenizer; DIR/tokenizer.json holds it afterwards.
-static enum status prep_tokenizer(const struct prep_options *opt, const struct corpus *c, struct tokenizer **tok,
-                                  struct error *err) {
+static enum status prep_tokenizer(const struct prep_options *opt, struct tokenizer **tok, struct error *err) {
     char out[4200];
     snprintf(out, sizeof out, "%s/tokenizer.json", opt->output);
     enum status st;
-    if (opt->vocab_size > 0) {
+    if (opt->vocab_size > 0) { // training needs the corpus in memory (tokenizer_train's interface)
+        struct corpus cs;
+        if ((st = corpus_read(opt->inputs, opt->n_inputs, opt->format, opt->text_key, &cs, err))) return st;
+        const struct corpus *c = &cs;
         const char **docs = xmalloc(c->n_docs * sizeof *docs);
         size_t *lens = xmalloc(c->n_docs * sizeof *lens);
         for (size_t d = 0; d < c->n_docs; d++) {
@@ -282,6 +187,7 @@ static enum status prep_tokenizer(const struct prep_options *opt, const struct c
         st = tokenizer_train(docs, lens, c->n_docs, opt->vocab_size, out, err);
         free(docs);
         free(lens);
+        corpus_free(&cs);
         if (st) return st;
         return tokenizer_load(out, tok, err);
     }
@@ -289,14 +195,150 @@ static enum status prep_tokenizer(const struct prep_options *opt, const struct c
     return copy_file(opt->tokenizer_path, out, err);
 }
 
-static void progress(const struct prep_stats *s, double t0, int last) {
-    double dt = MAX(time_now_s() - t0, 1e-9);
+static void fmt_seconds(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e8) snprintf(buf, n, "?");
+    else if (s < 120) snprintf(buf, n, "%.0f s", s);
+    else if (s < 7200) snprintf(buf, n, "%.0f min", s / 60);
+    else snprintf(buf, n, "%.1f h", s / 3600);
+}
+
+// One progress line: bytes read of the total, tokens/s and the ETA. On a
+// terminal it is redrawn in place; otherwise a plain line each time.
+static void progress(const struct prep_stats *s, uint64_t bytes_read, uint64_t total_bytes, double t0, int last) {
+    double dt = MAX(time_now_s() - t0, 1e-9), mb = 1e6;
     uint64_t docs = s->documents[0] + s->documents[1], toks = s->tokens[0] + s->tokens[1];
+    double rate = (double)bytes_read / dt, pct = total_bytes ? 100.0 * (double)bytes_read / (double)total_bytes : 100;
+    char eta[32];
+    fmt_seconds(eta, sizeof eta, rate > 0 ? (double)(total_bytes - MIN(bytes_read, total_bytes)) / rate : -1);
     int tty = isatty(2);
-    if (!tty && !last) return;
-    fprintf(stderr, "%sprep: %llu documents, %llu tokens, %.0f documents/s, %.0f tokens/s%s", tty ? "\r" : "",
-            (unsigned long long)docs, (unsigned long long)toks, (double)docs / dt, (double)toks / dt,
-            last ? "\n" : "");
+    fprintf(stderr, "%sprep: %.1f/%.1f MB read (%.0f%%), %llu documents, %llu tokens, %.2f MB/s, %.0f tokens/s, %s %s%s",
+            tty ? "\r" : "", (double)bytes_read / mb, (double)total_bytes / mb, pct, (unsigned long long)docs,
+            (unsigned long long)toks, rate / mb, (double)toks / dt, last ? "took" : "ETA",
+            last ? (fmt_seconds(eta, sizeof eta, dt), eta) : eta, tty && !last ? "\033[K" : "\n");
+}
+
+// Pass 1: counts the documents (for the validation split) and checks every
+// input is readable and well formed before anything is written.
+static enum status count_docs(const struct prep_options *opt, uint64_t *n, struct error *err) {
+    struct doc_reader r;
+    enum status st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err);
+    *n = 0;
+    int tty = isatty(2), shown = 0;
+    double t0 = time_now_s(), last = t0;
+    for (;;) {
+        const char *s;
+        size_t len;
+        if (st || (st = doc_reader_next(&r, &s, &len, err)) || !s) break;
+        if (((++*n) & 4095) == 0 && !opt->quiet && time_now_s() - last > (tty ? 0.5 : 10.0)) {
+            fprintf(stderr, "%sprep: checking the input: %.1f/%.1f MB read, %llu documents%s", tty ? "\r" : "",
+                    (double)r.bytes_read / 1e6, (double)r.total_bytes / 1e6, (unsigned long long)*n,
+                    tty ? "\033[K" : "\n");
+            last = time_now_s();
+            shown = 1;
+        }
+    }
+    if (shown && tty) fputc('\n', stderr);
+    doc_reader_close(&r);
+    if (!st && *n == 0)
+        st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", opt->inputs[0],
+                       opt->n_inputs > 1 ? " ..." : "");
+    return st;
+}
+
+// A block of documents read from the stream, encoded in parallel.
+struct block {
+    char *text;
+    size_t len, cap;
+    size_t off[PREP_BLOCK_DOCS + 1];
+    int n;
+    int32_t *ids[PREP_BLOCK_DOCS];
+    size_t n_ids[PREP_BLOCK_DOCS];
+    uint64_t bytes_read;   // the reader's input position after this block
+};
+
+// Fills b from the reader; b->n == 0 at the end of the inputs.
+static enum status block_fill(struct block *b, struct doc_reader *r, struct error *err) {
+    b->n = 0;
+    b->len = 0;
+    b->off[0] = 0;
+    while (b->n < PREP_BLOCK_DOCS && b->len < PREP_BLOCK_BYTES) {
+        const char *s;
+        size_t n;
+        enum status st = doc_reader_next(r, &s, &n, err);
+        if (st) return st;
+        if (!s) break;
+        if (b->len + n > b->cap) {
+            b->cap = MAX(2 * b->cap, b->len + n + (1 << 16));
+            b->text = realloc(b->text, b->cap);
+            CHECK(b->text, "out of memory holding a block of %zu bytes", b->cap);
+        }
+        memcpy(b->text + b->len, s, n);
+        b->len += n;
+        b->off[++b->n] = b->len;
+    }
+    b->bytes_read = r->bytes_read;
+    return STATUS_OK;
+}
+
+// The bounded queue between the reader thread and the encoder: blocks
+// filled - consumed are ready (slot i % PREP_QUEUE), at most PREP_QUEUE of
+// them counting the one being encoded, so reading and parsing the input
+// overlap encoding while memory stays at PREP_QUEUE blocks.
+#define PREP_QUEUE 3
+struct block_queue {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    struct block *slot[PREP_QUEUE];
+    uint64_t filled, consumed;
+    int done, stop;        // reader finished (end or error); encoder asks it to stop
+    enum status st;        // the reader's status once done
+    struct error err;
+    struct doc_reader *r;
+};
+
+static void *queue_reader(void *arg) {
+    struct block_queue *q = arg;
+    for (;;) {
+        pthread_mutex_lock(&q->m);
+        while (q->filled - q->consumed == PREP_QUEUE && !q->stop) pthread_cond_wait(&q->cv, &q->m);
+        int stop = q->stop;
+        struct block *b = q->slot[q->filled % PREP_QUEUE];
+        pthread_mutex_unlock(&q->m);
+        if (stop) break;
+        struct error e = {0};
+        enum status st = block_fill(b, q->r, &e);
+        int end = st || b->n == 0;
+        pthread_mutex_lock(&q->m);
+        if (end) {
+            q->st = st;
+            q->err = e;
+            q->done = 1;
+        } else {
+            q->filled++;
+        }
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->m);
+        if (end) break;
+    }
+    return NULL;
+}
+
+// The next block in input order, or NULL at the end of the input or on a
+// reader error (q->st).
+static struct block *queue_next(struct block_queue *q) {
+    pthread_mutex_lock(&q->m);
+    while (q->filled == q->consumed && !q->done) pthread_cond_wait(&q->cv, &q->m);
+    struct block *b = q->filled > q->consumed ? q->slot[q->consumed % PREP_QUEUE] : NULL;
+    pthread_mutex_unlock(&q->m);
+    return b;
+}
+
+static void queue_release(struct block_queue *q, int stop) {
+    pthread_mutex_lock(&q->m);
+    if (stop) q->stop = 1;
+    else q->consumed++;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->m);
 }
 
 enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, struct error *err) {
@@ -319,22 +361,21 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         closedir(existing);
         if (st) return st;
     }
+    uint64_t n_docs;
+    enum status st = count_docs(opt, &n_docs, err);
+    if (st) return st;
     bool created = mkdir(opt->output, 0777) == 0;
     if (!created && errno != EEXIST)
         return error_set(err, STATUS_BAD_INPUT, "%s: cannot create output folder: %s", opt->output, strerror(errno));
-    struct corpus c;
-    enum status st = corpus_read(opt->inputs, opt->n_inputs, opt->format, &c, err);
-    if (st) {
-        if (created) rmdir(opt->output); // leave no empty folder behind
-        return st;
-    }
     struct tokenizer *tok = NULL;
-    unsigned char *is_val = NULL;
-    int32_t **ids = NULL;
-    size_t *n_ids = NULL;
     struct pending pend[2] = {{0}};
     struct dataset_writer w;
-    if ((st = prep_tokenizer(opt, &c, &tok, err))) goto done;
+    struct doc_reader r = {0};
+    struct block_queue q = {.r = &r};
+    struct val_sampler vs = {0};
+    pthread_t reader;
+    int writer_open = 0, reader_started = 0;
+    if ((st = prep_tokenizer(opt, &tok, err))) goto done;
     int eot = tokenizer_eot_id(tok), vocab = tokenizer_vocab_size(tok);
     if (eot < 0) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: tokenizer has no end-of-text token (<|endoftext|>, </s>, ...)",
@@ -342,55 +383,87 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         goto done;
     }
     if ((st = dataset_writer_init(&w, opt->output, vocab, eot, tokenizer_identity(tok), err))) goto done;
-    is_val = choose_val(c.n_docs, opt->val_fraction, opt->seed);
-    ids = xcalloc(PREP_BLOCK_DOCS, sizeof *ids);
-    n_ids = xcalloc(PREP_BLOCK_DOCS, sizeof *n_ids);
+    writer_open = 1;
+    if ((st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err))) goto done;
+    val_sampler_init(&vs, n_docs, val_count(n_docs, opt->val_fraction), opt->seed);
+    for (int i = 0; i < PREP_QUEUE; i++) q.slot[i] = xcalloc(1, sizeof *q.slot[i]);
+    pthread_mutex_init(&q.m, NULL);
+    pthread_cond_init(&q.cv, NULL);
+    CHECK(pthread_create(&reader, NULL, queue_reader, &q) == 0, "cannot start the prep reader thread");
+    reader_started = 1;
+    stats->threads = omp_get_max_threads();
     double t0 = time_now_s(), last = t0;
-    for (size_t b0 = 0; b0 < c.n_docs && !st; b0 += PREP_BLOCK_DOCS) {
-        long nb = (long)MIN((size_t)PREP_BLOCK_DOCS, c.n_docs - b0);
+    uint64_t bytes_read = 0;
+    int tty = isatty(2);
+    for (;;) {
+        struct block *b = queue_next(&q);
+        if (!b) {
+            if (q.st) st = error_set(err, q.st, "%s", q.err.msg);
+            break;
+        }
         int failed = 0;
         // Encode in parallel; append below in document order, so the output
         // does not depend on the thread count.
 #pragma omp parallel for schedule(dynamic, 4) reduction(| : failed)
-        for (long k = 0; k < nb; k++) {
-            size_t d = b0 + (size_t)k;
+        for (int k = 0; k < b->n; k++) {
             struct error e;
-            failed |= tokenizer_encode(tok, c.text + c.offsets[d], c.offsets[d + 1] - c.offsets[d], &ids[k],
-                                       &n_ids[k], &e) != STATUS_OK;
+            failed |= tokenizer_encode(tok, b->text + b->off[k], b->off[k + 1] - b->off[k], opt->allow_special,
+                                       &b->ids[k], &b->n_ids[k], &e) != STATUS_OK;
         }
         if (failed) {
-            st = error_set(err, STATUS_RUNTIME, "tokenizer_encode failed in documents %zu..%zu", b0, b0 + nb - 1);
+            st = error_set(err, STATUS_RUNTIME, "tokenizer_encode failed in documents %llu..%llu",
+                           (unsigned long long)vs.seen, (unsigned long long)vs.seen + (unsigned long long)b->n - 1);
+            queue_release(&q, 1);
             break;
         }
-        for (long k = 0; k < nb; k++) {
-            enum split sp = is_val[b0 + k] ? SPLIT_VAL : SPLIT_TRAIN;
-            for (size_t i = 0; i < n_ids[k]; i++)
-                CHECK(ids[k][i] >= 0 && ids[k][i] < vocab, "tokenizer gave id %d outside [0, %d)", ids[k][i], vocab);
-            pending_add(&pend[sp], ids[k], n_ids[k], eot);
+        for (int k = 0; k < b->n; k++) {
+            enum split sp = val_next(&vs) ? SPLIT_VAL : SPLIT_TRAIN;
+            for (size_t i = 0; i < b->n_ids[k]; i++)
+                CHECK(b->ids[k][i] >= 0 && b->ids[k][i] < vocab, "tokenizer gave id %d outside [0, %d)", b->ids[k][i],
+                      vocab);
+            pending_add(&pend[sp], b->ids[k], b->n_ids[k], eot, opt->shard_tokens);
             stats->documents[sp]++;
-            stats->tokens[sp] += n_ids[k] + 1;
-            free(ids[k]);
-            ids[k] = NULL;
+            stats->tokens[sp] += b->n_ids[k] + 1;
+            free(b->ids[k]);
+            b->ids[k] = NULL;
             if (!st && pend[sp].n >= opt->shard_tokens) st = pending_flush(&pend[sp], &w, sp, stats, err);
         }
-        if (!opt->quiet && time_now_s() - last > 0.5) {
-            progress(stats, t0, 0);
+        stats->bytes += b->len;
+        bytes_read = b->bytes_read;
+        queue_release(&q, st != STATUS_OK);
+        if (st) break;
+        if (!opt->quiet && time_now_s() - last > (tty ? 0.5 : 10.0)) {
+            progress(stats, bytes_read, r.total_bytes, t0, 0);
             last = time_now_s();
         }
     }
     for (int sp = 0; sp < 2 && !st; sp++) st = pending_flush(&pend[sp], &w, sp, stats, err);
-    if (!st) st = dataset_writer_finish(&w, err);
-    else index_free(&w.index);
+    if (!st) {
+        st = dataset_writer_finish(&w, err);
+        writer_open = 0;
+    }
     stats->encode_seconds = time_now_s() - t0;
-    if (!opt->quiet) progress(stats, t0, 1);
+    if (!opt->quiet && !st) progress(stats, bytes_read, r.total_bytes, t0, 1);
 done:
+    if (reader_started) {
+        queue_release(&q, 1);
+        pthread_join(reader, NULL);
+        pthread_mutex_destroy(&q.m);
+        pthread_cond_destroy(&q.cv);
+    }
+    for (int i = 0; i < PREP_QUEUE; i++) {
+        if (!q.slot[i]) continue;
+        for (int k = 0; k < PREP_BLOCK_DOCS; k++) free(q.slot[i]->ids[k]);
+        free(q.slot[i]->text);
+        free(q.slot[i]);
+    }
+    if (writer_open) index_free(&w.index);
     for (int sp = 0; sp < 2; sp++) free(pend[sp].tokens), free(pend[sp].offsets);
-    for (int k = 0; ids && k < PREP_BLOCK_DOCS; k++) free(ids[k]);
-    free(ids);
-    free(n_ids);
-    free(is_val);
+    doc_reader_close(&r);
+    free(vs.chosen);
     if (tok) tokenizer_free(tok);
-    corpus_free(&c);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) stats->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;
     if (st && created) rmdir(opt->output); // only when nothing was written into it
     return st;
 }

@@ -10,11 +10,26 @@
 // goes through BPE like any other (all 256 bytes are tokens, so nothing is
 // lost and decode(encode(x)) == x).
 //
-// Limitations, each checked at load: added tokens with single_word=true and
-// normalizers other than none/NFC are rejected; NFC is taken as the identity
-// (input assumed NFC already, as Qwen's data is); lstrip/rstrip of added
-// tokens strip ASCII whitespace only. The post-processor is ignored (encode
-// adds no BOS/EOS, like HF encode(add_special_tokens=False)).
+// Every field of tokenizer.json is applied as HF applies it or refused at load
+// with a message naming the field and value:
+//   normalizer      NFC/NFD/NFKC/NFKD (utf8proc), Strip, Prepend, Replace
+//                   (String), Sequence: tokenizer_normalize.c; others refused
+//   pre_tokenizer   ByteLevel, Split (behavior Isolated, invert false),
+//                   Sequence; others refused
+//   model           BPE (byte-level: no continuing_subword_prefix,
+//                   end_of_word_suffix, dropout or byte_fallback), ignore_merges
+//   added_tokens    lstrip/rstrip strip Unicode White_Space as HF does;
+//                   normalized=true tokens match on the normalized text,
+//                   normalized=false on the raw text first; special=true ones
+//                   only when the caller allows special tokens (HF's
+//                   encode_special_tokens=False), else they are plain text;
+//                   single_word=true is refused
+//   post_processor  ByteLevel, TemplateProcessing, RobertaProcessing,
+//                   BertProcessing, Sequence: encode is HF's
+//                   encode(add_special_tokens=False), on which none of them
+//                   changes an id; others refused
+//   decoder         ByteLevel; others refused
+//   truncation, padding   must be null (they would change encode's output)
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
@@ -42,12 +57,13 @@ struct tokenizer {
     struct added_token *added;   // (n_added)
     int n_added;
     int *added_by_byte[2][256];  // [normalized][first byte] -> -1-terminated indices, longest first
+    struct normalizer norm;      // applied to text between normalized=false added tokens
     struct pretok pre;
     char *pre_desc;              // the stages as text, part of the identity
     char identity[33];
     // Word cache: pre-token bytes -> offset of [n, ids...] in cache_ids. Shared
-    // by concurrent encoders under cache_lock.
-    pthread_mutex_t cache_lock;
+    // by concurrent encoders under cache_lock (read-locked for lookups, which are most calls).
+    pthread_rwlock_t cache_lock;
     struct strmap cache;
     struct ibuf cache_ids;
 };
@@ -202,8 +218,8 @@ static enum status load_added(struct tokenizer *t, const json_t *added, const ch
             return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu] needs an integer \"id\" >= 0 and a non-empty "
                              "\"content\"", path, i);
         if (json_flag(a, "single_word", 0))
-            return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu] ('%s'): single_word=true not supported", path,
-                             i, json_string_value(content));
+            return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu].single_word = true ('%s') not supported",
+                             path, i, json_string_value(content));
         struct added_token *at = &t->added[t->n_added++];
         at->id = (int32_t)json_integer_value(id);
         at->len = json_string_length(content);
@@ -259,6 +275,7 @@ static void compute_identity(struct tokenizer *t) {
             MIX(t->added[i].content, t->added[i].len + 1);
         }
         MIX(&t->ignore_merges, sizeof t->ignore_merges);
+        if (t->norm.desc) MIX(t->norm.desc, strlen(t->norm.desc)); // absent: identities of older files unchanged
         if (t->pre_desc) MIX(t->pre_desc, strlen(t->pre_desc));
 #undef MIX
     }
@@ -273,6 +290,13 @@ static enum status load_tables(struct tokenizer *t, json_t *root, const char *pa
     const char *type = json_string_value(json_object_get(model, "type"));
     if (type && strcmp(type, "BPE"))
         return error_set(err, STATUS_BAD_INPUT, "%s: model.type is '%s', expected 'BPE'", path, type);
+    const json_t *dropout = json_object_get(model, "dropout");
+    if (dropout && !json_is_null(dropout) && json_number_value(dropout) != 0)
+        return error_set(err, STATUS_BAD_INPUT, "%s: model.dropout = %g not supported (encoding would be random)", path,
+                         json_number_value(dropout));
+    if (json_flag(model, "byte_fallback", 0))
+        return error_set(err, STATUS_BAD_INPUT, "%s: model.byte_fallback = true not supported (a byte-level BPE "
+                         "needs no fallback)", path);
     const char *csp = json_string_value(json_object_get(model, "continuing_subword_prefix"));
     const char *ews = json_string_value(json_object_get(model, "end_of_word_suffix"));
     if ((csp && *csp) || (ews && *ews))
@@ -358,19 +382,48 @@ static enum status load_tables(struct tokenizer *t, json_t *root, const char *pa
     return STATUS_OK;
 }
 
+// Post-processors that change no id under encode(add_special_tokens=False).
+static enum status check_post_processor(const json_t *pp, const char *path, const char *field, struct error *err) {
+    if (!pp || json_is_null(pp)) return STATUS_OK;
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (type && !strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(pp, "processors");
+        if (!json_is_array(list))
+            return error_set(err, STATUS_BAD_INPUT, "%s: %s Sequence: \"processors\" is not an array", path, field);
+        size_t i;
+        json_t *sub;
+        json_array_foreach(list, i, sub) {
+            char f[256];
+            snprintf(f, sizeof f, "%s.processors[%zu]", field, i);
+            enum status st = check_post_processor(sub, path, f, err);
+            if (st) return st;
+        }
+        return STATUS_OK;
+    }
+    static const char *const ok[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"};
+    for (int i = 0; type && i < 4; i++)
+        if (!strcmp(type, ok[i])) return STATUS_OK;
+    return error_set(err, STATUS_BAD_INPUT, "%s: %s type '%s' not supported (expected ByteLevel, TemplateProcessing, "
+                     "RobertaProcessing, BertProcessing or Sequence)", path, field, type ? type : "(no type)");
+}
+
 static enum status load_json(struct tokenizer *t, json_t *root, const char *path, struct error *err) {
     if (!json_is_object(root)) return error_set(err, STATUS_BAD_INPUT, "%s: top level is not a JSON object", path);
     enum status st = load_added(t, json_object_get(root, "added_tokens"), path, err);
     if (st) return st;
     st = load_tables(t, root, path, err);
     if (st) return st;
-    const json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        const char *nt = json_string_value(json_object_get(norm, "type"));
-        if (!nt || strcmp(nt, "NFC"))
-            return error_set(err, STATUS_BAD_INPUT, "%s: normalizer '%s' not supported (expected null or NFC)", path,
-                             nt ? nt : "(no type)");
+    st = normalizer_load(&t->norm, json_object_get(root, "normalizer"), path, "normalizer", err);
+    if (st) return st;
+    static const char *const must_be_null[] = {"truncation", "padding"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(root, must_be_null[i]);
+        if (v && !json_is_null(v))
+            return error_set(err, STATUS_BAD_INPUT, "%s: %s is %s, not supported (expected null)", path,
+                             must_be_null[i], json_type_name(v));
     }
+    st = check_post_processor(json_object_get(root, "post_processor"), path, "post_processor", err);
+    if (st) return st;
     const json_t *pt = json_object_get(root, "pre_tokenizer");
     int saw_byte_level = 0;
     if (!json_is_object(pt))
@@ -384,7 +437,7 @@ static enum status load_json(struct tokenizer *t, json_t *root, const char *path
     if (dec && !json_is_null(dec)) {
         const char *dt = json_string_value(json_object_get(dec, "type"));
         if (!dt || strcmp(dt, "ByteLevel"))
-            return error_set(err, STATUS_BAD_INPUT, "%s: decoder '%s' not supported (expected ByteLevel)", path,
+            return error_set(err, STATUS_BAD_INPUT, "%s: decoder type '%s' not supported (expected ByteLevel)", path,
                              dt ? dt : "(no type)");
     }
     compute_identity(t);
@@ -407,7 +460,7 @@ enum status tokenizer_load(const char *path, struct tokenizer **out, struct erro
         tokenizer_free(t);
         return st;
     }
-    pthread_mutex_init(&t->cache_lock, NULL);
+    pthread_rwlock_init(&t->cache_lock, NULL);
     strmap_init(&t->cache, 1 << 14);
     *out = t;
     return STATUS_OK;
@@ -425,9 +478,10 @@ void tokenizer_free(struct tokenizer *t) {
     for (int n = 0; n < 2; n++)
         for (int b = 0; b < 256; b++) free(t->added_by_byte[n][b]);
     pretok_free(&t->pre);
+    normalizer_free(&t->norm);
     free(t->pre_desc);
     if (t->cache.cap) {
-        pthread_mutex_destroy(&t->cache_lock);
+        pthread_rwlock_destroy(&t->cache_lock);
         strmap_free(&t->cache);
     }
     free(t->cache_ids.v);
@@ -449,6 +503,7 @@ struct symbol {
 
 struct encode_ctx {
     const struct tokenizer *t;
+    int allow_special;           // match special=true added tokens
     struct ibuf *out;
     struct symbol *sym;          // (cap) scratch for one word
     struct merge_cand *heap;     // (2 * cap)
@@ -536,19 +591,20 @@ static void encode_piece(void *ctx, const char *piece, size_t len) {
     struct tokenizer *t = (struct tokenizer *)c->t; // the cache is the one mutable part
     int cacheable = len <= CACHE_MAX_WORD_LEN;
     if (cacheable) {
-        pthread_mutex_lock(&t->cache_lock);
+        pthread_rwlock_rdlock(&t->cache_lock);
         int64_t *off = strmap_get(&t->cache, piece, len);
         if (off) {
             const int32_t *e = t->cache_ids.v + *off;
             for (int32_t i = 1; i <= e[0]; i++) ibuf_push(c->out, e[i]);
         }
-        pthread_mutex_unlock(&t->cache_lock);
+        cacheable = t->cache.n < CACHE_MAX_WORDS; // full: no write lock for nothing
+        pthread_rwlock_unlock(&t->cache_lock);
         if (off) return;
     }
     size_t start = c->out->n;
     bpe_word(c, (const uint8_t *)piece, len, c->out);
     if (cacheable) {
-        pthread_mutex_lock(&t->cache_lock);
+        pthread_rwlock_wrlock(&t->cache_lock);
         if (t->cache.n < CACHE_MAX_WORDS) {
             int inserted;
             int64_t *off = strmap_put(&t->cache, piece, len, (int64_t)t->cache_ids.n, &inserted);
@@ -558,18 +614,26 @@ static void encode_piece(void *ctx, const char *piece, size_t len) {
                 for (size_t i = start; i < c->out->n; i++) ibuf_push(&t->cache_ids, c->out->v[i]);
             }
         }
-        pthread_mutex_unlock(&t->cache_lock);
+        pthread_rwlock_unlock(&t->cache_lock);
     }
 }
 
-static int is_ascii_space(char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); }
-
-// Splits text on the added tokens of one class (normalized 0: matched first on
-// the raw text; 1: then inside what is left), leftmost-longest as HF's
-// Aho-Corasick does; gaps go to the next class or to the pre-tokenizer.
+// Splits text on the added tokens of one class (cls 0: normalized=false ones,
+// matched on the raw text; cls 1: the gaps are normalized, then normalized=true
+// ones matched), leftmost-longest and non-overlapping as HF's Aho-Corasick
+// find_iter; lstrip/rstrip take Unicode whitespace around a match, never
+// across the previous match (HF AddedVocabulary::find_matches). Gaps go to
+// the next class or to the pre-tokenizer.
 static enum status encode_segment(struct encode_ctx *c, int cls, const char *text, size_t len, struct error *err) {
     const struct tokenizer *t = c->t;
     if (cls == 2) return pretok_run(&t->pre, text, len, encode_piece, c, err);
+    char *normed = NULL;
+    if (cls == 1 && t->norm.n) {
+        if (len == 0) return STATUS_OK;
+        normed = normalizer_apply(&t->norm, text, len, &len);
+        text = normed;
+    }
+    enum status st = STATUS_OK;
     size_t prev = 0;
     for (size_t i = 0; i < len; i++) {
         const int *list = t->added_by_byte[cls][(uint8_t)text[i]];
@@ -583,24 +647,30 @@ static enum status encode_segment(struct encode_ctx *c, int cls, const char *tex
             }
         }
         if (!hit) continue;
-        size_t s = i, e = i + hit->len;
+        size_t s = i, e = i + hit->len, k;
+        if (hit->special && !c->allow_special) { // HF encode_special_tokens: the match is skipped, not re-searched
+            i = e - 1;
+            continue;
+        }
         if (hit->lstrip)
-            while (s > prev && is_ascii_space(text[s - 1])) s--;
+            while (s > prev && (k = utf8_space_before(text + prev, s - prev))) s -= k;
         if (hit->rstrip)
-            while (e < len && is_ascii_space(text[e])) e++;
-        enum status st = encode_segment(c, cls + 1, text + prev, s - prev, err);
-        if (st) return st;
+            while (e < len && (k = utf8_space_at(text + e, len - e))) e += k;
+        if ((st = encode_segment(c, cls + 1, text + prev, s - prev, err))) goto out;
         ibuf_push(c->out, hit->id);
         prev = e;
         i = e - 1;
     }
-    return encode_segment(c, cls + 1, text + prev, len - prev, err);
+    st = encode_segment(c, cls + 1, text + prev, len - prev, err);
+out:
+    free(normed);
+    return st;
 }
 
-enum status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids,
-                             struct error *err) {
+enum status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int allow_special, int32_t **ids,
+                             size_t *n_ids, struct error *err) {
     struct ibuf out = {0};
-    struct encode_ctx c = {.t = t, .out = &out};
+    struct encode_ctx c = {.t = t, .out = &out, .allow_special = allow_special};
     enum status st = encode_segment(&c, 0, text, len, err);
     free(c.sym);
     free(c.heap);

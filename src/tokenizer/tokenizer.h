@@ -16,17 +16,22 @@
 struct tokenizer;
 
 // Loads a tokenizer.json (BPE model with ByteLevel pre-tokenizer; the GPT-2 or
-// LLaMA-3 split pattern; merges; added and special tokens).
+// LLaMA-3 split pattern; merges; added and special tokens; the normalizers,
+// post-processors and decoders listed in tokenizer.c).
 // Errors: STATUS_BAD_INPUT naming the file and the field when the file is
-// missing, not JSON, or not a byte-level BPE.
+// missing, not JSON, not a byte-level BPE, or uses a field or value trident
+// does not apply exactly as HF does (the message names field and value).
 enum status tokenizer_load(const char *path, struct tokenizer **out, struct error *err);
 void tokenizer_free(struct tokenizer *tok);
 
 // Encodes len bytes of text (any bytes; invalid UTF-8 is encoded byte-wise) to
-// token ids. *ids is malloc'd (caller frees), *n_ids its length.
-// Special tokens written literally in text are matched as HF does for added
-// tokens. Errors: none for valid tokenizers (returns STATUS_OK).
-enum status tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len,
+// token ids, as HF encode(text, add_special_tokens=False). *ids is malloc'd
+// (caller frees), *n_ids its length. Added tokens written literally in text are
+// matched as HF does; those with special=true only when allow_special is 1
+// (HF's default), else their text is encoded as ordinary text (HF
+// encode_special_tokens=True): document text in a corpus must not forge an
+// end-of-text id. Errors: none for valid tokenizers (returns STATUS_OK).
+enum status tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, int allow_special,
                              int32_t **ids, size_t *n_ids, struct error *err);
 
 // Decodes ids to bytes; *text is malloc'd and NUL-terminated, *len excludes the

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 
 #include "base/common.h"
@@ -102,5 +103,40 @@ static inline void ibuf_push(struct ibuf *b, int32_t x) {
     }
     b->v[b->n++] = x;
 }
+
+// Growable byte string, always NUL-terminated once anything was added.
+struct sbuf {
+    char *s;
+    size_t n, cap;
+};
+void sbuf_add(struct sbuf *b, const void *p, size_t n);
+
+// Unicode White_Space (Rust's char::is_whitespace, used by HF's lstrip/rstrip).
+int unicode_is_space(uint32_t cp);
+// Bytes of the whitespace character that starts s[0, n) / ends s[0, n), or 0
+// when there is none (or the bytes are not valid UTF-8).
+size_t utf8_space_at(const char *s, size_t n);
+size_t utf8_space_before(const char *s, size_t n);
+
+// The tokenizer.json "normalizer" (tokenizer_normalize.c): a list of steps.
+enum norm_kind { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_STRIP, NORM_PREPEND, NORM_REPLACE };
+struct norm_step {
+    enum norm_kind kind;
+    int left, right;   // Strip
+    char *a, *b;       // Replace: pattern a -> content b; Prepend: b
+    size_t la, lb;
+};
+struct normalizer {
+    struct norm_step *steps; // (n) applied in order
+    int n;
+    char *desc;              // the steps as text, part of the identity; NULL when none
+};
+// Appends the steps of j (null: none) to nz. Errors: STATUS_BAD_INPUT naming
+// path, field and the unsupported type or pattern.
+enum status normalizer_load(struct normalizer *nz, const json_t *j, const char *path, const char *field,
+                            struct error *err);
+void normalizer_free(struct normalizer *nz);
+// The normalized text, malloc'd and NUL-terminated; *out_len its length.
+char *normalizer_apply(const struct normalizer *nz, const char *text, size_t len, size_t *out_len);
 
 #endif

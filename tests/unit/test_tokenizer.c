@@ -54,7 +54,7 @@ static int roundtrip(const struct tokenizer *tok, const char *x, size_t n) {
     size_t n_ids, len;
     char *back;
     struct error err = {0};
-    if (tokenizer_encode(tok, x, n, &ids, &n_ids, &err)) return 0;
+    if (tokenizer_encode(tok, x, n, 1, &ids, &n_ids, &err)) return 0;
     int ok = !tokenizer_decode(tok, ids, n_ids, &back, &len, &err) && len == n && !memcmp(back, x, n);
     free(ids);
     if (ok) free(back);
@@ -68,7 +68,7 @@ static void test_hf_ids(const char *json, const char *ids_path, int vocab, int e
     int32_t *ref = read_ids(ids_path, &n_ref), *ids;
     struct error err = {0};
     for (int pass = 0; pass < 2; pass++) { // the second pass runs from the word cache
-        EXPECT(tokenizer_encode(tok, text, len, &ids, &n_ids, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(tokenizer_encode(tok, text, len, 1, &ids, &n_ids, &err) == STATUS_OK, "%s", err.msg);
         EXPECT(n_ids == n_ref, "%s: %zu ids, HF has %zu", json, n_ids, n_ref);
         size_t first = 0;
         while (first < MIN(n_ids, n_ref) && ids[first] == ref[first]) first++;
@@ -78,7 +78,7 @@ static void test_hf_ids(const char *json, const char *ids_path, int vocab, int e
     EXPECT(tokenizer_vocab_size(tok) == vocab, "%s: vocab size %d, expected %d", json, tokenizer_vocab_size(tok), vocab);
     EXPECT(tokenizer_eot_id(tok) == eot, "%s: eot id %d, expected %d", json, tokenizer_eot_id(tok), eot);
     if (check_roundtrip) EXPECT(roundtrip(tok, text, len), "%s: decode(encode(test text)) != test text", json);
-    EXPECT(tokenizer_encode(tok, "", 0, &ids, &n_ids, &err) == STATUS_OK && n_ids == 0, "empty text gives %zu ids", n_ids);
+    EXPECT(tokenizer_encode(tok, "", 0, 1, &ids, &n_ids, &err) == STATUS_OK && n_ids == 0, "empty text gives %zu ids", n_ids);
     free(ids);
     free(text);
     free(ref);
@@ -123,7 +123,7 @@ static void test_random_roundtrip(const char *json) {
     int32_t *ids;
     size_t n_ids;
     struct error err = {0};
-    EXPECT(tokenizer_encode(tok, "\xff", 1, &ids, &n_ids, &err) == STATUS_OK && n_ids == 1, "\\xff: %zu ids", n_ids);
+    EXPECT(tokenizer_encode(tok, "\xff", 1, 1, &ids, &n_ids, &err) == STATUS_OK && n_ids == 1, "\\xff: %zu ids", n_ids);
     free(ids);
     tokenizer_free(tok);
 }
@@ -188,8 +188,8 @@ static void test_string_merges(void) {
     char *text = read_file(FIX "tokenizer_test_text.txt", &len);
     int32_t *ia, *ib;
     struct error err = {0};
-    tokenizer_encode(a, text, len, &ia, &na, &err);
-    tokenizer_encode(b, text, len, &ib, &nb, &err);
+    tokenizer_encode(a, text, len, 1, &ia, &na, &err);
+    tokenizer_encode(b, text, len, 1, &ib, &nb, &err);
     EXPECT(na == nb && !memcmp(ia, ib, na * sizeof *ia), "string-form merges encode differently");
     free(ia);
     free(ib);
@@ -197,6 +197,65 @@ static void test_string_merges(void) {
     tokenizer_free(a);
     tokenizer_free(b);
     unlink(path);
+}
+
+// A copy of a fixture with a field replaced, written to path and loaded.
+static struct tokenizer *load_with(const char *fixture, const char *key, json_t *value, const char *path) {
+    json_error_t jerr;
+    json_t *root = json_load_file(fixture, 0, &jerr);
+    json_object_set_new(root, key, value);
+    json_dump_file(root, path, 0);
+    json_decref(root);
+    struct tokenizer *t = load_ok(path);
+    unlink(path);
+    return t;
+}
+
+static int same_ids(const struct tokenizer *a, const char *x, size_t nx, int special_a, const struct tokenizer *b,
+                    const char *y, size_t ny, int special_b) {
+    int32_t *ia, *ib;
+    size_t na, nb;
+    struct error err = {0};
+    tokenizer_encode(a, x, nx, special_a, &ia, &na, &err);
+    tokenizer_encode(b, y, ny, special_b, &ib, &nb, &err);
+    int same = na == nb && !memcmp(ia, ib, na * sizeof *ia);
+    free(ia);
+    free(ib);
+    return same;
+}
+
+// NFKC through utf8proc keeps invalid bytes as they are and normalizes the
+// valid runs around them; special-token text is plain text unless allowed.
+static void test_normalizer_and_special(void) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/trident_tok_norm_%d.json", (int)getpid());
+    struct tokenizer *plain = load_ok(FIX "hf_bpe_tokenizer.json");
+    struct tokenizer *nfkc = load_with(FIX "hf_bpe_tokenizer.json", "normalizer", json_pack("{s:s}", "type", "NFKC"),
+                                       path);
+    // U+FB01 (fi ligature) -> "fi"; U+212B (angstrom) -> U+00C5; \xff is not UTF-8
+    const char in[] = "\xef\xac\x81ne \xff caf\xe2\x84\xab \xc3", want[] = "fine \xff caf\xc3\x85 \xc3";
+    EXPECT(same_ids(nfkc, in, sizeof in - 1, 1, plain, want, sizeof want - 1, 1),
+           "NFKC over text with invalid bytes differs from its hand-normalized form");
+    EXPECT(!same_ids(plain, in, sizeof in - 1, 1, plain, want, sizeof want - 1, 1), "the check cannot fail");
+    const char eot_text[] = "a<|endoftext|>b";
+    int32_t *ids;
+    size_t n, n_eot = 0;
+    struct error err = {0};
+    tokenizer_encode(plain, eot_text, sizeof eot_text - 1, 0, &ids, &n, &err);
+    for (size_t i = 0; i < n; i++) n_eot += ids[i] == tokenizer_eot_id(plain);
+    char *back;
+    size_t len;
+    tokenizer_decode(plain, ids, n, &back, &len, &err);
+    EXPECT(n_eot == 0 && n > 3 && len == sizeof eot_text - 1 && !memcmp(back, eot_text, len),
+           "special-token text not allowed: %zu ids, %zu end-of-text ids", n, n_eot);
+    free(back);
+    free(ids);
+    tokenizer_encode(plain, eot_text, sizeof eot_text - 1, 1, &ids, &n, &err);
+    EXPECT(n == 3 && ids[1] == tokenizer_eot_id(plain), "special-token text allowed: %zu ids", n);
+    free(ids);
+    EXPECT(strcmp(tokenizer_identity(plain), tokenizer_identity(nfkc)), "a normalizer does not change the identity");
+    tokenizer_free(plain);
+    tokenizer_free(nfkc);
 }
 
 // Corpus documents: runs of two or more newlines separate them (as the
@@ -270,6 +329,7 @@ int main(void) {
     test_random_roundtrip(FIX "hf_llama3_tokenizer.json");
     test_errors();
     test_string_merges();
+    test_normalizer_and_special();
     test_train();
     struct tokenizer *a = load_ok(FIX "hf_bpe_tokenizer.json"), *b = load_ok(FIX "hf_bpe_tokenizer.json"),
                      *c = load_ok(FIX "hf_llama3_tokenizer.json");
