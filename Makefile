@@ -169,7 +169,7 @@ test-long: deps
 
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    LDFLAGS="-fopenmp -fsanitize=address,undefined" tests
+	    LDFLAGS="-fopenmp -fsanitize=address,undefined" tests build-asan/trident
 	@BUILD=build-asan ASAN=1 tests/run.sh
 
 bench: deps

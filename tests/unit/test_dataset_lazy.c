@@ -53,7 +53,9 @@ int main(void) {
     double dt = now_s() - t0;
     printf("dataset_open of %d shards: %.3f s\n", N_SHARDS, dt);
     EXPECT(s == STATUS_OK, "open of placeholder shards refused: %s (did it read shard content?)", err.msg);
-    EXPECT(dt < 2.0, "dataset_open of %d shards took %.2f s, expected well under 2 s", N_SHARDS, dt);
+    // Under AddressSanitizer (make test-asan sets ASAN) every call is ~10x slower.
+    double limit = getenv("ASAN") ? 60.0 : 2.0;
+    EXPECT(dt < limit, "dataset_open of %d shards took %.2f s, expected well under %g s", N_SHARDS, dt, limit);
     if (ds) {
         EXPECT(ds->split_tokens[SPLIT_TRAIN] == (uint64_t)N_SHARDS * SHARD_TOKENS, "train tokens %llu",
                (unsigned long long)ds->split_tokens[SPLIT_TRAIN]);
