@@ -29,10 +29,8 @@ FP16=(precision.dtype=fp16 precision.loss_scale_initial=4096 precision.loss_scal
 train() {
     local name=$1 tp=$2 pp=$3 dp=$4 zero=$5 rc=0; shift 5
     rm -rf "$tmp/run-$name"; mkdir -p "$tmp/run-$name"
-    timeout 120 "${MPIRUN[@]}" -np $((tp * pp * dp)) -x TRIDENT_FAULT "$TRIDENT" train "$SMALL_INI" \
-        data.path="$tmp/shards" parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp parallel.zero_stage=$zero \
-        train.global_batch_size=16 train.eval_every=0 checkpoint.every=0 checkpoint.keep_last=0 \
-        checkpoint.dir="$tmp/ck-$name" log.run_dir="$tmp/run-$name" "${FP16[@]}" "$@" \
+    SMALL_TRAIN_TIMEOUT=120 small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" "$dp" "$zero" \
+        checkpoint.every=0 checkpoint.keep_last=0 "${FP16[@]}" "$@" \
         > "$tmp/$name.log" 2>&1 || rc=$?
     return "$rc"
 }

@@ -30,12 +30,10 @@ fail=0
 # $tmp/ck-CK; its exit code in rc (124: timed out, a hang).
 train() {
     local name=$1 ck=$2 np=$3 tp=$4 pp=$5 dp=$6 zero=$7; shift 7
+    [ "$np" -eq $((tp * pp * dp)) ] || fail "train $name: np $np is not tp * pp * dp"
     rc=0
-    timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
-        parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp parallel.zero_stage=$zero \
-        train.global_batch_size=16 train.lr=3e4 train.warmup_steps=0 \
-        train.eval_every=0 checkpoint.dir="$tmp/ck-$ck" log.run_dir="$tmp/run-$name" "$@" \
-        > "$tmp/$name.log" 2>&1 || rc=$?
+    SMALL_TRAIN_TIMEOUT=120 small_train "$tmp/run-$name" "$tmp/ck-$ck" "$tp" "$pp" "$dp" "$zero" \
+        train.lr=3e4 train.warmup_steps=0 "$@" > "$tmp/$name.log" 2>&1 || rc=$?
 }
 
 # first_skip NAME: the first step metrics.jsonl marks skipped ("" if none).

