@@ -227,6 +227,51 @@ static enum status open_try(struct dataset *ds, int i, const char *path, bool ho
     return s;
 }
 
+// A cold-tier access of shard i, retried: attempt(ds, i, ctx, err) up to
+// CACHE_COLD_TRIES times while it fails with STATUS_RUNTIME (an I/O error:
+// EIO, a vanished mount), waiting CACHE_COLD_BACKOFF_MS and then twice as
+// long before each next try, each retry said on stderr. Another failure (bad
+// data) is returned at once; the last I/O error becomes STATUS_RUNTIME naming
+// the shard and the tier.
+typedef enum status (*cold_attempt_fn)(struct dataset *ds, int i, void *ctx, struct error *err);
+static enum status cold_retry(struct dataset *ds, int i, cold_attempt_fn attempt, void *ctx, struct error *err) {
+    long backoff = CACHE_COLD_BACKOFF_MS;
+    for (int try = 1;; try++) {
+        enum status s = attempt(ds, i, ctx, err);
+        if (s != STATUS_RUNTIME) return s;
+        if (try == CACHE_COLD_TRIES) break;
+        fprintf(stderr, "trident: shard %s, cold tier (%s): %s (try %d of %d, again in %ld ms)\n",
+                ds->shards[i].entry.file, ds->dir, err->msg, try, CACHE_COLD_TRIES, backoff);
+        cache_sleep_ms(backoff);
+        backoff *= 2;
+    }
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return error_set(err, STATUS_RUNTIME, "shard %s: the cold tier (%s) failed %d reads, giving up: %s",
+                     ds->shards[i].entry.file, ds->dir, CACHE_COLD_TRIES, msg);
+}
+
+// cold_retry's attempts: open shard i from the cold tier (ctx: its path), and
+// read tokens from it (ctx: struct cold_read).
+static enum status cold_open(struct dataset *ds, int i, void *path, struct error *err) {
+    return open_try(ds, i, path, false, err);
+}
+
+struct cold_read {
+    struct shard *h5;
+    uint64_t at, n;
+    int32_t *out;
+    void *buf;
+    hid_t memspace;
+};
+
+static enum status cold_read(struct dataset *ds, int i, void *ctx, struct error *err) {
+    const struct cold_read *r = ctx;
+    int fault = cache_cold_fault(i);
+    return fault ? error_set(err, STATUS_RUNTIME, "%s", strerror(fault))
+                 : shard_read_tokens(r->h5, r->at, r->n, r->out, r->buf, r->memspace, err);
+}
+
 enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, struct error *err) {
     struct dataset_shard *sh = &ds->shards[i];
     sh->last_use = ++ds->clock;
@@ -252,22 +297,7 @@ enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, str
         cache_release(ds->cache, i);
     }
     snprintf(path, sizeof path, "%s/%s", ds->dir, sh->entry.file);
-    long backoff = CACHE_COLD_BACKOFF_MS;
-    for (int try = 1; try <= CACHE_COLD_TRIES; try++) {
-        s = open_try(ds, i, path, false, err);
-        if (s != STATUS_RUNTIME) break;
-        if (try < CACHE_COLD_TRIES) {
-            fprintf(stderr, "trident: %s (try %d of %d, again in %ld ms)\n", err->msg, try, CACHE_COLD_TRIES,
-                    backoff);
-            cache_sleep_ms(backoff);
-            backoff *= 2;
-        } else {
-            char msg[sizeof err->msg];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            error_set(err, STATUS_RUNTIME, "shard %s: the cold tier (%s) failed %d reads, giving up: %s",
-                      sh->entry.file, ds->dir, CACHE_COLD_TRIES, msg);
-        }
-    }
+    s = cold_retry(ds, i, cold_open, path, err);
     if (s) return s;
     sh->hot = false;
     ds->n_open++;
@@ -279,22 +309,8 @@ enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int
     struct shard *h5;
     enum status s = dataset_shard_get(ds, i, &h5, err);
     if (s || ds->shards[i].hot) return s ? s : shard_read_tokens(h5, at, n, out, buf, memspace, err);
-    long backoff = CACHE_COLD_BACKOFF_MS;
-    for (int try = 1;; try++) {
-        int fault = cache_cold_fault(i);
-        s = fault ? error_set(err, STATUS_RUNTIME, "%s", strerror(fault))
-                  : shard_read_tokens(h5, at, n, out, buf, memspace, err);
-        if (!s) return STATUS_OK;
-        if (try == CACHE_COLD_TRIES) break;
-        fprintf(stderr, "trident: shard %s, cold tier (%s): %s (try %d of %d, again in %ld ms)\n",
-                ds->shards[i].entry.file, ds->dir, err->msg, try, CACHE_COLD_TRIES, backoff);
-        cache_sleep_ms(backoff);
-        backoff *= 2;
-    }
-    char msg[sizeof err->msg];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    return error_set(err, STATUS_RUNTIME, "shard %s: the cold tier (%s) failed %d reads, giving up: %s",
-                     ds->shards[i].entry.file, ds->dir, CACHE_COLD_TRIES, msg);
+    struct cold_read r = {h5, at, n, out, buf, memspace};
+    return cold_retry(ds, i, cold_read, &r, err);
 }
 
 enum status dataset_validate_all(struct dataset *ds, struct error *err) {
