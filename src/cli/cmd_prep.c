@@ -1,5 +1,6 @@
 // cmd_prep.c: `trident prep`: command line to struct prep_options (src/data/prep.h).
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/common.h"
@@ -8,23 +9,48 @@
 
 static const char *prep_usage =
     "usage: trident prep --input PATH... --output DIR [--tokenizer FILE | --vocab-size N]\n"
-    "                    [--format text|jsonl [--text-key KEY]] [--allow-special-tokens]\n"
+    "                    [--include GLOB]... [--no-recursive] [--doc-per-file]\n"
+    "                    [--format auto|text|jsonl] [--text-key KEY] [--allow-special-tokens]\n"
     "                    [--val-fraction F] [--shard-tokens N] [--seed S] [--quiet]\n"
-    "  --input PATH...     text files or folders of them (several allowed)\n"
-    "  --output DIR        dataset folder to create (refused if it holds an index.ini)\n"
+    "  --input PATH...     text files or folders of them (several allowed); a folder is read\n"
+    "                      recursively (--recursive, the default), hidden files and folders\n"
+    "                      skipped, each folder once (symlink loops are skipped), files in\n"
+    "                      byte order of their paths (the same on any file system)\n"
+    "  --include GLOB      a folder's files whose name matches GLOB (fnmatch, e.g. '*.txt'; quote\n"
+    "                      it); repeatable; default: every regular, non-hidden file\n"
+    "  --no-recursive      a folder's own files only, not its sub-folders'\n"
+    "  --output DIR        dataset folder to create, parents too (refused if not empty);\n"
+    "                      a failed prep removes what it wrote\n"
     "  --tokenizer FILE    use this tokenizer.json (copied to DIR)\n"
     "  --vocab-size N      or train a byte-level BPE of N ids on the input (DIR/tokenizer.json)\n"
-    "  --format F          text: documents separated by blank lines (default); jsonl: one JSON\n"
-    "                      object per line, the text in the field --text-key (default \"text\")\n"
+    "  --format F          auto (default): JSON Lines for a file named *.jsonl or *.json whose first\n"
+    "                      character is '{' (a note names them), text otherwise, file by file;\n"
+    "                      text: documents separated by blank lines; jsonl: one JSON object per\n"
+    "                      line, the text in the field --text-key (default \"text\")\n"
+    "  --doc-per-file      text files: each file is one document (blank lines kept inside), so\n"
+    "                      the end-of-text id goes between files; JSON Lines stay one per record\n"
     "  --allow-special-tokens  special-token text in documents (<|endoftext|>) becomes its id;\n"
     "                      by default it is encoded as ordinary text\n"
-    "  --val-fraction F    share of documents for validation, in [0, 1) (default 0.01)\n"
+    "  --val-fraction F    share of documents for validation, in [0, 1) (default 0.01); a split\n"
+    "                      too small for one global batch of configs/tiny.ini (the default run)\n"
+    "                      is reported with the fraction that would fit one\n"
     "  --shard-tokens N    tokens per shard, about (default 16777216)\n"
     "  --seed S            seed of the train/validation split (default 1234)\n"
     "  --quiet             no progress lines on stderr\n"
+    "Input must be UTF-8 text: a file with a NUL byte, compressed (gzip, zstd, xz, bzip2, zip),\n"
+    "UTF-16, or more than 1% invalid UTF-8 is refused by name before anything is written (exit 2).\n"
     "Encodes on all cores (OMP_NUM_THREADS); the output does not depend on the thread count.\n"
     "stdout ends with a line 'prep_stats: {JSON}' (documents, tokens, bytes, seconds, threads,\n"
-    "mb_per_s, peak_rss_bytes).\n";
+    "mb_per_s, peak_rss_bytes, files, jsonl_files, jsonl_detected, left_out, invalid_utf8_bytes,\n"
+    "train_documents, train_tokens, val_documents, val_tokens, val_seq_len, val_sequences,\n"
+    "val_sequences_needed).\n";
+
+// The default run (`make run`, scripts/run_default.sh) trains configs/tiny.ini;
+// prep reports a validation split too small for one of its global batches.
+// tests/e2e/prep_inputs.sh checks these against configs/tiny.ini.
+#define PREP_DEFAULT_CONFIG "configs/tiny.ini"
+#define PREP_DEFAULT_SEQ_LEN 128
+#define PREP_DEFAULT_GLOBAL_BATCH 16
 
 static int bad_arg(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "trident prep: ");
@@ -43,10 +69,36 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 1;
 }
 
+// Warns on stderr that the validation split (val_seq sequences) is too small
+// for one global batch of the default config (training it with evaluation
+// on is refused by the loader), naming the --val-fraction that would give one
+// batch with a 10% margin, or saying the corpus is too small for that.
+static void warn_val_split(const struct prep_options *opt, const struct prep_stats *s, uint64_t val_seq) {
+    const double need = (double)PREP_DEFAULT_GLOBAL_BATCH * PREP_DEFAULT_SEQ_LEN + 1; // tokens
+    double total = (double)(s->tokens[0] + s->tokens[1]);
+    fprintf(stderr, "prep: warning: the validation split holds %llu sequences of seq_len %d, fewer than one global "
+            "batch (global_batch_size = %d) of %s, the default run: ",
+            (unsigned long long)val_seq, PREP_DEFAULT_SEQ_LEN, PREP_DEFAULT_GLOBAL_BATCH, PREP_DEFAULT_CONFIG);
+    // Documents go whole to a split, so tokens follow the fraction only about:
+    // the fraction scaled by the tokens missing, with a 10% margin, rounded up
+    // to two significant digits.
+    double f = s->tokens[1] > 0 ? 1.1 * opt->val_fraction * need / (double)s->tokens[1] : 1.1 * need / MAX(total, 1.0);
+    double scale = 1;
+    while (f * scale < 10) scale *= 10;
+    f = ceil(f * scale) / scale;
+    if (f < 0.5)
+        fprintf(stderr, "--val-fraction %g (now %g) would give about %.0f tokens, enough for one; or train it with "
+                "train.eval_every = 0\n", f, opt->val_fraction, f * total);
+    else
+        fprintf(stderr, "the whole corpus holds %.0f tokens, too few for a validation batch of %.0f tokens and a "
+                "training split; train it with train.eval_every = 0 or a smaller global_batch_size\n", total, need);
+}
+
 int cmd_prep(int argc, char **argv) {
-    struct prep_options opt = {.format = PREP_FORMAT_TEXT, .val_fraction = 0.01, .shard_tokens = 1 << 24,
-                               .seed = 1234};
+    struct prep_options opt = {.format = PREP_FORMAT_AUTO, .val_fraction = 0.01, .shard_tokens = 1 << 24,
+                               .seed = 1234, .recursive = 1};
     const char **inputs = xcalloc((size_t)argc, sizeof *inputs);
+    const char **includes = xcalloc((size_t)argc, sizeof *includes);
     int rc = STATUS_BAD_INPUT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -57,6 +109,12 @@ int cmd_prep(int argc, char **argv) {
             goto out;
         } else if (!strcmp(a, "--allow-special-tokens")) {
             opt.allow_special = 1;
+            continue;
+        } else if (!strcmp(a, "--recursive") || !strcmp(a, "--no-recursive")) {
+            opt.recursive = a[2] == 'r';
+            continue;
+        } else if (!strcmp(a, "--doc-per-file")) {
+            opt.doc_per_file = 1;
             continue;
         } else if (!strcmp(a, "--quiet")) {
             opt.quiet = 1;
@@ -77,6 +135,7 @@ int cmd_prep(int argc, char **argv) {
         if (!strcmp(a, "--output")) opt.output = v;
         else if (!strcmp(a, "--tokenizer")) opt.tokenizer_path = v;
         else if (!strcmp(a, "--text-key")) opt.text_key = v;
+        else if (!strcmp(a, "--include")) includes[opt.n_includes++] = v;
         else if (!strcmp(a, "--vocab-size")) {
             if (!parse_u64(v, &u) || u < 257 || u > (1u << 30)) {
                 rc = bad_arg("--vocab-size '%s': expected an integer in [257, 2^30]%s", v, "");
@@ -86,8 +145,9 @@ int cmd_prep(int argc, char **argv) {
         } else if (!strcmp(a, "--format")) {
             if (!strcmp(v, "text")) opt.format = PREP_FORMAT_TEXT;
             else if (!strcmp(v, "jsonl")) opt.format = PREP_FORMAT_JSONL;
+            else if (!strcmp(v, "auto")) opt.format = PREP_FORMAT_AUTO;
             else {
-                rc = bad_arg("--format '%s': expected text or jsonl%s", v, "");
+                rc = bad_arg("--format '%s': expected auto, text or jsonl%s", v, "");
                 goto out;
             }
         } else if (!strcmp(a, "--val-fraction")) {
@@ -120,11 +180,12 @@ int cmd_prep(int argc, char **argv) {
         rc = bad_arg("give exactly one of --tokenizer FILE and --vocab-size N%s%s", "", "");
         goto out;
     }
-    if (opt.text_key && opt.format != PREP_FORMAT_JSONL) {
-        rc = bad_arg("--text-key needs --format jsonl%s%s", "", "");
+    if (opt.text_key && opt.format == PREP_FORMAT_TEXT) {
+        rc = bad_arg("--text-key needs JSON Lines input, not --format text%s%s", "", "");
         goto out;
     }
     opt.inputs = inputs;
+    opt.includes = includes;
     struct prep_stats stats;
     struct error err = {0};
     enum status st = prep_run(&opt, &stats, &err);
@@ -136,14 +197,25 @@ int cmd_prep(int argc, char **argv) {
     printf("prep: %s: %d shards; train %llu documents, %llu tokens; val %llu documents, %llu tokens\n", opt.output,
            stats.shards, (unsigned long long)stats.documents[0], (unsigned long long)stats.tokens[0],
            (unsigned long long)stats.documents[1], (unsigned long long)stats.tokens[1]);
+    // Validation sequences as dataset_open counts them for the default config.
+    uint64_t val_seq = stats.tokens[1] > 0 ? (stats.tokens[1] - 1) / PREP_DEFAULT_SEQ_LEN : 0;
+    if (opt.val_fraction > 0 && val_seq < PREP_DEFAULT_GLOBAL_BATCH) warn_val_split(&opt, &stats, val_seq);
     printf("prep_stats: {\"documents\": %llu, \"tokens\": %llu, \"bytes\": %llu, \"seconds\": %.3f, \"threads\": %d, "
-           "\"mb_per_s\": %.3f, \"peak_rss_bytes\": %llu}\n",
+           "\"mb_per_s\": %.3f, \"peak_rss_bytes\": %llu, \"files\": %d, \"jsonl_files\": %d, "
+           "\"jsonl_detected\": %d, \"left_out\": %d, \"invalid_utf8_bytes\": %llu, \"train_documents\": %llu, "
+           "\"train_tokens\": %llu, \"val_documents\": %llu, \"val_tokens\": %llu, \"val_seq_len\": %d, "
+           "\"val_sequences\": %llu, \"val_sequences_needed\": %d}\n",
            (unsigned long long)(stats.documents[0] + stats.documents[1]),
            (unsigned long long)(stats.tokens[0] + stats.tokens[1]), (unsigned long long)stats.bytes,
            stats.encode_seconds, stats.threads, (double)stats.bytes / 1e6 / MAX(stats.encode_seconds, 1e-9),
-           (unsigned long long)stats.peak_rss_bytes);
+           (unsigned long long)stats.peak_rss_bytes, stats.files, stats.jsonl_files, stats.jsonl_detected,
+           stats.left_out, (unsigned long long)stats.invalid_utf8_bytes, (unsigned long long)stats.documents[0],
+           (unsigned long long)stats.tokens[0], (unsigned long long)stats.documents[1],
+           (unsigned long long)stats.tokens[1], PREP_DEFAULT_SEQ_LEN, (unsigned long long)val_seq,
+           PREP_DEFAULT_GLOBAL_BATCH);
     rc = STATUS_OK;
 out:
     free(inputs);
+    free(includes);
     return rc;
 }

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <omp.h>
 #include <pthread.h>
 #include <string.h>
@@ -174,7 +175,7 @@ static enum status prep_tokenizer(const struct prep_options *opt, struct tokeniz
     enum status st;
     if (opt->vocab_size > 0) { // training needs the corpus in memory (tokenizer_train's interface)
         struct corpus cs;
-        if ((st = corpus_read(opt->inputs, opt->n_inputs, opt->format, opt->text_key, &cs, err))) return st;
+        if ((st = corpus_read(opt, &cs, err))) return st;
         const struct corpus *c = &cs;
         const char **docs = xmalloc(c->n_docs * sizeof *docs);
         size_t *lens = xmalloc(c->n_docs * sizeof *lens);
@@ -218,10 +219,13 @@ static void progress(const struct prep_stats *s, uint64_t bytes_read, uint64_t t
 }
 
 // Pass 1: counts the documents (for the validation split) and checks every
-// input is readable and well formed before anything is written.
-static enum status count_docs(const struct prep_options *opt, uint64_t *n, struct error *err) {
+// input is readable, well formed and text before anything is written; the
+// file counts go to stats, and a note on stderr names the files detected as
+// JSON Lines.
+static enum status count_docs(const struct prep_options *opt, uint64_t *n, struct prep_stats *stats,
+                              struct error *err) {
     struct doc_reader r;
-    enum status st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err);
+    enum status st = doc_reader_open(&r, opt, err);
     *n = 0;
     int tty = isatty(2), shown = 0;
     double t0 = time_now_s(), last = t0;
@@ -238,6 +242,22 @@ static enum status count_docs(const struct prep_options *opt, uint64_t *n, struc
         }
     }
     if (shown && tty) fputc('\n', stderr);
+    stats->files = r.n_paths;
+    stats->jsonl_files = r.jsonl_files;
+    stats->jsonl_detected = r.jsonl_detected;
+    stats->left_out = r.left_out;
+    stats->invalid_utf8_bytes = r.invalid_utf8_bytes;
+    if (!st && r.jsonl_detected)
+        fprintf(stderr, "prep: note: %d of %d input files read as JSON Lines (named *.jsonl or *.json, first "
+                "character '{'; the text in field \"%s\"; first: %s); --format text reads every file as text\n",
+                r.jsonl_detected, r.n_paths, r.text_key, r.paths[r.first_detected]);
+    if (!st && opt->text_key && r.jsonl_files == 0)
+        st = error_set(err, STATUS_BAD_INPUT, "--text-key needs JSON Lines input, and no input file is JSON Lines "
+                       "(--text-key %s; a file is read as JSON Lines when named *.jsonl or *.json and starting "
+                       "with '{', or with --format jsonl)", opt->text_key);
+    if (!st && r.invalid_utf8_bytes)
+        fprintf(stderr, "prep: note: %llu bytes of the input are invalid UTF-8, encoded as byte tokens\n",
+                (unsigned long long)r.invalid_utf8_bytes);
     doc_reader_close(&r);
     if (!st && *n == 0)
         st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", opt->inputs[0],
@@ -341,6 +361,56 @@ static void queue_release(struct block_queue *q, int stop) {
     pthread_mutex_unlock(&q->m);
 }
 
+// Creates dir and its missing parent folders (mkdir -p); those it made are
+// appended to *made (outermost first), for remove_output.
+static enum status make_dirs(const char *dir, char ***made, int *n_made, struct error *err) {
+    char *p = strdup(dir);
+    CHECK(p, "out of memory");
+    size_t n = strlen(p);
+    enum status st = STATUS_OK;
+    for (size_t i = 1; i <= n && !st; i++) {
+        if (i < n && p[i] != '/') continue;
+        if (p[i - 1] == '/') continue; // "a//b", or a trailing '/'
+        char c = p[i];
+        p[i] = 0;
+        struct stat sb;
+        if (mkdir(p, 0777) == 0) {
+            *made = realloc(*made, (size_t)(*n_made + 1) * sizeof **made);
+            CHECK(*made, "out of memory");
+            (*made)[(*n_made)++] = strdup(p);
+        } else if (errno != EEXIST) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: cannot create output folder %s: %s", dir, p, strerror(errno));
+        } else if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: cannot create output folder: %s exists and is not a folder",
+                           dir, p);
+        }
+        p[i] = c;
+    }
+    free(p);
+    return st;
+}
+
+// After a failure: removes what prep wrote into the output folder (which was
+// new or empty: prep_run checks) and the folders it made, so a refused or
+// failed prep leaves nothing behind.
+static void remove_output(const char *dir, char **made, int n_made) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            const char *f = e->d_name;
+            if (strcmp(f, "tokenizer.json") && strcmp(f, "index.ini") && strcmp(f, "index.ini.tmp") &&
+                fnmatch("shard-[0-9]*.h5", f, 0))
+                continue;
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s", dir, f);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    for (int i = n_made - 1; i >= 0; i--) rmdir(made[i]);
+}
+
 enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, struct error *err) {
     memset(stats, 0, sizeof *stats);
     char ipath[4200];
@@ -362,11 +432,11 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         if (st) return st;
     }
     uint64_t n_docs;
-    enum status st = count_docs(opt, &n_docs, err);
+    enum status st = count_docs(opt, &n_docs, stats, err);
     if (st) return st;
-    bool created = mkdir(opt->output, 0777) == 0;
-    if (!created && errno != EEXIST)
-        return error_set(err, STATUS_BAD_INPUT, "%s: cannot create output folder: %s", opt->output, strerror(errno));
+    char **made = NULL; // the folders made for the output, outermost first
+    int n_made = 0;
+    if ((st = make_dirs(opt->output, &made, &n_made, err))) return st;
     struct tokenizer *tok = NULL;
     struct pending pend[2] = {{0}};
     struct dataset_writer w;
@@ -384,7 +454,7 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     }
     if ((st = dataset_writer_init(&w, opt->output, vocab, eot, tokenizer_identity(tok), err))) goto done;
     writer_open = 1;
-    if ((st = doc_reader_open(&r, opt->inputs, opt->n_inputs, opt->format, opt->text_key, err))) goto done;
+    if ((st = doc_reader_open(&r, opt, err))) goto done;
     val_sampler_init(&vs, n_docs, val_count(n_docs, opt->val_fraction), opt->seed);
     for (int i = 0; i < PREP_QUEUE; i++) q.slot[i] = xcalloc(1, sizeof *q.slot[i]);
     pthread_mutex_init(&q.m, NULL);
@@ -464,6 +534,8 @@ done:
     if (tok) tokenizer_free(tok);
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) stats->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;
-    if (st && created) rmdir(opt->output); // only when nothing was written into it
+    if (st) remove_output(opt->output, made, n_made);
+    for (int i = 0; i < n_made; i++) free(made[i]);
+    free(made);
     return st;
 }

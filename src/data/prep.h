@@ -1,7 +1,10 @@
 // prep.h: raw text to a tokenized dataset folder (`trident prep`, docs/design.md §6).
 //
-// Documents: plain text (blocks separated by blank lines) or JSON Lines (a
-// string field, "text" by default, of each object). Each document is encoded
+// Documents: plain text (blocks separated by blank lines, or each file one
+// document) or JSON Lines (a string field, "text" by default, of each object),
+// chosen per file (PREP_FORMAT_AUTO). Inputs are checked to be text: binary
+// data (NUL bytes, compressed-file magic) and files mostly of invalid UTF-8 are
+// refused before anything is written. Each document is encoded
 // and followed by the end-of-text id; documents go whole to the train or
 // validation split (a seeded choice of round(val_fraction * documents) of
 // them); each split is cut into shards of about shard_tokens tokens at
@@ -21,11 +24,17 @@
 
 #include "base/common.h"
 
-enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL };
+// AUTO (the default): JSON Lines for a file named *.jsonl or *.json whose
+// first non-blank byte is '{', plain text otherwise.
+enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL, PREP_FORMAT_AUTO };
 
 struct prep_options {
     const char *const *inputs; // (n_inputs,) files or folders (their files, sorted)
     int n_inputs;
+    int recursive;              // folders: their sub-folders' files too (hidden ones never)
+    const char *const *includes; // (n_includes,) fnmatch globs on the file name of a folder's files;
+    int n_includes;              //   0: every regular, non-hidden file (a file named as an input is always read)
+    int doc_per_file;           // plain text: each file is one document (blank lines kept inside)
     const char *output;         // dataset folder; must not hold an index.ini
     const char *tokenizer_path; // a tokenizer.json to use, or NULL to train one
     int vocab_size;             // > 0: train a tokenizer of this size
@@ -43,6 +52,11 @@ struct prep_stats {
     uint64_t tokens[2];
     uint64_t bytes;        // document bytes encoded
     int shards;
+    int files;             // input files read
+    int jsonl_files;       // of them read as JSON Lines (--format jsonl or detected)
+    int jsonl_detected;    // of them detected as JSON Lines (PREP_FORMAT_AUTO)
+    int left_out;          // folder files not matching any include glob
+    uint64_t invalid_utf8_bytes; // bytes in invalid UTF-8 sequences, tolerated (see doc_reader_next)
     double encode_seconds; // reading, encoding and writing, without tokenizer training
     int threads;           // encoder threads
     uint64_t peak_rss_bytes; // the process's peak resident set (getrusage), after the run
@@ -55,20 +69,32 @@ struct corpus {
     size_t n_docs;
 };
 
-// Reads every input into memory (tokenizer training). Empty documents are
-// skipped. Errors: STATUS_BAD_INPUT naming the file (and line for JSON Lines)
-// when unreadable or malformed, or when there is no document.
-enum status corpus_read(const char *const *inputs, int n_inputs, enum prep_format format, const char *text_key,
-                        struct corpus *out, struct error *err);
+// Reads every input of opt into memory (tokenizer training), as
+// doc_reader_next does. Empty documents are skipped. Errors: STATUS_BAD_INPUT
+// naming the file (and line) when unreadable, malformed or not text, or when
+// there is no document.
+enum status corpus_read(const struct prep_options *opt, struct corpus *out, struct error *err);
 void corpus_free(struct corpus *c);
 
 // The inputs as a stream of documents (prep_read.c).
+// The invalid UTF-8 a text file may hold (a stray Latin-1 byte in a mostly
+// UTF-8 crawl) before it is refused as not UTF-8: both bounds are exceeded.
+#define PREP_MAX_BAD_UTF8_PERCENT 1
+#define PREP_MAX_BAD_UTF8_BYTES 16
+
 struct doc_reader {
     char **paths;          // (n_paths) input files in reading order
     int n_paths, file, started;
     FILE *f;
-    enum prep_format format;
+    enum prep_format format;      // as asked
+    int file_format;              // the current file's: PREP_FORMAT_TEXT or _JSONL, -1 until its first non-blank line
+    int doc_per_file;
     const char *text_key;
+    int left_out;                 // folder files not matching an include glob
+    int jsonl_files, jsonl_detected, first_detected; // files read as JSON Lines; detected; the first (-1: none)
+    uint64_t file_bytes;          // of the current file, read so far
+    uint64_t bad_utf8, first_bad, first_bad_line; // the current file's invalid UTF-8 bytes; the first's offset, line
+    uint64_t invalid_utf8_bytes;  // tolerated, in the files finished so far
     uint64_t total_bytes;  // sum of the input files' sizes
     uint64_t bytes_read;
     uint64_t line_no;      // in the current file, 1-based
@@ -77,14 +103,24 @@ struct doc_reader {
     char *doc;             // the current document
     size_t doc_len, doc_cap;
 };
-// Lists the inputs (folders: their regular non-hidden files in name order).
-// Errors: STATUS_BAD_INPUT naming a missing input or unlistable folder.
-enum status doc_reader_open(struct doc_reader *r, const char *const *inputs, int n_inputs, enum prep_format format,
-                            const char *text_key, struct error *err);
-// The next non-empty document: *text (*len bytes, may hold NUL bytes) stays
-// valid until the next call; *text is NULL at the end of the inputs.
+// Lists opt's inputs: a file as given; a folder's regular files whose names
+// match an include glob (all when none), hidden files and folders (".name")
+// skipped, sub-folders too when opt->recursive, each folder visited once (a
+// symlink loop or a second link to a folder is skipped), sorted by path (byte
+// order, strcmp), so the reading order does not depend on the file system.
+// Errors: STATUS_BAD_INPUT naming a missing input, an unlistable folder or a
+// folder with no file to read.
+enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt, struct error *err);
+// The next non-empty document: *text (*len bytes; NUL bytes only from a JSON
+// "\u0000") stays valid until the next call; *text is NULL at the end of the
+// inputs. Plain text: a run of non-blank lines, or with doc_per_file the file
+// from its first to its last non-blank line; the last line break is dropped.
 // Errors: STATUS_BAD_INPUT naming file and line (unreadable file, bad JSON, no
-// string field text_key).
+// string field text_key) or naming the file and what was seen when it is not
+// text: a NUL byte, gzip/zstd/xz/bzip2/zip magic or a UTF-16 byte-order mark at
+// its start, or more than PREP_MAX_BAD_UTF8_PERCENT % (and more than
+// PREP_MAX_BAD_UTF8_BYTES) of its bytes in invalid UTF-8 sequences (fewer are
+// kept: the tokenizer encodes them as byte tokens, losslessly).
 enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len, struct error *err);
 void doc_reader_close(struct doc_reader *r);
 

@@ -5,8 +5,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <jansson.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -20,51 +22,119 @@ static void add_path(struct doc_reader *r, const char *p, uint64_t size) {
     r->total_bytes += size;
 }
 
-enum status doc_reader_open(struct doc_reader *r, const char *const *inputs, int n_inputs, enum prep_format format,
-                            const char *text_key, struct error *err) {
+// A folder walk: the folders visited (device, inode), so a symlink loop or a
+// second link to a folder is listed once, and the files found.
+struct walk {
+    const struct prep_options *opt;
+    dev_t *dev;
+    ino_t *ino;
+    size_t n_seen;
+    char **files;
+    size_t n_files;
+    int left_out;
+};
+
+static int walk_included(const struct prep_options *opt, const char *name) {
+    if (opt->n_includes == 0) return 1;
+    for (int i = 0; i < opt->n_includes; i++)
+        if (fnmatch(opt->includes[i], name, 0) == 0) return 1;
+    return 0;
+}
+
+static char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir);
+    int slash = n > 0 && dir[n - 1] == '/';
+    char *p = xmalloc(n + strlen(name) + 2);
+    sprintf(p, "%s%s%s", dir, slash ? "" : "/", name);
+    return p;
+}
+
+// Adds folder dir's files (sb: its stat) to w, then walks its sub-folders
+// (after closing it, so open folders stay one).
+static enum status walk_dir(struct walk *w, const char *dir, const struct stat *sb, struct error *err) {
+    for (size_t i = 0; i < w->n_seen; i++)
+        if (w->dev[i] == sb->st_dev && w->ino[i] == sb->st_ino) return STATUS_OK;
+    w->dev = realloc(w->dev, (w->n_seen + 1) * sizeof *w->dev);
+    w->ino = realloc(w->ino, (w->n_seen + 1) * sizeof *w->ino);
+    CHECK(w->dev && w->ino, "out of memory");
+    w->dev[w->n_seen] = sb->st_dev;
+    w->ino[w->n_seen++] = sb->st_ino;
+    DIR *d = opendir(dir);
+    if (!d) return error_set(err, STATUS_BAD_INPUT, "%s: cannot list folder: %s", dir, strerror(errno));
+    char **subs = NULL;
+    size_t n_subs = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue; // hidden, and . and ..
+        char *p = path_join(dir, e->d_name);
+        struct stat fs;
+        int found = stat(p, &fs) == 0, reg = found && S_ISREG(fs.st_mode);
+        if (found && S_ISDIR(fs.st_mode) && w->opt->recursive) {
+            subs = realloc(subs, (n_subs + 1) * sizeof *subs);
+            CHECK(subs, "out of memory");
+            subs[n_subs++] = p;
+        } else if (reg && walk_included(w->opt, e->d_name)) {
+            w->files = realloc(w->files, (w->n_files + 1) * sizeof *w->files);
+            CHECK(w->files, "out of memory");
+            w->files[w->n_files++] = p;
+        } else { // a dangling link, a fifo, a device, or a file the globs leave out
+            w->left_out += reg;
+            free(p);
+        }
+    }
+    closedir(d);
+    enum status st = STATUS_OK;
+    for (size_t i = 0; i < n_subs; i++) {
+        struct stat fs;
+        if (!st && stat(subs[i], &fs) == 0) st = walk_dir(w, subs[i], &fs, err);
+        free(subs[i]);
+    }
+    free(subs);
+    return st;
+}
+
+enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt, struct error *err) {
     memset(r, 0, sizeof *r);
-    r->format = format;
-    r->text_key = text_key ? text_key : "text";
-    for (int i = 0; i < n_inputs; i++) {
+    r->format = opt->format;
+    r->doc_per_file = opt->doc_per_file;
+    r->text_key = opt->text_key ? opt->text_key : "text";
+    r->first_detected = -1;
+    for (int i = 0; i < opt->n_inputs; i++) {
+        const char *in = opt->inputs[i];
         struct stat sb;
-        if (stat(inputs[i], &sb) != 0) {
+        if (stat(in, &sb) != 0) {
             doc_reader_close(r);
-            return error_set(err, STATUS_BAD_INPUT, "%s: input not found: %s", inputs[i], strerror(errno));
+            return error_set(err, STATUS_BAD_INPUT, "%s: input not found: %s", in, strerror(errno));
         }
         if (!S_ISDIR(sb.st_mode)) {
-            add_path(r, inputs[i], (uint64_t)sb.st_size);
+            add_path(r, in, (uint64_t)sb.st_size);
             continue;
         }
-        // A folder: its regular files (not hidden), in name order.
-        DIR *d = opendir(inputs[i]);
-        if (!d) {
+        struct walk w = {.opt = opt};
+        enum status st = walk_dir(&w, in, &sb, err);
+        if (!st && w.n_files == 0) {
+            char globs[512] = "";
+            for (int k = 0; k < opt->n_includes; k++)
+                snprintf(globs + strlen(globs), sizeof globs - strlen(globs), " --include '%s'", opt->includes[k]);
+            st = error_set(err, STATUS_BAD_INPUT, "%s: folder holds no file to read (%d left out by%s; %s)", in,
+                           w.left_out, opt->n_includes ? globs : " no --include",
+                           opt->recursive ? "sub-folders searched, hidden ones skipped"
+                                          : "--no-recursive: sub-folders not searched");
+        }
+        qsort(w.files, w.n_files, sizeof *w.files, cmp_str);
+        for (size_t k = 0; k < w.n_files; k++) {
+            struct stat fs;
+            if (!st) add_path(r, w.files[k], stat(w.files[k], &fs) == 0 ? (uint64_t)fs.st_size : 0);
+            free(w.files[k]);
+        }
+        r->left_out += w.left_out;
+        free(w.files);
+        free(w.dev);
+        free(w.ino);
+        if (st) {
             doc_reader_close(r);
-            return error_set(err, STATUS_BAD_INPUT, "%s: cannot list folder: %s", inputs[i], strerror(errno));
+            return st;
         }
-        char **names = NULL;
-        size_t n = 0;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            char *p = xmalloc(strlen(inputs[i]) + strlen(e->d_name) + 2);
-            sprintf(p, "%s/%s", inputs[i], e->d_name);
-            struct stat fs;
-            if (stat(p, &fs) != 0 || !S_ISREG(fs.st_mode)) {
-                free(p);
-                continue;
-            }
-            names = realloc(names, (n + 1) * sizeof *names);
-            CHECK(names, "out of memory");
-            names[n++] = p;
-        }
-        closedir(d);
-        qsort(names, n, sizeof *names, cmp_str);
-        for (size_t k = 0; k < n; k++) {
-            struct stat fs;
-            add_path(r, names[k], stat(names[k], &fs) == 0 ? (uint64_t)fs.st_size : 0);
-            free(names[k]);
-        }
-        free(names);
     }
     return STATUS_OK;
 }
@@ -102,13 +172,15 @@ static enum status jsonl_doc(struct doc_reader *r, const char *s, size_t n, stru
     json_error_t jerr;
     json_t *obj = json_loadb(s, n, JSON_ALLOW_NUL, &jerr);
     const char *path = r->paths[r->file];
-    if (!obj) return error_set(err, STATUS_BAD_INPUT, "%s:%llu: not JSON: %s", path, (unsigned long long)r->line_no,
-                               jerr.text);
+    const char *why = r->format == PREP_FORMAT_AUTO ? " (read as JSON Lines, one object a line, for its name and "
+                                                      "its first '{'; --format text reads it as text)" : "";
+    if (!obj) return error_set(err, STATUS_BAD_INPUT, "%s:%llu: not JSON: %s%s", path, (unsigned long long)r->line_no,
+                               jerr.text, why);
     json_t *text = json_is_object(obj) ? json_object_get(obj, r->text_key) : NULL;
     if (!json_is_string(text)) {
         json_decref(obj);
-        return error_set(err, STATUS_BAD_INPUT, "%s:%llu: expected an object with a string field \"%s\"", path,
-                         (unsigned long long)r->line_no, r->text_key);
+        return error_set(err, STATUS_BAD_INPUT, "%s:%llu: expected an object with a string field \"%s\"%s", path,
+                         (unsigned long long)r->line_no, r->text_key, why);
     }
     r->doc_len = 0;
     doc_set(r, json_string_value(text), json_string_length(text), 0);
@@ -116,10 +188,115 @@ static enum status jsonl_doc(struct doc_reader *r, const char *s, size_t n, stru
     return STATUS_OK;
 }
 
+// What a file's first bytes say it is when it is not text (a compressed file
+// or archive, UTF-16), or NULL.
+static const char *binary_magic(const unsigned char *s, size_t n) {
+    if (n >= 2 && s[0] == 0x1f && s[1] == 0x8b) return "gzip-compressed (magic 1f 8b): decompress it first (gunzip)";
+    if (n >= 4 && !memcmp(s, "\x28\xb5\x2f\xfd", 4))
+        return "zstd-compressed (magic 28 b5 2f fd): decompress it first (zstd -d)";
+    if (n >= 6 && !memcmp(s, "\xfd" "7zXZ\0", 6)) return "xz-compressed (magic fd 37 7a 58 5a 00): decompress it "
+                                                        "first (xz -d)";
+    if (n >= 10 && !memcmp(s, "BZh", 3) && s[3] >= '1' && s[3] <= '9' && !memcmp(s + 4, "1AY&SY", 6))
+        return "bzip2-compressed (magic BZh): decompress it first (bunzip2)";
+    if (n >= 4 && !memcmp(s, "PK\x03\x04", 4)) return "a zip archive (magic 50 4b 03 04): extract it first (unzip)";
+    if (n >= 2 && ((s[0] == 0xff && s[1] == 0xfe) || (s[0] == 0xfe && s[1] == 0xff)))
+        return "UTF-16 text (byte-order mark): convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)";
+    return NULL;
+}
+
+// The length of the valid UTF-8 sequence at s (at most n bytes), or 0 when
+// s[0] starts none (RFC 3629: no overlong forms, surrogates or code points
+// above U+10FFFF).
+static size_t utf8_valid_at(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t k = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (k == 0 || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (c == 0xe0 && s[1] < 0xa0) return 0; // overlong
+    if (c == 0xed && s[1] > 0x9f) return 0; // surrogate
+    if (c == 0xf0 && s[1] < 0x90) return 0; // overlong
+    if (c == 0xf4 && s[1] > 0x8f) return 0; // above U+10FFFF
+    return k;
+}
+
+// Checks one raw line (n bytes, its newline included) of the current file is
+// text: the first line for binary magic, every line for NUL bytes, and counts
+// its invalid UTF-8 bytes (judged at the end of the file).
+static enum status check_line(struct doc_reader *r, const char *line, size_t n, struct error *err) {
+    const char *path = r->paths[r->file];
+    const unsigned char *s = (const unsigned char *)line;
+    const char *magic = r->line_no == 1 ? binary_magic(s, n) : NULL;
+    if (magic) return error_set(err, STATUS_BAD_INPUT, "%s: not text: %s", path, magic);
+    const char *nul = memchr(line, 0, n);
+    if (nul)
+        return error_set(err, STATUS_BAD_INPUT, "%s: not text: a NUL byte at byte offset %llu (line %llu), binary "
+                         "data (or UTF-16 text: convert it with iconv -t UTF-8); leave such files out of a folder "
+                         "with --include GLOB",
+                         path, (unsigned long long)(r->file_bytes + (uint64_t)(nul - line)),
+                         (unsigned long long)r->line_no);
+    for (size_t i = 0; i < n;) {
+        if (i + 8 <= n) { // 8 ASCII bytes at a time
+            uint64_t v;
+            memcpy(&v, s + i, 8);
+            if (!(v & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        size_t k = utf8_valid_at(s + i, n - i);
+        if (k) {
+            i += k;
+            continue;
+        }
+        if (r->bad_utf8++ == 0) {
+            r->first_bad = r->file_bytes + i;
+            r->first_bad_line = r->line_no;
+        }
+        i++;
+    }
+    r->file_bytes += n;
+    return STATUS_OK;
+}
+
+// The end of the current file: refuses it when too much of it is not UTF-8.
+static enum status check_file_end(struct doc_reader *r, struct error *err) {
+    uint64_t bad = r->bad_utf8, n = r->file_bytes;
+    if (bad > PREP_MAX_BAD_UTF8_BYTES && bad * 100 > n * PREP_MAX_BAD_UTF8_PERCENT)
+        return error_set(err, STATUS_BAD_INPUT, "%s: not UTF-8 text: %llu of its %llu bytes are invalid UTF-8 "
+                         "(the first at byte offset %llu, line %llu; at most %d%% are tolerated): binary data, or "
+                         "text in another encoding (convert it, e.g. iconv -f LATIN1 -t UTF-8)",
+                         r->paths[r->file], (unsigned long long)bad, (unsigned long long)n,
+                         (unsigned long long)r->first_bad, (unsigned long long)r->first_bad_line,
+                         PREP_MAX_BAD_UTF8_PERCENT);
+    r->invalid_utf8_bytes += bad;
+    return STATUS_OK;
+}
+
+static int has_suffix_ci(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+// The current file's format at its first non-blank line (s, n bytes).
+static void decide_format(struct doc_reader *r, const char *s, size_t n) {
+    const char *path = r->paths[r->file];
+    size_t i = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    int jsonl = i < n && s[i] == '{' && (has_suffix_ci(path, ".jsonl") || has_suffix_ci(path, ".json"));
+    r->file_format = jsonl ? PREP_FORMAT_JSONL : PREP_FORMAT_TEXT;
+    if (!jsonl) return;
+    r->jsonl_files++;
+    if (r->jsonl_detected++ == 0) r->first_detected = r->file;
+}
+
 enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len, struct error *err) {
     *text = NULL;
     *len = 0;
     int in_doc = 0;
+    size_t doc_end = 0; // the document's end after its last non-blank line
+    enum status st;
     for (;;) {
         if (!r->f) {
             if (r->file + (r->started ? 1 : 0) >= r->n_paths) return STATUS_OK; // end of the corpus
@@ -128,7 +305,9 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
             r->f = fopen(r->paths[r->file], "rb");
             if (!r->f) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open input: %s", r->paths[r->file],
                                         strerror(errno));
-            r->line_no = 0;
+            r->line_no = r->file_bytes = r->bad_utf8 = 0;
+            r->file_format = r->format == PREP_FORMAT_AUTO ? -1 : (int)r->format;
+            if (r->format == PREP_FORMAT_JSONL) r->jsonl_files++;
         }
         ssize_t got = getline(&r->line, &r->line_cap, r->f);
         if (got < 0) {
@@ -136,43 +315,50 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
             fclose(r->f);
             r->f = NULL;
             if (bad) return error_set(err, STATUS_BAD_INPUT, "%s: read error", r->paths[r->file]);
+            if ((st = check_file_end(r, err))) return st;
             if (in_doc) break; // a text document ends with its file
             continue;
         }
         r->bytes_read += (uint64_t)got;
         r->line_no++;
+        if ((st = check_line(r, r->line, (size_t)got, err))) return st;
         size_t n = (size_t)got;
         if (n && r->line[n - 1] == '\n') n--;
-        if (r->format == PREP_FORMAT_JSONL) {
-            if (line_is_blank(r->line, n)) continue;
-            enum status st = jsonl_doc(r, r->line, n, err);
-            if (st) return st;
+        int blank = line_is_blank(r->line, n);
+        if (r->file_format < 0) {
+            if (blank) continue;
+            decide_format(r, r->line, n);
+        }
+        if (r->file_format == PREP_FORMAT_JSONL) {
+            if (blank) continue;
+            if ((st = jsonl_doc(r, r->line, n, err))) return st;
             if (r->doc_len == 0) continue; // empty documents are skipped
             *text = r->doc;
             *len = r->doc_len;
             return STATUS_OK;
         }
-        // Plain text: a document is a run of non-blank lines, kept with its
-        // inner newlines and without the final one (nor its '\r').
-        if (line_is_blank(r->line, n)) {
-            if (in_doc) break;
-            continue;
-        }
+        // Plain text: a document is a run of non-blank lines (with
+        // doc_per_file: the file's lines from the first non-blank one to the
+        // last), kept with its inner newlines and without the final one (nor
+        // its '\r').
+        if (blank && !in_doc) continue;
+        if (blank && !r->doc_per_file) break;
         if (!in_doc) r->doc_len = 0;
         doc_set(r, r->line, n, in_doc);
         in_doc = 1;
+        if (!blank) doc_end = r->doc_len;
     }
+    r->doc_len = doc_end;
     if (r->doc_len && r->doc[r->doc_len - 1] == '\r') r->doc_len--;
     *text = r->doc;
     *len = r->doc_len;
     return STATUS_OK;
 }
 
-enum status corpus_read(const char *const *inputs, int n_inputs, enum prep_format format, const char *text_key,
-                        struct corpus *out, struct error *err) {
+enum status corpus_read(const struct prep_options *opt, struct corpus *out, struct error *err) {
     memset(out, 0, sizeof *out);
     struct doc_reader r;
-    enum status st = doc_reader_open(&r, inputs, n_inputs, format, text_key, err);
+    enum status st = doc_reader_open(&r, opt, err);
     if (st) return st;
     size_t cap = 0, docs_cap = 0, used = 0;
     for (;;) {
@@ -196,8 +382,8 @@ enum status corpus_read(const char *const *inputs, int n_inputs, enum prep_forma
     }
     doc_reader_close(&r);
     if (!st && out->n_docs == 0)
-        st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", inputs[0],
-                       n_inputs > 1 ? " ..." : "");
+        st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", opt->inputs[0],
+                       opt->n_inputs > 1 ? " ..." : "");
     if (st) {
         corpus_free(out);
         return st;

@@ -72,7 +72,7 @@ rc=0; "$T" prep --input "$tmp/nul.jsonl" --format jsonl --output "$tmp/nul2" --t
 [ ! -e "$tmp/nul2" ] || fail "a refused prep left $tmp/nul2 behind"
 rc=0; "$T" prep --input "$tmp/special.txt" --text-key body --output "$tmp/x" --tokenizer "$tmp/tok.json" \
     > /dev/null 2> "$tmp/err" || rc=$?
-[ $rc -eq 2 ] && grep -qF -- "--text-key needs --format jsonl" "$tmp/err" || fail "--text-key without jsonl: $rc"
+[ $rc -eq 2 ] && grep -qF -- "--text-key needs JSON Lines input" "$tmp/err" || fail "--text-key without jsonl: $rc"
 
 # --- 100 MB in bounded memory; same bytes with 1 and 2 threads
 "$PY" tests/e2e/lib/gen_corpus.py 10 7 > "$tmp/c10.txt"
