@@ -72,7 +72,7 @@ static int parse_u64(const char *s, uint64_t *out) {
 // Warns on stderr that the validation split (val_seq sequences) is too small
 // for one global batch of the default config (training it with evaluation
 // on is refused by the loader), naming the --val-fraction that would give one
-// batch with a 10% margin, or saying the corpus is too small for that.
+// batch with a 25% margin, or saying the corpus is too small for that.
 static void warn_val_split(const struct prep_options *opt, const struct prep_stats *s, uint64_t val_seq) {
     const double need = (double)PREP_DEFAULT_GLOBAL_BATCH * PREP_DEFAULT_SEQ_LEN + 1; // tokens
     double total = (double)(s->tokens[0] + s->tokens[1]);
@@ -80,9 +80,9 @@ static void warn_val_split(const struct prep_options *opt, const struct prep_sta
             "batch (global_batch_size = %d) of %s, the default run: ",
             (unsigned long long)val_seq, PREP_DEFAULT_SEQ_LEN, PREP_DEFAULT_GLOBAL_BATCH, PREP_DEFAULT_CONFIG);
     // Documents go whole to a split, so tokens follow the fraction only about:
-    // the fraction scaled by the tokens missing, with a 10% margin, rounded up
+    // the fraction scaled by the tokens missing, with a 25% margin, rounded up
     // to two significant digits.
-    double f = s->tokens[1] > 0 ? 1.1 * opt->val_fraction * need / (double)s->tokens[1] : 1.1 * need / MAX(total, 1.0);
+    double f = s->tokens[1] > 0 ? 1.25 * opt->val_fraction * need / (double)s->tokens[1] : 1.25 * need / MAX(total, 1.0);
     double scale = 1;
     while (f * scale < 10) scale *= 10;
     f = ceil(f * scale) / scale;
