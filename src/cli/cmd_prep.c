@@ -82,7 +82,8 @@ static void warn_val_split(const struct prep_options *opt, const struct prep_sta
     // Documents go whole to a split, so tokens follow the fraction only about:
     // the fraction scaled by the tokens missing, with a 25% margin, rounded up
     // to two significant digits.
-    double f = s->tokens[1] > 0 ? 1.25 * opt->val_fraction * need / (double)s->tokens[1] : 1.25 * need / MAX(total, 1.0);
+    double f = s->tokens[1] > 0 ? 1.25 * opt->val_fraction * need / (double)s->tokens[1]
+                                : 1.25 * need / MAX(total, 1.0);
     double scale = 1;
     while (f * scale < 10) scale *= 10;
     f = ceil(f * scale) / scale;

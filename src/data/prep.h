@@ -25,7 +25,8 @@
 #include "base/common.h"
 
 // AUTO (the default): JSON Lines for a file named *.jsonl or *.json whose
-// first non-blank byte is '{', plain text otherwise.
+// first non-blank byte is '{' (such a file starting with '[' is refused),
+// plain text otherwise.
 enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL, PREP_FORMAT_AUTO };
 
 struct prep_options {
@@ -116,14 +117,22 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
 // inputs. Plain text: a run of non-blank lines, or with doc_per_file the file
 // from its first to its last non-blank line; the last line break is dropped.
 // Errors: STATUS_BAD_INPUT naming file and line (unreadable file, bad JSON, no
-// string field text_key) or naming the file and what was seen when it is not
-// text: a NUL byte, gzip/zstd/xz/bzip2/zip magic or a UTF-16 byte-order mark at
-// its start, or more than PREP_MAX_BAD_UTF8_PERCENT % (and more than
-// PREP_MAX_BAD_UTF8_BYTES) of its bytes in invalid UTF-8 sequences (fewer are
-// kept: the tokenizer encodes them as byte tokens, losslessly).
+// string field text_key, a *.json file holding a JSON array) or naming the
+// file and what was seen when it is not text: a NUL byte, gzip/zstd/xz/bzip2/
+// zip magic or a UTF-16 byte-order mark at its start, or more than
+// PREP_MAX_BAD_UTF8_PERCENT % (and more than PREP_MAX_BAD_UTF8_BYTES) of its
+// bytes in invalid UTF-8 sequences (fewer are kept: the tokenizer encodes them
+// as byte tokens, losslessly); stray ones are counted in invalid_utf8_bytes.
 enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len, struct error *err);
 void doc_reader_close(struct doc_reader *r);
 
+// Writes the dataset folder opt->output (created with its missing parents;
+// refused when it holds anything) from opt->inputs: pass 1 reads and checks
+// every input (doc_reader_next's errors) before anything is written, pass 2
+// encodes and writes the shards, index.ini and tokenizer.json. On any error
+// what it wrote and the folders it made are removed. stats: counts per split,
+// files, timing. Errors: STATUS_BAD_INPUT (inputs, output folder, tokenizer),
+// STATUS_RUNTIME (writing).
 enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, struct error *err);
 
 #endif

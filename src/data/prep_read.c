@@ -279,16 +279,24 @@ static int has_suffix_ci(const char *s, const char *suffix) {
     return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
-// The current file's format at its first non-blank line (s, n bytes).
-static void decide_format(struct doc_reader *r, const char *s, size_t n) {
+// The current file's format at its first non-blank line (s, n bytes): JSON
+// Lines for a *.jsonl or *.json file starting with '{'. Errors:
+// STATUS_BAD_INPUT for such a file starting with '[' (a JSON array, which
+// read as text would become documents of JSON syntax).
+static enum status decide_format(struct doc_reader *r, const char *s, size_t n, struct error *err) {
     const char *path = r->paths[r->file];
     size_t i = 0;
     while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
-    int jsonl = i < n && s[i] == '{' && (has_suffix_ci(path, ".jsonl") || has_suffix_ci(path, ".json"));
+    int named = has_suffix_ci(path, ".jsonl") || has_suffix_ci(path, ".json");
+    if (named && i < n && s[i] == '[')
+        return error_set(err, STATUS_BAD_INPUT, "%s: a JSON array, not JSON Lines (one object a line): convert it "
+                         "(jq -c '.[]' %s > FILE.jsonl), or give --format text to read it as text", path, path);
+    int jsonl = named && i < n && s[i] == '{';
     r->file_format = jsonl ? PREP_FORMAT_JSONL : PREP_FORMAT_TEXT;
-    if (!jsonl) return;
+    if (!jsonl) return STATUS_OK;
     r->jsonl_files++;
     if (r->jsonl_detected++ == 0) r->first_detected = r->file;
+    return STATUS_OK;
 }
 
 enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len, struct error *err) {
@@ -327,7 +335,7 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
         int blank = line_is_blank(r->line, n);
         if (r->file_format < 0) {
             if (blank) continue;
-            decide_format(r, r->line, n);
+            if ((st = decide_format(r, r->line, n, err))) return st;
         }
         if (r->file_format == PREP_FORMAT_JSONL) {
             if (blank) continue;

@@ -135,6 +135,8 @@ grep -qF "read as JSON Lines" "$tmp/mixed-out.err" && grep -qF "$tmp/mixed/b.jso
 prep_ok "--format text" mixtext --input "$tmp/mixed/b.jsonl" --format text
 expect_stat "--format text on a .jsonl" mixtext '[.jsonl_files, .documents] | @tsv' "$(printf '0\t2')"
 expect_docs "--format text on a .jsonl" mixtext '["{\"text\": \"Record one.\"}","{\"text\": \"Record two.\"}"]'
+printf '[{"text": "an array"}]\n' > "$tmp/array.json"
+refused "a JSON array" "$tmp/array.json" "a JSON array, not JSON Lines" -- --input "$tmp/array.json"
 refused "--text-key with no JSON Lines" "--text-key needs JSON Lines input" -- --input "$tmp/mixed/a.txt" --text-key body
 
 # --- binary input refused by name, nothing left behind
