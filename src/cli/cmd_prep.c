@@ -70,15 +70,18 @@ static int parse_u64(const char *s, uint64_t *out) {
 }
 
 // Warns on stderr that the validation split (val_seq sequences) is too small
-// for one global batch of the default config (training it with evaluation
-// on is refused by the loader), naming the --val-fraction that would give one
+// for one global batch of the default config, naming the --val-fraction that would give one
 // batch with a 25% margin, or saying the corpus is too small for that.
 static void warn_val_split(const struct prep_options *opt, const struct prep_stats *s, uint64_t val_seq) {
     const double need = (double)PREP_DEFAULT_GLOBAL_BATCH * PREP_DEFAULT_SEQ_LEN + 1; // tokens
     double total = (double)(s->tokens[0] + s->tokens[1]);
+    // dataset_open refuses a val split of 1..seq_len tokens; train skips
+    // validation when the split has fewer sequences than a global batch.
+    int refused = s->tokens[1] > 0 && s->tokens[1] < PREP_DEFAULT_SEQ_LEN + 1;
     fprintf(stderr, "prep: warning: the validation split holds %llu sequences of seq_len %d, fewer than one global "
-            "batch (global_batch_size = %d) of %s, the default run: ",
-            (unsigned long long)val_seq, PREP_DEFAULT_SEQ_LEN, PREP_DEFAULT_GLOBAL_BATCH, PREP_DEFAULT_CONFIG);
+            "batch (global_batch_size = %d) of %s, the default run, which %s: ",
+            (unsigned long long)val_seq, PREP_DEFAULT_SEQ_LEN, PREP_DEFAULT_GLOBAL_BATCH, PREP_DEFAULT_CONFIG,
+            refused ? "refuses the dataset (no validation sequence fits)" : "would train without validation");
     // Documents go whole to a split, so tokens follow the fraction only about:
     // the fraction scaled by the tokens missing, with a 25% margin, rounded up
     // to two significant digits.
@@ -88,11 +91,11 @@ static void warn_val_split(const struct prep_options *opt, const struct prep_sta
     while (f * scale < 10) scale *= 10;
     f = ceil(f * scale) / scale;
     if (f < 0.5)
-        fprintf(stderr, "--val-fraction %g (now %g) would give about %.0f tokens, enough for one; or train it with "
-                "train.eval_every = 0\n", f, opt->val_fraction, f * total);
+        fprintf(stderr, "--val-fraction %g (now %g) would give about %.0f tokens, enough for one batch; "
+                "--val-fraction 0 makes no validation split\n", f, opt->val_fraction, f * total);
     else
         fprintf(stderr, "the whole corpus holds %.0f tokens, too few for a validation batch of %.0f tokens and a "
-                "training split; train it with train.eval_every = 0 or a smaller global_batch_size\n", total, need);
+                "training split; --val-fraction 0 makes no validation split\n", total, need);
 }
 
 int cmd_prep(int argc, char **argv) {

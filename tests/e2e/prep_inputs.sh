@@ -225,6 +225,16 @@ if [ -n "$f" ]; then
 else
     bad "the warning names no --val-fraction: $(cat "$tmp/small.err")"
 fi
+# A few validation tokens (< seq_len + 1): the default config cannot open it.
+for i in $(seq 60); do printf 'Short document %d.\n\n' "$i"; done > "$tmp/short.txt"
+"$T" prep --input "$tmp/short.txt" --output "$tmp/short" --tokenizer "$tmp/tok.json" --val-fraction 0.05 --quiet \
+    > /dev/null 2> "$tmp/short.err" || bad "prep of short documents exited $?"
+rc=0; "$T" data-check "$tmp/short" --seq-len "$seq" > /dev/null 2> "$tmp/dc.err" || rc=$?
+if grep -qF "refuses the dataset" "$tmp/short.err" && [ $rc -eq 2 ] && grep -qF "the val split holds" "$tmp/dc.err"; then
+    echo "ok   a val split of < $((seq + 1)) tokens: warned that the default run refuses it, and data-check does"
+else
+    bad "tiny val split: data-check exit $rc ($(cat "$tmp/dc.err")), prep stderr $(cat "$tmp/short.err")"
+fi
 prep_ok "--val-fraction 0" noval --input "$tmp/val.txt"
 grep -q warning "$tmp/noval.err" && bad "--val-fraction 0 (no validation asked) warned" || echo "ok   --val-fraction 0: no warning"
 
