@@ -121,7 +121,7 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
                            opt->recursive ? "sub-folders searched, hidden ones skipped"
                                           : "--no-recursive: sub-folders not searched");
         }
-        qsort(w.files, w.n_files, sizeof *w.files, cmp_str);
+        if (w.n_files) qsort(w.files, w.n_files, sizeof *w.files, cmp_str);
         for (size_t k = 0; k < w.n_files; k++) {
             struct stat fs;
             if (!st) add_path(r, w.files[k], stat(w.files[k], &fs) == 0 ? (uint64_t)fs.st_size : 0);
