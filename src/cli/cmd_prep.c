@@ -71,8 +71,9 @@ static int parse_u64(const char *s, uint64_t *out) {
 }
 
 // Warns on stderr that the validation split (val_seq sequences) is too small
-// for one global batch of the default config, naming the --val-fraction that would give one
-// batch with a 25% margin, or saying the corpus is too small for that.
+// for one global batch of the default config and what the default run does
+// with it, naming the --val-fraction that would give one batch with a 25%
+// margin, or saying the corpus is too small for that.
 static void warn_val_split(const struct prep_options *opt, const struct prep_stats *s, uint64_t val_seq) {
     const double need = (double)PREP_DEFAULT_GLOBAL_BATCH * PREP_DEFAULT_SEQ_LEN + 1; // tokens
     double total = (double)(s->tokens[0] + s->tokens[1]);

@@ -436,7 +436,12 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     if (st) return st;
     char **made = NULL; // the folders made for the output, outermost first
     int n_made = 0;
-    if ((st = make_dirs(opt->output, &made, &n_made, err))) return st;
+    if ((st = make_dirs(opt->output, &made, &n_made, err))) {
+        remove_output(opt->output, made, n_made);
+        for (int i = 0; i < n_made; i++) free(made[i]);
+        free(made);
+        return st;
+    }
     struct tokenizer *tok = NULL;
     struct pending pend[2] = {{0}};
     struct dataset_writer w;

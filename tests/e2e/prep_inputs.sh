@@ -173,6 +173,17 @@ expect_docs "--doc-per-file" perfile-out '["Chapter one.\n\nIts second paragraph
     2> "$tmp/err" || bad "prep to $tmp/deep/er/out exited $?: $(cat "$tmp/err")"
 [ -f "$tmp/deep/er/out/index.ini" ] && "$T" data-check "$tmp/deep/er/out" --seq-len 4 > /dev/null 2>&1 \
     && echo "ok   --output a/b/c with a/b missing: created, data-check accepts it" || bad "--output with missing parents"
+long=$(printf 'x%.0s' $(seq 300))   # a name longer than NAME_MAX: mkdir fails after $tmp/made/a is made
+rc=0; "$T" prep --input "$tmp/tree/a.txt" --output "$tmp/made/a/$long/b" --tokenizer "$tmp/tok.json" --quiet \
+    > /dev/null 2> "$tmp/err" || rc=$?
+[ $rc -eq 2 ] && grep -qF "cannot create output folder" "$tmp/err" && [ ! -e "$tmp/made" ] \
+    && echo "ok   a parent that cannot be made: exit 2, the parents made are removed" \
+    || bad "unmakeable parent: exit $rc, left: $(find "$tmp/made" 2>/dev/null | head -3 | tr '\n' ' '), $(cat "$tmp/err")"
+printf 'x\n' > "$tmp/plainfile"
+rc=0; "$T" prep --input "$tmp/tree/a.txt" --output "$tmp/plainfile/sub" --tokenizer "$tmp/tok.json" --quiet \
+    > /dev/null 2> "$tmp/err" || rc=$?
+[ $rc -eq 2 ] && grep -qF "$tmp/plainfile exists and is not a folder" "$tmp/err" \
+    && echo "ok   a parent that is a file: exit 2, named" || bad "parent is a file: exit $rc, $(cat "$tmp/err")"
 # A tokenizer without an end-of-text token fails after tokenizer.json is copied.
 "$PY" -c "
 import json, sys
