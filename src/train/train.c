@@ -420,8 +420,8 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
     t->cfg = *cfg;
     long long started = (long long)time(NULL);
     enum status st;
-    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) ||
-        (st = setup_train_log(t, err)) || (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
+    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) || (st = setup_train_log(t, err)) ||
+        (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
         (st = setup_parallel(t, err)) || (st = setup_faults(t, &err->err)) ||
         (st = trainer_resume(t, err)))
         return st;
