@@ -73,6 +73,14 @@ endif
 # Rebuilds backend.o when CUDA= or EMU= changes between two makes in one BUILD dir.
 $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \
   [ "$$(cat $$f 2>/dev/null)" = "CUDA=$(CUDA) EMU=$(EMU)" ] || echo "CUDA=$(CUDA) EMU=$(EMU)" > $$f)
+# The version (src/base/version.h): the release in VERSION and the commit
+# (`git describe --always --dirty`, tags left out so that it is the hash;
+# "unknown" without .git here). version.flag changes only when they do, so
+# an incremental build recompiles version.o alone and relinks.
+TRIDENT_RELEASE := $(shell cat VERSION 2>/dev/null || echo unknown)
+TRIDENT_GIT     := $(shell [ -e .git ] && git describe --always --dirty --exclude='*' 2>/dev/null || echo unknown)
+$(shell f=$(BUILD)/version.flag && \
+  [ "$$(cat $$f 2>/dev/null)" = "$(TRIDENT_RELEASE) $(TRIDENT_GIT)" ] || echo "$(TRIDENT_RELEASE) $(TRIDENT_GIT)" > $$f)
 # The CPU kernels a second time without OpenMP, for single-thread runs
 # (-DCPU_SERIAL: linked as cpu_serial_<op>, see kernels/cpu/cpu.h;
 # cpu_backend.c picks the table).
@@ -129,6 +137,8 @@ $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 endif
 
 $(BUILD)/kernels/backend.o: $(BUILD)/cuda.flag
+$(BUILD)/src/base/version.o: $(BUILD)/version.flag
+$(BUILD)/src/base/version.o: CFLAGS += -DTRIDENT_RELEASE='"$(TRIDENT_RELEASE)"' -DTRIDENT_GIT='"$(TRIDENT_GIT)"'
 
 $(BUILD)/kernels/cpu-serial/%.o: kernels/cpu/%.c
 	@mkdir -p $(dir $@)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/version.h"
 #include "cli.h"
 
 struct command {
@@ -22,6 +23,7 @@ static const struct command commands[] = {
 
 static void print_usage(FILE *f) {
     fprintf(f, "usage: trident COMMAND [ARGS]\n\ncommands:\n");
+    fprintf(f, "  trident --version                              this build's release and git commit\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].usage) fprintf(f, "  trident %s\n", commands[i].usage);
 }
@@ -30,6 +32,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         print_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? STATUS_BAD_INPUT : STATUS_OK;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("%s\n", version_string());
+        return STATUS_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);

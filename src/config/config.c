@@ -613,9 +613,15 @@ void config_print(const struct config *cfg, FILE *f) {
     }
 }
 
-enum status config_write(const struct config *cfg, const char *path, struct error *err) {
+enum status config_write(const struct config *cfg, const char *header, const char *path,
+                         struct error *err) {
     FILE *f = fopen(path, "w");
     if (!f) return error_set(err, STATUS_RUNTIME, "cannot write config '%s': %s", path, strerror(errno));
+    for (const char *h = header; h && *h;) { // each line a full-line comment
+        int n = (int)strcspn(h, "\n");
+        fprintf(f, "# %.*s\n", n, h);
+        h += n + (h[n] == '\n');
+    }
     config_print(cfg, f);
     bool bad = ferror(f);
     if (fclose(f) != 0 || bad)

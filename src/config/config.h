@@ -223,8 +223,11 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
 // Writes the resolved config as an INI file that config_load reads back to an
 // equal config (config_equal). Unset optional paths are written as comments.
 void config_print(const struct config *cfg, FILE *f);
-// config_print to path. Errors: STATUS_RUNTIME naming path.
-enum status config_write(const struct config *cfg, const char *path, struct error *err);
+// config_print to path, after header (NULL: none): each of its lines
+// ('\n'-separated) as a `# ` comment line, which config_load skips.
+// Errors: STATUS_RUNTIME naming path.
+enum status config_write(const struct config *cfg, const char *header, const char *path,
+                         struct error *err);
 
 // True when every value in the table is equal (origins are not compared).
 bool config_equal(const struct config *a, const struct config *b);

@@ -198,8 +198,9 @@ const struct config_key config_keys[] = {
     // [log] (docs/design.md §9)
     KEY_INT("log", "every", log.every, "10", 1, INT_MAX, "steps", "steps between log lines"),
     KEY_PATH("log", "metrics_file", log.metrics_file, "", CONFIG_OPTIONAL,
-             "JSON-lines metrics; unset: <run_dir>/metrics.jsonl"),
-    KEY_PATH("log", "run_dir", log.run_dir, "runs/default", 0, "folder for logs, samples and the resolved config"),
+             "JSON-lines metrics, kept across resumes (docs/design.md §9); unset: <run_dir>/metrics.jsonl"),
+    KEY_PATH("log", "run_dir", log.run_dir, "runs/default", 0,
+             "folder for train.log, metrics.jsonl, config.ini and each start's config-<step>.ini"),
 
     // [system]
     KEY_ENUM("system", "device", system.device, "cpu", device_choices, "compute backend"),

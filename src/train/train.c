@@ -1,5 +1,5 @@
-// train.c: the trainer (train.h): setup in named steps (grid, device, data, model,
-// parallel, resume, run folder, banner), then the loop of steps with
+// train.c: the trainer (train.h): setup in named steps (grid, train.log, device,
+// data, model, parallel, resume, run folder, banner), then the loop of steps with
 // validation, samples, checkpoints, a log line per step and metrics.jsonl
 // (docs/design.md §9). Checkpoints are in train_ckpt.c.
 #include <errno.h>
@@ -7,13 +7,16 @@
 #include <mpi.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/stat.h>
+#include <time.h>
 
+#include "base/tee.h"
+#include "base/version.h"
 #include "ckpt/durable.h"
 #include "data/cache.h"
 #include "kernels/backend.h"
 #include "model/sample.h"
 #include "plan.h"
+#include "run_folder.h"
 #include "trainer.h"
 
 static bool is_root(const struct trainer *t) { return t->par.topo.world_rank == 0; }
@@ -32,26 +35,6 @@ static struct optimizer_config optimizer_from(const struct config *c) {
 static enum status check_supported(const struct config *c, struct error *err) {
     (void)c;
     (void)err;
-    return STATUS_OK;
-}
-
-// mkdir -p for the run directory. Errors: STATUS_BAD_INPUT naming the path.
-static enum status make_dirs(const char *path, struct error *err) {
-    char buf[CONFIG_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST) break;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: cannot create: %s", path,
-                         strerror(errno));
-    struct stat st;
-    if (stat(buf, &st) || !S_ISDIR(st.st_mode))
-        return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: exists and is not a folder",
-                         path);
     return STATUS_OK;
 }
 
@@ -351,24 +334,41 @@ static void setup_samples(struct trainer *t) {
                c->train.global_batch_size);
 }
 
-// The buffer the log line gathers every rank's step split into; on rank 0 the
-// run folder, its config.ini and the metrics file (errors of rank 0 alone).
-static enum status setup_log(struct trainer *t, struct trainer_error *err) {
-    const struct config *c = &t->cfg;
-    t->log.split_all = xcalloc(4 * (size_t)t->par.topo.world_size, sizeof *t->log.split_all);
+// Rank 0: the run folder and, from here on, its train.log (a copy of
+// everything rank 0 prints: run_folder.h), which starts with the version.
+static enum status setup_train_log(struct trainer *t, struct trainer_error *err) {
     if (!is_root(t)) return STATUS_OK;
-    if (make_dirs(c->log.run_dir, &err->err)) return trainer_alone(err);
+    if (run_folder_open_log(t->cfg.log.run_dir, &err->err)) return trainer_alone(err);
+    printf("%s\n", version_string());
+    fflush(stdout);
+    return STATUS_OK;
+}
+
+// The buffer the log line gathers every rank's step split into; each rank's
+// compute threads (a collective); on rank 0 this start's record and the
+// run's history in the metrics file, config.ini and config-<step>.ini (errors
+// of rank 0 alone; run_folder.h).
+static enum status setup_log(struct trainer *t, long long started, struct trainer_error *err) {
+    const struct config *c = &t->cfg;
+    int W = t->par.topo.world_size;
+    t->log.split_all = xcalloc(4 * (size_t)W, sizeof *t->log.split_all);
+    int32_t threads = t->m.be->threads, *all = xcalloc((size_t)W, sizeof *all);
+    comm_all_gather(&t->par.topo.world, &threads, all, 1, DTYPE_I32);
+    if (!is_root(t)) {
+        free(all);
+        return STATUS_OK;
+    }
+    struct run_start s = {.step = t->ckpt.start_step, .resumed = t->ckpt.last[0] != '\0',
+                          .world_size = W, .tp = c->parallel.tp, .pp = c->parallel.pp,
+                          .dp = c->parallel.dp, .threads = all, .time = started};
     char path[CONFIG_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/config.ini", c->log.run_dir);
-    if (config_write(c, path, &err->err)) return trainer_alone(err);
     const char *mf = c->log.metrics_file;
     if (!mf[0]) snprintf(path, sizeof path, "%s/metrics.jsonl", c->log.run_dir), mf = path;
-    t->log.metrics = fopen(mf, "w");
-    if (!t->log.metrics) {
-        error_set(&err->err, STATUS_BAD_INPUT, "[log] metrics_file = %s: cannot write: %s", mf,
-                  strerror(errno));
-        return trainer_alone(err);
-    }
+    enum status st = run_folder_open_metrics(mf, &s, &t->log.metrics, &err->err);
+    if (!st) printf("start: attempt %d at step %d; metrics appended to %s\n", s.attempt, s.step, mf);
+    if (!st) st = run_folder_write_configs(c, &s, &err->err);
+    free(all);
+    if (st) return trainer_alone(err);
     return STATUS_OK;
 }
 
@@ -418,8 +418,9 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
     err->alone = false;
     struct trainer *t = xcalloc(1, sizeof *t);
     t->cfg = *cfg;
+    long long started = (long long)time(NULL);
     enum status st;
-    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) ||
+    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) || (st = setup_train_log(t, err)) ||
         (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
         (st = setup_parallel(t, err)) || (st = setup_faults(t, &err->err)) ||
         (st = trainer_resume(t, err)))
@@ -427,7 +428,7 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
     t->log.peak_flops = measure_peak_flops(t);
     t->watchdog = watchdog_start(t->cfg.system.watchdog_s, t->par.topo.world_rank);
     setup_samples(t);
-    if ((st = setup_log(t, err))) return st;
+    if ((st = setup_log(t, started, err))) return st;
     if (is_root(t)) print_banner(t);
     *out = t;
     return STATUS_OK;
@@ -737,4 +738,5 @@ void trainer_close(struct trainer *t) {
     free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
     free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
     free(t);
+    tee_stdio_close(); // rank 0's train.log (setup_train_log)
 }

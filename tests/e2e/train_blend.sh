@@ -107,12 +107,11 @@ for dp in 2 4; do
 done
 train mix-stop 1 "${mix[@]}" train.global_batch_size=8 train.micro_batch_size=2 train.steps=6 \
     train.exit_interval=3 checkpoint.dir="$tmp/ck-mix" || fail "blend stopped run: $(tail -3 "$tmp/mix-stop.log")"
-cp "$tmp/run-mix-stop/metrics.jsonl" "$tmp/mix-stop-1.jsonl"
 train mix-stop 1 "${mix[@]}" train.global_batch_size=8 train.micro_batch_size=2 train.steps=6 \
     checkpoint.dir="$tmp/ck-mix" || fail "blend resumed run: $(tail -3 "$tmp/mix-stop.log")"
 straight=$(metrics "$tmp/run-mix-dp1" '[.step, .loss]' | paste -sd' ')
-resumed=$(jq -c 'select(has("loss")) | [.step, .loss]' "$tmp/mix-stop-1.jsonl" "$tmp/run-mix-stop/metrics.jsonl" |
-    paste -sd' ')
+# One run folder: the resumed run appends to the stopped run's metrics.jsonl.
+resumed=$(metrics "$tmp/run-mix-stop" '[.step, .loss]' | paste -sd' ')
 [ -n "$straight" ] && [ "$straight" = "$resumed" ] ||
     { echo "FAIL: blend resume not bit-exact: straight $straight, resumed $resumed"; bad=1; }
 cmp -s "$tmp/mix-dp1.samples" "$tmp/mix-stop.samples" || { echo "FAIL: the resumed blend serves other samples"; bad=1; }

@@ -41,7 +41,7 @@ def records(name):
     recs, mem = [], set()
     for line in open(f"{tmp}/run-{name}/metrics.jsonl"):
         rec = json.loads(line)
-        if rec.get("done"):
+        if rec.get("done") or rec.get("event"):  # closing and start records
             continue
         if "loss" in rec:
             mem.add(rec["mem_bytes"])

@@ -23,8 +23,8 @@ small_dataset "$tmp"
 fail=0
 # train NAME TP PP DP ZERO [overrides...]: one run; its log appended to
 # $tmp/NAME.log, its metrics in $tmp/run-NAME.K/metrics.jsonl, K = 0, 1, ...
-# for the runs of NAME in turn (a run truncates the metrics.jsonl of its
-# run_dir, so each gets its own).
+# for the runs of NAME in turn (each run's own steps; tests/e2e/run_folder.sh
+# checks one run folder across resumes).
 train() {
     local name=$1 tp=$2 pp=$3 dp=$4 zero=$5 k=0 rc=0; shift 5
     while [ -e "$tmp/run-$name.$k" ]; do k=$((k + 1)); done

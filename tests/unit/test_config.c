@@ -183,8 +183,14 @@ static void test_round_trip(void) {
     EXPECT(config_load("configs/tiny.ini", 9, ov3, &a, &err) == STATUS_OK, "load: %s", err.msg);
     char path2[80];
     snprintf(path2, sizeof path2, "%s.printed", tmp_path);
-    EXPECT(config_write(&a, path2, &err) == STATUS_OK, "write: %s", err.msg);
+    EXPECT(config_write(&a, "trident 0.1.0 (git abc)\nstarted 2026-01-01T00:00:00Z at step 5; world 4\n",
+                        path2, &err) == STATUS_OK, "write: %s", err.msg);
     EXPECT(config_load(path2, 0, NULL, &b, &err) == STATUS_OK, "printed config loads: %s", err.msg);
+    char head[64] = "";
+    FILE *hf = fopen(path2, "r");
+    EXPECT(hf && fgets(head, sizeof head, hf) && !strcmp(head, "# trident 0.1.0 (git abc)\n"),
+           "the header is the first lines, as comments: %s", head);
+    if (hf) fclose(hf);
     EXPECT(config_equal(&a, &b), "print -> load gives an equal config");
     // Independent of config_equal: the value sections are bytewise equal.
     EXPECT(!memcmp(&a, &b, offsetof(struct config, file)), "print -> load is bytewise equal");
@@ -195,12 +201,12 @@ static void test_round_trip(void) {
     EXPECT(strlen(b.log.run_dir) == 330 - 12, "a path longer than inih's line survives: %zu", strlen(b.log.run_dir));
     // Defaults round-trip too (unset paths are written as comments).
     config_defaults(&a);
-    config_write(&a, path2, &err);
+    config_write(&a, NULL, path2, &err);
     EXPECT(config_load(path2, 0, NULL, &b, &err) == STATUS_OK && config_equal(&a, &b), "defaults: %s", err.msg);
     b.train.beta2 = 0.999;
     EXPECT(!config_equal(&a, &b), "config_equal sees a changed value");
     unlink(path2);
-    EXPECT(config_write(&a, "/nonexistent/dir/x.ini", &err) == STATUS_RUNTIME &&
+    EXPECT(config_write(&a, NULL, "/nonexistent/dir/x.ini", &err) == STATUS_RUNTIME &&
                contains(err.msg, "/nonexistent/dir/x.ini"),
            "write failure names the path: %s", err.msg);
 }
