@@ -74,6 +74,8 @@ struct train_config {
     int sample_top_k;          // 0: the whole vocabulary
     int exit_interval;         // 0: run to steps
     int max_skipped_steps;     // consecutive non-finite steps that stop the run
+    double exit_duration_mins; // wall-clock budget of one `trident train`; 0: none
+    bool override_schedule;    // resume with another LR schedule (continued without a jump)
 };
 
 struct data_config {
