@@ -13,8 +13,9 @@
 #include "kernels/backend.h"
 #include "train/train.h"
 
-// Exit code of a run stopped by SIGTERM or SIGUSR1 after saving a checkpoint
-// of its last finished step: "requeue me" (docs/design.md §8).
+// Exit code of a run stopped by SIGTERM or SIGUSR1, or before [train]
+// exit_duration_mins, after saving a checkpoint of its last finished step:
+// "requeue me" (docs/design.md §8).
 enum { EXIT_PREEMPTED = 3 };
 
 // Set by SIGTERM / SIGUSR1 (what Slurm's --signal sends before the time
@@ -119,6 +120,14 @@ int cmd_train(int argc, char **argv) {
         if (world_rank == 0) {
             printf("stopped by signal %d after step %d%s; exit %d (requeue)\n", out.signal,
                    out.steps_done, out.saved ? ", checkpoint saved"
+                   : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
+            fflush(stdout);
+        }
+        rc = EXIT_PREEMPTED;
+    } else if (out.out_of_time) {
+        if (world_rank == 0) {
+            printf("stopped before [train] exit_duration_mins = %g after step %d%s; exit %d (requeue)\n",
+                   cfg.train.exit_duration_mins, out.steps_done, out.saved ? ", checkpoint saved"
                    : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
             fflush(stdout);
         }

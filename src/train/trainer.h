@@ -73,6 +73,7 @@ struct trainer_log {
     double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
     double *split_all;        // (world, 3) per-rank time split, gathered for the log
+    double open_s;            // time_now_s() when trainer_open began: [train] exit_duration_mins counts from it
 };
 
 // Where the run stands beyond its step count; saved in checkpoints
