@@ -384,9 +384,11 @@ static void print_banner(const struct trainer *t) {
     const struct config *c = &t->cfg;
     const struct model_memory *mem = model_memory(t->m.model);
     size_t opt_bytes = optimizer_state_bytes(t->m.opt);
-    printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
+    // dp from the default (0) was inferred from the world (config_resolve_dp).
+    bool inferred = c->origin[config_key_index("parallel", "dp")] == 0;
+    printf("trident train: %s, world %d = tp %d x pp %d x dp %d%s, device %s\n", c->file,
            t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
-           c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+           inferred ? " (dp inferred: world / (tp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
     if (t->par.topo.has_device_groups)
         printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
                "messages %s), MPI for host scalars\n",
