@@ -252,8 +252,8 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         oc->rebase_step = (int)st->lr_step;
         oc->rebase_lr = optimizer_lr(&old, (int)st->lr_step - 1);
         if (root)
-            printf("resume: the LR schedule continues from %.3e (step %lld's) at schedule position "
-                   "%lld towards min_lr %.3e at step %d\n", oc->rebase_lr, (long long)st->lr_step,
+            printf("resume: the LR schedule continues from %.3e, the lr it had reached, at schedule "
+                   "position %lld, to min_lr %.3e at step %d (docs/design.md §7)\n", oc->rebase_lr,
                    (long long)st->lr_step, t->cfg.train.min_lr, t->cfg.train.steps);
     } else if (!rc.schedule_changed && st->has_schedule) {
         oc->rebase_step = (int)st->lr_rebase_step, oc->rebase_lr = st->lr_rebase_lr;
