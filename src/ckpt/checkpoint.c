@@ -101,6 +101,14 @@ static int write_state(hid_t file, const struct ckpt_state *s) {
               attr_write(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1, &s->loss_scale_good_steps) ||
               attr_write(g, "skipped_steps", H5T_NATIVE_INT64, 1, &s->skipped_steps) ||
               attr_write(g, "consecutive_skips", H5T_NATIVE_INT64, 1, &s->consecutive_skips);
+    if (!bad && s->has_schedule)
+        bad = attr_write(g, "train_steps", H5T_NATIVE_INT64, 1, &s->train_steps) ||
+              attr_write(g, "lr", H5T_NATIVE_DOUBLE, 1, &s->lr) ||
+              attr_write(g, "min_lr", H5T_NATIVE_DOUBLE, 1, &s->min_lr) ||
+              attr_write(g, "warmup_steps", H5T_NATIVE_INT64, 1, &s->warmup_steps) ||
+              attr_write(g, "lr_schedule", H5T_NATIVE_INT64, 1, &s->lr_schedule) ||
+              attr_write(g, "lr_rebase_step", H5T_NATIVE_INT64, 1, &s->lr_rebase_step) ||
+              attr_write(g, "lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &s->lr_rebase_lr);
     H5Gclose(g);
     return bad;
 }

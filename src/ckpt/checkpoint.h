@@ -75,6 +75,19 @@ struct ckpt_state {
     // an applied step). Absent from older files: read as 0.
     int64_t skipped_steps;
     int64_t consecutive_skips;
+    // The run's LR schedule and data shape when it saved ([train] steps, lr,
+    // min_lr, warmup_steps, lr_schedule as enum lr_schedule; seq_len, seed and
+    // global_batch_size are in loader), which a
+    // resume compares with its own config (trainer_resume_compare). Absent from
+    // files written before they were added: has_schedule false, the rest 0.
+    bool has_schedule;
+    int64_t train_steps, warmup_steps, lr_schedule;
+    double lr, min_lr;
+    // The continued schedule of a resume with [train] override_schedule
+    // (struct optimizer_config rebase_step, rebase_lr): kept by later resumes
+    // of the same schedule. 0, 0: none.
+    int64_t lr_rebase_step;
+    double lr_rebase_lr;
 };
 
 struct ckpt_save_args {

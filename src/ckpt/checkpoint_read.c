@@ -585,6 +585,16 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
                         &out->loss_scale_good_steps) ||
               attr_read_optional(g, "skipped_steps", H5T_NATIVE_INT64, &out->skipped_steps) ||
               attr_read_optional(g, "consecutive_skips", H5T_NATIVE_INT64, &out->consecutive_skips);
+    // The schedule and data shape (added after skipped_steps): all or none.
+    out->has_schedule = !bad && H5Aexists(g, "train_steps") > 0;
+    if (out->has_schedule)
+        bad = attr_read(g, "train_steps", H5T_NATIVE_INT64, 1, &out->train_steps) ||
+              attr_read(g, "lr", H5T_NATIVE_DOUBLE, 1, &out->lr) ||
+              attr_read(g, "min_lr", H5T_NATIVE_DOUBLE, 1, &out->min_lr) ||
+              attr_read(g, "warmup_steps", H5T_NATIVE_INT64, 1, &out->warmup_steps) ||
+              attr_read(g, "lr_schedule", H5T_NATIVE_INT64, 1, &out->lr_schedule) ||
+              attr_read(g, "lr_rebase_step", H5T_NATIVE_INT64, 1, &out->lr_rebase_step) ||
+              attr_read(g, "lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &out->lr_rebase_lr);
     if (g >= 0) H5Gclose(g);
     if (bad)
         return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing or "

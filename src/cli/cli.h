@@ -1,5 +1,7 @@
 // cli.h: the subcommands of the trident executable. Each returns the process
 // exit code (docs/design.md §8: 0 ok, 1 runtime failure, 2 bad input, 3 preempted).
+// Each prints its usage and returns 0 when called with `--help` (or `-h`) as
+// its only argument; main() calls it so for --help anywhere on its line.
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
@@ -7,7 +9,7 @@
 int cmd_tokenize(int argc, char **argv);
 // trident prep --input PATH... --output DIR ...   (src/cli/cmd_prep.c)
 int cmd_prep(int argc, char **argv);
-// trident data-check DIR --seq-len N ...   (src/cli/cmd_data.c; hidden, for debugging)
+// trident data-check DIR --seq-len N ...   (src/cli/cmd_data.c; for debugging)
 int cmd_data_check(int argc, char **argv);
 
 // trident ckpt info|verify DIR | trident ckpt export DIR OUT.h5   (src/cli/cmd_ckpt.c)
@@ -17,7 +19,7 @@ int cmd_ckpt(int argc, char **argv);
 // ends every rank of the job from inside, mpi_exit_all)
 int cmd_train(int argc, char **argv);
 
-// trident plan CONFIG.ini [section.key=value ...]   (src/cli/cmd_plan.c)
+// trident plan CONFIG.ini [--world-size N] [section.key=value ...]   (src/cli/cmd_plan.c)
 int cmd_plan(int argc, char **argv);
 
 #endif

@@ -1,6 +1,5 @@
 // cmd_data.c: `trident data-check DIR --seq-len N [--vocab-size V]
-// [--tokenizer FILE | --tokenizer-id ID]`: a hidden debugging subcommand that
-// opens a dataset as training does and validates every shard at once (what
+// [--tokenizer FILE | --tokenizer-id ID]`: a debugging subcommand that opens a dataset as training does and validates every shard at once (what
 // training does on each shard's first read) and prints a summary.
 #include <errno.h>
 #include <inttypes.h>
@@ -28,6 +27,12 @@ static int parse_int(const char *s, int *out) {
 int cmd_data_check(int argc, char **argv) {
     const char *dir = NULL, *tok_path = NULL, *tok_id = NULL;
     int seq_len = 0, vocab = 0;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: trident data-check DIR --seq-len N [--vocab-size V] [--tokenizer FILE | "
+               "--tokenizer-id ID]\n  opens a dataset folder as training does and validates every "
+               "shard now (training checks each on its first read); prints a summary\n");
+        return STATUS_OK;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strncmp(a, "--", 2)) {

@@ -1,6 +1,7 @@
 // cmd_plan.c: `trident plan CONFIG.ini [section.key=value ...]`: the bytes
 // each rank of a layout allocates, from src/train/plan.h, without running it.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -13,16 +14,39 @@ static double mib(size_t b) { return b / 1048576.0; }
 int cmd_plan(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout,
-                "usage: trident plan CONFIG.ini [section.key=value ...]\n"
+                "usage: trident plan CONFIG.ini [--world-size N] [section.key=value ...]\n"
                 "  prints the bytes each rank of that layout allocates (parameters, gradients,\n"
-                "  AdamW state, activations), without running it\n");
+                "  AdamW state, activations), without running it; --world-size N: the ranks the\n"
+                "  run will have (parallel.dp = 0 infers dp = N / (tp * pp); without it, dp = 0\n"
+                "  means 1)\n");
         return argc < 2 ? STATUS_BAD_INPUT : STATUS_OK;
     }
     struct config c;
     struct error err = {0};
-    int tp, pp, dp;
-    if (config_load(argv[1], argc - 2, argv + 2, &c, &err) ||
-        config_validate(&c, c.parallel.tp * c.parallel.pp * c.parallel.dp, true, &err)) {
+    int tp, pp, dp, world = 0;
+    // --world-size N anywhere after CONFIG.ini; the rest are overrides.
+    char **over = xmalloc(sizeof(char *) * (size_t)argc);
+    int n_over = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--world-size")) {
+            over[n_over++] = argv[i];
+            continue;
+        }
+        char *end = NULL;
+        long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+        if (!end || *end || v < 1 || v > (1 << 24)) {
+            fprintf(stderr, "trident plan: --world-size needs a number of ranks >= 1, got '%s'\n",
+                    i + 1 < argc ? argv[i + 1] : "");
+            free(over);
+            return STATUS_BAD_INPUT;
+        }
+        world = (int)v, i++;
+    }
+    enum status st = config_load(argv[1], n_over, over, &c, &err);
+    free(over);
+    // Without --world-size the layout checks itself: dp = 0 resolves to 1.
+    if (!st && !world) st = config_resolve_dp(&c, 0, &err);
+    if (st || config_validate(&c, world ? world : c.parallel.tp * c.parallel.pp * c.parallel.dp, true, &err)) {
         fprintf(stderr, "trident plan: %s\n", err.msg);
         return err.status;
     }

@@ -13,8 +13,9 @@
 #include "kernels/backend.h"
 #include "train/train.h"
 
-// Exit code of a run stopped by SIGTERM or SIGUSR1 after saving a checkpoint
-// of its last finished step: "requeue me" (docs/design.md §8).
+// Exit code of a run stopped by SIGTERM or SIGUSR1, or before [train]
+// exit_duration_mins, after saving a checkpoint of its last finished step:
+// "requeue me" (docs/design.md §8).
 enum { EXIT_PREEMPTED = 3 };
 
 // Set by SIGTERM / SIGUSR1 (what Slurm's --signal sends before the time
@@ -79,6 +80,15 @@ static void check_same_config(const struct config *cfg, struct trainer_error *e,
 }
 
 int cmd_train(int argc, char **argv) {
+    // Usage without MPI (main() passes --help found anywhere on the line as argv[1]).
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
+               "  under mpirun -np N or srun, N = tp * pp * dp (parallel.dp = 0, the default,\n"
+               "  infers dp = N / (tp * pp)); every key of docs/config.md can be overridden as\n"
+               "  section.key=value; exit 0 done, 1 runtime failure, 2 bad input, 3 stopped\n"
+               "  with a checkpoint (signal, exit_interval or exit_duration_mins: requeue)\n");
+        return STATUS_OK;
+    }
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};
@@ -89,14 +99,6 @@ int cmd_train(int argc, char **argv) {
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        if (world_rank == 0)
-            printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
-                   "  under mpirun -np N or srun, N = tp * pp * dp; every key of docs/config.md\n"
-                   "  can be overridden as section.key=value\n");
-        MPI_Finalize();
-        return STATUS_OK;
-    }
     struct trainer_error e = {0};
     if (argc < 2 || argv[1][0] == '-') {
         error_set(&e.err, STATUS_BAD_INPUT,
@@ -118,6 +120,14 @@ int cmd_train(int argc, char **argv) {
         if (world_rank == 0) {
             printf("stopped by signal %d after step %d%s; exit %d (requeue)\n", out.signal,
                    out.steps_done, out.saved ? ", checkpoint saved"
+                   : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
+            fflush(stdout);
+        }
+        rc = EXIT_PREEMPTED;
+    } else if (out.out_of_time) {
+        if (world_rank == 0) {
+            printf("stopped before [train] exit_duration_mins = %g after step %d%s; exit %d (requeue)\n",
+                   cfg.train.exit_duration_mins, out.steps_done, out.saved ? ", checkpoint saved"
                    : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
             fflush(stdout);
         }

@@ -1,4 +1,5 @@
 // main.c: the trident executable; dispatches to a subcommand (src/cli/cli.h).
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,14 +10,14 @@
 struct command {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *usage; // NULL: a hidden debugging command
+    const char *usage; // the line `trident --help` lists
 };
 
 static const struct command commands[] = {
     {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
     {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running"},
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
-    {"data-check", cmd_data_check, NULL},
+    {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset"},
     {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5       inspect, check or export a checkpoint"},
     {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},
 };
@@ -25,7 +26,15 @@ static void print_usage(FILE *f) {
     fprintf(f, "usage: trident COMMAND [ARGS]\n\ncommands:\n");
     fprintf(f, "  trident --version                              this build's release and git commit\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].usage) fprintf(f, "  trident %s\n", commands[i].usage);
+        fprintf(f, "  trident %s\n", commands[i].usage);
+    fprintf(f, "\n`trident COMMAND --help` (or -h anywhere on the line) prints a command's usage\n");
+}
+
+// --help or -h anywhere after the command name.
+static bool wants_help(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
 }
 
 int main(int argc, char **argv) {
@@ -37,8 +46,14 @@ int main(int argc, char **argv) {
         printf("%s\n", version_string());
         return STATUS_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name)) continue;
+        if (wants_help(argc, argv)) { // the command's usage, before any work (train: before MPI)
+            char *help[] = {argv[1], "--help", NULL};
+            return commands[i].run(2, help);
+        }
+        return commands[i].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "trident: unknown command '%s'\n\n", argv[1]);
     print_usage(stderr);
     return STATUS_BAD_INPUT;

@@ -74,6 +74,8 @@ struct train_config {
     int sample_top_k;          // 0: the whole vocabulary
     int exit_interval;         // 0: run to steps
     int max_skipped_steps;     // consecutive non-finite steps that stop the run
+    double exit_duration_mins; // wall-clock budget of one `trident train`; 0: none
+    bool override_schedule;    // resume with another LR schedule (continued without a jump)
 };
 
 struct data_config {
@@ -209,7 +211,8 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 // CUDA attention kernels' limit (kernels/cuda/cuda_attention.cu).
 #define CONFIG_CUDA_MAX_HEAD_DIM 256
 
-// Cross-key checks: tp * pp * dp == world_size (skipped when world_size <= 0),
+// First resolves parallel.dp = 0 (config_resolve_dp), then the cross-key
+// checks: tp * pp * dp == world_size (skipped when world_size <= 0),
 // head, layer, batch and sequence divisibility, lr and warmup order, and that
 // device = cuda only when has_cuda (pass whether this build has a CUDA backend),
 // with a head size <= CONFIG_CUDA_MAX_HEAD_DIM; attention = cudnn only with
@@ -217,8 +220,17 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 // Each message names the keys, their values and where they were set.
 // The model against the data (vocab_size, tokenizer identity, seq_len) is
 // checked by dataset_open, which reads index.ini.
-enum status config_validate(const struct config *cfg, int world_size, bool has_cuda,
+enum status config_validate(struct config *cfg, int world_size, bool has_cuda,
                             struct error *err);
+
+// parallel.dp = 0 means "infer it": dp = world_size / (tp * pp); with
+// world_size <= 0 (no world: `trident plan` without --world-size), dp = 1.
+// A dp already set is left as it is. Errors: STATUS_BAD_INPUT when
+// world_size is not a multiple of tp * pp (naming the world sizes around it
+// that are), or when global_batch_size is not a multiple of micro_batch_size
+// times the inferred dp (naming the nearest global_batch_size values below
+// and above and the nearest world sizes that divide it).
+enum status config_resolve_dp(struct config *cfg, int world_size, struct error *err);
 
 // Writes the resolved config as an INI file that config_load reads back to an
 // equal config (config_equal). Unset optional paths are written as comments.

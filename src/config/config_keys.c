@@ -116,6 +116,16 @@ const struct config_key config_keys[] = {
     KEY_INT("train", "exit_interval", train.exit_interval, "0", 0, INT_MAX, "steps",
             "stop (after saving a checkpoint) once the step count is a multiple of this, as "
             "Megatron-LM's --exit-interval; 0 runs to steps"),
+    KEY_FLOAT("train", "exit_duration_mins", train.exit_duration_mins, "0", 0, NOMAX, 0, "minutes",
+              "wall-clock budget of one `trident train` (from its start): when the next step would "
+              "end past it (judged from the mean step time so far, agreed over the ranks), save a "
+              "checkpoint and exit 3 as a preemption does; Megatron-LM's --exit-duration-in-mins; "
+              "0 disables"),
+    KEY_BOOL("train", "override_schedule", train.override_schedule, "false",
+             "resume although steps, lr, min_lr, warmup_steps or lr_schedule differ from the "
+             "checkpoint's (refused otherwise): the change is printed and the LR continues from "
+             "the value it had at the resumed step, without a jump (docs/design.md §7, \"Resuming "
+             "with another schedule\")"),
     KEY_INT("train", "max_skipped_steps", train.max_skipped_steps, "10", 1, INT_MAX, "steps",
             "a step whose loss or gradient norm is NaN or infinite is skipped (no update, the "
             "LR schedule held, its batch consumed); this many in a row stop the run with exit 1"),
@@ -143,7 +153,9 @@ const struct config_key config_keys[] = {
     // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, INT_MAX, "ranks", "tensor-parallel size"),
     KEY_INT("parallel", "pp", parallel.pp, "1", 1, INT_MAX, "ranks", "pipeline-parallel size"),
-    KEY_INT("parallel", "dp", parallel.dp, "1", 1, INT_MAX, "ranks", "data-parallel size; tp * pp * dp = ranks"),
+    KEY_INT("parallel", "dp", parallel.dp, "0", 0, INT_MAX, "ranks",
+            "data-parallel size; tp * pp * dp = ranks; 0 infers it: ranks / (tp * pp) (`trident "
+            "plan`: its --world-size, else 1)"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, INT_MAX, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",

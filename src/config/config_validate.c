@@ -24,7 +24,66 @@ static struct key_text key_text(const struct config *cfg, const char *section, c
 
 #define KT(sec, key) key_text(cfg, sec, key).s
 
-enum status config_validate(const struct config *cfg, int world_size, bool has_cuda, struct error *err) {
+// The nearest global batch sizes around g that are multiples of per_step
+// (lo may be 0: none below), and the world sizes nearest to world (tp * pp
+// multiples, `model` = tp * pp) whose dp divides g / micro: into buf.
+static void batch_hint(long long g, int micro, int dp, int model, char *buf, size_t n) {
+    long long per = (long long)micro * dp, lo = g / per * per, hi = lo + per;
+    size_t k = 0;
+    if (lo > 0) k += (size_t)snprintf(buf, n, "global_batch_size = %lld or %lld", lo, hi);
+    else k += (size_t)snprintf(buf, n, "global_batch_size = %lld", hi);
+    long long seqs = g % micro ? 0 : g / micro; // microbatches per step over all DP ranks
+    int below = 0, above = 0;
+    for (int d = dp - 1; d >= 1 && seqs && !below; d--)
+        if (seqs % d == 0) below = d;
+    for (long long d = dp + 1; d <= seqs && !above; d++)
+        if (seqs % d == 0) above = (int)d;
+    if (k >= n) return;
+    if (below && above)
+        snprintf(buf + k, n - k, "; or %d or %d ranks (dp = %d or %d)", below * model, above * model,
+                 below, above);
+    else if (below || above)
+        snprintf(buf + k, n - k, "; or %d ranks (dp = %d)", (below + above) * model, below + above);
+}
+
+enum status config_resolve_dp(struct config *cfg, int world_size, struct error *err) {
+    struct parallel_config *p = &cfg->parallel;
+    const struct train_config *t = &cfg->train;
+    const char *file = cfg->file[0] ? cfg->file : "config";
+    if (p->dp != 0) return STATUS_OK;
+    if (world_size <= 0) {
+        p->dp = 1;
+        return STATUS_OK;
+    }
+    int model = p->tp * p->pp;
+    if (world_size % model) {
+        int lo = world_size / model * model, hi = lo + model;
+        char hint[32];
+        snprintf(hint, sizeof hint, " or %d", hi);
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: parallel.dp = 0 infers dp = ranks / (tp * pp), but N = %d ranks is not a "
+                         "multiple of tp * pp = %d (%s; %s): run on %d%s ranks, or set tp and pp so "
+                         "that tp * pp divides %d", file, world_size, model, KT("parallel", "tp"),
+                         KT("parallel", "pp"), lo ? lo : hi, lo ? hint : "", world_size);
+    }
+    int dp = world_size / model;
+    if (loader_microbatches(t->global_batch_size, t->micro_batch_size, dp) == 0) {
+        char hint[256];
+        batch_hint(t->global_batch_size, t->micro_batch_size, dp, model, hint, sizeof hint);
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: parallel.dp = 0 infers dp = %d ranks / (tp %d * pp %d) = %d, but "
+                         "global_batch_size must be a multiple of micro_batch_size * dp = %lld: %s; %s. "
+                         "Nearest that work: %s", file, world_size, p->tp, p->pp, dp,
+                         (long long)t->micro_batch_size * dp, KT("train", "global_batch_size"),
+                         KT("train", "micro_batch_size"), hint);
+    }
+    p->dp = dp;
+    return STATUS_OK;
+}
+
+enum status config_validate(struct config *cfg, int world_size, bool has_cuda, struct error *err) {
+    enum status rs = config_resolve_dp(cfg, world_size, err);
+    if (rs) return rs;
     const struct model_config *m = &cfg->model;
     const struct train_config *t = &cfg->train;
     const struct parallel_config *p = &cfg->parallel;
@@ -83,12 +142,15 @@ enum status config_validate(const struct config *cfg, int world_size, bool has_c
                          file, chunks, KT("model", "n_layers"), KT("parallel", "pp"),
                          KT("parallel", "virtual_stages"));
     long long per_step = (long long)t->micro_batch_size * p->dp;
-    if (loader_microbatches(t->global_batch_size, t->micro_batch_size, p->dp) == 0)
+    if (loader_microbatches(t->global_batch_size, t->micro_batch_size, p->dp) == 0) {
+        char hint[256];
+        batch_hint(t->global_batch_size, t->micro_batch_size, p->dp, p->tp * p->pp, hint, sizeof hint);
         return error_set(err, bad,
                          "%s: global_batch_size must be a multiple of micro_batch_size * dp = %lld (gradient "
-                         "accumulation = global / (micro * dp)): %s; %s; %s",
+                         "accumulation = global / (micro * dp)): %s; %s; %s. Nearest that work: %s",
                          file, per_step, KT("train", "global_batch_size"), KT("train", "micro_batch_size"),
-                         KT("parallel", "dp"));
+                         KT("parallel", "dp"), hint);
+    }
     if (t->seq_len > m->max_seq_len)
         return error_set(err, bad, "%s: seq_len must be <= max_seq_len: %s; %s", file, KT("train", "seq_len"),
                          KT("model", "max_seq_len"));

@@ -19,6 +19,17 @@ struct optimizer {
 };
 
 double optimizer_lr(const struct optimizer_config *c, int step) {
+    int R = c->rebase_step;
+    if (R > 0 && step >= R && R >= c->warmup_steps) {
+        double lr0 = c->rebase_lr, span = c->steps - R;
+        double ratio = span > 0 ? (step - R + 1) / span : 1.0;
+        ratio = ratio < 0 ? 0 : ratio > 1 ? 1 : ratio;
+        if (c->schedule == LR_SCHEDULE_CONSTANT) return lr0;
+        if (c->schedule == LR_SCHEDULE_LINEAR) return lr0 - (lr0 - c->min_lr) * ratio;
+        return c->min_lr + 0.5 * (lr0 - c->min_lr) * (1.0 + cos(M_PI * ratio));
+    }
+    if (R > 0 && step >= R && step < c->warmup_steps)
+        return c->rebase_lr + (c->lr - c->rebase_lr) * (step - R + 1) / (c->warmup_steps - R);
     if (step < c->warmup_steps) return c->lr * (step + 1) / c->warmup_steps;
     if (c->schedule == LR_SCHEDULE_CONSTANT) return c->lr;
     double span = c->steps - c->warmup_steps;

@@ -27,6 +27,12 @@ struct optimizer_config {
     double beta1, beta2, eps;
     double weight_decay;  // applied to matrices only (param_info.decay)
     double grad_clip;     // max global L2 norm; <= 0 disables clipping
+    // A schedule continued from a checkpoint of another schedule ([train]
+    // override_schedule): from step rebase_step on (> 0; 0: none) it starts
+    // at rebase_lr, the lr of step rebase_step - 1 under the checkpoint's
+    // schedule (optimizer_lr).
+    int rebase_step;
+    double rebase_lr;
     enum dtype grad_dtype; // ZeRO-1's reduce-scatter of the FP32 gradients: DTYPE_FP32 (0,
                            // the default) or DTYPE_BF16 (rounded for the transfer, comm.h's
                            // BF16 sum, widened into the FP32 shard)
@@ -56,6 +62,15 @@ static inline struct comm_group *parallel_host_group(struct comm_group *g,
 //   else ratio = (step - warmup) / (steps - warmup), clamped to [0, 1];
 //   cosine: min_lr + 0.5 (lr - min_lr)(1 + cos(pi ratio)); linear:
 //   lr - (lr - min_lr) ratio; constant: lr.
+// Continued (rebase_step R > 0, step >= R; lr0 = rebase_lr, the lr step R - 1
+// had), so that no step's lr jumps at the resume:
+//   R < warmup, step < warmup: lr0 + (lr - lr0)(step - R + 1) / (warmup - R)
+//     (the warmup goes on from lr0 and reaches lr at step warmup - 1), then
+//     the decay above;
+//   R >= warmup: ratio = (step - R + 1) / (steps - R), clamped to [0, 1]:
+//     cosine: min_lr + 0.5 (lr0 - min_lr)(1 + cos(pi ratio)); linear:
+//     lr0 - (lr0 - min_lr) ratio; constant: lr0. The decay restarts from lr0
+//     and reaches min_lr exactly at the last step, steps - 1.
 double optimizer_lr(const struct optimizer_config *cfg, int step);
 
 // Clip coefficient for a global gradient norm: min(1, clip / (norm + 1e-6)),

@@ -384,9 +384,11 @@ static void print_banner(const struct trainer *t) {
     const struct config *c = &t->cfg;
     const struct model_memory *mem = model_memory(t->m.model);
     size_t opt_bytes = optimizer_state_bytes(t->m.opt);
-    printf("trident train: %s, world %d = tp %d x pp %d x dp %d, device %s\n", c->file,
+    // dp from the default (0) was inferred from the world (config_resolve_dp).
+    bool inferred = c->origin[config_key_index("parallel", "dp")] == 0;
+    printf("trident train: %s, world %d = tp %d x pp %d x dp %d%s, device %s\n", c->file,
            t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
-           c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+           inferred ? " (dp inferred: world / (tp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
     if (t->par.topo.has_device_groups)
         printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
                "messages %s), MPI for host scalars\n",
@@ -419,6 +421,7 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
     struct trainer *t = xcalloc(1, sizeof *t);
     t->cfg = *cfg;
     long long started = (long long)time(NULL);
+    t->log.open_s = time_now_s();
     enum status st;
     if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) || (st = setup_train_log(t, err)) ||
         (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
@@ -568,7 +571,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
 }
 
 // The closing record of metrics.jsonl (rank 0), the summary tools read: how
-// the run ended ("completed", "signal", "exit_interval"), optimizer steps done
+// the run ended ("completed", "signal", "exit_interval", "exit_duration"), optimizer steps done
 // (resumed ones included) and run here, tokens, seconds, the signal and
 // whether a checkpoint of steps_done was saved, activation slots and their
 // high-water mark, steps skipped (non-finite), the best validation loss when
@@ -657,22 +660,37 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // rank stops here together.
         if (t->progress.consecutive_skips >= c->train.max_skipped_steps)
             return too_many_skips(t, step, err);
-        // Any rank's signal stops every rank after this step, with a save.
-        int stop = *stop_flag;
-        comm_all_reduce(&t->par.topo.world, &stop, 1, DTYPE_I32, COMM_MAX);
+        // Any rank's signal stops every rank after this step, with a save;
+        // so does the wall-clock budget as any rank judges it: the time
+        // since trainer_open plus this run's mean step time would pass it.
+        double now = time_now_s(), budget_s = c->train.exit_duration_mins * 60.0;
+        double mean_step = (now - start) / (step + 1 - start_step);
+        int flags[2] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s};
+        comm_all_reduce(&t->par.topo.world, flags, 2, DTYPE_I32, COMM_MAX);
+        int stop = flags[0];
+        bool out_of_time = flags[1] && !last && !stop;
         bool planned_exit = c->train.exit_interval > 0 && (step + 1) % c->train.exit_interval == 0;
         // The periodic save waits for an applied step: a skipped one holds the
         // parameters of the last applied step, whose checkpoint rotation would
         // delete. A stop (the end, a signal, exit_interval) saves where it is.
         bool periodic = c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0 &&
                         !r.skipped;
-        if (saves && (last || stop || planned_exit || periodic)) {
+        if (saves && (last || stop || planned_exit || periodic || out_of_time)) {
             if ((st = trainer_save(t, step + 1, err))) return st;
         }
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
         if (planned_exit && !last && !stop) {
             if (is_root(t)) printf("exit_interval %d: stopping after step %d\n", c->train.exit_interval, step + 1);
             log_closing(t, out, "exit_interval", tokens_seen, time_now_s() - start, best_val);
+            return STATUS_OK;
+        }
+        if (out_of_time) {
+            out->out_of_time = true;
+            if (is_root(t))
+                printf("exit_duration_mins %g: stopping after step %d: %.1f s since start, the next "
+                       "step (%.1f ms each so far) would end past the budget of %.0f s\n",
+                       c->train.exit_duration_mins, step + 1, now - t->log.open_s, mean_step * 1e3, budget_s);
+            log_closing(t, out, "exit_duration", tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
         }
         if (stop) {

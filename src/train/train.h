@@ -34,6 +34,7 @@ struct trainer_outcome {
     int signal;     // the signal (any rank's) that stopped the run after a step; 0: none
     int steps_done; // optimizer steps done when the run ended (resumed ones included)
     bool saved;     // a checkpoint of steps_done was written ([checkpoint] dir is set)
+    bool out_of_time; // stopped before [train] exit_duration_mins would pass: requeue as for a signal
 };
 
 // Builds the trainer of cfg (loaded and validated by config_validate with
@@ -48,8 +49,9 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
 
 // Trains from the resumed step to [train] steps. Stops early after a step
 // (with a checkpoint when [checkpoint] dir is set) at [train] exit_interval,
-// or when *stop is non-zero on any rank (a signal handler sets it: SIGTERM,
-// SIGUSR1); out says which. Already at the last step: prints "nothing to do"
+// when *stop is non-zero on any rank (a signal handler sets it: SIGTERM,
+// SIGUSR1), or when on any rank the time since trainer_open plus the mean
+// step time of this run would pass [train] exit_duration_mins; out says which. Already at the last step: prints "nothing to do"
 // and returns STATUS_OK. A step with a NaN or infinite loss or gradient norm
 // is skipped (train_step_should_skip) and logged. Errors: STATUS_RUNTIME
 // ([train] max_skipped_steps skipped steps in a row, found by every rank; a

@@ -1,6 +1,8 @@
 // train_ckpt.c: the trainer's checkpoints (docs/design.md §7): what a rank saves,
 // and resuming from a checkpoint written in any (tp, pp, dp, zero) layout.
 // The format and the commit protocol are in src/ckpt/checkpoint.c.
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -76,6 +78,10 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
         .loss_scale_good_steps = t->par.ctx.scaler ? t->scaler.good_steps : 0,
         .skipped_steps = t->progress.skipped_steps,
         .consecutive_skips = t->progress.consecutive_skips,
+        .has_schedule = true, .train_steps = c->train.steps, .lr = c->train.lr,
+        .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
+        .lr_schedule = c->train.lr_schedule, .lr_rebase_step = t->m.oc.rebase_step,
+        .lr_rebase_lr = t->m.oc.rebase_lr,
     };
     loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
@@ -97,6 +103,95 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     return STATUS_OK;
 }
 
+static const char *schedule_name(int64_t s) {
+    static const char *names[] = {"cosine", "linear", "constant"};
+    return s >= 0 && s < 3 ? names[s] : "?";
+}
+
+__attribute__((format(printf, 5, 6)))
+static void add_change(struct resume_check *rc, const char *key, const char *rule, bool refused,
+                       const char *fmt, ...) {
+    if (rc->n >= RESUME_MAX_CHANGES) return;
+    struct resume_change *ch = &rc->change[rc->n++];
+    snprintf(ch->key, sizeof ch->key, "%s", key);
+    // fmt formats the saved value, "|", then this run's
+    char both[sizeof ch->saved + sizeof ch->now + 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(both, sizeof both, fmt, ap);
+    va_end(ap);
+    char *bar = strchr(both, '|');
+    if (bar) *bar = '\0';
+    snprintf(ch->saved, sizeof ch->saved, "%.*s", (int)sizeof ch->saved - 1, both);
+    snprintf(ch->now, sizeof ch->now, "%.*s", (int)sizeof ch->now - 1, bar ? bar + 1 : "");
+    ch->rule = rule, ch->refused = refused;
+    rc->refused = rc->refused || refused;
+}
+
+void trainer_resume_compare(const struct ckpt_state *saved, const struct config *c,
+                            struct resume_check *out) {
+    *out = (struct resume_check){0};
+    const struct train_config *tc = &c->train;
+    bool over = tc->override_schedule;
+    const char *sched = over ? "schedule: continued without a jump (train.override_schedule)"
+                             : "schedule: refused without train.override_schedule = true";
+    if (!saved->has_schedule) {
+        out->schedule_unknown = true;
+    } else {
+        if (saved->train_steps != tc->steps)
+            add_change(out, "train.steps", sched, !over, "%" PRId64 "|%d", saved->train_steps, tc->steps);
+        if (saved->lr != tc->lr)
+            add_change(out, "train.lr", sched, !over, "%.9g|%.9g", saved->lr, tc->lr);
+        if (saved->min_lr != tc->min_lr)
+            add_change(out, "train.min_lr", sched, !over, "%.9g|%.9g", saved->min_lr, tc->min_lr);
+        if (saved->warmup_steps != tc->warmup_steps)
+            add_change(out, "train.warmup_steps", sched, !over, "%" PRId64 "|%d", saved->warmup_steps,
+                       tc->warmup_steps);
+        if (saved->lr_schedule != (int64_t)tc->lr_schedule)
+            add_change(out, "train.lr_schedule", sched, !over, "%s|%s", schedule_name(saved->lr_schedule),
+                       schedule_name(tc->lr_schedule));
+        out->schedule_changed = out->n > 0;
+    }
+    const struct loader_state *ls = &saved->loader;
+    if (ls->seed != (uint64_t)tc->seed)
+        add_change(out, "train.seed", "data: refused, the sample order is drawn from it", true,
+                   "%" PRIu64 "|%" PRId64, ls->seed, tc->seed);
+    if (ls->format >= 2 && ls->seq_len != (uint64_t)tc->seq_len)
+        add_change(out, "train.seq_len", "data: refused, the samples are cut by it", true,
+                   "%" PRIu64 "|%d", ls->seq_len, tc->seq_len);
+    if (ls->format >= 2 && ls->global_batch_size && ls->global_batch_size != (uint64_t)tc->global_batch_size)
+        add_change(out, "train.global_batch_size", "data: continues at the next unconsumed sample", false,
+                   "%" PRIu64 "|%d", ls->global_batch_size, tc->global_batch_size);
+}
+
+void trainer_resume_message(const struct resume_check *rc, const char *path, char *buf, size_t n) {
+    size_t k = 0;
+#define PUT(...) (k += (size_t)snprintf(buf + MIN(k, n), n - MIN(k, n), __VA_ARGS__))
+    PUT("%s: this run's config differs from the checkpoint's:", path);
+    for (int i = 0; i < rc->n; i++) {
+        const struct resume_change *ch = &rc->change[i];
+        PUT("%s %s %s -> %s (%s)", i ? ";" : "", ch->key, ch->saved, ch->now, ch->rule);
+    }
+    if (rc->refused) {
+        bool data = false, sched = false;
+        for (int i = 0; i < rc->n; i++)
+            if (rc->change[i].refused) {
+                if (!strncmp(rc->change[i].rule, "data", 4)) data = true;
+                else sched = true;
+            }
+        PUT(". Resume refused");
+        if (sched)
+            PUT("; to resume with the new schedule set train.override_schedule = true (the lr "
+                "continues from its value at the resumed step, then decays to min_lr at the new "
+                "last step), or restore the checkpoint's values");
+        if (data)
+            PUT("; seq_len and seed cannot change within a run (the data order would not "
+                "continue): restore them");
+        PUT("; or start a fresh run: a new [checkpoint] dir (or move the old one away)");
+    }
+#undef PUT
+}
+
 // Reads the checkpoint at path into the model, the optimizer and the train
 // loader; fills st. Errors of the checkpoint's content are every rank's, read
 // failures this rank's alone.
@@ -115,16 +210,61 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     if (!root && checkpoint_open_trusted(path, &r, &err->err)) return trainer_alone(err);
     enum status s = STATUS_OK;
     if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
+        // Another model: say how to start fresh (resume = none is refused
+        // for a dir holding checkpoints, trainer_resume).
+        size_t k = strlen(err->err.msg);
+        snprintf(err->err.msg + k, sizeof err->err.msg - k, ". To train this model from scratch, "
+                 "give it a new [checkpoint] dir (or move %s away); to continue that run, use its "
+                 "[model] values", t->cfg.checkpoint.dir[0] ? t->cfg.checkpoint.dir : "that folder");
         s = err->err.status;
         goto out;
     }
+    // The config against the checkpoint's saved values, before anything is
+    // read into the model: a refusal leaves every rank as it was (and the run
+    // folder unwritten: setup_log comes after). Every rank reads rank 0's state.
+    if (checkpoint_read_state(r, -1, st, &err->err)) {
+        s = trainer_alone(err);
+        goto out;
+    }
+    struct resume_check rc;
+    trainer_resume_compare(st, &t->cfg, &rc);
+    if (rc.refused) {
+        trainer_resume_message(&rc, path, err->err.msg, sizeof err->err.msg);
+        s = err->err.status = STATUS_BAD_INPUT;
+        goto out;
+    }
+    if (root && rc.n) {
+        char msg[sizeof err->err.msg];
+        trainer_resume_message(&rc, path, msg, sizeof msg);
+        printf("resume: %s\n", msg);
+    }
+    if (root && rc.schedule_unknown)
+        printf("note: %s predates stored LR schedules: [train] steps, lr, min_lr, warmup_steps and "
+               "lr_schedule were not compared with it\n", path);
+    struct optimizer_config *oc = &t->m.oc;
+    if (rc.schedule_changed && st->lr_step > 0) {
+        // The lr of the last applied step under the checkpoint's schedule
+        // (itself perhaps continued); the new one starts there.
+        struct optimizer_config old = *oc;
+        old.lr = st->lr, old.min_lr = st->min_lr, old.warmup_steps = (int)st->warmup_steps;
+        old.steps = (int)st->train_steps, old.schedule = (enum lr_schedule)st->lr_schedule;
+        old.rebase_step = (int)st->lr_rebase_step, old.rebase_lr = st->lr_rebase_lr;
+        oc->rebase_step = (int)st->lr_step;
+        oc->rebase_lr = optimizer_lr(&old, (int)st->lr_step - 1);
+        if (root)
+            printf("resume: the LR schedule continues from %.3e, the lr it had reached, at schedule "
+                   "position %lld, to min_lr %.3e at step %d (docs/design.md §7)\n", oc->rebase_lr,
+                   (long long)st->lr_step, t->cfg.train.min_lr, t->cfg.train.steps);
+    } else if (!rc.schedule_changed && st->has_schedule) {
+        oc->rebase_step = (int)st->lr_rebase_step, oc->rebase_lr = st->lr_rebase_lr;
+    }
+    if (root) fflush(stdout);
     host_buffers(t);
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
     memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
     int n = pieces(t, true, false, true);
-    if (checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err) ||
-        checkpoint_read_state(r, -1, st, &err->err)) {
+    if (checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err)) {
         s = trainer_alone(err);
         goto out;
     }

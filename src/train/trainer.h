@@ -73,6 +73,7 @@ struct trainer_log {
     double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
     double *split_all;        // (world, 3) per-rank time split, gathered for the log
+    double open_s;            // time_now_s() when trainer_open began: [train] exit_duration_mins counts from it
 };
 
 // Where the run stands beyond its step count; saved in checkpoints
@@ -108,6 +109,43 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err);
 // a parameter or moment that is NaN or infinite: never saved); the previous
 // checkpoint stays `latest`.
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err);
+
+// One key whose value in this run's config differs from the checkpoint's.
+struct resume_change {
+    char key[32];            // "train.steps"
+    char saved[40], now[40]; // the checkpoint's value, this run's
+    const char *rule;        // what a resume does about it, for the message
+    bool refused;            // the resume cannot continue with it
+};
+#define RESUME_MAX_CHANGES 8
+// What trainer_resume_compare found: the changes and the verdict.
+struct resume_check {
+    int n;
+    struct resume_change change[RESUME_MAX_CHANGES];
+    bool schedule_changed; // steps, lr, min_lr, warmup_steps or lr_schedule differ
+    bool schedule_unknown; // the checkpoint predates the stored schedule (not compared)
+    bool refused;          // some change is refused
+};
+
+// The one place that compares a resumed run's config c with the values its
+// checkpoint saved (docs/design.md §7, "What a resume may change"):
+// - the LR schedule, [train] steps, lr, min_lr, warmup_steps, lr_schedule:
+//   refused unless [train] override_schedule = true (then continued:
+//   struct optimizer_config rebase_step); not compared for a checkpoint
+//   without them (saved->has_schedule false: schedule_unknown);
+// - [train] global_batch_size: continues at the next unconsumed sample (the
+//   loader state counts samples; a batch-index state of format 1 is not
+//   compared: it is converted with this run's value);
+// - [train] seq_len and seed: refused (the samples are cut by seq_len and
+//   ordered by seed: "the next sample" of the new value is not the old one's).
+// Pure: no I/O; every rank computes the same verdict from the same state.
+void trainer_resume_compare(const struct ckpt_state *saved, const struct config *c,
+                            struct resume_check *out);
+// The message of a check: "PATH: this run's config differs from the
+// checkpoint's: KEY SAVED -> NOW (RULE); ..." and, when refused, how to go
+// on (train.override_schedule = true for the schedule, else restoring the
+// values or a fresh run in a new [checkpoint] dir). buf: n bytes.
+void trainer_resume_message(const struct resume_check *rc, const char *path, char *buf, size_t n);
 
 // Marks err as found by this rank alone (struct trainer_error) and returns its status.
 static inline enum status trainer_alone(struct trainer_error *err) {

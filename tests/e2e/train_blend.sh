@@ -7,7 +7,7 @@
 #     serves positions 8-15 of epoch 0, and the 16 samples of the two runs
 #     are exactly those of a straight run of 4 steps at 4 (each sequence
 #     once). A resume with another seq_len or seed exits 2 naming the old
-#     and new value. A checkpoint with the older batch-index loader state
+#     and new value (trainer_resume_compare's list). A checkpoint with the older batch-index loader state
 #     (rewritten with h5py) resumes at sample 8 too.
 #  2. [data] paths = A:0.7, B:0.3 (B prepped with A's tokenizer): over 1,000
 #     samples (25 steps of 40) dataset A's share is 0.7 +- 0.02, every sample
@@ -42,7 +42,8 @@ bad=0
 train gb-straight 1 data.path="$A" train.global_batch_size=4 train.steps=4 || fail "straight run: $(tail -3 "$tmp/gb-straight.log")"
 train gb 1 data.path="$A" train.global_batch_size=4 train.steps=2 checkpoint.dir="$tmp/ck-gb" ||
     fail "first run: $(tail -3 "$tmp/gb.log")"
-train gb 1 data.path="$A" train.global_batch_size=8 train.steps=3 checkpoint.dir="$tmp/ck-gb" ||
+# (steps 2 -> 3 changes the LR schedule: train.override_schedule; the samples do not depend on it)
+train gb 1 data.path="$A" train.global_batch_size=8 train.steps=3 checkpoint.dir="$tmp/ck-gb" train.override_schedule=true ||
     fail "resume at 8: $(tail -3 "$tmp/gb.log")"
 [ "$(wc -l < "$tmp/gb.samples")" -eq 16 ] || fail "2 steps of 4 + 1 of 8 served $(wc -l < "$tmp/gb.samples") samples"
 [ "$(sed -n 9p "$tmp/gb.samples" | cut -d' ' -f1,2)" = "0 8" ] || fail "the resumed run starts at $(sed -n 9p "$tmp/gb.samples")"
@@ -67,12 +68,12 @@ PYEOF
 sum=$( ("$TRIDENT" ckpt verify "$tmp/ck-old" 2>&1 || true) | sed -n 's/.*checksum \(xxh3-64:[0-9a-f]*\), manifest.ini says \(xxh3-64:[0-9a-f]*\).*/\1 \2/p')
 [ -n "$sum" ] || fail "ckpt verify did not report the changed checksum"
 sed -i "s/${sum#* }/${sum% *}/" "$tmp/ck-old/step-000002/manifest.ini"
-train old 1 data.path="$A" train.global_batch_size=4 train.steps=4 checkpoint.dir="$tmp/ck-old" ||
+train old 1 data.path="$A" train.global_batch_size=4 train.steps=4 checkpoint.dir="$tmp/ck-old" train.override_schedule=true ||
     fail "resume from a format 1 loader state: $(tail -3 "$tmp/old.log")"
 cmp -s "$tmp/old.samples" <(sed -n 9,16p "$tmp/gb-straight.samples") ||
     fail "a format 1 loader state resumes elsewhere: $(head -2 "$tmp/old.samples")"
 echo "an older (batch-index) checkpoint resumes at sample 8"
-for change in train.seq_len=16:"seq_len changed from 32 to 16" train.seed=8:"seed changed from 7 to 8"; do
+for change in train.seq_len=16:"train.seq_len 32 -> 16" train.seed=8:"train.seed 7 -> 8"; do
     rc=0
     "$TRIDENT" train "$SMALL_INI" data.path="$A" train.global_batch_size=8 train.steps=4 train.eval_every=0 train.warmup_steps=1 \
         checkpoint.dir="$tmp/ck-gb" log.run_dir="$tmp/run-refused" "${change%%:*}" > "$tmp/refused.log" 2>&1 || rc=$?

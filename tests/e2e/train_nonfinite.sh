@@ -13,8 +13,10 @@
 #     the parameters and AdamW moments of step k-1 (no update applied) and
 #     lr_step = opt_steps = k-1, skipped_steps = consecutive_skips = 9-k; the
 #     logged lr stays at the schedule's position k-1 while steps are skipped.
-#     Resumed for a 9th step: the counters go on from the checkpoint's
-#     (skipped_steps 10-k) and the lr is the schedule's at position k-1.
+#     Resumed for a 9th step (train.override_schedule = true: steps 8 -> 9 is
+#     a schedule change): the counters go on from the checkpoint's
+#     (skipped_steps 10-k) and the lr is the continued schedule's at position
+#     k-1 (docs/design.md §7).
 #  3. tp=2 x dp=2 and pp=2 x dp=2 with ZeRO-1 (world 4, oversubscribed): as 1,
 #     within a bounded time: every rank skips together, none waits on a
 #     collective the others skipped.
@@ -73,11 +75,12 @@ train one one 1 1 1 1 0 train.lr_schedule=constant train.steps=20 train.max_skip
 check_stopped one
 
 # 2. no update from the first skip on; the schedule held; counters resumed
+#    (with 9 steps instead of 8: train.override_schedule, the lr continued)
 train held held 1 1 1 1 0 train.steps=8 train.lr_schedule=linear train.max_skipped_steps=100 \
     checkpoint.every=1 checkpoint.keep_last=0
 [ "$rc" -eq 0 ] || { echo "FAIL: held exited $rc"; tail -n 5 "$tmp/held.log"; fail=1; }
 train held-resumed held 1 1 1 1 0 train.steps=9 train.lr_schedule=linear train.max_skipped_steps=100 \
-    checkpoint.every=1 checkpoint.keep_last=0
+    checkpoint.every=1 checkpoint.keep_last=0 train.override_schedule=true
 [ "$rc" -eq 0 ] || { echo "FAIL: held-resumed exited $rc"; tail -n 5 "$tmp/held-resumed.log"; fail=1; }
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys, h5py, numpy as np
@@ -114,8 +117,13 @@ st = dict(last["state"].attrs)
 check((st["step"], st["lr_step"], st["opt_steps"], st["skipped_steps"], st["consecutive_skips"]) == (8, k - 1, k - 1, 9 - k, 9 - k),
       f"state of step 8: { {key: int(st[key]) for key in ('step', 'lr_step', 'opt_steps', 'skipped_steps', 'consecutive_skips')} }")
 res = records("held-resumed")
-check([(r["step"], r["skipped"], r["skipped_steps"], r["lr"]) for r in res] == [(9, 1, 10 - k, linear(k - 1, 9))],
-      f"resumed run: {[(r['step'], r['skipped'], r['skipped_steps'], r['lr']) for r in res]}, expected step 9 skipped, skipped_steps {10 - k}, lr {linear(k - 1, 9)}")
+# steps 8 -> 9 with train.override_schedule: the decay restarts at position
+# R = k - 1 from the lr of position R - 1 (docs/design.md §7), in optimizer_lr's order
+R = k - 1
+lr0 = lr - (lr - min_lr) * ((R - 1) / 8)
+cont = float(f"{lr0 - (lr0 - min_lr) * ((k - 1 - R + 1) / (9 - R)):.3e}")
+check([(r["step"], r["skipped"], r["skipped_steps"], r["lr"]) for r in res] == [(9, 1, 10 - k, cont)],
+      f"resumed run: {[(r['step'], r['skipped'], r['skipped_steps'], r['lr']) for r in res]}, expected step 9 skipped, skipped_steps {10 - k}, lr {cont}")
 st = dict(rank_file(9)["state"].attrs)
 check((st["lr_step"], st["skipped_steps"], st["consecutive_skips"]) == (k - 1, 10 - k, 10 - k), "state of step 9 after the resume")
 if ok: print(f"held: steps {k}-8 skipped, step 8's checkpoint == step {k - 1}'s (parameters and moments), lr held at position {k - 1}; resumed: counters and lr continue")

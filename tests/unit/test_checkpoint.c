@@ -413,7 +413,9 @@ static enum status save_self(const char *dir, int64_t step, float *w, uint16_t *
     struct ckpt_piece p[2];
     two_pieces(p, w, norm16);
     struct ckpt_state s = {.step = step, .lr_step = step - 1, .skipped_steps = 3,
-                           .consecutive_skips = 1};
+                           .consecutive_skips = 1, .has_schedule = true, .train_steps = 80,
+                           .warmup_steps = 5, .lr_schedule = 1, .lr = 3e-3, .min_lr = 3e-4,
+                           .lr_rebase_step = 60, .lr_rebase_lr = 3.0217e-4};
     struct ckpt_save_args a = {.dir = dir, .step = step, .tp = 1, .pp = 1, .dp = 1,
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
                                .n_pieces = 2, .state = &s, .keep_last = 1};
@@ -464,6 +466,12 @@ static void test_nonfinite(const char *root, const char *trident) {
         EXPECT(s.step == 5 && s.lr_step == 4 && s.skipped_steps == 3 && s.consecutive_skips == 1,
                "state: step %lld lr_step %lld skipped %lld consecutive %lld", (long long)s.step,
                (long long)s.lr_step, (long long)s.skipped_steps, (long long)s.consecutive_skips);
+        // So does the LR schedule a resume compares (trainer_resume_compare).
+        EXPECT(s.has_schedule && s.train_steps == 80 && s.warmup_steps == 5 && s.lr_schedule == 1 &&
+                   s.lr == 3e-3 && s.min_lr == 3e-4 && s.lr_rebase_step == 60 && s.lr_rebase_lr == 3.0217e-4,
+               "schedule: has %d steps %lld warmup %lld schedule %lld lr %g min_lr %g rebase %lld %g",
+               s.has_schedule, (long long)s.train_steps, (long long)s.warmup_steps, (long long)s.lr_schedule,
+               s.lr, s.min_lr, (long long)s.lr_rebase_step, s.lr_rebase_lr);
         checkpoint_close(r);
     } else {
         EXPECT(0, "open: %s", err.msg);
@@ -522,6 +530,8 @@ static void test_nonfinite(const char *root, const char *trident) {
         EXPECT(checkpoint_read_state(r, 0, &old, &err) == STATUS_OK && old.step == 8 &&
                    old.lr_step == 8 && old.skipped_steps == 0 && old.consecutive_skips == 0,
                "state without skip counters: %s", err.msg);
+        EXPECT(!old.has_schedule && old.train_steps == 0 && old.lr_rebase_step == 0,
+               "a state saved without a schedule reads as none (has %d)", old.has_schedule);
         checkpoint_close(r);
     } else {
         EXPECT(0, "open step 8: %s", err.msg);

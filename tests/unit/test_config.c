@@ -58,6 +58,44 @@ static void test_contract_keys(void) {
     }
 }
 
+// ---- parallel.dp = 0: inferred from the world size ------------------------------
+
+// A config of defaults with overrides (section.key=value ...), validated on world ranks.
+static enum status load_on(int world, struct config *c, struct error *err, int n, const char **over) {
+    enum status st = config_load(NULL, n, (char **)over, c, err);
+    return st ? st : config_validate(c, world, false, err);
+}
+
+static void test_dp_inference(void) {
+    struct config c;
+    struct error err = {0};
+    // micro 2, global 16: tp 2 on 4 ranks -> dp 2 (2 microbatches each); the
+    // expected dp is computed here as world / (tp * pp), not read back.
+    const char *tp2[] = {"parallel.tp=2", "model.n_heads=8", "train.micro_batch_size=2", "train.global_batch_size=16"};
+    EXPECT(load_on(4, &c, &err, 4, tp2) == STATUS_OK && c.parallel.dp == 4 / (2 * 1), "tp 2 on 4 ranks: dp %d (%s)",
+           c.parallel.dp, err.msg);
+    const char *pp2[] = {"parallel.tp=2", "parallel.pp=2", "train.micro_batch_size=2", "train.global_batch_size=16"};
+    EXPECT(load_on(8, &c, &err, 4, pp2) == STATUS_OK && c.parallel.dp == 8 / (2 * 2), "tp 2 pp 2 on 8 ranks: dp %d (%s)",
+           c.parallel.dp, err.msg);
+    EXPECT(load_on(1, &c, &err, 0, NULL) == STATUS_OK && c.parallel.dp == 1, "defaults on 1 rank: dp %d", c.parallel.dp);
+    // A dp that is set is kept, and checked against the world as before.
+    const char *set3[] = {"parallel.dp=3", "train.micro_batch_size=1", "train.global_batch_size=3"};
+    EXPECT(load_on(4, &c, &err, 3, set3) == STATUS_BAD_INPUT && contains(err.msg, "tp * pp * dp must equal"),
+           "explicit dp 3 on 4 ranks: %s", err.msg);
+    // 6 ranks with tp * pp = 4: the world sizes around it that work.
+    EXPECT(load_on(6, &c, &err, 4, pp2) == STATUS_BAD_INPUT && contains(err.msg, "N = 6 ranks") &&
+               contains(err.msg, "tp * pp = 4") && contains(err.msg, "run on 4 or 8 ranks"),
+           "6 ranks, tp * pp = 4: %s", err.msg);
+    // tp 2 on 6 ranks: dp 3; global 16, micro 2 -> 16 % 6: nearest 12 and 18,
+    // or 4 or 8 ranks (dp 2 or 4 divide 16 / 2 = 8).
+    EXPECT(load_on(6, &c, &err, 4, tp2) == STATUS_BAD_INPUT && contains(err.msg, "infers dp = 6 ranks / (tp 2 * pp 1) = 3") &&
+               contains(err.msg, "global_batch_size = 12 or 18") && contains(err.msg, "4 or 8 ranks (dp = 2 or 4)"),
+           "global 16 on dp 3: %s", err.msg);
+    // No world (trident plan without --world-size): dp = 0 means 1.
+    config_defaults(&c);
+    EXPECT(config_resolve_dp(&c, 0, &err) == STATUS_OK && c.parallel.dp == 1, "no world: dp %d", c.parallel.dp);
+}
+
 // ---- defaults, tiny.ini, overrides ---------------------------------------------
 
 static void test_defaults(void) {
@@ -69,7 +107,7 @@ static void test_defaults(void) {
     EXPECT(c.train.lr_schedule == LR_SCHEDULE_COSINE && c.train.seed == 1234 && c.train.beta2 == 0.95, "train");
     EXPECT(!strcmp(c.data.path, "data/kjv-shards") && c.data.tokenizer[0] == '\0', "data paths");
     EXPECT(c.data.cache_bytes == 4LL << 30, "cache_bytes default 4G = %lld", (long long)c.data.cache_bytes);
-    EXPECT(c.parallel.tp == 1 && c.parallel.pp == 1 && c.parallel.dp == 1 && !c.parallel.sequence_parallel, "par");
+    EXPECT(c.parallel.tp == 1 && c.parallel.pp == 1 && c.parallel.dp == 0 && !c.parallel.sequence_parallel, "par");
     EXPECT(c.precision.dtype == DTYPE_FP32 && c.precision.loss_scale_mode == LOSS_SCALE_DYNAMIC &&
                c.precision.loss_scale == 0, "precision defaults");
     EXPECT(c.checkpoint.resume == RESUME_AUTO && c.checkpoint.resume_path[0] == '\0', "resume default");
@@ -433,6 +471,7 @@ int main(int argc, char **argv) {
     close(fd);
     test_contract_keys();
     test_defaults();
+    test_dp_inference();
     test_tiny();
     test_overrides();
     test_sizes_and_comments();
