@@ -4,7 +4,7 @@
 #  1. A 60-step run, resumed with train.steps = 80 on 2 ranks: refused with
 #     exit 2 within 20 s, the message listing train.steps 60 -> 80 and naming
 #     train.override_schedule = true; the checkpoint folder byte-identical and
-#     no run folder made. A changed seed and another model are refused too,
+#     the run folder holding nothing but train.log, which has the refusal. A changed seed and another model are refused too,
 #     the model mismatch saying how to start fresh.
 #  2. The same resume with train.override_schedule = true: steps 61-80 run,
 #     and their lr (metrics.jsonl) is the continued cosine computed here from
@@ -28,6 +28,12 @@ run() { # NP RUN_DIR CK_DIR [overrides...]: small.ini with global batch 16, log 
         train.global_batch_size=16 train.eval_every=0 log.every=1 checkpoint.dir="$ck" log.run_dir="$run" "$@"
 }
 sums() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
+# A refused start leaves in its run folder only train.log, holding the refusal
+# (pattern from the caller's $pattern).
+only_refusal_log() {
+    [ "$(cd "$tmp/run-refused" 2>/dev/null && find . -type f | sort | paste -sd' ')" = "./train.log" ] &&
+        grep -Eq -- "$pattern" "$tmp/run-refused/train.log"
+}
 
 # 1. refused resumes
 run 1 "$tmp/run60" "$tmp/ck" train.steps=60 parallel.dp=1 > "$tmp/run60.log" 2>&1 || fail "the 60-step run failed"
@@ -35,11 +41,12 @@ before=$(sums "$tmp/ck")
 refuse() { # LABEL PATTERN [overrides...]: exit 2, PATTERN in the output, nothing changed
     local label=$1 pattern=$2 rc=0 out start ms; shift 2
     start=$(date +%s%N)
+    rm -rf "$tmp/run-refused"
     out=$(run 2 "$tmp/run-refused" "$tmp/ck" parallel.dp=0 "$@" 2>&1) || rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     if [ "$rc" != 2 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ "$(sums "$tmp/ck")" != "$before" ] ||
-        [ -e "$tmp/run-refused" ] || [ "$ms" -gt 20000 ]; then
-        echo "FAIL [$label]: exit $rc in $ms ms, message match $(grep -Ec -- "$pattern" <<<"$out" || true), checkpoint unchanged $([ "$(sums "$tmp/ck")" = "$before" ] && echo yes || echo no), run folder made $([ -e "$tmp/run-refused" ] && echo yes || echo no)"
+        ! only_refusal_log || [ "$ms" -gt 20000 ]; then
+        echo "FAIL [$label]: exit $rc in $ms ms, message match $(grep -Ec -- "$pattern" <<<"$out" || true), checkpoint unchanged $([ "$(sums "$tmp/ck")" = "$before" ] && echo yes || echo no), run folder holds only train.log with the refusal $(only_refusal_log && echo yes || echo no)"
         grep trident: <<<"$out" | head -3 || true; fail=1
     else
         echo "ok   [$label] exit 2 in $ms ms: $(grep -m1 -Eo -- "$pattern" <<<"$out" | cut -c1-200)"
