@@ -11,7 +11,7 @@
 #                  as host C++ against tests/cuda_emu (emulated runtime, cuBLASLt
 #                  and NCCL over MPI), see docs/cuda.md
 
-PKGS      := hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash libutf8proc
+PKGS      := hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash libutf8proc libisal
 CC        ?= gcc
 CXX       ?= g++
 ifeq ($(EMU),1)

@@ -122,6 +122,8 @@ struct log_config {
     int every;
     char metrics_file[CONFIG_PATH_MAX]; // "": <run_dir>/metrics.jsonl
     char run_dir[CONFIG_PATH_MAX];
+    bool tensorboard;                      // event files in run_dir (rank 0)
+    char prometheus_file[CONFIG_PATH_MAX]; // textfile-collector file; "" off
 };
 
 struct system_config {

@@ -213,6 +213,13 @@ const struct config_key config_keys[] = {
              "JSON-lines metrics, kept across resumes (docs/design.md §9); unset: <run_dir>/metrics.jsonl"),
     KEY_PATH("log", "run_dir", log.run_dir, "runs/default", 0,
              "folder for train.log, metrics.jsonl, config.ini and each start's config-<step>.ini"),
+    KEY_BOOL("log", "tensorboard", log.tensorboard, "true",
+             "TensorBoard event files (events.out.tfevents.*) in run_dir: the scalars of every log "
+             "line and evaluation, Megatron-LM's tag names (docs/design.md §9)"),
+    KEY_PATH("log", "prometheus_file", log.prometheus_file, "", CONFIG_OPTIONAL,
+             "node_exporter textfile-collector file (name it *.prom) rewritten atomically at every "
+             "log line by rank 0: step, loss, tokens/s, MFU, memory, checkpoint age, step time "
+             "(docs/design.md §9); unset: none"),
 
     // [system]
     KEY_ENUM("system", "device", system.device, "cpu", device_choices, "compute backend"),

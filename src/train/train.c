@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "model/sample.h"
 #include "plan.h"
+#include "metrics_sink.h"
 #include "run_folder.h"
 #include "trainer.h"
 
@@ -367,6 +368,9 @@ static enum status setup_log(struct trainer *t, long long started, struct traine
     enum status st = run_folder_open_metrics(mf, &s, &t->log.metrics, &err->err);
     if (!st) printf("start: attempt %d at step %d; metrics appended to %s\n", s.attempt, s.step, mf);
     if (!st) st = run_folder_write_configs(c, &s, &err->err);
+    struct metrics_sink_args sa = {.run_dir = c->log.run_dir, .tensorboard = c->log.tensorboard,
+                                   .prometheus_file = c->log.prometheus_file, .start_step = s.step};
+    if (!st) st = metrics_sink_open(&t->log.sink, &sa, &err->err);
     free(all);
     if (st) return trainer_alone(err);
     return STATUS_OK;
@@ -567,7 +571,11 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
         fprintf(t->log.metrics, "]");
     }
     fprintf(t->log.metrics, "}\n");
-    fflush(stdout), fflush(t->log.metrics);
+    fflush(stdout), fflush(t->log.metrics);    metrics_sink_step(t->log.sink, &(struct metrics_step){
+        .step = step + 1, .loss = r->loss, .lr = r->lr, .grad_norm = r->grad_norm,
+        .tokens_per_s = tps, .mfu = mfu, .mem_bytes = (double)t->m.mem_bytes, .step_time_s = dt,
+        .data_wait_s = data_wait, .skipped = r->skipped ? 1 : 0, .skipped_steps = pg->skipped_steps,
+        .loss_scale = t->par.ctx.scaler ? r->loss_scale : NAN});
 }
 
 // The closing record of metrics.jsonl (rank 0), the summary tools read: how
@@ -677,6 +685,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
                         !r.skipped;
         if (saves && (last || stop || planned_exit || periodic || out_of_time)) {
             if ((st = trainer_save(t, step + 1, err))) return st;
+            metrics_sink_saved(t->log.sink);
         }
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
         if (planned_exit && !last && !stop) {
@@ -705,6 +714,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             if (is_root(t)) {
                 printf("step %5d/%d | validation loss %.4f\n", step + 1, c->train.steps, val);
                 fprintf(t->log.metrics, "{\"step\": %d, \"val_loss\": %.4f}\n", step + 1, val);
+                metrics_sink_eval(t->log.sink, step + 1, val);
                 fflush(stdout), fflush(t->log.metrics);
             }
         }
@@ -742,6 +752,7 @@ void trainer_close(struct trainer *t) {
     if (!t) return;
     watchdog_stop(t->watchdog);
     if (t->log.metrics) fclose(t->log.metrics);
+    metrics_sink_close(t->log.sink);
     tokenizer_free(t->data.tok);
     grad_sync_free(t->par.sync);
     pipeline_exec_free(&t->par.pipe);

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "data/dataset.h"
 #include "grad_sync.h"
+#include "metrics_sink.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "parallel/pipeline.h"
@@ -70,6 +71,7 @@ struct trainer_ckpt {
 // The log line, metrics.jsonl and their denominators.
 struct trainer_log {
     FILE *metrics;            // rank 0
+    struct metrics_sink *sink; // rank 0: TensorBoard and Prometheus (metrics_sink.h); NULL none
     double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
     double *split_all;        // (world, 3) per-rank time split, gathered for the log
