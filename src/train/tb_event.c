@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,8 +146,11 @@ enum status tb_writer_open(struct tb_writer *w, const char *dir, struct error *e
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     double now = unix_now();
-    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld", dir,
-             (long long)now, host, (long)getpid());
+    // Readers load a folder's files in name order: the seconds first (10
+    // digits until 2286), the microseconds after the host name order two
+    // starts within one second.
+    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%06ld", dir,
+             (long long)now, host, (long)((now - floor(now)) * 1e6));
     w->f = NULL;
     int fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {

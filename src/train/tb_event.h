@@ -58,8 +58,8 @@ struct tb_writer {
     char path[4200];
 };
 
-// Creates dir/events.out.tfevents.<unix time>.<hostname>.<pid> (never an
-// existing file) and writes its file_version record "brain.Event:2".
+// Creates dir/events.out.tfevents.<unix seconds>.<hostname>.<microseconds>
+// (never an existing file; name order is start order, as readers need) and writes its file_version record "brain.Event:2".
 // Errors: STATUS_RUNTIME naming the file (creation or write failed).
 enum status tb_writer_open(struct tb_writer *w, const char *dir, struct error *err);
 
