@@ -212,7 +212,7 @@ const struct config_key config_keys[] = {
     KEY_PATH("log", "metrics_file", log.metrics_file, "", CONFIG_OPTIONAL,
              "JSON-lines metrics, kept across resumes (docs/design.md §9); unset: <run_dir>/metrics.jsonl"),
     KEY_PATH("log", "run_dir", log.run_dir, "runs/default", 0,
-             "folder for train.log, metrics.jsonl, config.ini and each start's config-<step>.ini"),
+             "folder for train.log, metrics.jsonl, config.ini, each start's config-<step>.ini and TensorBoard event files"),
     KEY_BOOL("log", "tensorboard", log.tensorboard, "true",
              "TensorBoard event files (events.out.tfevents.*) in run_dir: the scalars of every log "
              "line and evaluation, Megatron-LM's tag names (docs/design.md §9)"),
