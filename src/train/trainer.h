@@ -73,6 +73,8 @@ struct trainer_log {
     double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
     double *split_all;        // (world, 3) per-rank time split, gathered for the log
+    int *threads_all;         // (world, 2): each rank's OpenMP threads and enum
+                              // threads_source (base/threads.h), gathered on rank 0
 };
 
 // Where the run stands beyond its step count; saved in checkpoints
