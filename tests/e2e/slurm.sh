@@ -185,8 +185,9 @@ wait_for 150 "the time-limit requeue" restarts_at_least 1 || { show; fail "b: no
 first=$(saved_step)
 [ -n "$first" ] && [ "$first" -lt "$steps" ] || { show; fail "b: no checkpoint saved before the first requeue"; }
 echo "b: requeued after $(( $(date +%s) - start )) s, checkpoint of step $first"
-wait_for 90 "the resumed run" running_past "$first" || { show; fail "b: the requeued job did not resume"; }
+# No second time-limit signal: c's requeue must come from scancel alone.
 scontrol update JobId="$job" TimeLimit=15 || fail "c: scontrol update TimeLimit"
+wait_for 90 "the resumed run" running_past "$first" || { show; fail "b: the requeued job did not resume"; }
 scancel --signal=USR1 --batch "$job" || fail "c: scancel --signal=USR1 --batch"
 wait_for 60 "the signalled requeue" restarts_at_least 2 || { show; fail "c: no requeue after scancel --signal=USR1 --batch"; }
 second=$(saved_step)
