@@ -10,8 +10,8 @@
 #     "threads per rank" line before the run folder keeps a start record).
 #  b. `sbatch jobs/slurm_train.sbatch`, submitted from another folder, with a
 #     1-minute limit and --signal=USR1@50 (Slurm checks limits every 30 s: the
-#     signal comes 10-40 s after the start), on a run of at least 50 s of
-#     compute (steps: 50 s / (a)'s fastest step): the time-limit signal
+#     signal comes 10-40 s after the start), on a run of at least 60 s of
+#     compute (steps: 60 s / (a)'s fastest step): the time-limit signal
 #     reaches the ranks, they save and exit 3, the script requeues the job,
 #     the next start resumes.
 #  c. then, on the resumed job (its limit raised so no time-limit signal comes
@@ -161,7 +161,7 @@ step_s=$(metrics "$tmp/run-a" .step_time_s | sort -g | head -n 1)
 echo "a: srun --mpi=pmix --ntasks=2: 20 steps, 2 ranks, threads $threads, fastest step $step_s s"
 
 # ---- b, c. sbatch: the time limit, then a signal to the batch shell --------------
-steps=$(awk -v s="$step_s" 'BEGIN { n = int(50 / s); print n < 300 ? 300 : n }')
+steps=$(awk -v s="$step_s" 'BEGIN { n = int(60 / s); print n < 300 ? 300 : n }')
 [ "$BUILD" = build ] || export TRIDENT # the script finds build/trident by its own path
 cd "$tmp/submit"
 job=$(sbatch --parsable --job-name=trident-b --time=1 --signal=USR1@50 --output="$tmp/job.out" \
@@ -171,7 +171,11 @@ cd "$OLDPWD"
 ck=$tmp/submit/runs/trident-b/checkpoints
 start=$(date +%s)
 field() { scontrol show job "$job" -o 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-restarts_at_least() { [ "$(field Restarts)" -ge "$1" ] 2>/dev/null; }
+restarts_at_least() { # true when Restarts >= $1; fails the test when the job ended before
+    [ "$(field Restarts)" -ge "$1" ] 2>/dev/null && return 0
+    case $(field JobState) in COMPLETED|FAILED|CANCELLED|TIMEOUT) echo ended > "$tmp/ended"; return 0 ;; esac
+    return 1
+}
 running_past() { # running again with metrics past step $1
     [ "$(field JobState)" = RUNNING ] && metrics_at_least "$tmp/run-b" $(( $1 + 3 ))
 }
@@ -181,9 +185,10 @@ show() {
     echo "--- job output"; grep -v '^step ' "$tmp/job.out" | tail -n 40
     echo "--- slurmctld log"; tail -n 20 "$sl/log/slurmctld.log"
 }
-echo "b: job $job: $steps steps (>= 50 s at $step_s s/step), --time=1 --signal=USR1@50"
+echo "b: job $job: $steps steps (>= 60 s at $step_s s/step), --time=1 --signal=USR1@50"
 
-wait_for 150 "the time-limit requeue" restarts_at_least 1 || { show; fail "b: no requeue after the time-limit signal"; }
+wait_for 150 "the time-limit requeue" restarts_at_least 1 && [ ! -e "$tmp/ended" ] ||
+    { show; fail "b: no requeue after the time-limit signal (job $(field JobState) after $(( $(date +%s) - start )) s)"; }
 first=$(saved_step)
 [ -n "$first" ] && [ "$first" -lt "$steps" ] || { show; fail "b: no checkpoint saved before the first requeue"; }
 echo "b: requeued after $(( $(date +%s) - start )) s, checkpoint of step $first"
@@ -191,7 +196,8 @@ echo "b: requeued after $(( $(date +%s) - start )) s, checkpoint of step $first"
 scontrol update JobId="$job" TimeLimit=15 || fail "c: scontrol update TimeLimit"
 wait_for 90 "the resumed run" running_past "$first" || { show; fail "b: the requeued job did not resume"; }
 scancel --signal=USR1 --batch "$job" || fail "c: scancel --signal=USR1 --batch"
-wait_for 60 "the signalled requeue" restarts_at_least 2 || { show; fail "c: no requeue after scancel --signal=USR1 --batch"; }
+wait_for 60 "the signalled requeue" restarts_at_least 2 && [ ! -e "$tmp/ended" ] ||
+    { show; fail "c: no requeue after scancel --signal=USR1 --batch (job $(field JobState))"; }
 second=$(saved_step)
 [ -n "$second" ] && [ "$second" -gt "$first" ] || { show; fail "c: no new checkpoint after step $first"; }
 echo "c: scancel --signal=USR1 --batch: saved at step $second, requeued after $(( $(date +%s) - start )) s"
