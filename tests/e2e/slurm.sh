@@ -21,6 +21,8 @@
 #  its checkpoint folder (the script's default, per job name) verifies and
 #  holds the last step, and log.run_dir/metrics.jsonl holds every step
 #  1..last exactly once (appended across starts).
+#  d. a plain `scancel` of a running job: the ranks save on its SIGTERM, and
+#     the script does not requeue (the job ends CANCELLED, Restarts=0).
 # Skips (exit 77, the reason printed) when the daemons cannot run here: not
 # root, fewer than 2 CPUs, or a daemon that does not come up (its log shown).
 # Every wait is bounded; the whole test takes about 2-3 minutes.
@@ -168,7 +170,7 @@ job=$(sbatch --parsable --job-name=trident-b --time=1 --signal=USR1@50 --output=
     "$OLDPWD/jobs/slurm_train.sbatch" "$OLDPWD/$SMALL_INI" "${common[@]}" train.steps="$steps" \
     log.run_dir="$tmp/run-b") || fail "b: sbatch refused the job"
 cd "$OLDPWD"
-ck=$tmp/submit/runs/trident-b/checkpoints
+ck=$tmp/submit/runs/trident-b/checkpoints out=$tmp/job.out
 start=$(date +%s)
 field() { scontrol show job "$job" -o 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 restarts_at_least() { # true when Restarts >= $1; fails the test when the job ended before
@@ -182,7 +184,7 @@ running_past() { # running again with metrics past step $1
 saved_step() { sed -n 's/^step-0*//p' "$ck/latest" 2>/dev/null; } # latest: "step-000100"
 show() {
     echo "--- scontrol show job $job"; scontrol show job "$job"
-    echo "--- job output"; grep -v '^step ' "$tmp/job.out" | tail -n 40
+    echo "--- job output"; grep -v '^step ' "$out" | tail -n 40
     echo "--- slurmctld log"; tail -n 20 "$sl/log/slurmctld.log"
 }
 echo "b: job $job: $steps steps (>= 60 s at $step_s s/step), --time=1 --signal=USR1@50"
@@ -214,4 +216,18 @@ got=$(metrics "$tmp/run-b" .step | sort -n | uniq -c | awk '$1 != 1 { print "ste
 [ -z "$got" ] || fail "b: metrics.jsonl repeats steps: $got"
 [ "$(metrics "$tmp/run-b" .step | sort -n | tr '\n' ' ')" = "$(seq -s ' ' 1 "$steps") " ] ||
     fail "b: metrics.jsonl does not hold steps 1..$steps once each ($(metrics "$tmp/run-b" .step | wc -l) step lines, first $(metrics "$tmp/run-b" .step | head -n 1))"
+# ---- d. a plain scancel ends the job: the ranks save (SIGTERM), no requeue ----
+cd "$tmp/submit"
+job=$(sbatch --parsable --job-name=trident-d --output="$tmp/job-d.out" "$OLDPWD/jobs/slurm_train.sbatch" \
+    "$OLDPWD/$SMALL_INI" "${common[@]}" train.steps=100000 log.run_dir="$tmp/run-d") || fail "d: sbatch refused the job"
+cd "$OLDPWD"
+ck=$tmp/submit/runs/trident-d/checkpoints out=$tmp/job-d.out
+wait_for 60 "job d running" metrics_at_least "$tmp/run-d" 3 || { show; fail "d: job $job did not start"; }
+scancel "$job" || fail "d: scancel"
+wait_for 60 "job d ended" done_job || { show; fail "d: job $job still $(field JobState) a minute after scancel"; }
+sleep 2 # a requeue, were there one, would show by now
+state=$(field JobState) restarts=$(field Restarts)
+[ "$state" = CANCELLED ] && [ "$restarts" = 0 ] || { show; fail "d: after scancel job $job is $state, Restarts=$restarts"; }
+[ -n "$(saved_step)" ] || fail "d: no checkpoint saved on scancel's SIGTERM"
+echo "d: scancel: job $job CANCELLED, Restarts=0, checkpoint of step $(saved_step)"
 echo "slurm: ok, $(( $(date +%s) - t0 )) s"
