@@ -29,10 +29,11 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
+[ "$(id -u)" -eq 0 ] || skip "not root: slurmd and a private munged need root here"
+PATH=$PATH:/usr/sbin:/sbin # the daemons' folder, not on every PATH
 for c in munged mungekey slurmctld slurmd srun sbatch scontrol scancel squeue; do
     command -v "$c" >/dev/null || fail "$c not installed: run make deps (slurmctld slurmd slurm-client munge)"
 done
-[ "$(id -u)" -eq 0 ] || skip "not root: slurmd and a private munged need root here"
 ncpu=$(nproc)
 t0=$(date +%s)
 [ "$ncpu" -ge 2 ] || skip "$ncpu CPU: the cases run 2 tasks on one node"
@@ -129,7 +130,9 @@ for plugin in task/affinity task/none; do
     slurmd -D -f "$SLURM_CONF" >"$sl/log/slurmd.out" 2>&1 &
     d=$!
     pids+=("$ctld" "$d")
-    if wait_for 30 "node idle" node_idle; then up=$plugin; break; fi
+    # the node idle, or a daemon gone (no use waiting)
+    idle_or_dead() { node_idle || ! kill -0 "$ctld" 2>/dev/null || ! kill -0 "$d" 2>/dev/null; }
+    if wait_for 30 "node idle" idle_or_dead && node_idle; then up=$plugin; break; fi
     log_tail
     echo "slurm: the daemons did not come up with TaskPlugin=$plugin"
     kill -TERM "$d" "$ctld" 2>/dev/null || true
