@@ -3,7 +3,8 @@
 # must equal tp * pp * dp; rank order is Megatron's (tp fastest, then dp,
 # then pp). As root, OpenMPI also needs OMPI_ALLOW_RUN_AS_ROOT=1
 # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; more ranks than cores need --oversubscribe.
-# Print them with: bash jobs/mpirun_examples.sh
+# Print them with: bash jobs/mpirun_examples.sh. Slurm batch scripts:
+# jobs/slurm_train.sbatch (one node), jobs/slurm_multinode.sbatch (GPUs).
 cat <<'LINES'
 # data parallel on 4 ranks (global batch = micro batch 8 x dp 4 x accumulation)
 mpirun -np 4 build/trident train configs/tiny.ini parallel.dp=4 train.global_batch_size=32
@@ -19,4 +20,17 @@ mpirun -np 2 build/trident train configs/tiny.ini parallel.pp=2 parallel.dp=1 pa
 mpirun -np 8 build/trident train configs/tiny.ini parallel.tp=2 parallel.pp=2 parallel.dp=2 train.global_batch_size=32
 # resume a run's latest checkpoint in another layout (resharding; same global batch)
 mpirun -np 4 build/trident train configs/tiny.ini parallel.tp=2 parallel.dp=2 checkpoint.dir=runs/tiny-DATE/checkpoints
+# Slurm, one node, 2 ranks (srun needs --mpi=pmix for Debian's OpenMPI; srun --mpi=list names the plugins)
+srun --mpi=pmix --ntasks=2 build/trident train configs/tiny.ini parallel.dp=2
+# mpirun inside a Slurm allocation: 2 nodes x 8 GPUs, tp 8 inside a node, dp 2 across.
+# OpenMPI's mpirun reads the allocation and starts its daemons through Slurm;
+# --map-by ppr:8:node fills one node, then the next, so consecutive ranks (one
+# TP group, docs/design.md section 2) share a node. For the time limit and
+# requeues see jobs/slurm_train.sbatch (TRIDENT_SRUN_MPI=mpirun).
+salloc --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --cpus-per-task=8 --time=1:00:00
+mpirun -np "$SLURM_NTASKS" --map-by ppr:8:node --bind-to none build/trident train configs/llama-1b.ini \
+    system.device=cuda parallel.tp=8 parallel.dp=2 checkpoint.dir=runs/llama-1b/checkpoints
+# the same allocation with srun
+srun --mpi=pmix --distribution=block:block build/trident train configs/llama-1b.ini \
+    system.device=cuda parallel.tp=8 parallel.dp=2 checkpoint.dir=runs/llama-1b/checkpoints
 LINES

@@ -2,6 +2,11 @@
 # Installs what trident builds and tests with, when missing:
 #  1. Debian packages. As root: apt-get installs them. Otherwise: prints the
 #     exact command and exits 1.
+#     Slurm (slurmctld, slurmd, slurm-client, munge) is for tests/e2e/slurm.sh,
+#     which starts its own daemons; the packages' postinst must not start any:
+#     without a /usr/sbin/policy-rc.d (Docker images ship one that says 101,
+#     "action forbidden"), one is put there for the install and removed after,
+#     so invoke-rc.d starts nothing, with or without systemd.
 #  2. The test suite's Python packages (tests/requirements.txt, pinned) in a
 #     project-local virtual environment, .venv/ at the repo root (gitignored),
 #     made with Debian's python3 -m venv; tests/e2e/lib/common.sh runs
@@ -12,14 +17,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libdnnl-dev libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev libisal-dev bible-kjv
-      python3 python3-venv jq procps)
-installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}')
+      python3 python3-venv jq procps slurmctld slurmd slurm-client munge)
+# dpkg-query exits 1 when it knows none of a name (a fresh machine): not an error here
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}' || true)
 missing=()
 for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         echo "deps: installing ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
+        policy=/usr/sbin/policy-rc.d
+        if [ ! -e "$policy" ]; then
+            printf '#!/bin/sh\n# trident scripts/deps.sh: no service starts during the install\nexit 101\n' > "$policy"
+            chmod 755 "$policy"
+            trap 'rm -f "$policy"' EXIT
+        fi
         apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
     else
         echo "deps: missing packages; run as root:"

@@ -10,9 +10,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 cd "$(dirname "$0")/.."
 # The only tests that may skip: they need a CUDA device (test_ops_cuda) or the
-# CUDA toolkit, which no Debian package of `make deps` brings (cuda_build).
-# Under ASAN=1, test_no_alloc too: the sanitizer owns malloc.
-MAY_SKIP="test_ops_cuda cuda_build${ASAN:+ test_no_alloc}"
+# CUDA toolkit, which no Debian package of `make deps` brings (cuda_build), or
+# they start Slurm's daemons, which needs root and a machine that lets them run
+# (slurm). Under ASAN=1, test_no_alloc too: the sanitizer owns malloc.
+MAY_SKIP="test_ops_cuda cuda_build slurm${ASAN:+ test_no_alloc}"
 pass=0 fail=0 skip=0 failed=()
 tests=()
 for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && tests+=("$t"); done

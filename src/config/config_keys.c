@@ -228,7 +228,8 @@ const struct config_key config_keys[] = {
              "the native kernels; cudnn demands it (an error otherwise); native never uses it; fp32 and "
              "cpu: native"),
     KEY_INT("system", "threads", system.threads, "0", 0, INT_MAX, "threads",
-            "OpenMP threads per rank; 0 keeps OpenMP's default"),
+            "OpenMP threads per rank; 0: this rank's CPU affinity when narrower than the node, else "
+            "SLURM_CPUS_PER_TASK, else the node's cores / its ranks (docs/design.md §2)"),
     KEY_FLOAT("system", "peak_tflops", system.peak_tflops, "0", 0, NOMAX, 0, "TFLOP/s",
               "peak rate for MFU; 0 measures a GEMM at start"),
     KEY_FLOAT("system", "watchdog_s", system.watchdog_s, "300", 0, NOMAX, 0, "s",

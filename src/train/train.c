@@ -11,6 +11,7 @@
 
 #include "base/tee.h"
 #include "base/version.h"
+#include "base/threads.h"
 #include "ckpt/durable.h"
 #include "data/cache.h"
 #include "kernels/backend.h"
@@ -110,7 +111,15 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
                     "rank %% %d); NCCL refuses two ranks of one group on one GPU unless it is 2.30 or "
                     "later with NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
     }
-    t->m.be = backend_init(cuda ? BACKEND_CUDA : BACKEND_CPU, device, c->system.threads, &err->err);
+    // OpenMP threads: [system] threads, else this rank's CPU affinity, else
+    // SLURM_CPUS_PER_TASK, else the node's cores / its ranks (base/threads.h);
+    // every rank's count and source gathered for rank 0's banner.
+    struct threads_choice th = threads_choose(threads_affinity_cpus(), threads_node_cpus(), topo->local_size,
+                                              getenv("SLURM_CPUS_PER_TASK"), c->system.threads);
+    int mine[2] = {th.threads, (int)th.source};
+    t->log.threads_all = xcalloc(2 * (size_t)topo->world_size, sizeof *t->log.threads_all);
+    comm_all_gather(&topo->world, mine, t->log.threads_all, 2, DTYPE_I32);
+    t->m.be = backend_init(cuda ? BACKEND_CUDA : BACKEND_CPU, device, th.threads, &err->err);
     static const enum backend_attention attention[] = {[ATTENTION_AUTO] = BACKEND_ATTENTION_AUTO,
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
@@ -393,6 +402,22 @@ static void print_banner(const struct trainer *t) {
     printf("trident train: %s, world %d = tp %d x pp %d x dp %d%s, device %s\n", c->file,
            t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
            inferred ? " (dp inferred: world / (tp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+    // One count and source when every rank has the same, else rank by rank.
+    const int *th = t->log.threads_all, n = t->par.topo.world_size;
+    bool same = true;
+    for (int r = 1; r < n; r++) same = same && th[2 * r] == th[0] && th[2 * r + 1] == th[1];
+    printf("threads per rank:");
+    for (int r = 0; r < (same ? 1 : n); r++)
+        printf("%s %d (%s)", r ? "," : "", th[2 * r], threads_source_name((enum threads_source)th[2 * r + 1]));
+    printf("\n");
+    // Under Slurm a preemption signal (--signal, scancel, the time limit) can
+    // come; without a checkpoint folder exit 3 saves nothing.
+    const char *job = getenv("SLURM_JOB_ID");
+    if (job && job[0] && !c->checkpoint.dir[0])
+        fprintf(stderr, "trident: warning: running under Slurm (job %s) with [checkpoint] dir unset: a "
+                "preemption signal (SIGUSR1 or SIGTERM: the time limit's --signal, scancel) stops every rank "
+                "with exit 3 and nothing saved, and a requeued job starts again from step 0; set "
+                "checkpoint.dir=FOLDER\n", job);
     if (t->par.topo.has_device_groups)
         printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
                "messages %s), MPI for host scalars\n",
@@ -765,6 +790,7 @@ void trainer_close(struct trainer *t) {
     topology_free(&t->par.topo); // NCCL communicators before the streams they use
     backend_free(t->m.be);
     free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
+    free(t->log.threads_all);
     free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
     free(t);
     tee_stdio_close(); // rank 0's train.log (setup_train_log)

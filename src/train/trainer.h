@@ -76,6 +76,8 @@ struct trainer_log {
     double peak_flops;        // all ranks together, FLOP/s
     double *split_all;        // (world, 3) per-rank time split, gathered for the log
     double open_s;            // time_now_s() when trainer_open began: [train] exit_duration_mins counts from it
+    int *threads_all;         // (world, 2): each rank's OpenMP threads and enum
+                              // threads_source (base/threads.h), gathered on rank 0
 };
 
 // Where the run stands beyond its step count; saved in checkpoints

@@ -8,7 +8,8 @@
 #   tmp                 a fresh folder, removed when the script exits
 #   PY                  .venv/bin/python, the project's venv (made by `make deps`)
 #   fail MSG            print "FAIL: MSG" and exit 1
-#   skip MSG            print "skipped: MSG" and exit 77 (only for a missing CUDA device)
+#   skip MSG            print "skipped: MSG" and exit 77 (only for a missing CUDA device,
+#                       or Slurm daemons that cannot run here: tests/run.sh MAY_SKIP)
 #   need_built FILE...  fail unless each FILE is an executable (run make)
 #   need_py MODULE...   fail unless the venv's python imports each MODULE (run make deps)
 #   mpi_no_leftovers PATTERN
