@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libdnnl-dev libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev bible-kjv
-      python3 python3-venv jq procps)
+      python3 python3-venv jq procps gnuplot-nox)
 installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}')
 missing=()
 for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done

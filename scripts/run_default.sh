@@ -4,7 +4,8 @@
 # it), then trains configs/tiny.ini on 2 MPI ranks (data parallel). The log
 # shows the loss and the validation loss falling and text samples; the run's
 # folder runs/tiny-<date>-<time>/ gets metrics.jsonl, config.ini, train.log
-# and checkpoints/. Extra arguments are config overrides, e.g.
+# and checkpoints/, then `trident plot` draws its curves.png and the last
+# line prints its path. Extra arguments are config overrides, e.g.
 #   make run ARGS="train.steps=100"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,3 +25,6 @@ run_dir="runs/tiny-$(date +%Y%m%d-%H%M%S)"
 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$BUILD/trident" train configs/tiny.ini system.threads=1 \
     log.run_dir="$run_dir" checkpoint.dir="$run_dir/checkpoints" "$@"
 echo "run folder: $run_dir (metrics.jsonl, config.ini, train.log, checkpoints/)"
+# The curves (loss and validation loss against tokens, lr, grad norm, tokens/s).
+"$BUILD/trident" plot "$run_dir" --out "$run_dir/curves.png" >/dev/null
+echo "curves: $run_dir/curves.png"

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# plot.sh: `trident plot RUN_DIR [--out PNG]` (src/cli/cmd_plot.c, gnuplot's
+# pngcairo) on the folder of a tiny real run (one rank, 8 steps, validation
+# every 4):
+#  1. it writes RUN_DIR/curves.png and prints its path; the file is a PNG
+#     checked by an independent reader (Python's zlib and struct, not
+#     gnuplot): the signature, every chunk's CRC-32, IHDR 1200 x 900 (the
+#     size documented in docs/design.md §9), IDAT inflating to exactly the
+#     bytes that size and colour type need, IEND last;
+#  2. the same data twice gives the same bytes (measured: pngcairo writes no
+#     time stamp), --out writes elsewhere;
+#  3. the picture follows the data: a copy of the folder with one step's loss
+#     changed, or one validation loss, or the lr of one step, gives a
+#     different PNG; a copy with only a field trident plot does not draw
+#     (mfu) changed gives the same bytes;
+#  4. bad inputs exit 2 naming what is wrong: no such folder, no
+#     metrics.jsonl, no config.ini, no step records, a broken line that is
+#     not the last (a torn last line is skipped: exit 0), no gnuplot on PATH
+#     (the message says `make deps`), an unknown option.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+need_built "$TRIDENT"
+need_py numpy
+command -v gnuplot >/dev/null || fail "gnuplot not installed: run make deps"
+small_dataset "$tmp"
+run="$tmp/run"
+timeout 300 "${MPIRUN[@]}" -np 1 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
+    train.steps=8 train.warmup_steps=2 train.eval_every=4 train.eval_steps=1 checkpoint.every=0 \
+    checkpoint.dir="$tmp/ck" log.run_dir="$run" > "$tmp/train.log" 2>&1 ||
+    { tail -5 "$tmp/train.log"; fail "the tiny run"; }
+[ "$(metrics "$run" | wc -l)" -eq 8 ] || fail "the tiny run has $(metrics "$run" | wc -l) step records, not 8"
+[ "$(jq -c 'select(has("val_loss"))' "$run/metrics.jsonl" | wc -l)" -eq 2 ] || fail "the tiny run has no 2 val records"
+
+# 1. default output and the PNG check
+out=$("$TRIDENT" plot "$run") || fail "trident plot exited $?"
+[ "$out" = "$run/curves.png" ] || fail "trident plot printed '$out', not $run/curves.png"
+"$PY" - "$run/curves.png" <<'PY' || fail "curves.png is not a valid 1200x900 PNG"
+import struct, sys, zlib
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"\x89PNG\r\n\x1a\n", "signature"
+pos, chunks, idat = 8, [], b""
+while pos < len(b):
+    n, = struct.unpack(">I", b[pos:pos + 4]); kind = b[pos + 4:pos + 8]; data = b[pos + 8:pos + 8 + n]
+    crc, = struct.unpack(">I", b[pos + 8 + n:pos + 12 + n])
+    assert zlib.crc32(kind + data) == crc, f"CRC of {kind}"
+    chunks.append(kind); pos += 12 + n
+    if kind == b"IDAT": idat += data
+    if kind == b"IHDR": w, h, depth, ctype = struct.unpack(">IIBB", data[:10])
+assert chunks[0] == b"IHDR" and chunks[-1] == b"IEND" and pos == len(b), chunks
+assert (w, h) == (1200, 900), (w, h)
+channels = {0: 1, 2: 3, 4: 2, 6: 4}[ctype]
+raw = zlib.decompress(idat)
+assert len(raw) == h * (1 + w * channels * depth // 8), (len(raw), w, h, ctype, depth)
+print(f"PNG ok: {w}x{h}, colour type {ctype}, depth {depth}, {len(b)} bytes, chunks {[c.decode() for c in chunks]}")
+PY
+
+# 2. determinism, --out
+"$TRIDENT" plot "$run" --out "$tmp/again.png" > /dev/null || fail "trident plot --out exited $?"
+cmp -s "$run/curves.png" "$tmp/again.png" || fail "the same data gave two different PNGs"
+[ ! -e "$tmp/again.png.tmp" ] || fail "plot left its .tmp file"
+
+# 3. the picture follows the data. variant NAME JQ-FILTER: a copy of the run
+# folder with metrics.jsonl passed through JQ-FILTER, plotted to $tmp/NAME.png.
+# The copy's folder is also called run: the title names the folder.
+variant() {
+    local d="$tmp/v-$1/run"
+    mkdir -p "$d"; cp "$run/config.ini" "$d/"
+    jq -c "$2" "$run/metrics.jsonl" > "$d/metrics.jsonl"
+    cmp -s "$run/metrics.jsonl" "$d/metrics.jsonl" && fail "variant $1 changed nothing"
+    "$TRIDENT" plot "$d" --out "$tmp/$1.png" > /dev/null || fail "plot of variant $1 exited $?"
+}
+variant loss 'if .step == 5 and has("loss") then .loss *= 0.9 else . end'
+variant val 'if has("val_loss") and .step == 4 then .val_loss += 0.5 else . end'
+variant lr 'if .step == 6 and has("lr") then .lr *= 0.5 else . end'
+variant mfu 'if has("mfu") then .mfu += 0.1 else . end'
+for v in loss val lr; do
+    cmp -s "$run/curves.png" "$tmp/$v.png" && fail "variant $v (one value changed) gave the same PNG"
+done
+cmp -s "$tmp/mfu.png" "$run/curves.png" || fail "changing mfu (not drawn) changed the PNG"
+echo "the PNG changes with loss, val_loss, lr; not with mfu"
+
+# 4. bad inputs: bad NAME WANT_IN_STDERR CMD...: exit 2 with WANT on stderr.
+bad() {
+    local name=$1 want=$2 rc=0; shift 2
+    "$@" > /dev/null 2> "$tmp/err" || rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "$name: exit $rc, not 2"; }
+    grep -qF -- "$want" "$tmp/err" || { cat "$tmp/err"; fail "$name: stderr does not say '$want'"; }
+    echo "bad input $name: exit 2: $(head -1 "$tmp/err")"
+}
+bad no-dir "$tmp/nope" "$TRIDENT" plot "$tmp/nope"
+mkdir "$tmp/empty"
+bad no-metrics "$tmp/empty/metrics.jsonl" "$TRIDENT" plot "$tmp/empty"
+mkdir "$tmp/nocfg"; cp "$run/metrics.jsonl" "$tmp/nocfg/"
+bad no-config "$tmp/nocfg/config.ini" "$TRIDENT" plot "$tmp/nocfg"
+mkdir "$tmp/nosteps"; cp "$run/config.ini" "$tmp/nosteps/"
+jq -c 'select(has("loss") | not)' "$run/metrics.jsonl" > "$tmp/nosteps/metrics.jsonl"
+bad no-steps "$tmp/nosteps/metrics.jsonl" "$TRIDENT" plot "$tmp/nosteps"
+mkdir "$tmp/broken"; cp "$run/config.ini" "$tmp/broken/"
+{ head -3 "$run/metrics.jsonl"; echo '{"step": 3, "loss": 5.'; tail -n +4 "$run/metrics.jsonl"; } > "$tmp/broken/metrics.jsonl"
+bad broken-line "$tmp/broken/metrics.jsonl:4" "$TRIDENT" plot "$tmp/broken"
+mkdir "$tmp/torn"; cp "$run/config.ini" "$tmp/torn/"
+{ cat "$run/metrics.jsonl"; printf '{"step": 9, "lo'; } > "$tmp/torn/metrics.jsonl"
+"$TRIDENT" plot "$tmp/torn" > /dev/null 2> "$tmp/err" || { cat "$tmp/err"; fail "a torn last line: exit $?"; }
+grep -q "torn last line" "$tmp/err" || fail "a torn last line was skipped silently"
+bad no-gnuplot "make deps" env PATH=/nonexistent "$TRIDENT" plot "$run" --out "$tmp/x.png"
+bad unknown-option "--colour" "$TRIDENT" plot "$run" --colour
+bad no-run-dir "RUN_DIR is required" "$TRIDENT" plot
+echo "plot: all checks passed"
