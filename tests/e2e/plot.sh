@@ -13,7 +13,14 @@
 #     changed, or one validation loss, or the lr of one step, gives a
 #     different PNG; a copy with only a field trident plot does not draw
 #     (mfu) changed gives the same bytes;
-#  4. bad inputs exit 2 naming what is wrong: no such folder, no
+#  4. --data FILE holds the columns drawn: every step record's loss, lr,
+#     grad norm and tokens/s as metrics.jsonl has them, each validation
+#     loss, and tokens = step x 8 x 32 (small.ini's global_batch_size and
+#     seq_len); a requeue chain whose resume at step 4 doubled
+#     global_batch_size (a start record at 4, config-4.ini, and
+#     config-4-2.ini, the later attempt, which wins) has tokens 256 s up to
+#     step 4, then 1024 + 512 (s - 4);
+#  5. bad inputs exit 2 naming what is wrong: no such folder, no
 #     metrics.jsonl, no config.ini, no step records, a broken line that is
 #     not the last (a torn last line is skipped: exit 0), no gnuplot on PATH
 #     (the message says `make deps`), an unknown option.
@@ -79,7 +86,46 @@ done
 cmp -s "$tmp/mfu.png" "$run/curves.png" || fail "changing mfu (not drawn) changed the PNG"
 echo "the PNG changes with loss, val_loss, lr; not with mfu"
 
-# 4. bad inputs: bad NAME WANT_IN_STDERR CMD...: exit 2 with WANT on stderr.
+# 4. --data. check_data FILE METRICS TOKENS-EXPR: the columns against the
+# records of METRICS, tokens against the Python expression of step s.
+check_data() {
+    "$PY" - "$@" <<'PY'
+import json, math, sys
+data, metrics, expr = sys.argv[1:]
+blocks = open(data).read().split("\n\n\n")
+rows = [[[float(x) for x in l.split()] for l in b.splitlines() if l and not l.startswith("#")] for b in blocks]
+recs = [json.loads(l) for l in open(metrics)]
+steps = [r for r in recs if "loss" in r]
+vals = [r for r in recs if "val_loss" in r]
+tok = lambda s: eval(expr)
+bad = 0
+if len(rows[0]) != len(steps) or len(rows[1]) != len(vals):
+    print(f"FAIL: {len(rows[0])} step rows, {len(rows[1])} val rows; metrics has {len(steps)}, {len(vals)}"); sys.exit(1)
+for row, r in zip(rows[0], steps):
+    want = [tok(r["step"]), r["step"], r["loss"], r["lr"], r["grad_norm"], r["tokens_per_s"]]
+    if row != want: print(f"FAIL: step {r['step']}: row {row}, want {want}"); bad += 1
+for row, r in zip(rows[1], vals):
+    want = [tok(r["step"]), r["step"], r["val_loss"]]
+    if row != want: print(f"FAIL: val at {r['step']}: row {row}, want {want}"); bad += 1
+print(f"{data}: {len(steps)} step rows and {len(vals)} val rows as metrics.jsonl has them, tokens = {expr}")
+sys.exit(1 if bad else 0)
+PY
+}
+"$TRIDENT" plot "$run" --out "$tmp/d.png" --data "$tmp/d.dat" > /dev/null || fail "plot --data exited $?"
+cmp -s "$tmp/d.png" "$run/curves.png" || fail "--data changed the picture"
+check_data "$tmp/d.dat" "$run/metrics.jsonl" "256 * s" || fail "--data columns"
+chain="$tmp/chain/run"; mkdir -p "$chain"
+cp "$run"/config*.ini "$chain/"
+sed 's/^global_batch_size = .*/global_batch_size = 32/' "$run/config.ini" > "$chain/config-4.ini"
+sed 's/^global_batch_size = .*/global_batch_size = 16/' "$run/config.ini" > "$chain/config-4-2.ini"
+grep -q '^global_batch_size = 8$' "$run/config.ini" || fail "config.ini's global_batch_size is not 8"
+jq -c 'if .event == "start" then ., (.step = 4 | .attempt = 2) else . end' "$run/metrics.jsonl" |
+    jq -sc 'sort_by([.step // 1e9, (if .event then 1 else 0 end)]) | .[]' > "$chain/metrics.jsonl"
+"$TRIDENT" plot "$chain" --out "$tmp/chain.png" --data "$tmp/chain.dat" > /dev/null || fail "plot of the chain exited $?"
+check_data "$tmp/chain.dat" "$chain/metrics.jsonl" "256 * s if s <= 4 else 1024 + 512 * (s - 4)" ||
+    fail "--data columns of the requeue chain"
+
+# 5. bad inputs: bad NAME WANT_IN_STDERR CMD...: exit 2 with WANT on stderr.
 bad() {
     local name=$1 want=$2 rc=0; shift 2
     "$@" > /dev/null 2> "$tmp/err" || rc=$?
