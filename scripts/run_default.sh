@@ -20,7 +20,8 @@ source tests/e2e/lib/mpi_env.sh
 # config.ini, train.log, checkpoints/); resume one with
 #   mpirun -np 2 build/trident train configs/tiny.ini log.run_dir=DIR checkpoint.dir=DIR/checkpoints
 # (its metrics.jsonl and train.log are appended to: docs/design.md §9)
-run_dir="runs/tiny-$(date +%Y%m%d-%H%M%S)"
+# (TRIDENT_RUNS=DIR: the folder goes under DIR instead of runs/; tests/e2e/plot.sh.)
+run_dir="${TRIDENT_RUNS:-runs}/tiny-$(date +%Y%m%d-%H%M%S)"
 # One OpenMP thread per rank: 2 ranks fill the 2 cores of a small machine.
 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$BUILD/trident" train configs/tiny.ini system.threads=1 \
     log.run_dir="$run_dir" checkpoint.dir="$run_dir/checkpoints" "$@"

@@ -20,7 +20,11 @@
 #     global_batch_size (a start record at 4, config-4.ini, and
 #     config-4-2.ini, the later attempt, which wins) has tokens 256 s up to
 #     step 4, then 1024 + 512 (s - 4);
-#  5. bad inputs exit 2 naming what is wrong: no such folder, no
+#  5. `make run`'s script (scripts/run_default.sh, 2 steps of configs/tiny.ini
+#     on 2 ranks, its folder under TRIDENT_RUNS=$tmp/runs) ends by printing
+#     "curves: <run folder>/curves.png", and that file is the PNG of that
+#     folder (the same bytes as trident plot of it);
+#  6. bad inputs exit 2 naming what is wrong: no such folder, no
 #     metrics.jsonl, no config.ini, no step records, a broken line that is
 #     not the last (a torn last line is skipped: exit 0), no gnuplot on PATH
 #     (the message says `make deps`), an unknown option.
@@ -125,7 +129,22 @@ jq -c 'if .event == "start" then ., (.step = 4 | .attempt = 2) else . end' "$run
 check_data "$tmp/chain.dat" "$chain/metrics.jsonl" "256 * s if s <= 4 else 1024 + 512 * (s - 4)" ||
     fail "--data columns of the requeue chain"
 
-# 5. bad inputs: bad NAME WANT_IN_STDERR CMD...: exit 2 with WANT on stderr.
+# 5. make run's last line. Its corpus is the repo's data/kjv.txt and
+# data/kjv-shards, made once as `make run` makes them.
+rc=0
+TRIDENT_RUNS="$tmp/runs" BUILD="$BUILD" OMP_NUM_THREADS=1 timeout 300 scripts/run_default.sh train.steps=2 \
+    train.warmup_steps=1 train.eval_every=0 train.sample_every=0 checkpoint.every=0 system.peak_tflops=1 \
+    > "$tmp/make-run.log" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { tail -20 "$tmp/make-run.log"; fail "scripts/run_default.sh exited $rc"; }
+last=$(tail -n 1 "$tmp/make-run.log")
+png=${last#curves: }
+case "$last" in "curves: $tmp/runs/tiny-"*/curves.png) ;; *) fail "make run's last line is '$last'";; esac
+[ "$(metrics "${png%/curves.png}" | wc -l)" -eq 2 ] || fail "make run's folder has no 2 step records"
+"$TRIDENT" plot "${png%/curves.png}" --out "$tmp/make-run.png" > /dev/null || fail "plot of make run's folder"
+cmp -s "$png" "$tmp/make-run.png" || fail "$png is not the plot of its folder"
+echo "make run: $last"
+
+# 6. bad inputs: bad NAME WANT_IN_STDERR CMD...: exit 2 with WANT on stderr.
 bad() {
     local name=$1 want=$2 rc=0; shift 2
     "$@" > /dev/null 2> "$tmp/err" || rc=$?
