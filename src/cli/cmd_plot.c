@@ -1,4 +1,4 @@
-// cmd_plot.c: `trident plot RUN_DIR [--out PNG]`: the curves of a run folder
+// cmd_plot.c: `trident plot RUN_DIR [--out PNG] [--data FILE]`: the curves of a run folder
 // as one PNG with four panels, drawn by gnuplot (pngcairo terminal; Debian's
 // gnuplot-nox, installed by `make deps`).
 //
@@ -166,7 +166,8 @@ static enum status plot_read_metrics(const char *run_dir, const char *path, doub
     fclose(f);
     if (st) return st;
     if (bad_line)
-        fprintf(stderr, "trident plot: %s:%d: torn last line skipped (a run killed mid-write)\n", path, bad_line);
+        fprintf(stderr, "trident plot: %s:%d: torn last line skipped (a run killed mid-write)\n", path,
+                bad_line);
     if (!d->n_steps)
         return error_set(err, STATUS_BAD_INPUT, "%s: no step records (lines with \"loss\"): nothing to plot",
                          path);
@@ -206,11 +207,12 @@ static enum status plot_write_data(const char *path, const struct plot_data *d, 
 // The gnuplot script: a 2x2 multiplot of PLOT_WIDTH x PLOT_HEIGHT pixels,
 // loss (and validation loss when there is any), lr, grad norm, tokens/s,
 // each against tokens, written to out.
-static enum status plot_write_script(const char *path, const char *data, const char *out, const char *title,
-                                     bool has_val, struct error *err) {
+static enum status plot_write_script(const char *path, const char *data, const char *out,
+                                     const char *title, bool has_val, struct error *err) {
     FILE *f = fopen(path, "w");
     if (!f) return error_set(err, STATUS_RUNTIME, "%s: %s", path, strerror(errno));
-    fprintf(f, "set terminal pngcairo size %d,%d noenhanced font ',10'\nset output ", PLOT_WIDTH, PLOT_HEIGHT);
+    fprintf(f, "set terminal pngcairo size %d,%d noenhanced font ',10'\nset output ", PLOT_WIDTH,
+            PLOT_HEIGHT);
     gp_quote(f, out);
     fprintf(f, "\ndata = ");
     gp_quote(f, data);
@@ -245,13 +247,15 @@ static enum status plot_run_gnuplot(const char *script, struct error *err) {
     if (rc) return error_set(err, STATUS_RUNTIME, "cannot start gnuplot: %s", strerror(rc));
     int ws;
     while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return error_set(err, STATUS_RUNTIME, "waitpid(gnuplot): %s", strerror(errno));
+        if (errno != EINTR)
+            return error_set(err, STATUS_RUNTIME, "waitpid(gnuplot): %s", strerror(errno));
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 127) // a shell wrapper that found no gnuplot
         return error_set(err, STATUS_BAD_INPUT, "gnuplot could not run: run `make deps` "
                                                 "(the Debian package gnuplot-nox)");
     if (!WIFEXITED(ws) || WEXITSTATUS(ws))
-        return error_set(err, STATUS_RUNTIME, "gnuplot failed (%s %d) on %s", WIFEXITED(ws) ? "exit" : "signal",
-                         WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), script);
+        return error_set(err, STATUS_RUNTIME, "gnuplot failed (%s %d) on %s",
+                         WIFEXITED(ws) ? "exit" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws),
+                         script);
     return STATUS_OK;
 }
 
@@ -261,13 +265,15 @@ static void plot_title(char *title, size_t size, const char *run_dir, const stru
     while (end > 1 && run_dir[end - 1] == '/') end--;
     size_t b = end;
     while (b > 0 && run_dir[b - 1] != '/') b--;
-    snprintf(title, size, "%.*s: to step %.0f, %.0f tokens per step%s", (int)MIN(end - b, 200), run_dir + b,
+    snprintf(title, size, "%.*s: to step %.0f, %.0f tokens per step%s", (int)MIN(end - b, 200),
+             run_dir + b,
              d->step[d->n_steps - 1], d->last_step_tokens, d->n_segments > 1 ? " (last start)" : "");
 }
 
 // The whole command after argument parsing: run_dir's metrics.jsonl and
 // configs to out (a PNG); the columns also to data_out when not NULL.
-static enum status plot_run(const char *run_dir, const char *out, const char *data_out, struct error *err) {
+static enum status plot_run(const char *run_dir, const char *out, const char *data_out,
+                            struct error *err) {
     struct stat sb;
     if (stat(run_dir, &sb))
         return error_set(err, STATUS_BAD_INPUT, "%s: no run folder (%s)", run_dir, strerror(errno));

@@ -96,7 +96,8 @@ void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum d
     check_reduction(g, dtype, op, "comm_all_reduce_start");
     check_buf(buf, count, "comm_all_reduce_start");
     request_begin(g, req, "comm_all_reduce_start");
-    STARTED("comm_all_reduce_start", count, dtype, g->ops->all_reduce_start(g, buf, count, dtype, op, req));
+    STARTED("comm_all_reduce_start", count, dtype,
+            g->ops->all_reduce_start(g, buf, count, dtype, op, req));
 }
 
 void comm_wait(struct comm_request *req) {
@@ -129,7 +130,8 @@ void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, siz
     size_t es = dtype_size(dtype);
     CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
           "comm_reduce_scatter: send and recv overlap");
-    TIMED(g, "comm_reduce_scatter", count, dtype, g->ops->reduce_scatter(g, send, recv, count, dtype, op));
+    TIMED(g, "comm_reduce_scatter", count, dtype,
+          g->ops->reduce_scatter(g, send, recv, count, dtype, op));
 }
 
 void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
