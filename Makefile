@@ -38,13 +38,13 @@ CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=
 CU_OBJ    :=
 ifeq ($(CUDA),1)
 CUDA_LIBDIRS := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib
-CFLAGS    += -DTRIDENT_CUDA -I$(CUDA_HOME)/include
+CFLAGS    += -DTRIDENT_CUDA -DTRIDENT_NVTX -I$(CUDA_HOME)/include
 NVFLAGS   := -O3 -g -std=c++17 $(CUDA_ARCHS) -DTRIDENT_CUDA -Isrc -I. -MMD -MP \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 LIB_SRC   += src/parallel/comm_nccl.c
 CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
 LDLIBS    += $(CUDA_LIBDIRS:%=-L%) $(CUDA_LIBDIRS:%=-Wl,-rpath,%) \
-             -lcudnn -lnccl -lcublasLt -lcublas -lcudart -lstdc++
+             -lcudnn -lnccl -lcublasLt -lcublas -lcudart -lstdc++ -ldl
 endif
 # EMU=1: the CUDA build on CPUs (docs/cuda.md). The same sources as CUDA=1,
 # with tests/cuda_emu first on the include path, so <cuda_runtime_api.h>,
@@ -69,6 +69,14 @@ CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
 EMU_OBJ   := $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(EMU_DIR)/check_%.cpp,$(wildcard $(EMU_DIR)/*.cpp)))
 EMU_PROG  := $(patsubst $(EMU_DIR)/%.cpp,$(BUILD)/tests/%,$(wildcard $(EMU_DIR)/check_*.cpp))
 LDLIBS    += -lstdc++ -pthread
+# NVTX ranges (src/base/nvtx.h) when the toolkit's header-only nvtx3 is here:
+# only src/base/nvtx.c includes it, from after the system directories
+# (-idirafter), so no other toolkit header replaces an emulated one.
+ifneq ($(wildcard $(CUDA_HOME)/include/nvtx3/nvToolsExt.h),)
+CFLAGS    += -DTRIDENT_NVTX
+LDLIBS    += -ldl
+$(BUILD)/src/base/nvtx.o: CFLAGS += -idirafter $(CUDA_HOME)/include
+endif
 endif
 # Rebuilds backend.o when CUDA= or EMU= changes between two makes in one BUILD dir.
 $(shell mkdir -p $(BUILD) && f=$(BUILD)/cuda.flag && \

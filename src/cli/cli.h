@@ -22,4 +22,7 @@ int cmd_train(int argc, char **argv);
 // trident plan CONFIG.ini [--world-size N] [section.key=value ...]   (src/cli/cmd_plan.c)
 int cmd_plan(int argc, char **argv);
 
+// trident plot RUN_DIR [--out PNG] [--data FILE]   (src/cli/cmd_plot.c; needs gnuplot)
+int cmd_plot(int argc, char **argv);
+
 #endif

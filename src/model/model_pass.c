@@ -4,6 +4,8 @@
 // 2022 §4.2.2: the g / g-bar conjugate all-gather and reduce-scatter).
 #include <string.h>
 
+#include "base/nvtx.h"
+
 #include "model.h"
 #include "model_internal.h"
 
@@ -196,9 +198,9 @@ static struct slot *slot_of(struct model *m, int slot) {
     return &m->slots[slot];
 }
 
-void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
-                         const void *in, const int32_t *targets, void *out, double *loss_sum,
-                         long *n_targets) {
+static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
+                          const void *in, const int32_t *targets, void *out, double *loss_sum,
+                          long *n_targets) {
     struct backend *be = m->be;
     struct slot *S = slot_of(m, slot);
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
@@ -221,6 +223,15 @@ void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *to
     backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
     head_forward(m, S, S->x[nl]);
     loss_sum_of(m, S, targets, loss_sum, n_targets);
+}
+
+// The pass inside an NVTX range "forward" (src/base/nvtx.h).
+void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
+                         const void *in, const int32_t *targets, void *out, double *loss_sum,
+                         long *n_targets) {
+    NVTX_PUSH("forward");
+    forward_chunk(m, chunk, slot, tokens, in, targets, out, loss_sum, n_targets);
+    NVTX_POP();
 }
 
 void model_forward(struct model *m, const int32_t *tokens, const int32_t *targets,
@@ -325,8 +336,8 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }
 
-void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
-                          const void *dout, void *din) {
+static void backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
+                           const void *dout, void *din) {
     struct backend *be = m->be;
     struct slot *S = slot_of(m, slot);
     int N = m->N, C = m->C, nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
@@ -362,6 +373,14 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
     } else {
         message_out(m, din, m->dx);
     }
+}
+
+// The pass inside an NVTX range "backward" (src/base/nvtx.h).
+void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
+                          const void *dout, void *din) {
+    NVTX_PUSH("backward");
+    backward_chunk(m, chunk, slot, loss_scale, dout, din);
+    NVTX_POP();
 }
 
 void model_backward(struct model *m, double loss_scale) {

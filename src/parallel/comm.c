@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "base/nvtx.h"
+
 // ---- argument checks ---------------------------------------------------------
 
 static void check_group(const struct comm_group *g, const char *what) {
@@ -63,19 +65,30 @@ static void request_begin(struct comm_group *g, struct comm_request *req, const 
     req->group = g;
 }
 
-// Runs a blocking call and adds its duration to the group's busy time.
-#define TIMED(g, stmt)                                                         \
+// Runs a blocking call and adds its duration to the group's busy time;
+// an NVTX range names it on a profile: "<op> <count> <dtype>" (src/base/nvtx.h).
+#define TIMED(g, op, count, dtype, stmt)                                       \
     do {                                                                       \
+        NVTX_PUSH("%s %zu %s", op, (size_t)(count), dtype_name(dtype));        \
         double t0_ = time_now_s();                                             \
         stmt;                                                                  \
         (g)->busy_s += time_now_s() - t0_;                                     \
+        NVTX_POP();                                                            \
+    } while (0)
+
+// A non-blocking start, named the same way (its wait is comm_wait's range).
+#define STARTED(op, count, dtype, stmt)                                        \
+    do {                                                                       \
+        NVTX_PUSH("%s %zu %s", op, (size_t)(count), dtype_name(dtype));        \
+        stmt;                                                                  \
+        NVTX_POP();                                                            \
     } while (0)
 
 void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                      enum comm_op op) {
     check_reduction(g, dtype, op, "comm_all_reduce");
     check_buf(buf, count, "comm_all_reduce");
-    TIMED(g, g->ops->all_reduce(g, buf, count, dtype, op));
+    TIMED(g, "comm_all_reduce", count, dtype, g->ops->all_reduce(g, buf, count, dtype, op));
 }
 
 void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
@@ -83,12 +96,19 @@ void comm_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum d
     check_reduction(g, dtype, op, "comm_all_reduce_start");
     check_buf(buf, count, "comm_all_reduce_start");
     request_begin(g, req, "comm_all_reduce_start");
-    g->ops->all_reduce_start(g, buf, count, dtype, op, req);
+    STARTED("comm_all_reduce_start", count, dtype,
+            g->ops->all_reduce_start(g, buf, count, dtype, op, req));
 }
 
 void comm_wait(struct comm_request *req) {
     CHECK(req && req->group && req->group->ops, "comm_wait: request never started");
-    if (!req->done) TIMED(req->group, req->group->ops->wait(req));
+    if (!req->done) {
+        NVTX_PUSH("comm_wait");
+        double t0 = time_now_s();
+        req->group->ops->wait(req);
+        req->group->busy_s += time_now_s() - t0;
+        NVTX_POP();
+    }
     req->done = true;
 }
 
@@ -110,7 +130,8 @@ void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, siz
     size_t es = dtype_size(dtype);
     CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
           "comm_reduce_scatter: send and recv overlap");
-    TIMED(g, g->ops->reduce_scatter(g, send, recv, count, dtype, op));
+    TIMED(g, "comm_reduce_scatter", count, dtype,
+          g->ops->reduce_scatter(g, send, recv, count, dtype, op));
 }
 
 void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
@@ -123,7 +144,7 @@ void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t 
     const char *own = (const char *)recv + (size_t)g->rank * count * es;
     CHECK(send == own || !ranges_overlap(send, count * es, recv, (size_t)g->size * count * es),
           "comm_all_gather: send overlaps recv but is not this rank's chunk (in place)");
-    TIMED(g, g->ops->all_gather(g, send, recv, count, dtype));
+    TIMED(g, "comm_all_gather", count, dtype, g->ops->all_gather(g, send, recv, count, dtype));
 }
 
 void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root) {
@@ -131,38 +152,42 @@ void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dt
     check_dtype(dtype, false, "comm_broadcast");
     check_buf(buf, count, "comm_broadcast");
     CHECK(root >= 0 && root < g->size, "comm_broadcast: root %d in a group of %d", root, g->size);
-    TIMED(g, g->ops->broadcast(g, buf, count, dtype, root));
+    TIMED(g, "comm_broadcast", count, dtype, g->ops->broadcast(g, buf, count, dtype, root));
 }
 
 void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
                int tag) {
     check_p2p(g, buf, count, dtype, peer, tag, "comm_send");
-    TIMED(g, g->ops->send(g, buf, count, dtype, peer, tag));
+    TIMED(g, "comm_send", count, dtype, g->ops->send(g, buf, count, dtype, peer, tag));
 }
 
 void comm_recv(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                int tag) {
     check_p2p(g, buf, count, dtype, peer, tag, "comm_recv");
-    TIMED(g, g->ops->recv(g, buf, count, dtype, peer, tag));
+    TIMED(g, "comm_recv", count, dtype, g->ops->recv(g, buf, count, dtype, peer, tag));
 }
 
 void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum dtype dtype,
                      int peer, int tag, struct comm_request *req) {
     check_p2p(g, buf, count, dtype, peer, tag, "comm_send_start");
     request_begin(g, req, "comm_send_start");
-    g->ops->send_start(g, buf, count, dtype, peer, tag, req);
+    STARTED("comm_send_start", count, dtype, g->ops->send_start(g, buf, count, dtype, peer, tag, req));
 }
 
 void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                      int tag, struct comm_request *req) {
     check_p2p(g, buf, count, dtype, peer, tag, "comm_recv_start");
     request_begin(g, req, "comm_recv_start");
-    g->ops->recv_start(g, buf, count, dtype, peer, tag, req);
+    STARTED("comm_recv_start", count, dtype, g->ops->recv_start(g, buf, count, dtype, peer, tag, req));
 }
 
 void comm_barrier(struct comm_group *g) {
     check_group(g, "comm_barrier");
-    TIMED(g, g->ops->barrier(g));
+    NVTX_PUSH("comm_barrier");
+    double t0 = time_now_s();
+    g->ops->barrier(g);
+    g->busy_s += time_now_s() - t0;
+    NVTX_POP();
 }
 
 bool comm_stream_ordered(const struct comm_group *g) {

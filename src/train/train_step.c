@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "base/nvtx.h"
+
 static struct comm_group *real(struct comm_group *g) { return g && g->size > 1 ? g : NULL; }
 
 // The DP or PP group over host memory (the step's scalars: target counts,
@@ -32,7 +34,9 @@ static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in
     const int32_t *tgt = p->targets ? p->targets + micro * p->per_micro : NULL;
     double sum;
     long count;
+    NVTX_PUSH("microbatch %d chunk %d forward", micro, chunk);
     model_forward_chunk(p->model, chunk, slot, tok, in, tgt, out, &sum, &count);
+    NVTX_POP();
     p->loss_sum += sum;
 }
 
@@ -41,9 +45,11 @@ static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in
 static void pp_backward(void *ctx, int micro, int chunk, int slot, bool last, const void *dout,
                         void *din) {
     struct pp_step *p = ctx;
+    NVTX_PUSH("microbatch %d chunk %d backward", micro, chunk);
     if (p->sync && last) grad_sync_arm(p->sync);
     model_backward_chunk(p->model, chunk, slot, p->scale, dout, din);
     if (p->sync && last) grad_sync_pause(p->sync);
+    NVTX_POP();
 }
 
 // The executor waits for a message: the started DP buckets move meanwhile.
@@ -144,6 +150,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
         comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
         loss_sum = v[0], count = (int64_t)v[1];
     }
+    NVTX_PUSH("optimizer"); // the norm's sums, clipping, AdamW (ZeRO-1's collectives inside)
     double norm = optimizer_prepare(c->opt) / S; // of the unscaled gradients
     double coef = optimizer_clip_coef(c->cfg, norm);
     double lr = optimizer_lr(c->cfg, lr_step);
@@ -153,6 +160,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     // moments and AdamW's step counter as they were.
     bool skip = train_step_should_skip(loss, norm);
     if (!skip) optimizer_step(c->opt, lr, coef / S);
+    NVTX_POP();
     out->loss = loss, out->skipped = skip, out->loss_scale = S;
     out->overflow = c->scaler && loss_scaler_update(c->scaler, skip, isfinite(loss));
     out->grad_norm = norm, out->clip_coef = coef, out->lr = lr, out->n_targets = count;
