@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <ini.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/checksum.h"
 #include "base/h5util.h"
+#include "model/optimizer.h" // enum lr_schedule
 
 struct stored_piece {
     struct ckpt_piece p; // data NULL
@@ -63,28 +65,34 @@ static int manifest_handler(void *user, const char *section, const char *key, co
     for (int i = 0; i < N_REQUIRED; i++)
         if (!strcmp(key, required_keys[i])) mp->have |= 1u << i;
     char *end;
+    errno = 0;
     long long v = strtoll(value, &end, 10);
-    int is_int = end != value && !*end;
-#define INT_KEY(sec, k, field)                                                                  \
+    int is_int = end != value && !*end && errno == 0;
+    // Every integer is range-checked against what it stands for before any
+    // arithmetic (issue 18: tp = 4294967297 was silently 1, tp = pp = 65536
+    // overflowed their product, zero_stage = 7 was accepted).
+#define INT_KEY(sec, k, field, lo, hi)                                                          \
     if (!strcmp(section, sec) && !strcmp(key, k)) {                                             \
-        if (!is_int) snprintf(mp->bad, sizeof mp->bad, "[%s] %s = '%s' is not an integer", sec, k, value); \
-        field = v;                                                                              \
+        if (!is_int || v < (lo) || v > (hi))                                                     \
+            snprintf(mp->bad, sizeof mp->bad, "[%s] %s = '%s' is not an integer in [%lld, %lld]", \
+                     sec, k, value, (long long)(lo), (long long)(hi));                           \
+        else field = v;                                                                         \
         return 1;                                                                               \
     }
-    INT_KEY("checkpoint", "format_version", in->format_version)
-    INT_KEY("checkpoint", "step", in->step)
-    INT_KEY("checkpoint", "tp", in->tp)
-    INT_KEY("checkpoint", "pp", in->pp)
-    INT_KEY("checkpoint", "dp", in->dp)
-    INT_KEY("checkpoint", "zero_stage", in->zero_stage)
-    INT_KEY("model", "vocab_size", in->model.vocab_size)
-    INT_KEY("model", "d_model", in->model.d_model)
-    INT_KEY("model", "n_layers", in->model.n_layers)
-    INT_KEY("model", "n_heads", in->model.n_heads)
-    INT_KEY("model", "n_kv_heads", in->model.n_kv_heads)
-    INT_KEY("model", "ffn_dim", in->model.ffn_dim)
-    INT_KEY("model", "max_seq_len", in->model.max_seq_len)
-    INT_KEY("model", "tie_embeddings", in->model.tie_embeddings)
+    INT_KEY("checkpoint", "format_version", in->format_version, 0, INT_MAX)
+    INT_KEY("checkpoint", "step", in->step, 0, INT_MAX)
+    INT_KEY("checkpoint", "tp", in->tp, 1, LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "pp", in->pp, 1, LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "dp", in->dp, 1, LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 1)
+    INT_KEY("model", "vocab_size", in->model.vocab_size, 2, LLAMA_MAX_VOCAB)
+    INT_KEY("model", "d_model", in->model.d_model, 1, LLAMA_MAX_D_MODEL)
+    INT_KEY("model", "n_layers", in->model.n_layers, 1, LLAMA_MAX_LAYERS)
+    INT_KEY("model", "n_heads", in->model.n_heads, 1, LLAMA_MAX_HEADS)
+    INT_KEY("model", "n_kv_heads", in->model.n_kv_heads, 1, LLAMA_MAX_HEADS)
+    INT_KEY("model", "ffn_dim", in->model.ffn_dim, 1, LLAMA_MAX_FFN)
+    INT_KEY("model", "max_seq_len", in->model.max_seq_len, 1, LLAMA_MAX_SEQ_LEN)
+    INT_KEY("model", "tie_embeddings", in->model.tie_embeddings, 0, 1)
 #undef INT_KEY
     if (!strcmp(section, "checkpoint") && !strcmp(key, "world_size")) {
         if (!is_int || v < 1 || v > 1 << 20 || mp->files) {
@@ -118,15 +126,31 @@ static int manifest_handler(void *user, const char *section, const char *key, co
 }
 
 // Attribute readers; return non-zero when absent or of another size.
+// The stored attribute must be of type's class (integer or float) and hold
+// exactly n elements (h5util_attr_is) before it is read into out.
 static int attr_read(hid_t loc, const char *name, hid_t type, size_t n, void *out) {
-    if (H5Aexists(loc, name) <= 0) return 1;
+    if (!h5util_attr_is(loc, name, H5Tget_class(type), n)) return 1;
     hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t space = H5Aget_space(attr);
-    hssize_t got = H5Sget_simple_extent_npoints(space);
-    int bad = got != (hssize_t)n || H5Aread(attr, type, out) < 0;
-    H5Sclose(space);
-    H5Aclose(attr);
+    int bad = attr < 0 || H5Aread(attr, type, out) < 0;
+    if (attr >= 0) H5Aclose(attr);
     return bad;
+}
+
+// True when a dataset stored as file type `type` holds what dtype tags it
+// as: fp32/fp64 as 4/8-byte floats, bf16/fp16 as 16-bit integers, i32/i64 as
+// 4/8-byte integers (the types checkpoint.c writes).
+static bool stored_type_matches(hid_t type, enum dtype dtype) {
+    H5T_class_t cls = H5Tget_class(type);
+    size_t size = H5Tget_size(type);
+    switch (dtype) {
+    case DTYPE_FP32: return cls == H5T_FLOAT && size == 4;
+    case DTYPE_FP64: return cls == H5T_FLOAT && size == 8;
+    case DTYPE_BF16:
+    case DTYPE_FP16: return cls == H5T_INTEGER && size == 2;
+    case DTYPE_I32: return cls == H5T_INTEGER && size == 4;
+    case DTYPE_I64: return cls == H5T_INTEGER && size == 8;
+    }
+    return false;
 }
 
 // A scalar attribute added after format version 1 was fixed: absent in older
@@ -178,8 +202,13 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
         sp->index = (int)i;
         int64_t shape[6];
         uint64_t flat[2];
-        hid_t ds = H5Lexists(g, dname, H5P_DEFAULT) > 0 ? H5Dopen2(g, dname, H5P_DEFAULT) : -1;
-        int bad = ds < 0 || !h5util_read_attr_str(ds, "name", sp->p.name, sizeof sp->p.name) ||
+        const char *why_ds = "";
+        hid_t ds = h5util_open_dataset(g, dname, H5P_DEFAULT, &why_ds);
+        if (ds < 0) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: /pieces/%s is %s", path, dname, why_ds);
+            break;
+        }
+        int bad = !h5util_read_attr_str(ds, "name", sp->p.name, sizeof sp->p.name) ||
                   !h5util_read_attr_str(ds, "dtype", dt, sizeof dt) ||
                   attr_read(ds, "shape", H5T_NATIVE_INT64, 6, shape) ||
                   attr_read(ds, "flat_range", H5T_NATIVE_UINT64, 2, flat);
@@ -196,14 +225,29 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
             sp->p.flat_begin = flat[0], sp->p.flat_end = flat[1];
             sp->p.dtype = dtype < 0 ? DTYPE_FP32 : (enum dtype)dtype;
             const char *why = bad ? "shape out of range" : ckpt_piece_tags_error(&sp->p);
-            hid_t space = H5Dget_space(ds);
+            hid_t space = H5Dget_space(ds), type = H5Dget_type(ds);
             hssize_t n = H5Sget_simple_extent_npoints(space);
+            int ndims = H5Sget_simple_extent_ndims(space);
             H5Sclose(space);
-            if (dtype < 0)
+            bool type_ok = dtype >= 0 && stored_type_matches(type, (enum dtype)dtype);
+            uint64_t stored = H5Dget_storage_size(ds);
+            uint64_t need = n > 0 ? (uint64_t)n * H5Tget_size(type) : 0;
+            H5Tclose(type);
+            if (!sp->p.name[0])
+                st = error_set(err, STATUS_BAD_INPUT, "%s: /pieces/%s has an empty name", path, dname);
+            else if (dtype < 0)
                 st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: unknown dtype '%s'", path,
                                sp->p.name, dt);
+            else if (!type_ok || ndims != 1)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: dataset /pieces/%s is not a 1-D "
+                               "array of the type its dtype tag '%s' stands for", path, sp->p.name,
+                               dname, dt);
             else if (why)
                 st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: %s", path, sp->p.name, why);
+            else if (n < 0 || stored < need)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: /pieces/%s claims %lld elements "
+                               "but stores %llu bytes (sparse or compressed)", path, sp->p.name, dname,
+                               (long long)n, (unsigned long long)stored);
             else if ((size_t)n != sp->p.flat_end - sp->p.flat_begin)
                 st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s holds %lld elements, its "
                                "flat_range says %zu", path, sp->p.name, (long long)n,
@@ -211,7 +255,7 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
             else
                 rd->n_pieces++;
         }
-        if (ds >= 0) H5Dclose(ds);
+        H5Dclose(ds);
     }
     H5Gclose(g);
     return st;
@@ -226,6 +270,18 @@ static enum status check_coverage(struct ckpt_reader *rd, struct error *err) {
     for (int i = 0, j; !st && i < rd->n_pieces; i = j) {
         const struct ckpt_piece *p0 = &rd->pieces[i].p;
         size_t numel = (size_t)p0->grows * (size_t)p0->gcols;
+        // The mask is sized by the tags; the pieces' stored elements (each
+        // checked against its dataset's bytes in the file) must cover it, so
+        // a tag of INT_MAX x INT_MAX allocates nothing (issue 18).
+        uint64_t stored = 0;
+        for (j = i; j < rd->n_pieces && !strcmp(rd->pieces[j].p.name, p0->name); j++)
+            stored += rd->pieces[j].p.flat_end - rd->pieces[j].p.flat_begin;
+        if (stored < numel) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s (%d, %d): its pieces store %llu of "
+                           "its %zu elements (incomplete checkpoint)", rd->info.path, p0->name,
+                           p0->grows, p0->gcols, (unsigned long long)stored, numel);
+            break;
+        }
         if (numel > mask_cap) {
             free(mask);
             mask = xmalloc(mask_cap = numel);
@@ -366,7 +422,7 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
                            required_keys[i]);
             goto done;
         }
-    if (rd->info.tp * rd->info.pp * rd->info.dp != rd->info.world_size) {
+    if ((int64_t)rd->info.tp * rd->info.pp * rd->info.dp != rd->info.world_size) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: tp=%d * pp=%d * dp=%d != world_size=%d",
                        rd->manifest, rd->info.tp, rd->info.pp, rd->info.dp, rd->info.world_size);
         goto done;
@@ -374,9 +430,13 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
     rd->files = xmalloc((size_t)rd->info.world_size * sizeof *rd->files);
     for (int r = 0; r < rd->info.world_size; r++) rd->files[r] = -1;
     if ((st = open_files(rd, mp.files, checksums, err))) goto done;
-    qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
+    if (rd->n_pieces) qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
     rd->loaded = xcalloc((size_t)rd->n_pieces + 1, 1);
     st = check_coverage(rd, err);
+    // Every rank file's /state, so that `ckpt verify` and every resuming rank
+    // refuse the same files.
+    struct ckpt_state state;
+    for (int r = 0; !st && r < rd->info.world_size; r++) st = checkpoint_read_state(rd, r, &state, err);
 done:
     free(mp.files);
     if (st) checkpoint_close(rd);
@@ -599,6 +659,32 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
     if (bad)
         return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing or "
                          "incomplete", r->info.path, rank);
+    // Every counter in the range of what it counts, and the step the one the
+    // manifest names (issue 18: step = 2^31 trained from step -2^31; opt_steps
+    // at INT_MAX aborted on a CHECK).
+    const struct {
+        const char *name;
+        int64_t v, lo, hi;
+    } ranges[] = {{"step", out->step, r->info.step, r->info.step},
+                  {"lr_step", out->lr_step, 0, INT_MAX},
+                  {"opt_steps", out->opt_steps, 0, out->step},
+                  {"loss_scale_good_steps", out->loss_scale_good_steps, 0, INT_MAX},
+                  {"skipped_steps", out->skipped_steps, 0, out->step},
+                  {"consecutive_skips", out->consecutive_skips, 0, out->step},
+                  {"train_steps", out->train_steps, out->has_schedule ? 1 : 0, INT_MAX},
+                  {"warmup_steps", out->warmup_steps, 0, INT_MAX},
+                  {"lr_schedule", out->lr_schedule, LR_SCHEDULE_COSINE, LR_SCHEDULE_CONSTANT},
+                  {"lr_rebase_step", out->lr_rebase_step, 0, INT_MAX}};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        if (ranges[i].v < ranges[i].lo || ranges[i].v > ranges[i].hi)
+            return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state %s = %" PRId64 ", expected "
+                             "%" PRId64 "..%" PRId64 "%s", r->info.path, rank, ranges[i].name, ranges[i].v,
+                             ranges[i].lo, ranges[i].hi, i == 0 ? " (the step manifest.ini names)" : "");
+    if (!isfinite(out->loss_scale) || out->loss_scale < 0 || !isfinite(out->lr) || !isfinite(out->min_lr) ||
+        !isfinite(out->lr_rebase_lr))
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state loss_scale %g, lr %g, min_lr %g, "
+                         "lr_rebase_lr %g: expected finite values, loss_scale >= 0", r->info.path, rank,
+                         out->loss_scale, out->lr, out->min_lr, out->lr_rebase_lr);
     if (samples) {
         double w[LOADER_MAX_DATASETS];
         memcpy(w, out->loader.weights, sizeof w);

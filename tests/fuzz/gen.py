@@ -108,8 +108,10 @@ def set_ini(path, section, key, value):
     pat = re.compile(r"(?ms)^(\[" + re.escape(section) + r"\]\n.*?)(^" + re.escape(key) + r" = .*?$)")
     if pat.search(text):
         text = pat.sub(lambda m: m.group(1) + f"{key} = {value}", text, count=1)
-    else:
+    elif re.search(r"(?m)^\[" + re.escape(section) + r"\]$", text):
         text = re.sub(r"(?m)^\[" + re.escape(section) + r"\]$", f"[{section}]\n{key} = {value}", text, count=1)
+    else:
+        text += f"\n[{section}]\n{key} = {value}\n"
     open(path, "w").write(text)
 
 
