@@ -496,6 +496,55 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
     return STATUS_OK;
 }
 
+static int cmp_piece_name(const void *key, const void *elem) {
+    return strcmp(key, ((const struct stored_piece *)elem)->p.name);
+}
+
+enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *err) {
+    struct param_info *params;
+    int n;
+    enum status st = model_param_table(&r->info.model, &params, &n, err);
+    if (st) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] is not a model trident builds: %s", r->manifest, why);
+    }
+    static const char *const prefixes[] = {"param", "adam_m", "adam_v"};
+    char name[CKPT_NAME_MAX];
+    for (int i = 0; !st && i < n; i++)
+        for (int k = 0; !st && k < 3; k++) {
+            snprintf(name, sizeof name, "%s/%s", prefixes[k], params[i].name);
+            const struct stored_piece *sp =
+                r->n_pieces ? bsearch(name, r->pieces, (size_t)r->n_pieces, sizeof *r->pieces, cmp_piece_name)
+                            : NULL;
+            if (!sp)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s in any rank file, but the model of "
+                               "manifest.ini has it (incomplete checkpoint)", r->info.path, name);
+            else if (sp->p.grows != params[i].grows || sp->p.gcols != params[i].gcols ||
+                     (sp->p.dtype != DTYPE_FP32 && sp->p.dtype != DTYPE_FP64))
+                st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: tensor %s is (%d, %d) %s; the model of "
+                               "manifest.ini has it (%d, %d) fp32", r->info.path, sp->file, name, sp->p.grows,
+                               sp->p.gcols, dtype_name(sp->p.dtype), params[i].grows, params[i].gcols);
+        }
+    // Every expected name is there: any other distinct name is one too many.
+    int distinct = 0;
+    for (int i = 0; i < r->n_pieces; i++)
+        distinct += i == 0 || strcmp(r->pieces[i].p.name, r->pieces[i - 1].p.name);
+    for (int i = 0; !st && distinct != 3 * n && i < r->n_pieces; i++) { // name the first stranger
+        bool known = false;
+        for (int j = 0; !known && j < n; j++)
+            for (int k = 0; !known && k < 3; k++) {
+                snprintf(name, sizeof name, "%s/%s", prefixes[k], params[j].name);
+                known = !strcmp(name, r->pieces[i].p.name);
+            }
+        if (!known)
+            st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: tensor '%s' is not one of the model of "
+                           "manifest.ini", r->info.path, r->pieces[i].file, r->pieces[i].p.name);
+    }
+    free(params);
+    return st;
+}
+
 // Global rows [r0, r1] and columns [c0, c1) that a piece's flat range spans.
 static void piece_bbox(const struct ckpt_piece *p, int *r0, int *r1, int *c0, int *c1) {
     *r0 = p->row_offset + (int)(p->flat_begin / (size_t)p->cols);

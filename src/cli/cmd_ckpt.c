@@ -138,6 +138,11 @@ int cmd_ckpt(int argc, char **argv) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
+        if (checkpoint_check_tensors(r, &err)) {
+            fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
         int bad = report_nonfinite(r, &err);
         if (bad) {
             if (bad < 0) fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
@@ -147,7 +152,7 @@ int cmd_ckpt(int argc, char **argv) {
             return STATUS_BAD_INPUT;
         }
         printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
-               "complete and finite\n", in->path, (long long)in->step, in->world_size,
+               "complete and finite, the tensors of the manifest's model\n", in->path, (long long)in->step, in->world_size,
                checkpoint_n_pieces(r));
     }
     checkpoint_close(r);

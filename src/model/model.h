@@ -120,6 +120,13 @@ struct model_memory {
 
 struct model;
 
+// The parameter table of the whole model (model_shard_full: every layer,
+// tp = 1, global shapes) without allocating a model: the tensors a
+// checkpoint of cfg holds. *out: (*n,) xmalloc'd, the caller frees it.
+// Errors: STATUS_BAD_INPUT as model_plan (shapes that do not divide).
+enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
+                              struct error *err);
+
 // Computes the parameter table and pool sizes without allocating.
 // Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,
 // head size odd, layer range outside [0, L)).
