@@ -22,6 +22,34 @@ bool h5util_attr_is(hid_t loc, const char *name, H5T_class_t cls, size_t n) {
     return ok;
 }
 
+const char *h5util_attr_describe(hid_t loc, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "missing");
+    if (H5Aexists(loc, name) <= 0) return out;
+    hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+    if (attr < 0) return snprintf(out, cap, "unreadable"), out;
+    hid_t type = H5Aget_type(attr), space = H5Aget_space(attr);
+    H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+    const char *kind = cls == H5T_INTEGER ? "integer" : cls == H5T_FLOAT ? "float" : cls == H5T_STRING ? "string"
+                                                                                                  : "non-numeric";
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : -1;
+    if (rank == 0) {
+        snprintf(out, cap, "%s %s", cls == H5T_INTEGER ? "an" : "a", kind);
+    } else if (rank > 0) {
+        char shape[96] = "";
+        size_t k = 0;
+        for (int i = 0; i < rank && k < sizeof shape - 24; i++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+        snprintf(out, cap, "a (%s) %s array", shape, kind);
+    } else {
+        snprintf(out, cap, "of an empty or unknown shape");
+    }
+    if (type >= 0) H5Tclose(type);
+    if (space >= 0) H5Sclose(space);
+    H5Aclose(attr);
+    return out;
+}
+
 bool h5util_read_attr_i64(hid_t loc, const char *name, int64_t *out) {
     if (!h5util_attr_is(loc, name, H5T_INTEGER, 1)) return false;
     hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);

@@ -20,6 +20,11 @@ bool h5util_read_attr_str(hid_t loc, const char *name, char *out, size_t cap);
 // scalar belongs overflows the caller's buffer).
 bool h5util_attr_is(hid_t loc, const char *name, H5T_class_t cls, size_t n);
 
+// What the attribute `name` of loc is, for a refusal's message: "missing",
+// "a string", "an integer", "a (2, 3) integer array", ... in out (cap bytes).
+// Returns out.
+const char *h5util_attr_describe(hid_t loc, const char *name, char *out, size_t cap);
+
 // Reads the scalar integer attribute `name` of loc into *out (int64; HDF5
 // converts any integer type and fails on one out of range). False when
 // h5util_attr_is(loc, name, H5T_INTEGER, 1) is false or the read fails.

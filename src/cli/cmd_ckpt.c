@@ -138,11 +138,6 @@ int cmd_ckpt(int argc, char **argv) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
-        if (checkpoint_check_tensors(r, &err)) {
-            fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
-            checkpoint_close(r);
-            return err.status;
-        }
         int bad = report_nonfinite(r, &err);
         if (bad) {
             if (bad < 0) fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
@@ -150,6 +145,11 @@ int cmd_ckpt(int argc, char **argv) {
                          "values; not a checkpoint to resume from\n", in->path, bad);
             checkpoint_close(r);
             return STATUS_BAD_INPUT;
+        }
+        if (checkpoint_check_tensors(r, &err)) {
+            fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
         }
         printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
                "complete and finite, the tensors of the manifest's model\n", in->path, (long long)in->step, in->world_size,

@@ -164,11 +164,16 @@ enum status shard_open(const char *path, struct shard *s, struct error *err) {
     int64_t *values[] = {&s->meta.vocab_size, &s->meta.eot_id, &s->meta.format_version};
     for (int i = 0; i < 3; i++)
         if (!h5util_read_attr_i64(s->file, names[i], values[i])) {
-            st = error_set(err, STATUS_BAD_INPUT, "%s: attribute '%s' missing or not one integer", path, names[i]);
+            char what[128];
+            st = error_set(err, STATUS_BAD_INPUT, "%s: attribute '%s' is %s, expected one integer", path, names[i],
+                           h5util_attr_describe(s->file, names[i], what, sizeof what));
             goto fail;
         }
     if (!h5util_read_attr_str(s->file, "tokenizer", s->meta.tokenizer, sizeof s->meta.tokenizer)) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: attribute 'tokenizer' missing or not one string", path);
+        char what[128];
+        st = error_set(err, STATUS_BAD_INPUT, "%s: attribute 'tokenizer' is %s, expected one string of at most %zu bytes",
+                       path, h5util_attr_describe(s->file, "tokenizer", what, sizeof what),
+                       sizeof s->meta.tokenizer - 1);
         goto fail;
     }
     return STATUS_OK;

@@ -216,8 +216,9 @@ static enum status load_added(struct tokenizer *t, const json_t *added, const ch
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX ||
             !json_is_string(content) || !json_string_length(content))
-            return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu] needs an integer \"id\" >= 0 and a non-empty "
-                             "\"content\"", path, i);
+            return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu] needs an integer \"id\" in [0, %d] (found "
+                             "%s %" PRId64 ") and a non-empty \"content\"", path, i, INT32_MAX,
+                             id ? json_type_name(id) : "no id", json_is_integer(id) ? (int64_t)json_integer_value(id) : 0);
         if (json_flag(a, "single_word", 0))
             return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu].single_word = true ('%s') not supported",
                              path, i, json_string_value(content));
@@ -315,7 +316,11 @@ static enum status load_tables(struct tokenizer *t, json_t *root, const char *pa
     json_t *v;
     json_object_foreach((json_t *)vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX)
-            return error_set(err, STATUS_BAD_INPUT, "%s: model.vocab['%s'] is not an id >= 0", path, key);
+            return json_is_integer(v)
+                       ? error_set(err, STATUS_BAD_INPUT, "%s: model.vocab['%s'] = %" PRId64 ", expected an id in [0, %d)",
+                                   path, key, (int64_t)json_integer_value(v), INT32_MAX)
+                       : error_set(err, STATUS_BAD_INPUT, "%s: model.vocab['%s'] is %s, expected an integer id", path,
+                                   key, json_type_name(v));
         max_id = MAX(max_id, json_integer_value(v));
     }
     for (int i = 0; i < t->n_added; i++) max_id = MAX(max_id, t->added[i].id);

@@ -29,8 +29,12 @@ import re
 import shutil
 import sys
 
+import warnings
+
 import h5py
 import numpy as np
+
+warnings.simplefilter("ignore", DeprecationWarning)  # numpy: out-of-range ints cast on purpose
 
 INTS = [0, 1, -1, 2, 3, 7, 255, 256, 65535, 65536, 2**31 - 2, 2**31 - 1, 2**31, -2**31,
         2**32, 2**32 + 1, 2**53, 2**61, 2**63 - 1, -2**63]
