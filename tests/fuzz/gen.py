@@ -28,7 +28,6 @@ import random
 import re
 import shutil
 import sys
-
 import warnings
 
 import h5py
