@@ -2,7 +2,8 @@
 #   make deps      install missing Debian packages (as root), else print the command;
 #                  make .venv/ with the test suite's Python packages (tests/requirements.txt)
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
-#   make test      deps, build, run the test suite (last line: N passed, N failed, N skipped)
+#   make test      deps, build (and build-asan/trident for the fuzz test), run the test
+#                  suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
 #   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16)
@@ -177,8 +178,14 @@ $(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libtrident.a
 deps:
 	@scripts/deps.sh
 
+# The AddressSanitizer + UBSan build (build-asan/): test-asan's unit tests, and
+# build-asan/trident, which `make test` builds too for tests/e2e/fuzz_readers.sh.
+ASAN_MAKE := BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+             LDFLAGS="-fopenmp -fsanitize=address,undefined"
+
 test: deps
 	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(ASAN_MAKE) build-asan/trident
 	@BUILD=$(BUILD) tests/run.sh
 
 test-long: deps
@@ -186,8 +193,7 @@ test-long: deps
 	@set -e; for t in tests/long/*.sh; do echo "== $$t"; BUILD=$(BUILD) bash $$t; done
 
 test-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    LDFLAGS="-fopenmp -fsanitize=address,undefined" tests build-asan/trident
+	@$(MAKE) --no-print-directory $(ASAN_MAKE) tests build-asan/trident
 	@BUILD=build-asan ASAN=1 tests/run.sh
 
 bench: deps

@@ -177,6 +177,14 @@ const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
 enum status checkpoint_check_model(const struct ckpt_reader *r, const struct llama_config *model,
                                    const char *tokenizer_id, struct error *err);
 
+// Checks that the checkpoint holds exactly the tensors of the model its
+// manifest describes (model_param_table): param/, adam_m/ and adam_v/ of
+// every parameter, each of its global shape and fp32 or fp64, and nothing
+// else (coverage of each tensor's elements is checkpoint_open's). `ckpt
+// verify` and a resume call it (issue 18: a deleted or extra tensor passed
+// verify). Errors: STATUS_BAD_INPUT naming the manifest and the tensor.
+enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *err);
+
 // Fills want->data (caller's buffer, flat_end - flat_begin elements of
 // want->dtype) with the requested range of the requested block, gathered from
 // every stored piece of want->name. fp32 and fp64 convert into each other;

@@ -43,10 +43,12 @@ void ckpt_block_copy(char *global, int gcols, int ro, int co, int cols, size_t f
 
 const char *ckpt_piece_tags_error(const struct ckpt_piece *p) {
     if (p->grows < 1 || p->gcols < 1) return "global shape is not positive";
+    // In 64 bits: an offset of INT_MAX plus a small block wraps an int
+    // negative and would pass (issue 18).
     if (p->rows < 0 || p->cols < 0 || p->row_offset < 0 || p->col_offset < 0 ||
-        p->row_offset + p->rows > p->grows || p->col_offset + p->cols > p->gcols)
+        (int64_t)p->row_offset + p->rows > p->grows || (int64_t)p->col_offset + p->cols > p->gcols)
         return "block lies outside the global shape";
-    if (p->flat_begin > p->flat_end || p->flat_end > (size_t)p->rows * (size_t)p->cols)
+    if (p->flat_begin > p->flat_end || p->flat_end > (uint64_t)p->rows * (uint64_t)p->cols)
         return "flat range lies outside the block";
     return NULL;
 }

@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <ini.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/checksum.h"
 #include "base/h5util.h"
+#include "model/optimizer.h" // enum lr_schedule
 
 struct stored_piece {
     struct ckpt_piece p; // data NULL
@@ -63,28 +65,34 @@ static int manifest_handler(void *user, const char *section, const char *key, co
     for (int i = 0; i < N_REQUIRED; i++)
         if (!strcmp(key, required_keys[i])) mp->have |= 1u << i;
     char *end;
+    errno = 0;
     long long v = strtoll(value, &end, 10);
-    int is_int = end != value && !*end;
-#define INT_KEY(sec, k, field)                                                                  \
+    int is_int = end != value && !*end && errno == 0;
+    // Every integer is range-checked against what it stands for before any
+    // arithmetic (issue 18: tp = 4294967297 was silently 1, tp = pp = 65536
+    // overflowed their product, zero_stage = 7 was accepted).
+#define INT_KEY(sec, k, field, lo, hi)                                                          \
     if (!strcmp(section, sec) && !strcmp(key, k)) {                                             \
-        if (!is_int) snprintf(mp->bad, sizeof mp->bad, "[%s] %s = '%s' is not an integer", sec, k, value); \
-        field = v;                                                                              \
+        if (!is_int || v < (lo) || v > (hi))                                                     \
+            snprintf(mp->bad, sizeof mp->bad, "[%s] %s = '%s' is not an integer in [%lld, %lld]", \
+                     sec, k, value, (long long)(lo), (long long)(hi));                           \
+        else field = v;                                                                         \
         return 1;                                                                               \
     }
-    INT_KEY("checkpoint", "format_version", in->format_version)
-    INT_KEY("checkpoint", "step", in->step)
-    INT_KEY("checkpoint", "tp", in->tp)
-    INT_KEY("checkpoint", "pp", in->pp)
-    INT_KEY("checkpoint", "dp", in->dp)
-    INT_KEY("checkpoint", "zero_stage", in->zero_stage)
-    INT_KEY("model", "vocab_size", in->model.vocab_size)
-    INT_KEY("model", "d_model", in->model.d_model)
-    INT_KEY("model", "n_layers", in->model.n_layers)
-    INT_KEY("model", "n_heads", in->model.n_heads)
-    INT_KEY("model", "n_kv_heads", in->model.n_kv_heads)
-    INT_KEY("model", "ffn_dim", in->model.ffn_dim)
-    INT_KEY("model", "max_seq_len", in->model.max_seq_len)
-    INT_KEY("model", "tie_embeddings", in->model.tie_embeddings)
+    INT_KEY("checkpoint", "format_version", in->format_version, 0, INT_MAX)
+    INT_KEY("checkpoint", "step", in->step, 0, INT_MAX)
+    INT_KEY("checkpoint", "tp", in->tp, 1, LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "pp", in->pp, 1, LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "dp", in->dp, 1, LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 1)
+    INT_KEY("model", "vocab_size", in->model.vocab_size, 2, LLAMA_MAX_VOCAB)
+    INT_KEY("model", "d_model", in->model.d_model, 1, LLAMA_MAX_D_MODEL)
+    INT_KEY("model", "n_layers", in->model.n_layers, 1, LLAMA_MAX_LAYERS)
+    INT_KEY("model", "n_heads", in->model.n_heads, 1, LLAMA_MAX_HEADS)
+    INT_KEY("model", "n_kv_heads", in->model.n_kv_heads, 1, LLAMA_MAX_HEADS)
+    INT_KEY("model", "ffn_dim", in->model.ffn_dim, 1, LLAMA_MAX_FFN)
+    INT_KEY("model", "max_seq_len", in->model.max_seq_len, 1, LLAMA_MAX_SEQ_LEN)
+    INT_KEY("model", "tie_embeddings", in->model.tie_embeddings, 0, 1)
 #undef INT_KEY
     if (!strcmp(section, "checkpoint") && !strcmp(key, "world_size")) {
         if (!is_int || v < 1 || v > 1 << 20 || mp->files) {
@@ -118,15 +126,31 @@ static int manifest_handler(void *user, const char *section, const char *key, co
 }
 
 // Attribute readers; return non-zero when absent or of another size.
+// The stored attribute must be of type's class (integer or float) and hold
+// exactly n elements (h5util_attr_is) before it is read into out.
 static int attr_read(hid_t loc, const char *name, hid_t type, size_t n, void *out) {
-    if (H5Aexists(loc, name) <= 0) return 1;
+    if (!h5util_attr_is(loc, name, H5Tget_class(type), n)) return 1;
     hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t space = H5Aget_space(attr);
-    hssize_t got = H5Sget_simple_extent_npoints(space);
-    int bad = got != (hssize_t)n || H5Aread(attr, type, out) < 0;
-    H5Sclose(space);
-    H5Aclose(attr);
+    int bad = attr < 0 || H5Aread(attr, type, out) < 0;
+    if (attr >= 0) H5Aclose(attr);
     return bad;
+}
+
+// True when a dataset stored as file type `type` holds what dtype tags it
+// as: fp32/fp64 as 4/8-byte floats, bf16/fp16 as 16-bit integers, i32/i64 as
+// 4/8-byte integers (the types checkpoint.c writes).
+static bool stored_type_matches(hid_t type, enum dtype dtype) {
+    H5T_class_t cls = H5Tget_class(type);
+    size_t size = H5Tget_size(type);
+    switch (dtype) {
+    case DTYPE_FP32: return cls == H5T_FLOAT && size == 4;
+    case DTYPE_FP64: return cls == H5T_FLOAT && size == 8;
+    case DTYPE_BF16:
+    case DTYPE_FP16: return cls == H5T_INTEGER && size == 2;
+    case DTYPE_I32: return cls == H5T_INTEGER && size == 4;
+    case DTYPE_I64: return cls == H5T_INTEGER && size == 8;
+    }
+    return false;
 }
 
 // A scalar attribute added after format version 1 was fixed: absent in older
@@ -147,11 +171,15 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
     hid_t f = rd->files[r];
     int version = -1;
     int64_t step = -1, rank = -1;
-    if (attr_read(f, "format_version", H5T_NATIVE_INT, 1, &version) ||
-        attr_read(f, "step", H5T_NATIVE_INT64, 1, &step) ||
-        attr_read(f, "rank", H5T_NATIVE_INT64, 1, &rank))
-        return error_set(err, STATUS_BAD_INPUT, "%s: not a trident checkpoint rank file "
-                         "(format_version, step or rank attribute missing)", path);
+    const char *bad_attr = attr_read(f, "format_version", H5T_NATIVE_INT, 1, &version) ? "format_version"
+                           : attr_read(f, "step", H5T_NATIVE_INT64, 1, &step)       ? "step"
+                           : attr_read(f, "rank", H5T_NATIVE_INT64, 1, &rank)       ? "rank"
+                                                                                    : NULL;
+    if (bad_attr) {
+        char what[128];
+        return error_set(err, STATUS_BAD_INPUT, "%s: not a trident checkpoint rank file: attribute %s is %s, "
+                         "expected one integer", path, bad_attr, h5util_attr_describe(f, bad_attr, what, sizeof what));
+    }
     if (version != CKPT_FORMAT_VERSION || step != rd->info.step || rank != r)
         return error_set(err, STATUS_BAD_INPUT, "%s: holds format_version %d, step %lld, rank "
                          "%lld; manifest.ini expects %d, %lld, %d", path, version,
@@ -178,14 +206,25 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
         sp->index = (int)i;
         int64_t shape[6];
         uint64_t flat[2];
-        hid_t ds = H5Lexists(g, dname, H5P_DEFAULT) > 0 ? H5Dopen2(g, dname, H5P_DEFAULT) : -1;
-        int bad = ds < 0 || !h5util_read_attr_str(ds, "name", sp->p.name, sizeof sp->p.name) ||
-                  !h5util_read_attr_str(ds, "dtype", dt, sizeof dt) ||
-                  attr_read(ds, "shape", H5T_NATIVE_INT64, 6, shape) ||
-                  attr_read(ds, "flat_range", H5T_NATIVE_UINT64, 2, flat);
-        if (bad) {
-            st = error_set(err, STATUS_BAD_INPUT, "%s: dataset /pieces/%s missing or lacks its "
-                           "name, dtype, shape or flat_range attribute", path, dname);
+        const char *why_ds = "";
+        hid_t ds = h5util_open_dataset(g, dname, H5P_DEFAULT, &why_ds);
+        if (ds < 0) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: /pieces/%s is %s", path, dname, why_ds);
+            break;
+        }
+        const char *bad_attr = !h5util_read_attr_str(ds, "name", sp->p.name, sizeof sp->p.name) ? "name"
+                               : !h5util_read_attr_str(ds, "dtype", dt, sizeof dt)             ? "dtype"
+                               : attr_read(ds, "shape", H5T_NATIVE_INT64, 6, shape)           ? "shape"
+                               : attr_read(ds, "flat_range", H5T_NATIVE_UINT64, 2, flat)      ? "flat_range"
+                                                                                              : NULL;
+        int bad = 0;
+        if (bad_attr) {
+            char what[128];
+            const char *want = !strcmp(bad_attr, "shape")        ? "6 integers"
+                               : !strcmp(bad_attr, "flat_range") ? "2 integers"
+                                                                 : "one short string";
+            st = error_set(err, STATUS_BAD_INPUT, "%s: /pieces/%s: attribute %s is %s, expected %s", path, dname,
+                           bad_attr, h5util_attr_describe(ds, bad_attr, what, sizeof what), want);
         } else {
             int dtype = ckpt_dtype_parse(dt);
             for (int k = 0; k < 6; k++)
@@ -196,14 +235,29 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
             sp->p.flat_begin = flat[0], sp->p.flat_end = flat[1];
             sp->p.dtype = dtype < 0 ? DTYPE_FP32 : (enum dtype)dtype;
             const char *why = bad ? "shape out of range" : ckpt_piece_tags_error(&sp->p);
-            hid_t space = H5Dget_space(ds);
+            hid_t space = H5Dget_space(ds), type = H5Dget_type(ds);
             hssize_t n = H5Sget_simple_extent_npoints(space);
+            int ndims = H5Sget_simple_extent_ndims(space);
             H5Sclose(space);
-            if (dtype < 0)
+            bool type_ok = dtype >= 0 && stored_type_matches(type, (enum dtype)dtype);
+            uint64_t stored = H5Dget_storage_size(ds);
+            uint64_t need = n > 0 ? (uint64_t)n * H5Tget_size(type) : 0;
+            H5Tclose(type);
+            if (!sp->p.name[0])
+                st = error_set(err, STATUS_BAD_INPUT, "%s: /pieces/%s has an empty name", path, dname);
+            else if (dtype < 0)
                 st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: unknown dtype '%s'", path,
                                sp->p.name, dt);
+            else if (!type_ok || ndims != 1)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: dataset /pieces/%s is not a 1-D "
+                               "array of the type its dtype tag '%s' stands for", path, sp->p.name,
+                               dname, dt);
             else if (why)
                 st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: %s", path, sp->p.name, why);
+            else if (n < 0 || stored < need)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: /pieces/%s claims %lld elements "
+                               "but stores %llu bytes (sparse or compressed)", path, sp->p.name, dname,
+                               (long long)n, (unsigned long long)stored);
             else if ((size_t)n != sp->p.flat_end - sp->p.flat_begin)
                 st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s holds %lld elements, its "
                                "flat_range says %zu", path, sp->p.name, (long long)n,
@@ -211,7 +265,7 @@ static enum status read_piece_table(struct ckpt_reader *rd, int r, const char *p
             else
                 rd->n_pieces++;
         }
-        if (ds >= 0) H5Dclose(ds);
+        H5Dclose(ds);
     }
     H5Gclose(g);
     return st;
@@ -226,6 +280,18 @@ static enum status check_coverage(struct ckpt_reader *rd, struct error *err) {
     for (int i = 0, j; !st && i < rd->n_pieces; i = j) {
         const struct ckpt_piece *p0 = &rd->pieces[i].p;
         size_t numel = (size_t)p0->grows * (size_t)p0->gcols;
+        // The mask is sized by the tags; the pieces' stored elements (each
+        // checked against its dataset's bytes in the file) must cover it, so
+        // a tag of INT_MAX x INT_MAX allocates nothing (issue 18).
+        uint64_t stored = 0;
+        for (j = i; j < rd->n_pieces && !strcmp(rd->pieces[j].p.name, p0->name); j++)
+            stored += rd->pieces[j].p.flat_end - rd->pieces[j].p.flat_begin;
+        if (stored < numel && numel > 2 * stored + (1u << 20)) { // else the walk below names an element
+            st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s (%d, %d): its pieces store %llu of "
+                           "its %zu elements (incomplete checkpoint)", rd->info.path, p0->name,
+                           p0->grows, p0->gcols, (unsigned long long)stored, numel);
+            break;
+        }
         if (numel > mask_cap) {
             free(mask);
             mask = xmalloc(mask_cap = numel);
@@ -366,7 +432,7 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
                            required_keys[i]);
             goto done;
         }
-    if (rd->info.tp * rd->info.pp * rd->info.dp != rd->info.world_size) {
+    if ((int64_t)rd->info.tp * rd->info.pp * rd->info.dp != rd->info.world_size) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: tp=%d * pp=%d * dp=%d != world_size=%d",
                        rd->manifest, rd->info.tp, rd->info.pp, rd->info.dp, rd->info.world_size);
         goto done;
@@ -374,9 +440,13 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
     rd->files = xmalloc((size_t)rd->info.world_size * sizeof *rd->files);
     for (int r = 0; r < rd->info.world_size; r++) rd->files[r] = -1;
     if ((st = open_files(rd, mp.files, checksums, err))) goto done;
-    qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
+    if (rd->n_pieces) qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
     rd->loaded = xcalloc((size_t)rd->n_pieces + 1, 1);
     st = check_coverage(rd, err);
+    // Every rank file's /state, so that `ckpt verify` and every resuming rank
+    // refuse the same files.
+    struct ckpt_state state;
+    for (int r = 0; !st && r < rd->info.world_size; r++) st = checkpoint_read_state(rd, r, &state, err);
 done:
     free(mp.files);
     if (st) checkpoint_close(rd);
@@ -434,6 +504,55 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
         return error_set(err, STATUS_BAD_INPUT, "%s: tokenizer = '%s', but the run's data uses '%s'",
                          path, r->info.tokenizer_id, tokenizer_id);
     return STATUS_OK;
+}
+
+static int cmp_piece_name(const void *key, const void *elem) {
+    return strcmp(key, ((const struct stored_piece *)elem)->p.name);
+}
+
+enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *err) {
+    struct param_info *params;
+    int n;
+    enum status st = model_param_table(&r->info.model, &params, &n, err);
+    if (st) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] is not a model trident builds: %s", r->manifest, why);
+    }
+    static const char *const prefixes[] = {"param", "adam_m", "adam_v"};
+    char name[CKPT_NAME_MAX];
+    for (int i = 0; !st && i < n; i++)
+        for (int k = 0; !st && k < 3; k++) {
+            snprintf(name, sizeof name, "%s/%s", prefixes[k], params[i].name);
+            const struct stored_piece *sp =
+                r->n_pieces ? bsearch(name, r->pieces, (size_t)r->n_pieces, sizeof *r->pieces, cmp_piece_name)
+                            : NULL;
+            if (!sp)
+                st = error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s in any rank file, but the model of "
+                               "manifest.ini has it (incomplete checkpoint)", r->info.path, name);
+            else if (sp->p.grows != params[i].grows || sp->p.gcols != params[i].gcols ||
+                     (sp->p.dtype != DTYPE_FP32 && sp->p.dtype != DTYPE_FP64))
+                st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: tensor %s is (%d, %d) %s; the model of "
+                               "manifest.ini has it (%d, %d) fp32", r->info.path, sp->file, name, sp->p.grows,
+                               sp->p.gcols, dtype_name(sp->p.dtype), params[i].grows, params[i].gcols);
+        }
+    // Every expected name is there: any other distinct name is one too many.
+    int distinct = 0;
+    for (int i = 0; i < r->n_pieces; i++)
+        distinct += i == 0 || strcmp(r->pieces[i].p.name, r->pieces[i - 1].p.name);
+    for (int i = 0; !st && distinct != 3 * n && i < r->n_pieces; i++) { // name the first stranger
+        bool known = false;
+        for (int j = 0; !known && j < n; j++)
+            for (int k = 0; !known && k < 3; k++) {
+                snprintf(name, sizeof name, "%s/%s", prefixes[k], params[j].name);
+                known = !strcmp(name, r->pieces[i].p.name);
+            }
+        if (!known)
+            st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: tensor '%s' is not one of the model of "
+                           "manifest.ini", r->info.path, r->pieces[i].file, r->pieces[i].p.name);
+    }
+    free(params);
+    return st;
 }
 
 // Global rows [r0, r1] and columns [c0, c1) that a piece's flat range spans.
@@ -571,34 +690,75 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
     // Format 2 (samples): loader_samples and loader_weights; format 1 (before
     // it): loader = (seed, epoch, batch, micro).
     bool samples = g >= 0 && H5Aexists(g, "loader_samples") > 0;
-    int bad = g < 0 || attr_read(g, "step", H5T_NATIVE_INT64, 1, &out->step) ||
-              attr_read(g, "lr_step", H5T_NATIVE_INT64, 1, &out->lr_step) ||
-              attr_read(g, "opt_steps", H5T_NATIVE_INT64, 1, &out->opt_steps) ||
-              (samples ? attr_read(g, "loader_samples", H5T_NATIVE_UINT64, CKPT_LOADER_WORDS, loader) ||
-                             attr_read(g, "loader_weights", H5T_NATIVE_DOUBLE, LOADER_MAX_DATASETS,
+    const char *bad_attr = NULL; // the first attribute missing or of another type or shape
+#define READ(nm, type, n, ptr) (attr_read(g, nm, type, n, ptr) ? (bad_attr = nm, 1) : 0)
+    int bad = g < 0 || READ("step", H5T_NATIVE_INT64, 1, &out->step) ||
+              READ("lr_step", H5T_NATIVE_INT64, 1, &out->lr_step) ||
+              READ("opt_steps", H5T_NATIVE_INT64, 1, &out->opt_steps) ||
+              (samples ? READ("loader_samples", H5T_NATIVE_UINT64, CKPT_LOADER_WORDS, loader) ||
+                             READ("loader_weights", H5T_NATIVE_DOUBLE, LOADER_MAX_DATASETS,
                                        out->loader.weights)
-                       : attr_read(g, "loader", H5T_NATIVE_UINT64, 4, loader)) ||
-              attr_read(g, "rng_seed", H5T_NATIVE_UINT64, 1, &out->rng_seed) ||
-              attr_read(g, "rng_state", H5T_NATIVE_UINT64, 4, out->rng_state) ||
-              attr_read(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &out->loss_scale) ||
-              attr_read(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1,
+                       : READ("loader", H5T_NATIVE_UINT64, 4, loader)) ||
+              READ("rng_seed", H5T_NATIVE_UINT64, 1, &out->rng_seed) ||
+              READ("rng_state", H5T_NATIVE_UINT64, 4, out->rng_state) ||
+              READ("loss_scale", H5T_NATIVE_DOUBLE, 1, &out->loss_scale) ||
+              READ("loss_scale_good_steps", H5T_NATIVE_INT64, 1,
                         &out->loss_scale_good_steps) ||
-              attr_read_optional(g, "skipped_steps", H5T_NATIVE_INT64, &out->skipped_steps) ||
-              attr_read_optional(g, "consecutive_skips", H5T_NATIVE_INT64, &out->consecutive_skips);
+              (attr_read_optional(g, "skipped_steps", H5T_NATIVE_INT64, &out->skipped_steps)
+                   ? (bad_attr = "skipped_steps", 1)
+                   : 0) ||
+              (attr_read_optional(g, "consecutive_skips", H5T_NATIVE_INT64, &out->consecutive_skips)
+                   ? (bad_attr = "consecutive_skips", 1)
+                   : 0);
     // The schedule and data shape (added after skipped_steps): all or none.
     out->has_schedule = !bad && H5Aexists(g, "train_steps") > 0;
     if (out->has_schedule)
-        bad = attr_read(g, "train_steps", H5T_NATIVE_INT64, 1, &out->train_steps) ||
-              attr_read(g, "lr", H5T_NATIVE_DOUBLE, 1, &out->lr) ||
-              attr_read(g, "min_lr", H5T_NATIVE_DOUBLE, 1, &out->min_lr) ||
-              attr_read(g, "warmup_steps", H5T_NATIVE_INT64, 1, &out->warmup_steps) ||
-              attr_read(g, "lr_schedule", H5T_NATIVE_INT64, 1, &out->lr_schedule) ||
-              attr_read(g, "lr_rebase_step", H5T_NATIVE_INT64, 1, &out->lr_rebase_step) ||
-              attr_read(g, "lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &out->lr_rebase_lr);
+        bad = READ("train_steps", H5T_NATIVE_INT64, 1, &out->train_steps) ||
+              READ("lr", H5T_NATIVE_DOUBLE, 1, &out->lr) ||
+              READ("min_lr", H5T_NATIVE_DOUBLE, 1, &out->min_lr) ||
+              READ("warmup_steps", H5T_NATIVE_INT64, 1, &out->warmup_steps) ||
+              READ("lr_schedule", H5T_NATIVE_INT64, 1, &out->lr_schedule) ||
+              READ("lr_rebase_step", H5T_NATIVE_INT64, 1, &out->lr_rebase_step) ||
+              READ("lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &out->lr_rebase_lr);
+#undef READ
+    char what[128] = "";
+    if (bad && g >= 0 && bad_attr) h5util_attr_describe(g, bad_attr, what, sizeof what);
     if (g >= 0) H5Gclose(g);
+    if (bad && (g < 0 || !bad_attr))
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing", r->info.path, rank);
     if (bad)
-        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing or "
-                         "incomplete", r->info.path, rank);
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state attribute %s is %s, expected %s",
+                         r->info.path, rank, bad_attr, what,
+                         !strcmp(bad_attr, "loader_samples") || !strcmp(bad_attr, "loader_weights") ||
+                                 !strcmp(bad_attr, "rng_state") || !strcmp(bad_attr, "loader")
+                             ? "an array of the length this format has"
+                             : "one number");
+    // Every counter in the range of what it counts, and the step the one the
+    // manifest names (issue 18: step = 2^31 trained from step -2^31; opt_steps
+    // at INT_MAX aborted on a CHECK).
+    const struct {
+        const char *name;
+        int64_t v, lo, hi;
+    } ranges[] = {{"step", out->step, r->info.step, r->info.step},
+                  {"lr_step", out->lr_step, 0, INT_MAX},
+                  {"opt_steps", out->opt_steps, 0, INT_MAX - 1}, // an int, incremented once more
+                  {"loss_scale_good_steps", out->loss_scale_good_steps, 0, INT_MAX},
+                  {"skipped_steps", out->skipped_steps, 0, out->step},
+                  {"consecutive_skips", out->consecutive_skips, 0, out->step},
+                  {"train_steps", out->train_steps, out->has_schedule ? 1 : 0, INT_MAX},
+                  {"warmup_steps", out->warmup_steps, 0, INT_MAX},
+                  {"lr_schedule", out->lr_schedule, LR_SCHEDULE_COSINE, LR_SCHEDULE_CONSTANT},
+                  {"lr_rebase_step", out->lr_rebase_step, 0, INT_MAX}};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        if (ranges[i].v < ranges[i].lo || ranges[i].v > ranges[i].hi)
+            return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state %s = %" PRId64 ", expected "
+                             "%" PRId64 "..%" PRId64 "%s", r->info.path, rank, ranges[i].name, ranges[i].v,
+                             ranges[i].lo, ranges[i].hi, i == 0 ? " (the step manifest.ini names)" : "");
+    if (!isfinite(out->loss_scale) || out->loss_scale < 0 || !isfinite(out->lr) || !isfinite(out->min_lr) ||
+        !isfinite(out->lr_rebase_lr))
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state loss_scale %g, lr %g, min_lr %g, "
+                         "lr_rebase_lr %g: expected finite values, loss_scale >= 0", r->info.path, rank,
+                         out->loss_scale, out->lr, out->min_lr, out->lr_rebase_lr);
     if (samples) {
         double w[LOADER_MAX_DATASETS];
         memcpy(w, out->loader.weights, sizeof w);

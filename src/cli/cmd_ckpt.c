@@ -146,8 +146,13 @@ int cmd_ckpt(int argc, char **argv) {
             checkpoint_close(r);
             return STATUS_BAD_INPUT;
         }
+        if (checkpoint_check_tensors(r, &err)) {
+            fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
         printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
-               "complete and finite\n", in->path, (long long)in->step, in->world_size,
+               "complete and finite, the tensors of the manifest's model\n", in->path, (long long)in->step, in->world_size,
                checkpoint_n_pieces(r));
     }
     checkpoint_close(r);

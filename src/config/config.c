@@ -436,19 +436,55 @@ static bool check_line(struct load_ctx *c, char *s) {
     return true;
 }
 
+// The longest config line read: far above any path or value (CONFIG_PATH_MAX),
+// and a bound on what a file without newlines (/dev/zero) makes us allocate.
+#define CONFIG_LINE_MAX (1 << 20)
+
+// Reads the next line of c->f into c->raw (NUL-terminated, newline kept):
+// its length, -1 at end of file, -2 after setting c->err (a read error, a
+// NUL byte, a line longer than CONFIG_LINE_MAX; issue 18: a failed read was
+// taken for the end of the file and the default config ran).
+static ssize_t load_line(struct load_ctx *c) {
+    size_t len = 0;
+    int ch;
+    errno = 0;
+    while ((ch = getc(c->f)) != EOF) {
+        if (ch == 0) {
+            error_set(c->err, STATUS_BAD_INPUT, "%s:%d: line contains a NUL byte", c->path, c->line + 1);
+            return -2;
+        }
+        if (len + 2 > c->cap) {
+            if (c->cap >= CONFIG_LINE_MAX) {
+                error_set(c->err, STATUS_BAD_INPUT, "%s:%d: line longer than %d bytes", c->path, c->line + 1,
+                          CONFIG_LINE_MAX);
+                return -2;
+            }
+            c->cap = c->cap ? 2 * c->cap : 256;
+            c->raw = realloc(c->raw, c->cap);
+            CHECK(c->raw, "out of memory reading %s", c->path);
+        }
+        c->raw[len++] = (char)ch;
+        if (ch == '\n') break;
+    }
+    if (ferror(c->f)) {
+        error_set(c->err, STATUS_BAD_INPUT, "%s:%d: read error: %s", c->path, c->line + 1,
+                  strerror(errno ? errno : EIO));
+        return -2;
+    }
+    if (ch == EOF && len == 0) return -1;
+    c->raw[len] = '\0';
+    return (ssize_t)len;
+}
+
 // The ini_reader: one line per call, counted and checked; EOF after an error.
 static char *load_reader(char *buf, int num, void *stream) {
     struct load_ctx *c = stream;
     if (c->failed) return NULL;
-    ssize_t len = getline(&c->raw, &c->cap, c->f);
+    ssize_t len = load_line(c);
+    if (len == -2) c->failed = true;
     if (len < 0) return NULL;
     c->line++;
     c->long_value = NULL;
-    if (strlen(c->raw) != (size_t)len) {
-        error_set(c->err, STATUS_BAD_INPUT, "%s:%d: line contains a NUL byte", c->path, c->line);
-        c->failed = true;
-        return NULL;
-    }
     while (len && (c->raw[len - 1] == '\n' || c->raw[len - 1] == '\r')) c->raw[--len] = '\0';
     if (!check_line(c, c->raw)) {
         c->failed = true;

@@ -59,7 +59,13 @@ static enum status validate_shard(struct dataset *ds, int i, const char *path, s
         return error_set(err, STATUS_BAD_INPUT, "%s: shard is empty (%" PRIu64 " tokens, %" PRIu64 " documents)", path,
                          sh->h5.n_tokens, sh->h5.n_docs);
     if (sh->validated) return STATUS_OK;
-    uint64_t *offsets = xmalloc((sh->h5.n_docs + 1) * sizeof *offsets);
+    // n_docs + 1 entries are stored in the file (shard_open checked the
+    // bytes), so this cannot wrap; checked anyway, in 64 bits (issue 18: a
+    // sparse 2^61-entry /doc_offsets wrapped it to 0).
+    size_t offsets_bytes;
+    if (__builtin_mul_overflow(sh->h5.n_docs + 1, sizeof(uint64_t), &offsets_bytes))
+        return error_set(err, STATUS_BAD_INPUT, "%s: %" PRIu64 " documents: too many", path, sh->h5.n_docs);
+    uint64_t *offsets = xmalloc(offsets_bytes);
     s = shard_read_doc_offsets(&sh->h5, offsets, err);
     for (uint64_t d = 0; !s && d <= sh->h5.n_docs; d++) {
         if ((d == 0 && offsets[0] != 0) || (d > 0 && offsets[d] < offsets[d - 1]) || offsets[d] > sh->h5.n_tokens)

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *split_name(enum split split) { return split == SPLIT_VAL ? "val" : "train"; }
 
@@ -51,6 +52,7 @@ struct index_parse {
     int failed;
     int *seen; // (capacity,) which shard-NNNNN sections appeared
     int seen_cap;
+    int64_t max_id; // a section [shard-N] takes > 8 bytes: N < file size / 8
 };
 
 static int parse_u64(const char *value, uint64_t *out) {
@@ -101,6 +103,11 @@ static int index_handler(void *user, const char *section, const char *key, const
     char tail;
     if (sscanf(section, "shard-%d%c", &id, &tail) != 1 || id < 0 || id > 10000000)
         PARSE_FAIL("%s: unknown section [%s] (expected [dataset] or [shard-NNNNN])", p->path, section);
+    // The shard table is sized by the largest id: bounded by the file's size,
+    // so that one line [shard-9999999] cannot allocate gigabytes (issue 18).
+    if (id > p->max_id)
+        PARSE_FAIL("%s: section [%s]: a file of this size holds fewer shards (ids must run 0, 1, ...)", p->path,
+                   section);
     if (id >= p->seen_cap) {
         int cap = MAX(id + 1, 2 * p->seen_cap);
         p->seen = realloc(p->seen, (size_t)cap * sizeof *p->seen);
@@ -140,12 +147,19 @@ static int index_handler(void *user, const char *section, const char *key, const
     return 1;
 }
 
+// qsort of pointers to shard entries by file name (index_read's duplicate check).
+static int cmp_shard_file(const void *a, const void *b) {
+    return strcmp((*(const struct index_shard *const *)a)->file, (*(const struct index_shard *const *)b)->file);
+}
+
 enum status index_read(const char *path, struct index *ix, struct error *err) {
     memset(ix, 0, sizeof *ix);
     ix->format_version = ix->vocab_size = ix->eot_id = ix->num_shards = -1;
     struct index_parse p = {.index = ix, .path = path, .err = err};
     FILE *f = fopen(path, "r");
     if (!f) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open dataset index: %s", path, strerror(errno));
+    struct stat fs;
+    p.max_id = fstat(fileno(f), &fs) == 0 ? fs.st_size / 8 : 0;
     int line = ini_parse_file(f, index_handler, &p);
     fclose(f);
     enum status st = STATUS_OK;
@@ -163,6 +177,19 @@ enum status index_read(const char *path, struct index *ix, struct error *err) {
             st = error_set(err, STATUS_BAD_INPUT, "%s: section [shard-%05d] is missing", path, i);
         else if (!s->file[0] || (int)s->split < 0 || !s->checksum[0])
             st = error_set(err, STATUS_BAD_INPUT, "%s: [shard-%05d] needs file, split, tokens, documents, bytes, checksum", path, i);
+    }
+    // One file listed twice would be read, and counted, twice (issue 18).
+    if (!st && ix->n_shards > 1) {
+        const struct index_shard **order = xmalloc((size_t)ix->n_shards * sizeof *order);
+        for (int i = 0; i < ix->n_shards; i++) order[i] = &ix->shards[i];
+        qsort(order, (size_t)ix->n_shards, sizeof *order, cmp_shard_file);
+        for (int i = 1; !st && i < ix->n_shards; i++)
+            if (!strcmp(order[i]->file, order[i - 1]->file)) {
+                int a = (int)(order[i - 1] - ix->shards), b = (int)(order[i] - ix->shards);
+                st = error_set(err, STATUS_BAD_INPUT, "%s: [shard-%05d] and [shard-%05d] both name file %s", path,
+                               MIN(a, b), MAX(a, b), order[i]->file);
+            }
+        free(order);
     }
     free(p.seen);
     if (st) index_free(ix);

@@ -87,17 +87,6 @@ enum status shard_write(const char *path, const int32_t *tokens, uint64_t n_toke
     return shard_write_typed(path, elem_bytes, tokens, n_tokens, doc_offsets, n_docs, meta, err);
 }
 
-static int read_attr_int(hid_t file, const char *name, int64_t *value) {
-    if (H5Aexists(file, name) <= 0) return 0;
-    hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
-    if (attr < 0) return 0;
-    hid_t type = H5Aget_type(attr);
-    int ok = H5Tget_class(type) == H5T_INTEGER && H5Aread(attr, H5T_NATIVE_INT64, value) >= 0;
-    H5Tclose(type);
-    H5Aclose(attr);
-    return ok;
-}
-
 // Length of a 1-D dataset of unsigned integers; its element size in *bytes.
 static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint64_t *n, int *bytes,
                            struct error *err) {
@@ -107,9 +96,10 @@ static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint6
     // the selected bytes of a random sequence instead of its whole chunk.
     hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
     H5Pset_chunk_cache(dapl, 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
-    *dset = H5Dopen2(s->file, name, dapl);
+    const char *why = "";
+    *dset = h5util_open_dataset(s->file, name, dapl, &why);
     H5Pclose(dapl);
-    if (*dset < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open /%s", s->path, name);
+    if (*dset < 0) return error_set(err, STATUS_BAD_INPUT, "%s: /%s is %s", s->path, name, why);
     hid_t type = H5Dget_type(*dset), space = H5Dget_space(*dset);
     int rank = H5Sget_simple_extent_ndims(space);
     hsize_t dims[1] = {0};
@@ -121,6 +111,15 @@ static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint6
     if (rank != 1) return error_set(err, STATUS_BAD_INPUT, "%s: /%s has rank %d, expected 1", s->path, name, rank);
     if (!is_uint)
         return error_set(err, STATUS_BAD_INPUT, "%s: /%s is not an unsigned integer dataset", s->path, name);
+    // The elements it claims must lie in the file: a sparse or compressed
+    // dataset of 2^61 elements costs nothing on disk, and its length sizes
+    // the readers' buffers (issue 18).
+    uint64_t stored = H5Dget_storage_size(*dset), claimed;
+    if (__builtin_mul_overflow((uint64_t)dims[0], (uint64_t)*bytes, &claimed) || stored < claimed)
+        return error_set(err, STATUS_BAD_INPUT,
+                         "%s: /%s claims %llu elements of %d bytes but the file stores %llu bytes of it "
+                         "(sparse, compressed or truncated)",
+                         s->path, name, (unsigned long long)dims[0], *bytes, (unsigned long long)stored);
     *n = dims[0];
     return STATUS_OK;
 }
@@ -164,12 +163,17 @@ enum status shard_open(const char *path, struct shard *s, struct error *err) {
     const char *names[] = {"vocab_size", "eot_id", "format_version"};
     int64_t *values[] = {&s->meta.vocab_size, &s->meta.eot_id, &s->meta.format_version};
     for (int i = 0; i < 3; i++)
-        if (!read_attr_int(s->file, names[i], values[i])) {
-            st = error_set(err, STATUS_BAD_INPUT, "%s: missing or non-integer attribute '%s'", path, names[i]);
+        if (!h5util_read_attr_i64(s->file, names[i], values[i])) {
+            char what[128];
+            st = error_set(err, STATUS_BAD_INPUT, "%s: attribute '%s' is %s, expected one integer", path, names[i],
+                           h5util_attr_describe(s->file, names[i], what, sizeof what));
             goto fail;
         }
     if (!h5util_read_attr_str(s->file, "tokenizer", s->meta.tokenizer, sizeof s->meta.tokenizer)) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: missing or non-string attribute 'tokenizer'", path);
+        char what[128];
+        st = error_set(err, STATUS_BAD_INPUT, "%s: attribute 'tokenizer' is %s, expected one string of at most %zu bytes",
+                       path, h5util_attr_describe(s->file, "tokenizer", what, sizeof what),
+                       sizeof s->meta.tokenizer - 1);
         goto fail;
     }
     return STATUS_OK;

@@ -150,6 +150,20 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
     return n;
 }
 
+enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
+                              struct error *err) {
+    *out = NULL, *n = 0;
+    struct model_shard s = model_shard_full(cfg);
+    struct dims d;
+    enum status st = dims_compute(cfg, &s, &d, err);
+    if (st) return st;
+    size_t total;
+    int count = params_layout(cfg, &s, &d, NULL, &total);
+    *out = xcalloc((size_t)count, sizeof **out);
+    *n = params_layout(cfg, &s, &d, *out, &total);
+    return STATUS_OK;
+}
+
 static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
 
 // What a block keeps in its slot under each recompute mode (model.h): none

@@ -22,6 +22,22 @@
 #include "kernels/ops.h"
 #include "parallel/comm.h"
 
+// Upper bounds of the model's and the layout's integers, wherever they are
+// read (the config's key table, a checkpoint's manifest.ini): products the
+// code forms in int fit (vocab_size + 1 and the tensor-parallel padding;
+// micro_batch_size * seq_len <= 2^30 tokens; tp * pp * dp <= 2^30 ranks),
+// and a hostile n_layers does not make naming the parameters run for hours
+// (issue 18). Far above any model trained on CPUs or a GPU cluster.
+#define LLAMA_MAX_VOCAB (1 << 24)
+#define LLAMA_MAX_D_MODEL (1 << 16)
+#define LLAMA_MAX_LAYERS (1 << 12)
+#define LLAMA_MAX_HEADS (1 << 12)
+#define LLAMA_MAX_FFN (1 << 20)
+#define LLAMA_MAX_SEQ_LEN (1 << 20)
+#define LLAMA_MAX_MICRO_BATCH (1 << 10)
+#define LLAMA_MAX_GLOBAL_BATCH (1 << 24)
+#define LLAMA_MAX_PARALLEL (1 << 10) // tp, pp, dp each
+
 // Global model hyperparameters ([model] in the config).
 struct llama_config {
     int vocab_size;      // V: real classes
@@ -103,6 +119,13 @@ struct model_memory {
 };
 
 struct model;
+
+// The parameter table of the whole model (model_shard_full: every layer,
+// tp = 1, global shapes) without allocating a model: the tensors a
+// checkpoint of cfg holds. *out: (*n,) xmalloc'd, the caller frees it.
+// Errors: STATUS_BAD_INPUT as model_plan (shapes that do not divide).
+enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
+                              struct error *err);
 
 // Computes the parameter table and pool sizes without allocating.
 // Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,

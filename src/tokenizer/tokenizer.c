@@ -32,6 +32,7 @@
 //   truncation, padding   must be null (they would change encode's output)
 #include <jansson.h>
 #include <pthread.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "tokenizer.h"
@@ -215,8 +216,9 @@ static enum status load_added(struct tokenizer *t, const json_t *added, const ch
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX ||
             !json_is_string(content) || !json_string_length(content))
-            return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu] needs an integer \"id\" >= 0 and a non-empty "
-                             "\"content\"", path, i);
+            return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu] needs an integer \"id\" in [0, %d] (found "
+                             "%s %" PRId64 ") and a non-empty \"content\"", path, i, INT32_MAX,
+                             id ? json_type_name(id) : "no id", json_is_integer(id) ? (int64_t)json_integer_value(id) : 0);
         if (json_flag(a, "single_word", 0))
             return error_set(err, STATUS_BAD_INPUT, "%s: added_tokens[%zu].single_word = true ('%s') not supported",
                              path, i, json_string_value(content));
@@ -314,11 +316,23 @@ static enum status load_tables(struct tokenizer *t, json_t *root, const char *pa
     json_t *v;
     json_object_foreach((json_t *)vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX)
-            return error_set(err, STATUS_BAD_INPUT, "%s: model.vocab['%s'] is not an id >= 0", path, key);
+            return json_is_integer(v)
+                       ? error_set(err, STATUS_BAD_INPUT, "%s: model.vocab['%s'] = %" PRId64 ", expected an id in [0, %d)",
+                                   path, key, (int64_t)json_integer_value(v), INT32_MAX)
+                       : error_set(err, STATUS_BAD_INPUT, "%s: model.vocab['%s'] is %s, expected an integer id", path,
+                                   key, json_type_name(v));
         max_id = MAX(max_id, json_integer_value(v));
     }
     for (int i = 0; i < t->n_added; i++) max_id = MAX(max_id, t->added[i].id);
+    // The id table is sized by the largest id: it must be below the number
+    // of tokens the file lists, so that one id of 2^31 - 2 cannot allocate
+    // 24 GiB (issue 18); ids run 0 .. V - 1 in every tokenizer trident reads.
+    size_t n_listed = json_object_size(vocab) + (size_t)t->n_added;
+    if (max_id >= 0 && (uint64_t)max_id >= n_listed)
+        return error_set(err, STATUS_BAD_INPUT, "%s: id %" PRId64 " but the file lists %zu tokens (ids must run 0 .. "
+                         "tokens - 1)", path, max_id, n_listed);
     t->vocab_size = (int)(max_id + 1);
+    unsigned char *added_seen = xcalloc((size_t)t->vocab_size + 1, 1);
     t->tok_off = xmalloc((size_t)t->vocab_size * sizeof *t->tok_off);
     t->tok_len = xcalloc((size_t)t->vocab_size, sizeof *t->tok_len);
     for (int i = 0; i < t->vocab_size; i++) t->tok_off[i] = SIZE_MAX;
@@ -355,12 +369,29 @@ static enum status load_tables(struct tokenizer *t, json_t *root, const char *pa
                 memcpy(t->tok_bytes + used, s, len);
                 n = len;
             }
+            // One id, one token: a second vocab entry with this id (issue 18:
+            // "a" and "b" both 65 encoded "ab" to 65 65 and decoded it to
+            // "bb"), or an added token on a vocab id of other bytes (the
+            // end-of-text id shared with a normal token).
+            const char *clash = NULL;
+            if (pass == 0 && t->tok_off[id] != SIZE_MAX) clash = "two model.vocab entries";
+            else if (pass == 1 && added_seen[id]) clash = "two added_tokens";
+            else if (pass == 1 && t->tok_off[id] != SIZE_MAX &&
+                     (t->tok_len[id] != n || memcmp(t->tok_bytes + t->tok_off[id], t->tok_bytes + used, n)))
+                clash = "an added token and a model.vocab entry of other text";
+            if (clash) {
+                free(added_seen);
+                return error_set(err, STATUS_BAD_INPUT, "%s: id %d is given to %s ('%.*s' and another)", path, (int)id,
+                                 clash, (int)MIN(len, 64), s);
+            }
+            if (pass == 1) added_seen[id] = 1;
             t->tok_off[id] = used;
             t->tok_len[id] = (uint32_t)n;
             if (pass == 0) strmap_put(&t->vocab, t->tok_bytes + used, n, id, NULL);
             used += n;
         }
     }
+    free(added_seen);
     const struct byte_map *bm = byte_map_get();
     for (int b = 0; b < 256; b++) {
         int32_t id = vocab_lookup(t, vocab, bm->utf8[b], bm->utf8_len[b]);

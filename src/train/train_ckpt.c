@@ -197,17 +197,28 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
 // failures this rank's alone.
 static enum status resume_from(struct trainer *t, const char *path, struct ckpt_state *st,
                                struct trainer_error *err) {
-    // Rank 0 verifies every checksum once; the others trust its verdict.
+    // Every rank verifies the checksums of the files it reads (issue 18: only
+    // rank 0 did, so a file changed after its check reached the others' HDF5
+    // reads unchecked). verdict: {any rank's refusal, rank 0's}. Rank 0's
+    // refusal is every rank's and rank 0 reports it; a refusal of another
+    // rank alone (its copy differs from rank 0's) is that rank's to report.
     struct ckpt_reader *r = NULL;
-    int verdict = 0;
     bool root = t->par.topo.world_rank == 0;
-    if (root) verdict = checkpoint_open(path, &r, &err->err);
-    comm_all_reduce(&t->par.topo.world, &verdict, 1, DTYPE_I32, COMM_MAX);
-    if (verdict) { // rank 0 holds the message
-        if (!root) err->err.msg[0] = '\0';
-        return err->err.status = (enum status)verdict;
+    int own = checkpoint_open(path, &r, &err->err);
+    if (!own && checkpoint_check_tensors(r, &err->err)) own = err->err.status;
+    int verdict[2] = {own, root ? own : 0};
+    comm_all_reduce(&t->par.topo.world, verdict, 2, DTYPE_I32, COMM_MAX);
+    if (verdict[0]) {
+        checkpoint_close(r);
+        if (verdict[1]) { // rank 0 holds the message
+            if (!root) err->err.msg[0] = '\0';
+            return err->err.status = (enum status)verdict[1];
+        }
+        if (own) return trainer_alone(err);
+        snprintf(err->err.msg, sizeof err->err.msg, "%.900s: another rank refused the checkpoint (its message above)",
+                 path);
+        return err->err.status = (enum status)verdict[0];
     }
-    if (!root && checkpoint_open_trusted(path, &r, &err->err)) return trainer_alone(err);
     enum status s = STATUS_OK;
     if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
         // Another model: say how to start fresh (resume = none is refused

@@ -80,12 +80,13 @@ rc=0; TRIDENT_FAULT=fsync:2@2 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" save "
     { cat "$root/out"; ls "$dir"; echo "FAIL: fsync fault on one rank (exit $rc)"; fail=1; }
 
 # info: the layout and every tensor with its global shape, pieces and bytes
-# (4 pieces of (8, 6) fp32 = 192 bytes each for the moments: ZeRO halves of
-# two TP blocks; param/w twice per block, once per DP rank).
+# (W = q_proj, (8, 8) fp32: 4 pieces of 64 bytes each for the moments, ZeRO
+# halves of two TP blocks; param/W twice per block, once per DP rank).
 out=$("$TRIDENT" ckpt info "$root/clean" 2>&1) || fail "ckpt info: $out"
 grep -q 'layout tp=2 pp=1 dp=2 (world 4), zero_stage=1' <<<"$out" &&
-    grep -Eq '^  adam_m/w +\(8, 6\) +fp32 +4 +192$' <<<"$out" &&
-    grep -Eq '^  param/w +\(8, 6\) +fp32 +4 +384$' <<<"$out" || { echo "$out"; echo "FAIL: ckpt info"; fail=1; }
+    grep -Eq '^  adam_m/model.layers.0.self_attn.q_proj.weight +\(8, 8\) +fp32 +4 +256$' <<<"$out" &&
+    grep -Eq '^  param/model.layers.0.self_attn.q_proj.weight +\(8, 8\) +fp32 +4 +512$' <<<"$out" ||
+    { echo "$out"; echo "FAIL: ckpt info"; fail=1; }
 
 # A bad checkpoint: verify exits 2 and names the file.
 printf 'x' | dd of="$root/clean/step-000003/rank-00001.h5" bs=1 seek=4000 conv=notrunc status=none

@@ -10,10 +10,15 @@
 //       of its step, prints "loaded step S" (or "loaded none"), exit 0; a
 //       bad checkpoint: the message and exit 2; a wrong value: exit 1.
 //
-// Tensors (values: step * 1000 + row * 10 + col + 0.5, exact in fp32):
-//   param/w    (8, 6)  row block t of 4 rows on TP rank t, whole on each DP rank
-//   adam_m/w, adam_v/w (8, 6): row block t, flat halves by DP rank (ZeRO-1)
-//   param/norm (6, 1)  replicated on every rank
+// Tensors (values: step * 1000 + row * 10 + col + 0.5, exact in fp32), W
+// and NORM two tensors of `model` (ckpt verify checks a checkpoint holds
+// exactly its manifest's model's tensors):
+//   param/W    (8, 8)  row block t of 4 rows on TP rank t, whole on each DP rank
+//   adam_m/W, adam_v/W (8, 8): row block t, flat halves by DP rank (ZeRO-1)
+//   param/NORM (8, 1)  replicated on every rank
+//   every other tensor of the model (param/, adam_m/, adam_v/): zeros, whole,
+//   on rank 0 (not checked on load)
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/mpi_util.h"
@@ -21,9 +26,11 @@
 #include "ckpt/durable.h"
 #include "parallel/comm_mpi.h"
 
-enum { GR = 8, GC = 6 };
+enum { GR = 8, GC = 8 };
+#define W "model.layers.0.self_attn.q_proj.weight"
+#define NORM "model.norm.weight"
 
-static const struct llama_config model = {.vocab_size = 64, .d_model = 6, .n_layers = 1,
+static const struct llama_config model = {.vocab_size = 64, .d_model = 8, .n_layers = 1,
                                           .n_heads = 2, .n_kv_heads = 2, .ffn_dim = 12,
                                           .max_seq_len = 16, .rope_theta = 10000,
                                           .norm_eps = 1e-5f};
@@ -33,39 +40,57 @@ static float value(int64_t step, int tensor, int r, int c) {
 }
 
 static int save(const char *dir, int rank, struct comm_group *world) {
-    int t = rank % 2, d = rank / 2;
+    int t = rank % 2, d = rank / 2, n_params;
+    struct param_info *params;
+    struct error perr = {0};
+    CHECK(!model_param_table(&model, &params, &n_params, &perr), "%s", perr.msg);
+    static float zeros[64 * GC]; // the largest tensor: (vocab_size, d_model)
     for (int64_t step = 1; step <= 3; step++) {
-        float w[24], m[12], v[12], norm[GC];
-        for (int f = 0; f < 24; f++) w[f] = value(step, 0, 4 * t + f / GC, f % GC);
-        for (int f = 0; f < 12; f++) {
-            int g = 12 * d + f;
+        float w[4 * GC], m[2 * GC], v[2 * GC], norm[GC];
+        for (int f = 0; f < 4 * GC; f++) w[f] = value(step, 0, 4 * t + f / GC, f % GC);
+        for (int f = 0; f < 2 * GC; f++) {
+            int g = 2 * GC * d + f;
             m[f] = value(step, 1, 4 * t + g / GC, g % GC);
             v[f] = value(step, 2, 4 * t + g / GC, g % GC);
         }
         for (int i = 0; i < GC; i++) norm[i] = value(step, 3, i, 0);
-        struct ckpt_piece p[4] = {
-            {"param/w", GR, GC, 4 * t, 0, 4, GC, 0, 24, DTYPE_FP32, w},
-            {"adam_m/w", GR, GC, 4 * t, 0, 4, GC, 12 * d, 12 * d + 12, DTYPE_FP32, m},
-            {"adam_v/w", GR, GC, 4 * t, 0, 4, GC, 12 * d, 12 * d + 12, DTYPE_FP32, v},
-            {"param/norm", GC, 1, 0, 0, GC, 1, 0, GC, DTYPE_FP32, norm},
-        };
+        struct ckpt_piece *p = xcalloc(4 + 3 * (size_t)n_params, sizeof *p);
+        p[0] = (struct ckpt_piece){"param/" W, GR, GC, 4 * t, 0, 4, GC, 0, 4 * GC, DTYPE_FP32, w};
+        p[1] = (struct ckpt_piece){"adam_m/" W, GR, GC, 4 * t, 0, 4, GC, 2 * GC * d, 2 * GC * d + 2 * GC, DTYPE_FP32, m};
+        p[2] = (struct ckpt_piece){"adam_v/" W, GR, GC, 4 * t, 0, 4, GC, 2 * GC * d, 2 * GC * d + 2 * GC, DTYPE_FP32, v};
+        p[3] = (struct ckpt_piece){"param/" NORM, GC, 1, 0, 0, GC, 1, 0, GC, DTYPE_FP32, norm};
+        int n_pieces = 4;
+        static const char *prefixes[3] = {"param", "adam_m", "adam_v"};
+        for (int i = 0; rank == 0 && i < n_params; i++)
+            for (int k = 0; k < 3; k++) {
+                const struct param_info *q = &params[i];
+                if (!strcmp(q->name, W) || (k == 0 && !strcmp(q->name, NORM))) continue;
+                struct ckpt_piece *x = &p[n_pieces++];
+                snprintf(x->name, sizeof x->name, "%s/%s", prefixes[k], q->name);
+                x->grows = x->rows = q->grows, x->gcols = x->cols = q->gcols;
+                x->flat_end = (size_t)q->grows * (size_t)q->gcols;
+                x->dtype = DTYPE_FP32, x->data = zeros;
+            }
         struct ckpt_state s = {.step = step, .lr_step = step, .opt_steps = step,
                                .loader = {1, 0, (uint64_t)step, 0}, .rng_seed = 1,
                                .loss_scale = 1};
         struct ckpt_save_args a = {.dir = dir, .step = step, .tp = 2, .pp = 1, .dp = 2,
                                    .zero_stage = 1, .rank = rank, .model = &model,
-                                   .tokenizer_id = "test-bpe", .pieces = p, .n_pieces = 4,
+                                   .tokenizer_id = "test-bpe", .pieces = p, .n_pieces = n_pieces,
                                    .state = &s, .keep_last = 2};
         struct error err = {0};
         enum status st = checkpoint_save(&a, world, &err);
+        free(p);
         printf("calls rank %d after step %lld: %ld\n", rank, (long long)step, durable_calls());
         if (st) {
             fprintf(stderr, "[rank %d] save failed: %s\n", rank, err.msg);
+            free(params);
             return 1;
         }
         if (rank == 0) printf("committed step %lld\n", (long long)step);
         fflush(stdout);
     }
+    free(params);
     return 0;
 }
 
@@ -90,7 +115,7 @@ static int load(const char *dir) {
     }
     int64_t step = checkpoint_info(r)->step;
     int bad = s.step != step;
-    static const char *names[3] = {"param/w", "adam_m/w", "adam_v/w"};
+    static const char *names[3] = {"param/" W, "adam_m/" W, "adam_v/" W};
     for (int k = 0; k < 3; k++) {
         // A column block of width 4 at column 1, its flat range [5, 30).
         float buf[32];
@@ -104,7 +129,7 @@ static int load(const char *dir) {
             if (buf[f - 5] != value(step, k, f / 4, 1 + f % 4)) bad++;
     }
     float norm[GC];
-    struct ckpt_piece want = {"param/norm", GC, 1, 0, 0, GC, 1, 0, GC, DTYPE_FP32, norm};
+    struct ckpt_piece want = {"param/" NORM, GC, 1, 0, 0, GC, 1, 0, GC, DTYPE_FP32, norm};
     if (checkpoint_read_piece(r, &want, &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return err.status;

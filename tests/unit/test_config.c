@@ -305,7 +305,7 @@ static const struct bad_case bad_cases[] = {
      {"@:2", "'100#total'", "inline comment needs whitespace"}},
     {"float out of range", "[train]\nbeta1 = 1.0\n", {0}, 1, {"@:2", "train.beta1 = '1.0'", "out of range", "[0, 1)"}},
     {"zero where positive", "[model]\nn_layers = 0\n", {0}, 1,
-     {"@:2", "model.n_layers = '0'", "out of range", "[1, 2147483647]"}},
+     {"@:2", "model.n_layers = '0'", "out of range", "[1, 4096]"}},
     {"negative int", "[train]\nwarmup_steps = -5\n", {0}, 1, {"@:2", "train.warmup_steps = '-5'", "out of range"}},
     {"negative size", "[data]\ncache_bytes = -1G\n", {0}, 1, {"@:2", "data.cache_bytes = '-1G'", "negative"}},
     {"bad size suffix", "[data]\ncache_bytes = 4X\n", {0}, 1, {"@:2", "trailing text 'X'", "K, M, G or T suffix"}},
