@@ -42,9 +42,12 @@ static enum status check_supported(const struct config *c, struct error *err) {
 // ([precision] dtype: the model's GEMM path, so that a bf16 run's MFU is
 // against the bf16 rate, not fp32's), measured while every rank measures (so
 // that ranks sharing cores or a GPU share them here too); summed over the
-// world: the MFU denominator, unless [system] peak_tflops gives it.
+// world: the job's peak, the MFU denominator. [system] peak_tflops > 0 is
+// the rate of one device: the job's peak is then it x world size (every
+// rank drives one device). FLOP/s.
 static double measure_peak_flops(struct trainer *t) {
-    if (t->cfg.system.peak_tflops > 0) return t->cfg.system.peak_tflops * 1e12;
+    if (t->cfg.system.peak_tflops > 0)
+        return t->cfg.system.peak_tflops * 1e12 * t->par.topo.world_size;
     int M = 1024, N = 1024, K = 1024;
     enum dtype dt = t->cfg.precision.dtype;
     size_t bytes = (size_t)M * K * dtype_size(dt);
@@ -238,13 +241,7 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);
 
-    int n;
-    const struct param_info *p = model_params(m->model, &n);
-    double matmul_params = 0;
-    for (int i = 0; i < n; i++)
-        if (p[i].cols > 1 && strcmp(p[i].name, "model.embed_tokens.weight")) matmul_params += p[i].numel;
-    if (m->lc.tie_embeddings) matmul_params += (double)m->lc.vocab_size * m->lc.d_model;
-    t->log.flops_per_token = 6.0 * matmul_params + 6.0 * m->lc.n_layers * m->lc.d_model * T;
+    t->log.flops_per_token = model_flops_per_token(&m->lc, T); // the whole model's
     const struct model_memory *mem = model_memory(m->model);
     m->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
                    optimizer_state_bytes(m->opt);
@@ -360,7 +357,8 @@ static enum status setup_log(struct trainer *t, long long started, struct traine
     }
     struct run_start s = {.step = t->ckpt.start_step, .resumed = t->ckpt.last[0] != '\0',
                           .world_size = W, .tp = c->parallel.tp, .pp = c->parallel.pp,
-                          .dp = c->parallel.dp, .threads = all, .time = started};
+                          .dp = c->parallel.dp, .threads = all, .time = started,
+                          .flops_per_token = t->log.flops_per_token, .peak_flops = t->log.peak_flops};
     char path[CONFIG_PATH_MAX + 32];
     const char *mf = c->log.metrics_file;
     if (!mf[0]) snprintf(path, sizeof path, "%s/metrics.jsonl", c->log.run_dir), mf = path;
