@@ -19,6 +19,11 @@
 #include "run_folder.h"
 #include "trainer.h"
 
+// The first step of a start may go WATCHDOG_FIRST_STEP x [system] watchdog_s
+// without progress: it also allocates workspaces and sets up communicators
+// (NCCL's lazily), which can take long at scale (docs/design.md §8).
+enum { WATCHDOG_FIRST_STEP = 5 };
+
 static bool is_root(const struct trainer *t) { return t->par.topo.world_rank == 0; }
 
 static struct optimizer_config optimizer_from(const struct config *c) {
@@ -312,13 +317,13 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
     return st;
 }
 
-// Samples come from the TP group of DP rank 0, of a whole-model stage: the
-// others drop the tokenizer. Rank 0 says when samples or validation were asked
+// Samples come from every TP group of a whole-model stage (world rank 0
+// prints); under pipeline parallelism every rank drops the tokenizer. Rank 0 says when samples or validation were asked
 // for and will not run.
 static void setup_samples(struct trainer *t) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
-    if (!(t->par.topo.coord.d == 0 && c->train.sample_every > 0 && t->m.whole_model)) {
+    if (!(c->train.sample_every > 0 && t->m.whole_model)) {
         tokenizer_free(d->tok);
         d->tok = NULL;
     }
@@ -635,18 +640,26 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
     for (int step = start_step; step < c->train.steps; step++) {
         double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
         comm_busy(t, &coll0, &pipe0);
+        char phase[128];
+        snprintf(phase, sizeof phase, "step %d: reading its batch", step + 1);
+        watchdog_phase(t->watchdog, phase, 1, 0);
         enum status st = next_batch(t, &d->train_loader, err);
         if (st) return st;
         double data_wait = time_now_s() - t0;
         struct train_step_result r;
-        watchdog_kick(t->watchdog);
+        // The first step of a start also allocates workspaces and sets up
+        // communicators lazily (NCCL): it may take WATCHDOG_FIRST_STEP x watchdog_s.
+        snprintf(phase, sizeof phase, "step %d: forward, backward, gradient sync, optimizer%s", step + 1,
+                 step == start_step ? " (the first of this start)" : "");
+        watchdog_phase(t->watchdog, phase, step == start_step ? WATCHDOG_FIRST_STEP : 1, 1);
         t->par.ctx.fault_grad_inf = step + 1 == t->fault_grad_inf_step;
         if (train_step_run(&t->par.ctx, t->progress.lr_step, d->reads_tokens ? d->tokens : NULL,
                            d->reads_targets ? d->targets : NULL, d->accum, B, T, &r, &err->err))
             return trainer_alone(err);
         count_step(&t->progress, &r);
         double dt = time_now_s() - t0;
-        watchdog_kick(t->watchdog);
+        snprintf(phase, sizeof phase, "step %d: logging and agreeing on stops (collectives)", step + 1);
+        watchdog_phase(t->watchdog, phase, 1, 1);
         comm_busy(t, &coll1, &pipe1);
         double split[4] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0,
                            t->par.sync ? grad_sync_started_early(t->par.sync) : 0};
@@ -698,6 +711,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         }
         if (d->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
             double val = 0;
+            snprintf(phase, sizeof phase, "evaluation after step %d", step + 1);
+            watchdog_phase(t->watchdog, phase, 1, 1);
             if ((st = evaluate(t, &val, err))) return st;
             best_val = MIN(best_val, val);
             if (is_root(t)) {
@@ -706,14 +721,28 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
                 fflush(stdout), fflush(t->log.metrics);
             }
         }
-        // The TP group of data-parallel rank 0 samples together; world rank 0 prints.
-        if (t->par.topo.coord.d == 0 && d->tok && c->train.sample_every > 0 &&
-            ((step + 1) % c->train.sample_every == 0 || last)) {
+        // Every TP group samples (the same tokens: the replicas are equal), so
+        // that no rank waits for DP rank 0's sample in the next collective and
+        // each rank's watchdog sees progress (a kick per token); world rank 0 prints.
+        if (d->tok && c->train.sample_every > 0 && ((step + 1) % c->train.sample_every == 0 || last)) {
             FILE *f = is_root(t) ? stdout : NULL;
-            if (f) printf("step %5d/%d | sample: ", step + 1, c->train.steps);
-            sample_print(t->m.model, d->tok, c->train.sample_tokens, c->train.sample_temperature,
-                         c->train.sample_top_k, (uint64_t)c->train.seed + step, f);
-            if (f) printf("\n"), fflush(stdout);
+            snprintf(phase, sizeof phase, "sampling %d tokens after step %d", c->train.sample_tokens,
+                     step + 1);
+            watchdog_phase(t->watchdog, phase, 1, t->par.topo.tp_group.size > 1);
+            char *text = NULL;
+            size_t len = 0;
+            FILE *mem = f ? open_memstream(&text, &len) : NULL;
+            CHECK(!f || mem, "open_memstream failed");
+            double s0 = time_now_s();
+            int n = sample_print(t->m.model, d->tok, c->train.sample_tokens, c->train.sample_temperature,
+                                 c->train.sample_top_k, (uint64_t)c->train.seed + step, mem, t->watchdog);
+            if (f) {
+                fclose(mem);
+                printf("step %5d/%d | sample (%d tokens, %.1f s): %s\n", step + 1, c->train.steps, n,
+                       time_now_s() - s0, text);
+                fflush(stdout);
+                free(text);
+            }
         }
     }
     double total = time_now_s() - start;
