@@ -79,16 +79,46 @@ static void check_same_config(const struct config *cfg, struct trainer_error *e,
     if (any_differs) mpi_exit_all(STATUS_BAD_INPUT, NULL);
 }
 
+// `trident train --print-config CONFIG [overrides]`: loads and validates the
+// config as a run would (without MPI: no world size, so tp * pp * dp is not
+// checked against one, and dp = 0 shows as 1 with a note) and prints every
+// key, its value and where it came from (config_print_origins) to stdout.
+// argv[0] is "--print-config". Returns 0, or 2 after printing the error for a
+// bad config or command line.
+static int print_config(int argc, char **argv) {
+    struct error err = {0};
+    struct config cfg;
+    if (argc < 2 || argv[1][0] == '-') {
+        fprintf(stderr, "trident: usage: trident train --print-config CONFIG.ini [section.key=value ...]\n");
+        return STATUS_BAD_INPUT;
+    }
+    enum status st = config_load(argv[1], argc - 2, argv + 2, &cfg, &err);
+    bool infer_dp = !st && cfg.parallel.dp == 0;
+    if (!st) st = config_validate(&cfg, 0, backend_has_cuda(), &err);
+    if (st) {
+        fprintf(stderr, "trident: %s\n", err.msg);
+        return st;
+    }
+    config_print_origins(&cfg, stdout);
+    if (infer_dp)
+        printf("# parallel.dp = 0 (infer): dp = world size / (tp * pp) at run time; shown as 1\n");
+    return STATUS_OK;
+}
+
 int cmd_train(int argc, char **argv) {
     // Usage without MPI (main() passes --help found anywhere on the line as argv[1]).
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
+               "       trident train --print-config CONFIG.ini [section.key=value ...]\n"
+               "  (prints every key of the resolved config, its value and where it came from:\n"
+               "  default, FILE:LINE or command line argument N; exit 0, no training, no MPI)\n"
                "  under mpirun -np N or srun, N = tp * pp * dp (parallel.dp = 0, the default,\n"
                "  infers dp = N / (tp * pp)); every key of docs/config.md can be overridden as\n"
                "  section.key=value; exit 0 done, 1 runtime failure, 2 bad input, 3 stopped\n"
                "  with a checkpoint (signal, exit_interval or exit_duration_mins: requeue)\n");
         return STATUS_OK;
     }
+    if (argc >= 2 && !strcmp(argv[1], "--print-config")) return print_config(argc - 1, argv + 1);
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};
