@@ -318,8 +318,8 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
 }
 
 // Samples come from every TP group of a whole-model stage (world rank 0
-// prints); under pipeline parallelism every rank drops the tokenizer. Rank 0 says when samples or validation were asked
-// for and will not run.
+// prints); under pipeline parallelism every rank drops the tokenizer. Rank 0
+// says when samples or validation were asked for and will not run.
 static void setup_samples(struct trainer *t) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
