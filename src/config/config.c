@@ -701,7 +701,6 @@ static const char docs_header[] =
     "  the loss scale keys) above FLT_MAX = 3.4e38, or, where it must be positive,\n"
     "  below FLT_MIN = 1.2e-38; `max(init_std, lr)^2 * d_model * head size <=\n"
     "  FLT_MAX * 1e-6` (the first layer's attention scores stay finite);\n"
-    "  `lr * weight_decay < 1` (AdamW's decay factor `1 - lr * weight_decay`);\n"
     "  `rope_theta > 1` (RoPE's frequencies must decrease).\n";
 
 static const char *type_name(const struct config_key *k, char *buf, size_t n) {

@@ -98,9 +98,6 @@ enum status config_resolve_dp(struct config *cfg, int world_size, struct error *
 //   sqrt(C) times a matrix of std w, twice, summed over D), with 10^6 of
 //   headroom for the tails of the init and growth over the layers: w^2 C D <=
 //   FLT_MAX x 1e-6;
-// - lr x weight_decay < 1: AdamW's decoupled decay multiplies each weight by
-//   1 - lr wd (Loshchilov & Hutter 2019, Alg. 2, line 12), which at >= 1
-//   zeroes or flips them every step and at > 2 grows them without bound;
 // - rope_theta > 1: RoPE's frequencies theta^(-2i/D) (Su et al. 2021, §3.2.2)
 //   must decrease; below 1 they grow and the angles overflow.
 static enum status check_fp32(const struct config *cfg, const char *file, struct error *err) {
@@ -137,10 +134,6 @@ static enum status check_fp32(const struct config *cfg, const char *file, struct
                          std ? KT("model", "init_std") : KT("train", "lr"), std ? "init_std" : "lr",
                          w * w * C * D, limit, std ? "init_std" : "lr", max_w, m->d_model, (int)D);
     }
-    if (cfg->train.lr * cfg->train.weight_decay >= 1)
-        return error_set(err, bad, "%s: lr x weight_decay = %g must be < 1 (AdamW multiplies each weight by "
-                         "1 - lr x weight_decay every step): %s; %s", file,
-                         cfg->train.lr * cfg->train.weight_decay, KT("train", "lr"), KT("train", "weight_decay"));
     if (m->rope_theta <= 1)
         return error_set(err, bad, "%s: %s: the limit is > 1 (RoPE's frequencies theta^(-2i/D) must "
                          "decrease; below 1 they grow and the angles overflow)", file, KT("model", "rope_theta"));
