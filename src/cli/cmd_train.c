@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "config/config.h"
 #include "kernels/backend.h"
+#include "parallel/comm_mpi.h"
 #include "train/train.h"
 
 // Exit code of a run stopped by SIGTERM or SIGUSR1, or before [train]
@@ -37,16 +38,21 @@ static _Noreturn void fail(const struct trainer_error *e, int world_rank) {
 // hang in a collective or train different models silently). cfg: this rank's
 // config, NULL when it failed to load or validate (e holds why). Collective
 // over MPI_COMM_WORLD; returns only when every rank loaded the same config,
-// else ends the job with exit 2: a rank's own error is printed by rank 0 when
-// rank 0 has one too (the usual case: every rank reads one file), else by
-// that rank; a rank whose config differs from rank 0's names the first
-// differing line of both.
+// else ends the job with exit 2: rank 0 prints every failing rank's reason
+// with its rank and host (comm_agree; ranks with the same reason share one
+// entry: the usual case, every rank reads one file); a rank whose config
+// differs from rank 0's names the first differing line of both.
 static void check_same_config(const struct config *cfg, struct trainer_error *e, int world_rank) {
-    int bad[2] = {cfg == NULL, world_rank == 0 && cfg == NULL}, any[2];
-    MPI_Allreduce(bad, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any[0]) {
-        if (cfg) mpi_exit_all(STATUS_BAD_INPUT, NULL); // another rank reports
-        e->alone = !any[1];
+    // Every failing rank's reason, on rank 0 (comm_agree: identical ones once).
+    struct comm_group world;
+    MPI_Comm dup;
+    CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup)); // the group owns (frees) its communicator
+    comm_mpi_init(&world, dup);
+    enum status st = comm_agree(&world, cfg ? STATUS_OK : (e->err.status ? e->err.status : STATUS_BAD_INPUT),
+                                "loading the config", &e->err);
+    comm_group_free(&world);
+    if (st) {
+        e->alone = false; // rank 0 prints every rank's reason
         fail(e, world_rank);
     }
     char *text = NULL;

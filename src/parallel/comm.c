@@ -287,19 +287,31 @@ enum status comm_agree(struct comm_group *g, enum status mine, const char *what,
     int len = snprintf(out, sizeof out, "%s failed on %d of %d rank%s", what, failed, n, n > 1 ? "s" : "");
     bool mine_fits = false;
     int left_out = 0;
+    for (int r = 0; r < n; r++) all[r].host[sizeof all[r].host - 1] = all[r].msg[sizeof all[r].msg - 1] = '\0';
+    // Ranks with the same host and reason share one entry ("ranks 0, 1 (host h): ..."),
+    // so that an error every rank found (one config file) is not repeated N times.
+    bool *done = xcalloc((size_t)n, sizeof *done);
     for (int r = 0, k = 0; r < n; r++) {
-        if (!status[r]) continue;
-        all[r].host[sizeof all[r].host - 1] = all[r].msg[sizeof all[r].msg - 1] = '\0';
+        if (!status[r] || done[r]) continue;
+        char ranks[256];
+        int nr = 0, rl = snprintf(ranks, sizeof ranks, "%d", r);
+        bool has_mine = false;
+        for (int q = r; q < n; q++) {
+            if (!status[q] || strcmp(all[q].msg, all[r].msg) || strcmp(all[q].host, all[r].host)) continue;
+            done[q] = true, nr++, has_mine |= q == g->rank;
+            if (q > r && rl < (int)sizeof ranks - 16) rl += snprintf(ranks + rl, sizeof ranks - (size_t)rl, ", %d", q);
+        }
         char one[sizeof out];
-        int m = snprintf(one, sizeof one, "%s rank %d (host %s): %s", k++ ? ";" : ":", r,
-                         all[r].host, all[r].msg);
+        int m = snprintf(one, sizeof one, "%s rank%s %s (host %s): %s", k++ ? ";" : ":", nr > 1 ? "s" : "",
+                         ranks, all[r].host, all[r].msg);
         if (len + m < (int)sizeof out) { // whole reasons only
             memcpy(out + len, one, (size_t)m + 1), len += m;
-            if (r == g->rank) mine_fits = true;
+            if (has_mine) mine_fits = true;
         } else {
-            left_out++;
+            left_out += nr;
         }
     }
+    free(done);
     if (left_out && len + 48 < (int)sizeof out)
         snprintf(out + len, sizeof out - (size_t)len, "; %d more: their own lines", left_out);
     if (mine && !mine_fits) {

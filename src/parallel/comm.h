@@ -150,7 +150,8 @@ void comm_barrier(struct comm_group *g);
 // STATUS_OK when none failed. Else returns on every member the worst status
 // (the largest enum value) and sets err->msg to "WHAT failed on K of N ranks:
 // rank R (host H): REASON; rank R2 (host H2): REASON2" (group ranks in order,
-// each failing rank's own message, as many as fit in err->msg: the caller's
+// each failing rank's own message, ranks with the same host and message
+// sharing one entry, "ranks 0, 1 (host H): REASON"; as many as fit in err->msg: the caller's
 // rank 0 prints it); a failing rank whose reason did not fit prints it itself
 // to stderr ("trident: [rank R, host H] WHAT: REASON"), so that no rank's
 // reason is lost. Cost: an all-gather of one int64 per rank; on failure one

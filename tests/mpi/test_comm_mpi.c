@@ -350,7 +350,13 @@ static int test_agree(int size) {
                  "(host %s): disk %d full", n, host, n - 1, host, n - 1);
         EXPECT(got == STATUS_BAD_INPUT && err.status == STATUS_BAD_INPUT && !strcmp(err.msg, want),
                "two failures: status %d, '%s', want '%s'", (int)got, err.msg, want);
-        memset(err.msg, 'x', 700), err.msg[700] = '\0'; // every rank fails with a long reason
+        snprintf(err.msg, sizeof err.msg, "one file");   // every rank, the same reason: one entry
+        got = comm_agree(&topo.world, STATUS_BAD_INPUT, "loading", &err);
+        int wl = snprintf(want, sizeof want, "loading failed on %d of %d ranks: ranks 0", n, n);
+        for (int q = 1; q < n; q++) wl += snprintf(want + wl, sizeof want - (size_t)wl, ", %d", q);
+        snprintf(want + wl, sizeof want - (size_t)wl, " (host %s): one file", host);
+        EXPECT(got == STATUS_BAD_INPUT && !strcmp(err.msg, want), "same reason: '%s', want '%s'", err.msg, want);
+        memset(err.msg, 'a' + r % 26, 700), err.msg[700] = '\0'; // every rank, its own long reason
         got = comm_agree(&topo.world, STATUS_RUNTIME, "long", &err);
         snprintf(want, sizeof want, "long failed on %d of %d ranks: rank 0 (host %s): ", n, n, host);
         char more[64];
