@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,8 +16,14 @@ struct watchdog {
     pthread_t thread;
     double timeout_s;
     int rank;
+    char host[64];
     _Atomic long long last_ms; // monotonic time of the last kick
     atomic_bool stop;
+    pthread_mutex_t lock;      // guards the phase fields
+    char phase[128];
+    double allowance;          // x timeout_s in this phase
+    long long phase_ms;        // when the phase began
+    bool peers;                // the phase waits on other ranks
 };
 
 static long long now_ms(void) { return (long long)(time_now_s() * 1e3); }
@@ -26,14 +33,21 @@ static void *watch(void *arg) {
     struct timespec nap = {0, 200 * 1000 * 1000};
     while (!atomic_load(&w->stop)) {
         nanosleep(&nap, NULL);
-        double idle = (now_ms() - atomic_load(&w->last_ms)) / 1e3;
-        if (idle > w->timeout_s && !atomic_load(&w->stop)) {
-            fprintf(stderr, "trident: [rank %d] watchdog: no progress for %.0f s ([system] "
-                    "watchdog_s = %g): a peer rank or the file system is stuck; ending the job\n",
-                    w->rank, idle, w->timeout_s);
+        pthread_mutex_lock(&w->lock);
+        long long now = now_ms();
+        double idle = (now - atomic_load(&w->last_ms)) / 1e3;
+        if (idle > w->timeout_s * w->allowance && !atomic_load(&w->stop)) {
+            fprintf(stderr, "trident: [rank %d, host %s] watchdog: no progress for %.0f s ([system] "
+                    "watchdog_s = %g%s) in phase \"%s\" (entered %.0f s ago): %s; ending the job\n",
+                    w->rank, w->host, idle, w->timeout_s, w->allowance > 1 ? ", x allowance" : "",
+                    w->phase, (now - w->phase_ms) / 1e3,
+                    w->peers ? "waiting on peer ranks there: a peer did not reach it (stopped, "
+                               "crashed or stuck; a live peer that times out too prints its phase)"
+                             : "this rank itself (or the file system, the device) is stuck");
             fflush(stderr);
             _exit(STATUS_RUNTIME);
         }
+        pthread_mutex_unlock(&w->lock);
     }
     return NULL;
 }
@@ -42,6 +56,10 @@ struct watchdog *watchdog_start(double timeout_s, int rank) {
     if (timeout_s <= 0) return NULL;
     struct watchdog *w = xcalloc(1, sizeof *w);
     w->timeout_s = timeout_s, w->rank = rank;
+    if (gethostname(w->host, sizeof w->host - 1)) snprintf(w->host, sizeof w->host, "?");
+    pthread_mutex_init(&w->lock, NULL);
+    snprintf(w->phase, sizeof w->phase, "start");
+    w->allowance = 1, w->phase_ms = now_ms();
     atomic_store(&w->last_ms, now_ms());
     if (pthread_create(&w->thread, NULL, watch, w)) {
         free(w);
@@ -54,9 +72,20 @@ void watchdog_kick(struct watchdog *w) {
     if (w) atomic_store(&w->last_ms, now_ms());
 }
 
+void watchdog_phase(struct watchdog *w, const char *phase, double allowance, int peers) {
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    snprintf(w->phase, sizeof w->phase, "%s", phase);
+    w->allowance = allowance >= 1 ? allowance : 1, w->peers = peers != 0;
+    w->phase_ms = now_ms();
+    atomic_store(&w->last_ms, w->phase_ms);
+    pthread_mutex_unlock(&w->lock);
+}
+
 void watchdog_stop(struct watchdog *w) {
     if (!w) return;
     atomic_store(&w->stop, true);
     pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
     free(w);
 }

@@ -318,23 +318,13 @@ enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err)
     return st;
 }
 
-// All ranks learn whether any failed: (size - first failing rank, worst
-// status) by an all-reduce of maxima. A rank that did not fail gets a message
-// naming the first rank that did, with that rank's message (broadcast: the
-// caller may print rank 0's message only).
+// All ranks learn whether any failed and why: comm_agree names each failing
+// rank, its host and its message on every rank (the caller's rank 0 prints it).
 static enum status agree(struct comm_group *world, enum status mine, const char *phase,
                          const struct ckpt_save_args *a, struct error *err) {
-    int64_t v[2] = {mine ? world->size - world->rank : 0, mine};
-    comm_all_reduce(world, v, 2, DTYPE_I64, COMM_MAX);
-    if (!v[0]) return STATUS_OK;
-    int first = (int)(world->size - v[0]);
-    int32_t why[sizeof err->msg / sizeof(int32_t)];
-    if (world->rank == first) memcpy(why, err->msg, sizeof why);
-    comm_broadcast(world, why, sizeof why / sizeof why[0], DTYPE_I32, first);
-    if (mine) return mine;
-    ((char *)why)[sizeof why - 1] = '\0';
-    return error_set(err, (enum status)v[1], "checkpoint step %lld: %s failed on rank %d: %s",
-                     (long long)a->step, phase, first, (const char *)why);
+    char what[160];
+    snprintf(what, sizeof what, "checkpoint step %lld: %s", (long long)a->step, phase);
+    return comm_agree(world, mine, what, err);
 }
 
 enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
@@ -353,8 +343,8 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
     struct ckpt_file_sum *sums = xmalloc((size_t)n * sizeof *sums);
     for (int r = 0; r < n; r++) sums[r] = (struct ckpt_file_sum){all[2 * r], all[2 * r + 1]};
     free(all);
-    if (!(st = agree(world, st, "writing the rank file", a, err)) && world->rank == 0)
-        st = checkpoint_commit(a, sums, err);
+    bool written = !(st = agree(world, st, "writing the rank file", a, err));
+    if (written && world->rank == 0) st = checkpoint_commit(a, sums, err);
     free(sums);
     if (world->rank == 0 && st) {
         // Best effort: a leftover .tmp is ignored and removed by the next save.
@@ -364,5 +354,6 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
         durable_remove_tree(tmp, &ignored);
     }
     comm_barrier(world);
+    if (!written) return st; // every rank holds the agreed reasons already
     return agree(world, st, "committing", a, err);
 }

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "config/config.h"
 #include "kernels/backend.h"
+#include "parallel/comm_mpi.h"
 #include "train/train.h"
 
 // Exit code of a run stopped by SIGTERM or SIGUSR1, or before [train]
@@ -37,16 +38,21 @@ static _Noreturn void fail(const struct trainer_error *e, int world_rank) {
 // hang in a collective or train different models silently). cfg: this rank's
 // config, NULL when it failed to load or validate (e holds why). Collective
 // over MPI_COMM_WORLD; returns only when every rank loaded the same config,
-// else ends the job with exit 2: a rank's own error is printed by rank 0 when
-// rank 0 has one too (the usual case: every rank reads one file), else by
-// that rank; a rank whose config differs from rank 0's names the first
-// differing line of both.
+// else ends the job with exit 2: rank 0 prints every failing rank's reason
+// with its rank and host (comm_agree; ranks with the same reason share one
+// entry: the usual case, every rank reads one file); a rank whose config
+// differs from rank 0's names the first differing line of both.
 static void check_same_config(const struct config *cfg, struct trainer_error *e, int world_rank) {
-    int bad[2] = {cfg == NULL, world_rank == 0 && cfg == NULL}, any[2];
-    MPI_Allreduce(bad, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any[0]) {
-        if (cfg) mpi_exit_all(STATUS_BAD_INPUT, NULL); // another rank reports
-        e->alone = !any[1];
+    // Every failing rank's reason, on rank 0 (comm_agree: identical ones once).
+    struct comm_group world;
+    MPI_Comm dup;
+    CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup)); // the group owns (frees) its communicator
+    comm_mpi_init(&world, dup);
+    enum status st = comm_agree(&world, cfg ? STATUS_OK : (e->err.status ? e->err.status : STATUS_BAD_INPUT),
+                                "loading the config", &e->err);
+    comm_group_free(&world);
+    if (st) {
+        e->alone = false; // rank 0 prints every rank's reason
         fail(e, world_rank);
     }
     char *text = NULL;
@@ -79,16 +85,46 @@ static void check_same_config(const struct config *cfg, struct trainer_error *e,
     if (any_differs) mpi_exit_all(STATUS_BAD_INPUT, NULL);
 }
 
+// `trident train --print-config CONFIG [overrides]`: loads and validates the
+// config as a run would (without MPI: no world size, so tp * pp * dp is not
+// checked against one, and dp = 0 shows as 1 with a note) and prints every
+// key, its value and where it came from (config_print_origins) to stdout.
+// argv[0] is "--print-config". Returns 0, or 2 after printing the error for a
+// bad config or command line.
+static int print_config(int argc, char **argv) {
+    struct error err = {0};
+    struct config cfg;
+    if (argc < 2 || argv[1][0] == '-') {
+        fprintf(stderr, "trident: usage: trident train --print-config CONFIG.ini [section.key=value ...]\n");
+        return STATUS_BAD_INPUT;
+    }
+    enum status st = config_load(argv[1], argc - 2, argv + 2, &cfg, &err);
+    bool infer_dp = !st && cfg.parallel.dp == 0;
+    if (!st) st = config_validate(&cfg, 0, backend_has_cuda(), &err);
+    if (st) {
+        fprintf(stderr, "trident: %s\n", err.msg);
+        return st;
+    }
+    config_print_origins(&cfg, stdout);
+    if (infer_dp)
+        printf("# parallel.dp = 0 (infer): dp = world size / (tp * pp) at run time; shown as 1\n");
+    return STATUS_OK;
+}
+
 int cmd_train(int argc, char **argv) {
     // Usage without MPI (main() passes --help found anywhere on the line as argv[1]).
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
+               "       trident train --print-config CONFIG.ini [section.key=value ...]\n"
+               "  (prints every key of the resolved config, its value and where it came from:\n"
+               "  default, FILE:LINE or command line argument N; exit 0, no training, no MPI)\n"
                "  under mpirun -np N or srun, N = tp * pp * dp (parallel.dp = 0, the default,\n"
                "  infers dp = N / (tp * pp)); every key of docs/config.md can be overridden as\n"
                "  section.key=value; exit 0 done, 1 runtime failure, 2 bad input, 3 stopped\n"
                "  with a checkpoint (signal, exit_interval or exit_duration_mins: requeue)\n");
         return STATUS_OK;
     }
+    if (argc >= 2 && !strcmp(argv[1], "--print-config")) return print_config(argc - 1, argv + 1);
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};

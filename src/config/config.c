@@ -633,21 +633,29 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 
 // ---- printing, comparing, docs ---------------------------------------------------
 
-void config_print(const struct config *cfg, FILE *f) {
+// config_print's text; with origins, each key line ends in a comment naming
+// where its value came from (an inline comment: config_load reads it back).
+static void print_keys(const struct config *cfg, FILE *f, bool origins) {
     fprintf(f, "# trident resolved config: defaults, then %s%s, then command-line overrides\n",
             cfg->file[0] ? "file " : "no file", cfg->file);
-    char buf[CONFIG_PATH_MAX + 32];
+    char buf[CONFIG_PATH_MAX + 32], origin[CONFIG_PATH_MAX + 32];
     for (int s = 0; config_sections[s]; s++) {
         fprintf(f, "\n[%s]\n", config_sections[s]);
         for (int i = 0; i < config_n_keys; i++) {
             const struct config_key *k = &config_keys[i];
             if (strcmp(k->section, config_sections[s])) continue;
             config_format_value(cfg, i, buf, sizeof buf);
-            if (buf[0]) fprintf(f, "%s = %s\n", k->key, buf);
-            else fprintf(f, "# %s = (unset)\n", k->key);
+            if (buf[0]) fprintf(f, "%s = %s", k->key, buf);
+            else fprintf(f, "# %s = (unset)", k->key);
+            if (origins) fprintf(f, "%s# %s", buf[0] ? "    " : ", ", config_origin(cfg, i, origin, sizeof origin));
+            fputc('\n', f);
         }
     }
 }
+
+void config_print(const struct config *cfg, FILE *f) { print_keys(cfg, f, false); }
+
+void config_print_origins(const struct config *cfg, FILE *f) { print_keys(cfg, f, true); }
 
 enum status config_write(const struct config *cfg, const char *header, const char *path,
                          struct error *err) {
@@ -696,6 +704,11 @@ static const char docs_header[] =
     "\n"
     "- `trident train CONFIG.ini [section.key=value ...]`: defaults, then the file, then\n"
     "  the overrides in order. An override names one key once.\n"
+    "  `trident train --print-config CONFIG.ini [section.key=value ...]` prints the\n"
+    "  resolved config, every key with its value and where it came from (`default`,\n"
+    "  `FILE:LINE` or `command line argument N`) and exits 0 without training (no MPI;\n"
+    "  2 for a bad config). A run saves the same resolved config as `config.ini` in\n"
+    "  its `[log] run_dir`.\n"
     "- `[section]` headers and `key = value` lines. Values are not quoted. A key may\n"
     "  appear once per file. Unknown sections and keys are errors.\n"
     "- A full-line comment starts with `#` or `;`. An inline comment is `#` or `;`\n"
@@ -716,7 +729,15 @@ static const char docs_header[] =
     "  `warmup_steps <= steps`; `sample_top_k <= vocab_size`; `device = cuda` only in\n"
     "  a CUDA build and with a head size `d_model / n_heads <= 256`; `attention = cudnn`\n"
     "  only with `device = cuda` and `dtype = bf16` or `fp16`; every rank of a job\n"
-    "  resolves the same config (compared at start).\n";
+    "  resolves the same config (compared at start).\n"
+    "- Values that overflow or underflow fp32 by what they do are refused the same\n"
+    "  way (exit 2 naming the key, its value and the limit; `check_fp32` in\n"
+    "  src/config/config_validate.c): a key held as a float (`init_std`, `norm_eps`,\n"
+    "  `lr`, `min_lr`, `weight_decay`, `adam_eps`, `grad_clip`, `label_smoothing`,\n"
+    "  the loss scale keys) above FLT_MAX = 3.4e38, or, where it must be positive,\n"
+    "  below FLT_MIN = 1.2e-38; `max(init_std, lr)^2 * d_model * head size <=\n"
+    "  FLT_MAX * 1e-6` (the first layer's attention scores stay finite);\n"
+    "  `rope_theta > 1` (RoPE's frequencies must decrease).\n";
 
 static const char *type_name(const struct config_key *k, char *buf, size_t n) {
     switch (k->type) {

@@ -237,6 +237,11 @@ enum status config_resolve_dp(struct config *cfg, int world_size, struct error *
 // Writes the resolved config as an INI file that config_load reads back to an
 // equal config (config_equal). Unset optional paths are written as comments.
 void config_print(const struct config *cfg, FILE *f);
+// config_print with, after each key, a comment naming where its value came
+// from: "default", "FILE:LINE" or "command line argument N" (config_origin);
+// config_load reads the text back to an equal config. `trident train
+// --print-config` prints it.
+void config_print_origins(const struct config *cfg, FILE *f);
 // config_print to path, after header (NULL: none): each of its lines
 // ('\n'-separated) as a `# ` comment line, which config_load skips.
 // Errors: STATUS_RUNTIME naming path.

@@ -1,6 +1,8 @@
 // config_validate.c: rules across keys (docs/design.md §2, §4), checked once the
 // number of ranks is known. Each message names the keys involved, their values
 // and where each was set (file:line, command line argument, or default).
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "config.h"
@@ -81,6 +83,63 @@ enum status config_resolve_dp(struct config *cfg, int world_size, struct error *
     return STATUS_OK;
 }
 
+// Finite values that break fp32 arithmetic by what they do, refused before
+// any work instead of found as a NaN at step 1 (docs/config.md "Values that
+// overflow fp32"). The bounds are per-key limits of this class only (the
+// keys' plain ranges are in config_keys.c). The checks:
+// - keys the model and the optimizer hold in fp32 (init_std, norm_eps, lr,
+//   min_lr, weight_decay, adam_eps, grad_clip, label_smoothing, the loss
+//   scale keys) must be <= FLT_MAX, and the ones that must be positive (a
+//   divisor's epsilon, lr, init_std) >= FLT_MIN: below it they flush to a
+//   subnormal or to 0 (adam_eps 0: 0/0 where v = 0; norm_eps 0: 1/sqrt(0));
+// - the weights' scale w = max(init_std, lr) (AdamW moves each weight by about
+//   lr a step: Kingma & Ba 2015 §2.1) must leave the first layer's attention
+//   scores finite: q.k ~ w^2 x d_model x head size (a normalised row of norm
+//   sqrt(C) times a matrix of std w, twice, summed over D), with 10^6 of
+//   headroom for the tails of the init and growth over the layers: w^2 C D <=
+//   FLT_MAX x 1e-6;
+// - rope_theta > 1: RoPE's frequencies theta^(-2i/D) (Su et al. 2021, §3.2.2)
+//   must decrease; below 1 they grow and the angles overflow.
+static enum status check_fp32(const struct config *cfg, const char *file, struct error *err) {
+    static const struct { const char *section, *key; bool positive; } fp32_keys[] = {
+        {"model", "init_std", true},     {"model", "norm_eps", true},
+        {"train", "lr", true},           {"train", "min_lr", false},
+        {"train", "weight_decay", false}, {"train", "adam_eps", true},
+        {"train", "grad_clip", false},   {"train", "label_smoothing", false},
+        {"precision", "loss_scale_initial", false}, {"precision", "loss_scale_min", false},
+    };
+    const double values[] = {cfg->model.init_std, cfg->model.norm_eps, cfg->train.lr, cfg->train.min_lr,
+                             cfg->train.weight_decay, cfg->train.adam_eps, cfg->train.grad_clip,
+                             cfg->train.label_smoothing, cfg->precision.loss_scale_initial,
+                             cfg->precision.loss_scale_min};
+    const enum status bad = STATUS_BAD_INPUT;
+    for (size_t i = 0; i < sizeof fp32_keys / sizeof fp32_keys[0]; i++) {
+        double v = fabs(values[i]);
+        if (v > FLT_MAX)
+            return error_set(err, bad, "%s: %s overflows fp32 (it is held as a float): the limit is %g "
+                             "(FLT_MAX)", file, KT(fp32_keys[i].section, fp32_keys[i].key), (double)FLT_MAX);
+        if (fp32_keys[i].positive && v < FLT_MIN)
+            return error_set(err, bad, "%s: %s underflows fp32 (to a subnormal or 0: a division by it "
+                             "or by a zero weight gives inf or NaN): the limit is >= %g (FLT_MIN)", file,
+                             KT(fp32_keys[i].section, fp32_keys[i].key), (double)FLT_MIN);
+    }
+    const struct model_config *m = &cfg->model;
+    double C = m->d_model, D = (double)m->d_model / m->n_heads, limit = FLT_MAX * 1e-6;
+    double w = fmax(m->init_std, cfg->train.lr), max_w = sqrt(limit / (C * D));
+    if (w * w * C * D > limit) {
+        bool std = m->init_std >= cfg->train.lr;
+        return error_set(err, bad, "%s: %s makes the first layer's attention scores overflow fp32: "
+                         "%s^2 x d_model x head size = %.3g must be <= %.3g (FLT_MAX x 1e-6), i.e. %s <= "
+                         "%.3g at d_model = %d, head size %d", file,
+                         std ? KT("model", "init_std") : KT("train", "lr"), std ? "init_std" : "lr",
+                         w * w * C * D, limit, std ? "init_std" : "lr", max_w, m->d_model, (int)D);
+    }
+    if (m->rope_theta <= 1)
+        return error_set(err, bad, "%s: %s: the limit is > 1 (RoPE's frequencies theta^(-2i/D) must "
+                         "decrease; below 1 they grow and the angles overflow)", file, KT("model", "rope_theta"));
+    return STATUS_OK;
+}
+
 enum status config_validate(struct config *cfg, int world_size, bool has_cuda, struct error *err) {
     enum status rs = config_resolve_dp(cfg, world_size, err);
     if (rs) return rs;
@@ -110,6 +169,8 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          "but N = %d ranks are running (%s; %s; %s)",
                          file, p->tp, p->pp, p->dp, ranks, world_size, KT("parallel", "tp"), KT("parallel", "pp"),
                          KT("parallel", "dp"));
+    enum status fs = check_fp32(cfg, file, err);
+    if (fs) return fs;
     const struct precision_config *pc = &cfg->precision;
     if (pc->loss_scale_min > pc->loss_scale_initial)
         return error_set(err, bad, "%s: the fp16 loss scale starts below its floor: %s; %s", file,

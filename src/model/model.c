@@ -80,6 +80,13 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
     return STATUS_OK;
 }
 
+double model_flops_per_token(const struct llama_config *cfg, int T) {
+    double C = cfg->d_model, F = cfg->ffn_dim, L = cfg->n_layers, V = cfg->vocab_size;
+    double D = C / cfg->n_heads, kv = (double)cfg->n_kv_heads * D;
+    double per_layer = C * C + 2 * kv * C + C * C + 3 * C * F; // q, k, v, o; gate, up, down
+    return 6.0 * (L * per_layer + V * C) + 6.0 * L * C * T;
+}
+
 // Appends one parameter to the table (params may be NULL: count only).
 static void param_add(struct param_info *params, int *n, size_t *offset, const char *name,
                       int rows, int cols, int grows, int gcols, int row_offset, int col_offset,

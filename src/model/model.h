@@ -127,6 +127,19 @@ struct model;
 enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
                               struct error *err);
 
+// Training FLOPs per token of the whole model (every layer, every tensor-
+// parallel shard; the same number in every layout), the numerator of MFU
+// (docs/design.md §9): 6 x N_matmul + 6 x L x C x T, where N_matmul counts
+// every matrix a token is multiplied by (q, k, v, o, gate, up, down of each
+// block and the LM head V x C, tied or not; not the embedding lookup nor the
+// norm gains) and 6 L C T is the attention score and value matmuls (12 L C T,
+// Kaplan et al. 2020 Table 1's 2 n_layer n_ctx d_attn forward, x3 for the
+// backward) halved for the causal mask. Sources: Kaplan et al. 2020, §2.1;
+// PaLM (Chowdhery et al. 2022) Appendix B ("6N + 12 L H Q T", here halved:
+// the causal mask skips half the scores). Recomputation is not counted
+// (model FLOPs, not hardware FLOPs). T: sequence length in tokens.
+double model_flops_per_token(const struct llama_config *cfg, int T);
+
 // Computes the parameter table and pool sizes without allocating.
 // Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,
 // head size odd, layer range outside [0, L)).

@@ -35,41 +35,49 @@ static int pick(double *logits, int V, double temperature, int top_k, double u) 
     return best;
 }
 
-void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f) {
+int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
+                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd) {
     int B, T, V;
     model_microbatch_shape(m, &B, &T, &V);
     int32_t *tokens = xcalloc((size_t)B * T, sizeof *tokens);
     int32_t *targets = xmalloc(sizeof *targets * B * T);
+    int32_t *out = xmalloc(sizeof *out * (size_t)MAX(1, n_tokens)); // the generated ids
     double *logits = xmalloc(sizeof *logits * V);
     for (int i = 0; i < B * T; i++) targets[i] = IGNORE_INDEX;
     int eot = tokenizer_eot_id(tok);
     tokens[0] = eot >= 0 ? eot : 0;
-    int len = 1, start = 1;
+    int len = 1, n_out = 0;
+    bool ended = false;
     uint64_t state = seed;
     for (int i = 0; i < n_tokens; i++) {
         if (len == T) { // window full: keep the last half as context
             memmove(tokens, tokens + T / 2, sizeof *tokens * (T - T / 2));
-            len -= T / 2, start = MAX(0, start - T / 2);
+            len -= T / 2;
         }
         double loss;
         long count;
         model_forward(m, tokens, targets, &loss, &count);
+        watchdog_kick(wd); // a token is progress (a long sample is no hang)
         model_get_logits_at(m, 0, len - 1, logits);
         state = rng_splitmix64(state);
         int next = pick(logits, V, temperature, top_k, (double)(state >> 11) * 0x1.0p-53);
         if (next == eot) {
-            if (f) fputs(i == 0 ? "<|endoftext|> (first token)" : " <|endoftext|>", f);
+            ended = true;
             break;
         }
         tokens[len++] = next;
-        char *text;
-        size_t n;
-        struct error err;
-        if (f && tokenizer_decode(tok, &tokens[len - 1], 1, &text, &n, &err) == STATUS_OK) {
-            fwrite(text, 1, n, f);
-            free(text);
-        }
+        out[n_out++] = next;
     }
-    free(tokens), free(targets), free(logits);
+    // Decoded at once (a character may span tokens), invalid UTF-8 as U+FFFD.
+    char *text;
+    size_t n;
+    struct error err;
+    if (f && n_out && tokenizer_decode(tok, out, (size_t)n_out, &text, &n, &err) == STATUS_OK) {
+        char *clean = tokenizer_utf8_sanitize(text, n, &n);
+        fwrite(clean, 1, n, f);
+        free(clean), free(text);
+    }
+    if (f && ended) fputs(n_out == 0 ? "<|endoftext|> (first token)" : " <|endoftext|>", f);
+    free(tokens), free(targets), free(out), free(logits);
+    return n_out;
 }

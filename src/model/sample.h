@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/watchdog.h"
 #include "model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -16,9 +17,12 @@
 // temperature 0 is greedy; top_k 0 samples from the whole vocabulary.
 // Overwrites the model's activations (call between steps). With tp > 1 every
 // rank of the TP group calls it (the forward and the logits are collective)
-// and draws the same tokens; f NULL: generate without printing.
+// and draws the same tokens; f NULL: generate without printing. The text is
+// decoded at the end, invalid UTF-8 printed as U+FFFD
+// (tokenizer_utf8_sanitize). wd (may be NULL): kicked at every token.
+// Returns the tokens generated (before an end-of-text, which ends it).
 // Single-stage models only.
-void sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f);
+int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
+                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd);
 
 #endif

@@ -2,7 +2,9 @@
 // the group of one rank that needs no MPI (copy semantics).
 #include "comm.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/nvtx.h"
 
@@ -276,4 +278,71 @@ void comm_self_init(struct comm_group *g) {
     g->size = 1;
     g->ops = &comm_self_ops;
     g->impl = NULL;
+}
+
+// One rank's reason as comm_agree gathers it: host name and message, in int32
+// words so that any comm implementation moves it.
+struct agree_reason {
+    char host[64];
+    char msg[sizeof ((struct error *)0)->msg];
+};
+
+enum status comm_agree(struct comm_group *g, enum status mine, const char *what,
+                       struct error *err) {
+    check_group(g, "comm_agree");
+    int n = g->size;
+    int64_t *status = xcalloc((size_t)n, sizeof *status), my = mine;
+    comm_all_gather(g, &my, status, 1, DTYPE_I64);
+    int failed = 0;
+    enum status worst = STATUS_OK;
+    for (int r = 0; r < n; r++)
+        if (status[r]) failed++, worst = MAX(worst, (enum status)status[r]);
+    if (!failed) {
+        free(status);
+        return STATUS_OK;
+    }
+    _Static_assert(sizeof(struct agree_reason) % sizeof(int32_t) == 0, "int32 words");
+    size_t words = sizeof(struct agree_reason) / sizeof(int32_t);
+    struct agree_reason me, *all = xcalloc((size_t)n, sizeof *all);
+    memset(&me, 0, sizeof me);
+    if (gethostname(me.host, sizeof me.host - 1)) snprintf(me.host, sizeof me.host, "?");
+    if (mine) snprintf(me.msg, sizeof me.msg, "%s", err->msg[0] ? err->msg : "(no message)");
+    comm_all_gather(g, &me, all, words, DTYPE_I32);
+    char out[sizeof err->msg];
+    int len = snprintf(out, sizeof out, "%s failed on %d of %d rank%s", what, failed, n, n > 1 ? "s" : "");
+    bool mine_fits = false;
+    int left_out = 0;
+    for (int r = 0; r < n; r++) all[r].host[sizeof all[r].host - 1] = all[r].msg[sizeof all[r].msg - 1] = '\0';
+    // Ranks with the same host and reason share one entry ("ranks 0, 1 (host h): ..."),
+    // so that an error every rank found (one config file) is not repeated N times.
+    bool *done = xcalloc((size_t)n, sizeof *done);
+    for (int r = 0, k = 0; r < n; r++) {
+        if (!status[r] || done[r]) continue;
+        char ranks[256];
+        int nr = 0, rl = snprintf(ranks, sizeof ranks, "%d", r);
+        bool has_mine = false;
+        for (int q = r; q < n; q++) {
+            if (!status[q] || strcmp(all[q].msg, all[r].msg) || strcmp(all[q].host, all[r].host)) continue;
+            done[q] = true, nr++, has_mine |= q == g->rank;
+            if (q > r && rl < (int)sizeof ranks - 16) rl += snprintf(ranks + rl, sizeof ranks - (size_t)rl, ", %d", q);
+        }
+        char one[sizeof out];
+        int m = snprintf(one, sizeof one, "%s rank%s %s (host %s): %s", k++ ? ";" : ":", nr > 1 ? "s" : "",
+                         ranks, all[r].host, all[r].msg);
+        if (len + m < (int)sizeof out) { // whole reasons only
+            memcpy(out + len, one, (size_t)m + 1), len += m;
+            if (has_mine) mine_fits = true;
+        } else {
+            left_out += nr;
+        }
+    }
+    free(done);
+    if (left_out && len + 48 < (int)sizeof out)
+        snprintf(out + len, sizeof out - (size_t)len, "; %d more: their own lines", left_out);
+    if (mine && !mine_fits) {
+        fprintf(stderr, "trident: [rank %d, host %s] %s: %s\n", g->rank, me.host, what, me.msg);
+        fflush(stderr);
+    }
+    free(status), free(all);
+    return error_set(err, worst, "%s", out);
 }

@@ -144,4 +144,19 @@ void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype d
                      int tag, struct comm_request *req);
 void comm_barrier(struct comm_group *g);
 
+// Agrees over g (host buffers: an MPI or self group) on whether any member
+// failed, and tells every member why. Collective: each member passes its own
+// status `mine` and, when it failed, err holding its reason. Returns
+// STATUS_OK when none failed. Else returns on every member the worst status
+// (the largest enum value) and sets err->msg to "WHAT failed on K of N ranks:
+// rank R (host H): REASON; rank R2 (host H2): REASON2" (group ranks in order,
+// each failing rank's own message, ranks with the same host and message
+// sharing one entry, "ranks 0, 1 (host H): REASON"; as many as fit in err->msg: the caller's
+// rank 0 prints it); a failing rank whose reason did not fit prints it itself
+// to stderr ("trident: [rank R, host H] WHAT: REASON"), so that no rank's
+// reason is lost. Cost: an all-gather of one int64 per rank; on failure one
+// more of 1 KiB + the host name per rank.
+enum status comm_agree(struct comm_group *g, enum status mine, const char *what,
+                       struct error *err);
+
 #endif

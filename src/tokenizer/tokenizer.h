@@ -40,6 +40,16 @@ enum status tokenizer_encode(const struct tokenizer *tok, const char *text, size
 enum status tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids,
                              char **text, size_t *len, struct error *err);
 
+// Copies n bytes of decoded text with every invalid UTF-8 sequence (a byte
+// that starts no valid code point: a stray continuation byte, a truncated or
+// overlong sequence, a surrogate, > U+10FFFF) replaced by U+FFFD, one per
+// invalid byte, and so is each C0 control byte but tab and newline (NUL,
+// ESC, CR ... : terminal escapes, grep's binary test), so that a log that
+// prints it stays text (grep, editors).
+// Validity per utf8proc_iterate (Unicode §3.9, Table 3-7). Returns a
+// malloc'd NUL-terminated string; *out_len (may be NULL) excludes the NUL.
+char *tokenizer_utf8_sanitize(const char *text, size_t n, size_t *out_len);
+
 // Number of ids (base vocabulary plus added tokens): max id + 1.
 int tokenizer_vocab_size(const struct tokenizer *tok);
 // The id of the end-of-text token ("<|endoftext|>", "<|end_of_text|>" or "</s>"),

@@ -195,7 +195,8 @@ enum status run_folder_open_metrics(const char *path, struct run_start *s, FILE 
             s->step, s->attempt, s->time, version_release(), version_git(), s->world_size, s->tp, s->pp,
             s->dp);
     for (int i = 0; i < s->world_size; i++) fprintf(f, "%s%d", i ? ", " : "", s->threads[i]);
-    fprintf(f, "]}\n");
+    fprintf(f, "], \"flops_per_token\": %.17g, \"peak_flops\": %.6g}\n", s->flops_per_token,
+            s->peak_flops);
     fflush(f);
     *out = f;
     return STATUS_OK;

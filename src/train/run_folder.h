@@ -18,6 +18,8 @@ struct run_start {
     int world_size, tp, pp, dp;
     const int *threads; // (world_size,) each rank's compute threads, world rank order
     long long time;     // when it started, Unix seconds
+    double flops_per_token; // the whole model's training FLOPs a token (model_flops_per_token)
+    double peak_flops;      // the job's peak, FLOP/s: the MFU denominator (docs/design.md §9)
     int attempt;        // set by run_folder_open_metrics: 1 + the starts before it
                         // that its metrics.jsonl keeps
 };

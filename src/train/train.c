@@ -21,6 +21,11 @@
 #include "run_folder.h"
 #include "trainer.h"
 
+// The first step of a start may go WATCHDOG_FIRST_STEP x [system] watchdog_s
+// without progress: it also allocates workspaces and sets up communicators
+// (NCCL's lazily), which can take long at scale (docs/design.md §8).
+enum { WATCHDOG_FIRST_STEP = 5 };
+
 static bool is_root(const struct trainer *t) { return t->par.topo.world_rank == 0; }
 
 static struct optimizer_config optimizer_from(const struct config *c) {
@@ -44,9 +49,12 @@ static enum status check_supported(const struct config *c, struct error *err) {
 // ([precision] dtype: the model's GEMM path, so that a bf16 run's MFU is
 // against the bf16 rate, not fp32's), measured while every rank measures (so
 // that ranks sharing cores or a GPU share them here too); summed over the
-// world: the MFU denominator, unless [system] peak_tflops gives it.
+// world: the job's peak, the MFU denominator. [system] peak_tflops > 0 is
+// the rate of one device: the job's peak is then it x world size (every
+// rank drives one device). FLOP/s.
 static double measure_peak_flops(struct trainer *t) {
-    if (t->cfg.system.peak_tflops > 0) return t->cfg.system.peak_tflops * 1e12;
+    if (t->cfg.system.peak_tflops > 0)
+        return t->cfg.system.peak_tflops * 1e12 * t->par.topo.world_size;
     int M = 1024, N = 1024, K = 1024;
     enum dtype dt = t->cfg.precision.dtype;
     size_t bytes = (size_t)M * K * dtype_size(dt);
@@ -248,13 +256,7 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);
 
-    int n;
-    const struct param_info *p = model_params(m->model, &n);
-    double matmul_params = 0;
-    for (int i = 0; i < n; i++)
-        if (p[i].cols > 1 && strcmp(p[i].name, "model.embed_tokens.weight")) matmul_params += p[i].numel;
-    if (m->lc.tie_embeddings) matmul_params += (double)m->lc.vocab_size * m->lc.d_model;
-    t->log.flops_per_token = 6.0 * matmul_params + 6.0 * m->lc.n_layers * m->lc.d_model * T;
+    t->log.flops_per_token = model_flops_per_token(&m->lc, T); // the whole model's
     const struct model_memory *mem = model_memory(m->model);
     m->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
                    optimizer_state_bytes(m->opt);
@@ -325,13 +327,13 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
     return st;
 }
 
-// Samples come from the TP group of DP rank 0, of a whole-model stage: the
-// others drop the tokenizer. Rank 0 says when samples or validation were asked
-// for and will not run.
+// Samples come from every TP group of a whole-model stage (world rank 0
+// prints); under pipeline parallelism every rank drops the tokenizer. Rank 0
+// says when samples or validation were asked for and will not run.
 static void setup_samples(struct trainer *t) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
-    if (!(t->par.topo.coord.d == 0 && c->train.sample_every > 0 && t->m.whole_model)) {
+    if (!(c->train.sample_every > 0 && t->m.whole_model)) {
         tokenizer_free(d->tok);
         d->tok = NULL;
     }
@@ -370,7 +372,8 @@ static enum status setup_log(struct trainer *t, long long started, struct traine
     }
     struct run_start s = {.step = t->ckpt.start_step, .resumed = t->ckpt.last[0] != '\0',
                           .world_size = W, .tp = c->parallel.tp, .pp = c->parallel.pp,
-                          .dp = c->parallel.dp, .threads = all, .time = started};
+                          .dp = c->parallel.dp, .threads = all, .time = started,
+                          .flops_per_token = t->log.flops_per_token, .peak_flops = t->log.peak_flops};
     char path[CONFIG_PATH_MAX + 32];
     const char *mf = c->log.metrics_file;
     if (!mf[0]) snprintf(path, sizeof path, "%s/metrics.jsonl", c->log.run_dir), mf = path;
@@ -670,18 +673,26 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
     for (int step = start_step; step < c->train.steps; step++) {
         double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
         comm_busy(t, &coll0, &pipe0);
+        char phase[128];
+        snprintf(phase, sizeof phase, "step %d: reading its batch", step + 1);
+        watchdog_phase(t->watchdog, phase, 1, 0);
         enum status st = next_batch(t, &d->train_loader, err);
         if (st) return st;
         double data_wait = time_now_s() - t0;
         struct train_step_result r;
-        watchdog_kick(t->watchdog);
+        // The first step of a start also allocates workspaces and sets up
+        // communicators lazily (NCCL): it may take WATCHDOG_FIRST_STEP x watchdog_s.
+        snprintf(phase, sizeof phase, "step %d: forward, backward, gradient sync, optimizer%s", step + 1,
+                 step == start_step ? " (the first of this start)" : "");
+        watchdog_phase(t->watchdog, phase, step == start_step ? WATCHDOG_FIRST_STEP : 1, 1);
         t->par.ctx.fault_grad_inf = step + 1 == t->fault_grad_inf_step;
         if (train_step_run(&t->par.ctx, t->progress.lr_step, d->reads_tokens ? d->tokens : NULL,
                            d->reads_targets ? d->targets : NULL, d->accum, B, T, &r, &err->err))
             return trainer_alone(err);
         count_step(&t->progress, &r);
         double dt = time_now_s() - t0;
-        watchdog_kick(t->watchdog);
+        snprintf(phase, sizeof phase, "step %d: logging and agreeing on stops (collectives)", step + 1);
+        watchdog_phase(t->watchdog, phase, 1, 1);
         comm_busy(t, &coll1, &pipe1);
         double split[4] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0,
                            t->par.sync ? grad_sync_started_early(t->par.sync) : 0};
@@ -734,6 +745,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         }
         if (d->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
             double val = 0;
+            snprintf(phase, sizeof phase, "evaluation after step %d", step + 1);
+            watchdog_phase(t->watchdog, phase, 1, 1);
             if ((st = evaluate(t, &val, err))) return st;
             best_val = MIN(best_val, val);
             if (is_root(t)) {
@@ -743,14 +756,28 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
                 fflush(stdout), fflush(t->log.metrics);
             }
         }
-        // The TP group of data-parallel rank 0 samples together; world rank 0 prints.
-        if (t->par.topo.coord.d == 0 && d->tok && c->train.sample_every > 0 &&
-            ((step + 1) % c->train.sample_every == 0 || last)) {
+        // Every TP group samples (the same tokens: the replicas are equal), so
+        // that no rank waits for DP rank 0's sample in the next collective and
+        // each rank's watchdog sees progress (a kick per token); world rank 0 prints.
+        if (d->tok && c->train.sample_every > 0 && ((step + 1) % c->train.sample_every == 0 || last)) {
             FILE *f = is_root(t) ? stdout : NULL;
-            if (f) printf("step %5d/%d | sample: ", step + 1, c->train.steps);
-            sample_print(t->m.model, d->tok, c->train.sample_tokens, c->train.sample_temperature,
-                         c->train.sample_top_k, (uint64_t)c->train.seed + step, f);
-            if (f) printf("\n"), fflush(stdout);
+            snprintf(phase, sizeof phase, "sampling %d tokens after step %d", c->train.sample_tokens,
+                     step + 1);
+            watchdog_phase(t->watchdog, phase, 1, t->par.topo.tp_group.size > 1);
+            char *text = NULL;
+            size_t len = 0;
+            FILE *mem = f ? open_memstream(&text, &len) : NULL;
+            CHECK(!f || mem, "open_memstream failed");
+            double s0 = time_now_s();
+            int n = sample_print(t->m.model, d->tok, c->train.sample_tokens, c->train.sample_temperature,
+                                 c->train.sample_top_k, (uint64_t)c->train.seed + step, mem, t->watchdog);
+            if (f) {
+                fclose(mem);
+                printf("step %5d/%d | sample (%d tokens, %.1f s): %s\n", step + 1, c->train.steps, n,
+                       time_now_s() - s0, text);
+                fflush(stdout);
+                free(text);
+            }
         }
     }
     double total = time_now_s() - start;

@@ -91,6 +91,9 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
         .n_pieces = n, .state = &st, .keep_last = c->checkpoint.keep_last,
     };
     double t0 = time_now_s();
+    char phase[64];
+    snprintf(phase, sizeof phase, "checkpoint save of step %d", steps_done);
+    watchdog_phase(t->watchdog, phase, 1, 1);
     // An error on every rank (checkpoint_save agrees on it), whatever its cause: a runtime failure.
     if (checkpoint_save(&a, &t->par.topo.world, &err->err))
         return err->err.status = STATUS_RUNTIME;

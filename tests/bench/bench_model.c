@@ -10,9 +10,10 @@
 // 11's goal: bf16 at least 1.8x fp32 on a CPU with avx512_bf16) and a per-op
 // time breakdown of one step of each dtype.
 //
-// FLOPs per token (docs/design.md §9): 6 * N for the matmul parameters (every
-// block matrix and the LM head; the embedding lookup does no matmul) plus
-// attention 12 * L * C * T, halved for the causal mask.
+// FLOPs per token: model_flops_per_token, the trainer's (docs/design.md §9):
+// 6 * N for the matmul parameters (every block matrix and the LM head; the
+// embedding lookup does no matmul) plus attention 12 * L * C * T, halved for
+// the causal mask.
 //
 // Usage: bench_model [steps] [threads]; env BENCH_SMALL=1 runs a tiny config,
 // BENCH_DTYPE_ONLY=1 only the fp32 / bf16 comparison.
@@ -108,13 +109,9 @@ int main(int argc, char **argv) {
 
     int n;
     const struct param_info *p = model_params(m, &n);
-    double matmul_params = 0, all_params = 0;
-    for (int i = 0; i < n; i++) {
-        all_params += p[i].numel;
-        if (p[i].cols > 1 && strcmp(p[i].name, "model.embed_tokens.weight")) matmul_params += p[i].numel;
-    }
-    if (cfg.tie_embeddings) matmul_params += (double)cfg.vocab_size * cfg.d_model;
-    double flops_per_token = 6.0 * matmul_params + 6.0 * cfg.n_layers * cfg.d_model * T;
+    double all_params = 0;
+    for (int i = 0; i < n; i++) all_params += p[i].numel;
+    double flops_per_token = model_flops_per_token(&cfg, T); // the trainer's definition
     const struct model_memory *mem = model_memory(m);
     printf("model: %.1fM parameters, V=%d C=%d L=%d H=%d F=%d, B=%d T=%d\n", all_params / 1e6,
            cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.ffn_dim, B, T);

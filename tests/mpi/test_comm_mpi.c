@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "base/mpi_util.h"
 #include "kernels/cpu/half.h"
 #include "parallel/comm_mpi.h"
@@ -325,6 +327,48 @@ static int run_layout(int tp, int pp, int dp) {
     return total;
 }
 
+// comm_agree over the world: no failure leaves err alone; ranks 1 and N-1
+// failing (RUNTIME, BAD_INPUT) give every rank BAD_INPUT (the larger) and a
+// message naming both, in rank order, with this host and each one's own
+// reason; reasons too long to fit together keep the first whole and count
+// the rest. The expected texts are written out here, not built by comm.c.
+static int test_agree(int size) {
+    struct topology topo;
+    struct error err;
+    if (topology_init(MPI_COMM_WORLD, 1, 1, size, &topo, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
+    int before = failures, r = topo.world_rank, n = topo.world_size;
+    char host[64] = "?", want[2048];
+    gethostname(host, sizeof host - 1);
+    snprintf(err.msg, sizeof err.msg, "untouched");
+    EXPECT(comm_agree(&topo.world, STATUS_OK, "nothing", &err) == STATUS_OK && !strcmp(err.msg, "untouched"),
+           "agree without failures: '%s'", err.msg);
+    if (n >= 3) {
+        enum status mine = r == 1 ? STATUS_RUNTIME : r == n - 1 ? STATUS_BAD_INPUT : STATUS_OK;
+        if (mine) snprintf(err.msg, sizeof err.msg, "disk %d full", r);
+        enum status got = comm_agree(&topo.world, mine, "saving", &err);
+        snprintf(want, sizeof want, "saving failed on 2 of %d ranks: rank 1 (host %s): disk 1 full; rank %d "
+                 "(host %s): disk %d full", n, host, n - 1, host, n - 1);
+        EXPECT(got == STATUS_BAD_INPUT && err.status == STATUS_BAD_INPUT && !strcmp(err.msg, want),
+               "two failures: status %d, '%s', want '%s'", (int)got, err.msg, want);
+        snprintf(err.msg, sizeof err.msg, "one file");   // every rank, the same reason: one entry
+        got = comm_agree(&topo.world, STATUS_BAD_INPUT, "loading", &err);
+        int wl = snprintf(want, sizeof want, "loading failed on %d of %d ranks: ranks 0", n, n);
+        for (int q = 1; q < n; q++) wl += snprintf(want + wl, sizeof want - (size_t)wl, ", %d", q);
+        snprintf(want + wl, sizeof want - (size_t)wl, " (host %s): one file", host);
+        EXPECT(got == STATUS_BAD_INPUT && !strcmp(err.msg, want), "same reason: '%s', want '%s'", err.msg, want);
+        memset(err.msg, 'a' + r % 26, 700), err.msg[700] = '\0'; // every rank, its own long reason
+        got = comm_agree(&topo.world, STATUS_RUNTIME, "long", &err);
+        snprintf(want, sizeof want, "long failed on %d of %d ranks: rank 0 (host %s): ", n, n, host);
+        char more[64];
+        snprintf(more, sizeof more, "; %d more: their own lines", n - 1);
+        EXPECT(got == STATUS_RUNTIME && !strncmp(err.msg, want, strlen(want)) && strstr(err.msg, more) &&
+                   !strstr(err.msg, "rank 1 (host"), "long reasons: '%.120s...'", err.msg);
+    }
+    topology_free(&topo);
+    if (r == 0) printf("comm_agree: %s\n", failures == before ? "ok" : "FAILED");
+    return failures != before;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
@@ -366,7 +410,7 @@ int main(int argc, char **argv) {
     if (argc != 1) mpi_exit_all(STATUS_BAD_INPUT, "usage: test_comm_mpi [--layout TP PP DP | --partial-fail R | --fatal R | --self-send]");
     int layouts8[5][3] = {{2, 2, 2}, {1, 2, 4}, {4, 1, 2}, {8, 1, 1}, {1, 8, 1}};
     int layoutsN[3][3] = {{size, 1, 1}, {1, size, 1}, {1, 1, size}};
-    int total = 0;
+    int total = test_agree(size);
     if (size == 8)
         for (int i = 0; i < 5; i++) total += run_layout(layouts8[i][0], layouts8[i][1], layouts8[i][2]);
     else

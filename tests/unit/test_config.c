@@ -375,7 +375,37 @@ static const struct bad_case bad_cases[] = {
     {"warmup > steps", "[train]\nsteps = 10\nwarmup_steps = 20\n", {0}, 1,
      {"warmup_steps must be <= steps", "warmup_steps = 20 (@:3)", "steps = 10 (@:2)"}},
     {"top_k > vocab", NULL, {"train.sample_top_k=9000"}, 1, {"sample_top_k must be <= vocab_size", "9000"}},
+    // Finite values that overflow or underflow fp32 (check_fp32 in config_validate.c).
+    {"init_std 1e300", NULL, {"model.init_std=1e300"}, 1,
+     {"model.init_std = 1e+300 (command line argument 1)", "overflows fp32", "3.40282e+38"}},
+    // sqrt(FLT_MAX x 1e-6 / (256 x 32)) = 2.038e14 (Python) at the defaults' d_model 256, head size 32
+    {"init_std 1e15", NULL, {"model.init_std=1e15"}, 1,
+     {"model.init_std = 1e+15", "attention scores overflow fp32", "init_std <= 2.04e+14"}},
+    {"init_std 1e14 wider", NULL, {"model.init_std=1e14", "model.d_model=1024"}, 1,
+     {"model.init_std = 100000000000000", "init_std <= 5.1e+13 at d_model = 1024, head size 128"}},
+    {"lr 1e15", NULL, {"train.lr=1e15", "train.weight_decay=0"}, 1,
+     {"train.lr = 1e+15", "attention scores overflow fp32", "lr <= 2.04e+14"}},
+    {"adam_eps 1e-50", NULL, {"train.adam_eps=1e-50"}, 1,
+     {"train.adam_eps = 1e-50", "underflows fp32", "1.17549e-38"}},
+    {"norm_eps 1e-40", NULL, {"model.norm_eps=1e-40"}, 1, {"model.norm_eps = 1e-40", "underflows fp32"}},
+    {"loss scale 1e39", NULL, {"precision.loss_scale_initial=1e39"}, 1,
+     {"precision.loss_scale_initial = 1e+39", "overflows fp32"}},
+    {"rope_theta < 1", NULL, {"model.rope_theta=0.5"}, 1, {"model.rope_theta = 0.5", "the limit is > 1"}},
 };
+
+// The fp32 bounds let the largest sane values through: init_std just below
+// sqrt(FLT_MAX x 1e-6 / (C D)), rope_theta 1.0001; and a divergent lr that
+// overflows nothing at the start (tests/e2e/train_nonfinite.sh's 3e4).
+static void test_fp32_edges(void) {
+    const char *ok[] = {"model.init_std=2e14", "train.weight_decay=0.3", "model.rope_theta=1.0001"};
+    const char *lr[] = {"train.lr=3e4", "train.min_lr=0"};
+    struct config c;
+    struct error err = {0};
+    EXPECT(config_load(NULL, 3, (char **)ok, &c, &err) == STATUS_OK && config_validate(&c, 1, false, &err) == STATUS_OK,
+           "fp32 edges refused: %s", err.msg);
+    EXPECT(config_load(NULL, 2, (char **)lr, &c, &err) == STATUS_OK && config_validate(&c, 1, false, &err) == STATUS_OK,
+           "lr 3e4 refused: %s", err.msg);
+}
 
 static void test_bad_inputs(void) {
     int n = (int)(sizeof bad_cases / sizeof bad_cases[0]);
@@ -478,6 +508,7 @@ int main(int argc, char **argv) {
     test_round_trip();
     test_docs();
     test_bad_inputs();
+    test_fp32_edges();
     unlink(tmp_path);
     return test_finish("test_config");
 }

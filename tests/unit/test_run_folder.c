@@ -82,7 +82,8 @@ static void test_resume(void) {
     spill(path, text);
     int threads[2] = {3, 1};
     struct run_start s = {.step = 5, .resumed = true, .world_size = 2, .tp = 1, .pp = 1, .dp = 2,
-                          .threads = threads, .time = 1700000000};
+                          .threads = threads, .time = 1700000000, .flops_per_token = 24772608,
+                          .peak_flops = 2e12};
     FILE *f = NULL;
     struct error err = {0};
     EXPECT(run_folder_open_metrics(path, &s, &f, &err) == STATUS_OK, "%s", err.msg);
@@ -91,7 +92,8 @@ static void test_resume(void) {
     char start[512];
     snprintf(start, sizeof start, "{\"event\": \"start\", \"step\": 5, \"attempt\": 3, \"time\": 1700000000, "
              "\"version\": \"%s\", \"git\": \"%s\", \"world_size\": 2, \"tp\": 1, \"pp\": 1, \"dp\": 2, "
-             "\"threads\": [3, 1]}\n", version_release(), version_git());
+             "\"threads\": [3, 1], \"flops_per_token\": 24772608, \"peak_flops\": 2e+12}\n",
+             version_release(), version_git());
     snprintf(expect, sizeof expect, "%s%s%s{\"step\": 6, \"loss\": 6.5}\n", history, other, start);
     char *got = slurp(path);
     EXPECT(!strcmp(got, expect), "resumed file:\n%s\nexpected:\n%s", got, expect);

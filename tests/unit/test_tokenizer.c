@@ -321,7 +321,50 @@ static void test_train(void) {
     free(corpus);
 }
 
+// tokenizer_utf8_sanitize against hand-written expectations (Unicode §3.9
+// Table 3-7 validity; one U+FFFD per invalid byte or control byte), and on
+// a byte-level tokenizer's decode of half a two-byte character.
+static void test_utf8_sanitize(void) {
+#define R "\xEF\xBF\xBD"
+    static const struct { const char *in; size_t n; const char *want; } cases[] = {
+        {"plain ascii\tand\n", 16, "plain ascii\tand\n"},
+        {"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", 14, "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"},
+        {"a\xC3", 2, "a" R},                 // truncated 2-byte sequence
+        {"\x80x", 2, R "x"},                 // stray continuation byte
+        {"\xC0\xAF", 2, R R},                // overlong '/'
+        {"\xED\xA0\x80", 3, R R R},          // surrogate U+D800
+        {"\xF4\x90\x80\x80", 4, R R R R},    // > U+10FFFF
+        {"\xFF", 1, R},
+        {"a\0b\x1b[31m\r", 9, "a" R "b" R "[31m" R}, // NUL, ESC, CR
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n;
+        char *out = tokenizer_utf8_sanitize(cases[i].in, cases[i].n, &n);
+        EXPECT(n == strlen(cases[i].want) && !memcmp(out, cases[i].want, n) && out[n] == '\0',
+               "case %zu: got '%s' (%zu bytes), want '%s'", i, out, n, cases[i].want);
+        free(out);
+    }
+    // GPT-2's byte-level BPE: "\xC3\xA9" encodes; its first id alone (or,
+    // merged, the bytes' ids cut) decodes to invalid UTF-8, printed as U+FFFD.
+    struct tokenizer *tok = load_ok(FIX "hf_bpe_tokenizer.json");
+    int32_t *ids;
+    size_t n_ids, len;
+    char *text;
+    struct error err;
+    EXPECT(!tokenizer_encode(tok, "\xC3\xA9", 2, 0, &ids, &n_ids, &err), "encode: %s", err.msg);
+    if (n_ids == 2) {
+        EXPECT(!tokenizer_decode(tok, ids, 1, &text, &len, &err), "decode: %s", err.msg);
+        char *out = tokenizer_utf8_sanitize(text, len, &len);
+        EXPECT(len == 3 && !memcmp(out, R, 3), "half of \\xC3\\xA9 decoded as '%s'", out);
+        free(out), free(text);
+    }
+    free(ids);
+    tokenizer_free(tok);
+#undef R
+}
+
 int main(void) {
+    test_utf8_sanitize();
     test_hf_ids(FIX "hf_bpe_tokenizer.json", FIX "hf_bpe_ids.txt", 1000, 999, 1);
     test_hf_ids(FIX "hf_bpe_prefix_tokenizer.json", FIX "hf_bpe_prefix_ids.txt", 1000, 999, 0);
     test_hf_ids(FIX "hf_llama3_tokenizer.json", FIX "hf_llama3_ids.txt", 1100, 1, 1);
