@@ -50,7 +50,9 @@ for lay in layouts:
     assert abs(peak - 1e8 * W) <= 1e-9 * peak, f"({tp},{pp},{dp}): peak_flops {peak} != 1e8 x {W}"
     for s in steps:
         mfu = got * s["tokens_per_s"] / peak
-        assert abs(s["mfu"] - mfu) <= 1e-4 + 1e-3 * mfu, f"({tp},{pp},{dp}) step {s['step']}: mfu {s['mfu']} != {mfu}"
+        # tokens_per_s is printed to the unit (%.0f) and mfu to 4 decimals:
+        # the rounding bounds the difference (a slow, loaded step has few tokens/s)
+        assert abs(s["mfu"] - mfu) <= 1e-4 + got * 0.5 / peak + 1e-6 * mfu, f"({tp},{pp},{dp}) step {s['step']}: mfu {s['mfu']} != {mfu}"
 print("ok: one FLOPs figure in every layout")
 PY
 echo "PASS: train_mfu"
