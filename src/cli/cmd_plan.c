@@ -78,14 +78,15 @@ static json_t *layout_json(const struct plan_layout *l) {
     json_object_set_new(o, "tokens_per_s", json_real(l->tokens_per_s));
     json_object_set_new(o, "tflops_per_gpu", json_real(l->tflops_per_gpu));
     json_object_set_new(o, "mfu", json_real(l->mfu));
+    json_object_set_new(o, "hw_tflops_per_gpu", json_real(l->hw_tflops_per_gpu));
     return o;
 }
 
 static void print_layout(const char *tag, const struct plan_layout *l) {
-    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%%\n",
+    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
            tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
-           l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu);
+           l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu, l->hw_tflops_per_gpu);
 }
 
 // --gpus N: the layout search (plan_search.h) and the config's own layout.
@@ -159,9 +160,9 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
            cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, n_tried, n_fit);
-    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s\n", "rank", "tp", "pp",
+    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
            "v", "dp", "mb", "recompute", "zero", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
-           "pp comm", "dp exp", "TFLOP/s", "MFU");
+           "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
         snprintf(tag, sizeof tag, "%d", i + 1);

@@ -162,6 +162,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     l->dp_exposed_s = (reduce > window ? reduce - window : 0) + gather;
     l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->pp_comm_s + l->dp_exposed_s;
     l->tflops_per_gpu = flops / l->step_s / 1e12;
+    l->hw_tflops_per_gpu = (flops + l->recompute_s / imbalance * rate) / l->step_s / 1e12;
     l->mfu = flops / l->step_s / cl->gpu.peak_flops;
     l->tokens_per_s = tokens / l->step_s;
     return true;
@@ -197,6 +198,9 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 snprintf(why, sizeof why, "pp %d > n_layers %d", pp, mc->n_layers);
             else if (B % dp)
                 snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d", dp, B);
+            else if (B / dp < pp)
+                snprintf(why, sizeof why, "%d microbatches a replica at most (global_batch_size %d / dp %d) < pp %d: "
+                         "the pipeline never fills", B / dp, B, dp, pp);
             if (why[0]) {
                 // Only the families a reader would consider: skip pp beyond layers quietly.
                 if (*n_rej < max_rej && pp <= mc->n_layers && (pp == 1 || tp <= cl->gpus_per_node))
@@ -210,7 +214,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 for (int mb = 1; mb <= 16; mb *= 2) {
                     if (B % (mb * dp)) continue;
                     int m = B / (mb * dp);
-                    if (v > 1 && m % pp) continue;
+                    if (m < pp || (v > 1 && m % pp)) continue;
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
                         for (int z = 0; z <= (dp > 1); z++) {
                             struct plan_layout l = {.tp = tp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,

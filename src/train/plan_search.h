@@ -49,6 +49,7 @@ struct plan_layout {
     size_t peak_bytes;
     double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, pp_comm_s, dp_exposed_s;
     double tflops_per_gpu, mfu, tokens_per_s;
+    double hw_tflops_per_gpu; // with recompute's FLOPs (what Megatron-LM reports)
 };
 
 // Why a family (tp, pp) has no layout that fits: the structural rule it
