@@ -58,7 +58,7 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
         const char *k = tok, *v = eq + 1;
         double x;
         bool ok;
-        if (!strcmp(k, "tflops")) ok = parse_amount(v, 1e12, &x) && (gpu->peak_flops = x * (x < 1e9 ? 1e12 : 1), true);
+        if (!strcmp(k, "tflops")) ok = parse_amount(v, 1e12, &x) && (gpu->peak_flops = x, true);
         else if (!strcmp(k, "hbm")) ok = parse_amount(v, 1e12, &x) && (gpu->hbm_bw = x, true);
         else if (!strcmp(k, "nvlink")) ok = parse_amount(v, 1e9, &x) && (gpu->nvlink_bw = x, true);
         else if (!strcmp(k, "ib")) ok = parse_amount(v, 1e9, &x) && (gpu->ib_bw = x, true);
