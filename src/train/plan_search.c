@@ -178,6 +178,10 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err) {
     const struct model_config *mc = &c->model;
     int N = cl->gpus, B = c->train.global_batch_size, cap = 4096, n = 0;
+    if (N < 1 || cl->gpus_per_node < 1 || !(cl->efficiency > 0 && cl->efficiency <= 1))
+        return error_set(err, STATUS_BAD_INPUT,
+                         "plan search: %d GPUs, %d a node, efficiency %g: expected >= 1, >= 1, (0, 1]", N,
+                         cl->gpus_per_node, cl->efficiency);
     struct plan_layout *fit = xcalloc((size_t)cap, sizeof *fit);
     *n_fit = 0, *n_tried = 0, *n_rej = 0;
     for (int tp = 1; tp <= N && tp <= 64; tp *= 2) {
@@ -251,6 +255,5 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
     for (int i = 0; i < n && i < n_top; i++) top[i] = fit[i];
     *n_fit = n;
     free(fit);
-    (void)err;
     return STATUS_OK;
 }

@@ -62,7 +62,9 @@ struct plan_reject {
 // The results: up to n_top layouts that fit, fastest first (*n_fit: how
 // many fit in all, *n_tried: how many were evaluated); up to max_rej
 // rejected families. c: the config (model, batch, precision; its [parallel]
-// is replaced). Errors: STATUS_BAD_INPUT when no tp divides the heads.
+// is replaced). Errors: STATUS_BAD_INPUT when the cluster has no GPUs or
+// the efficiency is outside (0, 1]. Layouts that do not fit are not errors:
+// they are in rej.
 enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_layout *top, int n_top, int *n_fit, int *n_tried,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
