@@ -4,43 +4,276 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "model/optimizer.h"
 #include "train/grad_sync.h"
 #include "train/plan.h"
+#include "train/plan_search.h"
 
 static double mib(size_t b) { return b / 1048576.0; }
+
+// --json: the grouped plan as one object (schema in docs/planning.md).
+static void print_json(const struct config *c, const struct plan_group *rows, int n_rows, size_t peak,
+                       double total, const char *recompute) {
+    json_t *o = json_object(), *groups = json_array();
+    json_object_set_new(o, "schema", json_string("trident.plan.v1"));
+    json_object_set_new(o, "config", json_string(c->file));
+    json_object_set_new(o, "tp", json_integer(c->parallel.tp));
+    json_object_set_new(o, "pp", json_integer(c->parallel.pp));
+    json_object_set_new(o, "dp", json_integer(c->parallel.dp));
+    json_object_set_new(o, "virtual_stages", json_integer(MAX(1, c->parallel.virtual_stages)));
+    json_object_set_new(o, "zero_stage", json_integer(c->parallel.zero_stage));
+    json_object_set_new(o, "ranks", json_integer(c->parallel.tp * c->parallel.pp * c->parallel.dp));
+    json_object_set_new(o, "microbatches", json_integer(plan_microbatches(c)));
+    json_object_set_new(o, "micro_batch_size", json_integer(c->train.micro_batch_size));
+    json_object_set_new(o, "seq_len", json_integer(c->train.seq_len));
+    json_object_set_new(o, "dtype", json_string(dtype_name(c->precision.dtype)));
+    json_object_set_new(o, "recompute", json_string(recompute));
+    json_object_set_new(o, "peak_bytes", json_integer((json_int_t)peak));
+    json_object_set_new(o, "total_bytes", json_real(total));
+    for (int i = 0; i < n_rows; i++) {
+        const struct plan_rank_bytes *b = &rows[i].bytes;
+        json_t *g = json_object();
+        json_object_set_new(g, "stage_begin", json_integer(rows[i].stage_begin));
+        json_object_set_new(g, "stage_end", json_integer(rows[i].stage_end));
+        json_object_set_new(g, "role", json_string(rows[i].role));
+        json_object_set_new(g, "ranks", json_integer(rows[i].n_ranks));
+        json_object_set_new(g, "params_bytes", json_integer((json_int_t)b->params));
+        json_object_set_new(g, "grads_bytes", json_integer((json_int_t)b->grads));
+        json_object_set_new(g, "optimizer_bytes", json_integer((json_int_t)b->optimizer));
+        json_object_set_new(g, "activation_bytes", json_integer((json_int_t)b->activations));
+        json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
+        json_object_set_new(g, "slots", json_integer(b->n_slots));
+        json_array_append_new(groups, g);
+    }
+    json_object_set_new(o, "groups", groups);
+    json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    fputc('\n', stdout);
+    json_decref(o);
+}
+
+static const char *recompute_name(enum recompute r) {
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+static json_t *layout_json(const struct plan_layout *l) {
+    json_t *o = json_object();
+    json_object_set_new(o, "tp", json_integer(l->tp));
+    json_object_set_new(o, "pp", json_integer(l->pp));
+    json_object_set_new(o, "virtual_stages", json_integer(l->v));
+    json_object_set_new(o, "dp", json_integer(l->dp));
+    json_object_set_new(o, "micro_batch_size", json_integer(l->mb));
+    json_object_set_new(o, "recompute", json_string(recompute_name(l->recompute)));
+    json_object_set_new(o, "zero_stage", json_integer(l->zero));
+    json_object_set_new(o, "peak_bytes", json_integer((json_int_t)l->peak_bytes));
+    json_object_set_new(o, "step_s", json_real(l->step_s));
+    json_object_set_new(o, "compute_s", json_real(l->compute_s));
+    json_object_set_new(o, "recompute_s", json_real(l->recompute_s));
+    json_object_set_new(o, "bubble_s", json_real(l->bubble_s));
+    json_object_set_new(o, "tp_comm_s", json_real(l->tp_comm_s));
+    json_object_set_new(o, "pp_comm_s", json_real(l->pp_comm_s));
+    json_object_set_new(o, "dp_exposed_s", json_real(l->dp_exposed_s));
+    json_object_set_new(o, "tokens_per_s", json_real(l->tokens_per_s));
+    json_object_set_new(o, "tflops_per_gpu", json_real(l->tflops_per_gpu));
+    json_object_set_new(o, "mfu", json_real(l->mfu));
+    json_object_set_new(o, "hw_tflops_per_gpu", json_real(l->hw_tflops_per_gpu));
+    return o;
+}
+
+static void print_layout(const char *tag, const struct plan_layout *l) {
+    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
+           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero,
+           l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
+           l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu, l->hw_tflops_per_gpu);
+}
+
+// --gpus N: the layout search (plan_search.h) and the config's own layout.
+static int plan_search_main(const struct config *c, const struct plan_cluster *cl, int n_top, bool json) {
+    struct plan_layout *top = xcalloc((size_t)n_top, sizeof *top);
+    struct plan_reject rej[64];
+    int n_fit, n_tried, n_rej;
+    struct error err = {0};
+    if (plan_search(c, cl, top, n_top, &n_fit, &n_tried, rej, 64, &n_rej, &err)) {
+        fprintf(stderr, "trident plan: %s\n", err.msg);
+        free(top);
+        return err.status;
+    }
+    // The config's own layout, when it is one for this cluster.
+    struct plan_layout own = {.tp = c->parallel.tp, .pp = c->parallel.pp,
+                              .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
+                              .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
+    char own_why[400] = "";
+    bool own_fits = false;
+    if (cl->gpus % (own.tp * own.pp)) {
+        snprintf(own_why, sizeof own_why, "tp %d x pp %d does not divide %d GPUs", own.tp, own.pp, cl->gpus);
+    } else {
+        own.dp = cl->gpus / (own.tp * own.pp);
+        if (c->train.global_batch_size % (own.mb * own.dp))
+            snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d",
+                     own.mb, own.dp, c->train.global_batch_size);
+        else
+            own_fits = plan_predict(c, cl, &own, own_why, sizeof own_why);
+    }
+    int own_rank = 0; // 1-based place among the fitting layouts; 0: not among the top
+    for (int i = 0; own_fits && i < MIN(n_top, n_fit); i++)
+        if (top[i].step_s >= own.step_s - 1e-12) { own_rank = i + 1; break; }
+    size_t usable = cl->gpu.mem_bytes - cl->reserve_bytes;
+    if (json) {
+        json_t *o = json_object(), *a = json_array(), *r = json_array();
+        json_object_set_new(o, "schema", json_string("trident.plan_search.v1"));
+        json_object_set_new(o, "config", json_string(c->file));
+        json_object_set_new(o, "gpus", json_integer(cl->gpus));
+        json_object_set_new(o, "gpus_per_node", json_integer(cl->gpus_per_node));
+        json_object_set_new(o, "gpu", json_string(cl->gpu.name));
+        json_object_set_new(o, "mem_bytes", json_integer((json_int_t)cl->gpu.mem_bytes));
+        json_object_set_new(o, "reserve_bytes", json_integer((json_int_t)cl->reserve_bytes));
+        json_object_set_new(o, "efficiency", json_real(cl->efficiency));
+        json_object_set_new(o, "tried", json_integer(n_tried));
+        json_object_set_new(o, "fit", json_integer(n_fit));
+        for (int i = 0; i < MIN(n_top, n_fit); i++) json_array_append_new(a, layout_json(&top[i]));
+        json_object_set_new(o, "layouts", a);
+        for (int i = 0; i < n_rej; i++) {
+            json_t *x = json_object();
+            json_object_set_new(x, "tp", json_integer(rej[i].tp));
+            json_object_set_new(x, "pp", json_integer(rej[i].pp));
+            json_object_set_new(x, "why", json_string(rej[i].why));
+            json_array_append_new(r, x);
+        }
+        json_object_set_new(o, "rejected", r);
+        json_t *co = own_fits ? layout_json(&own) : json_object();
+        json_object_set_new(co, "fits", json_boolean(own_fits));
+        if (!own_fits) json_object_set_new(co, "why", json_string(own_why));
+        else json_object_set_new(co, "rank", json_integer(own_rank));
+        json_object_set_new(o, "config_layout", co);
+        json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        fputc('\n', stdout);
+        json_decref(o);
+        free(top);
+        return STATUS_OK;
+    }
+    printf("search: %s on %d x %s (%d a node; %.1f GiB each, %.1f GiB usable after a %.1f GiB reserve; "
+           "%.0f TFLOP/s peak at efficiency %.2f; NVLink %.0f GB/s, network %.0f GB/s a GPU), "
+           "%d x %d tokens a step: %d layouts tried, %d fit\n",
+           c->file, cl->gpus, cl->gpu.name, cl->gpus_per_node, cl->gpu.mem_bytes / 1073741824.0,
+           usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
+           cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
+           c->train.seq_len, n_tried, n_fit);
+    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
+           "v", "dp", "mb", "recompute", "zero", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
+           "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
+    for (int i = 0; i < MIN(n_top, n_fit); i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "%d", i + 1);
+        print_layout(tag, &top[i]);
+    }
+    if (own_fits) {
+        print_layout("config", &own);
+        if (own_rank) printf("config's layout fits: rank %d of %d\n", own_rank, n_fit);
+        else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
+                    100 * (own.step_s / top[0].step_s - 1));
+    } else {
+        printf("config's layout (tp %d, pp %d, v %d, mb %d, recompute %s, zero %d) does not fit: %s\n",
+               own.tp, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
+    }
+    if (n_rej) printf("rejected families:\n");
+    for (int i = 0; i < n_rej; i++) printf("  tp %d x pp %d: %s\n", rej[i].tp, rej[i].pp, rej[i].why);
+    free(top);
+    return STATUS_OK;
+}
 
 int cmd_plan(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout,
-                "usage: trident plan CONFIG.ini [--world-size N] [section.key=value ...]\n"
+                "usage: trident plan CONFIG.ini [--world-size N] [--json] [section.key=value ...]\n"
+                "       trident plan CONFIG.ini --gpus N [--gpus-per-node 8] [--gpu PRESET|k=v,..]\n"
+                "            [--gpu-mem 80G] [--efficiency 0.5] [--reserve 4G] [--top 5] [--json]\n"
                 "  prints the bytes each rank of that layout allocates (parameters, gradients,\n"
-                "  AdamW state, activations), without running it; --world-size N: the ranks the\n"
-                "  run will have (parallel.dp = 0 infers dp = N / (tp * pp); without it, dp = 0\n"
-                "  means 1)\n");
+                "  AdamW state, activations), without running it, one row per run of stages\n"
+                "  whose ranks are alike, with the ranks it covers; --json: the same as one\n"
+                "  object; --world-size N: the ranks the run will have (parallel.dp = 0 infers\n"
+                "  dp = N / (tp * pp); without it, dp = 0 means 1)\n"
+                "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
+                "  pp, virtual stages, micro-batch, recompute, ZeRO-1) that fit the GPU's memory\n"
+                "  less --reserve, ranks them by predicted step time (docs/planning.md) and says\n"
+                "  why each rejected (tp, pp) family failed and where the config's own layout\n"
+                "  stands. --gpu: A100-80G, H100-SXM (default), H200, or\n"
+                "  tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset;\n"
+                "  --efficiency: the fraction of peak the FLOPs run at\n");
         return argc < 2 ? STATUS_BAD_INPUT : STATUS_OK;
     }
     struct config c;
     struct error err = {0};
     int tp, pp, dp, world = 0;
+    bool json = false;
     // --world-size N anywhere after CONFIG.ini; the rest are overrides.
     char **over = xmalloc(sizeof(char *) * (size_t)argc);
     int n_over = 0;
+    struct plan_cluster cl = {.gpus = 0, .gpus_per_node = 8, .reserve_bytes = (size_t)4 << 30,
+                              .efficiency = 0.5, .alpha_nvlink = 5e-6, .alpha_ib = 10e-6};
+    const char *gpu_spec = "H100-SXM", *mem_spec = NULL;
+    int n_top = 5;
     for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--world-size")) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        char *end = NULL;
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        if (!strcmp(a, "--gpu") || !strcmp(a, "--gpu-mem")) {
+            *(!strcmp(a, "--gpu") ? &gpu_spec : &mem_spec) = v, i++;
+            continue;
+        }
+        if (!strcmp(a, "--efficiency") || !strcmp(a, "--reserve")) {
+            double x = strtod(v, &end);
+            bool eff = !strcmp(a, "--efficiency");
+            if (end == v || (*end && strcmp(end, "G")) || !(eff ? x > 0 && x <= 1 : x >= 0)) {
+                fprintf(stderr, "trident plan: %s needs %s, got '%s'\n", a,
+                        eff ? "a fraction in (0, 1]" : "GiB >= 0 (e.g. 4G)", v);
+                free(over);
+                return STATUS_BAD_INPUT;
+            }
+            if (eff) cl.efficiency = x;
+            else cl.reserve_bytes = (size_t)(x * 1073741824.0);
+            i++;
+            continue;
+        }
+        int *target = !strcmp(a, "--world-size") ? &world : !strcmp(a, "--gpus") ? &cl.gpus
+                    : !strcmp(a, "--gpus-per-node") ? &cl.gpus_per_node : !strcmp(a, "--top") ? &n_top : NULL;
+        if (!target) {
             over[n_over++] = argv[i];
             continue;
         }
-        char *end = NULL;
-        long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-        if (!end || *end || v < 1 || v > (1 << 24)) {
-            fprintf(stderr, "trident plan: --world-size needs a number of ranks >= 1, got '%s'\n",
-                    i + 1 < argc ? argv[i + 1] : "");
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || x < 1 || x > (1 << 24)) {
+            fprintf(stderr, "trident plan: %s needs a number >= 1, got '%s'\n", a, v);
             free(over);
             return STATUS_BAD_INPUT;
         }
-        world = (int)v, i++;
+        *target = (int)x, i++;
+    }
+    if (cl.gpus) {
+        enum status st = plan_gpu_parse(gpu_spec, &cl.gpu, &err);
+        if (!st && mem_spec) {
+            char spec[80];
+            snprintf(spec, sizeof spec, "mem=%s", mem_spec);
+            struct plan_gpu g; // --gpu-mem overrides the memory alone
+            st = plan_gpu_parse(spec, &g, &err);
+            cl.gpu.mem_bytes = g.mem_bytes;
+        }
+        if (st || cl.reserve_bytes >= cl.gpu.mem_bytes) {
+            fprintf(stderr, "trident plan: %s\n", st ? err.msg : "--reserve leaves no memory");
+            free(over);
+            return STATUS_BAD_INPUT;
+        }
+        if (config_load(argv[1], n_over, over, &c, &err)) {
+            fprintf(stderr, "trident plan: %s\n", err.msg);
+            free(over);
+            return err.status;
+        }
+        free(over);
+        return plan_search_main(&c, &cl, n_top, json);
     }
     enum status st = config_load(argv[1], n_over, over, &c, &err);
     free(over);
@@ -51,44 +284,44 @@ int cmd_plan(int argc, char **argv) {
         return err.status;
     }
     tp = c.parallel.tp, pp = c.parallel.pp, dp = c.parallel.dp;
-    struct llama_config lc = plan_llama(&c);
     static const char *recompute_names[] = {"none", "selective", "full"};
+    struct plan_group *rows = xcalloc((size_t)tp * pp, sizeof *rows);
+    int n_rows;
+    size_t peak;
+    double total;
+    if (plan_groups(&c, rows, &n_rows, &peak, &total, &err)) {
+        fprintf(stderr, "trident plan: %s\n", err.msg);
+        free(rows);
+        return err.status;
+    }
+    if (json) {
+        print_json(&c, rows, n_rows, peak, total, recompute_names[c.model.recompute]);
+        free(rows);
+        return STATUS_OK;
+    }
     printf("plan: %s, tp %d x pp %d x dp %d = %d ranks, zero_stage %d, %d microbatches of %d x %d "
            "tokens per rank per step, %s, recompute %s\n", c.file, tp, pp, dp, tp * pp * dp,
            c.parallel.zero_stage, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
-    printf("%-6s %-6s %12s %12s %12s %14s %12s %6s\n", "stage", "tp", "params MiB", "grads MiB",
-           "AdamW MiB", "activ. MiB", "total MiB", "slots");
-    double total = 0;
-    for (int p = 0; p < pp; p++)
-        for (int t = 0; t < tp; t++) {
-            struct grid_coord coord = {t, 0, p};
-            struct model_shard shard;
-            struct model_memory mem;
-            if (plan_shard(&c, coord, &shard, &err) ||
-                model_plan(&lc, &shard, c.precision.dtype, c.train.micro_batch_size,
-                           c.train.seq_len, &mem, &err)) {
-                fprintf(stderr, "trident plan: %s\n", err.msg);
-                return err.status;
-            }
-            size_t opt = optimizer_plan_bytes(mem.n_params, c.precision.dtype, dp,
-                                              c.parallel.zero_stage, c.precision.grad_dtype);
-            // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
-            mem.grad_bytes += grad_sync_plan_bytes(mem.n_params, dp, c.parallel.zero_stage,
-                                                   c.precision.grad_dtype);
-            size_t sum = mem.param_bytes + mem.grad_bytes + opt + mem.activation_bytes;
-            printf("%-6d %-6d %12.1f %12.1f %12.1f %14.1f %12.1f %6d\n", p, t, mib(mem.param_bytes),
-                   mib(mem.grad_bytes), mib(opt), mib(mem.activation_bytes), mib(sum),
-                   MAX(1, shard.n_slots));
-            printf("       bytes: params %zu, grads %zu, optimizer %zu, activations %zu\n",
-                   mem.param_bytes, mem.grad_bytes, opt, mem.activation_bytes);
-            printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
-                   MAX(1, shard.n_slots), mem.slot_bytes, mem.recompute_bytes,
-                   mem.activation_bytes - mem.recompute_bytes -
-                       (size_t)MAX(1, shard.n_slots) * mem.slot_bytes);
-            total += (double)sum * dp;
-        }
-    printf("all %d ranks: %.1f MiB (each data-parallel replica holds its stage's row)\n",
-           tp * pp * dp, total / 1048576.0);
+    printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
+           "grads MiB", "AdamW MiB", "activ. MiB", "total MiB", "slots");
+    for (int i = 0; i < n_rows; i++) {
+        const struct plan_group *g = &rows[i];
+        const struct plan_rank_bytes *b = &g->bytes;
+        char stages[24];
+        if (g->stage_begin == g->stage_end) snprintf(stages, sizeof stages, "%d", g->stage_begin);
+        else snprintf(stages, sizeof stages, "%d-%d", g->stage_begin, g->stage_end);
+        printf("%-7s %-7s %6d %12.1f %12.1f %12.1f %14.1f %12.1f %6d\n", stages, g->role, g->n_ranks,
+               mib(b->params), mib(b->grads), mib(b->optimizer), mib(b->activations),
+               mib(plan_rank_total(b)), b->n_slots);
+        printf("       bytes: params %zu, grads %zu, optimizer %zu, activations %zu\n", b->params,
+               b->grads, b->optimizer, b->activations);
+        printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
+               b->n_slots, b->slot_bytes, b->recompute_bytes,
+               b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
+    }
+    printf("peak rank: %.1f MiB (%.2f GiB); all %d ranks: %.1f MiB (each data-parallel replica "
+           "holds its stage's row)\n", mib(peak), peak / 1073741824.0, tp * pp * dp, total / 1048576.0);
+    free(rows);
     return STATUS_OK;
 }

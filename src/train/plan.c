@@ -2,7 +2,11 @@
 // (src/cli/cmd_plan.c) prints them for a layout that is not running.
 #include "plan.h"
 
+#include <string.h>
+
 #include "data/dataset.h"
+#include "model/optimizer.h"
+#include "train/grad_sync.h"
 #include "parallel/pipeline.h"
 
 struct llama_config plan_llama(const struct config *c) {
@@ -44,5 +48,68 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
         }
     }
     *out = shard;
+    return STATUS_OK;
+}
+
+size_t plan_rank_total(const struct plan_rank_bytes *b) {
+    return b->params + b->grads + b->optimizer + b->activations;
+}
+
+enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
+                      struct error *err) {
+    struct llama_config lc = plan_llama(c);
+    struct model_shard shard;
+    struct model_memory mem;
+    enum status st = plan_shard(c, coord, &shard, err);
+    if (st) return st;
+    st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len, &mem,
+                    err);
+    if (st) return st;
+    int dp = c->parallel.dp;
+    *out = (struct plan_rank_bytes){
+        .params = mem.param_bytes,
+        // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
+        .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, dp, c->parallel.zero_stage,
+                                                       c->precision.grad_dtype),
+        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, dp, c->parallel.zero_stage,
+                                          c->precision.grad_dtype),
+        .activations = mem.activation_bytes,
+        .slot_bytes = mem.slot_bytes,
+        .recompute_bytes = mem.recompute_bytes,
+        .n_slots = MAX(1, shard.n_slots),
+        .n_params = mem.n_params,
+    };
+    return STATUS_OK;
+}
+
+static bool rank_bytes_equal(const struct plan_rank_bytes *a, const struct plan_rank_bytes *b) {
+    return a->params == b->params && a->grads == b->grads && a->optimizer == b->optimizer &&
+           a->activations == b->activations && a->slot_bytes == b->slot_bytes &&
+           a->recompute_bytes == b->recompute_bytes && a->n_slots == b->n_slots;
+}
+
+enum status plan_groups(const struct config *c, struct plan_group *out, int *n_out, size_t *peak,
+                        double *sum, struct error *err) {
+    int tp = c->parallel.tp, pp = c->parallel.pp, dp = c->parallel.dp, n = 0;
+    *peak = 0, *sum = 0;
+    for (int p = 0; p < pp; p++) {
+        const char *role = pp == 1 ? "only" : p == 0 ? "first" : p == pp - 1 ? "last" : "middle";
+        for (int t = 0; t < tp; t++) {
+            struct plan_rank_bytes b;
+            enum status st = plan_rank(c, (struct grid_coord){t, 0, p}, &b, err);
+            if (st) return st;
+            size_t tot = plan_rank_total(&b);
+            *peak = MAX(*peak, tot), *sum += (double)tot * dp;
+            struct plan_group *g = n ? &out[n - 1] : NULL;
+            if (g && !strcmp(g->role, role) && rank_bytes_equal(&g->bytes, &b) &&
+                (g->stage_end == p || (g->stage_end == p - 1 && t == 0))) {
+                g->stage_end = p;
+                g->n_ranks += dp;
+                continue;
+            }
+            out[n++] = (struct plan_group){p, p, role, dp, b};
+        }
+    }
+    *n_out = n;
     return STATUS_OK;
 }

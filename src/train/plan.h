@@ -24,4 +24,44 @@ int plan_microbatches(const struct config *c);
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err);
 
+// The bytes one rank of the config's layout allocates (what its metrics.jsonl
+// mem_bytes reports): the shard's parameters, gradients (plus the BF16 copy
+// the buckets all-reduce when grad_dtype = bf16 without ZeRO-1), optimizer
+// state (FP32 master weights and AdamW moments, ZeRO-1 sharded over dp) and
+// activations (n_slots slots of slot_bytes, the recompute buffer, scratch).
+struct plan_rank_bytes {
+    size_t params, grads, optimizer, activations; // bytes
+    size_t slot_bytes, recompute_bytes;           // bytes, inside activations
+    int n_slots;                                  // >= 1
+    size_t n_params;                              // elements of the shard
+};
+
+// Sum of a rank's four pools, in bytes.
+size_t plan_rank_total(const struct plan_rank_bytes *b);
+
+// The bytes of grid position coord (t, 0, p) of the config's layout
+// (c->parallel.dp resolved). Errors: STATUS_BAD_INPUT as plan_shard, and
+// model_plan's.
+enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
+                      struct error *err);
+
+// One row of the grouped plan: consecutive pipeline stages [stage_begin,
+// stage_end] whose every tensor-parallel rank allocates the same bytes; role
+// says what the stages hold beyond their layers ("first": the embedding,
+// "last": final norm and head, "only": both, "middle": neither); n_ranks =
+// stages x tp x dp ranks it covers.
+struct plan_group {
+    int stage_begin, stage_end;
+    const char *role;
+    int n_ranks;
+    struct plan_rank_bytes bytes; // of each of those ranks
+};
+
+// Groups the ranks of the config's layout (c->parallel.dp resolved) into at
+// most pp * tp rows (out has room for pp * tp).
+// *n_out: rows written; *peak: the largest rank's total bytes; *sum: all
+// ranks' bytes together. Errors: as plan_rank.
+enum status plan_groups(const struct config *c, struct plan_group *out, int *n_out, size_t *peak,
+                        double *sum, struct error *err);
+
 #endif

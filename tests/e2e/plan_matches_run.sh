@@ -10,6 +10,8 @@
 # counted with the optimizer), the plan's bytes for stage
 # 0, tp rank 0 (params + grads + optimizer + activations) equal the
 # mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
+# The grouped rows cover every rank once (their "ranks" add up to tp*pp*dp)
+# and `plan --json` gives the same bytes for stage 0 and the same peak.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -28,9 +30,14 @@ for l in $layouts; do
           train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
-    # The row "0 0 ..." (stage 0, tp rank 0), then its "bytes: params P, grads G, optimizer O, activations A".
-    want=$(awk '/^0 +0 /{getline; print; exit}' <<<"$plan" |
+    # The row "0 ROLE ..." (stage 0), then its "bytes: params P, grads G, optimizer O, activations A".
+    want=$(awk '/^0 +[a-z]+ /{getline; print; exit}' <<<"$plan" |
            sed -n 's/.*params \([0-9]*\), grads \([0-9]*\), optimizer \([0-9]*\), activations \([0-9]*\).*/\1 + \2 + \3 + \4/p')
+    covered=$(awk '/^[0-9]+(-[0-9]+)? +[a-z]+ /{n += $3} END{print n + 0}' <<<"$plan")
+    [ "$covered" = $((tp * pp * dp)) ] || { echo "FAIL: $l: grouped rows cover $covered ranks, not $((tp * pp * dp))"; fail=1; }
+    js=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}" --json |
+         "$PY" -c 'import json,sys; o=json.load(sys.stdin); print(o["groups"][0]["total_bytes"], o["peak_bytes"] == max(g["total_bytes"] for g in o["groups"]), sum(g["ranks"] for g in o["groups"]) == o["ranks"])')
+    [ "$js" = "$((want)) True True" ] || { echo "FAIL: $l: --json says '$js', text plan $((want))"; fail=1; }
     rc=0; timeout 120 "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" "${args[@]}" \
         > "$tmp/log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -5 "$tmp/log"; echo "FAIL: run $l exited $rc"; fail=1; continue; }

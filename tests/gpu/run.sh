@@ -532,7 +532,7 @@ fi
 # ---- 6. the ~1B model: plan, then throughput ------------------------------------------------
 plan1b() {
     "$TRIDENT" plan configs/llama-1b.ini || return 1
-    awk -v cap="$GPU_MIB" '$1 == "0" && $2 == "0" && NF >= 7 { t = $7 }
+    awk -v cap="$GPU_MIB" '$1 == "0" && NF >= 8 { t = $8 }
         END { ok = (t > 0 && t <= 0.9 * cap)
               printf "result: plan %.0f MiB (%.1f GiB) of %d MiB on the device (limit 90%%): %s\n", t, t / 1024, cap, ok ? "fits" : "FAIL"
               exit !ok }' "$OUT/plan_1b.log"

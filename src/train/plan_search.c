@@ -1,0 +1,259 @@
+// plan_search.c: layout search and step-time prediction (plan_search.h); the
+// model and its sources are in docs/planning.md.
+#include "plan_search.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Datasheet numbers (docs/planning.md cites them): dense bf16 tensor-core
+// peak, HBM bandwidth, NVLink per GPU one direction (half the quoted
+// bidirectional figure), one NIC per GPU (HDR 200 Gb/s on DGX A100, NDR
+// 400 Gb/s on DGX H100/H200), memory.
+static const struct plan_gpu presets[] = {
+    {"A100-80G", 312e12, 2.039e12, 300e9, 25e9, (size_t)80 << 30},
+    {"H100-SXM", 989e12, 3.35e12, 450e9, 50e9, (size_t)80 << 30},
+    {"H200", 989e12, 4.8e12, 450e9, 50e9, (size_t)141 << 30},
+};
+
+// "3.35T", "450G", "450" (in unit), "80G" -> bytes or bytes/s.
+static bool parse_amount(const char *s, double unit, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return false;
+    double mult = unit;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'T': mult = 1e12; break;
+        case 'G': mult = 1e9; break;
+        case 'M': mult = 1e6; break;
+        default: return false;
+        }
+        if (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "B/s")) return false;
+    }
+    *out = v * mult;
+    return true;
+}
+
+enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error *err) {
+    *gpu = presets[1];
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) {
+            size_t i = 0;
+            while (i < (sizeof presets / sizeof presets[0]) && strcasecmp(presets[i].name, tok)) i++;
+            if (i == (sizeof presets / sizeof presets[0]))
+                return error_set(err, STATUS_BAD_INPUT,
+                                 "--gpu: unknown preset '%s' (A100-80G, H100-SXM, H200, or "
+                                 "tflops=..,hbm=..,nvlink=..,ib=..,mem=..)", tok);
+            *gpu = presets[i];
+            continue;
+        }
+        *eq = '\0';
+        const char *k = tok, *v = eq + 1;
+        double x;
+        bool ok;
+        if (!strcmp(k, "tflops")) ok = parse_amount(v, 1e12, &x) && (gpu->peak_flops = x, true);
+        else if (!strcmp(k, "hbm")) ok = parse_amount(v, 1e12, &x) && (gpu->hbm_bw = x, true);
+        else if (!strcmp(k, "nvlink")) ok = parse_amount(v, 1e9, &x) && (gpu->nvlink_bw = x, true);
+        else if (!strcmp(k, "ib")) ok = parse_amount(v, 1e9, &x) && (gpu->ib_bw = x, true);
+        else if (!strcmp(k, "mem")) ok = parse_amount(v, 1e9, &x) && (gpu->mem_bytes = (size_t)(x / 1e9 * 1073741824.0), true);
+        else
+            return error_set(err, STATUS_BAD_INPUT, "--gpu: unknown key '%s' (tflops, hbm, nvlink, ib, mem)", k);
+        if (!ok) return error_set(err, STATUS_BAD_INPUT, "--gpu: %s=%s is not a positive amount", k, v);
+        snprintf(gpu->name, sizeof gpu->name, "custom");
+    }
+    return STATUS_OK;
+}
+
+// Matmul parameters: per layer Wq, Wo (C x C), Wk, Wv (C x Hkv*D), the SwiGLU
+// MLP (3 x C x F), and the head (V x C); the embedding is a lookup.
+static double matmul_params(const struct llama_config *lc) {
+    double C = lc->d_model, kv = (double)lc->n_kv_heads * (lc->d_model / lc->n_heads);
+    double layer = 2 * C * C + 2 * C * kv + 3 * C * lc->ffn_dim;
+    return lc->n_layers * layer + (double)lc->vocab_size * C;
+}
+
+double plan_flops_per_token(const struct llama_config *lc, int seq_len) {
+    return 6.0 * matmul_params(lc) + 6.0 * lc->n_layers * (double)lc->d_model * seq_len;
+}
+
+// Ring all-reduce of bytes over n ranks at bus bandwidth bw (NCCL's
+// busbw = algbw * 2 (n-1) / n) plus 2 (n-1) latency steps.
+static double t_all_reduce(double bytes, int n, double bw, double alpha) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * alpha;
+}
+
+// Reduce-scatter or all-gather: half an all-reduce.
+static double t_half(double bytes, int n, double bw, double alpha) {
+    return t_all_reduce(bytes, n, bw, alpha) / 2;
+}
+
+bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct plan_layout *l,
+                  char *why, size_t why_len) {
+    struct config c = *c0;
+    c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
+    c.parallel.virtual_stages = l->v, c.parallel.zero_stage = l->zero;
+    c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len % l->tp == 0;
+    c.train.micro_batch_size = l->mb;
+    c.model.recompute = l->recompute;
+    struct error err = {0};
+    size_t peak = 0, n_params = 0;
+    // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.
+    for (int p = 0; p < l->pp; p++) {
+        struct plan_rank_bytes b;
+        if (plan_rank(&c, (struct grid_coord){0, 0, p}, &b, &err)) {
+            snprintf(why, why_len, "%.150s", err.msg);
+            return false;
+        }
+        if (plan_rank_total(&b) > peak) peak = plan_rank_total(&b);
+        n_params = MAX(n_params, b.n_params);
+    }
+    l->peak_bytes = peak;
+    size_t usable = cl->gpu.mem_bytes > cl->reserve_bytes ? cl->gpu.mem_bytes - cl->reserve_bytes : 0;
+    if (peak > usable) {
+        snprintf(why, why_len, "needs %.1f GiB, %.1f GiB over the %.1f GiB usable", peak / 1073741824.0,
+                 (peak - usable) / 1073741824.0, usable / 1073741824.0);
+        return false;
+    }
+    struct llama_config lc = plan_llama(&c);
+    int N = l->tp * l->pp * l->dp, T = c.train.seq_len, L = lc.n_layers;
+    int m = c.train.global_batch_size / (l->mb * l->dp);
+    double tokens = (double)c.train.global_batch_size * T;
+    double flops = plan_flops_per_token(&lc, T) * tokens / N; // model FLOPs per GPU per step
+    double rate = cl->gpu.peak_flops * cl->efficiency;
+    // The slowest stage sets the pace: ceil(L / (p v)) layers a chunk.
+    int chunk_max = (L + l->pp * l->v - 1) / (l->pp * l->v);
+    double imbalance = (double)chunk_max * l->pp * l->v / L;
+    l->compute_s = flops * imbalance / rate;
+    double attn_fwd = 2.0 * L * lc.d_model * (double)T * tokens / N; // QK^T and AV, forward
+    double fwd = flops / 3;
+    l->recompute_s = (l->recompute == RECOMPUTE_FULL ? fwd : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd : 0) *
+                     imbalance / rate;
+    l->bubble_s = (l->pp - 1) / (double)(l->v * m) * (l->compute_s + l->recompute_s);
+    // TP: per layer and microbatch 2 all-reduce volumes forward, 2 backward
+    // (with sequence parallelism an all-gather + reduce-scatter pair each),
+    // 2 more when full recompute reruns the forward. Activations (mb, T, C).
+    double act = (double)l->mb * T * lc.d_model * dtype_size(c.precision.dtype);
+    double bw_tp = l->tp <= cl->gpus_per_node ? cl->gpu.nvlink_bw : cl->gpu.ib_bw;
+    double a_tp = l->tp <= cl->gpus_per_node ? cl->alpha_nvlink : cl->alpha_ib;
+    int n_ar = 4 + (l->recompute == RECOMPUTE_FULL ? 2 : 0);
+    l->tp_comm_s = n_ar * (double)chunk_max * l->v * m * t_all_reduce(act, l->tp, bw_tp, a_tp);
+    // PP: each microbatch crosses each chunk boundary forward and backward
+    // (v times more often interleaved); activations scattered over tp.
+    bool pp_ib = (long)l->tp * l->dp >= cl->gpus_per_node;
+    double bw_pp = pp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_pp = pp_ib ? cl->alpha_ib : cl->alpha_nvlink;
+    l->pp_comm_s = l->pp > 1 ? 2.0 * l->v * m * (a_pp + act / l->tp / bw_pp) : 0;
+    // DP: the gradient all-reduce (ZeRO-1: reduce-scatter of the gradients,
+    // all-gather of the bf16 weights after the step) of the largest shard.
+    bool dp_ib = (long)l->tp * l->dp > cl->gpus_per_node;
+    double bw_dp = dp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_dp = dp_ib ? cl->alpha_ib : cl->alpha_nvlink;
+    double gbytes = (double)n_params * dtype_size(c.precision.grad_dtype);
+    double reduce = l->zero ? t_half(gbytes, l->dp, bw_dp, a_dp) : t_all_reduce(gbytes, l->dp, bw_dp, a_dp);
+    double gather = l->zero ? t_half((double)n_params * dtype_size(c.precision.dtype), l->dp, bw_dp, a_dp) : 0;
+    // The buckets reduce during the last microbatch's backward (2/3 of its compute).
+    double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
+    l->dp_exposed_s = (reduce > window ? reduce - window : 0) + gather;
+    l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->pp_comm_s + l->dp_exposed_s;
+    l->tflops_per_gpu = flops / l->step_s / 1e12;
+    l->hw_tflops_per_gpu = (flops + l->recompute_s / imbalance * rate) / l->step_s / 1e12;
+    l->mfu = flops / l->step_s / cl->gpu.peak_flops;
+    l->tokens_per_s = tokens / l->step_s;
+    return true;
+}
+
+static int cmp_layout(const void *a, const void *b) {
+    double x = ((const struct plan_layout *)a)->step_s, y = ((const struct plan_layout *)b)->step_s;
+    return x < y ? -1 : x > y;
+}
+
+enum status plan_search(const struct config *c, const struct plan_cluster *cl,
+                        struct plan_layout *top, int n_top, int *n_fit, int *n_tried,
+                        struct plan_reject *rej, int max_rej, int *n_rej, struct error *err) {
+    const struct model_config *mc = &c->model;
+    int N = cl->gpus, B = c->train.global_batch_size, cap = 4096, n = 0;
+    if (N < 1 || cl->gpus_per_node < 1 || !(cl->efficiency > 0 && cl->efficiency <= 1))
+        return error_set(err, STATUS_BAD_INPUT,
+                         "plan search: %d GPUs, %d a node, efficiency %g: expected >= 1, >= 1, (0, 1]", N,
+                         cl->gpus_per_node, cl->efficiency);
+    struct plan_layout *fit = xcalloc((size_t)cap, sizeof *fit);
+    *n_fit = 0, *n_tried = 0, *n_rej = 0;
+    for (int tp = 1; tp <= N && tp <= 64; tp *= 2) {
+        if (N % tp) break;
+        for (int pp = 1; pp <= N / tp; pp++) {
+            if ((N / tp) % pp) continue;
+            char why[200] = "";
+            double best_over = INFINITY;
+            bool any = false;
+            int dp = N / tp / pp;
+            if (tp > cl->gpus_per_node)
+                snprintf(why, sizeof why, "tp %d crosses a node of %d GPUs", tp, cl->gpus_per_node);
+            else if (tp > mc->n_kv_heads)
+                snprintf(why, sizeof why, "tp %d > n_kv_heads %d", tp, mc->n_kv_heads);
+            else if (mc->n_heads % tp || mc->ffn_dim % tp)
+                snprintf(why, sizeof why, "tp %d does not divide n_heads %d or ffn_dim %d", tp, mc->n_heads, mc->ffn_dim);
+            else if (pp > mc->n_layers)
+                snprintf(why, sizeof why, "pp %d > n_layers %d", pp, mc->n_layers);
+            else if (B % dp)
+                snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d", dp, B);
+            else if (B / dp < pp)
+                snprintf(why, sizeof why, "%d microbatches a replica at most (global_batch_size %d / dp %d) < pp %d: "
+                         "the pipeline never fills", B / dp, B, dp, pp);
+            if (why[0]) {
+                // Only the families a reader would consider: skip pp beyond layers quietly.
+                if (*n_rej < max_rej && pp <= mc->n_layers && (pp == 1 || tp <= cl->gpus_per_node))
+                    rej[(*n_rej)++] = (struct plan_reject){.tp = tp, .pp = pp}, snprintf(rej[*n_rej - 1].why, sizeof rej->why, "%s", why);
+                continue;
+            }
+            char oom[400] = "";
+            for (int v = 1; v <= 8; v *= 2) {
+                if (v > 1 && pp == 1) break;
+                if (pp * v > mc->n_layers) break;
+                for (int mb = 1; mb <= 16; mb *= 2) {
+                    if (B % (mb * dp)) continue;
+                    int m = B / (mb * dp);
+                    if (m < pp || (v > 1 && m % pp)) continue;
+                    for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
+                        for (int z = 0; z <= (dp > 1); z++) {
+                            struct plan_layout l = {.tp = tp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
+                                                  .recompute = (enum recompute)r};
+                            char w[160];
+                            ++*n_tried;
+                            if (!plan_predict(c, cl, &l, w, sizeof w)) {
+                                double over = (double)l.peak_bytes;
+                                if (l.peak_bytes && over < best_over) {
+                                    best_over = over;
+                                    snprintf(oom, sizeof oom, "out of memory at best (v %d, mb %d, recompute %s, zero %d): %s",
+                                             v, mb, r == 0 ? "none" : r == 1 ? "selective" : "full", z, w);
+                                } else if (!l.peak_bytes && !oom[0]) snprintf(oom, sizeof oom, "%s", w);
+                                continue;
+                            }
+                            any = true;
+                            if (n == cap) {
+                                struct plan_layout *more = xcalloc((size_t)cap * 2, sizeof *fit);
+                                memcpy(more, fit, sizeof *fit * (size_t)cap);
+                                free(fit), fit = more, cap *= 2;
+                            }
+                            fit[n++] = l;
+                        }
+                }
+            }
+            if (!any && *n_rej < max_rej) {
+                rej[*n_rej] = (struct plan_reject){.tp = tp, .pp = pp};
+                snprintf(rej[*n_rej].why, sizeof rej->why, "%s", oom[0] ? oom : "no micro-batch size divides the batch");
+                ++*n_rej;
+            }
+        }
+    }
+    qsort(fit, (size_t)n, sizeof *fit, cmp_layout);
+    for (int i = 0; i < n && i < n_top; i++) top[i] = fit[i];
+    *n_fit = n;
+    free(fit);
+    return STATUS_OK;
+}

@@ -1,0 +1,78 @@
+// plan_search.h: which layout of a config fits N GPUs and which is fastest
+// (docs/planning.md): enumerates (tp, pp, virtual stages, dp, micro-batch,
+// recompute, ZeRO-1), takes each one's peak bytes from plan.h (what a run
+// allocates) and predicts its step time with an analytic model (compute at
+// an efficiency of the GPU's peak, interleaved-1F1B bubble, recompute,
+// tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
+// on the inter-node network, alpha-beta).
+#ifndef TRIDENT_PLAN_SEARCH_H
+#define TRIDENT_PLAN_SEARCH_H
+
+#include "train/plan.h"
+
+// One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s, shown only),
+// per-GPU NVLink and inter-node bandwidths (bytes/s one direction, taken as
+// the achievable NCCL bus bandwidth) and memory (bytes).
+struct plan_gpu {
+    char name[32];
+    double peak_flops, hbm_bw, nvlink_bw, ib_bw;
+    size_t mem_bytes;
+};
+
+// The cluster and the model's knobs.
+struct plan_cluster {
+    int gpus, gpus_per_node;
+    struct plan_gpu gpu;
+    size_t reserve_bytes;     // kept free per GPU: CUDA context, NCCL buffers, fragmentation
+    double efficiency;        // achieved fraction of peak for the layout's FLOPs, (0, 1]
+    double alpha_nvlink, alpha_ib; // seconds per collective step (latency term)
+};
+
+// Fills gpu from "A100-80G", "H100-SXM", "H200" or a comma list of
+// name=value (tflops=, hbm= in TB/s or with a T/G suffix, nvlink=, ib= in
+// GB/s or with a G suffix, mem= with a G suffix) applied on top of H100-SXM
+// or on top of a preset named first ("H200,ib=25G").
+// Errors: STATUS_BAD_INPUT naming the unknown preset or key.
+enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error *err);
+
+// FLOPs a token of the whole model costs in forward + backward, without
+// recompute: 6 x matmul parameters + 6 x L x C x T for attention's two
+// products with the causal half (the definition train.c logs MFU with,
+// docs/design.md §9). lc: the model; seq_len: T.
+double plan_flops_per_token(const struct llama_config *lc, int seq_len);
+
+// One layout and its prediction (seconds per optimizer step; throughput in
+// model FLOPs, without recompute, per GPU).
+struct plan_layout {
+    int tp, pp, v, dp, mb, zero;
+    enum recompute recompute;
+    size_t peak_bytes;
+    double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, pp_comm_s, dp_exposed_s;
+    double tflops_per_gpu, mfu, tokens_per_s;
+    double hw_tflops_per_gpu; // with recompute's FLOPs (what Megatron-LM reports)
+};
+
+// Why a family (tp, pp) has no layout that fits: the structural rule it
+// breaks, or the smallest out-of-memory excess of its variants.
+struct plan_reject {
+    int tp, pp;
+    char why[400];
+};
+
+// The results: up to n_top layouts that fit, fastest first (*n_fit: how
+// many fit in all, *n_tried: how many were evaluated); up to max_rej
+// rejected families. c: the config (model, batch, precision; its [parallel]
+// is replaced). Errors: STATUS_BAD_INPUT when the cluster has no GPUs or
+// the efficiency is outside (0, 1]. Layouts that do not fit are not errors:
+// they are in rej.
+enum status plan_search(const struct config *c, const struct plan_cluster *cl,
+                        struct plan_layout *top, int n_top, int *n_fit, int *n_tried,
+                        struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
+
+// Predicts one layout (its fields tp, pp, v, dp, mb, zero, recompute set):
+// fills peak_bytes and the times. Returns false with why set when it does not
+// fit or the schedule refuses it.
+bool plan_predict(const struct config *c, const struct plan_cluster *cl, struct plan_layout *l,
+                  char *why, size_t why_len);
+
+#endif
