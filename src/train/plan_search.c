@@ -71,18 +71,6 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
     return STATUS_OK;
 }
 
-// Matmul parameters: per layer Wq, Wo (C x C), Wk, Wv (C x Hkv*D), the SwiGLU
-// MLP (3 x C x F), and the head (V x C); the embedding is a lookup.
-static double matmul_params(const struct llama_config *lc) {
-    double C = lc->d_model, kv = (double)lc->n_kv_heads * (lc->d_model / lc->n_heads);
-    double layer = 2 * C * C + 2 * C * kv + 3 * C * lc->ffn_dim;
-    return lc->n_layers * layer + (double)lc->vocab_size * C;
-}
-
-double plan_flops_per_token(const struct llama_config *lc, int seq_len) {
-    return 6.0 * matmul_params(lc) + 6.0 * lc->n_layers * (double)lc->d_model * seq_len;
-}
-
 // Ring all-reduce of bytes over n ranks at bus bandwidth bw (NCCL's
 // busbw = algbw * 2 (n-1) / n) plus 2 (n-1) latency steps.
 static double t_all_reduce(double bytes, int n, double bw, double alpha) {
@@ -126,7 +114,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     int N = l->tp * l->pp * l->dp, T = c.train.seq_len, L = lc.n_layers;
     int m = c.train.global_batch_size / (l->mb * l->dp);
     double tokens = (double)c.train.global_batch_size * T;
-    double flops = plan_flops_per_token(&lc, T) * tokens / N; // model FLOPs per GPU per step
+    double flops = model_flops_per_token(&lc, T) * tokens / N; // model FLOPs per GPU per step
     double rate = cl->gpu.peak_flops * cl->efficiency;
     // The slowest stage sets the pace: ceil(L / (p v)) layers a chunk.
     int chunk_max = (L + l->pp * l->v - 1) / (l->pp * l->v);

@@ -35,11 +35,6 @@ struct plan_cluster {
 // Errors: STATUS_BAD_INPUT naming the unknown preset or key.
 enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error *err);
 
-// FLOPs a token of the whole model costs in forward + backward, without
-// recompute: 6 x matmul parameters + 6 x L x C x T for attention's two
-// products with the causal half (the definition train.c logs MFU with,
-// docs/design.md §9). lc: the model; seq_len: T.
-double plan_flops_per_token(const struct llama_config *lc, int seq_len);
 
 // One layout and its prediction (seconds per optimizer step; throughput in
 // model FLOPs, without recompute, per GPU).
