@@ -480,13 +480,8 @@ static enum status next_microbatch(struct trainer *t, struct loader *ld, int32_t
     for (int b = 0; b < B; b++) {
         memcpy(tokens + b * T, seqs + b * (T + 1), sizeof(int32_t) * T);
         memcpy(targets + b * T, seqs + b * (T + 1) + 1, sizeof(int32_t) * T);
-        // loss_on = response: a target whose token the mask leaves out gets
-        // no loss and no gradient, and is not counted in the global batch's
-        // normaliser (train_step.c counts the targets != IGNORE_INDEX).
-        if (mask)
-            for (int i = 0; i < T; i++)
-                if (!mask[b * (T + 1) + i + 1]) targets[b * T + i] = IGNORE_INDEX;
     }
+    if (mask) train_mask_targets(targets, mask, B, T); // loss_on = response
     return STATUS_OK;
 }
 
