@@ -10,7 +10,7 @@
 static const char *prep_usage =
     "usage: trident prep --input PATH... --output DIR [--tokenizer FILE | --vocab-size N]\n"
     "                    [--include GLOB]... [--no-recursive] [--doc-per-file]\n"
-    "                    [--format auto|text|jsonl] [--text-key KEY] [--allow-special-tokens]\n"
+    "                    [--format auto|text|jsonl|chat] [--text-key KEY] [--allow-special-tokens]\n"
     "                    [--val-fraction F] [--shard-tokens N] [--seed S] [--quiet]\n"
     "  --input PATH...     text files or folders of them (several allowed); a folder is read\n"
     "                      recursively (--recursive, the default), hidden files and folders\n"
@@ -27,7 +27,10 @@ static const char *prep_usage =
     "                      character is '{' (a note names them; one starting with '[', a JSON\n"
     "                      array, is refused), text otherwise, file by file;\n"
     "                      text: documents separated by blank lines; jsonl: one JSON object per\n"
-    "                      line, the text in the field --text-key (default \"text\")\n"
+    "                      line, the text in the field --text-key (default \"text\");\n"
+    "                      chat: JSON Lines of {\"prompt\",\"response\"} or {\"messages\":[{\"role\",\n"
+    "                      \"content\"}...]}, rendered \"User: P\\nAssistant: R\", shards with a\n"
+    "                      /loss_mask of 1 on response tokens (docs/formats.md, \"Chat\")\n"
     "  --doc-per-file      text files: each file is one document (blank lines kept inside), so\n"
     "                      the end-of-text id goes between files; JSON Lines stay one per record\n"
     "  --allow-special-tokens  special-token text in documents (<|endoftext|>) becomes its id;\n"
@@ -152,8 +155,9 @@ int cmd_prep(int argc, char **argv) {
             if (!strcmp(v, "text")) opt.format = PREP_FORMAT_TEXT;
             else if (!strcmp(v, "jsonl")) opt.format = PREP_FORMAT_JSONL;
             else if (!strcmp(v, "auto")) opt.format = PREP_FORMAT_AUTO;
+            else if (!strcmp(v, "chat")) opt.format = PREP_FORMAT_CHAT;
             else {
-                rc = bad_arg("--format '%s': expected auto, text or jsonl%s", v, "");
+                rc = bad_arg("--format '%s': expected auto, text, jsonl or chat%s", v, "");
                 goto out;
             }
         } else if (!strcmp(a, "--val-fraction")) {
@@ -184,6 +188,11 @@ int cmd_prep(int argc, char **argv) {
     }
     if ((opt.tokenizer_path != NULL) == (opt.vocab_size > 0)) {
         rc = bad_arg("give exactly one of --tokenizer FILE and --vocab-size N%s%s", "", "");
+        goto out;
+    }
+    if (opt.format == PREP_FORMAT_CHAT && (opt.vocab_size > 0 || opt.text_key)) {
+        rc = bad_arg("--format chat takes an existing --tokenizer (the chat template's marks would be trained "
+                     "into a new one) and no --text-key%s%s", "", "");
         goto out;
     }
     if (opt.text_key && opt.format == PREP_FORMAT_TEXT) {

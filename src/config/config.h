@@ -33,6 +33,10 @@ enum model_arch { MODEL_ARCH_LLAMA };
 enum device { DEVICE_CPU, DEVICE_CUDA };
 enum attention_impl { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
+// [train] loss_on: every target, or only those the shards' /loss_mask marks.
+enum loss_on { LOSS_ON_ALL, LOSS_ON_RESPONSE };
+// [data] packing: documents concatenated into the token stream (the only mode).
+enum packing { PACKING_CONCAT };
 
 struct model_config {
     enum model_arch arch;
@@ -65,6 +69,7 @@ struct train_config {
     double adam_eps;
     double grad_clip;  // 0: no clipping
     double label_smoothing;
+    enum loss_on loss_on;
     int64_t seed;
     int eval_every;    // 0: no evaluation
     int eval_steps;
@@ -85,6 +90,7 @@ struct data_config {
     char cache_dir[CONFIG_PATH_MAX]; // hot tier; "" none
     int64_t cache_bytes;
     int prefetch_shards;
+    enum packing packing;
 };
 
 struct parallel_config {

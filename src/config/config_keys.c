@@ -40,6 +40,9 @@ static const struct config_choice schedule_choices[] = {{"cosine", LR_SCHEDULE_C
                                                         {"linear", LR_SCHEDULE_LINEAR},
                                                         {"constant", LR_SCHEDULE_CONSTANT},
                                                         {NULL, 0}};
+static const struct config_choice loss_on_choices[] = {
+    {"all", LOSS_ON_ALL}, {"response", LOSS_ON_RESPONSE}, {NULL, 0}};
+static const struct config_choice packing_choices[] = {{"concat", PACKING_CONCAT}, {NULL, 0}};
 static const struct config_choice dtype_choices[] = {
     {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {"fp16", DTYPE_FP16}, {NULL, 0}};
 static const struct config_choice grad_dtype_choices[] = {
@@ -102,6 +105,9 @@ const struct config_key config_keys[] = {
               "clip the global gradient norm to this; 0 disables"),
     KEY_FLOAT("train", "label_smoothing", train.label_smoothing, "0", 0, 1, CONFIG_MAX_EXCLUSIVE, "",
               "cross-entropy label smoothing"),
+    KEY_ENUM("train", "loss_on", train.loss_on, "all", loss_on_choices,
+             "targets with loss: all, or response (only tokens the shards' /loss_mask marks, "
+             "trident prep --format chat; averaged over the global batch's marked tokens)"),
     KEY_INT64("train", "seed", train.seed, "1234", 0, NOMAX, "", "seed of weight init, data order and sampling"),
     KEY_INT("train", "eval_every", train.eval_every, "0", 0, INT_MAX, "steps",
             "steps between evaluations; 0 disables"),
@@ -149,6 +155,9 @@ const struct config_key config_keys[] = {
     KEY_INT("data", "prefetch_shards", data.prefetch_shards, "2", 0, INT_MAX, "shards",
             "shards staged ahead of the one being read, in the order the next global batches "
             "need them; with the global shuffle, cover a few batches' shards (with cache_dir)"),
+    KEY_ENUM("data", "packing", data.packing, "concat", packing_choices,
+             "concat: documents joined by end-of-text into one stream cut into sequences, "
+             "attending across document boundaries (none and concat_reset are not implemented)"),
 
     // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "tensor-parallel size"),

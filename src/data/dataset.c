@@ -32,7 +32,8 @@ static enum status check_shard_file(struct dataset *ds, int i, const char *path,
 
 // Checks the open shard i (sh->h5, read from path) against its index entry
 // and the dataset attributes: always the header; on its first read in this
-// process (!sh->validated) also /doc_offsets and every token id.
+// process (!sh->validated) also /doc_offsets, every token id and every
+// /loss_mask entry (0 or 1) when the shard has one.
 static enum status validate_shard(struct dataset *ds, int i, const char *path, struct error *err) {
     const struct index *ix = &ds->index;
     struct dataset_shard *sh = &ds->shards[i];
@@ -92,6 +93,15 @@ static enum status validate_shard(struct dataset *ds, int i, const char *path, s
                 s = error_set(err, STATUS_BAD_INPUT,
                               "%s: token id %" PRIu64 " at offset %" PRIu64 " of /tokens is >= vocab_size %" PRId64,
                               path, ids[k] < 0 ? (uint64_t)UINT32_MAX : (uint64_t)ids[k], at + k, ix->vocab_size);
+                break;
+            }
+        if (s || sh->h5.loss_mask < 0) continue;
+        uint8_t *mask = buf; // chunk * 4 bytes >= chunk
+        if ((s = shard_read_mask(&sh->h5, at, n, mask, memspace, err))) break;
+        for (uint64_t k = 0; k < n; k++)
+            if (mask[k] > 1) {
+                s = error_set(err, STATUS_BAD_INPUT, "%s: /loss_mask[%" PRIu64 "] = %d, expected 0 or 1", path, at + k,
+                              mask[k]);
                 break;
             }
     }
@@ -317,6 +327,13 @@ enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int
     if (s || ds->shards[i].hot) return s ? s : shard_read_tokens(h5, at, n, out, buf, memspace, err);
     struct cold_read r = {h5, at, n, out, buf, memspace};
     return cold_retry(ds, i, cold_read, &r, err);
+}
+
+enum status dataset_read_mask(struct dataset *ds, int i, uint64_t at, uint64_t n, uint8_t *out, hid_t memspace,
+                              struct error *err) {
+    struct shard *h5;
+    enum status s = dataset_shard_get(ds, i, &h5, err);
+    return s ? s : shard_read_mask(h5, at, n, out, memspace, err);
 }
 
 enum status dataset_validate_all(struct dataset *ds, struct error *err) {

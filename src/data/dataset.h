@@ -84,6 +84,10 @@ enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, str
 // Errors: as dataset_shard_get, and STATUS_RUNTIME on a failed read.
 enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int32_t *out, void *buf,
                          hid_t memspace, struct error *err);
+// Reads /loss_mask[at, at + n) of shard i into out (n,) uint8 (all ones for
+// a shard without one) through dataset_shard_get. Errors: as dataset_read.
+enum status dataset_read_mask(struct dataset *ds, int i, uint64_t at, uint64_t n, uint8_t *out, hid_t memspace,
+                              struct error *err);
 
 // Validates every shard now (what dataset_open did in full before lazy
 // validation): `trident data-check` and tests. Errors: as dataset_shard_get.
@@ -185,6 +189,9 @@ void loader_set_log(struct loader *ld, FILE *f);
 // Serves this rank's next microbatch: tokens (micro_batch_size, seq_len + 1).
 // No allocation. Errors: STATUS_RUNTIME on a read failure.
 enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err);
+// loader_next that also fills mask (micro_batch_size, seq_len + 1) uint8 with
+// the tokens' /loss_mask (1 for shards without one); mask NULL: loader_next.
+enum status loader_next_masked(struct loader *ld, int32_t *tokens, uint8_t *mask, struct error *err);
 
 // The index (into the split's sequences) of the sequence that position pos of
 // epoch's permutation names (of source 0): exposed for tests and tools.
@@ -244,6 +251,11 @@ enum status dataset_writer_add(struct dataset_writer *w, enum split split, const
                                uint64_t n_tokens, const uint64_t *doc_offsets, uint64_t n_docs,
                                struct error *err);
 // Writes index.ini (last, so a folder with an index is complete) and frees w.
+// dataset_writer_add with loss_mask (n_tokens,) 0/1 stored as /loss_mask
+// (NULL: none).
+enum status dataset_writer_add_masked(struct dataset_writer *w, enum split split, const int32_t *tokens,
+                                      const uint8_t *loss_mask, uint64_t n_tokens, const uint64_t *doc_offsets,
+                                      uint64_t n_docs, struct error *err);
 enum status dataset_writer_finish(struct dataset_writer *w, struct error *err);
 
 #endif

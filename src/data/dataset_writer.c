@@ -33,13 +33,18 @@ enum status dataset_writer_init(struct dataset_writer *w, const char *dir, int64
 
 enum status dataset_writer_add(struct dataset_writer *w, enum split split, const int32_t *tokens, uint64_t n_tokens,
                                const uint64_t *doc_offsets, uint64_t n_docs, struct error *err) {
+    return dataset_writer_add_masked(w, split, tokens, NULL, n_tokens, doc_offsets, n_docs, err);
+}
+
+enum status dataset_writer_add_masked(struct dataset_writer *w, enum split split, const int32_t *tokens,
+                                      const uint8_t *loss_mask, uint64_t n_tokens, const uint64_t *doc_offsets,
+                                      uint64_t n_docs, struct error *err) {
     struct index_shard e = {.split = split, .tokens = n_tokens, .documents = n_docs};
     snprintf(e.file, sizeof e.file, "shard-%05d.h5", w->index.n_shards);
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", w->dir, e.file);
-    enum status s = w->force_elem_bytes
-                        ? shard_write_typed(path, w->force_elem_bytes, tokens, n_tokens, doc_offsets, n_docs, &w->meta, err)
-                        : shard_write(path, tokens, n_tokens, doc_offsets, n_docs, &w->meta, err);
+    enum status s = shard_write_masked(path, w->force_elem_bytes, tokens, loss_mask, n_tokens, doc_offsets, n_docs,
+                                       &w->meta, err);
     if (s) return s;
     struct stat st;
     if (stat(path, &st) != 0) return error_set(err, STATUS_RUNTIME, "%s: vanished after writing", path);

@@ -234,7 +234,7 @@ enum status loader_state_load(struct loader *ld, const struct loader_state *stat
 // Reads sequence seq of the split of ds: tokens [seq*T, seq*T + T + 1) into
 // out (T + 1,), from one shard or across the boundary of two.
 static enum status read_sequence(struct loader *ld, struct dataset *ds, uint64_t seq, int32_t *out,
-                                 struct error *err) {
+                                 uint8_t *mask, struct error *err) {
     const int *ids = ds->split_shards[ld->split];
     uint64_t start = seq * (uint64_t)ds->seq_len, left = (uint64_t)ds->seq_len + 1;
     // Last shard of the split whose start <= start.
@@ -249,7 +249,9 @@ static enum status read_sequence(struct loader *ld, struct dataset *ds, uint64_t
         struct dataset_shard *sh = &ds->shards[ids[lo]];
         uint64_t at = start - sh->start, n = MIN(left, sh->entry.tokens - at);
         enum status s = dataset_read(ds, ids[lo], at, n, out, ld->buf, ld->memspace, err);
+        if (!s && mask) s = dataset_read_mask(ds, ids[lo], at, n, mask, ld->memspace, err);
         if (s) return s;
+        if (mask) mask += n;
         out += n;
         start += n;
         left -= n;
@@ -322,12 +324,16 @@ static void announce_shards(struct loader *ld) {
 
 // Reads (and logs) sample pos of the loader's order: sequence seq of source d.
 static enum status serve(struct loader *ld, uint64_t epoch, uint64_t pos, int d, uint64_t seq, int32_t *out,
-                         struct error *err) {
+                         uint8_t *mask, struct error *err) {
     if (ld->log) fprintf(ld->log, "%" PRIu64 " %" PRIu64 " %d %" PRIu64 "\n", epoch, pos, d, seq);
-    return read_sequence(ld, ld->sources[d].ds, seq, out, err);
+    return read_sequence(ld, ld->sources[d].ds, seq, out, mask, err);
 }
 
 enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err) {
+    return loader_next_masked(ld, tokens, NULL, err);
+}
+
+enum status loader_next_masked(struct loader *ld, int32_t *tokens, uint8_t *mask, struct error *err) {
     const uint64_t G = (uint64_t)ld->global_batch_size, per_rank = G / (uint64_t)ld->dp_size;
     const uint64_t offset = (uint64_t)ld->dp_rank * per_rank + ld->state.micro * (uint64_t)ld->micro_batch_size;
     const uint64_t B = (uint64_t)ld->micro_batch_size;
@@ -338,7 +344,7 @@ enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err) {
         for (uint64_t j = 0; j < B; j++) {
             uint64_t pos = st->sample + offset + j;
             enum status s = serve(ld, st->epoch, pos, 0, loader_sequence_at(ld, st->epoch, pos),
-                                  tokens + j * row, err);
+                                  tokens + j * row, mask ? mask + j * row : NULL, err);
             if (s) return s;
         }
     } else {
@@ -351,7 +357,7 @@ enum status loader_next(struct loader *ld, int32_t *tokens, struct error *err) {
             if (k < offset) continue;
             const struct loader_source *src = &ld->sources[d];
             enum status s = serve(ld, 0, pos, d, source_sequence_at(src, c / src->n, c % src->n),
-                                  tokens + (k - offset) * row, err);
+                                  tokens + (k - offset) * row, mask ? mask + (k - offset) * row : NULL, err);
             if (s) return s;
         }
     }

@@ -121,6 +121,7 @@ static int val_next(struct val_sampler *v) {
 // Tokens of one split waiting to become a shard.
 struct pending {
     int32_t *tokens;
+    uint8_t *mask;     // (cap,) loss mask, chat only (else NULL)
     uint64_t n, cap;
     uint64_t *offsets; // (docs + 1,)
     uint64_t docs, docs_cap;
@@ -128,11 +129,21 @@ struct pending {
 
 // Doubling, but capped near one shard (limit: shard_tokens plus slack for the
 // document that crosses it), so a pending shard holds at most ~1.1 shards.
-static void pending_add(struct pending *p, const int32_t *ids, size_t n, int32_t eot, uint64_t limit) {
+// mask (n,) or NULL (no loss mask); eot_mask: the end-of-text id's.
+static void pending_add(struct pending *p, const int32_t *ids, const uint8_t *mask, uint8_t eot_mask, size_t n,
+                        int32_t eot, uint64_t limit) {
     if (p->n + n + 1 > p->cap) {
         p->cap = MAX(MIN(2 * p->cap, limit + limit / 8), p->n + n + 1 + (1 << 16));
         p->tokens = realloc(p->tokens, p->cap * sizeof *p->tokens);
         CHECK(p->tokens, "out of memory");
+        if (mask) {
+            p->mask = realloc(p->mask, p->cap);
+            CHECK(p->mask, "out of memory");
+        }
+    }
+    if (mask) {
+        memcpy(p->mask + p->n, mask, n);
+        p->mask[p->n + n] = eot_mask;
     }
     if (p->docs + 2 > p->docs_cap) {
         p->docs_cap = MAX(2 * p->docs_cap, 1024);
@@ -149,7 +160,7 @@ static void pending_add(struct pending *p, const int32_t *ids, size_t n, int32_t
 static enum status pending_flush(struct pending *p, struct dataset_writer *w, enum split split,
                                  struct prep_stats *stats, struct error *err) {
     if (p->docs == 0) return STATUS_OK;
-    enum status st = dataset_writer_add(w, split, p->tokens, p->n, p->offsets, p->docs, err);
+    enum status st = dataset_writer_add_masked(w, split, p->tokens, p->mask, p->n, p->offsets, p->docs, err);
     stats->shards++;
     p->n = p->docs = 0;
     return st;
@@ -265,6 +276,43 @@ static enum status count_docs(const struct prep_options *opt, uint64_t *n, struc
     return st;
 }
 
+// A chat document (segments split by PREP_CHAT_SEP, prep.h) encoded segment
+// by segment: *ids (*n,) and *mask (*n,), 0 on the segments not trained on,
+// 1 on the others; *eot_mask 1 when the document ends in a trained segment.
+// Errors: the tokenizer's.
+static enum status encode_chat(const struct tokenizer *tok, const char *s, size_t len, int allow_special,
+                               int32_t **ids, uint8_t **mask, uint8_t *eot_mask, size_t *n) {
+    size_t cap = 64, used = 0;
+    int32_t *all = xmalloc(cap * sizeof *all);
+    uint8_t *m = xmalloc(cap);
+    uint8_t trained = 0;
+    for (size_t at = 0;;) {
+        const char *sep = memchr(s + at, PREP_CHAT_SEP, len - at);
+        size_t end = sep ? (size_t)(sep - s) : len;
+        int32_t *seg = NULL;
+        size_t k = 0;
+        struct error e;
+        if (end > at && tokenizer_encode(tok, s + at, end - at, allow_special, &seg, &k, &e) != STATUS_OK) {
+            free(all), free(m);
+            return STATUS_RUNTIME;
+        }
+        if (used + k > cap) {
+            cap = MAX(2 * cap, used + k);
+            all = realloc(all, cap * sizeof *all), m = realloc(m, cap);
+            CHECK(all && m, "out of memory");
+        }
+        memcpy(all + used, seg, k * sizeof *seg);
+        memset(m + used, trained, k);
+        used += k;
+        free(seg);
+        if (!sep) break;
+        trained = !trained;
+        at = end + 1;
+    }
+    *ids = all, *mask = m, *n = used, *eot_mask = trained;
+    return STATUS_OK;
+}
+
 // A block of documents read from the stream, encoded in parallel.
 struct block {
     char *text;
@@ -272,6 +320,8 @@ struct block {
     size_t off[PREP_BLOCK_DOCS + 1];
     int n;
     int32_t *ids[PREP_BLOCK_DOCS];
+    uint8_t *mask[PREP_BLOCK_DOCS]; // chat: (n_ids,) loss mask; else NULL
+    uint8_t eot_mask[PREP_BLOCK_DOCS];
     size_t n_ids[PREP_BLOCK_DOCS];
     uint64_t bytes_read;   // the reader's input position after this block
 };
@@ -481,6 +531,11 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         // does not depend on the thread count.
 #pragma omp parallel for schedule(dynamic, 4) reduction(| : failed)
         for (int k = 0; k < b->n; k++) {
+            if (opt->format == PREP_FORMAT_CHAT) {
+                failed |= encode_chat(tok, b->text + b->off[k], b->off[k + 1] - b->off[k], opt->allow_special,
+                                      &b->ids[k], &b->mask[k], &b->eot_mask[k], &b->n_ids[k]) != STATUS_OK;
+                continue;
+            }
             struct error e;
             failed |= tokenizer_encode(tok, b->text + b->off[k], b->off[k + 1] - b->off[k], opt->allow_special,
                                        &b->ids[k], &b->n_ids[k], &e) != STATUS_OK;
@@ -496,7 +551,9 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
             for (size_t i = 0; i < b->n_ids[k]; i++)
                 CHECK(b->ids[k][i] >= 0 && b->ids[k][i] < vocab, "tokenizer gave id %d outside [0, %d)", b->ids[k][i],
                       vocab);
-            pending_add(&pend[sp], b->ids[k], b->n_ids[k], eot, opt->shard_tokens);
+            pending_add(&pend[sp], b->ids[k], b->mask[k], b->eot_mask[k], b->n_ids[k], eot, opt->shard_tokens);
+            free(b->mask[k]);
+            b->mask[k] = NULL;
             stats->documents[sp]++;
             stats->tokens[sp] += b->n_ids[k] + 1;
             free(b->ids[k]);
@@ -528,12 +585,12 @@ done:
     }
     for (int i = 0; i < PREP_QUEUE; i++) {
         if (!q.slot[i]) continue;
-        for (int k = 0; k < PREP_BLOCK_DOCS; k++) free(q.slot[i]->ids[k]);
+        for (int k = 0; k < PREP_BLOCK_DOCS; k++) free(q.slot[i]->ids[k]), free(q.slot[i]->mask[k]);
         free(q.slot[i]->text);
         free(q.slot[i]);
     }
     if (writer_open) index_free(&w.index);
-    for (int sp = 0; sp < 2; sp++) free(pend[sp].tokens), free(pend[sp].offsets);
+    for (int sp = 0; sp < 2; sp++) free(pend[sp].tokens), free(pend[sp].mask), free(pend[sp].offsets);
     doc_reader_close(&r);
     free(vs.chosen);
     if (tok) tokenizer_free(tok);

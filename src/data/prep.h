@@ -27,7 +27,20 @@
 // AUTO (the default): JSON Lines for a file named *.jsonl or *.json whose
 // first non-blank byte is '{' (such a file starting with '[' is refused),
 // plain text otherwise.
-enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL, PREP_FORMAT_AUTO };
+// CHAT: JSON Lines of {"prompt": P, "response": R} or {"messages": [{"role":
+// "system"|"user"|"assistant", "content": C}, ...]}, rendered with trident's
+// default template (docs/formats.md, "Chat"): "User: P\nAssistant: R", turns
+// joined by "\n", heads "System:", "User:", "Assistant:" each followed by a
+// space and the content. The shards get /loss_mask: 1 on the tokens of an
+// assistant's " content" (its leading space included) and on the end-of-text
+// id after a final assistant turn, 0 elsewhere. The tokenizer's own Jinja chat
+// template (tokenizer_config.json) is not applied: prep reads tokenizer.json
+// only and trident has no Jinja interpreter.
+enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL, PREP_FORMAT_AUTO, PREP_FORMAT_CHAT };
+
+// Chat documents as doc_reader_next gives them: segments separated by this
+// byte, not trained on and trained on in turn, the first not trained on.
+#define PREP_CHAT_SEP '\x01'
 
 struct prep_options {
     const char *const *inputs; // (n_inputs,) files or folders (their files, sorted)

@@ -188,6 +188,66 @@ static enum status jsonl_doc(struct doc_reader *r, const char *s, size_t n, stru
     return STATUS_OK;
 }
 
+// Appends content (n bytes) to the chat document; a PREP_CHAT_SEP in it is
+// refused (it would move the loss mask's boundary).
+static enum status chat_put(struct doc_reader *r, const char *s, size_t n, struct error *err) {
+    if (memchr(s, PREP_CHAT_SEP, n))
+        return error_set(err, STATUS_BAD_INPUT, "%s:%llu: the text holds the control character U+0001, which "
+                         "--format chat reserves to mark where the loss mask changes", r->paths[r->file],
+                         (unsigned long long)r->line_no);
+    doc_set(r, s, n, 0);
+    return STATUS_OK;
+}
+
+// One chat record rendered with the default template (prep.h): segments
+// separated by PREP_CHAT_SEP, masked and trained on in turn, the first masked.
+static enum status chat_doc(struct doc_reader *r, const char *s, size_t n, struct error *err) {
+    json_error_t jerr;
+    json_t *obj = json_loadb(s, n, JSON_ALLOW_NUL, &jerr);
+    const char *path = r->paths[r->file];
+    unsigned long long line = (unsigned long long)r->line_no;
+    if (!obj) return error_set(err, STATUS_BAD_INPUT, "%s:%llu: not JSON: %s (--format chat)", path, line, jerr.text);
+    enum status st = STATUS_OK;
+    r->doc_len = 0;
+    json_t *prompt = json_object_get(obj, "prompt"), *response = json_object_get(obj, "response");
+    json_t *msgs = json_object_get(obj, "messages");
+    char sep = PREP_CHAT_SEP;
+    if (json_is_string(prompt) && json_is_string(response)) {
+        if (!(st = chat_put(r, "User: ", 6, err)) &&
+            !(st = chat_put(r, json_string_value(prompt), json_string_length(prompt), err)) &&
+            !(st = chat_put(r, "\nAssistant:", 11, err))) {
+            doc_set(r, &sep, 1, 0);
+            if (!(st = chat_put(r, " ", 1, err)))
+                st = chat_put(r, json_string_value(response), json_string_length(response), err);
+        }
+    } else if (json_is_array(msgs) && json_array_size(msgs) > 0) {
+        int trained = 0; // the current segment is trained on
+        for (size_t i = 0; i < json_array_size(msgs) && !st; i++) {
+            json_t *m = json_array_get(msgs, i);
+            json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+            const char *rs = json_is_string(role) ? json_string_value(role) : "";
+            const char *head = !strcmp(rs, "system") ? "System:" : !strcmp(rs, "user") ? "User:"
+                               : !strcmp(rs, "assistant") ? "Assistant:" : NULL;
+            if (!head || !json_is_string(content)) {
+                st = error_set(err, STATUS_BAD_INPUT, "%s:%llu: messages[%zu] needs \"role\" (system, user or "
+                               "assistant) and a string \"content\"", path, line, i);
+                break;
+            }
+            if (trained) doc_set(r, &sep, 1, 0), trained = 0;
+            if (i > 0 && (st = chat_put(r, "\n", 1, err))) break;
+            if ((st = chat_put(r, head, strlen(head), err))) break;
+            if (head[0] == 'A') doc_set(r, &sep, 1, 0), trained = 1;
+            if (!(st = chat_put(r, " ", 1, err)))
+                st = chat_put(r, json_string_value(content), json_string_length(content), err);
+        }
+    } else {
+        st = error_set(err, STATUS_BAD_INPUT, "%s:%llu: expected {\"prompt\": string, \"response\": string} or "
+                       "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (--format chat)", path, line);
+    }
+    json_decref(obj);
+    return st;
+}
+
 // What a file's first bytes say it is when it is not text (a compressed file
 // or archive, UTF-16), or NULL.
 static const char *binary_magic(const unsigned char *s, size_t n) {
@@ -315,7 +375,7 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
                                         strerror(errno));
             r->line_no = r->file_bytes = r->bad_utf8 = 0;
             r->file_format = r->format == PREP_FORMAT_AUTO ? -1 : (int)r->format;
-            if (r->format == PREP_FORMAT_JSONL) r->jsonl_files++;
+            if (r->format == PREP_FORMAT_JSONL || r->format == PREP_FORMAT_CHAT) r->jsonl_files++;
         }
         ssize_t got = getline(&r->line, &r->line_cap, r->f);
         if (got < 0) {
@@ -337,9 +397,10 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
             if (blank) continue;
             if ((st = decide_format(r, r->line, n, err))) return st;
         }
-        if (r->file_format == PREP_FORMAT_JSONL) {
+        if (r->file_format == PREP_FORMAT_JSONL || r->file_format == PREP_FORMAT_CHAT) {
             if (blank) continue;
-            if ((st = jsonl_doc(r, r->line, n, err))) return st;
+            if ((st = r->file_format == PREP_FORMAT_CHAT ? chat_doc(r, r->line, n, err) : jsonl_doc(r, r->line, n, err)))
+                return st;
             if (r->doc_len == 0) continue; // empty documents are skipped
             *text = r->doc;
             *len = r->doc_len;

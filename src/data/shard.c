@@ -50,10 +50,9 @@ static int write_1d(hid_t file, const char *name, hid_t file_type, hid_t mem_typ
     return ok;
 }
 
-enum status shard_write_typed(const char *path, int elem_bytes, const int32_t *tokens,
-                              uint64_t n_tokens, const uint64_t *doc_offsets,
-                              uint64_t n_docs, const struct shard_meta *meta,
-                              struct error *err) {
+static enum status write_shard(const char *path, int elem_bytes, const int32_t *tokens,
+                               const uint8_t *loss_mask, uint64_t n_tokens, const uint64_t *doc_offsets,
+                               uint64_t n_docs, const struct shard_meta *meta, struct error *err) {
     h5util_quiet();
     hid_t fapl = h5util_fapl();
     hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -73,18 +72,32 @@ enum status shard_write_typed(const char *path, int elem_bytes, const int32_t *t
              write_attr_int(file, "vocab_size", meta->vocab_size) &&
              write_attr_int(file, "eot_id", meta->eot_id) &&
              write_attr_str(file, "tokenizer", meta->tokenizer) &&
-             write_attr_int(file, "format_version", meta->format_version);
+             write_attr_int(file, "format_version", meta->format_version) &&
+             (!loss_mask || write_1d(file, "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, loss_mask, n_tokens));
     free(narrow);
     if (H5Fclose(file) < 0) ok = 0;
     if (!ok) return error_set(err, STATUS_RUNTIME, "%s: HDF5 write failed", path);
     return STATUS_OK;
 }
 
+enum status shard_write_typed(const char *path, int elem_bytes, const int32_t *tokens,
+                              uint64_t n_tokens, const uint64_t *doc_offsets,
+                              uint64_t n_docs, const struct shard_meta *meta,
+                              struct error *err) {
+    return write_shard(path, elem_bytes, tokens, NULL, n_tokens, doc_offsets, n_docs, meta, err);
+}
+
+enum status shard_write_masked(const char *path, int elem_bytes, const int32_t *tokens,
+                               const uint8_t *loss_mask, uint64_t n_tokens, const uint64_t *doc_offsets,
+                               uint64_t n_docs, const struct shard_meta *meta, struct error *err) {
+    if (elem_bytes == 0) elem_bytes = meta->vocab_size <= 65536 ? 2 : 4;
+    return write_shard(path, elem_bytes, tokens, loss_mask, n_tokens, doc_offsets, n_docs, meta, err);
+}
+
 enum status shard_write(const char *path, const int32_t *tokens, uint64_t n_tokens,
                         const uint64_t *doc_offsets, uint64_t n_docs,
                         const struct shard_meta *meta, struct error *err) {
-    int elem_bytes = meta->vocab_size <= 65536 ? 2 : 4;
-    return shard_write_typed(path, elem_bytes, tokens, n_tokens, doc_offsets, n_docs, meta, err);
+    return shard_write_masked(path, 0, tokens, NULL, n_tokens, doc_offsets, n_docs, meta, err);
 }
 
 // Length of a 1-D dataset of unsigned integers; its element size in *bytes.
@@ -126,7 +139,7 @@ static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint6
 
 enum status shard_open(const char *path, struct shard *s, struct error *err) {
     memset(s, 0, sizeof *s);
-    s->file = s->tokens = s->file_space = H5I_INVALID_HID;
+    s->file = s->tokens = s->file_space = s->loss_mask = H5I_INVALID_HID;
     snprintf(s->path, sizeof s->path, "%s", path);
     h5util_quiet();
     FILE *probe = fopen(path, "rb");
@@ -160,6 +173,17 @@ enum status shard_open(const char *path, struct shard *s, struct error *err) {
         goto fail;
     }
     s->file_space = H5Dget_space(s->tokens);
+    if (H5Lexists(s->file, "loss_mask", H5P_DEFAULT) > 0) {
+        uint64_t n_mask;
+        int mask_bytes;
+        if ((st = open_1d(s, "loss_mask", &s->loss_mask, &n_mask, &mask_bytes, err))) goto fail;
+        if (mask_bytes != 1 || n_mask != s->n_tokens) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: /loss_mask has %llu %d-byte entries, expected %llu uint8 "
+                           "(one per token of /tokens)", path, (unsigned long long)n_mask, mask_bytes,
+                           (unsigned long long)s->n_tokens);
+            goto fail;
+        }
+    }
     const char *names[] = {"vocab_size", "eot_id", "format_version"};
     int64_t *values[] = {&s->meta.vocab_size, &s->meta.eot_id, &s->meta.format_version};
     for (int i = 0; i < 3; i++)
@@ -183,10 +207,11 @@ fail:
 }
 
 void shard_close(struct shard *s) {
+    if (s->loss_mask >= 0) H5Dclose(s->loss_mask);
     if (s->file_space >= 0) H5Sclose(s->file_space);
     if (s->tokens >= 0) H5Dclose(s->tokens);
     if (s->file >= 0) H5Fclose(s->file);
-    s->file = s->tokens = s->file_space = H5I_INVALID_HID;
+    s->file = s->tokens = s->file_space = s->loss_mask = H5I_INVALID_HID;
 }
 
 enum status shard_read_tokens(struct shard *s, uint64_t start, uint64_t count, int32_t *out,
@@ -217,5 +242,26 @@ enum status shard_read_doc_offsets(struct shard *s, uint64_t *out, struct error 
     int ok = dset >= 0 && H5Dread(dset, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0;
     if (dset >= 0) H5Dclose(dset);
     if (!ok) return error_set(err, STATUS_BAD_INPUT, "%s: cannot read /doc_offsets", s->path);
+    return STATUS_OK;
+}
+
+enum status shard_read_mask(struct shard *s, uint64_t start, uint64_t count, uint8_t *out, hid_t memspace,
+                            struct error *err) {
+    CHECK(start + count <= s->n_tokens, "mask read [%llu, +%llu) past %llu tokens of %s",
+          (unsigned long long)start, (unsigned long long)count, (unsigned long long)s->n_tokens, s->path);
+    if (s->loss_mask < 0) {
+        memset(out, 1, count);
+        return STATUS_OK;
+    }
+    if (count == 0) return STATUS_OK;
+    hsize_t off[1] = {start}, cnt[1] = {count}, zero[1] = {0};
+    hid_t space = H5Dget_space(s->loss_mask);
+    int ok = space >= 0 && H5Sselect_hyperslab(space, H5S_SELECT_SET, off, NULL, cnt, NULL) >= 0 &&
+             H5Sselect_hyperslab(memspace, H5S_SELECT_SET, zero, NULL, cnt, NULL) >= 0 &&
+             H5Dread(s->loss_mask, H5T_NATIVE_UINT8, memspace, space, H5P_DEFAULT, out) >= 0;
+    if (space >= 0) H5Sclose(space);
+    if (!ok)
+        return error_set(err, STATUS_RUNTIME, "%s: reading /loss_mask[%llu, %llu) failed", s->path,
+                         (unsigned long long)start, (unsigned long long)(start + count));
     return STATUS_OK;
 }

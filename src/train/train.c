@@ -230,6 +230,7 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     d->reads_tokens = s == 0, d->reads_targets = s == c->parallel.pp - 1;
     d->accum = plan_microbatches(c);
     d->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
+    d->mask = xmalloc((size_t)B * (T + 1));
     d->tokens = xmalloc(sizeof(int32_t) * d->accum * B * T);
     d->targets = xmalloc(sizeof(int32_t) * d->accum * B * T);
     return STATUS_OK;
@@ -476,12 +477,14 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
 static enum status next_microbatch(struct trainer *t, struct loader *ld, int32_t *tokens,
                                    int32_t *targets, struct trainer_error *err) {
     int32_t *seqs = t->data.seqs;
-    if (loader_next(ld, seqs, &err->err)) return trainer_alone(err);
+    uint8_t *mask = t->cfg.train.loss_on == LOSS_ON_RESPONSE ? t->data.mask : NULL;
+    if (loader_next_masked(ld, seqs, mask, &err->err)) return trainer_alone(err);
     int B = t->cfg.train.micro_batch_size, T = t->cfg.train.seq_len;
     for (int b = 0; b < B; b++) {
         memcpy(tokens + b * T, seqs + b * (T + 1), sizeof(int32_t) * T);
         memcpy(targets + b * T, seqs + b * (T + 1) + 1, sizeof(int32_t) * T);
     }
+    if (mask) train_mask_targets(targets, mask, B, T); // loss_on = response
     return STATUS_OK;
 }
 
@@ -816,7 +819,7 @@ void trainer_close(struct trainer *t) {
     if (t->data.sample_log) fclose(t->data.sample_log);
     topology_free(&t->par.topo); // NCCL communicators before the streams they use
     backend_free(t->m.be);
-    free(t->data.seqs), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
+    free(t->data.seqs), free(t->data.mask), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
     free(t->log.threads_all);
     free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
     free(t);

@@ -93,6 +93,12 @@ bool train_step_should_skip(double loss, double grad_norm) {
     return !isfinite(loss) || !isfinite(grad_norm);
 }
 
+void train_mask_targets(int32_t *targets, const uint8_t *mask, int B, int T) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            if (!mask[(size_t)b * (T + 1) + t + 1]) targets[(size_t)b * T + t] = IGNORE_INDEX;
+}
+
 bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite) {
     if (!s->dynamic) return false;
     if (skipped) {

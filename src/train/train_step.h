@@ -69,6 +69,15 @@ bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite);
 // verdict is the same everywhere.
 bool train_step_should_skip(double loss, double grad_norm);
 
+// [train] loss_on = response: targets (B, T) I32, the next-token targets of
+// the loader's sequences whose /loss_mask is mask (B, T + 1) uint8, become
+// IGNORE_INDEX where the target token's mask is 0 (mask[b][t + 1] for
+// targets[b][t]). Such a target then has loss 0 and gradient 0 (the
+// cross-entropy's ignore rows) and is left out of the count train_step_run
+// sums over microbatches and DP ranks, so the step's loss is
+//   sum of the masked-in token losses of the global batch / their number.
+void train_mask_targets(int32_t *targets, const uint8_t *mask, int B, int T);
+
 // What one rank trains with. NULL members are "none": groups NULL is a single
 // rank; sync NULL no overlapped DP all-reduce (also under ZeRO-1, whose
 // optimizer reduce-scatters); pipe NULL a model that is one whole stage;

@@ -32,6 +32,7 @@ struct trainer_data {
     bool reads_tokens, reads_targets;  // first / last pipeline stage
     int accum;                         // microbatches per step on this rank
     int32_t *seqs;                     // (B, T + 1) one microbatch from the loader
+    uint8_t *mask;                     // (B, T + 1) its /loss_mask (loss_on = response)
     int32_t *tokens, *targets;         // (accum, B, T)
     struct tokenizer *tok;             // for samples (TP group of DP rank 0); NULL: none
 };
