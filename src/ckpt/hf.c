@@ -29,7 +29,7 @@ static void written_path(struct written *w, const char *name, char *path, size_t
 static enum status write_json(struct written *w, const char *name, json_t *j, struct error *err) {
     char path[CKPT_PATH_MAX + 64];
     written_path(w, name, path, sizeof path);
-    int bad = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    int bad = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(16));
     json_decref(j);
     return bad ? error_set(err, STATUS_RUNTIME, "%s: cannot write", path) : STATUS_OK;
 }
