@@ -20,8 +20,9 @@
 #include <stdint.h>
 
 #include "base/common.h"
-#include "ckpt/checkpoint.h"
+#include "checkpoint.h"
 #include "kernels/ops.h"
+#include "safetensors.h"
 
 struct hf_export_args {
     const char *out_dir;        // must not exist; made via out_dir.tmp and a rename
@@ -37,5 +38,40 @@ struct hf_export_args {
 // Errors: STATUS_BAD_INPUT when out_dir exists or a tensor is missing,
 // STATUS_RUNTIME on a write failure; each names the path.
 enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, struct error *err);
+
+// A Hugging Face LlamaForCausalLM folder opened for reading: config.json and
+// its safetensors (model.safetensors, or the files model.safetensors.index.json
+// names), every header validated on open (safetensors_open).
+struct hf_model;
+
+// Opens dir. Errors: STATUS_BAD_INPUT naming the file (and tensor or key) for
+// a missing or bad config.json, index or safetensors file, an architecture
+// other than LlamaForCausalLM (hidden_act silu, no biases, no rope_scaling),
+// a tensor in two files, or a tensor of LlamaForCausalLM missing or of
+// another shape than config.json implies.
+enum status hf_open(const char *dir, struct hf_model **out, struct error *err);
+void hf_close(struct hf_model *h);
+// The model config.json describes (shape fields, rope_theta, norm_eps,
+// max_seq_len from max_position_embeddings, tie_embeddings).
+const struct llama_config *hf_config(const struct hf_model *h);
+// eos_token_id of config.json, or -1.
+int hf_eos_id(const struct hf_model *h);
+
+// Refuses a run whose model differs from the folder's: Errors:
+// STATUS_BAD_INPUT "DIR/config.json: KEY = X, the run's [model] KEY = Y".
+enum status hf_check_model(const struct hf_model *h, const struct llama_config *model,
+                           struct error *err);
+
+// Fills want->data (flat_end - flat_begin elements of want->dtype, which must
+// be DTYPE_FP32) with the wanted range of the wanted block of the tensor
+// "param/<HF name>", reading only those bytes (one pread per block row);
+// BF16 and F16 values are widened exactly. Errors: STATUS_BAD_INPUT when the
+// tensor is absent or its shape is not (grows, gcols); STATUS_RUNTIME on a
+// short read.
+enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct error *err);
+
+// The tensors of the folder in name order: i in [0, n).
+int hf_n_tensors(const struct hf_model *h);
+const struct safetensors_tensor *hf_tensor_at(const struct hf_model *h, int i);
 
 #endif
