@@ -12,7 +12,12 @@
 #      a float64 numpy forward built from the exported folder alone (config.json,
 #      safetensors, tokenizer.json) decodes greedily the same 32 tokens;
 #  (c) refused with exit 2 and nothing written: an existing output folder, an
-#      unknown --dtype, a tokenizer other than the checkpoint's.
+#      unknown --dtype, a tokenizer other than the checkpoint's;
+#  (d) [model] init_from: 3 steps started from the exported HF folder in a
+#      (2, 2, 1) layout log the same losses (1e-5 relative) as 3 steps started
+#      from the trident checkpoint itself on one rank, and a first loss far
+#      below a fresh run's; a model config that differs from the folder's is
+#      refused with exit 2 naming the key and both values, before any step.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -60,4 +65,24 @@ rc=0; "$TRIDENT" ckpt export "$tmp/ckB" "$tmp/hfC" --format hf --tokenizer "$tmp
     2> "$tmp/err" || rc=$?
 [ "$rc" -eq 2 ] && grep -q "other.json: tokenizer" "$tmp/err" || fail "(c) wrong tokenizer: rc $rc, $(cat "$tmp/err")"
 [ ! -e "$tmp/hfC" ] && [ ! -e "$tmp/hfC.tmp" ] || fail "(c) a refused export left a folder"
-echo "ok: hf export: tied (2,2,1) fp32/bf16-sharded/fp16 equal the HDF5 export, untied greedy 32 tokens match, bad input refused"
+# (d)
+steps=(train.steps=3 train.warmup_steps=1 model.tie_embeddings=false train.seq_len=64)
+small_train "$tmp/runX" "$tmp/ckX" 2 2 1 0 "${steps[@]}" model.init_from="$tmp/hfB" > "$tmp/logX" 2>&1 ||
+    { tail -20 "$tmp/logX"; fail "(d) init_from HF folder exited non-zero"; }
+small_train "$tmp/runY" "$tmp/ckY" 1 1 1 0 "${steps[@]}" model.init_from="$tmp/ckB" > "$tmp/logY" 2>&1 ||
+    { tail -20 "$tmp/logY"; fail "(d) init_from checkpoint exited non-zero"; }
+small_train "$tmp/runZ" "$tmp/ckZ" 1 1 1 0 "${steps[@]}" > "$tmp/logZ" 2>&1 || fail "(d) fresh run"
+grep -q "init_from: Hugging Face weights from $tmp/hfB" "$tmp/logX" || fail "(d) no init_from line"
+paste <(metrics "$tmp/runX" .loss) <(metrics "$tmp/runY" .loss) <(metrics "$tmp/runZ" .loss) |
+    awk 'function abs(x) { return x < 0 ? -x : x }
+         { n++; if (abs($1 - $2) > 1e-5 * abs($2)) { print "step " n ": hf " $1 " ckpt " $2; bad = 1 }
+           if (n == 1 && $3 - $1 < 0.5) { print "first loss " $1 " not below a fresh run'"'"'s " $3; bad = 1 } }
+         END { if (n != 3) { print n " steps"; bad = 1 }; exit bad }' || fail "(d) init_from losses"
+echo "(d) losses per step: init_from HF (2,2,1) | init_from checkpoint (1,1,1) | fresh:"
+paste <(metrics "$tmp/runX" .loss) <(metrics "$tmp/runY" .loss) <(metrics "$tmp/runZ" .loss)
+rc=0; small_train "$tmp/runW" "$tmp/ckW" 1 1 1 0 "${steps[@]}" model.n_kv_heads=4 model.init_from="$tmp/hfB" \
+    > "$tmp/logW" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "num_key_value_heads = 2, the run's \[model\] n_kv_heads = 4" "$tmp/logW" ||
+    { tail -5 "$tmp/logW"; fail "(d) mismatched config: rc $rc"; }
+[ ! -e "$tmp/ckW/latest" ] && ! metrics_at_least "$tmp/runW" 1 || fail "(d) a refused init_from trained"
+echo "ok: hf export: tied (2,2,1) fp32/bf16-sharded/fp16 equal the HDF5 export, untied greedy 32 tokens match, bad input refused, init_from HF (2,2,1) = init_from checkpoint (1,1,1)"
