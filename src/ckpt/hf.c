@@ -536,3 +536,43 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
     free(row);
     return st;
 }
+
+enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
+                      struct error *err) {
+    char latest[CKPT_PATH_MAX + 16];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    if (access(latest, F_OK) == 0)
+        return error_set(err, STATUS_BAD_INPUT, "%s: holds checkpoints (%s); import writes into "
+                         "a new dir", dir, latest);
+    struct ckpt_piece *p = xcalloc((size_t)h->n + 1, sizeof *p);
+    int n = 0;
+    enum status st = STATUS_OK;
+    for (int i = 0; i < h->n && !st; i++) {
+        const struct safetensors_tensor *t = h->e[i].t;
+        int64_t shape[2];
+        if (!expected_shape(&h->lc, t->name, shape)) continue; // a tied model's lm_head copy
+        struct ckpt_piece *q = &p[n++];
+        size_t len = MIN(strlen(t->name), sizeof q->name - 7); // a known name: it fits
+        memcpy(q->name, "param/", 6);
+        memcpy(q->name + 6, t->name, len);
+        q->name[6 + len] = '\0';
+        q->grows = q->rows = (int)t->shape[0];
+        q->gcols = q->cols = t->ndim > 1 ? (int)t->shape[1] : 1;
+        q->flat_end = (size_t)q->rows * q->cols, q->dtype = DTYPE_FP32;
+        q->data = xmalloc(q->flat_end * sizeof(float));
+        st = hf_read_piece(h, q, err);
+    }
+    struct ckpt_state state = {0};
+    struct ckpt_file_sum sum;
+    struct ckpt_save_args a = {.dir = dir, .step = 0, .tp = 1, .pp = 1, .dp = 1, .rank = 0,
+                               .model = &h->lc, .tokenizer_id = tokenizer_id ? tokenizer_id : "",
+                               .pieces = p, .n_pieces = n, .state = &state};
+    if (!st && mkdir(dir, 0777) && errno != EEXIST)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: cannot create: %s", dir, strerror(errno));
+    if (!st) st = checkpoint_prepare(&a, err);
+    if (!st) st = checkpoint_write_rank(&a, &sum, err);
+    if (!st) st = checkpoint_commit(&a, &sum, err);
+    for (int i = 0; i < n; i++) free(p[i].data);
+    free(p);
+    return st;
+}

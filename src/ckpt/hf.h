@@ -70,6 +70,16 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
 // short read.
 enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct error *err);
 
+// Writes the folder's weights as a trident checkpoint of one rank, step 0,
+// in dir (a [checkpoint] dir: dir/step-000000 and dir/latest; dir must hold
+// no checkpoint yet): every parameter whole, FP32 (BF16 and F16 widened
+// exactly), the config as its manifest's [model], tokenizer_id ("" unknown)
+// as its tokenizer. No optimizer moments: for init_from and `trident ckpt
+// export`, not for resuming. Errors: STATUS_BAD_INPUT when dir holds
+// `latest`; checkpoint_save's otherwise.
+enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
+                      struct error *err);
+
 // The tensors of the folder in name order: i in [0, n).
 int hf_n_tensors(const struct hf_model *h);
 const struct safetensors_tensor *hf_tensor_at(const struct hf_model *h, int i);

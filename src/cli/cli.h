@@ -14,6 +14,8 @@ int cmd_data_check(int argc, char **argv);
 
 // trident ckpt info|verify DIR | trident ckpt export DIR OUT.h5   (src/cli/cmd_ckpt.c)
 int cmd_ckpt(int argc, char **argv);
+// trident import HF_DIR OUT_DIR   (src/cli/cmd_ckpt.c)
+int cmd_import(int argc, char **argv);
 
 // trident train CONFIG.ini [section.key=value ...]   (src/cli/cmd_train.c; a failure
 // ends every rank of the job from inside, mpi_exit_all)

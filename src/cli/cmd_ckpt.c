@@ -247,3 +247,33 @@ int cmd_ckpt(int argc, char **argv) {
     checkpoint_close(r);
     return STATUS_OK;
 }
+
+// `trident import HF_DIR OUT_DIR`: a Hugging Face LlamaForCausalLM folder as
+// a trident checkpoint (hf_import); its tokenizer.json, when present, gives
+// the checkpoint's tokenizer id.
+int cmd_import(int argc, char **argv) {
+    if (argc != 3 || argv[1][0] == '-') {
+        bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        fprintf(help ? stdout : stderr, "usage: trident import HF_DIR OUT_DIR\n"
+                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors)\n"
+                "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32) and "
+                "latest, for [model] init_from or ckpt export\n");
+        return help ? STATUS_OK : STATUS_BAD_INPUT;
+    }
+    struct error err = {0};
+    struct hf_model *h = NULL;
+    struct tokenizer *tok = NULL;
+    char tok_file[4200];
+    snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", argv[1]);
+    if (hf_open(argv[1], &h, &err) == STATUS_OK &&
+        (access(tok_file, F_OK) || tokenizer_load(tok_file, &tok, &err) == STATUS_OK))
+        hf_import(h, argv[2], tok ? tokenizer_identity(tok) : "", &err);
+    if (tok) tokenizer_free(tok);
+    hf_close(h);
+    if (err.status) {
+        fprintf(stderr, "trident: import: %s\n", err.msg);
+        return err.status;
+    }
+    printf("imported %s as the checkpoint %s/step-000000\n", argv[1], argv[2]);
+    return STATUS_OK;
+}

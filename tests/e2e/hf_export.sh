@@ -17,7 +17,11 @@
 #      (2, 2, 1) layout log the same losses (1e-5 relative) as 3 steps started
 #      from the trident checkpoint itself on one rank, and a first loss far
 #      below a fresh run's; a model config that differs from the folder's is
-#      refused with exit 2 naming the key and both values, before any step.
+#      refused with exit 2 naming the key and both values, before any step;
+#  (e) `trident import` of the exported folder, exported again, gives
+#      byte-identical files (safetensors, config, tokenizer), fp32 and bf16;
+#      importing into a dir holding a checkpoint and a bad safetensors file
+#      are refused with exit 2 naming the file (and tensor).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -85,4 +89,27 @@ rc=0; small_train "$tmp/runW" "$tmp/ckW" 1 1 1 0 "${steps[@]}" model.n_kv_heads=
 [ "$rc" -eq 2 ] && grep -q "num_key_value_heads = 2, the run's \[model\] n_kv_heads = 4" "$tmp/logW" ||
     { tail -5 "$tmp/logW"; fail "(d) mismatched config: rc $rc"; }
 [ ! -e "$tmp/ckW/latest" ] && ! metrics_at_least "$tmp/runW" 1 || fail "(d) a refused init_from trained"
-echo "ok: hf export: tied (2,2,1) fp32/bf16-sharded/fp16 equal the HDF5 export, untied greedy 32 tokens match, bad input refused, init_from HF (2,2,1) = init_from checkpoint (1,1,1)"
+# (e)
+"$TRIDENT" import "$tmp/hfB" "$tmp/ckI" > /dev/null || fail "(e) import"
+"$TRIDENT" ckpt export "$tmp/ckI" "$tmp/hfI" --format hf --tokenizer "$tmp/shards" > /dev/null ||
+    fail "(e) export of the import"
+for f in "$tmp"/hfB/*; do cmp "$f" "$tmp/hfI/$(basename "$f")" || fail "(e) round trip: $(basename "$f") differs"; done
+[ "$(ls "$tmp/hfB")" = "$(ls "$tmp/hfI")" ] || fail "(e) round trip: other files"
+"$TRIDENT" import "$tmp/hfA16" "$tmp/ckI16" > /dev/null || fail "(e) import of bf16 shards"
+"$TRIDENT" ckpt export "$tmp/ckI16" "$tmp/hfI16" --format hf --dtype bf16 --max-shard-size 100K \
+    > /dev/null || fail "(e) export of the bf16 import"
+for f in "$tmp"/hfA16/*.safetensors "$tmp"/hfA16/*.json; do
+    cmp "$f" "$tmp/hfI16/$(basename "$f")" || fail "(e) bf16 round trip: $(basename "$f") differs"
+done
+rc=0; "$TRIDENT" import "$tmp/hfB" "$tmp/ckI" 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "holds checkpoints" "$tmp/err" || fail "(e) import over a checkpoint: rc $rc"
+cp -r "$tmp/hfB" "$tmp/hfBad"
+head -c 4000 "$tmp/hfB/model.safetensors" > "$tmp/hfBad/model.safetensors"
+rc=0; "$TRIDENT" import "$tmp/hfBad" "$tmp/ckBad" 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "hfBad/model.safetensors: tensor .* past the end" "$tmp/err" ||
+    fail "(e) truncated safetensors: rc $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/ckBad/latest" ] || fail "(e) a refused import wrote a checkpoint"
+rc=0; small_train "$tmp/runV" "$tmp/ckV" 1 1 1 0 "${steps[@]}" model.init_from="$tmp/hfBad" \
+    > "$tmp/logV" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "hfBad/model.safetensors: tensor" "$tmp/logV" || fail "(e) init_from a truncated file: rc $rc"
+echo "ok: hf export: tied (2,2,1) fp32/bf16-sharded/fp16 equal the HDF5 export, untied greedy 32 tokens match, bad input refused, init_from HF (2,2,1) = init_from checkpoint (1,1,1), export -> import -> export byte-identical"
