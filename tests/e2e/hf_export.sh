@@ -18,6 +18,9 @@
 #      from the trident checkpoint itself on one rank, and a first loss far
 #      below a fresh run's; a model config that differs from the folder's is
 #      refused with exit 2 naming the key and both values, before any step;
+#      And a tied model too: trident's temperature-0 sample of the weights of
+#      (a)'s export (init_from the folder, one step at lr 1e-30, which changes
+#      no FP32 weight) equals numpy's greedy decoding of that folder;
 #  (e) `trident import` of the exported folder, exported again, gives
 #      byte-identical files (safetensors, config, tokenizer), fp32 and bf16;
 #      importing into a dir holding a checkpoint and a bad safetensors file
@@ -30,7 +33,7 @@ small_dataset "$tmp"
 check="$PY tests/e2e/lib/hf_check.py"
 
 # (a)
-small_train "$tmp/runA" "$tmp/ckA" 2 2 1 0 model.tie_embeddings=true > "$tmp/logA" 2>&1 ||
+small_train "$tmp/runA" "$tmp/ckA" 2 2 1 0 model.tie_embeddings=true train.steps=40 > "$tmp/logA" 2>&1 ||
     { tail -20 "$tmp/logA"; fail "(a) training exited non-zero"; }
 "$TRIDENT" ckpt export "$tmp/ckA" "$tmp/A.h5" > /dev/null || fail "(a) HDF5 export"
 manA=$(ls -d "$tmp"/ckA/step-*/manifest.ini | tail -1)
@@ -89,6 +92,14 @@ rc=0; small_train "$tmp/runW" "$tmp/ckW" 1 1 1 0 "${steps[@]}" model.n_kv_heads=
 [ "$rc" -eq 2 ] && grep -q "num_key_value_heads = 2, the run's \[model\] n_kv_heads = 4" "$tmp/logW" ||
     { tail -5 "$tmp/logW"; fail "(d) mismatched config: rc $rc"; }
 [ ! -e "$tmp/ckW/latest" ] && ! metrics_at_least "$tmp/runW" 1 || fail "(d) a refused init_from trained"
+small_train "$tmp/runT" "$tmp/ckT" 2 1 1 0 model.tie_embeddings=true train.seq_len=64 \
+    train.steps=1 train.warmup_steps=0 train.lr=1e-30 train.min_lr=1e-30 train.sample_every=1 \
+    train.sample_temperature=0 train.sample_tokens=32 model.init_from="$tmp/hfA" > "$tmp/logT" 2>&1 ||
+    { tail -20 "$tmp/logT"; fail "(d) tied sample run exited non-zero"; }
+"$TRIDENT" ckpt export "$tmp/ckT" "$tmp/T.h5" > /dev/null || fail "(d) tied sample run export"
+$check tensors "$tmp/hfA" "$tmp/T.h5" "$manA" || fail "(d) lr 1e-30 changed the weights"
+$check greedy "$tmp/hfA" 32 "$tmp/logT" || fail "(d) greedy decoding of the tied (2,2,1) export"
+
 # (e)
 "$TRIDENT" import "$tmp/hfB" "$tmp/ckI" > /dev/null || fail "(e) import"
 "$TRIDENT" ckpt export "$tmp/ckI" "$tmp/hfI" --format hf --tokenizer "$tmp/shards" > /dev/null ||
