@@ -18,9 +18,11 @@
 #      from the trident checkpoint itself on one rank, and a first loss far
 #      below a fresh run's; a model config that differs from the folder's is
 #      refused with exit 2 naming the key and both values, before any step;
-#      And a tied model too: trident's temperature-0 sample of the weights of
+#      The first loss of the (2, 2, 1) run equals a numpy forward of the folder
+#      on the same sequences (1e-5). And a tied model too: trident's temperature-0 sample of the weights of
 #      (a)'s export (init_from the folder, one step at lr 1e-30, which changes
-#      no FP32 weight) equals numpy's greedy decoding of that folder;
+#      no FP32 weight) equals numpy's greedy decoding of that folder, and its
+#      first loss numpy's on the same sequences;
 #  (e) `trident import` of the exported folder, exported again, gives
 #      byte-identical files (safetensors, config, tokenizer), fp32 and bf16;
 #      importing into a dir holding a checkpoint and a bad safetensors file
@@ -74,12 +76,14 @@ rc=0; "$TRIDENT" ckpt export "$tmp/ckB" "$tmp/hfC" --format hf --tokenizer "$tmp
 [ ! -e "$tmp/hfC" ] && [ ! -e "$tmp/hfC.tmp" ] || fail "(c) a refused export left a folder"
 # (d)
 steps=(train.steps=3 train.warmup_steps=1 model.tie_embeddings=false train.seq_len=64)
-small_train "$tmp/runX" "$tmp/ckX" 2 2 1 0 "${steps[@]}" model.init_from="$tmp/hfB" > "$tmp/logX" 2>&1 ||
+TRIDENT_LOG_SAMPLES="$tmp/samplesX" small_train "$tmp/runX" "$tmp/ckX" 2 2 1 0 "${steps[@]}" model.init_from="$tmp/hfB" > "$tmp/logX" 2>&1 ||
     { tail -20 "$tmp/logX"; fail "(d) init_from HF folder exited non-zero"; }
 small_train "$tmp/runY" "$tmp/ckY" 1 1 1 0 "${steps[@]}" model.init_from="$tmp/ckB" > "$tmp/logY" 2>&1 ||
     { tail -20 "$tmp/logY"; fail "(d) init_from checkpoint exited non-zero"; }
 small_train "$tmp/runZ" "$tmp/ckZ" 1 1 1 0 "${steps[@]}" > "$tmp/logZ" 2>&1 || fail "(d) fresh run"
 grep -q "init_from: Hugging Face weights from $tmp/hfB" "$tmp/logX" || fail "(d) no init_from line"
+$check loss "$tmp/hfB" "$tmp/shards" "$tmp/samplesX" 64 16 "$tmp/runX/metrics.jsonl" ||
+    fail "(d) numpy loss of the untied export vs trident's (2,2,1) init_from run"
 paste <(metrics "$tmp/runX" .loss) <(metrics "$tmp/runY" .loss) <(metrics "$tmp/runZ" .loss) |
     awk 'function abs(x) { return x < 0 ? -x : x }
          { n++; if (abs($1 - $2) > 1e-5 * abs($2)) { print "step " n ": hf " $1 " ckpt " $2; bad = 1 }
@@ -92,13 +96,15 @@ rc=0; small_train "$tmp/runW" "$tmp/ckW" 1 1 1 0 "${steps[@]}" model.n_kv_heads=
 [ "$rc" -eq 2 ] && grep -q "num_key_value_heads = 2, the run's \[model\] n_kv_heads = 4" "$tmp/logW" ||
     { tail -5 "$tmp/logW"; fail "(d) mismatched config: rc $rc"; }
 [ ! -e "$tmp/ckW/latest" ] && ! metrics_at_least "$tmp/runW" 1 || fail "(d) a refused init_from trained"
-small_train "$tmp/runT" "$tmp/ckT" 2 1 1 0 model.tie_embeddings=true train.seq_len=64 \
+TRIDENT_LOG_SAMPLES="$tmp/samplesT" small_train "$tmp/runT" "$tmp/ckT" 2 1 1 0 model.tie_embeddings=true train.seq_len=64 \
     train.steps=1 train.warmup_steps=0 train.lr=1e-30 train.min_lr=1e-30 train.sample_every=1 \
     train.sample_temperature=0 train.sample_tokens=32 model.init_from="$tmp/hfA" > "$tmp/logT" 2>&1 ||
     { tail -20 "$tmp/logT"; fail "(d) tied sample run exited non-zero"; }
 "$TRIDENT" ckpt export "$tmp/ckT" "$tmp/T.h5" > /dev/null || fail "(d) tied sample run export"
 $check tensors "$tmp/hfA" "$tmp/T.h5" "$manA" || fail "(d) lr 1e-30 changed the weights"
 $check greedy "$tmp/hfA" 32 "$tmp/logT" || fail "(d) greedy decoding of the tied (2,2,1) export"
+$check loss "$tmp/hfA" "$tmp/shards" "$tmp/samplesT" 64 16 "$tmp/runT/metrics.jsonl" ||
+    fail "(d) numpy loss of the tied export vs trident's"
 
 # (e)
 "$TRIDENT" import "$tmp/hfB" "$tmp/ckI" > /dev/null || fail "(e) import"

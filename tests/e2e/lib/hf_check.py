@@ -21,6 +21,13 @@ with numpy alone (no torch, no trident code), for tests/e2e/hf_export.sh.
       decoded with the folder's tokenizer.json by the tokenizers package;
       the text must equal the last `sample:` of trident's LOG (sampled at
       temperature 0).
+  hf_check.py loss HF_DIR SHARDS_DIR SAMPLES_LOG SEQ_LEN GLOBAL_BATCH METRICS
+      The mean cross-entropy of the first global batch (the sequences trident's
+      loader served, from TRIDENT_LOG_SAMPLES, read from the train split's
+      token stream as docs/formats.md says) under the same numpy forward must
+      equal the step-1 loss of METRICS (a run started from HF_DIR with
+      init_from) within 1e-5 relative: trident's and an independent forward
+      agree on every position's logits, RoPE and GQA included.
 """
 import configparser
 import json
@@ -130,6 +137,11 @@ def check_tensors(d, h5path, manifest):
 
 def forward_last(cfg, W, tokens):
     """Logits (V,) at the last position of tokens (T,), float64."""
+    return forward(cfg, W, tokens)[-1]
+
+
+def forward(cfg, W, tokens):
+    """Logits (T, V) of every position of tokens (T,), float64."""
     C, H, Hkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, eps, T = C // H, cfg["rms_norm_eps"], len(tokens)
 
@@ -163,7 +175,35 @@ def forward_last(cfg, W, tokens):
         gate, up = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
         x = x + (gate / (1 + np.exp(-gate)) * up) @ W[p + "mlp.down_proj.weight"].T
     head = W["model.embed_tokens.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"]
-    return rmsnorm(x[-1], W["model.norm.weight"]) @ head.T
+    return rmsnorm(x, W["model.norm.weight"]) @ head.T
+
+
+def check_loss(d, shards, samples_log, T, G, metrics):
+    import h5py
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    W = {k: as_f64(*v) for k, v in read_folder(d).items()}
+    idx = configparser.ConfigParser(inline_comment_prefixes=(";",))
+    idx.read(os.path.join(shards, "index.ini"))
+    stream = []
+    for i in range(int(idx["dataset"]["num_shards"])):
+        sec = idx[f"shard-{i:05d}"]
+        if sec["split"] == "train":
+            with h5py.File(os.path.join(shards, sec["file"]), "r") as f:
+                stream.append(f["tokens"][...].astype(np.int64))
+    stream = np.concatenate(stream)
+    seqs = [int(l.split()[3]) for l in open(samples_log) if l.strip()][:G]
+    assert len(seqs) == G, f"{samples_log}: {len(seqs)} samples, want {G}"
+    total = 0.0
+    for i in seqs:
+        x, y = stream[i * T:i * T + T], stream[i * T + 1:i * T + T + 1]
+        z = forward(cfg, W, x)
+        m = z.max(-1)
+        total += (np.log(np.exp(z - m[:, None]).sum(-1)) + m - z[np.arange(T), y]).sum()
+    loss = total / (G * T)
+    want = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l][0]
+    rel = abs(loss - want) / abs(want)
+    assert rel < 1e-5, f"numpy loss {loss:.7f}, trident's step-1 loss {want} (rel {rel:.1e})"
+    print(f"{d}: numpy loss of the first batch {loss:.7f} = trident's {want} (rel {rel:.1e})")
 
 
 def check_greedy(d, n, log):
@@ -195,6 +235,8 @@ def check_greedy(d, n, log):
 if __name__ == "__main__":
     if sys.argv[1] == "tensors":
         check_tensors(*sys.argv[2:5])
+    elif sys.argv[1] == "loss":
+        check_loss(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
     elif sys.argv[1] == "greedy":
         check_greedy(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
