@@ -12,8 +12,11 @@ int cmd_prep(int argc, char **argv);
 // trident data-check DIR --seq-len N ...   (src/cli/cmd_data.c; for debugging)
 int cmd_data_check(int argc, char **argv);
 
-// trident ckpt info|verify DIR | trident ckpt export DIR OUT.h5   (src/cli/cmd_ckpt.c)
+// trident ckpt info|verify DIR | trident ckpt export DIR OUT.h5 | trident ckpt export
+// DIR OUT --format hf [...]   (src/cli/cmd_ckpt.c)
 int cmd_ckpt(int argc, char **argv);
+// trident import HF_DIR OUT_DIR   (src/cli/cmd_ckpt.c)
+int cmd_import(int argc, char **argv);
 
 // trident train CONFIG.ini [section.key=value ...]   (src/cli/cmd_train.c; a failure
 // ends every rank of the job from inside, mpi_exit_all)

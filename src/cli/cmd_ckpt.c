@@ -1,16 +1,24 @@
 // cmd_ckpt.c: `trident ckpt info DIR`, `trident ckpt verify DIR` and
-// `trident ckpt export DIR OUT.h5`. DIR is a checkpoint folder (step-NNNNNN)
+// `trident ckpt export DIR OUT.h5` and `trident ckpt export DIR OUT --format hf
+// [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]` (a
+// Hugging Face LlamaForCausalLM folder, src/ckpt/hf.h; PATH is a dataset
+// folder holding tokenizer.json or the file itself, and must be the
+// tokenizer the checkpoint records). DIR is a checkpoint folder (step-NNNNNN)
 // or a [checkpoint] dir holding `latest`. All validate the whole checkpoint
 // (checkpoint_open) and exit 2 on a bad one; verify also reads every value
 // and exits 2 naming each tensor that holds a NaN or an infinity.
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/h5util.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf.h"
 #include "cli.h"
+#include "tokenizer/tokenizer.h"
 
 static void print_info(const struct ckpt_reader *r) {
     const struct ckpt_info *in = checkpoint_info(r);
@@ -111,15 +119,101 @@ static int report_nonfinite(struct ckpt_reader *r, struct error *err) {
     return bad_tensors;
 }
 
+// Parses "123", "10K", "5M", "2G" (powers of 1000, as Hugging Face's
+// max_shard_size "5GB"); returns 0 on a bad value.
+static uint64_t parse_size(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = !strcasecmp(end, "") || !strcasecmp(end, "B") ? 1
+                 : !strcasecmp(end, "K") || !strcasecmp(end, "KB") ? 1e3
+                 : !strcasecmp(end, "M") || !strcasecmp(end, "MB") ? 1e6
+                 : !strcasecmp(end, "G") || !strcasecmp(end, "GB") ? 1e9 : -1;
+    return end == s || mul < 0 || v <= 0 ? 0 : (uint64_t)(v * mul);
+}
+
+// `ckpt export DIR OUT --format hf ...`: argv[0] = "export". Returns the exit code.
+static int export_hf(int argc, char **argv) {
+    struct hf_export_args a = {.out_dir = argv[2], .dtype = -1, .bos_id = -1, .eos_id = -1};
+    const char *tok_path = NULL;
+    for (int i = 3; i < argc; i++) {
+        bool has = i + 1 < argc;
+        if (!strcmp(argv[i], "--format") && has && !strcmp(argv[i + 1], "hf")) i++;
+        else if (!strcmp(argv[i], "--dtype") && has) {
+            const char *d = argv[++i];
+            a.dtype = !strcmp(d, "fp32") ? DTYPE_FP32 : !strcmp(d, "bf16") ? DTYPE_BF16
+                      : !strcmp(d, "fp16") ? DTYPE_FP16 : -2;
+            if (a.dtype == -2) {
+                fprintf(stderr, "trident: ckpt export: --dtype %s: expected fp32, bf16 or fp16\n", d);
+                return STATUS_BAD_INPUT;
+            }
+        } else if (!strcmp(argv[i], "--max-shard-size") && has) {
+            if (!(a.max_shard_bytes = parse_size(argv[++i]))) {
+                fprintf(stderr, "trident: ckpt export: --max-shard-size %s: expected a positive "
+                        "size in bytes (suffix K, M or G)\n", argv[i]);
+                return STATUS_BAD_INPUT;
+            }
+        } else if (!strcmp(argv[i], "--tokenizer") && has) tok_path = argv[++i];
+        else {
+            fprintf(stderr, "trident: ckpt export: unknown or incomplete option '%s'\n", argv[i]);
+            return STATUS_BAD_INPUT;
+        }
+    }
+    struct error err = {0};
+    struct ckpt_reader *r;
+    if (checkpoint_open(argv[1], &r, &err)) {
+        fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
+        return err.status;
+    }
+    char tok_file[4200] = "", *eos_text = NULL;
+    struct tokenizer *tok = NULL;
+    if (tok_path) {
+        struct stat sb;
+        if (stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok_path);
+        else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
+        const char *want = checkpoint_info(r)->tokenizer_id;
+        if (tokenizer_load(tok_file, &tok, &err) == STATUS_OK && want[0] &&
+            strcmp(tokenizer_identity(tok), want))
+            error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint was trained "
+                      "with %s", tok_file, tokenizer_identity(tok), want);
+        if (!err.status) {
+            a.eos_id = a.bos_id = tokenizer_eot_id(tok);
+            size_t len;
+            if (a.eos_id >= 0 && tokenizer_decode(tok, &a.eos_id, 1, &eos_text, &len, &err) == STATUS_OK)
+                a.eos_token = eos_text;
+            a.tokenizer_json = tok_file;
+        }
+    }
+    if (!err.status) hf_export(r, &a, &err);
+    free(eos_text);
+    if (tok) tokenizer_free(tok);
+    checkpoint_close(r);
+    if (err.status) {
+        fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
+        return err.status;
+    }
+    printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", argv[1], argv[2],
+           tok_path ? "" : " (no tokenizer: --tokenizer DATASET_DIR adds it)");
+    return STATUS_OK;
+}
+
 int cmd_ckpt(int argc, char **argv) {
+    if (argc >= 4 && !strcmp(argv[1], "export")) {
+        for (int i = 4; i < argc; i++)
+            if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "hf"))
+                return export_hf(argc - 1, argv + 1);
+    }
     bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     bool export = argc == 4 && !strcmp(argv[1], "export");
     if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
         fprintf(help ? stdout : stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
-                        "trident ckpt export DIR OUT.h5\n"
+                        "trident ckpt export DIR OUT.h5 | trident ckpt export DIR OUT --format hf "
+                        "[--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer DATASET_DIR]\n"
                         "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
                         "  export: every parameter as a whole float32 tensor named as in Hugging "
-                        "Face LlamaForCausalLM\n");
+                        "Face LlamaForCausalLM\n"
+                        "  export --format hf: a folder transformers' from_pretrained loads "
+                        "(config.json, model.safetensors, tokenizer files)\n");
         return help ? STATUS_OK : STATUS_BAD_INPUT;
     }
     struct error err = {0};
@@ -156,5 +250,35 @@ int cmd_ckpt(int argc, char **argv) {
                checkpoint_n_pieces(r));
     }
     checkpoint_close(r);
+    return STATUS_OK;
+}
+
+// `trident import HF_DIR OUT_DIR`: a Hugging Face LlamaForCausalLM folder as
+// a trident checkpoint (hf_import); its tokenizer.json, when present, gives
+// the checkpoint's tokenizer id.
+int cmd_import(int argc, char **argv) {
+    if (argc != 3 || argv[1][0] == '-') {
+        bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        fprintf(help ? stdout : stderr, "usage: trident import HF_DIR OUT_DIR\n"
+                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors)\n"
+                "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32) and "
+                "latest, for [model] init_from or ckpt export\n");
+        return help ? STATUS_OK : STATUS_BAD_INPUT;
+    }
+    struct error err = {0};
+    struct hf_model *h = NULL;
+    struct tokenizer *tok = NULL;
+    char tok_file[4200];
+    snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", argv[1]);
+    if (hf_open(argv[1], &h, &err) == STATUS_OK &&
+        (access(tok_file, F_OK) || tokenizer_load(tok_file, &tok, &err) == STATUS_OK))
+        hf_import(h, argv[2], tok ? tokenizer_identity(tok) : "", &err);
+    if (tok) tokenizer_free(tok);
+    hf_close(h);
+    if (err.status) {
+        fprintf(stderr, "trident: import: %s\n", err.msg);
+        return err.status;
+    }
+    printf("imported %s as the checkpoint %s/step-000000\n", argv[1], argv[2]);
     return STATUS_OK;
 }

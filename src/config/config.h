@@ -52,6 +52,7 @@ struct model_config {
     bool tie_embeddings;
     double init_std;
     enum recompute recompute;
+    char init_from[CONFIG_PATH_MAX]; // HF folder or trident checkpoint for a fresh run; "" unset
 };
 
 struct train_config {

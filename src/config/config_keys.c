@@ -77,6 +77,10 @@ const struct config_key config_keys[] = {
              "LM head shares the token embedding matrix"),
     KEY_FLOAT("model", "init_std", model.init_std, "0.02", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
               "standard deviation of the normal weight init"),
+    KEY_PATH("model", "init_from", model.init_from, "", CONFIG_OPTIONAL,
+             "a fresh run starts from these weights: a Hugging Face LlamaForCausalLM folder "
+             "(config.json, safetensors) or a trident checkpoint; every [model] size must match "
+             "them; the optimizer starts fresh; ignored when resuming"),
     KEY_ENUM("model", "recompute", model.recompute, "none", recompute_choices,
              "activation recomputation in the backward pass: selective recomputes the norm "
              "outputs, RoPE'd q/k and SwiGLU product, full keeps only each block's input "

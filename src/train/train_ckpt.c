@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf.h"
 #include "trainer.h"
 
 // The "param" tensors of a checkpoint are FP32 master values: the parameter
@@ -195,6 +196,73 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
 #undef PUT
 }
 
+// Copies t->ckpt.host_params (the whole parameter arena, FP32) into the model
+// and, for a BF16/FP16 model, this rank's range into the FP32 master weights
+// (the model gets them rounded). Errors: STATUS_RUNTIME, out of device memory.
+static enum status upload_params(struct trainer *t, struct trainer_error *err) {
+    struct tensor w = model_param_arena(t->m.model);
+    if (has_master(t)) {
+        struct tensor mw = optimizer_master(t->m.opt);
+        size_t zb, ze;
+        optimizer_shard_range(t->m.opt, &zb, &ze);
+        backend_to_device(t->m.be, mw.data, t->ckpt.host_params + zb, mw.numel * sizeof(float));
+        void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
+        if (!tmp)
+            return error_set(&err->err, STATUS_RUNTIME, "loading weights: out of %s memory for "
+                             "%zu bytes of staging", t->m.be->ops->name, w.numel * sizeof(float));
+        backend_to_device(t->m.be, tmp, t->ckpt.host_params, w.numel * sizeof(float));
+        backend_copy(t->m.be, w, tensor_view(tmp, DTYPE_FP32, w.numel), w.numel);
+        backend_synchronize(t->m.be);
+        backend_dealloc(t->m.be, tmp);
+    } else {
+        backend_to_device(t->m.be, w.data, t->ckpt.host_params, w.numel * sizeof(float));
+    }
+    return STATUS_OK;
+}
+
+// [model] init_from: a fresh run's parameters from a Hugging Face folder
+// (config.json present) or a trident checkpoint, in this run's layout: each
+// rank reads only the blocks its pieces describe (safetensors byte ranges, or
+// checkpoint_read_piece's resharding). The model config must match (a
+// mismatch names the key and both values, the same on every rank); the
+// optimizer state, step and data position stay those of a fresh run.
+static enum status init_from(struct trainer *t, const char *path, struct trainer_error *err) {
+    char cfg[CONFIG_PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    bool hf = access(cfg, F_OK) == 0;
+    host_buffers(t);
+    memset(t->ckpt.host_params, 0, model_param_arena(t->m.model).numel * sizeof(float));
+    int n = pieces(t, true, false, false);
+    enum status s = STATUS_OK;
+    if (hf) {
+        struct hf_model *h;
+        if (hf_open(path, &h, &err->err)) return err->err.status;
+        if (hf_check_model(h, &t->m.lc, &err->err)) {
+            hf_close(h);
+            return err->err.status;
+        }
+        for (int i = 0; i < n && !s; i++) s = hf_read_piece(h, &t->ckpt.pieces[i], &err->err);
+        hf_close(h);
+    } else {
+        struct ckpt_reader *r;
+        if (checkpoint_open(path, &r, &err->err)) return err->err.status;
+        if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
+            checkpoint_close(r);
+            return err->err.status;
+        }
+        s = checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err);
+        checkpoint_close(r);
+    }
+    if (s) return s == STATUS_RUNTIME ? trainer_alone(err) : s;
+    if (upload_params(t, err)) return trainer_alone(err);
+    if (t->par.topo.world_rank == 0) {
+        printf("init_from: %s weights from %s (optimizer, step and data start fresh)\n",
+               hf ? "Hugging Face" : "checkpoint", path);
+        fflush(stdout);
+    }
+    return STATUS_OK;
+}
+
 // Reads the checkpoint at path into the model, the optimizer and the train
 // loader; fills st. Errors of the checkpoint's content are every rank's, read
 // failures this rank's alone.
@@ -286,24 +354,9 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         s = err->err.status;
         goto out;
     }
-    if (has_master(t)) { // the FP32 values are the master weights; the model gets them rounded
-        struct tensor mw = optimizer_master(t->m.opt);
-        size_t zb, ze;
-        optimizer_shard_range(t->m.opt, &zb, &ze);
-        backend_to_device(t->m.be, mw.data, t->ckpt.host_params + zb, mw.numel * sizeof(float));
-        void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
-        if (!tmp) {
-            error_set(&err->err, STATUS_RUNTIME, "resume: out of %s memory for %zu bytes of "
-                      "staging", t->m.be->ops->name, w.numel * sizeof(float));
-            s = trainer_alone(err);
-            goto out;
-        }
-        backend_to_device(t->m.be, tmp, t->ckpt.host_params, w.numel * sizeof(float));
-        backend_copy(t->m.be, w, tensor_view(tmp, DTYPE_FP32, w.numel), w.numel);
-        backend_synchronize(t->m.be);
-        backend_dealloc(t->m.be, tmp);
-    } else {
-        backend_to_device(t->m.be, w.data, t->ckpt.host_params, w.numel * sizeof(float));
+    if (upload_params(t, err)) {
+        s = trainer_alone(err);
+        goto out;
     }
     backend_to_device(t->m.be, m.data, t->ckpt.host_m, m.numel * sizeof(float));
     backend_to_device(t->m.be, v.data, t->ckpt.host_v, v.numel * sizeof(float));
@@ -334,7 +387,8 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     char path[CKPT_PATH_MAX];
     t->ckpt.start_step = 0;
-    if (!c->checkpoint.dir[0] && c->checkpoint.resume != RESUME_PATH) return STATUS_OK;
+    if (!c->checkpoint.dir[0] && c->checkpoint.resume != RESUME_PATH)
+        return c->model.init_from[0] ? init_from(t, c->model.init_from, err) : STATUS_OK;
     if (checkpoint_resolve(c->checkpoint.dir, c->checkpoint.resume, c->checkpoint.resume_path,
                            path, &err->err))
         return err->err.status;
@@ -346,7 +400,7 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
         return error_set(&err->err, STATUS_BAD_INPUT, "[checkpoint] dir = %s already holds "
                          "checkpoints (%s) and resume = none: give this run its own dir, or "
                          "resume = auto to continue that run", c->checkpoint.dir, latest);
-    if (!path[0]) return STATUS_OK;
+    if (!path[0]) return c->model.init_from[0] ? init_from(t, c->model.init_from, err) : STATUS_OK;
     struct ckpt_state st;
     enum status s = resume_from(t, path, &st, err);
     if (s) return s;

@@ -1,0 +1,87 @@
+// hf.h: a checkpoint as a Hugging Face LlamaForCausalLM folder, the one
+// transformers' from_pretrained loads (docs/formats.md "Hugging Face export"):
+//
+//   config.json                      LlamaForCausalLM: sizes, rope_theta,
+//                                    rms_norm_eps, tie_word_embeddings,
+//                                    torch_dtype, bos/eos ids
+//   generation_config.json           bos/eos ids
+//   model.safetensors                every parameter, whole, by its HF name
+//   (or model-0000i-of-0000n.safetensors + model.safetensors.index.json
+//    when the tensors exceed max_shard_bytes)
+//   tokenizer.json, tokenizer_config.json   when a tokenizer file is given
+//
+// trident's parameter names, shapes and q/k row order are those of
+// LlamaForCausalLM (rotate_half RoPE pairs (i, i + D/2) of each head), so
+// tensors are copied, not permuted; tests/e2e/hf_export.sh checks that with an
+// independent forward pass.
+#ifndef TRIDENT_HF_H
+#define TRIDENT_HF_H
+
+#include <stdint.h>
+
+#include "base/common.h"
+#include "checkpoint.h"
+#include "kernels/ops.h"
+#include "safetensors.h"
+
+struct hf_export_args {
+    const char *out_dir;        // must not exist; made via out_dir.tmp and a rename
+    int dtype;                  // DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, or -1: as stored
+    uint64_t max_shard_bytes;   // 0: one model.safetensors
+    int bos_id, eos_id;         // -1: none
+    const char *tokenizer_json; // copied to out_dir/tokenizer.json, or NULL
+    const char *eos_token;      // its text for tokenizer_config.json, or NULL
+};
+
+// Writes the folder of a->out_dir from the checkpoint r (any layout: each
+// tensor is reassembled whole). Nothing is left at out_dir on failure.
+// Errors: STATUS_BAD_INPUT when out_dir exists or a tensor is missing,
+// STATUS_RUNTIME on a write failure; each names the path.
+enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, struct error *err);
+
+// A Hugging Face LlamaForCausalLM folder opened for reading: config.json and
+// its safetensors (model.safetensors, or the files model.safetensors.index.json
+// names), every header validated on open (safetensors_open).
+struct hf_model;
+
+// Opens dir. Errors: STATUS_BAD_INPUT naming the file (and tensor or key) for
+// a missing or bad config.json, index or safetensors file, an architecture
+// other than LlamaForCausalLM (hidden_act silu, no biases, no rope_scaling),
+// a tensor in two files, or a tensor of LlamaForCausalLM missing or of
+// another shape than config.json implies.
+enum status hf_open(const char *dir, struct hf_model **out, struct error *err);
+void hf_close(struct hf_model *h);
+// The model config.json describes (shape fields, rope_theta, norm_eps,
+// max_seq_len from max_position_embeddings, tie_embeddings).
+const struct llama_config *hf_config(const struct hf_model *h);
+// eos_token_id of config.json, or -1.
+int hf_eos_id(const struct hf_model *h);
+
+// Refuses a run whose model differs from the folder's: Errors:
+// STATUS_BAD_INPUT "DIR/config.json: KEY = X, the run's [model] KEY = Y".
+enum status hf_check_model(const struct hf_model *h, const struct llama_config *model,
+                           struct error *err);
+
+// Fills want->data (flat_end - flat_begin elements of want->dtype, which must
+// be DTYPE_FP32) with the wanted range of the wanted block of the tensor
+// "param/<HF name>", reading only those bytes (one pread per block row);
+// BF16 and F16 values are widened exactly. Errors: STATUS_BAD_INPUT when the
+// tensor is absent or its shape is not (grows, gcols); STATUS_RUNTIME on a
+// short read.
+enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct error *err);
+
+// Writes the folder's weights as a trident checkpoint of one rank, step 0,
+// in dir (a [checkpoint] dir: dir/step-000000 and dir/latest; dir must hold
+// no checkpoint yet): every parameter whole, FP32 (BF16 and F16 widened
+// exactly), the config as its manifest's [model], tokenizer_id ("" unknown)
+// as its tokenizer. No optimizer moments: for init_from and `trident ckpt
+// export`, not for resuming. Errors: STATUS_BAD_INPUT when dir holds
+// `latest`; checkpoint_save's otherwise.
+enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
+                      struct error *err);
+
+// The tensors of the folder in name order: i in [0, n).
+int hf_n_tensors(const struct hf_model *h);
+const struct safetensors_tensor *hf_tensor_at(const struct hf_model *h, int i);
+
+#endif

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# hf_export.sh: `trident ckpt export DIR OUT --format hf` writes a Hugging
+# Face LlamaForCausalLM folder whose weights and config are right, checked
+# with numpy alone by tests/e2e/lib/hf_check.py (no torch in make test):
+#  (a) tied embeddings, GQA (4 heads, 2 key/value heads), trained in a
+#      (tp, pp, dp) = (2, 2, 1) layout: the safetensors (parsed by an
+#      independent reader: alignment, offsets tiling the data) hold every
+#      tensor of the HDF5 export bit-exact in fp32, and equal its
+#      round-to-nearest-even BF16 (sharded at 100 KB, with an index) and FP16;
+#      config.json states the manifest's model; no lm_head.weight;
+#  (b) untied, trained with tp = 2 and a temperature-0 sample of 32 tokens:
+#      a float64 numpy forward built from the exported folder alone (config.json,
+#      safetensors, tokenizer.json) decodes greedily the same 32 tokens;
+#  (c) refused with exit 2 and nothing written: an existing output folder, an
+#      unknown --dtype, a tokenizer other than the checkpoint's;
+#  (d) [model] init_from: 3 steps started from the exported HF folder in a
+#      (2, 2, 1) layout log the same losses (1e-5 relative) as 3 steps started
+#      from the trident checkpoint itself on one rank, and a first loss far
+#      below a fresh run's; a model config that differs from the folder's is
+#      refused with exit 2 naming the key and both values, before any step;
+#      The first loss of the (2, 2, 1) run equals a numpy forward of the folder
+#      on the same sequences (1e-5). And a tied model too: trident's temperature-0 sample of the weights of
+#      (a)'s export (init_from the folder, one step at lr 1e-30, which changes
+#      no FP32 weight) equals numpy's greedy decoding of that folder, and its
+#      first loss numpy's on the same sequences;
+#  (e) `trident import` of the exported folder, exported again, gives
+#      byte-identical files (safetensors, config, tokenizer), fp32 and bf16;
+#      importing into a dir holding a checkpoint and a bad safetensors file
+#      are refused with exit 2 naming the file (and tensor).
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+need_built "$TRIDENT"
+need_py h5py numpy tokenizers
+small_dataset "$tmp"
+check="$PY tests/e2e/lib/hf_check.py"
+
+# (a)
+small_train "$tmp/runA" "$tmp/ckA" 2 2 1 0 model.tie_embeddings=true train.steps=40 > "$tmp/logA" 2>&1 ||
+    { tail -20 "$tmp/logA"; fail "(a) training exited non-zero"; }
+"$TRIDENT" ckpt export "$tmp/ckA" "$tmp/A.h5" > /dev/null || fail "(a) HDF5 export"
+manA=$(ls -d "$tmp"/ckA/step-*/manifest.ini | tail -1)
+"$TRIDENT" ckpt export "$tmp/ckA" "$tmp/hfA" --format hf --tokenizer "$tmp/shards" > /dev/null ||
+    fail "(a) hf export"
+$check tensors "$tmp/hfA" "$tmp/A.h5" "$manA" || fail "(a) fp32 export"
+"$TRIDENT" ckpt export "$tmp/ckA" "$tmp/hfA16" --format hf --dtype bf16 --max-shard-size 100K \
+    > /dev/null || fail "(a) bf16 sharded export"
+[ -f "$tmp/hfA16/model.safetensors.index.json" ] || fail "(a) 100K shards: no index"
+$check tensors "$tmp/hfA16" "$tmp/A.h5" "$manA" || fail "(a) bf16 sharded export"
+"$TRIDENT" ckpt export "$tmp/ckA" "$tmp/hfAh" --format hf --dtype fp16 > /dev/null ||
+    fail "(a) fp16 export"
+$check tensors "$tmp/hfAh" "$tmp/A.h5" "$manA" || fail "(a) fp16 export"
+
+# (b)
+small_train "$tmp/runB" "$tmp/ckB" 2 1 1 0 model.tie_embeddings=false train.seq_len=64 \
+    train.steps=40 train.sample_every=40 train.sample_temperature=0 train.sample_tokens=32 \
+    > "$tmp/logB" 2>&1 || { tail -20 "$tmp/logB"; fail "(b) training exited non-zero"; }
+"$TRIDENT" ckpt export "$tmp/ckB" "$tmp/B.h5" > /dev/null || fail "(b) HDF5 export"
+"$TRIDENT" ckpt export "$tmp/ckB" "$tmp/hfB" --format hf --tokenizer "$tmp/shards" > /dev/null ||
+    fail "(b) hf export"
+$check tensors "$tmp/hfB" "$tmp/B.h5" "$(ls -d "$tmp"/ckB/step-*/manifest.ini | tail -1)" ||
+    fail "(b) fp32 export"
+$check greedy "$tmp/hfB" 32 "$tmp/logB" || fail "(b) greedy decoding of the export"
+
+# (c)
+before=$(ls -lR "$tmp/hfB" | md5sum)
+rc=0; "$TRIDENT" ckpt export "$tmp/ckB" "$tmp/hfB" --format hf 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "hfB: exists" "$tmp/err" || fail "(c) existing folder: rc $rc, $(cat "$tmp/err")"
+[ "$(ls -lR "$tmp/hfB" | md5sum)" = "$before" ] || fail "(c) the existing folder changed"
+rc=0; "$TRIDENT" ckpt export "$tmp/ckB" "$tmp/hfC" --format hf --dtype fp8 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "fp8" "$tmp/err" || fail "(c) --dtype fp8: rc $rc"
+"$TRIDENT" tokenize --train --vocab-size 300 --output "$tmp/other.json" < "$tmp/small.txt" \
+    > /dev/null 2>&1 || fail "(c) training another tokenizer"
+rc=0; "$TRIDENT" ckpt export "$tmp/ckB" "$tmp/hfC" --format hf --tokenizer "$tmp/other.json" \
+    2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "other.json: tokenizer" "$tmp/err" || fail "(c) wrong tokenizer: rc $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/hfC" ] && [ ! -e "$tmp/hfC.tmp" ] || fail "(c) a refused export left a folder"
+# (d)
+steps=(train.steps=3 train.warmup_steps=1 model.tie_embeddings=false train.seq_len=64)
+TRIDENT_LOG_SAMPLES="$tmp/samplesX" small_train "$tmp/runX" "$tmp/ckX" 2 2 1 0 "${steps[@]}" model.init_from="$tmp/hfB" > "$tmp/logX" 2>&1 ||
+    { tail -20 "$tmp/logX"; fail "(d) init_from HF folder exited non-zero"; }
+small_train "$tmp/runY" "$tmp/ckY" 1 1 1 0 "${steps[@]}" model.init_from="$tmp/ckB" > "$tmp/logY" 2>&1 ||
+    { tail -20 "$tmp/logY"; fail "(d) init_from checkpoint exited non-zero"; }
+small_train "$tmp/runZ" "$tmp/ckZ" 1 1 1 0 "${steps[@]}" > "$tmp/logZ" 2>&1 || fail "(d) fresh run"
+grep -q "init_from: Hugging Face weights from $tmp/hfB" "$tmp/logX" || fail "(d) no init_from line"
+$check loss "$tmp/hfB" "$tmp/shards" "$tmp/samplesX" 64 16 "$tmp/runX/metrics.jsonl" ||
+    fail "(d) numpy loss of the untied export vs trident's (2,2,1) init_from run"
+paste <(metrics "$tmp/runX" .loss) <(metrics "$tmp/runY" .loss) <(metrics "$tmp/runZ" .loss) |
+    awk 'function abs(x) { return x < 0 ? -x : x }
+         { n++; if (abs($1 - $2) > 1e-5 * abs($2)) { print "step " n ": hf " $1 " ckpt " $2; bad = 1 }
+           if (n == 1 && $3 - $1 < 0.5) { print "first loss " $1 " not below a fresh run'"'"'s " $3; bad = 1 } }
+         END { if (n != 3) { print n " steps"; bad = 1 }; exit bad }' || fail "(d) init_from losses"
+echo "(d) losses per step: init_from HF (2,2,1) | init_from checkpoint (1,1,1) | fresh:"
+paste <(metrics "$tmp/runX" .loss) <(metrics "$tmp/runY" .loss) <(metrics "$tmp/runZ" .loss)
+rc=0; small_train "$tmp/runW" "$tmp/ckW" 1 1 1 0 "${steps[@]}" model.n_kv_heads=4 model.init_from="$tmp/hfB" \
+    > "$tmp/logW" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "num_key_value_heads = 2, the run's \[model\] n_kv_heads = 4" "$tmp/logW" ||
+    { tail -5 "$tmp/logW"; fail "(d) mismatched config: rc $rc"; }
+[ ! -e "$tmp/ckW/latest" ] && ! metrics_at_least "$tmp/runW" 1 || fail "(d) a refused init_from trained"
+TRIDENT_LOG_SAMPLES="$tmp/samplesT" small_train "$tmp/runT" "$tmp/ckT" 2 1 1 0 model.tie_embeddings=true train.seq_len=64 \
+    train.steps=1 train.warmup_steps=0 train.lr=1e-30 train.min_lr=1e-30 train.sample_every=1 \
+    train.sample_temperature=0 train.sample_tokens=32 model.init_from="$tmp/hfA" > "$tmp/logT" 2>&1 ||
+    { tail -20 "$tmp/logT"; fail "(d) tied sample run exited non-zero"; }
+"$TRIDENT" ckpt export "$tmp/ckT" "$tmp/T.h5" > /dev/null || fail "(d) tied sample run export"
+$check tensors "$tmp/hfA" "$tmp/T.h5" "$manA" || fail "(d) lr 1e-30 changed the weights"
+$check greedy "$tmp/hfA" 32 "$tmp/logT" || fail "(d) greedy decoding of the tied (2,2,1) export"
+$check loss "$tmp/hfA" "$tmp/shards" "$tmp/samplesT" 64 16 "$tmp/runT/metrics.jsonl" ||
+    fail "(d) numpy loss of the tied export vs trident's"
+
+# (e)
+"$TRIDENT" import "$tmp/hfB" "$tmp/ckI" > /dev/null || fail "(e) import"
+"$TRIDENT" ckpt export "$tmp/ckI" "$tmp/hfI" --format hf --tokenizer "$tmp/shards" > /dev/null ||
+    fail "(e) export of the import"
+for f in "$tmp"/hfB/*; do cmp "$f" "$tmp/hfI/$(basename "$f")" || fail "(e) round trip: $(basename "$f") differs"; done
+[ "$(ls "$tmp/hfB")" = "$(ls "$tmp/hfI")" ] || fail "(e) round trip: other files"
+"$TRIDENT" import "$tmp/hfA16" "$tmp/ckI16" > /dev/null || fail "(e) import of bf16 shards"
+"$TRIDENT" ckpt export "$tmp/ckI16" "$tmp/hfI16" --format hf --dtype bf16 --max-shard-size 100K \
+    > /dev/null || fail "(e) export of the bf16 import"
+for f in "$tmp"/hfA16/*.safetensors "$tmp"/hfA16/*.json; do
+    cmp "$f" "$tmp/hfI16/$(basename "$f")" || fail "(e) bf16 round trip: $(basename "$f") differs"
+done
+rc=0; "$TRIDENT" import "$tmp/hfB" "$tmp/ckI" 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "holds checkpoints" "$tmp/err" || fail "(e) import over a checkpoint: rc $rc"
+cp -r "$tmp/hfB" "$tmp/hfBad"
+head -c 4000 "$tmp/hfB/model.safetensors" > "$tmp/hfBad/model.safetensors"
+rc=0; "$TRIDENT" import "$tmp/hfBad" "$tmp/ckBad" 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "hfBad/model.safetensors: tensor .* past the end" "$tmp/err" ||
+    fail "(e) truncated safetensors: rc $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/ckBad/latest" ] || fail "(e) a refused import wrote a checkpoint"
+rc=0; small_train "$tmp/runV" "$tmp/ckV" 1 1 1 0 "${steps[@]}" model.init_from="$tmp/hfBad" \
+    > "$tmp/logV" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "hfBad/model.safetensors: tensor" "$tmp/logV" || fail "(e) init_from a truncated file: rc $rc"
+echo "ok: hf export: tied (2,2,1) fp32/bf16-sharded/fp16 equal the HDF5 export, untied greedy 32 tokens match, bad input refused, init_from HF (2,2,1) = init_from checkpoint (1,1,1), export -> import -> export byte-identical"
