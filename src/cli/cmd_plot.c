@@ -361,6 +361,23 @@ int cmd_plot(int argc, char **argv) {
         sprintf(def, "%s/curves.png", run_dir);
         out = def;
     }
+    // The folders of --out and --data must exist (gnuplot's own error would
+    // name its temporary script instead).
+    const char *files[2] = {out, data_out}, *flags[2] = {"--out", "--data"};
+    for (int k = 0; k < 2; k++) {
+        if (!files[k]) continue;
+        char *dir = xmalloc(strlen(files[k]) + 1);
+        strcpy(dir, files[k]);
+        char *slash = strrchr(dir, '/');
+        struct stat sb;
+        bool ok = !slash || slash == dir || (*slash = '\0', stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode));
+        if (!ok) {
+            fprintf(stderr, "trident plot: %s %s: the folder %s does not exist\n", flags[k], files[k], dir);
+            free(dir), free(def);
+            return STATUS_BAD_INPUT;
+        }
+        free(dir);
+    }
     struct error err = {0};
     enum status st = plot_run(run_dir, out, data_out, &err);
     if (st) fprintf(stderr, "trident plot: %s\n", err.msg);

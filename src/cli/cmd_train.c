@@ -120,11 +120,22 @@ int cmd_train(int argc, char **argv) {
                "  default, FILE:LINE or command line argument N; exit 0, no training, no MPI)\n"
                "  under mpirun -np N or srun, N = tp * pp * dp (parallel.dp = 0, the default,\n"
                "  infers dp = N / (tp * pp)); every key of docs/config.md can be overridden as\n"
-               "  section.key=value; exit 0 done, 1 runtime failure, 2 bad input, 3 stopped\n"
-               "  with a checkpoint (signal, exit_interval or exit_duration_mins: requeue)\n");
+               "  section.key=value; exit 0 done (also when train.exit_interval stops it), 1\n"
+               "  runtime failure, 2 bad input, 3 stopped with a checkpoint by a signal or\n"
+               "  train.exit_duration_mins (requeue)\n");
         return STATUS_OK;
     }
-    if (argc >= 2 && !strcmp(argv[1], "--print-config")) return print_config(argc - 1, argv + 1);
+    // --print-config anywhere on the line: the other arguments keep their order.
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--print-config")) continue;
+        char **rest = xmalloc(sizeof *rest * (size_t)argc);
+        rest[0] = argv[i];
+        for (int j = 1, k = 1; j < argc; j++)
+            if (j != i) rest[k++] = argv[j];
+        int rc = print_config(argc - 1, rest);
+        free(rest);
+        return rc;
+    }
     MPI_Init(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};

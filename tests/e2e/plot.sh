@@ -169,5 +169,6 @@ mkdir "$tmp/torn"; cp "$run/config.ini" "$tmp/torn/"
 grep -q "torn last line" "$tmp/err" || fail "a torn last line was skipped silently"
 bad no-gnuplot "make deps" env PATH=/nonexistent "$TRIDENT" plot "$run" --out "$tmp/x.png"
 bad unknown-option "--colour" "$TRIDENT" plot "$run" --colour
+bad no-out-folder "the folder $tmp/nowhere does not exist" "$TRIDENT" plot "$run" --out "$tmp/nowhere/x.png"
 bad no-run-dir "RUN_DIR is required" "$TRIDENT" plot
 echo "plot: all checks passed"

@@ -63,6 +63,10 @@ PY
 diff <(sed -n 's/ *# .*//p; /^\[/p' "$tmp/printed.ini" | grep -v '^#') \
      <(sed -n 's/ *# .*//p; /^\[/p' "$tmp/again.ini" | grep -v '^#') > /dev/null ||
     fail "values differ after a round trip"
+# --print-config after the config and overrides prints the same.
+"$TRIDENT" train "$ini" train.lr=1e-3 --print-config > "$tmp/late.ini" || fail "--print-config last on the line failed"
+diff <("$TRIDENT" train --print-config "$ini" train.lr=1e-3) "$tmp/late.ini" > /dev/null ||
+    fail "--print-config last on the line printed something else"
 # A bad value: exit 2, the key named, nothing printed on stdout.
 rc=0
 bad=$("$TRIDENT" train --print-config "$ini" model.init_std=1e300 2>&1 >/dev/null) || rc=$?
