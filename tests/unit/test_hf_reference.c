@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "h5fixture.h"
+#include "llama_fixture.h"
 
 #include "ckpt/hf.h"
 #include "kernels/cpu/half.h"
@@ -214,19 +214,7 @@ static void expect_refused(const char *folder, const char *needle) {
 
 static void run_fixture(const char *path, const char *tag) {
     hid_t f = h5fixture_open(path);
-    struct llama_config cfg = {
-        .vocab_size = (int)h5fixture_attr_f64(f, "/", "vocab_size"),
-        .d_model = (int)h5fixture_attr_f64(f, "/", "d_model"),
-        .n_layers = (int)h5fixture_attr_f64(f, "/", "n_layers"),
-        .n_heads = (int)h5fixture_attr_f64(f, "/", "n_heads"),
-        .n_kv_heads = (int)h5fixture_attr_f64(f, "/", "n_kv_heads"),
-        .ffn_dim = (int)h5fixture_attr_f64(f, "/", "ffn_dim"),
-        .max_seq_len = (int)h5fixture_attr_f64(f, "/", "max_seq_len"),
-        .rope_theta = h5fixture_attr_f64(f, "/", "rope_theta"),
-        .norm_eps = (float)h5fixture_attr_f64(f, "/", "norm_eps"),
-        .tie_embeddings = h5fixture_attr_f64(f, "/", "tie_embeddings") != 0,
-        .init_std = 0.02f,
-    };
+    struct llama_config cfg = llama_fixture_config(f);
     int B = (int)h5fixture_attr_f64(f, "/", "batch"), T = (int)h5fixture_attr_f64(f, "/", "seq_len");
     // The weights in parameter-table order (a throwaway model gives the names).
     struct backend *be = backend_cpu_init(1);

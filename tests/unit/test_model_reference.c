@@ -10,7 +10,7 @@
 // global-batch mean loss.
 #include <string.h>
 
-#include "h5fixture.h"
+#include "llama_fixture.h"
 
 #include "model/model.h"
 #include "model/optimizer.h"
@@ -173,19 +173,7 @@ static void check_training(struct backend *be, struct fixture *fx, enum dtype dt
 static void run_fixture(struct backend *be, const char *path) {
     struct fixture fx = {0};
     fx.f = h5fixture_open(path);
-    fx.cfg = (struct llama_config){
-        .vocab_size = (int)attr(fx.f, "/", "vocab_size"),
-        .d_model = (int)attr(fx.f, "/", "d_model"),
-        .n_layers = (int)attr(fx.f, "/", "n_layers"),
-        .n_heads = (int)attr(fx.f, "/", "n_heads"),
-        .n_kv_heads = (int)attr(fx.f, "/", "n_kv_heads"),
-        .ffn_dim = (int)attr(fx.f, "/", "ffn_dim"),
-        .max_seq_len = (int)attr(fx.f, "/", "max_seq_len"),
-        .rope_theta = attr(fx.f, "/", "rope_theta"),
-        .norm_eps = (float)attr(fx.f, "/", "norm_eps"),
-        .tie_embeddings = attr(fx.f, "/", "tie_embeddings") != 0,
-        .init_std = 0.02f,
-    };
+    fx.cfg = llama_fixture_config(fx.f);
     fx.B = (int)attr(fx.f, "/", "batch");
     fx.T = (int)attr(fx.f, "/", "seq_len");
     printf("%s: V=%d C=%d L=%d H=%d Hkv=%d F=%d tied=%d B=%d T=%d\n", path, fx.cfg.vocab_size,

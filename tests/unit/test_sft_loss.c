@@ -11,7 +11,7 @@
 // every parameter gradient bit-identical.
 #include <string.h>
 
-#include "h5fixture.h"
+#include "llama_fixture.h"
 
 #include "model/model.h"
 #include "model/optimizer.h"
@@ -100,19 +100,7 @@ int main(void) {
     fx.model = h5fixture_open(FIXTURES "llama_tiny_untied.h5");
     fx.sft = h5fixture_open(FIXTURES "sft_mask.h5");
     hid_t f = fx.model;
-    fx.cfg = (struct llama_config){
-        .vocab_size = (int)h5fixture_attr_f64(f, "/", "vocab_size"),
-        .d_model = (int)h5fixture_attr_f64(f, "/", "d_model"),
-        .n_layers = (int)h5fixture_attr_f64(f, "/", "n_layers"),
-        .n_heads = (int)h5fixture_attr_f64(f, "/", "n_heads"),
-        .n_kv_heads = (int)h5fixture_attr_f64(f, "/", "n_kv_heads"),
-        .ffn_dim = (int)h5fixture_attr_f64(f, "/", "ffn_dim"),
-        .max_seq_len = (int)h5fixture_attr_f64(f, "/", "max_seq_len"),
-        .rope_theta = h5fixture_attr_f64(f, "/", "rope_theta"),
-        .norm_eps = (float)h5fixture_attr_f64(f, "/", "norm_eps"),
-        .tie_embeddings = h5fixture_attr_f64(f, "/", "tie_embeddings") != 0,
-        .init_std = 0.02f,
-    };
+    fx.cfg = llama_fixture_config(f);
     fx.B = (int)h5fixture_attr_f64(f, "/", "batch");
     fx.T = (int)h5fixture_attr_f64(f, "/", "seq_len");
     int B = fx.B, T = fx.T, V = fx.cfg.vocab_size;
