@@ -1,7 +1,9 @@
 // common.c: error reporting and small helpers shared by every module.
 #include "common.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int g_log_rank = -1;
@@ -49,4 +51,20 @@ double time_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int make_dirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return errno = ENAMETOOLONG, -1;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(buf, &st)) return -1;
+    if (!S_ISDIR(st.st_mode)) return errno = ENOTDIR, -1;
+    return 0;
 }

@@ -51,6 +51,11 @@ void *xcalloc(size_t count, size_t size);
 // Wall-clock seconds from a monotonic clock.
 double time_now_s(void);
 
+// mkdir -p: path and every missing parent (mode 0755); a folder that exists
+// is fine. Returns 0, or -1 with errno set by the mkdir that failed (ENOTDIR
+// when path exists and is not a folder; ENAMETOOLONG beyond 4095 bytes).
+int make_dirs(const char *path);
+
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 

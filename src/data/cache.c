@@ -80,18 +80,6 @@ int cache_cold_fault(int i) {
     return i == fault_eio_shard ? EIO : 0;
 }
 
-static int mkdir_p(const char *path) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 static void fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
@@ -132,7 +120,7 @@ enum status cache_open(const char *cache_dir, const char *cold_dir, const struct
     struct cache *c = xcalloc(1, sizeof *c);
     snprintf(c->dir, sizeof c->dir, "%s/%s", cache_dir, hex);
     snprintf(c->cold, sizeof c->cold, "%s", cold_dir);
-    if (mkdir_p(c->dir) || access(c->dir, W_OK | X_OK)) {
+    if (make_dirs(c->dir) || access(c->dir, W_OK | X_OK)) {
         s = error_set(err, STATUS_BAD_INPUT, "[data] cache_dir = %s: cannot create or write %s: %s", cache_dir,
                       c->dir, strerror(errno));
         free(c);

@@ -413,7 +413,7 @@ static void queue_release(struct block_queue *q, int stop) {
 
 // Creates dir and its missing parent folders (mkdir -p); those it made are
 // appended to *made (outermost first), for remove_output.
-static enum status make_dirs(const char *dir, char ***made, int *n_made, struct error *err) {
+static enum status make_output_dirs(const char *dir, char ***made, int *n_made, struct error *err) {
     char *p = strdup(dir);
     CHECK(p, "out of memory");
     size_t n = strlen(p);
@@ -486,7 +486,7 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     if (st) return st;
     char **made = NULL; // the folders made for the output, outermost first
     int n_made = 0;
-    if ((st = make_dirs(opt->output, &made, &n_made, err))) {
+    if ((st = make_output_dirs(opt->output, &made, &n_made, err))) {
         remove_output(opt->output, made, n_made);
         for (int i = 0; i < n_made; i++) free(made[i]);
         free(made);

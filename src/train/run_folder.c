@@ -14,27 +14,19 @@
 #include "base/version.h"
 
 // mkdir -p for the run directory. Errors: STATUS_BAD_INPUT naming the path.
-static enum status make_dirs(const char *path, struct error *err) {
-    char buf[CONFIG_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST) break;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: cannot create: %s", path,
-                         strerror(errno));
+static enum status make_run_dir(const char *path, struct error *err) {
+    if (make_dirs(path) == 0) return STATUS_OK;
+    int e = errno;
     struct stat st;
-    if (stat(buf, &st) || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
         return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: exists and is not a folder",
                          path);
-    return STATUS_OK;
+    return error_set(err, STATUS_BAD_INPUT, "[log] run_dir = %s: cannot create: %s", path,
+                     strerror(e));
 }
 
 enum status run_folder_open_log(const char *run_dir, struct error *err) {
-    if (make_dirs(run_dir, err)) return err->status;
+    if (make_run_dir(run_dir, err)) return err->status;
     char path[CONFIG_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/train.log", run_dir);
     return tee_stdio_open(path, err);
