@@ -166,7 +166,7 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
     if (world_size > 0 && ranks != world_size)
         return error_set(err, bad,
                          "%s: tp * pp * dp must equal the number of ranks: tp = %d, pp = %d, dp = %d give %lld, "
-                         "but N = %d ranks are running (%s; %s; %s)",
+                         "but the world size is N = %d ranks (%s; %s; %s)",
                          file, p->tp, p->pp, p->dp, ranks, world_size, KT("parallel", "tp"), KT("parallel", "pp"),
                          KT("parallel", "dp"));
     enum status fs = check_fp32(cfg, file, err);
