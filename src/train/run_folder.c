@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,8 +26,66 @@ static enum status make_run_dir(const char *path, struct error *err) {
                      strerror(e));
 }
 
+// ---- the folder lock -------------------------------------------------------
+
+// The lock files this process holds (device and inode), kept open until exit.
+static struct {
+    dev_t dev;
+    ino_t ino;
+} held[4];
+static int n_held;
+
+enum status run_folder_lock(const char *dir, const char *key, struct error *err) {
+    if (make_dirs(dir) != 0)
+        return error_set(err, STATUS_BAD_INPUT, "%s = %s: cannot create: %s", key, dir, strerror(errno));
+    char path[CONFIG_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/.trident.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return error_set(err, STATUS_BAD_INPUT, "%s = %s: cannot open %s: %s", key, dir, path,
+                         strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+        for (int i = 0; i < n_held; i++)
+            if (held[i].dev == st.st_dev && held[i].ino == st.st_ino) {
+                close(fd);
+                return STATUS_OK;
+            }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK) {
+            char who[256] = "";
+            ssize_t n = pread(fd, who, sizeof who - 1, 0);
+            who[n > 0 ? n : 0] = '\0';
+            who[strcspn(who, "\n")] = '\0';
+            close(fd);
+            return error_set(err, STATUS_BAD_INPUT,
+                             "%s = %s is in use by another trident run (%s, lock %s): two runs in one "
+                             "folder would overwrite each other's logs and checkpoints; wait for it to "
+                             "end, or set another %s",
+                             key, dir, who[0] ? who : "holder unknown", path, key);
+        }
+        close(fd);
+        fprintf(stderr, "warning: %s = %s: no lock against a second run in it (flock: %s)\n", key, dir,
+                strerror(e));
+        return STATUS_OK;
+    }
+    char host[128] = "?", when[32] = "?", line[256];
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int n = snprintf(line, sizeof line, "host %s, pid %d, since %s\n", host, (int)getpid(), when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n)
+        fprintf(stderr, "warning: %s: cannot write the lock holder: %s\n", path, strerror(errno));
+    if (n_held < (int)(sizeof held / sizeof held[0]))
+        held[n_held].dev = st.st_dev, held[n_held].ino = st.st_ino, n_held++;
+    return STATUS_OK; // fd stays open: the lock lasts until the process ends
+}
+
 enum status run_folder_open_log(const char *run_dir, struct error *err) {
     if (make_run_dir(run_dir, err)) return err->status;
+    if (run_folder_lock(run_dir, "[log] run_dir", err)) return err->status;
     char path[CONFIG_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/train.log", run_dir);
     return tee_stdio_open(path, err);

@@ -24,7 +24,22 @@ struct run_start {
                         // that its metrics.jsonl keeps
 };
 
-// Creates run_dir with its parents and from now on copies this process's
+// Creates dir with its parents and takes an exclusive advisory lock
+// (flock) on dir/.trident.lock for the rest of this process, with this
+// process's host, pid and start time written in it: two runs writing one run
+// folder would interleave train.log and metrics.jsonl, and two runs sharing a
+// checkpoint folder would rotate away each other's checkpoints. key names the
+// setting ("[log] run_dir", "[checkpoint] dir") in messages. A folder this
+// process already locked is fine (run_dir and checkpoint.dir may be one). A
+// file system without flock (Lustre mounted without -o flock) gets a warning
+// on stderr and no lock. The lock ends when the process exits, killed or not,
+// so a requeued job is never refused by its own earlier attempt.
+// Errors: STATUS_BAD_INPUT naming key and folder when another process holds
+// the lock (its host, pid and start from the file), the folder cannot be
+// created or the lock file cannot be opened.
+enum status run_folder_lock(const char *dir, const char *key, struct error *err);
+
+// Creates run_dir with its parents, locks it (run_folder_lock) and from now on copies this process's
 // stdout and stderr to run_dir/train.log (appended; base/tee.h).
 // Errors: STATUS_BAD_INPUT naming [log] run_dir when it cannot be created or
 // is not a folder; STATUS_RUNTIME when train.log cannot be appended to.

@@ -348,10 +348,13 @@ static void setup_samples(struct trainer *t) {
 }
 
 // Rank 0: the run folder and, from here on, its train.log (a copy of
-// everything rank 0 prints: run_folder.h), which starts with the version.
+// everything rank 0 prints: run_folder.h), which starts with the version;
+// the run folder and the checkpoint folder locked against a second run.
 static enum status setup_train_log(struct trainer *t, struct trainer_error *err) {
     if (!is_root(t)) return STATUS_OK;
     if (run_folder_open_log(t->cfg.log.run_dir, &err->err)) return trainer_alone(err);
+    if (t->cfg.checkpoint.dir[0] && run_folder_lock(t->cfg.checkpoint.dir, "[checkpoint] dir", &err->err))
+        return trainer_alone(err);
     printf("%s\n", version_string());
     fflush(stdout);
     return STATUS_OK;

@@ -84,11 +84,11 @@ export_final term; export_final termref
 refuse() { # LABEL PATTERN [overrides]: resume from $tmp/ck-bad must exit 2
     local label=$1 pattern=$2; shift 2
     local before after out rc=0
-    before=$(cd "$tmp/ck-bad" && find . -type f -exec md5sum {} + | sort)
+    before=$(cd "$tmp/ck-bad" && find . -type f ! -name .trident.lock -exec md5sum {} + | sort)
     out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
           parallel.dp=2 train.global_batch_size=16 checkpoint.dir="$tmp/ck-bad" \
           log.run_dir="$tmp/run-bad" "$@" 2>&1) || rc=$?
-    after=$(cd "$tmp/ck-bad" && find . -type f -exec md5sum {} + | sort)
+    after=$(cd "$tmp/ck-bad" && find . -type f ! -name .trident.lock -exec md5sum {} + | sort)
     if [ "$rc" != 2 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ "$before" != "$after" ]; then
         echo "FAIL: bad checkpoint ($label): exit $rc, message match $(grep -Ec -- "$pattern" <<<"$out" || true), files unchanged $([ "$before" = "$after" ] && echo yes || echo no)"
         grep trident: <<<"$out" | head -3 || true; fail=1

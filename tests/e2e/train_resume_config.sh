@@ -27,11 +27,12 @@ run() { # NP RUN_DIR CK_DIR [overrides...]: small.ini with global batch 16, log 
     timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
         train.global_batch_size=16 train.eval_every=0 log.every=1 checkpoint.dir="$ck" log.run_dir="$run" "$@"
 }
-sums() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
+# Checkpoint folder contents, less the run lock (run_folder_lock), which each start rewrites.
+sums() { (cd "$1" && find . -type f ! -name .trident.lock -exec md5sum {} + | sort); }
 # A refused start leaves in its run folder only train.log, holding the refusal
 # (pattern from the caller's $pattern).
 only_refusal_log() {
-    [ "$(cd "$tmp/run-refused" 2>/dev/null && find . -type f | sort | paste -sd' ')" = "./train.log" ] &&
+    [ "$(cd "$tmp/run-refused" 2>/dev/null && find . -type f ! -name .trident.lock | sort | paste -sd' ')" = "./train.log" ] &&
         grep -Eq -- "$pattern" "$tmp/run-refused/train.log"
 }
 
