@@ -1,6 +1,7 @@
 # trident build. `make` builds build/trident (CPU backend); see README.md.
 #   make deps      install missing Debian packages (as root), else print the command;
 #                  make .venv/ with the test suite's Python packages (tests/requirements.txt)
+#                  and .venv-hf/ (Debian's torch + transformers, tests/requirements-hf.txt)
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
 #   make test      deps, build (and build-asan/trident for the fuzz test), run the test
 #                  suite (last line: N passed, N failed, N skipped)

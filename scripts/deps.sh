@@ -11,13 +11,17 @@
 #     project-local virtual environment, .venv/ at the repo root (gitignored),
 #     made with Debian's python3 -m venv; tests/e2e/lib/common.sh runs
 #     .venv/bin/python. The system Python is never touched.
-# Quick and silent when everything is present: one dpkg-query, and .venv's
-# record of the requirements it was built from compared with the file.
+#  3. Hugging Face transformers for tests/e2e/hf_transformers.sh in a second
+#     venv, .venv-hf/ (gitignored): `python3 -m venv --system-site-packages`
+#     over Debian's CPU PyTorch (python3-torch, installed in step 1), with
+#     tests/requirements-hf.txt pinned (it says why a second venv).
+# Quick and silent when everything is present: one dpkg-query, and each
+# venv's record of the requirements it was built from compared with the file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libdnnl-dev libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev libisal-dev bible-kjv
-      python3 python3-venv jq procps slurmctld slurmd slurm-client munge gnuplot-nox)
+      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox)
 # dpkg-query exits 1 when it knows none of a name (a fresh machine): not an error here
 installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}' || true)
 missing=()
@@ -40,11 +44,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-venv=.venv req=tests/requirements.txt
-if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/trident-requirements.txt"; then exit 0; fi
-echo "deps: making $venv with $(/usr/bin/python3 --version) and $req"
-rm -f "$venv/trident-requirements.txt"
-[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: -r "$req"
-"$venv/bin/python" -c "import h5py, numpy, tokenizers, tensorboard, prometheus_client"
-cp "$req" "$venv/trident-requirements.txt"
+# make_venv DIR REQUIREMENTS IMPORTS [venv options]: DIR made (or brought up to
+# date) with the pinned REQUIREMENTS, then IMPORTS (a Python statement) run in it
+make_venv() {
+    local venv=$1 req=$2 imports=$3; shift 3
+    if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/trident-requirements.txt"; then return 0; fi
+    echo "deps: making $venv with $(/usr/bin/python3 --version) and $req"
+    rm -f "$venv/trident-requirements.txt"
+    [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$@" "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: -r "$req"
+    "$venv/bin/python" -c "$imports"
+    cp "$req" "$venv/trident-requirements.txt"
+}
+make_venv .venv tests/requirements.txt "import h5py, numpy, tokenizers, tensorboard, prometheus_client"
+make_venv .venv-hf tests/requirements-hf.txt "import torch, transformers, safetensors, tokenizers; \
+torch.from_numpy(__import__('numpy').zeros(2))" --system-site-packages

@@ -13,7 +13,8 @@ int cmd_prep(int argc, char **argv);
 int cmd_data_check(int argc, char **argv);
 
 // trident ckpt info|verify DIR | trident ckpt export DIR OUT.h5 | trident ckpt export
-// DIR OUT --format hf [...]   (src/cli/cmd_ckpt.c)
+// DIR OUT --format hf [...] | trident ckpt logits DIR --tokens IDS.txt --out
+// OUT.safetensors   (src/cli/cmd_ckpt.c)
 int cmd_ckpt(int argc, char **argv);
 // trident import HF_DIR OUT_DIR   (src/cli/cmd_ckpt.c)
 int cmd_import(int argc, char **argv);

@@ -3,10 +3,14 @@
 // [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]` (a
 // Hugging Face LlamaForCausalLM folder, src/ckpt/hf.h; PATH is a dataset
 // folder holding tokenizer.json or the file itself, and must be the
-// tokenizer the checkpoint records). DIR is a checkpoint folder (step-NNNNNN)
-// or a [checkpoint] dir holding `latest`. All validate the whole checkpoint
-// (checkpoint_open) and exit 2 on a bad one; verify also reads every value
-// and exits 2 naming each tensor that holds a NaN or an infinity.
+// tokenizer the checkpoint records), and `trident ckpt logits DIR --tokens
+// IDS.txt --out LOGITS.safetensors` (the model's logits of given token
+// sequences, for checks against other implementations). DIR is a checkpoint
+// folder (step-NNNNNN) or a [checkpoint] dir holding `latest` (logits: or a
+// Hugging Face folder). All validate the whole checkpoint (checkpoint_open)
+// and exit 2 on a bad one; verify also reads every value and exits 2 naming
+// each tensor that holds a NaN or an infinity.
+#include <errno.h>
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf.h"
 #include "cli.h"
+#include "kernels/backend.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 static void print_info(const struct ckpt_reader *r) {
@@ -197,7 +203,155 @@ static int export_hf(int argc, char **argv) {
     return STATUS_OK;
 }
 
+// Reads IDS.txt of `ckpt logits`: one sequence a line, whitespace-separated
+// decimal ids in [0, V), every line of the same length T in [1, max_T]
+// (blank lines skipped). *ids: (*n_seq, *T) xmalloc'd. Errors:
+// STATUS_BAD_INPUT naming the file and line.
+static enum status read_token_lines(const char *path, int V, int max_T, int32_t **ids, int *n_seq,
+                                    int *T, struct error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 0, n = 0;
+    int32_t *all = NULL;
+    char *line = NULL;
+    size_t line_cap = 0;
+    int lineno = 0, rows = 0, width = -1;
+    enum status st = STATUS_OK;
+    while (!st && getline(&line, &line_cap, f) >= 0) {
+        lineno++;
+        int count = 0;
+        for (char *p = line, *end;; p = end) {
+            while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+            if (!*p) break;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= V || (*end && !strchr(" \t\r\n", *end))) {
+                int len = (int)MIN(strcspn(p, " \t\r\n"), 20);
+                st = error_set(err, STATUS_BAD_INPUT, "%s:%d: '%.*s' is not a token id in [0, %d)",
+                               path, lineno, len, p, V);
+                break;
+            }
+            if (n == cap) {
+                all = realloc(all, (cap = cap ? 2 * cap : 1024) * sizeof *all);
+                CHECK(all, "out of memory for %zu token ids", cap);
+            }
+            all[n++] = (int32_t)v, count++;
+        }
+        if (st || count == 0) continue;
+        if (width < 0) width = count;
+        if (count != width)
+            st = error_set(err, STATUS_BAD_INPUT, "%s:%d: %d ids, the first line has %d (every "
+                           "sequence must have the same length)", path, lineno, count, width);
+        else if (count > max_T)
+            st = error_set(err, STATUS_BAD_INPUT, "%s:%d: %d ids, more than the model's "
+                           "max_seq_len %d", path, lineno, count, max_T);
+        rows++;
+    }
+    free(line);
+    fclose(f);
+    if (!st && rows == 0) st = error_set(err, STATUS_BAD_INPUT, "%s: no token ids", path);
+    if (st) {
+        free(all);
+        return st;
+    }
+    *ids = all, *n_seq = rows, *T = width;
+    return STATUS_OK;
+}
+
+// `ckpt logits DIR --tokens IDS.txt --out OUT.safetensors`: the FP32 model of
+// a checkpoint (any layout, reassembled) or a Hugging Face folder (config.json
+// present) on one rank, the CPU backend; one forward per sequence, no KV
+// cache (position t's logits depend on ids <= t only). Writes the tensor
+// "logits" (N, T, V) F32, exactly the model's FP32 logits (the values
+// model_get_logits_at widens to double), with __metadata__ format "trident-logits",
+// version "1" and source DIR. argv[0] = "logits". Returns the exit code.
+static int logits_cmd(int argc, char **argv) {
+    const char *tokens_path = NULL, *out = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_path = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else {
+            fprintf(stderr, "trident: ckpt logits: unknown or incomplete option '%s'\n", argv[i]);
+            return STATUS_BAD_INPUT;
+        }
+    }
+    if (!tokens_path || !out) {
+        fprintf(stderr, "trident: ckpt logits: --tokens IDS.txt and --out OUT.safetensors are both needed\n");
+        return STATUS_BAD_INPUT;
+    }
+    struct error err = {0};
+    if (access(out, F_OK) == 0) {
+        fprintf(stderr, "trident: ckpt logits: %s: exists (remove it or choose another name)\n", out);
+        return STATUS_BAD_INPUT;
+    }
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", argv[1]);
+    struct hf_model *h = NULL;
+    struct ckpt_reader *r = NULL;
+    struct llama_config cfg = {0};
+    if (access(cfg_path, F_OK) == 0 ? hf_open(argv[1], &h, &err) : checkpoint_open(argv[1], &r, &err)) {
+        fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
+        return err.status;
+    }
+    cfg = h ? *hf_config(h) : checkpoint_info(r)->model;
+    int32_t *ids = NULL;
+    int N = 0, T = 0, V = cfg.vocab_size;
+    struct backend *be = NULL;
+    struct model *m = NULL;
+    float *logits = NULL;
+    if (read_token_lines(tokens_path, cfg.vocab_size, cfg.max_seq_len, &ids, &N, &T, &err)) goto done;
+    if (!(be = backend_init(BACKEND_CPU, 0, 0, &err))) goto done;
+    struct model_shard shard = model_shard_full(&cfg);
+    if (model_init(&m, be, &cfg, &shard, DTYPE_FP32, 1, T, 0, &err)) goto done;
+    int n_params;
+    const struct param_info *p = model_params(m, &n_params);
+    for (int i = 0; i < n_params && !err.status; i++) { // every parameter whole (tp = 1)
+        struct ckpt_piece want = {.grows = p[i].grows, .gcols = p[i].gcols, .rows = p[i].grows,
+                                  .cols = p[i].gcols, .flat_end = (size_t)p[i].grows * p[i].gcols,
+                                  .dtype = DTYPE_FP32};
+        snprintf(want.name, sizeof want.name, "param/%s", p[i].name);
+        want.data = xmalloc(want.flat_end * sizeof(float));
+        if (!(h ? hf_read_piece(h, &want, &err) : checkpoint_read_piece(r, &want, &err)))
+            model_set_param(m, &p[i], want.data);
+        free(want.data);
+    }
+    if (err.status) goto done;
+    logits = xmalloc((size_t)N * T * V * sizeof *logits);
+    int32_t *targets = xmalloc((size_t)T * sizeof *targets);
+    double *row = xmalloc((size_t)V * sizeof *row);
+    for (int t = 0; t < T; t++) targets[t] = IGNORE_INDEX;
+    for (int s = 0; s < N; s++) {
+        double loss;
+        long count;
+        model_forward(m, ids + (size_t)s * T, targets, &loss, &count);
+        for (int t = 0; t < T; t++) {
+            model_get_logits_at(m, 0, t, row);
+            float *dst = logits + ((size_t)s * T + t) * V;
+            for (int j = 0; j < V; j++) dst[j] = (float)row[j]; // FP32 values: exact
+        }
+    }
+    free(targets), free(row);
+    struct safetensors_entry e = {.name = "logits", .dtype = DTYPE_FP32, .ndim = 3,
+                                  .shape = {N, T, V}, .data = logits};
+    const char *meta[] = {"format", "trident-logits", "version", "1", "source", argv[1]};
+    safetensors_write(out, &e, 1, meta, 3, &err);
+done:
+    if (m) model_free(m);
+    if (be) backend_free(be);
+    if (h) hf_close(h);
+    if (r) checkpoint_close(r);
+    free(ids), free(logits);
+    if (err.status) {
+        fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
+        return err.status;
+    }
+    printf("wrote the logits (%d, %d, %d) of %s to %s\n", N, T, V, argv[1], out);
+    return STATUS_OK;
+}
+
 int cmd_ckpt(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "logits") && argc >= 3 && argv[2][0] != '-')
+        return logits_cmd(argc - 1, argv + 1);
     if (argc >= 4 && !strcmp(argv[1], "export")) {
         for (int i = 4; i < argc; i++)
             if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "hf"))
@@ -208,12 +362,16 @@ int cmd_ckpt(int argc, char **argv) {
     if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
         fprintf(help ? stdout : stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
                         "trident ckpt export DIR OUT.h5 | trident ckpt export DIR OUT --format hf "
-                        "[--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer DATASET_DIR]\n"
+                        "[--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer DATASET_DIR] | "
+                        "trident ckpt logits DIR --tokens IDS.txt --out OUT.safetensors\n"
                         "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
                         "  export: every parameter as a whole float32 tensor named as in Hugging "
                         "Face LlamaForCausalLM\n"
                         "  export --format hf: a folder transformers' from_pretrained loads "
-                        "(config.json, model.safetensors, tokenizer files)\n");
+                        "(config.json, model.safetensors, tokenizer files)\n"
+                        "  logits: the FP32 logits (N, T, V) of the N lines of T token ids of "
+                        "IDS.txt, one forward each on one rank (DIR may also be a Hugging Face "
+                        "folder)\n");
         return help ? STATUS_OK : STATUS_BAD_INPUT;
     }
     struct error err = {0};

@@ -18,7 +18,7 @@ static const struct command commands[] = {
     {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running"},
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
     {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset"},
-    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf]   inspect, check or export a checkpoint"},
+    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf] | ckpt logits DIR --tokens IDS.txt --out OUT.safetensors   inspect, check, export a checkpoint or compute its logits"},
     {"import", cmd_import, "import HF_DIR OUT_DIR       a Hugging Face LlamaForCausalLM folder as a checkpoint"},
     {"plot", cmd_plot, "plot RUN_DIR [--out PNG] [--data FILE]       loss, lr, grad norm, tokens/s curves as a PNG"},
     {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hf_export.sh: `trident ckpt export DIR OUT --format hf` writes a Hugging
 # Face LlamaForCausalLM folder whose weights and config are right, checked
-# with numpy alone by tests/e2e/lib/hf_check.py (no torch in make test):
+# with numpy alone by tests/e2e/lib/hf_check.py (an independent forward;
+# tests/e2e/hf_transformers.sh loads the exports with transformers itself):
 #  (a) tied embeddings, GQA (4 heads, 2 key/value heads), trained in a
 #      (tp, pp, dp) = (2, 2, 1) layout: the safetensors (parsed by an
 #      independent reader: alignment, offsets tiling the data) hold every
