@@ -14,7 +14,11 @@
 #      checkpoint without --tokenizer, another tokenizer than the checkpoint's,
 #      a tokenizer with more ids than the model's vocab_size, an empty prompt,
 #      a prompt + --max-new-tokens beyond max_seq_len, a --prompts line without
-#      "prompt".
+#      "prompt";
+#  (e) `trident import` of the export: a weights-only checkpoint that ckpt
+#      verify accepts and ckpt info names so, that generates what the folder
+#      does, that a resume refuses (exit 2, naming model.init_from, the
+#      checkpoint unchanged) and init_from starts from.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -105,4 +109,23 @@ refused "--prompts without prompt" "bad.jsonl:1: expected an object with a strin
     gen "$tmp/hf" --prompts "$tmp/bad.jsonl"
 refused "bad --temperature" "temperature -1" gen "$tmp/hf" --prompt x --temperature -1
 echo "(d) bad inputs refused with exit 2"
+
+# (e) `trident import` writes a weights-only checkpoint: verify and info say so
+# (exit 0), generate from it equals the folder's, a resume from it is refused
+# with exit 2 naming model.init_from and leaves it unchanged.
+"$TRIDENT" import "$tmp/hf" "$tmp/ckI" > /dev/null || fail "(e) import"
+"$TRIDENT" ckpt verify "$tmp/ckI" > "$tmp/out" 2>&1 && grep -q "weights only (use as model.init_from)" "$tmp/out" ||
+    fail "(e) ckpt verify of the import: $(cat "$tmp/out")"
+"$TRIDENT" ckpt info "$tmp/ckI" | grep -q "weights only (use as model.init_from)" || fail "(e) ckpt info"
+gen "$tmp/ckI" --tokenizer "$tmp/shards" "${prompts[@]}" --max-new-tokens 24 --json > "$tmp/imp.jsonl" ||
+    fail "(e) generate from the import"
+cmp "$tmp/imp.jsonl" "$tmp/hf.jsonl" || fail "(e) the import generates otherwise than its folder"
+before=$(cd "$tmp/ckI" && find . -type f -exec md5sum {} + | sort)
+rc=0; small_train "$tmp/runI" "$tmp/ckI" 1 1 1 0 model.tie_embeddings=false train.steps=2 train.warmup_steps=1 > "$tmp/logI" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "weights only .*model.init_from = $tmp/ckI/step-000000" "$tmp/logI" ||
+    { tail -3 "$tmp/logI"; fail "(e) resume from the import: rc $rc"; }
+[ "$(cd "$tmp/ckI" && find . -type f -exec md5sum {} + | sort)" = "$before" ] || fail "(e) the refused resume changed the import"
+small_train "$tmp/runJ" "$tmp/ckJ" 1 1 1 0 model.tie_embeddings=false train.steps=2 train.warmup_steps=1 model.init_from="$tmp/ckI" \
+    > "$tmp/logJ" 2>&1 || { tail -3 "$tmp/logJ"; fail "(e) init_from the import"; }
+echo "(e) import: weights only, verified, generates as its folder; resume refused, init_from runs"
 echo "PASS"
