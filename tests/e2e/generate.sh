@@ -18,7 +18,8 @@
 #  (e) `trident import` of the export: a weights-only checkpoint that ckpt
 #      verify accepts and ckpt info names so, that generates what the folder
 #      does, that a resume refuses (exit 2, naming model.init_from, the
-#      checkpoint unchanged) and init_from starts from.
+#      checkpoint unchanged) and init_from starts from; such a run first
+#      measures the validation loss of the weights it starts from (step 0).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -125,7 +126,15 @@ rc=0; small_train "$tmp/runI" "$tmp/ckI" 1 1 1 0 model.tie_embeddings=false trai
 [ "$rc" -eq 2 ] && grep -q "weights only .*model.init_from = $tmp/ckI/step-000000" "$tmp/logI" ||
     { tail -3 "$tmp/logI"; fail "(e) resume from the import: rc $rc"; }
 [ "$(cd "$tmp/ckI" && find . -type f -exec md5sum {} + | sort)" = "$before" ] || fail "(e) the refused resume changed the import"
-small_train "$tmp/runJ" "$tmp/ckJ" 1 1 1 0 model.tie_embeddings=false train.steps=2 train.warmup_steps=1 model.init_from="$tmp/ckI" \
+# init_from it, one step at lr 1e-30 (no FP32 weight changes): the validation
+# loss measured before training (step 0) is that of the weights after step 1,
+# and far below a fresh model's (ln 510 = 6.2).
+timeout 120 "${MPIRUN[@]}" -np 1 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" train.global_batch_size=16 \
+    log.run_dir="$tmp/runJ" checkpoint.dir="$tmp/ckJ" model.tie_embeddings=false train.steps=1 train.warmup_steps=0 \
+    train.lr=1e-30 train.min_lr=1e-30 train.eval_every=1 train.eval_steps=2 model.init_from="$tmp/ckI" \
     > "$tmp/logJ" 2>&1 || { tail -3 "$tmp/logJ"; fail "(e) init_from the import"; }
-echo "(e) import: weights only, verified, generates as its folder; resume refused, init_from runs"
+jq -se 'map(select(has("val_loss"))) | length == 2 and .[0].step == 0 and .[1].step == 1 and
+        .[0].val_loss == .[1].val_loss and .[0].val_loss < 5' "$tmp/runJ/metrics.jsonl" > /dev/null ||
+    fail "(e) the step-0 validation of init_from weights: $(jq -c 'select(has("val_loss"))' "$tmp/runJ/metrics.jsonl")"
+echo "(e) import: weights only, verified, generates as its folder; resume refused; init_from it: validation loss $(jq -sr 'map(select(has("val_loss")) | "\(.val_loss) at step \(.step)") | join(", ")' "$tmp/runJ/metrics.jsonl")"
 echo "PASS"
