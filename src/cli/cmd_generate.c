@@ -35,7 +35,8 @@ static void usage(FILE *f) {
                "      (a \"response\" field is printed as the expected answer)\n"
                "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
                "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
-               "      Hugging Face folder's tokenizer.json; a trident checkpoint needs it)\n"
+               "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the [data] tokenizer\n"
+               "      or path of the run folder's config.ini above it, checked against the checkpoint)\n"
                "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
                "      fit the model's max_seq_len (refused otherwise)\n"
                "  --temperature T (0: greedy), --top-k K (0: all), --seed S (0): sampling\n"
@@ -79,6 +80,37 @@ static enum status read_prompts(const char *path, struct prompt **ps, int *n, st
     fclose(f);
     if (!st && *n == 0) st = error_set(err, STATUS_BAD_INPUT, "%s: no prompts", path);
     return st;
+}
+
+// The tokenizer of the run that wrote a trident checkpoint: the run folder's
+// config.ini (docs/design.md §9) one or two levels above model_dir (RUN/
+// checkpoints, or RUN/checkpoints/step-NNNNNN), its [data] tokenizer or else
+// [data] path's tokenizer.json (relative paths as the run was launched: from
+// the current folder). Writes it to out and returns true when that file
+// exists; the caller still checks its identity against the checkpoint's.
+static bool run_folder_tokenizer(const char *model_dir, char *out, size_t cap) {
+    for (int up = 1; up <= 2; up++) {
+        char cfg[CKPT_PATH_MAX + 32];
+        snprintf(cfg, sizeof cfg, "%s%s/config.ini", model_dir, up == 1 ? "/.." : "/../..");
+        FILE *f = fopen(cfg, "r");
+        if (!f) continue;
+        char line[4600], section[64] = "", tok[4200] = "", path[4200] = "";
+        while (fgets(line, sizeof line, f)) {
+            char key[64], value[4200];
+            if (sscanf(line, " [%63[^]]]", section) == 1) continue;
+            if (strcmp(section, "data") || sscanf(line, " %63[a-z_] = %4199s", key, value) != 2) continue;
+            if (!strcmp(key, "tokenizer")) snprintf(tok, sizeof tok, "%s", value);
+            else if (!strcmp(key, "path")) snprintf(path, sizeof path, "%s", value);
+        }
+        fclose(f);
+        if (tok[0]) snprintf(out, cap, "%s", tok);
+        else if (path[0]) snprintf(out, cap, "%s/tokenizer.json", path);
+        else continue;
+        struct stat sb;
+        if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
+    }
+    out[0] = '\0';
+    return false;
 }
 
 // Decoded text of ids, invalid UTF-8 and control bytes as U+FFFD (as the
@@ -176,10 +208,11 @@ int cmd_generate(int argc, char **argv) {
         else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
     } else if (g.tokenizer_json[0]) {
         snprintf(tok_file, sizeof tok_file, "%s", g.tokenizer_json);
-    } else {
+    } else if (g.hf || !run_folder_tokenizer(model_dir, tok_file, sizeof tok_file)) {
         error_set(&err, STATUS_BAD_INPUT, "%s: %s; give --tokenizer DATASET_DIR (or its tokenizer.json)",
                   model_dir, g.hf ? "the Hugging Face folder holds no tokenizer.json"
-                                  : "a trident checkpoint records its tokenizer's identity, not its file");
+                                  : "a trident checkpoint records its tokenizer's identity, not its "
+                                    "file, and no run folder config.ini above it names one");
         goto out;
     }
     if (tokenizer_load(tok_file, &tok, &err)) goto out;

@@ -11,7 +11,7 @@
 #      (tests/e2e/lib/hf_check.py generate); --chat's prompt ids are HF
 #      tokenizers' encoding of "User: P\nAssistant:" after end-of-text;
 #  (d) refused with exit 2 naming the file, key or value: a missing folder, a
-#      checkpoint without --tokenizer, another tokenizer than the checkpoint's,
+#      checkpoint outside a run folder without --tokenizer, another tokenizer than the checkpoint's,
 #      a tokenizer with more ids than the model's vocab_size, an empty prompt,
 #      a prompt + --max-new-tokens beyond max_seq_len, a --prompts line without
 #      "prompt";
@@ -19,7 +19,8 @@
 #      verify accepts and ckpt info names so, that generates what the folder
 #      does, that a resume refuses (exit 2, naming model.init_from, the
 #      checkpoint unchanged) and init_from starts from; such a run first
-#      measures the validation loss of the weights it starts from (step 0).
+#      measures the validation loss of the weights it starts from (step 0);
+#      generate from its checkpoint takes the tokenizer from its run folder.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -130,11 +131,16 @@ rc=0; small_train "$tmp/runI" "$tmp/ckI" 1 1 1 0 model.tie_embeddings=false trai
 # loss measured before training (step 0) is that of the weights after step 1,
 # and far below a fresh model's (ln 510 = 6.2).
 timeout 120 "${MPIRUN[@]}" -np 1 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" train.global_batch_size=16 \
-    log.run_dir="$tmp/runJ" checkpoint.dir="$tmp/ckJ" model.tie_embeddings=false train.steps=1 train.warmup_steps=0 \
+    log.run_dir="$tmp/runJ" checkpoint.dir="$tmp/runJ/checkpoints" model.tie_embeddings=false train.steps=1 train.warmup_steps=0 \
     train.lr=1e-30 train.min_lr=1e-30 train.eval_every=1 train.eval_steps=2 model.init_from="$tmp/ckI" \
     > "$tmp/logJ" 2>&1 || { tail -3 "$tmp/logJ"; fail "(e) init_from the import"; }
 jq -se 'map(select(has("val_loss"))) | length == 2 and .[0].step == 0 and .[1].step == 1 and
         .[0].val_loss == .[1].val_loss and .[0].val_loss < 5' "$tmp/runJ/metrics.jsonl" > /dev/null ||
     fail "(e) the step-0 validation of init_from weights: $(jq -c 'select(has("val_loss"))' "$tmp/runJ/metrics.jsonl")"
+# Its checkpoint inside its run folder: generate finds the tokenizer in the run's config.ini.
+gen "$tmp/runJ/checkpoints" --prompt "And God said" --max-new-tokens 8 --json > "$tmp/j1.jsonl" ||
+    fail "(e) generate without --tokenizer from a run folder's checkpoint"
+gen "$tmp/runJ/checkpoints" --tokenizer "$tmp/shards" --prompt "And God said" --max-new-tokens 8 --json \
+    > "$tmp/j2.jsonl" && cmp "$tmp/j1.jsonl" "$tmp/j2.jsonl" || fail "(e) the run folder's tokenizer differs"
 echo "(e) import: weights only, verified, generates as its folder; resume refused; init_from it: validation loss $(jq -sr 'map(select(has("val_loss")) | "\(.val_loss) at step \(.step)") | join(", ")' "$tmp/runJ/metrics.jsonl")"
 echo "PASS"
