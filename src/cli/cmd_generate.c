@@ -139,7 +139,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL;
     struct prompt *ps = NULL;
     int n_prompts = 0, max_new = 64, top_k = 0, threads = 0;
-    bool chat = false, json = false;
+    bool chat = false, json = false, show_usage = false;
     double temperature = 0;
     unsigned long long seed = 0;
     struct error err = {0};
@@ -180,16 +180,17 @@ int cmd_generate(int argc, char **argv) {
                 error_set(&err, STATUS_BAD_INPUT, "--threads %s: expected an integer >= 0", v);
             threads = (int)x, i++;
         } else if (a[0] != '-' && !model_dir) model_dir = a;
-        else error_set(&err, STATUS_BAD_INPUT, "unknown or incomplete option '%s'", a);
+        else error_set(&err, STATUS_BAD_INPUT, "unknown or incomplete option '%s'", a), show_usage = true;
     }
-    if (!err.status && !model_dir) error_set(&err, STATUS_BAD_INPUT, "no MODEL_DIR");
-    if (!err.status && !n_prompts) error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl");
+    if (!err.status && !model_dir) error_set(&err, STATUS_BAD_INPUT, "no MODEL_DIR"), show_usage = true;
+    if (!err.status && !n_prompts)
+        error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl"), show_usage = true;
     for (int i = 0; i < n_prompts && !err.status; i++)
         if (!ps[i].text[0])
             error_set(&err, STATUS_BAD_INPUT, "prompt %d is empty: give the text to continue", i + 1);
     if (err.status) {
         fprintf(stderr, "trident: generate: %s\n", err.msg);
-        if (err.msg[0] == 'u' || err.msg[0] == 'n') usage(stderr);
+        if (show_usage) usage(stderr);
         for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected);
         free(ps);
         return err.status;
@@ -199,7 +200,7 @@ int cmd_generate(int argc, char **argv) {
     struct tokenizer *tok = NULL;
     int32_t **ids = xcalloc((size_t)n_prompts, sizeof *ids);
     int *n_ids = xcalloc((size_t)n_prompts, sizeof *n_ids), window = 0;
-    char tok_file[CKPT_PATH_MAX + 32] = "";
+    char tok_file[2 * CKPT_PATH_MAX + 256] = "";
     if (generator_open(model_dir, &g, &err)) goto out;
     if (tok_path) {
         struct stat sb;
