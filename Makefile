@@ -3,6 +3,8 @@
 #                  make .venv/ with the test suite's Python packages (tests/requirements.txt)
 #                  and .venv-hf/ (Debian's torch + transformers, tests/requirements-hf.txt)
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
+#   make sft       fine-tune make run's model on KJV instruction pairs (configs/sft-tiny.ini):
+#                  held-out answers and response validation loss before and after (jobs/sft_example.sh)
 #   make test      deps, build (and build-asan/trident for the fuzz test), run the test
 #                  suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
@@ -108,7 +110,7 @@ MPI_BIN   := $(MPI_SRC:tests/mpi/%.c=$(BUILD)/mpi/%)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps run test test-long test-asan bench clean tests benches
+.PHONY: all deps run sft test test-long test-asan bench clean tests benches
 all: $(BUILD)/trident tests benches
 
 # Header dependencies come from the compiler (-MMD -MP): $(BUILD)/**/*.d.
@@ -204,6 +206,11 @@ bench: deps
 run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run_default.sh $(ARGS)
+
+# The SFT example (README "Fine-tuning") on make run's latest model: answers
+# before, fine-tuning, validation loss before and after, answers after.
+sft: $(BUILD)/trident
+	@BUILD=$(BUILD) jobs/sft_example.sh $(ARGS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

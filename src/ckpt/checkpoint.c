@@ -109,6 +109,7 @@ static int write_state(hid_t file, const struct ckpt_state *s) {
               attr_write(g, "lr_schedule", H5T_NATIVE_INT64, 1, &s->lr_schedule) ||
               attr_write(g, "lr_rebase_step", H5T_NATIVE_INT64, 1, &s->lr_rebase_step) ||
               attr_write(g, "lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &s->lr_rebase_lr);
+    if (!bad && s->loss_on >= 0) bad = attr_write(g, "loss_on", H5T_NATIVE_INT64, 1, &s->loss_on);
     H5Gclose(g);
     return bad;
 }
@@ -200,6 +201,8 @@ static char *manifest_text(const struct ckpt_save_args *a, const struct ckpt_fil
              (long long)a->step, world);
     text_add(&t, "tp = %d\npp = %d\ndp = %d\nzero_stage = %d\ntokenizer = %s\n", a->tp, a->pp,
              a->dp, a->zero_stage, a->tokenizer_id ? a->tokenizer_id : "");
+    if (a->weights_only) // only then: older readers see the manifests they know
+        text_add(&t, "weights_only = 1\n");
     text_add(&t, "\n[model]\nvocab_size = %d\nd_model = %d\nn_layers = %d\nn_heads = %d\n",
              m->vocab_size, m->d_model, m->n_layers, m->n_heads);
     text_add(&t, "n_kv_heads = %d\nffn_dim = %d\nmax_seq_len = %d\nrope_theta = %.17g\n",

@@ -88,6 +88,9 @@ struct ckpt_state {
     // of the same schedule. 0, 0: none.
     int64_t lr_rebase_step;
     double lr_rebase_lr;
+    // [train] loss_on of the run (config.h enum loss_on: 0 all, 1 response),
+    // compared by a resume; -1 in files written before it was stored.
+    int64_t loss_on;
 };
 
 struct ckpt_save_args {
@@ -101,6 +104,8 @@ struct ckpt_save_args {
     int n_pieces;
     const struct ckpt_state *state;
     int keep_last;       // rotation after commit; 0 keeps all
+    bool weights_only;   // parameters alone, no moments (trident import): the
+                         // manifest says so; for model.init_from, never resumed
 };
 
 // What a rank file turned out as, for the manifest.
@@ -167,6 +172,7 @@ struct ckpt_info {
     struct llama_config model; // shape fields only
     char tokenizer_id[128];
     char path[CKPT_PATH_MAX];  // the checkpoint folder
+    bool weights_only;         // [checkpoint] weights_only = 1: param/ tensors only
 };
 const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
 
@@ -179,7 +185,7 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
 
 // Checks that the checkpoint holds exactly the tensors of the model its
 // manifest describes (model_param_table): param/, adam_m/ and adam_v/ of
-// every parameter, each of its global shape and fp32 or fp64, and nothing
+// every parameter (param/ alone for a weights_only one), each of its global shape and fp32 or fp64, and nothing
 // else (coverage of each tensor's elements is checkpoint_open's). `ckpt
 // verify` and a resume call it (issue 18: a deleted or extra tensor passed
 // verify). Errors: STATUS_BAD_INPUT naming the manifest and the tensor.

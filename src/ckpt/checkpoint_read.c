@@ -85,6 +85,7 @@ static int manifest_handler(void *user, const char *section, const char *key, co
     INT_KEY("checkpoint", "pp", in->pp, 1, LLAMA_MAX_PARALLEL)
     INT_KEY("checkpoint", "dp", in->dp, 1, LLAMA_MAX_PARALLEL)
     INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 1)
+    INT_KEY("checkpoint", "weights_only", in->weights_only, 0, 1)
     INT_KEY("model", "vocab_size", in->model.vocab_size, 2, LLAMA_MAX_VOCAB)
     INT_KEY("model", "d_model", in->model.d_model, 1, LLAMA_MAX_D_MODEL)
     INT_KEY("model", "n_layers", in->model.n_layers, 1, LLAMA_MAX_LAYERS)
@@ -520,9 +521,10 @@ enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] is not a model trident builds: %s", r->manifest, why);
     }
     static const char *const prefixes[] = {"param", "adam_m", "adam_v"};
+    int kinds = r->info.weights_only ? 1 : 3; // weights only: param/ alone
     char name[CKPT_NAME_MAX];
     for (int i = 0; !st && i < n; i++)
-        for (int k = 0; !st && k < 3; k++) {
+        for (int k = 0; !st && k < kinds; k++) {
             snprintf(name, sizeof name, "%s/%s", prefixes[k], params[i].name);
             const struct stored_piece *sp =
                 r->n_pieces ? bsearch(name, r->pieces, (size_t)r->n_pieces, sizeof *r->pieces, cmp_piece_name)
@@ -540,10 +542,10 @@ enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *
     int distinct = 0;
     for (int i = 0; i < r->n_pieces; i++)
         distinct += i == 0 || strcmp(r->pieces[i].p.name, r->pieces[i - 1].p.name);
-    for (int i = 0; !st && distinct != 3 * n && i < r->n_pieces; i++) { // name the first stranger
+    for (int i = 0; !st && distinct != kinds * n && i < r->n_pieces; i++) { // name the first stranger
         bool known = false;
         for (int j = 0; !known && j < n; j++)
-            for (int k = 0; !known && k < 3; k++) {
+            for (int k = 0; !known && k < kinds; k++) {
                 snprintf(name, sizeof name, "%s/%s", prefixes[k], params[j].name);
                 known = !strcmp(name, r->pieces[i].p.name);
             }
@@ -720,6 +722,8 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
               READ("lr_schedule", H5T_NATIVE_INT64, 1, &out->lr_schedule) ||
               READ("lr_rebase_step", H5T_NATIVE_INT64, 1, &out->lr_rebase_step) ||
               READ("lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &out->lr_rebase_lr);
+    out->loss_on = -1; // absent: written before loss_on was stored
+    if (!bad && attr_read_optional(g, "loss_on", H5T_NATIVE_INT64, &out->loss_on)) bad = 1, bad_attr = "loss_on";
 #undef READ
     char what[128] = "";
     if (bad && g >= 0 && bad_attr) h5util_attr_describe(g, bad_attr, what, sizeof what);
@@ -748,7 +752,8 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
                   {"train_steps", out->train_steps, out->has_schedule ? 1 : 0, INT_MAX},
                   {"warmup_steps", out->warmup_steps, 0, INT_MAX},
                   {"lr_schedule", out->lr_schedule, LR_SCHEDULE_COSINE, LR_SCHEDULE_CONSTANT},
-                  {"lr_rebase_step", out->lr_rebase_step, 0, INT_MAX}};
+                  {"lr_rebase_step", out->lr_rebase_step, 0, INT_MAX},
+                  {"loss_on", out->loss_on, -1, 1}};
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
         if (ranges[i].v < ranges[i].lo || ranges[i].v > ranges[i].hi)
             return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state %s = %" PRId64 ", expected "

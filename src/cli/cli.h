@@ -19,6 +19,9 @@ int cmd_ckpt(int argc, char **argv);
 // trident import HF_DIR OUT_DIR   (src/cli/cmd_ckpt.c)
 int cmd_import(int argc, char **argv);
 
+// trident generate MODEL_DIR --prompt TEXT ... [options]   (src/cli/cmd_generate.c; one process)
+int cmd_generate(int argc, char **argv);
+
 // trident train CONFIG.ini [section.key=value ...]   (src/cli/cmd_train.c; a failure
 // ends every rank of the job from inside, mpi_exit_all)
 int cmd_train(int argc, char **argv);

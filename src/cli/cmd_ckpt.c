@@ -37,6 +37,8 @@ static void print_info(const struct ckpt_reader *r) {
            "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
            m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);
     printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
+    if (in->weights_only)
+        printf("  weights only (use as model.init_from): no optimizer state, not a checkpoint to resume\n");
     printf("  %-60s %-12s %-5s %6s %12s\n", "tensor", "shape", "dtype", "pieces", "bytes");
     int n = checkpoint_n_pieces(r);
     size_t total = 0;
@@ -404,8 +406,8 @@ int cmd_ckpt(int argc, char **argv) {
             return err.status;
         }
         printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
-               "complete and finite, the tensors of the manifest's model\n", in->path, (long long)in->step, in->world_size,
-               checkpoint_n_pieces(r));
+               "complete and finite, the tensors of the manifest's model%s\n", in->path, (long long)in->step, in->world_size,
+               checkpoint_n_pieces(r), in->weights_only ? "; weights only (use as model.init_from)" : "");
     }
     checkpoint_close(r);
     return STATUS_OK;
@@ -419,8 +421,9 @@ int cmd_import(int argc, char **argv) {
         bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
         fprintf(help ? stdout : stderr, "usage: trident import HF_DIR OUT_DIR\n"
                 "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors)\n"
-                "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32) and "
-                "latest, for [model] init_from or ckpt export\n");
+                "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so "
+                "in its manifest) and latest, for [model] init_from, generate or ckpt export; "
+                "a resume from it is refused (no optimizer state)\n");
         return help ? STATUS_OK : STATUS_BAD_INPUT;
     }
     struct error err = {0};
@@ -437,6 +440,7 @@ int cmd_import(int argc, char **argv) {
         fprintf(stderr, "trident: import: %s\n", err.msg);
         return err.status;
     }
-    printf("imported %s as the checkpoint %s/step-000000\n", argv[1], argv[2]);
+    printf("imported %s as the checkpoint %s/step-000000 (weights only: use it as model.init_from)\n",
+           argv[1], argv[2]);
     return STATUS_OK;
 }

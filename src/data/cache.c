@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,8 @@ void cache_sleep_ms(long ms) {
 }
 
 static int fault_delay_ms, fault_eio_shard = -1;
+static int fault_at_shard = -1, fault_at_first, fault_at_count; // cold_eio_at:K:N:M
+static atomic_int fault_at_seen; // cold accesses of fault_at_shard so far
 
 static void fault_load(void) {
     const char *spec = getenv("TRIDENT_DATA_FAULT");
@@ -64,11 +67,14 @@ static void fault_load(void) {
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (sscanf(tok, "cold_delay_ms:%d", &fault_delay_ms) == 1 && fault_delay_ms >= 0) continue;
+        if (sscanf(tok, "cold_eio_at:%d:%d:%d", &fault_at_shard, &fault_at_first, &fault_at_count) == 3 &&
+            fault_at_shard >= 0 && fault_at_first >= 1 && fault_at_count >= 1)
+            continue;
         if (sscanf(tok, "cold_eio:%d", &fault_eio_shard) == 1 && fault_eio_shard >= 0) continue;
-        fprintf(stderr, "trident: TRIDENT_DATA_FAULT='%s': '%s' is not cold_delay_ms:N or cold_eio:K; ignored\n",
-                spec, tok);
+        fprintf(stderr, "trident: TRIDENT_DATA_FAULT='%s': '%s' is not cold_delay_ms:N, cold_eio:K or "
+                "cold_eio_at:K:N:M; ignored\n", spec, tok);
         fault_delay_ms = 0;
-        fault_eio_shard = -1;
+        fault_eio_shard = fault_at_shard = -1;
         break;
     }
 }
@@ -77,6 +83,10 @@ int cache_cold_fault(int i) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, fault_load);
     if (fault_delay_ms > 0) cache_sleep_ms(fault_delay_ms);
+    if (i == fault_at_shard) {
+        int n = atomic_fetch_add(&fault_at_seen, 1) + 1;
+        if (n >= fault_at_first && n < fault_at_first + fault_at_count) return EIO;
+    }
     return i == fault_eio_shard ? EIO : 0;
 }
 

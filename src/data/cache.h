@@ -77,7 +77,10 @@ void cache_counts(const struct cache *c, int64_t *staged, int64_t *evicted, int6
 //   cold_delay_ms:N   every cold-tier access (a shard's open or validation,
 //                     each token read from it, each copy the stager makes)
 //                     first sleeps N ms, like a slow parallel file system;
-//   cold_eio:K        every cold-tier access of shard K fails with EIO.
+//   cold_eio:K        every cold-tier access of shard K fails with EIO;
+//   cold_eio_at:K:N:M the cold-tier accesses N .. N+M-1 (1-based, counted
+//                     over the process) of shard K fail with EIO, the others
+//                     succeed: a transient error (unit tests).
 // Sleeps as set, then returns 0 or EIO for shard i. A bad setting is
 // reported once on stderr and ignored (no fault).
 int cache_cold_fault(int i);

@@ -268,7 +268,7 @@ static enum status cold_retry(struct dataset *ds, int i, cold_attempt_fn attempt
 }
 
 // cold_retry's attempts: open shard i from the cold tier (ctx: its path), and
-// read tokens from it (ctx: struct cold_read).
+// read tokens or loss-mask entries from it (ctx: struct cold_read).
 static enum status cold_open(struct dataset *ds, int i, void *path, struct error *err) {
     return open_try(ds, i, path, false, err);
 }
@@ -276,7 +276,8 @@ static enum status cold_open(struct dataset *ds, int i, void *path, struct error
 struct cold_read {
     struct shard *h5;
     uint64_t at, n;
-    int32_t *out;
+    int32_t *out;    // tokens, or NULL
+    uint8_t *mask;   // or /loss_mask entries
     void *buf;
     hid_t memspace;
 };
@@ -284,8 +285,9 @@ struct cold_read {
 static enum status cold_read(struct dataset *ds, int i, void *ctx, struct error *err) {
     const struct cold_read *r = ctx;
     int fault = cache_cold_fault(i);
-    return fault ? error_set(err, STATUS_RUNTIME, "%s", strerror(fault))
-                 : shard_read_tokens(r->h5, r->at, r->n, r->out, r->buf, r->memspace, err);
+    if (fault) return error_set(err, STATUS_RUNTIME, "%s", strerror(fault));
+    return r->mask ? shard_read_mask(r->h5, r->at, r->n, r->mask, r->memspace, err)
+                   : shard_read_tokens(r->h5, r->at, r->n, r->out, r->buf, r->memspace, err);
 }
 
 enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, struct error *err) {
@@ -325,7 +327,7 @@ enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int
     struct shard *h5;
     enum status s = dataset_shard_get(ds, i, &h5, err);
     if (s || ds->shards[i].hot) return s ? s : shard_read_tokens(h5, at, n, out, buf, memspace, err);
-    struct cold_read r = {h5, at, n, out, buf, memspace};
+    struct cold_read r = {h5, at, n, out, NULL, buf, memspace};
     return cold_retry(ds, i, cold_read, &r, err);
 }
 
@@ -333,7 +335,9 @@ enum status dataset_read_mask(struct dataset *ds, int i, uint64_t at, uint64_t n
                               struct error *err) {
     struct shard *h5;
     enum status s = dataset_shard_get(ds, i, &h5, err);
-    return s ? s : shard_read_mask(h5, at, n, out, memspace, err);
+    if (s || ds->shards[i].hot) return s ? s : shard_read_mask(h5, at, n, out, memspace, err);
+    struct cold_read r = {h5, at, n, NULL, out, NULL, memspace}; // as tokens: retried on the cold tier
+    return cold_retry(ds, i, cold_read, &r, err);
 }
 
 enum status dataset_validate_all(struct dataset *ds, struct error *err) {

@@ -85,7 +85,8 @@ enum status dataset_shard_get(struct dataset *ds, int i, struct shard **out, str
 enum status dataset_read(struct dataset *ds, int i, uint64_t at, uint64_t n, int32_t *out, void *buf,
                          hid_t memspace, struct error *err);
 // Reads /loss_mask[at, at + n) of shard i into out (n,) uint8 (all ones for
-// a shard without one) through dataset_shard_get. Errors: as dataset_read.
+// a shard without one) through dataset_shard_get; on the cold tier retried
+// as token reads are (cold_retry). Errors: as dataset_read.
 enum status dataset_read_mask(struct dataset *ds, int i, uint64_t at, uint64_t n, uint8_t *out, hid_t memspace,
                               struct error *err);
 

@@ -38,6 +38,13 @@
 // only and trident has no Jinja interpreter.
 enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL, PREP_FORMAT_AUTO, PREP_FORMAT_CHAT };
 
+// The default template's text of a {"prompt": P} record up to the response:
+// "User: P\nAssistant:" (n bytes of P), the segment --format chat does not
+// train on; a model fine-tuned on such data continues it with " R" and
+// end-of-text (`trident generate --chat` encodes it as prep does). Returns a
+// malloc'd NUL-terminated string of *len bytes.
+char *prep_chat_prompt(const char *prompt, size_t n, size_t *len);
+
 // Chat documents as doc_reader_next gives them: segments separated by this
 // byte, not trained on and trained on in turn, the first not trained on.
 #define PREP_CHAT_SEP '\x01'

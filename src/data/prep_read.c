@@ -199,6 +199,16 @@ static enum status chat_put(struct doc_reader *r, const char *s, size_t n, struc
     return STATUS_OK;
 }
 
+char *prep_chat_prompt(const char *prompt, size_t n, size_t *len) {
+    static const char user[] = "User: ", assistant[] = "\nAssistant:";
+    *len = sizeof user - 1 + n + sizeof assistant - 1;
+    char *s = xmalloc(*len + 1);
+    memcpy(s, user, sizeof user - 1);
+    memcpy(s + sizeof user - 1, prompt, n);
+    memcpy(s + sizeof user - 1 + n, assistant, sizeof assistant);
+    return s;
+}
+
 // One chat record rendered with the default template (prep.h): segments
 // separated by PREP_CHAT_SEP, masked and trained on in turn, the first masked.
 static enum status chat_doc(struct doc_reader *r, const char *s, size_t n, struct error *err) {
@@ -213,9 +223,11 @@ static enum status chat_doc(struct doc_reader *r, const char *s, size_t n, struc
     json_t *msgs = json_object_get(obj, "messages");
     char sep = PREP_CHAT_SEP;
     if (json_is_string(prompt) && json_is_string(response)) {
-        if (!(st = chat_put(r, "User: ", 6, err)) &&
-            !(st = chat_put(r, json_string_value(prompt), json_string_length(prompt), err)) &&
-            !(st = chat_put(r, "\nAssistant:", 11, err))) {
+        size_t k;
+        char *head = prep_chat_prompt(json_string_value(prompt), json_string_length(prompt), &k);
+        st = chat_put(r, head, k, err);
+        free(head);
+        if (!st) {
             doc_set(r, &sep, 1, 0);
             if (!(st = chat_put(r, " ", 1, err)))
                 st = chat_put(r, json_string_value(response), json_string_length(response), err);

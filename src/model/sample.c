@@ -1,4 +1,4 @@
-// sample.c: autoregressive sampling for the training log (sample.h).
+// sample.c: autoregressive sampling for the training log and `trident generate` (sample.h).
 #include "sample.h"
 
 #include <math.h>
@@ -35,19 +35,19 @@ static int pick(double *logits, int V, double temperature, int top_k, double u) 
     return best;
 }
 
-int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd) {
+int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
+                    double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
+                    bool *ended, struct watchdog *wd) {
     int B, T, V;
     model_microbatch_shape(m, &B, &T, &V);
+    CHECK(n_prompt >= 1 && n_prompt <= T, "sample_continue: %d prompt tokens, window %d", n_prompt, T);
     int32_t *tokens = xcalloc((size_t)B * T, sizeof *tokens);
     int32_t *targets = xmalloc(sizeof *targets * B * T);
-    int32_t *out = xmalloc(sizeof *out * (size_t)MAX(1, n_tokens)); // the generated ids
     double *logits = xmalloc(sizeof *logits * V);
     for (int i = 0; i < B * T; i++) targets[i] = IGNORE_INDEX;
-    int eot = tokenizer_eot_id(tok);
-    tokens[0] = eot >= 0 ? eot : 0;
-    int len = 1, n_out = 0;
-    bool ended = false;
+    memcpy(tokens, prompt, sizeof *tokens * n_prompt);
+    int len = n_prompt, n_out = 0;
+    *ended = false;
     uint64_t state = seed;
     for (int i = 0; i < n_tokens; i++) {
         if (len == T) { // window full: keep the last half as context
@@ -62,12 +62,23 @@ int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, dou
         state = rng_splitmix64(state);
         int next = pick(logits, V, temperature, top_k, (double)(state >> 11) * 0x1.0p-53);
         if (next == eot) {
-            ended = true;
+            *ended = true;
             break;
         }
         tokens[len++] = next;
         out[n_out++] = next;
     }
+    free(tokens), free(targets), free(logits);
+    return n_out;
+}
+
+int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
+                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd) {
+    int32_t *out = xmalloc(sizeof *out * (size_t)MAX(1, n_tokens)); // the generated ids
+    int eot = tokenizer_eot_id(tok);
+    int32_t start = eot >= 0 ? eot : 0;
+    bool ended;
+    int n_out = sample_continue(m, &start, 1, n_tokens, temperature, top_k, seed, eot, out, &ended, wd);
     // Decoded at once (a character may span tokens), invalid UTF-8 as U+FFFD.
     char *text;
     size_t n;
@@ -78,6 +89,6 @@ int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, dou
         free(clean), free(text);
     }
     if (f && ended) fputs(n_out == 0 ? "<|endoftext|> (first token)" : " <|endoftext|>", f);
-    free(tokens), free(targets), free(out), free(logits);
+    free(out);
     return n_out;
 }

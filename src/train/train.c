@@ -676,6 +676,22 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
     if (start_step >= c->train.steps && is_root(t))
         printf("nothing to do: the checkpoint is at step %d and [train] steps = %d\n",
                start_step, c->train.steps);
+    // A fresh run from other weights (model.init_from) measures them first:
+    // the baseline a fine-tuning's validation loss falls from, logged as step 0.
+    if (start_step == 0 && c->model.init_from[0] && d->has_val && c->train.eval_every > 0 &&
+        c->train.steps > 0) {
+        double val = 0;
+        watchdog_phase(t->watchdog, "evaluation of the init_from weights", WATCHDOG_FIRST_STEP, 1);
+        enum status st = evaluate(t, &val, err);
+        if (st) return st;
+        if (is_root(t)) {
+            printf("step     0/%d | validation loss %.4f (the init_from weights, before training)\n",
+                   c->train.steps, val);
+            fprintf(t->log.metrics, "{\"step\": 0, \"val_loss\": %.4f}\n", val);
+            metrics_sink_eval(t->log.sink, 0, val);
+            fflush(stdout), fflush(t->log.metrics);
+        }
+    }
     for (int step = start_step; step < c->train.steps; step++) {
         double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
         comm_busy(t, &coll0, &pipe0);

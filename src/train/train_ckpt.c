@@ -82,7 +82,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
         .has_schedule = true, .train_steps = c->train.steps, .lr = c->train.lr,
         .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
         .lr_schedule = c->train.lr_schedule, .lr_rebase_step = t->m.oc.rebase_step,
-        .lr_rebase_lr = t->m.oc.rebase_lr,
+        .lr_rebase_lr = t->m.oc.rebase_lr, .loss_on = c->train.loss_on,
     };
     loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
@@ -163,6 +163,10 @@ void trainer_resume_compare(const struct ckpt_state *saved, const struct config 
     if (ls->format >= 2 && ls->seq_len != (uint64_t)tc->seq_len)
         add_change(out, "train.seq_len", "data: refused, the samples are cut by it", true,
                    "%" PRIu64 "|%d", ls->seq_len, tc->seq_len);
+    static const char *loss_on_names[] = {"all", "response"};
+    if (saved->loss_on >= 0 && saved->loss_on != (int64_t)tc->loss_on)
+        add_change(out, "train.loss_on", "loss: refused, the loss would change what it measures mid-run",
+                   true, "%s|%s", loss_on_names[saved->loss_on & 1], loss_on_names[tc->loss_on & 1]);
     if (ls->format >= 2 && ls->global_batch_size && ls->global_batch_size != (uint64_t)tc->global_batch_size)
         add_change(out, "train.global_batch_size", "data: continues at the next unconsumed sample", false,
                    "%" PRIu64 "|%d", ls->global_batch_size, tc->global_batch_size);
@@ -177,10 +181,11 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
         PUT("%s %s %s -> %s (%s)", i ? ";" : "", ch->key, ch->saved, ch->now, ch->rule);
     }
     if (rc->refused) {
-        bool data = false, sched = false;
+        bool data = false, sched = false, loss = false;
         for (int i = 0; i < rc->n; i++)
             if (rc->change[i].refused) {
                 if (!strncmp(rc->change[i].rule, "data", 4)) data = true;
+                else if (!strncmp(rc->change[i].rule, "loss", 4)) loss = true;
                 else sched = true;
             }
         PUT(". Resume refused");
@@ -191,6 +196,10 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
         if (data)
             PUT("; seq_len and seed cannot change within a run (the data order would not "
                 "continue): restore them");
+        if (loss)
+            PUT("; train.loss_on cannot change within a run (its loss curve and validation "
+                "would mix two measures): restore it, or start the new phase (say fine-tuning "
+                "on responses) as a fresh run from these weights with model.init_from = %s", path);
         PUT("; or start a fresh run: a new [checkpoint] dir (or move the old one away)");
     }
 #undef PUT
@@ -291,6 +300,13 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         return err->err.status = (enum status)verdict[0];
     }
     enum status s = STATUS_OK;
+    if (checkpoint_info(r)->weights_only) { // every rank reads the same manifest
+        error_set(&err->err, STATUS_BAD_INPUT, "%s: weights only (trident import: no optimizer "
+                  "state, step or data position), not a checkpoint to resume: start a run from "
+                  "it with model.init_from = %s and a [checkpoint] dir of its own", path, path);
+        s = err->err.status;
+        goto out;
+    }
     if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
         // Another model: say how to start fresh (resume = none is refused
         // for a dir holding checkpoints, trainer_resume).

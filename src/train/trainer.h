@@ -122,7 +122,7 @@ struct resume_change {
     const char *rule;        // what a resume does about it, for the message
     bool refused;            // the resume cannot continue with it
 };
-#define RESUME_MAX_CHANGES 8
+#define RESUME_MAX_CHANGES 10
 // What trainer_resume_compare found: the changes and the verdict.
 struct resume_check {
     int n;
@@ -143,6 +143,10 @@ struct resume_check {
 //   compared: it is converted with this run's value);
 // - [train] seq_len and seed: refused (the samples are cut by seq_len and
 //   ordered by seed: "the next sample" of the new value is not the old one's).
+// - [train] loss_on: refused, no override (the loss and validation curves of
+//   one run would mix two measures, and the moments were accumulated for the
+//   other loss); a new phase starts fresh with model.init_from. Not compared
+//   for a checkpoint that predates it (saved->loss_on -1).
 // Pure: no I/O; every rank computes the same verdict from the same state.
 void trainer_resume_compare(const struct ckpt_state *saved, const struct config *c,
                             struct resume_check *out);

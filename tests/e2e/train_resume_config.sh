@@ -4,7 +4,8 @@
 #  1. A 60-step run, resumed with train.steps = 80 on 2 ranks: refused with
 #     exit 2 within 20 s, the message listing train.steps 60 -> 80 and naming
 #     train.override_schedule = true; the checkpoint folder byte-identical and
-#     the run folder holding nothing but train.log, which has the refusal. A changed seed and another model are refused too,
+#     the run folder holding nothing but train.log, which has the refusal. A changed seed, a changed
+#     train.loss_on (even with override_schedule; the message names model.init_from) and another model are refused too,
 #     the model mismatch saying how to start fresh.
 #  2. The same resume with train.override_schedule = true: steps 61-80 run,
 #     and their lr (metrics.jsonl) is the continued cosine computed here from
@@ -55,6 +56,8 @@ refuse() { # LABEL PATTERN [overrides...]: exit 2, PATTERN in the output, nothin
 }
 refuse "steps 60 -> 80" "train.steps 60 -> 80 .*train.override_schedule = true" train.steps=80
 refuse "seed" "train.seed 7 -> 8 .*seed cannot change" train.steps=60 train.seed=8
+refuse "loss_on" "train.loss_on all -> response .*model.init_from = .*step-000060" train.steps=60 \
+    train.loss_on=response train.override_schedule=true
 refuse "model shape" "d_model = 64, but the run has 128.*new \[checkpoint\] dir" model.d_model=128 model.n_heads=4
 refuse "resume = none on a used dir" "already holds checkpoints" checkpoint.resume=none
 

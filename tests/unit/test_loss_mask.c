@@ -3,7 +3,9 @@
 // tokens (a sequence crossing a shard boundary included), all ones for a
 // shard without one, and a value other than 0 or 1 refused on the shard's
 // first read (dataset_validate_all, which data-check runs) naming
-// /loss_mask and the offset.
+// /loss_mask and the offset. A mask read on the cold tier is retried on an
+// I/O error as token reads are.
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -62,8 +64,38 @@ static void check_served(int mask_shard0) {
     dataset_close(ds);
 }
 
+// Mask reads on the cold tier go through the retry loop token reads use:
+// with cold accesses 2..5 of shard 1 failing (TRIDENT_DATA_FAULT, set before
+// any access), its open (access 1) succeeds, the mask read fails all
+// CACHE_COLD_TRIES tries and gives up naming the shard and the cold tier
+// (without the loop it never reached the fault and succeeded), and the next
+// mask read (access 6) serves the right values.
+static void check_cold_retry(void) {
+    make(1, -1);
+    struct dataset *ds;
+    struct error err = {0};
+    EXPECT(dataset_open(dir, 10, 64, "tok-mask", &ds, &err) == STATUS_OK, "%s", err.msg);
+    struct shard *h5;
+    EXPECT(dataset_shard_get(ds, 1, &h5, &err) == STATUS_OK, "open shard 1: %s", err.msg);
+    uint8_t mask[60];
+    hsize_t dims[1] = {60};
+    hid_t space = H5Screate_simple(1, dims, NULL);
+    enum status s = dataset_read_mask(ds, 1, 0, 60, mask, space, &err);
+    EXPECT(s == STATUS_RUNTIME && strstr(err.msg, "shard-00001.h5") && strstr(err.msg, "cold tier") &&
+               strstr(err.msg, "failed 4 reads"), "mask read under 4 EIOs: status %d, '%s'", (int)s, err.msg);
+    memset(mask, 9, sizeof mask);
+    s = dataset_read_mask(ds, 1, 0, 60, mask, space, &err);
+    int bad = 0;
+    for (int i = 0; i < 60; i++) bad += mask[i] != ((60 + i) / 7) % 2;
+    EXPECT(s == STATUS_OK && bad == 0, "mask read after the EIOs: status %d, %d wrong", (int)s, bad);
+    H5Sclose(space);
+    dataset_close(ds);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/test_loss_mask.%d", (int)getpid());
+    setenv("TRIDENT_DATA_FAULT", "cold_eio_at:1:2:4", 1); // before any cold access (read once)
+    check_cold_retry();
     check_served(1);
     check_served(0);
     make(1, 17);

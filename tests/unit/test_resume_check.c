@@ -16,7 +16,8 @@ static bool contains(const char *s, const char *frag) { return strstr(s, frag) !
 static struct ckpt_state saved_of(const struct config *c) {
     struct ckpt_state st = {.step = 60, .lr_step = 60, .has_schedule = true,
                             .train_steps = c->train.steps, .lr = c->train.lr, .min_lr = c->train.min_lr,
-                            .warmup_steps = c->train.warmup_steps, .lr_schedule = c->train.lr_schedule};
+                            .warmup_steps = c->train.warmup_steps, .lr_schedule = c->train.lr_schedule,
+                            .loss_on = c->train.loss_on};
     st.loader = (struct loader_state){.format = 2, .seed = (uint64_t)c->train.seed,
                                       .seq_len = (uint64_t)c->train.seq_len,
                                       .global_batch_size = (uint64_t)c->train.global_batch_size};
@@ -69,6 +70,27 @@ static void test_compare(void) {
     EXPECT(rc.n == 3 && rc.refused && contains(msg, "train.seed 1234 -> 99") &&
                contains(msg, "train.seq_len 128 -> 64") && contains(msg, "seq_len and seed cannot change"),
            "seq_len, seed: %s", msg);
+
+    // loss_on: refused in either direction, even with the override, naming
+    // init_from; not compared for a checkpoint that predates it (-1).
+    config_defaults(&c);
+    st = saved_of(&c);
+    c.train.override_schedule = true;
+    c.train.loss_on = LOSS_ON_RESPONSE;
+    trainer_resume_compare(&st, &c, &rc);
+    trainer_resume_message(&rc, "ck/step-000060", msg, sizeof msg);
+    EXPECT(rc.n == 1 && rc.refused && contains(msg, "train.loss_on all -> response") &&
+               contains(msg, "model.init_from = ck/step-000060"), "loss_on all -> response: %s", msg);
+    st.loss_on = LOSS_ON_RESPONSE, c.train.loss_on = LOSS_ON_ALL;
+    trainer_resume_compare(&st, &c, &rc);
+    trainer_resume_message(&rc, "ck", msg, sizeof msg);
+    EXPECT(rc.n == 1 && rc.refused && contains(msg, "train.loss_on response -> all"), "response -> all: %s", msg);
+    c.train.loss_on = LOSS_ON_RESPONSE;
+    trainer_resume_compare(&st, &c, &rc);
+    EXPECT(rc.n == 0 && !rc.refused, "loss_on response kept: n %d", rc.n);
+    st.loss_on = -1, c.train.loss_on = LOSS_ON_ALL;
+    trainer_resume_compare(&st, &c, &rc);
+    EXPECT(rc.n == 0 && !rc.refused, "loss_on not stored: n %d", rc.n);
 
     // An older checkpoint (no stored schedule, a batch-index loader state):
     // the schedule and the batch are not compared, the seed still is.

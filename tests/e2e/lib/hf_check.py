@@ -238,12 +238,44 @@ def check_greedy(d, n, log):
           f"(smallest top-2 logit margin {min(margins):.2e})")
 
 
+def check_generate(d, jsonl):
+    """Each line of `trident generate --json` (temperature 0) is numpy's greedy
+    continuation of its prompt_ids in float64 on the folder d: the same ids,
+    stopped at eos exactly when trident says it ended."""
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    W = {k: as_f64(*v) for k, v in read_folder(d).items()}
+    eos, n_lines = cfg["eos_token_id"], 0
+    for line in open(jsonl):
+        g = json.loads(line)
+        ids, margins, ended = list(g["prompt_ids"]), [], False
+        for _ in range(len(g["ids"]) + 1):
+            z = forward_last(cfg, W, np.array(ids))
+            top2 = np.sort(z)[-2:]
+            margins.append(top2[1] - top2[0])
+            nxt = int(np.argmax(z))
+            if nxt == eos:
+                ended = True
+                break
+            ids.append(nxt)
+            if len(ids) - len(g["prompt_ids"]) == len(g["ids"]) and not g["ended"]:
+                break
+        got = ids[len(g["prompt_ids"]):]
+        assert got == g["ids"] and ended == g["ended"], \
+            f"prompt {g['prompt']!r}: numpy {got} (ended {ended}), trident {g['ids']} (ended {g['ended']})"
+        n_lines += 1
+        print(f"{d}: prompt {g['prompt'][:30]!r}: numpy greedy {len(got)} ids{' + eos' if ended else ''} "
+              f"= trident generate's (smallest top-2 margin {min(margins):.2e})")
+    assert n_lines, f"{jsonl}: no lines"
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "tensors":
         check_tensors(*sys.argv[2:5])
     elif sys.argv[1] == "loss":
         check_loss(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
+    elif sys.argv[1] == "generate":
+        check_generate(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "greedy":
         check_greedy(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
-        sys.exit("usage: hf_check.py tensors HF_DIR WHOLE.h5 MANIFEST | greedy HF_DIR N LOG")
+        sys.exit("usage: hf_check.py tensors HF_DIR WHOLE.h5 MANIFEST | greedy HF_DIR N LOG | generate HF_DIR JSONL")

@@ -1,0 +1,289 @@
+// cmd_generate.c: `trident generate MODEL_DIR --prompt TEXT ...`: continues
+// prompts with a trident checkpoint's or a Hugging Face folder's weights in
+// one process (no mpirun; src/train/generate.h), with the training log's
+// sampler (sample_continue: temperature 0 greedy, top-k, seed).
+//
+// Each prompt is encoded as the end-of-text id (a document start, as every
+// document of a prepared corpus follows one) then the prompt's ids; with
+// --chat the prompt is first put in `trident prep --format chat`'s template
+// (prep_chat_prompt: "User: P\nAssistant:"). Generation stops at end-of-text
+// or after --max-new-tokens ids. The model's window is the longest prompt plus
+// --max-new-tokens; a prompt for which that exceeds the model's max_seq_len is
+// refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
+// rows, and a slid window would change what the model sees.
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/common.h"
+#include "base/threads.h"
+#include "cli.h"
+#include "data/prep.h"
+#include "model/sample.h"
+#include "tokenizer/tokenizer.h"
+#include "train/generate.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: trident generate MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [--chat]\n"
+               "         [--tokenizer PATH] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+               "         [--seed S] [--threads N] [--json]\n"
+               "  MODEL_DIR: a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest')\n"
+               "      or a Hugging Face LlamaForCausalLM folder (config.json, safetensors); one process\n"
+               "  --prompt TEXT: a prompt (repeatable); --prompts FILE.jsonl: {\"prompt\": ...} per line\n"
+               "      (a \"response\" field is printed as the expected answer)\n"
+               "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
+               "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
+               "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the [data] tokenizer\n"
+               "      or path of the run folder's config.ini above it, checked against the checkpoint)\n"
+               "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
+               "      fit the model's max_seq_len (refused otherwise)\n"
+               "  --temperature T (0: greedy), --top-k K (0: all), --seed S (0): sampling\n"
+               "  --threads N (0: the CPUs of this process)\n"
+               "  --json: one line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended\n");
+}
+
+struct prompt {
+    char *text;     // as given
+    char *expected; // a --prompts line's "response", or NULL
+};
+
+// Reads {"prompt": ...} lines of path into *ps (appended). Exit-code style errors.
+static enum status read_prompts(const char *path, struct prompt **ps, int *n, struct error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return error_set(err, STATUS_BAD_INPUT, "--prompts %s: cannot open", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    enum status st = STATUS_OK;
+    for (long no = 1; !st && (len = getline(&line, &cap, f)) >= 0; no++) {
+        size_t k = (size_t)len;
+        while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ')) k--;
+        if (!k) continue;
+        json_error_t jerr;
+        json_t *o = json_loadb(line, k, 0, &jerr);
+        json_t *p = o ? json_object_get(o, "prompt") : NULL, *r = o ? json_object_get(o, "response") : NULL;
+        if (!json_is_string(p)) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s:%ld: expected an object with a string \"prompt\"%s%s",
+                           path, no, o ? "" : ": ", o ? "" : jerr.text);
+        } else {
+            *ps = realloc(*ps, sizeof **ps * (*n + 1));
+            CHECK(*ps, "out of memory");
+            (*ps)[*n] = (struct prompt){strdup(json_string_value(p)),
+                                        json_is_string(r) ? strdup(json_string_value(r)) : NULL};
+            (*n)++;
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    if (!st && *n == 0) st = error_set(err, STATUS_BAD_INPUT, "%s: no prompts", path);
+    return st;
+}
+
+// The tokenizer of the run that wrote a trident checkpoint: the run folder's
+// config.ini (docs/design.md §9) one or two levels above model_dir (RUN/
+// checkpoints, or RUN/checkpoints/step-NNNNNN), its [data] tokenizer or else
+// [data] path's tokenizer.json (relative paths as the run was launched: from
+// the current folder). Writes it to out and returns true when that file
+// exists; the caller still checks its identity against the checkpoint's.
+static bool run_folder_tokenizer(const char *model_dir, char *out, size_t cap) {
+    for (int up = 1; up <= 2; up++) {
+        char cfg[CKPT_PATH_MAX + 32];
+        snprintf(cfg, sizeof cfg, "%s%s/config.ini", model_dir, up == 1 ? "/.." : "/../..");
+        FILE *f = fopen(cfg, "r");
+        if (!f) continue;
+        char line[4600], section[64] = "", tok[4200] = "", path[4200] = "";
+        while (fgets(line, sizeof line, f)) {
+            char key[64], value[4200];
+            if (sscanf(line, " [%63[^]]]", section) == 1) continue;
+            if (strcmp(section, "data") || sscanf(line, " %63[a-z_] = %4199s", key, value) != 2) continue;
+            if (!strcmp(key, "tokenizer")) snprintf(tok, sizeof tok, "%s", value);
+            else if (!strcmp(key, "path")) snprintf(path, sizeof path, "%s", value);
+        }
+        fclose(f);
+        if (tok[0]) snprintf(out, cap, "%s", tok);
+        else if (path[0]) snprintf(out, cap, "%s/tokenizer.json", path);
+        else continue;
+        struct stat sb;
+        if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
+    }
+    out[0] = '\0';
+    return false;
+}
+
+// Decoded text of ids, invalid UTF-8 and control bytes as U+FFFD (as the
+// training log's samples).
+static char *decode_clean(const struct tokenizer *tok, const int32_t *ids, int n) {
+    char *text, *clean;
+    size_t len;
+    struct error err;
+    if (n == 0 || tokenizer_decode(tok, ids, (size_t)n, &text, &len, &err)) return strdup("");
+    clean = tokenizer_utf8_sanitize(text, len, NULL);
+    free(text);
+    return clean;
+}
+
+static json_t *id_array(const int32_t *ids, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+int cmd_generate(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return STATUS_OK;
+    }
+    const char *model_dir = NULL, *tok_path = NULL;
+    struct prompt *ps = NULL;
+    int n_prompts = 0, max_new = 64, top_k = 0, threads = 0;
+    bool chat = false, json = false, show_usage = false;
+    double temperature = 0;
+    unsigned long long seed = 0;
+    struct error err = {0};
+    for (int i = 1; i < argc && !err.status; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--prompt") && v) {
+            ps = realloc(ps, sizeof *ps * (n_prompts + 1));
+            CHECK(ps, "out of memory");
+            ps[n_prompts++] = (struct prompt){strdup(v), NULL};
+            i++;
+        } else if (!strcmp(a, "--prompts") && v) read_prompts(v, &ps, &n_prompts, &err), i++;
+        else if (!strcmp(a, "--tokenizer") && v) tok_path = v, i++;
+        else if (!strcmp(a, "--max-new-tokens") && v) {
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x < 1 || x > 1 << 20)
+                error_set(&err, STATUS_BAD_INPUT, "--max-new-tokens %s: expected an integer >= 1", v);
+            max_new = (int)x, i++;
+        } else if (!strcmp(a, "--temperature") && v) {
+            temperature = strtod(v, &end);
+            if (*end || end == v || !(temperature >= 0))
+                error_set(&err, STATUS_BAD_INPUT, "--temperature %s: expected a number >= 0", v);
+            i++;
+        } else if (!strcmp(a, "--top-k") && v) {
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x < 0 || x > 1 << 30)
+                error_set(&err, STATUS_BAD_INPUT, "--top-k %s: expected an integer >= 0", v);
+            top_k = (int)x, i++;
+        } else if (!strcmp(a, "--seed") && v) {
+            seed = strtoull(v, &end, 10);
+            if (*end || end == v) error_set(&err, STATUS_BAD_INPUT, "--seed %s: expected an integer >= 0", v);
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x < 0 || x > 4096)
+                error_set(&err, STATUS_BAD_INPUT, "--threads %s: expected an integer >= 0", v);
+            threads = (int)x, i++;
+        } else if (a[0] != '-' && !model_dir) model_dir = a;
+        else error_set(&err, STATUS_BAD_INPUT, "unknown or incomplete option '%s'", a), show_usage = true;
+    }
+    if (!err.status && !model_dir) error_set(&err, STATUS_BAD_INPUT, "no MODEL_DIR"), show_usage = true;
+    if (!err.status && !n_prompts)
+        error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl"), show_usage = true;
+    for (int i = 0; i < n_prompts && !err.status; i++)
+        if (!ps[i].text[0])
+            error_set(&err, STATUS_BAD_INPUT, "prompt %d is empty: give the text to continue", i + 1);
+    if (err.status) {
+        fprintf(stderr, "trident: generate: %s\n", err.msg);
+        if (show_usage) usage(stderr);
+        for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected);
+        free(ps);
+        return err.status;
+    }
+
+    struct generator g;
+    struct tokenizer *tok = NULL;
+    int32_t **ids = xcalloc((size_t)n_prompts, sizeof *ids);
+    int *n_ids = xcalloc((size_t)n_prompts, sizeof *n_ids), window = 0;
+    char tok_file[2 * CKPT_PATH_MAX + 256] = "";
+    if (generator_open(model_dir, &g, &err)) goto out;
+    if (tok_path) {
+        struct stat sb;
+        if (stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok_path);
+        else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
+    } else if (g.tokenizer_json[0]) {
+        snprintf(tok_file, sizeof tok_file, "%s", g.tokenizer_json);
+    } else if (g.hf || !run_folder_tokenizer(model_dir, tok_file, sizeof tok_file)) {
+        error_set(&err, STATUS_BAD_INPUT, "%s: %s; give --tokenizer DATASET_DIR (or its tokenizer.json)",
+                  model_dir, g.hf ? "the Hugging Face folder holds no tokenizer.json"
+                                  : "a trident checkpoint records its tokenizer's identity, not its "
+                                    "file, and no run folder config.ini above it names one");
+        goto out;
+    }
+    if (tokenizer_load(tok_file, &tok, &err)) goto out;
+    if (g.tokenizer_id[0] && strcmp(tokenizer_identity(tok), g.tokenizer_id)) {
+        error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint %s was trained with %s",
+                  tok_file, tokenizer_identity(tok), model_dir, g.tokenizer_id);
+        goto out;
+    }
+    if (tokenizer_vocab_size(tok) > g.lc.vocab_size) {
+        error_set(&err, STATUS_BAD_INPUT, "%s: %d token ids, more than the model's vocab_size = %d (%s)",
+                  tok_file, tokenizer_vocab_size(tok), g.lc.vocab_size, model_dir);
+        goto out;
+    }
+    int eot = tokenizer_eot_id(tok);
+    for (int i = 0; i < n_prompts; i++) {
+        size_t len = strlen(ps[i].text), n;
+        char *text = chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
+        int32_t *body;
+        enum status st = tokenizer_encode(tok, text, len, 0, &body, &n, &err);
+        free(text);
+        if (st) goto out;
+        ids[i] = xmalloc(sizeof **ids * (n + 1));
+        n_ids[i] = 0;
+        if (eot >= 0) ids[i][n_ids[i]++] = eot;
+        memcpy(ids[i] + n_ids[i], body, sizeof *body * n);
+        n_ids[i] += (int)n;
+        free(body);
+        if (n_ids[i] + max_new > g.lc.max_seq_len) {
+            error_set(&err, STATUS_BAD_INPUT, "prompt %d: %d ids (end-of-text included) + "
+                      "--max-new-tokens %d exceed the model's max_seq_len = %d (%s): shorten the "
+                      "prompt or ask for at most %d new tokens", i + 1, n_ids[i], max_new,
+                      g.lc.max_seq_len, model_dir, MAX(0, g.lc.max_seq_len - n_ids[i]));
+            goto out;
+        }
+        window = MAX(window, n_ids[i] + max_new);
+    }
+    if (!threads) {
+        int aff = threads_affinity_cpus();
+        threads = aff > 0 ? aff : threads_node_cpus();
+    }
+    if (generator_load(&g, window, threads, &err)) goto out;
+    int32_t *out = xmalloc(sizeof *out * (size_t)max_new);
+    for (int i = 0; i < n_prompts; i++) {
+        bool ended;
+        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, eot, out,
+                                &ended, NULL);
+        char *text = decode_clean(tok, out, n);
+        if (json) {
+            json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
+                                  "prompt_ids", id_array(ids[i], n_ids[i]), "ids", id_array(out, n),
+                                  "text", text, "ended", ended);
+            if (ps[i].expected) json_object_set_new(o, "expected", json_string(ps[i].expected));
+            char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+            printf("%s\n", s);
+            free(s);
+            json_decref(o);
+        } else {
+            printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
+                   ended ? " <|endoftext|>" : "");
+            if (ps[i].expected) printf("    expected: %s\n", ps[i].expected);
+        }
+        fflush(stdout);
+        free(text);
+    }
+    free(out);
+out:
+    if (err.status) fprintf(stderr, "trident: generate: %s\n", err.msg);
+    for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected), free(ids[i]);
+    free(ps), free(ids), free(n_ids);
+    if (tok) tokenizer_free(tok);
+    generator_close(&g);
+    return err.status;
+}

@@ -1,0 +1,43 @@
+// generate.h: a model for `trident generate` (src/cli/cmd_generate.c): the
+// weights of a trident checkpoint (any layout it was saved in) or of a
+// Hugging Face LlamaForCausalLM folder, loaded whole into one process
+// ((tp, pp, dp) = (1, 1, 1), FP32, the CPU backend, no MPI), whose prompts
+// sample_continue (src/model/sample.h) continues.
+#ifndef TRIDENT_GENERATE_H
+#define TRIDENT_GENERATE_H
+
+#include <stdbool.h>
+
+#include "base/common.h"
+#include "ckpt/checkpoint.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+struct generator {
+    struct llama_config lc;      // the weights' model (max_seq_len: the longest window)
+    bool hf;                     // path is a Hugging Face folder (it holds config.json)
+    char path[CKPT_PATH_MAX];    // as given
+    char tokenizer_id[128];      // a trident checkpoint's tokenizer identity ("" unknown)
+    char tokenizer_json[CKPT_PATH_MAX + 32]; // an HF folder's tokenizer.json when present, else ""
+    int window;                  // T of the loaded model (0 before generator_load)
+    struct backend *be;
+    struct model *m;             // microbatch (1, window)
+};
+
+// Reads the model config of path: a Hugging Face folder (config.json,
+// hf_open: every safetensors header checked) or a trident checkpoint (a
+// step-NNNNNN folder or a [checkpoint] dir holding `latest`, checkpoint_open:
+// checksums checked). Loads no weights. Errors: STATUS_BAD_INPUT naming the
+// path (missing, neither kind) or hf_open's / checkpoint_open's message.
+enum status generator_open(const char *path, struct generator *g, struct error *err);
+
+// Builds the model with microbatch (1, window), 1 <= window <= lc.max_seq_len,
+// on a CPU backend of `threads` threads, and reads every parameter whole in
+// FP32 into it (hf_read_piece or checkpoint_read_piece). Errors:
+// STATUS_BAD_INPUT for a bad window or a tensor missing from the file (named);
+// STATUS_RUNTIME on a read failure or out of memory.
+enum status generator_load(struct generator *g, int window, int threads, struct error *err);
+
+void generator_close(struct generator *g);
+
+#endif
