@@ -258,7 +258,8 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     model_set_tp_group(m->model, topology_device_group(topo, GROUP_TP));
     model_set_tp_host_group(m->model, &topo->tp_group);
-    if (c->data.packing == PACKING_CONCAT_RESET) model_set_doc_eot(m->model, (int32_t)t->data.ds->index.eot_id);
+    if (c->data.packing == PACKING_CONCAT_RESET) // index.ini's eot_id >= 0; ids are I32
+        model_set_doc_eot(m->model, (int32_t)MIN(t->data.ds->index.eot_id, (int64_t)INT32_MAX));
     m->oc = optimizer_from(c);
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);
