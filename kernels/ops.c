@@ -217,26 +217,53 @@ void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tenso
     PROFILED(be, "rmsnorm_backward", be->ops->rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C));
 }
 
+// The plain causal mask and positions: no doc_start.
+static const struct tensor no_docs = {NULL, DTYPE_I32, 0};
+
+// doc_start (B, T) I32, or empty (numel 0: plain causal). Its values (0 <=
+// doc_start[b, t] <= t, non-decreasing along t, as doc_start_fill makes
+// them) are not checked: they live in backend memory.
+static void doc_checks(const char *op, struct tensor doc_start, int B, int T) {
+    if (doc_start.numel == 0) return;
+    need(op, "doc_start", doc_start, (size_t)B * T);
+    same_dtype(op, "doc_start", doc_start, DTYPE_I32);
+}
+
 static void rope_checks(const char *op, struct tensor x, struct tensor cos, struct tensor sin,
-                        int B, int T, int Hx, int D, int pos_offset) {
+                        struct tensor doc_start, int B, int T, int Hx, int D, int pos_offset) {
     CHECK(D % 2 == 0, "%s: head size D=%d must be even", op, D);
     need(op, "x", x, (size_t)B * T * Hx * D);
     need(op, "cos", cos, (size_t)(pos_offset + T) * (D / 2));
     need(op, "sin", sin, (size_t)(pos_offset + T) * (D / 2));
     same_dtype(op, "cos", cos, stat_dtype(x.dtype));
     same_dtype(op, "sin", sin, stat_dtype(x.dtype));
+    doc_checks(op, doc_start, B, T);
 }
 
 void backend_rope_forward(struct backend *be, struct tensor x, struct tensor cos,
                           struct tensor sin, int B, int T, int Hx, int D, int pos_offset) {
-    rope_checks("rope_forward", x, cos, sin, B, T, Hx, D, pos_offset);
-    PROFILED(be, "rope_forward", be->ops->rope(be, x, cos, sin, B, T, Hx, D, pos_offset, false));
+    backend_rope_forward_docs(be, x, cos, sin, no_docs, B, T, Hx, D, pos_offset);
 }
 
 void backend_rope_backward(struct backend *be, struct tensor dx, struct tensor cos,
                            struct tensor sin, int B, int T, int Hx, int D, int pos_offset) {
-    rope_checks("rope_backward", dx, cos, sin, B, T, Hx, D, pos_offset);
-    PROFILED(be, "rope_backward", be->ops->rope(be, dx, cos, sin, B, T, Hx, D, pos_offset, true));
+    backend_rope_backward_docs(be, dx, cos, sin, no_docs, B, T, Hx, D, pos_offset);
+}
+
+void backend_rope_forward_docs(struct backend *be, struct tensor x, struct tensor cos,
+                               struct tensor sin, struct tensor doc_start, int B, int T, int Hx,
+                               int D, int pos_offset) {
+    rope_checks("rope_forward", x, cos, sin, doc_start, B, T, Hx, D, pos_offset);
+    PROFILED(be, "rope_forward",
+             be->ops->rope(be, x, cos, sin, doc_start, B, T, Hx, D, pos_offset, false));
+}
+
+void backend_rope_backward_docs(struct backend *be, struct tensor dx, struct tensor cos,
+                                struct tensor sin, struct tensor doc_start, int B, int T, int Hx,
+                                int D, int pos_offset) {
+    rope_checks("rope_backward", dx, cos, sin, doc_start, B, T, Hx, D, pos_offset);
+    PROFILED(be, "rope_backward",
+             be->ops->rope(be, dx, cos, sin, doc_start, B, T, Hx, D, pos_offset, true));
 }
 
 static void attention_checks(const char *op, struct tensor out, struct tensor lse,
@@ -257,22 +284,40 @@ static void attention_checks(const char *op, struct tensor out, struct tensor ls
 void backend_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
                                struct tensor q, struct tensor k, struct tensor v,
                                int B, int T, int H, int Hkv, int D) {
-    attention_checks("attention_forward", out, lse, q, k, v, B, T, H, Hkv, D);
-    PROFILED(be, "attention_forward",
-             be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D));
+    backend_attention_forward_docs(be, out, lse, q, k, v, no_docs, B, T, H, Hkv, D);
 }
 
 void backend_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
                                 struct tensor dv, struct tensor dout, struct tensor q,
                                 struct tensor k, struct tensor v, struct tensor out,
                                 struct tensor lse, int B, int T, int H, int Hkv, int D) {
+    backend_attention_backward_docs(be, dq, dk, dv, dout, q, k, v, out, lse, no_docs, B, T, H,
+                                    Hkv, D);
+}
+
+void backend_attention_forward_docs(struct backend *be, struct tensor out, struct tensor lse,
+                                    struct tensor q, struct tensor k, struct tensor v,
+                                    struct tensor doc_start, int B, int T, int H, int Hkv, int D) {
+    attention_checks("attention_forward", out, lse, q, k, v, B, T, H, Hkv, D);
+    doc_checks("attention_forward", doc_start, B, T);
+    PROFILED(be, "attention_forward",
+             be->ops->attention_forward(be, out, lse, q, k, v, doc_start, B, T, H, Hkv, D));
+}
+
+void backend_attention_backward_docs(struct backend *be, struct tensor dq, struct tensor dk,
+                                     struct tensor dv, struct tensor dout, struct tensor q,
+                                     struct tensor k, struct tensor v, struct tensor out,
+                                     struct tensor lse, struct tensor doc_start, int B, int T,
+                                     int H, int Hkv, int D) {
     attention_checks("attention_backward", out, lse, q, k, v, B, T, H, Hkv, D);
+    doc_checks("attention_backward", doc_start, B, T);
     need("attention_backward", "dq", dq, (size_t)B * T * H * D);
     need("attention_backward", "dk", dk, (size_t)B * T * Hkv * D);
     need("attention_backward", "dv", dv, (size_t)B * T * Hkv * D);
     need("attention_backward", "dout", dout, (size_t)B * T * H * D);
     PROFILED(be, "attention_backward",
-             be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D));
+             be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, out, lse, doc_start, B, T,
+                                         H, Hkv, D));
 }
 
 void backend_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,

@@ -166,6 +166,25 @@ void backend_rope_forward(struct backend *be, struct tensor x, struct tensor cos
                           struct tensor sin, int B, int T, int Hx, int D, int pos_offset);
 void backend_rope_backward(struct backend *be, struct tensor dx, struct tensor cos,
                            struct tensor sin, int B, int T, int Hx, int D, int pos_offset);
+// The same with per-token positions for packed documents ([data] packing =
+// concat_reset): doc_start (B, T) I32 holds, for each token (b, t), the index
+// t0 <= t in its row where its document starts, and the token's position is
+// p = pos_offset + t - doc_start[b, t] (Megatron-LM's --reset-position-ids).
+// An empty doc_start (numel 0) is doc_start[b, t] = 0: the plain wrappers
+// above, bit for bit. Build it with doc_start_fill().
+void backend_rope_forward_docs(struct backend *be, struct tensor x, struct tensor cos,
+                               struct tensor sin, struct tensor doc_start, int B, int T, int Hx,
+                               int D, int pos_offset);
+void backend_rope_backward_docs(struct backend *be, struct tensor dx, struct tensor cos,
+                                struct tensor sin, struct tensor doc_start, int B, int T, int Hx,
+                                int D, int pos_offset);
+
+// Host helper: doc_start (B, T) = for each row b, the start of the document
+// holding token t: 0 at t = 0 and a new document at every t whose previous
+// input token tokens[b, t - 1] is eot (Megatron-LM's
+// get_ltor_masks_and_position_ids, megatron/core/datasets/gpt_dataset.py,
+// with reset_position_ids and reset_attention_mask). tokens: (B, T) I32 ids.
+void doc_start_fill(int32_t *doc_start, const int32_t *tokens, int B, int T, int32_t eot);
 
 // Host helper: cos/sin tables (Tmax, D/2) of angle p * theta^(-2i/D), the
 // angle and its cos/sin computed in double (HF's inv_freq, without its fp32
@@ -190,6 +209,21 @@ void backend_attention_backward(struct backend *be, struct tensor dq, struct ten
                                 struct tensor dv, struct tensor dout, struct tensor q,
                                 struct tensor k, struct tensor v, struct tensor out,
                                 struct tensor lse, int B, int T, int H, int Hkv, int D);
+// Document-masked attention ([data] packing = concat_reset): with doc_start
+// (B, T) I32 as for backend_rope_forward_docs, query i of row b attends to
+// keys j with doc_start[b, i] <= j <= i only (block-diagonal causal: each
+// document of a packed row computes as it would alone at a row's start;
+// Megatron-LM's --reset-attention-mask). Keys before doc_start are skipped,
+// not computed and masked. An empty doc_start is the plain causal mask: the
+// wrappers above, bit for bit. dtypes, shapes and lse as above.
+void backend_attention_forward_docs(struct backend *be, struct tensor out, struct tensor lse,
+                                    struct tensor q, struct tensor k, struct tensor v,
+                                    struct tensor doc_start, int B, int T, int H, int Hkv, int D);
+void backend_attention_backward_docs(struct backend *be, struct tensor dq, struct tensor dk,
+                                     struct tensor dv, struct tensor dout, struct tensor q,
+                                     struct tensor k, struct tensor v, struct tensor out,
+                                     struct tensor lse, struct tensor doc_start, int B, int T,
+                                     int H, int Hkv, int D);
 
 // ---- SwiGLU (Shazeer 2020, eq. 6; HF LlamaMLP act_fn(gate) * up) ----------
 

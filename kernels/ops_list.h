@@ -10,7 +10,10 @@
 // What each op computes, with shapes and dtypes: at its checked wrapper
 // backend_<name>() in kernels/ops.h. rope is two wrappers:
 // backend_rope_forward (inverse = false) and backend_rope_backward
-// (inverse = true). The memory entries (alloc, to_device, ...) are written
+// (inverse = true), and backend_rope_forward_docs / _backward_docs with
+// per-token positions; likewise backend_attention_forward(_docs) and
+// backend_attention_backward(_docs): the plain wrappers pass an empty
+// doc_start (plain causal). The memory entries (alloc, to_device, ...) are written
 // out in struct backend_ops. Valid C and C++ (the CUDA backend).
 #ifndef TRIDENT_OPS_LIST_H
 #define TRIDENT_OPS_LIST_H
@@ -27,12 +30,14 @@
     X(rmsnorm_backward, void, (struct backend *be, struct tensor dx, struct tensor dw,            \
       struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd, int N, int C))      \
     X(rope, void, (struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,     \
-      int B, int T, int Hx, int D, int pos_offset, bool inverse))                                 \
+      struct tensor doc_start, int B, int T, int Hx, int D, int pos_offset, bool inverse))        \
     X(attention_forward, void, (struct backend *be, struct tensor out, struct tensor lse,         \
-      struct tensor q, struct tensor k, struct tensor v, int B, int T, int H, int Hkv, int D))    \
+      struct tensor q, struct tensor k, struct tensor v, struct tensor doc_start, int B, int T,   \
+      int H, int Hkv, int D))                                                                     \
     X(attention_backward, void, (struct backend *be, struct tensor dq, struct tensor dk,          \
       struct tensor dv, struct tensor dout, struct tensor q, struct tensor k, struct tensor v,    \
-      struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D))                 \
+      struct tensor out, struct tensor lse, struct tensor doc_start, int B, int T, int H,         \
+      int Hkv, int D))                                                                            \
     X(swiglu_forward, void, (struct backend *be, struct tensor out, struct tensor gate,           \
       struct tensor up, size_t n))                                                                \
     X(swiglu_backward, void, (struct backend *be, struct tensor dgate, struct tensor dup,         \

@@ -1,4 +1,5 @@
-// rope_table.c: the host helpers rope_table_fill{,_f64} of kernels/ops.h.
+// rope_table.c: the host helpers rope_table_fill{,_f64} and doc_start_fill of
+// kernels/ops.h.
 #include <math.h>
 
 #include "ops.h"
@@ -26,6 +27,17 @@ void rope_table_fill(float *cos_out, float *sin_out, int Tmax, int D, double the
             double angle = p * inv_freq;
             cos_out[(size_t)p * half + i] = (float)cos(angle);
             sin_out[(size_t)p * half + i] = (float)sin(angle);
+        }
+    }
+}
+
+void doc_start_fill(int32_t *doc_start, const int32_t *tokens, int B, int T, int32_t eot) {
+    for (int b = 0; b < B; b++) {
+        const int32_t *tok = tokens + (size_t)b * T;
+        int32_t *ds = doc_start + (size_t)b * T, start = 0;
+        for (int t = 0; t < T; t++) {
+            if (t > 0 && tok[t - 1] == eot) start = t;
+            ds[t] = start;
         }
     }
 }

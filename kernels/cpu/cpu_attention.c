@@ -1,5 +1,6 @@
-// cpu_attention.c: causal GQA attention of the CPU backend; bodies in
-// generic/attention.h, instantiated for FP32 and FP64. BF16/FP16 storage:
+// cpu_attention.c: causal (optionally document-masked) GQA attention of the
+// CPU backend; bodies in generic/attention.h, instantiated for FP32 and FP64.
+// BF16/FP16 storage:
 // each head's q, k, v (and out, dout) are converted to FP32 per thread, the
 // FP32 per-head bodies run on them, and results are rounded once (dk, dv
 // after summing over all query heads of their kv head, in FP32).
@@ -55,8 +56,8 @@ static void rows_from_f32(uint16_t *dst, const float *src, enum dtype dt, int ro
 // BF16/FP16 forward: per (b, h) q, k, v heads to FP32 (T, D), the FP32 head
 // body, out rounded; lse (FP32) written directly.
 static void attention_forward_lowp(struct backend *be, enum dtype dt, uint16_t *out, float *lse,
-                                   const uint16_t *q, const uint16_t *k, const uint16_t *v, int B,
-                                   int T, int H, int Hkv, int D) {
+                                   const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                   const int32_t *doc_start, int B, int T, int H, int Hkv, int D) {
     int G = H / Hkv, ldq = H * D, ldk = Hkv * D;
     size_t head = (size_t)T * D, per = block_elems(T) + 4 * head;
     float *scratch = attention_scratch(be, per * sizeof(float));
@@ -69,7 +70,8 @@ static void attention_forward_lowp(struct backend *be, enum dtype dt, uint16_t *
         rows_to_f32(qf, q + qoff, dt, T, D, ldq);
         rows_to_f32(kf, k + koff, dt, T, D, ldk);
         rows_to_f32(vf, v + koff, dt, T, D, ldk);
-        attention_head_forward_f32(of, lse + ((size_t)b * H + h) * T, qf, D, kf, vf, D, T, D, S);
+        attention_head_forward_f32(of, lse + ((size_t)b * H + h) * T, qf, D, kf, vf, D,
+                                   doc_start ? doc_start + (size_t)b * T : NULL, T, D, S);
         rows_from_f32(out + qoff, of, dt, T, D, ldq);
     }
 }
@@ -80,7 +82,8 @@ static void attention_forward_lowp(struct backend *be, enum dtype dt, uint16_t *
 static void attention_backward_lowp(struct backend *be, enum dtype dt, uint16_t *dq, uint16_t *dk,
                                     uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                                     const uint16_t *k, const uint16_t *v, const uint16_t *out,
-                                    const float *lse, int B, int T, int H, int Hkv, int D) {
+                                    const float *lse, const int32_t *doc_start, int B, int T,
+                                    int H, int Hkv, int D) {
     int G = H / Hkv, ldq = H * D, ldk = Hkv * D;
     size_t head = (size_t)T * D, per = block_elems(T) + 8 * head;
     float *scratch = attention_scratch(be, per * sizeof(float));
@@ -101,7 +104,8 @@ static void attention_backward_lowp(struct backend *be, enum dtype dt, uint16_t 
             rows_to_f32(of, out + off, dt, T, D, ldq);
             rows_to_f32(dof, dout + off, dt, T, D, ldq);
             attention_head_backward_f32(dqf, qf, of, dof, D, dkf, dvf, kf, vf, D,
-                                        lse + ((size_t)b * H + h) * T, T, D, P);
+                                        lse + ((size_t)b * H + h) * T,
+                                        doc_start ? doc_start + (size_t)b * T : NULL, T, D, P);
             rows_from_f32(dq + off, dqf, dt, T, D, ldq);
         }
         rows_from_f32(dk + koff, dkf, dt, T, D, ldk);
@@ -110,27 +114,31 @@ static void attention_backward_lowp(struct backend *be, enum dtype dt, uint16_t 
 }
 
 void cpu_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
-                           struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
-                           int Hkv, int D) {
+                           struct tensor q, struct tensor k, struct tensor v,
+                           struct tensor doc_start, int B, int T, int H, int Hkv, int D) {
     CPU_CHECK_DTYPE("attention_forward", out.dtype);
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
     CHECK(D > 0, "attention_forward: head size D=%d", D);
     if (out.dtype == DTYPE_BF16 || out.dtype == DTYPE_FP16) {
-        attention_forward_lowp(be, out.dtype, out.data, lse.data, q.data, k.data, v.data, B, T, H,
-                               Hkv, D);
+        attention_forward_lowp(be, out.dtype, out.data, lse.data, q.data, k.data, v.data, ds, B, T,
+                               H, Hkv, D);
         return;
     }
     void *scratch = attention_scratch(be, block_elems(T) * dtype_size(out.dtype));
     if (out.dtype == DTYPE_FP32)
-        attention_forward_f32(out.data, lse.data, q.data, k.data, v.data, B, T, H, Hkv, D, scratch);
+        attention_forward_f32(out.data, lse.data, q.data, k.data, v.data, ds, B, T, H, Hkv, D,
+                              scratch);
     else
-        attention_forward_f64(out.data, lse.data, q.data, k.data, v.data, B, T, H, Hkv, D, scratch);
+        attention_forward_f64(out.data, lse.data, q.data, k.data, v.data, ds, B, T, H, Hkv, D,
+                              scratch);
 }
 
 void cpu_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
                             struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
-                            struct tensor v, struct tensor out, struct tensor lse, int B, int T,
-                            int H, int Hkv, int D) {
+                            struct tensor v, struct tensor out, struct tensor lse,
+                            struct tensor doc_start, int B, int T, int H, int Hkv, int D) {
     const char *op = "attention_backward";
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
     CPU_CHECK_DTYPE(op, out.dtype);
     CHECK(D > 0, "attention_backward: head size D=%d", D);
     CPU_CHECK_SAME(op, "dq", dq, out.dtype);
@@ -139,14 +147,14 @@ void cpu_attention_backward(struct backend *be, struct tensor dq, struct tensor 
     CPU_CHECK_SAME(op, "dout", dout, out.dtype);
     if (out.dtype == DTYPE_BF16 || out.dtype == DTYPE_FP16) {
         attention_backward_lowp(be, out.dtype, dq.data, dk.data, dv.data, dout.data, q.data,
-                                k.data, v.data, out.data, lse.data, B, T, H, Hkv, D);
+                                k.data, v.data, out.data, lse.data, ds, B, T, H, Hkv, D);
         return;
     }
     void *scratch = attention_scratch(be, block_elems(T) * dtype_size(out.dtype));
     if (out.dtype == DTYPE_FP32)
         attention_backward_f32(dq.data, dk.data, dv.data, dout.data, q.data, k.data, v.data,
-                               out.data, lse.data, B, T, H, Hkv, D, scratch);
+                               out.data, lse.data, ds, B, T, H, Hkv, D, scratch);
     else
         attention_backward_f64(dq.data, dk.data, dv.data, dout.data, q.data, k.data, v.data,
-                               out.data, lse.data, B, T, H, Hkv, D, scratch);
+                               out.data, lse.data, ds, B, T, H, Hkv, D, scratch);
 }

@@ -42,8 +42,9 @@ void cpu_embedding_backward(struct backend *be, struct tensor dwte, struct tenso
                  dout.data, tokens.data, N, C, vocab_start, Vl);
 }
 
-void cpu_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin, int B,
-              int T, int Hx, int D, int pos_offset, bool inverse) {
+void cpu_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,
+              struct tensor doc_start, int B, int T, int Hx, int D, int pos_offset, bool inverse) {
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
     CPU_DISPATCH(inverse ? "rope_backward" : "rope_forward", x.dtype, rope, x.data, cos.data,
-                 sin.data, B, T, Hx, D, pos_offset, inverse);
+                 sin.data, ds, B, T, Hx, D, pos_offset, inverse);
 }

@@ -36,6 +36,16 @@
 // T x T matrix exists anywhere. Blocks are issued last query block first
 // (the longest causal rows start early).
 //
+// Packed documents ([data] packing = concat_reset; doc_start (B, T) I32,
+// kernels/ops.h; NULL: plain causal, the code above bit for bit): query i
+// reads keys [doc_start[i], i]. doc_start is non-decreasing, so a query
+// block's key tiles start at the tile holding doc_start of its first row
+// (earlier documents' tiles are never loaded) and the dk/dv kernel stops at
+// the first query tile whose first query starts after the block's last key;
+// scores in the tiles that remain are masked per element. A row whose keys
+// all lie in later tiles keeps m = -inf through the first ones: its
+// correction and probabilities use 0 in place of -inf (no NaN).
+//
 // Backward (alg. 2, P recomputed from lse, no atomics, deterministic):
 //   P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dO_i.v_j, D_i = dO_i.O_i,
 //   dS_ij = P_ij (dP_ij - D_i), dq_i = scale sum_j dS_ij k_j,
@@ -184,7 +194,7 @@ __device__ __forceinline__ int attn_col(int tc, int i) { return 4 * tc + 32 * (i
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k, struct dptr v,
-                         int T, int H, int Hkv, int D, float scale) {
+                         const int32_t *doc_start, int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
     extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
@@ -196,15 +206,19 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     size_t qbase = (size_t)b * T * qs + (size_t)h * D, kbase = (size_t)b * T * ks + (size_t)hk * D;
     attn_load_rows<DP>(Qs, q, qbase, qs, q0, BR, T, D);
+    const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
     float o[RM][DN], m[RM], l[RM];
+    int dsr[RM]; // each row's document start (0: plain causal)
 #pragma unroll
     for (int r = 0; r < RM; r++) {
-        m[r] = -INFINITY, l[r] = 0;
+        int i = q0 + tr + ATTN_TR * r;
+        m[r] = -INFINITY, l[r] = 0, dsr[r] = ds && i < T ? ds[i] : 0;
 #pragma unroll
         for (int e = 0; e < DN; e++) o[r][e] = 0;
     }
-    int kend = min(T, q0 + BR); // keys [0, kend): tiles past the block's last row are skipped
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    int kend = min(T, q0 + BR); // keys [kbeg, kend): tiles past the block's last row are skipped
+    int kbeg = ds ? ds[q0] / BC * BC : 0; // and those of earlier documents
+    for (int k0 = kbeg; k0 < kend; k0 += BC) {
         __syncthreads(); // the previous tile's Ks, Vs, Ps are consumed
         attn_load_rows<DP>(Ks, k, kbase, ks, k0, BC, T, D);
         attn_load_rows<DP>(Vs, v, kbase, ks, k0, BC, T, D);
@@ -212,13 +226,15 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
         float s[RM][RN];
         attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
         bool diag = k0 + BC - 1 > q0; // some key of the tile is after some row
+        bool mask = diag || ds;       // or, with documents, maybe before a row's start
 #pragma unroll
         for (int r = 0; r < RM; r++) {
             int i = q0 + tr + ATTN_TR * r;
             float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < RN; n++) {
-                s[r][n] = diag && k0 + tc + ATTN_TC * n > i ? -INFINITY : s[r][n] * scale;
+                int j = k0 + tc + ATTN_TC * n;
+                s[r][n] = mask && (j > i || j < dsr[r]) ? -INFINITY : s[r][n] * scale;
                 mx = fmaxf(mx, s[r][n]);
             }
             red[(tr + ATTN_TR * r) * ATTN_TC + tc] = mx;
@@ -230,11 +246,14 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
             float mt = m[r];
 #pragma unroll
             for (int c = 0; c < ATTN_TC; c++) mt = fmaxf(mt, red[row * ATTN_TC + c]);
-            // mt is finite: key 0 is in the first tile of every row
-            float corr = expf(m[r] - mt), ls = 0;
+            // Without documents mt is finite (key 0 is in the first tile of
+            // every row); with them a row may have no key yet: its reference
+            // is 0 for -inf (corr = 0, p = 0) and m stays -inf.
+            float mref = ds && mt == -INFINITY ? 0.0f : mt;
+            float corr = expf(m[r] - mref), ls = 0;
 #pragma unroll
             for (int n = 0; n < RN; n++) {
-                float p = expf(s[r][n] - mt); // masked: exp(-inf) = 0
+                float p = expf(s[r][n] - mref); // masked: exp(-inf) = 0
                 Ps[row * PL + tc + ATTN_TC * n] = p;
                 ls += p;
             }
@@ -276,7 +295,7 @@ template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, struct dptr q,
                              struct dptr k, struct dptr v, struct dptr out, const float *lse,
-                             int T, int H, int Hkv, int D, float scale) {
+                             const int32_t *doc_start, int T, int H, int Hkv, int D, float scale) {
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
     extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
@@ -307,10 +326,13 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
         red[row * ATTN_TC + tc] = part;
     }
     __syncthreads();
+    const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
     float Di[RM], li[RM], acc[RM][DN];
+    int dsr[RM];
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         int row = tr + ATTN_TR * r, i = q0 + row;
+        dsr[r] = ds && i < T ? ds[i] : 0;
         float di = 0;
 #pragma unroll
         for (int c = 0; c < ATTN_TC; c++) di += red[row * ATTN_TC + c];
@@ -320,8 +342,8 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
 #pragma unroll
         for (int e = 0; e < DN; e++) acc[r][e] = 0;
     }
-    int kend = min(T, q0 + BR);
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    int kend = min(T, q0 + BR), kbeg = ds ? ds[q0] / BC * BC : 0;
+    for (int k0 = kbeg; k0 < kend; k0 += BC) {
         __syncthreads(); // the previous tile's Ks, Vs, dSs are consumed
         attn_load_rows<DP>(Ks, k, kbase, ks, k0, BC, T, D);
         attn_load_rows<DP>(Vs, v, kbase, ks, k0, BC, T, D);
@@ -336,7 +358,8 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
 #pragma unroll
             for (int n = 0; n < RN; n++) {
                 int j = k0 + tc + ATTN_TC * n;
-                float p = !diag || j <= i ? expf(s[r][n] * scale - li[r]) : 0.0f;
+                bool keep = ds ? j <= i && j >= dsr[r] : !diag || j <= i;
+                float p = keep ? expf(s[r][n] * scale - li[r]) : 0.0f;
                 dSs[row * PL + tc + ATTN_TC * n] = p * (dp[r][n] - Di[r]);
             }
         }
@@ -365,7 +388,8 @@ template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
                               struct dptr dout, struct dptr q, struct dptr k, struct dptr v,
-                              const float *lse, int T, int H, int Hkv, int D, float scale) {
+                              const float *lse, const int32_t *doc_start, int T, int H, int Hkv,
+                              int D, float scale) {
     constexpr int LD = attn_ld(DP), RK = attn_rk(DP), BK = ATTN_TR * RK, BQ = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BQ + 4;
     extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
@@ -383,9 +407,13 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
     for (int r = 0; r < RK; r++)
 #pragma unroll
         for (int e = 0; e < DN; e++) dka[r][e] = dva[r][e] = 0;
+    const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
+    int jlast = min(T, k0 + BK) - 1; // the block's last key
     for (int h = hk * G; h < (hk + 1) * G; h++) {
         size_t qbase = (size_t)b * T * qs + (size_t)h * D, lbase = ((size_t)b * H + h) * T;
         for (int i0 = k0 / BQ * BQ; i0 < T; i0 += BQ) {
+            // this and later query tiles start after the last key's document
+            if (ds && i0 > jlast && ds[i0] > jlast) break;
             __syncthreads(); // the previous tile's Qs, dOs, Ps, dSs, ls, Ds are consumed
             attn_load_rows<DP>(Qs, q, qbase, qs, i0, BQ, T, D);
             attn_load_rows<DP>(dOs, dout, qbase, qs, i0, BQ, T, D);
@@ -407,7 +435,7 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
 #pragma unroll
                 for (int n = 0; n < RN; n++) {
                     int c = tc + ATTN_TC * n, i = i0 + c;
-                    bool keep = !edge || (i >= j && i < T);
+                    bool keep = ds ? i >= j && i < T && ds[i] <= j : !edge || (i >= j && i < T);
                     float p = keep ? expf(s[r][n] * scale - ls[c]) : 0.0f;
                     Ps[row * PL + c] = p;
                     dSs[row * PL + c] = p * (dp[r][n] - Ds[c]);
@@ -472,9 +500,13 @@ static int attn_bk(int dp) { return ATTN_TR * attn_rk(dp); }
 // backend's stream. Aborts (CHECK) on D > 256, another dtype, or B or H
 // above 65535; H must be a multiple of Hkv (ops.c checks).
 void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor lse,
-                            struct tensor q, struct tensor k, struct tensor v, int B, int T, int H,
-                            int Hkv, int D) {
-    if (cuda_attention_cudnn_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return;
+                            struct tensor q, struct tensor k, struct tensor v,
+                            struct tensor doc_start, int B, int T, int H, int Hkv, int D) {
+    // cuDNN's SDPA graph is not given the document mask here (it would take
+    // padding-style ragged offsets or a bias tensor): with doc_start these
+    // kernels run (docs/design.md §3).
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
+    if (!ds && cuda_attention_cudnn_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return;
     const char *op = "attention_forward";
     struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
     struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
@@ -485,7 +517,7 @@ void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor
     float scale = (float)(1.0 / sqrt((double)D));
     dim3 grid((unsigned)((T + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
     ATTN_LAUNCH(dp, attention_forward_kernel, attn_fwd_smem, grid, cuda_stream(be), po,
-                (float *)lse.data, pq, pk, pv, T, H, Hkv, D, scale);
+                (float *)lse.data, pq, pk, pv, ds, T, H, Hkv, D, scale);
 }
 
 // dq (B, T, H, D), dk, dv (B, T, Hkv, D) := the gradients of
@@ -497,8 +529,11 @@ void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor
 void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor dk,
                              struct tensor dv, struct tensor dout, struct tensor q,
                              struct tensor k, struct tensor v, struct tensor out,
-                             struct tensor lse, int B, int T, int H, int Hkv, int D) {
-    if (cuda_attention_cudnn_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D)) return;
+                             struct tensor lse, struct tensor doc_start, int B, int T, int H,
+                             int Hkv, int D) {
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL; // cuDNN: none
+    if (!ds && cuda_attention_cudnn_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D))
+        return;
     const char *op = "attention_backward";
     struct dptr pdq = dptr_of(op, "dq", dq), pdk = dptr_of(op, "dk", dk), pdv = dptr_of(op, "dv", dv);
     struct dptr pg = dptr_of(op, "dout", dout), po = dptr_of(op, "out", out);
@@ -513,7 +548,7 @@ void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor
     dim3 grid_q((unsigned)((T + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
     dim3 grid_k((unsigned)((T + attn_bk(dp) - 1) / attn_bk(dp)), (unsigned)Hkv, (unsigned)B);
     ATTN_LAUNCH(dp, attention_backward_dq_kernel, attn_dq_smem, grid_q, cuda_stream(be), pdq, Dvec,
-                pg, pq, pk, pv, po, pl, T, H, Hkv, D, scale);
+                pg, pq, pk, pv, po, pl, ds, T, H, Hkv, D, scale);
     ATTN_LAUNCH(dp, attention_backward_dkv_kernel, attn_dkv_smem, grid_k, cuda_stream(be), pdk, pdv,
-                Dvec, pg, pq, pk, pv, pl, T, H, Hkv, D, scale);
+                Dvec, pg, pq, pk, pv, pl, ds, T, H, Hkv, D, scale);
 }

@@ -100,15 +100,18 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
     CHECK_LAUNCH();
 }
 
-// In place on x (B*T, Hx, D): one thread per (row bt, head, i < D/2).
-__global__ void rope_kernel(struct dptr x, const float *cos, const float *sin, int T, int Hx,
-                            int D, int pos_offset, float sign, size_t total) {
+// In place on x (B*T, Hx, D): one thread per (row bt, head, i < D/2);
+// position pos_offset + t - doc_start[bt] (doc_start NULL: 0).
+__global__ void rope_kernel(struct dptr x, const float *cos, const float *sin,
+                            const int32_t *doc_start, int T, int Hx, int D, int pos_offset,
+                            float sign, size_t total) {
     int half = D / 2;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(e % half);
         size_t bth = e / half; // (bt, h)
-        int p = pos_offset + (int)((bth / Hx) % T);
+        size_t bt = bth / Hx;
+        int p = pos_offset + (int)(bt % T) - (doc_start ? doc_start[bt] : 0);
         size_t i1 = bth * D + i, i2 = i1 + half;
         float c = cos[(size_t)p * half + i], sn = sign * sin[(size_t)p * half + i];
         float a = ld(x, i1), b = ld(x, i2);
@@ -117,8 +120,8 @@ __global__ void rope_kernel(struct dptr x, const float *cos, const float *sin, i
     }
 }
 
-void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin, int B,
-               int T, int Hx, int D, int pos_offset, bool inverse) {
+void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,
+               struct tensor doc_start, int B, int T, int Hx, int D, int pos_offset, bool inverse) {
     const char *op = inverse ? "rope_backward" : "rope_forward";
     struct dptr px = dptr_of(op, "x", x);
     CUDA_CHECK_SAME(op, "cos", cos, DTYPE_FP32);
@@ -126,7 +129,8 @@ void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct te
     size_t total = (size_t)B * T * Hx * (D / 2);
     if (total == 0) return;
     rope_kernel<<<grid_for(total, 256), 256, 0, cuda_stream(be)>>>(
-        px, (const float *)cos.data, (const float *)sin.data, T, Hx, D, pos_offset,
+        px, (const float *)cos.data, (const float *)sin.data,
+        doc_start.numel ? (const int32_t *)doc_start.data : NULL, T, Hx, D, pos_offset,
         inverse ? -1.0f : 1.0f, total);
     CHECK_LAUNCH();
 }

@@ -35,8 +35,10 @@ enum attention_impl { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
 // [train] loss_on: every target, or only those the shards' /loss_mask marks.
 enum loss_on { LOSS_ON_ALL, LOSS_ON_RESPONSE };
-// [data] packing: documents concatenated into the token stream (the only mode).
-enum packing { PACKING_CONCAT };
+// [data] packing: documents concatenated into the token stream, attending
+// across boundaries (concat) or each to itself with positions reset at every
+// end-of-text (concat_reset, model_set_doc_eot).
+enum packing { PACKING_CONCAT, PACKING_CONCAT_RESET };
 
 struct model_config {
     enum model_arch arch;

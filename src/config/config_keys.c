@@ -42,7 +42,8 @@ static const struct config_choice schedule_choices[] = {{"cosine", LR_SCHEDULE_C
                                                         {NULL, 0}};
 static const struct config_choice loss_on_choices[] = {
     {"all", LOSS_ON_ALL}, {"response", LOSS_ON_RESPONSE}, {NULL, 0}};
-static const struct config_choice packing_choices[] = {{"concat", PACKING_CONCAT}, {NULL, 0}};
+static const struct config_choice packing_choices[] = {
+    {"concat", PACKING_CONCAT}, {"concat_reset", PACKING_CONCAT_RESET}, {NULL, 0}};
 static const struct config_choice dtype_choices[] = {
     {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {"fp16", DTYPE_FP16}, {NULL, 0}};
 static const struct config_choice grad_dtype_choices[] = {
@@ -162,7 +163,13 @@ const struct config_key config_keys[] = {
             "need them; with the global shuffle, cover a few batches' shards (with cache_dir)"),
     KEY_ENUM("data", "packing", data.packing, "concat", packing_choices,
              "concat: documents joined by end-of-text into one stream cut into sequences, "
-             "attending across document boundaries (none and concat_reset are not implemented)"),
+             "attending across document boundaries; concat_reset: the same sequences, but a "
+             "document starts at each row's start and after each end-of-text input token, and "
+             "a token attends only to its own document, at positions counted from its start "
+             "(Megatron-LM's --reset-position-ids --reset-attention-mask; the loss is "
+             "unchanged: the target after an end-of-text still counts), so every complete "
+             "document computes as if alone; none (one padded document per row) is not "
+             "offered: concat_reset gives the same per-document result without padding"),
 
     // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "tensor-parallel size"),

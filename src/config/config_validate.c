@@ -236,6 +236,12 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
         return error_set(err, bad, "%s: %s runs bf16 and fp16 only (cuDNN's fused attention); fp32 always "
                          "uses the native kernels: set attention = auto or native, or a 16-bit dtype; %s", file,
                          KT("system", "attention"), KT("precision", "dtype"));
+    // cuDNN's attention is not given document masks: concat_reset runs the
+    // native kernels (docs/design.md §3), so requiring cuDNN cannot hold.
+    if (cfg->system.attention == ATTENTION_CUDNN && cfg->data.packing == PACKING_CONCAT_RESET)
+        return error_set(err, bad, "%s: %s with %s: cuDNN's attention is not given document masks (the "
+                         "native kernels run them): set attention = auto or native, or packing = concat",
+                         file, KT("system", "attention"), KT("data", "packing"));
     // The CUDA attention kernels (native and cuDNN) take head sizes up to 256.
     if (cfg->system.device == DEVICE_CUDA && m->d_model / m->n_heads > CONFIG_CUDA_MAX_HEAD_DIM)
         return error_set(err, bad, "%s: head size d_model / n_heads = %d: system.device = cuda takes at most "

@@ -225,6 +225,7 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     }
     S->tokens = carve(c, DTYPE_I32, N);
     S->targets = carve(c, DTYPE_I32, N);
+    S->doc_start = carve(c, DTYPE_I32, N);
 }
 
 // Carves the activation arena: the recompute buffer, the slots, then the
@@ -446,6 +447,8 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     }
     free(host);
     m->host_loss = xcalloc(m->N, sizeof *m->host_loss);
+    m->host_doc = xcalloc(m->N, sizeof *m->host_doc);
+    m->doc_eot = -1;
     *out = m;
     return STATUS_OK;
 }
@@ -461,6 +464,7 @@ void model_free(struct model *m) {
     free(m->params), free(m->blocks), free(m->dblocks), free(m->slots);
     free(m->block_offset);
     free(m->host_loss);
+    free(m->host_doc);
     free(m);
 }
 

@@ -215,12 +215,26 @@ void model_forward(struct model *m, const int32_t *tokens, const int32_t *target
 // 1 / (non-ignored targets of the whole global batch) for a mean loss.
 void model_backward(struct model *m, double loss_scale);
 
+// Packed documents ([data] packing = concat_reset, Megatron-LM's
+// --reset-position-ids --reset-attention-mask): eot >= 0 makes every later
+// forward build doc_start (B, T) from its tokens on the host
+// (doc_start_fill, kernels/ops.h: a document starts at t = 0 and after each
+// input token eot), upload it into the microbatch's slot once, and run RoPE
+// at positions t - doc_start and attention masked to each token's own
+// document, forward, recomputation and backward alike; so every complete
+// document of a row computes what it would alone at a row's start. The loss
+// is not changed (the target after an eot is kept, as Megatron without
+// --eod-mask-loss). Every chunk's forward then needs the tokens, not only the
+// first's. eot < 0 (the default): plain causal, the kernels as before.
+void model_set_doc_eot(struct model *m, int32_t eot);
+
 // Pipeline-stage passes. Forward of model chunk `chunk` of one microbatch
 // into activation slot `slot`: the first virtual stage reads tokens (B, T)
-// I32 host ids, the others `in` (Ns, C) in the model dtype (the previous
-// stage's output, Ns = B*T/tp under sequence parallelism, else B*T); the last
-// virtual stage reads targets (B, T) and returns the loss sum and count (as
-// model_forward), the others write `out` (Ns, C).
+// I32 host ids (every chunk under model_set_doc_eot), the others `in` (Ns,
+// C) in the model dtype (the previous stage's output, Ns = B*T/tp under
+// sequence parallelism, else B*T); the last virtual stage reads targets (B,
+// T) and returns the loss sum and count (as model_forward), the others write
+// `out` (Ns, C).
 void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
                          const void *in, const int32_t *targets, void *out, double *loss_sum,
                          long *n_targets);

@@ -46,6 +46,7 @@ struct slot {
                                    // is logits (overwritten) unless recompute is none
     struct tensor rowmax, partials, lse, loss; // (N,), (N, 3), (N,), (N,)
     struct tensor tokens, targets; // (N,) I32
+    struct tensor doc_start;       // (N,) I32: (B, T) document starts (model_set_doc_eot)
 };
 
 struct model {
@@ -105,6 +106,8 @@ struct model {
     size_t head_offset;            // arena offset of model.norm.weight (last stage)
 
     double *host_loss;             // (N,)
+    int32_t doc_eot;               // end-of-text id that starts documents; -1: plain causal
+    int32_t *host_doc;             // (N,) doc_start built on the host
 };
 
 static inline int model_chunk_layers(const struct model *m, int chunk) {

@@ -102,6 +102,14 @@ void model_finish_grads(struct model *m) {
 
 // ---- forward ---------------------------------------------------------------------
 
+void model_set_doc_eot(struct model *m, int32_t eot) { m->doc_eot = eot < 0 ? -1 : eot; }
+
+// The document starts the kernels of slot S read: its doc_start (B, T), or
+// an empty tensor (plain causal) without model_set_doc_eot.
+static struct tensor docs_of(const struct model *m, const struct slot *S) {
+    return m->doc_eot >= 0 ? S->doc_start : tensor_view(NULL, DTYPE_I32, 0);
+}
+
 // y (N, out) = x (N, in) @ W^T, W (out, in) in PyTorch's Linear layout.
 static void linear(struct model *m, struct tensor y, struct tensor x, struct tensor w, int out,
                    int in) {
@@ -123,9 +131,11 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     linear(m, a->q, n1, w->wq, HD, C);
     linear(m, a->k, n1, w->wk, KD, C);
     linear(m, a->v, n1, w->wv, KD, C);
-    backend_rope_forward(be, a->q, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_forward(be, a->k, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
-    backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, m->B, m->T, m->Hl, m->Hkvl, m->D);
+    struct tensor ds = docs_of(m, S);
+    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+    backend_attention_forward_docs(be, a->att, a->lse, a->q, a->k, a->v, ds, m->B, m->T, m->Hl,
+                                   m->Hkvl, m->D);
     linear(m, m->tmp, a->att, w->wo, C, HD);
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add(be, a->xmid, S->x[i], m->tmp_s, (size_t)Ns * C);
@@ -205,6 +215,11 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     struct slot *S = slot_of(m, slot);
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
     *loss_sum = 0, *n_targets = 0;
+    if (m->doc_eot >= 0) { // every chunk of a pipeline derives it from the tokens
+        CHECK(tokens, "packed documents (model_set_doc_eot) but no tokens for chunk %d", chunk);
+        doc_start_fill(m->host_doc, tokens, m->B, m->T, m->doc_eot);
+        backend_to_device(be, S->doc_start.data, m->host_doc, (size_t)m->N * sizeof(int32_t));
+    }
     if (model_chunk_first(m, chunk)) {
         backend_to_device(be, S->tokens.data, tokens, (size_t)m->N * sizeof(int32_t));
         // Each vocab shard looks up its own ids (zero rows elsewhere); the
@@ -298,8 +313,9 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     struct tensor n1 = gathered(m, a->ln1);
     linear(m, a->q, n1, w->wq, HD, C);
     linear(m, a->k, n1, w->wk, KD, C);
-    backend_rope_forward(be, a->q, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_forward(be, a->k, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
+    struct tensor ds = docs_of(m, S);
+    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
     backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
 }
@@ -324,10 +340,12 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     sp_gather(m, m->dx_full, m->dx);
     backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
     backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
-    backend_attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-                               m->B, m->T, m->Hl, m->Hkvl, m->D);
-    backend_rope_backward(be, m->dq, m->rope_cos, m->rope_sin, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_backward(be, m->dk, m->rope_cos, m->rope_sin, m->B, m->T, m->Hkvl, m->D, 0);
+    struct tensor ds = docs_of(m, S);
+    backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+                                    a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
+    backend_rope_backward_docs(be, m->dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_backward_docs(be, m->dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D,
+                               0);
     struct tensor n1 = gathered(m, a->ln1);
     linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
     linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);

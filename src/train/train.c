@@ -225,9 +225,14 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
         setvbuf(d->sample_log, NULL, _IOLBF, 0);
         loader_set_log(&d->train_loader, d->sample_log);
     }
-    // Inputs are read on the first pipeline stage, labels on the last.
+    // Inputs are read on the first pipeline stage, labels on the last. With
+    // packing = concat_reset every stage reads the inputs too and derives the
+    // document starts itself (model_set_doc_eot): a few hundred bytes of
+    // hyperslab reads per microbatch instead of a (B, T) message beside each
+    // activation message of the pipeline.
     int s = t->par.topo.coord.p, T = c->train.seq_len;
-    d->reads_tokens = s == 0, d->reads_targets = s == c->parallel.pp - 1;
+    d->reads_tokens = s == 0 || c->data.packing == PACKING_CONCAT_RESET;
+    d->reads_targets = s == c->parallel.pp - 1;
     d->accum = plan_microbatches(c);
     d->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
     d->mask = xmalloc((size_t)B * (T + 1));
@@ -253,6 +258,8 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     model_set_tp_group(m->model, topology_device_group(topo, GROUP_TP));
     model_set_tp_host_group(m->model, &topo->tp_group);
+    if (c->data.packing == PACKING_CONCAT_RESET) // index.ini's eot_id >= 0; ids are I32
+        model_set_doc_eot(m->model, (int32_t)MIN(t->data.ds->index.eot_id, (int64_t)INT32_MAX));
     m->oc = optimizer_from(c);
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);

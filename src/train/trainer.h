@@ -29,7 +29,7 @@ struct trainer_data {
     FILE *sample_log;                         // TRIDENT_LOG_SAMPLES; NULL: none
     struct loader train_loader, val_loader;
     bool has_val;                      // the val split holds at least one global batch
-    bool reads_tokens, reads_targets;  // first / last pipeline stage
+    bool reads_tokens, reads_targets;  // first (every one under concat_reset) / last pipeline stage
     int accum;                         // microbatches per step on this rank
     int32_t *seqs;                     // (B, T + 1) one microbatch from the loader
     uint8_t *mask;                     // (B, T + 1) its /loss_mask (loss_on = response)

@@ -470,6 +470,12 @@ static void test_bad_inputs(void) {
                config_validate(&c, 1, true, &err) == STATUS_BAD_INPUT && contains(err.msg, "system.attention = cudnn") &&
                contains(err.msg, "precision.dtype = fp32"),
            "attention = cudnn in fp32 is refused naming both keys: %s", err.msg);
+    char *cudnn_docs[] = {"system.device=cuda", "system.attention=cudnn", "precision.dtype=bf16",
+                          "data.packing=concat_reset"};
+    EXPECT(config_load(NULL, 4, cudnn_docs, &c, &err) == STATUS_OK &&
+               config_validate(&c, 1, true, &err) == STATUS_BAD_INPUT && contains(err.msg, "system.attention = cudnn") &&
+               contains(err.msg, "data.packing = concat_reset"),
+           "attention = cudnn with packing = concat_reset is refused naming both keys: %s", err.msg);
     char *wide[] = {"system.device=cuda", "model.d_model=1024", "model.n_heads=2", "model.n_kv_heads=2"};
     EXPECT(config_load(NULL, 4, wide, &c, &err) == STATUS_OK &&
                config_validate(&c, 1, true, &err) == STATUS_BAD_INPUT && contains(err.msg, "head size") &&

@@ -356,6 +356,74 @@ static void test_attention(enum dtype dt, int B, int T, int H, int Hkv, int D) {
     test_attention_qs(dt, 1, B, T, H, Hkv, D);
 }
 
+// Packed documents ([data] packing = concat_reset): doc_start (B, T) from
+// tokens by doc_start_fill, the same I32 array on both backends. Row 0: an
+// end-of-text at t = 0 and 1 (one-token documents), then every ~12 tokens at
+// random; row 1: none (plain causal through the document path); row 2: one
+// at T - 41 (a long document across many key tiles, then one of 40 tokens).
+// RoPE at positions t - doc_start, attention forward and backward (the
+// backward from the CPU's out and lse), CUDA against the CPU backend. Under
+// attention = cudnn these shapes run the native kernels (the cuDNN path
+// declines document masks).
+static void test_docs(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+    size_t bt = (size_t)B * T, nq = bt * H * D, nk = bt * Hkv * D, nl = (size_t)B * H * T;
+    int32_t *tok = xmalloc(bt * sizeof *tok), *ds = xmalloc(bt * sizeof *ds);
+    for (size_t i = 0; i < bt; i++) tok[i] = 1;
+    for (int t = 0; t < T; t++) tok[t] = t < 2 || fabs(rnd()) < 1.0 / 12 ? 0 : 1;
+    if (B > 2) tok[2 * T + T - 41] = 0;
+    doc_start_fill(ds, tok, B, T, 0);
+    struct tensor dc = tensor_view(backend_alloc(cpu, bt * 4), DTYPE_I32, bt);
+    struct tensor dg = tensor_view(backend_alloc(gpu, bt * 4), DTYPE_I32, bt);
+    backend_to_device(cpu, dc.data, ds, bt * 4);
+    backend_to_device(gpu, dg.data, ds, bt * 4);
+    char what[128], w2[160];
+    snprintf(what, sizeof what, "documents B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
+
+    int half = D / 2;
+    struct pair cs = pair_alloc((size_t)T * half, DTYPE_FP32), sn = pair_alloc((size_t)T * half, DTYPE_FP32);
+    rope_table_fill(cs.h, sn.h, T, D, 10000.0);
+    pair_sync(cs), pair_sync(sn);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        struct pair x = pair_rand(nq, 1, dt);
+        if (inverse) {
+            backend_rope_backward_docs(cpu, x.c, cs.c, sn.c, dc, B, T, H, D, 0);
+            backend_rope_backward_docs(gpu, x.g, cs.g, sn.g, dg, B, T, H, D, 0);
+        } else {
+            backend_rope_forward_docs(cpu, x.c, cs.c, sn.c, dc, B, T, H, D, 0);
+            backend_rope_forward_docs(gpu, x.g, cs.g, sn.g, dg, B, T, H, D, 0);
+        }
+        snprintf(w2, sizeof w2, "%s rope_%s", what, inverse ? "backward" : "forward");
+        expect_match(x, w2);
+        pair_free(x);
+    }
+    pair_free(cs), pair_free(sn);
+
+    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
+    struct error err = {0};
+    EXPECT(!backend_set_attention(gpu, attn_mode, &err), "%s: backend_set_attention: %s", what, err.msg);
+    backend_attention_forward_docs(cpu, out.c, lse.c, q.c, k.c, v.c, dc, B, T, H, Hkv, D);
+    backend_attention_forward_docs(gpu, out.g, lse.g, q.g, k.g, v.g, dg, B, T, H, Hkv, D);
+    snprintf(w2, sizeof w2, "%s forward out", what), expect_match_tol(out, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s forward lse", what), expect_match_tol(lse, tol_attn(DTYPE_FP32), w2);
+    for (size_t i = 0; i < nq; i++) out.h[i] = round_to(dt, ((float *)out.c.data)[i]);
+    memcpy(lse.h, lse.c.data, nl * 4);
+    pair_sync(out), pair_sync(lse);
+    struct pair dout = pair_rand(nq, 1, dt), dq = pair_nan(nq, dt);
+    struct pair dk = pair_nan(nk, dt), dv = pair_nan(nk, dt);
+    backend_attention_backward_docs(cpu, dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, out.c, lse.c, dc, B, T, H,
+                                    Hkv, D);
+    backend_attention_backward_docs(gpu, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, dg, B, T, H,
+                                    Hkv, D);
+    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match_tol(dq, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match_tol(dk, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match_tol(dv, tol_attn(dt), w2);
+    pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse), pair_free(dout),
+        pair_free(dq), pair_free(dk), pair_free(dv);
+    backend_dealloc(cpu, dc.data), backend_dealloc(gpu, dg.data);
+    free(tok), free(ds);
+}
+
 // One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
 // inside and outside the shard, and every 7th row ignored.
 static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs, int V) {
@@ -579,6 +647,11 @@ static void run_all(enum dtype dt, bool small) {
         test_attention(dt, 1, 257, 8, 2, 128);
         test_attention(dt, 2, 100, 4, 1, 256);
     }
+    // packed documents: key tiles of earlier documents skipped, rows whose
+    // first tiles hold no key of theirs, D buckets 32 and 128
+    test_docs(dt, 3, 100, 4, 2, 24);
+    test_docs(dt, 3, 150, 2, 1, 128);
+    test_docs(dt, 2, 600, 4, 2, 64);
     test_cross_entropy(dt, 13, 70, 61, 100, 300);
     if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
     test_adamw(dt);

@@ -1,5 +1,8 @@
 // test_ops_reference.c: every CPU op against PyTorch autograd in float64
-// (tests/reference/fixtures/ops.h5, from tests/reference/ops_reference.py).
+// (tests/reference/fixtures/ops.h5, from tests/reference/ops_reference.py),
+// and the document-masked attention and per-token RoPE of packing =
+// concat_reset (tests/reference/fixtures/docmask.h5, from
+// tests/reference/docmask_reference.py; FP32 <= 1e-6, FP64 <= 1e-12).
 //
 // Each op runs through the checked wrappers of kernels/ops.h in FP32 (relative
 // error <= 1e-5) and FP64 (<= 1e-10). Outputs an op overwrites ("=") are
@@ -17,6 +20,7 @@
 // Relative to the repository root (tests/run.sh runs there); OPS_FIXTURE
 // overrides it (used to check that a perturbed fixture fails the test).
 static const char *FIXTURE = "tests/reference/fixtures/ops.h5";
+static const char *DOCMASK_FIXTURE = "tests/reference/fixtures/docmask.h5"; // DOCMASK_FIXTURE
 
 // One precision's run: the backend, the fixture, the storage dtype, its
 // statistics dtype (ops.h: FP32 stats for FP32, FP64 for FP64) and tolerance.
@@ -189,6 +193,66 @@ static void test_attention(struct run *r) {
     check(r, "attention dk", dk, "/attention/dk");
     check(r, "attention dv", dv, "/attention/dv");
     struct tensor all[] = {q, k, v, dout, out, lse, dq, dk, dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(r, all[i]);
+}
+
+// Packed documents: doc_start_fill against the fixture's document starts
+// (exact), then RoPE at positions t - doc_start and block-diagonal causal
+// attention, forward and backward, against PyTorch in float64. The rows hold
+// a one-token document, a row without end-of-text and a 70-token document
+// that spans two of the CPU kernel's 64-row blocks.
+static void test_docmask(struct run *r) {
+    const char *g = "/docmask";
+    struct h5fixture_shape sq, sk, st;
+    free(h5fixture_read_f64(r->f, "/docmask/q", &sq));
+    free(h5fixture_read_f64(r->f, "/docmask/k", &sk));
+    int B = (int)sq.dims[0], T = (int)sq.dims[1], H = (int)sq.dims[2], D = (int)sq.dims[3];
+    int Hkv = (int)sk.dims[2];
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, bt = (size_t)B * T;
+    int32_t *tokens = h5fixture_read_i32(r->f, "/docmask/tokens", &st);
+    int32_t *want = h5fixture_read_i32(r->f, "/docmask/doc_start", NULL);
+    int32_t *got = malloc(bt * sizeof *got);
+    doc_start_fill(got, tokens, B, T, (int32_t)h5fixture_attr_long(r->f, g, "eot"));
+    size_t bad = 0;
+    for (size_t i = 0; i < bt; i++) bad += got[i] != want[i];
+    EXPECT(bad == 0, "doc_start_fill: %zu of %zu document starts differ from the fixture's", bad, bt);
+    free(tokens), free(want), free(got);
+    struct tensor ds = dev_read(r, DTYPE_I32, "/docmask/doc_start", NULL);
+
+    // RoPE at per-token positions (in place: no poisoning)
+    double theta = h5fixture_attr_f64(r->f, g, "theta");
+    size_t nt = (size_t)T * (D / 2);
+    struct tensor cos = dev_alloc(r, r->st, nt), sin = dev_alloc(r, r->st, nt);
+    void *hc = malloc(nt * dtype_size(r->st)), *hs = malloc(nt * dtype_size(r->st));
+    if (r->st == DTYPE_FP32) rope_table_fill(hc, hs, T, D, theta);
+    else rope_table_fill_f64(hc, hs, T, D, theta);
+    backend_to_device(r->be, cos.data, hc, nt * dtype_size(r->st));
+    backend_to_device(r->be, sin.data, hs, nt * dtype_size(r->st));
+    free(hc), free(hs);
+    struct tensor x = dev_read(r, r->dt, "/docmask/rope_x", NULL);
+    backend_rope_forward_docs(r->be, x, cos, sin, ds, B, T, H, D, 0);
+    check(r, "docmask rope forward", x, "/docmask/rope_out");
+    struct tensor dy = dev_read(r, r->dt, "/docmask/rope_dy", NULL);
+    backend_rope_backward_docs(r->be, dy, cos, sin, ds, B, T, H, D, 0);
+    check(r, "docmask rope backward", dy, "/docmask/rope_dx");
+
+    struct tensor q = dev_read(r, r->dt, "/docmask/q", NULL);
+    struct tensor k = dev_read(r, r->dt, "/docmask/k", NULL);
+    struct tensor v = dev_read(r, r->dt, "/docmask/v", NULL);
+    struct tensor dout = dev_read(r, r->dt, "/docmask/dout", NULL);
+    struct tensor out = dev_fill(r, r->dt, nq, NAN);
+    struct tensor lse = dev_fill(r, r->st, (size_t)B * H * T, NAN);
+    backend_attention_forward_docs(r->be, out, lse, q, k, v, ds, B, T, H, Hkv, D);
+    check(r, "docmask attention out", out, "/docmask/out");
+    check(r, "docmask attention lse", lse, "/docmask/lse");
+    struct tensor dq = dev_fill(r, r->dt, nq, NAN);
+    struct tensor dk = dev_fill(r, r->dt, nk, NAN);
+    struct tensor dv = dev_fill(r, r->dt, nk, NAN);
+    backend_attention_backward_docs(r->be, dq, dk, dv, dout, q, k, v, out, lse, ds, B, T, H, Hkv, D);
+    check(r, "docmask attention dq", dq, "/docmask/dq");
+    check(r, "docmask attention dk", dk, "/docmask/dk");
+    check(r, "docmask attention dv", dv, "/docmask/dv");
+    struct tensor all[] = {ds, cos, sin, x, dy, q, k, v, dout, out, lse, dq, dk, dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(r, all[i]);
 }
 
@@ -437,6 +501,13 @@ int main(void) {
         if (r->dt == DTYPE_FP32) test_adamw(r, true);
     }
     h5fixture_close(f);
+    hid_t fd = h5fixture_open(getenv("DOCMASK_FIXTURE") ? getenv("DOCMASK_FIXTURE") : DOCMASK_FIXTURE);
+    struct run docs[] = {
+        {be, fd, DTYPE_FP32, DTYPE_FP32, 1e-6},
+        {be, fd, DTYPE_FP64, DTYPE_FP64, 1e-12},
+    };
+    for (int i = 0; i < 2; i++) test_docmask(&docs[i]);
+    h5fixture_close(fd);
     backend_free(be);
     return test_finish("test_ops_reference");
 }

@@ -93,17 +93,18 @@ static void FN(embedding_backward)(void *dwte, enum dtype dwte_dtype, const real
     }
 }
 
-// In place on x (B, T, Hx, D), position p = pos_offset + t, i < D/2:
+// In place on x (B, T, Hx, D), position p = pos_offset + t - doc_start[b, t]
+// (doc_start (B, T) NULL: 0), i < D/2:
 //   x'[i] = x[i] c - x[i + D/2] s,  x'[i + D/2] = x[i + D/2] c + x[i] s
 // with c, s = cos, sin (Tmax, D/2) at [p, i]; inverse negates s (the
 // transposed rotation, i.e. the backward pass). Math: RoFormer eq. 34 in HF
 // LLaMA's rotate_half layout. The tables are creal (FP32 for BF16/FP16 x).
-static void FN(rope)(real *x, const creal *cos, const creal *sin, int B, int T, int Hx, int D,
-                     int pos_offset, bool inverse) {
+static void FN(rope)(real *x, const creal *cos, const creal *sin, const int32_t *doc_start,
+                     int B, int T, int Hx, int D, int pos_offset, bool inverse) {
     int half = D / 2;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        int p = pos_offset + bt % T;
+        int p = pos_offset + bt % T - (doc_start ? doc_start[bt] : 0);
         const creal *c = cos + (size_t)p * half, *s = sin + (size_t)p * half;
         creal sign = inverse ? -1 : 1;
         for (int h = 0; h < Hx; h++) {
