@@ -85,6 +85,20 @@ static double *host_of(struct run *r, struct tensor t) {
 
 static void dev_free(struct run *r, struct tensor t) { backend_dealloc(r->be, t.data); }
 
+// RoPE's cos and sin tables (Tmax, D/2) of theta in the run's statistics
+// dtype (rope_table_fill, or its FP64 twin), on the device.
+static void rope_tables(struct run *r, int Tmax, int D, double theta, struct tensor *cos,
+                        struct tensor *sin) {
+    size_t nt = (size_t)Tmax * (D / 2);
+    *cos = dev_alloc(r, r->st, nt), *sin = dev_alloc(r, r->st, nt);
+    void *hc = malloc(nt * dtype_size(r->st)), *hs = malloc(nt * dtype_size(r->st));
+    if (r->st == DTYPE_FP32) rope_table_fill(hc, hs, Tmax, D, theta);
+    else rope_table_fill_f64(hc, hs, Tmax, D, theta);
+    backend_to_device(r->be, cos->data, hc, nt * dtype_size(r->st));
+    backend_to_device(r->be, sin->data, hs, nt * dtype_size(r->st));
+    free(hc), free(hs);
+}
+
 // Expects t - base (base 0 for "=" outputs) to match fixture dataset ref.
 static void check_offset(struct run *r, const char *what, struct tensor t, double base,
                          const char *ref) {
@@ -138,15 +152,8 @@ static void test_rope(struct run *r) {
     double theta = h5fixture_attr_f64(r->f, "/rope", "theta");
     EXPECT(h5fixture_attr_long(r->f, "/rope", "D") == D, "rope: attribute D != x's last dim");
     const int Tmax = 4096;
-    size_t nt = (size_t)Tmax * (D / 2);
-    struct tensor cos = dev_alloc(r, r->st, nt), sin = dev_alloc(r, r->st, nt);
-    void *hc = malloc(nt * dtype_size(r->st)), *hs = malloc(nt * dtype_size(r->st));
-    if (r->st == DTYPE_FP32) rope_table_fill(hc, hs, Tmax, D, theta);
-    else rope_table_fill_f64(hc, hs, Tmax, D, theta);
-    backend_to_device(r->be, cos.data, hc, nt * dtype_size(r->st));
-    backend_to_device(r->be, sin.data, hs, nt * dtype_size(r->st));
-    free(hc);
-    free(hs);
+    struct tensor cos, sin;
+    rope_tables(r, Tmax, D, theta, &cos, &sin);
     const int offsets[] = {0, 4088};
     for (int o = 0; o < 2; o++) {
         char ref[64], what[64];
@@ -221,14 +228,8 @@ static void test_docmask(struct run *r) {
 
     // RoPE at per-token positions (in place: no poisoning)
     double theta = h5fixture_attr_f64(r->f, g, "theta");
-    size_t nt = (size_t)T * (D / 2);
-    struct tensor cos = dev_alloc(r, r->st, nt), sin = dev_alloc(r, r->st, nt);
-    void *hc = malloc(nt * dtype_size(r->st)), *hs = malloc(nt * dtype_size(r->st));
-    if (r->st == DTYPE_FP32) rope_table_fill(hc, hs, T, D, theta);
-    else rope_table_fill_f64(hc, hs, T, D, theta);
-    backend_to_device(r->be, cos.data, hc, nt * dtype_size(r->st));
-    backend_to_device(r->be, sin.data, hs, nt * dtype_size(r->st));
-    free(hc), free(hs);
+    struct tensor cos, sin;
+    rope_tables(r, T, D, theta, &cos, &sin);
     struct tensor x = dev_read(r, r->dt, "/docmask/rope_x", NULL);
     backend_rope_forward_docs(r->be, x, cos, sin, ds, B, T, H, D, 0);
     check(r, "docmask rope forward", x, "/docmask/rope_out");
