@@ -19,7 +19,17 @@ run=$tmp/run ck=$tmp/ck
 SMALL_TRAIN_TIMEOUT=300 small_train "$run" "$ck" 1 1 2 0 train.steps=100000 checkpoint.every=2 \
     > "$tmp/a.out" 2>&1 &
 a_pid=$!
-trap 'pkill -KILL -P "$a_pid" 2>/dev/null; kill -KILL "$a_pid" 2>/dev/null; wait; rm -rf "$tmp"' EXIT
+# On exit A is gone, whatever happened (the trap's own failures, with set -e,
+# would become the test's exit status: hence set +e).
+cleanup() {
+    set +e
+    pkill -KILL -P "$a_pid" 2>/dev/null
+    kill -KILL "$a_pid" 2>/dev/null
+    wait 2>/dev/null
+    rm -rf "$tmp"
+    return 0
+}
+trap cleanup EXIT
 for _ in $(seq 600); do
     metrics_at_least "$run" 3 && [ -e "$ck/latest" ] && break
     kill -0 "$a_pid" 2>/dev/null || { cat "$tmp/a.out"; fail "run A ended before step 3"; }
