@@ -2,7 +2,8 @@
 # train_watchdog.sh: a rank that stops making progress (SIGSTOP: a hang) ends
 # the whole job through [system] watchdog_s: exit 1 within a few seconds of
 # the timeout, a message naming the rank, its host and the phase it was in
-# ("step N: ..."), no process of the run left. And a legitimate long phase is
+# ("step N: ..."; no evaluation in that run, so a fast machine cannot stop
+# it between steps), no process of the run left. And a legitimate long phase is
 # progress: a dp = 2 run whose samples (every rank samples; a kick per token)
 # take several times watchdog_s completes (exit 0, both samples printed).
 set -euo pipefail
@@ -11,7 +12,7 @@ need_built "$TRIDENT"
 small_dataset "$tmp"
 ( rc=0
   timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" parallel.dp=2 \
-    train.steps=1000000 system.watchdog_s=2 log.run_dir="$tmp/wd-run" > "$tmp/log" 2>&1 || rc=$?
+    train.steps=1000000 train.eval_every=0 system.watchdog_s=2 log.run_dir="$tmp/wd-run" > "$tmp/log" 2>&1 || rc=$?
   echo "$rc" > "$tmp/rc" ) &
 # Training has started once metrics.jsonl holds the first step.
 for _ in $(seq 1 100); do metrics_at_least "$tmp/wd-run" 1 && break; sleep 0.1; done
