@@ -28,6 +28,12 @@ struct watchdog {
 
 static long long now_ms(void) { return (long long)(time_now_s() * 1e3); }
 
+// A phase that waits on peers fires this much later than its allowance, so
+// that when a stuck rank and a peer waiting on it time out together (both
+// entered their phases within a moment), the stuck rank, whose message names
+// the cause, reports first (it is polled every 0.2 s).
+enum { PEER_GRACE_MS = 1000 };
+
 static void *watch(void *arg) {
     struct watchdog *w = arg;
     struct timespec nap = {0, 200 * 1000 * 1000};
@@ -36,7 +42,8 @@ static void *watch(void *arg) {
         pthread_mutex_lock(&w->lock);
         long long now = now_ms();
         double idle = (now - atomic_load(&w->last_ms)) / 1e3;
-        if (idle > w->timeout_s * w->allowance && !atomic_load(&w->stop)) {
+        double limit = w->timeout_s * w->allowance + (w->peers ? PEER_GRACE_MS / 1e3 : 0);
+        if (idle > limit && !atomic_load(&w->stop)) {
             fprintf(stderr, "trident: [rank %d, host %s] watchdog: no progress for %.0f s ([system] "
                     "watchdog_s = %g%s) in phase \"%s\" (entered %.0f s ago): %s; ending the job\n",
                     w->rank, w->host, idle, w->timeout_s, w->allowance > 1 ? ", x allowance" : "",

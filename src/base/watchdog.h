@@ -26,7 +26,9 @@ void watchdog_kick(struct watchdog *w);
 // allowance >= 1: the phase may go without progress for allowance x
 // timeout_s (the first step, which allocates and sets up communicators:
 // docs/design.md §8); 1 for every other phase. peers: the phase waits on
-// other ranks (a collective, a barrier), so the message blames a peer.
+// other ranks (a collective, a barrier), so the message blames a peer; it
+// fires 1 s later than allowance x timeout_s, so that a stuck rank that timed
+// out at the same moment names its own phase first.
 void watchdog_phase(struct watchdog *w, const char *phase, double allowance, int peers);
 // Stops and joins the thread.
 void watchdog_stop(struct watchdog *w);

@@ -12,6 +12,7 @@
 
 #include "base/checksum.h"
 #include "base/h5util.h"
+#include "durable.h"
 #include "model/optimizer.h" // enum lr_schedule
 
 struct stored_piece {
@@ -599,6 +600,7 @@ static enum status load_stored(struct ckpt_reader *r, int k, struct error *err) 
     void *buf = whole ? r->cache : r->tmp;
     char dname[32];
     snprintf(dname, sizeof dname, "pieces/%05d", s->index);
+    durable_hang_point("ckpt_read_piece", s->p.name); // TRIDENT_FAULT=hang:ckpt_read_piece (tests)
     hid_t ds = H5Dopen2(r->files[s->file], dname, H5P_DEFAULT);
     // HDF5 converts fp32 <-> fp64 on read.
     int bad = ds < 0 || H5Dread(ds, ckpt_h5_type(r->cache_dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
@@ -818,6 +820,7 @@ enum status checkpoint_piece_nonfinite(struct ckpt_reader *r, int i, struct ckpt
     }
     char dname[32];
     snprintf(dname, sizeof dname, "pieces/%05d", s->index);
+    durable_hang_point("ckpt_read_piece", s->p.name); // TRIDENT_FAULT=hang:ckpt_read_piece (tests)
     hid_t ds = H5Dopen2(r->files[s->file], dname, H5P_DEFAULT);
     int bad = ds < 0 || H5Dread(ds, ckpt_h5_type(s->p.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                 r->tmp) < 0;

@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_SHORT_WRITE, FAULT_FSYNC,
-                  FAULT_ENOSPC, FAULT_GRAD_INF };
+enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_HANG_NAMED, FAULT_SHORT_WRITE,
+                  FAULT_FSYNC, FAULT_ENOSPC, FAULT_GRAD_INF };
 
 // Process-wide, like the file descriptor table it guards: the fault setting
 // and the call counters. Only tests set a fault.
@@ -18,7 +18,7 @@ static struct {
     int loaded;
     enum fault_kind kind;
     long n;          // fire at the nth matching call
-    char name[64];   // FAULT_KILL_NAMED: the point
+    char name[64];   // FAULT_KILL_NAMED, FAULT_HANG_NAMED: the point
     int rank;        // -1: every rank
     long calls, writes, fsyncs, creates, named_hits;
 } fault;
@@ -45,8 +45,8 @@ static enum status fault_parse(const char *spec, struct error *err) {
     char *end;
     fault.n = strtol(rest, &end, 10);
     int numeric = end != rest && !*end;
-    if (!strcmp(what, "kill") && !numeric) {
-        fault.kind = FAULT_KILL_NAMED;
+    if ((!strcmp(what, "kill") || !strcmp(what, "hang")) && !numeric) {
+        fault.kind = !strcmp(what, "kill") ? FAULT_KILL_NAMED : FAULT_HANG_NAMED;
         char *c = strchr(rest, ':');
         fault.n = 1;
         if (c) {
@@ -69,8 +69,8 @@ static enum status fault_parse(const char *spec, struct error *err) {
 bad:
     fault.kind = FAULT_NONE;
     return error_set(err, STATUS_BAD_INPUT,
-                     "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], short_write:N, "
-                     "fsync:N, enospc:N or grad_inf:N, optionally followed by @RANK",
+                     "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], hang:NAME[:K], "
+                     "short_write:N, fsync:N, enospc:N or grad_inf:N, optionally followed by @RANK",
                      spec);
 }
 
@@ -306,4 +306,13 @@ enum status durable_point(const char *name, const char *path, bool creates, stru
         fault_kill(name, path);
     if (k == FAULT_ENOSPC) return fail_errno(err, name, path, ENOSPC);
     return STATUS_OK;
+}
+
+void durable_hang_point(const char *name, const char *path) {
+    if (fault_load(NULL) || fault.kind != FAULT_HANG_NAMED || !fault_here() || strcmp(fault.name, name) ||
+        ++fault.named_hits != fault.n)
+        return;
+    fprintf(stderr, "trident: [rank %d] TRIDENT_FAULT: hanging at %s (%s)\n", g_log_rank, name, path);
+    fflush(stderr);
+    for (;;) pause();
 }

@@ -13,6 +13,12 @@
 //                   (durable_point): "h5_create" (a rank file about to be
 //                   written by HDF5), "ckpt_between_renames" (step-N.tmp
 //                   renamed to step-N, `latest` not yet updated)
+//   hang:NAME[:K]   at the Kth time (default 1) read point NAME is reached
+//                   (durable_hang_point): "ckpt_read_piece" (a stored tensor
+//                   piece about to be read from a checkpoint), the process
+//                   sleeps for ever: a stuck file system read (the watchdog's
+//                   test); read points are no storage calls (kill:N counts
+//                   stay)
 //   short_write:N   the Nth durable_write writes half its bytes and fails
 //   fsync:N         the Nth fsync (file or directory) fails with EIO
 //   enospc:N        the Nth storage call that creates or writes data
@@ -69,5 +75,10 @@ enum status durable_remove_tree(const char *path, struct error *err);
 // create path: it counts as a storage call and can be killed at; when
 // creates, it also counts for enospc:N and fails with ENOSPC there.
 enum status durable_point(const char *name, const char *path, bool creates, struct error *err);
+// A named point of a read (not a storage call, no counter moves): the
+// process hangs there for ever when TRIDENT_FAULT = hang:NAME[:K] names it
+// (the Kth time, on its rank). A bad TRIDENT_FAULT is ignored here: the next
+// storage call or durable_fault_grad_inf reports it.
+void durable_hang_point(const char *name, const char *path);
 
 #endif

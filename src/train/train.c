@@ -21,11 +21,6 @@
 #include "run_folder.h"
 #include "trainer.h"
 
-// The first step of a start may go WATCHDOG_FIRST_STEP x [system] watchdog_s
-// without progress: it also allocates workspaces and sets up communicators
-// (NCCL's lazily), which can take long at scale (docs/design.md §8).
-enum { WATCHDOG_FIRST_STEP = 5 };
-
 static bool is_root(const struct trainer *t) { return t->par.topo.world_rank == 0; }
 
 static struct optimizer_config optimizer_from(const struct config *c) {
@@ -466,15 +461,48 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
     long long started = (long long)time(NULL);
     t->log.open_s = time_now_s();
     enum status st;
-    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err)) || (st = setup_train_log(t, err)) ||
-        (st = setup_device(t, err)) || (st = setup_data(t, err)) || (st = setup_model(t, err)) ||
-        (st = setup_parallel(t, err)) || (st = setup_faults(t, &err->err)) ||
-        (st = trainer_resume(t, err)))
+    if ((st = check_supported(&t->cfg, &err->err)) || (st = setup_grid(t, err))) return st;
+    // The watchdog from here on, once the rank is known: each start-up phase
+    // is named, those that wait on peers say so, the long ones (device and
+    // communicators, data, allocation, reading weights) get allowances.
+    struct watchdog *w = t->watchdog = watchdog_start(t->cfg.system.watchdog_s, t->par.topo.world_rank);
+    watchdog_phase(w, "start-up: opening the run folder and train.log", 1, 0);
+    if (!(st = setup_train_log(t, err))) {
+        watchdog_phase(w, "start-up: setting up the device and communicators (collectives)",
+                       WATCHDOG_FIRST_STEP, 1);
+        st = setup_device(t, err);
+    }
+    if (!st) {
+        watchdog_phase(w, "start-up: opening the dataset", WATCHDOG_FIRST_STEP, 0);
+        st = setup_data(t, err);
+    }
+    if (!st) {
+        watchdog_phase(w, "start-up: building the model and optimizer", WATCHDOG_FIRST_STEP, 0);
+        st = setup_model(t, err);
+    }
+    if (!st) {
+        watchdog_phase(w, "start-up: setting up the gradient sync and pipeline", WATCHDOG_FIRST_STEP, 1);
+        st = setup_parallel(t, err);
+    }
+    if (!st) st = setup_faults(t, &err->err);
+    if (!st) {
+        // trainer_resume names its own phases (reading init_from weights,
+        // loading a checkpoint) when it reads any.
+        watchdog_phase(w, "start-up: finding the checkpoint to resume from", 1, 0);
+        st = trainer_resume(t, err);
+    }
+    if (!st) {
+        watchdog_phase(w, "start-up: measuring peak FLOP/s (a barrier and an all-reduce)", WATCHDOG_FIRST_STEP, 1);
+        t->log.peak_flops = measure_peak_flops(t);
+        setup_samples(t);
+        watchdog_phase(w, "start-up: writing the run folder (an all-gather, then rank 0 writes)", 1, 1);
+        st = setup_log(t, started, err);
+    }
+    if (st) { // the caller ends the job (mpi_exit_all): no phase of this start is left to watch
+        watchdog_stop(w);
+        t->watchdog = NULL;
         return st;
-    t->log.peak_flops = measure_peak_flops(t);
-    t->watchdog = watchdog_start(t->cfg.system.watchdog_s, t->par.topo.world_rank);
-    setup_samples(t);
-    if ((st = setup_log(t, started, err))) return st;
+    }
     if (is_root(t)) print_banner(t);
     *out = t;
     return STATUS_OK;
@@ -621,7 +649,9 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
 
 // The closing record of metrics.jsonl (rank 0), the summary tools read: how
 // the run ended ("completed", "signal", "exit_interval", "exit_duration"), optimizer steps done
-// (resumed ones included) and run here, tokens, seconds, the signal and
+// (resumed ones included) and run here, tokens, wall seconds and their split
+// (training steps, evaluation, samples, saves: t->log), the mean training
+// tokens/s (tokens / the training steps' seconds), the signal and
 // whether a checkpoint of steps_done was saved, activation slots and their
 // high-water mark, steps skipped (non-finite), the best validation loss when
 // there was one.
@@ -630,10 +660,12 @@ static void log_closing(struct trainer *t, const struct trainer_outcome *out, co
     if (!is_root(t) || !t->log.metrics) return;
     fprintf(t->log.metrics,
             "{\"done\": true, \"ended\": \"%s\", \"steps_done\": %d, \"steps\": %d, "
-            "\"tokens\": %.0f, \"seconds\": %.3f, \"signal\": %d, \"saved\": %s, "
-            "\"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d, "
+            "\"tokens\": %.0f, \"seconds\": %.3f, \"train_seconds\": %.4f, \"eval_seconds\": %.4f, "
+            "\"sample_seconds\": %.4f, \"save_seconds\": %.4f, \"tokens_per_s\": %.0f, \"signal\": %d, "
+            "\"saved\": %s, \"activation_slots\": %d, \"activation_slots_used\": %d, \"microbatches\": %d, "
             "\"skipped_steps\": %d",
-            ended, out->steps_done, out->steps_done - t->ckpt.start_step, tokens, seconds,
+            ended, out->steps_done, out->steps_done - t->ckpt.start_step, tokens, seconds, t->log.train_s,
+            t->log.eval_s, t->log.sample_s, t->log.save_s, t->log.train_s > 0 ? tokens / t->log.train_s : 0,
             out->signal, out->saved ? "true" : "false", t->m.n_slots, model_slots_used(t->m.model),
             t->data.accum, t->progress.skipped_steps);
     if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
@@ -689,8 +721,10 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         c->train.steps > 0) {
         double val = 0;
         watchdog_phase(t->watchdog, "evaluation of the init_from weights", WATCHDOG_FIRST_STEP, 1);
+        double e0 = time_now_s();
         enum status st = evaluate(t, &val, err);
         if (st) return st;
+        t->log.eval_s += time_now_s() - e0;
         if (is_root(t)) {
             printf("step     0/%d | validation loss %.4f (the init_from weights, before training)\n",
                    c->train.steps, val);
@@ -741,6 +775,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         int flags[2] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s};
         comm_all_reduce(&t->par.topo.world, flags, 2, DTYPE_I32, COMM_MAX);
         int stop = flags[0];
+        t->log.train_s += time_now_s() - t0;
         bool out_of_time = flags[1] && !last && !stop;
         bool planned_exit = c->train.exit_interval > 0 && (step + 1) % c->train.exit_interval == 0;
         // The periodic save waits for an applied step: a skipped one holds the
@@ -749,8 +784,10 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         bool periodic = c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0 &&
                         !r.skipped;
         if (saves && (last || stop || planned_exit || periodic || out_of_time)) {
+            double s0 = time_now_s();
             if ((st = trainer_save(t, step + 1, err))) return st;
             metrics_sink_saved(t->log.sink);
+            t->log.save_s += time_now_s() - s0;
         }
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
         if (planned_exit && !last && !stop) {
@@ -776,7 +813,9 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             double val = 0;
             snprintf(phase, sizeof phase, "evaluation after step %d", step + 1);
             watchdog_phase(t->watchdog, phase, 1, 1);
+            double e0 = time_now_s();
             if ((st = evaluate(t, &val, err))) return st;
+            t->log.eval_s += time_now_s() - e0;
             best_val = MIN(best_val, val);
             if (is_root(t)) {
                 printf("step %5d/%d | validation loss %.4f\n", step + 1, c->train.steps, val);
@@ -800,6 +839,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             double s0 = time_now_s();
             int n = sample_print(t->m.model, d->tok, c->train.sample_tokens, c->train.sample_temperature,
                                  c->train.sample_top_k, (uint64_t)c->train.seed + step, mem, t->watchdog);
+            t->log.sample_s += time_now_s() - s0;
             if (f) {
                 fclose(mem);
                 printf("step %5d/%d | sample (%d tokens, %.1f s): %s\n", step + 1, c->train.steps, n,
@@ -811,8 +851,12 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
     }
     double total = time_now_s() - start;
     if (is_root(t)) {
-        printf("done: %d steps, %.0f tokens seen, %.1f s, mean %.0f tokens/s", c->train.steps - start_step,
-               tokens_seen, total, tokens_seen / total);
+        // Throughput over the training steps alone: evaluation and samples
+        // (no KV cache) would otherwise dilute it, and differ between runs.
+        const struct trainer_log *lg = &t->log;
+        printf("done: %d steps, %.0f tokens, %.1f s wall (train %.1f s, eval %.1f s, samples %.1f s, "
+               "saves %.1f s), mean %.0f tokens/s training", c->train.steps - start_step, tokens_seen, total,
+               lg->train_s, lg->eval_s, lg->sample_s, lg->save_s, lg->train_s > 0 ? tokens_seen / lg->train_s : 0);
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
         if (t->progress.skipped_steps)
             printf(", %d steps skipped (non-finite loss or grad norm)", t->progress.skipped_steps);

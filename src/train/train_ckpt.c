@@ -1,10 +1,12 @@
 // train_ckpt.c: the trainer's checkpoints (docs/design.md §7): what a rank saves,
 // and resuming from a checkpoint written in any (tp, pp, dp, zero) layout.
 // The format and the commit protocol are in src/ckpt/checkpoint.c.
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
@@ -229,6 +231,34 @@ static enum status upload_params(struct trainer *t, struct trainer_error *err) {
     return STATUS_OK;
 }
 
+// The watchdog allowance (x [system] watchdog_s) of reading the weights in
+// folder dir: WATCHDOG_FIRST_STEP plus 1 per WATCHDOG_READ_BYTES_PER_S x
+// watchdog_s bytes of its regular files (a checkpoint's every rank file is
+// checksummed by each rank: the whole folder is read before any tensor).
+static double load_allowance(const struct trainer *t, const char *dir) {
+    double bytes = 0, per = WATCHDOG_READ_BYTES_PER_S * MAX(t->cfg.system.watchdog_s, 1e-3);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[CKPT_PATH_MAX + 300];
+        struct stat s;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!stat(p, &s) && S_ISREG(s.st_mode)) bytes += (double)s.st_size;
+    }
+    if (d) closedir(d);
+    return WATCHDOG_FIRST_STEP + bytes / per;
+}
+
+// Reads the n pieces from r, kicking the watchdog after each (a tensor piece
+// is progress). Errors: checkpoint_read_piece's.
+static enum status read_pieces(struct trainer *t, struct ckpt_reader *r, int n, struct error *err) {
+    for (int i = 0; i < n; i++) {
+        enum status s = checkpoint_read_piece(r, &t->ckpt.pieces[i], err);
+        if (s) return s;
+        watchdog_kick(t->watchdog);
+    }
+    return STATUS_OK;
+}
+
 // [model] init_from: a fresh run's parameters from a Hugging Face folder
 // (config.json present) or a trident checkpoint, in this run's layout: each
 // rank reads only the blocks its pieces describe (safetensors byte ranges, or
@@ -239,6 +269,9 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     char cfg[CONFIG_PATH_MAX + 16];
     snprintf(cfg, sizeof cfg, "%s/config.json", path);
     bool hf = access(cfg, F_OK) == 0;
+    char phase[CKPT_PATH_MAX + 64];
+    snprintf(phase, sizeof phase, "start-up: reading model.init_from weights from %.*s", CKPT_PATH_MAX, path);
+    watchdog_phase(t->watchdog, phase, load_allowance(t, path), 0);
     host_buffers(t);
     memset(t->ckpt.host_params, 0, model_param_arena(t->m.model).numel * sizeof(float));
     int n = pieces(t, true, false, false);
@@ -250,7 +283,10 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
             hf_close(h);
             return err->err.status;
         }
-        for (int i = 0; i < n && !s; i++) s = hf_read_piece(h, &t->ckpt.pieces[i], &err->err);
+        for (int i = 0; i < n && !s; i++) {
+            s = hf_read_piece(h, &t->ckpt.pieces[i], &err->err);
+            watchdog_kick(t->watchdog);
+        }
         hf_close(h);
     } else {
         struct ckpt_reader *r;
@@ -259,7 +295,7 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
             checkpoint_close(r);
             return err->err.status;
         }
-        s = checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err);
+        s = read_pieces(t, r, n, &err->err);
         checkpoint_close(r);
     }
     if (s) return s == STATUS_RUNTIME ? trainer_alone(err) : s;
@@ -284,10 +320,23 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     // rank alone (its copy differs from rank 0's) is that rank's to report.
     struct ckpt_reader *r = NULL;
     bool root = t->par.topo.world_rank == 0;
+    // The watchdog: the checksums of every rank file, then each tensor piece
+    // (a kick per piece), under an allowance scaled by the folder's bytes.
+    const char *base = strrchr(path, '/');
+    base = base && base[1] ? base + 1 : path;
+    char phase[256];
+    double allowance = load_allowance(t, path);
+    snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (checksums of its files)", base);
+    watchdog_phase(t->watchdog, phase, allowance, 0);
     int own = checkpoint_open(path, &r, &err->err);
     if (!own && checkpoint_check_tensors(r, &err->err)) own = err->err.status;
     int verdict[2] = {own, root ? own : 0};
+    snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (every rank's checksum verdict, a "
+             "collective)", base);
+    watchdog_phase(t->watchdog, phase, allowance, 1);
     comm_all_reduce(&t->par.topo.world, verdict, 2, DTYPE_I32, COMM_MAX);
+    snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (its tensors)", base);
+    watchdog_phase(t->watchdog, phase, allowance, 0);
     if (verdict[0]) {
         checkpoint_close(r);
         if (verdict[1]) { // rank 0 holds the message
@@ -362,7 +411,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     optimizer_moments(t->m.opt, &m, &v);
     memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
     int n = pieces(t, true, false, true);
-    if (checkpoint_read_pieces(r, t->ckpt.pieces, n, &err->err)) {
+    if (read_pieces(t, r, n, &err->err)) {
         s = trainer_alone(err);
         goto out;
     }

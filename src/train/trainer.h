@@ -79,6 +79,9 @@ struct trainer_log {
     double open_s;            // time_now_s() when trainer_open began: [train] exit_duration_mins counts from it
     int *threads_all;         // (world, 2): each rank's OpenMP threads and enum
                               // threads_source (base/threads.h), gathered on rank 0
+    double train_s, eval_s, sample_s, save_s; // this start's seconds in training steps (batch
+                              // read, step, log line, stop agreement), evaluation, text
+                              // samples and checkpoint saves: the done line's split (§9)
 };
 
 // Where the run stands beyond its step count; saved in checkpoints
@@ -90,6 +93,16 @@ struct trainer_progress {
                            // max_skipped_steps (not fp16 overflows the scale absorbed);
                            // 0 after an applied step
 };
+
+// The first step of a start may go WATCHDOG_FIRST_STEP x [system] watchdog_s
+// without progress: it also allocates workspaces and sets up communicators
+// (NCCL's lazily), which can take long at scale; so may each start-up phase
+// (device, data, model, parallel set-up). Reading weights (a checkpoint, an
+// init_from folder) also gets 1 x watchdog_s per WATCHDOG_READ_BYTES_PER_S x
+// watchdog_s bytes of its files (each rank checksums every rank file of a
+// checkpoint), and kicks per tensor piece read (docs/design.md §8).
+enum { WATCHDOG_FIRST_STEP = 5 };
+#define WATCHDOG_READ_BYTES_PER_S 50e6
 
 struct trainer {
     struct config cfg;
