@@ -359,6 +359,16 @@ static void test_faults(const char *root) {
     printf("  %d injected faults reported as errors\n", failures_seen);
     EXPECT(failures_seen >= 10, "only %d faults hit", failures_seen);
     EXPECT(durable_fault_set("bogus:1", &err) == STATUS_BAD_INPUT, "bad fault spec accepted");
+    // hang takes a read point's name, not a call count; a read point is no
+    // storage call, and another point's name (or another rank) does not hang.
+    EXPECT(durable_fault_set("hang:3", &err) == STATUS_BAD_INPUT, "hang:3 accepted");
+    EXPECT(durable_fault_set("hang:ckpt_read_piece:2", &err) == STATUS_OK, "%s", err.msg);
+    long before = durable_calls();
+    durable_hang_point("some_other_point", "x");
+    durable_hang_point("ckpt_read_piece", "x"); // the 1st time; hang:...:2 is the 2nd
+    EXPECT(durable_calls() == before, "a read point counted as a storage call");
+    EXPECT(durable_fault_set("hang:ckpt_read_piece@7", &err) == STATUS_OK, "%s", err.msg);
+    durable_hang_point("ckpt_read_piece", "x"); // rank 7 only
     durable_fault_set(NULL, &err);
 }
 
