@@ -703,6 +703,19 @@ static enum status too_many_skips(struct trainer *t, int step, struct trainer_er
                      c->train.max_skipped_steps, last);
 }
 
+// Rank 0: the validation loss after `step` steps on stdout (with note), in
+// metrics.jsonl ({"step", "val_loss"}; JSON has no NaN or infinity: a
+// non-finite loss is null, as a step record's loss is) and the dashboards.
+static void log_validation(struct trainer *t, int step, double val, const char *note) {
+    if (!is_root(t)) return;
+    char v[32] = "null";
+    if (isfinite(val)) snprintf(v, sizeof v, "%.4f", val);
+    printf("step %5d/%d | validation loss %.4f%s\n", step, t->cfg.train.steps, val, note);
+    fprintf(t->log.metrics, "{\"step\": %d, \"val_loss\": %s}\n", step, v);
+    metrics_sink_eval(t->log.sink, step, val);
+    fflush(stdout), fflush(t->log.metrics);
+}
+
 enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_flag,
                         struct trainer_outcome *out, struct trainer_error *err) {
     const struct config *c = &t->cfg;
@@ -725,13 +738,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         enum status st = evaluate(t, &val, err);
         if (st) return st;
         t->log.eval_s += time_now_s() - e0;
-        if (is_root(t)) {
-            printf("step     0/%d | validation loss %.4f (the init_from weights, before training)\n",
-                   c->train.steps, val);
-            fprintf(t->log.metrics, "{\"step\": 0, \"val_loss\": %.4f}\n", val);
-            metrics_sink_eval(t->log.sink, 0, val);
-            fflush(stdout), fflush(t->log.metrics);
-        }
+        log_validation(t, 0, val, " (the init_from weights, before training)");
     }
     for (int step = start_step; step < c->train.steps; step++) {
         double t0 = time_now_s(), coll0, pipe0, coll1, pipe1;
@@ -816,13 +823,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             double e0 = time_now_s();
             if ((st = evaluate(t, &val, err))) return st;
             t->log.eval_s += time_now_s() - e0;
-            best_val = MIN(best_val, val);
-            if (is_root(t)) {
-                printf("step %5d/%d | validation loss %.4f\n", step + 1, c->train.steps, val);
-                fprintf(t->log.metrics, "{\"step\": %d, \"val_loss\": %.4f}\n", step + 1, val);
-                metrics_sink_eval(t->log.sink, step + 1, val);
-                fflush(stdout), fflush(t->log.metrics);
-            }
+            if (isfinite(val)) best_val = MIN(best_val, val);
+            log_validation(t, step + 1, val, "");
         }
         // Every TP group samples (the same tokens: the replicas are equal), so
         // that no rank waits for DP rank 0's sample in the next collective and

@@ -17,6 +17,7 @@
 #     a schedule change): the counters go on from the checkpoint's
 #     (skipped_steps 10-k) and the lr is the continued schedule's at position
 #     k-1 (docs/design.md §7).
+#     A validation of those NaN weights is logged as "val_loss": null.
 #  3. tp=2 x dp=2 and pp=2 x dp=2 with ZeRO-1 (world 4, oversubscribed): as 1,
 #     within a bounded time: every rank skips together, none waits on a
 #     collective the others skipped.
@@ -76,9 +77,23 @@ check_stopped one
 
 # 2. no update from the first skip on; the schedule held; counters resumed
 #    (with 9 steps instead of 8: train.override_schedule, the lr continued)
-train held held 1 1 1 1 0 train.steps=8 train.lr_schedule=linear train.max_skipped_steps=100 \
+#    The evaluation after step 8 sees the weights of step k-1, whose loss is
+#    NaN: its record must say "val_loss": null (JSON has no NaN) and the
+#    whole file must parse.
+SMALL_EVAL_EVERY=8 train held held 1 1 1 1 0 train.steps=8 train.lr_schedule=linear train.max_skipped_steps=100 \
     checkpoint.every=1 checkpoint.keep_last=0
 [ "$rc" -eq 0 ] || { echo "FAIL: held exited $rc"; tail -n 5 "$tmp/held.log"; fail=1; }
+# (Strict JSON: Python's parser with NaN/Infinity refused; jq reads "nan" as null.)
+"$PY" - "$tmp/run-held/metrics.jsonl" <<'PY' || { grep -n val_loss "$tmp/run-held/metrics.jsonl"; fail=1; }
+import json, sys
+def refuse(c): raise ValueError(f"{c} is not JSON")
+vals = []
+for n, line in enumerate(open(sys.argv[1]), 1):
+    try: r = json.loads(line, parse_constant=refuse)
+    except ValueError as e: sys.exit(f"FAIL: held: metrics.jsonl:{n} is not strict JSON: {e}")
+    if "val_loss" in r: vals.append([r["step"], r["val_loss"]])
+if vals != [[8, None]]: sys.exit(f"FAIL: held: validation records {vals}, want [[8, None]] (NaN as null)")
+PY
 train held-resumed held 1 1 1 1 0 train.steps=9 train.lr_schedule=linear train.max_skipped_steps=100 \
     checkpoint.every=1 checkpoint.keep_last=0 train.override_schedule=true
 [ "$rc" -eq 0 ] || { echo "FAIL: held-resumed exited $rc"; tail -n 5 "$tmp/held-resumed.log"; fail=1; }

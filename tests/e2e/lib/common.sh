@@ -95,5 +95,5 @@ small_train() {
     local run=$1 ck=$2 tp=$3 pp=$4 dp=$5 zero=$6; shift 6
     timeout "${SMALL_TRAIN_TIMEOUT:-300}" "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" \
         data.path="$tmp/shards" parallel.tp="$tp" parallel.pp="$pp" parallel.dp="$dp" parallel.zero_stage="$zero" \
-        train.global_batch_size=16 train.eval_every=0 checkpoint.dir="$ck" log.run_dir="$run" "$@"
+        train.global_batch_size=16 train.eval_every="${SMALL_EVAL_EVERY:-0}" checkpoint.dir="$ck" log.run_dir="$run" "$@"
 }
