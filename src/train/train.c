@@ -349,6 +349,22 @@ static void setup_samples(struct trainer *t) {
                c->train.global_batch_size);
 }
 
+// Rank 0: loss_on = response on a dataset whose first shard has no
+// /loss_mask trains on every token (a missing mask counts as all ones,
+// docs/formats.md): say so, since a mistyped [data] path looks like that.
+static void note_loss_mask(struct trainer *t) {
+    const struct config *c = &t->cfg;
+    if (!is_root(t) || c->train.loss_on != LOSS_ON_RESPONSE) return;
+    for (int k = 0; k < t->data.n_sets; k++) {
+        struct shard *sh = NULL;
+        struct error e = {0};
+        if (dataset_shard_get(t->data.sets[k], 0, &sh, &e) || sh->loss_mask >= 0) continue;
+        printf("note: [train] loss_on = response, but %s has no /loss_mask (its first shard, %s): its "
+               "every token counts as a response token, as with loss_on = all (trident prep --format chat "
+               "writes the mask)\n", t->data.sets[k]->dir, sh->path);
+    }
+}
+
 // Rank 0: the run folder and, from here on, its train.log (a copy of
 // everything rank 0 prints: run_folder.h), which starts with the version;
 // the run folder and the checkpoint folder locked against a second run.
@@ -495,6 +511,7 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
         watchdog_phase(w, "start-up: measuring peak FLOP/s (a barrier and an all-reduce)", WATCHDOG_FIRST_STEP, 1);
         t->log.peak_flops = measure_peak_flops(t);
         setup_samples(t);
+        note_loss_mask(t);
         watchdog_phase(w, "start-up: writing the run folder (an all-gather, then rank 0 writes)", 1, 1);
         st = setup_log(t, started, err);
     }

@@ -478,5 +478,12 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
     if (t->par.ctx.scaler && t->scaler.dynamic && st.loss_scale > 0)
         t->scaler.scale = st.loss_scale, t->scaler.good_steps = (int)st.loss_scale_good_steps;
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
+    // A resume continues its own weights; init_from only starts fresh runs.
+    // Say so: a stale checkpoint folder would otherwise win unnoticed over
+    // the weights the config names.
+    if (c->model.init_from[0] && t->par.topo.world_rank == 0)
+        printf("note: [model] init_from = %s is not read: this run resumes from %s (init_from only "
+               "starts a fresh run; for a fresh run from it, give it a new [checkpoint] dir)\n",
+               c->model.init_from, path);
     return STATUS_OK;
 }

@@ -10,7 +10,8 @@
 #  3. loss_on = response: the losses of 3 steps at dp = 1 and dp = 2 agree
 #     within 1e-5 (the masked count is summed over DP ranks and microbatches)
 #     and differ from loss_on = all; on a dataset without /loss_mask,
-#     response and all give the same losses bit for bit (no mask = all ones).
+#     response and all give the same losses bit for bit (no mask = all ones),
+#     and the run says at start that the data has no /loss_mask.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -96,4 +97,8 @@ assert abs(r1[0] - a1[0]) > 1e-3, f"response {r1[0]} and all {a1[0]} agree: the 
 assert r("nomask-resp") == r("nomask-all"), (r("nomask-resp"), r("nomask-all"))
 print(f"loss_on=response dp=1 {r1} dp=2 {r2}; loss_on=all {a1}; without /loss_mask response == all")
 PYEOF
+# loss_on = response without a mask says so at start; with one, it does not.
+grep -q "note: \[train\] loss_on = response, but $tmp/shards has no /loss_mask" "$tmp/nomask-resp.log" ||
+    fail "loss_on = response on a dataset without /loss_mask printed no note"
+! grep -q "has no /loss_mask" "$tmp/resp1.log" || fail "loss_on = response on chat data printed the no-mask note"
 echo "PASS"

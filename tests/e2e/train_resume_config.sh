@@ -115,10 +115,14 @@ else
     echo "FAIL: exit_duration_mins: exit $rc, checkpoint step '$k', closing record '$ended'"; tail -3 "$tmp/time.log"; fail=1
 fi
 if [ -n "$k" ]; then
+    # (5. with model.init_from set: a resume does not read it, and says so)
     rc=0; run 1 "$tmp/run-time2" "$tmp/ck-time" parallel.dp=1 train.steps=$((k + 5)) train.override_schedule=true \
-        > "$tmp/time2.log" 2>&1 || rc=$?
+        model.init_from="$tmp/ck-dp" > "$tmp/time2.log" 2>&1 || rc=$?
     last=$(metrics "$tmp/run-time2" .step | tail -n 1)
     if [ "$rc" = 0 ] && [ "$last" = $((k + 5)) ]; then echo "ok   [exit_duration_mins] the resume completes at step $last"
     else echo "FAIL: resume after exit_duration_mins: exit $rc, last step '$last'"; tail -3 "$tmp/time2.log"; fail=1; fi
+    if grep -q "note: \[model\] init_from = $tmp/ck-dp is not read: this run resumes from $tmp/ck-time/step-0*$k " "$tmp/time2.log"
+    then echo "ok   [init_from on a resume] not read, and the note says so"
+    else echo "FAIL: a resume with model.init_from set does not say init_from is not read"; fail=1; fi
 fi
 exit $fail
