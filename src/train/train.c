@@ -631,6 +631,9 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
         snprintf(skipped, sizeof skipped, " | skipped: non-finite %s, no update (%d in a row, "
                  "%d in all)", isfinite(r->loss) ? "grad norm" : "loss", pg->consecutive_skips,
                  pg->skipped_steps);
+    else if (r->n_targets == 0)
+        snprintf(skipped, sizeof skipped, " | no target in the loss (loss_on = response and no response "
+                 "token in the global batch): zero gradient, weight decay only");
     char scale[48] = "";
     if (t->par.ctx.scaler) snprintf(scale, sizeof scale, " | loss scale %g", r->loss_scale);
     printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f%s%s | %.0f tok/s | MFU %.2f%% | "
@@ -642,11 +645,11 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     char loss[32] = "null", norm[32] = "null";
     if (isfinite(r->loss)) snprintf(loss, sizeof loss, "%.6f", r->loss);
     if (isfinite(r->grad_norm)) snprintf(norm, sizeof norm, "%.6f", r->grad_norm);
-    fprintf(t->log.metrics, "{\"step\": %d, \"loss\": %s, \"lr\": %.3e, \"grad_norm\": %s, "
+    fprintf(t->log.metrics, "{\"step\": %d, \"loss\": %s, \"loss_tokens\": %ld, \"lr\": %.3e, \"grad_norm\": %s, "
             "\"skipped\": %d, \"skipped_steps\": %d, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
             "\"mem_bytes\": %zu, \"step_time_s\": %.4f, \"eta_s\": %.0f, \"data_wait_ms\": %.3f", step + 1,
-            loss, r->lr, norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt, eta,
-            data_wait * 1e3);
+            loss, r->n_targets, r->lr, norm, r->skipped ? 1 : 0, pg->skipped_steps, tps, mfu, t->m.mem_bytes, dt,
+            eta, data_wait * 1e3);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
     const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};

@@ -97,6 +97,11 @@ assert abs(r1[0] - a1[0]) > 1e-3, f"response {r1[0]} and all {a1[0]} agree: the 
 assert r("nomask-resp") == r("nomask-all"), (r("nomask-resp"), r("nomask-all"))
 print(f"loss_on=response dp=1 {r1} dp=2 {r2}; loss_on=all {a1}; without /loss_mask response == all")
 PYEOF
+# loss_tokens: every target without a mask (global batch 8 x seq_len 32), fewer with one.
+[ "$(metrics "$tmp/run-nomask-resp" .loss_tokens | sort -u)" = 256 ] || fail "loss_tokens without a mask: $(metrics "$tmp/run-nomask-resp" .loss_tokens | paste -sd' ')"
+r1tok=$(metrics "$tmp/run-resp1" .loss_tokens | paste -sd' ')
+[ "$r1tok" = "$(metrics "$tmp/run-resp2" .loss_tokens | paste -sd' ')" ] && awk -v t="$r1tok" 'BEGIN { n = split(t, a, " "); for (i = 1; i <= n; i++) if (a[i] <= 0 || a[i] >= 256) exit 1; exit n != 3 }' ||
+    fail "loss_tokens with loss_on = response: dp=1 $r1tok, dp=2 $(metrics "$tmp/run-resp2" .loss_tokens | paste -sd' ')"
 # loss_on = response without a mask says so at start; with one, it does not.
 grep -q "note: \[train\] loss_on = response, but $tmp/shards has no /loss_mask" "$tmp/nomask-resp.log" ||
     fail "loss_on = response on a dataset without /loss_mask printed no note"
