@@ -30,6 +30,10 @@ if [ -z "$base" ]; then
              "run 'make run' first, or give SFT_BASE=CHECKPOINT_DIR" >&2
         exit 2
     fi
+elif [ ! -e "$base/latest" ] && [ ! -e "$base/manifest.ini" ] && [ ! -e "$base/config.json" ]; then
+    echo "sft_example: SFT_BASE = $base is not a checkpoint folder (no latest or manifest.ini) nor a" \
+         "Hugging Face folder (no config.json)" >&2
+    exit 2
 fi
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
