@@ -291,7 +291,7 @@ static int logits_cmd(int argc, char **argv) {
     struct hf_model *h = NULL;
     struct ckpt_reader *r = NULL;
     struct llama_config cfg = {0};
-    if (access(cfg_path, F_OK) == 0 ? hf_open(argv[1], &h, &err) : checkpoint_open(argv[1], &r, &err)) {
+    if (access(cfg_path, F_OK) == 0 ? hf_open(argv[1], NULL, &h, &err) : checkpoint_open(argv[1], &r, &err)) {
         fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
         return err.status;
     }
@@ -431,7 +431,7 @@ int cmd_import(int argc, char **argv) {
     struct tokenizer *tok = NULL;
     char tok_file[4200];
     snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", argv[1]);
-    if (hf_open(argv[1], &h, &err) == STATUS_OK &&
+    if (hf_open(argv[1], NULL, &h, &err) == STATUS_OK &&
         (access(tok_file, F_OK) || tokenizer_load(tok_file, &tok, &err) == STATUS_OK))
         hf_import(h, argv[2], tok ? tokenizer_identity(tok) : "", &err);
     if (tok) tokenizer_free(tok);

@@ -241,6 +241,13 @@ int cmd_generate(int argc, char **argv) {
         memcpy(ids[i] + n_ids[i], body, sizeof *body * n);
         n_ids[i] += (int)n;
         free(body);
+        if (n_ids[i] >= g.lc.max_seq_len) { // no room for one new token
+            error_set(&err, STATUS_BAD_INPUT, "prompt %d: %d ids (end-of-text included): the "
+                      "prompt itself is too long by %d tokens for the window of max_seq_len %d "
+                      "(%s; at least one new token needs room): shorten it", i + 1, n_ids[i],
+                      n_ids[i] - g.lc.max_seq_len + 1, g.lc.max_seq_len, model_dir);
+            goto out;
+        }
         if (n_ids[i] + max_new > g.lc.max_seq_len) {
             error_set(&err, STATUS_BAD_INPUT, "prompt %d: %d ids (end-of-text included) + "
                       "--max-new-tokens %d exceed the model's max_seq_len = %d (%s): shorten the "
