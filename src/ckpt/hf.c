@@ -636,6 +636,12 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
                                .pieces = p, .n_pieces = n, .state = &state, .weights_only = true};
     if (!st && mkdir(dir, 0777) && errno != EEXIST)
         st = error_set(err, STATUS_BAD_INPUT, "%s: cannot create: %s", dir, strerror(errno));
+    // The folder's tokenizer.json kept next to step-000000, where generate and
+    // ckpt export look for it (docs/formats.md "Hugging Face import").
+    char tok_from[CKPT_PATH_MAX + 16], tok_to[CKPT_PATH_MAX + 16];
+    snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", h->dir);
+    snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", dir);
+    if (!st && access(tok_from, F_OK) == 0) st = copy_file(tok_from, tok_to, err);
     if (!st) st = checkpoint_prepare(&a, err);
     if (!st) st = checkpoint_write_rank(&a, &sum, err);
     if (!st) st = checkpoint_commit(&a, &sum, err);

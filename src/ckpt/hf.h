@@ -80,7 +80,8 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
 // in dir (a [checkpoint] dir: dir/step-000000 and dir/latest; dir must hold
 // no checkpoint yet): every parameter whole, FP32 (BF16 and F16 widened
 // exactly), the config as its manifest's [model], tokenizer_id ("" unknown)
-// as its tokenizer. No optimizer moments: the manifest says weights_only = 1,
+// as its tokenizer; the folder's tokenizer.json, when present, is copied to
+// dir/tokenizer.json. No optimizer moments: the manifest says weights_only = 1,
 // which `ckpt verify` accepts and a resume refuses (naming model.init_from);
 // for init_from, `trident generate` and `trident ckpt export`. Errors: STATUS_BAD_INPUT when dir holds
 // `latest`; checkpoint_save's otherwise.

@@ -174,11 +174,18 @@ static int export_hf(int argc, char **argv) {
     }
     char tok_file[4200] = "", *eos_text = NULL;
     struct tokenizer *tok = NULL;
+    if (!tok_path) {
+        // generate's search: import's copy, or the run folder's [data] tokenizer.
+        if (cli_checkpoint_tokenizer(argv[1], tok_file, sizeof tok_file)) tok_path = tok_file;
+        else printf("note: no --tokenizer and no tokenizer found for %s (next to it, or in the "
+                    "config.ini of a run folder above it): the export has no tokenizer.json and "
+                    "config.json's bos/eos ids are null\n", argv[1]);
+    }
     if (tok_path) {
         struct stat sb;
         if (stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode))
             snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok_path);
-        else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
+        else if (tok_path != tok_file) snprintf(tok_file, sizeof tok_file, "%s", tok_path);
         const char *want = checkpoint_info(r)->tokenizer_id;
         if (tokenizer_load(tok_file, &tok, &err) == STATUS_OK && want[0] &&
             strcmp(tokenizer_identity(tok), want))

@@ -82,13 +82,13 @@ static enum status read_prompts(const char *path, struct prompt **ps, int *n, st
     return st;
 }
 
-// The tokenizer of the run that wrote a trident checkpoint: the run folder's
-// config.ini (docs/design.md §9) one or two levels above model_dir (RUN/
-// checkpoints, or RUN/checkpoints/step-NNNNNN), its [data] tokenizer or else
-// [data] path's tokenizer.json (relative paths as the run was launched: from
-// the current folder). Writes it to out and returns true when that file
-// exists; the caller still checks its identity against the checkpoint's.
-static bool run_folder_tokenizer(const char *model_dir, char *out, size_t cap) {
+bool cli_checkpoint_tokenizer(const char *model_dir, char *out, size_t cap) {
+    struct stat sb;
+    // `trident import`'s copy: OUT/tokenizer.json, next to OUT/step-000000.
+    for (int up = 0; up <= 1; up++) {
+        snprintf(out, cap, "%s%s/tokenizer.json", model_dir, up ? "/.." : "");
+        if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
+    }
     for (int up = 1; up <= 2; up++) {
         char cfg[CKPT_PATH_MAX + 32];
         snprintf(cfg, sizeof cfg, "%s%s/config.ini", model_dir, up == 1 ? "/.." : "/../..");
@@ -106,7 +106,6 @@ static bool run_folder_tokenizer(const char *model_dir, char *out, size_t cap) {
         if (tok[0]) snprintf(out, cap, "%s", tok);
         else if (path[0]) snprintf(out, cap, "%s/tokenizer.json", path);
         else continue;
-        struct stat sb;
         if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
     }
     out[0] = '\0';
@@ -209,7 +208,7 @@ int cmd_generate(int argc, char **argv) {
         else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
     } else if (g.tokenizer_json[0]) {
         snprintf(tok_file, sizeof tok_file, "%s", g.tokenizer_json);
-    } else if (g.hf || !run_folder_tokenizer(model_dir, tok_file, sizeof tok_file)) {
+    } else if (g.hf || !cli_checkpoint_tokenizer(model_dir, tok_file, sizeof tok_file)) {
         error_set(&err, STATUS_BAD_INPUT, "%s: %s; give --tokenizer DATASET_DIR (or its tokenizer.json)",
                   model_dir, g.hf ? "the Hugging Face folder holds no tokenizer.json"
                                   : "a trident checkpoint records its tokenizer's identity, not its "
