@@ -3,7 +3,8 @@
 // [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]` (a
 // Hugging Face LlamaForCausalLM folder, src/ckpt/hf.h; PATH is a dataset
 // folder holding tokenizer.json or the file itself, and must be the
-// tokenizer the checkpoint records), and `trident ckpt logits DIR --tokens
+// tokenizer the checkpoint records; without it, cli_checkpoint_tokenizer's
+// file when there is one), and `trident ckpt logits DIR --tokens
 // IDS.txt --out LOGITS.safetensors` (the model's logits of given token
 // sequences, for checks against other implementations). DIR is a checkpoint
 // folder (step-NNNNNN) or a [checkpoint] dir holding `latest` (logits: or a
@@ -177,9 +178,6 @@ static int export_hf(int argc, char **argv) {
     if (!tok_path) {
         // generate's search: import's copy, or the run folder's [data] tokenizer.
         if (cli_checkpoint_tokenizer(argv[1], tok_file, sizeof tok_file)) tok_path = tok_file;
-        else printf("note: no --tokenizer and no tokenizer found for %s (next to it, or in the "
-                    "config.ini of a run folder above it): the export has no tokenizer.json and "
-                    "config.json's bos/eos ids are null\n", argv[1]);
     }
     if (tok_path) {
         struct stat sb;
@@ -208,7 +206,9 @@ static int export_hf(int argc, char **argv) {
         return err.status;
     }
     printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", argv[1], argv[2],
-           tok_path ? "" : " (no tokenizer: --tokenizer DATASET_DIR adds it)");
+           tok_path ? "" : " (note: no tokenizer, none next to the checkpoint or named by a run "
+                           "folder's config.ini above it: no tokenizer.json, bos/eos ids null; "
+                           "--tokenizer DATASET_DIR adds it)");
     return STATUS_OK;
 }
 
@@ -377,7 +377,9 @@ int cmd_ckpt(int argc, char **argv) {
                         "  export: every parameter as a whole float32 tensor named as in Hugging "
                         "Face LlamaForCausalLM\n"
                         "  export --format hf: a folder transformers' from_pretrained loads "
-                        "(config.json, model.safetensors, tokenizer files)\n"
+                        "(config.json, model.safetensors, tokenizer files; without --tokenizer, the "
+                        "tokenizer.json next to the checkpoint (import's) or the one a run folder's "
+                        "config.ini above it names, as generate finds it)\n"
                         "  logits: the FP32 logits (N, T, V) of the N lines of T token ids of "
                         "IDS.txt, one forward each on one rank (DIR may also be a Hugging Face "
                         "folder)\n");
@@ -422,15 +424,18 @@ int cmd_ckpt(int argc, char **argv) {
 
 // `trident import HF_DIR OUT_DIR`: a Hugging Face LlamaForCausalLM folder as
 // a trident checkpoint (hf_import); its tokenizer.json, when present, gives
-// the checkpoint's tokenizer id.
+// the checkpoint's tokenizer id and is kept as OUT_DIR/tokenizer.json.
 int cmd_import(int argc, char **argv) {
     if (argc != 3 || argv[1][0] == '-') {
         bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
         fprintf(help ? stdout : stderr, "usage: trident import HF_DIR OUT_DIR\n"
-                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors)\n"
+                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors); "
+                "refused (exit 2, nothing written) for a NaN or an infinity in a tensor, a "
+                "missing tensor or a bad file\n"
                 "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so "
                 "in its manifest) and latest, for [model] init_from, generate or ckpt export; "
-                "a resume from it is refused (no optimizer state)\n");
+                "a resume from it is refused (no optimizer state); HF_DIR's tokenizer.json is "
+                "copied to OUT_DIR/tokenizer.json, where generate and ckpt export find it\n");
         return help ? STATUS_OK : STATUS_BAD_INPUT;
     }
     struct error err = {0};
