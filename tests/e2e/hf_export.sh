@@ -156,6 +156,11 @@ refused "import of a NaN" "$nan_msg" "$TRIDENT" import "$tmp/hfNan" "$tmp/ckNan"
 refused "generate from a NaN" "$nan_msg" "$TRIDENT" generate "$tmp/hfNan" --prompt x --max-new-tokens 2
 refused "init_from a NaN" "$nan_msg" small_train "$tmp/runN" "$tmp/ckN" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfNan"
 [ ! -e "$tmp/ckN/latest" ] && ! metrics_at_least "$tmp/runN" 1 || fail "(f) init_from a NaN trained"
+# tp = 2: the last row of q_proj (C = 64) is rank 1's alone; it names it, in
+# the whole tensor's coordinates, and the job ends (no hang).
+$bad "$tmp/hfB" "$tmp/hfNanQ" nonfinite model.layers.0.self_attn.q_proj.weight $((64 * 63 + 3))
+refused "init_from a NaN read by one rank" "\[rank 1\] .*hfNanQ/model.safetensors: tensor model.layers.0.self_attn.q_proj.weight holds 1 non-finite values .*element 4035 (row 63, column 3)" \
+    small_train "$tmp/runNQ" "$tmp/ckNQ" 2 1 1 0 "${one[@]}" model.init_from="$tmp/hfNanQ"
 $bad "$tmp/hfA16" "$tmp/hfInf" nonfinite model.layers.1.mlp.down_proj.weight 7
 refused "import of a BF16 inf" "hfInf/model-0000.-of-0000.\.safetensors: tensor model.layers.1.mlp.down_proj.weight holds 1 non-finite values .*element 7" \
     "$TRIDENT" import "$tmp/hfInf" "$tmp/ckInf"
