@@ -218,6 +218,9 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     }
     if (tokenizer_load(tok_file, &tok, &err)) goto out;
+    if (g.hf && !g.tokenizer_id[0])
+        fprintf(stderr, "trident: generate: note: %s holds no tokenizer.json; %s could not be "
+                "checked against the model's tokenizer\n", model_dir, tok_file);
     if (g.tokenizer_id[0] && strcmp(tokenizer_identity(tok), g.tokenizer_id)) {
         error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint %s was trained with %s",
                   tok_file, tokenizer_identity(tok), model_dir, g.tokenizer_id);

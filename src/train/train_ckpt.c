@@ -273,11 +273,12 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     char manifest[CONFIG_PATH_MAX + 16];
     snprintf(manifest, sizeof manifest, "%s/manifest.ini", path);
     struct stat sb;
-    if (!hf && access(manifest, F_OK) && (stat(path, &sb) || !S_ISDIR(sb.st_mode)))
-        return error_set(&err->err, STATUS_BAD_INPUT, "[model] init_from = %s: no such folder; "
-                         "expected a trident checkpoint (step-NNNNNN with manifest.ini, or its "
-                         "[checkpoint] dir) or a Hugging Face folder (config.json + *.safetensors)",
-                         path);
+    bool missing = stat(path, &sb) != 0;
+    if (!hf && access(manifest, F_OK) && (missing || !S_ISDIR(sb.st_mode)))
+        return error_set(&err->err, STATUS_BAD_INPUT, "[model] init_from = %s: %s; expected a "
+                         "trident checkpoint (step-NNNNNN with manifest.ini, or its [checkpoint] "
+                         "dir) or a Hugging Face folder (config.json + *.safetensors)", path,
+                         missing ? "no such folder" : "not a folder");
     char phase[CKPT_PATH_MAX + 64];
     snprintf(phase, sizeof phase, "start-up: reading model.init_from weights from %.*s", CKPT_PATH_MAX, path);
     watchdog_phase(t->watchdog, phase, load_allowance(t, path), 0);

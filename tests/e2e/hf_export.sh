@@ -34,7 +34,8 @@
 #      naming the wrong shard; no config.json; a missing init_from folder; a
 #      config.json hidden_size other than the run's d_model; an HF folder's
 #      tokenizer.json other than the run's data's (init_from) or --tokenizer's
-#      (generate); without tokenizer.json init_from runs with a note; import
+#      (generate); without tokenizer.json init_from and generate run with a
+#      note; import
 #      keeps tokenizer.json, so export (same bytes as the original folder's) and
 #      generate need no --tokenizer; an export with no tokenizer at all says so.
 set -euo pipefail
@@ -172,6 +173,8 @@ refused "a wrong shard" "index.json: weight_map puts tensor model.norm.weight in
     "$TRIDENT" import "$tmp/hfShard" "$tmp/ckShard"
 $bad "$tmp/hfB" "$tmp/hfNoCfg" rm config.json
 refused "no config.json" "hfNoCfg/config.json: no such file" "$TRIDENT" import "$tmp/hfNoCfg" "$tmp/ckNoCfg"
+refused "init_from a file" "\[model\] init_from = $tmp/other.json: not a folder" \
+    small_train "$tmp/runM" "$tmp/ckM" 1 1 1 0 "${one[@]}" model.init_from="$tmp/other.json"
 refused "init_from a missing folder" "\[model\] init_from = $tmp/nope: no such folder.*Hugging Face folder (config.json" \
     small_train "$tmp/runM" "$tmp/ckM" 1 1 1 0 "${one[@]}" model.init_from="$tmp/nope"
 $bad "$tmp/hfB" "$tmp/hfHid" config hidden_size 128
@@ -187,6 +190,9 @@ $bad "$tmp/hfB" "$tmp/hfNoTok" rm tokenizer.json
 small_train "$tmp/runO" "$tmp/ckO" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfNoTok" > "$tmp/logO" 2>&1 ||
     { tail -5 "$tmp/logO"; fail "(f) init_from a folder without tokenizer.json"; }
 grep -q "hfNoTok holds no tokenizer.json; its tokenizer could not be checked" "$tmp/logO" || fail "(f) no note"
+"$TRIDENT" generate "$tmp/hfNoTok" --tokenizer "$tmp/other.json" --prompt x --max-new-tokens 2 > /dev/null 2> "$tmp/err" &&
+    grep -q "hfNoTok holds no tokenizer.json; .*other.json could not be checked" "$tmp/err" ||
+    fail "(f) generate from a folder without tokenizer.json: $(cat "$tmp/err")"
 # import keeps the folder's tokenizer.json: export and generate find it.
 cmp "$tmp/hfB/tokenizer.json" "$tmp/ckI/tokenizer.json" || fail "(f) import did not keep tokenizer.json"
 "$TRIDENT" ckpt export "$tmp/ckI" "$tmp/hfI2" --format hf > /dev/null || fail "(f) export without --tokenizer"
