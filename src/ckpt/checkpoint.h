@@ -176,6 +176,15 @@ struct ckpt_info {
 };
 const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
 
+// Refuses weights trained with another tokenizer than the run's data: where
+// names the weights (a checkpoint's manifest, a Hugging Face folder's
+// tokenizer.json), have is their tokenizer identity (tokenizer_identity), want
+// the run's data's; "" is unknown and matches anything. Used for checkpoints
+// (checkpoint_check_model) and Hugging Face folders alike. Errors:
+// STATUS_BAD_INPUT "WHERE: tokenizer = 'HAVE', but the run's data uses 'WANT'".
+enum status checkpoint_check_tokenizer(const char *where, const char *have, const char *want,
+                                       struct error *err);
+
 // Refuses a checkpoint of another model: vocab_size, d_model, n_layers,
 // n_heads, n_kv_heads, ffn_dim, tie_embeddings, rope_theta, norm_eps and the
 // tokenizer id (when both are non-empty) must match. Errors: STATUS_BAD_INPUT

@@ -501,10 +501,14 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] rope_theta = %.17g, norm_eps = %.9g; "
                          "the run has %.17g, %.9g", path, c->rope_theta, (double)c->norm_eps,
                          m->rope_theta, (double)m->norm_eps);
-    if (tokenizer_id && *tokenizer_id && r->info.tokenizer_id[0] &&
-        strcmp(tokenizer_id, r->info.tokenizer_id))
+    return checkpoint_check_tokenizer(path, r->info.tokenizer_id, tokenizer_id, err);
+}
+
+enum status checkpoint_check_tokenizer(const char *where, const char *have, const char *want,
+                                       struct error *err) {
+    if (have && *have && want && *want && strcmp(have, want))
         return error_set(err, STATUS_BAD_INPUT, "%s: tokenizer = '%s', but the run's data uses '%s'",
-                         path, r->info.tokenizer_id, tokenizer_id);
+                         where, have, want);
     return STATUS_OK;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "kernels/cpu/half.h"
 #include "safetensors.h"
 
@@ -273,6 +274,7 @@ struct hf_model {
     char dir[CKPT_PATH_MAX];
     struct llama_config lc;
     int eos_id;
+    long long head_dim; // config.json's head_dim: 0 absent or null, -1 not an integer
     int n_files;
     struct safetensors_file *files[HF_READ_FILES];
     char file_names[HF_READ_FILES][256];
@@ -302,6 +304,9 @@ const struct safetensors_tensor *hf_tensor_at(const struct hf_model *h, int i) {
 static enum status read_config(struct hf_model *h, struct error *err) {
     char path[CKPT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", h->dir);
+    if (access(path, F_OK))
+        return error_set(err, STATUS_BAD_INPUT, "%s: no such file; a Hugging Face folder holds "
+                         "config.json and model.safetensors (or its shards)", path);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     if (!json_is_object(j)) {
@@ -344,11 +349,7 @@ static enum status read_config(struct hf_model *h, struct error *err) {
         json_t *kv = json_object_get(j, "num_key_value_heads");
         h->lc.n_kv_heads = json_is_integer(kv) ? (int)json_integer_value(kv) : h->lc.n_heads;
         json_t *hd = json_object_get(j, "head_dim");
-        if (hd && !json_is_null(hd) &&
-            (!json_is_integer(hd) || json_integer_value(hd) * h->lc.n_heads != h->lc.d_model))
-            st = error_set(err, STATUS_BAD_INPUT, "%s: head_dim = %lld, trident needs "
-                           "hidden_size / num_attention_heads = %d", path,
-                           (long long)json_integer_value(hd), h->lc.d_model / h->lc.n_heads);
+        h->head_dim = !hd || json_is_null(hd) ? 0 : json_is_integer(hd) ? json_integer_value(hd) : -1;
         json_t *th = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps");
         h->lc.rope_theta = json_is_number(th) ? json_number_value(th) : 10000.0;
         h->lc.norm_eps = json_is_number(eps) ? (float)json_number_value(eps) : 1e-6f;
@@ -397,17 +398,55 @@ static int expected_shape(const struct llama_config *m, const char *name, int64_
     return 0;
 }
 
-enum status hf_open(const char *dir, struct hf_model **out, struct error *err) {
+static const struct hf_entry *hf_find(const struct hf_model *h, const char *name);
+
+// The tensors LlamaForCausalLM needs that the folder lacks: how many, and the
+// first few named in buf ("a, b, c, ...").
+static int missing_tensors(const struct hf_model *h, char *buf, size_t cap) {
+    static const char *per_layer[] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    int n_missing = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = -3; i < 9 * h->lc.n_layers; i++) {
+        char name[CKPT_NAME_MAX];
+        if (i == -3) snprintf(name, sizeof name, "model.embed_tokens.weight");
+        else if (i == -2) snprintf(name, sizeof name, "model.norm.weight");
+        else if (i == -1) {
+            if (h->lc.tie_embeddings) continue;
+            snprintf(name, sizeof name, "lm_head.weight");
+        } else snprintf(name, sizeof name, "model.layers.%d.%s", i / 9, per_layer[i % 9]);
+        if (hf_find(h, name)) continue;
+        if (n_missing < 3 && used < cap)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", n_missing ? ", " : "", name);
+        else if (n_missing == 3 && used < cap) used += (size_t)snprintf(buf + used, cap - used, ", ...");
+        n_missing++;
+    }
+    return n_missing;
+}
+
+enum status hf_open(const char *dir, const struct llama_config *expect, struct hf_model **out,
+                    struct error *err) {
     *out = NULL;
     struct hf_model *h = xcalloc(1, sizeof *h);
     snprintf(h->dir, sizeof h->dir, "%s", dir);
     enum status st = read_config(h, err);
+    // The run's model against config.json first: a wrong hidden_size is named
+    // as such, not through head_dim or a tensor's shape.
+    if (!st && expect) st = hf_check_model(h, expect, err);
+    if (!st && h->head_dim && h->head_dim * h->lc.n_heads != h->lc.d_model)
+        st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: head_dim = %lld, trident needs "
+                       "hidden_size / num_attention_heads = %d", dir, h->head_dim,
+                       h->lc.d_model / h->lc.n_heads);
     char idx[CKPT_PATH_MAX + 40];
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    json_t *j = NULL, *wm = NULL;
     if (!st && access(idx, F_OK) == 0) {
         json_error_t je;
-        json_t *j = json_load_file(idx, 0, &je);
-        json_t *wm = json_object_get(j, "weight_map");
+        j = json_load_file(idx, 0, &je);
+        wm = json_object_get(j, "weight_map");
         if (!json_is_object(wm)) {
             st = error_set(err, STATUS_BAD_INPUT, "%s: no weight_map object", idx);
         } else {
@@ -426,7 +465,6 @@ enum status hf_open(const char *dir, struct hf_model **out, struct error *err) {
                 if (!seen && (st = add_file(h, fn, err))) break;
             }
         }
-        json_decref(j);
     } else if (!st) {
         st = add_file(h, "model.safetensors", err);
     }
@@ -462,10 +500,27 @@ enum status hf_open(const char *dir, struct hf_model **out, struct error *err) {
                            dir, t->name, safetensors_dtype_name(t->dtype));
         else want++;
     }
+    // Each tensor is in the shard the index names.
+    const char *k;
+    json_t *v;
+    if (!st && json_is_object(wm)) json_object_foreach(wm, k, v) {
+        const struct hf_entry *e = hf_find(h, k);
+        const char *fn = json_string_value(v);
+        if (!e || strcmp(h->file_names[e->file], fn)) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: weight_map puts tensor %s in %s, which "
+                           "does not hold it%s%s", idx, k, fn, e ? "; it is in " : "",
+                           e ? h->file_names[e->file] : "");
+            break;
+        }
+    }
+    json_decref(j);
     int need = 2 + !h->lc.tie_embeddings + 9 * h->lc.n_layers;
-    if (!st && want != need)
+    if (!st && want != need) {
+        char names[400];
+        int n_missing = missing_tensors(h, names, sizeof names);
         st = error_set(err, STATUS_BAD_INPUT, "%s: %d of the %d tensors LlamaForCausalLM needs "
-                       "are present (e.g. model.norm.weight, model.layers.N.*)", dir, want, need);
+                       "are present; missing: %s", dir, need - n_missing, need, names);
+    }
     if (st) hf_close(h);
     else *out = h;
     return st;
@@ -484,12 +539,12 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
     struct {
         const char *hf, *ours;
         int a, b;
-    } ints[] = {{"vocab_size", "vocab_size", f->vocab_size, m->vocab_size},
-                {"hidden_size", "d_model", f->d_model, m->d_model},
-                {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers},
+    } ints[] = {{"hidden_size", "d_model", f->d_model, m->d_model},
+                {"intermediate_size", "ffn_dim", f->ffn_dim, m->ffn_dim},
                 {"num_attention_heads", "n_heads", f->n_heads, m->n_heads},
                 {"num_key_value_heads", "n_kv_heads", f->n_kv_heads, m->n_kv_heads},
-                {"intermediate_size", "ffn_dim", f->ffn_dim, m->ffn_dim},
+                {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers},
+                {"vocab_size", "vocab_size", f->vocab_size, m->vocab_size},
                 {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].a != ints[i].b)
@@ -534,6 +589,18 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
         i += run;
     }
     free(row);
+    // A NaN or an infinity would train to a NaN loss or generate garbage; a
+    // trident checkpoint never holds one (checkpoint_write_rank refuses it).
+    size_t first = 0, bad = st ? 0 : ckpt_count_nonfinite(dst, DTYPE_FP32,
+                                                          want->flat_end - want->flat_begin, &first);
+    if (bad) {
+        size_t f = want->flat_begin + first;
+        size_t r = want->row_offset + f / (size_t)want->cols, c = want->col_offset + f % (size_t)want->cols;
+        st = error_set(err, STATUS_BAD_INPUT, "%s/%s: tensor %s holds %zu non-finite values in "
+                       "the part read; the first at element %zu (row %zu, column %zu): %g",
+                       h->dir, h->file_names[e->file], name, bad, r * (size_t)cols + c, r, c,
+                       (double)dst[first]);
+    }
     return st;
 }
 
@@ -569,6 +636,12 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
                                .pieces = p, .n_pieces = n, .state = &state, .weights_only = true};
     if (!st && mkdir(dir, 0777) && errno != EEXIST)
         st = error_set(err, STATUS_BAD_INPUT, "%s: cannot create: %s", dir, strerror(errno));
+    // The folder's tokenizer.json kept next to step-000000, where generate and
+    // ckpt export look for it (docs/formats.md "Hugging Face import").
+    char tok_from[CKPT_PATH_MAX + 16], tok_to[CKPT_PATH_MAX + 16];
+    snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", h->dir);
+    snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", dir);
+    if (!st && access(tok_from, F_OK) == 0) st = copy_file(tok_from, tok_to, err);
     if (!st) st = checkpoint_prepare(&a, err);
     if (!st) st = checkpoint_write_rank(&a, &sum, err);
     if (!st) st = checkpoint_commit(&a, &sum, err);

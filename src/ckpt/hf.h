@@ -44,12 +44,16 @@ enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, str
 // names), every header validated on open (safetensors_open).
 struct hf_model;
 
-// Opens dir. Errors: STATUS_BAD_INPUT naming the file (and tensor or key) for
-// a missing or bad config.json, index or safetensors file, an architecture
-// other than LlamaForCausalLM (hidden_act silu, no biases, no rope_scaling),
-// a tensor in two files, or a tensor of LlamaForCausalLM missing or of
-// another shape than config.json implies.
-enum status hf_open(const char *dir, struct hf_model **out, struct error *err);
+// Opens dir. expect: the run's model, compared with config.json
+// (hf_check_model) before any shape, or NULL. Errors: STATUS_BAD_INPUT naming
+// the file (and tensor or key) for a missing or bad config.json, index or
+// safetensors file, an architecture other than LlamaForCausalLM (hidden_act
+// silu, no biases, no rope_scaling), a config.json other than expect's, a
+// tensor in two files or in another shard than the index says, a tensor of
+// LlamaForCausalLM missing (the first three named) or of another shape than
+// config.json implies.
+enum status hf_open(const char *dir, const struct llama_config *expect, struct hf_model **out,
+                    struct error *err);
 void hf_close(struct hf_model *h);
 // The model config.json describes (shape fields, rope_theta, norm_eps,
 // max_seq_len from max_position_embeddings, tie_embeddings).
@@ -66,15 +70,18 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
 // be DTYPE_FP32) with the wanted range of the wanted block of the tensor
 // "param/<HF name>", reading only those bytes (one pread per block row);
 // BF16 and F16 values are widened exactly. Errors: STATUS_BAD_INPUT when the
-// tensor is absent or its shape is not (grows, gcols); STATUS_RUNTIME on a
-// short read.
+// tensor is absent, its shape is not (grows, gcols) or the range read holds a
+// NaN or an infinity ("DIR/FILE: tensor NAME holds K non-finite values ...;
+// the first at element E (row R, column C)", E the row-major index in the
+// whole tensor); STATUS_RUNTIME on a short read.
 enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct error *err);
 
 // Writes the folder's weights as a trident checkpoint of one rank, step 0,
 // in dir (a [checkpoint] dir: dir/step-000000 and dir/latest; dir must hold
 // no checkpoint yet): every parameter whole, FP32 (BF16 and F16 widened
 // exactly), the config as its manifest's [model], tokenizer_id ("" unknown)
-// as its tokenizer. No optimizer moments: the manifest says weights_only = 1,
+// as its tokenizer; the folder's tokenizer.json, when present, is copied to
+// dir/tokenizer.json. No optimizer moments: the manifest says weights_only = 1,
 // which `ckpt verify` accepts and a resume refuses (naming model.init_from);
 // for init_from, `trident generate` and `trident ckpt export`. Errors: STATUS_BAD_INPUT when dir holds
 // `latest`; checkpoint_save's otherwise.

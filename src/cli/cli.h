@@ -5,6 +5,9 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 // trident tokenize --tokenizer FILE [--decode] | --train ...   (src/cli/cmd_tokenize.c)
 int cmd_tokenize(int argc, char **argv);
 // trident prep --input PATH... --output DIR ...   (src/cli/cmd_prep.c)
@@ -21,6 +24,17 @@ int cmd_import(int argc, char **argv);
 
 // trident generate MODEL_DIR --prompt TEXT ... [options]   (src/cli/cmd_generate.c; one process)
 int cmd_generate(int argc, char **argv);
+// The tokenizer.json of a trident checkpoint (model_dir: a [checkpoint] dir or
+// its step-NNNNNN), for generate and ckpt export without --tokenizer: the copy
+// `trident import` keeps next to step-000000 (model_dir/tokenizer.json or
+// model_dir/../tokenizer.json), else the run folder's config.ini (docs/design.md
+// §9) one or two levels above model_dir (RUN/checkpoints, or
+// RUN/checkpoints/step-NNNNNN): its [data] tokenizer or else [data] path's
+// tokenizer.json (relative paths as the run was launched: from the current
+// folder). Writes the path to out (cap bytes) and returns true when that file
+// exists; the caller still checks its identity against the checkpoint's.
+// (src/cli/cmd_generate.c)
+bool cli_checkpoint_tokenizer(const char *model_dir, char *out, size_t cap);
 
 // trident train CONFIG.ini [section.key=value ...]   (src/cli/cmd_train.c; a failure
 // ends every rank of the job from inside, mpi_exit_all)

@@ -3,7 +3,8 @@
 // [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]` (a
 // Hugging Face LlamaForCausalLM folder, src/ckpt/hf.h; PATH is a dataset
 // folder holding tokenizer.json or the file itself, and must be the
-// tokenizer the checkpoint records), and `trident ckpt logits DIR --tokens
+// tokenizer the checkpoint records; without it, cli_checkpoint_tokenizer's
+// file when there is one), and `trident ckpt logits DIR --tokens
 // IDS.txt --out LOGITS.safetensors` (the model's logits of given token
 // sequences, for checks against other implementations). DIR is a checkpoint
 // folder (step-NNNNNN) or a [checkpoint] dir holding `latest` (logits: or a
@@ -174,11 +175,15 @@ static int export_hf(int argc, char **argv) {
     }
     char tok_file[4200] = "", *eos_text = NULL;
     struct tokenizer *tok = NULL;
+    if (!tok_path) {
+        // generate's search: import's copy, or the run folder's [data] tokenizer.
+        if (cli_checkpoint_tokenizer(argv[1], tok_file, sizeof tok_file)) tok_path = tok_file;
+    }
     if (tok_path) {
         struct stat sb;
         if (stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode))
             snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok_path);
-        else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
+        else if (tok_path != tok_file) snprintf(tok_file, sizeof tok_file, "%s", tok_path);
         const char *want = checkpoint_info(r)->tokenizer_id;
         if (tokenizer_load(tok_file, &tok, &err) == STATUS_OK && want[0] &&
             strcmp(tokenizer_identity(tok), want))
@@ -201,7 +206,9 @@ static int export_hf(int argc, char **argv) {
         return err.status;
     }
     printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", argv[1], argv[2],
-           tok_path ? "" : " (no tokenizer: --tokenizer DATASET_DIR adds it)");
+           tok_path ? "" : " (note: no tokenizer, none next to the checkpoint or named by a run "
+                           "folder's config.ini above it: no tokenizer.json, bos/eos ids null; "
+                           "--tokenizer DATASET_DIR adds it)");
     return STATUS_OK;
 }
 
@@ -291,7 +298,7 @@ static int logits_cmd(int argc, char **argv) {
     struct hf_model *h = NULL;
     struct ckpt_reader *r = NULL;
     struct llama_config cfg = {0};
-    if (access(cfg_path, F_OK) == 0 ? hf_open(argv[1], &h, &err) : checkpoint_open(argv[1], &r, &err)) {
+    if (access(cfg_path, F_OK) == 0 ? hf_open(argv[1], NULL, &h, &err) : checkpoint_open(argv[1], &r, &err)) {
         fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
         return err.status;
     }
@@ -370,7 +377,9 @@ int cmd_ckpt(int argc, char **argv) {
                         "  export: every parameter as a whole float32 tensor named as in Hugging "
                         "Face LlamaForCausalLM\n"
                         "  export --format hf: a folder transformers' from_pretrained loads "
-                        "(config.json, model.safetensors, tokenizer files)\n"
+                        "(config.json, model.safetensors, tokenizer files; without --tokenizer, the "
+                        "tokenizer.json next to the checkpoint (import's) or the one a run folder's "
+                        "config.ini above it names, as generate finds it)\n"
                         "  logits: the FP32 logits (N, T, V) of the N lines of T token ids of "
                         "IDS.txt, one forward each on one rank (DIR may also be a Hugging Face "
                         "folder)\n");
@@ -415,15 +424,18 @@ int cmd_ckpt(int argc, char **argv) {
 
 // `trident import HF_DIR OUT_DIR`: a Hugging Face LlamaForCausalLM folder as
 // a trident checkpoint (hf_import); its tokenizer.json, when present, gives
-// the checkpoint's tokenizer id.
+// the checkpoint's tokenizer id and is kept as OUT_DIR/tokenizer.json.
 int cmd_import(int argc, char **argv) {
     if (argc != 3 || argv[1][0] == '-') {
         bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
         fprintf(help ? stdout : stderr, "usage: trident import HF_DIR OUT_DIR\n"
-                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors)\n"
+                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors); "
+                "refused (exit 2, nothing written) for a NaN or an infinity in a tensor, a "
+                "missing tensor or a bad file\n"
                 "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so "
                 "in its manifest) and latest, for [model] init_from, generate or ckpt export; "
-                "a resume from it is refused (no optimizer state)\n");
+                "a resume from it is refused (no optimizer state); HF_DIR's tokenizer.json is "
+                "copied to OUT_DIR/tokenizer.json, where generate and ckpt export find it\n");
         return help ? STATUS_OK : STATUS_BAD_INPUT;
     }
     struct error err = {0};
@@ -431,7 +443,7 @@ int cmd_import(int argc, char **argv) {
     struct tokenizer *tok = NULL;
     char tok_file[4200];
     snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", argv[1]);
-    if (hf_open(argv[1], &h, &err) == STATUS_OK &&
+    if (hf_open(argv[1], NULL, &h, &err) == STATUS_OK &&
         (access(tok_file, F_OK) || tokenizer_load(tok_file, &tok, &err) == STATUS_OK))
         hf_import(h, argv[2], tok ? tokenizer_identity(tok) : "", &err);
     if (tok) tokenizer_free(tok);

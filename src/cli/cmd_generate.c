@@ -35,8 +35,10 @@ static void usage(FILE *f) {
                "      (a \"response\" field is printed as the expected answer)\n"
                "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
                "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
-               "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the [data] tokenizer\n"
-               "      or path of the run folder's config.ini above it, checked against the checkpoint)\n"
+               "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the tokenizer.json\n"
+               "      `trident import` keeps next to it, else the [data] tokenizer or path of the run\n"
+               "      folder's config.ini above it); checked against the checkpoint's or the folder's\n"
+               "      tokenizer.json (refused when they differ)\n"
                "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
                "      fit the model's max_seq_len (refused otherwise)\n"
                "  --temperature T (0: greedy), --top-k K (0: all), --seed S (0): sampling\n"
@@ -82,13 +84,13 @@ static enum status read_prompts(const char *path, struct prompt **ps, int *n, st
     return st;
 }
 
-// The tokenizer of the run that wrote a trident checkpoint: the run folder's
-// config.ini (docs/design.md §9) one or two levels above model_dir (RUN/
-// checkpoints, or RUN/checkpoints/step-NNNNNN), its [data] tokenizer or else
-// [data] path's tokenizer.json (relative paths as the run was launched: from
-// the current folder). Writes it to out and returns true when that file
-// exists; the caller still checks its identity against the checkpoint's.
-static bool run_folder_tokenizer(const char *model_dir, char *out, size_t cap) {
+bool cli_checkpoint_tokenizer(const char *model_dir, char *out, size_t cap) {
+    struct stat sb;
+    // `trident import`'s copy: OUT/tokenizer.json, next to OUT/step-000000.
+    for (int up = 0; up <= 1; up++) {
+        snprintf(out, cap, "%s%s/tokenizer.json", model_dir, up ? "/.." : "");
+        if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
+    }
     for (int up = 1; up <= 2; up++) {
         char cfg[CKPT_PATH_MAX + 32];
         snprintf(cfg, sizeof cfg, "%s%s/config.ini", model_dir, up == 1 ? "/.." : "/../..");
@@ -106,7 +108,6 @@ static bool run_folder_tokenizer(const char *model_dir, char *out, size_t cap) {
         if (tok[0]) snprintf(out, cap, "%s", tok);
         else if (path[0]) snprintf(out, cap, "%s/tokenizer.json", path);
         else continue;
-        struct stat sb;
         if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
     }
     out[0] = '\0';
@@ -209,7 +210,7 @@ int cmd_generate(int argc, char **argv) {
         else snprintf(tok_file, sizeof tok_file, "%s", tok_path);
     } else if (g.tokenizer_json[0]) {
         snprintf(tok_file, sizeof tok_file, "%s", g.tokenizer_json);
-    } else if (g.hf || !run_folder_tokenizer(model_dir, tok_file, sizeof tok_file)) {
+    } else if (g.hf || !cli_checkpoint_tokenizer(model_dir, tok_file, sizeof tok_file)) {
         error_set(&err, STATUS_BAD_INPUT, "%s: %s; give --tokenizer DATASET_DIR (or its tokenizer.json)",
                   model_dir, g.hf ? "the Hugging Face folder holds no tokenizer.json"
                                   : "a trident checkpoint records its tokenizer's identity, not its "
@@ -217,6 +218,9 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     }
     if (tokenizer_load(tok_file, &tok, &err)) goto out;
+    if (g.hf && !g.tokenizer_id[0])
+        fprintf(stderr, "trident: generate: note: %s holds no tokenizer.json; %s could not be "
+                "checked against the model's tokenizer\n", model_dir, tok_file);
     if (g.tokenizer_id[0] && strcmp(tokenizer_identity(tok), g.tokenizer_id)) {
         error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint %s was trained with %s",
                   tok_file, tokenizer_identity(tok), model_dir, g.tokenizer_id);
@@ -241,6 +245,13 @@ int cmd_generate(int argc, char **argv) {
         memcpy(ids[i] + n_ids[i], body, sizeof *body * n);
         n_ids[i] += (int)n;
         free(body);
+        if (n_ids[i] >= g.lc.max_seq_len) { // no room for one new token
+            error_set(&err, STATUS_BAD_INPUT, "prompt %d: %d ids (end-of-text included): the "
+                      "prompt itself is too long by %d tokens for the window of max_seq_len %d "
+                      "(%s; at least one new token needs room): shorten it", i + 1, n_ids[i],
+                      n_ids[i] - g.lc.max_seq_len + 1, g.lc.max_seq_len, model_dir);
+            goto out;
+        }
         if (n_ids[i] + max_new > g.lc.max_seq_len) {
             error_set(&err, STATUS_BAD_INPUT, "prompt %d: %d ids (end-of-text included) + "
                       "--max-new-tokens %d exceed the model's max_seq_len = %d (%s): shorten the "

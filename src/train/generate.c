@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ckpt/hf.h"
+#include "tokenizer/tokenizer.h"
 
 enum status generator_open(const char *path, struct generator *g, struct error *err) {
     *g = (struct generator){0};
@@ -20,11 +21,19 @@ enum status generator_open(const char *path, struct generator *g, struct error *
     g->hf = access(cfg, F_OK) == 0;
     if (g->hf) {
         struct hf_model *h;
-        if (hf_open(path, &h, err)) return err->status;
+        if (hf_open(path, NULL, &h, err)) return err->status;
         g->lc = *hf_config(h);
         hf_close(h);
         snprintf(g->tokenizer_json, sizeof g->tokenizer_json, "%s/tokenizer.json", path);
-        if (access(g->tokenizer_json, F_OK)) g->tokenizer_json[0] = '\0';
+        if (access(g->tokenizer_json, F_OK)) {
+            g->tokenizer_json[0] = '\0';
+            return STATUS_OK;
+        }
+        // Its identity, compared with a --tokenizer file as a checkpoint's is.
+        struct tokenizer *tok;
+        if (tokenizer_load(g->tokenizer_json, &tok, err)) return err->status;
+        snprintf(g->tokenizer_id, sizeof g->tokenizer_id, "%s", tokenizer_identity(tok));
+        tokenizer_free(tok);
         return STATUS_OK;
     }
     struct ckpt_reader *r;
@@ -46,7 +55,7 @@ enum status generator_load(struct generator *g, int window, int threads, struct 
     g->window = window;
     struct hf_model *h = NULL;
     struct ckpt_reader *r = NULL;
-    if (g->hf ? hf_open(g->path, &h, err) : checkpoint_open(g->path, &r, err)) return err->status;
+    if (g->hf ? hf_open(g->path, NULL, &h, err) : checkpoint_open(g->path, &r, err)) return err->status;
     int n;
     const struct param_info *p = model_params(g->m, &n);
     enum status st = STATUS_OK;

@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf.h"
+#include "tokenizer/tokenizer.h"
 #include "trainer.h"
 
 // The "param" tensors of a checkpoint are FP32 master values: the parameter
@@ -269,6 +270,15 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     char cfg[CONFIG_PATH_MAX + 16];
     snprintf(cfg, sizeof cfg, "%s/config.json", path);
     bool hf = access(cfg, F_OK) == 0;
+    char manifest[CONFIG_PATH_MAX + 16];
+    snprintf(manifest, sizeof manifest, "%s/manifest.ini", path);
+    struct stat sb;
+    bool missing = stat(path, &sb) != 0;
+    if (!hf && access(manifest, F_OK) && (missing || !S_ISDIR(sb.st_mode)))
+        return error_set(&err->err, STATUS_BAD_INPUT, "[model] init_from = %s: %s; expected a "
+                         "trident checkpoint (step-NNNNNN with manifest.ini, or its [checkpoint] "
+                         "dir) or a Hugging Face folder (config.json + *.safetensors)", path,
+                         missing ? "no such folder" : "not a folder");
     char phase[CKPT_PATH_MAX + 64];
     snprintf(phase, sizeof phase, "start-up: reading model.init_from weights from %.*s", CKPT_PATH_MAX, path);
     watchdog_phase(t->watchdog, phase, load_allowance(t, path), 0);
@@ -278,19 +288,39 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     enum status s = STATUS_OK;
     if (hf) {
         struct hf_model *h;
-        if (hf_open(path, &h, &err->err)) return err->err.status;
-        if (hf_check_model(h, &t->m.lc, &err->err)) {
-            hf_close(h);
-            return err->err.status;
+        if (hf_open(path, &t->m.lc, &h, &err->err)) return err->err.status;
+        // The folder's tokenizer.json, when present, is checked as a checkpoint's tokenizer is.
+        char tok_file[CONFIG_PATH_MAX + 16];
+        snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", path);
+        struct tokenizer *tok = NULL;
+        if (access(tok_file, F_OK) == 0) {
+            if (tokenizer_load(tok_file, &tok, &err->err) ||
+                checkpoint_check_tokenizer(tok_file, tokenizer_identity(tok),
+                                           t->data.ds->index.tokenizer, &err->err)) {
+                if (tok) tokenizer_free(tok);
+                hf_close(h);
+                return err->err.status;
+            }
+            tokenizer_free(tok);
+        } else if (t->par.topo.world_rank == 0) {
+            printf("init_from: note: %s holds no tokenizer.json; its tokenizer could not be "
+                   "checked against the data's\n", path);
         }
         for (int i = 0; i < n && !s; i++) {
             s = hf_read_piece(h, &t->ckpt.pieces[i], &err->err);
             watchdog_kick(t->watchdog);
         }
         hf_close(h);
+        // A piece (a non-finite value) is this rank's to report: others read other blocks.
+        if (s) return trainer_alone(err);
     } else {
         struct ckpt_reader *r;
-        if (checkpoint_open(path, &r, &err->err)) return err->err.status;
+        if (checkpoint_open(path, &r, &err->err)) {
+            char why[sizeof err->err.msg];
+            snprintf(why, sizeof why, "%s", err->err.msg);
+            return error_set(&err->err, err->err.status, "[model] init_from = %s: %s (a Hugging "
+                             "Face folder, config.json + *.safetensors, is also accepted)", path, why);
+        }
         if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
             checkpoint_close(r);
             return err->err.status;

@@ -13,14 +13,16 @@
 #  (d) refused with exit 2 naming the file, key or value: a missing folder, a
 #      checkpoint outside a run folder without --tokenizer, another tokenizer than the checkpoint's,
 #      a tokenizer with more ids than the model's vocab_size, an empty prompt,
-#      a prompt + --max-new-tokens beyond max_seq_len, a --prompts line without
-#      "prompt";
+#      a prompt + --max-new-tokens beyond max_seq_len, a prompt that leaves no
+#      room for one new token (too long by K = ids - (max_seq_len - 1)), a
+#      --prompts line without "prompt";
 #  (e) `trident import` of the export: a weights-only checkpoint that ckpt
 #      verify accepts and ckpt info names so, that generates what the folder
 #      does, that a resume refuses (exit 2, naming model.init_from, the
 #      checkpoint unchanged) and init_from starts from; such a run first
 #      measures the validation loss of the weights it starts from (step 0);
-#      generate from its checkpoint takes the tokenizer from its run folder.
+#      generate from its checkpoint takes the tokenizer from its run folder,
+#      and so does ckpt export --format hf without --tokenizer.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -106,6 +108,12 @@ refused "vocab mismatch" "hfbig/tokenizer.json: 600 token ids, more than the mod
     gen "$tmp/hfbig" --prompt x
 refused "empty prompt" "prompt 2 is empty" gen "$tmp/hf" --prompt x --prompt ""
 refused "too long" "exceed the model's max_seq_len = 64" gen "$tmp/hf" --prompt "And God said" --max-new-tokens 62
+long=$(printf 'And God said, Let there be light. %.0s' $(seq 12))
+refused "prompt too long by itself" "the prompt itself is too long by [0-9]* tokens for the window of max_seq_len 64" \
+    gen "$tmp/hf" --prompt "$long" --max-new-tokens 1
+# K = ids - 63: one new token needs a place in the window
+sed -n 's/.*: \([0-9]*\) ids (end-of-text included): the prompt itself is too long by \([0-9]*\) tokens.*/\1 \2/p' "$tmp/err" |
+    awk '{ ok = $1 > 64 && $2 == $1 - 63; n++ } END { exit !(n == 1 && ok) }' || fail "(d) prompt too long: $(cat "$tmp/err")"
 echo '{"text": "x"}' > "$tmp/bad.jsonl"
 refused "--prompts without prompt" "bad.jsonl:1: expected an object with a string \"prompt\"" \
     gen "$tmp/hf" --prompts "$tmp/bad.jsonl"
@@ -143,5 +151,9 @@ gen "$tmp/runJ/checkpoints" --prompt "And God said" --max-new-tokens 8 --json > 
     fail "(e) generate without --tokenizer from a run folder's checkpoint"
 gen "$tmp/runJ/checkpoints" --tokenizer "$tmp/shards" --prompt "And God said" --max-new-tokens 8 --json \
     > "$tmp/j2.jsonl" && cmp "$tmp/j1.jsonl" "$tmp/j2.jsonl" || fail "(e) the run folder's tokenizer differs"
+# ckpt export without --tokenizer finds it the same way: the run's tokenizer.json.
+"$TRIDENT" ckpt export "$tmp/runJ/checkpoints" "$tmp/hfJ" --format hf > /dev/null || fail "(e) export without --tokenizer"
+cmp "$tmp/shards/tokenizer.json" "$tmp/hfJ/tokenizer.json" || fail "(e) export from a run folder: not the run's tokenizer"
+jq -e '.eos_token_id != null and .bos_token_id != null' "$tmp/hfJ/config.json" > /dev/null || fail "(e) export: no bos/eos ids"
 echo "(e) import: weights only, verified, generates as its folder; resume refused; init_from it: validation loss $(jq -sr 'map(select(has("val_loss")) | "\(.val_loss) at step \(.step)") | join(", ")' "$tmp/runJ/metrics.jsonl")"
 echo "PASS"

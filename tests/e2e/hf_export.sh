@@ -27,7 +27,17 @@
 #  (e) `trident import` of the exported folder, exported again, gives
 #      byte-identical files (safetensors, config, tokenizer), fp32 and bf16;
 #      importing into a dir holding a checkpoint and a bad safetensors file
-#      are refused with exit 2 naming the file (and tensor).
+#      are refused with exit 2 naming the file (and tensor);
+#  (f) refused with exit 2 naming them, nothing written or trained: a NaN (FP32)
+#      or an infinity (BF16 shard) in a tensor for import, generate and
+#      init_from (file, tensor, first element); a missing tensor; an index
+#      naming the wrong shard; no config.json; a missing init_from folder; a
+#      config.json hidden_size other than the run's d_model; an HF folder's
+#      tokenizer.json other than the run's data's (init_from) or --tokenizer's
+#      (generate); without tokenizer.json init_from and generate run with a
+#      note; import
+#      keeps tokenizer.json, so export (same bytes as the original folder's) and
+#      generate need no --tokenizer; an export with no tokenizer at all says so.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -130,4 +140,67 @@ rc=0; "$TRIDENT" import "$tmp/hfBad" "$tmp/ckBad" 2> "$tmp/err" || rc=$?
 rc=0; small_train "$tmp/runV" "$tmp/ckV" 1 1 1 0 "${steps[@]}" model.init_from="$tmp/hfBad" \
     > "$tmp/logV" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "hfBad/model.safetensors: tensor" "$tmp/logV" || fail "(e) init_from a truncated file: rc $rc"
+
+# (f) refusals naming the file, tensor or key, exit 2, nothing written, and the
+# tokenizer of an HF folder checked as a checkpoint's (issue 16).
+bad="$PY tests/e2e/lib/hf_bad.py"
+refused() { # refused WHAT PATTERN CMD...: exit 2 and PATTERN in its output
+    local what=$1 pat=$2 rc=0; shift 2
+    "$@" > "$tmp/out" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] && grep -q -- "$pat" "$tmp/out" || fail "(f) $what: rc $rc, $(tail -3 "$tmp/out")"
+}
+one=(train.steps=1 train.warmup_steps=0 model.tie_embeddings=false train.seq_len=64)
+$bad "$tmp/hfB" "$tmp/hfNan" nonfinite model.norm.weight 5
+nan_msg="hfNan/model.safetensors: tensor model.norm.weight holds 1 non-finite values .*element 5"
+refused "import of a NaN" "$nan_msg" "$TRIDENT" import "$tmp/hfNan" "$tmp/ckNan"
+[ ! -e "$tmp/ckNan" ] || fail "(f) a refused import wrote $(ls -R "$tmp/ckNan")"
+refused "generate from a NaN" "$nan_msg" "$TRIDENT" generate "$tmp/hfNan" --prompt x --max-new-tokens 2
+refused "init_from a NaN" "$nan_msg" small_train "$tmp/runN" "$tmp/ckN" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfNan"
+[ ! -e "$tmp/ckN/latest" ] && ! metrics_at_least "$tmp/runN" 1 || fail "(f) init_from a NaN trained"
+# tp = 2: the last row of q_proj (C = 64) is rank 1's alone; it names it, in
+# the whole tensor's coordinates, and the job ends (no hang).
+$bad "$tmp/hfB" "$tmp/hfNanQ" nonfinite model.layers.0.self_attn.q_proj.weight $((64 * 63 + 3))
+refused "init_from a NaN read by one rank" "\[rank 1\] .*hfNanQ/model.safetensors: tensor model.layers.0.self_attn.q_proj.weight holds 1 non-finite values .*element 4035 (row 63, column 3)" \
+    small_train "$tmp/runNQ" "$tmp/ckNQ" 2 1 1 0 "${one[@]}" model.init_from="$tmp/hfNanQ"
+$bad "$tmp/hfA16" "$tmp/hfInf" nonfinite model.layers.1.mlp.down_proj.weight 7
+refused "import of a BF16 inf" "hfInf/model-0000.-of-0000.\.safetensors: tensor model.layers.1.mlp.down_proj.weight holds 1 non-finite values .*element 7" \
+    "$TRIDENT" import "$tmp/hfInf" "$tmp/ckInf"
+$bad "$tmp/hfB" "$tmp/hfMiss" drop model.layers.0.mlp.up_proj.weight
+refused "a missing tensor" "hfMiss: 20 of the 21 tensors .*missing: model.layers.0.mlp.up_proj.weight" \
+    "$TRIDENT" import "$tmp/hfMiss" "$tmp/ckMiss"
+$bad "$tmp/hfA16" "$tmp/hfShard" reshard model.norm.weight
+refused "a wrong shard" "index.json: weight_map puts tensor model.norm.weight in model-00001-of-0000.\.safetensors, which does not hold it; it is in model-0000" \
+    "$TRIDENT" import "$tmp/hfShard" "$tmp/ckShard"
+$bad "$tmp/hfB" "$tmp/hfNoCfg" rm config.json
+refused "no config.json" "hfNoCfg/config.json: no such file" "$TRIDENT" import "$tmp/hfNoCfg" "$tmp/ckNoCfg"
+refused "init_from a file" "\[model\] init_from = $tmp/other.json: not a folder" \
+    small_train "$tmp/runM" "$tmp/ckM" 1 1 1 0 "${one[@]}" model.init_from="$tmp/other.json"
+refused "init_from a missing folder" "\[model\] init_from = $tmp/nope: no such folder.*Hugging Face folder (config.json" \
+    small_train "$tmp/runM" "$tmp/ckM" 1 1 1 0 "${one[@]}" model.init_from="$tmp/nope"
+$bad "$tmp/hfB" "$tmp/hfHid" config hidden_size 128
+refused "init_from another hidden_size" "hfHid/config.json: hidden_size = 128, the run's \[model\] d_model = 64" \
+    small_train "$tmp/runH" "$tmp/ckH" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfHid"
+# Tokenizer identity: the folder's tokenizer.json against the run's data.
+$bad "$tmp/hfB" "$tmp/hfTok" rm tokenizer.json && cp "$tmp/other.json" "$tmp/hfTok/tokenizer.json"
+refused "init_from another tokenizer" "hfTok/tokenizer.json: tokenizer = '[0-9a-f]*', but the run's data uses '[0-9a-f]*'" \
+    small_train "$tmp/runK" "$tmp/ckK" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfTok"
+refused "generate with another tokenizer" "other.json: tokenizer [0-9a-f]*, the checkpoint $tmp/hfB was trained with" \
+    "$TRIDENT" generate "$tmp/hfB" --tokenizer "$tmp/other.json" --prompt x --max-new-tokens 2
+$bad "$tmp/hfB" "$tmp/hfNoTok" rm tokenizer.json
+small_train "$tmp/runO" "$tmp/ckO" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfNoTok" > "$tmp/logO" 2>&1 ||
+    { tail -5 "$tmp/logO"; fail "(f) init_from a folder without tokenizer.json"; }
+grep -q "hfNoTok holds no tokenizer.json; its tokenizer could not be checked" "$tmp/logO" || fail "(f) no note"
+"$TRIDENT" generate "$tmp/hfNoTok" --tokenizer "$tmp/other.json" --prompt x --max-new-tokens 2 > /dev/null 2> "$tmp/err" &&
+    grep -q "hfNoTok holds no tokenizer.json; .*other.json could not be checked" "$tmp/err" ||
+    fail "(f) generate from a folder without tokenizer.json: $(cat "$tmp/err")"
+# import keeps the folder's tokenizer.json: export and generate find it.
+cmp "$tmp/hfB/tokenizer.json" "$tmp/ckI/tokenizer.json" || fail "(f) import did not keep tokenizer.json"
+"$TRIDENT" ckpt export "$tmp/ckI" "$tmp/hfI2" --format hf > /dev/null || fail "(f) export without --tokenizer"
+for f in config.json tokenizer.json tokenizer_config.json generation_config.json; do
+    cmp "$tmp/hfB/$f" "$tmp/hfI2/$f" || fail "(f) export without --tokenizer: $f differs"
+done
+"$TRIDENT" generate "$tmp/ckI" --prompt x --max-new-tokens 2 > /dev/null || fail "(f) generate the import without --tokenizer"
+"$TRIDENT" ckpt export "$tmp/ckA" "$tmp/hfA2" --format hf > "$tmp/out" && grep -q "note: no tokenizer" "$tmp/out" &&
+    [ ! -e "$tmp/hfA2/tokenizer.json" ] || fail "(f) export without any tokenizer: $(cat "$tmp/out")"
+echo "(f) NaN/inf, missing tensor, wrong shard, config.json, init_from path and tokenizer refusals: exit 2 naming them"
 echo "ok: hf export: tied (2,2,1) fp32/bf16-sharded/fp16 equal the HDF5 export, untied greedy 32 tokens match, bad input refused, init_from HF (2,2,1) = init_from checkpoint (1,1,1), export -> import -> export byte-identical"

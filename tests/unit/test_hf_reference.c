@@ -128,7 +128,7 @@ static void check_logits(hid_t f, const struct llama_config *cfg, const char *fo
         exit(1);
     }
     struct hf_model *h;
-    EXPECT(hf_open(folder, &h, &err) == STATUS_OK, "hf_open %s: %s", folder, err.msg);
+    EXPECT(hf_open(folder, NULL, &h, &err) == STATUS_OK, "hf_open %s: %s", folder, err.msg);
     if (!h) return;
     EXPECT(hf_check_model(h, cfg, &err) == STATUS_OK, "hf_check_model: %s", err.msg);
     int n;
@@ -208,7 +208,7 @@ static void check_logits(hid_t f, const struct llama_config *cfg, const char *fo
 static void expect_refused(const char *folder, const char *needle) {
     struct hf_model *h = (void *)1;
     struct error err = {0};
-    EXPECT(hf_open(folder, &h, &err) == STATUS_BAD_INPUT && h == NULL, "%s: opened", folder);
+    EXPECT(hf_open(folder, NULL, &h, &err) == STATUS_BAD_INPUT && h == NULL, "%s: opened", folder);
     EXPECT(strstr(err.msg, needle) != NULL, "%s: no '%s' in: %s", folder, needle, err.msg);
 }
 
