@@ -254,8 +254,9 @@ const struct config_key config_keys[] = {
     KEY_FLOAT("system", "peak_tflops", system.peak_tflops, "0", 0, NOMAX, 0, "TFLOP/s",
               "peak rate for MFU; 0 measures a GEMM at start"),
     KEY_FLOAT("system", "watchdog_s", system.watchdog_s, "300", 0, NOMAX, 0, "s",
-              "end the job (exit 1, naming the rank) when a rank makes no progress (a step, an "
-              "evaluation or a save) for this long; 0 disables"),
+              "end the job (exit 1, naming the rank) when a rank makes no progress (a start-up phase, "
+              "a tensor of a checkpoint read, a step, an evaluation batch, a sampled token, a save) "
+              "for this long (x an allowance in long phases: docs/design.md §8); 0 disables"),
 };
 
 const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
