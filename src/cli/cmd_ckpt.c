@@ -23,9 +23,9 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf.h"
 #include "cli.h"
-#include "kernels/backend.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "train/generate.h"
 
 static void print_info(const struct ckpt_reader *r) {
     const struct ckpt_info *in = checkpoint_info(r);
@@ -293,38 +293,20 @@ static int logits_cmd(int argc, char **argv) {
         fprintf(stderr, "trident: ckpt logits: %s: exists (remove it or choose another name)\n", out);
         return STATUS_BAD_INPUT;
     }
-    char cfg_path[4200];
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", argv[1]);
-    struct hf_model *h = NULL;
-    struct ckpt_reader *r = NULL;
-    struct llama_config cfg = {0};
-    if (access(cfg_path, F_OK) == 0 ? hf_open(argv[1], NULL, &h, &err) : checkpoint_open(argv[1], &r, &err)) {
+    // The weights whole on one rank: generate's loader (src/train/generate.h).
+    struct generator g;
+    int32_t *ids = NULL;
+    int N = 0, T = 0, V = 0;
+    float *logits = NULL;
+    if (generator_open(argv[1], &g, &err)) {
         fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
         return err.status;
     }
-    cfg = h ? *hf_config(h) : checkpoint_info(r)->model;
-    int32_t *ids = NULL;
-    int N = 0, T = 0, V = cfg.vocab_size;
-    struct backend *be = NULL;
-    struct model *m = NULL;
-    float *logits = NULL;
-    if (read_token_lines(tokens_path, cfg.vocab_size, cfg.max_seq_len, &ids, &N, &T, &err)) goto done;
-    if (!(be = backend_init(BACKEND_CPU, 0, 0, &err))) goto done;
-    struct model_shard shard = model_shard_full(&cfg);
-    if (model_init(&m, be, &cfg, &shard, DTYPE_FP32, 1, T, 0, &err)) goto done;
-    int n_params;
-    const struct param_info *p = model_params(m, &n_params);
-    for (int i = 0; i < n_params && !err.status; i++) { // every parameter whole (tp = 1)
-        struct ckpt_piece want = {.grows = p[i].grows, .gcols = p[i].gcols, .rows = p[i].grows,
-                                  .cols = p[i].gcols, .flat_end = (size_t)p[i].grows * p[i].gcols,
-                                  .dtype = DTYPE_FP32};
-        snprintf(want.name, sizeof want.name, "param/%s", p[i].name);
-        want.data = xmalloc(want.flat_end * sizeof(float));
-        if (!(h ? hf_read_piece(h, &want, &err) : checkpoint_read_piece(r, &want, &err)))
-            model_set_param(m, &p[i], want.data);
-        free(want.data);
-    }
-    if (err.status) goto done;
+    V = g.lc.vocab_size;
+    if (read_token_lines(tokens_path, V, g.lc.max_seq_len, &ids, &N, &T, &err) ||
+        generator_load(&g, T, 0, &err))
+        goto done;
+    struct model *m = g.m;
     logits = xmalloc((size_t)N * T * V * sizeof *logits);
     int32_t *targets = xmalloc((size_t)T * sizeof *targets);
     double *row = xmalloc((size_t)V * sizeof *row);
@@ -345,10 +327,7 @@ static int logits_cmd(int argc, char **argv) {
     const char *meta[] = {"format", "trident-logits", "version", "1", "source", argv[1]};
     safetensors_write(out, &e, 1, meta, 3, &err);
 done:
-    if (m) model_free(m);
-    if (be) backend_free(be);
-    if (h) hf_close(h);
-    if (r) checkpoint_close(r);
+    generator_close(&g);
     free(ids), free(logits);
     if (err.status) {
         fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
