@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "base/common.h"
+#include "base/watchdog.h"
 #include "data/dataset.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -229,9 +230,11 @@ int checkpoint_pieces_from_params(const struct param_info *params, int n, const 
                                   void *arena, enum dtype dtype, size_t begin, size_t end,
                                   struct ckpt_piece *out);
 
-// checkpoint_read_piece of each of n pieces; stops at the first error.
+// checkpoint_read_piece of each of n pieces; stops at the first error. wd
+// (may be NULL): kicked after each piece (the trainer's watchdog: a large
+// checkpoint's load is progress piece by piece).
 enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,
-                                   struct error *err);
+                                   struct watchdog *wd, struct error *err);
 
 // Stored pieces, for `trident ckpt info`: i in [0, n).
 int checkpoint_n_pieces(const struct ckpt_reader *r);

@@ -12,6 +12,7 @@
 
 #include "base/checksum.h"
 #include "base/h5util.h"
+#include "base/watchdog.h"
 #include "durable.h"
 #include "model/optimizer.h" // enum lr_schedule
 
@@ -847,8 +848,11 @@ enum status checkpoint_piece_nonfinite(struct ckpt_reader *r, int i, struct ckpt
 }
 
 enum status checkpoint_read_pieces(struct ckpt_reader *r, struct ckpt_piece *pieces, int n,
-                                   struct error *err) {
+                                   struct watchdog *wd, struct error *err) {
     enum status st = STATUS_OK;
-    for (int i = 0; !st && i < n; i++) st = checkpoint_read_piece(r, &pieces[i], err);
+    for (int i = 0; !st && i < n; i++) {
+        st = checkpoint_read_piece(r, &pieces[i], err);
+        watchdog_kick(wd); // a tensor piece read is progress
+    }
     return st;
 }

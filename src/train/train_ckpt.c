@@ -249,17 +249,6 @@ static double load_allowance(const struct trainer *t, const char *dir) {
     return WATCHDOG_FIRST_STEP + bytes / per;
 }
 
-// Reads the n pieces from r, kicking the watchdog after each (a tensor piece
-// is progress). Errors: checkpoint_read_piece's.
-static enum status read_pieces(struct trainer *t, struct ckpt_reader *r, int n, struct error *err) {
-    for (int i = 0; i < n; i++) {
-        enum status s = checkpoint_read_piece(r, &t->ckpt.pieces[i], err);
-        if (s) return s;
-        watchdog_kick(t->watchdog);
-    }
-    return STATUS_OK;
-}
-
 // [model] init_from: a fresh run's parameters from a Hugging Face folder
 // (config.json present) or a trident checkpoint, in this run's layout: each
 // rank reads only the blocks its pieces describe (safetensors byte ranges, or
@@ -325,7 +314,7 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
             checkpoint_close(r);
             return err->err.status;
         }
-        s = read_pieces(t, r, n, &err->err);
+        s = checkpoint_read_pieces(r, t->ckpt.pieces, n, t->watchdog, &err->err);
         checkpoint_close(r);
     }
     if (s) return s == STATUS_RUNTIME ? trainer_alone(err) : s;
@@ -441,7 +430,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     optimizer_moments(t->m.opt, &m, &v);
     memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
     int n = pieces(t, true, false, true);
-    if (read_pieces(t, r, n, &err->err)) {
+    if (checkpoint_read_pieces(r, t->ckpt.pieces, n, t->watchdog, &err->err)) {
         s = trainer_alone(err);
         goto out;
     }

@@ -120,7 +120,7 @@ int main(void) {
     k += checkpoint_pieces_from_params(p, n, "adam_m", mom[0], DTYPE_FP32, 0, SIZE_MAX, pieces + k);
     k += checkpoint_pieces_from_params(p, n, "adam_v", mom[1], DTYPE_FP32, 0, SIZE_MAX, pieces + k);
     EXPECT(k == 3 * n, "%d pieces for %d parameters", k, n);
-    EXPECT(checkpoint_read_pieces(r, pieces, k, &err) == STATUS_OK, "%s", err.msg);
+    EXPECT(checkpoint_read_pieces(r, pieces, k, NULL, &err) == STATUS_OK, "%s", err.msg);
     for (int i = 0; i < n; i++) {
         double *got = xmalloc(p[i].numel * sizeof *got), *want = xmalloc(p[i].numel * sizeof *want);
         model_get_param(m, &p[i], got);
@@ -141,7 +141,7 @@ int main(void) {
         float *shard = xmalloc((hi - lo) * sizeof *shard);
         for (size_t e = 0; e < hi - lo; e++) shard[e] = NAN;
         int ks = checkpoint_pieces_from_params(p, n, "adam_m", shard, DTYPE_FP32, lo, hi, pieces);
-        EXPECT(checkpoint_read_pieces(r, pieces, ks, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(checkpoint_read_pieces(r, pieces, ks, NULL, &err) == STATUS_OK, "%s", err.msg);
         int bad = 0, checked = 0;
         for (size_t e = lo; e < hi; e++) {
             float want = mom[0][e]; // the full read above, checked against the closed form
