@@ -419,13 +419,10 @@ int cmd_import(int argc, char **argv) {
     }
     struct error err = {0};
     struct hf_model *h = NULL;
-    struct tokenizer *tok = NULL;
-    char tok_file[4200];
-    snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", argv[1]);
+    char tok_id[64];
     if (hf_open(argv[1], NULL, &h, &err) == STATUS_OK &&
-        (access(tok_file, F_OK) || tokenizer_load(tok_file, &tok, &err) == STATUS_OK))
-        hf_import(h, argv[2], tok ? tokenizer_identity(tok) : "", &err);
-    if (tok) tokenizer_free(tok);
+        tokenizer_folder_identity(argv[1], tok_id, sizeof tok_id, &err) == STATUS_OK)
+        hf_import(h, argv[2], tok_id, &err);
     hf_close(h);
     if (err.status) {
         fprintf(stderr, "trident: import: %s\n", err.msg);

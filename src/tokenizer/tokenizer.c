@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <inttypes.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tokenizer.h"
 #include "tokenizer_internal.h"
@@ -522,6 +523,18 @@ void tokenizer_free(struct tokenizer *t) {
 int tokenizer_vocab_size(const struct tokenizer *t) { return t->vocab_size; }
 int tokenizer_eot_id(const struct tokenizer *t) { return t->eot_id; }
 const char *tokenizer_identity(const struct tokenizer *t) { return t->identity; }
+
+enum status tokenizer_folder_identity(const char *dir, char *out, size_t n, struct error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    out[0] = '\0';
+    if (access(path, F_OK)) return STATUS_OK;
+    struct tokenizer *tok;
+    if (tokenizer_load(path, &tok, err)) return err->status;
+    snprintf(out, n, "%s", tok->identity);
+    tokenizer_free(tok);
+    return STATUS_OK;
+}
 
 // ----------------------------------------------------------------- encoding
 

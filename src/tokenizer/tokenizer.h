@@ -58,6 +58,10 @@ int tokenizer_eot_id(const struct tokenizer *tok);
 // A short identity of the tokenizer for index.ini and checkpoints: a hex digest
 // of its vocabulary and merges (stable across loads of the same file).
 const char *tokenizer_identity(const struct tokenizer *tok);
+// The identity of dir/tokenizer.json (a Hugging Face folder's, or one kept
+// next to a checkpoint) into out (n bytes, n >= 33), or "" when dir holds no
+// tokenizer.json. Errors: tokenizer_load's, naming the file.
+enum status tokenizer_folder_identity(const char *dir, char *out, size_t n, struct error *err);
 
 // Trains a byte-level BPE with vocab_size ids (256 byte tokens, merges, and the
 // special token "<|endoftext|>" as the last id) on n_docs documents and writes

@@ -24,16 +24,11 @@ enum status generator_open(const char *path, struct generator *g, struct error *
         if (hf_open(path, NULL, &h, err)) return err->status;
         g->lc = *hf_config(h);
         hf_close(h);
-        snprintf(g->tokenizer_json, sizeof g->tokenizer_json, "%s/tokenizer.json", path);
-        if (access(g->tokenizer_json, F_OK)) {
-            g->tokenizer_json[0] = '\0';
-            return STATUS_OK;
-        }
         // Its identity, compared with a --tokenizer file as a checkpoint's is.
-        struct tokenizer *tok;
-        if (tokenizer_load(g->tokenizer_json, &tok, err)) return err->status;
-        snprintf(g->tokenizer_id, sizeof g->tokenizer_id, "%s", tokenizer_identity(tok));
-        tokenizer_free(tok);
+        if (tokenizer_folder_identity(path, g->tokenizer_id, sizeof g->tokenizer_id, err))
+            return err->status;
+        if (g->tokenizer_id[0])
+            snprintf(g->tokenizer_json, sizeof g->tokenizer_json, "%s/tokenizer.json", path);
         return STATUS_OK;
     }
     struct ckpt_reader *r;

@@ -279,22 +279,16 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
         struct hf_model *h;
         if (hf_open(path, &t->m.lc, &h, &err->err)) return err->err.status;
         // The folder's tokenizer.json, when present, is checked as a checkpoint's tokenizer is.
-        char tok_file[CONFIG_PATH_MAX + 16];
+        char tok_file[CONFIG_PATH_MAX + 16], tok_id[64];
         snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", path);
-        struct tokenizer *tok = NULL;
-        if (access(tok_file, F_OK) == 0) {
-            if (tokenizer_load(tok_file, &tok, &err->err) ||
-                checkpoint_check_tokenizer(tok_file, tokenizer_identity(tok),
-                                           t->data.ds->index.tokenizer, &err->err)) {
-                if (tok) tokenizer_free(tok);
-                hf_close(h);
-                return err->err.status;
-            }
-            tokenizer_free(tok);
-        } else if (t->par.topo.world_rank == 0) {
+        if (tokenizer_folder_identity(path, tok_id, sizeof tok_id, &err->err) ||
+            checkpoint_check_tokenizer(tok_file, tok_id, t->data.ds->index.tokenizer, &err->err)) {
+            hf_close(h);
+            return err->err.status;
+        }
+        if (!tok_id[0] && t->par.topo.world_rank == 0)
             printf("init_from: note: %s holds no tokenizer.json; its tokenizer could not be "
                    "checked against the data's\n", path);
-        }
         for (int i = 0; i < n && !s; i++) {
             s = hf_read_piece(h, &t->ckpt.pieces[i], &err->err);
             watchdog_kick(t->watchdog);
