@@ -356,12 +356,20 @@ static void note_loss_mask(struct trainer *t) {
     const struct config *c = &t->cfg;
     if (!is_root(t) || c->train.loss_on != LOSS_ON_RESPONSE) return;
     for (int k = 0; k < t->data.n_sets; k++) {
-        struct shard *sh = NULL;
+        // The header alone (shard_open reads no token data); the loader
+        // validates the shard in full when it first reads it.
+        const struct dataset *ds = t->data.sets[k];
+        char path[sizeof ds->dir + sizeof ds->shards[0].entry.file + 2];
+        snprintf(path, sizeof path, "%s/%s", ds->dir, ds->shards[0].entry.file);
+        struct shard sh;
         struct error e = {0};
-        if (dataset_shard_get(t->data.sets[k], 0, &sh, &e) || sh->loss_mask >= 0) continue;
-        printf("note: [train] loss_on = response, but %s has no /loss_mask (its first shard, %s): its "
-               "every token counts as a response token, as with loss_on = all (trident prep --format chat "
-               "writes the mask)\n", t->data.sets[k]->dir, sh->path);
+        if (shard_open(path, &sh, &e)) continue;
+        bool masked = sh.loss_mask >= 0;
+        shard_close(&sh);
+        if (!masked)
+            printf("note: [train] loss_on = response, but %s has no /loss_mask (its first shard, %s): its "
+                   "every token counts as a response token, as with loss_on = all (trident prep --format "
+                   "chat writes the mask)\n", ds->dir, path);
     }
 }
 
