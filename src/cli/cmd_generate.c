@@ -16,9 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "base/threads.h"
+#include "config/config.h"
 #include "cli.h"
 #include "data/prep.h"
 #include "model/sample.h"
@@ -92,23 +94,20 @@ bool cli_checkpoint_tokenizer(const char *model_dir, char *out, size_t cap) {
         if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
     }
     for (int up = 1; up <= 2; up++) {
-        char cfg[CKPT_PATH_MAX + 32];
-        snprintf(cfg, sizeof cfg, "%s%s/config.ini", model_dir, up == 1 ? "/.." : "/../..");
-        FILE *f = fopen(cfg, "r");
-        if (!f) continue;
-        char line[4600], section[64] = "", tok[4200] = "", path[4200] = "";
-        while (fgets(line, sizeof line, f)) {
-            char key[64], value[4200];
-            if (sscanf(line, " [%63[^]]]", section) == 1) continue;
-            if (strcmp(section, "data") || sscanf(line, " %63[a-z_] = %4199s", key, value) != 2) continue;
-            if (!strcmp(key, "tokenizer")) snprintf(tok, sizeof tok, "%s", value);
-            else if (!strcmp(key, "path")) snprintf(path, sizeof path, "%s", value);
+        // The run folder's resolved config, read as `trident train` reads it.
+        char ini[CKPT_PATH_MAX + 32];
+        snprintf(ini, sizeof ini, "%s%s/config.ini", model_dir, up == 1 ? "/.." : "/../..");
+        if (access(ini, F_OK)) continue;
+        struct config *c = xmalloc(sizeof *c);
+        struct error err = {0};
+        bool found = false;
+        if (config_load(ini, 0, NULL, c, &err) == STATUS_OK && (c->data.tokenizer[0] || c->data.path[0])) {
+            if (c->data.tokenizer[0]) snprintf(out, cap, "%s", c->data.tokenizer);
+            else snprintf(out, cap, "%s/tokenizer.json", c->data.path);
+            found = stat(out, &sb) == 0 && S_ISREG(sb.st_mode);
         }
-        fclose(f);
-        if (tok[0]) snprintf(out, cap, "%s", tok);
-        else if (path[0]) snprintf(out, cap, "%s/tokenizer.json", path);
-        else continue;
-        if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
+        free(c);
+        if (found) return true;
     }
     out[0] = '\0';
     return false;
