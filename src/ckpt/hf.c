@@ -400,31 +400,27 @@ static int expected_shape(const struct llama_config *m, const char *name, int64_
 
 static const struct hf_entry *hf_find(const struct hf_model *h, const char *name);
 
-// The tensors LlamaForCausalLM needs that the folder lacks: how many, and the
-// first few named in buf ("a, b, c, ...").
-static int missing_tensors(const struct hf_model *h, char *buf, size_t cap) {
-    static const char *per_layer[] = {
-        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
-    int n_missing = 0;
+// The tensors LlamaForCausalLM needs (the model's parameter table: its
+// names are Hugging Face's) that the folder lacks: how many, and the first
+// few named in buf ("a, b, c, ..."); *need: how many it needs.
+// Errors: model_param_table's (a config.json trident cannot build).
+static enum status missing_tensors(const struct hf_model *h, char *buf, size_t cap, int *need,
+                                   int *n_missing, struct error *err) {
+    struct param_info *params;
+    enum status st = model_param_table(&h->lc, &params, need, err);
+    if (st) return st;
     size_t used = 0;
     buf[0] = '\0';
-    for (int i = -3; i < 9 * h->lc.n_layers; i++) {
-        char name[CKPT_NAME_MAX];
-        if (i == -3) snprintf(name, sizeof name, "model.embed_tokens.weight");
-        else if (i == -2) snprintf(name, sizeof name, "model.norm.weight");
-        else if (i == -1) {
-            if (h->lc.tie_embeddings) continue;
-            snprintf(name, sizeof name, "lm_head.weight");
-        } else snprintf(name, sizeof name, "model.layers.%d.%s", i / 9, per_layer[i % 9]);
-        if (hf_find(h, name)) continue;
-        if (n_missing < 3 && used < cap)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", n_missing ? ", " : "", name);
-        else if (n_missing == 3 && used < cap) used += (size_t)snprintf(buf + used, cap - used, ", ...");
-        n_missing++;
+    *n_missing = 0;
+    for (int i = 0; i < *need; i++) {
+        if (hf_find(h, params[i].name)) continue;
+        if (*n_missing < 3 && used < cap)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", *n_missing ? ", " : "", params[i].name);
+        else if (*n_missing == 3 && used < cap) used += (size_t)snprintf(buf + used, cap - used, ", ...");
+        (*n_missing)++;
     }
-    return n_missing;
+    free(params);
+    return STATUS_OK;
 }
 
 enum status hf_open(const char *dir, const struct llama_config *expect, struct hf_model **out,
@@ -514,13 +510,16 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
         }
     }
     json_decref(j);
-    int need = 2 + !h->lc.tie_embeddings + 9 * h->lc.n_layers;
-    if (!st && want != need) {
-        char names[400];
-        int n_missing = missing_tensors(h, names, sizeof names);
+    char names[400];
+    int need = 0, n_missing = 0;
+    if (!st && missing_tensors(h, names, sizeof names, &need, &n_missing, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: not a model trident builds: %s", dir, why);
+    }
+    if (!st && want != need)
         st = error_set(err, STATUS_BAD_INPUT, "%s: %d of the %d tensors LlamaForCausalLM needs "
                        "are present; missing: %s", dir, need - n_missing, need, names);
-    }
     if (st) hf_close(h);
     else *out = h;
     return st;
