@@ -65,7 +65,7 @@ ifeq ($(EMU),1)
 ifeq ($(CUDA),1)
 $(error EMU=1 and CUDA=1 exclude each other: EMU=1 is the CUDA build without nvcc)
 endif
-CFLAGS    += -DTRIDENT_CUDA -I$(EMU_DIR)
+CFLAGS    += -DTRIDENT_CUDA -DTRIDENT_CUDA_EMU -I$(EMU_DIR)
 EMU_CXXFLAGS := $(filter-out -std=gnu11 -fopenmp -I%,$(CFLAGS)) -std=c++20 -pthread \
              -I$(EMU_DIR) -Isrc -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LIB_SRC   += src/parallel/comm_nccl.c

@@ -30,6 +30,19 @@ extern "C" {
 #include "backend_cuda.h"
 #include "cuda_check.h"
 
+// CUDA_TRAFFIC(bytes): the modelled DRAM traffic (bytes read + written) of
+// the launch that follows, written at each launch of a memory-bound kernel
+// from its arguments' sizes (each tensor element read or written once, at
+// its storage dtype's size; what stays in registers or shared memory is not
+// traffic). The emulated build counts it (TRIDENT_EMU_STATS,
+// tests/cuda_emu/cuda_runtime_api.h), so that a change to a kernel's memory
+// traffic is measured on CPUs; on a GPU it compiles to nothing.
+#ifdef TRIDENT_CUDA_EMU
+#define CUDA_TRAFFIC(bytes) emu_traffic((unsigned long long)(bytes))
+#else
+#define CUDA_TRAFFIC(bytes) ((void)0)
+#endif
+
 // A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
 // the query costs tens of microseconds and a training step repeats a handful
 // of shapes. Searched linearly; once full, new shapes query every time.

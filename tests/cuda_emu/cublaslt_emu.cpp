@@ -144,6 +144,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     uint64_t am = d->ta == CUBLAS_OP_N ? la->rows : la->cols;
     uint64_t bk = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, bn = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
     if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    emu_count_gemm(m, n, k);
+    if (emu_count_only()) return CUBLAS_STATUS_SUCCESS;
     float alpha, beta;
     memcpy(&alpha, alpha_p, 4);
     memcpy(&beta, beta_p, 4);

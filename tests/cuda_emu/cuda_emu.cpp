@@ -26,6 +26,8 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
@@ -304,15 +306,75 @@ std::vector<float4> dynamic_shared; // float4: 16-byte aligned
 }
 void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 
-// TRIDENT_EMU_STATS=1: at exit, the launches, blocks, threads and fiber
-// switches of the process on stderr (tests check that kernels ran; profiling).
+// The counters of TRIDENT_EMU_STATS and TRIDENT_EMU_COUNT_ONLY
+// (cuda_runtime_api.h): written under stats_lock, except the launch counts
+// (under launch_lock).
 struct emu_stats {
-    unsigned long long launches, blocks, threads;
+    unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
+        collectives;
 };
 static emu_stats stats;
+static std::mutex stats_lock;
 static void print_stats(void) {
-    fprintf(stderr, "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches\n",
-            stats.launches, stats.blocks, stats.threads, n_switches);
+    const char *path = getenv("TRIDENT_EMU_STATS");
+    if (!path || !*path) return;
+    if (!strcmp(path, "1")) {
+        fprintf(stderr,
+                "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches, %llu gemms, "
+                "%llu traffic bytes, %llu copies, %llu collectives\n",
+                stats.launches, stats.blocks, stats.threads, n_switches, stats.gemms, stats.traffic_bytes,
+                stats.copies, stats.collectives);
+        return;
+    }
+    std::string file;
+    for (const char *c = path; *c; c++) {
+        if (c[0] == '%' && c[1] == 'p') { file += std::to_string((long)getpid()); c++; }
+        else file += *c;
+    }
+    FILE *f = fopen(file.c_str(), "w");
+    if (!f) { fprintf(stderr, "cuda_emu: TRIDENT_EMU_STATS: cannot write %s\n", file.c_str()); return; }
+    fprintf(f,
+            "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
+            "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
+            "\"collectives\": %llu}\n",
+            stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
+            stats.copies, stats.copy_bytes, stats.collectives);
+    fclose(f);
+}
+// Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
+static bool count_only_mode(void) {
+    static bool on = [] {
+        const char *s = getenv("TRIDENT_EMU_STATS");
+        if (s && *s) atexit(print_stats);
+        const char *c = getenv("TRIDENT_EMU_COUNT_ONLY");
+        return c && *c && strcmp(c, "0") != 0;
+    }();
+    return on;
+}
+
+extern "C" int emu_count_only(void) { return count_only_mode(); }
+extern "C" void emu_traffic(unsigned long long bytes) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.traffic_bytes += bytes;
+}
+extern "C" void emu_count_gemm(unsigned long long m, unsigned long long n, unsigned long long k) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.launches++;
+    stats.gemms++;
+    stats.gemm_flops += 2 * m * n * k;
+}
+extern "C" void emu_count_collective(void) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.collectives++;
+}
+static void count_copy(size_t n) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.copies++;
+    stats.copy_bytes += n;
 }
 
 void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
@@ -321,11 +383,16 @@ void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &b
         fprintf(stderr, "cuda_emu: a launch of %d threads per block (1..1024)\n", n);
         abort();
     }
+    bool count_only = count_only_mode();
     std::lock_guard<std::mutex> lock(launch_lock);
-    if (stats.launches++ == 0 && getenv("TRIDENT_EMU_STATS")) atexit(print_stats);
     unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
-    stats.blocks += nb;
-    stats.threads += nb * (unsigned long long)n;
+    {
+        std::lock_guard<std::mutex> slock(stats_lock);
+        stats.launches++;
+        stats.blocks += nb;
+        stats.threads += nb * (unsigned long long)n;
+    }
+    if (count_only) return;
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     for (auto &l : S.lanes) l.resize(std::max(l.size(), S.warps.size() * 32));
     S.parity.resize(std::max(S.parity.size(), S.warps.size() * 32));
@@ -480,17 +547,45 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaSuccess;
 }
 
+// Count-only mode: device memory is mapped, never touched (zero pages).
+static std::mutex mapped_lock;
+static std::unordered_map<void *, size_t> mapped;
+
 cudaError_t cudaMalloc(void **p, size_t n) {
+    if (count_only_mode()) {
+        size_t bytes = n ? n : 1;
+        void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return fail(cudaErrorMemoryAllocation);
+        std::lock_guard<std::mutex> lock(mapped_lock);
+        mapped[m] = bytes;
+        *p = m;
+        return cudaSuccess;
+    }
     *p = aligned_alloc(256, (n + 255) / 256 * 256);
     if (!*p) return fail(cudaErrorMemoryAllocation);
     memset(*p, 0xff, n);
     return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMalloc(p, n); }
+static cudaError_t host_alloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!*p) return fail(cudaErrorMemoryAllocation);
+    memset(*p, 0xff, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n) { return host_alloc(p, n); }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return host_alloc(p, n); }
 
 cudaError_t cudaFree(void *p) {
+    if (count_only_mode()) {
+        std::lock_guard<std::mutex> lock(mapped_lock);
+        auto it = mapped.find(p);
+        if (it != mapped.end()) {
+            munmap(p, it->second);
+            mapped.erase(it);
+            return cudaSuccess;
+        }
+    }
     free(p);
     return cudaSuccess;
 }
@@ -500,7 +595,12 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) {
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
+    count_copy(n);
+    if (count_only_mode()) { // host destinations read zeros (the device's untouched pages)
+        if (n && k == cudaMemcpyDeviceToHost) memset(d, 0, n);
+        return cudaSuccess;
+    }
     if (n) memmove(d, s, n);
     return cudaSuccess;
 }
@@ -510,6 +610,8 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKin
 }
 
 cudaError_t cudaMemset(void *d, int v, size_t n) {
+    count_copy(n);
+    if (count_only_mode()) return cudaSuccess;
     if (n) memset(d, v, n);
     return cudaSuccess;
 }

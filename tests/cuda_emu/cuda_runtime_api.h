@@ -86,6 +86,28 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 cudaError_t cudaMemset(void *dst, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 
+// ---- counters of the emulation (not CUDA API) ----------------------------------
+// TRIDENT_EMU_STATS=1 prints the counters of the process on stderr at exit;
+// any other value is a file that receives them as one JSON object at exit
+// ("%p" in it becomes the process id): launches (kernel launches, cuBLASLt
+// matmuls included), gemms, gemm_flops (2mnk each), traffic_bytes (the
+// modelled DRAM traffic that launch sites declare with emu_traffic), copies
+// and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations).
+// TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
+// body, matmul, copy, memset or collective runs, and cudaMalloc hands out
+// untouched zero pages (mmap), so a model larger than the host's memory can
+// be stepped to count its launches and traffic (the numbers it trains on are
+// meaningless). Both are read once, at the first call that needs them.
+// Declares bytes of DRAM traffic (read + written, as the kernel's author
+// models it) for the launch that follows; kernels/cuda wraps it as CUDA_TRAFFIC.
+void emu_traffic(unsigned long long bytes);
+// Counts one cuBLASLt matmul of m x n x k (cublaslt_emu.cpp).
+void emu_count_gemm(unsigned long long m, unsigned long long n, unsigned long long k);
+// Counts one NCCL operation (nccl_emu.cpp).
+void emu_count_collective(void);
+// True under TRIDENT_EMU_COUNT_ONLY=1 (see above).
+int emu_count_only(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -339,6 +339,8 @@ ncclResult_t run_group(std::vector<pending> &ops) {
 
 // Records op in the open group, or runs it as a group of its own.
 ncclResult_t submit(const pending &p) {
+    emu_count_collective();
+    if (emu_count_only()) return ncclSuccess; // nothing moves (cuda_runtime_api.h)
     if (group_depth > 0) {
         group_ops.push_back(p);
         return ncclSuccess;
