@@ -12,10 +12,11 @@
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 
-// Events of pending all_reduce_start requests: a ring, so starting a request
-// allocates nothing; more than this many requests in flight at once on one
-// group is a bug (checked).
-#define NCCL_EVENTS 64
+// The pool of completion events starts with this many and doubles when every
+// one is in flight (a ~1B model at dp = 2 starts ~167 gradient buckets in one
+// backward before waiting on any): no allocation once the first step has
+// reached the high-water mark.
+#define NCCL_EVENTS_INITIAL 64
 
 // A send or receive started (send_start, recv_start) but not yet enqueued:
 // see flush_p2p.
@@ -34,11 +35,13 @@ struct comm_nccl {
     int device;
     cudaStream_t compute, stream; // the backend's compute and communication streams
     cudaEvent_t ready;            // compute -> comm ordering before each operation
-    cudaEvent_t done[NCCL_EVENTS];
-    bool busy[NCCL_EVENTS];
-    int next;
-    struct p2p_op deferred[NCCL_EVENTS]; // started point-to-point operations not yet
-    int n_deferred;                       // enqueued, in start order
+    // One completion event per operation in flight (a request holds its
+    // index): (n_events,), the free ones' indices on a stack.
+    cudaEvent_t *done;
+    int *free_events, n_free, n_events;
+    struct p2p_op *deferred; // (n_deferred,) started point-to-point operations not
+    int n_deferred;          // yet enqueued, in start order; room for n_events
+    struct p2p_op *now;      // (n_events + 1,) flush_p2p's batch
 };
 
 _Static_assert(sizeof(int) <= sizeof(((struct comm_request *)0)->storage),
@@ -81,16 +84,40 @@ static void nccl_all_reduce(struct comm_group *g, void *buf, size_t count, enum 
     end(c);
 }
 
-// Takes a free completion event for a started operation and stores its index
-// in req.
+static void *resized(void *p, size_t bytes) {
+    void *q = realloc(p, bytes);
+    CHECK(q, "comm_nccl: out of host memory (%zu bytes)", bytes);
+    return q;
+}
+
+// Doubles the event pool (n_events = 0: makes the first NCCL_EVENTS_INITIAL),
+// with room for as many deferred operations.
+static void events_grow(struct comm_nccl *c) {
+    int old = c->n_events, n = old ? 2 * old : NCCL_EVENTS_INITIAL;
+    CHECK(n > old && n < (1 << 24), "comm_nccl: %d operations in flight on one group", old);
+    c->done = resized(c->done, sizeof *c->done * (size_t)n);
+    c->free_events = resized(c->free_events, sizeof *c->free_events * (size_t)n);
+    c->deferred = resized(c->deferred, sizeof *c->deferred * (size_t)n);
+    c->now = resized(c->now, sizeof *c->now * ((size_t)n + 1));
+    for (int k = n - 1; k >= old; k--) {
+        CHECK_CUDA(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
+        c->free_events[c->n_free++] = k;
+    }
+    c->n_events = n;
+}
+
+// Takes a free completion event for a started operation (growing the pool
+// when all are in flight) and stores its index in req.
 static int event_take(struct comm_nccl *c, struct comm_request *req) {
-    int k = c->next;
-    CHECK(!c->busy[k], "comm_nccl: more than %d operations in flight on one group", NCCL_EVENTS);
-    c->next = (k + 1) % NCCL_EVENTS;
-    c->busy[k] = true;
+    if (!c->n_free) events_grow(c);
+    int k = c->free_events[--c->n_free];
     memcpy(req->storage, &k, sizeof k);
     return k;
 }
+
+// The operation of event k has completed (or is ordered before the compute
+// stream's later work): its event is free again.
+static void event_put(struct comm_nccl *c, int k) { c->free_events[c->n_free++] = k; }
 
 static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                                   enum comm_op op, struct comm_request *req) {
@@ -118,9 +145,7 @@ static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count,
 static void defer_p2p(struct comm_group *g, bool send, const void *buf, size_t count,
                       enum dtype dtype, int peer, struct comm_request *req) {
     struct comm_nccl *c = impl_of(g);
-    int k = event_take(c, req);
-    CHECK(c->n_deferred < NCCL_EVENTS, "comm_nccl: more than %d deferred sends and receives",
-          NCCL_EVENTS);
+    int k = event_take(c, req); // deferred operations hold events: n_deferred < n_events
     c->deferred[c->n_deferred++] = (struct p2p_op){send, (void *)buf, count, nccl_dtype(dtype),
                                                    peer, k};
 }
@@ -129,7 +154,7 @@ static void defer_p2p(struct comm_group *g, bool send, const void *buf, size_t c
 // above), and extra (a blocking send or receive, event -1) when given, in
 // one group; each deferred operation's completion event is recorded after it.
 static void flush_p2p(struct comm_nccl *c, int k, const struct p2p_op *extra) {
-    struct p2p_op now[NCCL_EVENTS + 1];
+    struct p2p_op *now = c->now;
     int n_now = 0, n_left = 0;
     for (int i = 0; i < c->n_deferred; i++) {
         struct p2p_op op = c->deferred[i];
@@ -177,7 +202,7 @@ static void nccl_wait(struct comm_request *req) {
     if (is_deferred(c, k)) flush_p2p(c, k, NULL);
     // Stream-ordered completion: kernels enqueued from now on see the result.
     CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->done[k], 0));
-    c->busy[k] = false;
+    event_put(c, k);
 }
 
 // A deferred operation is not complete and test does not enqueue it (a
@@ -190,7 +215,7 @@ static bool nccl_test(struct comm_request *req) {
     cudaError_t e = cudaEventQuery(c->done[k]);
     if (e == cudaErrorNotReady) return false;
     CHECK_CUDA(e);
-    c->busy[k] = false;
+    event_put(c, k);
     return true;
 }
 
@@ -252,8 +277,9 @@ static void nccl_free(struct comm_group *g) {
         cudaStreamSynchronize(c->stream);
         ncclCommDestroy(c->comm);
         cudaEventDestroy(c->ready);
-        for (int k = 0; k < NCCL_EVENTS; k++) cudaEventDestroy(c->done[k]);
+        for (int k = 0; k < c->n_events; k++) cudaEventDestroy(c->done[k]);
     }
+    free(c->done), free(c->free_events), free(c->deferred), free(c->now);
     free(c);
     g->impl = NULL;
 }
@@ -288,8 +314,7 @@ void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, st
     c->stream = (cudaStream_t)backend_cuda_comm_stream(be);
     CHECK_CUDA(cudaSetDevice(c->device));
     CHECK_CUDA(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
-    for (int k = 0; k < NCCL_EVENTS; k++)
-        CHECK_CUDA(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
+    events_grow(c);
     ncclUniqueId id;
     if (mpi_group->rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
     CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi));

@@ -7,13 +7,16 @@
 # collective x dtype against comm_mpi's result on the same inputs byte for
 # byte (BF16 sums rounded per combine as comm.h specifies), and the NCCL API
 # directly: communicators of sub-groups made in different orders, in-place
-# reduce-scatter, a group whose receives precede their sends. ~10 s.
+# reduce-scatter, a group whose receives precede their sends; 200 all-reduces
+# in flight on one group before any wait (the old ring of 64 events failed).
+# Then tests/mpi/test_grad_sync.c at 2 ranks on the CUDA backend over NCCL:
+# ~140 gradient buckets of 1 KiB started during one backward. ~15 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/mpi/test_comm_nccl" >"$tmp/make.log" 2>&1 ||
+make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/mpi/test_comm_nccl" "$EMU_BUILD/mpi/test_grad_sync" >"$tmp/make.log" 2>&1 ||
     { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
-need_built "$EMU_BUILD/mpi/test_comm_nccl"
+need_built "$EMU_BUILD/mpi/test_comm_nccl" "$EMU_BUILD/mpi/test_grad_sync"
 fail=0
 for np in 2 3 4; do
     start=$(date +%s)
@@ -22,6 +25,11 @@ for np in 2 3 4; do
     if [ "$rc" -ne 0 ]; then grep -m 20 'FAIL\|rror' "$tmp/np$np.log" || tail -n 20 "$tmp/np$np.log"; fail=1; fi
     grep -q "^test_comm_nccl: $np ranks, ok" "$tmp/np$np.log" || { echo "FAIL: no ok line at $np ranks"; fail=1; }
 done
+rc=0; timeout 120 "${MPIRUN[@]}" -np 2 "$EMU_BUILD/mpi/test_grad_sync" >"$tmp/grad_sync.log" 2>&1 || rc=$?
+echo "== test_grad_sync, 2 ranks: exit $rc: $(grep -m1 '^grad_sync cuda/nccl' "$tmp/grad_sync.log" || true)"
+if [ "$rc" -ne 0 ] || ! grep -q '^grad_sync cuda/nccl: ' "$tmp/grad_sync.log"; then
+    tail -n 20 "$tmp/grad_sync.log"; echo "FAIL: test_grad_sync on the CUDA backend over NCCL"; fail=1
+fi
 mpi_no_leftovers "$EMU_BUILD/mpi/test_comm_nccl" >/dev/null || { echo "FAIL: test_comm_nccl processes left"; fail=1; }
 [ "$fail" -eq 0 ] && echo "nccl_emulated: ok"
 exit "$fail"
