@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 // A backend on CUDA device `device` (the node-local rank picks it): a compute
-// stream, a communication stream, a cuBLASLt handle and workspace. Storage
+// stream, a cuBLASLt handle and workspace (each NCCL group makes its own
+// communication stream: src/parallel/comm_nccl.h). Storage
 // dtypes FP32, BF16 and FP16 (FP32 compute and accumulation); FP64 is
 // rejected.
 // Returns NULL and fills err (STATUS_RUNTIME) when the device cannot be used.
@@ -23,10 +24,9 @@ struct backend *backend_cuda_init(int device, struct error *err);
 // is missing (never fails).
 int backend_cuda_device_count(void);
 
-// The compute and communication streams of a CUDA backend (cudaStream_t),
-// for the NCCL comm table (src/parallel/comm_nccl.c), and the device it runs on.
+// The compute stream of a CUDA backend (cudaStream_t), for the NCCL comm
+// table (src/parallel/comm_nccl.c), and the device it runs on.
 void *backend_cuda_stream(struct backend *be);
-void *backend_cuda_comm_stream(struct backend *be);
 int backend_cuda_device(struct backend *be);
 
 // backend_set_attention and backend_attention_uses_cudnn (kernels/backend.h)

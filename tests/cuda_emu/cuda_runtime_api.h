@@ -61,6 +61,10 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 // Streams and events: synchronous (see above).
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+// priority: in [greatest, least] of cudaDeviceGetStreamPriorityRange (0 and
+// -5: lower numbers are higher priorities).
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamQuery(cudaStream_t s);

@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
         be = backend_init(BACKEND_CUDA, local % backend_device_count(), 0, &err);
         CHECK(be, "%s", err.msg);
         struct comm_group nccl;
-        comm_nccl_init(&nccl, &dp, be);
+        comm_nccl_init(&nccl, &dp, be, "dp", false);
         failures += run_case("cuda/nccl", be, &nccl, &dp, 1024, 65);
         comm_group_free(&nccl);
         backend_free(be);
