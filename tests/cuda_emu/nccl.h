@@ -119,7 +119,9 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 // The device that was current (cudaSetDevice) when the communicator was made.
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
-// Always ncclSuccess: emulated operations never run asynchronously.
+// ncclSuccess, unless TRIDENT_FAULT=nccl:N[@RANK] made an operation of this
+// communicator fail (ncclSystemError) or one of a peer (ncclRemoteError):
+// nccl_fault.h; ncclGetLastError then says which and where.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);
 
 // count: elements of datatype in each of sendbuff and recvbuff.

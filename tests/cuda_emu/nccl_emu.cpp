@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "cuda_emu.h" // __float2bfloat16_rn, __half: the same conversions as the kernels'
+#include "nccl_fault.h"
 
 struct emu_nccl_comm {
     MPI_Comm mpi; // the members in NCCL rank order
     int rank, nranks, device;
+    emu_nccl_fault *fault; // TRIDENT_FAULT=nccl:... only (nccl_fault.h)
 };
 
 namespace {
@@ -339,6 +341,7 @@ ncclResult_t run_group(std::vector<pending> &ops) {
 
 // Records op in the open group, or runs it as a group of its own.
 ncclResult_t submit(const pending &p) {
+    emu_nccl_fault_on_submit(p.comm->fault); // never returns for the faulted operation
     emu_count_collective();
     if (emu_count_only()) return ncclSuccess; // nothing moves (cuda_runtime_api.h)
     if (group_depth > 0) {
@@ -437,6 +440,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     comm->rank = rank;
     comm->nranks = nranks;
     cudaGetDevice(&comm->device);
+    comm->fault = emu_nccl_fault_attach(mpi, rank, nranks);
     *out = comm;
     return ncclSuccess;
 }
@@ -447,6 +451,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
         progress_sends(comm); // its peers receive them, as they must with NCCL
         MPI_Comm_free(&comm->mpi);
     }
+    emu_nccl_fault_detach(comm->fault);
     delete comm;
     return ncclSuccess;
 }
@@ -457,6 +462,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
 // left to MPI: the process is expected to end).
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    if (emu_nccl_fault_abort(comm->fault)) return ncclSuccess; // failed: leave it to the exit
     for (size_t i = 0; i < sends.size();) {
         if (sends[i]->comm == comm) {
             sends[i] = sends.back();
@@ -488,8 +494,10 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *async_error) {
-    *async_error = ncclSuccess;
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
+    char msg[400];
+    *async_error = comm ? emu_nccl_fault_async(comm->fault, msg, sizeof msg) : ncclSuccess;
+    if (*async_error != ncclSuccess) failure(*async_error, "%s", msg);
     return ncclSuccess;
 }
 
