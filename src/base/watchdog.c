@@ -24,6 +24,11 @@ struct watchdog {
     double allowance;          // x timeout_s in this phase
     long long phase_ms;        // when the phase began
     bool peers;                // the phase waits on other ranks
+    int nchecks;               // watchdog_add_check's, guarded by lock
+    struct {
+        int (*fn)(void *ctx, char *msg, size_t cap);
+        void *ctx;
+    } checks[WATCHDOG_MAX_CHECKS];
 };
 
 static long long now_ms(void) { return (long long)(time_now_s() * 1e3); }
@@ -34,12 +39,27 @@ static long long now_ms(void) { return (long long)(time_now_s() * 1e3); }
 // the cause, reports first (it is polled every 0.2 s).
 enum { PEER_GRACE_MS = 1000 };
 
+// Runs the checks (the lock held); the first that fails ends the job.
+static void run_checks(struct watchdog *w) {
+    char msg[1024];
+    for (int i = 0; i < w->nchecks; i++) {
+        msg[0] = 0;
+        if (!w->checks[i].fn(w->checks[i].ctx, msg, sizeof msg)) continue;
+        msg[sizeof msg - 1] = 0;
+        fprintf(stderr, "trident: [rank %d, host %s] watchdog: %s; ending the job\n", w->rank, w->host,
+                msg[0] ? msg : "a check failed (it gave no reason)");
+        fflush(stderr);
+        _exit(STATUS_RUNTIME);
+    }
+}
+
 static void *watch(void *arg) {
     struct watchdog *w = arg;
     struct timespec nap = {0, 200 * 1000 * 1000};
     while (!atomic_load(&w->stop)) {
         nanosleep(&nap, NULL);
         pthread_mutex_lock(&w->lock);
+        if (!atomic_load(&w->stop)) run_checks(w);
         long long now = now_ms();
         double idle = (now - atomic_load(&w->last_ms)) / 1e3;
         double limit = w->timeout_s * w->allowance + (w->peers ? PEER_GRACE_MS / 1e3 : 0);
@@ -87,6 +107,15 @@ void watchdog_phase(struct watchdog *w, const char *phase, double allowance, int
     w->phase_ms = now_ms();
     atomic_store(&w->last_ms, w->phase_ms);
     pthread_mutex_unlock(&w->lock);
+}
+
+int watchdog_add_check(struct watchdog *w, int (*check)(void *ctx, char *msg, size_t cap), void *ctx) {
+    if (!w) return 0;
+    pthread_mutex_lock(&w->lock);
+    int full = w->nchecks == WATCHDOG_MAX_CHECKS;
+    if (!full) w->checks[w->nchecks].fn = check, w->checks[w->nchecks++].ctx = ctx;
+    pthread_mutex_unlock(&w->lock);
+    return full ? -1 : 0;
 }
 
 void watchdog_stop(struct watchdog *w) {

@@ -14,6 +14,8 @@
 #ifndef TRIDENT_WATCHDOG_H
 #define TRIDENT_WATCHDOG_H
 
+#include <stddef.h>
+
 struct watchdog;
 
 // Starts the thread; timeout_s <= 0 returns NULL (no watchdog), as do the
@@ -30,6 +32,23 @@ void watchdog_kick(struct watchdog *w);
 // fires 1 s later than allowance x timeout_s, so that a stuck rank that timed
 // out at the same moment names its own phase first.
 void watchdog_phase(struct watchdog *w, const char *phase, double allowance, int peers);
+// The most checks one watchdog holds (watchdog_add_check).
+enum { WATCHDOG_MAX_CHECKS = 8 };
+
+// A check the watchdog runs on its own thread at every tick (every 0.2 s),
+// e.g. polling NCCL's asynchronous errors (ncclCommGetAsyncError) while the
+// main thread is stuck in a wait. It returns 0 when all is well; non-zero
+// ends the job as a timeout does: the watchdog prints "trident: [rank R, host
+// H] watchdog: <msg>; ending the job" on stderr and exits the process with 1
+// (_exit: mpirun or srun ends the other ranks). msg: a NUL-terminated reason
+// the check writes, at most cap bytes with the NUL (cap >= 256; text past it
+// is cut). The check must be quick, thread-safe against the main thread's
+// use of ctx, and must not call the watchdog's functions (the watchdog's lock
+// is held while it runs). Checks run in the order added.
+// Returns 0, or -1 when w already holds WATCHDOG_MAX_CHECKS checks (nothing
+// added). On w == NULL (no watchdog: [system] watchdog_s = 0) it returns 0
+// and the check never runs.
+int watchdog_add_check(struct watchdog *w, int (*check)(void *ctx, char *msg, size_t cap), void *ctx);
 // Stops and joins the thread.
 void watchdog_stop(struct watchdog *w);
 
