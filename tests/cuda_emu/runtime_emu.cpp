@@ -190,7 +190,7 @@ void worker_main(emu_stream *s) {
         unsigned sleep_us = delay_us ? (unsigned)(s->rng() % ((uint64_t)delay_us + 1)) : 0;
         lk.unlock();
         if (sleep_us) usleep(sleep_us);
-        fn();
+        if (fn) fn(); // empty: it was running when the process forked (the child's copy of the queue)
         fn = nullptr; // the closure's captures go outside the lock
         lk.lock();
         s->q.pop_front();
