@@ -45,15 +45,11 @@ __global__ void fill(int *p, int v, int n) {
     if (i < n) p[i] = v + i;
 }
 
-// A stream held until open() (a host function queued on it).
+// A stream held until open() (emu_gate_close / emu_gate_open, cuda_runtime_api.h).
 struct gate {
-    std::atomic<bool> is_open{false};
-    void close_on(cudaStream_t s) {
-        emu_enqueue(s, [this] {
-            while (!is_open.load()) usleep(200);
-        });
-    }
-    void open() { is_open = true; }
+    struct emu_gate *g = nullptr;
+    void close_on(cudaStream_t s) { g = emu_gate_close(s); }
+    void open() { emu_gate_open(g); }
 };
 
 static void settle() { usleep(30000); } // time for a worker that could run ahead to do so
@@ -72,6 +68,8 @@ static void check_events() {
     settle();
     EXPECT(cudaEventQuery(e) == cudaErrorNotReady, "an event behind a closed gate is pending");
     EXPECT(cudaStreamQuery(a) == cudaErrorNotReady, "a stream with a closed gate is busy");
+    EXPECT(emu_stream_pending(a) == 2, "emu_stream_pending: %llu, expected 2 (the gate, the record)",
+           emu_stream_pending(a));
     g.open();
     EXPECT(cudaEventSynchronize(e) == cudaSuccess, "cudaEventSynchronize");
     EXPECT(cudaEventQuery(e) == cudaSuccess, "an event reached is complete");

@@ -35,6 +35,12 @@
 //   freed once MPI has delivered it, ncclCommDestroy waits for the
 //   communicator's). MPI is called from worker threads and the host
 //   thread: MPI_THREAD_MULTIPLE (src/base/mpi_util.h, mpi_util_start).
+// - Fault injection: TRIDENT_EMU_NCCL_FAIL=<world rank>:<n> makes the n-th
+//   operation (1-based, call order) queued by that world rank fail on its
+//   stream without running: ncclCommGetAsyncError answers ncclSystemError
+//   (ncclGetLastError names the variable), later operations on that
+//   communicator fail too (ncclInvalidUsage), and the peers block in the
+//   collective as they would for a dead rank.
 //
 // Communicator creation (how ncclCommInitRank finds its peers): ncclGetUniqueId
 // writes into the id the caller's rank in MPI_COMM_WORLD (the id's "root")

@@ -272,6 +272,34 @@ void emu_enqueue(cudaStream_t s, std::function<void()> fn) {
     enqueue_locked(resolve(s), std::move(fn));
 }
 
+// ---- test hooks (cuda_runtime_api.h) -------------------------------------------------
+
+struct emu_gate {
+    bool open = false; // under mu
+};
+
+extern "C" struct emu_gate *emu_gate_close(cudaStream_t s) {
+    emu_gate *g = new emu_gate;
+    emu_enqueue(s, [g] {
+        std::unique_lock<std::mutex> lk(mu);
+        done_cv.wait(lk, [g] { return g->open; });
+        delete g;
+    });
+    return g;
+}
+
+extern "C" void emu_gate_open(struct emu_gate *g) {
+    auto lk = lock_runtime();
+    g->open = true;
+    done_cv.notify_all();
+}
+
+extern "C" unsigned long long emu_stream_pending(cudaStream_t s) {
+    auto lk = lock_runtime();
+    emu_stream *st = resolve(s);
+    return st->enqueued - st->completed;
+}
+
 extern "C" {
 
 const char *cudaGetErrorString(cudaError_t e) {
