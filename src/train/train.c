@@ -106,13 +106,29 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
                       "empty)", topo->world_rank, topo->local_rank);
             return trainer_alone(err);
         }
+        // More ranks than devices on a node is a launch mistake (the wrong
+        // -np, CUDA_VISIBLE_DEVICES narrowed) unless asked for: ranks sharing
+        // a GPU run slower, and real NCCL before 2.30 refuses two ranks of
+        // one communicator on one device. Every rank of the node finds it;
+        // its node-local rank 0 reports it.
+        if (topo->local_size > n && !c->system.share_devices) {
+            char host[64] = "?";
+            gethostname(host, sizeof host - 1);
+            const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+            error_set(&err->err, STATUS_BAD_INPUT, "[system] device = cuda: %d ranks run on host %s "
+                      "but it has %d CUDA device%s (CUDA_VISIBLE_DEVICES %s%s): launch at most %d rank%s "
+                      "per node, or set [system] share_devices = true (system.share_devices=true) to "
+                      "share the devices round-robin", topo->local_size, host, n, n > 1 ? "s" : "",
+                      visible ? "= " : "", visible ? visible : "unset", n, n > 1 ? "s" : "");
+            // The node's local rank 0 prints; its other ranks end silently.
+            return topo->local_rank == 0 ? trainer_alone(err) : err->err.status;
+        }
         device = topology_device_of(topo, n);
-        // Ranks sharing a GPU work (the emulation, a debug run) but real NCCL
-        // before 2.30 refuses two ranks of one communicator on one device.
-        if (topo->local_size > n && topo->local_rank == 0 && topo->world_size > 1)
-            fprintf(stderr, "trident: %d ranks on this node share %d CUDA device%s (device = node-local "
-                    "rank %% %d); NCCL refuses two ranks of one group on one GPU unless it is 2.30 or "
-                    "later with NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
+        if (topo->local_size > n && topo->local_rank == 0)
+            fprintf(stderr, "trident: note: %d ranks on this node share %d CUDA device%s round-robin "
+                    "([system] share_devices = true; device = node-local rank %% %d); NCCL refuses two "
+                    "ranks of one group on one GPU unless it is 2.30 or later with "
+                    "NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
     }
     // OpenMP threads: [system] threads, else this rank's CPU affinity, else
     // SLURM_CPUS_PER_TASK, else the node's cores / its ranks (base/threads.h);
