@@ -492,6 +492,21 @@ static void print_banner(const struct trainer *t) {
     fflush(stdout);
 }
 
+// Heartbeat files in <run_dir>/heartbeat (base/heartbeat.h), so that a
+// watchdog that fires waiting on peers names the stopped ones. Started after
+// setup_device's collectives: every rank then knows that rank 0 holds the run
+// folder's lock (a second run into it was refused before writing there). A
+// folder that cannot be written (not shared with this host) costs only the
+// naming: a note, and the watchdog goes on.
+static void start_heartbeat(struct trainer *t) {
+    char dir[CONFIG_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/heartbeat", t->cfg.log.run_dir);
+    struct error e = {0};
+    if (watchdog_heartbeat(t->watchdog, dir, t->par.topo.world_size, &e))
+        fprintf(stderr, "trident: [rank %d] note: %s: a watchdog cannot name this rank if it stops\n",
+                t->par.topo.world_rank, e.msg);
+}
+
 enum status trainer_open(struct trainer **out, const struct config *cfg,
                          struct trainer_error *err) {
     *out = NULL;
@@ -512,6 +527,7 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
                        WATCHDOG_FIRST_STEP, 1);
         st = setup_device(t, err);
     }
+    if (!st) start_heartbeat(t);
     if (!st) {
         watchdog_phase(w, "start-up: opening the dataset", WATCHDOG_FIRST_STEP, 0);
         st = setup_data(t, err);
