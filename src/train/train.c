@@ -127,6 +127,8 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
         return trainer_alone(err);
+    // Which attention path each shape takes: said once, by rank 0 (docs/cuda.md).
+    backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
         return err->err.status;
     par->groups = (struct parallel_groups){
@@ -618,7 +620,15 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     int W = t->par.topo.world_size;
     double *all = t->log.split_all;
     comm_all_gather(&t->par.topo.world, split, all, 4, DTYPE_FP64);
+    // The attention paths of every rank's calls since the previous record
+    // (evaluations included): cudnn, native, mixed (both), none, cpu.
+    unsigned mine = backend_attention_take_path(t->m.be);
+    int32_t path[3] = {!!(mine & BACKEND_ATTENTION_PATH_CUDNN), !!(mine & BACKEND_ATTENTION_PATH_NATIVE),
+                       !!(mine & BACKEND_ATTENTION_PATH_CPU)};
+    comm_all_reduce(&t->par.topo.world, path, 3, DTYPE_I32, COMM_MAX);
     if (!is_root(t)) return;
+    const char *attention = path[2] ? "cpu" : path[0] && path[1] ? "mixed" : path[0] ? "cudnn" : path[1] ? "native"
+                                                                                                     : "none";
     double worst_wait = 0;
     for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[4 * i + 2]);
     const struct config *c = &t->cfg;
@@ -660,6 +670,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             eta, data_wait * 1e3);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
+    fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
     const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
     for (int k = 0; k < (t->par.sync ? 4 : 3); k++) {
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);
