@@ -292,17 +292,21 @@ with_prefix() { LD_LIBRARY_PATH="$TRIDENT_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY
 export -f with_prefix
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# the Makefile's pkg-config packages (its PKGS line)
+PKGS=$(sed -n 's/^PKGS *:= *//p' Makefile)
+export PKGS
 {
     echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} (trident's processes: $TRIDENT_LD_PATH)"
     echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-}"; echo "make: ${MAKE_DEPS[*]}"
     echo "pkg-config: $(command -v pkg-config)"; echo "mpirun: $(command -v mpirun)"
-    pkg-config --cflags --libs hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash 2>&1
+    pkg-config --cflags --libs $PKGS 2>&1
 } >"$OUT/env.log"
 
 build() {
     # the Makefile's `$(shell pkg-config ...)` hides failures: check them here
-    pkg-config --exists hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash ||
-        { echo "pkg-config cannot find every package:"; cat "$OUT/env.log"; return 1; }
+    # shellcheck disable=SC2086 # a list of names
+    pkg-config --exists $PKGS ||
+        { echo "pkg-config cannot find every package of the Makefile's PKGS ($PKGS):"; cat "$OUT/env.log"; return 1; }
     if [ "$MODE" = emu ]; then
         # what the dry run runs (bench_cuda is skipped there)
         make -j"$JOBS" EMU=1 BUILD="$BUILD" "$BUILD/trident" "$BUILD/tests/test_ops_cuda" \
