@@ -2,8 +2,10 @@
 // real library: D (m, n) = alpha op(A) op(B) + beta C, op(A) (m, k), op(B)
 // (k, n), element (i, j) of a layout at i + j * ld. Only what trident sets
 // is honoured: TRANSA / TRANSB (the preferences are accepted and ignored);
-// compute CUBLAS_COMPUTE_32F with FP32 alpha and beta. beta == 0 never reads
-// C, as in cuBLAS.
+// compute CUBLAS_COMPUTE_32F with FP32 alpha and beta (host pointers, read at
+// the call). beta == 0 never reads C, as in cuBLAS. cublasLtMatmul is queued
+// on its stream (runtime_emu.cpp) with copies of the layouts: the caller may
+// destroy its descriptors at once.
 #include "cuda_emu.h"
 
 #include <vector>

@@ -1,6 +1,7 @@
-// cuda_emu.cpp: the emulated CUDA runtime (cuda_runtime_api.h) and the
-// kernel machinery of cuda_emu.h: CUDA threads as fibers on the calling OS
-// thread, barriers, warp shuffles.
+// cuda_emu.cpp: the kernel machinery of cuda_emu.h (CUDA threads as fibers
+// on the stream worker that runs the launch, barriers, warp shuffles) and the
+// counters of TRIDENT_EMU_STATS; the runtime API (streams, events, memory,
+// copies) is runtime_emu.cpp, pinned memory pinned_emu.cpp.
 //
 // Scheduling: a block's CUDA threads (linear index t = 0..n-1) start in
 // order on fibers (stacks of their own, switched in user space: no OS

@@ -4,18 +4,21 @@
 // API is cuda_runtime_api.h (C files include it too); this header adds the
 // kernel side, which is C++.
 //
-// A launch runs the grid's blocks one after another on the calling thread
-// (__shared__ is `static`: one block at a time). The CUDA threads of a block
+// A launch is queued on its stream (runtime_emu.cpp: each stream is a queue
+// run by a worker thread of its own, after the host has moved on, as on a
+// GPU); the worker runs the grid's blocks one after another, one launch at a
+// time in the process (__shared__ is `static`: one block at a time). The
+// kernel's arguments are copied into the queued closure at the launch. The
+// CUDA threads of a block
 // are fibers: each has its own stack and runs until it reaches a barrier
 // (__syncthreads, or a warp shuffle, which is a barrier of its warp), then
 // the next one runs (cuda_emu.cpp switches stacks in user space, no OS
-// thread, no lock). Exact in semantics for kernels that (like trident's)
+// thread per CUDA thread). Exact in semantics for kernels that (like trident's)
 // keep whole warps together at shuffles; a thread that returns counts as
 // arrived at every later barrier of its block (and warp), and a barrier that
 // can never complete aborts with a message. Deterministic: the same launch
 // interleaves the same way every time (atomicAdd sums in one order).
-// cuBLASLt is computed on the host (cublaslt_emu.cpp). Streams are
-// synchronous: every launch completes before it returns.
+// cuBLASLt is computed on the host by the stream's worker (cublaslt_emu.cpp).
 #ifndef TRIDENT_CUDA_EMU_H
 #define TRIDENT_CUDA_EMU_H
 

@@ -130,6 +130,17 @@ void emu_count_collective(void);
 // True under TRIDENT_EMU_COUNT_ONLY=1 (see above).
 int emu_count_only(void);
 
+// ---- test hooks of the emulation (not CUDA API) ----------------------------------
+// Holds stream s at this point of its queue (what is queued after waits)
+// until emu_gate_open(g): a test can then see what must not have run yet.
+// The gate is freed once the stream has passed it; do not use g after
+// emu_gate_open. tests/cuda_emu/check_streams.cpp shows the use.
+struct emu_gate;
+struct emu_gate *emu_gate_close(cudaStream_t s);
+void emu_gate_open(struct emu_gate *g);
+// Operations queued on s (0: the legacy stream) and not completed yet.
+unsigned long long emu_stream_pending(cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -262,6 +262,7 @@ struct pending {
     int root_or_peer;
     ncclComm_t comm;
     cudaStream_t stream;
+    bool inject; // TRIDENT_EMU_NCCL_FAIL chose it to fail
 };
 
 // The host's open group (the host thread only). Never destroyed.
@@ -381,14 +382,22 @@ void queue_group(std::vector<pending> ops) {
         cudaEventDestroy(e);
     }
     emu_enqueue(first, [ops = std::move(ops)]() mutable {
-        ncclResult_t r = run_group(ops);
+        // A communicator that failed stays failed (NCCL's would have to be
+        // aborted): its later operations fail too, never reaching MPI, so
+        // they cannot be matched with the peers' next ones.
+        bool injected = false, broken = false;
+        for (const pending &p : ops) injected |= p.inject, broken |= p.comm->async_error.load() != 0;
+        ncclResult_t r = injected ? failure(ncclSystemError, "a failure injected by TRIDENT_EMU_NCCL_FAIL")
+                         : broken ? failure(ncclInvalidUsage, "an operation on a communicator that failed before")
+                                  : run_group(ops);
         if (r == ncclSuccess) return;
         char msg[512];
         {
             std::lock_guard<std::mutex> lk(nccl_lock);
             snprintf(msg, sizeof msg, "%s", last_error);
         }
-        fprintf(stderr, "cuda_emu: an NCCL operation failed on its stream: %s (%s)\n", ncclGetErrorString(r), msg);
+        if (!broken) // said once per failure, not for each later operation
+            fprintf(stderr, "cuda_emu: an NCCL operation failed on its stream: %s (%s)\n", ncclGetErrorString(r), msg);
         for (const pending &p : ops) {
             int expected = 0;
             p.comm->async_error.compare_exchange_strong(expected, (int)r);
@@ -403,11 +412,32 @@ void queue_group(std::vector<pending> ops) {
     }
 }
 
+// TRIDENT_EMU_NCCL_FAIL=<world rank>:<n>: the n-th operation (1-based, in
+// call order) that world rank queues fails on its stream instead of running:
+// ncclCommGetAsyncError then answers ncclSystemError, the communicator's
+// later operations fail too, and the peers wait in that collective as for a
+// dead rank. A test hook for the handling of NCCL's asynchronous errors.
+bool inject_failure() {
+    static int rank = -2;
+    static unsigned long long at = 0, seen = 0;
+    if (rank == -2) {
+        rank = -1;
+        const char *v = getenv("TRIDENT_EMU_NCCL_FAIL");
+        int r = -1;
+        if (v && *v && sscanf(v, "%d:%llu", &r, &at) == 2 && at > 0) rank = r;
+    }
+    if (rank < 0 || !mpi_running()) return false;
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return me == rank && ++seen == at;
+}
+
 // Records op in the open group, or queues it as a group of its own.
-ncclResult_t submit(const pending &p) {
+ncclResult_t submit(pending p) {
     TRY(check_queued(p));
     emu_count_collective();
     if (emu_count_only()) return ncclSuccess; // nothing moves (cuda_runtime_api.h)
+    p.inject = inject_failure();
     if (group_depth > 0) {
         group_ops.push_back(p);
         return ncclSuccess;
@@ -566,47 +596,47 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
-    return submit({OP_ALL_REDUCE, send, recv, count, t, op, 0, comm, stream});
+    return submit({OP_ALL_REDUCE, send, recv, count, t, op, 0, comm, stream, false});
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (root < 0 || root >= comm->nranks) return failure(ncclInvalidArgument, "ncclReduce: root %d", root);
-    return submit({OP_REDUCE, send, recv, count, t, op, root, comm, stream});
+    return submit({OP_REDUCE, send, recv, count, t, op, root, comm, stream, false});
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
-    return submit({OP_REDUCE_SCATTER, send, recv, count, t, op, 0, comm, stream});
+    return submit({OP_REDUCE_SCATTER, send, recv, count, t, op, 0, comm, stream, false});
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
-    return submit({OP_ALL_GATHER, send, recv, count, t, ncclSum, 0, comm, stream});
+    return submit({OP_ALL_GATHER, send, recv, count, t, ncclSum, 0, comm, stream, false});
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
                            ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (root < 0 || root >= comm->nranks) return failure(ncclInvalidArgument, "ncclBroadcast: root %d", root);
-    return submit({OP_BROADCAST, send, recv, count, t, ncclSum, root, comm, stream});
+    return submit({OP_BROADCAST, send, recv, count, t, ncclSum, root, comm, stream, false});
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (peer < 0 || peer >= comm->nranks) return failure(ncclInvalidArgument, "ncclSend: peer %d", peer);
-    return submit({OP_SEND, send, nullptr, count, t, ncclSum, peer, comm, stream});
+    return submit({OP_SEND, send, nullptr, count, t, ncclSum, peer, comm, stream, false});
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (peer < 0 || peer >= comm->nranks) return failure(ncclInvalidArgument, "ncclRecv: peer %d", peer);
-    return submit({OP_RECV, nullptr, recv, count, t, ncclSum, peer, comm, stream});
+    return submit({OP_RECV, nullptr, recv, count, t, ncclSum, peer, comm, stream, false});
 }
 
 ncclResult_t ncclGroupStart(void) {

@@ -190,7 +190,7 @@ void worker_main(emu_stream *s) {
         unsigned sleep_us = delay_us ? (unsigned)(s->rng() % ((uint64_t)delay_us + 1)) : 0;
         lk.unlock();
         if (sleep_us) usleep(sleep_us);
-        fn();
+        if (fn) fn(); // empty: it was running when the process forked (the child's copy of the queue)
         fn = nullptr; // the closure's captures go outside the lock
         lk.lock();
         s->q.pop_front();
@@ -270,6 +270,34 @@ void device_synchronize_locked(std::unique_lock<std::mutex> &lk) {
 void emu_enqueue(cudaStream_t s, std::function<void()> fn) {
     auto lk = lock_runtime();
     enqueue_locked(resolve(s), std::move(fn));
+}
+
+// ---- test hooks (cuda_runtime_api.h) -------------------------------------------------
+
+struct emu_gate {
+    bool open = false; // under mu
+};
+
+extern "C" struct emu_gate *emu_gate_close(cudaStream_t s) {
+    emu_gate *g = new emu_gate;
+    emu_enqueue(s, [g] {
+        std::unique_lock<std::mutex> lk(mu);
+        done_cv.wait(lk, [g] { return g->open; });
+        delete g;
+    });
+    return g;
+}
+
+extern "C" void emu_gate_open(struct emu_gate *g) {
+    auto lk = lock_runtime();
+    g->open = true;
+    done_cv.notify_all();
+}
+
+extern "C" unsigned long long emu_stream_pending(cudaStream_t s) {
+    auto lk = lock_runtime();
+    emu_stream *st = resolve(s);
+    return st->enqueued - st->completed;
 }
 
 extern "C" {
