@@ -60,3 +60,17 @@ enum status backend_attention_uses_cudnn(struct backend *be, enum dtype dtype, i
 #endif
     return STATUS_OK;
 }
+
+void backend_set_attention_log(struct backend *be, FILE *log) {
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda")) backend_cuda_set_attention_log(be, log);
+#endif
+    (void)be, (void)log;
+}
+
+unsigned backend_attention_take_path(struct backend *be) {
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda")) return backend_cuda_attention_take_path(be);
+#endif
+    return BACKEND_ATTENTION_PATH_CPU;
+}

@@ -34,6 +34,9 @@ int backend_cuda_device(struct backend *be);
 enum status backend_cuda_set_attention(struct backend *be, enum backend_attention mode, struct error *err);
 enum status backend_cuda_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H,
                                               int Hkv, int D, bool backward, bool *cudnn, struct error *err);
+// backend_set_attention_log and backend_attention_take_path (kernels/backend.h).
+void backend_cuda_set_attention_log(struct backend *be, FILE *log);
+unsigned backend_cuda_attention_take_path(struct backend *be);
 
 // Builds the cuDNN operation graph of attention (forward or backward) of this
 // shape and storage dtype and finalises it without a device or handle: cuDNN

@@ -106,13 +106,29 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
                       "empty)", topo->world_rank, topo->local_rank);
             return trainer_alone(err);
         }
+        // More ranks than devices on a node is a launch mistake (the wrong
+        // -np, CUDA_VISIBLE_DEVICES narrowed) unless asked for: ranks sharing
+        // a GPU run slower, and real NCCL before 2.30 refuses two ranks of
+        // one communicator on one device. Every rank of the node finds it;
+        // its node-local rank 0 reports it.
+        if (topo->local_size > n && !c->system.share_devices) {
+            char host[64] = "?";
+            gethostname(host, sizeof host - 1);
+            const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+            error_set(&err->err, STATUS_BAD_INPUT, "[system] device = cuda: %d ranks run on host %s "
+                      "but it has %d CUDA device%s (CUDA_VISIBLE_DEVICES %s%s): launch at most %d rank%s "
+                      "per node, or set [system] share_devices = true (system.share_devices=true) to "
+                      "share the devices round-robin", topo->local_size, host, n, n > 1 ? "s" : "",
+                      visible ? "= " : "", visible ? visible : "unset", n, n > 1 ? "s" : "");
+            // The node's local rank 0 prints; its other ranks end silently.
+            return topo->local_rank == 0 ? trainer_alone(err) : err->err.status;
+        }
         device = topology_device_of(topo, n);
-        // Ranks sharing a GPU work (the emulation, a debug run) but real NCCL
-        // before 2.30 refuses two ranks of one communicator on one device.
-        if (topo->local_size > n && topo->local_rank == 0 && topo->world_size > 1)
-            fprintf(stderr, "trident: %d ranks on this node share %d CUDA device%s (device = node-local "
-                    "rank %% %d); NCCL refuses two ranks of one group on one GPU unless it is 2.30 or "
-                    "later with NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
+        if (topo->local_size > n && topo->local_rank == 0)
+            fprintf(stderr, "trident: note: %d ranks on this node share %d CUDA device%s round-robin "
+                    "([system] share_devices = true; device = node-local rank %% %d); NCCL refuses two "
+                    "ranks of one group on one GPU unless it is 2.30 or later with "
+                    "NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
     }
     // OpenMP threads: [system] threads, else this rank's CPU affinity, else
     // SLURM_CPUS_PER_TASK, else the node's cores / its ranks (base/threads.h);
@@ -127,6 +143,8 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
         return trainer_alone(err);
+    // Which attention path each shape takes: said once, by rank 0 (docs/cuda.md).
+    backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
         return err->err.status;
     par->groups = (struct parallel_groups){
@@ -476,6 +494,21 @@ static void print_banner(const struct trainer *t) {
     fflush(stdout);
 }
 
+// Heartbeat files in <run_dir>/heartbeat (base/heartbeat.h), so that a
+// watchdog that fires waiting on peers names the stopped ones. Started after
+// setup_device's collectives: every rank then knows that rank 0 holds the run
+// folder's lock (a second run into it was refused before writing there). A
+// folder that cannot be written (not shared with this host) costs only the
+// naming: a note, and the watchdog goes on.
+static void start_heartbeat(struct trainer *t) {
+    char dir[CONFIG_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/heartbeat", t->cfg.log.run_dir);
+    struct error e = {0};
+    if (watchdog_heartbeat(t->watchdog, dir, t->par.topo.world_size, &e))
+        fprintf(stderr, "trident: [rank %d] note: %s: a watchdog cannot name this rank if it stops\n",
+                t->par.topo.world_rank, e.msg);
+}
+
 enum status trainer_open(struct trainer **out, const struct config *cfg,
                          struct trainer_error *err) {
     *out = NULL;
@@ -496,6 +529,7 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
                        WATCHDOG_FIRST_STEP, 1);
         st = setup_device(t, err);
     }
+    if (!st) start_heartbeat(t);
     // NCCL's asynchronous errors (a failed collective, a dead peer) end the
     // run within a tick even while the main thread blocks on the device.
     if (!st && watchdog_add_check(w, topology_check_device_groups, &t->par.topo))
@@ -622,7 +656,15 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     int W = t->par.topo.world_size;
     double *all = t->log.split_all;
     comm_all_gather(&t->par.topo.world, split, all, 4, DTYPE_FP64);
+    // The attention paths of every rank's calls since the previous record
+    // (evaluations included): cudnn, native, mixed (both), none, cpu.
+    unsigned mine = backend_attention_take_path(t->m.be);
+    int32_t path[3] = {!!(mine & BACKEND_ATTENTION_PATH_CUDNN), !!(mine & BACKEND_ATTENTION_PATH_NATIVE),
+                       !!(mine & BACKEND_ATTENTION_PATH_CPU)};
+    comm_all_reduce(&t->par.topo.world, path, 3, DTYPE_I32, COMM_MAX);
     if (!is_root(t)) return;
+    const char *attention = path[2] ? "cpu" : path[0] && path[1] ? "mixed" : path[0] ? "cudnn" : path[1] ? "native"
+                                                                                                     : "none";
     double worst_wait = 0;
     for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[4 * i + 2]);
     const struct config *c = &t->cfg;
@@ -664,6 +706,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             eta, data_wait * 1e3);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
+    fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
     const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
     for (int k = 0; k < (t->par.sync ? 4 : 3); k++) {
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);

@@ -62,13 +62,20 @@ struct emu_nccl_fault {
     size_t bytes;
 };
 
-bool emu_nccl_fault_enabled() {
+bool emu_nccl_fault_take(char *msg, size_t cap) {
     load();
-    return setting.enabled;
+    if (!setting.enabled) return false;
+    long k = ++setting.issued;
+    int me = world_rank();
+    if (k != setting.n || (setting.rank >= 0 && setting.rank != me)) return false;
+    snprintf(msg, cap, "TRIDENT_FAULT=nccl:%ld: NCCL operation %ld of world rank %d failed on its stream "
+             "(an injected fault)", setting.n, k, me);
+    return true;
 }
 
 emu_nccl_fault *emu_nccl_fault_attach(MPI_Comm mpi, int rank, int nranks) {
-    if (!emu_nccl_fault_enabled()) return nullptr;
+    load();
+    if (!setting.enabled) return nullptr;
     static unsigned made = 0;
     char name[64] = {0};
     if (rank == 0) snprintf(name, sizeof name, "/trident-nccl-emu-%d-%u", (int)getpid(), made++);
@@ -94,25 +101,16 @@ emu_nccl_fault *emu_nccl_fault_attach(MPI_Comm mpi, int rank, int nranks) {
     return f;
 }
 
-void emu_nccl_fault_on_submit(emu_nccl_fault *f) {
+void emu_nccl_fault_post(emu_nccl_fault *f, const char *why) {
     if (!f) return;
-    long k = ++setting.issued;
-    if (k != setting.n || (setting.rank >= 0 && setting.rank != world_rank())) return;
     member *me = &f->board[f->rank];
-    snprintf(me->why, sizeof me->why,
-             "TRIDENT_FAULT=nccl:%ld: the emulated transport of NCCL operation %ld of world rank %d "
-             "failed; it never completes", setting.n, k, me->world_rank);
+    if (me->state.load() != MEMBER_OK) return;
+    snprintf(me->why, sizeof me->why, "%s", why);
     me->state.store(MEMBER_FAILED);
-    for (;;) pause(); // a kernel that never finishes: only an exit ends it
 }
 
-ncclResult_t emu_nccl_fault_async(emu_nccl_fault *f, char *msg, size_t cap) {
+ncclResult_t emu_nccl_fault_remote(emu_nccl_fault *f, char *msg, size_t cap) {
     if (!f) return ncclSuccess;
-    const member *me = &f->board[f->rank];
-    if (me->state.load() == MEMBER_FAILED) {
-        snprintf(msg, cap, "%s", me->why);
-        return ncclSystemError;
-    }
     for (int r = 0; r < f->nranks; r++) {
         const member *m = &f->board[r];
         int st = m->state.load();
@@ -128,7 +126,8 @@ ncclResult_t emu_nccl_fault_async(emu_nccl_fault *f, char *msg, size_t cap) {
 bool emu_nccl_fault_abort(emu_nccl_fault *f) {
     if (!f) return false;
     char msg[512];
-    bool failed = emu_nccl_fault_async(f, msg, sizeof msg) != ncclSuccess;
+    bool failed = f->board[f->rank].state.load() == MEMBER_FAILED ||
+                  emu_nccl_fault_remote(f, msg, sizeof msg) != ncclSuccess;
     int expected = MEMBER_OK;
     f->board[f->rank].state.compare_exchange_strong(expected, MEMBER_ABORTED);
     return failed;

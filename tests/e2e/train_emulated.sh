@@ -23,6 +23,9 @@
 #     hold a boundary): loss and grad norm within 1e-5 relative of the CPU
 #     backend's concat_reset run, whose losses differ from its concat run's
 #     (by more than 1e-4 relative at some step: the mode is on).
+#  5. run 1 again under TRIDENT_EMU_DELAY=300:11 (random sleeps before each
+#     queued operation of each stream): loss and grad norm bitwise equal to
+#     run 1's.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
@@ -83,6 +86,12 @@ train cpu "$TRIDENT" cpu
 train emu "$EMU_BUILD/trident" cuda
 launched emu
 close emu cpu 1e-5
+# The same run with every stream worker sleeping a random 0..300 us before
+# each operation: the streams reach their work at other times, the numbers
+# must not move at all (the emulation is deterministic; only ordering bugs
+# could change them).
+TRIDENT_EMU_DELAY=300:11 train emu-delay "$EMU_BUILD/trident" cuda
+close emu-delay emu 0
 
 STEPS=2 train cpu2 "$TRIDENT" cpu
 STEPS=2 TRIDENT_EMU_CUBLASLT=0 train emu-fallback "$EMU_BUILD/trident" cuda

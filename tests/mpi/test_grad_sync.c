@@ -80,7 +80,7 @@ static int run_case(const char *name, struct backend *be, struct comm_group *dp,
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    mpi_util_start(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct comm_group dp;
     MPI_Comm dup;
