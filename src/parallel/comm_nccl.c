@@ -133,9 +133,9 @@ static void host_wait(struct comm_nccl *c, const struct comm_group *g, cudaStrea
                       const char *where) {
     for (double nap = 20e-6;; nap = nap < 1e-3 ? 2 * nap : nap) {
         cudaError_t e = cudaStreamQuery(s);
+        if (e != cudaSuccess && e != cudaErrorNotReady) CHECK_CUDA(e);
+        poll_async(c, g, where); // also once done: an operation that failed may have ended
         if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) CHECK_CUDA(e);
-        poll_async(c, g, where);
         sleep_s(nap);
     }
 }
@@ -364,11 +364,9 @@ static bool nccl_test(struct comm_request *req) {
     memcpy(&k, req->storage, sizeof k);
     if (is_deferred(c, k)) return false;
     cudaError_t e = cudaEventQuery(c->done[k]);
-    if (e == cudaErrorNotReady) {
-        poll_async(c, req->group, "comm_test");
-        return false;
-    }
-    CHECK_CUDA(e);
+    if (e != cudaSuccess && e != cudaErrorNotReady) CHECK_CUDA(e);
+    poll_async(c, req->group, "comm_test"); // a failed operation may have ended
+    if (e == cudaErrorNotReady) return false;
     event_put(c, k);
     return true;
 }

@@ -394,7 +394,7 @@ void queue_group(std::vector<pending> ops) {
         bool injected = false, broken = false;
         for (const pending &p : ops) injected |= p.inject, broken |= p.comm->async_error.load() != 0;
         ncclResult_t r = injected ? failure(ncclSystemError, "%s", fault_msg)
-                         : broken ? failure(ncclInvalidUsage, "an operation on a communicator that failed before")
+                         : broken ? ncclInvalidUsage // ncclGetLastError keeps the first failure's message
                                   : run_group(ops);
         if (r == ncclSuccess) return;
         char msg[512];

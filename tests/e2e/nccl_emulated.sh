@@ -42,6 +42,19 @@ for np in 2 3; do
         fail=1
     fi
 done
+# A failed collective (test_comm_nccl.c, fault()): world rank 1's second NCCL
+# operation fails on its stream (TRIDENT_FAULT=nccl:2@1); comm_nccl's waits
+# poll ncclCommGetAsyncError, so rank 1 ends the job naming its failure and
+# rank 0, whose stream blocks in that all-reduce, names rank 1 (NCCL's remote
+# error). Without the polls rank 0 waits for its stream for ever.
+rc=0; TRIDENT_FAULT=nccl:2@1 timeout 60 "${MPIRUN[@]}" -np 2 "$BIN/test_comm_nccl" --fault >"$tmp/fault.log" 2>&1 || rc=$?
+echo "== --fault (TRIDENT_FAULT=nccl:2@1), 2 ranks: exit $rc"
+if [ "$rc" -ne 1 ] ||
+    ! grep -aEq 'NCCL error on the world group \(NCCL rank 1 of 2[^)]*\) in comm_[a-z]+[^:]*: unhandled system error.*TRIDENT_FAULT=nccl:2: NCCL operation 2 of world rank 1' "$tmp/fault.log" ||
+    ! grep -aEq 'NCCL error on the world group \(NCCL rank 0 of 2[^)]*\) in comm_[a-z]+[^:]*: remote process exited.*world rank 1, host [^)]+\) failed' "$tmp/fault.log"; then
+    grep -a 'NCCL error\|fault:' "$tmp/fault.log" || tail -n 20 "$tmp/fault.log"
+    echo "FAIL: --fault: expected exit 1 with rank 1 naming its NCCL error and rank 0 naming rank 1 (exit $rc)"; fail=1
+fi
 rc=0; timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/test_grad_sync" >"$tmp/grad_sync.log" 2>&1 || rc=$?
 echo "== test_grad_sync, 2 ranks: exit $rc: $(grep -m1 '^grad_sync cuda/nccl' "$tmp/grad_sync.log" || true)"
 if [ "$rc" -ne 0 ] || ! grep -q '^grad_sync cuda/nccl: ' "$tmp/grad_sync.log"; then

@@ -28,6 +28,8 @@
 //     running apart from the host (see streams()): a TP collective not held
 //     behind a DP all-reduce started before it, a deferred send ordered by
 //     its producer only. Each deadlocks on the code it guards against.
+//  5. `--fault` under TRIDENT_FAULT=nccl:N@R (emulated build): a failed
+//     collective ends the job from comm_nccl's waits (see fault()).
 // Exit 77 (skipped) in a build without CUDA or on a machine without a device.
 #include <mpi.h>
 #include <stdint.h>
@@ -447,6 +449,33 @@ static void streams(int rank, int size) {
     comm_group_free(&dp_mpi), comm_group_free(&tp_mpi), comm_group_free(&pp_mpi);
 }
 
+// ---- 5. a failed collective (`TRIDENT_FAULT=nccl:N@R test_comm_nccl --fault`) ----------
+
+// Emulated build only (tests/cuda_emu/nccl_fault.h): rank R's Nth operation
+// fails on its stream; the peers' streams block in it. Every rank starts 4
+// all-reduces, waits on them (stream-ordered: no host wait) and then
+// barriers (the host waits for the streams, polling NCCL's asynchronous
+// error): rank R must end the job naming its own failure, the others
+// rank R's (NCCL's remote error), each from its main thread, in comm_nccl's
+// waits; nccl_emulated.sh reads the messages and the exit code (1). Prints
+// "fault: not reported" and returns if the barrier completes.
+static void fault(int rank, int size) {
+    enum { n = 1000, OPS = 4 };
+    struct comm_group mpi, g;
+    world_group(&mpi, &g, "world", false);
+    float h[n * OPS];
+    for (int i = 0; i < n * OPS; i++) h[i] = (float)rank;
+    float *d = dev_floats(h, (size_t)n * OPS);
+    struct comm_request req[OPS];
+    for (int k = 0; k < OPS; k++) comm_all_reduce_start(&g, d + (size_t)k * n, n, DTYPE_FP32, COMM_SUM, &req[k]);
+    for (int k = 0; k < OPS; k++) comm_wait(&req[k]);
+    comm_barrier(&g);
+    printf("fault: not reported on rank %d\n", rank);
+    EXPECT(0, "the injected NCCL failure was not reported");
+    backend_dealloc(be, d);
+    comm_group_free(&g), comm_group_free(&mpi);
+}
+
 static void run(int rank, int size) {
     struct comm_group mpi, g;
     MPI_Comm dup;
@@ -566,7 +595,9 @@ int main(int argc, char **argv) {
     struct error err = {0};
     be = backend_init(BACKEND_CUDA, local_rank, 0, &err);
     CHECK(be, "%s", err.msg);
-    if (argc > 1 && !strcmp(argv[1], "--streams")) {
+    if (argc > 1 && !strcmp(argv[1], "--fault")) {
+        fault(rank, size);
+    } else if (argc > 1 && !strcmp(argv[1], "--streams")) {
         CHECK(size >= 2, "test_comm_nccl --streams needs at least 2 ranks, not %d", size);
         streams(rank, size);
     } else {
