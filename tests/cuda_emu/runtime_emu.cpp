@@ -239,6 +239,7 @@ uint64_t enqueue_locked(emu_stream *s, std::function<void()> fn, std::vector<dep
     j.seq = ++s->enqueued;
     s->vc[s->id] = j.seq;
     s->q.push_back(std::move(j));
+    emu_note_queued(s->enqueued - s->completed);
     start_worker_locked(s);
     s->cv.notify_one();
     return s->enqueued;
