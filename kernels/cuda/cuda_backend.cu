@@ -125,7 +125,9 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     INIT_TRY(cudaMalloc(&c->workspace, CUDA_WORKSPACE_BYTES), "allocating the cuBLASLt workspace");
     c->workspace_bytes = CUDA_WORKSPACE_BYTES;
     INIT_TRY(cudaMalloc(&c->bad, sizeof(int)), "allocating a counter");
-    INIT_TRY(cudaMemset(c->bad, 0, sizeof(int)), "zeroing a counter");
+    // On the compute stream: cudaMemset would queue it on the legacy stream,
+    // which is not ordered with the non-blocking compute stream.
+    INIT_TRY(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "zeroing a counter");
     INIT_TRY(cudaMallocHost(&c->host_sum, sizeof(double)), "allocating pinned memory");
     {
         cublasStatus_t s = cublasLtCreate(&c->lt);
