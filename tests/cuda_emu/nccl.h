@@ -21,16 +21,26 @@
 //   point-to-point transfers complete. Paired send/recv in one group thus
 //   never deadlock, whatever their order. A send or receive outside a group
 //   is a group of its own (as in NCCL).
-// - Stream ordering: emulated streams are synchronous, so an operation has
-//   completed when the call (or the outermost ncclGroupEnd) returns, as
-//   seen from the stream it was issued on (the stream argument is ignored):
-//   a collective or a receive returns once its result is in place. Sends
-//   are buffered: the data is copied and the call returns at once (the host
-//   of a GPU does not wait for a send either; the copy is freed once MPI has
-//   delivered it, ncclCommDestroy waits for the communicator's). So the
-//   emulation blocks where a GPU's host would not only in collectives and
-//   receives: collectives must be issued in the same order on every member
-//   (as with NCCL), and a receive waits for its send.
+// - Stream ordering: every operation (a group: all of its operations, as one
+//   unit) is queued on its stream (runtime_emu.cpp) and carried out by that
+//   stream's worker thread when the stream reaches it, after the host call
+//   has returned (argument errors are returned by the call; a failure of
+//   MPI on the worker becomes the communicators' ncclCommGetAsyncError and is
+//   said on stderr). A collective or a receive blocks its stream's worker
+//   until the peers' streams reach their side (MPI), as NCCL's kernels
+//   block a GPU stream: a collective completes only when every member's
+//   stream has reached it. A group on several streams runs on the first;
+//   the others wait for it (events). Sends are buffered: when the stream
+//   reaches a send its data is copied and the stream goes on (the copy is
+//   freed once MPI has delivered it, ncclCommDestroy waits for the
+//   communicator's). MPI is called from worker threads and the host
+//   thread: MPI_THREAD_MULTIPLE (src/base/mpi_util.h, mpi_util_start).
+// - Fault injection: TRIDENT_EMU_NCCL_FAIL=<world rank>:<n> makes the n-th
+//   operation (1-based, call order) queued by that world rank fail on its
+//   stream without running: ncclCommGetAsyncError answers ncclSystemError
+//   (ncclGetLastError names the variable), later operations on that
+//   communicator fail too (ncclInvalidUsage), and the peers block in the
+//   collective as they would for a dead rank.
 //
 // Communicator creation (how ncclCommInitRank finds its peers): ncclGetUniqueId
 // writes into the id the caller's rank in MPI_COMM_WORLD (the id's "root")
@@ -119,7 +129,7 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 // The device that was current (cudaSetDevice) when the communicator was made.
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
-// Always ncclSuccess: emulated operations never run asynchronously.
+// The first failure of an operation queued on this communicator (ncclSuccess if none).
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);
 
 // count: elements of datatype in each of sendbuff and recvbuff.

@@ -606,7 +606,7 @@ TINY=(train.steps=10 train.warmup_steps=2 precision.dtype=fp32 "${EMU_TINY[@]}")
 train2_cpu() { train cpu 1 train2_cpu configs/tiny.ini parallel.dp=1 system.threads="$1" "${TINY[@]}"; }
 train2() {
     local name=$1; shift
-    if ! NCCL_DEBUG=${NCCL_DEBUG:-WARN} train cuda 2 "$name" configs/tiny.ini system.threads=1 "$@" "${TINY[@]}"; then
+    if ! NCCL_DEBUG=${NCCL_DEBUG:-WARN} train cuda 2 "$name" configs/tiny.ini system.threads=1 system.share_devices=true "$@" "${TINY[@]}"; then
         # NCCL before 2.30 (or without NCCL_MULTI_RANK_GPU_ENABLE) refuses two ranks on one GPU
         if [ "$SHARED_OK" != 1 ] &&
             grep -qiE "Duplicate GPU|ncclInvalidUsage|invalid usage|same GPU" "$OUT/$name.log"; then

@@ -16,7 +16,7 @@
 #include "train/grad_sync.h"
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    mpi_util_start(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct comm_group dp;
     MPI_Comm dup;
