@@ -22,6 +22,10 @@ struct backend *backend_cuda_init(int device, struct error *err);
 // Number of CUDA devices visible to this process; 0 when none or the driver
 // is missing (never fails).
 int backend_cuda_device_count(void);
+// The PCI bus id of CUDA device `device` ("0000:01:00.0", cudaDeviceGetPCIBusId:
+// what NCCL tells devices apart by) into out (cap >= 16 bytes; no context is
+// created). Returns 0, or -1 when the runtime cannot say (out "").
+int backend_cuda_device_bus_id(int device, char *out, size_t cap);
 
 // The compute and communication streams of a CUDA backend (cudaStream_t),
 // for the NCCL comm table (src/parallel/comm_nccl.c), and the device it runs on.
@@ -34,6 +38,9 @@ int backend_cuda_device(struct backend *be);
 enum status backend_cuda_set_attention(struct backend *be, enum backend_attention mode, struct error *err);
 enum status backend_cuda_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H,
                                               int Hkv, int D, bool backward, bool *cudnn, struct error *err);
+// backend_set_attention_log and backend_attention_take_path (kernels/backend.h).
+void backend_cuda_set_attention_log(struct backend *be, FILE *log);
+unsigned backend_cuda_attention_take_path(struct backend *be);
 
 // Builds the cuDNN operation graph of attention (forward or backward) of this
 // shape and storage dtype and finalises it without a device or handle: cuDNN

@@ -89,6 +89,16 @@ extern "C" int backend_cuda_device_count(void) {
     return n;
 }
 
+extern "C" int backend_cuda_device_bus_id(int device, char *out, size_t cap) {
+    out[0] = 0;
+    if (cudaDeviceGetPCIBusId(out, (int)cap, device) != cudaSuccess) {
+        cudaGetLastError();
+        out[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
 // Init errors go to err (the caller reports them once, on every rank).
 #define INIT_TRY(stmt, what)                                                   \
     do {                                                                       \

@@ -85,12 +85,17 @@ static inline cudaStream_t cuda_stream(struct backend *be) { return cuda_state(b
 // cuDNN's fused attention (cuda_attention_cudnn.cu): runs the op and returns
 // true when be's attention mode, the dtype and cuDNN's support for the shape
 // say so (exits 1 with the reason in mode cudnn when they cannot); false: the
-// caller runs the native kernel. Arguments as the ops of the same names.
+// caller runs the native kernel. Arguments as the ops of the same names;
+// doc_mask: the call has a document mask (native: the graph has none). Either
+// way the path is recorded for backend_attention_take_path and announced the
+// first time the shape runs (backend_set_attention_log).
 bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct tensor lse, struct tensor q,
-                                  struct tensor k, struct tensor v, int B, int T, int H, int Hkv, int D);
+                                  struct tensor k, struct tensor v, bool doc_mask, int B, int T, int H, int Hkv,
+                                  int D);
 bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
                                    struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
-                                   struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D);
+                                   struct tensor out, struct tensor lse, bool doc_mask, int B, int T, int H,
+                                   int Hkv, int D);
 // Frees the cuDNN plans and handle (cuda_destroy).
 void cuda_attention_cudnn_free(struct cuda_backend *c);
 

@@ -69,6 +69,10 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+// "0000:XX:00.0", XX the device's physical index in hex: the device-th entry
+// of CUDA_VISIBLE_DEVICES when it lists numbers (as a per-task binding sets
+// it), else device; so ranks that see different GPUs get different ids.
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 

@@ -363,6 +363,20 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+    int n;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n || len < 13) return fail(device < 0 || device >= n ? cudaErrorInvalidDevice
+                                                                                   : cudaErrorInvalidValue);
+    int physical = device;
+    if (const char *v = getenv("CUDA_VISIBLE_DEVICES")) {
+        for (int i = 0; *v && i < device; i++) v = strchr(v, ',') ? strchr(v, ',') + 1 : "";
+        if (*v >= '0' && *v <= '9') physical = atoi(v);
+    }
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", physical & 0xff);
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
     auto lk = lock_runtime();
     device_synchronize_locked(lk);
