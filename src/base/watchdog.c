@@ -48,6 +48,9 @@ enum { STOPPED_GAP_MS = 2000 };
 // How long a firing watchdog waits for the heartbeat survey (its two reads
 // are HEARTBEAT_SURVEY_MS apart).
 enum { SURVEY_WAIT_MS = HEARTBEAT_SURVEY_MS + 2000 };
+// A watchdog that fired waiting on peers lingers this long after its message
+// before it exits, so that the peers firing with it print theirs too.
+enum { PEER_EXIT_DELAY_MS = 1500 };
 
 // Runs the checks (the lock held); the first that fails ends the job.
 static void run_checks(struct watchdog *w) {
@@ -93,6 +96,12 @@ static _Noreturn void fire(struct watchdog *w, long long now, double idle) {
         pthread_mutex_unlock(&w->lock);
         heartbeat_survey(hb, phase, idle, survey, sizeof survey, SURVEY_WAIT_MS);
         fprintf(stderr, "%s%s: waiting on peer ranks there: %s; ending the job\n", head, what, survey);
+        fflush(stderr);
+        // The first rank to exit ends every other one within milliseconds
+        // (Open MPI's runtime aborts the job's processes): the peers that
+        // wait here too, which fire within a tick or two, print first.
+        struct timespec linger = {PEER_EXIT_DELAY_MS / 1000, PEER_EXIT_DELAY_MS % 1000 * 1000000L};
+        nanosleep(&linger, NULL);
     }
     fflush(stderr);
     _exit(STATUS_RUNTIME);
