@@ -26,6 +26,16 @@ int backend_device_count(void) {
 #endif
 }
 
+int backend_device_bus_id(int device, char *out, size_t cap) {
+#ifdef TRIDENT_CUDA
+    return backend_cuda_device_bus_id(device, out, cap);
+#else
+    (void)device;
+    if (cap) out[0] = 0;
+    return -1;
+#endif
+}
+
 struct backend *backend_init(enum backend_kind kind, int device, int threads, struct error *err) {
     switch (kind) {
     case BACKEND_CPU: return backend_cpu_init(threads);

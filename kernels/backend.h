@@ -17,6 +17,11 @@ bool backend_has_cuda(void);
 // CUDA devices visible to this process; 0 in a CPU-only build or without a
 // driver or device. Never fails.
 int backend_device_count(void);
+// The PCI bus id of CUDA device `device` of this process ("0000:01:00.0";
+// two processes on one node with the same id use the same GPU) into out (cap
+// >= 16 bytes). Returns 0, or -1 (out "") in a CPU-only build or when the
+// runtime cannot say.
+int backend_device_bus_id(int device, char *out, size_t cap);
 
 // A backend of the given kind: BACKEND_CPU with `threads` OpenMP threads
 // (<= 0: OpenMP's default; device ignored), or BACKEND_CUDA on CUDA device

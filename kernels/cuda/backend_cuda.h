@@ -23,6 +23,10 @@ struct backend *backend_cuda_init(int device, struct error *err);
 // Number of CUDA devices visible to this process; 0 when none or the driver
 // is missing (never fails).
 int backend_cuda_device_count(void);
+// The PCI bus id of CUDA device `device` ("0000:01:00.0", cudaDeviceGetPCIBusId:
+// what NCCL tells devices apart by) into out (cap >= 16 bytes; no context is
+// created). Returns 0, or -1 when the runtime cannot say (out "").
+int backend_cuda_device_bus_id(int device, char *out, size_t cap);
 
 // The compute stream of a CUDA backend (cudaStream_t), for the NCCL comm
 // table (src/parallel/comm_nccl.c), and the device it runs on.

@@ -88,6 +88,16 @@ extern "C" int backend_cuda_device_count(void) {
     return n;
 }
 
+extern "C" int backend_cuda_device_bus_id(int device, char *out, size_t cap) {
+    out[0] = 0;
+    if (cudaDeviceGetPCIBusId(out, (int)cap, device) != cudaSuccess) {
+        cudaGetLastError();
+        out[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
 // Init errors go to err (the caller reports them once, on every rank).
 #define INIT_TRY(stmt, what)                                                   \
     do {                                                                       \
@@ -123,7 +133,9 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     INIT_TRY(cudaMalloc(&c->workspace, CUDA_WORKSPACE_BYTES), "allocating the cuBLASLt workspace");
     c->workspace_bytes = CUDA_WORKSPACE_BYTES;
     INIT_TRY(cudaMalloc(&c->bad, sizeof(int)), "allocating a counter");
-    INIT_TRY(cudaMemset(c->bad, 0, sizeof(int)), "zeroing a counter");
+    // On the compute stream: cudaMemset would queue it on the legacy stream,
+    // which is not ordered with the non-blocking compute stream.
+    INIT_TRY(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "zeroing a counter");
     INIT_TRY(cudaMallocHost(&c->host_sum, sizeof(double)), "allocating pinned memory");
     {
         cublasStatus_t s = cublasLtCreate(&c->lt);

@@ -86,6 +86,76 @@ static enum status setup_grid(struct trainer *t, struct trainer_error *err) {
     return STATUS_OK;
 }
 
+// One rank's CUDA device, gathered for check_device_sharing: 96 bytes (24
+// int32 for comm_all_gather).
+struct device_slot {
+    char host[64];
+    char bus[24];   // PCI bus id, or "device N" when the runtime cannot say
+    int32_t count;  // devices this rank sees
+    int32_t rank;   // world rank
+};
+
+static int device_slot_cmp(const void *a, const void *b) {
+    const struct device_slot *x = a, *y = b;
+    int c = strcmp(x->host, y->host);
+    if (!c) c = strcmp(x->bus, y->bus);
+    return c ? c : x->rank - y->rank;
+}
+
+// Ranks that would share a GPU: every rank's host and device's PCI bus id
+// (what NCCL tells GPUs apart by), gathered over the world, so each rank
+// reaches the same verdict: one GPU used by two or more ranks is refused
+// (STATUS_BAD_INPUT, every rank; rank 0 prints the first such GPU: its host,
+// ranks, that host's ranks and GPUs, the key) unless [system] share_devices
+// = true (then rank 0 notes it). Per-rank CUDA_VISIBLE_DEVICES (srun
+// --gpus-per-task) gives each rank a different GPU as its device 0: no
+// sharing. Collective over the world.
+static enum status check_device_sharing(struct trainer *t, int device, int n, struct trainer_error *err) {
+    struct topology *topo = &t->par.topo;
+    int W = topo->world_size;
+    struct device_slot mine = {.count = n, .rank = topo->world_rank};
+    _Static_assert(sizeof mine == 96, "device_slot is gathered as 24 int32");
+    if (gethostname(mine.host, sizeof mine.host - 1)) snprintf(mine.host, sizeof mine.host, "?");
+    if (backend_device_bus_id(device, mine.bus, sizeof mine.bus))
+        snprintf(mine.bus, sizeof mine.bus, "device %d", device);
+    struct device_slot *all = xcalloc((size_t)W, sizeof *all);
+    comm_all_gather(&topo->world, &mine, all, sizeof mine / 4, DTYPE_I32);
+    qsort(all, (size_t)W, sizeof *all, device_slot_cmp);
+    int first = -1; // the first slot of the first GPU with two ranks
+    for (int i = 1; i < W && first < 0; i++)
+        if (!strcmp(all[i].host, all[i - 1].host) && !strcmp(all[i].bus, all[i - 1].bus)) first = i - 1;
+    enum status st = STATUS_OK;
+    if (first >= 0) {
+        const struct device_slot *g = &all[first];
+        int on_gpu = 0, on_host = 0, gpus = 0;
+        char ranks[160] = "";
+        for (int i = 0; i < W; i++) {
+            if (strcmp(all[i].host, g->host)) continue;
+            on_host++;
+            gpus += i == 0 || strcmp(all[i].host, all[i - 1].host) || strcmp(all[i].bus, all[i - 1].bus);
+            if (strcmp(all[i].bus, g->bus)) continue;
+            size_t len = strlen(ranks);
+            if (on_gpu++ < 8) snprintf(ranks + len, sizeof ranks - len, "%s%d", on_gpu > 1 ? ", " : "", all[i].rank);
+            else if (on_gpu == 9) snprintf(ranks + len, sizeof ranks - len, ", ...");
+        }
+        if (!t->cfg.system.share_devices) {
+            error_set(&err->err, STATUS_BAD_INPUT, "[system] device = cuda: %d ranks on host %s would share "
+                      "one CUDA device (PCI %s: ranks %s); the host runs %d ranks on %d device%s (rank %d "
+                      "sees %d): launch at most one rank per device, or set [system] share_devices = true "
+                      "(system.share_devices=true) to share them round-robin", on_gpu, g->host, g->bus, ranks,
+                      on_host, gpus, gpus > 1 ? "s" : "", g->rank, g->count);
+            st = STATUS_BAD_INPUT; // every rank, the same verdict: rank 0 prints it
+        } else if (is_root(t)) {
+            fprintf(stderr, "trident: note: ranks share CUDA devices round-robin ([system] share_devices = "
+                    "true): e.g. host %s runs %d ranks on %d device%s (ranks %s on PCI %s); NCCL refuses two "
+                    "ranks of one group on one GPU unless it is 2.30 or later with "
+                    "NCCL_MULTI_RANK_GPU_ENABLE=1\n", g->host, on_host, gpus, gpus > 1 ? "s" : "", ranks, g->bus);
+        }
+    }
+    free(all);
+    return st;
+}
+
 // The backend, on the CUDA device of this rank's node-local rank (modulo the
 // devices it sees: topology_device_of) before any other CUDA or NCCL call;
 // then, under CUDA, the NCCL groups over device buffers (topology_init_device,
@@ -98,6 +168,7 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
     struct topology *topo = &par->topo;
     bool cuda = c->system.device == DEVICE_CUDA;
     int device = 0;
+    enum status st;
     if (cuda) {
         int n = backend_device_count();
         if (n < 1) {
@@ -106,29 +177,8 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
                       "empty)", topo->world_rank, topo->local_rank);
             return trainer_alone(err);
         }
-        // More ranks than devices on a node is a launch mistake (the wrong
-        // -np, CUDA_VISIBLE_DEVICES narrowed) unless asked for: ranks sharing
-        // a GPU run slower, and real NCCL before 2.30 refuses two ranks of
-        // one communicator on one device. Every rank of the node finds it;
-        // its node-local rank 0 reports it.
-        if (topo->local_size > n && !c->system.share_devices) {
-            char host[64] = "?";
-            gethostname(host, sizeof host - 1);
-            const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-            error_set(&err->err, STATUS_BAD_INPUT, "[system] device = cuda: %d ranks run on host %s "
-                      "but it has %d CUDA device%s (CUDA_VISIBLE_DEVICES %s%s): launch at most %d rank%s "
-                      "per node, or set [system] share_devices = true (system.share_devices=true) to "
-                      "share the devices round-robin", topo->local_size, host, n, n > 1 ? "s" : "",
-                      visible ? "= " : "", visible ? visible : "unset", n, n > 1 ? "s" : "");
-            // The node's local rank 0 prints; its other ranks end silently.
-            return topo->local_rank == 0 ? trainer_alone(err) : err->err.status;
-        }
         device = topology_device_of(topo, n);
-        if (topo->local_size > n && topo->local_rank == 0)
-            fprintf(stderr, "trident: note: %d ranks on this node share %d CUDA device%s round-robin "
-                    "([system] share_devices = true; device = node-local rank %% %d); NCCL refuses two "
-                    "ranks of one group on one GPU unless it is 2.30 or later with "
-                    "NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
+        if ((st = check_device_sharing(t, device, n, err))) return st;
     }
     // OpenMP threads: [system] threads, else this rank's CPU affinity, else
     // SLURM_CPUS_PER_TASK, else the node's cores / its ranks (base/threads.h);

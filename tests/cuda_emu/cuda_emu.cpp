@@ -317,7 +317,7 @@ void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 // enqueue time (n_switches by the worker running the kernel).
 struct emu_stats {
     unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
-        collectives;
+        collectives, max_queued;
 };
 static emu_stats stats;
 static std::mutex stats_lock;
@@ -327,9 +327,9 @@ static void print_stats(void) {
     if (!strcmp(path, "1")) {
         fprintf(stderr,
                 "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches, %llu gemms, "
-                "%llu traffic bytes, %llu copies, %llu collectives\n",
+                "%llu traffic bytes, %llu copies, %llu collectives, at most %llu operations queued on a stream\n",
                 stats.launches, stats.blocks, stats.threads, n_switches, stats.gemms, stats.traffic_bytes,
-                stats.copies, stats.collectives);
+                stats.copies, stats.collectives, stats.max_queued);
         return;
     }
     std::string file;
@@ -342,9 +342,9 @@ static void print_stats(void) {
     fprintf(f,
             "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
             "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
-            "\"collectives\": %llu}\n",
+            "\"collectives\": %llu, \"max_queued\": %llu}\n",
             stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
-            stats.copies, stats.copy_bytes, stats.collectives);
+            stats.copies, stats.copy_bytes, stats.collectives, stats.max_queued);
     fclose(f);
 }
 // Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
@@ -376,6 +376,10 @@ extern "C" void emu_count_collective(void) {
     count_only_mode();
     std::lock_guard<std::mutex> lock(stats_lock);
     stats.collectives++;
+}
+void emu_note_queued(unsigned long long n) {
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.max_queued = std::max(stats.max_queued, n);
 }
 void emu_count_copy(size_t n) {
     count_only_mode();

@@ -69,6 +69,10 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+// "0000:XX:00.0", XX the device's physical index in hex: the device-th entry
+// of CUDA_VISIBLE_DEVICES when it lists numbers (as a per-task binding sets
+// it), else device; so ranks that see different GPUs get different ids.
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 
@@ -114,7 +118,9 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // ("%p" in it becomes the process id): launches (kernel launches, cuBLASLt
 // matmuls included), gemms, gemm_flops (2mnk each), traffic_bytes (the
 // modelled DRAM traffic that launch sites declare with emu_traffic), copies
-// and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations).
+// and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations),
+// max_queued (the most operations one stream had queued and not completed:
+// how far the host ran ahead).
 // TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
 // body, matmul, copy, memset or collective runs, and cudaMalloc hands out
 // untouched zero pages (mmap), so a model larger than the host's memory can

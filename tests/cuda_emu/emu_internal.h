@@ -16,6 +16,9 @@ extern std::mutex emu_launch_lock;
 
 // Counts a copy or memset of bytes (TRIDENT_EMU_STATS), at enqueue time.
 void emu_count_copy(size_t bytes);
+// A stream has n operations queued and not completed (TRIDENT_EMU_STATS's
+// max_queued: how far the host ran ahead of a stream).
+void emu_note_queued(unsigned long long n);
 // TRIDENT_EMU_COUNT_ONLY=1 (cuda_runtime_api.h).
 bool emu_count_only_mode(void);
 

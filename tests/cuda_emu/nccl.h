@@ -33,7 +33,9 @@
 //   the others wait for it (events). Sends are buffered: when the stream
 //   reaches a send its data is copied and the stream goes on (the copy is
 //   freed once MPI has delivered it, ncclCommDestroy waits for the
-//   communicator's). MPI is called from worker threads and the host
+//   communicator's; while sends are in flight a progress thread tests them
+//   every millisecond, so that a sender whose threads all wait elsewhere
+//   still completes a send above MPI's eager limit). MPI is called from worker threads and the host
 //   thread: MPI_THREAD_MULTIPLE (src/base/mpi_util.h, mpi_util_start).
 // - Fault injection: TRIDENT_FAULT=nccl:N[@RANK] (nccl_fault.h) makes the
 //   Nth operation (1-based, call order) queued by world rank RANK (every

@@ -2,17 +2,21 @@
 // header's comment describes the semantics and the communicator creation.
 #include "nccl.h"
 
+#include <unistd.h>
+
 // The C API only (OpenMPI and MPICH would pull in their deprecated C++ bindings).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cuda_emu.h" // __float2bfloat16_rn, __half: the same conversions as the kernels'
@@ -305,6 +309,25 @@ ncclResult_t progress_sends(ncclComm_t comm) {
     return r;
 }
 
+// A buffered send larger than MPI's eager limit needs its sender to call MPI
+// before the receiver's side completes. The sender's threads may all be
+// waiting elsewhere (its host in cudaStreamSynchronize, its workers idle),
+// so while sends are in flight a progress thread tests them every
+// millisecond (it sleeps on sends_cv when there are none: no spinning).
+std::condition_variable &sends_cv = *new std::condition_variable;
+bool progress_started = false; // under nccl_lock
+
+void progress_main() {
+    std::unique_lock<std::mutex> lk(nccl_lock);
+    for (;;) {
+        sends_cv.wait(lk, [] { return !sends.empty(); });
+        lk.unlock();
+        usleep(1000);
+        if (mpi_running()) progress_sends(nullptr);
+        lk.lock();
+    }
+}
+
 ncclResult_t run_group(std::vector<pending> &ops) {
     std::vector<MPI_Request> reqs;
     ncclResult_t r = progress_sends(nullptr);
@@ -327,6 +350,11 @@ ncclResult_t run_group(std::vector<pending> &ops) {
             }
             std::lock_guard<std::mutex> lk(nccl_lock);
             sends.push_back(f);
+            if (!progress_started) {
+                progress_started = true;
+                std::thread(progress_main).detach();
+            }
+            sends_cv.notify_one();
             continue;
         }
         MPI_Request q;

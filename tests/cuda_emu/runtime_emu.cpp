@@ -29,8 +29,10 @@
 // make ordering bugs show.
 //
 // Nothing here is freed that a queued operation may still point at: streams
-// and events live until the process exits (cudaStreamDestroy lets the worker
-// drain the queue and end; cudaEventDestroy only marks the event).
+// live until the process exits (cudaStreamDestroy lets the worker drain the
+// queue and end; other streams' dependencies name the stream), an event
+// until its destroy and its last queued marker (dependencies copy the
+// record's stream and number, not the event).
 #include "cuda_emu.h"
 #include "emu_internal.h"
 
@@ -92,7 +94,8 @@ struct emu_event {
     uint64_t gen = 0;             // records so far
     double ms = 0;                // when the worker reached the last record's marker
     std::vector<uint64_t> vc;     // the stream's clock at the record
-    bool destroyed = false;
+    int markers = 0;              // queued markers not yet reached (they point at the event)
+    bool destroyed = false;       // freed when the last marker is reached
 };
 
 namespace {
@@ -239,6 +242,7 @@ uint64_t enqueue_locked(emu_stream *s, std::function<void()> fn, std::vector<dep
     j.seq = ++s->enqueued;
     s->vc[s->id] = j.seq;
     s->q.push_back(std::move(j));
+    emu_note_queued(s->enqueued - s->completed);
     start_worker_locked(s);
     s->cv.notify_one();
     return s->enqueued;
@@ -359,6 +363,20 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+    int n;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n || len < 13) return fail(device < 0 || device >= n ? cudaErrorInvalidDevice
+                                                                                   : cudaErrorInvalidValue);
+    int physical = device;
+    if (const char *v = getenv("CUDA_VISIBLE_DEVICES")) {
+        for (int i = 0; *v && i < device; i++) v = strchr(v, ',') ? strchr(v, ',') + 1 : "";
+        if (*v >= '0' && *v <= '9') physical = atoi(v);
+    }
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", physical & 0xff);
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
     auto lk = lock_runtime();
     device_synchronize_locked(lk);
@@ -461,11 +479,12 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     return cudaSuccess;
 }
 
-// Marks it only (a queued marker may still point at it): see the top.
+// As CUDA: returns at once; a marker still queued keeps the event until it is reached.
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
     if (!e) return fail(cudaErrorInvalidResourceHandle);
     auto lk = lock_runtime();
     e->destroyed = true;
+    if (e->markers == 0) delete e;
     return cudaSuccess;
 }
 
@@ -474,10 +493,12 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     auto lk = lock_runtime();
     emu_stream *st = resolve(s);
     uint64_t gen = ++e->gen;
+    e->markers++;
     e->seq = enqueue_locked(st, [e, gen] {
         double t = now_ms();
         std::lock_guard<std::mutex> g(mu);
         if (e->gen == gen) e->ms = t;
+        if (--e->markers == 0 && e->destroyed) delete e;
     });
     e->stream = st;
     e->vc = st->vc;

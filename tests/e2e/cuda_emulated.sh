@@ -30,6 +30,7 @@ if grep -qiE "warning" "$tmp/make.log"; then
     fail "make EMU=1 printed warnings"
 fi
 need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/check_streams" \
+    "$EMU_BUILD/tests/check_backend_async" \
     "$EMU_BUILD/tests/test_ops_cuda" \
     "$EMU_BUILD/trident" "$EMU_BUILD/mpi/test_comm_nccl"
 fail=0
@@ -42,6 +43,9 @@ fail=0
 # operation (TRIDENT_EMU_DELAY=<max_us>:<seed>).
 "$EMU_BUILD/tests/check_streams" || fail "check_streams: the emulated streams are wrong"
 TRIDENT_EMU_DELAY=2000:1 "$EMU_BUILD/tests/check_streams" || fail "check_streams under TRIDENT_EMU_DELAY=2000:1"
+# The CUDA backend where stream order differs from call order
+# (tests/cuda_emu/check_backend_async.cpp).
+"$EMU_BUILD/tests/check_backend_async" || fail "check_backend_async: the CUDA backend is wrong on asynchronous streams"
 # The emulation's FP16 conversions against kernels/cpu/half.h, exhaustively.
 "$EMU_BUILD/tests/check_half" || fail "the emulation's __half conversions differ from kernels/cpu/half.h"
 # Matmul through the emulated cuBLASLt, then through the fallback GEMM kernel.
