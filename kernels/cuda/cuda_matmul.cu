@@ -41,17 +41,22 @@ __global__ void scale_kernel(struct dptr x, float s, size_t n) {
 
 // out (M, N) = alpha op(a) op(b) + beta out, one thread per element, row-major
 // as in ops.h: the fallback when cuBLASLt offers no algorithm (slow, exact
-// semantics: beta == 0 never reads out).
+// semantics: beta == 0 never reads out). Grid (ceil(N / blockDim.x),
+// min(M, GEMM_NAIVE_ROWS)): blocks stride over rows, since gridDim.y may not
+// exceed 65535 (an LM head's rows are B * T, 16384 and more).
+#define GEMM_NAIVE_ROWS 65535
 __global__ void gemm_naive_kernel(struct dptr out, struct dptr a, struct dptr b, int M, int N,
                                   int K, bool ta, bool tb, float alpha, float beta) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= N) return;
-    float s = 0;
-    for (int k = 0; k < K; k++)
-        s += ld(a, ta ? (size_t)k * M + i : (size_t)i * K + k) *
-             ld(b, tb ? (size_t)j * K + k : (size_t)k * N + j);
-    size_t o = (size_t)i * N + j;
-    st(out, o, beta == 0.0f ? alpha * s : alpha * s + beta * ld(out, o));
+    for (int i = blockIdx.y; i < M; i += gridDim.y) {
+        float s = 0;
+        for (int k = 0; k < K; k++)
+            s += ld(a, ta ? (size_t)k * M + i : (size_t)i * K + k) *
+                 ld(b, tb ? (size_t)j * K + k : (size_t)k * N + j);
+        size_t o = (size_t)i * N + j;
+        st(out, o, beta == 0.0f ? alpha * s : alpha * s + beta * ld(out, o));
+    }
 }
 
 void cuda_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b, int M,
@@ -126,7 +131,7 @@ void cuda_matmul(struct backend *be, struct tensor out, struct tensor a, struct 
                                     lc, out.data, lc, &e->algo, c->workspace, c->workspace_bytes,
                                     c->stream));
     } else {
-        dim3 grid((N + 127) / 128, M);
+        dim3 grid((N + 127) / 128, M < GEMM_NAIVE_ROWS ? M : GEMM_NAIVE_ROWS);
         gemm_naive_kernel<<<grid, 128, 0, c->stream>>>(o, pa, pb, M, N, K, trans_a, trans_b,
                                                        alpha, beta);
         CHECK_LAUNCH();

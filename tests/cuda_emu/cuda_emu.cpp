@@ -311,7 +311,7 @@ void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 // (under launch_lock).
 struct emu_stats {
     unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
-        collectives;
+        collectives, d2h_copies, syncs, mallocs, frees;
 };
 static emu_stats stats;
 static std::mutex stats_lock;
@@ -336,9 +336,10 @@ static void print_stats(void) {
     fprintf(f,
             "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
             "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
-            "\"collectives\": %llu}\n",
+            "\"collectives\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"frees\": %llu}\n",
             stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
-            stats.copies, stats.copy_bytes, stats.collectives);
+            stats.copies, stats.copy_bytes, stats.collectives, stats.d2h_copies, stats.syncs, stats.mallocs,
+            stats.frees);
     fclose(f);
 }
 // Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
@@ -376,8 +377,19 @@ static void count_copy(size_t n) {
     stats.copies++;
     stats.copy_bytes += n;
 }
+// d2h_copies, syncs, mallocs, frees (cuda_runtime_api.h).
+static void count_event(unsigned long long emu_stats::*field) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.*field += 1;
+}
 
 void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "cuda_emu: a launch of grid (%u, %u, %u): CUDA allows x <= 2^31-1, y and z <= 65535\n",
+                grid.x, grid.y, grid.z);
+        abort();
+    }
     int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
         fprintf(stderr, "cuda_emu: a launch of %d threads per block (1..1024)\n", n);
@@ -495,7 +507,10 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    count_event(&emu_stats::syncs);
+    return cudaSuccess;
+}
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     size_t total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
@@ -517,7 +532,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    count_event(&emu_stats::syncs);
+    return cudaSuccess;
+}
 cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 
@@ -540,7 +558,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    count_event(&emu_stats::syncs);
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     *ms = (float)(end->ms - start->ms);
@@ -552,6 +573,7 @@ static std::mutex mapped_lock;
 static std::unordered_map<void *, size_t> mapped;
 
 cudaError_t cudaMalloc(void **p, size_t n) {
+    count_event(&emu_stats::mallocs);
     if (count_only_mode()) {
         size_t bytes = n ? n : 1;
         void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -577,6 +599,7 @@ cudaError_t cudaMallocHost(void **p, size_t n) { return host_alloc(p, n); }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return host_alloc(p, n); }
 
 cudaError_t cudaFree(void *p) {
+    if (p) count_event(&emu_stats::frees);
     if (count_only_mode()) {
         std::lock_guard<std::mutex> lock(mapped_lock);
         auto it = mapped.find(p);
@@ -597,6 +620,7 @@ cudaError_t cudaFreeHost(void *p) {
 
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
     count_copy(n);
+    if (k == cudaMemcpyDeviceToHost) count_event(&emu_stats::d2h_copies);
     if (count_only_mode()) { // host destinations read zeros (the device's untouched pages)
         if (n && k == cudaMemcpyDeviceToHost) memset(d, 0, n);
         return cudaSuccess;

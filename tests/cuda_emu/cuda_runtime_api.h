@@ -92,7 +92,10 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // ("%p" in it becomes the process id): launches (kernel launches, cuBLASLt
 // matmuls included), gemms, gemm_flops (2mnk each), traffic_bytes (the
 // modelled DRAM traffic that launch sites declare with emu_traffic), copies
-// and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations).
+// and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations),
+// d2h_copies (device-to-host cudaMemcpy*), syncs (cudaStreamSynchronize,
+// cudaEventSynchronize, cudaDeviceSynchronize: host waits), mallocs and
+// frees (cudaMalloc, cudaFree of device memory).
 // TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
 // body, matmul, copy, memset or collective runs, and cudaMalloc hands out
 // untouched zero pages (mmap), so a model larger than the host's memory can

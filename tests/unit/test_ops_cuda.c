@@ -627,6 +627,10 @@ static void run_all(enum dtype dt, bool small) {
             test_matmul(dt, DTYPE_FP32, ta, tb, 40, 150, 70);
         }
     test_matmul(dt, dt, false, false, 5, 7, 0); // K = 0: out = beta * out
+    // more rows than a grid's y (and z) may have (65535): the fallback GEMM
+    // kernel (TRIDENT_EMU_CUBLASLT=0) must not put one row per block there
+    // (the emulation enforces CUDA's grid limits); its indexing is dtype-blind
+    if (dt == DTYPE_FP32) test_matmul(dt, DTYPE_FP32, false, true, 65600, 3, 2);
     test_embedding(dt);
     test_rmsnorm(dt);
     test_rope(dt);
