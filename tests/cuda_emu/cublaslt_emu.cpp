@@ -80,6 +80,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
     if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    emu_count_lt_setup();
     *l = new emu_lt_layout{type, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -91,6 +92,7 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
     if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    emu_count_lt_setup();
     *d = new emu_lt_desc;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -109,6 +111,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int attr, 
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    emu_count_lt_setup();
     *p = new emu_lt_pref{0};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -126,6 +129,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t *results, int *found) {
+    emu_count_lt_setup();
     *found = 0;
     if (!enabled() || requested < 1) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&results[0], 0, sizeof results[0]);

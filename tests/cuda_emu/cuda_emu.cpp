@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -311,7 +312,7 @@ void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 // (under launch_lock).
 struct emu_stats {
     unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
-        collectives, d2h_copies, syncs, mallocs, frees;
+        collectives, d2h_copies, syncs, mallocs, frees, pageable_h2d, lt_setups;
 };
 static emu_stats stats;
 static std::mutex stats_lock;
@@ -336,10 +337,11 @@ static void print_stats(void) {
     fprintf(f,
             "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
             "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
-            "\"collectives\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"frees\": %llu}\n",
+            "\"collectives\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"frees\": %llu, "
+            "\"pageable_h2d\": %llu, \"lt_setups\": %llu}\n",
             stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
             stats.copies, stats.copy_bytes, stats.collectives, stats.d2h_copies, stats.syncs, stats.mallocs,
-            stats.frees);
+            stats.frees, stats.pageable_h2d, stats.lt_setups);
     fclose(f);
 }
 // Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
@@ -365,6 +367,22 @@ extern "C" void emu_count_gemm(unsigned long long m, unsigned long long n, unsig
     stats.launches++;
     stats.gemms++;
     stats.gemm_flops += 2 * m * n * k;
+}
+static void count_event(unsigned long long emu_stats::*field);
+extern "C" void emu_count_lt_setup(void) { count_event(&emu_stats::lt_setups); }
+extern "C" unsigned long long emu_stat(const char *name) {
+    static const struct {
+        const char *name;
+        unsigned long long emu_stats::*field;
+    } fields[] = {{"launches", &emu_stats::launches}, {"copies", &emu_stats::copies},
+                  {"d2h_copies", &emu_stats::d2h_copies}, {"syncs", &emu_stats::syncs},
+                  {"mallocs", &emu_stats::mallocs}, {"frees", &emu_stats::frees},
+                  {"pageable_h2d", &emu_stats::pageable_h2d}, {"lt_setups", &emu_stats::lt_setups}};
+    std::lock_guard<std::mutex> lock(stats_lock);
+    for (const auto &f : fields)
+        if (!strcmp(f.name, name)) return stats.*f.field;
+    fprintf(stderr, "cuda_emu: emu_stat(\"%s\"): no such counter\n", name);
+    abort();
 }
 extern "C" void emu_count_collective(void) {
     count_only_mode();
@@ -589,10 +607,24 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 
+// Pinned host allocations (start -> bytes), so that a host-to-device copy
+// from pageable memory is counted (pageable_h2d).
+static std::mutex pinned_lock;
+static std::map<const char *, size_t> pinned;
+static bool is_pinned(const void *p) {
+    std::lock_guard<std::mutex> lock(pinned_lock);
+    auto it = pinned.upper_bound((const char *)p);
+    if (it == pinned.begin()) return false;
+    --it;
+    return (const char *)p < it->first + it->second;
+}
+
 static cudaError_t host_alloc(void **p, size_t n) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256);
     if (!*p) return fail(cudaErrorMemoryAllocation);
     memset(*p, 0xff, n);
+    std::lock_guard<std::mutex> lock(pinned_lock);
+    pinned[(const char *)*p] = n ? n : 1;
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t n) { return host_alloc(p, n); }
@@ -614,6 +646,10 @@ cudaError_t cudaFree(void *p) {
 }
 
 cudaError_t cudaFreeHost(void *p) {
+    {
+        std::lock_guard<std::mutex> lock(pinned_lock);
+        pinned.erase((const char *)p);
+    }
     free(p);
     return cudaSuccess;
 }
@@ -621,6 +657,7 @@ cudaError_t cudaFreeHost(void *p) {
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
     count_copy(n);
     if (k == cudaMemcpyDeviceToHost) count_event(&emu_stats::d2h_copies);
+    if (k == cudaMemcpyHostToDevice && n && !is_pinned(s)) count_event(&emu_stats::pageable_h2d);
     if (count_only_mode()) { // host destinations read zeros (the device's untouched pages)
         if (n && k == cudaMemcpyDeviceToHost) memset(d, 0, n);
         return cudaSuccess;

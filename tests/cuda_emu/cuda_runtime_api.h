@@ -95,7 +95,10 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations),
 // d2h_copies (device-to-host cudaMemcpy*), syncs (cudaStreamSynchronize,
 // cudaEventSynchronize, cudaDeviceSynchronize: host waits), mallocs and
-// frees (cudaMalloc, cudaFree of device memory).
+// frees (cudaMalloc, cudaFree of device memory), pageable_h2d (host-to-device
+// copies whose source is not from cudaMallocHost/cudaHostAlloc) and
+// lt_setups (cuBLASLt descriptors, layouts and preferences created and
+// heuristic queries made).
 // TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
 // body, matmul, copy, memset or collective runs, and cudaMalloc hands out
 // untouched zero pages (mmap), so a model larger than the host's memory can
@@ -106,6 +109,13 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 void emu_traffic(unsigned long long bytes);
 // Counts one cuBLASLt matmul of m x n x k (cublaslt_emu.cpp).
 void emu_count_gemm(unsigned long long m, unsigned long long n, unsigned long long k);
+// Counts one cuBLASLt descriptor, layout or preference created, or one
+// heuristic query (cublaslt_emu.cpp).
+void emu_count_lt_setup(void);
+// The counter of that name so far (launches, copies, d2h_copies, syncs,
+// mallocs, frees, pageable_h2d, lt_setups), for checks that read it between
+// two calls (tests/cuda_emu/check_host_work.cpp); aborts on another name.
+unsigned long long emu_stat(const char *name);
 // Counts one NCCL operation (nccl_emu.cpp).
 void emu_count_collective(void);
 // True under TRIDENT_EMU_COUNT_ONLY=1 (see above).
