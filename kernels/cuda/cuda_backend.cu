@@ -75,6 +75,7 @@ static const struct backend_ops cuda_ops = {
     .to_host = cuda_to_host,
     .memset0 = cuda_memset0,
     .synchronize = cuda_synchronize,
+    .reserve = cuda_reserve,
 #define CUDA_TABLE_ENTRY(name, ret, params) .name = cuda_##name,
     BACKEND_OPS(CUDA_TABLE_ENTRY)
 #undef CUDA_TABLE_ENTRY

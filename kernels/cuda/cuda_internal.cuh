@@ -68,6 +68,7 @@ struct cuda_backend {
     // sum_squares partials): grown to the largest request and kept.
     void *scratch;
     size_t scratch_bytes;
+    bool scratch_reserved, scratch_warned; // backend_reserve ran; a later growth was reported
     double *host_sum; // pinned: sum_squares' result
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
     int sm_count;
@@ -91,12 +92,44 @@ bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct 
 bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
                                    struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
                                    struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D);
+// Scratch bytes cuDNN's attention needs at bounds (its forward's workspace,
+// its backward's workspace and FP32 buffers), planning both now; 0 when the
+// mode, the dtype or cuDNN's support for the shape sends it to the native
+// kernels (a shape cuDNN refuses in mode cudnn is reported at its first call).
+size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bounds *b);
 // Frees the cuDNN plans and handle (cuda_destroy).
 void cuda_attention_cudnn_free(struct cuda_backend *c);
 
 // Device scratch of at least bytes, valid until the next call (stream-ordered:
-// a regrow synchronizes the stream before freeing the old buffer).
+// a regrow synchronizes the stream before freeing the old buffer). Sized once
+// by backend_reserve (cuda_reserve, from the bounds below); a request beyond
+// the reservation still grows it but says so on stderr, once: a step then
+// waits for the device and allocates.
 void *cuda_scratch(struct backend *be, size_t bytes);
+// backend_reserve of the CUDA backend (cuda_memory.cu): the scratch for the
+// largest request below at bounds, allocated now.
+enum status cuda_reserve(struct backend *be, const struct backend_bounds *b, struct error *err);
+
+// What each user of cuda_scratch asks for, in bytes, as functions of its
+// arguments (the reservation's bounds): rmsnorm_backward's dw partials
+// (cuda_norm.cu: min(N, DW_CHUNKS) row chunks of C floats), sum_squares'
+// partials (cuda_elementwise.cu: SUMSQ_BLOCKS + 1 doubles), the native
+// attention backward's D (B, H, T) floats (cuda_attention.cu), cuDNN's
+// backward (cuda_attention_cudnn.cu: its plan's workspace, known only once
+// planned, then Dsum (B, H, T) and the dq accumulator (B, H, T, D), FP32).
+#define DW_CHUNKS 64
+#define SUMSQ_BLOCKS 1024
+static inline size_t cuda_scratch_rmsnorm_backward(int N, int C) {
+    return sizeof(float) * (size_t)(N < DW_CHUNKS ? N : DW_CHUNKS) * (size_t)C;
+}
+static inline size_t cuda_scratch_sum_squares(void) { return sizeof(double) * (SUMSQ_BLOCKS + 1); }
+static inline size_t cuda_scratch_attention_backward(int B, int T, int H) {
+    return sizeof(float) * (size_t)B * H * T;
+}
+static inline size_t cuda_scratch_cudnn_backward(size_t workspace, int B, int T, int H, int D) {
+    size_t dsum = sizeof(float) * (size_t)B * H * T;
+    return (workspace + 255) / 256 * 256 + (dsum + 255) / 256 * 256 + dsum * D;
+}
 
 // A float tensor's data and storage dtype; aborts unless FP32, BF16 or FP16.
 struct dptr {

@@ -78,6 +78,7 @@ struct model {
     struct slot *slots;            // (n_slots)
     int slots_used;                // high-water mark: 1 + the largest slot index used
     struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
+    struct tensor loss_acc;           // (1,) FP64: the device loss sum (model_loss_sum_take)
     // backward scratch
     struct tensor tmp, dx, dln;    // (N, C), (Ns, C), (N, C)
     // Sequence parallel: the all-gathered norm output (N, C) that the GEMMs

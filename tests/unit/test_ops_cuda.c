@@ -530,6 +530,17 @@ static void test_elementwise(enum dtype dt, size_t n) {
     double got = backend_sum_squares(gpu, x.g, n);
     EXPECT(fabs(got - ref) <= 1e-12 * ref, "sum_squares (%s): %.17g, host fp64 %.17g",
            dtype_name(dt), got, ref);
+    // sum_into: acc += sum x, twice, from a non-zero start, against a host FP64 sum
+    double acc = 1.5, host_sum = 0;
+    for (size_t i = 0; i < n; i++) host_sum += x.h[i];
+    struct tensor acc_g = tensor_view(backend_alloc(gpu, sizeof acc), DTYPE_FP64, 1);
+    backend_to_device(gpu, acc_g.data, &acc, sizeof acc);
+    backend_sum_into(gpu, acc_g, x.g, n);
+    backend_sum_into(gpu, acc_g, x.g, n);
+    backend_to_host(gpu, &acc, acc_g.data, sizeof acc);
+    EXPECT(fabs(acc - (1.5 + 2 * host_sum)) <= 1e-12 * (1.5 + 2 * fabs(host_sum)) + 1e-12,
+           "sum_into (%s): %.17g, host fp64 %.17g", dtype_name(dt), acc, 1.5 + 2 * host_sum);
+    backend_dealloc(gpu, acc_g.data);
     backend_add(cpu, o.c, x.c, y.c, n), backend_add(gpu, o.g, x.g, y.g, n);
     expect_match(o, "add");
     backend_add(cpu, x.c, x.c, y.c, n), backend_add(gpu, x.g, x.g, y.g, n);
