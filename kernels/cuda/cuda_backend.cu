@@ -2,9 +2,10 @@
 // (docs/design.md §3); the kernels' scratch is in cuda_memory.cu, so kernels
 // never call back into this file. Memory is device memory from cudaMalloc (256-byte aligned);
 // copies are cudaMemcpyAsync on the compute stream, ordered with the kernels.
-// to_device from pageable host memory (what trident passes) returns once CUDA
-// has staged the source, so the buffer may be reused at once; from pinned
-// memory the copy is truly asynchronous (reuse after backend_synchronize).
+// to_device copies the caller's (pageable) host memory into a ring of pinned
+// staging slots and copies from there asynchronously, so the caller may reuse
+// its buffer at once and the host does not wait for the device; a slot is
+// reused only after the copy that read it has completed (its event).
 // to_host synchronizes: its caller reads the result right away.
 #include "cuda_internal.cuh"
 
@@ -14,10 +15,26 @@
 // (NVIDIA recommends >= 32 MiB on Hopper).
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
 
+static void stage_free(struct cuda_backend *c) {
+    for (int i = 0; i < CUDA_STAGE_SLOTS; i++)
+        if (c->stage_done[i]) cudaEventDestroy(c->stage_done[i]);
+    cudaFreeHost(c->stage);
+}
+
+// The pinned staging ring of to_device: CUDA_STAGE_SLOTS slots of
+// CUDA_STAGE_BYTES and an event each (recorded after the copy that reads it).
+static cudaError_t stage_init(struct cuda_backend *c) {
+    cudaError_t e = cudaMallocHost((void **)&c->stage, (size_t)CUDA_STAGE_SLOTS * CUDA_STAGE_BYTES);
+    for (int i = 0; i < CUDA_STAGE_SLOTS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming);
+    return e;
+}
+
 static void cuda_destroy(struct backend *be) {
     struct cuda_backend *c = cuda_state(be);
     if (c->stream) cudaStreamSynchronize(c->stream); // best effort: also runs on init failure
     cuda_attention_cudnn_free(c);
+    stage_free(c);
     cudaFree(c->workspace);
     cudaFree(c->scratch);
     cudaFree(c->bad);
@@ -43,8 +60,21 @@ static void cuda_free(struct backend *be, void *ptr) {
     CHECK_CUDA(cudaFree(ptr));
 }
 
+// Through the staging ring, a slot's worth at a time: wait until the copy
+// that last read the slot is done (at once unless the host is a ring ahead
+// of the device), fill it, copy from it, mark it.
 static void cuda_to_device(struct backend *be, void *dst, const void *src, size_t bytes) {
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+    struct cuda_backend *c = cuda_state(be);
+    for (size_t off = 0; off < bytes; off += CUDA_STAGE_BYTES) {
+        size_t n = MIN(bytes - off, CUDA_STAGE_BYTES);
+        int s = c->stage_next;
+        c->stage_next = (s + 1) % CUDA_STAGE_SLOTS;
+        char *slot = c->stage + (size_t)s * CUDA_STAGE_BYTES;
+        CHECK_CUDA(cudaEventSynchronize(c->stage_done[s]));
+        memcpy(slot, (const char *)src + off, n);
+        CHECK_CUDA(cudaMemcpyAsync((char *)dst + off, slot, n, cudaMemcpyHostToDevice, c->stream));
+        CHECK_CUDA(cudaEventRecord(c->stage_done[s], c->stream));
+    }
 }
 
 static void cuda_to_host(struct backend *be, void *dst, const void *src, size_t bytes) {
@@ -128,6 +158,7 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     INIT_TRY(cudaMalloc(&c->bad, sizeof(int)), "allocating a counter");
     INIT_TRY(cudaMemset(c->bad, 0, sizeof(int)), "zeroing a counter");
     INIT_TRY(cudaMallocHost(&c->host_sum, sizeof(double)), "allocating pinned memory");
+    INIT_TRY(stage_init(c), "allocating the pinned staging ring");
     {
         cublasStatus_t s = cublasLtCreate(&c->lt);
         if (s != CUBLAS_STATUS_SUCCESS) {

@@ -56,6 +56,14 @@ struct algo_entry {
     cublasLtMatmulAlgo_t algo;
 };
 
+// to_device's pinned staging ring (cuda_backend.cu): 16 slots of 256 KiB
+// (4 MiB pinned), so the host can run several microbatches' uploads (tokens,
+// targets, document starts: 64 KiB each at 8 x 2048 tokens) ahead of the
+// device before a slot must wait; larger copies pass through in slot-sized
+// pieces.
+#define CUDA_STAGE_SLOTS 16
+#define CUDA_STAGE_BYTES ((size_t)256 << 10)
+
 // Private state of the CUDA backend (struct backend.impl).
 struct cuda_backend {
     int device;
@@ -70,6 +78,9 @@ struct cuda_backend {
     size_t scratch_bytes;
     bool scratch_reserved, scratch_warned; // backend_reserve ran; a later growth was reported
     double *host_sum; // pinned: sum_squares' result
+    char *stage;      // pinned: CUDA_STAGE_SLOTS x CUDA_STAGE_BYTES, to_device's staging ring
+    cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; // recorded after the copy that read each slot
+    int stage_next;                           // the slot the next piece uses
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
     int sm_count;
     struct algo_entry algos[CUDA_ALGO_CACHE];

@@ -94,7 +94,8 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // modelled DRAM traffic that launch sites declare with emu_traffic), copies
 // and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations),
 // d2h_copies (device-to-host cudaMemcpy*), syncs (cudaStreamSynchronize,
-// cudaEventSynchronize, cudaDeviceSynchronize: host waits), mallocs and
+// cudaDeviceSynchronize: host waits for all queued work; not event waits),
+// mallocs and
 // frees (cudaMalloc, cudaFree of device memory), pageable_h2d (host-to-device
 // copies whose source is not from cudaMallocHost/cudaHostAlloc) and
 // lt_setups (cuBLASLt descriptors, layouts and preferences created and

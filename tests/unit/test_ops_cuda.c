@@ -625,6 +625,40 @@ static void test_attention_choice(void) {
     EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_NATIVE, &err), "set native: %s", err.msg);
 }
 
+// to_device through the backend's pinned staging ring (16 slots of 256 KiB):
+// 40 uploads from one host buffer rewritten between them (a slot reused
+// before its copy ran would carry a later value), and one upload of 5 MiB
+// (pieces through every slot, more than once), read back exactly.
+static void test_uploads(void) {
+    enum { N_UP = 40, UP = 1000 };
+    int32_t host[UP], back[UP];
+    void *dev[N_UP];
+    for (int u = 0; u < N_UP; u++) {
+        dev[u] = backend_alloc(gpu, sizeof host);
+        for (int i = 0; i < UP; i++) host[i] = u * UP + i;
+        backend_to_device(gpu, dev[u], host, sizeof host);
+    }
+    int bad = 0;
+    for (int u = 0; u < N_UP; u++) {
+        backend_to_host(gpu, back, dev[u], sizeof back);
+        for (int i = 0; i < UP; i++) bad += back[i] != u * UP + i;
+        backend_dealloc(gpu, dev[u]);
+    }
+    EXPECT(bad == 0, "%d of %d elements uploaded from a rewritten host buffer differ", bad, N_UP * UP);
+    size_t n = (5u << 20) / sizeof(int32_t);
+    int32_t *big = xmalloc(n * sizeof *big), *big_back = xmalloc(n * sizeof *big);
+    for (size_t i = 0; i < n; i++) big[i] = (int32_t)(i * 2654435761u);
+    void *d = backend_alloc(gpu, n * sizeof *big);
+    backend_to_device(gpu, d, big, n * sizeof *big);
+    memset(big, 0, n * sizeof *big); // the caller may reuse its buffer at once
+    backend_to_host(gpu, big_back, d, n * sizeof *big);
+    size_t bad_big = 0;
+    for (size_t i = 0; i < n; i++) bad_big += big_back[i] != (int32_t)(i * 2654435761u);
+    EXPECT(bad_big == 0, "a 5 MiB upload through the staging ring: %zu elements differ", bad_big);
+    backend_dealloc(gpu, d);
+    free(big), free(big_back);
+}
+
 // small: the shapes the CPU emulation of the kernels can afford
 // (tests/e2e/cuda_emulated.sh sets TEST_OPS_SMALL=1): one launch there is an
 // OS thread per CUDA thread and a barrier per warp shuffle.
@@ -736,6 +770,7 @@ int main(void) {
         backend_free(cpu);
         return test_finish("test_ops_cuda");
     }
+    test_uploads();
     run_all(DTYPE_FP32, small);
     run_all(DTYPE_BF16, small);
     run_all(DTYPE_FP16, small);
