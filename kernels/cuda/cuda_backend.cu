@@ -34,6 +34,7 @@ static void cuda_destroy(struct backend *be) {
     struct cuda_backend *c = cuda_state(be);
     if (c->stream) cudaStreamSynchronize(c->stream); // best effort: also runs on init failure
     cuda_attention_cudnn_free(c);
+    cuda_matmul_plans_free(c);
     stage_free(c);
     cudaFree(c->workspace);
     cudaFree(c->scratch);
@@ -148,6 +149,7 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     be->impl = c;
     be->threads = 1;
     c->device = device;
+    c->plans = (struct gemm_plan *)xcalloc(CUDA_GEMM_PLANS, sizeof *c->plans);
     INIT_TRY(cudaSetDevice(device), "cudaSetDevice");
     INIT_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device),
              "reading the SM count");

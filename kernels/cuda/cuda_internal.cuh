@@ -43,16 +43,27 @@ extern "C" {
 #define CUDA_TRAFFIC(bytes) ((void)0)
 #endif
 
-// A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
-// the query costs tens of microseconds and a training step repeats a handful
-// of shapes. Searched linearly; once full, new shapes query every time.
-#define CUDA_ALGO_CACHE 64
-struct algo_entry {
+// A cuBLASLt plan for one GEMM problem (cuda_matmul.cu): the matmul
+// descriptor, the three layouts and the heuristic's algorithm, made on the
+// problem's first call and kept for the backend's life (the query costs tens
+// of microseconds, and a step repeats a few dozen problems). Key: shape,
+// transposes, dtypes and each operand's alignment class (log2 of the largest
+// power of two <= 256 dividing its address: what the heuristic was told).
+// An open-addressing hash table of CUDA_GEMM_PLANS entries; once full, a new
+// problem gets a plan made and destroyed around its call.
+#define CUDA_GEMM_PLANS 512
+struct gemm_key {
     int M, N, K;
     bool ta, tb;
     enum dtype ab, c;
-    uint32_t al_a, al_b, al_c; // pointer alignments the algorithm was chosen for
-    int found;                 // 0: cuBLASLt has none, use the fallback kernel
+    uint16_t al; // alignment classes of b, a, out: 4 bits each
+};
+struct gemm_plan {
+    bool used;
+    struct gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    int found; // 0: cuBLASLt has no algorithm, the fallback kernel runs
     cublasLtMatmulAlgo_t algo;
 };
 
@@ -83,8 +94,8 @@ struct cuda_backend {
     int stage_next;                           // the slot the next piece uses
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
     int sm_count;
-    struct algo_entry algos[CUDA_ALGO_CACHE];
-    int n_algos;
+    struct gemm_plan *plans; // CUDA_GEMM_PLANS, allocated at init (cuda_matmul.cu)
+    int n_plans;
     enum backend_attention attention; // [system] attention (kernels/backend.h)
     struct cudnn_attention *cudnn;    // cuDNN handle and plans; NULL until first needed
 };
@@ -108,6 +119,8 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
 // mode, the dtype or cuDNN's support for the shape sends it to the native
 // kernels (a shape cuDNN refuses in mode cudnn is reported at its first call).
 size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bounds *b);
+// Destroys the cached cuBLASLt plans (cuda_destroy).
+void cuda_matmul_plans_free(struct cuda_backend *c);
 // Frees the cuDNN plans and handle (cuda_destroy).
 void cuda_attention_cudnn_free(struct cuda_backend *c);
 

@@ -12,10 +12,13 @@
 //  3. cuBLASLt descriptors, layouts, preferences and heuristic answers are
 //     made once per GEMM problem: none after the first step (before: four
 //     objects per GEMM);
+//     and every operand of every cuBLASLt matmul is 256-byte aligned
+//     (before: parameters at 64 bytes in fp32, 32 in bf16, activations at 64);
 //  4. scratch is sized at model_init: no cudaMalloc or cudaFree during any
 //     step, the first included (before: grown at first use);
-// and every step's loss and gradient norm within 1e-5 of the CPU backend's
-// (fp32). Exit 1 on a failed check. Run by tests/e2e/cuda_host_work.sh.
+// in fp32, with every step's loss and gradient norm within 1e-5 of the CPU
+// backend's, and in bf16 (counters only). Exit 1 on a failed check. Run by
+// tests/e2e/cuda_host_work.sh.
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -70,7 +73,7 @@ static struct optimizer_config opt_config(void) {
     return o;
 }
 
-static struct run open_run(enum backend_kind kind) {
+static struct run open_run(enum backend_kind kind, enum dtype dtype) {
     struct run r;
     struct error err;
     memset(&err, 0, sizeof err);
@@ -78,7 +81,7 @@ static struct run open_run(enum backend_kind kind) {
     CHECK(r.be, "backend_init: %s", err.msg);
     struct llama_config cfg = config();
     struct model_shard shard = model_shard_full(&cfg);
-    CHECK(!model_init(&r.m, r.be, &cfg, &shard, DTYPE_FP32, B, T, 1, &err), "model_init: %s", err.msg);
+    CHECK(!model_init(&r.m, r.be, &cfg, &shard, dtype, B, T, 1, &err), "model_init: %s", err.msg);
     struct optimizer_config oc = opt_config();
     CHECK(!optimizer_init(&r.opt, r.be, r.m, &oc, NULL, &err), "optimizer_init: %s", err.msg);
     return r;
@@ -90,8 +93,9 @@ static void close_run(struct run *r) {
     backend_free(r->be);
 }
 
-static const char *const names[] = {"d2h_copies", "syncs", "pageable_h2d", "lt_setups", "mallocs", "frees"};
-enum { D2H, SYNCS, PAGEABLE, LT, MALLOCS, FREES, N_COUNTERS };
+static const char *const names[] = {"d2h_copies", "syncs",  "pageable_h2d", "lt_setups",
+                                    "mallocs",    "frees",  "lt_unaligned"};
+enum { D2H, SYNCS, PAGEABLE, LT, MALLOCS, FREES, UNALIGNED, N_COUNTERS };
 struct counts {
     unsigned long long v[N_COUNTERS];
 };
@@ -110,22 +114,27 @@ static void print(const char *what, struct counts c) {
     printf("\n");
 }
 
-int main() {
+// Steps of 4, 1, 4, 1, 4 microbatches on the CUDA backend (against the CPU
+// backend's losses when compare): the checks of the header.
+static void check(enum dtype dtype, bool compare) {
     int32_t tokens[MAX_MICRO * B * T], targets[MAX_MICRO * B * T];
     for (int i = 0; i < MAX_MICRO * B * T; i++) tokens[i] = (i * 37) % V, targets[i] = (i * 11) % V;
     targets[5] = IGNORE_INDEX;
     struct optimizer_config oc = opt_config();
-    // step s: n_micro[s] microbatches
     static const int n_micro[] = {4, 1, 4, 1, 4};
     enum { STEPS = sizeof n_micro / sizeof n_micro[0] };
     struct train_step_result ref[STEPS], got[STEPS];
+    const char *dt = dtype_name(dtype);
+    printf("== %s\n", dt);
 
-    struct run cpu = open_run(BACKEND_CPU);
-    for (int s = 0; s < STEPS; s++)
-        train_step(cpu.m, cpu.opt, &oc, NULL, NULL, s, tokens, targets, n_micro[s], B, T, &ref[s]);
-    close_run(&cpu);
+    if (compare) {
+        struct run cpu = open_run(BACKEND_CPU, dtype);
+        for (int s = 0; s < STEPS; s++)
+            train_step(cpu.m, cpu.opt, &oc, NULL, NULL, s, tokens, targets, n_micro[s], B, T, &ref[s]);
+        close_run(&cpu);
+    }
 
-    struct run gpu = open_run(BACKEND_CUDA);
+    struct run gpu = open_run(BACKEND_CUDA, dtype);
     struct counts start = snapshot(), per_step[STEPS];
     for (int s = 0; s < STEPS; s++) {
         struct counts before = snapshot();
@@ -138,31 +147,40 @@ int main() {
     struct counts all = minus(snapshot(), start);
     close_run(&gpu);
 
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < STEPS && compare; s++) {
         double dl = fabs(got[s].loss - ref[s].loss) / fabs(ref[s].loss);
         double dn = fabs(got[s].grad_norm - ref[s].grad_norm) / fabs(ref[s].grad_norm);
         printf("step %d: loss %.7f (cpu %.7f), grad norm %.7f (cpu %.7f)\n", s, got[s].loss, ref[s].loss,
                got[s].grad_norm, ref[s].grad_norm);
-        EXPECT(dl <= 1e-5 && dn <= 1e-5, "step %d: loss %.9g vs cpu %.9g, grad norm %.9g vs cpu %.9g", s,
+        EXPECT(dl <= 1e-5 && dn <= 1e-5, "%s step %d: loss %.9g vs cpu %.9g, grad norm %.9g vs cpu %.9g", dt, s,
                got[s].loss, ref[s].loss, got[s].grad_norm, ref[s].grad_norm);
-        EXPECT(got[s].n_targets == ref[s].n_targets, "step %d: %lld targets, cpu %lld", s,
+        EXPECT(got[s].n_targets == ref[s].n_targets, "%s step %d: %lld targets, cpu %lld", dt, s,
                (long long)got[s].n_targets, (long long)ref[s].n_targets);
     }
-    // 1. steps 1 (one microbatch) and 2 (four): as many copies back and waits
+    for (int s = 0; s < STEPS; s++)
+        EXPECT(got[s].loss > 0 && got[s].loss < 10, "%s step %d: loss %g", dt, s, got[s].loss);
+    // 1. steps of one microbatch and of four: as many copies back and waits
     for (int k : {D2H, SYNCS})
         EXPECT(per_step[2].v[k] == per_step[1].v[k] && per_step[4].v[k] == per_step[3].v[k],
-               "%s per step grows with the microbatches: %llu with 1, %llu with 4", names[k], per_step[1].v[k],
-               per_step[2].v[k]);
+               "%s: %s per step grows with the microbatches: %llu with 1, %llu with 4", dt, names[k],
+               per_step[1].v[k], per_step[2].v[k]);
     // 2. no pageable host-to-device copy in any step
-    EXPECT(all.v[PAGEABLE] == 0, "%llu host-to-device copies from pageable memory in %d steps", all.v[PAGEABLE],
-           (int)STEPS);
-    // 3. cuBLASLt set up during the first step only
+    EXPECT(all.v[PAGEABLE] == 0, "%s: %llu host-to-device copies from pageable memory in %d steps", dt,
+           all.v[PAGEABLE], (int)STEPS);
+    // 3. cuBLASLt set up during the first step only, on 256-byte aligned operands
     for (int s = 1; s < STEPS; s++)
-        EXPECT(per_step[s].v[LT] == 0, "step %d made %llu cuBLASLt descriptors/layouts/preferences/queries", s,
-               per_step[s].v[LT]);
+        EXPECT(per_step[s].v[LT] == 0, "%s: step %d made %llu cuBLASLt descriptors/layouts/preferences/queries",
+               dt, s, per_step[s].v[LT]);
+    EXPECT(all.v[UNALIGNED] == 0, "%s: %llu cuBLASLt matmuls with an operand not 256-byte aligned", dt,
+           all.v[UNALIGNED]);
     // 4. no device allocation in any step
-    EXPECT(all.v[MALLOCS] == 0 && all.v[FREES] == 0, "%llu cudaMalloc and %llu cudaFree calls in %d steps",
-           all.v[MALLOCS], all.v[FREES], (int)STEPS);
+    EXPECT(all.v[MALLOCS] == 0 && all.v[FREES] == 0, "%s: %llu cudaMalloc and %llu cudaFree calls in %d steps",
+           dt, all.v[MALLOCS], all.v[FREES], (int)STEPS);
+}
+
+int main() {
+    check(DTYPE_FP32, true);
+    check(DTYPE_BF16, false);
     printf("check_host_work: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

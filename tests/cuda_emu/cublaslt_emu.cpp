@@ -143,6 +143,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                               const void *beta_p, const void *C, cublasLtMatrixLayout_t lc, void *D,
                               cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *, void *, size_t,
                               cudaStream_t) {
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) % 256) emu_count_lt_unaligned();
     uint64_t m = ld->rows, n = ld->cols;
     uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t am = d->ta == CUBLAS_OP_N ? la->rows : la->cols;

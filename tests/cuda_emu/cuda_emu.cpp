@@ -312,7 +312,7 @@ void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 // (under launch_lock).
 struct emu_stats {
     unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
-        collectives, d2h_copies, syncs, mallocs, frees, pageable_h2d, lt_setups;
+        collectives, d2h_copies, syncs, mallocs, frees, pageable_h2d, lt_setups, lt_unaligned;
 };
 static emu_stats stats;
 static std::mutex stats_lock;
@@ -338,10 +338,10 @@ static void print_stats(void) {
             "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
             "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
             "\"collectives\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"frees\": %llu, "
-            "\"pageable_h2d\": %llu, \"lt_setups\": %llu}\n",
+            "\"pageable_h2d\": %llu, \"lt_setups\": %llu, \"lt_unaligned\": %llu}\n",
             stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
             stats.copies, stats.copy_bytes, stats.collectives, stats.d2h_copies, stats.syncs, stats.mallocs,
-            stats.frees, stats.pageable_h2d, stats.lt_setups);
+            stats.frees, stats.pageable_h2d, stats.lt_setups, stats.lt_unaligned);
     fclose(f);
 }
 // Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
@@ -370,6 +370,7 @@ extern "C" void emu_count_gemm(unsigned long long m, unsigned long long n, unsig
 }
 static void count_event(unsigned long long emu_stats::*field);
 extern "C" void emu_count_lt_setup(void) { count_event(&emu_stats::lt_setups); }
+extern "C" void emu_count_lt_unaligned(void) { count_event(&emu_stats::lt_unaligned); }
 extern "C" unsigned long long emu_stat(const char *name) {
     static const struct {
         const char *name;
@@ -377,7 +378,8 @@ extern "C" unsigned long long emu_stat(const char *name) {
     } fields[] = {{"launches", &emu_stats::launches}, {"copies", &emu_stats::copies},
                   {"d2h_copies", &emu_stats::d2h_copies}, {"syncs", &emu_stats::syncs},
                   {"mallocs", &emu_stats::mallocs}, {"frees", &emu_stats::frees},
-                  {"pageable_h2d", &emu_stats::pageable_h2d}, {"lt_setups", &emu_stats::lt_setups}};
+                  {"pageable_h2d", &emu_stats::pageable_h2d}, {"lt_setups", &emu_stats::lt_setups},
+                  {"lt_unaligned", &emu_stats::lt_unaligned}};
     std::lock_guard<std::mutex> lock(stats_lock);
     for (const auto &f : fields)
         if (!strcmp(f.name, name)) return stats.*f.field;

@@ -99,7 +99,8 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // frees (cudaMalloc, cudaFree of device memory), pageable_h2d (host-to-device
 // copies whose source is not from cudaMallocHost/cudaHostAlloc) and
 // lt_setups (cuBLASLt descriptors, layouts and preferences created and
-// heuristic queries made).
+// heuristic queries made) and lt_unaligned (cuBLASLt matmuls with an operand
+// not 256-byte aligned).
 // TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
 // body, matmul, copy, memset or collective runs, and cudaMalloc hands out
 // untouched zero pages (mmap), so a model larger than the host's memory can
@@ -113,8 +114,11 @@ void emu_count_gemm(unsigned long long m, unsigned long long n, unsigned long lo
 // Counts one cuBLASLt descriptor, layout or preference created, or one
 // heuristic query (cublaslt_emu.cpp).
 void emu_count_lt_setup(void);
+// Counts one cuBLASLt matmul with an operand address not a multiple of 256
+// bytes (lt_unaligned: the heuristic then may not pick its best kernels).
+void emu_count_lt_unaligned(void);
 // The counter of that name so far (launches, copies, d2h_copies, syncs,
-// mallocs, frees, pageable_h2d, lt_setups), for checks that read it between
+// mallocs, frees, pageable_h2d, lt_setups, lt_unaligned), for checks that read it between
 // two calls (tests/cuda_emu/check_host_work.cpp); aborts on another name.
 unsigned long long emu_stat(const char *name);
 // Counts one NCCL operation (nccl_emu.cpp).
