@@ -20,7 +20,7 @@ struct carver {
 
 static struct tensor carve(struct carver *c, enum dtype dtype, size_t numel) {
     size_t at = c->bytes;
-    c->bytes += ((numel * dtype_size(dtype) + 63) / 64) * 64;
+    c->bytes += (numel * dtype_size(dtype) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
     return tensor_view(c->base ? c->base + at : NULL, dtype, numel);
 }
 
