@@ -87,6 +87,22 @@ static void cuda_memset0(struct backend *be, void *dst, size_t bytes) {
     CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, cuda_stream(be)));
 }
 
+// backend_reserve: the scratch for the largest request of the kernels at
+// bounds (cuda_internal.cuh), allocated now.
+static enum status cuda_reserve(struct backend *be, const struct backend_bounds *b, struct error *err) {
+    size_t need = cuda_scratch_sum_squares();
+    need = MAX(need, cuda_scratch_rmsnorm_backward(b->rows, b->cols));
+    need = MAX(need, cuda_scratch_attention_backward(b->B, b->T, b->H));
+    need = MAX(need, cuda_attention_cudnn_scratch(be, b));
+    cudaError_t e = cuda_scratch_reserve(be, need);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return error_set(err, STATUS_RUNTIME, "cuda backend: reserving %zu bytes of scratch on device %d: %s",
+                         need, cuda_state(be)->device, cudaGetErrorString(e));
+    }
+    return STATUS_OK;
+}
+
 // Waits for the compute stream, then reports targets ce_loss found out of
 // range (counting them on the device avoids a synchronization per call).
 static void cuda_synchronize(struct backend *be) {

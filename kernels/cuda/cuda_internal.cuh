@@ -130,9 +130,10 @@ void cuda_attention_cudnn_free(struct cuda_backend *c);
 // the reservation still grows it but says so on stderr, once: a step then
 // waits for the device and allocates.
 void *cuda_scratch(struct backend *be, size_t bytes);
-// backend_reserve of the CUDA backend (cuda_memory.cu): the scratch for the
-// largest request below at bounds, allocated now.
-enum status cuda_reserve(struct backend *be, const struct backend_bounds *b, struct error *err);
+// Grows the scratch to at least bytes now and marks it reserved (a later
+// growth is reported); cudaMalloc's status. For backend_reserve
+// (cuda_backend.cu), which computes bytes from the bounds below.
+cudaError_t cuda_scratch_reserve(struct backend *be, size_t bytes);
 
 // What each user of cuda_scratch asks for, in bytes, as functions of its
 // arguments (the reservation's bounds): rmsnorm_backward's dw partials

@@ -30,19 +30,9 @@ void *cuda_scratch(struct backend *be, size_t bytes) {
     return c->scratch;
 }
 
-enum status cuda_reserve(struct backend *be, const struct backend_bounds *b, struct error *err) {
+cudaError_t cuda_scratch_reserve(struct backend *be, size_t bytes) {
     struct cuda_backend *c = cuda_state(be);
-    size_t need = cuda_scratch_sum_squares();
-    need = MAX(need, cuda_scratch_rmsnorm_backward(b->rows, b->cols));
-    need = MAX(need, cuda_scratch_attention_backward(b->B, b->T, b->H));
-    need = MAX(need, cuda_attention_cudnn_scratch(be, b));
     c->scratch_reserved = true;
-    if (need <= c->scratch_bytes) return STATUS_OK;
-    cudaError_t e = scratch_resize(c, need);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return error_set(err, STATUS_RUNTIME, "cuda backend: reserving %zu bytes of scratch on device %d: %s",
-                         need, c->device, cudaGetErrorString(e));
-    }
-    return STATUS_OK;
+    if (bytes <= c->scratch_bytes) return cudaSuccess;
+    return scratch_resize(c, bytes);
 }
