@@ -40,14 +40,29 @@ CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 CU_OBJ    :=
+# cuDNN and NCCL outside CUDA_HOME (tests/gpu/probe.sh finds them there, in the
+# system or in Python wheels and prints these): folders of cudnn.h / nccl.h
+# (-isystem: their warnings are not trident's) and of libcudnn.so* /
+# libnccl.so* (-L and an rpath, so the binary finds the libraries at run
+# time); CUDA_SHIMS: a folder of unversioned links (libcudnn.so ->
+# .../libcudnn.so.9) for -l where only libX.so.N exists (-L only). Empty:
+# CUDA_HOME's include and lib64 or the system's.
+CUDNN_INC  ?=
+CUDNN_LIB  ?=
+NCCL_INC   ?=
+NCCL_LIB   ?=
+CUDA_SHIMS ?=
 ifeq ($(CUDA),1)
 CUDA_LIBDIRS := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib
-CFLAGS    += -DTRIDENT_CUDA -DTRIDENT_NVTX -I$(CUDA_HOME)/include
-NVFLAGS   := -O3 -g -std=c++17 $(CUDA_ARCHS) -DTRIDENT_CUDA -Isrc -I. -MMD -MP \
+CUDA_DEP_INC := $(sort $(CUDNN_INC) $(NCCL_INC))
+CUDA_DEP_LIB := $(sort $(CUDNN_LIB) $(NCCL_LIB))
+CFLAGS    += -DTRIDENT_CUDA -DTRIDENT_NVTX -I$(CUDA_HOME)/include $(CUDA_DEP_INC:%=-isystem %)
+NVFLAGS   := -O3 -g -std=c++17 $(CUDA_ARCHS) -DTRIDENT_CUDA -Isrc -I. $(CUDA_DEP_INC:%=-isystem %) -MMD -MP \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 LIB_SRC   += src/parallel/comm_nccl.c
 CU_OBJ    := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
-LDLIBS    += $(CUDA_LIBDIRS:%=-L%) $(CUDA_LIBDIRS:%=-Wl,-rpath,%) \
+LDLIBS    += $(CUDA_SHIMS:%=-L%) $(CUDA_DEP_LIB:%=-L%) $(CUDA_DEP_LIB:%=-Wl,-rpath,%) \
+             $(CUDA_LIBDIRS:%=-L%) $(CUDA_LIBDIRS:%=-Wl,-rpath,%) \
              -lcudnn -lnccl -lcublasLt -lcublas -lcudart -lstdc++ -ldl
 endif
 # EMU=1: the CUDA build on CPUs (docs/cuda.md). The same sources as CUDA=1,

@@ -26,6 +26,16 @@ int backend_device_count(void) {
 #endif
 }
 
+int backend_device_bus_id(int device, char *out, size_t cap) {
+#ifdef TRIDENT_CUDA
+    return backend_cuda_device_bus_id(device, out, cap);
+#else
+    (void)device;
+    if (cap) out[0] = 0;
+    return -1;
+#endif
+}
+
 struct backend *backend_init(enum backend_kind kind, int device, int threads, struct error *err) {
     switch (kind) {
     case BACKEND_CPU: return backend_cpu_init(threads);
@@ -59,4 +69,18 @@ enum status backend_attention_uses_cudnn(struct backend *be, enum dtype dtype, i
         return backend_cuda_attention_uses_cudnn(be, dtype, B, T, H, Hkv, D, backward, cudnn, err);
 #endif
     return STATUS_OK;
+}
+
+void backend_set_attention_log(struct backend *be, FILE *log) {
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda")) backend_cuda_set_attention_log(be, log);
+#endif
+    (void)be, (void)log;
+}
+
+unsigned backend_attention_take_path(struct backend *be) {
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda")) return backend_cuda_attention_take_path(be);
+#endif
+    return BACKEND_ATTENTION_PATH_CPU;
 }

@@ -17,6 +17,11 @@ bool backend_has_cuda(void);
 // CUDA devices visible to this process; 0 in a CPU-only build or without a
 // driver or device. Never fails.
 int backend_device_count(void);
+// The PCI bus id of CUDA device `device` of this process ("0000:01:00.0";
+// two processes on one node with the same id use the same GPU) into out (cap
+// >= 16 bytes). Returns 0, or -1 (out "") in a CPU-only build or when the
+// runtime cannot say.
+int backend_device_bus_id(int device, char *out, size_t cap);
 
 // A backend of the given kind: BACKEND_CPU with `threads` OpenMP threads
 // (<= 0: OpenMP's default; device ignored), or BACKEND_CUDA on CUDA device
@@ -49,5 +54,25 @@ enum status backend_set_attention(struct backend *be, enum backend_attention mod
 // backend answers false.
 enum status backend_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T, int H, int Hkv,
                                          int D, bool backward, bool *cudnn, struct error *err);
+
+// Where be says which path each attention shape takes, the first time a call
+// of that shape (B, T, H, Hkv, D, dtype, forward or backward) runs: one line
+// "attention: forward B=8 T=2048 H=16 Hkv=16 D=128 bf16 -> cudnn" or
+// "... -> native (REASON)". NULL: nowhere (the trainer's ranks other than 0).
+// A new CUDA backend says it on stderr; the CPU backend has one path and
+// says nothing.
+void backend_set_attention_log(struct backend *be, FILE *log);
+
+// The attention paths be's attention_forward/backward calls took since the
+// previous call (or the backend's start), as bits, and starts counting anew:
+// BACKEND_ATTENTION_PATH_CUDNN and/or _NATIVE on the CUDA backend (both:
+// some calls each way; 0: no call), BACKEND_ATTENTION_PATH_CPU on the CPU
+// backend (its own kernels, whatever was called). Never fails.
+enum {
+    BACKEND_ATTENTION_PATH_CUDNN = 1,
+    BACKEND_ATTENTION_PATH_NATIVE = 2,
+    BACKEND_ATTENTION_PATH_CPU = 4
+};
+unsigned backend_attention_take_path(struct backend *be);
 
 #endif

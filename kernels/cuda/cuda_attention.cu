@@ -506,7 +506,7 @@ void cuda_attention_forward(struct backend *be, struct tensor out, struct tensor
     // padding-style ragged offsets or a bias tensor): with doc_start these
     // kernels run (docs/design.md §3).
     const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
-    if (!ds && cuda_attention_cudnn_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return;
+    if (cuda_attention_cudnn_forward(be, out, lse, q, k, v, ds != NULL, B, T, H, Hkv, D)) return;
     const char *op = "attention_forward";
     struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
     struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
@@ -532,7 +532,7 @@ void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor
                              struct tensor lse, struct tensor doc_start, int B, int T, int H,
                              int Hkv, int D) {
     const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL; // cuDNN: none
-    if (!ds && cuda_attention_cudnn_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D))
+    if (cuda_attention_cudnn_backward(be, dq, dk, dv, dout, q, k, v, out, lse, ds != NULL, B, T, H, Hkv, D))
         return;
     const char *op = "attention_backward";
     struct dptr pdq = dptr_of(op, "dq", dq), pdk = dptr_of(op, "dk", dk), pdv = dptr_of(op, "dv", dv);

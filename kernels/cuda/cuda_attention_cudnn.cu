@@ -17,7 +17,8 @@
 // Query head h reads key/value head h / (H / Hkv) (cuDNN's GQA broadcast, the
 // same grouping as ops.h).
 //
-// Forward: S = q k^T (FP32), S *= 1/sqrt(D), S = row >= col ? S : -inf,
+// Forward: S = q k^T (FP32), S *= 1/sqrt(D), S = row >= col ? S : mask value
+// (-inf from cuDNN 9.10, -FLT_MAX before: sdpa_mask_value),
 // M = rowmax S, E = exp(S - M), Z = rowsum E, stats = M + log Z, P = E / Z
 // (stored as the I/O dtype, as the engines require), out = P v.
 // stats is the natural-log log-sum-exp of the scaled, masked score row: the
@@ -40,10 +41,11 @@
 // Checked without a GPU: backend_cuda_attention_check_graph (test_ops_cuda)
 // has the linked cuDNN validate and finalise every graph (no handle, no
 // engines). Not yet checked: engine support, plans and the numbers
-// (tests/gpu/run.sh step 3a, the day a GPU is lent).
+// (tests/gpu/run.sh step attention_cudnn, the day a GPU is lent).
 #include "cuda_internal.cuh"
 
 #include <cudnn.h>
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -79,13 +81,31 @@ struct sdpa_plan {
     int n_descs;
 };
 
+#define SHAPES_SAID 64 // shapes whose path was announced (later ones are not)
+
 // The cuDNN state of one CUDA backend (struct cuda_backend.cudnn).
 struct cudnn_attention {
     cudnnHandle_t handle;
     struct sdpa_plan plans[CUDNN_PLANS];
     int next;         // slot the next new shape takes (round robin once full)
     bool open_failed; // cudnnCreate failed (auto: said once, not retried)
+    // Which path each shape took: announced on `log` (backend_set_attention_log;
+    // stderr by default, NULL: nowhere) the first time the shape runs, and
+    // the paths of the calls since backend_attention_take_path (bits).
+    FILE *log;
+    struct sdpa_key said[SHAPES_SAID];
+    int n_said;
+    unsigned paths;
 };
+
+// be's cuDNN state, allocated on first use (log: stderr).
+static struct cudnn_attention *attn_state(struct cuda_backend *c) {
+    if (!c->cudnn) {
+        c->cudnn = (struct cudnn_attention *)xcalloc(1, sizeof *c->cudnn);
+        c->cudnn->log = stderr;
+    }
+    return c->cudnn;
+}
 
 // ---- a graph under construction ------------------------------------------------
 // Every helper is a no-op once a call failed: the first failure (status, and
@@ -246,8 +266,18 @@ static void graph_reshape(struct graph *g, const char *name, cudnnBackendDescrip
     graph_add_op(g, op, name);
 }
 
-// S (B, H, T, T) with the causal mask applied: S where row >= col, else -inf
-// (the frontend's diagonal band mask with right bound 0, top-left aligned).
+// S (B, H, T, T) with the causal mask applied: S where row >= col, else the
+// mask value (sdpa_mask_value) passed by value at execution. As cudnn-frontend
+// lowers its causal mask before cuDNN 9.21 (commit 3929da2e,
+// include/cudnn_frontend/node/diagonal_band_mask.h,
+// CompositeDiagonalBandMaskNode::expand_node, reached from
+// utils/attn_score_modifiers.h causal_mask -> sliding_window_mask with right
+// bound 0, top-left aligned): GEN_INDEX on axes 2 and 3 with INT32 outputs and
+// no compute type of their own, so the graph context's compute type (FLOAT in
+// an SDPA graph; graph_properties.h fill_from_context) is their math
+// precision; CMP_GE computed in BOOLEAN; BINARY_SELECT in the context's
+// FLOAT. The engines match these patterns: an INT32 math precision on the
+// index generators is a graph the frontend never builds.
 static cudnnBackendDescriptor_t graph_causal_mask(struct graph *g, cudnnBackendDescriptor_t s,
                                                   cudnnBackendDescriptor_t neg_inf, int64_t B,
                                                   int64_t H, int64_t T) {
@@ -255,12 +285,22 @@ static cudnnBackendDescriptor_t graph_causal_mask(struct graph *g, cudnnBackendD
     cudnnBackendDescriptor_t col = graph_virtual(g, "col index", CUDNN_DATA_INT32, B, H, T, T);
     cudnnBackendDescriptor_t keep = graph_virtual(g, "row >= col", CUDNN_DATA_BOOLEAN, B, H, T, T);
     cudnnBackendDescriptor_t out = graph_virtual(g, "masked scores", CUDNN_DATA_FLOAT, B, H, T, T);
-    graph_pointwise(g, "gen row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, NULL, NULL, row, 2);
-    graph_pointwise(g, "gen col index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, NULL, NULL, col, 3);
+    graph_pointwise(g, "gen row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, row, 2);
+    graph_pointwise(g, "gen col index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, col, 3);
     graph_pointwise(g, "row >= col", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1);
     graph_pointwise(g, "causal select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep,
                     out, -1);
     return out;
+}
+
+// The value masked scores take, for the cuDNN library loaded at run time
+// (cudnnGetVersion(), e.g. 91000 for 9.10.0): the lowest finite float
+// (-FLT_MAX) before cuDNN 9.10, -inf from 9.10 on, as cudnn-frontend's
+// get_negative_inf_value (commit 3929da2e, include/cudnn_frontend/utils/
+// attn_score_modifiers.h: "older cuDNN version prefers lowest for softmax
+// mask") chooses for every mask of its SDPA graphs.
+static float sdpa_mask_value(size_t cudnn_version) {
+    return cudnn_version < 91000 ? -FLT_MAX : -INFINITY;
 }
 
 static cudnnDataType_t cudnn_dtype(enum dtype dt) {
@@ -479,8 +519,7 @@ static struct sdpa_plan *plan_for(struct cudnn_attention *ca, const struct sdpa_
 // mode an error naming the key, the call and cuDNN's status; in auto mode one
 // line on stderr, and attention stays on the native kernels.
 static enum status cudnn_open(struct cuda_backend *c, struct error *err) {
-    if (!c->cudnn) c->cudnn = (struct cudnn_attention *)xcalloc(1, sizeof *c->cudnn);
-    struct cudnn_attention *ca = c->cudnn;
+    struct cudnn_attention *ca = attn_state(c);
     if (ca->handle) return STATUS_OK;
     bool demand = c->attention == BACKEND_ATTENTION_CUDNN;
     if (ca->open_failed && !demand) return STATUS_OK;
@@ -496,9 +535,9 @@ static enum status cudnn_open(struct cuda_backend *c, struct error *err) {
     if (demand)
         return error_set(err, STATUS_RUNTIME, "system.attention = cudnn: %s on device %d: %s", call, c->device,
                          cudnnGetErrorString(s));
-    if (!ca->open_failed)
-        fprintf(stderr, "cuda backend: system.attention = auto: %s on device %d: %s; attention runs on the "
-                        "native kernels\n", call, c->device, cudnnGetErrorString(s));
+    if (!ca->open_failed && ca->log)
+        fprintf(ca->log, "cuda backend: system.attention = auto: %s on device %d: %s; attention runs on the "
+                         "native kernels\n", call, c->device, cudnnGetErrorString(s));
     ca->open_failed = true;
     return STATUS_OK;
 }
@@ -508,38 +547,46 @@ static enum status cudnn_open(struct cuda_backend *c, struct error *err) {
 static bool aligned(const void *ptr) { return ((uintptr_t)ptr % ATTN_ALIGN) == 0; }
 
 // Whether cuDNN runs the attention of key with these tensor pointers: fills
-// *plan_out when it does. Native when the mode is native, the dtype FP32 or
-// the build's cuDNN unusable (auto); in auto a shape cuDNN cannot plan or a
-// pointer that is not 16-byte aligned falls back to native with one line on
-// stderr per shape; in cudnn mode those are errors (STATUS_RUNTIME) naming
-// the key, the value, the shape and cuDNN's status.
+// *plan_out when it does, else why (the reason the native kernels run: the
+// mode native, FP32, cuDNN unusable, a shape cuDNN cannot plan with its
+// status, a pointer not 16-byte aligned). In cudnn mode the last three are
+// errors (STATUS_RUNTIME) naming the key, the value, the shape and cuDNN's
+// status. Announcing is the caller's (note_path).
 static enum status choose(struct backend *be, const struct sdpa_key *key, void *const *ptrs, int n_ptrs,
-                          struct sdpa_plan **plan_out, struct error *err) {
+                          struct sdpa_plan **plan_out, char *why, size_t why_size, struct error *err) {
     struct cuda_backend *c = cuda_state(be);
     *plan_out = NULL;
-    if (c->attention == BACKEND_ATTENTION_NATIVE || key->dt == DTYPE_FP32) return STATUS_OK;
+    why[0] = 0;
+    if (c->attention == BACKEND_ATTENTION_NATIVE) {
+        snprintf(why, why_size, "system.attention = native");
+        return STATUS_OK;
+    }
+    if (key->dt == DTYPE_FP32) {
+        snprintf(why, why_size, "fp32: cuDNN's attention takes bf16 and fp16");
+        return STATUS_OK;
+    }
     char shape[96];
     snprintf(shape, sizeof shape, "%s B=%d T=%d H=%d Hkv=%d D=%d %s", key->backward ? "backward" : "forward",
              key->B, key->T, key->H, key->Hkv, key->D, dtype_name(key->dt));
     bool demand = c->attention == BACKEND_ATTENTION_CUDNN;
     if (cudnn_open(c, err)) return err->status;
-    if (!c->cudnn->handle) return STATUS_OK; // auto, cuDNN unusable: said once by cudnn_open
+    if (!c->cudnn->handle) { // auto, cuDNN unusable: said once by cudnn_open
+        snprintf(why, why_size, "cuDNN could not be opened");
+        return STATUS_OK;
+    }
     if (key->dt != DTYPE_BF16 && key->dt != DTYPE_FP16) {
+        snprintf(why, why_size, "%s: cuDNN's attention takes bf16 and fp16", dtype_name(key->dt));
         if (!demand) return STATUS_OK;
         return error_set(err, STATUS_RUNTIME, "system.attention = cudnn: attention %s: cuDNN takes bf16 and fp16",
                          shape);
     }
-    bool fresh = true;
-    for (int i = 0; i < CUDNN_PLANS; i++)
-        if (c->cudnn->plans[i].used && key_equal(&c->cudnn->plans[i].key, key)) fresh = false;
     struct sdpa_plan *p = plan_for(c->cudnn, key);
     if (p->status != CUDNN_STATUS_SUCCESS) {
         if (demand)
             return error_set(err, STATUS_RUNTIME, "system.attention = cudnn: cuDNN %d.%d cannot run attention %s: %s",
                              (int)(cudnnGetVersion() / 10000), (int)(cudnnGetVersion() / 100 % 100), shape, p->why);
-        if (fresh)
-            fprintf(stderr, "cuda backend: system.attention = auto: cuDNN cannot run attention %s (%s); using the "
-                            "native kernel for this shape\n", shape, p->why);
+        snprintf(why, why_size, "cuDNN %d.%d cannot run it: %s", (int)(cudnnGetVersion() / 10000),
+                 (int)(cudnnGetVersion() / 100 % 100), p->why);
         return STATUS_OK;
     }
     for (int i = 0; i < n_ptrs; i++)
@@ -547,14 +594,53 @@ static enum status choose(struct backend *be, const struct sdpa_key *key, void *
             if (demand)
                 return error_set(err, STATUS_RUNTIME, "system.attention = cudnn: attention %s: tensor %d of the "
                                  "call is not %d-byte aligned (%p)", shape, i, ATTN_ALIGN, ptrs[i]);
-            if (!p->warned_align)
-                fprintf(stderr, "cuda backend: system.attention = auto: attention %s: a tensor is not %d-byte "
-                                "aligned; using the native kernel for such calls\n", shape, ATTN_ALIGN);
+            snprintf(why, why_size, "tensor %d of the call is not %d-byte aligned", i, ATTN_ALIGN);
+            if (!p->warned_align && c->cudnn->log)
+                fprintf(c->cudnn->log, "cuda backend: system.attention = auto: attention %s: a tensor is not "
+                        "%d-byte aligned; using the native kernel for such calls\n", shape, ATTN_ALIGN);
             p->warned_align = true;
             return STATUS_OK;
         }
     *plan_out = p;
     return STATUS_OK;
+}
+
+// Records that a call of shape key ran on cuDNN (why NULL) or on the native
+// kernels (why: the reason) for backend_attention_take_path, and the first
+// time the shape runs, says so on the log: "attention: forward B=8 T=2048
+// H=16 Hkv=16 D=128 bf16 -> cudnn" or "... -> native (REASON)".
+static void note_path(struct cuda_backend *c, const struct sdpa_key *key, const char *why) {
+    struct cudnn_attention *ca = attn_state(c);
+    ca->paths |= why ? BACKEND_ATTENTION_PATH_NATIVE : BACKEND_ATTENTION_PATH_CUDNN;
+    for (int i = 0; i < ca->n_said; i++)
+        if (key_equal(&ca->said[i], key)) return;
+    if (ca->n_said == SHAPES_SAID) return;
+    ca->said[ca->n_said++] = *key;
+    if (!ca->log) return;
+    fprintf(ca->log, "attention: %s B=%d T=%d H=%d Hkv=%d D=%d %s -> %s%s%s%s\n",
+            key->backward ? "backward" : "forward", key->B, key->T, key->H, key->Hkv, key->D,
+            dtype_name(key->dt), why ? "native" : "cudnn", why ? " (" : "", why ? why : "", why ? ")" : "");
+    fflush(ca->log);
+}
+
+// The plan of key for a call with these pointers (NULL: the native kernels),
+// the path recorded and announced (note_path); doc_mask: the call has a
+// document mask, which the cuDNN graph does not take (native). Exits 1 in
+// cudnn mode when cuDNN cannot run it.
+static struct sdpa_plan *plan_of_call(struct backend *be, const struct sdpa_key *key, void *const *ptrs,
+                                      int n_ptrs, bool doc_mask) {
+    struct cuda_backend *c = cuda_state(be);
+    struct sdpa_plan *p = NULL;
+    char why[384];
+    if (doc_mask) {
+        snprintf(why, sizeof why, "document mask (data.packing = concat_reset): not in the cuDNN graph");
+    } else {
+        struct error err = {};
+        if (choose(be, key, ptrs, n_ptrs, &p, why, sizeof why, &err))
+            fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+    }
+    note_path(c, key, p ? NULL : why);
+    return p;
 }
 
 // Runs plan p with the (uid, pointer) pairs and the workspace.
@@ -586,15 +672,18 @@ static void execute(struct backend *be, struct sdpa_plan *p, const int64_t *uids
 // ---- entry points (cuda_internal.cuh) ------------------------------------------------
 
 bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct tensor lse, struct tensor q,
-                                  struct tensor k, struct tensor v, int B, int T, int H, int Hkv, int D) {
-    if (q.dtype != k.dtype || q.dtype != v.dtype || q.dtype != out.dtype || B * T == 0) return false;
+                                  struct tensor k, struct tensor v, bool doc_mask, int B, int T, int H, int Hkv,
+                                  int D) {
+    if (B * T == 0) return false;
     struct sdpa_key key = {B, T, H, Hkv, D, q.dtype, false};
+    if (q.dtype != k.dtype || q.dtype != v.dtype || q.dtype != out.dtype) {
+        note_path(cuda_state(be), &key, "mixed dtypes");
+        return false;
+    }
     void *ptrs[] = {q.data, k.data, v.data, out.data, lse.data};
-    struct sdpa_plan *p;
-    struct error err = {};
-    if (choose(be, &key, ptrs, 5, &p, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+    struct sdpa_plan *p = plan_of_call(be, &key, ptrs, 5, doc_mask);
     if (!p) return false;
-    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY;
+    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = sdpa_mask_value(cudnnGetVersion());
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
     void *vals[] = {q.data, k.data, v.data, out.data, lse.data, &scale, &neg_inf};
     void *ws = p->workspace ? cuda_scratch(be, (size_t)p->workspace) : NULL;
@@ -604,16 +693,18 @@ bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct 
 
 bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
                                    struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
-                                   struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D) {
+                                   struct tensor out, struct tensor lse, bool doc_mask, int B, int T, int H,
+                                   int Hkv, int D) {
     enum dtype dt = q.dtype;
-    if (k.dtype != dt || v.dtype != dt || out.dtype != dt || dout.dtype != dt || dq.dtype != dt ||
-        dk.dtype != dt || dv.dtype != dt || B * T == 0)
-        return false;
+    if (B * T == 0) return false;
     struct sdpa_key key = {B, T, H, Hkv, D, dt, true};
+    if (k.dtype != dt || v.dtype != dt || out.dtype != dt || dout.dtype != dt || dq.dtype != dt ||
+        dk.dtype != dt || dv.dtype != dt) {
+        note_path(cuda_state(be), &key, "mixed dtypes");
+        return false;
+    }
     void *ptrs[] = {q.data, k.data, v.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data};
-    struct sdpa_plan *p;
-    struct error err = {};
-    if (choose(be, &key, ptrs, 9, &p, &err)) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+    struct sdpa_plan *p = plan_of_call(be, &key, ptrs, 9, doc_mask);
     if (!p) return false;
     // Workspace: cuDNN's, then Dsum (B, H, T) and the dq accumulator (B, H, T, D), FP32.
     size_t ws = ((size_t)p->workspace + 255) / 256 * 256;
@@ -621,7 +712,7 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
     size_t dsum_pad = (dsum + 255) / 256 * 256;
     char *base = (char *)cuda_scratch(be, cuda_scratch_cudnn_backward(p->workspace, B, T, H, D));
     CHECK_CUDA(cudaMemsetAsync(base + ws + dsum_pad, 0, acc, cuda_stream(be))); // cuDNN < 9.6 accumulates
-    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY, one = 1.0f;
+    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = sdpa_mask_value(cudnnGetVersion()), one = 1.0f;
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
                       UID_SCALE, UID_NEG_INF, UID_ONE, UID_DSUM, UID_DQ_ACCUM};
     void *vals[] = {q.data, k.data, v.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data,
@@ -654,9 +745,21 @@ extern "C" enum status backend_cuda_attention_uses_cudnn(struct backend *be, enu
                                                          struct error *err) {
     struct sdpa_key key = {B, T, H, Hkv, D, dtype, backward};
     struct sdpa_plan *p = NULL;
-    enum status s = choose(be, &key, NULL, 0, &p, err);
+    char why[384];
+    enum status s = choose(be, &key, NULL, 0, &p, why, sizeof why, err);
     *cudnn = p != NULL;
     return s;
+}
+
+extern "C" void backend_cuda_set_attention_log(struct backend *be, FILE *log) {
+    attn_state(cuda_state(be))->log = log;
+}
+
+extern "C" unsigned backend_cuda_attention_take_path(struct backend *be) {
+    struct cudnn_attention *ca = attn_state(cuda_state(be));
+    unsigned paths = ca->paths;
+    ca->paths = 0;
+    return paths;
 }
 
 extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
@@ -696,7 +799,8 @@ size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bou
         struct sdpa_key key = {b->B, b->T, b->H, b->Hkv, b->D, b->dtype, bwd != 0};
         struct sdpa_plan *p = NULL;
         struct error err = {};
-        if (choose(be, &key, NULL, 0, &p, &err) || !p) continue;
+        char why[384];
+        if (choose(be, &key, NULL, 0, &p, why, sizeof why, &err) || !p) continue;
         size_t ws = (size_t)p->workspace;
         need = MAX(need, bwd ? cuda_scratch_cudnn_backward(ws, b->B, b->T, b->H, b->D) : ws);
     }

@@ -41,7 +41,6 @@ static void cuda_destroy(struct backend *be) {
     cudaFree(c->bad);
     cudaFreeHost(c->host_sum);
     if (c->lt) cublasLtDestroy(c->lt);
-    if (c->comm_stream) cudaStreamDestroy(c->comm_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
@@ -137,6 +136,16 @@ extern "C" int backend_cuda_device_count(void) {
     return n;
 }
 
+extern "C" int backend_cuda_device_bus_id(int device, char *out, size_t cap) {
+    out[0] = 0;
+    if (cudaDeviceGetPCIBusId(out, (int)cap, device) != cudaSuccess) {
+        cudaGetLastError();
+        out[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
 // Init errors go to err (the caller reports them once, on every rank).
 #define INIT_TRY(stmt, what)                                                   \
     do {                                                                       \
@@ -170,11 +179,12 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     INIT_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device),
              "reading the SM count");
     INIT_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream");
-    INIT_TRY(cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking), "creating a stream");
     INIT_TRY(cudaMalloc(&c->workspace, CUDA_WORKSPACE_BYTES), "allocating the cuBLASLt workspace");
     c->workspace_bytes = CUDA_WORKSPACE_BYTES;
     INIT_TRY(cudaMalloc(&c->bad, sizeof(int)), "allocating a counter");
-    INIT_TRY(cudaMemset(c->bad, 0, sizeof(int)), "zeroing a counter");
+    // On the compute stream: cudaMemset would queue it on the legacy stream,
+    // which is not ordered with the non-blocking compute stream.
+    INIT_TRY(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "zeroing a counter");
     INIT_TRY(cudaMallocHost(&c->host_sum, sizeof(double)), "allocating pinned memory");
     INIT_TRY(stage_init(c), "allocating the pinned staging ring");
     {
@@ -195,11 +205,6 @@ fail:
 extern "C" void *backend_cuda_stream(struct backend *be) {
     CHECK(be->ops == &cuda_ops, "backend_cuda_stream: backend %s is not cuda", be->ops->name);
     return (void *)cuda_state(be)->stream;
-}
-
-extern "C" void *backend_cuda_comm_stream(struct backend *be) {
-    CHECK(be->ops == &cuda_ops, "backend_cuda_comm_stream: backend %s is not cuda", be->ops->name);
-    return (void *)cuda_state(be)->comm_stream;
 }
 
 extern "C" int backend_cuda_device(struct backend *be) {

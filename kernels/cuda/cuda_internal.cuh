@@ -79,7 +79,6 @@ struct gemm_plan {
 struct cuda_backend {
     int device;
     cudaStream_t stream;      // compute: every op and memory copy
-    cudaStream_t comm_stream; // communication (NCCL), see src/parallel/comm_nccl.c
     cublasLtHandle_t lt;
     void *workspace; // cuBLASLt workspace
     size_t workspace_bytes;
@@ -108,12 +107,17 @@ static inline cudaStream_t cuda_stream(struct backend *be) { return cuda_state(b
 // cuDNN's fused attention (cuda_attention_cudnn.cu): runs the op and returns
 // true when be's attention mode, the dtype and cuDNN's support for the shape
 // say so (exits 1 with the reason in mode cudnn when they cannot); false: the
-// caller runs the native kernel. Arguments as the ops of the same names.
+// caller runs the native kernel. Arguments as the ops of the same names;
+// doc_mask: the call has a document mask (native: the graph has none). Either
+// way the path is recorded for backend_attention_take_path and announced the
+// first time the shape runs (backend_set_attention_log).
 bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct tensor lse, struct tensor q,
-                                  struct tensor k, struct tensor v, int B, int T, int H, int Hkv, int D);
+                                  struct tensor k, struct tensor v, bool doc_mask, int B, int T, int H, int Hkv,
+                                  int D);
 bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
                                    struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
-                                   struct tensor out, struct tensor lse, int B, int T, int H, int Hkv, int D);
+                                   struct tensor out, struct tensor lse, bool doc_mask, int B, int T, int H,
+                                   int Hkv, int D);
 // Scratch bytes cuDNN's attention needs at bounds (its forward's workspace,
 // its backward's workspace and FP32 buffers), planning both now; 0 when the
 // mode, the dtype or cuDNN's support for the shape sends it to the native

@@ -25,6 +25,12 @@
 
 _Noreturn void mpi_fail(int rc, const char *call, const char *file, int line);
 
+// MPI_Init, except in the emulated CUDA build (-DTRIDENT_CUDA_EMU): there
+// MPI_Init_thread with MPI_THREAD_MULTIPLE, since the emulated NCCL calls MPI
+// from the streams' worker threads while the host thread calls it too
+// (tests/cuda_emu/nccl.h); exits 1 with a message when MPI cannot.
+void mpi_util_start(int *argc, char ***argv);
+
 // After MPI_Init: makes MPI errors on world (and on communicators split from
 // it later) return to CHECK_MPI, sets g_log_rank to the world rank, and
 // installs mpi_abort_on_fatal with fatal_set_hook.

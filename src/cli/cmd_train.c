@@ -136,7 +136,7 @@ int cmd_train(int argc, char **argv) {
         free(rest);
         return rc;
     }
-    MPI_Init(&argc, &argv);
+    mpi_util_start(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};
     sa.sa_handler = on_preempt;

@@ -141,6 +141,7 @@ struct system_config {
     int threads;        // 0: OpenMP's default
     double peak_tflops; // 0: measure at start
     double watchdog_s;  // 0: no watchdog
+    bool share_devices; // cuda: more ranks on a node than devices share them round-robin (else refused)
 };
 
 struct config {

@@ -257,6 +257,11 @@ const struct config_key config_keys[] = {
               "end the job (exit 1, naming the rank) when a rank makes no progress (a start-up phase, "
               "a tensor of a checkpoint read, a step, an evaluation batch, a sampled token, a save) "
               "for this long (x an allowance in long phases: docs/design.md §8); 0 disables"),
+    KEY_BOOL("system", "share_devices", system.share_devices, "false",
+             "cuda: when two ranks of a node would use one CUDA device (more ranks than devices; "
+             "devices told apart by PCI bus id), let them share round-robin (device = node-local rank "
+             "mod devices: slower, and NCCL before 2.30 refuses two ranks of one group on one GPU); "
+             "false refuses such a launch (exit 2) instead of sharing silently (docs/design.md §2)"),
 };
 
 const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);

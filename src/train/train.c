@@ -86,6 +86,76 @@ static enum status setup_grid(struct trainer *t, struct trainer_error *err) {
     return STATUS_OK;
 }
 
+// One rank's CUDA device, gathered for check_device_sharing: 96 bytes (24
+// int32 for comm_all_gather).
+struct device_slot {
+    char host[64];
+    char bus[24];   // PCI bus id, or "device N" when the runtime cannot say
+    int32_t count;  // devices this rank sees
+    int32_t rank;   // world rank
+};
+
+static int device_slot_cmp(const void *a, const void *b) {
+    const struct device_slot *x = a, *y = b;
+    int c = strcmp(x->host, y->host);
+    if (!c) c = strcmp(x->bus, y->bus);
+    return c ? c : x->rank - y->rank;
+}
+
+// Ranks that would share a GPU: every rank's host and device's PCI bus id
+// (what NCCL tells GPUs apart by), gathered over the world, so each rank
+// reaches the same verdict: one GPU used by two or more ranks is refused
+// (STATUS_BAD_INPUT, every rank; rank 0 prints the first such GPU: its host,
+// ranks, that host's ranks and GPUs, the key) unless [system] share_devices
+// = true (then rank 0 notes it). Per-rank CUDA_VISIBLE_DEVICES (srun
+// --gpus-per-task) gives each rank a different GPU as its device 0: no
+// sharing. Collective over the world.
+static enum status check_device_sharing(struct trainer *t, int device, int n, struct trainer_error *err) {
+    struct topology *topo = &t->par.topo;
+    int W = topo->world_size;
+    struct device_slot mine = {.count = n, .rank = topo->world_rank};
+    _Static_assert(sizeof mine == 96, "device_slot is gathered as 24 int32");
+    if (gethostname(mine.host, sizeof mine.host - 1)) snprintf(mine.host, sizeof mine.host, "?");
+    if (backend_device_bus_id(device, mine.bus, sizeof mine.bus))
+        snprintf(mine.bus, sizeof mine.bus, "device %d", device);
+    struct device_slot *all = xcalloc((size_t)W, sizeof *all);
+    comm_all_gather(&topo->world, &mine, all, sizeof mine / 4, DTYPE_I32);
+    qsort(all, (size_t)W, sizeof *all, device_slot_cmp);
+    int first = -1; // the first slot of the first GPU with two ranks
+    for (int i = 1; i < W && first < 0; i++)
+        if (!strcmp(all[i].host, all[i - 1].host) && !strcmp(all[i].bus, all[i - 1].bus)) first = i - 1;
+    enum status st = STATUS_OK;
+    if (first >= 0) {
+        const struct device_slot *g = &all[first];
+        int on_gpu = 0, on_host = 0, gpus = 0;
+        char ranks[160] = "";
+        for (int i = 0; i < W; i++) {
+            if (strcmp(all[i].host, g->host)) continue;
+            on_host++;
+            gpus += i == 0 || strcmp(all[i].host, all[i - 1].host) || strcmp(all[i].bus, all[i - 1].bus);
+            if (strcmp(all[i].bus, g->bus)) continue;
+            size_t len = strlen(ranks);
+            if (on_gpu++ < 8) snprintf(ranks + len, sizeof ranks - len, "%s%d", on_gpu > 1 ? ", " : "", all[i].rank);
+            else if (on_gpu == 9) snprintf(ranks + len, sizeof ranks - len, ", ...");
+        }
+        if (!t->cfg.system.share_devices) {
+            error_set(&err->err, STATUS_BAD_INPUT, "[system] device = cuda: %d ranks on host %s would share "
+                      "one CUDA device (PCI %s: ranks %s); the host runs %d ranks on %d device%s (rank %d "
+                      "sees %d): launch at most one rank per device, or set [system] share_devices = true "
+                      "(system.share_devices=true) to share them round-robin", on_gpu, g->host, g->bus, ranks,
+                      on_host, gpus, gpus > 1 ? "s" : "", g->rank, g->count);
+            st = STATUS_BAD_INPUT; // every rank, the same verdict: rank 0 prints it
+        } else if (is_root(t)) {
+            fprintf(stderr, "trident: note: ranks share CUDA devices round-robin ([system] share_devices = "
+                    "true): e.g. host %s runs %d ranks on %d device%s (ranks %s on PCI %s); NCCL refuses two "
+                    "ranks of one group on one GPU unless it is 2.30 or later with "
+                    "NCCL_MULTI_RANK_GPU_ENABLE=1\n", g->host, on_host, gpus, gpus > 1 ? "s" : "", ranks, g->bus);
+        }
+    }
+    free(all);
+    return st;
+}
+
 // The backend, on the CUDA device of this rank's node-local rank (modulo the
 // devices it sees: topology_device_of) before any other CUDA or NCCL call;
 // then, under CUDA, the NCCL groups over device buffers (topology_init_device,
@@ -98,6 +168,7 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
     struct topology *topo = &par->topo;
     bool cuda = c->system.device == DEVICE_CUDA;
     int device = 0;
+    enum status st;
     if (cuda) {
         int n = backend_device_count();
         if (n < 1) {
@@ -107,12 +178,7 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
             return trainer_alone(err);
         }
         device = topology_device_of(topo, n);
-        // Ranks sharing a GPU work (the emulation, a debug run) but real NCCL
-        // before 2.30 refuses two ranks of one communicator on one device.
-        if (topo->local_size > n && topo->local_rank == 0 && topo->world_size > 1)
-            fprintf(stderr, "trident: %d ranks on this node share %d CUDA device%s (device = node-local "
-                    "rank %% %d); NCCL refuses two ranks of one group on one GPU unless it is 2.30 or "
-                    "later with NCCL_MULTI_RANK_GPU_ENABLE=1\n", topo->local_size, n, n > 1 ? "s" : "", n);
+        if ((st = check_device_sharing(t, device, n, err))) return st;
     }
     // OpenMP threads: [system] threads, else this rank's CPU affinity, else
     // SLURM_CPUS_PER_TASK, else the node's cores / its ranks (base/threads.h);
@@ -127,6 +193,8 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
         return trainer_alone(err);
+    // Which attention path each shape takes: said once, by rank 0 (docs/cuda.md).
+    backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
         return err->err.status;
     par->groups = (struct parallel_groups){
@@ -476,6 +544,21 @@ static void print_banner(const struct trainer *t) {
     fflush(stdout);
 }
 
+// Heartbeat files in <run_dir>/heartbeat (base/heartbeat.h), so that a
+// watchdog that fires waiting on peers names the stopped ones. Started after
+// setup_device's collectives: every rank then knows that rank 0 holds the run
+// folder's lock (a second run into it was refused before writing there). A
+// folder that cannot be written (not shared with this host) costs only the
+// naming: a note, and the watchdog goes on.
+static void start_heartbeat(struct trainer *t) {
+    char dir[CONFIG_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/heartbeat", t->cfg.log.run_dir);
+    struct error e = {0};
+    if (watchdog_heartbeat(t->watchdog, dir, t->par.topo.world_size, &e))
+        fprintf(stderr, "trident: [rank %d] note: %s: a watchdog cannot name this rank if it stops\n",
+                t->par.topo.world_rank, e.msg);
+}
+
 enum status trainer_open(struct trainer **out, const struct config *cfg,
                          struct trainer_error *err) {
     *out = NULL;
@@ -496,6 +579,11 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
                        WATCHDOG_FIRST_STEP, 1);
         st = setup_device(t, err);
     }
+    if (!st) start_heartbeat(t);
+    // NCCL's asynchronous errors (a failed collective, a dead peer) end the
+    // run within a tick even while the main thread blocks on the device.
+    if (!st && watchdog_add_check(w, topology_check_device_groups, &t->par.topo))
+        CHECK(0, "watchdog: no room for the NCCL error check");
     if (!st) {
         watchdog_phase(w, "start-up: opening the dataset", WATCHDOG_FIRST_STEP, 0);
         st = setup_data(t, err);
@@ -618,7 +706,15 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     int W = t->par.topo.world_size;
     double *all = t->log.split_all;
     comm_all_gather(&t->par.topo.world, split, all, 4, DTYPE_FP64);
+    // The attention paths of every rank's calls since the previous record
+    // (evaluations included): cudnn, native, mixed (both), none, cpu.
+    unsigned mine = backend_attention_take_path(t->m.be);
+    int32_t path[3] = {!!(mine & BACKEND_ATTENTION_PATH_CUDNN), !!(mine & BACKEND_ATTENTION_PATH_NATIVE),
+                       !!(mine & BACKEND_ATTENTION_PATH_CPU)};
+    comm_all_reduce(&t->par.topo.world, path, 3, DTYPE_I32, COMM_MAX);
     if (!is_root(t)) return;
+    const char *attention = path[2] ? "cpu" : path[0] && path[1] ? "mixed" : path[0] ? "cudnn" : path[1] ? "native"
+                                                                                                     : "none";
     double worst_wait = 0;
     for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[4 * i + 2]);
     const struct config *c = &t->cfg;
@@ -660,6 +756,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             eta, data_wait * 1e3);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
+    fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
     const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
     for (int k = 0; k < (t->par.sync ? 4 : 3); k++) {
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);

@@ -101,6 +101,7 @@ int main() {
         dim3 grid(2, 3, 2), block(32, 4, 2);
         std::vector<int> out(12 * 256, -1);
         indices<<<grid, block, 0, nullptr>>>(out.data());
+        cudaDeviceSynchronize();
         int bad = 0;
         for (unsigned bz = 0; bz < 2; bz++)
             for (unsigned by = 0; by < 3; by++)
@@ -118,6 +119,7 @@ int main() {
         std::vector<float> in(blocks * 256), out(blocks);
         for (int i = 0; i < blocks * 256; i++) in[i] = (float)(i % 101);
         tree_sum<<<blocks, 256, 0, nullptr>>>(out.data(), in.data());
+        cudaDeviceSynchronize();
         int bad = 0;
         for (int b = 0; b < blocks; b++) {
             double ref = 0;
@@ -130,6 +132,7 @@ int main() {
         std::vector<float> out(128 * 4);
         std::vector<int> iout(128);
         shuffles<<<1, 128, 0, nullptr>>>(out.data(), iout.data());
+        cudaDeviceSynchronize();
         int bad = 0;
         for (int t = 0; t < 128; t++) {
             int lane = t % 32, w = t - lane;
@@ -147,6 +150,7 @@ int main() {
         std::vector<float> in(n), out(n);
         for (int i = 0; i < n; i++) in[i] = (float)i * 0.5f;
         reverse_dynamic<<<1, n, n * sizeof(float), nullptr>>>(out.data(), in.data(), n);
+        cudaDeviceSynchronize();
         int bad = 0;
         for (int i = 0; i < n; i++) bad += out[i] != in[n - 1 - i];
         EXPECT(bad == 0, "dynamic shared memory: %d of %d wrong", bad, n);
@@ -155,6 +159,7 @@ int main() {
         const int live = 100;
         std::vector<int> out(256, -1);
         early_return<<<3, 256>>>(out.data(), live);
+        cudaDeviceSynchronize();
         int bad = 0;
         for (int t = 0; t < 256; t++)
             bad += out[t] != (t < live ? (live - 1 - t) * (live - 1 - t) + 1 : -1);
@@ -163,9 +168,11 @@ int main() {
     {
         int counter = 0;
         count<<<1000, 64, 0, nullptr>>>(&counter);
+        cudaDeviceSynchronize();
         EXPECT(counter == 64000, "atomicAdd from 1000 blocks of 64: %d", counter);
         std::vector<int> out(64);
         scaled<3><<<1, 64>>>(out.data());
+        cudaDeviceSynchronize();
         int bad = 0;
         for (int t = 0; t < 64; t++) bad += out[t] != 3 * t;
         EXPECT(bad == 0, "templated kernel: %d of 64 wrong", bad);
@@ -177,6 +184,7 @@ int main() {
             freopen("/dev/null", "w", stderr);
             std::vector<float> out(64);
             deadlock<<<1, 64, 0, nullptr>>>(out.data());
+            cudaDeviceSynchronize();
             _exit(0);
         }
         int st = 0;

@@ -2,8 +2,10 @@
 // real library: D (m, n) = alpha op(A) op(B) + beta C, op(A) (m, k), op(B)
 // (k, n), element (i, j) of a layout at i + j * ld. Only what trident sets
 // is honoured: TRANSA / TRANSB (the preferences are accepted and ignored);
-// compute CUBLAS_COMPUTE_32F with FP32 alpha and beta. beta == 0 never reads
-// C, as in cuBLAS.
+// compute CUBLAS_COMPUTE_32F with FP32 alpha and beta (host pointers, read at
+// the call). beta == 0 never reads C, as in cuBLAS. cublasLtMatmul is queued
+// on its stream (runtime_emu.cpp) with copies of the layouts: the caller may
+// destroy its descriptors at once.
 #include "cuda_emu.h"
 
 #include <vector>
@@ -142,7 +144,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                               cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb,
                               const void *beta_p, const void *C, cublasLtMatrixLayout_t lc, void *D,
                               cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *, void *, size_t,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
     if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) % 256) emu_count_lt_unaligned();
     uint64_t m = ld->rows, n = ld->cols;
     uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
@@ -151,22 +153,28 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
     emu_count_gemm(m, n, k);
     if (emu_count_only()) return CUBLAS_STATUS_SUCCESS;
-    float alpha, beta;
+    float alpha, beta; // host pointer mode: read at the call
     memcpy(&alpha, alpha_p, 4);
     memcpy(&beta, beta_p, 4);
-    std::vector<float> a = op_of(la, A, d->ta, m, k), b = op_of(lb, B, d->tb, k, n), acc(m);
-    for (uint64_t j = 0; j < n; j++) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (uint64_t p = 0; p < k; p++) {
-            float bpj = b[p + j * k];
-            const float *ap = &a[p * m];
-            for (uint64_t i = 0; i < m; i++) acc[i] += ap[i] * bpj;
+    // Queued on the stream with the layouts and transposes copied: the caller
+    // may destroy its descriptors as soon as this returns.
+    emu_lt_layout a_l = *la, b_l = *lb, c_l = *lc, d_l = *ld;
+    cublasOperation_t ta = d->ta, tb = d->tb;
+    emu_enqueue(stream, [=]() {
+        std::vector<float> a = op_of(&a_l, A, ta, m, k), b = op_of(&b_l, B, tb, k, n), acc(m);
+        for (uint64_t j = 0; j < n; j++) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (uint64_t p = 0; p < k; p++) {
+                float bpj = b[p + j * k];
+                const float *ap = &a[p * m];
+                for (uint64_t i = 0; i < m; i++) acc[i] += ap[i] * bpj;
+            }
+            for (uint64_t i = 0; i < m; i++) {
+                float v = alpha * acc[i];
+                if (beta != 0.0f) v += beta * load(c_l.type, C, i + j * c_l.ld);
+                store(d_l.type, D, i + j * d_l.ld, v);
+            }
         }
-        for (uint64_t i = 0; i < m; i++) {
-            float v = alpha * acc[i];
-            if (beta != 0.0f) v += beta * load(lc->type, C, i + j * lc->ld);
-            store(ld->type, D, i + j * ld->ld, v);
-        }
-    }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

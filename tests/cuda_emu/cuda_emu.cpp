@@ -1,6 +1,7 @@
-// cuda_emu.cpp: the emulated CUDA runtime (cuda_runtime_api.h) and the
-// kernel machinery of cuda_emu.h: CUDA threads as fibers on the calling OS
-// thread, barriers, warp shuffles.
+// cuda_emu.cpp: the kernel machinery of cuda_emu.h (CUDA threads as fibers
+// on the stream worker that runs the launch, barriers, warp shuffles) and the
+// counters of TRIDENT_EMU_STATS; the runtime API (streams, events, memory,
+// copies) is runtime_emu.cpp, pinned memory pinned_emu.cpp.
 //
 // Scheduling: a block's CUDA threads (linear index t = 0..n-1) start in
 // order on fibers (stacks of their own, switched in user space: no OS
@@ -19,13 +20,13 @@
 // thread reaches): abort with a message. Stack switch: x86-64, the six
 // callee-saved registers (asm below); elsewhere ucontext's swapcontext.
 #include "cuda_emu.h"
+#include "emu_internal.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -95,6 +96,9 @@ static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) 
 
 // ---- fibers and barriers --------------------------------------------------------
 
+// One launch at a time (S and the kernels' __shared__ are global); emu_internal.h.
+std::mutex emu_launch_lock;
+
 namespace {
 
 // Per fiber; only the pages a kernel touches are backed by memory.
@@ -129,9 +133,10 @@ struct scheduler {
     std::vector<uint8_t> parity;    // per thread: the buffer of its next shuffle
     std::vector<uint3> idx;      // threadIdx of each thread of the launch
 };
-scheduler S;
+// Never destroyed: a stream's worker may still run a kernel while the process
+// exits (static destructors would free what it uses).
+scheduler &S = *new scheduler;
 unsigned long long n_switches; // fiber switches (TRIDENT_EMU_STATS)
-std::mutex launch_lock; // one launch at a time (S and the kernels' __shared__ are global)
 
 [[noreturn]] void emu_die(const char *what) {
     fprintf(stderr, "cuda_emu: %s (block %u,%u,%u of a %ux%ux%u grid, %ux%ux%u threads)\n", what,
@@ -283,7 +288,7 @@ uint64_t emu_shfl(uint64_t v, int src) {
     return src >= 0 && src < 32 ? lanes[w * 32 + src] : v;
 }
 
-// One thread at a time: no lock needed beyond launch_lock.
+// One thread at a time: no lock needed beyond emu_launch_lock.
 float atomicAdd(float *p, float v) {
     float old = *p;
     *p = old + v;
@@ -303,16 +308,16 @@ int atomicMax(int *p, int v) {
 void emu_syncwarp(void) { barrier_arrive(S.warps[S.thread / 32]); }
 
 namespace {
-std::vector<float4> dynamic_shared; // float4: 16-byte aligned
+std::vector<float4> &dynamic_shared = *new std::vector<float4>; // float4: 16-byte aligned; never destroyed (as S)
 }
 void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 
 // The counters of TRIDENT_EMU_STATS and TRIDENT_EMU_COUNT_ONLY
-// (cuda_runtime_api.h): written under stats_lock, except the launch counts
-// (under launch_lock).
+// (cuda_runtime_api.h): written under stats_lock, by the host thread at
+// enqueue time (n_switches by the worker running the kernel).
 struct emu_stats {
     unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
-        collectives, d2h_copies, syncs, mallocs, frees, pageable_h2d, lt_setups, lt_unaligned;
+        collectives, max_queued, d2h_copies, syncs, mallocs, frees, pageable_h2d, lt_setups, lt_unaligned;
 };
 static emu_stats stats;
 static std::mutex stats_lock;
@@ -322,9 +327,9 @@ static void print_stats(void) {
     if (!strcmp(path, "1")) {
         fprintf(stderr,
                 "cuda_emu: %llu launches, %llu blocks, %llu threads, %llu fiber switches, %llu gemms, "
-                "%llu traffic bytes, %llu copies, %llu collectives\n",
+                "%llu traffic bytes, %llu copies, %llu collectives, at most %llu operations queued on a stream\n",
                 stats.launches, stats.blocks, stats.threads, n_switches, stats.gemms, stats.traffic_bytes,
-                stats.copies, stats.collectives);
+                stats.copies, stats.collectives, stats.max_queued);
         return;
     }
     std::string file;
@@ -337,11 +342,12 @@ static void print_stats(void) {
     fprintf(f,
             "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
             "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
-            "\"collectives\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"frees\": %llu, "
-            "\"pageable_h2d\": %llu, \"lt_setups\": %llu, \"lt_unaligned\": %llu}\n",
+            "\"collectives\": %llu, \"max_queued\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, "
+            "\"mallocs\": %llu, \"frees\": %llu, \"pageable_h2d\": %llu, \"lt_setups\": %llu, "
+            "\"lt_unaligned\": %llu}\n",
             stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
-            stats.copies, stats.copy_bytes, stats.collectives, stats.d2h_copies, stats.syncs, stats.mallocs,
-            stats.frees, stats.pageable_h2d, stats.lt_setups, stats.lt_unaligned);
+            stats.copies, stats.copy_bytes, stats.collectives, stats.max_queued, stats.d2h_copies, stats.syncs,
+            stats.mallocs, stats.frees, stats.pageable_h2d, stats.lt_setups, stats.lt_unaligned);
     fclose(f);
 }
 // Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
@@ -356,6 +362,7 @@ static bool count_only_mode(void) {
 }
 
 extern "C" int emu_count_only(void) { return count_only_mode(); }
+bool emu_count_only_mode(void) { return count_only_mode(); }
 extern "C" void emu_traffic(unsigned long long bytes) {
     count_only_mode();
     std::lock_guard<std::mutex> lock(stats_lock);
@@ -368,16 +375,41 @@ extern "C" void emu_count_gemm(unsigned long long m, unsigned long long n, unsig
     stats.gemms++;
     stats.gemm_flops += 2 * m * n * k;
 }
-static void count_event(unsigned long long emu_stats::*field);
+extern "C" void emu_count_collective(void) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.collectives++;
+}
+void emu_note_queued(unsigned long long n) {
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.max_queued = std::max(stats.max_queued, n);
+}
+void emu_count_copy(size_t n) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.copies++;
+    stats.copy_bytes += n;
+}
+// The host-work counters (cuda_runtime_api.h), at the call.
+static void count_event(unsigned long long emu_stats::*field) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.*field += 1;
+}
+void emu_count_d2h(void) { count_event(&emu_stats::d2h_copies); }
+void emu_count_sync(void) { count_event(&emu_stats::syncs); }
+void emu_count_malloc(void) { count_event(&emu_stats::mallocs); }
+void emu_count_free(void) { count_event(&emu_stats::frees); }
+void emu_count_pageable_h2d(void) { count_event(&emu_stats::pageable_h2d); }
 extern "C" void emu_count_lt_setup(void) { count_event(&emu_stats::lt_setups); }
 extern "C" void emu_count_lt_unaligned(void) { count_event(&emu_stats::lt_unaligned); }
 extern "C" unsigned long long emu_stat(const char *name) {
     static const struct {
         const char *name;
         unsigned long long emu_stats::*field;
-    } fields[] = {{"launches", &emu_stats::launches}, {"copies", &emu_stats::copies},
-                  {"d2h_copies", &emu_stats::d2h_copies}, {"syncs", &emu_stats::syncs},
-                  {"mallocs", &emu_stats::mallocs}, {"frees", &emu_stats::frees},
+    } fields[] = {{"launches", &emu_stats::launches},         {"copies", &emu_stats::copies},
+                  {"d2h_copies", &emu_stats::d2h_copies},     {"syncs", &emu_stats::syncs},
+                  {"mallocs", &emu_stats::mallocs},           {"frees", &emu_stats::frees},
                   {"pageable_h2d", &emu_stats::pageable_h2d}, {"lt_setups", &emu_stats::lt_setups},
                   {"lt_unaligned", &emu_stats::lt_unaligned}};
     std::lock_guard<std::mutex> lock(stats_lock);
@@ -386,25 +418,8 @@ extern "C" unsigned long long emu_stat(const char *name) {
     fprintf(stderr, "cuda_emu: emu_stat(\"%s\"): no such counter\n", name);
     abort();
 }
-extern "C" void emu_count_collective(void) {
-    count_only_mode();
-    std::lock_guard<std::mutex> lock(stats_lock);
-    stats.collectives++;
-}
-static void count_copy(size_t n) {
-    count_only_mode();
-    std::lock_guard<std::mutex> lock(stats_lock);
-    stats.copies++;
-    stats.copy_bytes += n;
-}
-// d2h_copies, syncs, mallocs, frees (cuda_runtime_api.h).
-static void count_event(unsigned long long emu_stats::*field) {
-    count_only_mode();
-    std::lock_guard<std::mutex> lock(stats_lock);
-    stats.*field += 1;
-}
 
-void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
+void emu_enqueue_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body) {
     if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
         fprintf(stderr, "cuda_emu: a launch of grid (%u, %u, %u): CUDA allows x <= 2^31-1, y and z <= 65535\n",
                 grid.x, grid.y, grid.z);
@@ -416,7 +431,6 @@ void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &b
         abort();
     }
     bool count_only = count_only_mode();
-    std::lock_guard<std::mutex> lock(launch_lock);
     unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
     {
         std::lock_guard<std::mutex> slock(stats_lock);
@@ -425,6 +439,12 @@ void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &b
         stats.threads += nb * (unsigned long long)n;
     }
     if (count_only) return;
+    emu_enqueue(s, [grid, block, shmem, body = std::move(body)]() { emu_run(grid, block, shmem, body); });
+}
+
+void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
+    int n = (int)(block.x * block.y * block.z);
+    std::lock_guard<std::mutex> lock(emu_launch_lock);
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     for (auto &l : S.lanes) l.resize(std::max(l.size(), S.warps.size() * 32));
     S.parity.resize(std::max(S.parity.size(), S.warps.size() * 32));
@@ -444,238 +464,3 @@ void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &b
             }
     S.body = nullptr;
 }
-
-// ---- the runtime API (cuda_runtime_api.h) ---------------------------------------
-
-namespace {
-int current_device = 0;
-cudaError_t last_error = cudaSuccess;
-
-cudaError_t fail(cudaError_t e) {
-    last_error = e;
-    return e;
-}
-
-double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-} // namespace
-
-struct emu_stream {
-    unsigned flags;
-};
-struct emu_event {
-    double ms; // host time of the last record
-};
-
-extern "C" {
-
-const char *cudaGetErrorString(cudaError_t e) {
-    switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument (emulated)";
-    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
-    case cudaErrorInvalidDevice: return "invalid device ordinal (emulated)";
-    case cudaErrorNotReady: return "device not ready (emulated)";
-    default: return "emulated CUDA error";
-    }
-}
-
-const char *cudaGetErrorName(cudaError_t e) {
-    switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    default: return "cudaErrorUnknown";
-    }
-}
-
-cudaError_t cudaGetLastError(void) {
-    cudaError_t e = last_error;
-    last_error = cudaSuccess;
-    return e;
-}
-
-cudaError_t cudaPeekAtLastError(void) { return last_error; }
-
-cudaError_t cudaGetDeviceCount(int *n) {
-    const char *s = getenv("TRIDENT_EMU_DEVICES");
-    *n = s && *s ? atoi(s) : 8;
-    return cudaSuccess;
-}
-
-cudaError_t cudaSetDevice(int device) {
-    int n;
-    cudaGetDeviceCount(&n);
-    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice);
-    current_device = device;
-    return cudaSuccess;
-}
-
-cudaError_t cudaGetDevice(int *device) {
-    *device = current_device;
-    return cudaSuccess;
-}
-
-cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
-    if (attr != cudaDevAttrMultiProcessorCount) return fail(cudaErrorInvalidValue);
-    *value = 4;
-    return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize(void) {
-    count_event(&emu_stats::syncs);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
-    size_t total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
-    size_t avail = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
-    *free_bytes = avail;
-    *total_bytes = total;
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    *s = new emu_stream{flags};
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    delete s;
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-    count_event(&emu_stats::syncs);
-    return cudaSuccess;
-}
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-
-cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
-    *e = new emu_event{now_ms()};
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    delete e;
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-    if (!e) return fail(cudaErrorInvalidValue);
-    e->ms = now_ms();
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
-    *ms = (float)(end->ms - start->ms);
-    return cudaSuccess;
-}
-
-// Count-only mode: device memory is mapped, never touched (zero pages).
-static std::mutex mapped_lock;
-static std::unordered_map<void *, size_t> mapped;
-
-cudaError_t cudaMalloc(void **p, size_t n) {
-    count_event(&emu_stats::mallocs);
-    if (count_only_mode()) {
-        size_t bytes = n ? n : 1;
-        void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) return fail(cudaErrorMemoryAllocation);
-        std::lock_guard<std::mutex> lock(mapped_lock);
-        mapped[m] = bytes;
-        *p = m;
-        return cudaSuccess;
-    }
-    *p = aligned_alloc(256, (n + 255) / 256 * 256);
-    if (!*p) return fail(cudaErrorMemoryAllocation);
-    memset(*p, 0xff, n);
-    return cudaSuccess;
-}
-
-// Pinned host allocations (start -> bytes), so that a host-to-device copy
-// from pageable memory is counted (pageable_h2d).
-static std::mutex pinned_lock;
-static std::map<const char *, size_t> pinned;
-static bool is_pinned(const void *p) {
-    std::lock_guard<std::mutex> lock(pinned_lock);
-    auto it = pinned.upper_bound((const char *)p);
-    if (it == pinned.begin()) return false;
-    --it;
-    return (const char *)p < it->first + it->second;
-}
-
-static cudaError_t host_alloc(void **p, size_t n) {
-    *p = aligned_alloc(256, (n + 255) / 256 * 256);
-    if (!*p) return fail(cudaErrorMemoryAllocation);
-    memset(*p, 0xff, n);
-    std::lock_guard<std::mutex> lock(pinned_lock);
-    pinned[(const char *)*p] = n ? n : 1;
-    return cudaSuccess;
-}
-cudaError_t cudaMallocHost(void **p, size_t n) { return host_alloc(p, n); }
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return host_alloc(p, n); }
-
-cudaError_t cudaFree(void *p) {
-    if (p) count_event(&emu_stats::frees);
-    if (count_only_mode()) {
-        std::lock_guard<std::mutex> lock(mapped_lock);
-        auto it = mapped.find(p);
-        if (it != mapped.end()) {
-            munmap(p, it->second);
-            mapped.erase(it);
-            return cudaSuccess;
-        }
-    }
-    free(p);
-    return cudaSuccess;
-}
-
-cudaError_t cudaFreeHost(void *p) {
-    {
-        std::lock_guard<std::mutex> lock(pinned_lock);
-        pinned.erase((const char *)p);
-    }
-    free(p);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
-    count_copy(n);
-    if (k == cudaMemcpyDeviceToHost) count_event(&emu_stats::d2h_copies);
-    if (k == cudaMemcpyHostToDevice && n && !is_pinned(s)) count_event(&emu_stats::pageable_h2d);
-    if (count_only_mode()) { // host destinations read zeros (the device's untouched pages)
-        if (n && k == cudaMemcpyDeviceToHost) memset(d, 0, n);
-        return cudaSuccess;
-    }
-    if (n) memmove(d, s, n);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t) {
-    return cudaMemcpy(d, s, n, k);
-}
-
-cudaError_t cudaMemset(void *d, int v, size_t n) {
-    count_copy(n);
-    if (count_only_mode()) return cudaSuccess;
-    if (n) memset(d, v, n);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
-
-} // extern "C"

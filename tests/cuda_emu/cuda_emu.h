@@ -4,18 +4,21 @@
 // API is cuda_runtime_api.h (C files include it too); this header adds the
 // kernel side, which is C++.
 //
-// A launch runs the grid's blocks one after another on the calling thread
-// (__shared__ is `static`: one block at a time). The CUDA threads of a block
+// A launch is queued on its stream (runtime_emu.cpp: each stream is a queue
+// run by a worker thread of its own, after the host has moved on, as on a
+// GPU); the worker runs the grid's blocks one after another, one launch at a
+// time in the process (__shared__ is `static`: one block at a time). The
+// kernel's arguments are copied into the queued closure at the launch. The
+// CUDA threads of a block
 // are fibers: each has its own stack and runs until it reaches a barrier
 // (__syncthreads, or a warp shuffle, which is a barrier of its warp), then
 // the next one runs (cuda_emu.cpp switches stacks in user space, no OS
-// thread, no lock). Exact in semantics for kernels that (like trident's)
+// thread per CUDA thread). Exact in semantics for kernels that (like trident's)
 // keep whole warps together at shuffles; a thread that returns counts as
 // arrived at every later barrier of its block (and warp), and a barrier that
 // can never complete aborts with a message. Deterministic: the same launch
 // interleaves the same way every time (atomicAdd sums in one order).
-// cuBLASLt is computed on the host (cublaslt_emu.cpp). Streams are
-// synchronous: every launch completes before it returns.
+// cuBLASLt is computed on the host by the stream's worker (cublaslt_emu.cpp).
 #ifndef TRIDENT_CUDA_EMU_H
 #define TRIDENT_CUDA_EMU_H
 
@@ -55,8 +58,19 @@ void emu_syncthreads(void);
 uint64_t emu_shfl(uint64_t v, int src);
 int emu_lane(void);
 // Runs body as every thread of every block of the grid (see the top), with
-// shmem bytes of dynamic shared memory.
+// shmem bytes of dynamic shared memory, on the calling thread (a stream's
+// worker), under the lock that keeps launches one at a time.
 void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body);
+// Counts a launch (TRIDENT_EMU_STATS) and queues body on stream s (nullptr:
+// the legacy default stream) to be run by emu_run on the stream's worker;
+// aborts on a block of more than 1024 threads. Nothing is queued under
+// TRIDENT_EMU_COUNT_ONLY=1.
+void emu_enqueue_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body);
+// Queues fn on stream s (nullptr: the legacy default stream): the stream's
+// worker runs it after everything queued before it on s (and, for the legacy
+// stream and blocking streams, the implicit ordering between them), after the
+// host has moved on (runtime_emu.cpp). Used by the copies, cuBLASLt and NCCL.
+void emu_enqueue(cudaStream_t s, std::function<void()> fn);
 // The launch's dynamic shared memory (16-byte aligned, 0xff-filled at each
 // launch): the build rewrites `extern __shared__ T name[];` (which the
 // preprocessor turned into `extern static T name[];`) to
@@ -97,19 +111,20 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 // kernel<<<grid, block, shmem, stream>>>(args) is rewritten to
 // emu_launch(grid, block, shmem, stream, kernel, args) by the build (the
-// Makefile's EMU=1 rule for kernels/cuda/%.cu).
+// Makefile's EMU=1 rule for kernels/cuda/%.cu). The arguments are captured by
+// value into the queued closure, as a real launch copies them at the call.
 template <class... P, class... A>
-void emu_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t, void (*k)(P...), A... a) {
-    emu_run(grid, block, shmem, [&]() { k(a...); });
+void emu_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t s, void (*k)(P...), A... a) {
+    emu_enqueue_launch(grid, block, shmem, s, [=]() { k(a...); });
 }
-// Launches written with fewer than four configuration arguments.
+// Launches written with fewer than four configuration arguments (the legacy stream).
 template <class... P, class... A>
 void emu_launch(dim3 grid, dim3 block, void (*k)(P...), A... a) {
-    emu_run(grid, block, 0, [&]() { k(a...); });
+    emu_enqueue_launch(grid, block, 0, nullptr, [=]() { k(a...); });
 }
 template <class... P, class... A>
 void emu_launch(dim3 grid, dim3 block, size_t shmem, void (*k)(P...), A... a) {
-    emu_run(grid, block, shmem, [&]() { k(a...); });
+    emu_enqueue_launch(grid, block, shmem, nullptr, [=]() { k(a...); });
 }
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F, enum cudaFuncAttribute, int) {

@@ -7,12 +7,25 @@
 //
 // The emulated device: device memory is host memory (cudaMalloc fills fresh
 // memory with 0xff bytes: NaN as FP32, BF16 and FP16, so a kernel that reads
-// what nothing wrote shows it); every stream is synchronous: a kernel launch,
-// a copy, a memset or an NCCL operation has completed when the call returns,
-// so events are always complete and waiting on them is a no-op. The number
-// of devices is TRIDENT_EMU_DEVICES (default 8: one "node" with 8 GPUs, so
-// that up to 8 ranks each get their own device index); all of them share the
-// host's memory.
+// what nothing wrote shows it). Streams behave as a GPU's (runtime_emu.cpp):
+// each stream is a queue run by a worker thread of its own after the host has
+// moved on; kernel launches, cudaMemcpyAsync, cudaMemsetAsync, cublasLtMatmul
+// and NCCL operations are queued on their stream; the legacy default stream
+// (0) is ordered with the blocking streams (not with cudaStreamNonBlocking
+// ones); events are pending until their stream reaches them, and
+// cudaStreamWaitEvent orders one stream after another's record. cudaMemcpy
+// into pageable host memory returns once the copy is done, from pageable
+// memory once the source is staged; cudaMemcpy and cudaMemset on device
+// memory are queued on the legacy stream (asynchronous, as CUDA documents).
+// cudaFree and cudaFreeHost wait for the whole device first. Pinned memory
+// (cudaMallocHost, cudaHostAlloc) is checked: a host access to a buffer that
+// an asynchronous copy into it (or, for writes, from it) has pending and the
+// host has not synchronised with aborts with a message (pinned_emu.cpp).
+// TRIDENT_EMU_DELAY=<max_us>[:seed] makes each worker sleep a random
+// 0..max_us microseconds before each operation. The number of devices is
+// TRIDENT_EMU_DEVICES (default 8: one "node" with 8 GPUs, so that up to 8
+// ranks each get their own device index); all of them share the host's
+// memory and the streams of a process (cudaDeviceSynchronize waits for all).
 #ifndef TRIDENT_CUDA_EMU_RUNTIME_API_H
 #define TRIDENT_CUDA_EMU_RUNTIME_API_H
 
@@ -28,6 +41,7 @@ enum {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
 };
 enum cudaMemcpyKind {
@@ -55,26 +69,38 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+// "0000:XX:00.0", XX the device's physical index in hex: the device-th entry
+// of CUDA_VISIBLE_DEVICES when it lists numbers (as a per-task binding sets
+// it), else device; so ranks that see different GPUs get different ids.
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 
-// Streams and events: synchronous (see above).
+// Streams and events: queues run by worker threads (see above).
+// Priorities: least 0, greatest -5 (an H100's range); recorded, not used to schedule.
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority);
+cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+// cudaErrorNotReady while work queued on s has not completed.
 cudaError_t cudaStreamQuery(cudaStream_t s);
+// Work queued on s after this call waits for e's most recent record (none: no wait).
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t cudaEventCreate(cudaEvent_t *e);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+// cudaErrorNotReady until the stream of its last record has reached it.
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
-// Milliseconds between the host times at which the two events were recorded.
+// Milliseconds between the times the streams' workers reached the two records
+// (cudaErrorNotReady before both are complete).
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
-// Memory: host memory, 256-byte aligned, fresh allocations filled with 0xff.
+// Memory: host memory, 256-byte aligned (pinned: page-aligned), fresh allocations filled with 0xff.
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
@@ -93,14 +119,14 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // matmuls included), gemms, gemm_flops (2mnk each), traffic_bytes (the
 // modelled DRAM traffic that launch sites declare with emu_traffic), copies
 // and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations),
-// d2h_copies (device-to-host cudaMemcpy*), syncs (cudaStreamSynchronize,
-// cudaDeviceSynchronize: host waits for all queued work; not event waits),
-// mallocs and
-// frees (cudaMalloc, cudaFree of device memory), pageable_h2d (host-to-device
-// copies whose source is not from cudaMallocHost/cudaHostAlloc) and
-// lt_setups (cuBLASLt descriptors, layouts and preferences created and
-// heuristic queries made) and lt_unaligned (cuBLASLt matmuls with an operand
-// not 256-byte aligned).
+// max_queued (the most operations one stream had queued and not completed:
+// how far the host ran ahead), d2h_copies (device-to-host cudaMemcpy*),
+// syncs (cudaStreamSynchronize, cudaDeviceSynchronize: host waits for all
+// queued work; not event waits), mallocs and frees (cudaMalloc, cudaFree of
+// device memory), pageable_h2d (host-to-device copies whose source is not
+// from cudaMallocHost/cudaHostAlloc), lt_setups (cuBLASLt descriptors,
+// layouts and preferences created and heuristic queries made) and
+// lt_unaligned (cuBLASLt matmuls with an operand not 256-byte aligned).
 // TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
 // body, matmul, copy, memset or collective runs, and cudaMalloc hands out
 // untouched zero pages (mmap), so a model larger than the host's memory can
@@ -125,6 +151,17 @@ unsigned long long emu_stat(const char *name);
 void emu_count_collective(void);
 // True under TRIDENT_EMU_COUNT_ONLY=1 (see above).
 int emu_count_only(void);
+
+// ---- test hooks of the emulation (not CUDA API) ----------------------------------
+// Holds stream s at this point of its queue (what is queued after waits)
+// until emu_gate_open(g): a test can then see what must not have run yet.
+// The gate is freed once the stream has passed it; do not use g after
+// emu_gate_open. tests/cuda_emu/check_streams.cpp shows the use.
+struct emu_gate;
+struct emu_gate *emu_gate_close(cudaStream_t s);
+void emu_gate_open(struct emu_gate *g);
+// Operations queued on s (0: the legacy stream) and not completed yet.
+unsigned long long emu_stream_pending(cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -21,16 +21,31 @@
 //   point-to-point transfers complete. Paired send/recv in one group thus
 //   never deadlock, whatever their order. A send or receive outside a group
 //   is a group of its own (as in NCCL).
-// - Stream ordering: emulated streams are synchronous, so an operation has
-//   completed when the call (or the outermost ncclGroupEnd) returns, as
-//   seen from the stream it was issued on (the stream argument is ignored):
-//   a collective or a receive returns once its result is in place. Sends
-//   are buffered: the data is copied and the call returns at once (the host
-//   of a GPU does not wait for a send either; the copy is freed once MPI has
-//   delivered it, ncclCommDestroy waits for the communicator's). So the
-//   emulation blocks where a GPU's host would not only in collectives and
-//   receives: collectives must be issued in the same order on every member
-//   (as with NCCL), and a receive waits for its send.
+// - Stream ordering: every operation (a group: all of its operations, as one
+//   unit) is queued on its stream (runtime_emu.cpp) and carried out by that
+//   stream's worker thread when the stream reaches it, after the host call
+//   has returned (argument errors are returned by the call; a failure of
+//   MPI on the worker becomes the communicators' ncclCommGetAsyncError and is
+//   said on stderr). A collective or a receive blocks its stream's worker
+//   until the peers' streams reach their side (MPI), as NCCL's kernels
+//   block a GPU stream: a collective completes only when every member's
+//   stream has reached it. A group on several streams runs on the first;
+//   the others wait for it (events). Sends are buffered: when the stream
+//   reaches a send its data is copied and the stream goes on (the copy is
+//   freed once MPI has delivered it, ncclCommDestroy waits for the
+//   communicator's; while sends are in flight a progress thread tests them
+//   every millisecond, so that a sender whose threads all wait elsewhere
+//   still completes a send above MPI's eager limit). MPI is called from worker threads and the host
+//   thread: MPI_THREAD_MULTIPLE (src/base/mpi_util.h, mpi_util_start).
+// - Fault injection: TRIDENT_FAULT=nccl:N[@RANK] (nccl_fault.h) makes the
+//   Nth operation (1-based, call order) queued by world rank RANK (every
+//   rank without @RANK) fail on its stream without running:
+//   ncclCommGetAsyncError answers ncclSystemError (ncclGetLastError names
+//   the setting), later operations on that communicator fail too
+//   (ncclInvalidUsage), and the peers block in the collective as they would
+//   for a dead rank, while their ncclCommGetAsyncError answers
+//   ncclRemoteError naming the failed rank (as NCCL's peers of a dead rank
+//   eventually do).
 //
 // Communicator creation (how ncclCommInitRank finds its peers): ncclGetUniqueId
 // writes into the id the caller's rank in MPI_COMM_WORLD (the id's "root")
@@ -119,7 +134,11 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 // The device that was current (cudaSetDevice) when the communicator was made.
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
-// Always ncclSuccess: emulated operations never run asynchronously.
+// The first failure of an operation queued on this communicator
+// (ncclSystemError for the injected fault), else ncclRemoteError when a
+// peer's communicator failed or aborted under TRIDENT_FAULT=nccl (nccl_fault.h;
+// ncclGetLastError then names the peer's rank, world rank and host), else
+// ncclSuccess.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);
 
 // count: elements of datatype in each of sendbuff and recvbuff.

@@ -2,21 +2,31 @@
 // header's comment describes the semantics and the communicator creation.
 #include "nccl.h"
 
+#include <unistd.h>
+
 // The C API only (OpenMPI and MPICH would pull in their deprecated C++ bindings).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cuda_emu.h" // __float2bfloat16_rn, __half: the same conversions as the kernels'
+#include "nccl_fault.h"
 
 struct emu_nccl_comm {
     MPI_Comm mpi; // the members in NCCL rank order
     int rank, nranks, device;
+    std::atomic<int> async_error{0}; // the first failure of a queued operation (ncclCommGetAsyncError)
+    emu_nccl_fault *fault; // TRIDENT_FAULT=nccl:... only (nccl_fault.h)
 };
 
 namespace {
@@ -32,9 +42,13 @@ struct id_content {
 static_assert(sizeof(id_content) <= NCCL_UNIQUE_ID_BYTES, "id too large");
 
 uint32_t next_seq = 0;
+// Under nccl_lock: last_error, the BF16/FP16 MPI operations, the sends in
+// flight (workers of several streams run operations at once). Never destroyed.
+std::mutex &nccl_lock = *new std::mutex;
 char last_error[512] = "no error";
 
 ncclResult_t failure(ncclResult_t r, const char *fmt, ...) {
+    std::lock_guard<std::mutex> lk(nccl_lock);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -130,8 +144,9 @@ ncclResult_t mpi_op(ncclRedOp_t op, ncclDataType_t t, MPI_Op *out) {
         return failure(ncclInvalidArgument, "reduction op %d is not emulated (sum, prod, max, min)", (int)op);
     if (t == ncclFloat16 || t == ncclBfloat16) {
         int k = t == ncclBfloat16 ? 0 : 1;
+        std::lock_guard<std::mutex> lk(nccl_lock);
         if (half_ops[k][op] == MPI_OP_NULL && MPI_Op_create(half_fns[k][op], 1, &half_ops[k][op]) != MPI_SUCCESS)
-            return failure(ncclSystemError, "MPI_Op_create failed");
+            return ncclSystemError; // (failure() takes nccl_lock)
         *out = half_ops[k][op];
         return ncclSuccess;
     }
@@ -252,10 +267,13 @@ struct pending {
     ncclRedOp_t op;
     int root_or_peer;
     ncclComm_t comm;
+    cudaStream_t stream;
+    bool inject; // TRIDENT_FAULT=nccl chose it to fail (nccl_fault.h)
 };
 
+// The host's open group (the host thread only). Never destroyed.
 int group_depth = 0;
-std::vector<pending> group_ops;
+std::vector<pending> &group_ops = *new std::vector<pending>;
 
 // Point-to-point messages use this tag on the communicator's own MPI
 // communicator: messages between a pair match in call order (MPI does not
@@ -269,16 +287,17 @@ struct send_in_flight {
     ncclComm_t comm;
     std::vector<char> copy;
 };
-std::vector<send_in_flight *> sends;
+std::vector<send_in_flight *> &sends = *new std::vector<send_in_flight *>; // under nccl_lock
 
 // Frees the sends that have completed; with comm, waits for all of comm's.
 ncclResult_t progress_sends(ncclComm_t comm) {
+    std::unique_lock<std::mutex> lk(nccl_lock);
     ncclResult_t r = ncclSuccess;
     for (size_t i = 0; i < sends.size();) {
         send_in_flight *f = sends[i];
         int done = 0;
         int rc = f->comm == comm ? MPI_Wait(&f->req, MPI_STATUS_IGNORE) : MPI_Test(&f->req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) r = check_mpi(rc, "ncclSend (completing a buffered send)");
+        if (rc != MPI_SUCCESS) r = ncclSystemError;
         if (f->comm == comm || done || rc != MPI_SUCCESS) {
             delete f;
             sends[i] = sends.back();
@@ -288,6 +307,25 @@ ncclResult_t progress_sends(ncclComm_t comm) {
         }
     }
     return r;
+}
+
+// A buffered send larger than MPI's eager limit needs its sender to call MPI
+// before the receiver's side completes. The sender's threads may all be
+// waiting elsewhere (its host in cudaStreamSynchronize, its workers idle),
+// so while sends are in flight a progress thread tests them every
+// millisecond (it sleeps on sends_cv when there are none: no spinning).
+std::condition_variable &sends_cv = *new std::condition_variable;
+bool progress_started = false; // under nccl_lock
+
+void progress_main() {
+    std::unique_lock<std::mutex> lk(nccl_lock);
+    for (;;) {
+        sends_cv.wait(lk, [] { return !sends.empty(); });
+        lk.unlock();
+        usleep(1000);
+        if (mpi_running()) progress_sends(nullptr);
+        lk.lock();
+    }
 }
 
 ncclResult_t run_group(std::vector<pending> &ops) {
@@ -310,7 +348,13 @@ ncclResult_t run_group(std::vector<pending> &ops) {
                 delete f;
                 break;
             }
+            std::lock_guard<std::mutex> lk(nccl_lock);
             sends.push_back(f);
+            if (!progress_started) {
+                progress_started = true;
+                std::thread(progress_main).detach();
+            }
+            sends_cv.notify_one();
             continue;
         }
         MPI_Request q;
@@ -337,16 +381,84 @@ ncclResult_t run_group(std::vector<pending> &ops) {
     return r;
 }
 
-// Records op in the open group, or runs it as a group of its own.
-ncclResult_t submit(const pending &p) {
+// What run_group would refuse, found at the call (NCCL checks its arguments
+// before it queues anything; the failures that remain come from MPI).
+ncclResult_t check_queued(const pending &p) {
+    if ((int)p.op < 0 || p.op > ncclMin)
+        return failure(ncclInvalidArgument, "reduction op %d is not emulated (sum, prod, max, min)", (int)p.op);
+    if ((p.kind == OP_SEND || p.kind == OP_RECV) && p.count > (size_t)INT32_MAX)
+        return failure(ncclInvalidArgument, "ncclSend/ncclRecv: %zu elements (emulation: < 2^31)", p.count);
+    if ((p.kind == OP_REDUCE_SCATTER || p.kind == OP_ALL_GATHER) && p.count > (size_t)INT32_MAX)
+        return failure(ncclInvalidArgument, "ncclReduceScatter/ncclAllGather: %zu elements per rank (emulation: < 2^31)",
+                       p.count);
+    return ncclSuccess;
+}
+
+// The description of the operation TRIDENT_FAULT=nccl:N made fail (one per
+// process: nccl_fault.h).
+char fault_msg[256];
+
+// Queues ops as one unit on the stream of the first (a group on several
+// streams: the others wait for it there and it waits for them, through events).
+// A failure on the worker is the communicators' asynchronous error
+// (ncclCommGetAsyncError), said once on stderr.
+void queue_group(std::vector<pending> ops) {
+    cudaStream_t first = ops[0].stream;
+    std::vector<cudaStream_t> others;
+    for (const pending &p : ops)
+        if (p.stream != first && std::find(others.begin(), others.end(), p.stream) == others.end())
+            others.push_back(p.stream);
+    for (cudaStream_t o : others) { // first waits for the others' work so far
+        cudaEvent_t e;
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        cudaEventRecord(e, o);
+        cudaStreamWaitEvent(first, e, 0);
+        cudaEventDestroy(e);
+    }
+    emu_enqueue(first, [ops = std::move(ops)]() mutable {
+        // A communicator that failed stays failed (NCCL's would have to be
+        // aborted): its later operations fail too, never reaching MPI, so
+        // they cannot be matched with the peers' next ones.
+        bool injected = false, broken = false;
+        for (const pending &p : ops) injected |= p.inject, broken |= p.comm->async_error.load() != 0;
+        ncclResult_t r = injected ? failure(ncclSystemError, "%s", fault_msg)
+                         : broken ? ncclInvalidUsage // ncclGetLastError keeps the first failure's message
+                                  : run_group(ops);
+        if (r == ncclSuccess) return;
+        char msg[512];
+        {
+            std::lock_guard<std::mutex> lk(nccl_lock);
+            snprintf(msg, sizeof msg, "%s", last_error);
+        }
+        if (!broken) // said once per failure, not for each later operation
+            fprintf(stderr, "cuda_emu: an NCCL operation failed on its stream: %s (%s)\n", ncclGetErrorString(r), msg);
+        for (const pending &p : ops) {
+            int expected = 0;
+            p.comm->async_error.compare_exchange_strong(expected, (int)r);
+            emu_nccl_fault_post(p.comm->fault, msg); // the peers' ncclRemoteError
+        }
+    });
+    for (cudaStream_t o : others) { // and the others wait for the group
+        cudaEvent_t e;
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        cudaEventRecord(e, first);
+        cudaStreamWaitEvent(o, e, 0);
+        cudaEventDestroy(e);
+    }
+}
+
+// Records op in the open group, or queues it as a group of its own.
+ncclResult_t submit(pending p) {
+    TRY(check_queued(p));
     emu_count_collective();
     if (emu_count_only()) return ncclSuccess; // nothing moves (cuda_runtime_api.h)
+    p.inject = emu_nccl_fault_take(fault_msg, sizeof fault_msg);
     if (group_depth > 0) {
         group_ops.push_back(p);
         return ncclSuccess;
     }
-    std::vector<pending> one(1, p);
-    return run_group(one);
+    queue_group(std::vector<pending>(1, p));
+    return ncclSuccess;
 }
 
 } // namespace
@@ -437,6 +549,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     comm->rank = rank;
     comm->nranks = nranks;
     cudaGetDevice(&comm->device);
+    comm->fault = emu_nccl_fault_attach(mpi, rank, nranks);
     *out = comm;
     return ncclSuccess;
 }
@@ -447,6 +560,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
         progress_sends(comm); // its peers receive them, as they must with NCCL
         MPI_Comm_free(&comm->mpi);
     }
+    emu_nccl_fault_detach(comm->fault);
     delete comm;
     return ncclSuccess;
 }
@@ -457,6 +571,10 @@ ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
 // left to MPI: the process is expected to end).
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    // A communicator that failed (here or at a peer) may still have a worker
+    // blocked in its MPI communicator: left to the exit that follows.
+    if (emu_nccl_fault_abort(comm->fault) || comm->async_error.load()) return ncclSuccess;
+    std::unique_lock<std::mutex> lk(nccl_lock);
     for (size_t i = 0; i < sends.size();) {
         if (sends[i]->comm == comm) {
             sends[i] = sends.back();
@@ -465,6 +583,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
             i++;
         }
     }
+    lk.unlock();
     if (mpi_running()) MPI_Comm_free(&comm->mpi);
     delete comm;
     return ncclSuccess;
@@ -488,55 +607,61 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *async_error) {
-    *async_error = ncclSuccess;
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
+    TRY(comm ? ncclSuccess : failure(ncclInvalidArgument, "NULL communicator"));
+    *async_error = (ncclResult_t)comm->async_error.load();
+    if (*async_error == ncclSuccess) { // a peer's failure (TRIDENT_FAULT=nccl only)
+        char msg[400];
+        *async_error = emu_nccl_fault_remote(comm->fault, msg, sizeof msg);
+        if (*async_error != ncclSuccess) failure(*async_error, "%s", msg);
+    }
     return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
-    return submit({OP_ALL_REDUCE, send, recv, count, t, op, 0, comm});
+    return submit({OP_ALL_REDUCE, send, recv, count, t, op, 0, comm, stream, false});
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (root < 0 || root >= comm->nranks) return failure(ncclInvalidArgument, "ncclReduce: root %d", root);
-    return submit({OP_REDUCE, send, recv, count, t, op, root, comm});
+    return submit({OP_REDUCE, send, recv, count, t, op, root, comm, stream, false});
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
-    return submit({OP_REDUCE_SCATTER, send, recv, count, t, op, 0, comm});
+    return submit({OP_REDUCE_SCATTER, send, recv, count, t, op, 0, comm, stream, false});
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
-    return submit({OP_ALL_GATHER, send, recv, count, t, ncclSum, 0, comm});
+    return submit({OP_ALL_GATHER, send, recv, count, t, ncclSum, 0, comm, stream, false});
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (root < 0 || root >= comm->nranks) return failure(ncclInvalidArgument, "ncclBroadcast: root %d", root);
-    return submit({OP_BROADCAST, send, recv, count, t, ncclSum, root, comm});
+    return submit({OP_BROADCAST, send, recv, count, t, ncclSum, root, comm, stream, false});
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+                      cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (peer < 0 || peer >= comm->nranks) return failure(ncclInvalidArgument, "ncclSend: peer %d", peer);
-    return submit({OP_SEND, send, nullptr, count, t, ncclSum, peer, comm});
+    return submit({OP_SEND, send, nullptr, count, t, ncclSum, peer, comm, stream, false});
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+                      cudaStream_t stream) {
     TRY(check_args(comm, t));
     if (peer < 0 || peer >= comm->nranks) return failure(ncclInvalidArgument, "ncclRecv: peer %d", peer);
-    return submit({OP_RECV, nullptr, recv, count, t, ncclSum, peer, comm});
+    return submit({OP_RECV, nullptr, recv, count, t, ncclSum, peer, comm, stream, false});
 }
 
 ncclResult_t ncclGroupStart(void) {
@@ -549,7 +674,8 @@ ncclResult_t ncclGroupEnd(void) {
     if (--group_depth > 0) return ncclSuccess;
     std::vector<pending> ops;
     ops.swap(group_ops);
-    return run_group(ops);
+    if (!ops.empty()) queue_group(std::move(ops));
+    return ncclSuccess;
 }
 
 } // extern "C"

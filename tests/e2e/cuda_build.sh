@@ -4,8 +4,11 @@
 # dir with no warning at all; `ldd BUILD-cuda/trident` lists libcudnn and
 # libcublasLt and libnccl; test_ops_cuda of that build runs (it skips
 # without a device, exit 77, and must not fail); the CPU-only build's binary
-# does not link the CUDA runtime. Skips (77) when nvcc is missing.
-# Takes ~1 minute on 2 cores.
+# does not link the CUDA runtime. cuDNN and NCCL are where
+# tests/gpu/probe.sh finds them (CUDA_HOME, the system or Python wheels; its
+# make variables passed to make, as tests/gpu/run.sh does); the probe failing
+# fails the test. Skips (77) when nvcc is missing. Takes ~1-2 minutes on 2
+# cores.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -15,8 +18,11 @@ fail=0
 log="$tmp/log"
 
 rm -rf "$OUT"
+CUDA_HOME="$CUDA_HOME" tests/gpu/probe.sh "$OUT/cuda_deps" >"$log" 2>&1 || { cat "$log"; fail "tests/gpu/probe.sh"; }
+sed 's/^result: /    probe: /' "$log"
+mapfile -t deps < <(sed 's/ := /=/; s/ *$//' "$OUT/cuda_deps/cuda_deps.mk")
 start=$(date +%s)
-rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" all >"$log" 2>&1 || rc=$?
+rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" "${deps[@]}" all >"$log" 2>&1 || rc=$?
 echo "== make CUDA=1 BUILD=$OUT: exit $rc in $(( $(date +%s) - start ))s"
 [ "$rc" -eq 0 ] || { tail -n 40 "$log"; fail "make CUDA=1 exit $rc"; }
 if grep -qiE "warning|remark" "$log"; then

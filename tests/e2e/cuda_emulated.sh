@@ -5,8 +5,10 @@
 # against the CPU backend, FP32, BF16 and FP16, without a GPU, twice: matmul
 # through the emulated cuBLASLt (checks cuda_matmul.cu's column-major
 # descriptors) and through the fallback GEMM kernel (TRIDENT_EMU_CUBLASLT=0).
-# Checks indexing, reductions, barriers, dtype handling; not checked here:
-# cuBLASLt's own kernels, real warp scheduling, asynchronous streams. The
+# Checks indexing, reductions, barriers, dtype handling, and that it all
+# holds with streams that run ahead of the host, with random delays too
+# (TRIDENT_EMU_DELAY); not checked here: cuBLASLt's own kernels, real warp
+# scheduling. The
 # shapes are the small set (TEST_OPS_SMALL=1). First, check_emu
 # (tests/cuda_emu/check_emu.cpp) checks the emulation's own semantics, and
 # check_half (tests/cuda_emu/check_half.cpp) the emulation's FP16
@@ -27,12 +29,23 @@ if grep -qiE "warning" "$tmp/make.log"; then
     grep -iE -B2 -A4 "warning" "$tmp/make.log" | head -n 40
     fail "make EMU=1 printed warnings"
 fi
-need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/test_ops_cuda" \
+need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/check_streams" \
+    "$EMU_BUILD/tests/check_backend_async" \
+    "$EMU_BUILD/tests/test_ops_cuda" \
     "$EMU_BUILD/trident" "$EMU_BUILD/mpi/test_comm_nccl"
 fail=0
 # The emulation's own semantics: indices, barriers, shuffles, dynamic shared
 # memory, early returns, atomics, deadlock detection.
 "$EMU_BUILD/tests/check_emu" || fail "check_emu: the kernel emulation is wrong"
+# Streams that run ahead of the host: pending events, cudaStreamWaitEvent,
+# the legacy stream, host reads of pinned memory before a synchronisation
+# (tests/cuda_emu/check_streams.cpp); again with random delays before each
+# operation (TRIDENT_EMU_DELAY=<max_us>:<seed>).
+"$EMU_BUILD/tests/check_streams" || fail "check_streams: the emulated streams are wrong"
+TRIDENT_EMU_DELAY=2000:1 "$EMU_BUILD/tests/check_streams" || fail "check_streams under TRIDENT_EMU_DELAY=2000:1"
+# The CUDA backend where stream order differs from call order
+# (tests/cuda_emu/check_backend_async.cpp).
+"$EMU_BUILD/tests/check_backend_async" || fail "check_backend_async: the CUDA backend is wrong on asynchronous streams"
 # The emulation's FP16 conversions against kernels/cpu/half.h, exhaustively.
 "$EMU_BUILD/tests/check_half" || fail "the emulation's __half conversions differ from kernels/cpu/half.h"
 # Matmul through the emulated cuBLASLt, then through the fallback GEMM kernel.
@@ -42,4 +55,10 @@ for lt in 1 0; do
     echo "== emulated test_ops_cuda (TRIDENT_EMU_CUBLASLT=$lt): exit $rc in $(( $(date +%s) - start ))s"
     [ "$rc" -eq 0 ] || fail=1
 done
+# Random delays before each queued operation must not change a result:
+# every op again, each worker sleeping 0..30 us before each operation.
+start=$(date +%s)
+rc=0; TRIDENT_EMU_DELAY=30:5 TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda" || rc=$?
+echo "== emulated test_ops_cuda (TRIDENT_EMU_DELAY=30:5): exit $rc in $(( $(date +%s) - start ))s"
+[ "$rc" -eq 0 ] || fail=1
 exit "$fail"

@@ -7,7 +7,8 @@
 #  1. fp32, 5 steps of the small config, 2 microbatches per step: every
 #     step's loss and grad norm within 1e-5 relative (the two backends sum
 #     in other orders: measured 3e-7), and kernels really ran
-#     (TRIDENT_EMU_STATS counts the emulated launches).
+#     (TRIDENT_EMU_STATS counts the emulated launches) on streams that ran
+#     behind the host (more than one operation queued on a stream at once).
 #  2. the same for 2 steps with TRIDENT_EMU_CUBLASLT=0: matmul through the
 #     backend's fallback GEMM kernel instead of cuBLASLt.
 #  3. bf16 (precision.dtype), 3 steps: loss and grad norm within 3e-3
@@ -23,6 +24,9 @@
 #     hold a boundary): loss and grad norm within 1e-5 relative of the CPU
 #     backend's concat_reset run, whose losses differ from its concat run's
 #     (by more than 1e-4 relative at some step: the mode is on).
+#  5. run 1 again under TRIDENT_EMU_DELAY=300:11 (random sleeps before each
+#     queued operation of each stream): loss and grad norm bitwise equal to
+#     run 1's.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
@@ -76,13 +80,22 @@ launched() {
     local n
     n=$(sed -n 's/^cuda_emu: \([0-9]*\) launches.*/\1/p' "$tmp/$1.log" | tail -1)
     [ -n "$n" ] && [ "$n" -gt 0 ] || { echo "FAIL: $1 reports no emulated kernel launch"; fail=1; return 0; }
-    echo "$1: $n emulated kernel launches"
+    # The host runs ahead of the device: some stream had several operations queued.
+    q=$(sed -n 's/^cuda_emu: .* at most \([0-9]*\) operations queued.*/\1/p' "$tmp/$1.log" | tail -1)
+    [ -n "$q" ] && [ "$q" -gt 1 ] || { echo "FAIL: $1: at most ${q:-?} operations queued on a stream: the streams did not run behind the host"; fail=1; return 0; }
+    echo "$1: $n emulated kernel launches, up to $q operations queued on a stream"
 }
 
 train cpu "$TRIDENT" cpu
 train emu "$EMU_BUILD/trident" cuda
 launched emu
 close emu cpu 1e-5
+# The same run with every stream worker sleeping a random 0..300 us before
+# each operation: the streams reach their work at other times, the numbers
+# must not move at all (the emulation is deterministic; only ordering bugs
+# could change them).
+TRIDENT_EMU_DELAY=300:11 train emu-delay "$EMU_BUILD/trident" cuda
+close emu-delay emu 0
 
 STEPS=2 train cpu2 "$TRIDENT" cpu
 STEPS=2 TRIDENT_EMU_CUBLASLT=0 train emu-fallback "$EMU_BUILD/trident" cuda

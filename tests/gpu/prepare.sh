@@ -21,7 +21,8 @@ DEBS=tests/gpu/debs
 [ -x "$BUILD/trident" ] || { echo "prepare: build first (make); $BUILD/trident is missing" >&2; exit 1; }
 
 dev=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev libinih-dev libopenblas-openmp-dev libdnnl-dev
-     libpcre2-dev libjansson-dev libxxhash-dev pkgconf pkgconf-bin libpkgconf3 zlib1g-dev)
+     libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev libisal-dev pkgconf pkgconf-bin libpkgconf3
+     zlib1g-dev)
 skip=" libc6 libgcc-s1 libstdc++6 "
 
 # The package owning a file, trying the merged-/usr spellings of its path
@@ -45,7 +46,7 @@ while read -r lib; do
     [ -n "$lib" ] || continue
     p=$(owner "$lib")
     case "$p:$lib" in
-        :/usr/local/cuda*) ;; # the GPU machine's CUDA toolkit, cuDNN and NCCL
+        :/usr/local/cuda* | :*/site-packages/nvidia/* | :*/dist-packages/nvidia/*) ;; # the GPU machine's CUDA toolkit, cuDNN and NCCL (tests/gpu/probe.sh)
         :*) echo "prepare: WARNING: no package owns $lib (linked by a binary)" >&2 ;;
     esac
     [ -n "$p" ] && [[ "$skip" != *" $p "* ]] && pkgs[$p]=1

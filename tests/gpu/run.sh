@@ -1,23 +1,49 @@
 #!/usr/bin/env bash
-# run.sh: the one-shot GPU check of trident (issue 12) on a machine with a GPU
-# but without network or trident's Debian packages (one H200, 16 cores: about
-# 7 minutes of a 10-minute device slot, so that a partial rerun fits). Run from
-# the repository root after tests/gpu/prepare.sh ran on a networked machine;
-# ship the ignored paths tests/gpu/debs and data/kjv-shards with the tree.
+# run.sh: the one-shot GPU check of trident (issues 12, 24) on a machine with a
+# GPU but without network or trident's Debian packages (one H200, 16 cores:
+# about 6 minutes of a 10-minute device slot, so that a partial rerun fits).
+# Run from the repository root after tests/gpu/prepare.sh ran on a networked
+# machine; ship the ignored paths tests/gpu/debs and data/kjv-shards with the
+# tree. What matters most is measured first; the rest runs while the budget
+# (BUDGET_S, 360 s) lasts, each step under its own limit, clamped to the time
+# left (a step that would start with under 10 s is SKIP(no time left)).
 #
+#   0. probe    tests/gpu/probe.sh: cuDNN and NCCL in CUDA_HOME, the system or
+#               the Python wheels (nvidia/{cudnn,nccl}/{include,lib}, link
+#               shims for their versioned-only libraries); either missing:
+#               the run stops here, in about a second, naming every folder
+#               searched;
 #   1. unpack   tests/gpu/debs/*.deb with dpkg -x (or ar + tar) into a prefix
-#               under /tmp (never into /); PATH, LD_LIBRARY_PATH, OPAL_PREFIX,
-#               PKG_CONFIG_*, CPATH, LIBRARY_PATH point at it;
-#      build    make CUDA=1 into build-gpu, -j$(nproc); any warning fails it;
-#      compare_selftest  the comparators below on made-up metrics (they must
-#               catch a 1.4e-5 difference, a missing step, a null, a flat curve);
+#               under /tmp (never into /); PATH (wrappers for mpirun and
+#               pkg-config that put the prefix's libraries on their own
+#               LD_LIBRARY_PATH), OPAL_PREFIX, PKG_CONFIG_*, CPATH,
+#               LIBRARY_PATH point at it; trident's own processes get the
+#               prefix's libraries through with_prefix, never a global
+#               LD_LIBRARY_PATH (nvcc's host compiler must not load them);
+#      build    make CUDA=1 into build-gpu, -j$(nproc), with the probe's
+#               CUDNN_INC/CUDNN_LIB/NCCL_INC/NCCL_LIB/CUDA_SHIMS; a warning
+#               on the repository's own files fails it (others are listed);
 #   2. test_ops_cuda    every op against the CPU backend (tests/unit/test_ops_cuda.c);
 #      attention_cudnn  the same with TEST_OPS_ATTENTION=cudnn: cuDNN's fused
 #                       attention (bf16, fp16, fwd and bwd, T to 1024) against
 #                       the native kernel and the CPU;
-#   3. comm_nccl        build-gpu/mpi/test_comm_nccl under mpirun, one rank per
+#      plan_1b          trident plan configs/llama-1b.ini fits the device
+#                       memory (plan total <= 90% of it);
+#      throughput_1b    10 steps of configs/llama-1b.ini (1.09B, seq 2048,
+#                       bf16, attention auto, peak 989 TFLOP/s): tokens/s and
+#                       MFU (median of steps 4..10; the trainer's MFU and one
+#                       computed here from the config, which must agree
+#                       within 2%); FAILS unless every step record says
+#                       "attention": "cudnn" (EXPECT_ATTENTION);
+#   3. (the rest)
+#      compare_selftest  the comparators below on made-up metrics (they must
+#               catch a 1.4e-5 difference, a missing step, a null, a flat
+#               curve), the attention check and the build's warning filter;
+#      train124_cpu     (in the background from here) 20 steps of
+#                       configs/gpt2-small.ini in fp32 on the CPU backend;
+#      comm_nccl        build-gpu/mpi/test_comm_nccl under mpirun, one rank per
 #                       GPU (the test demands it), so 1 rank on one GPU;
-#   4. train2_dp, train2_tp  mpirun -np 2 trident train configs/tiny.ini
+#      train2_dp, train2_tp  mpirun -np 2 trident train configs/tiny.ini
 #                       system.device=cuda with dp = 2, then tp = 2, 10 fp32
 #                       steps against the 1-rank CPU run (train2_cpu): loss and
 #                       grad norm within 1e-5 relative at every step. Two ranks
@@ -26,32 +52,27 @@
 #                       communicator with two ranks on one device, "Duplicate GPU
 #                       detected"); otherwise train2_dp runs once and SKIPs
 #                       quoting NCCL's refusal (a 45 s limit), train2_tp SKIPs;
-#   5. train124_gpu     20 steps of configs/gpt2-small.ini (GPT-2 small's block
-#                       shapes, 91M parameters) in bf16 on the GPU, against
-#      train124_cpu     the same 20 steps in fp32 on the CPU backend (same
-#                       binary, data, seed; run in the background during steps
-#                       2-4): loss within 2e-2 relative at every step (1e-2 at
-#                       step 1), grad norm within 5e-2, and both
-#                       curves falling (by 4% or more);
-#   6. plan_1b          trident plan configs/llama-1b.ini fits the device
-#                       memory (plan total <= 90% of it);
-#      throughput_1b    12 steps of configs/llama-1b.ini (1.09B, seq 2048,
-#                       bf16, attention auto, peak 989 TFLOP/s): tokens/s and
-#                       MFU (median of steps 4..12; the trainer's MFU and one
-#                       computed here from the config, which must agree
-#                       within 2%);
+#      train124_gpu     the same 20 steps of configs/gpt2-small.ini (GPT-2
+#                       small's block shapes, 91M parameters) in bf16 on the
+#                       GPU, against train124_cpu (same binary, data, seed):
+#                       loss within 2e-2 relative at every step (1e-2 at
+#                       step 1), grad norm within 5e-2, and both curves
+#                       falling (by 4% or more);
 #      bench_cuda       op timings, when time is left;
-#   7. $OUT/summary.txt one line per step "NAME ok|FAIL(rc)|TIMEOUT(s)|SKIP(why) SECS",
+#   4. $OUT/summary.txt one line per step "NAME ok|FAIL(rc)|TIMEOUT(s)|SKIP(why) SECS",
 #                       result lines indented under it; each step's log is
 #                       $OUT/NAME.log; $OUT/perf.md, a fragment for
 #                       docs/performance.md (date, device, numbers).
 #
 # Environment: OUT (default /tmp/trident-gpu-out), PREFIX (/tmp/trident-prefix),
 # RUNS (the runs' folders: /tmp/trident-gpu-runs), USE_PREFIX=0 (dry run: no unpack),
-# CUDA_HOME (/usr/local/cuda), BUDGET_S (seconds for the whole run: 420),
-# STEPS (a rerun of some steps only, e.g. STEPS="train124 throughput_1b";
-# step names or their prefixes; the unpack and the build always run, and the
-# build is a no-op when build-gpu is current), FORCE_SHARED_GPU=1 (try two
+# CUDA_HOME (/usr/local/cuda), TRIDENT_SITE_PACKAGES and PROBE_SYSTEM_DIRS (the
+# probe's site-packages and system folders, tests/gpu/probe.sh), BUDGET_S
+# (seconds for the whole run: 360), STEPS (a rerun of some steps only, e.g.
+# STEPS="train124 throughput_1b"; step names or their prefixes; the probe,
+# the unpack and the build always run, and the build is a no-op when
+# build-gpu is current), EXPECT_ATTENTION (the attention every throughput step
+# record must name: cudnn, native in the dry run), FORCE_SHARED_GPU=1 (try two
 # ranks on one GPU whatever the NCCL version).
 #
 # DRY_RUN=emu: the same steps on this machine through the emulated build
@@ -60,8 +81,10 @@
 # (TRIDENT_EMU_DEVICES=1), with the models shrunk so that it ends in minutes on
 # 2 cores; the system's packages unless tests/gpu/debs exists (then the prefix
 # is unpacked and used as on the GPU machine: its pkg-config files, mpirun and
-# libraries); cuDNN (not emulated) and bench_cuda SKIP; the throughput run's
-# numbers are the emulation's, not performance.
+# libraries); the probe runs as on the GPU (its variables are not used by the
+# EMU=1 build); cuDNN (not emulated: the throughput's records must say
+# native) and bench_cuda SKIP; the throughput run's numbers are the
+# emulation's, not performance.
 #
 # Exit status: 0 when no step failed (SKIPs allowed), 1 otherwise.
 set -u
@@ -79,7 +102,7 @@ if [ "$MODE" = emu ]; then
     export TRIDENT_EMU_DEVICES=${TRIDENT_EMU_DEVICES:-1} # one GPU, as on the H200 machine
 else
     BUILD=${BUILD:-build-gpu}
-    DEFAULT_BUDGET=420
+    DEFAULT_BUDGET=360
 fi
 START=$(date +%s)
 DEADLINE=$((START + ${BUDGET_S:-$DEFAULT_BUDGET}))
@@ -150,15 +173,40 @@ if [ "$MODE" = gpu ]; then
     fi
     [ -x "$CUDA_HOME/bin/nvcc" ] || { note "nvcc FAIL(missing $CUDA_HOME/bin/nvcc)"; exit 1; }
     note "nvcc $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([^,]*\),.*/\1/p')"
-    nccl_h=$CUDA_HOME/include/nccl.h
-    [ -f "$nccl_h" ] || nccl_h=/usr/include/nccl.h
-    note "nccl.h $(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' "$nccl_h" 2>/dev/null | paste -sd. -) ($nccl_h)"
 else
     GPU_NAME="emulated (tests/cuda_emu, $TRIDENT_EMU_DEVICES device)"
     GPU_MIB=134468 # 141 GB, the H200's, for the plan check
     NGPU=$TRIDENT_EMU_DEVICES
 fi
 [ -f "$SHARDS/index.ini" ] || note "data: $SHARDS missing: run tests/gpu/prepare.sh and carry data/kjv-shards"
+
+# ---- 0. cuDNN and NCCL: found first, in seconds ------------------------------------------
+# tests/gpu/probe.sh: CUDA_HOME, the system, the Python wheels' nvidia/*/
+# (link shims for their versioned-only libraries); the make variables it
+# writes go to the build. Missing: the run stops here, every folder searched
+# in the log and on stdout. Run in the dry run too (its build does not link
+# them, but the probe's verdict is the script's).
+DEPS_DIR=$ROOT/$BUILD/cuda_deps
+ONLY_SAVED=$ONLY ONLY=
+step probe 20 "$ROOT/tests/gpu/probe.sh" "$DEPS_DIR"
+probe_rc=$?
+ONLY=$ONLY_SAVED
+if [ "$probe_rc" -ne 0 ]; then
+    sed -n 's/^result: //p; /^    /p; /^probe:/p' "$OUT/probe.log"
+    note "result FAIL (probe: cuDNN or NCCL not found; $(($(date +%s) - START))s)"
+    exit 1
+fi
+# NCCL_INC NCCL_LIB CUDNN_INC CUDNN_LIB CUDA_SHIMS, for make and the NCCL version check
+MAKE_DEPS=()
+while read -r k _ v; do
+    [ -n "$k" ] && MAKE_DEPS+=("$k=$v") && printf -v "$k" '%s' "$v"
+done <"$DEPS_DIR/cuda_deps.mk"
+nccl_h=${NCCL_INC:-$CUDA_HOME/include}/nccl.h
+[ -f "$nccl_h" ] || nccl_h=/usr/include/nccl.h
+note "nccl.h $(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' "$nccl_h" 2>/dev/null | paste -sd. -) ($nccl_h)"
+# The wheels' library folders, for trident's processes (with_prefix below):
+# the rpath finds libcudnn.so.9, and cuDNN's own sub-libraries beside it.
+DEP_LD_PATH=$(printf '%s\n' "${CUDNN_LIB:-}" "${NCCL_LIB:-}" | awk 'NF && !seen[$0]++' | paste -sd: -)
 
 # ---- 1. the prefix and the build ---------------------------------------------------
 unpack() {
@@ -192,8 +240,18 @@ unpack() {
     mkdir -p "$PREFIX/pkgconfig" "$PREFIX/bin"
     ln -sfn "$lib/pkgconfig/hdf5-serial.pc" "$PREFIX/pkgconfig/hdf5.pc"
     ln -sfn "$lib/openblas-openmp/pkgconfig/openblas.pc" "$PREFIX/pkgconfig/openblas.pc"
-    ln -sfn "$PREFIX/usr/bin/mpirun.openmpi" "$PREFIX/bin/mpirun"
-    ln -sfn "$PREFIX/usr/bin/mpicc.openmpi" "$PREFIX/bin/mpicc"
+    # The prefix's programs that run here get its libraries through a
+    # wrapper each (LD_LIBRARY_PATH for that process and its children: mpirun
+    # passes it to the ranks), never through a global LD_LIBRARY_PATH that
+    # nvcc's host compiler would load too.
+    local libdirs w
+    libdirs=$(find "$PREFIX" -name '*.so*' \( -type f -o -type l \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+    echo "$libdirs" >"$PREFIX/.libdirs"
+    for w in mpirun:mpirun.openmpi mpiexec:mpirun.openmpi orterun:orterun pkg-config:pkgconf pkgconf:pkgconf; do
+        printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+            "$libdirs" "$PREFIX/usr/bin/${w#*:}" >"$PREFIX/bin/${w%%:*}"
+        chmod +x "$PREFIX/bin/${w%%:*}"
+    done
     echo "result: ${#debs[@]} packages into $PREFIX ($(du -sh "$PREFIX" | cut -f1))"
     touch "$PREFIX/.unpacked"
 }
@@ -213,11 +271,14 @@ else
         ONLY=$ONLY_SAVED
     fi
 fi
+# TRIDENT_LD_PATH: the library path of trident's own processes (with_prefix):
+# the prefix's libraries, the probe's cuDNN and NCCL folders, CUDA_HOME's.
+TRIDENT_LD_PATH=$DEP_LD_PATH
 if [ "$use_prefix" = 1 ]; then
     LIB="$PREFIX/usr/lib/x86_64-linux-gnu"
-    libdirs=$(find "$PREFIX" -name '*.so*' \( -type f -o -type l \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
-    export PATH="$PREFIX/bin:$PREFIX/usr/bin:$CUDA_HOME/bin:$PATH"
-    export LD_LIBRARY_PATH="$libdirs:$CUDA_HOME/lib64:$CUDA_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    TRIDENT_LD_PATH="$(cat "$PREFIX/.libdirs"):$CUDA_HOME/lib64:$CUDA_HOME/lib${DEP_LD_PATH:+:$DEP_LD_PATH}"
+    # $PREFIX/bin first: the wrappers (mpirun, pkg-config); usr/bin for the rest
+    export PATH="$PREFIX/bin:$CUDA_HOME/bin:$PATH:$PREFIX/usr/bin"
     export LIBRARY_PATH="$LIB:$LIB/openmpi/lib:$LIB/hdf5/serial:$LIB/openblas-openmp${LIBRARY_PATH:+:$LIBRARY_PATH}"
     export CPATH="$PREFIX/usr/include:$PREFIX/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
     export PKG_CONFIG_PATH="$PREFIX/pkgconfig:$LIB/pkgconfig:$PREFIX/usr/share/pkgconfig:$LIB/openmpi/lib/pkgconfig"
@@ -225,18 +286,27 @@ if [ "$use_prefix" = 1 ]; then
     export OPAL_PREFIX="$PREFIX/usr"
     export PMIX_INSTALL_PREFIX="$LIB/pmix2"
 fi
+export TRIDENT_LD_PATH
+# with_prefix CMD...: CMD with TRIDENT_LD_PATH before any LD_LIBRARY_PATH of ours.
+with_prefix() { LD_LIBRARY_PATH="$TRIDENT_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+export -f with_prefix
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# the Makefile's pkg-config packages (its PKGS line)
+PKGS=$(sed -n 's/^PKGS *:= *//p' Makefile)
+export PKGS
 {
-    echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-}"
+    echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} (trident's processes: $TRIDENT_LD_PATH)"
+    echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-}"; echo "make: ${MAKE_DEPS[*]}"
     echo "pkg-config: $(command -v pkg-config)"; echo "mpirun: $(command -v mpirun)"
-    pkg-config --cflags --libs hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash 2>&1
+    pkg-config --cflags --libs $PKGS 2>&1
 } >"$OUT/env.log"
 
 build() {
     # the Makefile's `$(shell pkg-config ...)` hides failures: check them here
-    pkg-config --exists hdf5 inih openblas libpcre2-8 jansson ompi-c libxxhash ||
-        { echo "pkg-config cannot find every package:"; cat "$OUT/env.log"; return 1; }
+    # shellcheck disable=SC2086 # a list of names
+    pkg-config --exists $PKGS ||
+        { echo "pkg-config cannot find every package of the Makefile's PKGS ($PKGS):"; cat "$OUT/env.log"; return 1; }
     if [ "$MODE" = emu ]; then
         # what the dry run runs (bench_cuda is skipped there)
         make -j"$JOBS" EMU=1 BUILD="$BUILD" "$BUILD/trident" "$BUILD/tests/test_ops_cuda" \
@@ -246,20 +316,39 @@ build() {
         local cc archs=()
         cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -dc 0-9)
         [ -n "$cc" ] && archs=(CUDA_ARCHS="-gencode arch=compute_$cc,code=sm_$cc") && echo "result: sm_$cc only"
-        make -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$BUILD" "${archs[@]}" all || return 1
-        ldd "$BUILD/trident" | grep -E "cudnn|cublasLt|nccl" | awk '{print "result: links " $1}'
-        ldd "$BUILD/trident" | grep "not found" && return 1
+        # the probe's cuDNN and NCCL folders (MAKE_DEPS_STR: arrays do not cross bash -c)
+        local deps
+        read -ra deps <<<"$MAKE_DEPS_STR"
+        make -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$BUILD" "${archs[@]}" "${deps[@]}" all || return 1
+        with_prefix ldd "$BUILD/trident" | grep -E "cudnn|cublasLt|nccl" | awk '{print "result: links " $1 " " $2 " " $3}'
+        with_prefix ldd "$BUILD/trident" | grep "not found" && return 1
     fi
     # with the prefix, only the base libraries (libc6, libgcc-s1, libstdc++6)
     # and CUDA_HOME's may resolve outside it
     [ -n "${OPAL_PREFIX:-}" ] && echo "result: trident's libraries from outside the prefix:" \
-        "$(ldd "$BUILD/trident" | awk -v p="$PREFIX" '/=> \// && index($3, p) != 1 { print $1 }' | paste -sd' ' -)"
-    local w
-    w=$(grep -ciE "warning" "$OUT/build.log")
-    echo "result: $w warnings"
-    [ "$w" -eq 0 ] || { echo "BUILD PRINTED WARNINGS"; return 3; }
+        "$(with_prefix ldd "$BUILD/trident" | awk -v p="$PREFIX" '/=> \// && index($3, p) != 1 { print $1 }' | paste -sd' ' -)"
+    build_warnings "$OUT/build.log"
 }
-export -f build
+# build_warnings LOG: the compiler's warnings on the repository's own files
+# (gcc's "src/x.c:12:5: warning:", nvcc's "kernels/cuda/x.cu(12): warning
+# #177-D:", a path relative to the root or under it) fail the step (3);
+# others (a system or toolkit header, the linker) are counted and shown, not
+# failed: trident cannot fix them.
+build_warnings() {
+    local own other
+    own=$(grep -E "^($ROOT/)?(\./)?(src|kernels|tests)/[^ :(]+(:[0-9]+(:[0-9]+)?:|\([0-9]+\):) warning" "$1" | sort -u)
+    other=$(grep -iE "warning" "$1" | grep -vE "^($ROOT/)?(\./)?(src|kernels|tests)/[^ :(]+(:[0-9]+(:[0-9]+)?:|\([0-9]+\):) warning" |
+        grep -vE " -o [^ ]" | sort -u) # (not make's command lines)
+    local n_own=0 n_other=0
+    [ -n "$own" ] && n_own=$(grep -c . <<<"$own")
+    [ -n "$other" ] && n_other=$(grep -c . <<<"$other")
+    echo "result: $n_own warnings on trident's files, $n_other elsewhere (not counted)"
+    [ -n "$other" ] && head -n 5 <<<"$other" | sed 's/^/result:   not counted: /'
+    [ -z "$own" ] || { echo "BUILD PRINTED WARNINGS on trident's files:"; echo "$own"; return 3; }
+    return 0
+}
+export -f build build_warnings
+export MAKE_DEPS_STR="${MAKE_DEPS[*]}"
 ONLY_SAVED=$ONLY ONLY=
 step build 300 build
 build_rc=$?
@@ -358,9 +447,9 @@ train() {
         checkpoint.resume=none checkpoint.every=0 train.eval_every=0 train.sample_every=0 log.every=1 "$@")
     local cmd=("$TRIDENT" train "$cfg" "${args[@]}")
     if [ "$np" -gt 1 ]; then
-        mpirun --oversubscribe --bind-to none -np "$np" "${cmd[@]}"
+        with_prefix mpirun --oversubscribe --bind-to none -np "$np" "${cmd[@]}"
     else
-        "${cmd[@]}"
+        with_prefix "${cmd[@]}"
     fi
 }
 export -f train
@@ -386,21 +475,35 @@ selftest() {
     q falls "$d/a" 3 0.1 || { echo "FAIL: 8 -> 6 does not fall by 10%"; return 1; }
     ! q falls "$d/a" 3 0.3 || { echo "FAIL: 8 -> 6 falls by 30%"; return 1; }
     echo "result: compare and falls catch a 1.4e-5 difference, a missing step, a null loss, a flat curve"
+    # the throughput's attention check: one native record among cudnn ones fails, a missing field fails
+    mkdir -p "$d/att" "$d/mix"
+    sed 's/}$/, "attention": "cudnn"}/' "$d/a/metrics.jsonl" | grep '"loss"' >"$d/att/metrics.jsonl"
+    sed '2s/"cudnn"/"native"/' "$d/att/metrics.jsonl" >"$d/mix/metrics.jsonl"
+    q attention_paths "$d/att" cudnn || { echo "FAIL: three cudnn records failed"; return 1; }
+    ! q attention_paths "$d/mix" cudnn || { echo "FAIL: a native record passed as cudnn"; return 1; }
+    ! q attention_paths "$d/a" cudnn || { echo "FAIL: records without attention passed"; return 1; }
+    # the build's warnings: trident's own fail, a system header's or nvcc's own do not
+    printf '%s\n' "cc -c src/a.c -o build/a.o" "/usr/include/x.h:1:2: warning: theirs" \
+        "nvcc warning : The 'compute_70' architecture is deprecated" >"$d/b1.log"
+    printf '%s\n' "kernels/cuda/cuda_norm.cu(45): warning #177-D: variable declared but never referenced" >"$d/b2.log"
+    printf '%s\n' "$ROOT/src/train/train.c:12:5: warning: unused variable" >"$d/b3.log"
+    q build_warnings "$d/b1.log" || { echo "FAIL: warnings outside the repository failed the build"; return 1; }
+    ! q build_warnings "$d/b2.log" || { echo "FAIL: an nvcc warning on kernels/ passed"; return 1; }
+    ! q build_warnings "$d/b3.log" || { echo "FAIL: a gcc warning on src/ passed"; return 1; }
+    echo "result: attention_paths fails a native or missing record; build_warnings fails trident's warnings only"
 }
 export -f selftest
-step compare_selftest 20 selftest
-
-# ---- 2. the op tests ---------------------------------------------------------------------
+# ---- 2. measured first: the op tests, cuDNN's attention, the 1B throughput ------------------
 ops() {
     # the emulation: small shapes; its cudnn.h has no engines (auto must fall back)
     if [ "$MODE" = emu ]; then export TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1; fi
-    TEST_VERBOSE=1 "$BUILD/tests/test_ops_cuda"
+    TEST_VERBOSE=1 with_prefix "$BUILD/tests/test_ops_cuda"
     local rc=$?
     grep -E "checks (passed|failed)" "$OUT/test_ops_cuda.log" | sed 's/^/result: /'
     return $rc
 }
 export -f ops
-step test_ops_cuda 120 ops
+step test_ops_cuda 60 ops
 if [ $? -eq 77 ] && [ "$MODE" = gpu ]; then
     note "test_ops_cuda: the GPU machine's build sees no device: FAIL"
     FAILED=1
@@ -412,126 +515,18 @@ else
     # BF16 and FP16, T up to 1024, forward and backward, against the CPU
     # backend and against the native kernel on the same inputs (test_ops_cuda.c).
     cudnn_ops() {
-        TEST_VERBOSE=1 TEST_OPS_ATTENTION=cudnn "$BUILD/tests/test_ops_cuda"
+        TEST_VERBOSE=1 TEST_OPS_ATTENTION=cudnn with_prefix "$BUILD/tests/test_ops_cuda"
         local rc=$?
         grep -E "checks (passed|failed)|cannot run attention" "$OUT/attention_cudnn.log" | sed 's/^/result: /'
         return $rc
     }
     export -f cudnn_ops
-    step attention_cudnn 120 cudnn_ops
+    step attention_cudnn 60 cudnn_ops
 fi
 
-# ---- 3. NCCL: the comm table and two ranks on one GPU ------------------------------------------
-# Two ranks on one device: NCCL since 2.5 refuses them in one communicator
-# ("Duplicate GPU detected", ncclInvalidUsage: its topology search assumes a
-# GPU per rank); 2.30 added NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental).
-SHARED_OK=0 SHARED_WHY=""
-if [ "$MODE" = emu ]; then
-    SHARED_OK=1 SHARED_WHY="the emulated NCCL lets ranks share a device"
-elif [ "$NGPU" -ge 2 ]; then
-    SHARED_OK=1 SHARED_WHY="$NGPU GPUs: one rank each"
-else
-    code=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
-    major=$(sed -n 's/^#define NCCL_MAJOR \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
-    minor=$(sed -n 's/^#define NCCL_MINOR \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
-    ver="${major:-?}.${minor:-?}"
-    if [ "${code:-0}" -ge 23000 ] || [ "${FORCE_SHARED_GPU:-0}" = 1 ]; then
-        export NCCL_MULTI_RANK_GPU_ENABLE=1
-        SHARED_OK=1 SHARED_WHY="one GPU, NCCL $ver, NCCL_MULTI_RANK_GPU_ENABLE=1"
-    else
-        SHARED_WHY="one GPU and NCCL $ver (< 2.30) refuses two ranks on one device (Duplicate GPU detected); FORCE_SHARED_GPU=1 tries anyway"
-    fi
-fi
-note "nccl: two ranks on the device(s): $([ $SHARED_OK = 1 ] && echo "expected to work" || echo "expected to be refused"): $SHARED_WHY"
-# test_comm_nccl demands one rank per device (its own check), even where NCCL would share.
-NP_COMM=$((NGPU < 2 ? 1 : (NGPU > 8 ? 8 : NGPU)))
-comm() {
-    NCCL_DEBUG=VERSION mpirun --oversubscribe --bind-to none -np "$1" "$BUILD/mpi/test_comm_nccl"
-    local rc=$?
-    grep -E "NCCL version|^test_comm_nccl:" "$OUT/comm_nccl.log" | head -n 2 | sed 's/^.*\(NCCL version\)/\1/; s/^/result: /'
-    return $rc
-}
-export -f comm
-step comm_nccl 60 comm "$NP_COMM"
-
-# ---- 4. two ranks training on the device against the CPU ---------------------------------------
-TINY=(train.steps=10 train.warmup_steps=2 precision.dtype=fp32 "${EMU_TINY[@]}")
-train2_cpu() { train cpu 1 train2_cpu configs/tiny.ini parallel.dp=1 system.threads="$1" "${TINY[@]}"; }
-train2() {
-    local name=$1; shift
-    if ! NCCL_DEBUG=${NCCL_DEBUG:-WARN} train cuda 2 "$name" configs/tiny.ini system.threads=1 "$@" "${TINY[@]}"; then
-        # NCCL before 2.30 (or without NCCL_MULTI_RANK_GPU_ENABLE) refuses two ranks on one GPU
-        if [ "$SHARED_OK" != 1 ] &&
-            grep -qiE "Duplicate GPU|ncclInvalidUsage|invalid usage|same GPU" "$OUT/$name.log"; then
-            echo "skip: NCCL refused two ranks on one GPU: $(grep -m1 -ioE "(Duplicate GPU|invalid usage|Multiple Ranks)[^;]{0,80}" "$OUT/$name.log")"
-            return 77
-        fi
-        return 1
-    fi
-    grep -m1 -E "communication|NCCL" "$OUT/$name.log" | sed 's/^/result: banner: /'
-    compare "$RUNS/train2_cpu" "$RUNS/$name" 10 1e-5 1e-5
-}
-export -f train2_cpu train2
-export TINY_STR="${TINY[*]}"
-# (arrays do not cross bash -c: rebuilt from the string)
-train2_cpu_s() { read -ra TINY <<<"$TINY_STR"; train2_cpu "$@"; }
-train2_s() { read -ra TINY <<<"$TINY_STR"; train2 "$@"; }
-export -f train2_cpu_s train2_s
-
-# ---- 5. (started here, in the background) the 124M CPU fp32 reference --------------------------
-R124=(train.steps=20 train.warmup_steps=5 train.seq_len=512 model.max_seq_len=512
-      train.micro_batch_size=4 train.global_batch_size=4 "${EMU_124[@]}")
-export R124_STR="${R124[*]}"
-train124() {
-    local dev=$1 dtype=$2 threads=$3
-    read -ra R124 <<<"$R124_STR"
-    train "$dev" 1 "train124_$dev" configs/gpt2-small.ini precision.dtype="$dtype" \
-        system.threads="$threads" "${R124[@]}" || return 1
-    curve "$RUNS/train124_$dev" | awk '$1 == 1 || $1 % 5 == 0 { printf "step %2d loss %s grad norm %s %s tok/s\n", $1, $2, $3, $4 }'
-    curve "$RUNS/train124_$dev" | awk -v d="$dev $dtype" '$1 >= 5 { n++; ms += $6; tok = $4 * $6 }
-        END { if (n) printf "result: %s: steps 5-20: %.1f ms/step, %.0f tokens/s\n", d, 1e3 * ms / n, tok * n / ms }'
-}
-export -f train124
-bg_pid=""
-if wanted train124; then
-    # threads: the cores the GPU steps leave (test_ops_cuda's CPU references, the 2-rank runs)
-    cpu_threads=$((JOBS > 4 ? JOBS - 2 : JOBS))
-    step train124_cpu 300 train124 cpu fp32 "$cpu_threads" &
-    bg_pid=$!
-fi
-
-# Where NCCL is expected to refuse (one GPU, NCCL < 2.30), train2_dp still
-# runs, once: its log holds NCCL's answer, and the step SKIPs quoting it.
-export SHARED_OK
-step train2_cpu 90 train2_cpu_s "$((JOBS > 4 ? 4 : JOBS))"
-if [ $? -eq 0 ]; then
-    step train2_dp "$([ "$SHARED_OK" = 1 ] && echo 90 || echo 45)" train2_s train2_dp parallel.dp=2
-    case $? in
-        0) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
-        77) skip_step train2_tp "as train2_dp" ;;
-        *) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
-    esac
-else
-    skip_step train2_dp "no CPU reference"; skip_step train2_tp "no CPU reference"
-fi
-
-# ---- 5. the 124M run on the device, compared --------------------------------------------------
-step train124_gpu 150 train124 cuda bf16 2
-if [ -n "$bg_pid" ]; then
-    wait "$bg_pid" # its summary line is its own (step ran in that subshell)
-    grep -q "^train124_cpu ok" "$SUMMARY" || FAILED=1
-    cmp124() {
-        compare "$RUNS/train124_cpu" "$RUNS/train124_cuda" 20 2e-2 1e-2 2 || return 1
-        compare "$RUNS/train124_cpu" "$RUNS/train124_cuda" 20 5e-2 5e-2 3 || return 1
-        falls "$RUNS/train124_cpu" 20 0.04 && falls "$RUNS/train124_cuda" 20 0.04
-    }
-    export -f cmp124
-    step train124_compare 30 cmp124
-fi
-
-# ---- 6. the ~1B model: plan, then throughput ------------------------------------------------
+# the ~1B model: plan, then throughput
 plan1b() {
-    "$TRIDENT" plan configs/llama-1b.ini || return 1
+    with_prefix "$TRIDENT" plan configs/llama-1b.ini || return 1
     awk -v cap="$GPU_MIB" '$1 == "0" && NF >= 8 { t = $8 }
         END { ok = (t > 0 && t <= 0.9 * cap)
               printf "result: plan %.0f MiB (%.1f GiB) of %d MiB on the device (limit 90%%): %s\n", t, t / 1024, cap, ok ? "fits" : "FAIL"
@@ -539,17 +534,21 @@ plan1b() {
 }
 export -f plan1b
 export GPU_MIB
-step plan_1b 30 plan1b
+step plan_1b 20 plan1b
 
 # MFU computed here from the config: FLOPs per token = 6 x matmul parameters
 # (blocks and LM head) + 6 x L x C x T (causal attention), docs/performance.md.
+# The attention path of every step record (metrics.jsonl "attention") must be
+# EXPECT_ATTENTION: cudnn on the GPU (a native fallback is a 3-4x slower
+# number, so the step FAILS), native in the dry run (the emulated cuDNN has
+# no engine).
 throughput() {
     read -ra E1B <<<"$E1B_STR"
-    local steps=12
+    local steps=10
     [ "$MODE" = emu ] && steps=5
     train cuda 1 throughput_1b configs/llama-1b.ini train.steps=$steps train.warmup_steps=2 "${E1B[@]}" || return 1
     local cfg
-    cfg=$("$TRIDENT" plan configs/llama-1b.ini "${E1B[@]}" | head -n1) || return 1 # the overrides parse
+    cfg=$(with_prefix "$TRIDENT" plan configs/llama-1b.ini "${E1B[@]}" | head -n1) || return 1 # the overrides parse
     echo "result: $cfg"
     # the config's shapes, overrides applied: from the ini, then the overrides
     local kv
@@ -575,20 +574,148 @@ throughput() {
             printf "result: matmul parameters %.4g; the two MFUs %s; goal MFU 45%%: %s\n", P, agree ? "agree (2%)" : "DISAGREE: FAIL", mode == "emu" ? "n/a (emulated)" : (100 * here >= 45) ? "met" : "not met"
             exit !agree
         }' || return 1
-    grep -m2 -iE "attention|cudnn" "$OUT/throughput_1b.log" | sed 's/^/result: log: /'
-    return 0
+    grep -m2 -E "^attention: " "$OUT/throughput_1b.log" | sed 's/^/result: log: /'
+    attention_paths "$RUNS/throughput_1b" "$EXPECT_ATTENTION"
 }
-export -f throughput
+# attention_paths RUN_DIR WANT: every step record of RUN_DIR/metrics.jsonl
+# says "attention": "WANT" (docs/design.md §9); prints the count of each
+# value ("missing" where a record has none) and fails otherwise.
+attention_paths() {
+    awk -v want="$2" '/"step":/ && /"loss":/ {
+            n++; a = "missing"
+            if (match($0, /"attention": *"[a-z]*"/)) { a = substr($0, RSTART, RLENGTH); sub(/^.*: *"/, "", a); sub(/"$/, "", a) }
+            c[a]++; if (a != want) bad++ }
+        END {
+            for (k in c) s = s sprintf(" %s %d", k, c[k])
+            if (n == 0) { print "result: attention: no step records: FAIL"; exit 1 }
+            printf "result: attention of %d step records:%s; %s\n", n, s,
+                bad ? "FAIL: " bad " not " want " (a native fallback is not the throughput asked for)" : "all " want
+            exit bad > 0 }' "$1/metrics.jsonl"
+}
+export -f throughput attention_paths
 export E1B_STR="${EMU_1B[*]}"
-step throughput_1b 150 throughput
+export EXPECT_ATTENTION=${EXPECT_ATTENTION:-$([ "$MODE" = emu ] && echo native || echo cudnn)}
+step throughput_1b 90 throughput
+
+# ---- 4. the rest, while the budget lasts: the comparators, NCCL, two ranks, the 124M curves ----
+# (each step clamped to the time left; one that would start with under 10 s is SKIP(no time left))
+step compare_selftest 20 selftest
+
+# two ranks training on the device against the CPU
+TINY=(train.steps=10 train.warmup_steps=2 precision.dtype=fp32 "${EMU_TINY[@]}")
+train2_cpu() { train cpu 1 train2_cpu configs/tiny.ini parallel.dp=1 system.threads="$1" "${TINY[@]}"; }
+train2() {
+    local name=$1; shift
+    if ! NCCL_DEBUG=${NCCL_DEBUG:-WARN} train cuda 2 "$name" configs/tiny.ini system.threads=1 system.share_devices=true "$@" "${TINY[@]}"; then
+        # NCCL before 2.30 (or without NCCL_MULTI_RANK_GPU_ENABLE) refuses two ranks on one GPU
+        if [ "$SHARED_OK" != 1 ] &&
+            grep -qiE "Duplicate GPU|ncclInvalidUsage|invalid usage|same GPU" "$OUT/$name.log"; then
+            echo "skip: NCCL refused two ranks on one GPU: $(grep -m1 -ioE "(Duplicate GPU|invalid usage|Multiple Ranks)[^;]{0,80}" "$OUT/$name.log")"
+            return 77
+        fi
+        return 1
+    fi
+    grep -m1 -E "communication|NCCL" "$OUT/$name.log" | sed 's/^/result: banner: /'
+    compare "$RUNS/train2_cpu" "$RUNS/$name" 10 1e-5 1e-5
+}
+export -f train2_cpu train2
+export TINY_STR="${TINY[*]}"
+# (arrays do not cross bash -c: rebuilt from the string)
+train2_cpu_s() { read -ra TINY <<<"$TINY_STR"; train2_cpu "$@"; }
+train2_s() { read -ra TINY <<<"$TINY_STR"; train2 "$@"; }
+export -f train2_cpu_s train2_s
+
+# (started here, in the background) the 124M CPU fp32 reference
+R124=(train.steps=20 train.warmup_steps=5 train.seq_len=512 model.max_seq_len=512
+      train.micro_batch_size=4 train.global_batch_size=4 "${EMU_124[@]}")
+export R124_STR="${R124[*]}"
+train124() {
+    local dev=$1 dtype=$2 threads=$3
+    read -ra R124 <<<"$R124_STR"
+    train "$dev" 1 "train124_$dev" configs/gpt2-small.ini precision.dtype="$dtype" \
+        system.threads="$threads" "${R124[@]}" || return 1
+    curve "$RUNS/train124_$dev" | awk '$1 == 1 || $1 % 5 == 0 { printf "step %2d loss %s grad norm %s %s tok/s\n", $1, $2, $3, $4 }'
+    curve "$RUNS/train124_$dev" | awk -v d="$dev $dtype" '$1 >= 5 { n++; ms += $6; tok = $4 * $6 }
+        END { if (n) printf "result: %s: steps 5-20: %.1f ms/step, %.0f tokens/s\n", d, 1e3 * ms / n, tok * n / ms }'
+}
+export -f train124
+bg_pid=""
+if wanted train124; then
+    # threads: the cores the GPU steps leave (test_ops_cuda's CPU references, the 2-rank runs)
+    cpu_threads=$((JOBS > 4 ? JOBS - 2 : JOBS))
+    step train124_cpu 300 train124 cpu fp32 "$cpu_threads" &
+    bg_pid=$!
+fi
+
+# NCCL: the comm table and two ranks on one GPU
+# Two ranks on one device: NCCL since 2.5 refuses them in one communicator
+# ("Duplicate GPU detected", ncclInvalidUsage: its topology search assumes a
+# GPU per rank); 2.30 added NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental).
+SHARED_OK=0 SHARED_WHY=""
+if [ "$MODE" = emu ]; then
+    SHARED_OK=1 SHARED_WHY="the emulated NCCL lets ranks share a device"
+elif [ "$NGPU" -ge 2 ]; then
+    SHARED_OK=1 SHARED_WHY="$NGPU GPUs: one rank each"
+else
+    code=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
+    major=$(sed -n 's/^#define NCCL_MAJOR \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
+    minor=$(sed -n 's/^#define NCCL_MINOR \([0-9]*\).*/\1/p' "$nccl_h" 2>/dev/null | head -n1)
+    ver="${major:-?}.${minor:-?}"
+    if [ "${code:-0}" -ge 23000 ] || [ "${FORCE_SHARED_GPU:-0}" = 1 ]; then
+        export NCCL_MULTI_RANK_GPU_ENABLE=1
+        SHARED_OK=1 SHARED_WHY="one GPU, NCCL $ver, NCCL_MULTI_RANK_GPU_ENABLE=1"
+    else
+        SHARED_WHY="one GPU and NCCL $ver (< 2.30) refuses two ranks on one device (Duplicate GPU detected); FORCE_SHARED_GPU=1 tries anyway"
+    fi
+fi
+note "nccl: two ranks on the device(s): $([ $SHARED_OK = 1 ] && echo "expected to work" || echo "expected to be refused"): $SHARED_WHY"
+# test_comm_nccl demands one rank per device (its own check), even where NCCL would share.
+NP_COMM=$((NGPU < 2 ? 1 : (NGPU > 8 ? 8 : NGPU)))
+comm() {
+    NCCL_DEBUG=VERSION with_prefix mpirun --oversubscribe --bind-to none -np "$1" "$BUILD/mpi/test_comm_nccl"
+    local rc=$?
+    grep -E "NCCL version|^test_comm_nccl:" "$OUT/comm_nccl.log" | head -n 2 | sed 's/^.*\(NCCL version\)/\1/; s/^/result: /'
+    return $rc
+}
+export -f comm
+step comm_nccl 60 comm "$NP_COMM"
+
+# Where NCCL is expected to refuse (one GPU, NCCL < 2.30), train2_dp still
+# runs, once: its log holds NCCL's answer, and the step SKIPs quoting it.
+export SHARED_OK
+step train2_cpu 90 train2_cpu_s "$((JOBS > 4 ? 4 : JOBS))"
+if [ $? -eq 0 ]; then
+    step train2_dp "$([ "$SHARED_OK" = 1 ] && echo 90 || echo 45)" train2_s train2_dp parallel.dp=2
+    case $? in
+        0) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
+        77) skip_step train2_tp "as train2_dp" ;;
+        *) step train2_tp 90 train2_s train2_tp parallel.tp=2 parallel.dp=1 ;;
+    esac
+else
+    skip_step train2_dp "no CPU reference"; skip_step train2_tp "no CPU reference"
+fi
+
+# the 124M run on the device, compared
+step train124_gpu 150 train124 cuda bf16 2
+if [ -n "$bg_pid" ]; then
+    wait "$bg_pid" # its summary line is its own (step ran in that subshell)
+    grep -q "^train124_cpu ok" "$SUMMARY" || FAILED=1
+    cmp124() {
+        compare "$RUNS/train124_cpu" "$RUNS/train124_cuda" 20 2e-2 1e-2 2 || return 1
+        compare "$RUNS/train124_cpu" "$RUNS/train124_cuda" 20 5e-2 5e-2 3 || return 1
+        falls "$RUNS/train124_cpu" 20 0.04 && falls "$RUNS/train124_cuda" 20 0.04
+    }
+    export -f cmp124
+    step train124_compare 30 cmp124
+fi
 
 if [ "$MODE" = emu ]; then
     skip_step bench_cuda "emulation: timings are not the device's"
 elif [ -x "$BUILD/bench/bench_cuda" ]; then
-    step bench_cuda 45 "$BUILD/bench/bench_cuda"
+    step bench_cuda 45 with_prefix "$BUILD/bench/bench_cuda"
 fi
 
-# ---- 7. perf.md: a fragment for docs/performance.md -------------------------------------------
+# ---- 5. perf.md: a fragment for docs/performance.md -------------------------------------------
 {
     echo "## GPU: $GPU_NAME ($(date -u +%F))"
     echo

@@ -146,7 +146,7 @@ static int load(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    mpi_util_start(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     int rank, size, rc = 2;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -370,7 +370,7 @@ static int test_agree(int size) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    mpi_util_start(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

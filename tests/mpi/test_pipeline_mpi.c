@@ -71,7 +71,7 @@ static int run_layout(int p, int m, int v, int ring) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    mpi_util_start(&argc, &argv);
     mpi_util_init(MPI_COMM_WORLD);
     if (argc < 4 || (argc - 1) % 3 != 0)
         mpi_exit_all(STATUS_BAD_INPUT, "usage: test_pipeline_mpi P M V [P M V ...]");
