@@ -150,6 +150,9 @@ void backend_memset0(struct backend *be, struct tensor t) {
     if (t.numel) be->ops->memset0(be, t.data, t.numel * dtype_size(t.dtype));
 }
 void backend_synchronize(struct backend *be) { be->ops->synchronize(be); }
+enum status backend_reserve(struct backend *be, const struct backend_bounds *bounds, struct error *err) {
+    return be->ops->reserve ? be->ops->reserve(be, bounds, err) : STATUS_OK;
+}
 
 // ---- ops ----------------------------------------------------------------------
 
@@ -409,6 +412,13 @@ double backend_sum_squares(struct backend *be, struct tensor x, size_t n) {
     double r = 0;
     PROFILED(be, "sum_squares", r = be->ops->sum_squares(be, x, n));
     return r;
+}
+
+void backend_sum_into(struct backend *be, struct tensor acc, struct tensor x, size_t n) {
+    need("sum_into", "acc", acc, 1);
+    need("sum_into", "x", x, n);
+    same_dtype("sum_into", "acc", acc, DTYPE_FP64);
+    PROFILED(be, "sum_into", be->ops->sum_into(be, acc, x, n));
 }
 
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/common.h"
 #include "ops_list.h"
 
 // DTYPE_I64: counters (tokens, steps) summed across ranks by src/parallel/comm.h.
@@ -61,6 +62,14 @@ struct tensor tensor_slice(struct tensor t, size_t offset, size_t numel);
 
 struct backend;
 
+// The largest problem a caller will give the ops (backend_reserve): what the
+// backend's working memory (the CUDA backend's scratch) must hold.
+struct backend_bounds {
+    int rows, cols;          // rows (N) and width (C) of the row-wise ops (rmsnorm)
+    int B, T, H, Hkv, D;     // attention: batch, sequence, query and key/value heads, head size
+    enum dtype dtype;        // the activations' storage dtype
+};
+
 // The table a backend fills. Every entry is required unless marked optional.
 struct backend_ops {
     const char *name; // "cpu", "cuda"
@@ -74,6 +83,10 @@ struct backend_ops {
     void (*to_host)(struct backend *be, void *host_dst, const void *src, size_t bytes);
     void (*memset0)(struct backend *be, void *dst, size_t bytes);
     void (*synchronize)(struct backend *be);
+    // Optional (NULL: nothing to reserve): sizes the working memory the ops
+    // need up to bounds now, so that no op allocates later; keeps the largest
+    // of several calls. STATUS_RUNTIME when the memory cannot be had.
+    enum status (*reserve)(struct backend *be, const struct backend_bounds *bounds, struct error *err);
 
     // The compute ops, one entry per line of kernels/ops_list.h: e.g.
     // void (*matmul)(struct backend *be, struct tensor out, ...). What each
@@ -107,6 +120,11 @@ void backend_to_device(struct backend *be, void *dst, const void *host_src, size
 void backend_to_host(struct backend *be, void *host_dst, const void *src, size_t bytes);
 void backend_memset0(struct backend *be, struct tensor t);
 void backend_synchronize(struct backend *be);
+// Sizes the backend's working memory for ops up to bounds (struct
+// backend_ops.reserve; a no-op on a backend without it). model_init calls it
+// so that a training step allocates nothing. Errors: STATUS_RUNTIME (out of
+// device memory), naming the backend and the bytes.
+enum status backend_reserve(struct backend *be, const struct backend_bounds *bounds, struct error *err);
 
 // ---- linear algebra -------------------------------------------------------
 
@@ -288,6 +306,13 @@ void backend_adamw(struct backend *be, struct tensor param, struct tensor master
 
 // sum_i x_i^2 over n elements (any float dtype), accumulated in double; synchronizes.
 double backend_sum_squares(struct backend *be, struct tensor x, size_t n);
+// acc (1,) FP64 += sum_i x_i over x (n,), accumulated in double (the CPU
+// backend adds in index order; the CUDA backend in a fixed tree order, so the
+// two differ in the last bits of a double). x: FP32 or FP64 on the CPU
+// backend, FP32, BF16 or FP16 on the CUDA backend. Stream-ordered: no
+// synchronisation; read acc with backend_to_host. For the step's loss sum,
+// kept on the device over the microbatches (src/model/model_pass.c).
+void backend_sum_into(struct backend *be, struct tensor acc, struct tensor x, size_t n);
 // out (n,) = a + b (out may alias a or b)
 void backend_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n);
 // dst (n,) = src (n,), converting dtype if they differ (round to nearest even

@@ -56,6 +56,7 @@
       struct tensor grad, struct tensor m, struct tensor v, size_t n, double lr, double beta1,    \
       double beta2, double eps, double weight_decay, double grad_scale, int step))                \
     X(sum_squares, double, (struct backend *be, struct tensor x, size_t n))                       \
+    X(sum_into, void, (struct backend *be, struct tensor acc, struct tensor x, size_t n))         \
     X(add, void, (struct backend *be, struct tensor out, struct tensor a, struct tensor b,        \
       size_t n))                                                                                  \
     X(copy, void, (struct backend *be, struct tensor dst, struct tensor src, size_t n))

@@ -48,6 +48,18 @@ void cpu_adamw(struct backend *be, struct tensor param, struct tensor master, st
                  beta1, beta2, eps, weight_decay, grad_scale, step);
 }
 
+// acc += sum_i x_i in double, in index order (serial: n is a microbatch's
+// token count).
+void cpu_sum_into(struct backend *be, struct tensor acc, struct tensor x, size_t n) {
+    double s = 0;
+    if (x.dtype == DTYPE_FP32)
+        for (size_t i = 0; i < n; i++) s += ((const float *)x.data)[i];
+    else if (x.dtype == DTYPE_FP64)
+        for (size_t i = 0; i < n; i++) s += ((const double *)x.data)[i];
+    else CPU_CHECK_DTYPE("sum_into", x.dtype);
+    *(double *)acc.data += s;
+}
+
 double cpu_sum_squares(struct backend *be, struct tensor x, size_t n) {
     switch (x.dtype) {
     case DTYPE_FP32: return sum_squares_f32(x.data, n);

@@ -13,8 +13,10 @@ extern "C" {
 #endif
 
 // A backend on CUDA device `device` (the node-local rank picks it): a compute
-// stream, a cuBLASLt handle and workspace (each NCCL group makes its own
-// communication stream: src/parallel/comm_nccl.h). Storage
+// stream, a cuBLASLt handle, workspace and plan cache, and a pinned staging
+// ring for host-to-device copies (4 MiB); the kernels' scratch is sized by
+// backend_reserve (kernels/ops.h); each NCCL group makes its own
+// communication stream: src/parallel/comm_nccl.h. Storage
 // dtypes FP32, BF16 and FP16 (FP32 compute and accumulation); FP64 is
 // rejected.
 // Returns NULL and fills err (STATUS_RUNTIME) when the device cannot be used.

@@ -543,7 +543,7 @@ void cuda_attention_backward(struct backend *be, struct tensor dq, struct tensor
     if ((size_t)B * H * T == 0) return;
     CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
     float scale = (float)(1.0 / sqrt((double)D));
-    float *Dvec = (float *)cuda_scratch(be, sizeof(float) * (size_t)B * H * T);
+    float *Dvec = (float *)cuda_scratch(be, cuda_scratch_attention_backward(B, T, H));
     const float *pl = (const float *)lse.data;
     dim3 grid_q((unsigned)((T + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
     dim3 grid_k((unsigned)((T + attn_bk(dp) - 1) / attn_bk(dp)), (unsigned)Hkv, (unsigned)B);

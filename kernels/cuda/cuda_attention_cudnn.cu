@@ -710,7 +710,7 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
     size_t ws = ((size_t)p->workspace + 255) / 256 * 256;
     size_t dsum = (size_t)B * H * T * sizeof(float), acc = dsum * D;
     size_t dsum_pad = (dsum + 255) / 256 * 256;
-    char *base = (char *)cuda_scratch(be, ws + dsum_pad + acc);
+    char *base = (char *)cuda_scratch(be, cuda_scratch_cudnn_backward(p->workspace, B, T, H, D));
     CHECK_CUDA(cudaMemsetAsync(base + ws + dsum_pad, 0, acc, cuda_stream(be))); // cuDNN < 9.6 accumulates
     float scale = (float)(1.0 / sqrt((double)D)), neg_inf = sdpa_mask_value(cudnnGetVersion()), one = 1.0f;
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
@@ -791,4 +791,18 @@ extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int 
     plan_release(p);
     free(p);
     return s;
+}
+
+size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bounds *b) {
+    size_t need = 0;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        struct sdpa_key key = {b->B, b->T, b->H, b->Hkv, b->D, b->dtype, bwd != 0};
+        struct sdpa_plan *p = NULL;
+        struct error err = {};
+        char why[384];
+        if (choose(be, &key, NULL, 0, &p, why, sizeof why, &err) || !p) continue;
+        size_t ws = (size_t)p->workspace;
+        need = MAX(need, bwd ? cuda_scratch_cudnn_backward(ws, b->B, b->T, b->H, b->D) : ws);
+    }
+    return need;
 }

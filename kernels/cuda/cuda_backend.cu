@@ -2,9 +2,10 @@
 // (docs/design.md §3); the kernels' scratch is in cuda_memory.cu, so kernels
 // never call back into this file. Memory is device memory from cudaMalloc (256-byte aligned);
 // copies are cudaMemcpyAsync on the compute stream, ordered with the kernels.
-// to_device from pageable host memory (what trident passes) returns once CUDA
-// has staged the source, so the buffer may be reused at once; from pinned
-// memory the copy is truly asynchronous (reuse after backend_synchronize).
+// to_device copies the caller's (pageable) host memory into a ring of pinned
+// staging slots and copies from there asynchronously, so the caller may reuse
+// its buffer at once and the host does not wait for the device; a slot is
+// reused only after the copy that read it has completed (its event).
 // to_host synchronizes: its caller reads the result right away.
 #include "cuda_internal.cuh"
 
@@ -14,10 +15,27 @@
 // (NVIDIA recommends >= 32 MiB on Hopper).
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
 
+static void stage_free(struct cuda_backend *c) {
+    for (int i = 0; i < CUDA_STAGE_SLOTS; i++)
+        if (c->stage_done[i]) cudaEventDestroy(c->stage_done[i]);
+    cudaFreeHost(c->stage);
+}
+
+// The pinned staging ring of to_device: CUDA_STAGE_SLOTS slots of
+// CUDA_STAGE_BYTES and an event each (recorded after the copy that reads it).
+static cudaError_t stage_init(struct cuda_backend *c) {
+    cudaError_t e = cudaMallocHost((void **)&c->stage, (size_t)CUDA_STAGE_SLOTS * CUDA_STAGE_BYTES);
+    for (int i = 0; i < CUDA_STAGE_SLOTS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming);
+    return e;
+}
+
 static void cuda_destroy(struct backend *be) {
     struct cuda_backend *c = cuda_state(be);
     if (c->stream) cudaStreamSynchronize(c->stream); // best effort: also runs on init failure
     cuda_attention_cudnn_free(c);
+    cuda_matmul_plans_free(c);
+    stage_free(c);
     cudaFree(c->workspace);
     cudaFree(c->scratch);
     cudaFree(c->bad);
@@ -42,8 +60,21 @@ static void cuda_free(struct backend *be, void *ptr) {
     CHECK_CUDA(cudaFree(ptr));
 }
 
+// Through the staging ring, a slot's worth at a time: wait until the copy
+// that last read the slot is done (at once unless the host is a ring ahead
+// of the device), fill it, copy from it, mark it.
 static void cuda_to_device(struct backend *be, void *dst, const void *src, size_t bytes) {
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+    struct cuda_backend *c = cuda_state(be);
+    for (size_t off = 0; off < bytes; off += CUDA_STAGE_BYTES) {
+        size_t n = MIN(bytes - off, CUDA_STAGE_BYTES);
+        int s = c->stage_next;
+        c->stage_next = (s + 1) % CUDA_STAGE_SLOTS;
+        char *slot = c->stage + (size_t)s * CUDA_STAGE_BYTES;
+        CHECK_CUDA(cudaEventSynchronize(c->stage_done[s]));
+        memcpy(slot, (const char *)src + off, n);
+        CHECK_CUDA(cudaMemcpyAsync((char *)dst + off, slot, n, cudaMemcpyHostToDevice, c->stream));
+        CHECK_CUDA(cudaEventRecord(c->stage_done[s], c->stream));
+    }
 }
 
 static void cuda_to_host(struct backend *be, void *dst, const void *src, size_t bytes) {
@@ -53,6 +84,22 @@ static void cuda_to_host(struct backend *be, void *dst, const void *src, size_t 
 
 static void cuda_memset0(struct backend *be, void *dst, size_t bytes) {
     CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, cuda_stream(be)));
+}
+
+// backend_reserve: the scratch for the largest request of the kernels at
+// bounds (cuda_internal.cuh), allocated now.
+static enum status cuda_reserve(struct backend *be, const struct backend_bounds *b, struct error *err) {
+    size_t need = cuda_scratch_sum_squares();
+    need = MAX(need, cuda_scratch_rmsnorm_backward(b->rows, b->cols));
+    need = MAX(need, cuda_scratch_attention_backward(b->B, b->T, b->H));
+    need = MAX(need, cuda_attention_cudnn_scratch(be, b));
+    cudaError_t e = cuda_scratch_reserve(be, need);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return error_set(err, STATUS_RUNTIME, "cuda backend: reserving %zu bytes of scratch on device %d: %s",
+                         need, cuda_state(be)->device, cudaGetErrorString(e));
+    }
+    return STATUS_OK;
 }
 
 // Waits for the compute stream, then reports targets ce_loss found out of
@@ -74,6 +121,7 @@ static const struct backend_ops cuda_ops = {
     .to_host = cuda_to_host,
     .memset0 = cuda_memset0,
     .synchronize = cuda_synchronize,
+    .reserve = cuda_reserve,
 #define CUDA_TABLE_ENTRY(name, ret, params) .name = cuda_##name,
     BACKEND_OPS(CUDA_TABLE_ENTRY)
 #undef CUDA_TABLE_ENTRY
@@ -126,6 +174,7 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     be->impl = c;
     be->threads = 1;
     c->device = device;
+    c->plans = (struct gemm_plan *)xcalloc(CUDA_GEMM_PLANS, sizeof *c->plans);
     INIT_TRY(cudaSetDevice(device), "cudaSetDevice");
     INIT_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device),
              "reading the SM count");
@@ -137,6 +186,7 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     // which is not ordered with the non-blocking compute stream.
     INIT_TRY(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "zeroing a counter");
     INIT_TRY(cudaMallocHost(&c->host_sum, sizeof(double)), "allocating pinned memory");
+    INIT_TRY(stage_init(c), "allocating the pinned staging ring");
     {
         cublasStatus_t s = cublasLtCreate(&c->lt);
         if (s != CUBLAS_STATUS_SUCCESS) {

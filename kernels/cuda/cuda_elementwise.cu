@@ -6,7 +6,6 @@
 
 #define EW_THREADS 256
 // Blocks of the sum-of-squares partials: fixed, so the FP64 sum has one order.
-#define SUMSQ_BLOCKS 1024
 
 #define GRID_STRIDE(i, n)                                                      \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);    \
@@ -158,7 +157,7 @@ double cuda_sum_squares(struct backend *be, struct tensor x, size_t n) {
     struct dptr px = dptr_of("sum_squares", "x", x);
     if (!n) return 0;
     struct cuda_backend *c = cuda_state(be);
-    double *partial = (double *)cuda_scratch(be, sizeof(double) * (SUMSQ_BLOCKS + 1));
+    double *partial = (double *)cuda_scratch(be, cuda_scratch_sum_squares());
     sum_squares_partial<<<SUMSQ_BLOCKS, EW_THREADS, 0, c->stream>>>(partial, px, n);
     CHECK_LAUNCH();
     sum_squares_final<<<1, EW_THREADS, 0, c->stream>>>(partial + SUMSQ_BLOCKS, partial, SUMSQ_BLOCKS);

@@ -43,18 +43,37 @@ extern "C" {
 #define CUDA_TRAFFIC(bytes) ((void)0)
 #endif
 
-// A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
-// the query costs tens of microseconds and a training step repeats a handful
-// of shapes. Searched linearly; once full, new shapes query every time.
-#define CUDA_ALGO_CACHE 64
-struct algo_entry {
+// A cuBLASLt plan for one GEMM problem (cuda_matmul.cu): the matmul
+// descriptor, the three layouts and the heuristic's algorithm, made on the
+// problem's first call and kept for the backend's life (the query costs tens
+// of microseconds, and a step repeats a few dozen problems). Key: shape,
+// transposes, dtypes and each operand's alignment class (log2 of the largest
+// power of two <= 256 dividing its address: what the heuristic was told).
+// An open-addressing hash table of CUDA_GEMM_PLANS entries; once full, a new
+// problem gets a plan made and destroyed around its call.
+#define CUDA_GEMM_PLANS 512
+struct gemm_key {
     int M, N, K;
     bool ta, tb;
     enum dtype ab, c;
-    uint32_t al_a, al_b, al_c; // pointer alignments the algorithm was chosen for
-    int found;                 // 0: cuBLASLt has none, use the fallback kernel
+    uint16_t al; // alignment classes of b, a, out: 4 bits each
+};
+struct gemm_plan {
+    bool used;
+    struct gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    int found; // 0: cuBLASLt has no algorithm, the fallback kernel runs
     cublasLtMatmulAlgo_t algo;
 };
+
+// to_device's pinned staging ring (cuda_backend.cu): 16 slots of 256 KiB
+// (4 MiB pinned), so the host can run several microbatches' uploads (tokens,
+// targets, document starts: 64 KiB each at 8 x 2048 tokens) ahead of the
+// device before a slot must wait; larger copies pass through in slot-sized
+// pieces.
+#define CUDA_STAGE_SLOTS 16
+#define CUDA_STAGE_BYTES ((size_t)256 << 10)
 
 // Private state of the CUDA backend (struct backend.impl).
 struct cuda_backend {
@@ -67,11 +86,15 @@ struct cuda_backend {
     // sum_squares partials): grown to the largest request and kept.
     void *scratch;
     size_t scratch_bytes;
+    bool scratch_reserved, scratch_warned; // backend_reserve ran; a later growth was reported
     double *host_sum; // pinned: sum_squares' result
+    char *stage;      // pinned: CUDA_STAGE_SLOTS x CUDA_STAGE_BYTES, to_device's staging ring
+    cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; // recorded after the copy that read each slot
+    int stage_next;                           // the slot the next piece uses
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
     int sm_count;
-    struct algo_entry algos[CUDA_ALGO_CACHE];
-    int n_algos;
+    struct gemm_plan *plans; // CUDA_GEMM_PLANS, allocated at init (cuda_matmul.cu)
+    int n_plans;
     enum backend_attention attention; // [system] attention (kernels/backend.h)
     struct cudnn_attention *cudnn;    // cuDNN handle and plans; NULL until first needed
 };
@@ -95,12 +118,47 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
                                    struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
                                    struct tensor out, struct tensor lse, bool doc_mask, int B, int T, int H,
                                    int Hkv, int D);
+// Scratch bytes cuDNN's attention needs at bounds (its forward's workspace,
+// its backward's workspace and FP32 buffers), planning both now; 0 when the
+// mode, the dtype or cuDNN's support for the shape sends it to the native
+// kernels (a shape cuDNN refuses in mode cudnn is reported at its first call).
+size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bounds *b);
+// Destroys the cached cuBLASLt plans (cuda_destroy).
+void cuda_matmul_plans_free(struct cuda_backend *c);
 // Frees the cuDNN plans and handle (cuda_destroy).
 void cuda_attention_cudnn_free(struct cuda_backend *c);
 
 // Device scratch of at least bytes, valid until the next call (stream-ordered:
-// a regrow synchronizes the stream before freeing the old buffer).
+// a regrow synchronizes the stream before freeing the old buffer). Sized once
+// by backend_reserve (cuda_reserve, from the bounds below); a request beyond
+// the reservation still grows it but says so on stderr, once: a step then
+// waits for the device and allocates.
 void *cuda_scratch(struct backend *be, size_t bytes);
+// Grows the scratch to at least bytes now and marks it reserved (a later
+// growth is reported); cudaMalloc's status. For backend_reserve
+// (cuda_backend.cu), which computes bytes from the bounds below.
+cudaError_t cuda_scratch_reserve(struct backend *be, size_t bytes);
+
+// What each user of cuda_scratch asks for, in bytes, as functions of its
+// arguments (the reservation's bounds): rmsnorm_backward's dw partials
+// (cuda_norm.cu: min(N, DW_CHUNKS) row chunks of C floats), sum_squares'
+// partials (cuda_elementwise.cu: SUMSQ_BLOCKS + 1 doubles), the native
+// attention backward's D (B, H, T) floats (cuda_attention.cu), cuDNN's
+// backward (cuda_attention_cudnn.cu: its plan's workspace, known only once
+// planned, then Dsum (B, H, T) and the dq accumulator (B, H, T, D), FP32).
+#define DW_CHUNKS 64
+#define SUMSQ_BLOCKS 1024
+static inline size_t cuda_scratch_rmsnorm_backward(int N, int C) {
+    return sizeof(float) * (size_t)(N < DW_CHUNKS ? N : DW_CHUNKS) * (size_t)C;
+}
+static inline size_t cuda_scratch_sum_squares(void) { return sizeof(double) * (SUMSQ_BLOCKS + 1); }
+static inline size_t cuda_scratch_attention_backward(int B, int T, int H) {
+    return sizeof(float) * (size_t)B * H * T;
+}
+static inline size_t cuda_scratch_cudnn_backward(size_t workspace, int B, int T, int H, int D) {
+    size_t dsum = sizeof(float) * (size_t)B * H * T;
+    return (workspace + 255) / 256 * 256 + (dsum + 255) / 256 * 256 + dsum * D;
+}
 
 // A float tensor's data and storage dtype; aborts unless FP32, BF16 or FP16.
 struct dptr {

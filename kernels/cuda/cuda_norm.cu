@@ -7,7 +7,6 @@
 #define ROW_THREADS 256
 // Row chunks of the dw reduction: partial sums (chunks, C) then a fixed-order
 // sum over chunks, so dw does not depend on scheduling (no atomics).
-#define DW_CHUNKS 64
 
 // y (N, C) = w * (x * rstd), rstd (N,) = 1 / sqrt(mean(x^2) + eps). One block per row.
 __global__ void rmsnorm_forward_kernel(struct dptr y, float *rstd, struct dptr x, struct dptr w,
@@ -92,7 +91,7 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
     rmsnorm_backward_dx_kernel<<<N, ROW_THREADS, 0, s>>>(pdx, pdy, px, pw, r, C);
     CHECK_LAUNCH();
     int chunks = N < DW_CHUNKS ? N : DW_CHUNKS;
-    float *partial = (float *)cuda_scratch(be, sizeof(float) * chunks * (size_t)C);
+    float *partial = (float *)cuda_scratch(be, cuda_scratch_rmsnorm_backward(N, C));
     dim3 grid((C + 31) / 32, chunks), block(32, 8);
     rmsnorm_backward_dw_partial<<<grid, block, 0, s>>>(partial, pdy, px, r, N, C);
     CHECK_LAUNCH();

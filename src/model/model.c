@@ -20,7 +20,7 @@ struct carver {
 
 static struct tensor carve(struct carver *c, enum dtype dtype, size_t numel) {
     size_t at = c->bytes;
-    c->bytes += ((numel * dtype_size(dtype) + 63) / 64) * 64;
+    c->bytes += (numel * dtype_size(dtype) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
     return tensor_view(c->base ? c->base + at : NULL, dtype, numel);
 }
 
@@ -246,6 +246,7 @@ static void acts_layout(struct model *m, struct carver *c) {
     }
     m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
+    m->loss_acc = carve(c, DTYPE_FP64, 1); // zeroed with the arena
     m->tmp = carve(c, a, (size_t)N * C);
     m->dx = carve(c, a, (size_t)Ns * C);
     m->dln = carve(c, a, (size_t)N * C);
@@ -421,6 +422,13 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     backend_memset0(be, m->param_arena);
     backend_memset0(be, m->grad_arena);
     backend_memset0(be, m->act_arena);
+    // The kernels' working memory for this model's largest ops, now: a step
+    // then allocates nothing on the device.
+    struct backend_bounds bounds = {m->N, m->C, B, T, m->Hl, m->Hkvl, m->D, dtype};
+    if (backend_reserve(be, &bounds, err)) {
+        model_free(m);
+        return err->status;
+    }
 
     // RoPE tables, angles in double.
     size_t half = (size_t)cfg->max_seq_len * (m->D / 2);

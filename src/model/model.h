@@ -234,10 +234,17 @@ void model_set_doc_eot(struct model *m, int32_t eot);
 // C) in the model dtype (the previous stage's output, Ns = B*T/tp under
 // sequence parallelism, else B*T); the last virtual stage reads targets (B,
 // T) and returns the loss sum and count (as model_forward), the others write
-// `out` (Ns, C).
+// `out` (Ns, C). loss_sum NULL: the loss sum is not read back but added to a
+// device accumulator (backend_sum_into) that model_loss_sum_take reads, so a
+// step of many microbatches copies its loss back once; n_targets may be NULL.
 void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
                          const void *in, const int32_t *targets, void *out, double *loss_sum,
                          long *n_targets);
+// The sum of the per-token losses (over non-ignored targets) of the forward
+// passes given loss_sum = NULL since model_init or the last call, then resets
+// it: one device-to-host copy, which waits for the backend's queued work
+// (backend_to_host). 0 on a model without the last stage.
+double model_loss_sum_take(struct model *m);
 // Backward of that forward (same chunk and slot): dout (Ns, C) the gradient of
 // the chunk's output (ignored on the last virtual stage, which starts from the
 // loss times loss_scale); din (Ns, C) receives the gradient of its input

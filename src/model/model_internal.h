@@ -5,7 +5,14 @@
 
 #include "model.h"
 
-enum { ALIGN_ELEMS = 16 };
+// Every tensor of the arenas starts at a multiple of TENSOR_ALIGN bytes from
+// the arena's base (a backend allocation, 256-byte aligned on CUDA): cuBLASLt
+// picks its fastest kernels only for 256-byte aligned operands (its default
+// assumption; a less aligned pointer gets a slower kernel), cuDNN's plans want
+// 16. Parameters are placed by element offset, ALIGN_ELEMS elements apart:
+// 128 elements are 256 bytes in the narrowest dtype (BF16/FP16 weights) and
+// more in the gradient arena's FP32.
+enum { TENSOR_ALIGN = 256, ALIGN_ELEMS = 128 };
 
 // Weights of one decoder block (views into the parameter or gradient arena).
 struct block {
@@ -78,6 +85,7 @@ struct model {
     struct slot *slots;            // (n_slots)
     int slots_used;                // high-water mark: 1 + the largest slot index used
     struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
+    struct tensor loss_acc;           // (1,) FP64: the device loss sum (model_loss_sum_take)
     // backward scratch
     struct tensor tmp, dx, dln;    // (N, C), (Ns, C), (N, C)
     // Sequence parallel: the all-gathered norm output (N, C) that the GEMMs

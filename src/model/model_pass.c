@@ -214,7 +214,8 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     struct backend *be = m->be;
     struct slot *S = slot_of(m, slot);
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
-    *loss_sum = 0, *n_targets = 0;
+    if (loss_sum) *loss_sum = 0;
+    if (n_targets) *n_targets = 0;
     if (m->doc_eot >= 0) { // every chunk of a pipeline derives it from the tokens
         CHECK(tokens, "packed documents (model_set_doc_eot) but no tokens for chunk %d", chunk);
         doc_start_fill(m->host_doc, tokens, m->B, m->T, m->doc_eot);
@@ -237,7 +238,21 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     }
     backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
     head_forward(m, S, S->x[nl]);
-    loss_sum_of(m, S, targets, loss_sum, n_targets);
+    if (loss_sum) {
+        loss_sum_of(m, S, targets, loss_sum, n_targets);
+        return;
+    }
+    backend_sum_into(be, m->loss_acc, S->loss, m->N); // ignored rows hold 0 (ce_loss)
+    if (n_targets)
+        for (int i = 0; i < m->N; i++) *n_targets += targets[i] != IGNORE_INDEX;
+}
+
+double model_loss_sum_take(struct model *m) {
+    if (!m->last) return 0;
+    double sum;
+    backend_to_host(m->be, &sum, m->loss_acc.data, sizeof sum);
+    backend_memset0(m->be, m->loss_acc);
+    return sum;
 }
 
 // The pass inside an NVTX range "forward" (src/base/nvtx.h).

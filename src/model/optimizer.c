@@ -175,7 +175,9 @@ double optimizer_prepare(struct optimizer *o) {
     }
     // One backend_sum_squares (one device round trip under CUDA) per run of
     // adjacent counted parameters, not one per tensor: the arena is
-    // contiguous, and only norm_skip tensors (TP replicas) break a run.
+    // contiguous, and only norm_skip tensors (TP replicas) break a run. A run
+    // spans the alignment padding between its tensors (model_internal.h),
+    // which no pass writes: zeros, as model_zero_grad left them.
     int n;
     const struct param_info *p = model_params(o->model, &n);
     double sum = 0;
@@ -183,7 +185,7 @@ double optimizer_prepare(struct optimizer *o) {
     for (int i = 0; i <= n; i++) {
         size_t lo = 0, hi = 0;
         bool counted = i < n && !p[i].norm_skip && overlap(o, &p[i], &lo, &hi);
-        if (counted && lo == run_hi && run_hi > run_lo) {
+        if (counted && lo >= run_hi && run_hi > run_lo) {
             run_hi = hi;
             continue;
         }

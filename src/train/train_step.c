@@ -24,7 +24,6 @@ struct pp_step {
     const int32_t *tokens, *targets; // (n_micro, B, T)
     size_t per_micro;                // B * T
     double scale;                    // d loss / d (sum of token losses)
-    double loss_sum;
     struct grad_sync *sync;          // armed for each chunk's last backward; NULL: none (eval)
 };
 
@@ -32,12 +31,11 @@ static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in
     struct pp_step *p = ctx;
     const int32_t *tok = p->tokens ? p->tokens + micro * p->per_micro : NULL;
     const int32_t *tgt = p->targets ? p->targets + micro * p->per_micro : NULL;
-    double sum;
-    long count;
     NVTX_PUSH("microbatch %d chunk %d forward", micro, chunk);
-    model_forward_chunk(p->model, chunk, slot, tok, in, tgt, out, &sum, &count);
+    // The loss sum stays on the device until the step reads it once
+    // (model_loss_sum_take): no copy back and wait per microbatch.
+    model_forward_chunk(p->model, chunk, slot, tok, in, tgt, out, NULL, NULL);
     NVTX_POP();
-    p->loss_sum += sum;
 }
 
 // The chunk's last backward (last) finalises its gradients: the DP buckets
@@ -133,8 +131,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     int64_t count = count_targets(m, targets, per_micro * n_micro);
     if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
     double S = c->scaler ? c->scaler->scale : 1.0;
-    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, 0,
-                         c->sync};
+    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, c->sync};
 
     model_zero_grad(m);
     if (c->fault_grad_inf) poison_grads(m);
@@ -149,15 +146,17 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
         struct tensor g = tensor_slice(model_grad_arena(m), p->offset, p->numel);
         comm_all_reduce(c->embed, g.data, g.numel, g.dtype, COMM_SUM);
     }
-    double loss_sum = ps.loss_sum;
+    NVTX_PUSH("optimizer"); // the norm's sums, clipping, AdamW (ZeRO-1's collectives inside)
+    double norm = optimizer_prepare(c->opt) / S; // of the unscaled gradients
+    // The step's one read of its loss, after the norm's sums have waited for
+    // the backward pass anyway.
+    double loss_sum = model_loss_sum_take(m);
     if (dp && last) comm_all_reduce(dp, &loss_sum, 1, DTYPE_FP64, COMM_SUM);
     if (pp) { // every stage logs the last stage's numbers
         double v[2] = {last ? loss_sum : 0, last ? (double)count : 0};
         comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
         loss_sum = v[0], count = (int64_t)v[1];
     }
-    NVTX_PUSH("optimizer"); // the norm's sums, clipping, AdamW (ZeRO-1's collectives inside)
-    double norm = optimizer_prepare(c->opt) / S; // of the unscaled gradients
     double coef = optimizer_clip_coef(c->cfg, norm);
     double lr = optimizer_lr(c->cfg, lr_step);
     double loss = count > 0 ? loss_sum / count : 0.0;
@@ -181,10 +180,10 @@ enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const in
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
     int64_t n = count_targets(m, targets, per_micro * n_micro);
-    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, 0, NULL};
+    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, NULL};
     enum status st = run_microbatches(c, &ps, n_micro, false, err);
     if (st) return st;
-    double v[2] = {last ? ps.loss_sum : 0, last ? (double)n : 0};
+    double v[2] = {model_loss_sum_take(m), last ? (double)n : 0};
     if (dp && last) comm_all_reduce(dp, v, 2, DTYPE_FP64, COMM_SUM);
     if (pp) comm_all_reduce(pp, v, 2, DTYPE_FP64, COMM_SUM);
     *loss_sum = v[0], *count = (int64_t)v[1];

@@ -82,6 +82,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
     if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    emu_count_lt_setup();
     *l = new emu_lt_layout{type, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -93,6 +94,7 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
     if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    emu_count_lt_setup();
     *d = new emu_lt_desc;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -111,6 +113,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int attr, 
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    emu_count_lt_setup();
     *p = new emu_lt_pref{0};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -128,6 +131,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t *results, int *found) {
+    emu_count_lt_setup();
     *found = 0;
     if (!enabled() || requested < 1) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&results[0], 0, sizeof results[0]);
@@ -141,6 +145,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                               const void *beta_p, const void *C, cublasLtMatrixLayout_t lc, void *D,
                               cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *, void *, size_t,
                               cudaStream_t stream) {
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) % 256) emu_count_lt_unaligned();
     uint64_t m = ld->rows, n = ld->cols;
     uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t am = d->ta == CUBLAS_OP_N ? la->rows : la->cols;

@@ -317,7 +317,7 @@ void *emu_dynamic_shared(void) { return dynamic_shared.data(); }
 // enqueue time (n_switches by the worker running the kernel).
 struct emu_stats {
     unsigned long long launches, blocks, threads, gemms, gemm_flops, traffic_bytes, copies, copy_bytes,
-        collectives, max_queued;
+        collectives, max_queued, d2h_copies, syncs, mallocs, frees, pageable_h2d, lt_setups, lt_unaligned;
 };
 static emu_stats stats;
 static std::mutex stats_lock;
@@ -342,9 +342,12 @@ static void print_stats(void) {
     fprintf(f,
             "{\"launches\": %llu, \"blocks\": %llu, \"threads\": %llu, \"gemms\": %llu, "
             "\"gemm_flops\": %llu, \"traffic_bytes\": %llu, \"copies\": %llu, \"copy_bytes\": %llu, "
-            "\"collectives\": %llu, \"max_queued\": %llu}\n",
+            "\"collectives\": %llu, \"max_queued\": %llu, \"d2h_copies\": %llu, \"syncs\": %llu, "
+            "\"mallocs\": %llu, \"frees\": %llu, \"pageable_h2d\": %llu, \"lt_setups\": %llu, "
+            "\"lt_unaligned\": %llu}\n",
             stats.launches, stats.blocks, stats.threads, stats.gemms, stats.gemm_flops, stats.traffic_bytes,
-            stats.copies, stats.copy_bytes, stats.collectives, stats.max_queued);
+            stats.copies, stats.copy_bytes, stats.collectives, stats.max_queued, stats.d2h_copies, stats.syncs,
+            stats.mallocs, stats.frees, stats.pageable_h2d, stats.lt_setups, stats.lt_unaligned);
     fclose(f);
 }
 // Reads TRIDENT_EMU_COUNT_ONLY and registers print_stats, once.
@@ -387,8 +390,41 @@ void emu_count_copy(size_t n) {
     stats.copies++;
     stats.copy_bytes += n;
 }
+// The host-work counters (cuda_runtime_api.h), at the call.
+static void count_event(unsigned long long emu_stats::*field) {
+    count_only_mode();
+    std::lock_guard<std::mutex> lock(stats_lock);
+    stats.*field += 1;
+}
+void emu_count_d2h(void) { count_event(&emu_stats::d2h_copies); }
+void emu_count_sync(void) { count_event(&emu_stats::syncs); }
+void emu_count_malloc(void) { count_event(&emu_stats::mallocs); }
+void emu_count_free(void) { count_event(&emu_stats::frees); }
+void emu_count_pageable_h2d(void) { count_event(&emu_stats::pageable_h2d); }
+extern "C" void emu_count_lt_setup(void) { count_event(&emu_stats::lt_setups); }
+extern "C" void emu_count_lt_unaligned(void) { count_event(&emu_stats::lt_unaligned); }
+extern "C" unsigned long long emu_stat(const char *name) {
+    static const struct {
+        const char *name;
+        unsigned long long emu_stats::*field;
+    } fields[] = {{"launches", &emu_stats::launches},         {"copies", &emu_stats::copies},
+                  {"d2h_copies", &emu_stats::d2h_copies},     {"syncs", &emu_stats::syncs},
+                  {"mallocs", &emu_stats::mallocs},           {"frees", &emu_stats::frees},
+                  {"pageable_h2d", &emu_stats::pageable_h2d}, {"lt_setups", &emu_stats::lt_setups},
+                  {"lt_unaligned", &emu_stats::lt_unaligned}};
+    std::lock_guard<std::mutex> lock(stats_lock);
+    for (const auto &f : fields)
+        if (!strcmp(f.name, name)) return stats.*f.field;
+    fprintf(stderr, "cuda_emu: emu_stat(\"%s\"): no such counter\n", name);
+    abort();
+}
 
 void emu_enqueue_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body) {
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "cuda_emu: a launch of grid (%u, %u, %u): CUDA allows x <= 2^31-1, y and z <= 65535\n",
+                grid.x, grid.y, grid.z);
+        abort();
+    }
     int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
         fprintf(stderr, "cuda_emu: a launch of %d threads per block (1..1024)\n", n);

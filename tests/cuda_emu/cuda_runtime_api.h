@@ -120,7 +120,13 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 // modelled DRAM traffic that launch sites declare with emu_traffic), copies
 // and copy_bytes (cudaMemcpy*, cudaMemset*), collectives (NCCL operations),
 // max_queued (the most operations one stream had queued and not completed:
-// how far the host ran ahead).
+// how far the host ran ahead), d2h_copies (device-to-host cudaMemcpy*),
+// syncs (cudaStreamSynchronize, cudaDeviceSynchronize: host waits for all
+// queued work; not event waits), mallocs and frees (cudaMalloc, cudaFree of
+// device memory), pageable_h2d (host-to-device copies whose source is not
+// from cudaMallocHost/cudaHostAlloc), lt_setups (cuBLASLt descriptors,
+// layouts and preferences created and heuristic queries made) and
+// lt_unaligned (cuBLASLt matmuls with an operand not 256-byte aligned).
 // TRIDENT_EMU_COUNT_ONLY=1 counts everything and executes nothing: no kernel
 // body, matmul, copy, memset or collective runs, and cudaMalloc hands out
 // untouched zero pages (mmap), so a model larger than the host's memory can
@@ -131,6 +137,16 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
 void emu_traffic(unsigned long long bytes);
 // Counts one cuBLASLt matmul of m x n x k (cublaslt_emu.cpp).
 void emu_count_gemm(unsigned long long m, unsigned long long n, unsigned long long k);
+// Counts one cuBLASLt descriptor, layout or preference created, or one
+// heuristic query (cublaslt_emu.cpp).
+void emu_count_lt_setup(void);
+// Counts one cuBLASLt matmul with an operand address not a multiple of 256
+// bytes (lt_unaligned: the heuristic then may not pick its best kernels).
+void emu_count_lt_unaligned(void);
+// The counter of that name so far (launches, copies, d2h_copies, syncs,
+// mallocs, frees, pageable_h2d, lt_setups, lt_unaligned), for checks that read it between
+// two calls (tests/cuda_emu/check_host_work.cpp); aborts on another name.
+unsigned long long emu_stat(const char *name);
 // Counts one NCCL operation (nccl_emu.cpp).
 void emu_count_collective(void);
 // True under TRIDENT_EMU_COUNT_ONLY=1 (see above).

@@ -16,6 +16,14 @@ extern std::mutex emu_launch_lock;
 
 // Counts a copy or memset of bytes (TRIDENT_EMU_STATS), at enqueue time.
 void emu_count_copy(size_t bytes);
+// The host-work counters of TRIDENT_EMU_STATS (cuda_runtime_api.h), one call
+// each: a device-to-host copy, a stream or device synchronisation, a
+// cudaMalloc, a cudaFree, a host-to-device copy from pageable memory.
+void emu_count_d2h(void);
+void emu_count_sync(void);
+void emu_count_malloc(void);
+void emu_count_free(void);
+void emu_count_pageable_h2d(void);
 // A stream has n operations queued and not completed (TRIDENT_EMU_STATS's
 // max_queued: how far the host ran ahead of a stream).
 void emu_note_queued(unsigned long long n);

@@ -378,6 +378,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    emu_count_sync();
     auto lk = lock_runtime();
     device_synchronize_locked(lk);
     return cudaSuccess;
@@ -429,6 +430,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu_count_sync();
     auto lk = lock_runtime();
     emu_stream *st = resolve(s);
     // The legacy stream: a marker, so that it also waits for the blocking streams.
@@ -543,6 +545,7 @@ std::unordered_map<void *, size_t> &mapped = *new std::unordered_map<void *, siz
 extern "C" {
 
 cudaError_t cudaMalloc(void **p, size_t n) {
+    emu_count_malloc();
     if (emu_count_only_mode()) {
         size_t bytes = n ? n : 1;
         void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -564,6 +567,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return emu_pinned_allo
 // As CUDA's: waits for the whole device first (no queued kernel still uses p).
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    emu_count_free();
     cudaDeviceSynchronize();
     if (emu_count_only_mode()) {
         std::lock_guard<std::mutex> lock(mapped_lock);
@@ -602,6 +606,8 @@ cudaError_t copy(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaSt
     emu_count_copy(n);
     void *dv = emu_pinned_device_view(d);
     const void *sv = memset_value ? nullptr : emu_pinned_device_view(s);
+    if (!memset_value && k == cudaMemcpyDeviceToHost) emu_count_d2h();
+    if (!memset_value && k == cudaMemcpyHostToDevice && !sv) emu_count_pageable_h2d();
     void *dst = dv ? dv : d;
     const void *src = sv ? sv : s;
     bool dst_host = !memset_value && (k == cudaMemcpyDeviceToHost || k == cudaMemcpyHostToHost);

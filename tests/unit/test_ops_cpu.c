@@ -493,6 +493,14 @@ static void test_elementwise(void) {
     double s32 = backend_sum_squares(be, tf(x), n), s64 = backend_sum_squares(be, td(x), n);
     EXPECT(fabs(s32 - ref) <= 1e-13 * ref, "sum_squares fp32 %.17g, double loop %.17g", s32, ref);
     EXPECT(fabs(s64 - ref) <= 1e-13 * ref, "sum_squares fp64 %.17g, double loop %.17g", s64, ref);
+    // sum_into: acc += sum x in double, in index order (fp32 and fp64 x)
+    double lin = 0, acc = 0.25;
+    for (size_t i = 0; i < n; i++) lin += x.d[i];
+    backend_sum_into(be, tensor_view(&acc, DTYPE_FP64, 1), td(x), n);
+    EXPECT(acc == 0.25 + lin, "sum_into fp64 %.17g, double loop %.17g", acc, 0.25 + lin);
+    backend_sum_into(be, tensor_view(&acc, DTYPE_FP64, 1), tf(x), n);
+    EXPECT(fabs(acc - (0.25 + 2 * lin)) <= 1e-6 * (0.25 + 2 * fabs(lin)), "sum_into fp32 %.17g, double loop %.17g",
+           acc, 0.25 + 2 * lin);
     float big[3] = {1e30f, 1e30f, 3};
     double sb = backend_sum_squares(be, tensor_view(big, DTYPE_FP32, 3), 3);
     EXPECT(fabs(sb - 2e60) <= 1e-6 * 2e60, "sum_squares of fp32 1e30 overflows no float: %g", sb);

@@ -530,6 +530,17 @@ static void test_elementwise(enum dtype dt, size_t n) {
     double got = backend_sum_squares(gpu, x.g, n);
     EXPECT(fabs(got - ref) <= 1e-12 * ref, "sum_squares (%s): %.17g, host fp64 %.17g",
            dtype_name(dt), got, ref);
+    // sum_into: acc += sum x, twice, from a non-zero start, against a host FP64 sum
+    double acc = 1.5, host_sum = 0;
+    for (size_t i = 0; i < n; i++) host_sum += x.h[i];
+    struct tensor acc_g = tensor_view(backend_alloc(gpu, sizeof acc), DTYPE_FP64, 1);
+    backend_to_device(gpu, acc_g.data, &acc, sizeof acc);
+    backend_sum_into(gpu, acc_g, x.g, n);
+    backend_sum_into(gpu, acc_g, x.g, n);
+    backend_to_host(gpu, &acc, acc_g.data, sizeof acc);
+    EXPECT(fabs(acc - (1.5 + 2 * host_sum)) <= 1e-12 * (1.5 + 2 * fabs(host_sum)) + 1e-12,
+           "sum_into (%s): %.17g, host fp64 %.17g", dtype_name(dt), acc, 1.5 + 2 * host_sum);
+    backend_dealloc(gpu, acc_g.data);
     backend_add(cpu, o.c, x.c, y.c, n), backend_add(gpu, o.g, x.g, y.g, n);
     expect_match(o, "add");
     backend_add(cpu, x.c, x.c, y.c, n), backend_add(gpu, x.g, x.g, y.g, n);
@@ -614,6 +625,40 @@ static void test_attention_choice(void) {
     EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_NATIVE, &err), "set native: %s", err.msg);
 }
 
+// to_device through the backend's pinned staging ring (16 slots of 256 KiB):
+// 40 uploads from one host buffer rewritten between them (a slot reused
+// before its copy ran would carry a later value), and one upload of 5 MiB
+// (pieces through every slot, more than once), read back exactly.
+static void test_uploads(void) {
+    enum { N_UP = 40, UP = 1000 };
+    int32_t host[UP], back[UP];
+    void *dev[N_UP];
+    for (int u = 0; u < N_UP; u++) {
+        dev[u] = backend_alloc(gpu, sizeof host);
+        for (int i = 0; i < UP; i++) host[i] = u * UP + i;
+        backend_to_device(gpu, dev[u], host, sizeof host);
+    }
+    int bad = 0;
+    for (int u = 0; u < N_UP; u++) {
+        backend_to_host(gpu, back, dev[u], sizeof back);
+        for (int i = 0; i < UP; i++) bad += back[i] != u * UP + i;
+        backend_dealloc(gpu, dev[u]);
+    }
+    EXPECT(bad == 0, "%d of %d elements uploaded from a rewritten host buffer differ", bad, N_UP * UP);
+    size_t n = (5u << 20) / sizeof(int32_t);
+    int32_t *big = xmalloc(n * sizeof *big), *big_back = xmalloc(n * sizeof *big);
+    for (size_t i = 0; i < n; i++) big[i] = (int32_t)(i * 2654435761u);
+    void *d = backend_alloc(gpu, n * sizeof *big);
+    backend_to_device(gpu, d, big, n * sizeof *big);
+    memset(big, 0, n * sizeof *big); // the caller may reuse its buffer at once
+    backend_to_host(gpu, big_back, d, n * sizeof *big);
+    size_t bad_big = 0;
+    for (size_t i = 0; i < n; i++) bad_big += big_back[i] != (int32_t)(i * 2654435761u);
+    EXPECT(bad_big == 0, "a 5 MiB upload through the staging ring: %zu elements differ", bad_big);
+    backend_dealloc(gpu, d);
+    free(big), free(big_back);
+}
+
 // small: the shapes the CPU emulation of the kernels can afford
 // (tests/e2e/cuda_emulated.sh sets TEST_OPS_SMALL=1): one launch there is an
 // OS thread per CUDA thread and a barrier per warp shuffle.
@@ -627,6 +672,10 @@ static void run_all(enum dtype dt, bool small) {
             test_matmul(dt, DTYPE_FP32, ta, tb, 40, 150, 70);
         }
     test_matmul(dt, dt, false, false, 5, 7, 0); // K = 0: out = beta * out
+    // more rows than a grid's y (and z) may have (65535): the fallback GEMM
+    // kernel (TRIDENT_EMU_CUBLASLT=0) must not put one row per block there
+    // (the emulation enforces CUDA's grid limits); its indexing is dtype-blind
+    if (dt == DTYPE_FP32) test_matmul(dt, DTYPE_FP32, false, true, 65600, 3, 2);
     test_embedding(dt);
     test_rmsnorm(dt);
     test_rope(dt);
@@ -721,6 +770,7 @@ int main(void) {
         backend_free(cpu);
         return test_finish("test_ops_cuda");
     }
+    test_uploads();
     run_all(DTYPE_FP32, small);
     run_all(DTYPE_BF16, small);
     run_all(DTYPE_FP16, small);
