@@ -629,7 +629,9 @@ cudaError_t copy(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaSt
         return cudaSuccess;
     }
     uint64_t seq = enqueue_locked(st, [dst, src, n] { memmove(dst, src, n); });
-    bool wait = (dst_host && !dv) || (src_host && dst_host) || (sync_api && (dv || sv));
+    // cudaMemcpyDefault: which side is the host is not known here (no
+    // unified addressing), so it completes before returning.
+    bool wait = (dst_host && !dv) || (src_host && dst_host) || (sync_api && (dv || sv)) || k == cudaMemcpyDefault;
     if (wait) {
         std::vector<uint64_t> vc = st->vc;
         wait_locked(lk, st, seq);
