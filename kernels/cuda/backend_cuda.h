@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 // A backend on CUDA device `device` (the node-local rank picks it): a compute
-// stream, a communication stream, a cuBLASLt handle and workspace. Storage
+// stream, a cuBLASLt handle and workspace (each NCCL group makes its own
+// communication stream: src/parallel/comm_nccl.h). Storage
 // dtypes FP32, BF16 and FP16 (FP32 compute and accumulation); FP64 is
 // rejected.
 // Returns NULL and fills err (STATUS_RUNTIME) when the device cannot be used.
@@ -27,10 +28,9 @@ int backend_cuda_device_count(void);
 // created). Returns 0, or -1 when the runtime cannot say (out "").
 int backend_cuda_device_bus_id(int device, char *out, size_t cap);
 
-// The compute and communication streams of a CUDA backend (cudaStream_t),
-// for the NCCL comm table (src/parallel/comm_nccl.c), and the device it runs on.
+// The compute stream of a CUDA backend (cudaStream_t), for the NCCL comm
+// table (src/parallel/comm_nccl.c), and the device it runs on.
 void *backend_cuda_stream(struct backend *be);
-void *backend_cuda_comm_stream(struct backend *be);
 int backend_cuda_device(struct backend *be);
 
 // backend_set_attention and backend_attention_uses_cudnn (kernels/backend.h)

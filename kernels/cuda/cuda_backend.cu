@@ -23,7 +23,6 @@ static void cuda_destroy(struct backend *be) {
     cudaFree(c->bad);
     cudaFreeHost(c->host_sum);
     if (c->lt) cublasLtDestroy(c->lt);
-    if (c->comm_stream) cudaStreamDestroy(c->comm_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
@@ -131,7 +130,6 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     INIT_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device),
              "reading the SM count");
     INIT_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream");
-    INIT_TRY(cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking), "creating a stream");
     INIT_TRY(cudaMalloc(&c->workspace, CUDA_WORKSPACE_BYTES), "allocating the cuBLASLt workspace");
     c->workspace_bytes = CUDA_WORKSPACE_BYTES;
     INIT_TRY(cudaMalloc(&c->bad, sizeof(int)), "allocating a counter");
@@ -157,11 +155,6 @@ fail:
 extern "C" void *backend_cuda_stream(struct backend *be) {
     CHECK(be->ops == &cuda_ops, "backend_cuda_stream: backend %s is not cuda", be->ops->name);
     return (void *)cuda_state(be)->stream;
-}
-
-extern "C" void *backend_cuda_comm_stream(struct backend *be) {
-    CHECK(be->ops == &cuda_ops, "backend_cuda_comm_stream: backend %s is not cuda", be->ops->name);
-    return (void *)cuda_state(be)->comm_stream;
 }
 
 extern "C" int backend_cuda_device(struct backend *be) {

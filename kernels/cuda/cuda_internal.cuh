@@ -60,7 +60,6 @@ struct algo_entry {
 struct cuda_backend {
     int device;
     cudaStream_t stream;      // compute: every op and memory copy
-    cudaStream_t comm_stream; // communication (NCCL), see src/parallel/comm_nccl.c
     cublasLtHandle_t lt;
     void *workspace; // cuBLASLt workspace
     size_t workspace_bytes;

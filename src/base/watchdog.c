@@ -48,6 +48,18 @@ enum { STOPPED_GAP_MS = 2000 };
 // How long a firing watchdog waits for the heartbeat survey (its two reads
 // are HEARTBEAT_SURVEY_MS apart).
 enum { SURVEY_WAIT_MS = HEARTBEAT_SURVEY_MS + 2000 };
+// How long a rank lingers after its message (linger).
+enum { PEER_EXIT_DELAY_MS = 1500 };
+
+// The first rank to exit ends every other one within milliseconds (Open
+// MPI's runtime aborts the job's processes): a rank whose message is one of
+// several expected at once (peers timing out together, a check that every
+// rank's watchdog runs) waits PEER_EXIT_DELAY_MS after printing it, so the
+// others print theirs too.
+static void linger(void) {
+    struct timespec t = {PEER_EXIT_DELAY_MS / 1000, PEER_EXIT_DELAY_MS % 1000 * 1000000L};
+    nanosleep(&t, NULL);
+}
 
 // Runs the checks (the lock held); the first that fails ends the job.
 static void run_checks(struct watchdog *w) {
@@ -59,6 +71,7 @@ static void run_checks(struct watchdog *w) {
         fprintf(stderr, "trident: [rank %d, host %s] watchdog: %s; ending the job\n", w->rank, w->host,
                 msg[0] ? msg : "a check failed (it gave no reason)");
         fflush(stderr);
+        linger();
         _exit(STATUS_RUNTIME);
     }
 }
@@ -93,6 +106,8 @@ static _Noreturn void fire(struct watchdog *w, long long now, double idle) {
         pthread_mutex_unlock(&w->lock);
         heartbeat_survey(hb, phase, idle, survey, sizeof survey, SURVEY_WAIT_MS);
         fprintf(stderr, "%s%s: waiting on peer ranks there: %s; ending the job\n", head, what, survey);
+        fflush(stderr);
+        linger(); // the peers waiting here too fire within a tick or two
     }
     fflush(stderr);
     _exit(STATUS_RUNTIME);

@@ -47,7 +47,9 @@ enum { WATCHDOG_MAX_CHECKS = 8 };
 // main thread is stuck in a wait. It returns 0 when all is well; non-zero
 // ends the job as a timeout does: the watchdog prints "trident: [rank R, host
 // H] watchdog: <msg>; ending the job" on stderr and exits the process with 1
-// (_exit: mpirun or srun ends the other ranks). msg: a NUL-terminated reason
+// 1.5 s later (_exit: mpirun or srun ends the other ranks; Open MPI does so
+// within milliseconds of the first exit, so the wait lets the other ranks
+// whose checks fail too print theirs). msg: a NUL-terminated reason
 // the check writes, at most cap bytes with the NUL (cap >= 256; text past it
 // is cut). The check must be quick, thread-safe against the main thread's
 // use of ctx, and must not call the watchdog's functions (the watchdog's lock

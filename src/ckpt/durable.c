@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_HANG_NAMED, FAULT_SHORT_WRITE,
-                  FAULT_FSYNC, FAULT_ENOSPC, FAULT_GRAD_INF };
+                  FAULT_FSYNC, FAULT_ENOSPC, FAULT_GRAD_INF, FAULT_NCCL };
 
 // Process-wide, like the file descriptor table it guards: the fault setting
 // and the call counters. Only tests set a fault.
@@ -63,6 +63,7 @@ static enum status fault_parse(const char *spec, struct error *err) {
     else if (!strcmp(what, "fsync")) fault.kind = FAULT_FSYNC;
     else if (!strcmp(what, "enospc")) fault.kind = FAULT_ENOSPC;
     else if (!strcmp(what, "grad_inf")) fault.kind = FAULT_GRAD_INF; // the trainer's: no storage call fails
+    else if (!strcmp(what, "nccl")) fault.kind = FAULT_NCCL; // the emulated NCCL's (tests/cuda_emu/nccl_fault.h)
     else goto bad;
     if (fault.n < 1) goto bad;
     return STATUS_OK;
@@ -70,7 +71,7 @@ bad:
     fault.kind = FAULT_NONE;
     return error_set(err, STATUS_BAD_INPUT,
                      "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], hang:NAME[:K], "
-                     "short_write:N, fsync:N, enospc:N or grad_inf:N, optionally followed by @RANK",
+                     "short_write:N, fsync:N, enospc:N, grad_inf:N or nccl:N, optionally followed by @RANK",
                      spec);
 }
 

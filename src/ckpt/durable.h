@@ -27,6 +27,9 @@
 //   grad_inf:N      not a storage fault: the trainer's (src/train/train.c: an
 //                   inf in the gradients at step N, durable_fault_grad_inf);
 //                   no storage call fails
+//   nccl:N          not a storage fault: the emulated NCCL's (make EMU=1;
+//                   tests/cuda_emu/nccl_fault.h): the Nth NCCL operation of
+//                   the process fails asynchronously; no storage call fails
 //   @RANK           only on world rank RANK (g_log_rank); else every rank
 // durable_fault_set replaces the setting at run time (unit tests).
 #ifndef TRIDENT_DURABLE_H

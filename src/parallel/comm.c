@@ -120,6 +120,11 @@ bool comm_test(struct comm_request *req) {
     return req->done;
 }
 
+int comm_check(struct comm_group *g, char *msg, size_t cap) {
+    if (!g || g->size == 0 || !g->ops || !g->ops->check) return 0;
+    return g->ops->check(g, msg, cap);
+}
+
 void comm_all_reduce_wait(struct comm_request *req) { comm_wait(req); }
 
 bool comm_all_reduce_test(struct comm_request *req) { return comm_test(req); }

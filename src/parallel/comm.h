@@ -87,6 +87,13 @@ struct comm_ops {
     void (*barrier)(struct comm_group *g);
     // Releases impl (and the communicator it owns); the group struct stays.
     void (*free)(struct comm_group *g);
+    // Optional, default none (never fails): polls for an asynchronous failure
+    // of the group's communicator (NCCL: ncclCommGetAsyncError) from another
+    // thread than the one calling the operations (the watchdog's). Returns 0
+    // when none; else non-zero with msg (cap bytes, NUL included) naming the
+    // group, this rank and the library's error, after aborting the
+    // communicator (the caller ends the process).
+    int (*check)(struct comm_group *g, char *msg, size_t cap);
     // Optional, default false. True when every operation on backend buffers
     // is ordered after the work already enqueued on the backend's compute
     // stream, and work enqueued later after it (comm_nccl.c: events), so a
@@ -117,6 +124,10 @@ void comm_group_free(struct comm_group *g);
 // (struct comm_ops.stream_ordered): then a caller skips the
 // backend_synchronize before a collective on backend buffers. False for NULL.
 bool comm_stream_ordered(const struct comm_group *g);
+
+// struct comm_ops.check of g: 0 for NULL, a group this rank is not in, or
+// an implementation without the entry (MPI, self).
+int comm_check(struct comm_group *g, char *msg, size_t cap);
 
 // The checked wrappers; see struct comm_ops for each one's contract.
 void comm_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,

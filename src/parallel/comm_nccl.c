@@ -1,21 +1,32 @@
 // comm_nccl.c: the comm_ops table on NCCL communicators (device buffers of
-// the CUDA backend); see comm_nccl.h for the stream ordering.
+// the CUDA backend); see comm_nccl.h for the stream ordering and the errors.
 #include "comm_nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/mpi_util.h"
 #include "comm_mpi.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 
-// Events of pending all_reduce_start requests: a ring, so starting a request
-// allocates nothing; more than this many requests in flight at once on one
-// group is a bug (checked).
-#define NCCL_EVENTS 64
+// The pool of events starts with this many operations' worth and doubles
+// when every one is in flight (a ~1B model at dp = 2 starts ~167 gradient
+// buckets in one backward before waiting on any): no allocation once the
+// first step has reached the high-water mark.
+#define NCCL_EVENTS_INITIAL 64
+
+// A rank that finds its communicator failed waits this long before it exits
+// (its exit makes mpirun end the others), so that its peers, which poll
+// their own communicators (waits, the watchdog's tick of 0.2 s), print their
+// side first: every rank's log names the failure.
+#define NCCL_FAIL_GRACE_S 1.0
 
 // A send or receive started (send_start, recv_start) but not yet enqueued:
 // see flush_p2p.
@@ -25,26 +36,163 @@ struct p2p_op {
     size_t count;
     ncclDataType_t dtype;
     int peer;
-    int event; // its completion event, also its request's index
+    int event; // its events' index (also its request's); -1: a blocking call's
 };
 
 struct comm_nccl {
     ncclComm_t comm;
     MPI_Comm mpi; // not owned: the MPI group's (barrier, id broadcast)
     int device;
-    cudaStream_t compute, stream; // the backend's compute and communication streams
-    cudaEvent_t ready;            // compute -> comm ordering before each operation
-    cudaEvent_t done[NCCL_EVENTS];
-    bool busy[NCCL_EVENTS];
-    int next;
-    struct p2p_op deferred[NCCL_EVENTS]; // started point-to-point operations not yet
-    int n_deferred;                       // enqueued, in start order
+    char name[16];       // the group's kind ("tp", "dp", ...) for messages
+    char host[64];
+    cudaStream_t compute; // the backend's compute stream
+    cudaStream_t stream;  // this group's own communication stream
+    cudaEvent_t ready;    // compute -> comm ordering before each operation
+    // Per operation in flight (a request holds the index): done, recorded on
+    // the communication stream after it; start, recorded on the compute
+    // stream when a deferred send or receive is started (its buffer is
+    // ready then). (n_events,) each; the free indices on a stack.
+    cudaEvent_t *done, *start;
+    int *free_events, n_free, n_events;
+    struct p2p_op *deferred; // (n_deferred,) started point-to-point operations not
+    int n_deferred;          // yet enqueued, in start order; room for n_events
+    struct p2p_op *now;      // (n_events + 1,) flush_p2p's batch
+    atomic_bool failed;      // an error was found (by this thread or the watchdog's)
 };
 
 _Static_assert(sizeof(int) <= sizeof(((struct comm_request *)0)->storage),
                "event index does not fit in comm_request.storage");
 
 static struct comm_nccl *impl_of(const struct comm_group *g) { return g->impl; }
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+// ---- errors ---------------------------------------------------------------------------
+
+// Writes the failure of c (NCCL result r, found in what) to msg: the group,
+// this rank's place in it, NCCL's error string and its last error message.
+static void describe_failure(const struct comm_nccl *c, const struct comm_group *g,
+                             ncclResult_t r, const char *what, char *msg, size_t cap) {
+    snprintf(msg, cap, "NCCL error on the %s group (NCCL rank %d of %d, device %d, host %s) in "
+             "%s: %s (NCCL %d; %s); communicator aborted", c->name, g ? g->rank : -1,
+             g ? g->size : -1, c->device, c->host, what, ncclGetErrorString(r), (int)r,
+             ncclGetLastError(c->comm));
+}
+
+// Aborts c's communicator once, on whichever thread found the failure
+// first; false on the other (the first one ends the process).
+static bool abort_once(struct comm_nccl *c) {
+    if (atomic_exchange(&c->failed, true)) return false;
+    ncclCommAbort(c->comm); // unblocks NCCL's kernels and proxy threads; the process exits next
+    return true;
+}
+
+// A failed NCCL call or an asynchronous error seen on the calling thread:
+// aborts the communicator, lets the peers report theirs (NCCL_FAIL_GRACE_S),
+// then ends the job with exit 1 naming the rank, the group and NCCL's error.
+_Noreturn static void nccl_fail(struct comm_nccl *c, const struct comm_group *g, ncclResult_t r,
+                                const char *what, const char *file, int line) {
+    char msg[1024];
+    describe_failure(c, g, r, what, msg, sizeof msg);
+    if (!abort_once(c))
+        for (;;) pause(); // the watchdog's thread reported it and is ending the process
+    sleep_s(NCCL_FAIL_GRACE_S);
+    fatal_exit(STATUS_RUNTIME, file, line, "%s", msg);
+}
+
+#define NCCL_TRY(c, g, stmt)                                                   \
+    do {                                                                       \
+        ncclResult_t r_ = (stmt);                                              \
+        if (r_ != ncclSuccess) nccl_fail((c), (g), r_, #stmt, __FILE__, __LINE__); \
+    } while (0)
+
+// NCCL's asynchronous error of c (a failed kernel, a dead peer, a network
+// error), ncclSuccess when none; ncclInProgress (a non-blocking
+// communicator's pending call) counts as none.
+static ncclResult_t async_error(const struct comm_nccl *c) {
+    ncclResult_t a = ncclSuccess;
+    if (!c->comm || atomic_load(&c->failed)) return ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(c->comm, &a);
+    if (r != ncclSuccess) return r;
+    return a == ncclInProgress ? ncclSuccess : a;
+}
+
+// Polls the asynchronous error from a wait on the calling thread.
+static void poll_async(struct comm_nccl *c, const struct comm_group *g, const char *where) {
+    ncclResult_t a = async_error(c);
+    if (a != ncclSuccess) nccl_fail(c, g, a, where, __FILE__, __LINE__);
+}
+
+// Blocks the host until stream s has run everything enqueued so far,
+// polling the communicator's asynchronous error meanwhile (a collective
+// whose peer died never completes: cudaStreamSynchronize would not return).
+static void host_wait(struct comm_nccl *c, const struct comm_group *g, cudaStream_t s,
+                      const char *where) {
+    for (double nap = 20e-6;; nap = nap < 1e-3 ? 2 * nap : nap) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e != cudaSuccess && e != cudaErrorNotReady) CHECK_CUDA(e);
+        poll_async(c, g, where); // also once done: an operation that failed may have ended
+        if (e == cudaSuccess) return;
+        sleep_s(nap);
+    }
+}
+
+// comm_ops.check: the watchdog's poll (another thread than the caller of
+// the operations; ncclCommGetAsyncError and ncclCommAbort may be called so).
+static int nccl_check(struct comm_group *g, char *msg, size_t cap) {
+    struct comm_nccl *c = impl_of(g);
+    ncclResult_t a = async_error(c);
+    if (a == ncclSuccess) return 0;
+    describe_failure(c, g, a, "the watchdog's poll of ncclCommGetAsyncError", msg, cap);
+    if (!abort_once(c))
+        for (;;) pause(); // the main thread reported it and is ending the process
+    sleep_s(NCCL_FAIL_GRACE_S);
+    return 1;
+}
+
+// ---- events ---------------------------------------------------------------------------
+
+static void *resized(void *p, size_t bytes) {
+    void *q = realloc(p, bytes);
+    CHECK(q, "comm_nccl: out of host memory (%zu bytes)", bytes);
+    return q;
+}
+
+// Doubles the event pool (n_events = 0: makes the first NCCL_EVENTS_INITIAL),
+// with room for as many deferred operations.
+static void events_grow(struct comm_nccl *c) {
+    int old = c->n_events, n = old ? 2 * old : NCCL_EVENTS_INITIAL;
+    CHECK(n > old && n < (1 << 24), "comm_nccl: %d operations in flight on one group", old);
+    c->done = resized(c->done, sizeof *c->done * (size_t)n);
+    c->start = resized(c->start, sizeof *c->start * (size_t)n);
+    c->free_events = resized(c->free_events, sizeof *c->free_events * (size_t)n);
+    c->deferred = resized(c->deferred, sizeof *c->deferred * (size_t)n);
+    c->now = resized(c->now, sizeof *c->now * ((size_t)n + 1));
+    for (int k = n - 1; k >= old; k--) {
+        CHECK_CUDA(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventCreateWithFlags(&c->start[k], cudaEventDisableTiming));
+        c->free_events[c->n_free++] = k;
+    }
+    c->n_events = n;
+}
+
+// Takes free events for a started operation (growing the pool when all are
+// in flight) and stores their index in req.
+static int event_take(struct comm_nccl *c, struct comm_request *req) {
+    if (!c->n_free) events_grow(c);
+    int k = c->free_events[--c->n_free];
+    memcpy(req->storage, &k, sizeof k);
+    return k;
+}
+
+// The operation of index k has completed, or the compute stream is ordered
+// after it: its events are free again.
+static void event_put(struct comm_nccl *c, int k) { c->free_events[c->n_free++] = k; }
+
+// ---- ordering between the streams ------------------------------------------------------
 
 static ncclDataType_t nccl_dtype(enum dtype dtype) {
     switch (dtype) {
@@ -73,23 +221,14 @@ static void end(struct comm_nccl *c) {
     CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->ready, 0));
 }
 
+// ---- collectives ----------------------------------------------------------------------
+
 static void nccl_all_reduce(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                             enum comm_op op) {
     struct comm_nccl *c = impl_of(g);
     begin(c);
-    CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
+    NCCL_TRY(c, g, ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
     end(c);
-}
-
-// Takes a free completion event for a started operation and stores its index
-// in req.
-static int event_take(struct comm_nccl *c, struct comm_request *req) {
-    int k = c->next;
-    CHECK(!c->busy[k], "comm_nccl: more than %d operations in flight on one group", NCCL_EVENTS);
-    c->next = (k + 1) % NCCL_EVENTS;
-    c->busy[k] = true;
-    memcpy(req->storage, &k, sizeof k);
-    return k;
 }
 
 static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
@@ -97,9 +236,37 @@ static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count,
     struct comm_nccl *c = impl_of(g);
     int k = event_take(c, req);
     begin(c);
-    CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
+    NCCL_TRY(c, g, ncclAllReduce(buf, buf, count, nccl_dtype(dtype), nccl_op(op), c->comm, c->stream));
     CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
 }
+
+static void nccl_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                                enum dtype dtype, enum comm_op op) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    NCCL_TRY(c, g, ncclReduceScatter(send, recv, count, nccl_dtype(dtype), nccl_op(op), c->comm,
+                                     c->stream));
+    end(c);
+}
+
+// In place when send == recv + rank * count (NCCL detects it).
+static void nccl_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                            enum dtype dtype) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    NCCL_TRY(c, g, ncclAllGather(send, recv, count, nccl_dtype(dtype), c->comm, c->stream));
+    end(c);
+}
+
+static void nccl_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
+                           int root) {
+    struct comm_nccl *c = impl_of(g);
+    begin(c);
+    NCCL_TRY(c, g, ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, c->comm, c->stream));
+    end(c);
+}
+
+// ---- point to point -------------------------------------------------------------------
 
 // Point-to-point starts are deferred, not enqueued: NCCL has no tags and an
 // enqueued receive holds the communication stream until its message comes,
@@ -115,21 +282,26 @@ static void nccl_all_reduce_start(struct comm_group *g, void *buf, size_t count,
 // NCCL matches them to that peer's sends in send order: the caller must
 // consume each peer's messages in the order that peer sent them (one stream
 // of messages per pair of ranks and direction; comm_nccl.h).
+// Each start records an event on the compute stream (the send's buffer is
+// produced, the receive's buffer is no longer read): the flushed group waits
+// for those events, not for all the compute enqueued by the time of the wait.
 static void defer_p2p(struct comm_group *g, bool send, const void *buf, size_t count,
                       enum dtype dtype, int peer, struct comm_request *req) {
     struct comm_nccl *c = impl_of(g);
-    int k = event_take(c, req);
-    CHECK(c->n_deferred < NCCL_EVENTS, "comm_nccl: more than %d deferred sends and receives",
-          NCCL_EVENTS);
+    int k = event_take(c, req); // deferred operations hold events: n_deferred < n_events
+    CHECK_CUDA(cudaSetDevice(c->device));
+    CHECK_CUDA(cudaEventRecord(c->start[k], c->compute));
     c->deferred[c->n_deferred++] = (struct p2p_op){send, (void *)buf, count, nccl_dtype(dtype),
                                                    peer, k};
 }
 
-// Enqueues the deferred sends and the deferred operation of event k (see
-// above), and extra (a blocking send or receive, event -1) when given, in
-// one group; each deferred operation's completion event is recorded after it.
-static void flush_p2p(struct comm_nccl *c, int k, const struct p2p_op *extra) {
-    struct p2p_op now[NCCL_EVENTS + 1];
+// Enqueues the deferred sends and the deferred operation of index k (see
+// above), and extra (a blocking send or receive, event -1, ordered after all
+// the compute enqueued so far) when given, in one group; each deferred
+// operation's completion event is recorded after it.
+static void flush_p2p(struct comm_group *g, int k, const struct p2p_op *extra) {
+    struct comm_nccl *c = impl_of(g);
+    struct p2p_op *now = c->now;
     int n_now = 0, n_left = 0;
     for (int i = 0; i < c->n_deferred; i++) {
         struct p2p_op op = c->deferred[i];
@@ -139,17 +311,20 @@ static void flush_p2p(struct comm_nccl *c, int k, const struct p2p_op *extra) {
     c->n_deferred = n_left;
     if (extra) now[n_now++] = *extra;
     if (!n_now) return;
-    begin(c);
-    CHECK_NCCL(ncclGroupStart());
+    CHECK_CUDA(cudaSetDevice(c->device));
+    if (extra) begin(c);
+    for (int i = 0; i < n_now; i++)
+        if (now[i].event >= 0) CHECK_CUDA(cudaStreamWaitEvent(c->stream, c->start[now[i].event], 0));
+    NCCL_TRY(c, g, ncclGroupStart());
     for (int i = 0; i < n_now; i++) {
         if (now[i].send)
-            CHECK_NCCL(ncclSend(now[i].buf, now[i].count, now[i].dtype, now[i].peer, c->comm,
-                                c->stream));
+            NCCL_TRY(c, g, ncclSend(now[i].buf, now[i].count, now[i].dtype, now[i].peer, c->comm,
+                                    c->stream));
         else
-            CHECK_NCCL(ncclRecv(now[i].buf, now[i].count, now[i].dtype, now[i].peer, c->comm,
-                                c->stream));
+            NCCL_TRY(c, g, ncclRecv(now[i].buf, now[i].count, now[i].dtype, now[i].peer, c->comm,
+                                    c->stream));
     }
-    CHECK_NCCL(ncclGroupEnd());
+    NCCL_TRY(c, g, ncclGroupEnd());
     for (int i = 0; i < n_now; i++)
         if (now[i].event >= 0) CHECK_CUDA(cudaEventRecord(c->done[now[i].event], c->stream));
 }
@@ -174,10 +349,11 @@ static void nccl_wait(struct comm_request *req) {
     struct comm_nccl *c = impl_of(req->group);
     int k;
     memcpy(&k, req->storage, sizeof k);
-    if (is_deferred(c, k)) flush_p2p(c, k, NULL);
+    if (is_deferred(c, k)) flush_p2p(req->group, k, NULL);
     // Stream-ordered completion: kernels enqueued from now on see the result.
     CHECK_CUDA(cudaStreamWaitEvent(c->compute, c->done[k], 0));
-    c->busy[k] = false;
+    event_put(c, k);
+    poll_async(c, req->group, "comm_wait");
 }
 
 // A deferred operation is not complete and test does not enqueue it (a
@@ -188,36 +364,11 @@ static bool nccl_test(struct comm_request *req) {
     memcpy(&k, req->storage, sizeof k);
     if (is_deferred(c, k)) return false;
     cudaError_t e = cudaEventQuery(c->done[k]);
+    if (e != cudaSuccess && e != cudaErrorNotReady) CHECK_CUDA(e);
+    poll_async(c, req->group, "comm_test"); // a failed operation may have ended
     if (e == cudaErrorNotReady) return false;
-    CHECK_CUDA(e);
-    c->busy[k] = false;
+    event_put(c, k);
     return true;
-}
-
-static void nccl_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
-                                enum dtype dtype, enum comm_op op) {
-    struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_dtype(dtype), nccl_op(op), c->comm,
-                                 c->stream));
-    end(c);
-}
-
-// In place when send == recv + rank * count (NCCL detects it).
-static void nccl_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
-                            enum dtype dtype) {
-    struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclAllGather(send, recv, count, nccl_dtype(dtype), c->comm, c->stream));
-    end(c);
-}
-
-static void nccl_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
-                           int root) {
-    struct comm_nccl *c = impl_of(g);
-    begin(c);
-    CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, c->comm, c->stream));
-    end(c);
 }
 
 // A blocking send or receive is one NCCL group, with the deferred sends
@@ -226,7 +377,7 @@ static void nccl_send(struct comm_group *g, const void *buf, size_t count, enum 
                       int peer, int tag) {
     struct comm_nccl *c = impl_of(g);
     struct p2p_op op = {true, (void *)buf, count, nccl_dtype(dtype), peer, -1};
-    flush_p2p(c, -1, &op);
+    flush_p2p(g, -1, &op);
     end(c);
 }
 
@@ -234,14 +385,14 @@ static void nccl_recv(struct comm_group *g, void *buf, size_t count, enum dtype 
                       int tag) {
     struct comm_nccl *c = impl_of(g);
     struct p2p_op op = {false, buf, count, nccl_dtype(dtype), peer, -1};
-    flush_p2p(c, -1, &op);
+    flush_p2p(g, -1, &op);
     end(c);
 }
 
 static void nccl_barrier(struct comm_group *g) {
     struct comm_nccl *c = impl_of(g);
-    CHECK_CUDA(cudaStreamSynchronize(c->stream));
-    CHECK_CUDA(cudaStreamSynchronize(c->compute));
+    host_wait(c, g, c->stream, "comm_barrier (the communication stream)");
+    host_wait(c, g, c->compute, "comm_barrier (the compute stream)");
     CHECK_MPI(MPI_Barrier(c->mpi));
 }
 
@@ -249,11 +400,13 @@ static void nccl_free(struct comm_group *g) {
     struct comm_nccl *c = g->impl;
     if (!c) return;
     if (c->comm) {
-        cudaStreamSynchronize(c->stream);
+        host_wait(c, g, c->stream, "freeing the communicator");
         ncclCommDestroy(c->comm);
         cudaEventDestroy(c->ready);
-        for (int k = 0; k < NCCL_EVENTS; k++) cudaEventDestroy(c->done[k]);
+        for (int k = 0; k < c->n_events; k++) cudaEventDestroy(c->done[k]), cudaEventDestroy(c->start[k]);
     }
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->done), free(c->start), free(c->free_events), free(c->deferred), free(c->now);
     free(c);
     g->impl = NULL;
 }
@@ -273,23 +426,30 @@ static const struct comm_ops comm_nccl_ops = {
     .recv = nccl_recv,
     .barrier = nccl_barrier,
     .free = nccl_free,
+    .check = nccl_check,
     .stream_ordered = true, // begin() and end(): events between the two streams
 };
 
-void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, struct backend *be) {
+void comm_nccl_init(struct comm_group *g, const struct comm_group *mpi_group, struct backend *be,
+                    const char *name, bool high_priority) {
     memset(g, 0, sizeof *g);
     g->ops = &comm_nccl_ops;
     struct comm_nccl *c = xcalloc(1, sizeof *c);
     g->impl = c;
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "?");
+    if (gethostname(c->host, sizeof c->host - 1)) snprintf(c->host, sizeof c->host, "?");
     if (mpi_group->size == 0) return; // not a member
     c->mpi = comm_mpi_handle(mpi_group);
     c->device = backend_cuda_device(be);
     c->compute = (cudaStream_t)backend_cuda_stream(be);
-    c->stream = (cudaStream_t)backend_cuda_comm_stream(be);
     CHECK_CUDA(cudaSetDevice(c->device));
+    // Priorities: lower numbers run first; greatest is the highest priority.
+    int least = 0, greatest = 0;
+    CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CHECK_CUDA(cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking,
+                                            high_priority ? greatest : least));
     CHECK_CUDA(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
-    for (int k = 0; k < NCCL_EVENTS; k++)
-        CHECK_CUDA(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
+    events_grow(c);
     ncclUniqueId id;
     if (mpi_group->rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
     CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi));

@@ -174,7 +174,9 @@ enum status topology_init_device(struct topology *topo, struct backend *be, stru
         const struct comm_group *host = topology_group(topo, (enum group_kind)k);
         struct comm_group *g = &topo->device[k];
         if (host->size == 1) comm_self_init(g);
-        else if (host->size > 1) comm_nccl_init(g, host, be);
+        else if (host->size > 1)
+            comm_nccl_init(g, host, be, topology_group_name((enum group_kind)k),
+                           k == GROUP_TP || k == GROUP_PP); // on the critical path
         else memset(g, 0, sizeof *g); // not a member: nothing to join
     }
     topo->has_device_groups = true;
@@ -183,6 +185,14 @@ enum status topology_init_device(struct topology *topo, struct backend *be, stru
     return error_set(err, STATUS_BAD_INPUT, "device groups need NCCL: this build has no CUDA "
                      "backend; rebuild with make CUDA=1");
 #endif
+}
+
+int topology_check_device_groups(void *topo, char *msg, size_t cap) {
+    struct topology *t = topo;
+    if (!t->has_device_groups) return 0;
+    for (int k = 0; k < GROUP_COUNT; k++)
+        if (comm_check(&t->device[k], msg, cap)) return 1;
+    return 0;
 }
 
 struct comm_group *topology_device_group(struct topology *topo, enum group_kind kind) {

@@ -78,7 +78,9 @@ struct comm_group *topology_group(struct topology *topo, enum group_kind kind);
 // Collective over the world of topology_init: the device-buffer groups of
 // this rank over the CUDA backend be, whose device was chosen from the
 // node-local rank (topology_device_of) before any other CUDA call. Every
-// rank walks the kinds in enum order (TP, DP, PP, EMBED); for each group of
+// rank walks the kinds in enum order (TP, DP, PP, EMBED), each NCCL group
+// with its own communication stream, TP and PP at the highest priority
+// (comm_nccl.h); for each group of
 // two or more ranks, its group rank 0 makes the ncclUniqueId, the group's MPI
 // communicator broadcasts it and its members call ncclCommInitRank together.
 // A group of one rank becomes comm_self (no NCCL communicator) and a rank
@@ -88,6 +90,15 @@ struct comm_group *topology_group(struct topology *topo, enum group_kind kind);
 // Errors: STATUS_BAD_INPUT in a build without CUDA (make CUDA=1). NCCL and
 // CUDA failures abort the job (CHECK_NCCL, CHECK_CUDA).
 enum status topology_init_device(struct topology *topo, struct backend *be, struct error *err);
+
+// A watchdog check (src/base/watchdog.h's watchdog_add_check; topo: a struct
+// topology *): polls the asynchronous error of every device group of this
+// rank (comm_check: NCCL's ncclCommGetAsyncError) from the watchdog's
+// thread, so a failed collective is reported while the main thread blocks
+// where comm_nccl cannot poll (a device synchronize). Returns 0 when none
+// failed (or before topology_init_device); else 1 with msg naming the group,
+// this rank, its host and NCCL's error, the communicator aborted.
+int topology_check_device_groups(void *topo, char *msg, size_t cap);
 
 // The group of kind over device buffers: topo->device[kind] after
 // topology_init_device, else the MPI group topology_group returns (host

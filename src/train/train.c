@@ -580,6 +580,10 @@ enum status trainer_open(struct trainer **out, const struct config *cfg,
         st = setup_device(t, err);
     }
     if (!st) start_heartbeat(t);
+    // NCCL's asynchronous errors (a failed collective, a dead peer) end the
+    // run within a tick even while the main thread blocks on the device.
+    if (!st && watchdog_add_check(w, topology_check_device_groups, &t->par.topo))
+        CHECK(0, "watchdog: no room for the NCCL error check");
     if (!st) {
         watchdog_phase(w, "start-up: opening the dataset", WATCHDOG_FIRST_STEP, 0);
         st = setup_data(t, err);

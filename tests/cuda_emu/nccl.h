@@ -37,12 +37,15 @@
 //   every millisecond, so that a sender whose threads all wait elsewhere
 //   still completes a send above MPI's eager limit). MPI is called from worker threads and the host
 //   thread: MPI_THREAD_MULTIPLE (src/base/mpi_util.h, mpi_util_start).
-// - Fault injection: TRIDENT_EMU_NCCL_FAIL=<world rank>:<n> makes the n-th
-//   operation (1-based, call order) queued by that world rank fail on its
-//   stream without running: ncclCommGetAsyncError answers ncclSystemError
-//   (ncclGetLastError names the variable), later operations on that
-//   communicator fail too (ncclInvalidUsage), and the peers block in the
-//   collective as they would for a dead rank.
+// - Fault injection: TRIDENT_FAULT=nccl:N[@RANK] (nccl_fault.h) makes the
+//   Nth operation (1-based, call order) queued by world rank RANK (every
+//   rank without @RANK) fail on its stream without running:
+//   ncclCommGetAsyncError answers ncclSystemError (ncclGetLastError names
+//   the setting), later operations on that communicator fail too
+//   (ncclInvalidUsage), and the peers block in the collective as they would
+//   for a dead rank, while their ncclCommGetAsyncError answers
+//   ncclRemoteError naming the failed rank (as NCCL's peers of a dead rank
+//   eventually do).
 //
 // Communicator creation (how ncclCommInitRank finds its peers): ncclGetUniqueId
 // writes into the id the caller's rank in MPI_COMM_WORLD (the id's "root")
@@ -131,7 +134,11 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 // The device that was current (cudaSetDevice) when the communicator was made.
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
-// The first failure of an operation queued on this communicator (ncclSuccess if none).
+// The first failure of an operation queued on this communicator
+// (ncclSystemError for the injected fault), else ncclRemoteError when a
+// peer's communicator failed or aborted under TRIDENT_FAULT=nccl (nccl_fault.h;
+// ncclGetLastError then names the peer's rank, world rank and host), else
+// ncclSuccess.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);
 
 // count: elements of datatype in each of sendbuff and recvbuff.

@@ -20,11 +20,13 @@
 #include <vector>
 
 #include "cuda_emu.h" // __float2bfloat16_rn, __half: the same conversions as the kernels'
+#include "nccl_fault.h"
 
 struct emu_nccl_comm {
     MPI_Comm mpi; // the members in NCCL rank order
     int rank, nranks, device;
     std::atomic<int> async_error{0}; // the first failure of a queued operation (ncclCommGetAsyncError)
+    emu_nccl_fault *fault; // TRIDENT_FAULT=nccl:... only (nccl_fault.h)
 };
 
 namespace {
@@ -266,7 +268,7 @@ struct pending {
     int root_or_peer;
     ncclComm_t comm;
     cudaStream_t stream;
-    bool inject; // TRIDENT_EMU_NCCL_FAIL chose it to fail
+    bool inject; // TRIDENT_FAULT=nccl chose it to fail (nccl_fault.h)
 };
 
 // The host's open group (the host thread only). Never destroyed.
@@ -392,6 +394,10 @@ ncclResult_t check_queued(const pending &p) {
     return ncclSuccess;
 }
 
+// The description of the operation TRIDENT_FAULT=nccl:N made fail (one per
+// process: nccl_fault.h).
+char fault_msg[256];
+
 // Queues ops as one unit on the stream of the first (a group on several
 // streams: the others wait for it there and it waits for them, through events).
 // A failure on the worker is the communicators' asynchronous error
@@ -415,8 +421,8 @@ void queue_group(std::vector<pending> ops) {
         // they cannot be matched with the peers' next ones.
         bool injected = false, broken = false;
         for (const pending &p : ops) injected |= p.inject, broken |= p.comm->async_error.load() != 0;
-        ncclResult_t r = injected ? failure(ncclSystemError, "a failure injected by TRIDENT_EMU_NCCL_FAIL")
-                         : broken ? failure(ncclInvalidUsage, "an operation on a communicator that failed before")
+        ncclResult_t r = injected ? failure(ncclSystemError, "%s", fault_msg)
+                         : broken ? ncclInvalidUsage // ncclGetLastError keeps the first failure's message
                                   : run_group(ops);
         if (r == ncclSuccess) return;
         char msg[512];
@@ -429,6 +435,7 @@ void queue_group(std::vector<pending> ops) {
         for (const pending &p : ops) {
             int expected = 0;
             p.comm->async_error.compare_exchange_strong(expected, (int)r);
+            emu_nccl_fault_post(p.comm->fault, msg); // the peers' ncclRemoteError
         }
     });
     for (cudaStream_t o : others) { // and the others wait for the group
@@ -440,32 +447,12 @@ void queue_group(std::vector<pending> ops) {
     }
 }
 
-// TRIDENT_EMU_NCCL_FAIL=<world rank>:<n>: the n-th operation (1-based, in
-// call order) that world rank queues fails on its stream instead of running:
-// ncclCommGetAsyncError then answers ncclSystemError, the communicator's
-// later operations fail too, and the peers wait in that collective as for a
-// dead rank. A test hook for the handling of NCCL's asynchronous errors.
-bool inject_failure() {
-    static int rank = -2;
-    static unsigned long long at = 0, seen = 0;
-    if (rank == -2) {
-        rank = -1;
-        const char *v = getenv("TRIDENT_EMU_NCCL_FAIL");
-        int r = -1;
-        if (v && *v && sscanf(v, "%d:%llu", &r, &at) == 2 && at > 0) rank = r;
-    }
-    if (rank < 0 || !mpi_running()) return false;
-    int me = -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    return me == rank && ++seen == at;
-}
-
 // Records op in the open group, or queues it as a group of its own.
 ncclResult_t submit(pending p) {
     TRY(check_queued(p));
     emu_count_collective();
     if (emu_count_only()) return ncclSuccess; // nothing moves (cuda_runtime_api.h)
-    p.inject = inject_failure();
+    p.inject = emu_nccl_fault_take(fault_msg, sizeof fault_msg);
     if (group_depth > 0) {
         group_ops.push_back(p);
         return ncclSuccess;
@@ -562,6 +549,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     comm->rank = rank;
     comm->nranks = nranks;
     cudaGetDevice(&comm->device);
+    comm->fault = emu_nccl_fault_attach(mpi, rank, nranks);
     *out = comm;
     return ncclSuccess;
 }
@@ -572,6 +560,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
         progress_sends(comm); // its peers receive them, as they must with NCCL
         MPI_Comm_free(&comm->mpi);
     }
+    emu_nccl_fault_detach(comm->fault);
     delete comm;
     return ncclSuccess;
 }
@@ -582,6 +571,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
 // left to MPI: the process is expected to end).
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    // A communicator that failed (here or at a peer) may still have a worker
+    // blocked in its MPI communicator: left to the exit that follows.
+    if (emu_nccl_fault_abort(comm->fault) || comm->async_error.load()) return ncclSuccess;
     std::unique_lock<std::mutex> lk(nccl_lock);
     for (size_t i = 0; i < sends.size();) {
         if (sends[i]->comm == comm) {
@@ -618,6 +610,11 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
     TRY(comm ? ncclSuccess : failure(ncclInvalidArgument, "NULL communicator"));
     *async_error = (ncclResult_t)comm->async_error.load();
+    if (*async_error == ncclSuccess) { // a peer's failure (TRIDENT_FAULT=nccl only)
+        char msg[400];
+        *async_error = emu_nccl_fault_remote(comm->fault, msg, sizeof msg);
+        if (*async_error != ncclSuccess) failure(*async_error, "%s", msg);
+    }
     return ncclSuccess;
 }
 

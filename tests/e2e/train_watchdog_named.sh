@@ -42,7 +42,8 @@ stop_one() {
     local secs; secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN{printf "%.1f", (b - a) / 1e9}')
     [ "$(cat "$run.rc")" = 1 ] || { echo "FAIL ($name): exit $(cat "$run.rc"), expected 1"; bad=1; }
     # watchdog_s = 2, the first step's allowance is long past: a peer fires
-    # about 3 s after the stop, then reads the heartbeats for ~1.5 s.
+    # about 3 s after the stop (1 s of peer grace), reads the heartbeats for
+    # ~1 s and lingers 1.5 s after its message: ~6 s seen.
     awk -v s="$secs" 'BEGIN{exit !(s <= 12)}' || { echo "FAIL ($name): ended $secs s after the stop"; bad=1; }
     local r
     for r in $(seq 0 $((np - 1))); do
@@ -63,7 +64,8 @@ stop_one() {
     mpi_no_leftovers "$run" || { echo "FAIL ($name): processes left"; bad=1; }
     grep -a "watchdog:" "$log" || true
     [ "$bad" = 0 ] && echo "ok ($name): ended $secs s after the stop; $stopped_said"
-    [ "$bad" = 0 ] || { echo "--- the run's last lines:"; tail -n 25 "$log"; }
+    [ "$bad" = 0 ] || { echo "--- the run's last lines:"; tail -n 25 "$log"
+                        echo "--- rank 0's train.log, last lines:"; tail -n 3 "$run/train.log"; }
     return "$bad"
 }
 

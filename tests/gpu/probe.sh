@@ -151,5 +151,5 @@ fi
     for v in CUDNN_INC CUDNN_LIB NCCL_INC NCCL_LIB; do echo "$v := ${VARS[$v]}"; done
     echo "CUDA_SHIMS := $([ "$need_shims" = 1 ] && echo "$SHIMS")"
 } >"$DIR/cuda_deps.mk"
-sed 's/^/result: make /' "$DIR/cuda_deps.mk"
+echo "result: make variables: $(sed 's/ := /=/; s/ *$//' "$DIR/cuda_deps.mk" | paste -sd' ' -)"
 exit 0

@@ -24,6 +24,12 @@
 //     which every rank posts its receive before its send (4 MB each: that
 //     order deadlocks unless the group issues them together) next to a
 //     collective.
+//  4. `--streams` (>= 2 ranks; nccl_emulated.sh): orderings that need streams
+//     running apart from the host (see streams()): a TP collective not held
+//     behind a DP all-reduce started before it, a deferred send ordered by
+//     its producer only. Each deadlocks on the code it guards against.
+//  5. `--fault` under TRIDENT_FAULT=nccl:N@R (emulated build): a failed
+//     collective ends the job from comm_nccl's waits (see fault()).
 // Exit 77 (skipped) in a build without CUDA or on a machine without a device.
 #include <mpi.h>
 #include <stdint.h>
@@ -333,12 +339,149 @@ static void nccl_api(int rank, int size) {
     if (pair_mpi != MPI_COMM_NULL) MPI_Comm_free(&pair_mpi);
 }
 
+// More operations in flight on one group than the old ring of 64 events
+// held: IN_FLIGHT all-reduces started (no test, no wait in between: a ~1B
+// model's 167 gradient buckets at dp = 2 start during one backward), then
+// waited on in reverse order; buffer k of rank r holds r + k.
+static void in_flight(struct comm_group *g, int rank, int size) {
+    enum { IN_FLIGHT = 200, N = 33 };
+    float *h = xmalloc(sizeof(float) * IN_FLIGHT * N);
+    for (int k = 0; k < IN_FLIGHT * N; k++) h[k] = (float)rank + (float)(k / N);
+    float *d = dev_floats(h, (size_t)IN_FLIGHT * N);
+    struct comm_request *req = xcalloc(IN_FLIGHT, sizeof *req);
+    for (int k = 0; k < IN_FLIGHT; k++)
+        comm_all_reduce_start(g, d + (size_t)k * N, N, DTYPE_FP32, COMM_SUM, &req[k]);
+    for (int k = IN_FLIGHT - 1; k >= 0; k--) comm_wait(&req[k]);
+    read_back(h, d, (size_t)IN_FLIGHT * N);
+    int bad = 0;
+    for (int k = 0; k < IN_FLIGHT * N; k++)
+        bad += h[k] != (float)size * (size - 1) / 2 + (float)size * (float)(k / N);
+    EXPECT(bad == 0, "%d all_reduce_start in flight: %d of %d wrong", IN_FLIGHT, bad, IN_FLIGHT * N);
+    backend_dealloc(be, d);
+    free(req), free(h);
+}
+
+// ---- 4. streams per kind of traffic (`test_comm_nccl --streams`) -----------------------
+
+// A group over the world on its own MPI communicator (freed with it).
+static void world_group(struct comm_group *mpi, struct comm_group *g, const char *name, bool high) {
+    MPI_Comm dup;
+    CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    comm_mpi_init(mpi, dup);
+    comm_nccl_init(g, mpi, be, name, high);
+}
+
+// Whether d (n floats on the device) holds want + i at element i.
+static int wrong(const float *d, int n, float want) {
+    float *h = xmalloc(sizeof(float) * n);
+    read_back(h, d, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += h[i] != want + (float)i;
+    free(h);
+    return bad;
+}
+
+// Orderings that only a device whose streams run apart from the host shows
+// (the asynchronous emulation, or a GPU), at >= 2 ranks; each deadlocks on
+// the code it guards against, so tests/e2e/nccl_emulated.sh bounds the run.
+//  a. A TP collective is not ordered behind a DP all-reduce started before
+//     it: rank 0 starts a DP all-reduce, then runs a TP all-reduce and reads
+//     its result; the other ranks join the TP one first and the DP one only
+//     after they have read the TP result (a late DP peer). One shared
+//     communication stream puts rank 0's TP behind its DP: deadlock.
+//  b. A deferred pipeline send waits for its producer, not for compute
+//     enqueued after it: rank 0 starts a send to rank 1, then makes its
+//     compute stream wait for a DP all-reduce, then waits on the send (which
+//     enqueues it); rank 1 joins that all-reduce only once it has read the
+//     message. A send ordered after all compute enqueued by its flush waits
+//     for the all-reduce: deadlock.
+static void streams(int rank, int size) {
+    enum { n = 4096 };
+    struct comm_group dp_mpi, tp_mpi, pp_mpi, dp, tp, pp;
+    world_group(&dp_mpi, &dp, "dp", false);
+    world_group(&tp_mpi, &tp, "tp", true);
+    world_group(&pp_mpi, &pp, "pp", true);
+    float h[n];
+    for (int i = 0; i < n; i++) h[i] = (float)rank + (float)i;
+    float *a = dev_floats(h, n), *b = dev_floats(h, n), *msg = dev_floats(h, n);
+    float sum = (float)size * (size - 1) / 2; // element i of a sum over ranks: sum + size * i
+    struct comm_request req;
+    // a.
+    if (rank == 0) comm_all_reduce_start(&dp, a, n, DTYPE_FP32, COMM_SUM, &req);
+    comm_all_reduce(&tp, b, n, DTYPE_FP32, COMM_MAX);
+    EXPECT(wrong(b, n, (float)(size - 1)) == 0, "TP all-reduce with a DP one pending: wrong values");
+    if (rank != 0) comm_all_reduce_start(&dp, a, n, DTYPE_FP32, COMM_SUM, &req);
+    comm_wait(&req);
+    float *ha = xmalloc(sizeof(float) * n);
+    read_back(ha, a, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += ha[i] != sum + (float)size * (float)i;
+    EXPECT(bad == 0, "DP all-reduce joined late: %d of %d wrong", bad, n);
+    if (rank == 0) printf("streams: a TP all-reduce completed while a DP one started before it waited for a late peer\n");
+    // b.
+    for (int i = 0; i < n; i++) h[i] = (float)rank + (float)i;
+    backend_to_device(be, a, h, n * sizeof(float));
+    struct comm_request sreq;
+    if (rank == 0) {
+        for (int i = 0; i < n; i++) h[i] = 1000.0f + (float)i;
+        backend_to_device(be, msg, h, n * sizeof(float)); // the producer
+        comm_send_start(&pp, msg, n, DTYPE_FP32, 1, 5, &sreq);
+        comm_all_reduce_start(&dp, a, n, DTYPE_FP32, COMM_SUM, &req);
+        comm_wait(&req); // the compute stream now waits for the all-reduce
+        comm_wait(&sreq);
+    } else {
+        if (rank == 1) {
+            comm_recv_start(&pp, msg, n, DTYPE_FP32, 0, 5, &sreq);
+            comm_wait(&sreq);
+            EXPECT(wrong(msg, n, 1000.0f) == 0, "pipeline message: wrong values");
+        }
+        comm_all_reduce_start(&dp, a, n, DTYPE_FP32, COMM_SUM, &req);
+        comm_wait(&req);
+    }
+    read_back(ha, a, n);
+    bad = 0;
+    for (int i = 0; i < n; i++) bad += ha[i] != sum + (float)size * (float)i;
+    EXPECT(bad == 0, "DP all-reduce after the message: %d of %d wrong", bad, n);
+    if (rank == 0) printf("streams: a deferred send went out while later compute waited for a DP all-reduce its receiver joins after it\n");
+    free(ha);
+    backend_dealloc(be, a), backend_dealloc(be, b), backend_dealloc(be, msg);
+    comm_group_free(&dp), comm_group_free(&tp), comm_group_free(&pp);
+    comm_group_free(&dp_mpi), comm_group_free(&tp_mpi), comm_group_free(&pp_mpi);
+}
+
+// ---- 5. a failed collective (`TRIDENT_FAULT=nccl:N@R test_comm_nccl --fault`) ----------
+
+// Emulated build only (tests/cuda_emu/nccl_fault.h): rank R's Nth operation
+// fails on its stream; the peers' streams block in it. Every rank starts 4
+// all-reduces, waits on them (stream-ordered: no host wait) and then
+// barriers (the host waits for the streams, polling NCCL's asynchronous
+// error): rank R must end the job naming its own failure, the others
+// rank R's (NCCL's remote error), each from its main thread, in comm_nccl's
+// waits; nccl_emulated.sh reads the messages and the exit code (1). Prints
+// "fault: not reported" and returns if the barrier completes.
+static void fault(int rank, int size) {
+    enum { n = 1000, OPS = 4 };
+    struct comm_group mpi, g;
+    world_group(&mpi, &g, "world", false);
+    float h[n * OPS];
+    for (int i = 0; i < n * OPS; i++) h[i] = (float)rank;
+    float *d = dev_floats(h, (size_t)n * OPS);
+    struct comm_request req[OPS];
+    for (int k = 0; k < OPS; k++) comm_all_reduce_start(&g, d + (size_t)k * n, n, DTYPE_FP32, COMM_SUM, &req[k]);
+    for (int k = 0; k < OPS; k++) comm_wait(&req[k]);
+    comm_barrier(&g);
+    printf("fault: not reported on rank %d\n", rank);
+    EXPECT(0, "the injected NCCL failure was not reported");
+    backend_dealloc(be, d);
+    comm_group_free(&g), comm_group_free(&mpi);
+}
+
 static void run(int rank, int size) {
     struct comm_group mpi, g;
     MPI_Comm dup;
     CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
     comm_mpi_init(&mpi, dup);
-    comm_nccl_init(&g, &mpi, be);
+    comm_nccl_init(&g, &mpi, be, "world", false);
     EXPECT(g.rank == rank && g.size == size, "nccl group rank %d size %d, expected %d %d", g.rank,
            g.size, rank, size);
     enum { n = 1000 };
@@ -370,6 +513,7 @@ static void run(int rank, int size) {
     bad = 0;
     for (int i = 0; i < n; i++) bad += h[i] != (float)size;
     EXPECT(bad == 0, "all_reduce_start/wait: %d of %d wrong", bad, n);
+    in_flight(&g, rank, size);
     // reduce-scatter: send (size * n,) with element j of rank r = r * j; chunk r of the sum
     float *send_h = xmalloc(sizeof(float) * n * size);
     for (int j = 0; j < n * size; j++) send_h[j] = (float)rank * (j % 97);
@@ -451,7 +595,14 @@ int main(int argc, char **argv) {
     struct error err = {0};
     be = backend_init(BACKEND_CUDA, local_rank, 0, &err);
     CHECK(be, "%s", err.msg);
-    run(rank, size);
+    if (argc > 1 && !strcmp(argv[1], "--fault")) {
+        fault(rank, size);
+    } else if (argc > 1 && !strcmp(argv[1], "--streams")) {
+        CHECK(size >= 2, "test_comm_nccl --streams needs at least 2 ranks, not %d", size);
+        streams(rank, size);
+    } else {
+        run(rank, size);
+    }
     backend_free(be);
 #endif
     int total = 0;

@@ -2,8 +2,12 @@
 //   - a check that returns 0 runs at every tick (about 5 a second) and ends
 //     nothing; watchdog_stop joins;
 //   - a check that fails ends the process (in a forked child) with exit 1
-//     within a tick or two, far before the timeout, its message on stderr
-//     after "[rank R, host H] watchdog: ";
+//     1.5 s after its third tick (the linger that lets other ranks print),
+//     far before the timeout, its message on stderr after "[rank R, host H]
+//     watchdog: ";
+//   - a process stopped (SIGSTOP) for 2.5 s in a phase that waits on peers
+//     and then continued says that it was stopped, not that it waits on
+//     peers (its watchdog thread saw no tick for 2.5 s), and exits 1;
 //   - WATCHDOG_MAX_CHECKS checks fit, one more is refused (-1); NULL (no
 //     watchdog) accepts and never runs it;
 //   - heartbeats (base/heartbeat.h): rank 0 of 5 surveys a folder where rank 1's
@@ -18,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -82,10 +87,58 @@ static void test_failing_check(void) {
     double secs = time_now_s() - start;
     EXPECT(WIFEXITED(wst) && WEXITSTATUS(wst) == 1, "the failing check's process ended with status %#x, expected exit 1",
            wst);
-    EXPECT(secs < 3, "the failing check ended the process after %.1f s (3 ticks of 0.2 s expected)", secs);
+    EXPECT(secs >= 1.5 && secs < 4, "the failing check ended the process after %.1f s (3 ticks of 0.2 s and "
+           "1.5 s of lingering expected)", secs);
     EXPECT(strstr(out, "trident: [rank 3, host ") != NULL, "no rank and host in: %s", out);
     EXPECT(strstr(out, "] watchdog: simulated NCCL error on call 3; ending the job\n") != NULL,
            "no check message in: %s", out);
+}
+
+// Forks a child that runs child() (then exits 99), runs parent(pid) when not
+// NULL, reads the child's stderr until it ends into out; returns its wait status.
+static int run_child(void (*child)(void), void (*parent)(pid_t), char *out, size_t cap) {
+    int fd[2];
+    if (pipe(fd)) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        child();
+        _exit(99);
+    }
+    close(fd[1]);
+    if (parent) parent(pid);
+    size_t len = 0;
+    ssize_t got;
+    while (len < cap - 1 && (got = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
+    out[len] = 0;
+    close(fd[0]);
+    int wst = 0;
+    waitpid(pid, &wst, 0);
+    return wst;
+}
+
+static void stopped_child(void) {
+    struct watchdog *w = watchdog_start(1, 5);
+    watchdog_phase(w, "unit: a collective", 1, 1);
+    sleep(10);
+}
+
+static void stop_child(pid_t pid) {
+    struct timespec half = {0, 500 * 1000 * 1000}, stop = {2, 500 * 1000 * 1000};
+    nanosleep(&half, NULL);
+    kill(pid, SIGSTOP);
+    nanosleep(&stop, NULL);
+    kill(pid, SIGCONT);
+}
+
+static void test_stopped_self(void) {
+    char out[4096];
+    int wst = run_child(stopped_child, stop_child, out, sizeof out);
+    EXPECT(WIFEXITED(wst) && WEXITSTATUS(wst) == 1, "the stopped process ended with status %#x, expected exit 1", wst);
+    EXPECT(strstr(out, "[rank 5, host ") && strstr(out, "] watchdog: this process was stopped (SIGSTOP") &&
+           strstr(out, "in phase \"unit: a collective\"") && !strstr(out, "waiting on peer"),
+           "the stopped process's message: %s", out);
 }
 
 static void test_limits(void) {
@@ -192,6 +245,7 @@ int main(void) {
     test_heartbeat_survey();
     test_passing_check();
     test_failing_check();
+    test_stopped_self();
     test_limits();
     return test_finish("test_watchdog");
 }
