@@ -19,6 +19,7 @@
 //   source of an H2D copy not synchronised; a read after
 //   cudaStreamSynchronize or cudaEventSynchronize sees the data; other bytes
 //   of a protected page stay usable.
+// - exit() with work still queued ends the process normally.
 // Exit 1 on a failed check.
 #include <cuda_runtime.h>
 
@@ -275,12 +276,29 @@ static void check_pinned() {
     cudaStreamDestroy(a);
 }
 
+// exit() while streams still have work queued and a kernel runs: the
+// process ends normally (the workers use nothing that static destructors free).
+static void check_exit_with_work_queued() {
+    std::string err;
+    int st = in_child([] {
+        cudaStream_t a;
+        cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+        int *d;
+        cudaMalloc(&d, 1 << 20);
+        for (int i = 0; i < 50; i++) fill<<<256, 1024, 0, a>>>(d, i, 1 << 18);
+        cudaMemsetAsync(d, 0, 1 << 20, a);
+        exit(0);
+    }, &err);
+    EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit() with work queued: status %d, stderr %s", st, err.c_str());
+}
+
 int main() {
     check_events();
     check_wait_event();
     check_legacy();
     check_priority();
     check_pinned();
+    check_exit_with_work_queued();
     printf("check_streams: %s\n", failures ? "FAIL" : "ok");
     return failures != 0;
 }
