@@ -46,6 +46,7 @@ void cuda_swiglu_forward(struct backend *be, struct tensor out, struct tensor ga
     const char *op = "swiglu_forward";
     struct dptr po = dptr_of(op, "out", out), pg = dptr_of(op, "gate", gate), pu = dptr_of(op, "up", up);
     if (!n) return;
+    CUDA_TRAFFIC(tbytes(out, n) + tbytes(gate, n) + tbytes(up, n));
     swiglu_forward_kernel LAUNCH(be, n)(po, pg, pu, n);
     CHECK_LAUNCH();
 }
@@ -56,6 +57,7 @@ void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor
     struct dptr a = dptr_of(op, "dgate", dgate), b = dptr_of(op, "dup", dup);
     struct dptr d = dptr_of(op, "dout", dout), g = dptr_of(op, "gate", gate), u = dptr_of(op, "up", up);
     if (!n) return;
+    CUDA_TRAFFIC(tbytes(dgate, n) + tbytes(dup, n) + tbytes(dout, n) + tbytes(gate, n) + tbytes(up, n));
     swiglu_backward_kernel LAUNCH(be, n)(a, b, d, g, u, n);
     CHECK_LAUNCH();
 }
@@ -63,6 +65,7 @@ void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor
 void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {
     struct dptr po = dptr_of("add", "out", out), pa = dptr_of("add", "a", a), pb = dptr_of("add", "b", b);
     if (!n) return;
+    CUDA_TRAFFIC(tbytes(out, n) + tbytes(a, n) + tbytes(b, n));
     add_kernel LAUNCH(be, n)(po, pa, pb, n);
     CHECK_LAUNCH();
 }
@@ -78,6 +81,7 @@ void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t 
         return;
     }
     struct dptr pd = dptr_of("copy", "dst", dst), ps = dptr_of("copy", "src", src);
+    CUDA_TRAFFIC(tbytes(dst, n) + tbytes(src, n));
     convert_kernel LAUNCH(be, n)(pd, ps, n);
     CHECK_LAUNCH();
 }
@@ -116,6 +120,9 @@ void cuda_adamw(struct backend *be, struct tensor param, struct tensor master, s
     float decay = (float)(1 - lr * weight_decay);
     float step_size = (float)(lr / (1 - pow(beta1, step)));
     float bc2_sqrt = (float)sqrt(1 - pow(beta2, step));
+    // grad read; m, v read and written; param written (and read without a
+    // master); the master read and written.
+    CUDA_TRAFFIC(n * (4 + 8 + 8) + tbytes(param, n) * (has_master ? 1 : 2) + (has_master ? n * 8 : 0));
     adamw_kernel LAUNCH(be, n)((float *)master.data, pp, (const float *)grad.data, (float *)m.data,
                                (float *)v.data, n, decay, step_size, bc2_sqrt, (float)beta1,
                                (float)beta2, (float)grad_scale, (float)eps, has_master);
@@ -159,8 +166,10 @@ double cuda_sum_squares(struct backend *be, struct tensor x, size_t n) {
     if (!n) return 0;
     struct cuda_backend *c = cuda_state(be);
     double *partial = (double *)cuda_scratch(be, sizeof(double) * (SUMSQ_BLOCKS + 1));
+    CUDA_TRAFFIC(tbytes(x, n) + sizeof(double) * SUMSQ_BLOCKS);
     sum_squares_partial<<<SUMSQ_BLOCKS, EW_THREADS, 0, c->stream>>>(partial, px, n);
     CHECK_LAUNCH();
+    CUDA_TRAFFIC(sizeof(double) * (SUMSQ_BLOCKS + 1));
     sum_squares_final<<<1, EW_THREADS, 0, c->stream>>>(partial + SUMSQ_BLOCKS, partial, SUMSQ_BLOCKS);
     CHECK_LAUNCH();
     CHECK_CUDA(cudaMemcpyAsync(c->host_sum, partial + SUMSQ_BLOCKS, sizeof(double),

@@ -42,6 +42,8 @@ extern "C" {
 #else
 #define CUDA_TRAFFIC(bytes) ((void)0)
 #endif
+// Bytes of n elements of t's storage dtype (a CUDA_TRAFFIC term).
+static inline size_t tbytes(struct tensor t, size_t n) { return n * dtype_size(t.dtype); }
 
 // A cached cuBLASLt heuristic answer for one GEMM problem (cuda_matmul.cu):
 // the query costs tens of microseconds and a training step repeats a handful

@@ -31,6 +31,8 @@ void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rst
     struct dptr dy = dptr_of(op, "y", y), dx = dptr_of(op, "x", x), dw = dptr_of(op, "w", w);
     CUDA_CHECK_SAME(op, "rstd", rstd, DTYPE_FP32);
     if (N == 0) return;
+    size_t nc = (size_t)N * C;
+    CUDA_TRAFFIC(tbytes(x, nc) + tbytes(y, nc) + tbytes(w, C) + sizeof(float) * N);
     rmsnorm_forward_kernel<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dy, (float *)rstd.data, dx, dw,
                                                                     C, eps);
     CHECK_LAUNCH();
@@ -89,13 +91,17 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
     if (N == 0 || C == 0) return;
     cudaStream_t s = cuda_stream(be);
     const float *r = (const float *)rstd.data;
+    size_t nc = (size_t)N * C;
+    CUDA_TRAFFIC(2 * tbytes(dx, nc) + tbytes(dy, nc) + tbytes(x, nc) + tbytes(w, C) + sizeof(float) * N);
     rmsnorm_backward_dx_kernel<<<N, ROW_THREADS, 0, s>>>(pdx, pdy, px, pw, r, C);
     CHECK_LAUNCH();
     int chunks = N < DW_CHUNKS ? N : DW_CHUNKS;
     float *partial = (float *)cuda_scratch(be, sizeof(float) * chunks * (size_t)C);
     dim3 grid((C + 31) / 32, chunks), block(32, 8);
+    CUDA_TRAFFIC(tbytes(dy, nc) + tbytes(x, nc) + sizeof(float) * (N + (size_t)chunks * C));
     rmsnorm_backward_dw_partial<<<grid, block, 0, s>>>(partial, pdy, px, r, N, C);
     CHECK_LAUNCH();
+    CUDA_TRAFFIC(sizeof(float) * (size_t)chunks * C + 2 * tbytes(dw, C));
     rmsnorm_backward_dw_sum<<<(C + 255) / 256, 256, 0, s>>>(pdw, partial, chunks, C);
     CHECK_LAUNCH();
 }
@@ -128,6 +134,9 @@ void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct te
     CUDA_CHECK_SAME(op, "sin", sin, DTYPE_FP32);
     size_t total = (size_t)B * T * Hx * (D / 2);
     if (total == 0) return;
+    // x read and written; a (T, D/2) table each of cos and sin; doc_start.
+    CUDA_TRAFFIC(2 * tbytes(x, 2 * total) + 2 * sizeof(float) * (size_t)T * (D / 2) +
+                 (doc_start.numel ? sizeof(int32_t) * (size_t)B * T : 0));
     rope_kernel<<<grid_for(total, 256), 256, 0, cuda_stream(be)>>>(
         px, (const float *)cos.data, (const float *)sin.data,
         doc_start.numel ? (const int32_t *)doc_start.data : NULL, T, Hx, D, pos_offset,
@@ -150,6 +159,7 @@ void cuda_embedding_forward(struct backend *be, struct tensor out, struct tensor
     const char *op = "embedding_forward";
     struct dptr po = dptr_of(op, "out", out), pw = dptr_of(op, "wte", wte);
     if (N == 0) return;
+    CUDA_TRAFFIC(tbytes(out, (size_t)N * C) + tbytes(wte, (size_t)N * C) + sizeof(int32_t) * N);
     embedding_forward_kernel<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
         po, pw, (const int32_t *)tokens.data, C, vocab_start, Vl);
     CHECK_LAUNCH();
@@ -190,6 +200,8 @@ void cuda_embedding_backward(struct backend *be, struct tensor dwte, struct tens
     struct dptr pw = dptr_of(op, "dwte", dwte), pd = dptr_of(op, "dout", dout);
     if (N == 0 || C == 0) return;
     const int32_t *tok = (const int32_t *)tokens.data;
+    // dout read; a dwte row read and written per token.
+    CUDA_TRAFFIC(tbytes(dout, (size_t)N * C) + 2 * tbytes(dwte, (size_t)N * C) + sizeof(int32_t) * N);
     if (pw.dt == DTYPE_FP32)
         embedding_backward_atomic<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
             (float *)dwte.data, pd, tok, C, vocab_start, Vl);
