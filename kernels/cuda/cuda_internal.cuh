@@ -72,6 +72,7 @@ struct cuda_backend {
     size_t scratch_bytes;
     double *host_sum; // pinned: sum_squares' result
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
+    int *done;        // zeroed block counter of one-launch reductions (cuda_norm.cu); NULL until used
     int sm_count;
     struct algo_entry algos[CUDA_ALGO_CACHE];
     int n_algos;

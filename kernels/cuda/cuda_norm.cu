@@ -2,6 +2,7 @@
 // backend. Math and shapes as in kernels/ops.h (and kernels/cpu/generic/norm.h,
 // the reference these are tested against).
 #include "cuda_internal.cuh"
+#include "cuda_vec.cuh"
 
 // Threads per block of the row kernels (one block per row).
 #define ROW_THREADS 256
@@ -81,6 +82,72 @@ __global__ void rmsnorm_backward_dw_sum(struct dptr dw, const float *partial, in
     st(dw, j, ld(dw, j) + s);
 }
 
+// Blocks of the one-launch backward: each takes rows blockIdx.x,
+// blockIdx.x + NORM_BW_BLOCKS, ... (fixed, so dw's sum order is too).
+#define NORM_BW_BLOCKS 256
+// Widest C of the one-launch backward: its dw sums stay in 48 KiB of shared
+// memory; wider rows take the three kernels above.
+#define NORM_BW_MAX_C (48 * 1024 / 4)
+
+// The backward in one launch (issue 24): per row, dx (N, C) += w * dy * r -
+// x * (r^3 / C) * sum_k(dy_k w_k x_k) (as rmsnorm_backward_dx_kernel), while
+// the block adds dy * x * r into its dw sums (C floats of shared memory, each
+// column owned by one thread); each block then writes its sums to partial
+// (gridDim.x, C), and the last block to finish (a counter in *done, reset
+// after) adds them in block order into dw (deterministic, no float atomics).
+// dx, dy, x, w: storage T; rows of 16-byte vectors when vec.
+template <typename T>
+__global__ void rmsnorm_backward_fused(T *dx, const T *dy, const T *x, const T *w,
+                                       const float *rstd, float *partial, int *done,
+                                       struct dptr dw, int N, int C, bool vec) {
+    extern __shared__ float acc[]; // (C,) this block's dw sums
+    __shared__ float red[32];
+    __shared__ bool last;
+    const int V = vec ? VEC(T) : 1; // elements a thread moves at once
+    const int step = blockDim.x * V;
+    for (int j = threadIdx.x * V; j < C; j += step)
+        for (int e = 0; e < V; e++) acc[j + e] = 0;
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        size_t o = (size_t)row * C;
+        float r = rstd[row], dot = 0;
+        for (int j = threadIdx.x * V; j < C; j += step) {
+            float a[VEC(T)], b[VEC(T)], c[VEC(T)];
+            if (vec) vload(a, dy + o + j), vload(b, x + o + j), vload(c, w + j);
+            else a[0] = to_f32(dy[o + j]), b[0] = to_f32(x[o + j]), c[0] = to_f32(w[j]);
+            for (int e = 0; e < V; e++) dot += a[e] * c[e] * b[e];
+        }
+        dot = block_sum(dot, red);
+        float k = dot * r * r * r / C;
+        for (int j = threadIdx.x * V; j < C; j += step) {
+            float a[VEC(T)], b[VEC(T)], c[VEC(T)], d[VEC(T)];
+            if (vec) vload(a, dy + o + j), vload(b, x + o + j), vload(c, w + j), vload(d, dx + o + j);
+            else a[0] = to_f32(dy[o + j]), b[0] = to_f32(x[o + j]), c[0] = to_f32(w[j]),
+                 d[0] = to_f32(dx[o + j]);
+            for (int e = 0; e < V; e++) {
+                d[e] = d[e] + c[e] * a[e] * r - b[e] * k;
+                acc[j + e] += a[e] * b[e] * r;
+            }
+            if (vec) vstore(dx + o + j, d);
+            else dx[o + j] = from_f32<T>(d[0]);
+        }
+    }
+    for (int j = threadIdx.x * V; j < C; j += step)
+        for (int e = 0; e < V; e++) partial[(size_t)blockIdx.x * C + j + e] = acc[j + e];
+    __threadfence(); // this block's partials are visible before it counts itself done
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        float s = 0;
+        for (unsigned b = 0; b < gridDim.x; b++) s += partial[(size_t)b * C + j];
+        st(dw, j, ld(dw, j) + s);
+    }
+    if (threadIdx.x == 0) *done = 0; // ready for the next launch
+}
+
+// dx += and dw += (ops.h): one launch for C <= NORM_BW_MAX_C (above), else
+// the dx kernel and the two-kernel dw reduction.
 void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
                            struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd,
                            int N, int C) {
@@ -92,6 +159,26 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
     cudaStream_t s = cuda_stream(be);
     const float *r = (const float *)rstd.data;
     size_t nc = (size_t)N * C;
+    if (C <= NORM_BW_MAX_C) {
+        struct cuda_backend *cb = cuda_state(be);
+        if (!cb->done) {
+            CHECK_CUDA(cudaMalloc((void **)&cb->done, sizeof(int)));
+            CHECK_CUDA(cudaMemset(cb->done, 0, sizeof(int)));
+        }
+        int nb = N < NORM_BW_BLOCKS ? N : NORM_BW_BLOCKS;
+        float *partial = (float *)cuda_scratch(be, sizeof(float) * nb * (size_t)C);
+        bool vec = vec_ok(dx.dtype, C, dx.data, dy.data, x.data, w.data);
+        // dx read and written, dy, x and w read; the partial sums written
+        // and read once.
+        CUDA_TRAFFIC(2 * tbytes(dx, nc) + tbytes(dy, nc) + tbytes(x, nc) + tbytes(w, C) +
+                     sizeof(float) * (N + 2 * (size_t)nb * C) + 2 * tbytes(dw, C));
+        CUDA_DISPATCH_T(op, dx.dtype,
+                        rmsnorm_backward_fused<T><<<nb, ROW_THREADS, sizeof(float) * C, s>>>(
+                            (T *)dx.data, (const T *)dy.data, (const T *)x.data, (const T *)w.data,
+                            r, partial, cb->done, pdw, N, C, vec));
+        CHECK_LAUNCH();
+        return;
+    }
     CUDA_TRAFFIC(2 * tbytes(dx, nc) + tbytes(dy, nc) + tbytes(x, nc) + tbytes(w, C) + sizeof(float) * N);
     rmsnorm_backward_dx_kernel<<<N, ROW_THREADS, 0, s>>>(pdx, pdy, px, pw, r, C);
     CHECK_LAUNCH();

@@ -226,8 +226,9 @@ static void test_embedding(enum dtype dt) {
     pair_free(wte), pair_free(out), ipair_free(t);
 }
 
-static void test_rmsnorm(enum dtype dt) {
-    int N = 37, C = 300;
+// N = 37: a row a block of the one-launch backward; N = 700 > its 256
+// blocks, with C = 48 (16-byte vectors) and C = 300 (not a multiple of 8).
+static void test_rmsnorm_shape(enum dtype dt, int N, int C) {
     struct pair x = pair_rand((size_t)N * C, 2, dt), w = pair_rand(C, 1, dt);
     struct pair y = pair_nan((size_t)N * C, dt), rstd = pair_nan(N, DTYPE_FP32);
     backend_rmsnorm_forward(cpu, y.c, rstd.c, x.c, w.c, N, C, 1e-5f);
@@ -245,6 +246,12 @@ static void test_rmsnorm(enum dtype dt) {
     expect_match(dw, "rmsnorm_backward dw");
     pair_free(x), pair_free(w), pair_free(y), pair_free(rstd), pair_free(dy), pair_free(dx),
         pair_free(dw);
+}
+
+static void test_rmsnorm(enum dtype dt) {
+    test_rmsnorm_shape(dt, 37, 300);
+    test_rmsnorm_shape(dt, 700, 48);
+    test_rmsnorm_shape(dt, 700, 300);
 }
 
 static void test_rope(enum dtype dt) {
