@@ -201,6 +201,25 @@ void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor 
     PROFILED(be, "rmsnorm_forward", be->ops->rmsnorm_forward(be, y, rstd, x, w, N, C, eps));
 }
 
+void backend_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                                 struct tensor rstd, struct tensor a, struct tensor b,
+                                 struct tensor w, int N, int C, float eps) {
+    const char *op = "add_rmsnorm_forward";
+    size_t nc = (size_t)N * C;
+    need(op, "xout", xout, nc);
+    need(op, "y", y, nc);
+    need(op, "rstd", rstd, N);
+    need(op, "a", a, nc);
+    need(op, "b", b, nc);
+    need(op, "w", w, C);
+    same_dtype(op, "a", a, xout.dtype);
+    same_dtype(op, "b", b, xout.dtype);
+    same_dtype(op, "y", y, xout.dtype);
+    same_dtype(op, "w", w, xout.dtype);
+    same_dtype(op, "rstd", rstd, stat_dtype(xout.dtype));
+    PROFILED(be, op, be->ops->add_rmsnorm_forward(be, xout, y, rstd, a, b, w, N, C, eps));
+}
+
 void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
                               struct tensor dy, struct tensor x, struct tensor w,
                               struct tensor rstd, int N, int C) {

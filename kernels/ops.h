@@ -146,6 +146,14 @@ void backend_embedding_backward(struct backend *be, struct tensor dwte, struct t
 // x: (N, C); w: (C,).
 void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd,
                              struct tensor x, struct tensor w, int N, int C, float eps);
+// The residual add and the RMSNorm after it, in one pass (issue 24):
+// xout (N, C) = a + b (rounded to the storage dtype), then y, rstd =
+// rmsnorm_forward(xout, w) computed from the rounded xout: the bits of
+// backend_add then backend_rmsnorm_forward. xout may alias a or b; a, b,
+// xout, y, w: one dtype; rstd as rmsnorm_forward's.
+void backend_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                                 struct tensor rstd, struct tensor a, struct tensor b,
+                                 struct tensor w, int N, int C, float eps);
 // dx (N, C) +=, dw (C,) += the gradients of the forward above given dy (N, C).
 // dx, dy, x, w: one dtype; dw: that dtype, or FP32 for BF16/FP16 x (the row
 // sums in FP64/FP32 either way, added to dw once).

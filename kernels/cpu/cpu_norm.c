@@ -18,6 +18,14 @@ void cpu_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd
                  N, C, eps);
 }
 
+// The two ops in turn: the specification of the fused CUDA kernel.
+void cpu_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                             struct tensor rstd, struct tensor a, struct tensor b, struct tensor w,
+                             int N, int C, float eps) {
+    cpu_add(be, xout, a, b, (size_t)N * C);
+    cpu_rmsnorm_forward(be, y, rstd, xout, w, N, C, eps);
+}
+
 void cpu_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw, struct tensor dy,
                           struct tensor x, struct tensor w, struct tensor rstd, int N, int C) {
     const char *op = "rmsnorm_backward";

@@ -10,6 +10,69 @@
 // sum over chunks, so dw does not depend on scheduling (no atomics).
 #define DW_CHUNKS 64
 
+// Widest C of add_rmsnorm_forward_kernel: the row stays in registers
+// (ADD_NORM_MAX_V 16-byte vectors a thread; 8192 BF16 or 4096 FP32 values).
+#define ADD_NORM_MAX_V 4
+
+// ADD: xout (N, C) = a + b rounded to T, then y = w * (xout * rstd), rstd =
+// 1 / sqrt(mean(xout^2) + eps) from the rounded values; !ADD: the same of
+// x = a (b, xout unused), the plain forward, so that a recomputed norm has
+// the bits of the fused one (same sum order). One block per row; a thread
+// keeps its up to ADD_NORM_MAX_V vectors (or scalars) of the row in
+// registers between the two passes, so a and b are read once and xout
+// written once (xout may alias a or b: each element is read before written).
+template <typename T, bool ADD>
+__global__ void add_rmsnorm_forward_kernel(T *xout, T *y, float *rstd, const T *a, const T *b,
+                                           const T *w, int C, float eps, bool vec) {
+    __shared__ float red[32];
+    const int V = vec ? VEC(T) : 1;
+    const int step = blockDim.x * V;
+    size_t o = (size_t)blockIdx.x * C;
+    float keep[ADD_NORM_MAX_V][VEC(T)];
+    float ss = 0;
+#pragma unroll
+    for (int u = 0; u < ADD_NORM_MAX_V; u++) {
+        int j = threadIdx.x * V + u * step;
+        if (j >= C) break;
+        float p[VEC(T)], q[VEC(T)];
+        if (vec) vload(p, a + o + j);
+        else p[0] = to_f32(a[o + j]);
+        if (ADD) {
+            if (vec) vload(q, b + o + j);
+            else q[0] = to_f32(b[o + j]);
+        }
+        for (int e = 0; e < V; e++) {
+            keep[u][e] = ADD ? to_f32(from_f32<T>(p[e] + q[e])) : p[e]; // the value stored
+            ss += keep[u][e] * keep[u][e];
+        }
+        if (ADD) {
+            if (vec) vstore(xout + o + j, keep[u]);
+            else xout[o + j] = from_f32<T>(keep[u][0]);
+        }
+    }
+    ss = block_sum(ss, red);
+    float r = rsqrtf(ss / C + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+#pragma unroll
+    for (int u = 0; u < ADD_NORM_MAX_V; u++) {
+        int j = threadIdx.x * V + u * step;
+        if (j >= C) break;
+        float g[VEC(T)], out[VEC(T)];
+        if (vec) vload(g, w + j);
+        else g[0] = to_f32(w[j]);
+        for (int e = 0; e < V; e++) out[e] = g[e] * (keep[u][e] * r);
+        if (vec) vstore(y + o + j, out);
+        else y[o + j] = from_f32<T>(out[0]);
+    }
+}
+
+// Whether rows of C elements take add_rmsnorm_forward_kernel (C <=
+// ROW_THREADS * ADD_NORM_MAX_V * the vector width, or 1 without vectors).
+static bool norm_fits(int C, bool vec, enum dtype dt) {
+    size_t per_thread = (size_t)ADD_NORM_MAX_V * (vec ? 16 / dtype_size(dt) : 1);
+    return (size_t)C <= per_thread * ROW_THREADS;
+}
+
 // y (N, C) = w * (x * rstd), rstd (N,) = 1 / sqrt(mean(x^2) + eps). One block per row.
 __global__ void rmsnorm_forward_kernel(struct dptr y, float *rstd, struct dptr x, struct dptr w,
                                        int C, float eps) {
@@ -34,8 +97,45 @@ void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rst
     if (N == 0) return;
     size_t nc = (size_t)N * C;
     CUDA_TRAFFIC(tbytes(x, nc) + tbytes(y, nc) + tbytes(w, C) + sizeof(float) * N);
+    bool vec = vec_ok(x.dtype, C, x.data, y.data, w.data);
+    if (dw.dt == dx.dt && norm_fits(C, vec, x.dtype)) {
+        CUDA_DISPATCH_T(op, x.dtype,
+                        add_rmsnorm_forward_kernel<T, false><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+                            (T *)NULL, (T *)y.data, (float *)rstd.data, (const T *)x.data, (const T *)NULL,
+                            (const T *)w.data, C, eps, vec));
+        CHECK_LAUNCH();
+        return;
+    }
     rmsnorm_forward_kernel<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dy, (float *)rstd.data, dx, dw,
                                                                     C, eps);
+    CHECK_LAUNCH();
+}
+
+// One launch when a row fits the registers (norm_fits), else add then
+// rmsnorm_forward.
+void cuda_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                              struct tensor rstd, struct tensor a, struct tensor b, struct tensor w,
+                              int N, int C, float eps) {
+    const char *op = "add_rmsnorm_forward";
+    dptr_of(op, "xout", xout);
+    CUDA_CHECK_SAME(op, "rstd", rstd, DTYPE_FP32);
+    CUDA_CHECK_SAME(op, "w", w, xout.dtype);
+    if (N == 0) return;
+    // vec as rmsnorm_forward would choose for x = xout (a recomputed norm
+    // must sum in the same order); a or b misaligned: add, then that norm.
+    bool vec = vec_ok(xout.dtype, C, xout.data, y.data, w.data);
+    if (!norm_fits(C, vec, xout.dtype) || vec != vec_ok(xout.dtype, C, a.data, b.data)) {
+        cuda_add(be, xout, a, b, (size_t)N * C);
+        cuda_rmsnorm_forward(be, y, rstd, xout, w, N, C, eps);
+        return;
+    }
+    size_t nc = (size_t)N * C;
+    CUDA_TRAFFIC(tbytes(a, nc) + tbytes(b, nc) + tbytes(xout, nc) + tbytes(y, nc) + tbytes(w, C) +
+                 sizeof(float) * N);
+    CUDA_DISPATCH_T(op, xout.dtype,
+                    add_rmsnorm_forward_kernel<T, true><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+                        (T *)xout.data, (T *)y.data, (float *)rstd.data, (const T *)a.data,
+                        (const T *)b.data, (const T *)w.data, C, eps, vec));
     CHECK_LAUNCH();
 }
 

@@ -116,17 +116,29 @@ static void linear(struct model *m, struct tensor y, struct tensor x, struct ten
     backend_matmul(m->be, y, x, w, m->N, out, in, false, true, 1.0f, 0.0f);
 }
 
+// The norm that reads a block's output x[i+1] next in the same chunk: the
+// next block's input norm, or the final norm after the last stage's last
+// block; none (n.y.data NULL) when x[i+1] leaves the chunk as a stage
+// message. The block's last residual add computes it in the same pass
+// (backend_add_rmsnorm_forward), and the next block skips its own.
+struct next_norm {
+    struct tensor y, rstd, w;
+};
+
 // Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
+// ln1_done: a->ln1 and a->rstd1 already hold the input norm (the previous
+// block's fused residual add); next: the norm after x[i+1] (above).
 // again: the recomputation of recompute = full, which refills the block's
 // activations (the same ops on the same input, collectives included, so the
 // same bits on every TP rank) and leaves its output x[i+1] alone.
-static void block_forward(struct model *m, struct slot *S, int blk, int i, bool again) {
+static void block_forward(struct model *m, struct slot *S, int blk, int i, bool again,
+                          bool ln1_done, struct next_norm next) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk];
     struct block_acts *a = &S->acts[i];
     int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     float eps = m->cfg.norm_eps;
-    backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
+    if (!ln1_done) backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
     struct tensor n1 = gathered(m, a->ln1);
     linear(m, a->q, n1, w->wq, HD, C);
     linear(m, a->k, n1, w->wk, KD, C);
@@ -138,8 +150,8 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
                                    m->Hkvl, m->D);
     linear(m, m->tmp, a->att, w->wo, C, HD);
     sp_reduce(m, m->tmp_s, m->tmp);
-    backend_add(be, a->xmid, S->x[i], m->tmp_s, (size_t)Ns * C);
-    backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
+    backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
+                                eps);
     struct tensor n2 = gathered(m, a->ln2);
     linear(m, a->gate, n2, w->wgate, m->Fl, C);
     linear(m, a->up, n2, w->wup, m->Fl, C);
@@ -147,14 +159,21 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     if (again) return; // the down projection's output is x[i+1], kept
     linear(m, m->tmp, a->act, w->wdown, C, m->Fl);
     sp_reduce(m, m->tmp_s, m->tmp);
-    backend_add(be, S->x[i + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
+    if (next.y.data)
+        backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
+                                    Ns, C, eps);
+    else
+        backend_add(be, S->x[i + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
 }
 
 // Loss of each row from the logits, composed across the vocab shards.
-static void head_forward(struct model *m, struct slot *S, struct tensor x) {
+// norm_done: S->lnf and S->rstdf already hold the final norm of x (the last
+// block's fused residual add).
+static void head_forward(struct model *m, struct slot *S, struct tensor x, bool norm_done) {
     struct backend *be = m->be;
     int N = m->N, C = m->C;
-    backend_rmsnorm_forward(be, S->lnf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
+    if (!norm_done)
+        backend_rmsnorm_forward(be, S->lnf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
     linear(m, S->logits, gathered(m, S->lnf), m->head, m->Vl, C);
     backend_ce_row_max(be, S->rowmax, S->logits, N, m->Vl, m->Vvalid);
     model_tp_all_reduce(m, S->rowmax, COMM_MAX);
@@ -230,13 +249,22 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     } else {
         message_in(m, S->x[0], in);
     }
-    for (int i = 0; i < nl; i++) block_forward(m, S, b0 + i, i, false);
-    if (!model_chunk_last(m, chunk)) {
+    bool last = model_chunk_last(m, chunk);
+    for (int i = 0; i < nl; i++) {
+        struct next_norm next = {{0}, {0}, {0}};
+        if (i + 1 < nl)
+            next = (struct next_norm){S->acts[i + 1].ln1, S->acts[i + 1].rstd1,
+                                      m->blocks[b0 + i + 1].ln1_w};
+        else if (last)
+            next = (struct next_norm){S->lnf, S->rstdf, m->norm_w};
+        block_forward(m, S, b0 + i, i, false, i > 0, next);
+    }
+    if (!last) {
         message_out(m, out, S->x[nl]);
         return;
     }
     backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
-    head_forward(m, S, S->x[nl]);
+    head_forward(m, S, S->x[nl], nl > 0);
     loss_sum_of(m, S, targets, loss_sum, n_targets);
 }
 
@@ -306,7 +334,11 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     float eps = m->cfg.norm_eps;
     switch (m->shard.recompute) {
     case RECOMPUTE_NONE: return;
-    case RECOMPUTE_FULL: block_forward(m, S, blk, i, true); return;
+    case RECOMPUTE_FULL: {
+        struct next_norm none = {{0}, {0}, {0}};
+        block_forward(m, S, blk, i, true, false, none);
+        return;
+    }
     case RECOMPUTE_SELECTIVE: break;
     }
     backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);

@@ -248,7 +248,32 @@ static void test_rmsnorm_shape(enum dtype dt, int N, int C) {
         pair_free(dw);
 }
 
+// add_rmsnorm_forward against the CPU's add then rmsnorm_forward; alias:
+// xout is a's buffer (the model's x[i+1] = xmid + ... writes a fresh one,
+// but aliasing is allowed).
+static void test_add_rmsnorm_shape(enum dtype dt, int N, int C, bool alias) {
+    size_t nc = (size_t)N * C;
+    struct pair a = pair_rand(nc, 2, dt), b = pair_rand(nc, 2, dt), w = pair_rand(C, 1, dt);
+    struct pair xo = pair_nan(nc, dt), y = pair_nan(nc, dt), rstd = pair_nan(N, DTYPE_FP32);
+    struct pair out = alias ? a : xo;
+    backend_add_rmsnorm_forward(cpu, out.c, y.c, rstd.c, a.c, b.c, w.c, N, C, 1e-5f);
+    backend_add_rmsnorm_forward(gpu, out.g, y.g, rstd.g, a.g, b.g, w.g, N, C, 1e-5f);
+    char what[96];
+    snprintf(what, sizeof what, "add_rmsnorm_forward N=%d C=%d%s", N, C, alias ? " in place" : "");
+    expect_match(out, what);
+    expect_match(y, what);
+    expect_match_tol(rstd, dt == DTYPE_FP32 ? 1e-5 : tol_of(dt), what);
+    pair_free(a), pair_free(b), pair_free(w), pair_free(xo), pair_free(y), pair_free(rstd);
+}
+
 static void test_rmsnorm(enum dtype dt) {
+    // the fused forward: scalar rows, 16-byte rows, rows wider than the
+    // scalar path's 1024 (the add-then-norm fallback), in place
+    test_add_rmsnorm_shape(dt, 37, 300, false);
+    test_add_rmsnorm_shape(dt, 700, 48, false);
+    test_add_rmsnorm_shape(dt, 5, 2048, false);
+    test_add_rmsnorm_shape(dt, 3, 1500, false);
+    test_add_rmsnorm_shape(dt, 9, 64, true);
     test_rmsnorm_shape(dt, 37, 300);
     test_rmsnorm_shape(dt, 700, 48);
     test_rmsnorm_shape(dt, 700, 300);
