@@ -125,6 +125,50 @@ struct next_norm {
     struct tensor y, rstd, w;
 };
 
+// a and b as one tensor when b follows a in memory (a numel 0 view otherwise):
+// q, k, v and gate, up are consecutive in every arena (model.c), with no
+// padding between them unless a size is not a multiple of ALIGN_ELEMS.
+static struct tensor joined(struct tensor a, struct tensor b) {
+    bool next = a.dtype == b.dtype && (char *)a.data + a.numel * dtype_size(a.dtype) == b.data;
+    return tensor_view(a.data, a.dtype, next ? a.numel + b.numel : 0);
+}
+
+// The MLP's gate and up projections are stored transposed, gate^T and up^T
+// (Fl, N) one after the other in the slot (model.c carves them so), and so
+// are act^T (Fl, N) and their gradients: then [gate^T; up^T] (2 Fl, N) =
+// [Wgate; Wup] (2 Fl, C) @ n2^T is one GEMM over the consecutive weights
+// (issue 24), and its backward two (dx and dW) instead of four. SwiGLU is
+// elementwise, so it does not see the layout.
+static void gate_up_forward(struct model *m, struct block_acts *a, struct block *w,
+                            struct tensor n2) {
+    struct tensor wgu = joined(w->wgate, w->wup), gu = joined(a->gate, a->up);
+    int Fl = m->Fl, C = m->C, N = m->N;
+    if (wgu.numel && gu.numel) {
+        backend_matmul(m->be, gu, wgu, n2, 2 * Fl, N, C, false, true, 1.0f, 0.0f);
+        return;
+    }
+    backend_matmul(m->be, a->gate, w->wgate, n2, Fl, N, C, false, true, 1.0f, 0.0f);
+    backend_matmul(m->be, a->up, w->wup, n2, Fl, N, C, false, true, 1.0f, 0.0f);
+}
+
+// dln (N, C) = [dgate^T; dup^T]^T @ [Wgate; Wup]; d[Wgate; Wup] += [dgate^T;
+// dup^T] @ n2, from m->dgate, m->dup (Fl, N) each.
+static void gate_up_backward(struct model *m, struct block *w, struct block *dw,
+                             struct tensor n2) {
+    struct tensor wgu = joined(w->wgate, w->wup), dwgu = joined(dw->wgate, dw->wup);
+    struct tensor dgu = joined(m->dgate, m->dup);
+    int Fl = m->Fl, C = m->C, N = m->N;
+    if (wgu.numel && dwgu.numel && dgu.numel) {
+        backend_matmul(m->be, m->dln, dgu, wgu, N, C, 2 * Fl, true, false, 1.0f, 0.0f);
+        backend_matmul(m->be, dwgu, dgu, n2, 2 * Fl, C, N, false, false, 1.0f, 1.0f);
+        return;
+    }
+    backend_matmul(m->be, m->dln, m->dgate, w->wgate, N, C, Fl, true, false, 1.0f, 0.0f);
+    backend_matmul(m->be, m->dln, m->dup, w->wup, N, C, Fl, true, false, 1.0f, 1.0f);
+    backend_matmul(m->be, dw->wgate, m->dgate, n2, Fl, C, N, false, false, 1.0f, 1.0f);
+    backend_matmul(m->be, dw->wup, m->dup, n2, Fl, C, N, false, false, 1.0f, 1.0f);
+}
+
 // Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
 // ln1_done: a->ln1 and a->rstd1 already hold the input norm (the previous
 // block's fused residual add); next: the norm after x[i+1] (above).
@@ -152,12 +196,11 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
                                 eps);
-    struct tensor n2 = gathered(m, a->ln2);
-    linear(m, a->gate, n2, w->wgate, m->Fl, C);
-    linear(m, a->up, n2, w->wup, m->Fl, C);
+    gate_up_forward(m, a, w, gathered(m, a->ln2));
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
     if (again) return; // the down projection's output is x[i+1], kept
-    linear(m, m->tmp, a->act, w->wdown, C, m->Fl);
+    // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
+    backend_matmul(be, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 1.0f, 0.0f);
     sp_reduce(m, m->tmp_s, m->tmp);
     if (next.y.data)
         backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
@@ -359,13 +402,12 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct block_acts *a = &S->acts[i];
     int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
     // x[i+1] = xmid + down(act): d xmid += dx through the residual.
+    // (transposed: dact^T (Fl, N) = Wdown^T @ dx^T; dWdown += dx^T @ act)
     sp_gather(m, m->dx_full, m->dx);
-    backend_matmul(be, m->dact, m->dx_full, w->wdown, N, Fl, C, false, false, 1.0f, 0.0f);
-    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, false, 1.0f, 1.0f);
+    backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
+    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, true, 1.0f, 1.0f);
     backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-    struct tensor n2 = gathered(m, a->ln2);
-    linear_backward(m, m->dln, 0.0f, dw->wgate, m->dgate, n2, w->wgate, Fl, C);
-    linear_backward(m, m->dln, 1.0f, dw->wup, m->dup, n2, w->wup, Fl, C);
+    gate_up_backward(m, w, dw, gathered(m, a->ln2));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
     // xmid = x[i] + o(att)
