@@ -50,6 +50,14 @@ void cpu_embedding_backward(struct backend *be, struct tensor dwte, struct tenso
                  dout.data, tokens.data, N, C, vocab_start, Vl);
 }
 
+void cpu_rope_qkv(struct backend *be, struct tensor qkv, struct tensor q, struct tensor k,
+                  struct tensor v, struct tensor cos, struct tensor sin, struct tensor doc_start,
+                  int B, int T, int H, int Hkv, int D, bool inverse) {
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
+    CPU_DISPATCH(inverse ? "rope_qkv_join" : "rope_qkv_split", qkv.dtype, rope_qkv, qkv.data,
+                 q.data, k.data, v.data, cos.data, sin.data, ds, B, T, H, Hkv, D, inverse);
+}
+
 void cpu_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,
               struct tensor doc_start, int B, int T, int Hx, int D, int pos_offset, bool inverse) {
     const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;

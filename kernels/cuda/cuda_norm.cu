@@ -331,6 +331,82 @@ void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct te
     CHECK_LAUNCH();
 }
 
+// ---- q, k, v from one GEMM (issue 24) -----------------------------------------
+
+// inverse = false (split): q (N, H, D) = rope(qkv[:, :H D]), k (N, Hkv, D) =
+// rope(qkv[:, H D : (H + Hkv) D]), v (N, Hkv, D) = qkv[:, (H + Hkv) D :];
+// inverse = true (join, its backward): the packed rows from q, k (rotated
+// back) and v. Rows of qkv: W = (H + 2 Hkv) D elements. One thread per
+// group of V (1 or VEC(T)) rotation pairs (bt, head, i .. i + V < D/2),
+// then per group of V elements of v; positions t - doc_start[bt].
+template <typename T>
+__global__ void rope_qkv_kernel(T *qkv, T *q, T *k, T *v, const float *cos, const float *sin,
+                                const int32_t *doc_start, int T_, int H, int Hkv, int D,
+                                bool inverse, int V, size_t n_rot, size_t n_v) {
+    int half = D / 2, hg = half / V, vg = Hkv * D / V, Hr = H + Hkv;
+    size_t W = (size_t)(H + 2 * Hkv) * D;
+    float sign = inverse ? -1.0f : 1.0f;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n_rot + n_v;
+         e += (size_t)gridDim.x * blockDim.x) {
+        if (e < n_rot) {
+            int i = (int)(e % hg) * V;
+            size_t bth = e / hg, bt = bth / Hr;
+            int h = (int)(bth % Hr);
+            int p = (int)(bt % T_) - (doc_start ? doc_start[bt] : 0);
+            T *P = qkv + bt * W + (size_t)h * D;
+            T *S = h < H ? q + (bt * H + h) * D : k + (bt * Hkv + (h - H)) * D;
+            const T *src = inverse ? S : P;
+            T *dst = inverse ? P : S;
+            float a[VEC(T)], b[VEC(T)], x1[VEC(T)], x2[VEC(T)];
+            if (V > 1) vload(a, src + i), vload(b, src + i + half);
+            else a[0] = to_f32(src[i]), b[0] = to_f32(src[i + half]);
+            for (int u = 0; u < V; u++) {
+                float c = cos[(size_t)p * half + i + u], s = sign * sin[(size_t)p * half + i + u];
+                x1[u] = a[u] * c - b[u] * s;
+                x2[u] = b[u] * c + a[u] * s;
+            }
+            if (V > 1) vstore(dst + i, x1), vstore(dst + i + half, x2);
+            else dst[i] = from_f32<T>(x1[0]), dst[i + half] = from_f32<T>(x2[0]);
+        } else {
+            size_t f = e - n_rot, bt = f / vg;
+            int j = (int)(f % vg) * V;
+            T *P = qkv + bt * W + (size_t)Hr * D + j, *S = v + bt * Hkv * D + j;
+            const T *src = inverse ? S : P;
+            T *dst = inverse ? P : S;
+            for (int u = 0; u < V; u++) dst[u] = src[u];
+        }
+    }
+}
+
+void cuda_rope_qkv(struct backend *be, struct tensor qkv, struct tensor q, struct tensor k,
+                   struct tensor v, struct tensor cos, struct tensor sin, struct tensor doc_start,
+                   int B, int Tn, int H, int Hkv, int D, bool inverse) {
+    const char *op = inverse ? "rope_qkv_join" : "rope_qkv_split";
+    dptr_of(op, "qkv", qkv);
+    CUDA_CHECK_SAME(op, "q", q, qkv.dtype);
+    CUDA_CHECK_SAME(op, "k", k, qkv.dtype);
+    CUDA_CHECK_SAME(op, "v", v, qkv.dtype);
+    CUDA_CHECK_SAME(op, "cos", cos, DTYPE_FP32);
+    CUDA_CHECK_SAME(op, "sin", sin, DTYPE_FP32);
+    size_t N = (size_t)B * Tn;
+    if (N == 0) return;
+    int half = D / 2, w = 16 / (int)dtype_size(qkv.dtype);
+    bool vec = half % w == 0 && (Hkv * D) % w == 0 &&
+               vec_ok(qkv.dtype, 0, qkv.data, q.data, k.data, v.data);
+    int V = vec ? w : 1;
+    size_t n_rot = N * (H + Hkv) * (half / V), n_v = N * Hkv * D / V;
+    // q, k, v and the packed rows each read or written once; cos and sin (T, D/2).
+    CUDA_TRAFFIC(2 * tbytes(qkv, N * (H + 2 * Hkv) * D) + 2 * sizeof(float) * (size_t)Tn * half +
+                 (doc_start.numel ? sizeof(int32_t) * N : 0));
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
+    CUDA_DISPATCH_T(op, qkv.dtype,
+                    rope_qkv_kernel<T><<<grid_for(n_rot + n_v, 256), 256, 0, cuda_stream(be)>>>(
+                        (T *)qkv.data, (T *)q.data, (T *)k.data, (T *)v.data,
+                        (const float *)cos.data, (const float *)sin.data, ds, Tn, H, Hkv, D,
+                        inverse, V, n_rot, n_v));
+    CHECK_LAUNCH();
+}
+
 // out (N, C) = wte row tokens[i] - vocab_start, or zeros for another shard's token.
 __global__ void embedding_forward_kernel(struct dptr out, struct dptr wte, const int32_t *tokens,
                                          int C, int vocab_start, int Vl) {

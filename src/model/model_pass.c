@@ -125,12 +125,66 @@ struct next_norm {
     struct tensor y, rstd, w;
 };
 
+// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in).
+static void linear_backward(struct model *m, struct tensor dx, float beta_dx, struct tensor dw,
+                            struct tensor dy, struct tensor x, struct tensor w, int out, int in) {
+    backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
+    backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
+}
+
 // a and b as one tensor when b follows a in memory (a numel 0 view otherwise):
 // q, k, v and gate, up are consecutive in every arena (model.c), with no
 // padding between them unless a size is not a multiple of ALIGN_ELEMS.
 static struct tensor joined(struct tensor a, struct tensor b) {
     bool next = a.dtype == b.dtype && (char *)a.data + a.numel * dtype_size(a.dtype) == b.data;
     return tensor_view(a.data, a.dtype, next ? a.numel + b.numel : 0);
+}
+
+// The attention's q, k, v: one GEMM over the consecutive [Wq; Wk; Wv] (Hl D
+// + 2 Hkvl D, C) into m->qkv (N, Hl D + 2 Hkvl D), whose RoPE split writes q
+// and k rotated and v (backend_rope_qkv_split: issue 24); three GEMMs and two
+// RoPE passes when the weights are not consecutive.
+static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, struct block *w,
+                        struct tensor n1) {
+    struct backend *be = m->be;
+    int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    struct tensor ds = docs_of(m, S), wqkv = joined(joined(w->wq, w->wk), w->wv);
+    if (wqkv.numel) {
+        linear(m, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        backend_rope_qkv_split(be, a->q, a->k, a->v, m->qkv, m->rope_cos, m->rope_sin, ds, m->B,
+                               m->T, m->Hl, m->Hkvl, m->D);
+        return;
+    }
+    linear(m, a->q, n1, w->wq, HD, C);
+    linear(m, a->k, n1, w->wk, KD, C);
+    linear(m, a->v, n1, w->wv, KD, C);
+    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+}
+
+// dln (N, C) = the gradient through q, k, v from m->dq, m->dk, m->dv (before
+// RoPE's inverse); d[Wq; Wk; Wv] +=: the join (inverse RoPE and packing into
+// m->qkv) and two GEMMs over the consecutive weights and gradients, else
+// two RoPE passes and six GEMMs.
+static void qkv_backward(struct model *m, struct slot *S, struct block *w, struct block *dw,
+                         struct tensor n1) {
+    struct backend *be = m->be;
+    int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    struct tensor ds = docs_of(m, S);
+    struct tensor wqkv = joined(joined(w->wq, w->wk), w->wv);
+    struct tensor dwqkv = joined(joined(dw->wq, dw->wk), dw->wv);
+    if (wqkv.numel && dwqkv.numel) {
+        backend_rope_qkv_join(be, m->qkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, ds, m->B,
+                              m->T, m->Hl, m->Hkvl, m->D);
+        linear_backward(m, m->dln, 0.0f, dwqkv, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        return;
+    }
+    backend_rope_backward_docs(be, m->dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_backward_docs(be, m->dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D,
+                               0);
+    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
 }
 
 // The MLP's gate and up projections are stored transposed, gate^T and up^T
@@ -180,16 +234,11 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk];
     struct block_acts *a = &S->acts[i];
-    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D;
     float eps = m->cfg.norm_eps;
     if (!ln1_done) backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    struct tensor n1 = gathered(m, a->ln1);
-    linear(m, a->q, n1, w->wq, HD, C);
-    linear(m, a->k, n1, w->wk, KD, C);
-    linear(m, a->v, n1, w->wv, KD, C);
+    qkv_forward(m, S, a, w, gathered(m, a->ln1));
     struct tensor ds = docs_of(m, S);
-    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
     backend_attention_forward_docs(be, a->att, a->lse, a->q, a->k, a->v, ds, m->B, m->T, m->Hl,
                                    m->Hkvl, m->D);
     linear(m, m->tmp, a->att, w->wo, C, HD);
@@ -355,13 +404,6 @@ void model_get_logits(struct model *m, double *out) {
 
 // ---- backward --------------------------------------------------------------------
 
-// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in).
-static void linear_backward(struct model *m, struct tensor dx, float beta_dx, struct tensor dw,
-                            struct tensor dy, struct tensor x, struct tensor w, int out, int in) {
-    backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
-    backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
-}
-
 // Refills what block i of slot S did not keep (model.c, block_acts_layout)
 // before its backward: selective recomputes the two norm outputs from x[i]
 // and xmid (rewriting their kept rstd with the same values), q and k from
@@ -373,7 +415,7 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk];
     struct block_acts *a = &S->acts[i];
-    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    int Ns = m->Ns, C = m->C;
     float eps = m->cfg.norm_eps;
     switch (m->shard.recompute) {
     case RECOMPUTE_NONE: return;
@@ -385,12 +427,9 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     case RECOMPUTE_SELECTIVE: break;
     }
     backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    struct tensor n1 = gathered(m, a->ln1);
-    linear(m, a->q, n1, w->wq, HD, C);
-    linear(m, a->k, n1, w->wk, KD, C);
-    struct tensor ds = docs_of(m, S);
-    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+    // the forward's GEMM and split (v rewritten with its kept bits), so that
+    // q and k have the bits of the first forward
+    qkv_forward(m, S, a, w, gathered(m, a->ln1));
     backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
 }
@@ -400,7 +439,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct block_acts *a = &S->acts[i];
-    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, Fl = m->Fl;
     // x[i+1] = xmid + down(act): d xmid += dx through the residual.
     // (transposed: dact^T (Fl, N) = Wdown^T @ dx^T; dWdown += dx^T @ act)
     sp_gather(m, m->dx_full, m->dx);
@@ -417,13 +456,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct tensor ds = docs_of(m, S);
     backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
                                     a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
-    backend_rope_backward_docs(be, m->dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_backward_docs(be, m->dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D,
-                               0);
-    struct tensor n1 = gathered(m, a->ln1);
-    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
+    qkv_backward(m, S, w, dw, gathered(m, a->ln1));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }

@@ -299,6 +299,43 @@ static void test_rope(enum dtype dt) {
     pair_free(cs), pair_free(sn);
 }
 
+// rope_qkv split and join against the CPU, with and without document
+// starts; D = 16 moves 16-byte vectors (BF16/FP16: 8 of the 8 pairs of a
+// head, FP32 4), D = 12 single elements for 16-bit dtypes.
+static void test_rope_qkv_shape(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+    int W = (H + 2 * Hkv) * D;
+    size_t N = (size_t)B * T, nq = N * H * D, nk = N * Hkv * D, nt = (size_t)T * D / 2;
+    struct pair cs = pair_alloc(nt, DTYPE_FP32), sn = pair_alloc(nt, DTYPE_FP32);
+    rope_table_fill(cs.h, sn.h, T, D, 10000.0);
+    pair_sync(cs), pair_sync(sn);
+    int32_t *ds = xmalloc(N * sizeof *ds);
+    for (size_t i = 0; i < N; i++) ds[i] = (int)(i % T) < T / 3 ? 0 : T / 3;
+    struct ipair dsp = ipair_make(ds, N);
+    for (int docs = 0; docs < 2; docs++) {
+        struct tensor dc = docs ? dsp.c : tensor_view(NULL, DTYPE_I32, 0);
+        struct tensor dg = docs ? dsp.g : tensor_view(NULL, DTYPE_I32, 0);
+        char what[96];
+        snprintf(what, sizeof what, "rope_qkv_split H=%d Hkv=%d D=%d%s", H, Hkv, D, docs ? " docs" : "");
+        struct pair qkv = pair_rand(N * W, 1, dt);
+        struct pair q = pair_nan(nq, dt), k = pair_nan(nk, dt), v = pair_nan(nk, dt);
+        backend_rope_qkv_split(cpu, q.c, k.c, v.c, qkv.c, cs.c, sn.c, dc, B, T, H, Hkv, D);
+        backend_rope_qkv_split(gpu, q.g, k.g, v.g, qkv.g, cs.g, sn.g, dg, B, T, H, Hkv, D);
+        expect_match(q, what), expect_match(k, what), expect_match(v, what);
+        snprintf(what, sizeof what, "rope_qkv_join H=%d Hkv=%d D=%d%s", H, Hkv, D, docs ? " docs" : "");
+        struct pair dqkv = pair_nan(N * W, dt);
+        backend_rope_qkv_join(cpu, dqkv.c, q.c, k.c, v.c, cs.c, sn.c, dc, B, T, H, Hkv, D);
+        backend_rope_qkv_join(gpu, dqkv.g, q.g, k.g, v.g, cs.g, sn.g, dg, B, T, H, Hkv, D);
+        expect_match(dqkv, what);
+        pair_free(qkv), pair_free(q), pair_free(k), pair_free(v), pair_free(dqkv);
+    }
+    free(ds), ipair_free(dsp), pair_free(cs), pair_free(sn);
+}
+
+static void test_rope_qkv(enum dtype dt) {
+    test_rope_qkv_shape(dt, 2, 9, 4, 2, 16);
+    test_rope_qkv_shape(dt, 1, 7, 3, 1, 12);
+}
+
 static void test_swiglu(enum dtype dt) {
     size_t n = 1000;
     struct pair g = pair_rand(n, 4, dt), u = pair_rand(n, 2, dt), out = pair_nan(n, dt);
@@ -661,6 +698,7 @@ static void run_all(enum dtype dt, bool small) {
     test_matmul(dt, dt, false, false, 5, 7, 0); // K = 0: out = beta * out
     test_embedding(dt);
     test_rmsnorm(dt);
+    test_rope_qkv(dt);
     test_rope(dt);
     test_swiglu(dt);
     // tiled kernels: query blocks of 64 (32 at D = 256), key tiles of 32;

@@ -99,6 +99,37 @@ static void FN(embedding_backward)(void *dwte, enum dtype dwte_dtype, const real
 // with c, s = cos, sin (Tmax, D/2) at [p, i]; inverse negates s (the
 // transposed rotation, i.e. the backward pass). Math: RoFormer eq. 34 in HF
 // LLaMA's rotate_half layout. The tables are creal (FP32 for BF16/FP16 x).
+// rope_qkv (kernels/ops.h): split (inverse false) q, k rotated and v copied
+// out of the packed rows of qkv (B*T, H + 2 Hkv, D); join (inverse true) the
+// packed rows from dq, dk rotated back and dv. The rotation of FN(rope).
+static void FN(rope_qkv)(real *qkv, real *q, real *k, real *v, const creal *cos,
+                         const creal *sin, const int32_t *doc_start, int B, int T, int H, int Hkv,
+                         int D, bool inverse) {
+    int half = D / 2, Hr = H + Hkv;
+    size_t W = (size_t)(H + 2 * Hkv) * D, KD = (size_t)Hkv * D;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int p = bt % T - (doc_start ? doc_start[bt] : 0);
+        const creal *c = cos + (size_t)p * half, *s = sin + (size_t)p * half;
+        creal sign = inverse ? -1 : 1;
+        real *row = qkv + (size_t)bt * W;
+        for (int h = 0; h < Hr; h++) {
+            real *P = row + (size_t)h * D;
+            real *S = h < H ? q + ((size_t)bt * H + h) * D : k + ((size_t)bt * Hkv + h - H) * D;
+            const real *src = inverse ? S : P;
+            real *dst = inverse ? P : S;
+            for (int i = 0; i < half; i++) {
+                creal a = LD(src[i]), b = LD(src[i + half]), si = sign * s[i];
+                dst[i] = ST(a * c[i] - b * si);
+                dst[i + half] = ST(b * c[i] + a * si);
+            }
+        }
+        real *pv = row + (size_t)Hr * D, *sv = v + (size_t)bt * KD;
+        if (inverse) memcpy(pv, sv, KD * sizeof(real));
+        else memcpy(sv, pv, KD * sizeof(real));
+    }
+}
+
 static void FN(rope)(real *x, const creal *cos, const creal *sin, const int32_t *doc_start,
                      int B, int T, int Hx, int D, int pos_offset, bool inverse) {
     int half = D / 2;
