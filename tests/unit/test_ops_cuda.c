@@ -336,8 +336,8 @@ static void test_rope_qkv(enum dtype dt) {
     test_rope_qkv_shape(dt, 1, 7, 3, 1, 12);
 }
 
-static void test_swiglu(enum dtype dt) {
-    size_t n = 1000;
+// n = 1000: 16-byte vectors; n = 1003: element by element.
+static void test_swiglu_n(enum dtype dt, size_t n) {
     struct pair g = pair_rand(n, 4, dt), u = pair_rand(n, 2, dt), out = pair_nan(n, dt);
     backend_swiglu_forward(cpu, out.c, g.c, u.c, n);
     backend_swiglu_forward(gpu, out.g, g.g, u.g, n);
@@ -348,6 +348,11 @@ static void test_swiglu(enum dtype dt) {
     expect_match(dg, "swiglu_backward dgate");
     expect_match(du, "swiglu_backward dup");
     pair_free(g), pair_free(u), pair_free(out), pair_free(d), pair_free(dg), pair_free(du);
+}
+
+static void test_swiglu(enum dtype dt) {
+    test_swiglu_n(dt, 1000);
+    test_swiglu_n(dt, 1003);
 }
 
 // Head sizes cover each tile bucket of the CUDA kernels (32, 64, 128, 256)
@@ -726,6 +731,7 @@ static void run_all(enum dtype dt, bool small) {
     if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
     test_adamw(dt);
     test_elementwise(dt, small ? 3001 : 100003); // more than one block, not a multiple of 256
+    test_elementwise(dt, 4096);                  // 16-byte vectors
 }
 
 // cuDNN's attention graphs, built and finalised without a device against the
