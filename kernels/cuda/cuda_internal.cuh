@@ -40,7 +40,7 @@ extern "C" {
 #ifdef TRIDENT_CUDA_EMU
 #define CUDA_TRAFFIC(bytes) emu_traffic((unsigned long long)(bytes))
 #else
-#define CUDA_TRAFFIC(bytes) ((void)0)
+#define CUDA_TRAFFIC(bytes) ((void)sizeof(bytes)) // names its operands, evaluates nothing
 #endif
 // Bytes of n elements of t's storage dtype (a CUDA_TRAFFIC term).
 static inline size_t tbytes(struct tensor t, size_t n) { return n * dtype_size(t.dtype); }

@@ -95,8 +95,8 @@ void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rst
     struct dptr dy = dptr_of(op, "y", y), dx = dptr_of(op, "x", x), dw = dptr_of(op, "w", w);
     CUDA_CHECK_SAME(op, "rstd", rstd, DTYPE_FP32);
     if (N == 0) return;
-    size_t nc = (size_t)N * C;
-    CUDA_TRAFFIC(tbytes(x, nc) + tbytes(y, nc) + tbytes(w, C) + sizeof(float) * N);
+    CUDA_TRAFFIC((size_t)N * C * (dtype_size(x.dtype) + dtype_size(y.dtype)) + tbytes(w, C) +
+                 sizeof(float) * N);
     bool vec = vec_ok(x.dtype, C, x.data, y.data, w.data);
     if (dw.dt == dx.dt && norm_fits(C, vec, x.dtype)) {
         CUDA_DISPATCH_T(op, x.dtype,
@@ -129,8 +129,7 @@ void cuda_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct ten
         cuda_rmsnorm_forward(be, y, rstd, xout, w, N, C, eps);
         return;
     }
-    size_t nc = (size_t)N * C;
-    CUDA_TRAFFIC(tbytes(a, nc) + tbytes(b, nc) + tbytes(xout, nc) + tbytes(y, nc) + tbytes(w, C) +
+    CUDA_TRAFFIC((size_t)N * C * 4 * dtype_size(xout.dtype) + tbytes(w, C) + // a, b, xout, y
                  sizeof(float) * N);
     CUDA_DISPATCH_T(op, xout.dtype,
                     add_rmsnorm_forward_kernel<T, true><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
@@ -258,7 +257,6 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
     if (N == 0 || C == 0) return;
     cudaStream_t s = cuda_stream(be);
     const float *r = (const float *)rstd.data;
-    size_t nc = (size_t)N * C;
     if (C <= NORM_BW_MAX_C) {
         struct cuda_backend *cb = cuda_state(be);
         if (!cb->done) {
@@ -270,7 +268,7 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
         bool vec = vec_ok(dx.dtype, C, dx.data, dy.data, x.data, w.data);
         // dx read and written, dy, x and w read; the partial sums written
         // and read once.
-        CUDA_TRAFFIC(2 * tbytes(dx, nc) + tbytes(dy, nc) + tbytes(x, nc) + tbytes(w, C) +
+        CUDA_TRAFFIC((size_t)N * C * 4 * dtype_size(dx.dtype) + tbytes(w, C) +
                      sizeof(float) * (N + 2 * (size_t)nb * C) + 2 * tbytes(dw, C));
         CUDA_DISPATCH_T(op, dx.dtype,
                         rmsnorm_backward_fused<T><<<nb, ROW_THREADS, sizeof(float) * C, s>>>(
@@ -279,13 +277,13 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
         CHECK_LAUNCH();
         return;
     }
-    CUDA_TRAFFIC(2 * tbytes(dx, nc) + tbytes(dy, nc) + tbytes(x, nc) + tbytes(w, C) + sizeof(float) * N);
+    CUDA_TRAFFIC((size_t)N * C * 4 * dtype_size(dx.dtype) + tbytes(w, C) + sizeof(float) * N);
     rmsnorm_backward_dx_kernel<<<N, ROW_THREADS, 0, s>>>(pdx, pdy, px, pw, r, C);
     CHECK_LAUNCH();
     int chunks = N < DW_CHUNKS ? N : DW_CHUNKS;
     float *partial = (float *)cuda_scratch(be, sizeof(float) * chunks * (size_t)C);
     dim3 grid((C + 31) / 32, chunks), block(32, 8);
-    CUDA_TRAFFIC(tbytes(dy, nc) + tbytes(x, nc) + sizeof(float) * (N + (size_t)chunks * C));
+    CUDA_TRAFFIC((size_t)N * C * 2 * dtype_size(dx.dtype) + sizeof(float) * (N + (size_t)chunks * C));
     rmsnorm_backward_dw_partial<<<grid, block, 0, s>>>(partial, pdy, px, r, N, C);
     CHECK_LAUNCH();
     CUDA_TRAFFIC(sizeof(float) * (size_t)chunks * C + 2 * tbytes(dw, C));
