@@ -18,12 +18,16 @@ void cpu_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd
                  N, C, eps);
 }
 
-// The two ops in turn: the specification of the fused CUDA kernel.
 void cpu_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
                              struct tensor rstd, struct tensor a, struct tensor b, struct tensor w,
                              int N, int C, float eps) {
-    cpu_add(be, xout, a, b, (size_t)N * C);
-    cpu_rmsnorm_forward(be, y, rstd, xout, w, N, C, eps);
+    const char *op = "add_rmsnorm_forward";
+    CPU_CHECK_SAME(op, "a", a, xout.dtype);
+    CPU_CHECK_SAME(op, "b", b, xout.dtype);
+    CPU_CHECK_SAME(op, "y", y, xout.dtype);
+    CPU_CHECK_SAME(op, "w", w, xout.dtype);
+    CPU_DISPATCH(op, xout.dtype, add_rmsnorm_forward, xout.data, y.data, rstd.data, a.data,
+                 b.data, w.data, N, C, eps);
 }
 
 void cpu_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw, struct tensor dy,

@@ -111,6 +111,14 @@ void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rst
     CHECK_LAUNCH();
 }
 
+// xout (n,) = a + b, element by element (the fallback's add; out may alias).
+template <typename T>
+__global__ void residual_add_kernel(T *xout, const T *a, const T *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        xout[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
 // One launch when a row fits the registers (norm_fits), else add then
 // rmsnorm_forward.
 void cuda_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
@@ -125,7 +133,12 @@ void cuda_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct ten
     // must sum in the same order); a or b misaligned: add, then that norm.
     bool vec = vec_ok(xout.dtype, C, xout.data, y.data, w.data);
     if (!norm_fits(C, vec, xout.dtype) || vec != vec_ok(xout.dtype, C, a.data, b.data)) {
-        cuda_add(be, xout, a, b, (size_t)N * C);
+        size_t n = (size_t)N * C;
+        CUDA_TRAFFIC(3 * tbytes(xout, n));
+        CUDA_DISPATCH_T(op, xout.dtype,
+                        residual_add_kernel<T><<<grid_for(n, 256), 256, 0, cuda_stream(be)>>>(
+                            (T *)xout.data, (const T *)a.data, (const T *)b.data, n));
+        CHECK_LAUNCH();
         cuda_rmsnorm_forward(be, y, rstd, xout, w, N, C, eps);
         return;
     }

@@ -12,18 +12,33 @@
 // x: (N, C); w: (C,). Math: Zhang & Sennrich 2019 eq. 4; as torch
 // LlamaRMSNorm, the mean of squares is taken in the accumulation type (double
 // here) and y = w * (x * rstd).
+static void FN(rmsnorm_row)(real *yi, creal *rstd_i, const real *xi, const real *w, int C,
+                            creal eps) {
+    accreal ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int j = 0; j < C; j++) ss += (accreal)LD(xi[j]) * LD(xi[j]);
+    creal r = (creal)(1.0 / sqrt(ss / C + (accreal)eps));
+    *rstd_i = r;
+    for (int j = 0; j < C; j++) yi[j] = ST(LD(w[j]) * (LD(xi[j]) * r));
+}
+
 static void FN(rmsnorm_forward)(real *y, creal *rstd, const real *x, const real *w, int N, int C,
                                 creal eps) {
 #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        FN(rmsnorm_row)(y + (size_t)i * C, rstd + i, x + (size_t)i * C, w, C, eps);
+}
+
+// xout (N, C) = a + b (as FN(add)), then the rows of rmsnorm_forward on
+// xout: the bits of the two ops in turn (the specification of the fused
+// CUDA kernel). xout may alias a or b.
+static void FN(add_rmsnorm_forward)(real *xout, real *y, creal *rstd, const real *a,
+                                    const real *b, const real *w, int N, int C, creal eps) {
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const real *xi = x + (size_t)i * C;
-        real *yi = y + (size_t)i * C;
-        accreal ss = 0;
-#pragma omp simd reduction(+ : ss)
-        for (int j = 0; j < C; j++) ss += (accreal)LD(xi[j]) * LD(xi[j]);
-        creal r = (creal)(1.0 / sqrt(ss / C + (accreal)eps));
-        rstd[i] = r;
-        for (int j = 0; j < C; j++) yi[j] = ST(LD(w[j]) * (LD(xi[j]) * r));
+        size_t o = (size_t)i * C;
+        for (int j = 0; j < C; j++) xout[o + j] = ST(LD(a[o + j]) + LD(b[o + j]));
+        FN(rmsnorm_row)(y + o, rstd + i, xout + o, w, C, eps);
     }
 }
 
