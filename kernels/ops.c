@@ -204,6 +204,25 @@ void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor 
     PROFILED(be, "rmsnorm_forward", be->ops->rmsnorm_forward(be, y, rstd, x, w, N, C, eps));
 }
 
+void backend_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                                 struct tensor rstd, struct tensor a, struct tensor b,
+                                 struct tensor w, int N, int C, float eps) {
+    const char *op = "add_rmsnorm_forward";
+    size_t nc = (size_t)N * C;
+    need(op, "xout", xout, nc);
+    need(op, "y", y, nc);
+    need(op, "rstd", rstd, N);
+    need(op, "a", a, nc);
+    need(op, "b", b, nc);
+    need(op, "w", w, C);
+    same_dtype(op, "a", a, xout.dtype);
+    same_dtype(op, "b", b, xout.dtype);
+    same_dtype(op, "y", y, xout.dtype);
+    same_dtype(op, "w", w, xout.dtype);
+    same_dtype(op, "rstd", rstd, stat_dtype(xout.dtype));
+    PROFILED(be, op, be->ops->add_rmsnorm_forward(be, xout, y, rstd, a, b, w, N, C, eps));
+}
+
 void backend_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw,
                               struct tensor dy, struct tensor x, struct tensor w,
                               struct tensor rstd, int N, int C) {
@@ -267,6 +286,42 @@ void backend_rope_backward_docs(struct backend *be, struct tensor dx, struct ten
     rope_checks("rope_backward", dx, cos, sin, doc_start, B, T, Hx, D, pos_offset);
     PROFILED(be, "rope_backward",
              be->ops->rope(be, dx, cos, sin, doc_start, B, T, Hx, D, pos_offset, true));
+}
+
+static void rope_qkv_checks(const char *op, struct tensor qkv, struct tensor q, struct tensor k,
+                            struct tensor v, struct tensor cos, struct tensor sin,
+                            struct tensor doc_start, int B, int T, int H, int Hkv, int D) {
+    size_t N = (size_t)B * T;
+    CHECK(D % 2 == 0, "%s: head size D=%d must be even", op, D);
+    need(op, "qkv", qkv, N * (H + 2 * Hkv) * D);
+    need(op, "q", q, N * H * D);
+    need(op, "k", k, N * Hkv * D);
+    need(op, "v", v, N * Hkv * D);
+    same_dtype(op, "q", q, qkv.dtype);
+    same_dtype(op, "k", k, qkv.dtype);
+    same_dtype(op, "v", v, qkv.dtype);
+    need(op, "cos", cos, (size_t)T * (D / 2));
+    need(op, "sin", sin, (size_t)T * (D / 2));
+    same_dtype(op, "cos", cos, stat_dtype(qkv.dtype));
+    same_dtype(op, "sin", sin, stat_dtype(qkv.dtype));
+    doc_checks(op, doc_start, B, T);
+}
+
+void backend_rope_qkv_split(struct backend *be, struct tensor q, struct tensor k, struct tensor v,
+                            struct tensor qkv, struct tensor cos, struct tensor sin,
+                            struct tensor doc_start, int B, int T, int H, int Hkv, int D) {
+    rope_qkv_checks("rope_qkv_split", qkv, q, k, v, cos, sin, doc_start, B, T, H, Hkv, D);
+    PROFILED(be, "rope_qkv_split",
+             be->ops->rope_qkv(be, qkv, q, k, v, cos, sin, doc_start, B, T, H, Hkv, D, false));
+}
+
+void backend_rope_qkv_join(struct backend *be, struct tensor dqkv, struct tensor dq,
+                           struct tensor dk, struct tensor dv, struct tensor cos,
+                           struct tensor sin, struct tensor doc_start, int B, int T, int H,
+                           int Hkv, int D) {
+    rope_qkv_checks("rope_qkv_join", dqkv, dq, dk, dv, cos, sin, doc_start, B, T, H, Hkv, D);
+    PROFILED(be, "rope_qkv_join",
+             be->ops->rope_qkv(be, dqkv, dq, dk, dv, cos, sin, doc_start, B, T, H, Hkv, D, true));
 }
 
 static void attention_checks(const char *op, struct tensor out, struct tensor lse,

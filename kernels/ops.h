@@ -164,6 +164,14 @@ void backend_embedding_backward(struct backend *be, struct tensor dwte, struct t
 // x: (N, C); w: (C,).
 void backend_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd,
                              struct tensor x, struct tensor w, int N, int C, float eps);
+// The residual add and the RMSNorm after it, in one pass (issue 24):
+// xout (N, C) = a + b (rounded to the storage dtype), then y, rstd =
+// rmsnorm_forward(xout, w) computed from the rounded xout: the bits of
+// backend_add then backend_rmsnorm_forward. xout may alias a or b; a, b,
+// xout, y, w: one dtype; rstd as rmsnorm_forward's.
+void backend_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                                 struct tensor rstd, struct tensor a, struct tensor b,
+                                 struct tensor w, int N, int C, float eps);
 // dx (N, C) +=, dw (C,) += the gradients of the forward above given dy (N, C).
 // dx, dy, x, w: one dtype; dw: that dtype, or FP32 for BF16/FP16 x (the row
 // sums in FP64/FP32 either way, added to dw once).
@@ -196,6 +204,23 @@ void backend_rope_forward_docs(struct backend *be, struct tensor x, struct tenso
 void backend_rope_backward_docs(struct backend *be, struct tensor dx, struct tensor cos,
                                 struct tensor sin, struct tensor doc_start, int B, int T, int Hx,
                                 int D, int pos_offset);
+
+// q, k and v from one GEMM over the consecutive [Wq; Wk; Wv] (issue 24):
+// qkv (B, T, H + 2 Hkv, D) holds each token's q heads, then its k heads, then
+// its v heads (the GEMM's output rows, W = (H + 2 Hkv) D elements). The split
+// writes q (B, T, H, D) and k (B, T, Hkv, D) rotated as
+// backend_rope_forward_docs does (positions t - doc_start[b, t], pos_offset
+// 0) and v (B, T, Hkv, D) copied: RoPE as the QKV GEMM's epilogue, one pass.
+// The join is its backward: dqkv rows from dq, dk rotated back (as
+// backend_rope_backward_docs) and dv. One dtype for all but cos, sin (as
+// rope's) and doc_start (empty: plain causal positions).
+void backend_rope_qkv_split(struct backend *be, struct tensor q, struct tensor k, struct tensor v,
+                            struct tensor qkv, struct tensor cos, struct tensor sin,
+                            struct tensor doc_start, int B, int T, int H, int Hkv, int D);
+void backend_rope_qkv_join(struct backend *be, struct tensor dqkv, struct tensor dq,
+                           struct tensor dk, struct tensor dv, struct tensor cos,
+                           struct tensor sin, struct tensor doc_start, int B, int T, int H,
+                           int Hkv, int D);
 
 // Host helper: doc_start (B, T) = for each row b, the start of the document
 // holding token t: 0 at t = 0 and a new document at every t whose previous

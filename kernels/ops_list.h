@@ -27,10 +27,16 @@
       struct tensor tokens, int N, int C, int vocab_start, int Vl))                               \
     X(rmsnorm_forward, void, (struct backend *be, struct tensor y, struct tensor rstd,            \
       struct tensor x, struct tensor w, int N, int C, float eps))                                 \
+    X(add_rmsnorm_forward, void, (struct backend *be, struct tensor xout, struct tensor y,       \
+      struct tensor rstd, struct tensor a, struct tensor b, struct tensor w, int N, int C,        \
+      float eps))                                                                                 \
     X(rmsnorm_backward, void, (struct backend *be, struct tensor dx, struct tensor dw,            \
       struct tensor dy, struct tensor x, struct tensor w, struct tensor rstd, int N, int C))      \
     X(rope, void, (struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,     \
       struct tensor doc_start, int B, int T, int Hx, int D, int pos_offset, bool inverse))        \
+    X(rope_qkv, void, (struct backend *be, struct tensor qkv, struct tensor q, struct tensor k,   \
+      struct tensor v, struct tensor cos, struct tensor sin, struct tensor doc_start, int B,      \
+      int T, int H, int Hkv, int D, bool inverse))                                                \
     X(attention_forward, void, (struct backend *be, struct tensor out, struct tensor lse,         \
       struct tensor q, struct tensor k, struct tensor v, struct tensor doc_start, int B, int T,   \
       int H, int Hkv, int D))                                                                     \

@@ -18,6 +18,18 @@ void cpu_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rstd
                  N, C, eps);
 }
 
+void cpu_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct tensor y,
+                             struct tensor rstd, struct tensor a, struct tensor b, struct tensor w,
+                             int N, int C, float eps) {
+    const char *op = "add_rmsnorm_forward";
+    CPU_CHECK_SAME(op, "a", a, xout.dtype);
+    CPU_CHECK_SAME(op, "b", b, xout.dtype);
+    CPU_CHECK_SAME(op, "y", y, xout.dtype);
+    CPU_CHECK_SAME(op, "w", w, xout.dtype);
+    CPU_DISPATCH(op, xout.dtype, add_rmsnorm_forward, xout.data, y.data, rstd.data, a.data,
+                 b.data, w.data, N, C, eps);
+}
+
 void cpu_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor dw, struct tensor dy,
                           struct tensor x, struct tensor w, struct tensor rstd, int N, int C) {
     const char *op = "rmsnorm_backward";
@@ -40,6 +52,14 @@ void cpu_embedding_backward(struct backend *be, struct tensor dwte, struct tenso
     CPU_CHECK_GRAD("embedding_backward", "dwte", dwte, dout.dtype);
     CPU_DISPATCH("embedding_backward", dout.dtype, embedding_backward, dwte.data, dwte.dtype,
                  dout.data, tokens.data, N, C, vocab_start, Vl);
+}
+
+void cpu_rope_qkv(struct backend *be, struct tensor qkv, struct tensor q, struct tensor k,
+                  struct tensor v, struct tensor cos, struct tensor sin, struct tensor doc_start,
+                  int B, int T, int H, int Hkv, int D, bool inverse) {
+    const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
+    CPU_DISPATCH(inverse ? "rope_qkv_join" : "rope_qkv_split", qkv.dtype, rope_qkv, qkv.data,
+                 q.data, k.data, v.data, cos.data, sin.data, ds, B, T, H, Hkv, D, inverse);
 }
 
 void cpu_rope(struct backend *be, struct tensor x, struct tensor cos, struct tensor sin,

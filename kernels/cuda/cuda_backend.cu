@@ -39,6 +39,7 @@ static void cuda_destroy(struct backend *be) {
     cudaFree(c->workspace);
     cudaFree(c->scratch);
     cudaFree(c->bad);
+    cudaFree(c->done);
     cudaFreeHost(c->host_sum);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->stream) cudaStreamDestroy(c->stream);

@@ -21,6 +21,7 @@ void cuda_ce_row_max(struct backend *be, struct tensor rowmax, struct tensor log
     struct dptr pl = dptr_of("ce_row_max", "logits", logits);
     CUDA_CHECK_SAME("ce_row_max", "rowmax", rowmax, DTYPE_FP32);
     if (N == 0) return;
+    CUDA_TRAFFIC(tbytes(logits, (size_t)N * Vvalid) + sizeof(float) * N);
     ce_row_max_kernel<<<N, CE_THREADS, 0, cuda_stream(be)>>>((float *)rowmax.data, pl, Vl, Vvalid);
     CHECK_LAUNCH();
 }
@@ -55,6 +56,7 @@ void cuda_ce_partials(struct backend *be, struct tensor partials, struct tensor 
     CUDA_CHECK_SAME(op, "rowmax", rowmax, DTYPE_FP32);
     CUDA_CHECK_SAME(op, "partials", partials, DTYPE_FP32);
     if (N == 0) return;
+    CUDA_TRAFFIC(tbytes(logits, (size_t)N * Vvalid) + sizeof(float) * 4 * N + sizeof(int32_t) * N);
     ce_partials_kernel<<<N, CE_THREADS, 0, cuda_stream(be)>>>(
         (float *)partials.data, pl, (const float *)rowmax.data, (const int32_t *)targets.data, Vl,
         Vvalid, vocab_start);
@@ -90,6 +92,7 @@ void cuda_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
     CUDA_CHECK_SAME(op, "partials", partials, DTYPE_FP32);
     CUDA_CHECK_SAME(op, "rowmax", rowmax, DTYPE_FP32);
     if (N == 0) return;
+    CUDA_TRAFFIC(sizeof(float) * 6 * (size_t)N + sizeof(int32_t) * N);
     ce_loss_kernel<<<(N + CE_THREADS - 1) / CE_THREADS, CE_THREADS, 0, cuda_stream(be)>>>(
         (float *)loss.data, (float *)lse.data, (const float *)partials.data,
         (const float *)rowmax.data, (const int32_t *)targets.data, N, V, smoothing, ignore_index,
@@ -125,6 +128,8 @@ void cuda_ce_backward(struct backend *be, struct tensor dlogits, struct tensor l
     CUDA_CHECK_SAME(op, "lse", lse, DTYPE_FP32);
     CHECK(Vvalid >= 0 && Vvalid <= Vl, "ce_backward: Vvalid=%d outside [0, Vl=%d]", Vvalid, Vl);
     if (N == 0) return;
+    CUDA_TRAFFIC(tbytes(dlogits, (size_t)N * Vl) + tbytes(logits, (size_t)N * Vvalid) +
+                 (sizeof(float) + sizeof(int32_t)) * N);
     ce_backward_kernel<<<N, CE_THREADS, 0, cuda_stream(be)>>>(
         pd, pl, (const float *)lse.data, (const int32_t *)targets.data, Vl, Vvalid, vocab_start,
         smoothing / V, 1.0f - smoothing, (float)scale, ignore_index);

@@ -3,6 +3,7 @@
 // is independent; kernels are grid-stride loops. Math as in kernels/ops.h and
 // kernels/cpu/generic/{elementwise,optim}.h.
 #include "cuda_internal.cuh"
+#include "cuda_vec.cuh"
 
 #define EW_THREADS 256
 // Blocks of the sum-of-squares partials: fixed, so the FP64 sum has one order.
@@ -11,31 +12,78 @@
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);    \
          i += (size_t)gridDim.x * blockDim.x)
 
+// Elementwise kernels on storage type T (cuda_vec.cuh): thread i handles
+// elements [V i, V i + V) of a grid-stride loop over n / V groups (V =
+// VEC(T) when vec, i.e. n a multiple of it and 16-byte aligned pointers,
+// else 1).
+#define EW_LOOP(g, n, V)                                                       \
+    for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < (n) / (V); \
+         g += (size_t)gridDim.x * blockDim.x)
+#define EW_LOAD(dst, p, i, V)                                                  \
+    do {                                                                       \
+        if ((V) > 1) vload(dst, (p) + (i));                                    \
+        else (dst)[0] = to_f32((p)[i]);                                        \
+    } while (0)
+#define EW_STORE(p, i, src, V)                                                 \
+    do {                                                                       \
+        if ((V) > 1) vstore((p) + (i), src);                                   \
+        else (p)[i] = from_f32<T>((src)[0]);                                   \
+    } while (0)
+
 // out = silu(gate) * up
-__global__ void swiglu_forward_kernel(struct dptr out, struct dptr gate, struct dptr up, size_t n) {
-    GRID_STRIDE(i, n) {
-        float g = ld(gate, i);
-        st(out, i, g / (1.0f + expf(-g)) * ld(up, i));
+template <typename T>
+__global__ void swiglu_forward_kernel(T *out, const T *gate, const T *up, size_t n, int V) {
+    EW_LOOP(gi, n, V) {
+        size_t i = gi * V;
+        float g[VEC(T)], u[VEC(T)], o[VEC(T)];
+        EW_LOAD(g, gate, i, V);
+        EW_LOAD(u, up, i, V);
+        for (int e = 0; e < V; e++) o[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+        EW_STORE(out, i, o, V);
     }
 }
 
 // dgate = dout * up * sig (1 + g (1 - sig)), dup = dout * g * sig
-__global__ void swiglu_backward_kernel(struct dptr dgate, struct dptr dup, struct dptr dout,
-                                       struct dptr gate, struct dptr up, size_t n) {
-    GRID_STRIDE(i, n) {
-        float g = ld(gate, i), d = ld(dout, i), sig = 1.0f / (1.0f + expf(-g));
-        st(dgate, i, d * ld(up, i) * sig * (1.0f + g * (1.0f - sig)));
-        st(dup, i, d * g * sig);
+template <typename T>
+__global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T *gate,
+                                       const T *up, size_t n, int V) {
+    EW_LOOP(gi, n, V) {
+        size_t i = gi * V;
+        float g[VEC(T)], u[VEC(T)], d[VEC(T)], a[VEC(T)], b[VEC(T)];
+        EW_LOAD(g, gate, i, V);
+        EW_LOAD(u, up, i, V);
+        EW_LOAD(d, dout, i, V);
+        for (int e = 0; e < V; e++) {
+            float sig = 1.0f / (1.0f + expf(-g[e]));
+            a[e] = d[e] * u[e] * sig * (1.0f + g[e] * (1.0f - sig));
+            b[e] = d[e] * g[e] * sig;
+        }
+        EW_STORE(dgate, i, a, V);
+        EW_STORE(dup, i, b, V);
     }
 }
 
 // out may alias a or b: each element is read before it is written.
-__global__ void add_kernel(struct dptr out, struct dptr a, struct dptr b, size_t n) {
-    GRID_STRIDE(i, n) st(out, i, ld(a, i) + ld(b, i));
+template <typename T>
+__global__ void add_kernel(T *out, const T *a, const T *b, size_t n, int V) {
+    EW_LOOP(gi, n, V) {
+        size_t i = gi * V;
+        float x[VEC(T)], y[VEC(T)];
+        EW_LOAD(x, a, i, V);
+        EW_LOAD(y, b, i, V);
+        for (int e = 0; e < V; e++) x[e] += y[e];
+        EW_STORE(out, i, x, V);
+    }
 }
 
 __global__ void convert_kernel(struct dptr dst, struct dptr src, size_t n) {
     GRID_STRIDE(i, n) st(dst, i, ld(src, i));
+}
+
+// The vector width of n elements of dtype dt at these pointers: VEC or 1.
+static int ew_width(enum dtype dt, size_t n, const void *a, const void *b, const void *c,
+                    const void *d = NULL, const void *e = NULL) {
+    return vec_ok(dt, n, a, b, c, d, e) ? (int)(16 / dtype_size(dt)) : 1;
 }
 
 #define LAUNCH(be, n) <<<grid_for(n, EW_THREADS), EW_THREADS, 0, cuda_stream(be)>>>
@@ -43,26 +91,46 @@ __global__ void convert_kernel(struct dptr dst, struct dptr src, size_t n) {
 void cuda_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
                          struct tensor up, size_t n) {
     const char *op = "swiglu_forward";
-    struct dptr po = dptr_of(op, "out", out), pg = dptr_of(op, "gate", gate), pu = dptr_of(op, "up", up);
+    dptr_of(op, "out", out);
+    CUDA_CHECK_SAME(op, "gate", gate, out.dtype);
+    CUDA_CHECK_SAME(op, "up", up, out.dtype);
     if (!n) return;
-    swiglu_forward_kernel LAUNCH(be, n)(po, pg, pu, n);
+    CUDA_TRAFFIC(tbytes(out, n) + tbytes(gate, n) + tbytes(up, n));
+    int V = ew_width(out.dtype, n, out.data, gate.data, up.data);
+    CUDA_DISPATCH_T(op, out.dtype,
+                    swiglu_forward_kernel<T> LAUNCH(be, n / V)((T *)out.data, (const T *)gate.data,
+                                                               (const T *)up.data, n, V));
     CHECK_LAUNCH();
 }
 
 void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor dup,
                           struct tensor dout, struct tensor gate, struct tensor up, size_t n) {
     const char *op = "swiglu_backward";
-    struct dptr a = dptr_of(op, "dgate", dgate), b = dptr_of(op, "dup", dup);
-    struct dptr d = dptr_of(op, "dout", dout), g = dptr_of(op, "gate", gate), u = dptr_of(op, "up", up);
+    dptr_of(op, "gate", gate);
+    CUDA_CHECK_SAME(op, "dgate", dgate, gate.dtype);
+    CUDA_CHECK_SAME(op, "dup", dup, gate.dtype);
+    CUDA_CHECK_SAME(op, "dout", dout, gate.dtype);
+    CUDA_CHECK_SAME(op, "up", up, gate.dtype);
     if (!n) return;
-    swiglu_backward_kernel LAUNCH(be, n)(a, b, d, g, u, n);
+    CUDA_TRAFFIC(tbytes(dgate, n) + tbytes(dup, n) + tbytes(dout, n) + tbytes(gate, n) + tbytes(up, n));
+    int V = ew_width(gate.dtype, n, dgate.data, dup.data, dout.data, gate.data, up.data);
+    CUDA_DISPATCH_T(op, gate.dtype,
+                    swiglu_backward_kernel<T> LAUNCH(be, n / V)(
+                        (T *)dgate.data, (T *)dup.data, (const T *)dout.data, (const T *)gate.data,
+                        (const T *)up.data, n, V));
     CHECK_LAUNCH();
 }
 
 void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct tensor b, size_t n) {
-    struct dptr po = dptr_of("add", "out", out), pa = dptr_of("add", "a", a), pb = dptr_of("add", "b", b);
+    dptr_of("add", "out", out);
+    CUDA_CHECK_SAME("add", "a", a, out.dtype);
+    CUDA_CHECK_SAME("add", "b", b, out.dtype);
     if (!n) return;
-    add_kernel LAUNCH(be, n)(po, pa, pb, n);
+    CUDA_TRAFFIC(tbytes(out, n) + tbytes(a, n) + tbytes(b, n));
+    int V = ew_width(out.dtype, n, out.data, a.data, b.data);
+    CUDA_DISPATCH_T("add", out.dtype,
+                    add_kernel<T> LAUNCH(be, n / V)((T *)out.data, (const T *)a.data,
+                                                    (const T *)b.data, n, V));
     CHECK_LAUNCH();
 }
 
@@ -77,26 +145,28 @@ void cuda_copy(struct backend *be, struct tensor dst, struct tensor src, size_t 
         return;
     }
     struct dptr pd = dptr_of("copy", "dst", dst), ps = dptr_of("copy", "src", src);
+    CUDA_TRAFFIC(tbytes(dst, n) + tbytes(src, n));
     convert_kernel LAUNCH(be, n)(pd, ps, n);
     CHECK_LAUNCH();
 }
 
 // One AdamW step (ops.h) on w (FP32 master, or param itself); param (FP32,
-// BF16 or FP16) receives the rounded w when w is the master. Scalars as
-// computed by the CPU backend.
-__global__ void adamw_kernel(float *w, struct dptr param, const float *grad, float *m, float *v,
-                             size_t n, float decay, float step_size, float bc2_sqrt, float b1,
-                             float b2, float gs, float eps, bool has_master) {
+// BF16 or FP16: storage type P, no per-element dtype branch) receives the
+// rounded w when w is the master. Scalars as computed by the CPU backend.
+template <typename P>
+__global__ void adamw_kernel(float *w, P *param, const float *grad, float *m, float *v, size_t n,
+                             float decay, float step_size, float bc2_sqrt, float b1, float b2,
+                             float gs, float eps, bool has_master) {
     GRID_STRIDE(i, n) {
         float g = grad[i] * gs;
-        float wi = (has_master ? w[i] : ld(param, i)) * decay;
+        float wi = (has_master ? w[i] : to_f32(param[i])) * decay;
         float mi = b1 * m[i] + (1.0f - b1) * g;
         float vi = b2 * v[i] + (1.0f - b2) * g * g;
         wi -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
         m[i] = mi;
         v[i] = vi;
         if (has_master) w[i] = wi;
-        st(param, i, wi);
+        param[i] = from_f32<P>(wi);
     }
 }
 
@@ -115,9 +185,15 @@ void cuda_adamw(struct backend *be, struct tensor param, struct tensor master, s
     float decay = (float)(1 - lr * weight_decay);
     float step_size = (float)(lr / (1 - pow(beta1, step)));
     float bc2_sqrt = (float)sqrt(1 - pow(beta2, step));
-    adamw_kernel LAUNCH(be, n)((float *)master.data, pp, (const float *)grad.data, (float *)m.data,
-                               (float *)v.data, n, decay, step_size, bc2_sqrt, (float)beta1,
-                               (float)beta2, (float)grad_scale, (float)eps, has_master);
+    // grad read; m, v read and written; param written (and read without a
+    // master); the master read and written.
+    CUDA_TRAFFIC(n * (4 + 8 + 8) + tbytes(param, n) * (has_master ? 1 : 2) + (has_master ? n * 8 : 0));
+    CUDA_DISPATCH_T(op, pp.dt,
+                    adamw_kernel<T> LAUNCH(be, n)((float *)master.data, (T *)param.data,
+                                                  (const float *)grad.data, (float *)m.data,
+                                                  (float *)v.data, n, decay, step_size, bc2_sqrt,
+                                                  (float)beta1, (float)beta2, (float)grad_scale,
+                                                  (float)eps, has_master));
     CHECK_LAUNCH();
 }
 
@@ -158,8 +234,10 @@ double cuda_sum_squares(struct backend *be, struct tensor x, size_t n) {
     if (!n) return 0;
     struct cuda_backend *c = cuda_state(be);
     double *partial = (double *)cuda_scratch(be, cuda_scratch_sum_squares());
+    CUDA_TRAFFIC(tbytes(x, n) + sizeof(double) * SUMSQ_BLOCKS);
     sum_squares_partial<<<SUMSQ_BLOCKS, EW_THREADS, 0, c->stream>>>(partial, px, n);
     CHECK_LAUNCH();
+    CUDA_TRAFFIC(sizeof(double) * (SUMSQ_BLOCKS + 1));
     sum_squares_final<<<1, EW_THREADS, 0, c->stream>>>(partial + SUMSQ_BLOCKS, partial, SUMSQ_BLOCKS);
     CHECK_LAUNCH();
     CHECK_CUDA(cudaMemcpyAsync(c->host_sum, partial + SUMSQ_BLOCKS, sizeof(double),

@@ -40,8 +40,10 @@ extern "C" {
 #ifdef TRIDENT_CUDA_EMU
 #define CUDA_TRAFFIC(bytes) emu_traffic((unsigned long long)(bytes))
 #else
-#define CUDA_TRAFFIC(bytes) ((void)0)
+#define CUDA_TRAFFIC(bytes) ((void)sizeof(bytes)) // names its operands, evaluates nothing
 #endif
+// Bytes of n elements of t's storage dtype (a CUDA_TRAFFIC term).
+static inline size_t tbytes(struct tensor t, size_t n) { return n * dtype_size(t.dtype); }
 
 // A cuBLASLt plan for one GEMM problem (cuda_matmul.cu): the matmul
 // descriptor, the three layouts and the heuristic's algorithm, made on the
@@ -92,6 +94,7 @@ struct cuda_backend {
     cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; // recorded after the copy that read each slot
     int stage_next;                           // the slot the next piece uses
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
+    int *done;        // zeroed block counter of one-launch reductions (cuda_norm.cu); NULL until used
     int sm_count;
     struct gemm_plan *plans; // CUDA_GEMM_PLANS, allocated at init (cuda_matmul.cu)
     int n_plans;

@@ -259,6 +259,7 @@ static void acts_layout(struct model *m, struct carver *c) {
         m->ln_full = tensor_view(NULL, a, 0); // unused: the GEMMs read the norm output
         m->tmp_s = m->tmp, m->dln_s = m->dln, m->dx_full = m->dx;
     }
+    m->qkv = carve(c, a, (size_t)N * (HD + 2 * KD));
     m->datt = carve(c, a, (size_t)N * HD);
     m->dq = carve(c, a, (size_t)N * HD);
     m->dk = carve(c, a, (size_t)N * KD);

@@ -99,6 +99,9 @@ struct model {
     struct block_acts re;
     struct tensor re_lnf;          // (Ns, C)
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
+    // (N, (Hl + 2 Hkvl) D): the one QKV GEMM's output rows [q | k | v] before
+    // the RoPE split (forward), then their gradient (backward)
+    struct tensor qkv;
     struct tensor dgate, dup, dact; // (N, Fl)
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations

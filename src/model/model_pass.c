@@ -116,45 +116,156 @@ static void linear(struct model *m, struct tensor y, struct tensor x, struct ten
     backend_matmul(m->be, y, x, w, m->N, out, in, false, true, 1.0f, 0.0f);
 }
 
-// Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
-// again: the recomputation of recompute = full, which refills the block's
-// activations (the same ops on the same input, collectives included, so the
-// same bits on every TP rank) and leaves its output x[i+1] alone.
-static void block_forward(struct model *m, struct slot *S, int blk, int i, bool again) {
+// The norm that reads a block's output x[i+1] next in the same chunk: the
+// next block's input norm, or the final norm after the last stage's last
+// block; none (n.y.data NULL) when x[i+1] leaves the chunk as a stage
+// message. The block's last residual add computes it in the same pass
+// (backend_add_rmsnorm_forward), and the next block skips its own.
+struct next_norm {
+    struct tensor y, rstd, w;
+};
+
+// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in).
+static void linear_backward(struct model *m, struct tensor dx, float beta_dx, struct tensor dw,
+                            struct tensor dy, struct tensor x, struct tensor w, int out, int in) {
+    backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
+    backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
+}
+
+// a and b as one tensor when b follows a in memory (a numel 0 view otherwise):
+// q, k, v and gate, up are consecutive in every arena (model.c), with no
+// padding between them unless a size is not a multiple of ALIGN_ELEMS.
+static struct tensor joined(struct tensor a, struct tensor b) {
+    bool next = a.dtype == b.dtype && (char *)a.data + a.numel * dtype_size(a.dtype) == b.data;
+    return tensor_view(a.data, a.dtype, next ? a.numel + b.numel : 0);
+}
+
+// The attention's q, k, v: one GEMM over the consecutive [Wq; Wk; Wv] (Hl D
+// + 2 Hkvl D, C) into m->qkv (N, Hl D + 2 Hkvl D), whose RoPE split writes q
+// and k rotated and v (backend_rope_qkv_split: issue 24); three GEMMs and two
+// RoPE passes when the weights are not consecutive.
+static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, struct block *w,
+                        struct tensor n1) {
     struct backend *be = m->be;
-    struct block *w = &m->blocks[blk];
-    struct block_acts *a = &S->acts[i];
-    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
-    float eps = m->cfg.norm_eps;
-    backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    struct tensor n1 = gathered(m, a->ln1);
+    int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    struct tensor ds = docs_of(m, S), wqkv = joined(joined(w->wq, w->wk), w->wv);
+    if (wqkv.numel) {
+        linear(m, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        backend_rope_qkv_split(be, a->q, a->k, a->v, m->qkv, m->rope_cos, m->rope_sin, ds, m->B,
+                               m->T, m->Hl, m->Hkvl, m->D);
+        return;
+    }
     linear(m, a->q, n1, w->wq, HD, C);
     linear(m, a->k, n1, w->wk, KD, C);
     linear(m, a->v, n1, w->wv, KD, C);
-    struct tensor ds = docs_of(m, S);
     backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
     backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+}
+
+// dln (N, C) = the gradient through q, k, v from m->dq, m->dk, m->dv (before
+// RoPE's inverse); d[Wq; Wk; Wv] +=: the join (inverse RoPE and packing into
+// m->qkv) and two GEMMs over the consecutive weights and gradients, else
+// two RoPE passes and six GEMMs.
+static void qkv_backward(struct model *m, struct slot *S, struct block *w, struct block *dw,
+                         struct tensor n1) {
+    struct backend *be = m->be;
+    int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    struct tensor ds = docs_of(m, S);
+    struct tensor wqkv = joined(joined(w->wq, w->wk), w->wv);
+    struct tensor dwqkv = joined(joined(dw->wq, dw->wk), dw->wv);
+    if (wqkv.numel && dwqkv.numel) {
+        backend_rope_qkv_join(be, m->qkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, ds, m->B,
+                              m->T, m->Hl, m->Hkvl, m->D);
+        linear_backward(m, m->dln, 0.0f, dwqkv, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        return;
+    }
+    backend_rope_backward_docs(be, m->dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_backward_docs(be, m->dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D,
+                               0);
+    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
+}
+
+// The MLP's gate and up projections are stored transposed, gate^T and up^T
+// (Fl, N) one after the other in the slot (model.c carves them so), and so
+// are act^T (Fl, N) and their gradients: then [gate^T; up^T] (2 Fl, N) =
+// [Wgate; Wup] (2 Fl, C) @ n2^T is one GEMM over the consecutive weights
+// (issue 24), and its backward two (dx and dW) instead of four. SwiGLU is
+// elementwise, so it does not see the layout.
+static void gate_up_forward(struct model *m, struct block_acts *a, struct block *w,
+                            struct tensor n2) {
+    struct tensor wgu = joined(w->wgate, w->wup), gu = joined(a->gate, a->up);
+    int Fl = m->Fl, C = m->C, N = m->N;
+    if (wgu.numel && gu.numel) {
+        backend_matmul(m->be, gu, wgu, n2, 2 * Fl, N, C, false, true, 1.0f, 0.0f);
+        return;
+    }
+    backend_matmul(m->be, a->gate, w->wgate, n2, Fl, N, C, false, true, 1.0f, 0.0f);
+    backend_matmul(m->be, a->up, w->wup, n2, Fl, N, C, false, true, 1.0f, 0.0f);
+}
+
+// dln (N, C) = [dgate^T; dup^T]^T @ [Wgate; Wup]; d[Wgate; Wup] += [dgate^T;
+// dup^T] @ n2, from m->dgate, m->dup (Fl, N) each.
+static void gate_up_backward(struct model *m, struct block *w, struct block *dw,
+                             struct tensor n2) {
+    struct tensor wgu = joined(w->wgate, w->wup), dwgu = joined(dw->wgate, dw->wup);
+    struct tensor dgu = joined(m->dgate, m->dup);
+    int Fl = m->Fl, C = m->C, N = m->N;
+    if (wgu.numel && dwgu.numel && dgu.numel) {
+        backend_matmul(m->be, m->dln, dgu, wgu, N, C, 2 * Fl, true, false, 1.0f, 0.0f);
+        backend_matmul(m->be, dwgu, dgu, n2, 2 * Fl, C, N, false, false, 1.0f, 1.0f);
+        return;
+    }
+    backend_matmul(m->be, m->dln, m->dgate, w->wgate, N, C, Fl, true, false, 1.0f, 0.0f);
+    backend_matmul(m->be, m->dln, m->dup, w->wup, N, C, Fl, true, false, 1.0f, 1.0f);
+    backend_matmul(m->be, dw->wgate, m->dgate, n2, Fl, C, N, false, false, 1.0f, 1.0f);
+    backend_matmul(m->be, dw->wup, m->dup, n2, Fl, C, N, false, false, 1.0f, 1.0f);
+}
+
+// Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
+// ln1_done: a->ln1 and a->rstd1 already hold the input norm (the previous
+// block's fused residual add); next: the norm after x[i+1] (above).
+// again: the recomputation of recompute = full, which refills the block's
+// activations (the same ops on the same input, collectives included, so the
+// same bits on every TP rank) and leaves its output x[i+1] alone.
+static void block_forward(struct model *m, struct slot *S, int blk, int i, bool again,
+                          bool ln1_done, struct next_norm next) {
+    struct backend *be = m->be;
+    struct block *w = &m->blocks[blk];
+    struct block_acts *a = &S->acts[i];
+    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D;
+    float eps = m->cfg.norm_eps;
+    if (!ln1_done) backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
+    qkv_forward(m, S, a, w, gathered(m, a->ln1));
+    struct tensor ds = docs_of(m, S);
     backend_attention_forward_docs(be, a->att, a->lse, a->q, a->k, a->v, ds, m->B, m->T, m->Hl,
                                    m->Hkvl, m->D);
     linear(m, m->tmp, a->att, w->wo, C, HD);
     sp_reduce(m, m->tmp_s, m->tmp);
-    backend_add(be, a->xmid, S->x[i], m->tmp_s, (size_t)Ns * C);
-    backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
-    struct tensor n2 = gathered(m, a->ln2);
-    linear(m, a->gate, n2, w->wgate, m->Fl, C);
-    linear(m, a->up, n2, w->wup, m->Fl, C);
+    backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
+                                eps);
+    gate_up_forward(m, a, w, gathered(m, a->ln2));
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
     if (again) return; // the down projection's output is x[i+1], kept
-    linear(m, m->tmp, a->act, w->wdown, C, m->Fl);
+    // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
+    backend_matmul(be, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 1.0f, 0.0f);
     sp_reduce(m, m->tmp_s, m->tmp);
-    backend_add(be, S->x[i + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
+    if (next.y.data)
+        backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
+                                    Ns, C, eps);
+    else
+        backend_add(be, S->x[i + 1], a->xmid, m->tmp_s, (size_t)Ns * C);
 }
 
 // Loss of each row from the logits, composed across the vocab shards.
-static void head_forward(struct model *m, struct slot *S, struct tensor x) {
+// norm_done: S->lnf and S->rstdf already hold the final norm of x (the last
+// block's fused residual add).
+static void head_forward(struct model *m, struct slot *S, struct tensor x, bool norm_done) {
     struct backend *be = m->be;
     int N = m->N, C = m->C;
-    backend_rmsnorm_forward(be, S->lnf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
+    if (!norm_done)
+        backend_rmsnorm_forward(be, S->lnf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
     linear(m, S->logits, gathered(m, S->lnf), m->head, m->Vl, C);
     backend_ce_row_max(be, S->rowmax, S->logits, N, m->Vl, m->Vvalid);
     model_tp_all_reduce(m, S->rowmax, COMM_MAX);
@@ -231,13 +342,22 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     } else {
         message_in(m, S->x[0], in);
     }
-    for (int i = 0; i < nl; i++) block_forward(m, S, b0 + i, i, false);
-    if (!model_chunk_last(m, chunk)) {
+    bool last = model_chunk_last(m, chunk);
+    for (int i = 0; i < nl; i++) {
+        struct next_norm next = {{0}, {0}, {0}};
+        if (i + 1 < nl)
+            next = (struct next_norm){S->acts[i + 1].ln1, S->acts[i + 1].rstd1,
+                                      m->blocks[b0 + i + 1].ln1_w};
+        else if (last)
+            next = (struct next_norm){S->lnf, S->rstdf, m->norm_w};
+        block_forward(m, S, b0 + i, i, false, i > 0, next);
+    }
+    if (!last) {
         message_out(m, out, S->x[nl]);
         return;
     }
     backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
-    head_forward(m, S, S->x[nl]);
+    head_forward(m, S, S->x[nl], nl > 0);
     if (loss_sum) {
         loss_sum_of(m, S, targets, loss_sum, n_targets);
         return;
@@ -299,13 +419,6 @@ void model_get_logits(struct model *m, double *out) {
 
 // ---- backward --------------------------------------------------------------------
 
-// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in).
-static void linear_backward(struct model *m, struct tensor dx, float beta_dx, struct tensor dw,
-                            struct tensor dy, struct tensor x, struct tensor w, int out, int in) {
-    backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
-    backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
-}
-
 // Refills what block i of slot S did not keep (model.c, block_acts_layout)
 // before its backward: selective recomputes the two norm outputs from x[i]
 // and xmid (rewriting their kept rstd with the same values), q and k from
@@ -317,20 +430,21 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk];
     struct block_acts *a = &S->acts[i];
-    int Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    int Ns = m->Ns, C = m->C;
     float eps = m->cfg.norm_eps;
     switch (m->shard.recompute) {
     case RECOMPUTE_NONE: return;
-    case RECOMPUTE_FULL: block_forward(m, S, blk, i, true); return;
+    case RECOMPUTE_FULL: {
+        struct next_norm none = {{0}, {0}, {0}};
+        block_forward(m, S, blk, i, true, false, none);
+        return;
+    }
     case RECOMPUTE_SELECTIVE: break;
     }
     backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    struct tensor n1 = gathered(m, a->ln1);
-    linear(m, a->q, n1, w->wq, HD, C);
-    linear(m, a->k, n1, w->wk, KD, C);
-    struct tensor ds = docs_of(m, S);
-    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+    // the forward's GEMM and split (v rewritten with its kept bits), so that
+    // q and k have the bits of the first forward
+    qkv_forward(m, S, a, w, gathered(m, a->ln1));
     backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
 }
@@ -340,15 +454,14 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct block_acts *a = &S->acts[i];
-    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
+    int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, Fl = m->Fl;
     // x[i+1] = xmid + down(act): d xmid += dx through the residual.
+    // (transposed: dact^T (Fl, N) = Wdown^T @ dx^T; dWdown += dx^T @ act)
     sp_gather(m, m->dx_full, m->dx);
-    backend_matmul(be, m->dact, m->dx_full, w->wdown, N, Fl, C, false, false, 1.0f, 0.0f);
-    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, false, 1.0f, 1.0f);
+    backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
+    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, true, 1.0f, 1.0f);
     backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-    struct tensor n2 = gathered(m, a->ln2);
-    linear_backward(m, m->dln, 0.0f, dw->wgate, m->dgate, n2, w->wgate, Fl, C);
-    linear_backward(m, m->dln, 1.0f, dw->wup, m->dup, n2, w->wup, Fl, C);
+    gate_up_backward(m, w, dw, gathered(m, a->ln2));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
     // xmid = x[i] + o(att)
@@ -358,13 +471,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct tensor ds = docs_of(m, S);
     backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
                                     a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
-    backend_rope_backward_docs(be, m->dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_backward_docs(be, m->dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D,
-                               0);
-    struct tensor n1 = gathered(m, a->ln1);
-    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
+    qkv_backward(m, S, w, dw, gathered(m, a->ln1));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }

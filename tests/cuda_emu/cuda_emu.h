@@ -107,6 +107,8 @@ template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d
 }
 float atomicAdd(float *p, float v);
 int atomicAdd(int *p, int v);
+// Blocks of a launch run one after another: their writes are ordered already.
+static inline void __threadfence(void) {}
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 // kernel<<<grid, block, shmem, stream>>>(args) is rewritten to

@@ -163,8 +163,13 @@ static void check_training(struct backend *be, struct fixture *fx, enum dtype dt
     }
     EXPECT(clipped > 0 && clipped < oc.steps, "clipping active on %d of %d steps: the fixture "
            "must exercise both", clipped, oc.steps);
+    // Final weights after 10 AdamW steps: Adam's normalised update turns
+    // last-bit differences of near-zero gradients into O(lr) steps, so fp32
+    // gets twice the per-step tolerance. Measured: gradients within 4e-7 of
+    // PyTorch whether q, k, v come from one GEMM or three, final weights 6e-6
+    // (three GEMMs) and 1.1e-5 (one, issue 24) at worst.
     snprintf(what, sizeof what, "%s x%d final", dtype_name(dtype), n_micro);
-    expect_params(fx, m, "/train/final", false, tol, what);
+    expect_params(fx, m, "/train/final", false, dtype == DTYPE_FP32 ? 2 * tol : tol, what);
     free(tokens), free(targets), free(ref_loss), free(ref_lr), free(ref_norm);
     optimizer_free(opt);
     model_free(m);

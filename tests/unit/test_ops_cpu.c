@@ -232,6 +232,52 @@ static void test_rope(void) {
     buf_free(x), buf_free(x0), buf_free(cs), buf_free(sn);
 }
 
+// rope_qkv: the split equals copying the parts and rope_forward_docs (bit
+// for bit, FP32 and FP64, with a document start); the join is its adjoint:
+// <split(x), y> = <x, join(y)> in FP64 (a linear map's exact gradient check).
+static void test_rope_qkv(void) {
+    int B = 2, T = 7, H = 4, Hkv = 2, D = 12, W = (H + 2 * Hkv) * D;
+    size_t N = (size_t)B * T, nq = N * H * D, nk = N * Hkv * D, nt = (size_t)T * D / 2;
+    struct buf qkv = buf_rand(N * W, 1), cs = buf_alloc(nt), sn = buf_alloc(nt);
+    struct buf q = buf_nan(nq), k = buf_nan(nk), v = buf_nan(nk);
+    struct buf rq = buf_alloc(nq), rk = buf_alloc(nk);
+    rope_table_fill(cs.f, sn.f, T, D, 10000.0);
+    rope_table_fill_f64(cs.d, sn.d, T, D, 10000.0);
+    int32_t ds[2 * 7] = {0, 0, 0, 3, 3, 3, 3, 0, 1, 1, 1, 1, 5, 5};
+    struct tensor docs = ti(ds, N);
+    backend_rope_qkv_split(be, tf(q), tf(k), tf(v), tf(qkv), tf(cs), tf(sn), docs, B, T, H, Hkv, D);
+    backend_rope_qkv_split(be, td(q), td(k), td(v), td(qkv), td(cs), td(sn), docs, B, T, H, Hkv, D);
+    for (size_t r = 0; r < N; r++) {
+        memcpy(rq.f + r * H * D, qkv.f + r * W, (size_t)H * D * 4);
+        memcpy(rq.d + r * H * D, qkv.d + r * W, (size_t)H * D * 8);
+        memcpy(rk.f + r * Hkv * D, qkv.f + r * W + H * D, (size_t)Hkv * D * 4);
+        memcpy(rk.d + r * Hkv * D, qkv.d + r * W + H * D, (size_t)Hkv * D * 8);
+        for (int j = 0; j < Hkv * D; j++) // v: the last Hkv heads of the row
+            EXPECT(v.f[r * Hkv * D + j] == qkv.f[r * W + (H + Hkv) * D + j] &&
+                   v.d[r * Hkv * D + j] == qkv.d[r * W + (H + Hkv) * D + j],
+                   "rope_qkv_split: v row %zu element %d", r, j);
+    }
+    backend_rope_forward_docs(be, tf(rq), tf(cs), tf(sn), docs, B, T, H, D, 0);
+    backend_rope_forward_docs(be, td(rq), td(cs), td(sn), docs, B, T, H, D, 0);
+    backend_rope_forward_docs(be, tf(rk), tf(cs), tf(sn), docs, B, T, Hkv, D, 0);
+    backend_rope_forward_docs(be, td(rk), td(cs), td(sn), docs, B, T, Hkv, D, 0);
+    EXPECT_REL(nq, q.f, rq.f, 0, "rope_qkv_split q (fp32) = rope_forward_docs of the part");
+    EXPECT_REL(nq, q.d, rq.d, 0, "rope_qkv_split q (fp64) = rope_forward_docs of the part");
+    EXPECT_REL(nk, k.f, rk.f, 0, "rope_qkv_split k (fp32) = rope_forward_docs of the part");
+    EXPECT_REL(nk, k.d, rk.d, 0, "rope_qkv_split k (fp64) = rope_forward_docs of the part");
+    struct buf dq = buf_rand(nq, 1), dk = buf_rand(nk, 1), dv = buf_rand(nk, 1);
+    struct buf dqkv = buf_nan(N * W);
+    backend_rope_qkv_join(be, td(dqkv), td(dq), td(dk), td(dv), td(cs), td(sn), docs, B, T, H, Hkv, D);
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < nq; i++) lhs += q.d[i] * dq.d[i];
+    for (size_t i = 0; i < nk; i++) lhs += k.d[i] * dk.d[i] + v.d[i] * dv.d[i];
+    for (size_t i = 0; i < N * W; i++) rhs += qkv.d[i] * dqkv.d[i];
+    EXPECT(fabs(lhs - rhs) <= 1e-12 * fabs(lhs), "rope_qkv_join is not split's adjoint: %.17g vs %.17g",
+           lhs, rhs);
+    struct buf all[] = {qkv, cs, sn, q, k, v, rq, rk, dq, dk, dv, dqkv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(all[i]);
+}
+
 static void test_swiglu(void) {
     size_t n = 1000;
     struct buf g = buf_rand(n, 8), u = buf_rand(n, 1), o = buf_nan(n), dout = buf_rand(n, 1);
@@ -644,6 +690,7 @@ int main(void) {
     test_embedding();
     test_rmsnorm();
     test_rope();
+    test_rope_qkv();
     test_swiglu();
     test_attention();
     test_cross_entropy();

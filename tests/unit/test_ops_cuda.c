@@ -226,8 +226,9 @@ static void test_embedding(enum dtype dt) {
     pair_free(wte), pair_free(out), ipair_free(t);
 }
 
-static void test_rmsnorm(enum dtype dt) {
-    int N = 37, C = 300;
+// N = 37: a row a block of the one-launch backward; N = 700 > its 256
+// blocks, with C = 48 (16-byte vectors) and C = 300 (not a multiple of 8).
+static void test_rmsnorm_shape(enum dtype dt, int N, int C) {
     struct pair x = pair_rand((size_t)N * C, 2, dt), w = pair_rand(C, 1, dt);
     struct pair y = pair_nan((size_t)N * C, dt), rstd = pair_nan(N, DTYPE_FP32);
     backend_rmsnorm_forward(cpu, y.c, rstd.c, x.c, w.c, N, C, 1e-5f);
@@ -245,6 +246,37 @@ static void test_rmsnorm(enum dtype dt) {
     expect_match(dw, "rmsnorm_backward dw");
     pair_free(x), pair_free(w), pair_free(y), pair_free(rstd), pair_free(dy), pair_free(dx),
         pair_free(dw);
+}
+
+// add_rmsnorm_forward against the CPU's add then rmsnorm_forward; alias:
+// xout is a's buffer (the model's x[i+1] = xmid + ... writes a fresh one,
+// but aliasing is allowed).
+static void test_add_rmsnorm_shape(enum dtype dt, int N, int C, bool alias) {
+    size_t nc = (size_t)N * C;
+    struct pair a = pair_rand(nc, 2, dt), b = pair_rand(nc, 2, dt), w = pair_rand(C, 1, dt);
+    struct pair xo = pair_nan(nc, dt), y = pair_nan(nc, dt), rstd = pair_nan(N, DTYPE_FP32);
+    struct pair out = alias ? a : xo;
+    backend_add_rmsnorm_forward(cpu, out.c, y.c, rstd.c, a.c, b.c, w.c, N, C, 1e-5f);
+    backend_add_rmsnorm_forward(gpu, out.g, y.g, rstd.g, a.g, b.g, w.g, N, C, 1e-5f);
+    char what[96];
+    snprintf(what, sizeof what, "add_rmsnorm_forward N=%d C=%d%s", N, C, alias ? " in place" : "");
+    expect_match(out, what);
+    expect_match(y, what);
+    expect_match_tol(rstd, dt == DTYPE_FP32 ? 1e-5 : tol_of(dt), what);
+    pair_free(a), pair_free(b), pair_free(w), pair_free(xo), pair_free(y), pair_free(rstd);
+}
+
+static void test_rmsnorm(enum dtype dt) {
+    // the fused forward: scalar rows, 16-byte rows, rows wider than the
+    // scalar path's 1024 (the add-then-norm fallback), in place
+    test_add_rmsnorm_shape(dt, 37, 300, false);
+    test_add_rmsnorm_shape(dt, 700, 48, false);
+    test_add_rmsnorm_shape(dt, 5, 2048, false);
+    test_add_rmsnorm_shape(dt, 3, 1500, false);
+    test_add_rmsnorm_shape(dt, 9, 64, true);
+    test_rmsnorm_shape(dt, 37, 300);
+    test_rmsnorm_shape(dt, 700, 48);
+    test_rmsnorm_shape(dt, 700, 300);
 }
 
 static void test_rope(enum dtype dt) {
@@ -267,8 +299,45 @@ static void test_rope(enum dtype dt) {
     pair_free(cs), pair_free(sn);
 }
 
-static void test_swiglu(enum dtype dt) {
-    size_t n = 1000;
+// rope_qkv split and join against the CPU, with and without document
+// starts; D = 16 moves 16-byte vectors (BF16/FP16: 8 of the 8 pairs of a
+// head, FP32 4), D = 12 single elements for 16-bit dtypes.
+static void test_rope_qkv_shape(enum dtype dt, int B, int T, int H, int Hkv, int D) {
+    int W = (H + 2 * Hkv) * D;
+    size_t N = (size_t)B * T, nq = N * H * D, nk = N * Hkv * D, nt = (size_t)T * D / 2;
+    struct pair cs = pair_alloc(nt, DTYPE_FP32), sn = pair_alloc(nt, DTYPE_FP32);
+    rope_table_fill(cs.h, sn.h, T, D, 10000.0);
+    pair_sync(cs), pair_sync(sn);
+    int32_t *ds = xmalloc(N * sizeof *ds);
+    for (size_t i = 0; i < N; i++) ds[i] = (int)(i % T) < T / 3 ? 0 : T / 3;
+    struct ipair dsp = ipair_make(ds, N);
+    for (int docs = 0; docs < 2; docs++) {
+        struct tensor dc = docs ? dsp.c : tensor_view(NULL, DTYPE_I32, 0);
+        struct tensor dg = docs ? dsp.g : tensor_view(NULL, DTYPE_I32, 0);
+        char what[96];
+        snprintf(what, sizeof what, "rope_qkv_split H=%d Hkv=%d D=%d%s", H, Hkv, D, docs ? " docs" : "");
+        struct pair qkv = pair_rand(N * W, 1, dt);
+        struct pair q = pair_nan(nq, dt), k = pair_nan(nk, dt), v = pair_nan(nk, dt);
+        backend_rope_qkv_split(cpu, q.c, k.c, v.c, qkv.c, cs.c, sn.c, dc, B, T, H, Hkv, D);
+        backend_rope_qkv_split(gpu, q.g, k.g, v.g, qkv.g, cs.g, sn.g, dg, B, T, H, Hkv, D);
+        expect_match(q, what), expect_match(k, what), expect_match(v, what);
+        snprintf(what, sizeof what, "rope_qkv_join H=%d Hkv=%d D=%d%s", H, Hkv, D, docs ? " docs" : "");
+        struct pair dqkv = pair_nan(N * W, dt);
+        backend_rope_qkv_join(cpu, dqkv.c, q.c, k.c, v.c, cs.c, sn.c, dc, B, T, H, Hkv, D);
+        backend_rope_qkv_join(gpu, dqkv.g, q.g, k.g, v.g, cs.g, sn.g, dg, B, T, H, Hkv, D);
+        expect_match(dqkv, what);
+        pair_free(qkv), pair_free(q), pair_free(k), pair_free(v), pair_free(dqkv);
+    }
+    free(ds), ipair_free(dsp), pair_free(cs), pair_free(sn);
+}
+
+static void test_rope_qkv(enum dtype dt) {
+    test_rope_qkv_shape(dt, 2, 9, 4, 2, 16);
+    test_rope_qkv_shape(dt, 1, 7, 3, 1, 12);
+}
+
+// n = 1000: 16-byte vectors; n = 1003: element by element.
+static void test_swiglu_n(enum dtype dt, size_t n) {
     struct pair g = pair_rand(n, 4, dt), u = pair_rand(n, 2, dt), out = pair_nan(n, dt);
     backend_swiglu_forward(cpu, out.c, g.c, u.c, n);
     backend_swiglu_forward(gpu, out.g, g.g, u.g, n);
@@ -279,6 +348,11 @@ static void test_swiglu(enum dtype dt) {
     expect_match(dg, "swiglu_backward dgate");
     expect_match(du, "swiglu_backward dup");
     pair_free(g), pair_free(u), pair_free(out), pair_free(d), pair_free(dg), pair_free(du);
+}
+
+static void test_swiglu(enum dtype dt) {
+    test_swiglu_n(dt, 1000);
+    test_swiglu_n(dt, 1003);
 }
 
 // Head sizes cover each tile bucket of the CUDA kernels (32, 64, 128, 256)
@@ -678,6 +752,7 @@ static void run_all(enum dtype dt, bool small) {
     if (dt == DTYPE_FP32) test_matmul(dt, DTYPE_FP32, false, true, 65600, 3, 2);
     test_embedding(dt);
     test_rmsnorm(dt);
+    test_rope_qkv(dt);
     test_rope(dt);
     test_swiglu(dt);
     // tiled kernels: query blocks of 64 (32 at D = 256), key tiles of 32;
@@ -705,6 +780,7 @@ static void run_all(enum dtype dt, bool small) {
     if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
     test_adamw(dt);
     test_elementwise(dt, small ? 3001 : 100003); // more than one block, not a multiple of 256
+    test_elementwise(dt, 4096);                  // 16-byte vectors
 }
 
 // cuDNN's attention graphs, built and finalised without a device against the

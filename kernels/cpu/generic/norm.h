@@ -12,18 +12,33 @@
 // x: (N, C); w: (C,). Math: Zhang & Sennrich 2019 eq. 4; as torch
 // LlamaRMSNorm, the mean of squares is taken in the accumulation type (double
 // here) and y = w * (x * rstd).
+static void FN(rmsnorm_row)(real *yi, creal *rstd_i, const real *xi, const real *w, int C,
+                            creal eps) {
+    accreal ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int j = 0; j < C; j++) ss += (accreal)LD(xi[j]) * LD(xi[j]);
+    creal r = (creal)(1.0 / sqrt(ss / C + (accreal)eps));
+    *rstd_i = r;
+    for (int j = 0; j < C; j++) yi[j] = ST(LD(w[j]) * (LD(xi[j]) * r));
+}
+
 static void FN(rmsnorm_forward)(real *y, creal *rstd, const real *x, const real *w, int N, int C,
                                 creal eps) {
 #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        FN(rmsnorm_row)(y + (size_t)i * C, rstd + i, x + (size_t)i * C, w, C, eps);
+}
+
+// xout (N, C) = a + b (as FN(add)), then the rows of rmsnorm_forward on
+// xout: the bits of the two ops in turn (the specification of the fused
+// CUDA kernel). xout may alias a or b.
+static void FN(add_rmsnorm_forward)(real *xout, real *y, creal *rstd, const real *a,
+                                    const real *b, const real *w, int N, int C, creal eps) {
+#pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const real *xi = x + (size_t)i * C;
-        real *yi = y + (size_t)i * C;
-        accreal ss = 0;
-#pragma omp simd reduction(+ : ss)
-        for (int j = 0; j < C; j++) ss += (accreal)LD(xi[j]) * LD(xi[j]);
-        creal r = (creal)(1.0 / sqrt(ss / C + (accreal)eps));
-        rstd[i] = r;
-        for (int j = 0; j < C; j++) yi[j] = ST(LD(w[j]) * (LD(xi[j]) * r));
+        size_t o = (size_t)i * C;
+        for (int j = 0; j < C; j++) xout[o + j] = ST(LD(a[o + j]) + LD(b[o + j]));
+        FN(rmsnorm_row)(y + o, rstd + i, xout + o, w, C, eps);
     }
 }
 
@@ -99,6 +114,37 @@ static void FN(embedding_backward)(void *dwte, enum dtype dwte_dtype, const real
 // with c, s = cos, sin (Tmax, D/2) at [p, i]; inverse negates s (the
 // transposed rotation, i.e. the backward pass). Math: RoFormer eq. 34 in HF
 // LLaMA's rotate_half layout. The tables are creal (FP32 for BF16/FP16 x).
+// rope_qkv (kernels/ops.h): split (inverse false) q, k rotated and v copied
+// out of the packed rows of qkv (B*T, H + 2 Hkv, D); join (inverse true) the
+// packed rows from dq, dk rotated back and dv. The rotation of FN(rope).
+static void FN(rope_qkv)(real *qkv, real *q, real *k, real *v, const creal *cos,
+                         const creal *sin, const int32_t *doc_start, int B, int T, int H, int Hkv,
+                         int D, bool inverse) {
+    int half = D / 2, Hr = H + Hkv;
+    size_t W = (size_t)(H + 2 * Hkv) * D, KD = (size_t)Hkv * D;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int p = bt % T - (doc_start ? doc_start[bt] : 0);
+        const creal *c = cos + (size_t)p * half, *s = sin + (size_t)p * half;
+        creal sign = inverse ? -1 : 1;
+        real *row = qkv + (size_t)bt * W;
+        for (int h = 0; h < Hr; h++) {
+            real *P = row + (size_t)h * D;
+            real *S = h < H ? q + ((size_t)bt * H + h) * D : k + ((size_t)bt * Hkv + h - H) * D;
+            const real *src = inverse ? S : P;
+            real *dst = inverse ? P : S;
+            for (int i = 0; i < half; i++) {
+                creal a = LD(src[i]), b = LD(src[i + half]), si = sign * s[i];
+                dst[i] = ST(a * c[i] - b * si);
+                dst[i + half] = ST(b * c[i] + a * si);
+            }
+        }
+        real *pv = row + (size_t)Hr * D, *sv = v + (size_t)bt * KD;
+        if (inverse) memcpy(pv, sv, KD * sizeof(real));
+        else memcpy(sv, pv, KD * sizeof(real));
+    }
+}
+
 static void FN(rope)(real *x, const creal *cos, const creal *sin, const int32_t *doc_start,
                      int B, int T, int Hx, int D, int pos_offset, bool inverse) {
     int half = D / 2;
