@@ -149,8 +149,8 @@ static int nccl_check(struct comm_group *g, char *msg, size_t cap) {
     describe_failure(c, g, a, "the watchdog's poll of ncclCommGetAsyncError", msg, cap);
     if (!abort_once(c))
         for (;;) pause(); // the main thread reported it and is ending the process
-    sleep_s(NCCL_FAIL_GRACE_S);
-    return 1;
+    return 1; // the watchdog prints msg and lingers before its exit, as nccl_fail does
+
 }
 
 // ---- events ---------------------------------------------------------------------------

@@ -6,7 +6,14 @@
 // device's highest priority (topology_init_device): a blocking TP collective
 // or a pipeline message does not wait behind the data-parallel buckets
 // started before it, nor a stage's last gradient send behind its own DP
-// all-reduce.
+// all-reduce. NCCL does not promise that kernels of different communicators
+// run at the same time; trident stays deadlock-free without it because
+// every rank issues the operations of all its groups in one program order
+// (the same schedule on the ranks that share two groups), so no rank's
+// device waits in one group for what another rank queued behind an
+// operation of a second group. (test_comm_nccl --streams breaks that order
+// on purpose to show the streams are independent; it runs on the
+// emulation.)
 //
 // Ordering: an operation is enqueued on its group's communication stream
 // after the work already enqueued on the backend's compute stream (an event),

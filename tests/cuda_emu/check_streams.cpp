@@ -11,12 +11,15 @@
 //   stream's record (and only then: the same kernel without the wait runs
 //   at once); an event never recorded holds nothing;
 // - the legacy stream waits for a blocking stream, not for a non-blocking one;
+// - of two kernels waiting for the one-kernel-at-a-time lock, the one of the
+//   higher-priority stream runs first;
 // - a host read of a pinned D2H destination before a synchronisation aborts
 //   naming the buffer, its bytes and the stream (child process), even when
 //   the copy itself has long finished; so does a host write into the pinned
 //   source of an H2D copy not synchronised; a read after
 //   cudaStreamSynchronize or cudaEventSynchronize sees the data; other bytes
 //   of a protected page stay usable.
+// - exit() with work still queued ends the process normally.
 // Exit 1 on a failed check.
 #include <cuda_runtime.h>
 
@@ -44,6 +47,14 @@ __global__ void fill(int *p, int v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] = v + i;
 }
+
+// Spins until *flag (host memory: the emulation only) while holding the
+// one-kernel-at-a-time lock; mark appends id to order.
+__global__ void spin(volatile int *flag) {
+    while (!*flag) {
+    }
+}
+__global__ void mark(int *order, int *n, int id) { order[atomicAdd(n, 1)] = id; }
 
 // A stream held until open() (emu_gate_close / emu_gate_open, cuda_runtime_api.h).
 struct gate {
@@ -125,6 +136,38 @@ static void check_wait_event() {
     cudaFree(z);
     cudaStreamDestroy(a);
     cudaStreamDestroy(b);
+}
+
+// Two kernels wait for the launch lock (a third kernel holds it): the one of
+// the higher-priority stream runs first, though queued second.
+static void check_priority() {
+    cudaStream_t x, low, high;
+    cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking);
+    cudaStreamCreateWithPriority(&low, cudaStreamNonBlocking, 0);
+    cudaStreamCreateWithPriority(&high, cudaStreamNonBlocking, -5);
+    static volatile int flag;
+    flag = 0;
+    int *order, *n;
+    cudaMalloc(&order, 2 * sizeof(int));
+    cudaMalloc(&n, sizeof(int));
+    cudaMemsetAsync(n, 0, sizeof(int), x);
+    spin<<<1, 1, 0, x>>>(&flag);
+    settle();
+    mark<<<1, 1, 0, low>>>(order, n, 1);
+    settle();
+    mark<<<1, 1, 0, high>>>(order, n, 2);
+    settle();
+    flag = 1;
+    cudaDeviceSynchronize();
+    int h[2] = {0, 0};
+    cudaMemcpy(h, order, sizeof h, cudaMemcpyDeviceToHost);
+    EXPECT(h[0] == 2 && h[1] == 1, "priorities at the launch lock: ran %d then %d, expected 2 (high) then 1", h[0],
+           h[1]);
+    cudaFree(order);
+    cudaFree(n);
+    cudaStreamDestroy(x);
+    cudaStreamDestroy(low);
+    cudaStreamDestroy(high);
 }
 
 static void check_legacy() {
@@ -233,11 +276,29 @@ static void check_pinned() {
     cudaStreamDestroy(a);
 }
 
+// exit() while streams still have work queued and a kernel runs: the
+// process ends normally (the workers use nothing that static destructors free).
+static void check_exit_with_work_queued() {
+    std::string err;
+    int st = in_child([] {
+        cudaStream_t a;
+        cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+        int *d;
+        cudaMalloc(&d, 1 << 20);
+        for (int i = 0; i < 50; i++) fill<<<256, 1024, 0, a>>>(d, i, 1 << 18);
+        cudaMemsetAsync(d, 0, 1 << 20, a);
+        exit(0);
+    }, &err);
+    EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit() with work queued: status %d, stderr %s", st, err.c_str());
+}
+
 int main() {
     check_events();
     check_wait_event();
     check_legacy();
+    check_priority();
     check_pinned();
+    check_exit_with_work_queued();
     printf("check_streams: %s\n", failures ? "FAIL" : "ok");
     return failures != 0;
 }

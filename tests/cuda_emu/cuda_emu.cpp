@@ -97,7 +97,30 @@ static void ctx_make(emu_ctx *c, char *base, size_t bytes, void (*entry)(void)) 
 // ---- fibers and barriers --------------------------------------------------------
 
 // One launch at a time (S and the kernels' __shared__ are global); emu_internal.h.
-std::mutex emu_launch_lock;
+emu_priority_lock emu_launch_lock;
+thread_local int emu_thread_priority;
+
+void emu_priority_lock::lock(int priority) {
+    int p = std::min(5, std::max(0, -priority));
+    std::unique_lock<std::mutex> lk(m);
+    waiting[p]++;
+    cv.wait(lk, [this, p] {
+        if (held) return false;
+        for (int q = 5; q > p; q--)
+            if (waiting[q]) return false;
+        return true;
+    });
+    waiting[p]--;
+    held = true;
+}
+
+void emu_priority_lock::unlock() {
+    {
+        std::lock_guard<std::mutex> lk(m);
+        held = false;
+    }
+    cv.notify_all();
+}
 
 namespace {
 
@@ -444,7 +467,10 @@ void emu_enqueue_launch(dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std
 
 void emu_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
     int n = (int)(block.x * block.y * block.z);
-    std::lock_guard<std::mutex> lock(emu_launch_lock);
+    emu_launch_lock.lock(emu_thread_priority);
+    struct unlock_at_end {
+        ~unlock_at_end() { emu_launch_lock.unlock(); }
+    } unlock;
     S.warps.resize(std::max(S.warps.size(), (size_t)(n + 31) / 32));
     for (auto &l : S.lanes) l.resize(std::max(l.size(), S.warps.size() * 32));
     S.parity.resize(std::max(S.parity.size(), S.warps.size() * 32));

@@ -77,7 +77,8 @@ cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 
 // Streams and events: queues run by worker threads (see above).
-// Priorities: least 0, greatest -5 (an H100's range); recorded, not used to schedule.
+// Priorities: least 0, greatest -5 (an H100's range); a kernel of a
+// higher-priority stream takes the one-kernel-at-a-time lock first.
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);

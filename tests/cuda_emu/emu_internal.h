@@ -6,13 +6,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <condition_variable>
 #include <mutex>
 
 #include "cuda_runtime_api.h"
 
 // Held by emu_run while a kernel runs (the fiber scheduler and the kernels'
 // __shared__ variables are global): one launch at a time in the process.
-extern std::mutex emu_launch_lock;
+// Waiters of a higher stream priority (-5 highest .. 0) take it first, so a
+// high-priority stream's kernel overtakes queued low-priority ones as on a
+// GPU's scheduler (at launch granularity).
+struct emu_priority_lock {
+    std::mutex m;
+    std::condition_variable cv;
+    bool held = false;
+    int waiting[6] = {0, 0, 0, 0, 0, 0}; // by -priority
+    void lock(int priority);
+    void unlock();
+};
+extern emu_priority_lock emu_launch_lock;
+// The priority of the stream whose worker runs on this thread (0 elsewhere).
+extern thread_local int emu_thread_priority;
 
 // Counts a copy or memset of bytes (TRIDENT_EMU_STATS), at enqueue time.
 void emu_count_copy(size_t bytes);

@@ -474,7 +474,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
     case ncclSuccess: return "no error";
     case ncclUnhandledCudaError: return "unhandled cuda error (emulated NCCL)";
-    case ncclSystemError: return "unhandled system error (emulated NCCL: an MPI call failed)";
+    case ncclSystemError: return "unhandled system error (emulated NCCL: an MPI call failed, or TRIDENT_FAULT=nccl)";
     case ncclInternalError: return "internal error (emulated NCCL)";
     case ncclInvalidArgument: return "invalid argument (emulated NCCL)";
     case ncclInvalidUsage: return "invalid usage (emulated NCCL)";

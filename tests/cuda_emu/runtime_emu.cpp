@@ -119,7 +119,7 @@ cudaError_t fail(cudaError_t e) {
 }
 
 void fork_prepare() {
-    emu_launch_lock.lock();
+    emu_launch_lock.lock(-5); // no kernel runs during the fork
     mu.lock();
 }
 void fork_parent() {
@@ -130,7 +130,10 @@ void fork_parent() {
 // condition variables are made afresh; workers are started again on demand.
 void fork_child() {
     new (&mu) std::mutex;
-    new (&emu_launch_lock) std::mutex;
+    new (&emu_launch_lock.m) std::mutex;
+    new (&emu_launch_lock.cv) std::condition_variable;
+    emu_launch_lock.held = false;
+    for (int &w : emu_launch_lock.waiting) w = 0;
     new (&done_cv) std::condition_variable;
     for (emu_stream *s : streams) {
         new (&s->cv) std::condition_variable;
@@ -178,6 +181,7 @@ bool is_legacy(const emu_stream *s) { return s->id == 0; }
 bool is_blocking(const emu_stream *s) { return !is_legacy(s) && !(s->flags & cudaStreamNonBlocking); }
 
 void worker_main(emu_stream *s) {
+    emu_thread_priority = s->priority;
     std::unique_lock<std::mutex> lk(mu);
     for (;;) {
         s->cv.wait(lk, [s] { return !s->q.empty() || s->destroyed; });
@@ -631,7 +635,9 @@ cudaError_t copy(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaSt
         return cudaSuccess;
     }
     uint64_t seq = enqueue_locked(st, [dst, src, n] { memmove(dst, src, n); });
-    bool wait = (dst_host && !dv) || (src_host && dst_host) || (sync_api && (dv || sv));
+    // cudaMemcpyDefault: which side is the host is not known here (no
+    // unified addressing), so it completes before returning.
+    bool wait = (dst_host && !dv) || (src_host && dst_host) || (sync_api && (dv || sv)) || k == cudaMemcpyDefault;
     if (wait) {
         std::vector<uint64_t> vc = st->vc;
         wait_locked(lk, st, seq);
