@@ -11,7 +11,10 @@
 #     problem: none made after the first step;
 #  4. the kernels' scratch sized at model_init: no cudaMalloc/cudaFree in any
 #     step;
-# every step's loss and grad norm within 1e-5 of the CPU backend's. ~5 s.
+# every step's loss and grad norm within 1e-5 of the CPU backend's. Twice:
+# as the asynchronous emulation runs by default, and with random delays in
+# the stream workers (TRIDENT_EMU_DELAY), so the host runs further ahead of
+# the device accumulator it reads once a step. ~10 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
@@ -19,4 +22,6 @@ make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/tests/check_host_work" >"$tmp/make
     { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
 need_built "$EMU_BUILD/tests/check_host_work"
 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/check_host_work" || fail "check_host_work"
+TRIDENT_EMU_DELAY=200:3 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/check_host_work" ||
+    fail "check_host_work with TRIDENT_EMU_DELAY=200:3"
 echo "cuda_host_work: ok"
