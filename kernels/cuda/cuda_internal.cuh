@@ -156,9 +156,12 @@ cudaError_t cuda_scratch_reserve(struct backend *be, size_t bytes);
 // Blocks of the one-launch RMSNorm backward: each takes rows blockIdx.x,
 // blockIdx.x + NORM_BW_BLOCKS, ... (fixed, so dw's sum order is too).
 #define NORM_BW_BLOCKS 256
-// Widest C of the one-launch backward: its dw sums stay in 48 KiB of shared
-// memory; wider rows take the three kernels.
-#define NORM_BW_MAX_C (48 * 1024 / 4)
+// Widest C of the one-launch backward: its dw sums (C floats of dynamic
+// shared memory) and its static shared memory (144 bytes on sm_90, ptxas -v)
+// stay within the 48 KiB a block gets without
+// cudaFuncAttributeMaxDynamicSharedMemorySize: 1 KiB is left for the static
+// part. Wider rows take the three kernels.
+#define NORM_BW_MAX_C (47 * 1024 / 4)
 static inline size_t cuda_scratch_rmsnorm_backward(int N, int C) {
     int rows = C <= NORM_BW_MAX_C ? NORM_BW_BLOCKS : DW_CHUNKS;
     return sizeof(float) * (size_t)(N < rows ? N : rows) * (size_t)C;
