@@ -22,6 +22,12 @@ enum status error_set(struct error *err, enum status status, const char *fmt, ..
 
 void fatal_set_hook(void (*hook)(int code)) { fatal_hook = hook; }
 
+static void (*announcer)(const char *msg);
+void fatal_set_announcer(void (*announce)(const char *msg)) { announcer = announce; }
+void fatal_announce(const char *msg) {
+    if (announcer) announcer(msg);
+}
+
 _Noreturn void fatal_exit(int code, const char *file, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -37,6 +37,14 @@ _Noreturn void fatal_exit(int code, const char *file, int line, const char *fmt,
 // A hook that runs before fatal_exit terminates (e.g. MPI_Abort). NULL: exit().
 void fatal_set_hook(void (*hook)(int code));
 
+// Tells the other ranks why this one is about to end the job, when only it
+// can see the cause (an NCCL error on a communicator they are not in): calls
+// the announcer set by fatal_set_announcer (the watchdog's heartbeat files,
+// base/heartbeat.h), if any; else nothing. Call it before the grace period
+// that lets the others print.
+void fatal_announce(const char *msg);
+void fatal_set_announcer(void (*announce)(const char *msg));
+
 // Internal invariant: a failure is a bug in trident, exit 1 with file:line.
 #define CHECK(cond, fmt, ...)                                                  \
     do {                                                                       \

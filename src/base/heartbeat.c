@@ -36,6 +36,7 @@ struct heartbeat {
     uint64_t *first;      // (world,) hash of each rank's first read, 0: no file
     char result[4096];
     int nstopped;
+    char peer_failure[1200]; // another rank's announcement (heartbeat_announce), "" none
 };
 
 static long long mono_ms(void) { return (long long)(time_now_s() * 1e3); }
@@ -55,6 +56,28 @@ static uint64_t hash_bytes(const char *p, size_t n) {
 
 static void rank_path(const struct heartbeat *hb, int r, char *path, size_t cap) {
     snprintf(path, cap, "%s/rank-%d", hb->dir, r);
+}
+
+// Reads DIR/failure ("rank R host H pid P\nMSG"); when another rank wrote
+// it, keeps "rank R (host H, pid P) ended the job: MSG" in hb->peer_failure.
+static void read_failure(struct heartbeat *hb) {
+    char path[4200], buf[1100];
+    snprintf(path, sizeof path, "%s/failure", hb->dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    int rank = -1, pid = 0;
+    char host[64] = "?";
+    char *nl = strchr(buf, '\n');
+    if (!nl || sscanf(buf, "rank %d host %63s pid %d", &rank, host, &pid) != 3 || rank == hb->rank) return;
+    char *msg = nl + 1;
+    msg[strcspn(msg, "\n")] = 0;
+    pthread_mutex_lock(&hb->lock);
+    snprintf(hb->peer_failure, sizeof hb->peer_failure, "rank %d (host %s, pid %d) ended the job: %s", rank,
+             host, pid, msg);
+    pthread_mutex_unlock(&hb->lock);
 }
 
 // Writes this rank's record in place. Returns 0 or -1 with errno.
@@ -214,6 +237,7 @@ static void *beat(void *arg) {
         } else if (now >= next_write) {
             pthread_mutex_unlock(&hb->lock);
             write_record(hb); // a failed write shows as a stopped rank to the peers
+            if (!hb->peer_failure[0]) read_failure(hb);
             pthread_mutex_lock(&hb->lock);
             next_write = mono_ms() + HEARTBEAT_WRITE_MS;
         } else {
@@ -249,6 +273,11 @@ enum status heartbeat_open(struct heartbeat **out, const char *dir, int rank, in
     *out = NULL;
     if (mkdir(dir, 0755) && errno != EEXIST)
         return error_set(err, STATUS_RUNTIME, "heartbeat folder %s: mkdir: %s", dir, strerror(errno));
+    if (rank == 0) { // an earlier start's announcement (this run folder resumed)
+        char stale[4200];
+        snprintf(stale, sizeof stale, "%s/failure", dir);
+        unlink(stale);
+    }
     struct heartbeat *hb = xcalloc(1, sizeof *hb);
     snprintf(hb->dir, sizeof hb->dir, "%s", dir);
     snprintf(hb->host, sizeof hb->host, "%s", host);
@@ -283,6 +312,27 @@ void heartbeat_set(struct heartbeat *hb, const char *phase, double idle_s) {
     snprintf(hb->phase, sizeof hb->phase, "%s", phase);
     hb->idle_s = idle_s;
     pthread_mutex_unlock(&hb->lock);
+}
+
+void heartbeat_announce(struct heartbeat *hb, const char *msg) {
+    if (!hb) return;
+    char tmp[4200], path[4200];
+    snprintf(tmp, sizeof tmp, "%s/failure.rank-%d", hb->dir, hb->rank);
+    snprintf(path, sizeof path, "%s/failure", hb->dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "rank %d host %s pid %d\n%s\n", hb->rank, hb->host, hb->pid, msg);
+    if (fclose(f) == 0) (void)link(tmp, path); // best effort; EEXIST: an earlier one stands
+    unlink(tmp);
+}
+
+int heartbeat_peer_failure(struct heartbeat *hb, char *msg, size_t cap) {
+    if (!hb) return 0;
+    pthread_mutex_lock(&hb->lock);
+    int found = hb->peer_failure[0] != 0;
+    if (found) snprintf(msg, cap, "%s", hb->peer_failure);
+    pthread_mutex_unlock(&hb->lock);
+    return found;
 }
 
 int heartbeat_survey(struct heartbeat *hb, const char *my_phase, double my_idle_s, char *msg, size_t cap, int wait) {

@@ -65,6 +65,19 @@ void heartbeat_set(struct heartbeat *hb, const char *phase, double idle_s);
 // system; msg says so).
 int heartbeat_survey(struct heartbeat *hb, const char *my_phase, double my_idle_s, char *msg, size_t cap,
                      int wait_ms);
+// A rank that ends the job for a failure only some ranks can see (an NCCL
+// error on a communicator the others are not in: docs/design.md §8) announces
+// it: DIR/failure is created, once per run (the first announcement wins;
+// link(2) of a per-rank temporary file, so a reader never sees half a
+// record), holding "rank R host H pid P" and msg. Every rank's heartbeat
+// thread looks for it at each write (HEARTBEAT_WRITE_MS), so the others can
+// name the failure before mpirun ends them. Synchronous (one small file);
+// safe from any thread. NULL hb: nothing.
+void heartbeat_announce(struct heartbeat *hb, const char *msg);
+// Whether another rank's announcement was seen; if so writes "rank R (host
+// H, pid P) ended the job: MSG" into msg (cap bytes) and returns 1, else 0.
+// Cheap (a copy under the lock): the watchdog calls it every tick.
+int heartbeat_peer_failure(struct heartbeat *hb, char *msg, size_t cap);
 // Stops the thread (waiting up to 2 s for a write in progress; a thread stuck
 // in a hung file system is left behind with its memory), removes this rank's
 // file and the folder when it is empty then. NULL: nothing.

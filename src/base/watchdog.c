@@ -61,13 +61,21 @@ static void linger(void) {
     nanosleep(&t, NULL);
 }
 
-// Runs the checks (the lock held); the first that fails ends the job.
+// Runs the checks (the lock held); the first that fails ends the job, and so
+// does another rank's announced failure (heartbeat_announce).
 static void run_checks(struct watchdog *w) {
-    char msg[1024];
+    char msg[1280];
+    if (heartbeat_peer_failure(w->hb, msg, sizeof msg)) {
+        fprintf(stderr, "trident: [rank %d, host %s] watchdog: %s; ending the job\n", w->rank, w->host, msg);
+        fflush(stderr);
+        linger();
+        _exit(STATUS_RUNTIME);
+    }
     for (int i = 0; i < w->nchecks; i++) {
         msg[0] = 0;
         if (!w->checks[i].fn(w->checks[i].ctx, msg, sizeof msg)) continue;
         msg[sizeof msg - 1] = 0;
+        if (msg[0]) heartbeat_announce(w->hb, msg);
         fprintf(stderr, "trident: [rank %d, host %s] watchdog: %s; ending the job\n", w->rank, w->host,
                 msg[0] ? msg : "a check failed (it gave no reason)");
         fflush(stderr);
@@ -172,6 +180,13 @@ int watchdog_add_check(struct watchdog *w, int (*check)(void *ctx, char *msg, si
     return full ? -1 : 0;
 }
 
+// The process's watchdog with heartbeats, for fatal_announce (one a process).
+static struct watchdog *announcing;
+static void announce(const char *msg) {
+    struct watchdog *w = announcing;
+    if (w) heartbeat_announce(w->hb, msg);
+}
+
 enum status watchdog_heartbeat(struct watchdog *w, const char *dir, int world_size, struct error *err) {
     if (!w) return STATUS_OK;
     struct heartbeat *hb;
@@ -181,11 +196,14 @@ enum status watchdog_heartbeat(struct watchdog *w, const char *dir, int world_si
     heartbeat_set(hb, w->phase, (now_ms() - atomic_load(&w->last_ms)) / 1e3);
     w->hb = hb;
     pthread_mutex_unlock(&w->lock);
+    announcing = w;
+    fatal_set_announcer(announce);
     return STATUS_OK;
 }
 
 void watchdog_stop(struct watchdog *w) {
     if (!w) return;
+    if (announcing == w) fatal_set_announcer(NULL), announcing = NULL;
     atomic_store(&w->stop, true);
     pthread_join(w->thread, NULL);
     heartbeat_close(w->hb);

@@ -99,6 +99,7 @@ _Noreturn static void nccl_fail(struct comm_nccl *c, const struct comm_group *g,
     describe_failure(c, g, r, what, msg, sizeof msg);
     if (!abort_once(c))
         for (;;) pause(); // the watchdog's thread reported it and is ending the process
+    fatal_announce(msg); // the ranks outside this communicator name it too (base/heartbeat.h)
     sleep_s(NCCL_FAIL_GRACE_S);
     fatal_exit(STATUS_RUNTIME, file, line, "%s", msg);
 }

@@ -43,4 +43,27 @@ metrics_at_least "$tmp/run" 1 || { echo "FAIL: no step logged before the fault";
 mpi_no_leftovers "$tmp/run" || { echo "FAIL: processes left"; fail=1; }
 [ "$fail" -eq 0 ] || { grep -a 'trident:' "$tmp/log" | tail -n 8; exit 1; }
 grep -a 'NCCL error' "$tmp/log" | cut -c1-240
+
+# (b) tp = 2 x dp = 2: the fifth NCCL operation of world rank 1 fails (a
+# tensor-parallel collective of step 1); ranks 2 and 3 are in neither of its
+# communicators (tp group {0, 1}, dp group {1, 3}: rank 3 waits in a dp
+# all-reduce, rank 2 in its own tp group), yet every rank must name rank 1
+# and its NCCL error: rank 1 announces it in <run_dir>/heartbeat/failure
+# (base/heartbeat.h) before its grace period, the others' watchdogs read it
+# (failed before that: ranks 2 and 3 printed nothing).
+rc=0
+start=$(date +%s)
+TRIDENT_FAULT=nccl:5@1 timeout 120 "${MPIRUN[@]}" -np 4 "$PWD/$EMU_BUILD/trident" train "$SMALL_INI" \
+    data.path="$tmp/shards" parallel.tp=2 parallel.dp=2 system.device=cuda train.steps=1000 train.eval_every=0 \
+    system.watchdog_s=$WATCHDOG_S log.run_dir="$tmp/run4" >"$tmp/log4" 2>&1 || rc=$?
+end=$(date +%s)
+[ "$rc" = 1 ] || { echo "FAIL: (b) exit $rc, expected 1"; fail=1; }
+[ $((end - start)) -lt $((WATCHDOG_S + 30)) ] || { echo "FAIL: (b) took $((end - start)) s"; fail=1; }
+for r in 0 1 2 3; do
+    grep -Eaq "^trident: \[rank $r[],].*(NCCL error on the tp group \(NCCL rank 1 of 2|world rank 1, host|rank 1 \(host [^,]+, pid [0-9]+\) ended the job: NCCL error)" "$tmp/log4" ||
+        { echo "FAIL: (b) rank $r did not name rank 1's NCCL error"; fail=1; }
+done
+mpi_no_leftovers "$tmp/run4" || { echo "FAIL: (b) processes left"; fail=1; }
+[ "$fail" -eq 0 ] || { grep -a 'trident:' "$tmp/log4" | tail -n 8; exit 1; }
+grep -a 'trident: \[rank' "$tmp/log4" | cut -c1-240
 echo "train_nccl_fault: ok (exit 1 in $((end - start)) s, $((end - last)) s after the last step)"
