@@ -186,6 +186,8 @@ extern "C" struct backend *backend_cuda_init(int device, struct error *err) {
     // On the compute stream: cudaMemset would queue it on the legacy stream,
     // which is not ordered with the non-blocking compute stream.
     INIT_TRY(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "zeroing a counter");
+    INIT_TRY(cudaMalloc(&c->done, sizeof(int)), "allocating a counter");
+    INIT_TRY(cudaMemsetAsync(c->done, 0, sizeof(int), c->stream), "zeroing a counter");
     INIT_TRY(cudaMallocHost(&c->host_sum, sizeof(double)), "allocating pinned memory");
     INIT_TRY(stage_init(c), "allocating the pinned staging ring");
     {

@@ -94,7 +94,7 @@ struct cuda_backend {
     cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; // recorded after the copy that read each slot
     int stage_next;                           // the slot the next piece uses
     int *bad;         // device counter of out-of-range targets (ce_loss), checked at synchronize
-    int *done;        // zeroed block counter of one-launch reductions (cuda_norm.cu); NULL until used
+    int *done;        // zeroed block counter of one-launch reductions (cuda_norm.cu), made at init
     int sm_count;
     struct gemm_plan *plans; // CUDA_GEMM_PLANS, allocated at init (cuda_matmul.cu)
     int n_plans;
@@ -144,15 +144,24 @@ cudaError_t cuda_scratch_reserve(struct backend *be, size_t bytes);
 
 // What each user of cuda_scratch asks for, in bytes, as functions of its
 // arguments (the reservation's bounds): rmsnorm_backward's dw partials
-// (cuda_norm.cu: min(N, DW_CHUNKS) row chunks of C floats), sum_squares'
+// (cuda_norm.cu: min(N, NORM_BW_BLOCKS) block sums of C floats in the
+// one-launch backward, C <= NORM_BW_MAX_C; else min(N, DW_CHUNKS) row chunks
+// of C floats), sum_squares'
 // partials (cuda_elementwise.cu: SUMSQ_BLOCKS + 1 doubles), the native
 // attention backward's D (B, H, T) floats (cuda_attention.cu), cuDNN's
 // backward (cuda_attention_cudnn.cu: its plan's workspace, known only once
 // planned, then Dsum (B, H, T) and the dq accumulator (B, H, T, D), FP32).
 #define DW_CHUNKS 64
 #define SUMSQ_BLOCKS 1024
+// Blocks of the one-launch RMSNorm backward: each takes rows blockIdx.x,
+// blockIdx.x + NORM_BW_BLOCKS, ... (fixed, so dw's sum order is too).
+#define NORM_BW_BLOCKS 256
+// Widest C of the one-launch backward: its dw sums stay in 48 KiB of shared
+// memory; wider rows take the three kernels.
+#define NORM_BW_MAX_C (48 * 1024 / 4)
 static inline size_t cuda_scratch_rmsnorm_backward(int N, int C) {
-    return sizeof(float) * (size_t)(N < DW_CHUNKS ? N : DW_CHUNKS) * (size_t)C;
+    int rows = C <= NORM_BW_MAX_C ? NORM_BW_BLOCKS : DW_CHUNKS;
+    return sizeof(float) * (size_t)(N < rows ? N : rows) * (size_t)C;
 }
 static inline size_t cuda_scratch_sum_squares(void) { return sizeof(double) * (SUMSQ_BLOCKS + 1); }
 static inline size_t cuda_scratch_attention_backward(int B, int T, int H) {

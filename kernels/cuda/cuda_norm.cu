@@ -193,12 +193,7 @@ __global__ void rmsnorm_backward_dw_sum(struct dptr dw, const float *partial, in
     st(dw, j, ld(dw, j) + s);
 }
 
-// Blocks of the one-launch backward: each takes rows blockIdx.x,
-// blockIdx.x + NORM_BW_BLOCKS, ... (fixed, so dw's sum order is too).
-#define NORM_BW_BLOCKS 256
-// Widest C of the one-launch backward: its dw sums stay in 48 KiB of shared
-// memory; wider rows take the three kernels above.
-#define NORM_BW_MAX_C (48 * 1024 / 4)
+// NORM_BW_BLOCKS and NORM_BW_MAX_C: cuda_internal.cuh (the scratch bound).
 
 // The backward in one launch (issue 24): per row, dx (N, C) += w * dy * r -
 // x * (r^3 / C) * sum_k(dy_k w_k x_k) (as rmsnorm_backward_dx_kernel), while
@@ -271,12 +266,8 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
     const float *r = (const float *)rstd.data;
     if (C <= NORM_BW_MAX_C) {
         struct cuda_backend *cb = cuda_state(be);
-        if (!cb->done) {
-            CHECK_CUDA(cudaMalloc((void **)&cb->done, sizeof(int)));
-            CHECK_CUDA(cudaMemset(cb->done, 0, sizeof(int)));
-        }
         int nb = N < NORM_BW_BLOCKS ? N : NORM_BW_BLOCKS;
-        float *partial = (float *)cuda_scratch(be, sizeof(float) * nb * (size_t)C);
+        float *partial = (float *)cuda_scratch(be, cuda_scratch_rmsnorm_backward(N, C));
         bool vec = vec_ok(dx.dtype, C, dx.data, dy.data, x.data, w.data);
         // dx read and written, dy, x and w read; the partial sums written
         // and read once.

@@ -259,13 +259,20 @@ static void acts_layout(struct model *m, struct carver *c) {
         m->ln_full = tensor_view(NULL, a, 0); // unused: the GEMMs read the norm output
         m->tmp_s = m->tmp, m->dln_s = m->dln, m->dx_full = m->dx;
     }
-    m->qkv = carve(c, a, (size_t)N * (HD + 2 * KD));
     m->datt = carve(c, a, (size_t)N * HD);
     m->dq = carve(c, a, (size_t)N * HD);
     m->dk = carve(c, a, (size_t)N * KD);
     m->dv = carve(c, a, (size_t)N * KD);
-    m->dgate = carve(c, a, (size_t)N * Fl);
-    m->dup = carve(c, a, (size_t)N * Fl);
+    // qkv (N, Hl D + 2 Hkvl D) is live only from the QKV GEMM to its RoPE
+    // split (forward, recomputed forward) and from the join to the two GEMMs
+    // after it (backward); dgate and dup only inside a block's MLP backward,
+    // which never overlaps those: qkv shares their memory when it fits there
+    // (dgate and dup adjacent: no padding between them).
+    size_t nqkv = (size_t)N * (HD + 2 * KD), nfl = (size_t)N * Fl;
+    m->dgate = carve(c, a, nfl);
+    m->dup = carve(c, a, nfl);
+    bool share = 2 * nfl >= nqkv && nfl * dtype_size(a) % TENSOR_ALIGN == 0;
+    m->qkv = share ? tensor_view(m->dgate.data, a, nqkv) : carve(c, a, nqkv);
     m->dact = carve(c, a, (size_t)N * Fl);
     if (m->kv_replicas > 1)
         m->kv_grad = carve(c, grad_dtype(a), (size_t)m->cfg.n_kv_heads * m->D * C);

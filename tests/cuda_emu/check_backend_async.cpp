@@ -29,38 +29,7 @@ extern "C" {
 }
 #include "kernels/cuda/backend_cuda.h"
 
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-
-// Runs body in a child process with stderr captured; returns its wait status.
-template <class F> static int in_child(F body, std::string *err) {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        body();
-        _exit(0);
-    }
-    close(fds[1]);
-    char buf[1024];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) err->append(buf, (size_t)n);
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return st;
-}
+#include "check.h"
 
 // One row, V = 4 classes, target 7: out of range, counted by ce_loss.
 static void ce_loss_after_init() {

@@ -36,17 +36,7 @@ extern "C" {
 #include <cuda_runtime_api.h>
 }
 
-static int failures, checks;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 enum { B = 2, T = 32, MAX_MICRO = 4, V = 256 };
 

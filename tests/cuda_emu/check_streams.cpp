@@ -30,16 +30,8 @@
 #include <cstdio>
 #include <string>
 
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
+#include "emu_internal.h" // emu_launch_lock: kernels waiting for it (check_priority)
 
 __global__ void set_value(int *p, int v) { *p = v; }
 __global__ void add_one(int *out, const int *in) { *out = *in + 1; }
@@ -50,7 +42,8 @@ __global__ void fill(int *p, int v, int n) {
 
 // Spins until *flag (host memory: the emulation only) while holding the
 // one-kernel-at-a-time lock; mark appends id to order.
-__global__ void spin(volatile int *flag) {
+__global__ void spin(volatile int *flag, volatile int *started) {
+    *started = 1;
     while (!*flag) {
     }
 }
@@ -64,6 +57,21 @@ struct gate {
 };
 
 static void settle() { usleep(30000); } // time for a worker that could run ahead to do so
+
+// Polls until ready() holds, at most 10 s (a loaded machine schedules the
+// workers late); whether it held.
+template <class F> static bool wait_until(F ready) {
+    for (int i = 0; i < 10000; i++) {
+        if (ready()) return true;
+        usleep(1000);
+    }
+    return ready();
+}
+// Kernels waiting for the emulation's one-launch-at-a-time lock at -priority p.
+static int lock_waiters(int p) {
+    std::lock_guard<std::mutex> lk(emu_launch_lock.m);
+    return emu_launch_lock.waiting[p];
+}
 
 static void check_events() {
     cudaStream_t a;
@@ -145,18 +153,19 @@ static void check_priority() {
     cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking);
     cudaStreamCreateWithPriority(&low, cudaStreamNonBlocking, 0);
     cudaStreamCreateWithPriority(&high, cudaStreamNonBlocking, -5);
-    static volatile int flag;
+    static volatile int flag, started;
     flag = 0;
+    started = 0;
     int *order, *n;
     cudaMalloc(&order, 2 * sizeof(int));
     cudaMalloc(&n, sizeof(int));
     cudaMemsetAsync(n, 0, sizeof(int), x);
-    spin<<<1, 1, 0, x>>>(&flag);
-    settle();
+    spin<<<1, 1, 0, x>>>(&flag, &started);
+    EXPECT(wait_until([] { return started != 0; }), "the spinning kernel never started");
     mark<<<1, 1, 0, low>>>(order, n, 1);
-    settle();
+    EXPECT(wait_until([] { return lock_waiters(0) == 1; }), "the low-priority kernel never waited for the lock");
     mark<<<1, 1, 0, high>>>(order, n, 2);
-    settle();
+    EXPECT(wait_until([] { return lock_waiters(5) == 1; }), "the high-priority kernel never waited for the lock");
     flag = 1;
     cudaDeviceSynchronize();
     int h[2] = {0, 0};
@@ -190,28 +199,6 @@ static void check_legacy() {
     cudaFree(p);
     cudaStreamDestroy(blocking);
     cudaStreamDestroy(nonblocking);
-}
-
-// Runs body in a child process with stderr captured; returns its wait status.
-template <class F> static int in_child(F body, std::string *err) {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        body();
-        _exit(0);
-    }
-    close(fds[1]);
-    char buf[1024];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) err->append(buf, (size_t)n);
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return st;
 }
 
 static void check_pinned() {
