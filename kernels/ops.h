@@ -308,6 +308,8 @@ void backend_ce_loss(struct backend *be, struct tensor loss, struct tensor lse,
 // dlogits (N, Vl) = scale * (exp(z - lse) - (1 - s) * onehot(y) - s / V) on
 // real columns, 0 on padding columns and ignored rows. scale is d(loss)/d(row
 // loss), e.g. 1 / (number of non-ignored targets in the global batch).
+// dlogits may be logits (in place: the model's recompute modes), with the
+// bits of separate buffers.
 void backend_ce_backward(struct backend *be, struct tensor dlogits, struct tensor logits,
                          struct tensor lse, struct tensor targets, int N, int Vl, int Vvalid,
                          int vocab_start, int V, float smoothing, int ignore_index, double scale);

@@ -62,8 +62,10 @@ enum { MODEL_MAX_CHUNKS = 8 };
 // product), which the backward pass recomputes from what is kept. FULL (Chen
 // et al. 2016): only each block's input; the backward pass re-runs the
 // block's forward, collectives included, before its backward. The results
-// are bit-identical in every mode: a recomputation repeats the same ops on
-// the same inputs.
+// are bit-identical in every mode and dtype: a recomputation repeats the
+// same ops on the same stored (in 16 bits: rounded) inputs, and an op run in
+// place only under recompute (ce_backward over the logits) gives the bits of
+// separate buffers.
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 
 // A target id that adds no loss and no gradient (Hugging Face's and PyTorch's

@@ -541,8 +541,16 @@ static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs,
     backend_ce_backward(cpu, dz.c, z.c, lse.c, t.c, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
     backend_ce_backward(gpu, dz.g, z.g, lse.g, t.g, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
     expect_match(dz, "ce_backward");
+    // in place (dlogits = logits, as the model's recompute modes run it): the same bits
+    struct pair zd = pair_alloc((size_t)N * Vl, dt);
+    memcpy(zd.h, z.h, (size_t)N * Vl * 4), pair_sync(zd);
+    backend_ce_backward(cpu, zd.c, zd.c, lse.c, t.c, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
+    backend_ce_backward(gpu, zd.g, zd.g, lse.g, t.g, N, Vl, Vvalid, vs, V, s, ign, 1.0 / N);
+    EXPECT(!memcmp(zd.c.data, dz.c.data, (size_t)N * Vl * 4), "ce_backward (%s): CPU in place "
+           "differs from out of place", dtype_name(dt));
+    expect_same_gpu(zd, dz, 0, "ce_backward in place against out of place");
     pair_free(z), pair_free(mx), pair_free(part), pair_free(rp), pair_free(loss), pair_free(lse),
-        pair_free(dz), ipair_free(t);
+        pair_free(dz), pair_free(zd), ipair_free(t);
     free(tg);
 }
 

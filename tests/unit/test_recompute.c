@@ -1,8 +1,10 @@
 // test_recompute.c: [model] recompute = selective and full (model.h) against none.
-// - whole model, fp32 and fp64, untied and tied embeddings, grouped-query
-//   heads, label smoothing, an ignored target: the logits, the loss of each
-//   of two accumulated microbatches, and the whole gradient arena are
-//   bit-identical (memcmp) to recompute = none;
+// - whole model, fp32, fp64, bf16 and fp16, untied and tied embeddings,
+//   grouped-query heads, label smoothing, an ignored target: the logits, the
+//   loss of each of two accumulated microbatches, and the whole gradient
+//   arena are bit-identical (memcmp) to recompute = none (under recompute
+//   the logits' gradient is written over the logits: in bf16 and fp16 this
+//   caught ce_backward re-reading a logit it had overwritten);
 // - two model chunks (virtual stages) and four activation slots (one per
 //   microbatch and chunk), both microbatches' forwards before either
 //   backward (so the shared recompute buffer holds another microbatch's
@@ -131,8 +133,8 @@ static void expect_same(const struct outcome *a, const struct outcome *ref, size
 
 static void test_bit_identical(struct backend *be) {
     int B = 2, T = 16;
-    enum dtype dts[] = {DTYPE_FP32, DTYPE_FP64};
-    for (int d = 0; d < 2; d++)
+    enum dtype dts[] = {DTYPE_FP32, DTYPE_FP64, DTYPE_BF16, DTYPE_FP16};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
         for (int tied = 0; tied < 2; tied++) {
             struct llama_config cfg = small_config(tied);
             size_t n_logits = (size_t)B * T * cfg.vocab_size;

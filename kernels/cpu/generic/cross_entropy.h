@@ -85,12 +85,16 @@ static void FN(ce_backward)(real *dlogits, const real *logits, const creal *lse,
         }
         const real *z = logits + (size_t)i * Vl;
         creal l = lse[i], uniform = smoothing / V;
+        int y = targets[i] - vocab_start;
+#if LOWP // the target column from its unrounded value: rounded once. Its logit
+         // is read before the row is written: dlogits may be logits (recompute)
+        creal zy = y >= 0 && y < Vvalid ? LD(z[y]) : 0;
+#endif
 #pragma omp simd
         for (int j = 0; j < Vvalid; j++) dz[j] = ST(scale * (EXP(LD(z[j]) - l) - uniform));
-        int y = targets[i] - vocab_start;
-#if LOWP // the target column from its unrounded value: rounded once
+#if LOWP
         if (y >= 0 && y < Vvalid)
-            dz[y] = ST(scale * (EXP(LD(z[y]) - l) - uniform) - scale * (1 - smoothing));
+            dz[y] = ST(scale * (EXP(zy - l) - uniform) - scale * (1 - smoothing));
 #else
         if (y >= 0 && y < Vvalid) dz[y] -= scale * (1 - smoothing);
 #endif
