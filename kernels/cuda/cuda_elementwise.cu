@@ -15,7 +15,9 @@
 // Elementwise kernels on storage type T (cuda_vec.cuh): thread i handles
 // elements [V i, V i + V) of a grid-stride loop over n / V groups (V =
 // VEC(T) when vec, i.e. n a multiple of it and 16-byte aligned pointers,
-// else 1).
+// else 1). V is a template parameter of each kernel, so that the per-thread
+// arrays of VEC(T) floats stay in registers (a run-time V put them in local
+// memory: ptxas -v showed 96-224-byte stack frames).
 #define EW_LOOP(g, n, V)                                                       \
     for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < (n) / (V); \
          g += (size_t)gridDim.x * blockDim.x)
@@ -31,8 +33,8 @@
     } while (0)
 
 // out = silu(gate) * up
-template <typename T>
-__global__ void swiglu_forward_kernel(T *out, const T *gate, const T *up, size_t n, int V) {
+template <typename T, int V>
+__global__ void swiglu_forward_kernel(T *out, const T *gate, const T *up, size_t n) {
     EW_LOOP(gi, n, V) {
         size_t i = gi * V;
         float g[VEC(T)], u[VEC(T)], o[VEC(T)];
@@ -44,9 +46,9 @@ __global__ void swiglu_forward_kernel(T *out, const T *gate, const T *up, size_t
 }
 
 // dgate = dout * up * sig (1 + g (1 - sig)), dup = dout * g * sig
-template <typename T>
+template <typename T, int V>
 __global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T *gate,
-                                       const T *up, size_t n, int V) {
+                                       const T *up, size_t n) {
     EW_LOOP(gi, n, V) {
         size_t i = gi * V;
         float g[VEC(T)], u[VEC(T)], d[VEC(T)], a[VEC(T)], b[VEC(T)];
@@ -64,8 +66,8 @@ __global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T 
 }
 
 // out may alias a or b: each element is read before it is written.
-template <typename T>
-__global__ void add_kernel(T *out, const T *a, const T *b, size_t n, int V) {
+template <typename T, int V>
+__global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
     EW_LOOP(gi, n, V) {
         size_t i = gi * V;
         float x[VEC(T)], y[VEC(T)];
@@ -97,9 +99,13 @@ void cuda_swiglu_forward(struct backend *be, struct tensor out, struct tensor ga
     if (!n) return;
     CUDA_TRAFFIC(tbytes(out, n) + tbytes(gate, n) + tbytes(up, n));
     int V = ew_width(out.dtype, n, out.data, gate.data, up.data);
-    CUDA_DISPATCH_T(op, out.dtype,
-                    swiglu_forward_kernel<T> LAUNCH(be, n / V)((T *)out.data, (const T *)gate.data,
-                                                               (const T *)up.data, n, V));
+    CUDA_DISPATCH_T(op, out.dtype, {
+        constexpr int W = VEC(T);
+        if (V > 1)
+            swiglu_forward_kernel<T, W> LAUNCH(be, n / W)((T *)out.data, (const T *)gate.data, (const T *)up.data, n);
+        else
+            swiglu_forward_kernel<T, 1> LAUNCH(be, n)((T *)out.data, (const T *)gate.data, (const T *)up.data, n);
+    });
     CHECK_LAUNCH();
 }
 
@@ -114,10 +120,15 @@ void cuda_swiglu_backward(struct backend *be, struct tensor dgate, struct tensor
     if (!n) return;
     CUDA_TRAFFIC(tbytes(dgate, n) + tbytes(dup, n) + tbytes(dout, n) + tbytes(gate, n) + tbytes(up, n));
     int V = ew_width(gate.dtype, n, dgate.data, dup.data, dout.data, gate.data, up.data);
-    CUDA_DISPATCH_T(op, gate.dtype,
-                    swiglu_backward_kernel<T> LAUNCH(be, n / V)(
-                        (T *)dgate.data, (T *)dup.data, (const T *)dout.data, (const T *)gate.data,
-                        (const T *)up.data, n, V));
+    CUDA_DISPATCH_T(op, gate.dtype, {
+        constexpr int W = VEC(T);
+        if (V > 1)
+            swiglu_backward_kernel<T, W> LAUNCH(be, n / W)((T *)dgate.data, (T *)dup.data, (const T *)dout.data,
+                                                           (const T *)gate.data, (const T *)up.data, n);
+        else
+            swiglu_backward_kernel<T, 1> LAUNCH(be, n)((T *)dgate.data, (T *)dup.data, (const T *)dout.data,
+                                                       (const T *)gate.data, (const T *)up.data, n);
+    });
     CHECK_LAUNCH();
 }
 
@@ -128,9 +139,11 @@ void cuda_add(struct backend *be, struct tensor out, struct tensor a, struct ten
     if (!n) return;
     CUDA_TRAFFIC(tbytes(out, n) + tbytes(a, n) + tbytes(b, n));
     int V = ew_width(out.dtype, n, out.data, a.data, b.data);
-    CUDA_DISPATCH_T("add", out.dtype,
-                    add_kernel<T> LAUNCH(be, n / V)((T *)out.data, (const T *)a.data,
-                                                    (const T *)b.data, n, V));
+    CUDA_DISPATCH_T("add", out.dtype, {
+        constexpr int W = VEC(T);
+        if (V > 1) add_kernel<T, W> LAUNCH(be, n / W)((T *)out.data, (const T *)a.data, (const T *)b.data, n);
+        else add_kernel<T, 1> LAUNCH(be, n)((T *)out.data, (const T *)a.data, (const T *)b.data, n);
+    });
     CHECK_LAUNCH();
 }
 

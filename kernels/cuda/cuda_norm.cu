@@ -20,9 +20,10 @@
 // keeps its up to ADD_NORM_MAX_V vectors (or scalars) of the row in
 // registers between the two passes, so a and b are read once and xout
 // written once (xout may alias a or b: each element is read before written).
-template <typename T, bool ADD>
+// vec is a template parameter, so that the vectors stay in registers.
+template <typename T, bool ADD, bool vec>
 __global__ void add_rmsnorm_forward_kernel(T *xout, T *y, float *rstd, const T *a, const T *b,
-                                           const T *w, int C, float eps, bool vec) {
+                                           const T *w, int C, float eps) {
     __shared__ float red[32];
     const int V = vec ? VEC(T) : 1;
     const int step = blockDim.x * V;
@@ -98,10 +99,16 @@ void cuda_rmsnorm_forward(struct backend *be, struct tensor y, struct tensor rst
                  sizeof(float) * N);
     bool vec = vec_ok(x.dtype, C, x.data, y.data, w.data);
     if (dw.dt == dx.dt && norm_fits(C, vec, x.dtype)) {
-        CUDA_DISPATCH_T(op, x.dtype,
-                        add_rmsnorm_forward_kernel<T, false><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
-                            (T *)NULL, (T *)y.data, (float *)rstd.data, (const T *)x.data, (const T *)NULL,
-                            (const T *)w.data, C, eps, vec));
+        CUDA_DISPATCH_T(op, x.dtype, {
+            if (vec)
+                add_rmsnorm_forward_kernel<T, false, true><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+                    (T *)NULL, (T *)y.data, (float *)rstd.data, (const T *)x.data, (const T *)NULL,
+                    (const T *)w.data, C, eps);
+            else
+                add_rmsnorm_forward_kernel<T, false, false><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+                    (T *)NULL, (T *)y.data, (float *)rstd.data, (const T *)x.data, (const T *)NULL,
+                    (const T *)w.data, C, eps);
+        });
         CHECK_LAUNCH();
         return;
     }
@@ -143,10 +150,16 @@ void cuda_add_rmsnorm_forward(struct backend *be, struct tensor xout, struct ten
     }
     CUDA_TRAFFIC((size_t)N * C * 4 * dtype_size(xout.dtype) + tbytes(w, C) + // a, b, xout, y
                  sizeof(float) * N);
-    CUDA_DISPATCH_T(op, xout.dtype,
-                    add_rmsnorm_forward_kernel<T, true><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
-                        (T *)xout.data, (T *)y.data, (float *)rstd.data, (const T *)a.data,
-                        (const T *)b.data, (const T *)w.data, C, eps, vec));
+    CUDA_DISPATCH_T(op, xout.dtype, {
+        if (vec)
+            add_rmsnorm_forward_kernel<T, true, true><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+                (T *)xout.data, (T *)y.data, (float *)rstd.data, (const T *)a.data, (const T *)b.data,
+                (const T *)w.data, C, eps);
+        else
+            add_rmsnorm_forward_kernel<T, true, false><<<N, ROW_THREADS, 0, cuda_stream(be)>>>(
+                (T *)xout.data, (T *)y.data, (float *)rstd.data, (const T *)a.data, (const T *)b.data,
+                (const T *)w.data, C, eps);
+    });
     CHECK_LAUNCH();
 }
 
@@ -202,10 +215,11 @@ __global__ void rmsnorm_backward_dw_sum(struct dptr dw, const float *partial, in
 // (gridDim.x, C), and the last block to finish (a counter in *done, reset
 // after) adds them in block order into dw (deterministic, no float atomics).
 // dx, dy, x, w: storage T; rows of 16-byte vectors when vec.
-template <typename T>
+// vec is a template parameter, so that the vectors stay in registers.
+template <typename T, bool vec>
 __global__ void rmsnorm_backward_fused(T *dx, const T *dy, const T *x, const T *w,
                                        const float *rstd, float *partial, int *done,
-                                       struct dptr dw, int N, int C, bool vec) {
+                                       struct dptr dw, int N, int C) {
     extern __shared__ float acc[]; // (C,) this block's dw sums
     __shared__ float red[32];
     __shared__ bool last;
@@ -273,10 +287,16 @@ void cuda_rmsnorm_backward(struct backend *be, struct tensor dx, struct tensor d
         // and read once.
         CUDA_TRAFFIC((size_t)N * C * 4 * dtype_size(dx.dtype) + tbytes(w, C) +
                      sizeof(float) * (N + 2 * (size_t)nb * C) + 2 * tbytes(dw, C));
-        CUDA_DISPATCH_T(op, dx.dtype,
-                        rmsnorm_backward_fused<T><<<nb, ROW_THREADS, sizeof(float) * C, s>>>(
-                            (T *)dx.data, (const T *)dy.data, (const T *)x.data, (const T *)w.data,
-                            r, partial, cb->done, pdw, N, C, vec));
+        CUDA_DISPATCH_T(op, dx.dtype, {
+            if (vec)
+                rmsnorm_backward_fused<T, true><<<nb, ROW_THREADS, sizeof(float) * C, s>>>(
+                    (T *)dx.data, (const T *)dy.data, (const T *)x.data, (const T *)w.data, r, partial,
+                    cb->done, pdw, N, C);
+            else
+                rmsnorm_backward_fused<T, false><<<nb, ROW_THREADS, sizeof(float) * C, s>>>(
+                    (T *)dx.data, (const T *)dy.data, (const T *)x.data, (const T *)w.data, r, partial,
+                    cb->done, pdw, N, C);
+        });
         CHECK_LAUNCH();
         return;
     }
@@ -340,10 +360,11 @@ void cuda_rope(struct backend *be, struct tensor x, struct tensor cos, struct te
 // back) and v. Rows of qkv: W = (H + 2 Hkv) D elements. One thread per
 // group of V (1 or VEC(T)) rotation pairs (bt, head, i .. i + V < D/2),
 // then per group of V elements of v; positions t - doc_start[bt].
-template <typename T>
+// V is a template parameter, so that the vectors stay in registers.
+template <typename T, int V>
 __global__ void rope_qkv_kernel(T *qkv, T *q, T *k, T *v, const float *cos, const float *sin,
                                 const int32_t *doc_start, int T_, int H, int Hkv, int D,
-                                bool inverse, int V, size_t n_rot, size_t n_v) {
+                                bool inverse, size_t n_rot, size_t n_v) {
     int half = D / 2, hg = half / V, vg = Hkv * D / V, Hr = H + Hkv;
     size_t W = (size_t)(H + 2 * Hkv) * D;
     float sign = inverse ? -1.0f : 1.0f;
@@ -400,11 +421,17 @@ void cuda_rope_qkv(struct backend *be, struct tensor qkv, struct tensor q, struc
     CUDA_TRAFFIC(2 * tbytes(qkv, N * (H + 2 * Hkv) * D) + 2 * sizeof(float) * (size_t)Tn * half +
                  (doc_start.numel ? sizeof(int32_t) * N : 0));
     const int32_t *ds = doc_start.numel ? (const int32_t *)doc_start.data : NULL;
-    CUDA_DISPATCH_T(op, qkv.dtype,
-                    rope_qkv_kernel<T><<<grid_for(n_rot + n_v, 256), 256, 0, cuda_stream(be)>>>(
-                        (T *)qkv.data, (T *)q.data, (T *)k.data, (T *)v.data,
-                        (const float *)cos.data, (const float *)sin.data, ds, Tn, H, Hkv, D,
-                        inverse, V, n_rot, n_v));
+    CUDA_DISPATCH_T(op, qkv.dtype, {
+        constexpr int W = VEC(T);
+        if (V > 1)
+            rope_qkv_kernel<T, W><<<grid_for(n_rot + n_v, 256), 256, 0, cuda_stream(be)>>>(
+                (T *)qkv.data, (T *)q.data, (T *)k.data, (T *)v.data, (const float *)cos.data,
+                (const float *)sin.data, ds, Tn, H, Hkv, D, inverse, n_rot, n_v);
+        else
+            rope_qkv_kernel<T, 1><<<grid_for(n_rot + n_v, 256), 256, 0, cuda_stream(be)>>>(
+                (T *)qkv.data, (T *)q.data, (T *)k.data, (T *)v.data, (const float *)cos.data,
+                (const float *)sin.data, ds, Tn, H, Hkv, D, inverse, n_rot, n_v);
+    });
     CHECK_LAUNCH();
 }
 
