@@ -23,7 +23,7 @@ EMU_BUILD="$BUILD-emu"
 command -v g++ >/dev/null || fail "no g++: run make deps (build-essential)"
 command -v perl >/dev/null || fail "no perl: run make deps"
 start=$(date +%s)
-make -j2 EMU=1 BUILD="$EMU_BUILD" all >"$tmp/make.log" 2>&1 || { tail -n 40 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu all
 echo "== make EMU=1 BUILD=$EMU_BUILD: $(( $(date +%s) - start ))s"
 if grep -qiE "warning" "$tmp/make.log"; then
     grep -iE -B2 -A4 "warning" "$tmp/make.log" | head -n 40

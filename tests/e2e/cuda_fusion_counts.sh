@@ -24,8 +24,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
 need_built "$TRIDENT"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
-    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 need_built "$EMU_BUILD/trident"
 small_dataset "$tmp"
 BASE_LAUNCHES=1455

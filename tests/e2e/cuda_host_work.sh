@@ -17,9 +17,7 @@
 # the device accumulator it reads once a step. ~10 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/tests/check_host_work" >"$tmp/make.log" 2>&1 ||
-    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu tests/check_host_work
 need_built "$EMU_BUILD/tests/check_host_work"
 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/check_host_work" || fail "check_host_work"
 TRIDENT_EMU_DELAY=200:3 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/check_host_work" ||

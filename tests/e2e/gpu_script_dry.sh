@@ -36,8 +36,7 @@ source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 command -v bible >/dev/null || fail "bible-kjv not installed: run make deps"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
-    { tail -n 40 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 data/make_kjv.sh "$tmp/kjv.txt" >/dev/null
 "$EMU_BUILD/trident" prep --input "$tmp/kjv.txt" --output "$tmp/shards" --vocab-size 4096 \
     >"$tmp/prep.log" 2>&1 || { tail -n 20 "$tmp/prep.log"; fail "prep of the KJV corpus"; }

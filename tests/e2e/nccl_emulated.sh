@@ -15,9 +15,7 @@
 # backward, in flight at once on the asynchronous emulation. ~20 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/mpi/test_comm_nccl" "$EMU_BUILD/mpi/test_grad_sync" >"$tmp/make.log" 2>&1 ||
-    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu mpi/test_comm_nccl mpi/test_grad_sync
 need_built "$EMU_BUILD/mpi/test_comm_nccl" "$EMU_BUILD/mpi/test_grad_sync"
 BIN="$PWD/$EMU_BUILD/mpi" # absolute: mpi_no_leftovers matches it, not another checkout's run
 fail=0

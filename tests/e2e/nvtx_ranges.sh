@@ -26,8 +26,7 @@ EMU_TRIDENT="$PWD/$EMU_BUILD/trident"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 need_built "$TRIDENT"
 [ -f "$CUDA_HOME/include/nvtx3/nvToolsExt.h" ] || fail "no nvtx3 headers in $CUDA_HOME/include"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
-    { tail -n 40 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 need_built "$EMU_TRIDENT"
 nm "$EMU_TRIDENT" > "$tmp/nm-emu"  # (a file: grep -q would SIGPIPE nm under pipefail)
 grep -q ' T nvtx_range_push$' "$tmp/nm-emu" || fail "the EMU build has no nvtx_range_push (TRIDENT_NVTX unset?)"

@@ -21,8 +21,7 @@ source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
 EMU_TRIDENT="$PWD/$EMU_BUILD/trident"
 need_built "$TRIDENT"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
-    { tail -n 40 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 need_built "$EMU_TRIDENT"
 small_dataset "$tmp"
 common=(data.path="$tmp/shards" model.d_model=32 model.n_heads=2

@@ -32,8 +32,7 @@ source "$(dirname "$0")/lib/common.sh"
 EMU_BUILD="$BUILD-emu"
 need_built "$TRIDENT"
 need_py numpy
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
-    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 need_built "$EMU_BUILD/trident"
 small_dataset "$tmp"
 fail=0

@@ -18,9 +18,7 @@
 # merged by mpirun, each line prefixed "[rank R, host H]"). ~15 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 ||
-    { tail -n 30 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 need_built "$TRIDENT" "$EMU_BUILD/trident"
 small_dataset "$tmp"
 WATCHDOG_S=30

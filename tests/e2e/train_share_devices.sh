@@ -14,8 +14,7 @@
 #       would refuse it).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 || { tail -n 20 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 TRIDENT="$PWD/$EMU_BUILD/trident"
 small_dataset "$tmp"
 train2() { # RUN_DIR [overrides...]

@@ -72,7 +72,6 @@ stop_one() {
 fail=0
 if [ -n "${ONLY_CPU:-}" ]; then stop_one cpu "$TRIDENT" 3 1; exit; fi
 stop_one cpu "$TRIDENT" 3 1 || fail=1
-EMU_BUILD="$BUILD-emu"
-make -j2 EMU=1 BUILD="$EMU_BUILD" "$EMU_BUILD/trident" >"$tmp/make.log" 2>&1 || { tail -n 20 "$tmp/make.log"; fail "make EMU=1"; }
+need_emu trident
 stop_one emu "$PWD/$EMU_BUILD/trident" 2 1 system.device=cuda || fail=1
 exit $fail

@@ -50,6 +50,18 @@ need_built() {
     for f in "$@"; do [ -x "$f" ] || fail "$f not built (make)"; done
 }
 
+# need_emu TARGET...: builds TARGETs (paths under the emulated build, e.g.
+# trident, tests/check_host_work) with make EMU=1 into EMU_BUILD ($BUILD-emu,
+# set here), a no-op when current; fails with make's last lines.
+need_emu() {
+    EMU_BUILD="$BUILD-emu"
+    local t targets=()
+    for t in "$@"; do targets+=("$EMU_BUILD/$t"); done
+    make -j2 EMU=1 BUILD="$EMU_BUILD" "${targets[@]}" >"$tmp/make.log" 2>&1 ||
+        { tail -n 40 "$tmp/make.log"; fail "make EMU=1"; }
+    [ "$*" = all ] || need_built "${targets[@]}"
+}
+
 need_py() {
     [ -x "$PY" ] || fail "$PY missing: run make deps (it makes .venv with tests/requirements.txt)"
     local m
