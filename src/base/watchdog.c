@@ -168,6 +168,7 @@ void watchdog_phase(struct watchdog *w, const char *phase, double allowance, int
     w->allowance = allowance >= 1 ? allowance : 1, w->peers = peers != 0;
     w->phase_ms = now_ms();
     atomic_store(&w->last_ms, w->phase_ms);
+    heartbeat_set(w->hb, w->phase, 0); // at once: a rank stopped right after a phase change shows the new one
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -31,7 +31,7 @@ mpi_no_leftovers "$tmp/wd-run" || { echo "FAIL: processes left"; fail=1; }
 grep -m1 "watchdog:" "$tmp/log" || true; echo "ended in $secs s"
 
 # Sampling: up to 600 tokens (an end-of-text ends one early: measured lengths
-# 92, 600, 219, 480) without a KV cache, one (8, 64) forward each, ~9 ms per
+# 92, 600, 219, 480) without a KV cache, one (32, 64) forward each (micro_batch_size), ~15 ms per
 # token here against watchdog_s = 1; steps 1-4 sample. At least one sample
 # must last over 2 x watchdog_s (else this proves nothing: on a faster machine
 # raise sample_tokens or micro_batch_size); the duration is the one the sample
@@ -39,7 +39,7 @@ grep -m1 "watchdog:" "$tmp/log" || true; echo "ended in $secs s"
 rc=0
 timeout 120 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" parallel.dp=2 \
     train.steps=4 train.warmup_steps=1 train.sample_every=1 train.sample_tokens=600 system.watchdog_s=1 \
-    train.seq_len=64 train.micro_batch_size=8 train.global_batch_size=16 \
+    train.seq_len=64 train.micro_batch_size=32 train.global_batch_size=64 \
     log.run_dir="$tmp/wd-sample" > "$tmp/log-sample" 2>&1 || rc=$?
 samples=$(grep -ac '| sample (' "$tmp/wd-sample/train.log" || true)
 longest=$(grep -ao '| sample ([0-9]* tokens, [0-9.]* s)' "$tmp/wd-sample/train.log" |
