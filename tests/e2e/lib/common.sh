@@ -51,15 +51,18 @@ need_built() {
 }
 
 # need_emu TARGET...: builds TARGETs (paths under the emulated build, e.g.
-# trident, tests/check_host_work) with make EMU=1 into EMU_BUILD ($BUILD-emu,
-# set here), a no-op when current; fails with make's last lines.
+# trident, tests/check_host_work, or the make goal all) with make EMU=1 into
+# EMU_BUILD ($BUILD-emu, set here), a no-op when current; fails with make's
+# last lines.
 need_emu() {
     EMU_BUILD="$BUILD-emu"
-    local t targets=()
-    for t in "$@"; do targets+=("$EMU_BUILD/$t"); done
+    local t targets=() files=()
+    for t in "$@"; do
+        if [ "$t" = all ]; then targets+=(all); else targets+=("$EMU_BUILD/$t"); files+=("$EMU_BUILD/$t"); fi
+    done
     make -j2 EMU=1 BUILD="$EMU_BUILD" "${targets[@]}" >"$tmp/make.log" 2>&1 ||
         { tail -n 40 "$tmp/make.log"; fail "make EMU=1"; }
-    [ "$*" = all ] || need_built "${targets[@]}"
+    [ ${#files[@]} -eq 0 ] || need_built "${files[@]}"
 }
 
 need_py() {
