@@ -53,6 +53,18 @@ void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
+void *xrealloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "out of host memory reallocating %zu bytes", bytes);
+    return q;
+}
+
+void sleep_s(double seconds) {
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
 double time_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -52,12 +52,16 @@ void fatal_set_announcer(void (*announce)(const char *msg));
                                 "check failed: %s: " fmt, #cond, ##__VA_ARGS__); \
     } while (0)
 
-// malloc/calloc that exit with a message naming the size on failure.
+// malloc/calloc/realloc that exit with a message naming the size on failure.
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t bytes);
 
 // Wall-clock seconds from a monotonic clock.
 double time_now_s(void);
+
+// Sleeps the calling thread for seconds (>= 0), resumed after signals.
+void sleep_s(double seconds);
 
 // mkdir -p: path and every missing parent (mode 0755); a folder that exists
 // is fine. Returns 0, or -1 with errno set by the mkdir that failed (ENOTDIR

@@ -56,10 +56,7 @@ enum { PEER_EXIT_DELAY_MS = 1500 };
 // several expected at once (peers timing out together, a check that every
 // rank's watchdog runs) waits PEER_EXIT_DELAY_MS after printing it, so the
 // others print theirs too.
-static void linger(void) {
-    struct timespec t = {PEER_EXIT_DELAY_MS / 1000, PEER_EXIT_DELAY_MS % 1000 * 1000000L};
-    nanosleep(&t, NULL);
-}
+static void linger(void) { sleep_s(PEER_EXIT_DELAY_MS / 1e3); }
 
 // Runs the checks (the lock held); the first that fails ends the job, and so
 // does another rank's announced failure (heartbeat_announce).

@@ -50,11 +50,7 @@ struct cache {
     int64_t staged, evicted, failed;
 };
 
-void cache_sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
-}
+void cache_sleep_ms(long ms) { sleep_s(ms / 1e3); }
 
 static int fault_delay_ms, fault_eio_shard = -1;
 static int fault_at_shard = -1, fault_at_first, fault_at_count; // cold_eio_at:K:N:M

@@ -8,7 +8,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/mpi_util.h"
@@ -64,11 +63,6 @@ _Static_assert(sizeof(int) <= sizeof(((struct comm_request *)0)->storage),
                "event index does not fit in comm_request.storage");
 
 static struct comm_nccl *impl_of(const struct comm_group *g) { return g->impl; }
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 // ---- errors ---------------------------------------------------------------------------
 
@@ -156,22 +150,16 @@ static int nccl_check(struct comm_group *g, char *msg, size_t cap) {
 
 // ---- events ---------------------------------------------------------------------------
 
-static void *resized(void *p, size_t bytes) {
-    void *q = realloc(p, bytes);
-    CHECK(q, "comm_nccl: out of host memory (%zu bytes)", bytes);
-    return q;
-}
-
 // Doubles the event pool (n_events = 0: makes the first NCCL_EVENTS_INITIAL),
 // with room for as many deferred operations.
 static void events_grow(struct comm_nccl *c) {
     int old = c->n_events, n = old ? 2 * old : NCCL_EVENTS_INITIAL;
     CHECK(n > old && n < (1 << 24), "comm_nccl: %d operations in flight on one group", old);
-    c->done = resized(c->done, sizeof *c->done * (size_t)n);
-    c->start = resized(c->start, sizeof *c->start * (size_t)n);
-    c->free_events = resized(c->free_events, sizeof *c->free_events * (size_t)n);
-    c->deferred = resized(c->deferred, sizeof *c->deferred * (size_t)n);
-    c->now = resized(c->now, sizeof *c->now * ((size_t)n + 1));
+    c->done = xrealloc(c->done, sizeof *c->done * (size_t)n);
+    c->start = xrealloc(c->start, sizeof *c->start * (size_t)n);
+    c->free_events = xrealloc(c->free_events, sizeof *c->free_events * (size_t)n);
+    c->deferred = xrealloc(c->deferred, sizeof *c->deferred * (size_t)n);
+    c->now = xrealloc(c->now, sizeof *c->now * ((size_t)n + 1));
     for (int k = n - 1; k >= old; k--) {
         CHECK_CUDA(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
         CHECK_CUDA(cudaEventCreateWithFlags(&c->start[k], cudaEventDisableTiming));
