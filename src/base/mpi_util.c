@@ -23,18 +23,18 @@ void mpi_abort_on_fatal(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
 }
 
-void mpi_util_start(int *argc, char ***argv) {
+enum status mpi_util_start(int *argc, char ***argv, struct error *err) {
 #ifdef TRIDENT_CUDA_EMU
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-    if (provided < MPI_THREAD_MULTIPLE) {
-        fprintf(stderr, "trident: the emulated CUDA build needs MPI_THREAD_MULTIPLE (its NCCL runs MPI on "
-                        "stream threads); this MPI provides level %d\n", provided);
-        exit(1);
-    }
+    if (provided < MPI_THREAD_MULTIPLE)
+        return error_set(err, STATUS_RUNTIME, "the emulated CUDA build needs MPI_THREAD_MULTIPLE (its NCCL "
+                         "runs MPI on stream threads); this MPI provides level %d", provided);
 #else
+    (void)err;
     MPI_Init(argc, argv);
 #endif
+    return STATUS_OK;
 }
 
 void mpi_util_init(MPI_Comm world) {

@@ -28,8 +28,10 @@ _Noreturn void mpi_fail(int rc, const char *call, const char *file, int line);
 // MPI_Init, except in the emulated CUDA build (-DTRIDENT_CUDA_EMU): there
 // MPI_Init_thread with MPI_THREAD_MULTIPLE, since the emulated NCCL calls MPI
 // from the streams' worker threads while the host thread calls it too
-// (tests/cuda_emu/nccl.h); exits 1 with a message when MPI cannot.
-void mpi_util_start(int *argc, char ***argv);
+// (tests/cuda_emu/nccl.h). Returns STATUS_OK, or STATUS_RUNTIME with err
+// naming the thread level MPI provides when it is below that (MPI is
+// initialised either way; the caller ends the process).
+enum status mpi_util_start(int *argc, char ***argv, struct error *err);
 
 // After MPI_Init: makes MPI errors on world (and on communicators split from
 // it later) return to CHECK_MPI, sets g_log_rank to the world rank, and

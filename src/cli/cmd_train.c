@@ -136,7 +136,11 @@ int cmd_train(int argc, char **argv) {
         free(rest);
         return rc;
     }
-    mpi_util_start(&argc, &argv);
+    struct error start_err = {0};
+    if (mpi_util_start(&argc, &argv, &start_err)) {
+        fprintf(stderr, "trident: %s\n", start_err.msg);
+        return 1;
+    }
     mpi_util_init(MPI_COMM_WORLD);
     struct sigaction sa = {0};
     sa.sa_handler = on_preempt;

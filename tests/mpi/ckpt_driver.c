@@ -146,7 +146,8 @@ static int load(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    mpi_util_start(&argc, &argv);
+    struct error start_err = {0};
+    CHECK(!mpi_util_start(&argc, &argv, &start_err), "%s", start_err.msg);
     mpi_util_init(MPI_COMM_WORLD);
     int rank, size, rc = 2;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

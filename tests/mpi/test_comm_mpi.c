@@ -370,7 +370,8 @@ static int test_agree(int size) {
 }
 
 int main(int argc, char **argv) {
-    mpi_util_start(&argc, &argv);
+    struct error start_err = {0};
+    CHECK(!mpi_util_start(&argc, &argv, &start_err), "%s", start_err.msg);
     mpi_util_init(MPI_COMM_WORLD);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

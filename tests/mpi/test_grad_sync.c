@@ -80,7 +80,8 @@ static int run_case(const char *name, struct backend *be, struct comm_group *dp,
 }
 
 int main(int argc, char **argv) {
-    mpi_util_start(&argc, &argv);
+    struct error start_err = {0};
+    CHECK(!mpi_util_start(&argc, &argv, &start_err), "%s", start_err.msg);
     mpi_util_init(MPI_COMM_WORLD);
     struct comm_group dp;
     MPI_Comm dup;

@@ -71,7 +71,8 @@ static int run_layout(int p, int m, int v, int ring) {
 }
 
 int main(int argc, char **argv) {
-    mpi_util_start(&argc, &argv);
+    struct error start_err = {0};
+    CHECK(!mpi_util_start(&argc, &argv, &start_err), "%s", start_err.msg);
     mpi_util_init(MPI_COMM_WORLD);
     if (argc < 4 || (argc - 1) % 3 != 0)
         mpi_exit_all(STATUS_BAD_INPUT, "usage: test_pipeline_mpi P M V [P M V ...]");
