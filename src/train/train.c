@@ -198,9 +198,11 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
         return err->err.status;
     par->groups = (struct parallel_groups){
-        topology_device_group(topo, GROUP_TP), topology_device_group(topo, GROUP_PP),
-        topology_device_group(topo, GROUP_DP), c->parallel.zero_stage,
-        &topo->tp_group, &topo->pp_group, &topo->dp_group};
+        .tp = topology_device_group(topo, GROUP_TP), .pp = topology_device_group(topo, GROUP_PP),
+        .dp = topology_device_group(topo, GROUP_DP), .zero_stage = c->parallel.zero_stage,
+        .host_tp = &topo->tp_group, .host_pp = &topo->pp_group, .host_dp = &topo->dp_group,
+        // until parallel.dp_shard: one shard group of every DP rank, no replicas
+        .dp_shard = topology_device_group(topo, GROUP_DP), .host_dp_shard = &topo->dp_group};
     return STATUS_OK;
 }
 
@@ -319,8 +321,7 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     if (model_init(&m->model, m->be, &m->lc, &shard, c->precision.dtype, c->train.micro_batch_size,
                    T, (uint64_t)c->train.seed, &err->err)) // out of memory: this rank's stage alone
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
-    model_set_tp_group(m->model, topology_device_group(topo, GROUP_TP));
-    model_set_tp_host_group(m->model, &topo->tp_group);
+    model_set_groups(m->model, &t->par.groups);
     if (c->data.packing == PACKING_CONCAT_RESET) // index.ini's eot_id >= 0; ids are I32
         model_set_doc_eot(m->model, (int32_t)MIN(t->data.ds->index.eot_id, (int64_t)INT32_MAX));
     m->oc = optimizer_from(c);
