@@ -96,7 +96,9 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.
     for (int p = 0; p < l->pp; p++) {
         struct plan_rank_bytes b;
-        if (plan_rank(&c, (struct grid_coord){0, 0, p}, &b, &err)) {
+        struct grid_coord at = {{0}};
+        at.at[AXIS_PP] = p;
+        if (plan_rank(&c, at, &b, &err)) {
             snprintf(why, why_len, "%.150s", err.msg);
             return false;
         }

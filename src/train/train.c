@@ -77,11 +77,10 @@ static double measure_peak_flops(struct trainer *t) {
 // Errors every rank finds the same way (the config, the data, the layout) are
 // returned as they are; errors of this rank alone are marked (trainer_alone).
 
-// The grid of tp x pp x dp ranks (MPI groups; no CUDA call yet).
+// The grid of the [parallel] layout (MPI groups; no CUDA call yet).
 static enum status setup_grid(struct trainer *t, struct trainer_error *err) {
-    const struct config *c = &t->cfg;
-    if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->par.topo,
-                      &err->err))
+    struct grid_layout grid = config_grid(&t->cfg);
+    if (topology_init(MPI_COMM_WORLD, &grid, &t->par.topo, &err->err))
         return err->err.status;
     return STATUS_OK;
 }
@@ -197,12 +196,16 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
     backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
         return err->err.status;
+#define DEVICE(kind) topology_device_group(topo, kind)
+#define HOST(kind) topology_group(topo, kind)
     par->groups = (struct parallel_groups){
-        .tp = topology_device_group(topo, GROUP_TP), .pp = topology_device_group(topo, GROUP_PP),
-        .dp = topology_device_group(topo, GROUP_DP), .zero_stage = c->parallel.zero_stage,
-        .host_tp = &topo->tp_group, .host_pp = &topo->pp_group, .host_dp = &topo->dp_group,
-        // until parallel.dp_shard: one shard group of every DP rank, no replicas
-        .dp_shard = topology_device_group(topo, GROUP_DP), .host_dp_shard = &topo->dp_group};
+        .tp = DEVICE(GROUP_TP), .pp = DEVICE(GROUP_PP), .dp = DEVICE(GROUP_DP),
+        .zero_stage = c->parallel.zero_stage,
+        .host_tp = HOST(GROUP_TP), .host_pp = HOST(GROUP_PP), .host_dp = HOST(GROUP_DP),
+        .dp_shard = DEVICE(GROUP_DP_SHARD), .dp_replicate = DEVICE(GROUP_DP_REPLICATE),
+        .host_dp_shard = HOST(GROUP_DP_SHARD), .host_dp_replicate = HOST(GROUP_DP_REPLICATE)};
+#undef DEVICE
+#undef HOST
     return STATUS_OK;
 }
 
@@ -261,7 +264,7 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     free(bs);
     d->ds = d->sets[0];
     if (st) return st;
-    int dp = c->parallel.dp, rank_d = t->par.topo.coord.d, B = c->train.micro_batch_size;
+    int dp = c->parallel.dp, rank_d = topology_rank_in(&t->par.topo, GROUP_DP), B = c->train.micro_batch_size;
     int G = c->train.global_batch_size;
     if (loader_init_blend(&d->train_loader, d->sets, d->weights, d->n_sets, SPLIT_TRAIN, rank_d, dp, B, G,
                           (uint64_t)c->train.seed, &err->err))
@@ -280,7 +283,8 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     // samples it serves to FILE (loader_set_log), from the rank of tensor
     // and pipeline coordinate 0 only, so each sample is logged once.
     const char *log_samples = getenv("TRIDENT_LOG_SAMPLES");
-    if (log_samples && log_samples[0] && t->par.topo.coord.t == 0 && t->par.topo.coord.p == 0) {
+    if (log_samples && log_samples[0] && topology_rank_in(&t->par.topo, GROUP_TP) == 0 &&
+        topology_rank_in(&t->par.topo, GROUP_PP) == 0) {
         d->sample_log = fopen(log_samples, "a");
         if (!d->sample_log) {
             error_set(&err->err, STATUS_BAD_INPUT, "TRIDENT_LOG_SAMPLES = %s: cannot append: %s", log_samples,
@@ -295,7 +299,7 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     // document starts itself (model_set_doc_eot): a few hundred bytes of
     // hyperslab reads per microbatch instead of a (B, T) message beside each
     // activation message of the pipeline.
-    int s = t->par.topo.coord.p, T = c->train.seq_len;
+    int s = topology_rank_in(&t->par.topo, GROUP_PP), T = c->train.seq_len;
     d->reads_tokens = s == 0 || c->data.packing == PACKING_CONCAT_RESET;
     d->reads_targets = s == c->parallel.pp - 1;
     d->accum = plan_microbatches(c);
@@ -356,10 +360,10 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
         // them in send order (comm_nccl.h); the MPI group (host buffers, the
         // model copying) keeps them apart by tag.
         bool device = par->topo.has_device_groups && !(pp == 2 && v > 1);
-        par->pipe = (struct pipeline_exec){.p = pp, .s = par->topo.coord.p, .m = t->data.accum,
+        par->pipe = (struct pipeline_exec){.p = pp, .s = topology_rank_in(&par->topo, GROUP_PP), .m = t->data.accum,
                                            .v = v,
                                            .group = device ? topology_device_group(&par->topo, GROUP_PP)
-                                                           : &par->topo.pp_group,
+                                                           : topology_group(&par->topo, GROUP_PP),
                                            .count = model_stage_message_numel(m->model),
                                            .dtype = c->precision.dtype,
                                            .be = device ? m->be : NULL};
@@ -470,8 +474,7 @@ static enum status setup_log(struct trainer *t, long long started, struct traine
         return STATUS_OK;
     }
     struct run_start s = {.step = t->ckpt.start_step, .resumed = t->ckpt.last[0] != '\0',
-                          .world_size = W, .tp = c->parallel.tp, .pp = c->parallel.pp,
-                          .dp = c->parallel.dp, .threads = all, .time = started,
+                          .world_size = W, .layout = t->par.topo.layout, .threads = all, .time = started,
                           .flops_per_token = t->log.flops_per_token, .peak_flops = t->log.peak_flops};
     char path[CONFIG_PATH_MAX + 32];
     const char *mf = c->log.metrics_file;
@@ -687,12 +690,10 @@ static void format_eta(double s, char *buf, size_t n) {
 // them only where a caller waits (comm_nccl.h).
 static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
     struct topology *topo = &t->par.topo;
-    *collective = topo->tp_group.busy_s + topo->dp_group.busy_s + topo->embed_group.busy_s;
-    *pipeline = topo->pp_group.busy_s;
-    if (topo->has_device_groups) {
-        *collective += topo->device[GROUP_TP].busy_s + topo->device[GROUP_DP].busy_s +
-                       topo->device[GROUP_EMBED].busy_s;
-        *pipeline += topo->device[GROUP_PP].busy_s;
+    *collective = *pipeline = 0;
+    for (int k = 0; k < GROUP_COUNT; k++) {
+        double busy = topo->host[k].busy_s + (topo->has_device_groups ? topo->device[k].busy_s : 0);
+        *(k == GROUP_PP ? pipeline : collective) += busy;
     }
 }
 
@@ -959,7 +960,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             FILE *f = is_root(t) ? stdout : NULL;
             snprintf(phase, sizeof phase, "sampling %d tokens after step %d", c->train.sample_tokens,
                      step + 1);
-            watchdog_phase(t->watchdog, phase, 1, t->par.topo.tp_group.size > 1);
+            watchdog_phase(t->watchdog, phase, 1, topology_group(&t->par.topo, GROUP_TP)->size > 1);
             char *text = NULL;
             size_t len = 0;
             FILE *mem = f ? open_memstream(&text, &len) : NULL;

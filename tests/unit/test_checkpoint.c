@@ -85,7 +85,7 @@ static enum status save_a(const char *dir, int64_t step, int keep_last, int drop
                           struct error *err) {
     struct rank_data rd[WORLD];
     struct ckpt_file_sum sums[WORLD];
-    struct ckpt_save_args a = {.dir = dir, .step = step, .tp = TP, .pp = 1, .dp = DP,
+    struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(TP, 1, DP, 0),
                                .zero_stage = 1, .model = &model_cfg, .tokenizer_id = "bpe-test",
                                .n_pieces = 4, .keep_last = keep_last};
     enum status st = checkpoint_prepare(&a, err);
@@ -383,7 +383,7 @@ static void test_collective(const char *root) {
     struct ckpt_piece p = {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
                            .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w};
     struct ckpt_state s = {.step = 9};
-    struct ckpt_save_args a = {.dir = dir, .step = 9, .tp = 1, .pp = 1, .dp = 1,
+    struct ckpt_save_args a = {.dir = dir, .step = 9, .layout = topology_layout(1, 1, 1, 0),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = &p,
                                .n_pieces = 1, .state = &s};
     struct error err = {0};
@@ -426,7 +426,7 @@ static enum status save_self(const char *dir, int64_t step, float *w, uint16_t *
                            .consecutive_skips = 1, .has_schedule = true, .train_steps = 80,
                            .warmup_steps = 5, .lr_schedule = 1, .lr = 3e-3, .min_lr = 3e-4,
                            .lr_rebase_step = 60, .lr_rebase_lr = 3.0217e-4};
-    struct ckpt_save_args a = {.dir = dir, .step = step, .tp = 1, .pp = 1, .dp = 1,
+    struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(1, 1, 1, 0),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
                                .n_pieces = 2, .state = &s, .keep_last = 1};
     return checkpoint_save(&a, &self, err);
@@ -494,7 +494,7 @@ static void test_nonfinite(const char *root, const char *trident) {
     struct ckpt_piece p[2];
     two_pieces(p, w, norm16);
     struct ckpt_state s = {.step = 8, .lr_step = 8, .skipped_steps = 5, .consecutive_skips = 5};
-    struct ckpt_save_args a = {.dir = dir, .step = 8, .tp = 1, .pp = 1, .dp = 1,
+    struct ckpt_save_args a = {.dir = dir, .step = 8, .layout = topology_layout(1, 1, 1, 0),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
                                .n_pieces = 2, .state = &s};
     struct ckpt_file_sum sum;
@@ -587,7 +587,7 @@ int main(int argc, char **argv) {
     if (checkpoint_open(dir, &r, &err) == STATUS_OK) {
         check_layout_b(r, 3, "layout B");
         const struct ckpt_info *in = checkpoint_info(r);
-        EXPECT(in->tp == 2 && in->dp == 3 && in->world_size == 6 && in->zero_stage == 1 &&
+        EXPECT(topology_group_size(&in->layout, GROUP_TP) == 2 && topology_group_size(&in->layout, GROUP_DP) == 3 && in->world_size == 6 && in->zero_stage == 1 &&
                    in->model.d_model == 10 && !strcmp(in->tokenizer_id, "bpe-test"), "manifest");
         checkpoint_close(r);
     } else {

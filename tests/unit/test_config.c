@@ -45,7 +45,7 @@ static void test_contract_keys(void) {
         "train.lr_schedule", "train.weight_decay", "train.beta1", "train.beta2", "train.adam_eps",
         "train.grad_clip", "train.label_smoothing", "train.seed", "train.eval_every", "train.eval_steps",
         "train.sample_every", "data.path", "data.tokenizer", "data.cache_dir", "data.cache_bytes",
-        "data.prefetch_shards", "parallel.tp", "parallel.pp", "parallel.dp", "parallel.virtual_stages",
+        "data.prefetch_shards", "parallel.tp", "parallel.pp", "parallel.dp", "parallel.dp_shard", "parallel.virtual_stages",
         "parallel.sequence_parallel", "parallel.zero_stage", "parallel.bucket_mb", "precision.dtype",
         "precision.loss_scale", "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last",
         "checkpoint.resume", "log.every", "log.metrics_file", "log.run_dir", "system.device",
@@ -80,7 +80,7 @@ static void test_dp_inference(void) {
     EXPECT(load_on(1, &c, &err, 0, NULL) == STATUS_OK && c.parallel.dp == 1, "defaults on 1 rank: dp %d", c.parallel.dp);
     // A dp that is set is kept, and checked against the world as before.
     const char *set3[] = {"parallel.dp=3", "train.micro_batch_size=1", "train.global_batch_size=3"};
-    EXPECT(load_on(4, &c, &err, 3, set3) == STATUS_BAD_INPUT && contains(err.msg, "tp * pp * dp must equal"),
+    EXPECT(load_on(4, &c, &err, 3, set3) == STATUS_BAD_INPUT && contains(err.msg, "sizes must multiply to the number of ranks"),
            "explicit dp 3 on 4 ranks: %s", err.msg);
     // 6 ranks with tp * pp = 4: the world sizes around it that work.
     EXPECT(load_on(6, &c, &err, 4, pp2) == STATUS_BAD_INPUT && contains(err.msg, "N = 6 ranks") &&
@@ -352,7 +352,10 @@ static const struct bad_case bad_cases[] = {
     {"cudnn on the cpu", "[system]\nattention = cudnn\n", {0}, 1,
      {"system.attention = cudnn (@:2)", "needs system.device = cuda", "system.device = cpu (default)"}},
     {"tp*pp*dp != ranks", "[parallel]\ntp = 2\ndp = 2\n", {0}, 2,
-     {"tp = 2, pp = 1, dp = 2 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)", "parallel.pp = 1 (default)"}},
+     {"tp = 2 x dp_shard = 2 x dp_replicate = 1 x pp = 1 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)",
+      "parallel.dp = 2 (@:3); parallel.dp_shard = 0 (default); parallel.pp = 1 (default)"}},
+    {"dp_shard must divide dp", "[parallel]\ndp = 4\ndp_shard = 3\n", {0}, 4,
+     {"dp_shard must divide dp", "parallel.dp_shard = 3 (@:3)", "parallel.dp = 4 (@:2)"}},
     {"heads % tp", "[model]\nd_model = 192\nn_heads = 6\nn_kv_heads = 2\n[parallel]\ntp = 4\n", {0}, 4,
      {"n_heads must be a multiple of tp", "model.n_heads = 6 (@:3)", "parallel.tp = 4 (@:6)"}},
     {"kv heads vs tp", "[model]\nd_model = 384\nn_heads = 12\nn_kv_heads = 3\n[parallel]\ntp = 4\n", {0}, 4,
