@@ -226,6 +226,30 @@ static void test_bad(const char *root) {
     expect_refused(root, good, "version", "sed -i 's/^format_version = 1/format_version = 99/' manifest.ini",
                    "manifest.ini: format_version = 99");
     expect_refused(root, good, "nomanifest", "rm manifest.ini", "manifest.ini");
+    // The layout lines (tp 2 x dp 3 = dp_shard 3 x dp_replicate 1) must agree.
+    expect_refused(root, good, "replicas", "sed -i 's/^dp_replicate = 1$/dp_replicate = 3/' manifest.ini",
+                   "manifest.ini: dp_replicate = 3, but the layout tp = 2, dp_shard = 3, dp_replicate = 1, "
+                   "pp = 1 makes it 1");
+    expect_refused(root, good, "shard", "sed -i 's/^dp_shard = 3$/dp_shard = 2/' manifest.ini",
+                   "manifest.ini: dp_shard = 2 does not divide dp = 3");
+    expect_refused(root, good, "world", "sed -i 's/^dp = 3$/dp = 1/; /^dp_/d' manifest.ini",
+                   "manifest.ini: tp=2 * dp_shard=1 * dp_replicate=1 * pp=1 = 2 ranks != world_size=6");
+    // A manifest from before dp_shard (tp, pp, dp only) opens as one shard
+    // group of every data rank.
+    char cmd[4096], old[700];
+    snprintf(old, sizeof old, "%s/old-manifest", root);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s && cd %s && grep -c '^dp_shard = 3$' manifest.ini >/dev/null && "
+             "sed -i '/^dp_shard = /d; /^dp_replicate = /d' manifest.ini", good, old, old);
+    run(cmd);
+    struct ckpt_reader *old_r = NULL;
+    EXPECT(checkpoint_open(old, &old_r, &err) == STATUS_OK, "old manifest: %s", err.msg);
+    if (old_r) {
+        const struct grid_layout *g = &checkpoint_info(old_r)->layout;
+        EXPECT(g->size[AXIS_TP] == 2 && g->size[AXIS_DP_SHARD] == 3 && g->size[AXIS_DP_REPLICATE] == 1 &&
+                   g->size[AXIS_PP] == 1, "old manifest's layout %d %d %d %d", g->size[AXIS_TP],
+               g->size[AXIS_DP_SHARD], g->size[AXIS_DP_REPLICATE], g->size[AXIS_PP]);
+        checkpoint_close(old_r);
+    }
     // Rank 5 leaves out its piece of param/w: the commit refuses it, and the
     // reader refuses the .tmp folder it left (checksums fine, a hole).
     snprintf(dir, sizeof dir, "%s/incomplete", root);

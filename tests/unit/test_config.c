@@ -251,7 +251,47 @@ static void test_round_trip(void) {
 
 // ---- docs ------------------------------------------------------------------------------
 
+// docs/design.md §10's block lists every key of the table and no other: its
+// indented lines after "## 10.", "[section]" then key names ("name=..." and
+// "(...)" notes allowed), up to the first line that is not indented.
+static void test_design_keys(void) {
+    FILE *f = fopen("docs/design.md", "r");
+    EXPECT(f != NULL, "docs/design.md is missing");
+    if (!f) return;
+    char line[512], section[32] = "";
+    bool in10 = false, started = false;
+    int seen[CONFIG_MAX_KEYS] = {0};
+    while (fgets(line, sizeof line, f)) {
+        if (!in10) {
+            in10 = !strncmp(line, "## 10.", 6);
+            continue;
+        }
+        if (strncmp(line, "    ", 4)) {
+            if (started) break; // the block ended
+            continue;
+        }
+        started = true;
+        for (char *tok = strtok(line, " \t\n"); tok; tok = strtok(NULL, " \t\n")) {
+            if (tok[0] == '[') {
+                snprintf(section, sizeof section, "%.*s", (int)strcspn(tok + 1, "]"), tok + 1);
+                continue;
+            }
+            if (tok[0] == '(' || strchr(tok, ')')) continue; // a note: "(inferred)", "(= dp)"
+            tok[strcspn(tok, "=")] = '\0';
+            int i = config_key_index(section, tok);
+            EXPECT(i >= 0, "docs/design.md §10 names %s.%s, which the key table lacks", section, tok);
+            if (i >= 0) seen[i]++;
+        }
+    }
+    fclose(f);
+    EXPECT(started, "docs/design.md has no §10 key block");
+    for (int i = 0; i < config_n_keys; i++)
+        EXPECT(seen[i] == 1, "docs/design.md §10 lists %s.%s %d times (once expected)",
+               config_keys[i].section, config_keys[i].key, seen[i]);
+}
+
 static void test_docs(void) {
+    test_design_keys();
     char *gen = NULL, *committed = NULL;
     size_t gen_len = 0;
     FILE *m = open_memstream(&gen, &gen_len);
