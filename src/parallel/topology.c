@@ -47,7 +47,10 @@ unsigned topology_group_axes(enum group_kind kind) {
     return groups[kind].axes;
 }
 
-bool topology_group_is_size(enum group_kind kind) { return !groups[kind].ends; }
+bool topology_group_is_size(enum group_kind kind) {
+    CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
+    return !groups[kind].ends;
+}
 
 static bool has_axis(enum group_kind kind, int a) { return groups[kind].axes >> a & 1u; }
 

@@ -8,7 +8,7 @@
 // numbering for every dp_shard. TP varies fastest, so a TP group is tp
 // consecutive ranks (one node's fast domain); PP stages vary slowest. Every
 // formula of this kind lives here, derived from the lists: no other file
-// spells the axes' products or rank maths (tests/e2e/grid_by_hand.sh).
+// spells the axes' products or rank maths (tests/layering/check_grid.py).
 #ifndef TRIDENT_TOPOLOGY_H
 #define TRIDENT_TOPOLOGY_H
 
