@@ -102,7 +102,8 @@ struct parallel_config {
     int dp;
     int virtual_stages;
     bool sequence_parallel;
-    int zero_stage; // 0 or 1
+    int zero_stage; // 0 to 3
+    bool reshard_after_forward; // zero_stage 3
     int bucket_mb;
 };
 
