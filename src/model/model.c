@@ -372,8 +372,12 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     struct model_unit *u = xcalloc((size_t)m->mem.n_units, sizeof *u);
     units_layout(p, m->n_params, total, shard, u);
     m->mem.max_unit_numel = 0;
-    for (int i = 0; i < m->mem.n_units; i++)
+    m->mem.tied_embed_numel = 0;
+    for (int i = 0; i < m->mem.n_units; i++) {
         m->mem.max_unit_numel = MAX(m->mem.max_unit_numel, u[i].end - u[i].begin);
+        if (u[i].kind == MODEL_UNIT_EMBED && d.last && cfg->tie_embeddings)
+            m->mem.tied_embed_numel = u[i].end - u[i].begin;
+    }
     free(u), free(p);
     return STATUS_OK;
 }
@@ -612,6 +616,7 @@ struct tensor model_grad_arena(struct model *m) { return m->grad_arena; }
 const struct model_memory *model_memory(const struct model *m) { return &m->mem; }
 struct backend *model_backend(const struct model *m) { return m->be; }
 bool model_is_last_stage(const struct model *m) { return m->last; }
+bool model_is_first_stage(const struct model *m) { return m->first; }
 
 const struct param_info *model_find_param(const struct model *m, const char *name) {
     for (int i = 0; i < m->n_params; i++)

@@ -125,6 +125,8 @@ struct model_memory {
     size_t n_params;         // elements of this rank's parameters
     int n_units;             // units of this rank (model_units)
     size_t max_unit_numel;   // elements of its largest unit (padding included)
+    size_t tied_embed_numel; // elements of the embedding unit when the head reads it (a tied
+                             // embedding on the last stage); else 0
 };
 
 struct model;
@@ -177,6 +179,7 @@ struct tensor model_grad_arena(struct model *m);  // (n_params,) fp32 / fp64
 const struct model_memory *model_memory(const struct model *m);
 struct backend *model_backend(const struct model *m); // the backend its arenas live on
 bool model_is_last_stage(const struct model *m);
+bool model_is_first_stage(const struct model *m); // holds the embedding's pass
 
 // Finds a parameter by HF name; NULL when this rank does not hold it.
 const struct param_info *model_find_param(const struct model *m, const char *name);

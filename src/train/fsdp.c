@@ -40,6 +40,14 @@ struct fsdp {
     int *where;               // (n_units) gather buffer holding unit u; -1: none
     struct grad_buf gb[2];
     int next_gb;
+    // A tied embedding: the head reads the embedding unit's parameters and
+    // adds to its gradients. Its gradients get a buffer of their own, bound
+    // from the head's backward to the embedding's (or, on a last stage
+    // without the embedding's pass, to the end of the head's backward).
+    bool tied;
+    int embed, head;          // their units; -1: none
+    bool embed_pass;          // this rank runs the embedding's forward and backward
+    struct grad_buf tied_gb;
     struct fsdp_stats stats;
 };
 
@@ -101,8 +109,10 @@ static int neighbour(const struct fsdp *f, int u, int dir) {
     return v;
 }
 
+// Gathers the unit after u ahead (the embedding's backward needs no parameters).
 static void prefetch(struct fsdp *f, int u, int dir) {
     int v = neighbour(f, u, dir);
+    if (dir < 0 && v == f->embed) return;
     if (f->cfg.prefetch && v >= 0 && f->where[v] < 0) gather_start(f, v, true);
 }
 
@@ -130,10 +140,9 @@ static void grads_bind(struct fsdp *f, int u) {
     model_unit_bind(f->model, u, NULL, g.data);
 }
 
-// After unit u's backward: its TP sums, then its reduce-scatter.
-static void grads_reduce(struct fsdp *f, int u) {
-    struct grad_buf *k = f->gb[0].unit == u && !f->gb[0].pending ? &f->gb[0] : &f->gb[1];
-    CHECK(k->unit == u && !k->pending, "fsdp: unit %d has no gradient buffer", u);
+// Starts the reduce-scatter of buffer k, holding unit u's gradients, after
+// the unit's TP sums.
+static void rs_start(struct fsdp *f, struct grad_buf *k, int u) {
     model_finish_unit_grads(f->model, u);
     size_t len = unit_len(f, u), per = len / f->S;
     struct tensor send = tensor_slice(k->g, 0, len), recv = k->recv;
@@ -141,7 +150,7 @@ static void grads_reduce(struct fsdp *f, int u) {
     if (k->g16.numel) { // grad_dtype bf16: rounded for the transfer
         backend_copy(f->be, tensor_slice(k->g16, 0, len), send, len);
         sync_for(f);
-        send = k->g16, recv = k->r16;
+        send = tensor_slice(k->g16, 0, len), recv = k->r16;
     }
     comm_reduce_scatter_start(f->g, send.data, recv.data, per, send.dtype, COMM_SUM, &k->req);
     k->pending = true;
@@ -150,25 +159,60 @@ static void grads_reduce(struct fsdp *f, int u) {
     else rs_complete(f, k);
 }
 
+// After unit u's backward: its reduce-scatter from its rotating buffer.
+static void grads_reduce(struct fsdp *f, int u) {
+    struct grad_buf *k = f->gb[0].unit == u && !f->gb[0].pending ? &f->gb[0] : &f->gb[1];
+    CHECK(k->unit == u && !k->pending, "fsdp: unit %d has no gradient buffer", u);
+    rs_start(f, k, u);
+}
+
+// Before the head's backward with a tied embedding: the embedding's
+// gradients bound to their own buffer, zeroed (after its previous
+// reduce-scatter), to which the head and then the embedding's pass add.
+static void tied_bind(struct fsdp *f) {
+    struct grad_buf *k = &f->tied_gb;
+    rs_complete(f, k);
+    struct tensor g = tensor_slice(k->g, 0, unit_len(f, f->embed));
+    backend_memset0(f->be, g);
+    k->unit = f->embed;
+    model_unit_bind(f->model, f->embed, NULL, g.data);
+}
+
 // ---- the hook ---------------------------------------------------------------------
+
+// Stage 3: unit u's parameters gathered and bound, and the head's tied
+// embedding first (the head's views point at the embedding's).
+static void params_ready(struct fsdp *f, int u) {
+    if (f->tied && u == f->head) gather_ready(f, f->embed);
+    gather_ready(f, u);
+}
+
+static void params_release(struct fsdp *f, int u) {
+    gather_release(f, u);
+    if (f->tied && u == f->head) gather_release(f, f->embed);
+}
 
 static void on_unit(void *ctx, int u, enum model_unit_event ev) {
     struct fsdp *f = ctx;
-    bool z3 = f->cfg.stage == 3;
+    bool z3 = f->cfg.stage == 3, tied_embed = f->tied && u == f->embed;
     switch (ev) {
     case MODEL_UNIT_FORWARD:
-        if (z3) gather_ready(f, u), prefetch(f, u, +1);
+        if (z3) params_ready(f, u), prefetch(f, u, +1);
         break;
     case MODEL_UNIT_FORWARD_DONE:
-        if (z3 && f->cfg.reshard_after_forward) gather_release(f, u);
+        if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
         break;
     case MODEL_UNIT_BACKWARD:
-        if (z3) gather_ready(f, u), prefetch(f, u, -1);
-        grads_bind(f, u);
+        // The embedding's backward reads no parameter (only its gradient).
+        if (z3 && u != f->embed) params_ready(f, u), prefetch(f, u, -1);
+        if (f->tied && u == f->head) tied_bind(f);
+        if (!tied_embed) grads_bind(f, u); // a tied embedding's stay bound since the head's
         break;
     case MODEL_UNIT_BACKWARD_DONE:
-        grads_reduce(f, u);
-        if (z3 && f->cfg.reshard_after_forward) gather_release(f, u);
+        if (tied_embed) rs_start(f, &f->tied_gb, u);
+        else grads_reduce(f, u);
+        if (f->tied && u == f->head && !f->embed_pass) rs_start(f, &f->tied_gb, f->embed);
+        if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
         break;
     }
     fsdp_poll(f);
@@ -177,6 +221,7 @@ static void on_unit(void *ctx, int u, enum model_unit_event ev) {
 void fsdp_poll(struct fsdp *f) {
     for (int k = 0; k < 2; k++)
         if (f->gb[k].pending) comm_test(&f->gb[k].req);
+    if (f->tied_gb.pending) comm_test(&f->tied_gb.req);
     for (int b = 0; b < f->n_gather; b++)
         if (f->gather[b].unit >= 0) comm_test(&f->gather[b].req);
 }
@@ -189,10 +234,16 @@ void fsdp_step_begin(struct fsdp *f) {
 
 void fsdp_step_end(struct fsdp *f) {
     for (int k = 0; k < 2; k++) rs_complete(f, &f->gb[k]);
+    rs_complete(f, &f->tied_gb);
     for (int u = 0; u < f->n_units; u++) gather_release(f, u);
 }
 
 void fsdp_stats(const struct fsdp *f, struct fsdp_stats *out) { *out = f->stats; }
+
+struct tensor fsdp_embed_grad_shard(struct fsdp *f) {
+    if (f->embed < 0) return tensor_view(NULL, f->gdt, 0);
+    return tensor_slice(f->gshard, f->at[f->embed], unit_len(f, f->embed) / f->S);
+}
 
 // ---- set-up -----------------------------------------------------------------------
 
@@ -218,19 +269,27 @@ enum status fsdp_init(struct fsdp **out, struct model *m, struct optimizer *opt,
     f->where = xcalloc((size_t)f->n_units, sizeof *f->where);
     for (int u = 0; u < f->n_units; u++) f->where[u] = -1;
     bool ok = true, z3 = cfg->stage == 3, b16 = cfg->grad_dtype == DTYPE_BF16 && f->gdt == DTYPE_FP32;
-    size_t per = f->max_unit / f->S;
-    for (int k = 0; k < 2; k++) {
-        struct grad_buf *b = &f->gb[k];
-        b->g = tensor_view(alloc_or_null(f->be, f->max_unit * dtype_size(f->gdt), &ok), f->gdt, f->max_unit);
-        b->recv = tensor_view(alloc_or_null(f->be, per * dtype_size(f->gdt), &ok), f->gdt, per);
-        b->g16 = tensor_view(b16 ? alloc_or_null(f->be, f->max_unit * 2, &ok) : NULL, DTYPE_BF16,
-                             b16 ? f->max_unit : 0);
-        b->r16 = tensor_view(b16 ? alloc_or_null(f->be, per * 2, &ok) : NULL, DTYPE_BF16, b16 ? per : 0);
+    f->embed = f->head = -1;
+    for (int u = 0; u < f->n_units; u++) {
+        if (f->units[u].kind == MODEL_UNIT_EMBED) f->embed = u;
+        if (f->units[u].kind == MODEL_UNIT_HEAD) f->head = u;
+    }
+    f->tied = cfg->tied && f->embed >= 0 && f->head >= 0;
+    f->embed_pass = model_is_first_stage(m);
+    for (int k = 0; k < 3; k++) {
+        struct grad_buf *b = k < 2 ? &f->gb[k] : &f->tied_gb;
         b->unit = -1;
+        if (k == 2 && !f->tied) break;
+        size_t len = k < 2 ? f->max_unit : unit_len(f, f->embed), per = len / f->S;
+        b->g = tensor_view(alloc_or_null(f->be, len * dtype_size(f->gdt), &ok), f->gdt, len);
+        b->recv = tensor_view(alloc_or_null(f->be, per * dtype_size(f->gdt), &ok), f->gdt, per);
+        b->g16 = tensor_view(b16 ? alloc_or_null(f->be, len * 2, &ok) : NULL, DTYPE_BF16, b16 ? len : 0);
+        b->r16 = tensor_view(b16 ? alloc_or_null(f->be, per * 2, &ok) : NULL, DTYPE_BF16, b16 ? per : 0);
     }
     if (z3) {
         bool keep = !cfg->reshard_after_forward;
-        f->n_gather = keep ? f->n_units : 2;
+        // A tied head needs the embedding gathered beside it: one more.
+        f->n_gather = keep ? f->n_units : f->tied ? 3 : 2;
         f->gather = xcalloc((size_t)f->n_gather, sizeof *f->gather);
         size_t n_params = model_memory(m)->n_params, es = dtype_size(f->pdt);
         if (keep) f->stage_buf = alloc_or_null(f->be, n_params * es, &ok);
@@ -270,9 +329,10 @@ enum status fsdp_init(struct fsdp **out, struct model *m, struct optimizer *opt,
 void fsdp_free(struct fsdp *f) {
     if (!f) return;
     model_set_unit_hook(f->model, NULL, NULL);
-    for (int k = 0; k < 2; k++) {
-        backend_dealloc(f->be, f->gb[k].g.data), backend_dealloc(f->be, f->gb[k].recv.data);
-        backend_dealloc(f->be, f->gb[k].g16.data), backend_dealloc(f->be, f->gb[k].r16.data);
+    for (int k = 0; k < 3; k++) {
+        struct grad_buf *b = k < 2 ? &f->gb[k] : &f->tied_gb;
+        backend_dealloc(f->be, b->g.data), backend_dealloc(f->be, b->recv.data);
+        backend_dealloc(f->be, b->g16.data), backend_dealloc(f->be, b->r16.data);
     }
     if (f->stage_buf) backend_dealloc(f->be, f->stage_buf);
     else
@@ -282,25 +342,30 @@ void fsdp_free(struct fsdp *f) {
 }
 
 void fsdp_plan_bytes(int stage, bool reshard_after_forward, enum dtype dtype,
-                     enum dtype grad_dtype, size_t n_params, int n_units, size_t max_unit, int S,
-                     size_t *params, size_t *grads) {
-    (void)n_units;
+                     enum dtype grad_dtype, const struct model_memory *mem, int S, size_t *params,
+                     size_t *grads) {
     enum dtype gdt = dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
-    size_t es = dtype_size(dtype), gs = dtype_size(gdt), shard = n_params / S, per = max_unit / S;
+    size_t es = dtype_size(dtype), gs = dtype_size(gdt), shard = mem->n_params / S;
+    size_t big = mem->max_unit_numel, tied = mem->tied_embed_numel;
     bool b16 = grad_dtype == DTYPE_BF16 && gdt == DTYPE_FP32;
-    *grads = shard * gs + 2 * (max_unit + per) * gs + (b16 ? 2 * (max_unit + per) * 2 : 0);
+    // the gradient shard, two unit buffers of the largest unit and a tied
+    // embedding's own, each with its reduce-scatter result (and BF16 twins)
+    size_t bufs = 2 * (big + big / S) + tied + tied / S;
+    *grads = shard * gs + bufs * gs + (b16 ? bufs * 2 : 0);
     *params = 0;
-    if (stage == 3)
-        *params = shard * es + (reshard_after_forward ? 2 * max_unit : n_params) * es;
+    if (stage == 3) // the shard; 2 gather buffers (3 beside a tied head) or the whole stage
+        *params = shard * es + (reshard_after_forward ? (tied ? 3 : 2) * big : mem->n_params) * es;
 }
 
 static size_t bytes_of(struct tensor t) { return t.data ? t.numel * dtype_size(t.dtype) : 0; }
 
 void fsdp_bytes(const struct fsdp *f, size_t *params, size_t *grads) {
     *grads = bytes_of(f->gshard), *params = bytes_of(f->pshard);
-    for (int k = 0; k < 2; k++)
-        *grads += bytes_of(f->gb[k].g) + bytes_of(f->gb[k].recv) + bytes_of(f->gb[k].g16) +
-                  bytes_of(f->gb[k].r16);
+    for (int k = 0; k < 3; k++) {
+        const struct grad_buf *b = k < 2 ? &f->gb[k] : &f->tied_gb;
+        *grads += bytes_of(b->g) + bytes_of(b->recv) + bytes_of(b->g16) + bytes_of(b->r16);
+    }
+    // (fsdp_plan_bytes computes the same from sizes: plan_matches_run.sh)
     if (f->stage_buf) *params += model_memory(f->model)->n_params * dtype_size(f->pdt);
     else
         for (int b = 0; b < f->n_gather; b++) *params += bytes_of(f->gather[b].t);

@@ -53,6 +53,7 @@ struct fsdp_config {
     bool overlap;               // reduce-scatters overlap the next unit's backward; false:
                                 // each is waited for at once (tests)
     enum dtype grad_dtype;      // DTYPE_FP32 or DTYPE_BF16: the reduce-scatters' dtype
+    bool tied;                  // model.tie_embeddings: the head reads the embedding unit
 };
 
 // What the last step (since fsdp_step_begin) did, for its metrics record.
@@ -86,6 +87,12 @@ void fsdp_step_end(struct fsdp *f);
 // comm_test on the started requests (MPI progresses them only inside calls).
 void fsdp_poll(struct fsdp *f);
 void fsdp_stats(const struct fsdp *f, struct fsdp_stats *out);
+// This rank's slice of the embedding unit's gradients in the optimizer's
+// gradient shard (empty without an embedding unit): under pipeline
+// parallelism with a tied embedding the trainer sums it over the embedding
+// group (first and last stage; the same slice on both: the unit sits at
+// offset 0 of either arena), as it sums the whole gradient at ZeRO 0/1.
+struct tensor fsdp_embed_grad_shard(struct fsdp *f);
 
 // Bytes this rank's ZeRO-2/3 buffers hold beyond the model's arenas and the
 // optimizer's moments and master weights: params (stage 3: the parameter
@@ -93,11 +100,11 @@ void fsdp_stats(const struct fsdp *f, struct fsdp_stats *out);
 // gradient buffers and their reduce-scatter results, and under grad_dtype
 // bf16 their BF16 twins).
 void fsdp_bytes(const struct fsdp *f, size_t *params, size_t *grads);
-// The same from sizes alone (trident plan): n_params arena elements (every
-// unit padded), n_units units of which the largest has max_unit elements,
-// dtype the model's, S shard ranks.
+// The same from sizes alone (trident plan): mem from model_plan of the
+// rank's shard (n_params arena elements, every unit padded; its largest
+// unit; a tied embedding unit's size), dtype the model's, S shard ranks.
 void fsdp_plan_bytes(int stage, bool reshard_after_forward, enum dtype dtype,
-                     enum dtype grad_dtype, size_t n_params, int n_units, size_t max_unit, int S,
-                     size_t *params, size_t *grads);
+                     enum dtype grad_dtype, const struct model_memory *mem, int S, size_t *params,
+                     size_t *grads);
 
 #endif

@@ -88,8 +88,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     if (c->parallel.zero_stage >= 2) { // fsdp.h: shards, gather and unit gradient buffers
         size_t zp, zg;
         fsdp_plan_bytes(c->parallel.zero_stage, c->parallel.reshard_after_forward, c->precision.dtype,
-                        c->precision.grad_dtype, mem.n_params, mem.n_units, mem.max_unit_numel, dp, &zp,
-                        &zg);
+                        c->precision.grad_dtype, &mem, dp, &zp, &zg);
         out->params += zp, out->grads += zg;
     }
     return STATUS_OK;

@@ -149,7 +149,8 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     // gradients so both copies take the same step.
     if (real(c->embed)) {
         const struct param_info *p = model_find_param(m, "model.embed_tokens.weight");
-        struct tensor g = tensor_slice(model_grad_arena(m), p->offset, p->numel);
+        struct tensor g = c->fsdp ? fsdp_embed_grad_shard(c->fsdp) // ZeRO-2/3: this rank's slice
+                                  : tensor_slice(model_grad_arena(m), p->offset, p->numel);
         comm_all_reduce(c->embed, g.data, g.numel, g.dtype, COMM_SUM);
     }
     NVTX_PUSH("optimizer"); // the norm's sums, clipping, AdamW (ZeRO-1's collectives inside)
