@@ -27,6 +27,7 @@ struct fsdp {
     struct optimizer *opt;
     struct backend *be;
     struct comm_group *g;     // the shard group
+    struct comm_group *rep;   // hybrid sharding: the replicate group (NULL: none)
     int S;
     int n_units;
     const struct model_unit *units;
@@ -123,6 +124,11 @@ static void rs_complete(struct fsdp *f, struct grad_buf *k) {
     if (!k->pending) return;
     comm_wait(&k->req);
     size_t per = unit_len(f, k->unit) / f->S;
+    if (f->rep) { // HSDP: the shard summed over the replicas, in grad_dtype
+        struct tensor r = k->r16.numel ? k->r16 : k->recv;
+        sync_for(f);
+        comm_all_reduce(f->rep, r.data, per, r.dtype, COMM_SUM);
+    }
     if (k->r16.numel) backend_copy(f->be, k->recv, k->r16, per);
     struct tensor dst = tensor_slice(f->gshard, f->at[k->unit], per);
     backend_add(f->be, dst, dst, k->recv, per);
@@ -255,10 +261,11 @@ static void *alloc_or_null(struct backend *be, size_t bytes, bool *ok) {
 }
 
 enum status fsdp_init(struct fsdp **out, struct model *m, struct optimizer *opt,
-                      struct comm_group *shard, const struct fsdp_config *cfg, uint64_t seed,
-                      struct error *err) {
+                      struct comm_group *shard, struct comm_group *replicate,
+                      const struct fsdp_config *cfg, uint64_t seed, struct error *err) {
     struct fsdp *f = xcalloc(1, sizeof *f);
     f->cfg = *cfg, f->model = m, f->opt = opt, f->be = model_backend(m), f->g = shard;
+    f->rep = replicate && replicate->size > 1 ? replicate : NULL;
     f->S = shard->size;
     f->units = model_units(m, &f->n_units);
     const size_t *rb, *re;

@@ -70,13 +70,16 @@ struct fsdp;
 // Sets up stage cfg->stage over model m (built with unit_multiple a multiple
 // of S = shard->size, no_grad_arena, and for stage 3 no_param_arena) and its
 // optimizer opt (zero_stage = cfg->stage over the same group) and installs
-// the unit hook. Stage 3: initialises the weights unit by unit into a gather
+// the unit hook. replicate (NULL or one rank: none): hybrid sharding
+// (HSDP), the groups of ranks that hold the same slices; each reduce-
+// scattered slice is then all-reduced over it (in grad_dtype) before it is
+// added into the gradient shard. Stage 3: initialises the weights unit by unit into a gather
 // buffer and keeps this rank's slices (model_init_unit_weights with seed),
 // then the optimizer's master weights: no full copy of the model exists.
 // Errors: STATUS_RUNTIME when out of backend memory.
 enum status fsdp_init(struct fsdp **out, struct model *m, struct optimizer *opt,
-                      struct comm_group *shard, const struct fsdp_config *cfg, uint64_t seed,
-                      struct error *err);
+                      struct comm_group *shard, struct comm_group *replicate,
+                      const struct fsdp_config *cfg, uint64_t seed, struct error *err);
 void fsdp_free(struct fsdp *f);
 
 // Before a step's first microbatch: zeroes the gradient shard, resets the stats.

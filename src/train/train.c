@@ -333,7 +333,7 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
         struct fsdp_config fc = {c->parallel.zero_stage, c->parallel.reshard_after_forward,
                                  !(pf && !strcmp(pf, "0")), !(ov && !strcmp(ov, "0")),
                                  c->precision.grad_dtype, c->model.tie_embeddings};
-        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP), &fc,
+        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP), NULL, &fc,
                       (uint64_t)c->train.seed, &err->err))
             return trainer_alone(err);
     }

@@ -15,7 +15,11 @@
 #  2. bf16 with recompute = full in (1,1,4) and fp16 (static loss scale
 #     1024) with recompute = selective in (2,1,2)+SP: zero 3's losses within
 #     2e-3 relative of zero 1's (a norm summed in another order moves the
-#     clip coefficient by ~1e-7, enough to flip a bf16 rounding).
+#     clip coefficient by ~1e-7, enough to flip a bf16 rounding). grad_dtype
+#     = bf16 at dp 2 with one microbatch: zero 3 bitwise equal to zero 1
+#     (each unit rounded to bf16 and reduce-scattered: the same pairwise
+#     sums; at dp 4 MPI's combining order, which depends on the message
+#     size, moves the norm by ~5e-5).
 #  3. The step record (zero 3, (1,1,4), 4 units: embedding, 2 blocks, head):
 #     zero_prefetched > 0 of zero_gathers = 7 (each unit gathered for its
 #     forward and again for its backward, but the embedding, whose backward
@@ -111,6 +115,8 @@ for z in 1 3; do
 done
 compare b-1 b-3 2e-3
 compare h-1 h-3 2e-3
+for z in 1 3; do train "g-$z" 1 2 $z precision.grad_dtype=bf16 train.global_batch_size=4; done
+compare g-1 g-3 0
 # 3. the step record
 TRIDENT_ZERO_PREFETCH=0 TRIDENT_ZERO_OVERLAP=0 train off 1 4 3
 compare f114-3 off 0
