@@ -88,7 +88,7 @@ static int manifest_handler(void *user, const char *section, const char *key, co
         if (topology_group_is_size((enum group_kind)k))
             INT_KEY("checkpoint", topology_group_name((enum group_kind)k), mp->sizes[k], 1,
                     LLAMA_MAX_PARALLEL)
-    INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 1)
+    INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 3)
     INT_KEY("checkpoint", "weights_only", in->weights_only, 0, 1)
     INT_KEY("model", "vocab_size", in->model.vocab_size, 2, LLAMA_MAX_VOCAB)
     INT_KEY("model", "d_model", in->model.d_model, 1, LLAMA_MAX_D_MODEL)

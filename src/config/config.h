@@ -104,7 +104,8 @@ struct parallel_config {
     int dp_shard; // 0: dp (one shard group of every data rank); dp_replicate = dp / dp_shard
     int virtual_stages;
     bool sequence_parallel;
-    int zero_stage; // 0 or 1
+    int zero_stage; // 0 to 3
+    bool reshard_after_forward; // zero_stage 3
     int bucket_mb;
 };
 

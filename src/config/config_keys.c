@@ -185,8 +185,14 @@ const struct config_key config_keys[] = {
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
              "shard norms and dropout-free regions along T over the TP group"),
-    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 1, "",
-            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1)"),
+    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 3, "",
+            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1); 2: "
+            "gradients too, reduce-scattered per unit during the backward (ZeRO-2); 3: parameters "
+            "too, all-gathered per unit before its forward and backward (ZeRO-3, FSDP)"),
+    KEY_BOOL("parallel", "reshard_after_forward", parallel.reshard_after_forward, "true",
+             "zero_stage 3: free a gathered unit after its forward and gather it again before its "
+             "backward (2 gather buffers); false keeps every unit of the stage gathered until the "
+             "step's backward ends"),
     KEY_INT("parallel", "bucket_mb", parallel.bucket_mb, "25", 1, INT_MAX, "MiB",
             "gradient all-reduce bucket size"),
 

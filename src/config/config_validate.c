@@ -225,6 +225,12 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          file, per_step, KT("train", "global_batch_size"), KT("train", "micro_batch_size"),
                          KT("parallel", "dp"), hint);
     }
+    // ZeRO-2/3 (src/train/fsdp.h): what they cannot do yet.
+    if (p->zero_stage >= 2 && m->tie_embeddings && p->pp == 1 && p->virtual_stages > 1)
+        return error_set(err, bad, "%s: parallel.zero_stage = %d with model.tie_embeddings = true needs "
+                         "parallel.virtual_stages = 1 when pp = 1 (the head's chunk and the embedding's chunk "
+                         "on one rank, not implemented): %s; %s; %s", file, p->zero_stage,
+                         KT("parallel", "zero_stage"), KT("model", "tie_embeddings"), KT("parallel", "virtual_stages"));
     if (t->seq_len > m->max_seq_len)
         return error_set(err, bad, "%s: seq_len must be <= max_seq_len: %s; %s", file, KT("train", "seq_len"),
                          KT("model", "max_seq_len"));

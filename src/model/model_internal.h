@@ -112,6 +112,13 @@ struct model {
 
     void (*grad_ready)(void *ctx, size_t ready_from);
     void *grad_ready_ctx;
+    void (*unit_hook)(void *ctx, int unit, enum model_unit_event ev);
+    void *unit_hook_ctx;
+    int n_units;
+    struct model_unit *units;      // (n_units)
+    struct tensor *unit_params, *unit_grads; // (n_units) where each unit is bound
+    int embed_unit, head_unit;     // -1 when not held
+    int *block_unit;               // (L_local) unit of each block
     size_t *block_offset;          // (L_local,) arena offset of each block's first parameter
     size_t head_offset;            // arena offset of model.norm.weight (last stage)
 
@@ -133,5 +140,10 @@ static inline bool model_chunk_last(const struct model *m, int chunk) {
 // Sums (or maxes) a tensor-parallel partial result over the TP group, in place
 // (model_pass.c). A no-op for tp = 1.
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op);
+
+// Reports a unit event to the unit hook (model.h); a no-op without a hook or unit (-1).
+static inline void model_unit_event(struct model *m, int unit, enum model_unit_event ev) {
+    if (m->unit_hook && unit >= 0) m->unit_hook(m->unit_hook_ctx, unit, ev);
+}
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "data/dataset.h"
 #include "model/optimizer.h"
+#include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "parallel/pipeline.h"
 
@@ -32,6 +33,11 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * c->parallel.dp : 0;
+    // ZeRO-2/3: every unit padded so that each of the dp shard ranks owns a
+    // slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h).
+    shard.unit_multiple = c->parallel.zero_stage >= 2 ? 128 * c->parallel.dp : 0;
+    shard.no_grad_arena = c->parallel.zero_stage >= 2;
+    shard.no_param_arena = c->parallel.zero_stage == 3;
     shard.sequence_parallel = c->parallel.sequence_parallel;
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
@@ -79,6 +85,12 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
+    if (c->parallel.zero_stage >= 2) { // fsdp.h: shards, gather and unit gradient buffers
+        size_t zp, zg;
+        fsdp_plan_bytes(c->parallel.zero_stage, c->parallel.reshard_after_forward, c->precision.dtype,
+                        c->precision.grad_dtype, &mem, dp, &zp, &zg);
+        out->params += zp, out->grads += zg;
+    }
     return STATUS_OK;
 }
 

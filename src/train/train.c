@@ -331,11 +331,27 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     m->oc = optimizer_from(c);
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);
+    if (c->parallel.zero_stage >= 2) { // ZeRO-2/3 over the DP group (fsdp.h)
+        // TRIDENT_ZERO_PREFETCH=0 / TRIDENT_ZERO_OVERLAP=0 (tests): no gather
+        // ahead, each reduce-scatter waited for at once.
+        const char *pf = getenv("TRIDENT_ZERO_PREFETCH"), *ov = getenv("TRIDENT_ZERO_OVERLAP");
+        struct fsdp_config fc = {c->parallel.zero_stage, c->parallel.reshard_after_forward,
+                                 !(pf && !strcmp(pf, "0")), !(ov && !strcmp(ov, "0")),
+                                 c->precision.grad_dtype, c->model.tie_embeddings};
+        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP), NULL, &fc,
+                      (uint64_t)c->train.seed, &err->err))
+            return trainer_alone(err);
+    }
 
     t->log.flops_per_token = model_flops_per_token(&m->lc, T); // the whole model's
     const struct model_memory *mem = model_memory(m->model);
     m->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
                    optimizer_state_bytes(m->opt);
+    if (t->par.fsdp) {
+        size_t zp, zg;
+        fsdp_bytes(t->par.fsdp, &zp, &zg);
+        m->mem_bytes += zp + zg;
+    }
     return STATUS_OK;
 }
 
@@ -375,7 +391,7 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
                                   m->whole_model ? NULL : &par->pipe,
                                   m->lc.tie_embeddings && pp > 1
                                       ? topology_device_group(&par->topo, GROUP_EMBED) : NULL,
-                                  NULL, false};
+                                  NULL, false, par->fsdp};
     // fp16 scales the loss (docs/design.md §5); bf16 has fp32's exponent range
     // and needs no scale.
     const struct precision_config *pc = &c->precision;
@@ -767,6 +783,13 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             fprintf(t->log.metrics, k == 3 ? "%s%.0f" : "%s%.4f", i ? ", " : "", all[4 * i + k]);
         fprintf(t->log.metrics, "]");
     }
+    if (t->par.fsdp) { // ZeRO-2/3, rank 0's step (fsdp.h): prefetch and overlap
+        struct fsdp_stats z;
+        fsdp_stats(t->par.fsdp, &z);
+        fprintf(t->log.metrics, ", \"zero_gathers\": %d, \"zero_prefetched\": %d, \"zero_rs\": %d, "
+                "\"zero_rs_early\": %d, \"zero_live_max\": %d", z.gathers, z.prefetched, z.rs, z.rs_early,
+                z.live_max);
+    }
     fprintf(t->log.metrics, "}\n");
     fflush(stdout), fflush(t->log.metrics);    metrics_sink_step(t->log.sink, &(struct metrics_step){
         .step = step + 1, .loss = r->loss, .lr = r->lr, .grad_norm = r->grad_norm,
@@ -1010,6 +1033,7 @@ void trainer_close(struct trainer *t) {
     metrics_sink_close(t->log.sink);
     tokenizer_free(t->data.tok);
     grad_sync_free(t->par.sync);
+    fsdp_free(t->par.fsdp);
     pipeline_exec_free(&t->par.pipe);
     optimizer_free(t->m.opt);
     model_free(t->m.model);

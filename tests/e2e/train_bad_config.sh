@@ -61,6 +61,8 @@ cases=(
 "layers < pp * virtual_stages|set parallel.virtual_stages=2|parallel.pp=2 parallel.dp=1|n_layers.*pp \\* virtual_stages = 4"
 "interleaved needs m % p == 0|set model.n_layers=4|parallel.pp=2 parallel.dp=1 parallel.virtual_stages=2 train.global_batch_size=6|virtual_stages = 2 with 3 microbatches"
 "negative override||train.micro_batch_size=-2|train.micro_batch_size.*-2"
+"zero_stage out of range||parallel.zero_stage=4|parallel.zero_stage.*4"
+"zero 3 tied with two chunks on one rank|set parallel.virtual_stages=2|parallel.zero_stage=3 model.n_layers=4|parallel.zero_stage = 3.*tie_embeddings = true.*virtual_stages = 1 when pp = 1"
 "init_std overflows fp32|set model.init_std=1e300||model.init_std = 1e\\+300.*overflows fp32.*3.40282e\\+38"
 "adam_eps underflows fp32||train.adam_eps=1e-50|train.adam_eps = 1e-50.*underflows fp32"
 "run_dir is a file|set log.run_dir=/etc/hostname||run_dir = /etc/hostname.*not a folder"
