@@ -1,5 +1,7 @@
-// topology.c: ranks to grid coordinates, and the MPI communicators of each
-// group (docs/design.md §2).
+// topology.c: the grid module: ranks to grid coordinates, groups' members,
+// and the MPI and NCCL communicators of each group, all derived from the
+// axis and group lists of axes_list.h (docs/design.md §2). The only file
+// that turns sizes into ranks (tests/layering/check_grid.py).
 #include "topology.h"
 
 #include <string.h>
