@@ -30,7 +30,9 @@
 #     and zero_rs_early = 0, and the same losses.
 #  4. Checkpoints across stages: the zero-3 run stopped after step 5
 #     (train.exit_interval) and resumed gives steps 6-10 bitwise equal to the
-#     straight zero-3 run; its step-5 checkpoint resumed at zero 1 in (2,1,2)
+#     straight zero-3 run, in fp32 and in bf16 (the FP32 master slices saved
+#     and read back by each rank; ZeRO-3 reads only its own slices); its
+#     fp32 step-5 checkpoint resumed at zero 1 in (2,1,2)
 #     gives steps 6-10 within 2e-6 of the straight zero-3 run.
 #  5. Memory (trident plan == the run's mem_bytes on rank 0) for zero 2 and
 #     3 in (1,1,4) is in plan_matches_run.sh. Here, plan arithmetic for
@@ -140,6 +142,9 @@ PY
 train r 1 4 3 train.exit_interval=5
 train r 1 4 3
 compare f114-3 r 0
+train br 1 4 3 precision.dtype=bf16 model.recompute=full train.exit_interval=5
+train br 1 4 3 precision.dtype=bf16 model.recompute=full
+compare b-3 br 0
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys
 r = [x for x in map(json.loads, open(f"{sys.argv[1]}/run-r/metrics.jsonl")) if "loss" in x]
