@@ -171,12 +171,16 @@ const struct config_key config_keys[] = {
              "document computes as if alone; none (one padded document per row) is not "
              "offered: concat_reset gives the same per-document result without padding"),
 
-    // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
+    // [parallel]: the sizes of the grid's axes (parallel/axes_list.h; docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "tensor-parallel size"),
     KEY_INT("parallel", "pp", parallel.pp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "pipeline-parallel size"),
     KEY_INT("parallel", "dp", parallel.dp, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
             "data-parallel size; tp * pp * dp = ranks; 0 infers it: ranks / (tp * pp) (`trident "
             "plan`: its --world-size, else 1)"),
+    KEY_INT("parallel", "dp_shard", parallel.dp_shard, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
+            "data-parallel ranks that shard the optimizer state among them (hybrid sharding: "
+            "groups of dp_shard consecutive data ranks, replicated dp / dp_shard = dp_replicate "
+            "times, which is derived); must divide dp; 0: dp (one shard group)"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",

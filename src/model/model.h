@@ -38,6 +38,35 @@
 #define LLAMA_MAX_GLOBAL_BATCH (1 << 24)
 #define LLAMA_MAX_PARALLEL (1 << 10) // tp, pp, dp each
 
+// The groups of this rank that the model and the optimizer communicate over,
+// handed over as one value (model_set_groups, optimizer_init; the trainer
+// fills it from the grid's groups, parallel/topology.h). NULL members (or a
+// NULL struct) are groups of one rank. tp, pp, dp take backend buffers
+// (gradients, parameters, activations: device memory under CUDA, where they
+// are NCCL groups); host_tp, host_pp, host_dp are the same ranks' groups over
+// host memory (the scalars: the norm's sum of squares, loss sums, target
+// counts; the FP64 logits), NULL when tp, pp, dp take host buffers too (the
+// CPU backend's MPI groups). dp is the gradient group (every data-parallel
+// rank); dp_shard and dp_replicate split it (parallel.dp_shard: dp =
+// dp_shard x dp_replicate, shard faster in rank order): the optimizer-shard
+// group of hybrid sharding, and the group of ranks holding the same shard.
+struct parallel_groups {
+    struct comm_group *tp, *pp, *dp;
+    int zero_stage;       // 0: every DP rank holds all moments; 1: ZeRO-1; 2: ZeRO-2 (the
+                          // trainer reduce-scatters per unit into optimizer_grad_shard);
+                          // 3: ZeRO-3 (parameters too: optimizer_param_shard)
+    struct comm_group *host_tp, *host_pp, *host_dp;
+    struct comm_group *dp_shard, *dp_replicate;
+    struct comm_group *host_dp_shard, *host_dp_replicate;
+};
+
+// The group of g's ranks that takes host buffers: host, else g (see
+// struct parallel_groups).
+static inline struct comm_group *parallel_host_group(struct comm_group *g,
+                                                     struct comm_group *host) {
+    return host ? host : g;
+}
+
 // Global model hyperparameters ([model] in the config).
 struct llama_config {
     int vocab_size;      // V: real classes
@@ -195,15 +224,14 @@ void model_get_grad(struct model *m, const struct param_info *p, double *local);
 // allocate backend staging memory.
 void model_to_host_f64(struct model *m, struct tensor src, double *out);
 
-// The tensor-parallel group of this shard (shard.tp_size ranks); NULL or a
-// group of one rank for tp = 1. Must be set before the first forward when
-// tp > 1. The model all-reduces over it (Megatron's f and g operators).
-void model_set_tp_group(struct model *m, struct comm_group *tp);
-// The same ranks' group over host buffers, for what the model reduces in
-// host memory (model_get_logits_at's FP64 logits). NULL (the default): the
-// TP group itself, right when it is MPI (the CPU backend); under NCCL the
-// TP group takes device buffers only, so the trainer sets the MPI twin here.
-void model_set_tp_host_group(struct model *m, struct comm_group *tp_host);
+// The groups of this rank (copied; the groups themselves must outlive m).
+// Must be called before the first forward when tp > 1 (groups->tp: the
+// shard's shard.tp_size ranks; NULL or one rank for tp = 1). The model
+// all-reduces over groups->tp (Megatron's f and g operators) and gathers
+// what it reduces in host memory (model_get_logits_at's FP64 logits) over
+// parallel_host_group(tp, host_tp): under NCCL the TP group takes device
+// buffers only. NULL groups: one rank.
+void model_set_groups(struct model *m, const struct parallel_groups *groups);
 
 // After the last microbatch's backward: sums over the TP group the partial
 // gradients of tensors that several TP ranks hold: key/value heads copied

@@ -106,8 +106,7 @@ struct model {
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
-    struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
-    struct comm_group *tp_host;    // its twin over host buffers; NULL: tp itself
+    struct parallel_groups groups; // model_set_groups; groups.tp NULL: tp = 1
     bool messages_on_device;       // stage messages (in, out, dout, din) are backend memory
     int kv_head0, kv_replicas;
 

@@ -9,29 +9,26 @@
 #include "model.h"
 #include "model_internal.h"
 
-void model_set_tp_group(struct model *m, struct comm_group *tp) {
-    CHECK(!tp || tp->size == m->shard.tp_size, "TP group of %d ranks for a shard of tp %d",
-          tp ? tp->size : 0, m->shard.tp_size);
-    m->tp = tp;
-}
-
-void model_set_tp_host_group(struct model *m, struct comm_group *tp_host) {
-    CHECK(!tp_host || tp_host->size == m->shard.tp_size, "TP host group of %d ranks for a shard "
-          "of tp %d", tp_host ? tp_host->size : 0, m->shard.tp_size);
-    m->tp_host = tp_host;
+void model_set_groups(struct model *m, const struct parallel_groups *groups) {
+    struct parallel_groups g = groups ? *groups : (struct parallel_groups){0};
+    struct comm_group *tp_host = parallel_host_group(g.tp, g.host_tp);
+    CHECK((!g.tp || g.tp->size == m->shard.tp_size) && (!tp_host || tp_host->size == m->shard.tp_size),
+          "TP group of %d ranks (host %d) for a shard of tp %d", g.tp ? g.tp->size : 0,
+          tp_host ? tp_host->size : 0, m->shard.tp_size);
+    m->groups = g;
 }
 
 // The host waits for the compute stream before a TP collective, unless the
 // group orders itself after it (NCCL: comm_stream_ordered).
 static void sync_for_tp(struct model *m) {
-    if (!comm_stream_ordered(m->tp)) backend_synchronize(m->be);
+    if (!comm_stream_ordered(m->groups.tp)) backend_synchronize(m->be);
 }
 
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
     if (m->shard.tp_size == 1) return;
-    CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
+    CHECK(m->groups.tp, "tp = %d but no TP group was set (model_set_groups)", m->shard.tp_size);
     sync_for_tp(m);
-    comm_all_reduce(m->tp, t.data, t.numel, t.dtype, op);
+    comm_all_reduce(m->groups.tp, t.data, t.numel, t.dtype, op);
 }
 static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t, COMM_SUM); }
 
@@ -40,7 +37,7 @@ static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t,
 static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
     if (!m->sp) return;
     sync_for_tp(m);
-    comm_all_gather(m->tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
+    comm_all_gather(m->groups.tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
 }
 
 // Completes a TP-partial (N, C) result: under sequence parallelism the
@@ -63,7 +60,7 @@ static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
     }
     sync_for_tp(m);
     struct tensor out = lowp ? m->red_s : part;
-    comm_reduce_scatter(m->tp, full.data, out.data, np, full.dtype, COMM_SUM);
+    comm_reduce_scatter(m->groups.tp, full.data, out.data, np, full.dtype, COMM_SUM);
     if (lowp) backend_copy(m->be, part, m->red_s, np);
 }
 
@@ -420,7 +417,7 @@ void model_get_logits_at(struct model *m, int b, int t, double *out) {
     double *all = xmalloc((size_t)tp * m->Vl * sizeof *all);
     double *mine = all + (size_t)m->shard.tp_rank * m->Vl;
     model_to_host_f64(m, tensor_slice(m->slots[0].logits, row, m->Vl), mine);
-    if (tp > 1) comm_all_gather(m->tp_host ? m->tp_host : m->tp, mine, all, m->Vl, DTYPE_FP64);
+    if (tp > 1) comm_all_gather(parallel_host_group(m->groups.tp, m->groups.host_tp), mine, all, m->Vl, DTYPE_FP64);
     for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
         out[j] = all[j];
     free(all);

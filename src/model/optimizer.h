@@ -38,26 +38,7 @@ struct optimizer_config {
                            // BF16 sum, widened into the FP32 shard)
 };
 
-// The groups a multi-rank optimizer reduces over; NULL members (or a NULL
-// struct) are groups of one rank. tp, pp, dp take backend buffers
-// (gradients, parameters: device memory under CUDA, where they are NCCL
-// groups); host_tp, host_pp, host_dp are the same ranks' groups over host
-// memory (the scalars: the norm's sum of squares, loss sums, target counts),
-// NULL when tp, pp, dp take host buffers too (the CPU backend's MPI groups).
-struct parallel_groups {
-    struct comm_group *tp, *pp, *dp;
-    int zero_stage;       // 0: every DP rank holds all moments; 1: ZeRO-1; 2: ZeRO-2 (the
-                          // trainer reduce-scatters per unit into optimizer_grad_shard);
-                          // 3: ZeRO-3 (parameters too: optimizer_param_shard)
-    struct comm_group *host_tp, *host_pp, *host_dp;
-};
-
-// The group of g's ranks that takes host buffers: host, else g (see
-// struct parallel_groups).
-static inline struct comm_group *parallel_host_group(struct comm_group *g,
-                                                     struct comm_group *host) {
-    return host ? host : g;
-}
+// struct parallel_groups, the groups the optimizer reduces over: model.h.
 
 // Learning rate of optimizer step `step` (counts from 0):
 //   step < warmup:  lr * (step + 1) / warmup

@@ -28,10 +28,10 @@ int plan_microbatches(const struct config *c) {
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err) {
     struct llama_config lc = plan_llama(c);
-    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.p;
+    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.at[AXIS_PP];
     int m = plan_microbatches(c);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
-    shard.tp_rank = coord.t, shard.tp_size = c->parallel.tp;
+    shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * c->parallel.dp : 0;
     // ZeRO-2/3: every unit padded so that each of the dp shard ranks owns a
     // slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h).
@@ -108,7 +108,9 @@ enum status plan_groups(const struct config *c, struct plan_group *out, int *n_o
         const char *role = pp == 1 ? "only" : p == 0 ? "first" : p == pp - 1 ? "last" : "middle";
         for (int t = 0; t < tp; t++) {
             struct plan_rank_bytes b;
-            enum status st = plan_rank(c, (struct grid_coord){t, 0, p}, &b, err);
+            struct grid_coord at = {{0}}; // data rank 0: every data rank holds the same
+            at.at[AXIS_TP] = t, at.at[AXIS_PP] = p;
+            enum status st = plan_rank(c, at, &b, err);
             if (st) return st;
             size_t tot = plan_rank_total(&b);
             *peak = MAX(*peak, tot), *sum += (double)tot * dp;

@@ -107,7 +107,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
     // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
     // parameters, master weights and moments of its slice of every unit.
-    bool first_replica = t->par.topo.coord.d == 0, zero = c->parallel.zero_stage >= 1;
+    bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
     bool sharded = units_sharded(t);
     int n = pieces(t, first_replica || (master && zero) || sharded, master || sharded,
                    first_replica || zero);
@@ -125,8 +125,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     };
     loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
-        .dir = c->checkpoint.dir, .step = steps_done, .tp = c->parallel.tp, .pp = c->parallel.pp,
-        .dp = c->parallel.dp, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
+        .dir = c->checkpoint.dir, .step = steps_done, .layout = t->par.topo.layout, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
         .model = &t->m.lc, .tokenizer_id = t->data.ds->index.tokenizer, .pieces = t->ckpt.pieces,
         .n_pieces = n, .state = &st, .keep_last = c->checkpoint.keep_last,
     };
@@ -506,9 +505,10 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         else if (old_g && old_g != new_g)
             snprintf(change, sizeof change, " ([train] global_batch_size changed from %llu to %llu: "
                      "the next unconsumed sample)", (unsigned long long)old_g, (unsigned long long)new_g);
-        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d); "
-               "data continues at epoch %llu, sample %llu%s\n",
-               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage,
+        char grid[256];
+        printf("resumed from %s: step %lld, saved in layout %s (zero_stage %d); "
+               "data continues at epoch %llu, sample %llu%s\n", path, (long long)st->step,
+               topology_layout_text(&info->layout, true, " ", " x ", grid, sizeof grid), info->zero_stage,
                (unsigned long long)ls->epoch, (unsigned long long)ls->sample, change);
         fflush(stdout);
     }
