@@ -108,7 +108,9 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
     // parameters, master weights and moments of its slice of every unit.
     bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
-    bool sharded = units_sharded(t);
+    // Hybrid sharding: the replicas of a shard group hold the same slices; the first writes them.
+    bool sharded = units_sharded(t) && topology_rank_in(&t->par.topo, GROUP_DP_REPLICATE) == 0;
+    if (units_sharded(t)) first_replica = sharded, zero = sharded;
     int n = pieces(t, first_replica || (master && zero) || sharded, master || sharded,
                    first_replica || zero);
     struct ckpt_state st = {

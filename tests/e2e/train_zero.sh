@@ -5,7 +5,9 @@
 #     2, 3 and 3 with reshard_after_forward = false), (2,1,2) untied with
 #     sequence parallelism (zero 2, 3), (1,2,2) 1F1B tied (zero 2, 3: the
 #     embedding group's sum of the gradient shards), (1,2,2) interleaved
-#     (virtual_stages 2, 4 layers) untied (zero 3), (2,2,2)+SP tied (zero 3):
+#     (virtual_stages 2, 4 layers) untied (zero 3), (2,2,2)+SP tied (zero 3),
+#     dp 4 with dp_shard 2 (hybrid sharding: slices of 2 ranks, all-reduced
+#     over the 2 replicas; the first replica saves; zero 2, 3):
 #     every step's loss and grad norm within 2e-6 relative of zero 1's
 #     (metrics.jsonl's 6 decimals; the norm's sum runs over other shards, and
 #     with several microbatches each unit is reduce-scattered per
@@ -108,6 +110,7 @@ done <<'LAYOUTS'
 122 2 true 1 2 1 2 3 train.global_batch_size=16
 122v 2 false 1 2 1 3 train.global_batch_size=16 parallel.virtual_stages=2 model.n_layers=4
 222 2 true 2 2 1 3 train.global_batch_size=16 parallel.sequence_parallel=true
+114h 1 false 1 4 1 2 3 parallel.dp_shard=2 train.global_batch_size=16
 LAYOUTS
 # 2. bf16 and fp16
 for z in 1 3; do
