@@ -17,7 +17,9 @@
 #  2. bf16 with recompute = full in (1,1,4) and fp16 (static loss scale
 #     1024) with recompute = selective in (2,1,2)+SP: zero 3's losses within
 #     2e-3 relative of zero 1's (a norm summed in another order moves the
-#     clip coefficient by ~1e-7, enough to flip a bf16 rounding). grad_dtype
+#     clip coefficient by ~1e-7, enough to flip a bf16 rounding); zero 3's
+#     recompute = full bitwise equal to its recompute = none (the recomputed
+#     forward reuses the unit gathered for the backward). grad_dtype
 #     = bf16 at dp 2 with one microbatch: zero 3 bitwise equal to zero 1
 #     (each unit rounded to bf16 and reduce-scattered: the same pairwise
 #     sums; at dp 4 MPI's combining order, which depends on the message
@@ -120,6 +122,8 @@ for z in 1 3; do
 done
 compare b-1 b-3 2e-3
 compare h-1 h-3 2e-3
+train bn-3 1 4 3 precision.dtype=bf16 model.recompute=none
+compare bn-3 b-3 0
 for z in 1 3; do train "g-$z" 1 2 $z precision.grad_dtype=bf16 train.global_batch_size=4; done
 compare g-1 g-3 0
 # 3. the step record
