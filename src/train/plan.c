@@ -33,9 +33,10 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * c->parallel.dp : 0;
-    // ZeRO-2/3: every unit padded so that each of the dp shard ranks owns a
+    // ZeRO-2/3: every unit padded so that each of the S shard ranks owns a
     // slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h).
-    shard.unit_multiple = c->parallel.zero_stage >= 2 ? 128 * c->parallel.dp : 0;
+    int S = c->parallel.dp_shard ? c->parallel.dp_shard : c->parallel.dp; // hybrid sharding
+    shard.unit_multiple = c->parallel.zero_stage >= 2 ? 128 * S : 0;
     shard.no_grad_arena = c->parallel.zero_stage >= 2;
     shard.no_param_arena = c->parallel.zero_stage == 3;
     shard.sequence_parallel = c->parallel.sequence_parallel;
@@ -72,12 +73,14 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
                     err);
     if (st) return st;
     int dp = c->parallel.dp;
+    // ZeRO-2/3 shard over dp_shard ranks (hybrid sharding), ZeRO-1 over dp
+    int S = c->parallel.zero_stage >= 2 && c->parallel.dp_shard ? c->parallel.dp_shard : dp;
     *out = (struct plan_rank_bytes){
         .params = mem.param_bytes,
         // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
         .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, dp, c->parallel.zero_stage,
                                                        c->precision.grad_dtype),
-        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, dp, c->parallel.zero_stage,
+        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, S, c->parallel.zero_stage,
                                           c->precision.grad_dtype),
         .activations = mem.activation_bytes,
         .slot_bytes = mem.slot_bytes,
@@ -88,7 +91,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     if (c->parallel.zero_stage >= 2) { // fsdp.h: shards, gather and unit gradient buffers
         size_t zp, zg;
         fsdp_plan_bytes(c->parallel.zero_stage, c->parallel.reshard_after_forward, c->precision.dtype,
-                        c->precision.grad_dtype, &mem, dp, &zp, &zg);
+                        c->precision.grad_dtype, &mem, S, &zp, &zg);
         out->params += zp, out->grads += zg;
     }
     return STATUS_OK;
