@@ -46,12 +46,46 @@ static void print_json(const struct config *c, const struct plan_group *rows, in
         json_object_set_new(g, "activation_bytes", json_integer((json_int_t)b->activations));
         json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
         json_object_set_new(g, "slots", json_integer(b->n_slots));
+        if (b->zero_stage >= 2) { // ZeRO-2/3's parts (plan.h)
+            json_object_set_new(g, "shard_ranks", json_integer(b->shard_ranks));
+            json_object_set_new(g, "unit_elems", json_integer((json_int_t)b->unit_elems));
+            json_object_set_new(g, "params_shard_bytes", json_integer((json_int_t)b->params_shard));
+            json_object_set_new(g, "params_gathered_bytes", json_integer((json_int_t)b->params_gathered));
+            json_object_set_new(g, "gathered_units", json_integer(b->n_gathered));
+            json_object_set_new(g, "grads_shard_bytes", json_integer((json_int_t)b->grads_shard));
+            json_object_set_new(g, "grads_unit_bytes", json_integer((json_int_t)b->grads_units));
+            json_object_set_new(g, "grads_transfer_bytes", json_integer((json_int_t)b->grads_transfer));
+        }
         json_array_append_new(groups, g);
     }
     json_object_set_new(o, "groups", groups);
     json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(o);
+}
+
+// ZeRO-2/3: what each pool holds (plan.h's terms), one named line a pool.
+static void print_zero_lines(const struct config *c, const struct plan_rank_bytes *b) {
+    int z = b->zero_stage, S = b->shard_ranks;
+    size_t P = dtype_size(c->precision.dtype), U = b->unit_elems;
+    const char *dt = dtype_name(c->precision.dtype);
+    if (z == 3 && b->n_gathered)
+        printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (%d x %.1f MiB, prefetch %d): "
+               "%.1f MiB\n", S, mib(b->params_shard), b->n_gathered, mib(U * P), b->n_gathered - 1,
+               mib(b->params_gathered));
+    else if (z == 3)
+        printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (the whole stage, "
+               "reshard_after_forward = false): %.1f MiB\n", S, mib(b->params_shard), mib(b->params_gathered));
+    else
+        printf("       parameters (ZeRO-2: full %s copy): %.1f MiB\n", dt, mib(b->params));
+    printf("       gradients (ZeRO-%d shard 1/%d, %s): %.1f MiB; unit gradient buffers (2 x %.1f MiB): %.1f MiB",
+           z, S, c->precision.dtype == DTYPE_FP64 ? "fp64" : "fp32",
+           mib(b->grads_shard), mib(b->grads_units / 2), mib(b->grads_units));
+    if (b->grads_transfer)
+        printf("; bf16 transfer copies (2 x %.1f MiB): %.1f MiB", mib(b->grads_transfer / 2), mib(b->grads_transfer));
+    printf("\n       optimizer (shard 1/%d): AdamW m, v %.1f MiB", S, mib(b->opt_moments));
+    if (b->opt_master) printf("; fp32 master weights %.1f MiB", mib(b->opt_master));
+    printf("\n");
 }
 
 static const char *recompute_name(enum recompute r) {
@@ -299,9 +333,14 @@ int cmd_plan(int argc, char **argv) {
         free(rows);
         return STATUS_OK;
     }
-    printf("plan: %s, tp %d x pp %d x dp %d = %d ranks, zero_stage %d, %d microbatches of %d x %d "
+    struct plan_sharding zs = plan_sharding_of(&c);
+    char zero[96] = "";
+    if (zs.zero_stage >= 2)
+        snprintf(zero, sizeof zero, " (shards over %d ranks%s)", zs.shard_ranks,
+                 zs.zero_stage == 2 ? "" : zs.reshard_after_forward ? ", reshard_after_forward" : ", kept gathered");
+    printf("plan: %s, tp %d x pp %d x dp %d = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
            "tokens per rank per step, %s, recompute %s\n", c.file, tp, pp, dp, tp * pp * dp,
-           c.parallel.zero_stage, plan_microbatches(&c), c.train.micro_batch_size,
+           c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
            "grads MiB", "AdamW MiB", "activ. MiB", "total MiB", "slots");
@@ -319,6 +358,7 @@ int cmd_plan(int argc, char **argv) {
         printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
                b->n_slots, b->slot_bytes, b->recompute_bytes,
                b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
+        if (b->zero_stage >= 2) print_zero_lines(&c, b);
     }
     printf("peak rank: %.1f MiB (%.2f GiB); all %d ranks: %.1f MiB (each data-parallel replica "
            "holds its stage's row)\n", mib(peak), peak / 1073741824.0, tp * pp * dp, total / 1048576.0);

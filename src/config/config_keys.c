@@ -181,8 +181,9 @@ const struct config_key config_keys[] = {
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
              "shard norms and dropout-free regions along T over the TP group"),
-    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 1, "",
-            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1)"),
+    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 3, "",
+            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1); 2 "
+            "(+ gradients) and 3 (+ parameters, FSDP): `trident plan` only until the trainer runs them"),
     KEY_INT("parallel", "bucket_mb", parallel.bucket_mb, "25", 1, INT_MAX, "MiB",
             "gradient all-reduce bucket size"),
 
