@@ -101,6 +101,8 @@ static json_t *layout_json(const struct plan_layout *l) {
     json_object_set_new(o, "micro_batch_size", json_integer(l->mb));
     json_object_set_new(o, "recompute", json_string(recompute_name(l->recompute)));
     json_object_set_new(o, "zero_stage", json_integer(l->zero));
+    json_object_set_new(o, "dp_shard", json_integer(l->zero >= 2 ? l->dp_shard : 0));
+    json_object_set_new(o, "reshard_after_forward", json_boolean(l->zero == 3 && !l->keep_gathered));
     json_object_set_new(o, "peak_bytes", json_integer((json_int_t)l->peak_bytes));
     json_object_set_new(o, "step_s", json_real(l->step_s));
     json_object_set_new(o, "compute_s", json_real(l->compute_s));
@@ -117,8 +119,10 @@ static json_t *layout_json(const struct plan_layout *l) {
 }
 
 static void print_layout(const char *tag, const struct plan_layout *l) {
-    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
-           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero,
+    char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "k" after it: kept gathered
+    if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "k" : "");
+    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
+           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
            l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu, l->hw_tflops_per_gpu);
 }
@@ -138,6 +142,8 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     struct plan_layout own = {.tp = c->parallel.tp, .pp = c->parallel.pp,
                               .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                               .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
+    struct plan_sharding zs = plan_sharding_of(c);
+    own.keep_gathered = !zs.reshard_after_forward; // dp_shard 0: the whole of dp (no key yet)
     char own_why[400] = "";
     bool own_fits = false;
     if (cl->gpus % (own.tp * own.pp)) {
@@ -194,8 +200,8 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
            cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, n_tried, n_fit);
-    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
-           "v", "dp", "mb", "recompute", "zero", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
+    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
+           "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
            "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
@@ -229,8 +235,9 @@ int cmd_plan(int argc, char **argv) {
                 "  object; --world-size N: the ranks the run will have (parallel.dp = 0 infers\n"
                 "  dp = N / (tp * pp); without it, dp = 0 means 1)\n"
                 "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
-                "  pp, virtual stages, micro-batch, recompute, ZeRO-1) that fit the GPU's memory\n"
-                "  less --reserve, ranks them by predicted step time (docs/planning.md) and says\n"
+                "  pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory\n"
+                "  less --reserve, ranks them by predicted step time (docs/planning.md; shard: the\n"
+                "  ranks a ZeRO-2/3 shard spans, k: kept gathered) and says\n"
                 "  why each rejected (tp, pp) family failed and where the config's own layout\n"
                 "  stands. --gpu: A100-80G, H100-SXM (default), H200, or\n"
                 "  tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset;\n"

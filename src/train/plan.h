@@ -41,6 +41,11 @@ struct plan_sharding {
 // 25 specifies). c->parallel.dp resolved.
 struct plan_sharding plan_sharding_of(const struct config *c);
 
+// Which sharding knobs a [parallel] section can state today: the layout
+// search offers only layouts a config can express (hybrid dp_shard < dp,
+// reshard_after_forward = false) once their keys exist.
+enum { PLAN_HAS_DP_SHARD = 0, PLAN_HAS_RESHARD_KEY = 0 };
+
 // The bytes one rank of the config's layout allocates (what its metrics.jsonl
 // mem_bytes reports): the shard's parameters, gradients (plus the BF16 copy
 // the buckets all-reduce when grad_dtype = bf16 without ZeRO-1), optimizer
