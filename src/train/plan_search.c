@@ -93,7 +93,8 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     c.model.recompute = l->recompute;
     struct error err = {0};
     size_t peak = 0, n_params = 0, unit = 0;
-    int S = l->zero >= 2 && l->dp_shard > 0 ? l->dp_shard : l->dp;
+    if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
+    int S = l->zero >= 2 ? l->dp_shard : l->dp;
     struct plan_sharding z = {.zero_stage = l->zero, .shard_ranks = S,
                               .reshard_after_forward = !l->keep_gathered, .prefetch = 1};
     // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.

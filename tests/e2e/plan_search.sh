@@ -13,7 +13,13 @@
 #     n_kv_heads is named as the reason;
 #  e. the published runs (docs/planning.md's table): the published (tp, pp)
 #     fits and its predicted hardware TFLOP/s per GPU is within 25% of the
-#     published figure; Llama 3 405B's tp 8 x pp 16 ranks in the top 5.
+#     published figure; Llama 3 405B's tp 8 x pp 16 ranks in the top 5;
+#  f. ZeRO-2/3 (issue 25, acceptance 6): the bytes of Llama 3 8B at tp 1 x dp 8
+#     written out here from the shapes (plan.h's terms); the search on 8 H100
+#     offers tp 1, pp 1, dp 8, ZeRO-3, micro-batch 2 as fitting where ZeRO-1
+#     in that layout needs over 100 GiB; OPT-175B's tp 8 + ZeRO-3 on 992 A100
+#     fits and ZeRO-1 in the same layout, or any tp 8 x pp 1 ZeRO-0/1
+#     variant, does not.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -121,5 +127,56 @@ err = best["tflops_per_gpu"] / 400 - 1
 print(f"e: llama3-405b on 16384 H100: tp 8 x pp 16 at place {tops.index((8, 16)) + 1}, "
       f"{best['tflops_per_gpu']:.0f} TFLOP/s a GPU, published ~400 ({100 * err:+.1f}%)")
 assert abs(err) <= 0.25
+PY
+# f. ZeRO-2/3 bytes by hand, and acceptance 6
+for z in "3 fp32" "2 bf16"; do
+    read -r zs gd <<<"$z"
+    "$TRIDENT" plan configs/llama3-8b.ini --world-size 8 parallel.tp=1 train.micro_batch_size=2 \
+        model.recompute=selective parallel.zero_stage=$zs precision.grad_dtype=$gd --json > "$tmp/z.json"
+    "$PY" - "$tmp/z.json" "$zs" "$gd" <<'PY' || fail "f: llama3-8b ZeRO-$zs bytes"
+import json, sys
+o, z, gd = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+g = o["groups"][0]
+V, C, L, Hkv, F, D, S = 128256, 4096, 32, 8, 14336, 128, 8
+n = L * (2 * C + 2 * C * C + 2 * C * Hkv * D + 3 * C * F) + 2 * V * C + C  # every tensor a multiple of 128
+n = -(-n // (64 * S)) * (64 * S)
+U = C + V * C  # the final norm + head outweigh a block (2 C^2 + 2 C Hkv D + 3 C F = 218M) and the embedding
+want = {"params_bytes": (n // S) * 2 + 2 * U * 2 if z == 3 else n * 2,
+        "grads_bytes": (n // S) * 4 + 2 * U * 4 + (2 * U * 2 if gd == "bf16" else 0),
+        "optimizer_bytes": (n // S) * 12, "unit_elems": U, "shard_ranks": S}
+got = {k: g[k] for k in want}
+assert got == want, (got, want)
+print(f"f: llama3-8b ZeRO-{z} (grad_dtype {gd}) at dp 8: params {got['params_bytes'] / 2**30:.2f}, grads "
+      f"{got['grads_bytes'] / 2**30:.2f}, AdamW {got['optimizer_bytes'] / 2**30:.2f} GiB = by hand")
+PY
+done
+"$TRIDENT" plan configs/llama3-8b.ini --gpus 8 --gpu H100-SXM --top 5000 --json > "$tmp/f.json"
+"$TRIDENT" plan configs/llama3-8b.ini --world-size 8 parallel.tp=1 train.micro_batch_size=2 model.recompute=selective \
+    parallel.zero_stage=1 --json > "$tmp/f1.json"
+"$PY" - "$tmp/f.json" "$tmp/f1.json" <<'PY' || fail "f: llama3-8b FSDP on 8 H100"
+import json, sys
+o, z1 = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+usable = o["mem_bytes"] - o["reserve_bytes"]
+fsdp = [l for l in o["layouts"] if (l["tp"], l["pp"], l["dp"], l["zero_stage"], l["micro_batch_size"]) == (1, 1, 8, 3, 2)]
+assert fsdp, "no tp 1, pp 1, dp 8, ZeRO-3, mb 2 layout fits"
+best = min(fsdp, key=lambda l: l["step_s"])
+assert best["peak_bytes"] <= usable and best["dp_shard"] == 8
+place = [l["step_s"] for l in o["layouts"]].index(best["step_s"]) + 1
+assert z1["peak_bytes"] > 100 * 2**30 > usable, z1["peak_bytes"]
+print(f"f: llama3-8b on 8 H100: tp 1 pp 1 dp 8 ZeRO-3 mb 2 (recompute {best['recompute']}) fits in "
+      f"{best['peak_bytes'] / 2**30:.1f} GiB, place {place} of {o['fit']}; ZeRO-1 there: {z1['peak_bytes'] / 2**30:.1f} GiB")
+PY
+for z in 3 1; do
+    "$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80G --top 5000 parallel.zero_stage=$z --json > "$tmp/o$z.json"
+done
+"$PY" - "$tmp/o3.json" "$tmp/o1.json" <<'PY' || fail "f: OPT-175B on 992 A100"
+import json, sys
+o3, o1 = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c3, c1 = o3["config_layout"], o1["config_layout"]
+assert (c3["tp"], c3["pp"], c3["dp"], c3["zero_stage"]) == (8, 1, 124, 3) and c3["fits"], c3
+assert not c1["fits"] and c1["why"].startswith("needs "), c1
+assert not [l for l in o3["layouts"] if (l["tp"], l["pp"]) == (8, 1) and l["zero_stage"] <= 1]
+print(f"f: OPT-175B on 992 A100, tp 8 x dp 124: ZeRO-3 fits ({c3['peak_bytes'] / 2**30:.1f} GiB, "
+      f"{c3['hw_tflops_per_gpu']:.0f} TFLOP/s a GPU), ZeRO-1 does not: {c1['why']}")
 PY
 echo "plan_search: ok"
