@@ -103,7 +103,7 @@ for bad in "--gpu Foo:unknown preset 'Foo'" "--gpu H200,bogus=1:unknown key 'bog
     [ "$rc" = 2 ] && grep -qF -- "$want" <<<"$msg" || fail "d: plan $a: rc $rc, '$msg'"
 done
 # e. published runs: hardware TFLOP/s per GPU of the published layout within 25%
-for case in megatron-145b:1536:148 megatron-1t:3072:163 gpt3-175b:1024:140; do
+for case in megatron-145b:1536:148 megatron-1t:3072:163 gpt3-175b:1024:140 opt-175b:992:147; do
     IFS=: read -r name gpus pub <<<"$case"
     "$TRIDENT" plan configs/published/$name.ini --gpus "$gpus" --gpu A100-80G --json > "$tmp/p.json"
     "$PY" - "$tmp/p.json" "$pub" "$name" <<'PY' || fail "e: $name"
