@@ -92,6 +92,13 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     c.train.micro_batch_size = l->mb;
     c.model.recompute = l->recompute;
     struct error err = {0};
+    // What the trainer refuses (config_validate: a combination it cannot run)
+    // the search does not offer.
+    if (config_validate(&c, l->tp * l->pp * l->dp, true, &err)) {
+        l->peak_bytes = 0;
+        snprintf(why, why_len, "%.150s", err.msg);
+        return false;
+    }
     size_t peak = 0, n_params = 0, unit = 0;
     if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
     int S = l->zero >= 2 ? l->dp_shard : l->dp;
