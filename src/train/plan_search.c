@@ -94,7 +94,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     struct error err = {0};
     // What the trainer refuses (config_validate: a combination it cannot run)
     // the search does not offer.
-    if (config_validate(&c, l->tp * l->pp * l->dp, true, &err)) {
+    if (config_validate(&c, cl->gpus, true, &err)) { // tp pp dp = the cluster's GPUs
         l->peak_bytes = 0;
         snprintf(why, why_len, "%.150s", err.msg);
         return false;
