@@ -45,8 +45,11 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq) {
-            size_t i = 0;
-            while (i < (sizeof presets / sizeof presets[0]) && strcasecmp(presets[i].name, tok)) i++;
+            char name[64]; // "A100-80GB" = "A100-80G"
+            snprintf(name, sizeof name, "%s", tok);
+            size_t i = 0, len = strlen(name);
+            if (len > 2 && !strcasecmp(name + len - 2, "GB")) name[len - 1] = '\0';
+            while (i < (sizeof presets / sizeof presets[0]) && strcasecmp(presets[i].name, name)) i++;
             if (i == (sizeof presets / sizeof presets[0]))
                 return error_set(err, STATUS_BAD_INPUT,
                                  "--gpu: unknown preset '%s' (A100-80G, H100-SXM, H200, or "

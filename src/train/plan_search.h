@@ -29,7 +29,7 @@ struct plan_cluster {
     double alpha_nvlink, alpha_ib; // seconds per collective step (latency term)
 };
 
-// Fills gpu from "A100-80G", "H100-SXM", "H200" or a comma list of
+// Fills gpu from "A100-80G" (or "A100-80GB"), "H100-SXM", "H200" or a comma list of
 // name=value (tflops=, hbm= in TB/s or with a T/G suffix, nvlink=, ib= in
 // GB/s or with a G suffix, mem= with a G suffix) applied on top of H100-SXM
 // or on top of a preset named first ("H200,ib=25G").

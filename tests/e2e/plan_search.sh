@@ -167,7 +167,7 @@ print(f"f: llama3-8b on 8 H100: tp 1 pp 1 dp 8 ZeRO-3 mb 2 (recompute {best['rec
       f"{best['peak_bytes'] / 2**30:.1f} GiB, place {place} of {o['fit']}; ZeRO-1 there: {z1['peak_bytes'] / 2**30:.1f} GiB")
 PY
 for z in 3 1; do
-    "$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80G --top 5000 parallel.zero_stage=$z --json > "$tmp/o$z.json"
+    "$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80GB --top 5000 parallel.zero_stage=$z --json > "$tmp/o$z.json"
 done
 "$PY" - "$tmp/o3.json" "$tmp/o1.json" <<'PY' || fail "f: OPT-175B on 992 A100"
 import json, sys
