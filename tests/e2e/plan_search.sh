@@ -19,7 +19,10 @@
 #     offers tp 1, pp 1, dp 8, ZeRO-3, micro-batch 2 as fitting where ZeRO-1
 #     in that layout needs over 100 GiB; OPT-175B's tp 8 + ZeRO-3 on 992 A100
 #     fits and ZeRO-1 in the same layout, or any tp 8 x pp 1 ZeRO-0/1
-#     variant, does not.
+#     variant, does not;
+#  g. ZeRO-3's communication term (docs/planning.md §3) written out here for
+#     OPT-175B at micro-batch 1 (8 microbatches: the gathers over the network
+#     outrun the compute they overlap) and at micro-batch 8 (they hide).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -179,4 +182,27 @@ assert not [l for l in o3["layouts"] if (l["tp"], l["pp"]) == (8, 1) and l["zero
 print(f"f: OPT-175B on 992 A100, tp 8 x dp 124: ZeRO-3 fits ({c3['peak_bytes'] / 2**30:.1f} GiB, "
       f"{c3['hw_tflops_per_gpu']:.0f} TFLOP/s a GPU), ZeRO-1 does not: {c1['why']}")
 PY
+# g. ZeRO-3's exposed data-parallel time by hand
+for mb in 1 8; do
+    ov="train.micro_batch_size=$mb model.recompute=full"
+    # shellcheck disable=SC2086
+    "$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80G $ov --json > "$tmp/g$mb.json"
+    # shellcheck disable=SC2086
+    "$TRIDENT" plan configs/published/opt-175b.ini --world-size 992 $ov --json > "$tmp/w$mb.json"
+    "$PY" - "$tmp/g$mb.json" "$tmp/w$mb.json" <<'PY' || fail "g: ZeRO-3's communication at micro-batch $mb"
+import json, sys
+o, w = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c, g = o["config_layout"], w["groups"][0]
+S, m, L, a, bw = 124, 992 // (124 * c["micro_batch_size"]), 96, 10e-6, 25e9  # tp 8 x S 124 spans nodes: the network
+n, U = g["params_shard_bytes"] // 2 * S, g["unit_elems"]  # fp16 weights, fp32 gradients
+half = lambda b: (S - 1) / S * b / bw + (S - 1) * a  # reduce-scatter or all-gather, ring
+lat = (L + 2 - 1) * (S - 1) * a  # one collective a unit: 96 blocks, embedding, head
+ag, rs, ag_u = half(2 * n) + lat, half(4 * n) + lat, half(2 * U)
+fwd, bwd = c["compute_s"] / 3 / m, 2 / 3 * (c["compute_s"] + c["recompute_s"]) / m
+want = m * (ag_u + max(0, ag - ag_u - fwd)) + m * max(0, ag + rs - bwd)
+assert abs(c["dp_exposed_s"] - want) <= 1e-9 * want, (c["dp_exposed_s"], want)
+print(f"g: OPT-175B ZeRO-3 at micro-batch {c['micro_batch_size']} ({m} microbatches): {c['dp_exposed_s']:.3f} s "
+      f"exposed = {want:.3f} s by hand (gathers {ag:.2f} s a pass, reduce-scatters {rs:.2f} s)")
+PY
+done
 echo "plan_search: ok"
