@@ -20,12 +20,14 @@ static void print_json(const struct config *c, const struct plan_group *rows, in
     json_t *o = json_object(), *groups = json_array();
     json_object_set_new(o, "schema", json_string("trident.plan.v1"));
     json_object_set_new(o, "config", json_string(c->file));
-    json_object_set_new(o, "tp", json_integer(c->parallel.tp));
-    json_object_set_new(o, "pp", json_integer(c->parallel.pp));
-    json_object_set_new(o, "dp", json_integer(c->parallel.dp));
+    // The layout: every named size of the grid (tp, dp, dp_shard, dp_replicate, pp).
+    struct grid_layout grid = config_grid(c);
+    const char *names[GROUP_COUNT];
+    int sizes[GROUP_COUNT], n_sizes = topology_layout_sizes(&grid, false, names, sizes);
+    for (int i = 0; i < n_sizes; i++) json_object_set_new(o, names[i], json_integer(sizes[i]));
     json_object_set_new(o, "virtual_stages", json_integer(MAX(1, c->parallel.virtual_stages)));
     json_object_set_new(o, "zero_stage", json_integer(c->parallel.zero_stage));
-    json_object_set_new(o, "ranks", json_integer(c->parallel.tp * c->parallel.pp * c->parallel.dp));
+    json_object_set_new(o, "ranks", json_integer(topology_world_size(&grid)));
     json_object_set_new(o, "microbatches", json_integer(plan_microbatches(c)));
     json_object_set_new(o, "micro_batch_size", json_integer(c->train.micro_batch_size));
     json_object_set_new(o, "seq_len", json_integer(c->train.seq_len));
@@ -54,6 +56,7 @@ static void print_json(const struct config *c, const struct plan_group *rows, in
             json_object_set_new(g, "gathered_units", json_integer(b->n_gathered));
             json_object_set_new(g, "grads_shard_bytes", json_integer((json_int_t)b->grads_shard));
             json_object_set_new(g, "grads_unit_bytes", json_integer((json_int_t)b->grads_units));
+            json_object_set_new(g, "grads_recv_bytes", json_integer((json_int_t)b->grads_recv));
             json_object_set_new(g, "grads_transfer_bytes", json_integer((json_int_t)b->grads_transfer));
         }
         json_array_append_new(groups, g);
@@ -68,21 +71,22 @@ static void print_json(const struct config *c, const struct plan_group *rows, in
 static void print_zero_lines(const struct config *c, const struct plan_rank_bytes *b) {
     int z = b->zero_stage, S = b->shard_ranks;
     size_t P = dtype_size(c->precision.dtype), U = b->unit_elems;
+    size_t G = dtype_size(c->precision.dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32);
     const char *dt = dtype_name(c->precision.dtype);
     if (z == 3 && b->n_gathered)
-        printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (%d x %.1f MiB, prefetch %d): "
-               "%.1f MiB\n", S, mib(b->params_shard), b->n_gathered, mib(U * P), b->n_gathered - 1,
-               mib(b->params_gathered));
+        printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (%d x %.1f MiB, prefetch 1%s): "
+               "%.1f MiB\n", S, mib(b->params_shard), b->n_gathered, mib(U * P),
+               b->n_gathered > 2 ? ", + 1 beside the tied head" : "", mib(b->params_gathered));
     else if (z == 3)
         printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (the whole stage, "
                "reshard_after_forward = false): %.1f MiB\n", S, mib(b->params_shard), mib(b->params_gathered));
     else
         printf("       parameters (ZeRO-2: full %s copy): %.1f MiB\n", dt, mib(b->params));
-    printf("       gradients (ZeRO-%d shard 1/%d, %s): %.1f MiB; unit gradient buffers (2 x %.1f MiB): %.1f MiB",
-           z, S, c->precision.dtype == DTYPE_FP64 ? "fp64" : "fp32",
-           mib(b->grads_shard), mib(b->grads_units / 2), mib(b->grads_units));
-    if (b->grads_transfer)
-        printf("; bf16 transfer copies (2 x %.1f MiB): %.1f MiB", mib(b->grads_transfer / 2), mib(b->grads_transfer));
+    printf("       gradients (ZeRO-%d shard 1/%d, %s): %.1f MiB; unit gradient buffers (2 x %.1f MiB%s): %.1f MiB; "
+           "their reduce-scatter results: %.1f MiB", z, S, c->precision.dtype == DTYPE_FP64 ? "fp64" : "fp32",
+           mib(b->grads_shard), mib(U * G), b->grads_units > 2 * U * G ? " + the tied embedding's" : "",
+           mib(b->grads_units), mib(b->grads_recv));
+    if (b->grads_transfer) printf("; bf16 transfer copies of both: %.1f MiB", mib(b->grads_transfer));
     printf("\n       optimizer (shard 1/%d): AdamW m, v %.1f MiB", S, mib(b->opt_moments));
     if (b->opt_master) printf("; fp32 master weights %.1f MiB", mib(b->opt_master));
     printf("\n");
@@ -119,8 +123,8 @@ static json_t *layout_json(const struct plan_layout *l) {
 }
 
 static void print_layout(const char *tag, const struct plan_layout *l) {
-    char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "k" after it: kept gathered
-    if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "k" : "");
+    char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
+    if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
     printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
            tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
@@ -143,7 +147,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
                               .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                               .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
     struct plan_sharding zs = plan_sharding_of(c);
-    own.keep_gathered = !zs.reshard_after_forward; // dp_shard 0: the whole of dp (no key yet)
+    own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
     char own_why[400] = "";
     bool own_fits = false;
     if (cl->gpus % (own.tp * own.pp)) {
@@ -237,7 +241,7 @@ int cmd_plan(int argc, char **argv) {
                 "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
                 "  pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory\n"
                 "  less --reserve, ranks them by predicted step time (docs/planning.md; shard: the\n"
-                "  ranks a ZeRO-2/3 shard spans, k: kept gathered) and says\n"
+                "  ranks a ZeRO-2/3 shard spans, g: kept gathered) and says\n"
                 "  why each rejected (tp, pp) family failed and where the config's own layout\n"
                 "  stands. --gpu: A100-80G, H100-SXM (default), H200, or\n"
                 "  tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset;\n"
@@ -246,7 +250,7 @@ int cmd_plan(int argc, char **argv) {
     }
     struct config c;
     struct error err = {0};
-    int tp, pp, dp, world = 0;
+    int tp, pp, world = 0;
     bool json = false;
     // --world-size N anywhere after CONFIG.ini; the rest are overrides.
     char **over = xmalloc(sizeof(char *) * (size_t)argc);
@@ -320,11 +324,11 @@ int cmd_plan(int argc, char **argv) {
     free(over);
     // Without --world-size the layout checks itself: dp = 0 resolves to 1.
     if (!st && !world) st = config_resolve_dp(&c, 0, &err);
-    if (st || config_validate(&c, world ? world : c.parallel.tp * c.parallel.pp * c.parallel.dp, true, &err)) {
+    if (st || config_validate(&c, world, true, &err)) { // world 0: the config's own layout
         fprintf(stderr, "trident plan: %s\n", err.msg);
         return err.status;
     }
-    tp = c.parallel.tp, pp = c.parallel.pp, dp = c.parallel.dp;
+    tp = c.parallel.tp, pp = c.parallel.pp;
     static const char *recompute_names[] = {"none", "selective", "full"};
     struct plan_group *rows = xcalloc((size_t)tp * pp, sizeof *rows);
     int n_rows;
@@ -340,13 +344,16 @@ int cmd_plan(int argc, char **argv) {
         free(rows);
         return STATUS_OK;
     }
+    struct grid_layout grid = config_grid(&c);
+    char layout[256];
     struct plan_sharding zs = plan_sharding_of(&c);
     char zero[96] = "";
     if (zs.zero_stage >= 2)
         snprintf(zero, sizeof zero, " (shards over %d ranks%s)", zs.shard_ranks,
                  zs.zero_stage == 2 ? "" : zs.reshard_after_forward ? ", reshard_after_forward" : ", kept gathered");
-    printf("plan: %s, tp %d x pp %d x dp %d = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
-           "tokens per rank per step, %s, recompute %s\n", c.file, tp, pp, dp, tp * pp * dp,
+    printf("plan: %s, %s = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
+           "tokens per rank per step, %s, recompute %s\n", c.file,
+           topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid),
            c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
@@ -368,7 +375,8 @@ int cmd_plan(int argc, char **argv) {
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
     }
     printf("peak rank: %.1f MiB (%.2f GiB); all %d ranks: %.1f MiB (each data-parallel replica "
-           "holds its stage's row)\n", mib(peak), peak / 1073741824.0, tp * pp * dp, total / 1048576.0);
+           "holds its stage's row)\n", mib(peak), peak / 1073741824.0, topology_world_size(&grid),
+           total / 1048576.0);
     free(rows);
     return STATUS_OK;
 }

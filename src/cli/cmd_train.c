@@ -108,6 +108,10 @@ static int print_config(int argc, char **argv) {
     config_print_origins(&cfg, stdout);
     if (infer_dp)
         printf("# parallel.dp = 0 (infer): dp = world size / (tp * pp) at run time; shown as 1\n");
+    struct grid_layout grid = config_grid(&cfg);
+    char text[256];
+    printf("# derived: the grid's axes %s (%d ranks)\n",
+           topology_layout_text(&grid, true, " = ", ", ", text, sizeof text), topology_world_size(&grid));
     return STATUS_OK;
 }
 
@@ -160,9 +164,6 @@ int cmd_train(int argc, char **argv) {
     struct config cfg;
     enum status st = config_load(argv[1], argc - 2, argv + 2, &cfg, &e.err);
     if (!st) st = config_validate(&cfg, world_size, backend_has_cuda(), &e.err);
-    if (!st && cfg.parallel.zero_stage > 1) // planned (`trident plan`), not trained yet (issue 25)
-        st = error_set(&e.err, STATUS_BAD_INPUT, "%s: parallel.zero_stage = %d: `trident plan` sizes "
-                       "stages 2 and 3, the trainer runs 0 and 1 only", cfg.file, cfg.parallel.zero_stage);
     check_same_config(st ? NULL : &cfg, &e, world_rank);
 
     struct trainer *t;

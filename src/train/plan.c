@@ -6,6 +6,7 @@
 
 #include "data/dataset.h"
 #include "model/optimizer.h"
+#include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "parallel/pipeline.h"
 
@@ -21,14 +22,20 @@ struct llama_config plan_llama(const struct config *c) {
 }
 
 struct plan_sharding plan_sharding_of(const struct config *c) {
-    return (struct plan_sharding){.zero_stage = c->parallel.zero_stage, .shard_ranks = MAX(1, c->parallel.dp),
-                                  .reshard_after_forward = true, .prefetch = 1};
+    int dp = MAX(1, c->parallel.dp), S = c->parallel.zero_stage >= 2 && c->parallel.dp_shard ? c->parallel.dp_shard : dp;
+    return (struct plan_sharding){.zero_stage = c->parallel.zero_stage, .shard_ranks = S,
+                                  .reshard_after_forward = c->parallel.reshard_after_forward, .prefetch = 1};
 }
 
-// Elements ZeRO shards evenly: the arena is padded to a multiple of 64 x the
-// ranks it is split over (ZeRO-1: dp; 2 and 3: S).
-static int arena_multiple(const struct config *c, const struct plan_sharding *z) {
-    return z->zero_stage == 1 ? 64 * c->parallel.dp : z->zero_stage >= 2 ? 64 * z->shard_ranks : 0;
+// What ZeRO asks of the shard's arenas: ZeRO-1 pads the arena to a multiple
+// of 64 dp; ZeRO-2/3 pad every unit so that each of the S shard ranks owns a
+// slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h), keep
+// no gradient arena, and at 3 no parameter arena.
+static void shard_zero(struct model_shard *s, const struct config *c, const struct plan_sharding *z) {
+    s->arena_multiple = z->zero_stage == 1 ? 64 * c->parallel.dp : 0;
+    s->unit_multiple = z->zero_stage >= 2 ? 128 * z->shard_ranks : 0;
+    s->no_grad_arena = z->zero_stage >= 2;
+    s->no_param_arena = z->zero_stage == 3;
 }
 
 int plan_microbatches(const struct config *c) {
@@ -38,12 +45,12 @@ int plan_microbatches(const struct config *c) {
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err) {
     struct llama_config lc = plan_llama(c);
-    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.p;
+    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.at[AXIS_PP];
     int m = plan_microbatches(c);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
-    shard.tp_rank = coord.t, shard.tp_size = c->parallel.tp;
+    shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     struct plan_sharding z = plan_sharding_of(c);
-    shard.arena_multiple = arena_multiple(c, &z);
+    shard_zero(&shard, c, &z);
     shard.sequence_parallel = c->parallel.sequence_parallel;
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
@@ -67,54 +74,14 @@ size_t plan_rank_total(const struct plan_rank_bytes *b) {
     return b->params + b->grads + b->optimizer + b->activations;
 }
 
-// Elements of tensor-parallel rank t's parameters for layers [begin, end) as
-// one chunk (model_plan's count: holds the embedding when begin = 0, the
-// final norm and head when end = L).
-static enum status layers_elems(const struct config *c, int t, int begin, int end, size_t *out,
-                                struct error *err) {
-    struct llama_config lc = plan_llama(c);
-    struct model_shard s = {.n_chunks = 1, .tp_rank = t, .tp_size = c->parallel.tp, .n_slots = 1};
-    s.layer_begin[0] = begin, s.layer_end[0] = end;
-    struct model_memory mem;
-    enum status st = model_plan(&lc, &s, c->precision.dtype, 1, c->train.seq_len, &mem, err);
-    *out = mem.n_params;
-    return st;
-}
-
-enum status plan_unit_elems(const struct config *c, struct grid_coord coord, size_t *out,
-                            struct error *err) {
-    int L = c->model.n_layers, t = coord.t;
-    size_t one, two, tail;
-    enum status st = layers_elems(c, t, 0, 1, &one, err);
-    if (st) return st;
-    if (L < 2) { // one layer: every part on the one stage; the whole shard as one unit (an upper bound)
-        *out = one;
-        return STATUS_OK;
-    }
-    if ((st = layers_elems(c, t, 0, 2, &two, err)) || (st = layers_elems(c, t, L - 1, L, &tail, err)))
-        return st;
-    size_t block = two - one, embed = one - block, head = tail - block;
-    struct model_shard sh;
-    if ((st = plan_shard(c, coord, &sh, err))) return st;
-    bool first = sh.layer_begin[0] == 0, last = sh.layer_end[sh.n_chunks - 1] == L;
-    *out = MAX(block, MAX(first ? embed : 0, last ? head : 0));
-    return STATUS_OK;
-}
-
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err) {
-    struct plan_sharding z = plan_sharding_of(c);
-    return plan_rank_sharded(c, &z, coord, out, err);
-}
-
-enum status plan_rank_sharded(const struct config *c, const struct plan_sharding *z,
-                              struct grid_coord coord, struct plan_rank_bytes *out, struct error *err) {
+    struct plan_sharding zs = plan_sharding_of(c), *z = &zs;
     struct llama_config lc = plan_llama(c);
     struct model_shard shard;
     struct model_memory mem;
     enum status st = plan_shard(c, coord, &shard, err);
     if (st) return st;
-    shard.arena_multiple = arena_multiple(c, z);
     st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len, &mem,
                     err);
     if (st) return st;
@@ -133,25 +100,30 @@ enum status plan_rank_sharded(const struct config *c, const struct plan_sharding
         .n_params = mem.n_params,
     };
     if (z->zero_stage < 2) return STATUS_OK;
-    // ZeRO-2 / 3 (plan.h): n divides by S (arena_multiple).
+    // ZeRO-2/3: fsdp.h's buffers (fsdp_plan_bytes: what fsdp_bytes reports of
+    // a run), named by part for `trident plan`. n and U include the padding.
     int S = z->shard_ranks;
-    size_t n = mem.n_params, nS = n / S, U, P = dtype_size(c->precision.dtype);
-    size_t G = mem.grad_bytes / MAX(n, 1); // 4, or 8 for an fp64 model
-    if ((st = plan_unit_elems(c, coord, &U, err))) return st;
+    size_t n = mem.n_params, nS = n / S, U = mem.max_unit_numel, tied = mem.tied_embed_numel;
+    size_t P = dtype_size(c->precision.dtype);
+    size_t G = dtype_size(c->precision.dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32);
+    size_t zp, zg;
+    fsdp_plan_bytes(z->zero_stage, z->reshard_after_forward, c->precision.dtype, c->precision.grad_dtype, &mem,
+                    S, &zp, &zg);
     out->zero_stage = z->zero_stage, out->shard_ranks = S, out->unit_elems = U;
-    out->grads_shard = nS * G, out->grads_units = 2 * U * G;
-    out->grads_transfer = c->precision.grad_dtype == DTYPE_BF16 ? 2 * U * sizeof(uint16_t) : 0;
-    out->grads = out->grads_shard + out->grads_units + out->grads_transfer;
-    // m, v (and the FP32 master weights) over the shard: ZeRO-1's over S ranks
-    out->optimizer = optimizer_plan_bytes(n, c->precision.dtype, S, 1, DTYPE_FP32);
+    // two unit gradient buffers (and a tied embedding's own), their reduce-scatter results
+    out->grads_shard = nS * G, out->grads_units = (2 * U + tied) * G, out->grads_recv = (2 * (U / S) + tied / S) * G;
+    out->grads_transfer = zg - out->grads_shard - out->grads_units - out->grads_recv; // their bf16 twins
+    out->grads += zg;
+    out->optimizer = optimizer_plan_bytes(n, c->precision.dtype, S, z->zero_stage, c->precision.grad_dtype);
     out->opt_master = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16 ? nS * sizeof(float) : 0;
     out->opt_moments = out->optimizer - out->opt_master;
     if (z->zero_stage == 3) {
         out->params_shard = nS * P;
-        out->n_gathered = z->reshard_after_forward ? z->prefetch + 1 : 0;
-        out->params_gathered = z->reshard_after_forward ? (size_t)out->n_gathered * U * P : n * P;
-        out->params = out->params_shard + out->params_gathered;
+        out->params_gathered = zp - out->params_shard;
+        // the unit computing and the one gathered ahead (prefetch 1), + 1 beside a tied head
+        out->n_gathered = z->reshard_after_forward ? (int)(out->params_gathered / (U * P)) : 0;
     }
+    out->params += zp;
     return STATUS_OK;
 }
 
@@ -170,7 +142,9 @@ enum status plan_groups(const struct config *c, struct plan_group *out, int *n_o
         const char *role = pp == 1 ? "only" : p == 0 ? "first" : p == pp - 1 ? "last" : "middle";
         for (int t = 0; t < tp; t++) {
             struct plan_rank_bytes b;
-            enum status st = plan_rank(c, (struct grid_coord){t, 0, p}, &b, err);
+            struct grid_coord at = {{0}}; // data rank 0: every data rank holds the same
+            at.at[AXIS_TP] = t, at.at[AXIS_PP] = p;
+            enum status st = plan_rank(c, at, &b, err);
             if (st) return st;
             size_t tot = plan_rank_total(&b);
             *peak = MAX(*peak, tot), *sum += (double)tot * dp;

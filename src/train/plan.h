@@ -36,31 +36,27 @@ struct plan_sharding {
     int prefetch; // >= 0 units
 };
 
-// The config's sharding: its zero_stage, S = dp (parallel.dp_shard does not
-// exist yet), reshard_after_forward true and prefetch 1 (the defaults issue
-// 25 specifies). c->parallel.dp resolved.
+// The config's sharding: its zero_stage, S = parallel.dp_shard at stages 2
+// and 3 (0: dp; ZeRO-1 shards over dp), parallel.reshard_after_forward and
+// prefetch 1 (fsdp.h's depth). c->parallel.dp resolved.
 struct plan_sharding plan_sharding_of(const struct config *c);
-
-// Which sharding knobs a [parallel] section can state today: the layout
-// search offers only layouts a config can express (hybrid dp_shard < dp,
-// reshard_after_forward = false) once their keys exist.
-enum { PLAN_HAS_DP_SHARD = 0, PLAN_HAS_RESHARD_KEY = 0 };
 
 // The bytes one rank of the config's layout allocates (what its metrics.jsonl
 // mem_bytes reports): the shard's parameters, gradients (plus the BF16 copy
 // the buckets all-reduce when grad_dtype = bf16 without ZeRO-1), optimizer
 // state (FP32 master weights and AdamW moments, ZeRO-1 sharded over dp) and
 // activations (n_slots slots of slot_bytes, the recompute buffer, scratch).
-// ZeRO-2 and 3 (docs/planning.md §1; n = n_params, S = shard_ranks, U =
-// unit_elems, P = model dtype bytes, G = gradient bytes, 4 or 8 for fp64):
-// grads = n/S G (the FP32 shard) + 2 U G (two unit gradient buffers: one
-// being written by the backward, one being reduce-scattered) + 2 U x 2
-// under grad_dtype bf16 (the rounded copies the reduce-scatter sends);
-// optimizer = AdamW m, v (and the FP32 master of a bf16/fp16 model) over
-// n/S; params = n P at stage 2, n/S P + (prefetch + 1) U P at stage 3 with
-// reshard_after_forward (else n/S P + n P: every unit stays gathered from
-// its forward to its backward). A first cut: the trainer's stage 2/3
-// allocations are not built yet, so plan_matches_run does not check them.
+// ZeRO-2 and 3 (docs/planning.md §1; src/train/fsdp.h's buffers, from
+// fsdp_plan_bytes; n = n_params, S = shard_ranks, U = unit_elems, the
+// largest unit, every unit padded to a multiple of 128 S elements; P = model
+// dtype bytes, G = gradient bytes, 4 or 8 for fp64): grads = n/S G (the
+// FP32 shard) + 2 U G (two unit gradient buffers: one written by the
+// backward, one being reduce-scattered; a tied embedding has its own) + 2
+// U/S G (their reduce-scatter results) + their BF16 twins under grad_dtype
+// bf16; optimizer = AdamW m, v (and the FP32 master of a bf16/fp16 model)
+// over n/S; params = n P at stage 2, n/S P + (prefetch + 1) U P at stage 3
+// with reshard_after_forward (one more beside a tied head; else n/S P + n
+// P: every unit stays gathered until the backward ends).
 struct plan_rank_bytes {
     size_t params, grads, optimizer, activations; // bytes
     size_t slot_bytes, recompute_bytes;           // bytes, inside activations
@@ -72,32 +68,19 @@ struct plan_rank_bytes {
     size_t params_shard, params_gathered;         // bytes, inside params (stage 3)
     int n_gathered;                               // units held gathered (stage 3): prefetch + 1,
                                                   // 0 when the whole stage stays gathered
-    size_t grads_shard, grads_units, grads_transfer; // bytes, inside grads
+    size_t grads_shard, grads_units, grads_recv, grads_transfer; // bytes, inside grads
     size_t opt_moments, opt_master;               // bytes, inside optimizer
 };
 
 // Sum of a rank's four pools, in bytes.
 size_t plan_rank_total(const struct plan_rank_bytes *b);
 
-// The bytes of grid position coord (t, 0, p) of the config's layout
-// (c->parallel.dp resolved) under plan_sharding_of(c). Errors:
-// STATUS_BAD_INPUT as plan_shard, and model_plan's.
+// The bytes of grid position coord (its tensor rank and pipeline stage; every
+// data rank holds the same) of the config's layout (c->parallel.dp resolved)
+// under plan_sharding_of(c). Errors: STATUS_BAD_INPUT as plan_shard, and
+// model_plan's.
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err);
-
-// plan_rank under sharding z instead of the config's (the layout search's
-// stages 2 and 3 and its dp_shard choices). z->shard_ranks must divide
-// c->parallel.dp. Errors: as plan_rank.
-enum status plan_rank_sharded(const struct config *c, const struct plan_sharding *z,
-                              struct grid_coord coord, struct plan_rank_bytes *out, struct error *err);
-
-// U: the elements of the largest unit grid position coord holds (a unit: a
-// decoder block; the embedding and the final norm + head are units of their
-// own; tied embeddings on one stage are counted with the final norm), this
-// rank's tensor-parallel slice, the arena's alignment included (by
-// differences of model_plan's parameter counts). Errors: as model_plan.
-enum status plan_unit_elems(const struct config *c, struct grid_coord coord, size_t *out,
-                            struct error *err);
 
 // One row of the grouped plan: consecutive pipeline stages [stage_begin,
 // stage_end] whose every tensor-parallel rank allocates the same bytes; role

@@ -90,6 +90,10 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
                   char *why, size_t why_len) {
     struct config c = *c0;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
+    if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
+    // ZeRO-2/3's shard group (hybrid sharding below dp) and reshard policy
+    c.parallel.dp_shard = l->zero >= 2 && l->dp_shard < l->dp ? l->dp_shard : 0;
+    c.parallel.reshard_after_forward = !l->keep_gathered;
     c.parallel.virtual_stages = l->v, c.parallel.zero_stage = l->zero;
     c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len % l->tp == 0;
     c.train.micro_batch_size = l->mb;
@@ -103,14 +107,13 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         return false;
     }
     size_t peak = 0, n_params = 0, unit = 0;
-    if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
-    int S = l->zero >= 2 ? l->dp_shard : l->dp;
-    struct plan_sharding z = {.zero_stage = l->zero, .shard_ranks = S,
-                              .reshard_after_forward = !l->keep_gathered, .prefetch = 1};
+    int S = plan_sharding_of(&c).shard_ranks;
     // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.
     for (int p = 0; p < l->pp; p++) {
         struct plan_rank_bytes b;
-        if (plan_rank_sharded(&c, &z, (struct grid_coord){0, 0, p}, &b, &err)) {
+        struct grid_coord at = {{0}};
+        at.at[AXIS_PP] = p;
+        if (plan_rank(&c, at, &b, &err)) {
             snprintf(why, why_len, "%.150s", err.msg);
             return false;
         }
@@ -126,7 +129,8 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         return false;
     }
     struct llama_config lc = plan_llama(&c);
-    int N = l->tp * l->pp * l->dp, T = c.train.seq_len, L = lc.n_layers;
+    struct grid_layout grid = config_grid(&c);
+    int N = topology_world_size(&grid), T = c.train.seq_len, L = lc.n_layers;
     int m = c.train.global_batch_size / (l->mb * l->dp);
     double tokens = (double)c.train.global_batch_size * T;
     double flops = model_flops_per_token(&lc, T) * tokens / N; // model FLOPs per GPU per step
@@ -197,9 +201,11 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     return true;
 }
 
+// Fastest first; of equal times, the one that needs less memory.
 static int cmp_layout(const void *a, const void *b) {
-    double x = ((const struct plan_layout *)a)->step_s, y = ((const struct plan_layout *)b)->step_s;
-    return x < y ? -1 : x > y;
+    const struct plan_layout *p = a, *q = b;
+    if (p->step_s != q->step_s) return p->step_s < q->step_s ? -1 : 1;
+    return (p->peak_bytes > q->peak_bytes) - (p->peak_bytes < q->peak_bytes);
 }
 
 enum status plan_search(const struct config *c, const struct plan_cluster *cl,
@@ -251,9 +257,9 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
                         for (int z = 0; z <= (dp > 1 ? 3 : 0); z++)
                         for (int S = z >= 2 ? 1 : dp; S <= dp; S++)
-                        for (int keep = 0; keep <= (z == 3 && PLAN_HAS_RESHARD_KEY); keep++) {
+                        for (int keep = 0; keep <= (z == 3); keep++) {
                             // ZeRO-2/3's shard group: a divisor of dp above 1 (hybrid), or dp
-                            if (dp % S || (z >= 2 && S == 1) || (S < dp && !PLAN_HAS_DP_SHARD)) continue;
+                            if (dp % S || (z >= 2 && S == 1)) continue;
                             struct plan_layout l = {.tp = tp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
                                                   .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
                                                   .recompute = (enum recompute)r};

@@ -19,41 +19,69 @@
 // (ZeRO-1 shards those with the moments). So a checkpoint resumes in any dtype.
 static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).numel > 0; }
 
+// ZeRO-2/3: every DP rank saves the parameters of its ranges (optimizer_ranges).
+static bool units_sharded(const struct trainer *t) { return t->cfg.parallel.zero_stage >= 2; }
+
 // Host buffers for the parameter arena and this rank's moments (allocated on
 // first use: a run that never saves nor resumes does not pay for them).
 static void host_buffers(struct trainer *t) {
     if (t->ckpt.host_params) return;
     int n;
     model_params(t->m.model, &n);
-    size_t zb, ze;
-    optimizer_shard_range(t->m.opt, &zb, &ze);
+    size_t k = optimizer_numel(t->m.opt);
     t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
-    if (has_master(t)) t->ckpt.host_master = xcalloc(ze - zb, sizeof(float));
-    t->ckpt.host_m = xcalloc(ze - zb, sizeof(float));
-    t->ckpt.host_v = xcalloc(ze - zb, sizeof(float));
+    if (has_master(t) || units_sharded(t)) t->ckpt.host_master = xcalloc(k, sizeof(float));
+    t->ckpt.host_m = xcalloc(k, sizeof(float));
+    t->ckpt.host_v = xcalloc(k, sizeof(float));
     t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
+}
+
+// The pieces of prefix over this rank's ranges of the optimizer (one, or
+// ZeRO-2/3's slice of each unit), host holding them concatenated.
+static int range_pieces(struct trainer *t, const char *prefix, float *host, struct ckpt_piece *out) {
+    int n, k = 0;
+    const struct param_info *p = model_params(t->m.model, &n);
+    const size_t *rb, *re, *at;
+    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
+    for (int r = 0; r < nr; r++)
+        k += checkpoint_pieces_from_params(p, n, prefix, host + at[r], DTYPE_FP32, rb[r], re[r], out + k);
+    return k;
 }
 
 // Fills t->ckpt.pieces: parameters (when with_params) and this rank's moments
 // (when with_moments); returns how many. Parameters come from (or go to)
-// the whole arena in host_params, or with from_master this rank's range of
-// the master weights in host_master (saving a BF16/FP16 model).
+// the whole arena in host_params, or with from_master this rank's ranges of
+// the master weights in host_master (saving a BF16/FP16 model, or any
+// model under ZeRO-2/3).
 static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
     int n, k = 0;
     const struct param_info *p = model_params(t->m.model, &n);
-    size_t zb, ze;
-    optimizer_shard_range(t->m.opt, &zb, &ze);
     if (with_params && from_master)
-        k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_master, DTYPE_FP32, zb, ze,
-                                           t->ckpt.pieces + k);
+        k += range_pieces(t, "param", t->ckpt.host_master, t->ckpt.pieces + k);
     else if (with_params)
         k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
     if (with_moments) {
-        k += checkpoint_pieces_from_params(p, n, "adam_m", t->ckpt.host_m, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
-        k += checkpoint_pieces_from_params(p, n, "adam_v", t->ckpt.host_v, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
+        k += range_pieces(t, "adam_m", t->ckpt.host_m, t->ckpt.pieces + k);
+        k += range_pieces(t, "adam_v", t->ckpt.host_v, t->ckpt.pieces + k);
     }
     return k;
+}
+
+// ZeRO-2/3 with an FP32 model: this rank's parameters of its ranges into
+// host_master (the parameter shard under ZeRO-3, the arena's slices under ZeRO-2).
+static void shard_params_to_host(struct trainer *t) {
+    struct tensor ps = optimizer_param_shard(t->m.opt);
+    if (ps.numel) {
+        backend_to_host(t->m.be, t->ckpt.host_master, ps.data, ps.numel * sizeof(float));
+        return;
+    }
+    struct tensor w = model_param_arena(t->m.model);
+    const size_t *rb, *re, *at;
+    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
+    for (int r = 0; r < nr; r++)
+        backend_to_host(t->m.be, t->ckpt.host_master + at[r], tensor_slice(w, rb[r], re[r] - rb[r]).data,
+                        (re[r] - rb[r]) * sizeof(float));
 }
 
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
@@ -65,6 +93,8 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     if (master) {
         struct tensor mw = optimizer_master(t->m.opt);
         backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
+    } else if (units_sharded(t)) {
+        shard_params_to_host(t);
     } else {
         backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
     }
@@ -72,9 +102,12 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
-    // (and its master-weight shard of a BF16/FP16 model).
-    bool first_replica = t->par.topo.coord.d == 0, zero = c->parallel.zero_stage == 1;
-    int n = pieces(t, first_replica || (master && zero), master, first_replica || zero);
+    // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
+    // parameters, master weights and moments of its slice of every unit.
+    bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
+    bool sharded = units_sharded(t);
+    int n = pieces(t, first_replica || (master && zero) || sharded, master || sharded,
+                   first_replica || zero);
     struct ckpt_state st = {
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
@@ -89,8 +122,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     };
     loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
-        .dir = c->checkpoint.dir, .step = steps_done, .tp = c->parallel.tp, .pp = c->parallel.pp,
-        .dp = c->parallel.dp, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
+        .dir = c->checkpoint.dir, .step = steps_done, .layout = t->par.topo.layout, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
         .model = &t->m.lc, .tokenizer_id = t->data.ds->index.tokenizer, .pieces = t->ckpt.pieces,
         .n_pieces = n, .state = &st, .keep_last = c->checkpoint.keep_last,
     };
@@ -209,15 +241,31 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
 }
 
 // Copies t->ckpt.host_params (the whole parameter arena, FP32) into the model
-// and, for a BF16/FP16 model, this rank's range into the FP32 master weights
-// (the model gets them rounded). Errors: STATUS_RUNTIME, out of device memory.
+// and, for a BF16/FP16 model, this rank's ranges into the FP32 master weights
+// (the model gets them rounded); under ZeRO-3 only this rank's ranges, into
+// its parameter shard (no arena). Errors: STATUS_RUNTIME, out of device memory.
 static enum status upload_params(struct trainer *t, struct trainer_error *err) {
     struct tensor w = model_param_arena(t->m.model);
+    const size_t *rb, *re, *at;
+    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
+    struct tensor ps = optimizer_param_shard(t->m.opt); // ZeRO-3: no arena
+    if (has_master(t))
+        for (int r = 0; r < nr; r++) {
+            struct tensor mw = tensor_slice(optimizer_master(t->m.opt), at[r], re[r] - rb[r]);
+            backend_to_device(t->m.be, mw.data, t->ckpt.host_params + rb[r], mw.numel * sizeof(float));
+        }
+    if (ps.numel) { // this rank's slices, rounded from the master weights (or FP32 as they are)
+        if (has_master(t)) {
+            backend_copy(t->m.be, ps, optimizer_master(t->m.opt), ps.numel);
+        } else {
+            for (int r = 0; r < nr; r++)
+                backend_to_device(t->m.be, tensor_slice(ps, at[r], re[r] - rb[r]).data,
+                                  t->ckpt.host_params + rb[r], (re[r] - rb[r]) * sizeof(float));
+        }
+        backend_synchronize(t->m.be);
+        return STATUS_OK;
+    }
     if (has_master(t)) {
-        struct tensor mw = optimizer_master(t->m.opt);
-        size_t zb, ze;
-        optimizer_shard_range(t->m.opt, &zb, &ze);
-        backend_to_device(t->m.be, mw.data, t->ckpt.host_params + zb, mw.numel * sizeof(float));
         void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
         if (!tmp)
             return error_set(&err->err, STATUS_RUNTIME, "loading weights: out of %s memory for "
@@ -450,9 +498,10 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         else if (old_g && old_g != new_g)
             snprintf(change, sizeof change, " ([train] global_batch_size changed from %llu to %llu: "
                      "the next unconsumed sample)", (unsigned long long)old_g, (unsigned long long)new_g);
-        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d); "
-               "data continues at epoch %llu, sample %llu%s\n",
-               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage,
+        char grid[256];
+        printf("resumed from %s: step %lld, saved in layout %s (zero_stage %d); "
+               "data continues at epoch %llu, sample %llu%s\n", path, (long long)st->step,
+               topology_layout_text(&info->layout, true, " ", " x ", grid, sizeof grid), info->zero_stage,
                (unsigned long long)ls->epoch, (unsigned long long)ls->sample, change);
         fflush(stdout);
     }

@@ -141,11 +141,13 @@ import json, sys
 o, z, gd = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 g = o["groups"][0]
 V, C, L, Hkv, F, D, S = 128256, 4096, 32, 8, 14336, 128, 8
-n = L * (2 * C + 2 * C * C + 2 * C * Hkv * D + 3 * C * F) + 2 * V * C + C  # every tensor a multiple of 128
-n = -(-n // (64 * S)) * (64 * S)
-U = C + V * C  # the final norm + head outweigh a block (2 C^2 + 2 C Hkv D + 3 C F = 218M) and the embedding
+pad = lambda x: -(-x // (128 * S)) * (128 * S)  # every unit to a multiple of 128 S (fsdp.h)
+embed, block, head = V * C, 2 * C + 2 * C * C + 2 * C * Hkv * D + 3 * C * F, C + V * C
+n = pad(embed) + L * pad(block) + pad(head)
+U = pad(head)  # the final norm + head outweigh a block (218M) and the embedding
+bufs = 2 * (U + U // S)  # two unit gradient buffers and their reduce-scatter results
 want = {"params_bytes": (n // S) * 2 + 2 * U * 2 if z == 3 else n * 2,
-        "grads_bytes": (n // S) * 4 + 2 * U * 4 + (2 * U * 2 if gd == "bf16" else 0),
+        "grads_bytes": (n // S) * 4 + bufs * 4 + (bufs * 2 if gd == "bf16" else 0),
         "optimizer_bytes": (n // S) * 12, "unit_elems": U, "shard_ranks": S}
 got = {k: g[k] for k in want}
 assert got == want, (got, want)
