@@ -19,62 +19,92 @@
 // (ZeRO-1 shards those with the moments). So a checkpoint resumes in any dtype.
 static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).numel > 0; }
 
-// Host buffers for the parameter arena and this rank's moments (allocated on
-// first use: a run that never saves nor resumes does not pay for them).
-static void host_buffers(struct trainer *t) {
-    if (t->ckpt.host_params) return;
+// The table of pieces a save or a load fills (3 per parameter tensor at most).
+static void piece_table(struct trainer *t) {
     int n;
     model_params(t->m.model, &n);
+    if (!t->ckpt.pieces) t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
+}
+
+// Host buffers for the parameter arena and this rank's moments (allocated on
+// first use: a run that never loads, nor saves from device memory, does not
+// pay for them), and the piece table.
+static void host_buffers(struct trainer *t) {
+    piece_table(t);
+    if (t->ckpt.host_params) return;
     size_t zb, ze;
     optimizer_shard_range(t->m.opt, &zb, &ze);
     t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
     if (has_master(t)) t->ckpt.host_master = xcalloc(ze - zb, sizeof(float));
     t->ckpt.host_m = xcalloc(ze - zb, sizeof(float));
     t->ckpt.host_v = xcalloc(ze - zb, sizeof(float));
-    t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
 }
+
+// The host memory the pieces of a save read (or a load writes): the whole
+// FP32 parameter arena, this rank's range of the FP32 master weights (a
+// BF16/FP16 model) and of the moments.
+struct piece_src {
+    float *params, *master, *m, *v;
+};
 
 // Fills t->ckpt.pieces: parameters (when with_params) and this rank's moments
 // (when with_moments); returns how many. Parameters come from (or go to)
-// the whole arena in host_params, or with from_master this rank's range of
-// the master weights in host_master (saving a BF16/FP16 model).
-static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
+// the whole arena in src.params, or with from_master this rank's range of
+// the master weights in src.master (saving a BF16/FP16 model).
+static int pieces_of(struct trainer *t, struct piece_src src, bool with_params, bool from_master,
+                     bool with_moments) {
     int n, k = 0;
     const struct param_info *p = model_params(t->m.model, &n);
     size_t zb, ze;
     optimizer_shard_range(t->m.opt, &zb, &ze);
     if (with_params && from_master)
-        k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_master, DTYPE_FP32, zb, ze,
+        k += checkpoint_pieces_from_params(p, n, "param", src.master, DTYPE_FP32, zb, ze,
                                            t->ckpt.pieces + k);
     else if (with_params)
-        k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_params, DTYPE_FP32, 0, SIZE_MAX,
+        k += checkpoint_pieces_from_params(p, n, "param", src.params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
     if (with_moments) {
-        k += checkpoint_pieces_from_params(p, n, "adam_m", t->ckpt.host_m, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
-        k += checkpoint_pieces_from_params(p, n, "adam_v", t->ckpt.host_v, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
+        k += checkpoint_pieces_from_params(p, n, "adam_m", src.m, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
+        k += checkpoint_pieces_from_params(p, n, "adam_v", src.v, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
     }
     return k;
 }
 
+// The same over the host buffers (host_buffers).
+static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
+    struct piece_src src = {t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v};
+    return pieces_of(t, src, with_params, from_master, with_moments);
+}
+
+// A save reads the arenas themselves where the backend's memory is host
+// memory (the CPU backend: no copy of the model, docs/design.md §5), else
+// copies them into the host buffers first (CUDA: host memory of the
+// parameter arena and this rank's moments and master weights).
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
     const struct config *c = &t->cfg;
-    host_buffers(t);
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
     bool master = has_master(t);
-    if (master) {
-        struct tensor mw = optimizer_master(t->m.opt);
-        backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
+    struct tensor mw = master ? optimizer_master(t->m.opt) : tensor_view(NULL, DTYPE_FP32, 0);
+    struct piece_src src = {w.data, mw.data, m.data, v.data};
+    if (backend_host_memory(t->m.be)) {
+        piece_table(t);
+        backend_synchronize(t->m.be);
     } else {
-        backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+        host_buffers(t);
+        src = (struct piece_src){t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v};
+        if (master)
+            backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
+        else
+            backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+        backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
+        backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     }
-    backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
-    backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
     // (and its master-weight shard of a BF16/FP16 model).
     bool first_replica = t->par.topo.coord.d == 0, zero = c->parallel.zero_stage == 1;
-    int n = pieces(t, first_replica || (master && zero), master, first_replica || zero);
+    int n = pieces_of(t, src, first_replica || (master && zero), master, first_replica || zero);
     struct ckpt_state st = {
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
