@@ -7,6 +7,7 @@
 #include "data/dataset.h"
 #include "model/optimizer.h"
 #include "train/grad_sync.h"
+#include "parallel/comm_mpi.h"
 #include "parallel/pipeline.h"
 
 struct llama_config plan_llama(const struct config *c) {
@@ -79,6 +80,29 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
+    return STATUS_OK;
+}
+
+enum status plan_host(const struct config *c, struct grid_coord coord, struct plan_host_bytes *out,
+                      struct error *err) {
+    struct plan_rank_bytes b;
+    enum status st = plan_rank(c, coord, &b, err);
+    if (st) return st;
+    int tp = c->parallel.tp, pp = c->parallel.pp, dp = c->parallel.dp, z = c->parallel.zero_stage;
+    // MPI: the largest group a reduction runs on (the embedding group of a
+    // tied model's pipeline ends has 2 ranks); gradient buckets all-reduce
+    // non-blocking without ZeRO; ZeRO-1 and sequence parallelism reduce-scatter.
+    int largest = MAX(MAX(tp, dp), pp > 1 ? 2 : 1);
+    bool cpu = c->system.device == DEVICE_CPU;
+    out->mpi = cpu ? comm_mpi_plan_bytes(largest, z == 0 && dp > 1,
+                                         (z >= 1 && dp > 1) || (c->parallel.sequence_parallel && tp > 1))
+                   : 0;
+    // train_ckpt.c host_buffers: FP32 parameter arena, moments (and master
+    // weights of a 16-bit model) over this rank's optimizer range.
+    size_t n = b.n_params, range = z >= 1 && dp > 1 ? n / dp : n;
+    bool lowp = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16;
+    out->ckpt_load = (n + (2 + (lowp ? 1 : 0)) * range) * sizeof(float);
+    out->ckpt_save = cpu ? 0 : out->ckpt_load;
     return STATUS_OK;
 }
 

@@ -491,7 +491,21 @@ out:
     return s;
 }
 
+static enum status resume(struct trainer *t, struct trainer_error *err);
+
+// On a backend whose memory is host memory the host buffers serve only a
+// load (a save reads the arenas): freed once it is done, so that a resumed
+// run holds what a fresh one does (docs/design.md §5).
 enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
+    enum status s = resume(t, err);
+    if (backend_host_memory(t->m.be)) {
+        free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v);
+        t->ckpt.host_params = t->ckpt.host_master = t->ckpt.host_m = t->ckpt.host_v = NULL;
+    }
+    return s;
+}
+
+static enum status resume(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     char path[CKPT_PATH_MAX];
     t->ckpt.start_step = 0;
