@@ -195,12 +195,17 @@ static char *manifest_text(const struct ckpt_save_args *a, const struct ckpt_fil
                            size_t *len) {
     struct text t = {xmalloc(4096), 0, 4096};
     const struct llama_config *m = a->model;
-    int world = a->tp * a->pp * a->dp;
+    int world = topology_world_size(&a->layout);
     text_add(&t, "# trident checkpoint manifest (docs/formats.md)\n[checkpoint]\n");
     text_add(&t, "format_version = %d\nstep = %lld\nworld_size = %d\n", CKPT_FORMAT_VERSION,
              (long long)a->step, world);
-    text_add(&t, "tp = %d\npp = %d\ndp = %d\nzero_stage = %d\ntokenizer = %s\n", a->tp, a->pp,
-             a->dp, a->zero_stage, a->tokenizer_id ? a->tokenizer_id : "");
+    // The layout lines: every named size of the grid (tp, dp, dp_shard,
+    // dp_replicate, pp: parallel/axes_list.h).
+    const char *names[GROUP_COUNT];
+    int sizes[GROUP_COUNT], n_sizes = topology_layout_sizes(&a->layout, false, names, sizes);
+    for (int i = 0; i < n_sizes; i++) text_add(&t, "%s = %d\n", names[i], sizes[i]);
+    text_add(&t, "zero_stage = %d\ntokenizer = %s\n", a->zero_stage,
+             a->tokenizer_id ? a->tokenizer_id : "");
     if (a->weights_only) // only then: older readers see the manifests they know
         text_add(&t, "weights_only = 1\n");
     text_add(&t, "\n[model]\nvocab_size = %d\nd_model = %d\nn_layers = %d\nn_heads = %d\n",
@@ -332,9 +337,11 @@ static enum status agree(struct comm_group *world, enum status mine, const char 
 
 enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
                             struct error *err) {
-    int n = a->tp * a->pp * a->dp;
-    CHECK(world->size == n && world->rank == a->rank, "world %d/%d, layout %dx%dx%d, rank %d",
-          world->rank, world->size, a->tp, a->pp, a->dp, a->rank);
+    char text[256];
+    int n = topology_world_size(&a->layout);
+    CHECK(world->size == n && world->rank == a->rank,
+          "world %d/%d, layout %s, rank %d", world->rank, world->size,
+          topology_layout_text(&a->layout, true, "=", " ", text, sizeof text), a->rank);
     enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
     if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
 

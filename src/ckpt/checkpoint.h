@@ -39,6 +39,7 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "parallel/comm.h"
+#include "parallel/topology.h" // struct grid_layout
 
 #define CKPT_FORMAT_VERSION 1
 
@@ -97,7 +98,8 @@ struct ckpt_state {
 struct ckpt_save_args {
     const char *dir;     // [checkpoint] dir
     int64_t step;        // names the folder step-%06lld
-    int tp, pp, dp, zero_stage;
+    struct grid_layout layout; // the run's grid (parallel/topology.h)
+    int zero_stage;
     int rank;            // world rank whose file this call writes
     const struct llama_config *model;
     const char *tokenizer_id; // "" when none
@@ -116,7 +118,7 @@ struct ckpt_file_sum {
 };
 
 // The whole collective save. Every rank of world (world rank == a->rank,
-// size == tp * pp * dp) calls it with its pieces and state. Returns STATUS_OK
+// size == the layout's world) calls it with its pieces and state. Returns STATUS_OK
 // on every rank or an error on every rank (a rank whose own step succeeded
 // says which rank failed, with that rank's message); on error the previous
 // checkpoint and `latest` are untouched and nothing is rotated. A piece
@@ -169,7 +171,11 @@ void checkpoint_close(struct ckpt_reader *r);
 struct ckpt_info {
     int format_version;
     int64_t step;
-    int world_size, tp, pp, dp, zero_stage;
+    int world_size, zero_stage;
+    // The writer's grid: its layout lines (one per named size of
+    // topology_layout_sizes); a manifest from before dp_shard (tp, pp, dp
+    // only) is one shard group of every data rank.
+    struct grid_layout layout;
     struct llama_config model; // shape fields only
     char tokenizer_id[128];
     char path[CKPT_PATH_MAX];  // the checkpoint folder

@@ -53,6 +53,7 @@ struct manifest_parse {
     int n_files;
     char bad[512];
     unsigned have; // bit per required key
+    int sizes[GROUP_COUNT]; // the layout lines (topology_layout_sizes' names); 0: absent
 };
 
 static const char *required_keys[] = {"format_version", "step", "world_size", "tp", "pp", "dp",
@@ -83,10 +84,11 @@ static int manifest_handler(void *user, const char *section, const char *key, co
     }
     INT_KEY("checkpoint", "format_version", in->format_version, 0, INT_MAX)
     INT_KEY("checkpoint", "step", in->step, 0, INT_MAX)
-    INT_KEY("checkpoint", "tp", in->tp, 1, LLAMA_MAX_PARALLEL)
-    INT_KEY("checkpoint", "pp", in->pp, 1, LLAMA_MAX_PARALLEL)
-    INT_KEY("checkpoint", "dp", in->dp, 1, LLAMA_MAX_PARALLEL)
-    INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 1)
+    for (int k = 0; k < GROUP_COUNT; k++) // the layout lines
+        if (topology_group_is_size((enum group_kind)k))
+            INT_KEY("checkpoint", topology_group_name((enum group_kind)k), mp->sizes[k], 1,
+                    LLAMA_MAX_PARALLEL)
+    INT_KEY("checkpoint", "zero_stage", in->zero_stage, 0, 3)
     INT_KEY("checkpoint", "weights_only", in->weights_only, 0, 1)
     INT_KEY("model", "vocab_size", in->model.vocab_size, 2, LLAMA_MAX_VOCAB)
     INT_KEY("model", "d_model", in->model.d_model, 1, LLAMA_MAX_D_MODEL)
@@ -397,6 +399,31 @@ static enum status open_files(struct ckpt_reader *rd, struct manifest_file *file
     return STATUS_OK;
 }
 
+// The grid of the manifest's layout lines (sizes by group kind, 0 absent;
+// tp, pp and dp are required keys): those of tp, pp, dp and dp_shard (absent
+// before dp_shard existed: dp, one shard group), then every line present
+// must be that layout's size and their world the manifest's world_size.
+static enum status manifest_layout(const char *manifest, const int *sizes, struct ckpt_info *in,
+                                   struct error *err) {
+    int dp = sizes[GROUP_DP], dp_shard = sizes[GROUP_DP_SHARD];
+    if (dp_shard && dp % dp_shard)
+        return error_set(err, STATUS_BAD_INPUT, "%s: dp_shard = %d does not divide dp = %d",
+                         manifest, dp_shard, dp);
+    in->layout = topology_layout(sizes[GROUP_TP], sizes[GROUP_PP], dp, dp_shard);
+    char text[256];
+    for (int k = 0; k < GROUP_COUNT; k++)
+        if (sizes[k] && sizes[k] != topology_group_size(&in->layout, (enum group_kind)k))
+            return error_set(err, STATUS_BAD_INPUT, "%s: %s = %d, but the layout %s makes it %d",
+                             manifest, topology_group_name((enum group_kind)k), sizes[k],
+                             topology_layout_text(&in->layout, true, " = ", ", ", text, sizeof text),
+                             topology_group_size(&in->layout, (enum group_kind)k));
+    if ((int64_t)topology_world_size(&in->layout) != in->world_size)
+        return error_set(err, STATUS_BAD_INPUT, "%s: %s = %d ranks != world_size=%d", manifest,
+                         topology_layout_text(&in->layout, true, "=", " * ", text, sizeof text),
+                         topology_world_size(&in->layout), in->world_size);
+    return STATUS_OK;
+}
+
 static enum status open_reader(const char *path, bool checksums, struct ckpt_reader **out,
                                struct error *err) {
     *out = NULL;
@@ -435,11 +462,7 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
                            required_keys[i]);
             goto done;
         }
-    if ((int64_t)rd->info.tp * rd->info.pp * rd->info.dp != rd->info.world_size) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: tp=%d * pp=%d * dp=%d != world_size=%d",
-                       rd->manifest, rd->info.tp, rd->info.pp, rd->info.dp, rd->info.world_size);
-        goto done;
-    }
+    if ((st = manifest_layout(rd->manifest, mp.sizes, &rd->info, err))) goto done;
     rd->files = xmalloc((size_t)rd->info.world_size * sizeof *rd->files);
     for (int r = 0; r < rd->info.world_size; r++) rd->files[r] = -1;
     if ((st = open_files(rd, mp.files, checksums, err))) goto done;

@@ -32,8 +32,10 @@ static void print_info(const struct ckpt_reader *r) {
     const struct llama_config *m = &in->model;
     printf("checkpoint %s\n", in->path);
     printf("  format_version %d, step %lld\n", in->format_version, (long long)in->step);
-    printf("  layout tp=%d pp=%d dp=%d (world %d), zero_stage=%d\n", in->tp, in->pp, in->dp,
-           in->world_size, in->zero_stage);
+    char grid[256];
+    printf("  layout %s (world %d), zero_stage=%d\n",
+           topology_layout_text(&in->layout, false, "=", " ", grid, sizeof grid), in->world_size,
+           in->zero_stage);
     printf("  model vocab_size=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d "
            "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
            m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);

@@ -30,12 +30,14 @@ static void print_json(const struct config *c, const struct plan_group *rows,
     json_t *o = json_object(), *groups = json_array();
     json_object_set_new(o, "schema", json_string("trident.plan.v1"));
     json_object_set_new(o, "config", json_string(c->file));
-    json_object_set_new(o, "tp", json_integer(c->parallel.tp));
-    json_object_set_new(o, "pp", json_integer(c->parallel.pp));
-    json_object_set_new(o, "dp", json_integer(c->parallel.dp));
+    // The layout: every named size of the grid (tp, dp, dp_shard, dp_replicate, pp).
+    struct grid_layout grid = config_grid(c);
+    const char *names[GROUP_COUNT];
+    int sizes[GROUP_COUNT], n_sizes = topology_layout_sizes(&grid, false, names, sizes);
+    for (int i = 0; i < n_sizes; i++) json_object_set_new(o, names[i], json_integer(sizes[i]));
     json_object_set_new(o, "virtual_stages", json_integer(MAX(1, c->parallel.virtual_stages)));
     json_object_set_new(o, "zero_stage", json_integer(c->parallel.zero_stage));
-    json_object_set_new(o, "ranks", json_integer(c->parallel.tp * c->parallel.pp * c->parallel.dp));
+    json_object_set_new(o, "ranks", json_integer(topology_world_size(&grid)));
     json_object_set_new(o, "microbatches", json_integer(plan_microbatches(c)));
     json_object_set_new(o, "micro_batch_size", json_integer(c->train.micro_batch_size));
     json_object_set_new(o, "seq_len", json_integer(c->train.seq_len));
@@ -220,7 +222,7 @@ int cmd_plan(int argc, char **argv) {
     }
     struct config c;
     struct error err = {0};
-    int tp, pp, dp, world = 0;
+    int tp, pp, world = 0;
     bool json = false;
     // --world-size N anywhere after CONFIG.ini; the rest are overrides.
     char **over = xmalloc(sizeof(char *) * (size_t)argc);
@@ -294,11 +296,11 @@ int cmd_plan(int argc, char **argv) {
     free(over);
     // Without --world-size the layout checks itself: dp = 0 resolves to 1.
     if (!st && !world) st = config_resolve_dp(&c, 0, &err);
-    if (st || config_validate(&c, world ? world : c.parallel.tp * c.parallel.pp * c.parallel.dp, true, &err)) {
+    if (st || config_validate(&c, world, true, &err)) { // world 0: the config's own layout
         fprintf(stderr, "trident plan: %s\n", err.msg);
         return err.status;
     }
-    tp = c.parallel.tp, pp = c.parallel.pp, dp = c.parallel.dp;
+    tp = c.parallel.tp, pp = c.parallel.pp;
     static const char *recompute_names[] = {"none", "selective", "full"};
     struct plan_group *rows = xcalloc((size_t)tp * pp, sizeof *rows);
     int n_rows;
@@ -312,7 +314,9 @@ int cmd_plan(int argc, char **argv) {
     struct plan_host_bytes *host = xcalloc((size_t)n_rows, sizeof *host);
     size_t peak_resident = 0;
     for (int i = 0; i < n_rows; i++) {
-        if (plan_host(&c, (struct grid_coord){0, 0, rows[i].stage_begin}, &host[i], &err)) {
+        struct grid_coord at = {{0}};
+        at.at[AXIS_PP] = rows[i].stage_begin;
+        if (plan_host(&c, at, &host[i], &err)) {
             fprintf(stderr, "trident plan: %s\n", err.msg);
             free(rows), free(host);
             return err.status;
@@ -325,8 +329,11 @@ int cmd_plan(int argc, char **argv) {
         free(rows), free(host);
         return STATUS_OK;
     }
-    printf("plan: %s, tp %d x pp %d x dp %d = %d ranks, zero_stage %d, %d microbatches of %d x %d "
-           "tokens per rank per step, %s, recompute %s\n", c.file, tp, pp, dp, tp * pp * dp,
+    struct grid_layout grid = config_grid(&c);
+    char layout[256];
+    printf("plan: %s, %s = %d ranks, zero_stage %d, %d microbatches of %d x %d "
+           "tokens per rank per step, %s, recompute %s\n", c.file,
+           topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid),
            c.parallel.zero_stage, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
@@ -355,14 +362,15 @@ int cmd_plan(int argc, char **argv) {
                    mib(host[i].ckpt_save), host[i].mpi);
     }
     printf("peak rank: %.1f MiB (%.2f GiB); all %d ranks: %.1f MiB (each data-parallel replica "
-           "holds its stage's row)\n", mib(peak), peak / 1073741824.0, tp * pp * dp, total / 1048576.0);
+           "holds its stage's row)\n", mib(peak), peak / 1073741824.0, topology_world_size(&grid),
+           total / 1048576.0);
     if (c.system.device == DEVICE_CPU)
         printf("MPI (system.device = cpu): up to %.1f MiB per rank beyond the arenas: reductions in "
                "MPI calls of %zu MiB, holding up to twice that%s%s; peak resident rank %.1f MiB "
                "(%.2f GiB), plus the program's own ~50 MiB (docs/design.md §5)\n",
                mib(host[0].mpi), COMM_MPI_CHUNK_BYTES >> 20,
-               c.parallel.zero_stage == 0 && dp > 1 ? ", gradient all-reduces in flight" : "",
-               (c.parallel.zero_stage >= 1 && dp > 1) || (c.parallel.sequence_parallel && tp > 1)
+               c.parallel.zero_stage == 0 && c.parallel.dp > 1 ? ", gradient all-reduces in flight" : "",
+               (c.parallel.zero_stage >= 1 && c.parallel.dp > 1) || (c.parallel.sequence_parallel && tp > 1)
                    ? ", reduce-scatter staging" : "",
                mib(peak_resident), peak_resident / 1073741824.0);
     free(rows), free(host);

@@ -108,6 +108,10 @@ static int print_config(int argc, char **argv) {
     config_print_origins(&cfg, stdout);
     if (infer_dp)
         printf("# parallel.dp = 0 (infer): dp = world size / (tp * pp) at run time; shown as 1\n");
+    struct grid_layout grid = config_grid(&cfg);
+    char text[256];
+    printf("# derived: the grid's axes %s (%d ranks)\n",
+           topology_layout_text(&grid, true, " = ", ", ", text, sizeof text), topology_world_size(&grid));
     return STATUS_OK;
 }
 

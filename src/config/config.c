@@ -653,6 +653,11 @@ static void print_keys(const struct config *cfg, FILE *f, bool origins) {
     }
 }
 
+struct grid_layout config_grid(const struct config *cfg) {
+    const struct parallel_config *p = &cfg->parallel;
+    return topology_layout(p->tp, p->pp, p->dp, p->dp_shard);
+}
+
 void config_print(const struct config *cfg, FILE *f) { print_keys(cfg, f, false); }
 
 void config_print_origins(const struct config *cfg, FILE *f) { print_keys(cfg, f, true); }

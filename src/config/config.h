@@ -25,6 +25,7 @@
 #include "ckpt/checkpoint.h" // enum resume_mode
 #include "kernels/ops.h"     // enum dtype
 #include "model/optimizer.h" // enum lr_schedule, enum recompute (model.h)
+#include "parallel/topology.h" // struct grid_layout
 
 #define CONFIG_PATH_MAX 512
 #define CONFIG_MAX_KEYS 96 // >= number of rows in the key table (checked)
@@ -100,9 +101,11 @@ struct parallel_config {
     int tp;
     int pp;
     int dp;
+    int dp_shard; // 0: dp (one shard group of every data rank); dp_replicate = dp / dp_shard
     int virtual_stages;
     bool sequence_parallel;
-    int zero_stage; // 0 or 1
+    int zero_stage; // 0 to 3
+    bool reshard_after_forward; // zero_stage 3
     int bucket_mb;
 };
 
@@ -243,6 +246,11 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda,
 // times the inferred dp (naming the nearest global_batch_size values below
 // and above and the nearest world sizes that divide it).
 enum status config_resolve_dp(struct config *cfg, int world_size, struct error *err);
+
+// The grid of the [parallel] keys (parallel/topology.h: topology_layout of
+// tp, pp, dp, dp_shard); parallel.dp resolved (config_resolve_dp) and
+// dp_shard dividing it (config_validate).
+struct grid_layout config_grid(const struct config *cfg);
 
 // Writes the resolved config as an INI file that config_load reads back to an
 // equal config (config_equal). Unset optional paths are written as comments.

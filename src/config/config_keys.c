@@ -171,18 +171,28 @@ const struct config_key config_keys[] = {
              "document computes as if alone; none (one padded document per row) is not "
              "offered: concat_reset gives the same per-document result without padding"),
 
-    // [parallel]: rank = t + tp * (d + dp * p) (docs/design.md §2)
+    // [parallel]: the sizes of the grid's axes (parallel/axes_list.h; docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "tensor-parallel size"),
     KEY_INT("parallel", "pp", parallel.pp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "pipeline-parallel size"),
     KEY_INT("parallel", "dp", parallel.dp, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
             "data-parallel size; tp * pp * dp = ranks; 0 infers it: ranks / (tp * pp) (`trident "
             "plan`: its --world-size, else 1)"),
+    KEY_INT("parallel", "dp_shard", parallel.dp_shard, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
+            "data-parallel ranks that shard the optimizer state among them (hybrid sharding: "
+            "groups of dp_shard consecutive data ranks, replicated dp / dp_shard = dp_replicate "
+            "times, which is derived); must divide dp; 0: dp (one shard group)"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
              "shard norms and dropout-free regions along T over the TP group"),
-    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 1, "",
-            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1)"),
+    KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 3, "",
+            "0: replicated optimizer state; 1: optimizer state sharded over DP (ZeRO-1); 2: "
+            "gradients too, reduce-scattered per unit during the backward (ZeRO-2); 3: parameters "
+            "too, all-gathered per unit before its forward and backward (ZeRO-3, FSDP)"),
+    KEY_BOOL("parallel", "reshard_after_forward", parallel.reshard_after_forward, "true",
+             "zero_stage 3: free a gathered unit after its forward and gather it again before its "
+             "backward (2 gather buffers); false keeps every unit of the stage gathered until the "
+             "step's backward ends"),
     KEY_INT("parallel", "bucket_mb", parallel.bucket_mb, "25", 1, INT_MAX, "MiB",
             "gradient all-reduce bucket size"),
 

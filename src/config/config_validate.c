@@ -162,13 +162,26 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
         if (s) return s;
     }
 
-    long long ranks = (long long)p->tp * p->pp * p->dp;
-    if (world_size > 0 && ranks != world_size)
-        return error_set(err, bad,
-                         "%s: tp * pp * dp must equal the number of ranks: tp = %d, pp = %d, dp = %d give %lld, "
-                         "but the world size is N = %d ranks (%s; %s; %s)",
-                         file, p->tp, p->pp, p->dp, ranks, world_size, KT("parallel", "tp"), KT("parallel", "pp"),
+    if (p->dp_shard && p->dp % p->dp_shard)
+        return error_set(err, bad, "%s: dp_shard must divide dp (dp_replicate = dp / dp_shard "
+                         "replicas of each shard group): %s; %s", file, KT("parallel", "dp_shard"),
                          KT("parallel", "dp"));
+    struct grid_layout grid = config_grid(cfg);
+    if (world_size > 0 && topology_world_size(&grid) != world_size) {
+        // Every size of the layout and every [parallel] key among them.
+        char sizes[256], keys[1024] = "";
+        const char *names[GROUP_COUNT];
+        int values[GROUP_COUNT], n = topology_layout_sizes(&grid, false, names, values);
+        for (int i = 0, len = 0; i < n; i++)
+            if (config_key_index("parallel", names[i]) >= 0 && len < (int)sizeof keys)
+                len += snprintf(keys + len, sizeof keys - (size_t)len, "%s%s", len ? "; " : "",
+                                KT("parallel", names[i]));
+        return error_set(err, bad,
+                         "%s: the layout's sizes must multiply to the number of ranks: %s give %d, "
+                         "but the world size is N = %d ranks (%s)", file,
+                         topology_layout_text(&grid, true, " = ", " x ", sizes, sizeof sizes),
+                         topology_world_size(&grid), world_size, keys);
+    }
     enum status fs = check_fp32(cfg, file, err);
     if (fs) return fs;
     const struct precision_config *pc = &cfg->precision;
@@ -212,6 +225,12 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          file, per_step, KT("train", "global_batch_size"), KT("train", "micro_batch_size"),
                          KT("parallel", "dp"), hint);
     }
+    // ZeRO-2/3 (src/train/fsdp.h): what they cannot do yet.
+    if (p->zero_stage >= 2 && m->tie_embeddings && p->pp == 1 && p->virtual_stages > 1)
+        return error_set(err, bad, "%s: parallel.zero_stage = %d with model.tie_embeddings = true needs "
+                         "parallel.virtual_stages = 1 when pp = 1 (the head's chunk and the embedding's chunk "
+                         "on one rank, not implemented): %s; %s; %s", file, p->zero_stage,
+                         KT("parallel", "zero_stage"), KT("model", "tie_embeddings"), KT("parallel", "virtual_stages"));
     if (t->seq_len > m->max_seq_len)
         return error_set(err, bad, "%s: seq_len must be <= max_seq_len: %s; %s", file, KT("train", "seq_len"),
                          KT("model", "max_seq_len"));

@@ -104,6 +104,12 @@ static void param_add(struct param_info *params, int *n, size_t *offset, const c
     *offset += (((size_t)rows * cols + ALIGN_ELEMS - 1) / ALIGN_ELEMS) * ALIGN_ELEMS;
 }
 
+// The end of a unit (model.h): its range padded to unit_multiple elements.
+static void unit_pad(size_t *offset, const struct model_shard *s) {
+    size_t k = s->unit_multiple > 1 ? (size_t)s->unit_multiple : 1;
+    *offset = (*offset + k - 1) / k * k;
+}
+
 // The parameter table in arena order; returns the count and the arena length.
 static int params_layout(const struct llama_config *cfg, const struct model_shard *s,
                          const struct dims *d, struct param_info *params, size_t *total) {
@@ -115,6 +121,7 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
     if (d->holds_wte)
         param_add(params, &n, &off, "model.embed_tokens.weight", d->Vl, C, V, C, d->vocab_start,
                   0, d->Vvalid, true, false, std);
+    if (d->holds_wte) unit_pad(&off, s);
     for (int c = 0; c < s->n_chunks; c++)
     for (int l = s->layer_begin[c]; l < s->layer_end[c]; l++) {
 #define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, l), name)
@@ -135,6 +142,7 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
                   d->Fl, true, false, std);
         param_add(params, &n, &off, NAME("mlp.down_proj.weight"), C, d->Fl, C, F, 0, tr * d->Fl,
                   C, true, false, out_std);
+        unit_pad(&off, s);
 #undef NAME
     }
     if (d->last) {
@@ -142,6 +150,7 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
         if (!cfg->tie_embeddings)
             param_add(params, &n, &off, "lm_head.weight", d->Vl, C, V, C, d->vocab_start, 0,
                       d->Vvalid, true, false, std);
+        unit_pad(&off, s);
     }
     if (s->arena_multiple > 1) off = (off + s->arena_multiple - 1) / s->arena_multiple * s->arena_multiple;
     *total = off;
@@ -155,6 +164,36 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
                            (!strcmp(p->name, "model.embed_tokens.weight") && !d->first);
         }
     return n;
+}
+
+// The unit table (model.h) of a parameter table of n entries over an arena
+// of total elements: a unit starts at the embedding, at each block's input
+// norm and at the final norm, and ends where the next starts (its padding
+// included). units NULL: count only. Block indices count the rank's blocks
+// in order; chunk_of_block (may be NULL when units is) maps them to chunks.
+static int units_layout(const struct param_info *p, int n, size_t total,
+                        const struct model_shard *s, struct model_unit *units) {
+    int k = 0, block = 0;
+    for (int i = 0; i < n; i++) {
+        enum model_unit_kind kind;
+        if (!strcmp(p[i].name, "model.embed_tokens.weight")) kind = MODEL_UNIT_EMBED;
+        else if (strstr(p[i].name, ".input_layernorm.")) kind = MODEL_UNIT_BLOCK;
+        else if (!strcmp(p[i].name, "model.norm.weight")) kind = MODEL_UNIT_HEAD;
+        else continue;
+        if (units) {
+            if (k > 0) units[k - 1].end = p[i].offset, units[k - 1].n_params = i - units[k - 1].first_param;
+            int chunk = 0;
+            if (kind == MODEL_UNIT_HEAD) chunk = s->n_chunks - 1;
+            if (kind == MODEL_UNIT_BLOCK)
+                for (int c = 0, b0 = 0; c < s->n_chunks; b0 += s->layer_end[c] - s->layer_begin[c], c++)
+                    if (block >= b0) chunk = c;
+            units[k] = (struct model_unit){kind, chunk, kind == MODEL_UNIT_BLOCK ? block : -1,
+                                           p[i].offset, total, i, n - i};
+        }
+        if (kind == MODEL_UNIT_BLOCK) block++;
+        k++;
+    }
+    return k;
 }
 
 enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
@@ -325,8 +364,21 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     size_t total;
     m->n_params = params_layout(cfg, shard, &d, NULL, &total);
     m->mem.n_params = total;
-    m->mem.param_bytes = total * dtype_size(dtype);
-    m->mem.grad_bytes = total * dtype_size(grad_dtype(dtype));
+    m->mem.param_bytes = shard->no_param_arena ? 0 : total * dtype_size(dtype);
+    m->mem.grad_bytes = shard->no_grad_arena ? 0 : total * dtype_size(grad_dtype(dtype));
+    struct param_info *p = xcalloc((size_t)m->n_params, sizeof *p);
+    params_layout(cfg, shard, &d, p, &total);
+    m->mem.n_units = units_layout(p, m->n_params, total, shard, NULL);
+    struct model_unit *u = xcalloc((size_t)m->mem.n_units, sizeof *u);
+    units_layout(p, m->n_params, total, shard, u);
+    m->mem.max_unit_numel = 0;
+    m->mem.tied_embed_numel = 0;
+    for (int i = 0; i < m->mem.n_units; i++) {
+        m->mem.max_unit_numel = MAX(m->mem.max_unit_numel, u[i].end - u[i].begin);
+        if (u[i].kind == MODEL_UNIT_EMBED && d.last && cfg->tie_embeddings)
+            m->mem.tied_embed_numel = u[i].end - u[i].begin;
+    }
+    free(u), free(p);
     return STATUS_OK;
 }
 
@@ -363,26 +415,96 @@ struct model_shard model_shard_pipeline(const struct llama_config *cfg, int p, i
     return sh;
 }
 
-// Points a block's tensors at the arena holding parameters (or gradients).
-static void blocks_bind(struct model *m, struct tensor arena, struct block *blocks,
-                        struct tensor *wte, struct tensor *norm_w, struct tensor *head) {
-    int i = 0;
-    struct param_info *p = m->params;
-#define NEXT() (i++, tensor_slice(arena, p[i - 1].offset, p[i - 1].numel))
-    if (m->first || (m->last && m->cfg.tie_embeddings)) { *wte = NEXT(); }
-    for (int l = 0; l < m->n_local_layers; l++) {
-        struct block *b = &blocks[l];
-        m->block_offset[l] = p[i].offset;
+// Points unit u's tensors (parameters, or with grads its gradients) at base
+// (end - begin elements laid out as the unit's range of the arena).
+static void unit_bind(struct model *m, int u, struct tensor base, bool grads) {
+    const struct model_unit *un = &m->units[u];
+    const struct param_info *p = m->params;
+    int i = un->first_param;
+#define NEXT() (i++, tensor_slice(base, p[i - 1].offset - un->begin, p[i - 1].numel))
+    switch (un->kind) {
+    case MODEL_UNIT_EMBED:
+        *(grads ? &m->dwte : &m->wte) = NEXT();
+        break;
+    case MODEL_UNIT_BLOCK: {
+        struct block *b = grads ? &m->dblocks[un->block] : &m->blocks[un->block];
         b->ln1_w = NEXT(); b->wq = NEXT(); b->wk = NEXT(); b->wv = NEXT(); b->wo = NEXT();
         b->ln2_w = NEXT(); b->wgate = NEXT(); b->wup = NEXT(); b->wdown = NEXT();
+        break;
     }
-    if (m->last) {
-        m->head_offset = p[i].offset;
-        *norm_w = NEXT();
-        *head = m->cfg.tie_embeddings ? *wte : NEXT();
+    case MODEL_UNIT_HEAD:
+        *(grads ? &m->dnorm_w : &m->norm_w) = NEXT();
+        if (m->cfg.tie_embeddings) *(grads ? &m->dhead : &m->head) = grads ? m->dwte : m->wte;
+        else *(grads ? &m->dhead : &m->head) = NEXT();
+        break;
     }
 #undef NEXT
-    CHECK(i == m->n_params, "bound %d of %d parameters", i, m->n_params);
+    CHECK(i == un->first_param + un->n_params, "unit %d: bound %d of %d parameters", u,
+          i - un->first_param, un->n_params);
+    (grads ? m->unit_grads : m->unit_params)[u] = base;
+}
+
+// Points every unit at its range of the arenas that exist; records where
+// each block and the head start (the gradient-ready offsets).
+static void blocks_bind(struct model *m) {
+    for (int u = 0; u < m->n_units; u++) {
+        const struct model_unit *un = &m->units[u];
+        size_t n = un->end - un->begin;
+        if (un->kind == MODEL_UNIT_BLOCK) m->block_offset[un->block] = un->begin, m->block_unit[un->block] = u;
+        if (un->kind == MODEL_UNIT_HEAD) m->head_offset = un->begin, m->head_unit = u;
+        if (un->kind == MODEL_UNIT_EMBED) m->embed_unit = u;
+        m->unit_params[u] = tensor_view(NULL, m->param_arena.dtype, n);
+        m->unit_grads[u] = tensor_view(NULL, m->grad_arena.dtype, n);
+        if (m->param_arena.data) unit_bind(m, u, tensor_slice(m->param_arena, un->begin, n), false);
+        if (m->grad_arena.data) unit_bind(m, u, tensor_slice(m->grad_arena, un->begin, n), true);
+    }
+}
+
+const struct model_unit *model_units(const struct model *m, int *n) {
+    *n = m->n_units;
+    return m->units;
+}
+
+void model_unit_bind(struct model *m, int u, void *params, void *grads) {
+    CHECK(u >= 0 && u < m->n_units, "unit %d of %d", u, m->n_units);
+    size_t n = m->units[u].end - m->units[u].begin;
+    if (params) unit_bind(m, u, tensor_view(params, m->dtype, n), false);
+    if (grads) unit_bind(m, u, tensor_view(grads, grad_dtype(m->dtype), n), true);
+}
+
+void model_set_unit_hook(struct model *m, void (*fn)(void *ctx, int unit, enum model_unit_event ev),
+                         void *ctx) {
+    m->unit_hook = fn, m->unit_hook_ctx = ctx;
+}
+
+void model_init_unit_weights(struct model *m, int u, uint64_t seed) {
+    const struct model_unit *un = &m->units[u];
+    size_t max_numel = 0;
+    for (int i = un->first_param; i < un->first_param + un->n_params; i++)
+        max_numel = MAX(max_numel, (size_t)m->params[i].grows * m->params[i].gcols);
+    float *host = xmalloc(max_numel * sizeof *host);
+    for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+        const struct param_info *p = &m->params[i];
+        rng_fill_normal(host, (size_t)p->grows * p->gcols, seed, p->name, p->init_std);
+        model_set_param(m, p, host);
+    }
+    free(host);
+}
+
+// The unit holding parameter p (by its arena offset: p may be the same
+// entry of another model's table of this layout).
+static int unit_of(const struct model *m, const struct param_info *p) {
+    for (int u = 0; u < m->n_units; u++)
+        if (p->offset >= m->units[u].begin && p->offset < m->units[u].end) return u;
+    CHECK(0, "parameter %s (offset %zu) in no unit", p->name, p->offset);
+}
+
+// Where parameter p (or its gradient) is bound now.
+static struct tensor param_view(const struct model *m, const struct param_info *p, bool grads) {
+    int u = unit_of(m, p);
+    struct tensor base = (grads ? m->unit_grads : m->unit_params)[u];
+    CHECK(base.data, "%s of %s: unit %d is not bound", grads ? "gradient" : "parameter", p->name, u);
+    return tensor_slice(base, p->offset - m->units[u].begin, p->numel);
 }
 
 enum status model_init(struct model **out, struct backend *be, const struct llama_config *cfg,
@@ -405,14 +527,21 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
         m->slots[i].acts = xcalloc(m->max_layers, sizeof *m->slots[i].acts);
     }
     m->block_offset = xcalloc(m->n_local_layers, sizeof *m->block_offset);
+    m->block_unit = xcalloc(m->n_local_layers, sizeof *m->block_unit);
+    m->n_units = units_layout(m->params, m->n_params, total, &m->shard, NULL);
+    m->units = xcalloc((size_t)m->n_units, sizeof *m->units);
+    units_layout(m->params, m->n_params, total, &m->shard, m->units);
+    m->unit_params = xcalloc((size_t)m->n_units, sizeof *m->unit_params);
+    m->unit_grads = xcalloc((size_t)m->n_units, sizeof *m->unit_grads);
+    m->embed_unit = m->head_unit = -1;
 
     struct carver count = {0};
     acts_layout(m, &count);
     m->mem.activation_bytes = count.bytes;
-    void *pa = backend_alloc(be, m->mem.param_bytes);
-    void *ga = backend_alloc(be, m->mem.grad_bytes);
+    void *pa = m->mem.param_bytes ? backend_alloc(be, m->mem.param_bytes) : NULL;
+    void *ga = m->mem.grad_bytes ? backend_alloc(be, m->mem.grad_bytes) : NULL;
     void *aa = backend_alloc(be, m->mem.activation_bytes);
-    if (!pa || !ga || !aa) {
+    if ((!pa && m->mem.param_bytes) || (!ga && m->mem.grad_bytes) || !aa) {
         backend_dealloc(be, pa), backend_dealloc(be, ga), backend_dealloc(be, aa);
         error_set(err, STATUS_RUNTIME,
                   "model: out of %s memory (params %zu B, grads %zu B, activations %zu B)",
@@ -425,10 +554,9 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     m->act_arena = tensor_view(aa, DTYPE_I32, m->mem.activation_bytes / 4); // bytes, as 4-byte words
     struct carver c = {aa, 0};
     acts_layout(m, &c);
-    blocks_bind(m, m->param_arena, m->blocks, &m->wte, &m->norm_w, &m->head);
-    blocks_bind(m, m->grad_arena, m->dblocks, &m->dwte, &m->dnorm_w, &m->dhead);
-    backend_memset0(be, m->param_arena);
-    backend_memset0(be, m->grad_arena);
+    blocks_bind(m);
+    if (pa) backend_memset0(be, m->param_arena);
+    if (ga) backend_memset0(be, m->grad_arena);
     backend_memset0(be, m->act_arena);
     // The kernels' working memory for this model's largest ops, now: a step
     // then allocates nothing on the device.
@@ -452,16 +580,10 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     backend_to_device(be, m->rope_sin.data, tab + tab_bytes, tab_bytes);
     free(tab);
 
-    // Weights: every element from (seed, name, global index).
-    size_t max_numel = 0;
-    for (int i = 0; i < m->n_params; i++) max_numel = MAX(max_numel, (size_t)m->params[i].grows * m->params[i].gcols);
-    float *host = xmalloc(max_numel * sizeof *host);
-    for (int i = 0; i < m->n_params; i++) {
-        const struct param_info *p = &m->params[i];
-        rng_fill_normal(host, (size_t)p->grows * p->gcols, seed, p->name, p->init_std);
-        model_set_param(m, p, host);
-    }
-    free(host);
+    // Weights: every element from (seed, name, global index); without a
+    // parameter arena the trainer initialises them unit by unit.
+    if (pa)
+        for (int u = 0; u < m->n_units; u++) model_init_unit_weights(m, u, seed);
     m->host_loss = xcalloc(m->N, sizeof *m->host_loss);
     m->host_doc = xcalloc(m->N, sizeof *m->host_doc);
     m->doc_eot = -1;
@@ -478,7 +600,8 @@ void model_free(struct model *m) {
     }
     for (int i = 0; m->slots && i < m->shard.n_slots; i++) free(m->slots[i].x), free(m->slots[i].acts);
     free(m->params), free(m->blocks), free(m->dblocks), free(m->slots);
-    free(m->block_offset);
+    free(m->block_offset), free(m->block_unit), free(m->units);
+    free(m->unit_params), free(m->unit_grads);
     free(m->host_loss);
     free(m->host_doc);
     free(m);
@@ -493,6 +616,7 @@ struct tensor model_grad_arena(struct model *m) { return m->grad_arena; }
 const struct model_memory *model_memory(const struct model *m) { return &m->mem; }
 struct backend *model_backend(const struct model *m) { return m->be; }
 bool model_is_last_stage(const struct model *m) { return m->last; }
+bool model_is_first_stage(const struct model *m) { return m->first; }
 
 const struct param_info *model_find_param(const struct model *m, const char *name) {
     for (int i = 0; i < m->n_params; i++)
@@ -529,8 +653,7 @@ void model_set_param(struct model *m, const struct param_info *p, const float *g
             if (f64) ((double *)local)[(size_t)r * p->cols + c] = v;
             else ((float *)local)[(size_t)r * p->cols + c] = v;
         }
-    to_device_as(m, tensor_slice(m->param_arena, p->offset, p->numel), local,
-                 f64 ? DTYPE_FP64 : DTYPE_FP32);
+    to_device_as(m, param_view(m, p, false), local, f64 ? DTYPE_FP64 : DTYPE_FP32);
     free(local);
 }
 
@@ -554,15 +677,11 @@ void model_to_host_f64(struct model *m, struct tensor src, double *out) {
     free(f);
 }
 
-static void get_local(struct model *m, struct tensor arena, const struct param_info *p, double *out) {
-    model_to_host_f64(m, tensor_slice(arena, p->offset, p->numel), out);
-}
-
 void model_get_param(struct model *m, const struct param_info *p, double *local) {
-    get_local(m, m->param_arena, p, local);
+    model_to_host_f64(m, param_view(m, p, false), local);
 }
 void model_get_grad(struct model *m, const struct param_info *p, double *local) {
-    get_local(m, m->grad_arena, p, local);
+    model_to_host_f64(m, param_view(m, p, true), local);
 }
 
 void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
@@ -571,5 +690,7 @@ void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t rea
 }
 
 
-void model_zero_grad(struct model *m) { backend_memset0(m->be, m->grad_arena); }
+void model_zero_grad(struct model *m) {
+    if (m->grad_arena.data) backend_memset0(m->be, m->grad_arena);
+}
 

@@ -38,6 +38,35 @@
 #define LLAMA_MAX_GLOBAL_BATCH (1 << 24)
 #define LLAMA_MAX_PARALLEL (1 << 10) // tp, pp, dp each
 
+// The groups of this rank that the model and the optimizer communicate over,
+// handed over as one value (model_set_groups, optimizer_init; the trainer
+// fills it from the grid's groups, parallel/topology.h). NULL members (or a
+// NULL struct) are groups of one rank. tp, pp, dp take backend buffers
+// (gradients, parameters, activations: device memory under CUDA, where they
+// are NCCL groups); host_tp, host_pp, host_dp are the same ranks' groups over
+// host memory (the scalars: the norm's sum of squares, loss sums, target
+// counts; the FP64 logits), NULL when tp, pp, dp take host buffers too (the
+// CPU backend's MPI groups). dp is the gradient group (every data-parallel
+// rank); dp_shard and dp_replicate split it (parallel.dp_shard: dp =
+// dp_shard x dp_replicate, shard faster in rank order): the optimizer-shard
+// group of hybrid sharding, and the group of ranks holding the same shard.
+struct parallel_groups {
+    struct comm_group *tp, *pp, *dp;
+    int zero_stage;       // 0: every DP rank holds all moments; 1: ZeRO-1; 2: ZeRO-2 (the
+                          // trainer reduce-scatters per unit into optimizer_grad_shard);
+                          // 3: ZeRO-3 (parameters too: optimizer_param_shard)
+    struct comm_group *host_tp, *host_pp, *host_dp;
+    struct comm_group *dp_shard, *dp_replicate;
+    struct comm_group *host_dp_shard, *host_dp_replicate;
+};
+
+// The group of g's ranks that takes host buffers: host, else g (see
+// struct parallel_groups).
+static inline struct comm_group *parallel_host_group(struct comm_group *g,
+                                                     struct comm_group *host) {
+    return host ? host : g;
+}
+
 // Global model hyperparameters ([model] in the config).
 struct llama_config {
     int vocab_size;      // V: real classes
@@ -80,6 +109,11 @@ struct model_shard {
     int tp_rank, tp_size;       // tensor-parallel position
     int arena_multiple;         // pad the parameter arena to a multiple of this many
                                 // elements (ZeRO-1 shards it evenly); 0: no padding
+    int unit_multiple;          // ZeRO-2/3: pad each unit's range of the arenas (model_units)
+                                // to a multiple of this many elements; 0: no padding
+    bool no_param_arena;        // ZeRO-3: no parameter arena; each unit's parameters live
+                                // where model_unit_bind points them (the trainer's buffers)
+    bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
     enum recompute recompute;   // what the activation slots keep
@@ -118,6 +152,10 @@ struct model_memory {
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
     size_t n_params;         // elements of this rank's parameters
+    int n_units;             // units of this rank (model_units)
+    size_t max_unit_numel;   // elements of its largest unit (padding included)
+    size_t tied_embed_numel; // elements of the embedding unit when the head reads it (a tied
+                             // embedding on the last stage); else 0
 };
 
 struct model;
@@ -170,6 +208,7 @@ struct tensor model_grad_arena(struct model *m);  // (n_params,) fp32 / fp64
 const struct model_memory *model_memory(const struct model *m);
 struct backend *model_backend(const struct model *m); // the backend its arenas live on
 bool model_is_last_stage(const struct model *m);
+bool model_is_first_stage(const struct model *m); // holds the embedding's pass
 
 // Finds a parameter by HF name; NULL when this rank does not hold it.
 const struct param_info *model_find_param(const struct model *m, const char *name);
@@ -185,15 +224,14 @@ void model_get_grad(struct model *m, const struct param_info *p, double *local);
 // allocate backend staging memory.
 void model_to_host_f64(struct model *m, struct tensor src, double *out);
 
-// The tensor-parallel group of this shard (shard.tp_size ranks); NULL or a
-// group of one rank for tp = 1. Must be set before the first forward when
-// tp > 1. The model all-reduces over it (Megatron's f and g operators).
-void model_set_tp_group(struct model *m, struct comm_group *tp);
-// The same ranks' group over host buffers, for what the model reduces in
-// host memory (model_get_logits_at's FP64 logits). NULL (the default): the
-// TP group itself, right when it is MPI (the CPU backend); under NCCL the
-// TP group takes device buffers only, so the trainer sets the MPI twin here.
-void model_set_tp_host_group(struct model *m, struct comm_group *tp_host);
+// The groups of this rank (copied; the groups themselves must outlive m).
+// Must be called before the first forward when tp > 1 (groups->tp: the
+// shard's shard.tp_size ranks; NULL or one rank for tp = 1). The model
+// all-reduces over groups->tp (Megatron's f and g operators) and gathers
+// what it reduces in host memory (model_get_logits_at's FP64 logits) over
+// parallel_host_group(tp, host_tp): under NCCL the TP group takes device
+// buffers only. NULL groups: one rank.
+void model_set_groups(struct model *m, const struct parallel_groups *groups);
 
 // After the last microbatch's backward: sums over the TP group the partial
 // gradients of tensors that several TP ranks hold: key/value heads copied
@@ -272,6 +310,54 @@ int model_slots_used(const struct model *m);
 // fn NULL disables it.
 void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t ready_from),
                                void *ctx);
+
+// ---- units (ZeRO-2/3, docs/design.md §5 "ZeRO stages") -------------------------
+//
+// A unit is what FSDP wraps: the embedding, each decoder block, and the head
+// (final norm + lm_head), each a contiguous range [begin, end) of the
+// parameter and gradient arenas (parameters are laid out in forward order),
+// padded under model_shard.unit_multiple so that every shard rank owns the
+// same 1/S slice of every unit. A tied embedding is a unit of its own that
+// the head reads too (only at zero_stage <= 1: the trainer refuses it above).
+enum model_unit_kind { MODEL_UNIT_EMBED, MODEL_UNIT_BLOCK, MODEL_UNIT_HEAD };
+struct model_unit {
+    enum model_unit_kind kind;
+    int chunk;                // model chunk that runs it
+    int block;                // local block index (MODEL_UNIT_BLOCK), else -1
+    size_t begin, end;        // element range of the arenas, end - begin a multiple of
+                              // unit_multiple when that is set
+    int first_param, n_params; // its entries of the parameter table
+};
+// The unit table of m: (*n) units in arena (= forward) order.
+const struct model_unit *model_units(const struct model *m, int *n);
+// Points unit u's parameter views (params != NULL: model dtype, end - begin
+// elements) and/or gradient views (grads != NULL: the gradient dtype) at the
+// given backend buffers, laid out as the unit's range of the arena. The
+// passes then read and write there; model_set_param / model_get_param /
+// model_get_grad too.
+void model_unit_bind(struct model *m, int u, void *params, void *grads);
+// Events of a unit the passes report to the unit hook: its forward (or
+// backward) is about to run and needs its parameters (and for the backward
+// its gradient views) bound, and it has ended. A recomputation of a block
+// (recompute = selective or full) runs between its BACKWARD and
+// BACKWARD_DONE: it reuses the parameters gathered for the backward. Under
+// the hook the passes do not fuse a block's last residual add with the
+// next unit's norm (the bits are the same: backend_add_rmsnorm_forward), so
+// a unit's pass reads only its own parameters.
+enum model_unit_event {
+    MODEL_UNIT_FORWARD, MODEL_UNIT_FORWARD_DONE, MODEL_UNIT_BACKWARD, MODEL_UNIT_BACKWARD_DONE
+};
+void model_set_unit_hook(struct model *m, void (*fn)(void *ctx, int unit, enum model_unit_event ev),
+                         void *ctx);
+// model_finish_grads restricted to unit u's tensors (through its current
+// gradient views): the TP sums of its key/value heads and norm gains.
+// Collective over the TP group.
+void model_finish_unit_grads(struct model *m, int u);
+// Initialises unit u's parameters (where they are bound) as model_init
+// does: normal(0, init_std) from (seed, name, global index), norm gains 1.
+// For a model without a parameter arena (model_shard.no_param_arena),
+// whose model_init leaves them to the caller, unit by unit.
+void model_init_unit_weights(struct model *m, int u, uint64_t seed);
 
 // The microbatch shape (B, T) of m and the global vocabulary size V.
 void model_microbatch_shape(const struct model *m, int *B, int *T, int *V);

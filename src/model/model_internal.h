@@ -106,13 +106,19 @@ struct model {
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
-    struct comm_group *tp;         // tensor-parallel group; NULL: tp = 1
-    struct comm_group *tp_host;    // its twin over host buffers; NULL: tp itself
+    struct parallel_groups groups; // model_set_groups; groups.tp NULL: tp = 1
     bool messages_on_device;       // stage messages (in, out, dout, din) are backend memory
     int kv_head0, kv_replicas;
 
     void (*grad_ready)(void *ctx, size_t ready_from);
     void *grad_ready_ctx;
+    void (*unit_hook)(void *ctx, int unit, enum model_unit_event ev);
+    void *unit_hook_ctx;
+    int n_units;
+    struct model_unit *units;      // (n_units)
+    struct tensor *unit_params, *unit_grads; // (n_units) where each unit is bound
+    int embed_unit, head_unit;     // -1 when not held
+    int *block_unit;               // (L_local) unit of each block
     size_t *block_offset;          // (L_local,) arena offset of each block's first parameter
     size_t head_offset;            // arena offset of model.norm.weight (last stage)
 
@@ -134,5 +140,10 @@ static inline bool model_chunk_last(const struct model *m, int chunk) {
 // Sums (or maxes) a tensor-parallel partial result over the TP group, in place
 // (model_pass.c). A no-op for tp = 1.
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op);
+
+// Reports a unit event to the unit hook (model.h); a no-op without a hook or unit (-1).
+static inline void model_unit_event(struct model *m, int unit, enum model_unit_event ev) {
+    if (m->unit_hook && unit >= 0) m->unit_hook(m->unit_hook_ctx, unit, ev);
+}
 
 #endif

@@ -9,29 +9,26 @@
 #include "model.h"
 #include "model_internal.h"
 
-void model_set_tp_group(struct model *m, struct comm_group *tp) {
-    CHECK(!tp || tp->size == m->shard.tp_size, "TP group of %d ranks for a shard of tp %d",
-          tp ? tp->size : 0, m->shard.tp_size);
-    m->tp = tp;
-}
-
-void model_set_tp_host_group(struct model *m, struct comm_group *tp_host) {
-    CHECK(!tp_host || tp_host->size == m->shard.tp_size, "TP host group of %d ranks for a shard "
-          "of tp %d", tp_host ? tp_host->size : 0, m->shard.tp_size);
-    m->tp_host = tp_host;
+void model_set_groups(struct model *m, const struct parallel_groups *groups) {
+    struct parallel_groups g = groups ? *groups : (struct parallel_groups){0};
+    struct comm_group *tp_host = parallel_host_group(g.tp, g.host_tp);
+    CHECK((!g.tp || g.tp->size == m->shard.tp_size) && (!tp_host || tp_host->size == m->shard.tp_size),
+          "TP group of %d ranks (host %d) for a shard of tp %d", g.tp ? g.tp->size : 0,
+          tp_host ? tp_host->size : 0, m->shard.tp_size);
+    m->groups = g;
 }
 
 // The host waits for the compute stream before a TP collective, unless the
 // group orders itself after it (NCCL: comm_stream_ordered).
 static void sync_for_tp(struct model *m) {
-    if (!comm_stream_ordered(m->tp)) backend_synchronize(m->be);
+    if (!comm_stream_ordered(m->groups.tp)) backend_synchronize(m->be);
 }
 
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {
     if (m->shard.tp_size == 1) return;
-    CHECK(m->tp, "tp = %d but no TP group was set (model_set_tp_group)", m->shard.tp_size);
+    CHECK(m->groups.tp, "tp = %d but no TP group was set (model_set_groups)", m->shard.tp_size);
     sync_for_tp(m);
-    comm_all_reduce(m->tp, t.data, t.numel, t.dtype, op);
+    comm_all_reduce(m->groups.tp, t.data, t.numel, t.dtype, op);
 }
 static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t, COMM_SUM); }
 
@@ -40,7 +37,7 @@ static void tp_sum(struct model *m, struct tensor t) { model_tp_all_reduce(m, t,
 static void sp_gather(struct model *m, struct tensor full, struct tensor part) {
     if (!m->sp) return;
     sync_for_tp(m);
-    comm_all_gather(m->tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
+    comm_all_gather(m->groups.tp, part.data, full.data, (size_t)m->Ns * m->C, full.dtype);
 }
 
 // Completes a TP-partial (N, C) result: under sequence parallelism the
@@ -63,7 +60,7 @@ static void sp_reduce(struct model *m, struct tensor part, struct tensor full) {
     }
     sync_for_tp(m);
     struct tensor out = lowp ? m->red_s : part;
-    comm_reduce_scatter(m->tp, full.data, out.data, np, full.dtype, COMM_SUM);
+    comm_reduce_scatter(m->groups.tp, full.data, out.data, np, full.dtype, COMM_SUM);
     if (lowp) backend_copy(m->be, part, m->red_s, np);
 }
 
@@ -81,23 +78,28 @@ static void grads_ready(struct model *m, size_t from) {
     if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, from);
 }
 
-void model_finish_grads(struct model *m) {
+void model_finish_unit_grads(struct model *m, int u) {
+    const struct model_unit *un = &m->units[u];
     if (m->sp) // each rank's norm-gain gradient covers only its rows
-        for (int i = 0; i < m->n_params; i++)
-            if (m->params[i].tp_replicated)
-                tp_sum(m, tensor_slice(m->grad_arena, m->params[i].offset, m->params[i].numel));
-    if (m->kv_replicas == 1) return;
+        for (int i = un->first_param; i < un->first_param + un->n_params; i++)
+            if (m->params[i].tp_replicated) {
+                const struct param_info *p = &m->params[i];
+                tp_sum(m, tensor_slice(m->unit_grads[u], p->offset - un->begin, p->numel));
+            }
+    if (m->kv_replicas == 1 || un->kind != MODEL_UNIT_BLOCK) return;
     size_t block = (size_t)m->D * m->C; // one key/value head's rows
-    for (int l = 0; l < m->n_local_layers; l++) {
-        struct tensor g[2] = {m->dblocks[l].wk, m->dblocks[l].wv};
-        for (int i = 0; i < 2; i++) {
-            backend_memset0(m->be, m->kv_grad);
-            struct tensor mine = tensor_slice(m->kv_grad, (size_t)m->kv_head0 * block, block);
-            backend_copy(m->be, mine, g[i], block);
-            tp_sum(m, m->kv_grad);
-            backend_copy(m->be, g[i], mine, block);
-        }
+    struct tensor g[2] = {m->dblocks[un->block].wk, m->dblocks[un->block].wv};
+    for (int i = 0; i < 2; i++) {
+        backend_memset0(m->be, m->kv_grad);
+        struct tensor mine = tensor_slice(m->kv_grad, (size_t)m->kv_head0 * block, block);
+        backend_copy(m->be, mine, g[i], block);
+        tp_sum(m, m->kv_grad);
+        backend_copy(m->be, g[i], mine, block);
     }
+}
+
+void model_finish_grads(struct model *m) {
+    for (int u = 0; u < m->n_units; u++) model_finish_unit_grads(m, u);
 }
 
 // ---- forward ---------------------------------------------------------------------
@@ -337,27 +339,36 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
         // Each vocab shard looks up its own ids (zero rows elsewhere); the
         // sum over TP completes the lookup (reduce-scattered under SP).
         struct tensor e = m->sp ? m->tmp : S->x[0];
+        model_unit_event(m, m->embed_unit, MODEL_UNIT_FORWARD);
         backend_embedding_forward(be, e, m->wte, S->tokens, m->N, m->C, m->vocab_start, m->Vl);
         sp_reduce(m, S->x[0], e);
+        model_unit_event(m, m->embed_unit, MODEL_UNIT_FORWARD_DONE);
     } else {
         message_in(m, S->x[0], in);
     }
     bool last = model_chunk_last(m, chunk);
+    // Under the unit hook each unit reads only its own parameters: no fusion
+    // with the next unit's norm (the same bits, model.h).
+    bool fuse = !m->unit_hook;
     for (int i = 0; i < nl; i++) {
         struct next_norm next = {{0}, {0}, {0}};
-        if (i + 1 < nl)
+        if (fuse && i + 1 < nl)
             next = (struct next_norm){S->acts[i + 1].ln1, S->acts[i + 1].rstd1,
                                       m->blocks[b0 + i + 1].ln1_w};
-        else if (last)
+        else if (fuse && last)
             next = (struct next_norm){S->lnf, S->rstdf, m->norm_w};
-        block_forward(m, S, b0 + i, i, false, i > 0, next);
+        model_unit_event(m, m->block_unit[b0 + i], MODEL_UNIT_FORWARD);
+        block_forward(m, S, b0 + i, i, false, fuse && i > 0, next);
+        model_unit_event(m, m->block_unit[b0 + i], MODEL_UNIT_FORWARD_DONE);
     }
     if (!last) {
         message_out(m, out, S->x[nl]);
         return;
     }
     backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
-    head_forward(m, S, S->x[nl], nl > 0);
+    model_unit_event(m, m->head_unit, MODEL_UNIT_FORWARD);
+    head_forward(m, S, S->x[nl], fuse && nl > 0);
+    model_unit_event(m, m->head_unit, MODEL_UNIT_FORWARD_DONE);
     if (loss_sum) {
         loss_sum_of(m, S, targets, loss_sum, n_targets);
         return;
@@ -406,7 +417,7 @@ void model_get_logits_at(struct model *m, int b, int t, double *out) {
     double *all = xmalloc((size_t)tp * m->Vl * sizeof *all);
     double *mine = all + (size_t)m->shard.tp_rank * m->Vl;
     model_to_host_f64(m, tensor_slice(m->slots[0].logits, row, m->Vl), mine);
-    if (tp > 1) comm_all_gather(m->tp_host ? m->tp_host : m->tp, mine, all, m->Vl, DTYPE_FP64);
+    if (tp > 1) comm_all_gather(parallel_host_group(m->groups.tp, m->groups.host_tp), mine, all, m->Vl, DTYPE_FP64);
     for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
         out[j] = all[j];
     free(all);
@@ -484,6 +495,7 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
     if (model_chunk_last(m, chunk)) {
         // Under recompute, dlogits is the logits' own storage (model.c) and
         // the final norm's output is recomputed.
+        model_unit_event(m, m->head_unit, MODEL_UNIT_BACKWARD);
         backend_ce_backward(be, S->dlogits, S->logits, S->lse, S->targets, N, m->Vl, m->Vvalid,
                             m->vocab_start, m->cfg.vocab_size, m->cfg.label_smoothing,
                             IGNORE_INDEX, loss_scale);
@@ -496,19 +508,24 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
         backend_memset0(be, m->dx);
         backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln_s, S->x[nl], m->norm_w, S->rstdf,
                                  m->Ns, C);
+        model_unit_event(m, m->head_unit, MODEL_UNIT_BACKWARD_DONE);
         // A tied embedding sits at offset 0, so it is not final before the end.
         grads_ready(m, m->head_offset);
     } else {
         message_in(m, m->dx, dout);
     }
     for (int i = nl - 1; i >= 0; i--) {
+        model_unit_event(m, m->block_unit[b0 + i], MODEL_UNIT_BACKWARD);
         block_recompute(m, S, b0 + i, i);
         block_backward(m, S, b0 + i, i);
+        model_unit_event(m, m->block_unit[b0 + i], MODEL_UNIT_BACKWARD_DONE);
         grads_ready(m, m->block_offset[b0 + i]);
     }
     if (model_chunk_first(m, chunk)) {
         sp_gather(m, m->dx_full, m->dx);
+        model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD);
         backend_embedding_backward(be, m->dwte, m->dx_full, S->tokens, N, C, m->vocab_start, m->Vl);
+        model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD_DONE);
         grads_ready(m, 0);
     } else {
         message_out(m, din, m->dx);

@@ -9,9 +9,17 @@ struct optimizer {
     struct parallel_groups groups;
     struct backend *be;
     struct model *model;
-    size_t begin, end;  // this rank's range of the parameter arena
-    struct tensor m, v; // (end - begin,) first and second moments
-    struct tensor gshard; // (end - begin,) reduce-scattered gradients (ZeRO-1)
+    size_t begin, end;  // ZeRO-0/1: this rank's range of the parameter arena
+    // The ranges of the arena this rank updates, concatenated in m, v, master,
+    // gshard (and pshard): range k is [rb[k], re[k]) at element rat[k] of them.
+    // ZeRO-0/1: one, [begin, end) at 0; ZeRO-2/3: this rank's 1/S slice of each unit.
+    int n_ranges;
+    size_t *rb, *re, *rat;
+    size_t n;           // elements of the ranges together
+    struct tensor m, v; // (n,) first and second moments
+    struct tensor gshard; // (n,) reduce-scattered gradients (ZeRO-1; ZeRO-2/3: summed into by
+                          // the trainer's per-unit reduce-scatters)
+    struct tensor pshard; // ZeRO-3: (n,) this rank's parameters, model dtype; else empty
     struct tensor master; // (end - begin,) FP32 master weights of a BF16/FP16 model; else empty
     struct tensor gsend16, grecv16; // ZeRO-1, grad_dtype BF16: (n_params,) the gradients
                                     // rounded for the reduce-scatter, (end - begin,) its result
@@ -49,6 +57,40 @@ static bool low_precision(enum dtype d) { return d == DTYPE_BF16 || d == DTYPE_F
 
 static int group_size(struct comm_group *g) { return g ? g->size : 1; }
 static bool zero1(const struct optimizer *o) { return o->groups.zero_stage == 1 && group_size(o->groups.dp) > 1; }
+static bool units_sharded(const struct optimizer *o) { return o->groups.zero_stage >= 2; }
+static bool zero3(const struct optimizer *o) { return o->groups.zero_stage == 3; }
+
+// The ranges of struct optimizer: one [begin, end), or (ZeRO-2/3) shard rank
+// d's slice of every unit of the model, each unit padded to a multiple of S
+// elements (model_shard.unit_multiple). Errors: STATUS_BAD_INPUT for a unit
+// that does not divide.
+static enum status ranges_init(struct optimizer *o, struct error *err) {
+    if (!units_sharded(o)) {
+        o->n_ranges = 1;
+        o->rb = xcalloc(1, sizeof *o->rb), o->re = xcalloc(1, sizeof *o->re);
+        o->rat = xcalloc(1, sizeof *o->rat);
+        o->rb[0] = o->begin, o->re[0] = o->end, o->n = o->end - o->begin;
+        return STATUS_OK;
+    }
+    int n, S = group_size(o->groups.dp), d = o->groups.dp ? o->groups.dp->rank : 0;
+    const struct model_unit *u = model_units(o->model, &n);
+    o->n_ranges = n;
+    o->rb = xcalloc((size_t)n, sizeof *o->rb), o->re = xcalloc((size_t)n, sizeof *o->re);
+    o->rat = xcalloc((size_t)n, sizeof *o->rat);
+    o->n = 0;
+    for (int k = 0; k < n; k++) {
+        size_t len = u[k].end - u[k].begin, per = len / S;
+        if (len % S)
+            return error_set(err, STATUS_BAD_INPUT, "optimizer: ZeRO-%d needs unit %d (%zu elements) "
+                             "padded to a multiple of %d shard ranks", o->groups.zero_stage, k, len, S);
+        o->rb[k] = u[k].begin + per * d, o->re[k] = o->rb[k] + per, o->rat[k] = o->n;
+        o->n += per;
+    }
+    o->begin = 0, o->end = 0;
+    return STATUS_OK;
+}
+
+static void ranges_free(struct optimizer *o) { free(o->rb), free(o->re), free(o->rat); }
 
 enum status optimizer_init(struct optimizer **out, struct backend *be, struct model *model,
                            const struct optimizer_config *cfg, const struct parallel_groups *groups,
@@ -68,19 +110,26 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
         size_t per = g.numel / dp;
         o->begin = per * d, o->end = per * (d + 1);
     }
-    size_t n = o->end - o->begin, bytes = n * dtype_size(g.dtype);
-    void *m = backend_alloc(be, bytes), *v = backend_alloc(be, bytes);
-    void *gs = zero1(o) ? backend_alloc(be, bytes) : NULL;
+    if (ranges_init(o, err)) {
+        ranges_free(o), free(o);
+        return err->status;
+    }
     struct tensor w = model_param_arena(model);
+    size_t n = o->n, bytes = n * dtype_size(g.dtype);
+    void *m = backend_alloc(be, bytes), *v = backend_alloc(be, bytes);
+    bool shard = zero1(o) || units_sharded(o);
+    void *gs = shard ? backend_alloc(be, bytes) : NULL;
+    void *ps = zero3(o) ? backend_alloc(be, n * dtype_size(w.dtype)) : NULL;
     bool lowp = low_precision(w.dtype);
     void *mw = lowp ? backend_alloc(be, n * sizeof(float)) : NULL;
     bool g16 = zero1(o) && cfg->grad_dtype == DTYPE_BF16;
     void *s16 = g16 ? backend_alloc(be, g.numel * sizeof(uint16_t)) : NULL;
     void *r16 = g16 ? backend_alloc(be, n * sizeof(uint16_t)) : NULL;
-    if (!m || !v || (zero1(o) && !gs) || (lowp && !mw) || (g16 && (!s16 || !r16))) {
+    if (!m || !v || (shard && !gs) || (zero3(o) && !ps) || (lowp && !mw) || (g16 && (!s16 || !r16))) {
         backend_dealloc(be, m), backend_dealloc(be, v), backend_dealloc(be, gs);
         backend_dealloc(be, mw), backend_dealloc(be, s16), backend_dealloc(be, r16);
-        free(o);
+        backend_dealloc(be, ps);
+        ranges_free(o), free(o);
         return error_set(err, STATUS_RUNTIME, "optimizer: out of %s memory for %d x %zu bytes of "
                          "moments%s", be->ops->name, lowp ? 3 : 2, bytes,
                          lowp ? " and master weights" : "");
@@ -88,15 +137,32 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
     o->m = tensor_view(m, g.dtype, n);
     o->v = tensor_view(v, g.dtype, n);
     o->gshard = tensor_view(gs, g.dtype, gs ? n : 0);
+    o->pshard = tensor_view(ps, w.dtype, ps ? n : 0);
     o->master = tensor_view(mw, DTYPE_FP32, mw ? n : 0);
     o->gsend16 = tensor_view(s16, DTYPE_BF16, s16 ? g.numel : 0);
     o->grecv16 = tensor_view(r16, DTYPE_BF16, r16 ? n : 0);
     backend_memset0(be, o->m);
     backend_memset0(be, o->v);
-    // The master weights start as the model's (BF16/FP16 widen exactly).
-    if (lowp) backend_copy(be, o->master, tensor_slice(w, o->begin, n), n);
+    if (gs) backend_memset0(be, o->gshard);
+    if (ps) backend_memset0(be, o->pshard);
+    // The master weights start as the model's (BF16/FP16 widen exactly);
+    // under ZeRO-3 once the trainer has filled the parameter shard
+    // (optimizer_sync_master).
+    if (lowp && !zero3(o)) optimizer_sync_master(o);
     *out = o;
     return STATUS_OK;
+}
+
+void optimizer_sync_master(struct optimizer *o) {
+    if (!o->master.numel) return;
+    if (zero3(o)) {
+        backend_copy(o->be, o->master, o->pshard, o->n);
+        return;
+    }
+    struct tensor w = model_param_arena(o->model);
+    for (int k = 0; k < o->n_ranges; k++)
+        backend_copy(o->be, tensor_slice(o->master, o->rat[k], o->re[k] - o->rb[k]),
+                     tensor_slice(w, o->rb[k], o->re[k] - o->rb[k]), o->re[k] - o->rb[k]);
 }
 
 void optimizer_free(struct optimizer *o) {
@@ -104,16 +170,18 @@ void optimizer_free(struct optimizer *o) {
     backend_dealloc(o->be, o->m.data);
     backend_dealloc(o->be, o->v.data);
     backend_dealloc(o->be, o->gshard.data);
+    backend_dealloc(o->be, o->pshard.data);
     backend_dealloc(o->be, o->master.data);
     backend_dealloc(o->be, o->gsend16.data);
     backend_dealloc(o->be, o->grecv16.data);
+    ranges_free(o);
     free(o);
 }
 
 size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage,
                             enum dtype grad_dtype) {
     bool z1 = zero_stage == 1 && dp > 1;
-    size_t n = z1 ? n_params / dp : n_params;
+    size_t n = z1 || zero_stage >= 2 ? n_params / dp : n_params;
     size_t master = low_precision(dtype) ? n * sizeof(float) : 0;
     size_t bf16_rs = z1 && grad_dtype == DTYPE_BF16 ? (n_params + n) * sizeof(uint16_t) : 0;
     size_t es = dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32); // moments, gradients
@@ -122,7 +190,7 @@ size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_
 
 size_t optimizer_state_bytes(const struct optimizer *o) {
     return 2 * o->m.numel * dtype_size(o->m.dtype) + o->master.numel * dtype_size(o->master.dtype) +
-           o->gshard.numel * dtype_size(o->gshard.dtype) +
+           (zero1(o) ? o->gshard.numel * dtype_size(o->gshard.dtype) : 0) + // ZeRO-2/3: in fsdp_bytes
            (o->gsend16.numel + o->grecv16.numel) * sizeof(uint16_t);
 }
 
@@ -131,8 +199,20 @@ struct tensor optimizer_master(struct optimizer *o) { return o->master; }
 int optimizer_steps_done(const struct optimizer *o) { return o->step; }
 
 void optimizer_shard_range(const struct optimizer *o, size_t *begin, size_t *end) {
+    CHECK(!units_sharded(o), "optimizer_shard_range under ZeRO-%d: use optimizer_ranges",
+          o->groups.zero_stage);
     *begin = o->begin, *end = o->end;
 }
+
+int optimizer_ranges(const struct optimizer *o, const size_t **begin, const size_t **end,
+                     const size_t **at) {
+    *begin = o->rb, *end = o->re, *at = o->rat;
+    return o->n_ranges;
+}
+
+size_t optimizer_numel(const struct optimizer *o) { return o->n; }
+struct tensor optimizer_grad_shard(struct optimizer *o) { return o->gshard; }
+struct tensor optimizer_param_shard(struct optimizer *o) { return o->pshard; }
 
 void optimizer_moments(struct optimizer *o, struct tensor *m, struct tensor *v) {
     *m = o->m, *v = o->v;
@@ -140,17 +220,18 @@ void optimizer_moments(struct optimizer *o, struct tensor *m, struct tensor *v) 
 
 void optimizer_set_steps_done(struct optimizer *o, int steps) { o->step = steps; }
 
-// The part [lo, hi) of parameter p inside this rank's range; false if none.
-static bool overlap(const struct optimizer *o, const struct param_info *p, size_t *lo, size_t *hi) {
-    *lo = MAX(p->offset, o->begin);
-    *hi = MIN(p->offset + p->numel, o->end);
+// The part [lo, hi) of parameter p inside this rank's range k; false if none.
+static bool overlap(const struct optimizer *o, int k, const struct param_info *p, size_t *lo,
+                    size_t *hi) {
+    *lo = MAX(p->offset, o->rb[k]);
+    *hi = MIN(p->offset + p->numel, o->re[k]);
     return *lo < *hi;
 }
 
-// The gradients of this rank's range: the shard buffer under ZeRO-1, else
-// the model's arena.
-static struct tensor grads_of_range(struct optimizer *o, size_t lo, size_t hi) {
-    if (zero1(o)) return tensor_slice(o->gshard, lo - o->begin, hi - lo);
+// The gradients of [lo, hi) inside range k: the shard buffer under ZeRO-1,
+// 2 and 3, else the model's arena.
+static struct tensor grads_of_range(struct optimizer *o, int k, size_t lo, size_t hi) {
+    if (o->gshard.numel) return tensor_slice(o->gshard, lo - o->rb[k] + o->rat[k], hi - lo);
     return tensor_slice(model_grad_arena(o->model), lo, hi - lo);
 }
 
@@ -183,23 +264,27 @@ double optimizer_prepare(struct optimizer *o) {
     int n;
     const struct param_info *p = model_params(o->model, &n);
     double sum = 0;
-    size_t run_lo = 0, run_hi = 0;
-    for (int i = 0; i <= n; i++) {
-        size_t lo = 0, hi = 0;
-        bool counted = i < n && !p[i].norm_skip && overlap(o, &p[i], &lo, &hi);
-        if (counted && lo >= run_hi && run_hi > run_lo) {
-            run_hi = hi;
-            continue;
+    for (int k = 0; k < o->n_ranges; k++) {
+        size_t run_lo = 0, run_hi = 0;
+        for (int i = 0; i <= n; i++) {
+            size_t lo = 0, hi = 0;
+            bool counted = i < n && !p[i].norm_skip && overlap(o, k, &p[i], &lo, &hi);
+            if (counted && lo >= run_hi && run_hi > run_lo) {
+                run_hi = hi;
+                continue;
+            }
+            if (run_hi > run_lo)
+                sum += backend_sum_squares(o->be, grads_of_range(o, k, run_lo, run_hi),
+                                           run_hi - run_lo);
+            run_lo = counted ? lo : 0, run_hi = counted ? hi : 0;
         }
-        if (run_hi > run_lo) sum += backend_sum_squares(o->be, grads_of_range(o, run_lo, run_hi),
-                                                        run_hi - run_lo);
-        run_lo = counted ? lo : 0, run_hi = counted ? hi : 0;
     }
     // The norm's pieces are host scalars: the host twins of the groups.
     struct comm_group *dp = parallel_host_group(o->groups.dp, o->groups.host_dp);
     struct comm_group *tp = parallel_host_group(o->groups.tp, o->groups.host_tp);
     struct comm_group *pp = parallel_host_group(o->groups.pp, o->groups.host_pp);
-    if (zero1(o)) comm_all_reduce(dp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    if (zero1(o) || (units_sharded(o) && group_size(dp) > 1))
+        comm_all_reduce(dp, &sum, 1, DTYPE_FP64, COMM_SUM);
     if (group_size(tp) > 1) comm_all_reduce(tp, &sum, 1, DTYPE_FP64, COMM_SUM);
     if (group_size(pp) > 1) comm_all_reduce(pp, &sum, 1, DTYPE_FP64, COMM_SUM);
     return sqrt(sum);
@@ -211,19 +296,32 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
     struct tensor w = model_param_arena(o->model);
     struct tensor none = tensor_view(NULL, DTYPE_FP32, 0);
     o->step++;
-    for (int i = 0; i < n; i++) {
-        size_t lo, hi;
-        if (!overlap(o, &p[i], &lo, &hi)) continue;
-        size_t k = hi - lo, at = lo - o->begin;
-        struct tensor master = o->master.numel ? tensor_slice(o->master, at, k) : none;
-        backend_adamw(o->be, tensor_slice(w, lo, k), master, grads_of_range(o, lo, hi),
-                      tensor_slice(o->m, at, k), tensor_slice(o->v, at, k), k, lr, o->cfg.beta1,
-                      o->cfg.beta2, o->cfg.eps, p[i].decay ? o->cfg.weight_decay : 0.0,
-                      grad_scale, o->step);
-    }
+    for (int r = 0; r < o->n_ranges; r++)
+        for (int i = 0; i < n; i++) {
+            size_t lo, hi;
+            if (!overlap(o, r, &p[i], &lo, &hi)) continue;
+            size_t k = hi - lo, at = lo - o->rb[r] + o->rat[r];
+            struct tensor master = o->master.numel ? tensor_slice(o->master, at, k) : none;
+            // ZeRO-3 updates its parameter shard; the others the arena.
+            struct tensor wt = zero3(o) ? tensor_slice(o->pshard, at, k) : tensor_slice(w, lo, k);
+            backend_adamw(o->be, wt, master, grads_of_range(o, r, lo, hi),
+                          tensor_slice(o->m, at, k), tensor_slice(o->v, at, k), k, lr, o->cfg.beta1,
+                          o->cfg.beta2, o->cfg.eps, p[i].decay ? o->cfg.weight_decay : 0.0,
+                          grad_scale, o->step);
+        }
     if (zero1(o)) { // every rank gets the updated shards of the others
         sync_for_dp(o);
         void *mine = tensor_slice(w, o->begin, o->end - o->begin).data;
         comm_all_gather(o->groups.dp, mine, w.data, o->end - o->begin, w.dtype);
+    }
+    if (units_sharded(o) && !zero3(o) && group_size(o->groups.dp) > 1) { // ZeRO-2: unit by unit
+        sync_for_dp(o);
+        int nu;
+        const struct model_unit *u = model_units(o->model, &nu);
+        for (int k = 0; k < nu; k++) {
+            size_t per = o->re[k] - o->rb[k];
+            comm_all_gather(o->groups.dp, tensor_slice(w, o->rb[k], per).data,
+                            tensor_slice(w, u[k].begin, per).data, per, w.dtype);
+        }
     }
 }

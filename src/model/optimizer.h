@@ -38,24 +38,7 @@ struct optimizer_config {
                            // BF16 sum, widened into the FP32 shard)
 };
 
-// The groups a multi-rank optimizer reduces over; NULL members (or a NULL
-// struct) are groups of one rank. tp, pp, dp take backend buffers
-// (gradients, parameters: device memory under CUDA, where they are NCCL
-// groups); host_tp, host_pp, host_dp are the same ranks' groups over host
-// memory (the scalars: the norm's sum of squares, loss sums, target counts),
-// NULL when tp, pp, dp take host buffers too (the CPU backend's MPI groups).
-struct parallel_groups {
-    struct comm_group *tp, *pp, *dp;
-    int zero_stage;       // 0: every DP rank holds all moments; 1: ZeRO-1
-    struct comm_group *host_tp, *host_pp, *host_dp;
-};
-
-// The group of g's ranks that takes host buffers: host, else g (see
-// struct parallel_groups).
-static inline struct comm_group *parallel_host_group(struct comm_group *g,
-                                                     struct comm_group *host) {
-    return host ? host : g;
-}
+// struct parallel_groups, the groups the optimizer reduces over: model.h.
 
 // Learning rate of optimizer step `step` (counts from 0):
 //   step < warmup:  lr * (step + 1) / warmup
@@ -82,7 +65,11 @@ struct optimizer;
 // Allocates fp32 (fp64 for an fp64 model) moments m and v, and for a BF16 /
 // FP16 model FP32 master weights initialised from its parameters: for the whole
 // parameter arena, or with zero_stage 1 for this DP rank's 1/dp of it (the
-// arena must then be padded to a multiple of dp: model_shard.arena_multiple).
+// arena must then be padded to a multiple of dp: model_shard.arena_multiple),
+// or with zero_stage 2 or 3 for its 1/dp slice of every unit (each padded to
+// a multiple of dp: model_shard.unit_multiple), with the gradient shard and
+// under ZeRO-3 the parameter shard (whose master weights wait for
+// optimizer_sync_master).
 // groups NULL: a single rank. Errors: STATUS_RUNTIME when out of memory;
 // STATUS_BAD_INPUT when the arena does not divide evenly for ZeRO-1.
 enum status optimizer_init(struct optimizer **out, struct backend *be, struct model *model,
@@ -92,7 +79,7 @@ void optimizer_free(struct optimizer *opt);
 
 // Bytes of optimizer state this rank holds (m, v, the FP32 master weights
 // of a BF16/FP16 model, under ZeRO-1 the reduce-scattered gradient shard it
-// updates from, and under ZeRO-1 with grad_dtype BF16 the BF16 buffers of
+// updates from (under ZeRO-2/3 fsdp_bytes counts it), and under ZeRO-1 with grad_dtype BF16 the BF16 buffers of
 // the reduce-scatter: the whole arena's gradients and this rank's reduced
 // shard).
 size_t optimizer_state_bytes(const struct optimizer *opt);
@@ -106,20 +93,43 @@ size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_
 
 // Makes the gradients final and returns the global L2 norm over the whole
 // model, each parameter counted once (param_info.norm_skip), accumulated in
-// double and summed over TP and PP (and over DP shards under ZeRO-1, where
-// this first reduce-scatters the gradients over DP). Without ZeRO the
-// gradients must already be summed over DP (grad_sync).
+// double and summed over TP and PP (and over DP shards under ZeRO-1/2/3;
+// ZeRO-1 first reduce-scatters the gradients over DP here; ZeRO-2/3 find
+// them reduce-scattered in the gradient shard). Without ZeRO the gradients
+// must already be summed over DP (grad_sync).
 double optimizer_prepare(struct optimizer *opt);
 
 // One AdamW step on this rank's parameters (its shard under ZeRO-1, then the
-// all-gather over DP) with the gradients times grad_scale (the clip
+// all-gather over DP; ZeRO-2: its slice of each unit, then an all-gather per
+// unit; ZeRO-3: its parameter shard, no gather) with the gradients times grad_scale (the clip
 // coefficient) at learning rate lr. Advances the bias-correction step.
 void optimizer_step(struct optimizer *opt, double lr, double grad_scale);
 
 // Optimizer steps taken so far; and the element range [begin, end) of the
-// parameter arena whose moments this rank holds.
+// parameter arena whose moments this rank holds (zero_stage 0 and 1 only).
 int optimizer_steps_done(const struct optimizer *opt);
 void optimizer_shard_range(const struct optimizer *opt, size_t *begin, size_t *end);
+// The ranges of the arena this rank updates, any stage: range k is elements
+// [begin[k], end[k]) of the arena, stored from element at[k] of the moments,
+// the master weights, the gradient shard and the ZeRO-3 parameter shard
+// (optimizer_numel elements in all). Zero 0/1: one range; ZeRO-2/3: shard
+// rank d of S's slice [b + d len / S, b + (d + 1) len / S) of each unit [b,
+// b + len) (model_units), in unit order. Returns the count.
+int optimizer_ranges(const struct optimizer *opt, const size_t **begin, const size_t **end,
+                     const size_t **at);
+size_t optimizer_numel(const struct optimizer *opt);
+// ZeRO-1/2/3: (optimizer_numel,) FP32 (FP64) gradients of this rank's ranges,
+// which optimizer_prepare reduce-scatters into under ZeRO-1 and the trainer
+// sums its per-unit reduce-scatters into under ZeRO-2/3 (zeroed at init;
+// the trainer zeroes it each step). Empty at zero_stage 0.
+struct tensor optimizer_grad_shard(struct optimizer *opt);
+// ZeRO-3: (optimizer_numel,) this rank's parameters in the model dtype: the
+// step writes them (rounded from the master weights of a BF16/FP16 model);
+// the trainer gathers units from them. Empty otherwise.
+struct tensor optimizer_param_shard(struct optimizer *opt);
+// The master weights := this rank's parameters (widened): at init, and
+// under ZeRO-3 once the trainer has filled optimizer_param_shard.
+void optimizer_sync_master(struct optimizer *opt);
 
 // The moments (end - begin,) of this rank's range, in backend memory, for
 // checkpoints; and setting the step counter on resume.

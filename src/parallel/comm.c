@@ -141,17 +141,44 @@ void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, siz
           g->ops->reduce_scatter(g, send, recv, count, dtype, op));
 }
 
-void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
-                     enum dtype dtype) {
-    check_group(g, "comm_all_gather");
-    check_dtype(dtype, false, "comm_all_gather");
-    check_buf(send, count, "comm_all_gather send");
-    check_buf(recv, count, "comm_all_gather recv");
+// The checks comm_all_gather and its start share.
+static void check_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                             enum dtype dtype, const char *what) {
+    check_group(g, what);
+    check_dtype(dtype, false, what);
+    check_buf(send, count, what);
+    check_buf(recv, count, what);
     size_t es = dtype_size(dtype);
     const char *own = (const char *)recv + (size_t)g->rank * count * es;
     CHECK(send == own || !ranges_overlap(send, count * es, recv, (size_t)g->size * count * es),
-          "comm_all_gather: send overlaps recv but is not this rank's chunk (in place)");
+          "%s: send overlaps recv but is not this rank's chunk (in place)", what);
+}
+
+void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
+                     enum dtype dtype) {
+    check_all_gather(g, send, recv, count, dtype, "comm_all_gather");
     TIMED(g, "comm_all_gather", count, dtype, g->ops->all_gather(g, send, recv, count, dtype));
+}
+
+void comm_reduce_scatter_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                               enum dtype dtype, enum comm_op op, struct comm_request *req) {
+    check_reduction(g, dtype, op, "comm_reduce_scatter_start");
+    check_buf(send, count, "comm_reduce_scatter_start send");
+    check_buf(recv, count, "comm_reduce_scatter_start recv");
+    size_t es = dtype_size(dtype);
+    CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
+          "comm_reduce_scatter_start: send and recv overlap");
+    request_begin(g, req, "comm_reduce_scatter_start");
+    STARTED("comm_reduce_scatter_start", count, dtype,
+            g->ops->reduce_scatter_start(g, send, recv, count, dtype, op, req));
+}
+
+void comm_all_gather_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                           enum dtype dtype, struct comm_request *req) {
+    check_all_gather(g, send, recv, count, dtype, "comm_all_gather_start");
+    request_begin(g, req, "comm_all_gather_start");
+    STARTED("comm_all_gather_start", count, dtype,
+            g->ops->all_gather_start(g, send, recv, count, dtype, req));
 }
 
 void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root) {
@@ -217,7 +244,7 @@ static void self_all_reduce_start(struct comm_group *g, void *buf, size_t count,
     req->done = true;
 }
 
-// Only all-reduces start on a group of one, and they complete at once.
+// Started operations on a group of one complete at once.
 static void self_wait(struct comm_request *req) {}
 
 static bool self_test(struct comm_request *req) { return true; }
@@ -230,6 +257,19 @@ static void self_reduce_scatter(struct comm_group *g, const void *send, void *re
 static void self_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
                             enum dtype dtype) {
     if (send != recv) memcpy(recv, send, count * dtype_size(dtype));
+}
+
+static void self_reduce_scatter_start(struct comm_group *g, const void *send, void *recv,
+                                      size_t count, enum dtype dtype, enum comm_op op,
+                                      struct comm_request *req) {
+    memcpy(recv, send, count * dtype_size(dtype));
+    req->done = true;
+}
+
+static void self_all_gather_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                                  enum dtype dtype, struct comm_request *req) {
+    if (send != recv) memcpy(recv, send, count * dtype_size(dtype));
+    req->done = true;
 }
 
 static void self_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
@@ -269,6 +309,8 @@ static const struct comm_ops comm_self_ops = {
     .test = self_test,
     .reduce_scatter = self_reduce_scatter,
     .all_gather = self_all_gather,
+    .reduce_scatter_start = self_reduce_scatter_start,
+    .all_gather_start = self_all_gather_start,
     .broadcast = self_broadcast,
     .send = self_send,
     .recv = self_recv,

@@ -67,6 +67,15 @@ struct comm_ops {
     // be this rank's own chunk inside recv (in place: recv + rank * count).
     void (*all_gather)(struct comm_group *g, const void *send, void *recv, size_t count,
                        enum dtype dtype);
+    // Non-blocking twins of reduce_scatter and all_gather (ZeRO-2/3's
+    // per-unit gradient reduce-scatters and parameter gathers): return at
+    // once; send must not be written and recv not read or written until the
+    // request completes (comm_wait / comm_test). Same buffer rules as the
+    // blocking ones (all_gather_start may be in place).
+    void (*reduce_scatter_start)(struct comm_group *g, const void *send, void *recv, size_t count,
+                                 enum dtype dtype, enum comm_op op, struct comm_request *req);
+    void (*all_gather_start)(struct comm_group *g, const void *send, void *recv, size_t count,
+                             enum dtype dtype, struct comm_request *req);
     // buf: (count,) root's values copied to every rank.
     void (*broadcast)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root);
     // Blocking point-to-point to / from group rank peer, matched by tag.
@@ -144,6 +153,10 @@ void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, siz
                          enum dtype dtype, enum comm_op op);
 void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t count,
                      enum dtype dtype);
+void comm_reduce_scatter_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                               enum dtype dtype, enum comm_op op, struct comm_request *req);
+void comm_all_gather_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                           enum dtype dtype, struct comm_request *req);
 void comm_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int root);
 void comm_send(struct comm_group *g, const void *buf, size_t count, enum dtype dtype, int peer,
                int tag);

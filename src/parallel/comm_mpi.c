@@ -255,6 +255,27 @@ static void mpi_all_gather(struct comm_group *g, const void *send, void *recv, s
                             recv, mpi_count(count), mpi_dtype(dtype), group_comm(g)));
 }
 
+static void mpi_reduce_scatter_start(struct comm_group *g, const void *send, void *recv,
+                                     size_t count, enum dtype dtype, enum comm_op op,
+                                     struct comm_request *req) {
+    q_flush(impl_of(g));
+    MPI_Request r;
+    CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, mpi_count(count), mpi_dtype(dtype),
+                                        mpi_op(g, op, dtype), group_comm(g), &r));
+    memcpy(req->storage, &r, sizeof r);
+}
+
+static void mpi_all_gather_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                                 enum dtype dtype, struct comm_request *req) {
+    const char *own = (const char *)recv + (size_t)g->rank * count * dtype_size(dtype);
+    mpi_count((size_t)g->size * count);
+    q_flush(impl_of(g));
+    MPI_Request r;
+    CHECK_MPI(MPI_Iallgather(send == own ? MPI_IN_PLACE : send, mpi_count(count), mpi_dtype(dtype),
+                             recv, mpi_count(count), mpi_dtype(dtype), group_comm(g), &r));
+    memcpy(req->storage, &r, sizeof r);
+}
+
 static void mpi_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                           int root) {
     q_flush(impl_of(g));
@@ -314,6 +335,8 @@ static const struct comm_ops comm_mpi_ops = {
     .test = mpi_test,
     .reduce_scatter = mpi_reduce_scatter,
     .all_gather = mpi_all_gather,
+    .reduce_scatter_start = mpi_reduce_scatter_start,
+    .all_gather_start = mpi_all_gather_start,
     .broadcast = mpi_broadcast,
     .send = mpi_send,
     .recv = mpi_recv,

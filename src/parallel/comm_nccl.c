@@ -247,6 +247,29 @@ static void nccl_all_gather(struct comm_group *g, const void *send, void *recv, 
     end(c);
 }
 
+// The started twins: like all_reduce_start, ordered after the compute
+// stream's work so far (begin), completion recorded on the communication
+// stream; the wait makes the compute stream wait for it.
+static void nccl_reduce_scatter_start(struct comm_group *g, const void *send, void *recv,
+                                      size_t count, enum dtype dtype, enum comm_op op,
+                                      struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    NCCL_TRY(c, g, ncclReduceScatter(send, recv, count, nccl_dtype(dtype), nccl_op(op), c->comm,
+                                     c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
+static void nccl_all_gather_start(struct comm_group *g, const void *send, void *recv, size_t count,
+                                  enum dtype dtype, struct comm_request *req) {
+    struct comm_nccl *c = impl_of(g);
+    int k = event_take(c, req);
+    begin(c);
+    NCCL_TRY(c, g, ncclAllGather(send, recv, count, nccl_dtype(dtype), c->comm, c->stream));
+    CHECK_CUDA(cudaEventRecord(c->done[k], c->stream));
+}
+
 static void nccl_broadcast(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                            int root) {
     struct comm_nccl *c = impl_of(g);
@@ -410,6 +433,8 @@ static const struct comm_ops comm_nccl_ops = {
     .recv_start = nccl_recv_start,
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
+    .reduce_scatter_start = nccl_reduce_scatter_start,
+    .all_gather_start = nccl_all_gather_start,
     .broadcast = nccl_broadcast,
     .send = nccl_send,
     .recv = nccl_recv,

@@ -10,94 +10,196 @@
 #include "comm_nccl.h"
 #endif
 
-int topology_rank_of(int tp, int pp, int dp, struct grid_coord c) {
-    return c.t + tp * (c.d + dp * c.p);
+static const struct {
+    const char *name, *key;
+} axes[AXIS_COUNT] = {
+#define AXIS_ROW(ID, name, key, doc) {name, key},
+    GRID_AXES(AXIS_ROW)
+#undef AXIS_ROW
+};
+
+static const struct {
+    const char *name;
+    unsigned axes;
+    bool ends, critical;
+} groups[GROUP_COUNT] = {
+#define GROUP_ROW(ID, name, axes, ends, critical, carries) {name, axes, ends, critical},
+    GRID_GROUPS(GROUP_ROW)
+#undef GROUP_ROW
+};
+
+const char *topology_axis_name(enum grid_axis a) {
+    CHECK(a >= 0 && a < AXIS_COUNT, "no axis %d", (int)a);
+    return axes[a].name;
 }
 
-struct grid_coord topology_coord_of(int tp, int pp, int dp, int rank) {
-    struct grid_coord c;
-    c.t = rank % tp;
-    c.d = (rank / tp) % dp;
-    c.p = rank / (tp * dp);
-    return c;
+const char *topology_axis_key(enum grid_axis a) {
+    CHECK(a >= 0 && a < AXIS_COUNT, "no axis %d", (int)a);
+    return axes[a].key;
 }
 
 const char *topology_group_name(enum group_kind kind) {
-    switch (kind) {
-    case GROUP_TP: return "tp";
-    case GROUP_DP: return "dp";
-    case GROUP_PP: return "pp";
-    case GROUP_EMBED: return "embed";
-    case GROUP_COUNT: break;
-    }
-    return "?";
+    return kind >= 0 && kind < GROUP_COUNT ? groups[kind].name : "?";
 }
 
-// Enumerates the group by varying one coordinate of c (independent of the
-// split colours below, so each checks the other).
-int topology_group_members(enum group_kind kind, int tp, int pp, int dp, struct grid_coord c,
-                           int *members) {
-    int n = 0;
-    struct grid_coord m = c;
-    switch (kind) {
-    case GROUP_TP:
-        for (m.t = 0; m.t < tp; m.t++) members[n++] = topology_rank_of(tp, pp, dp, m);
-        break;
-    case GROUP_DP:
-        for (m.d = 0; m.d < dp; m.d++) members[n++] = topology_rank_of(tp, pp, dp, m);
-        break;
-    case GROUP_PP:
-        for (m.p = 0; m.p < pp; m.p++) members[n++] = topology_rank_of(tp, pp, dp, m);
-        break;
-    case GROUP_EMBED:
-        if (c.p != 0 && c.p != pp - 1) break;
-        m.p = 0;
-        members[n++] = topology_rank_of(tp, pp, dp, m);
-        if (pp > 1) {
-            m.p = pp - 1;
-            members[n++] = topology_rank_of(tp, pp, dp, m);
+unsigned topology_group_axes(enum group_kind kind) {
+    CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
+    return groups[kind].axes;
+}
+
+bool topology_group_is_size(enum group_kind kind) {
+    CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
+    return !groups[kind].ends;
+}
+
+static bool has_axis(enum group_kind kind, int a) { return groups[kind].axes >> a & 1u; }
+
+// The one axis of an `ends` group (a CHECK when the list gives it several).
+static int ends_axis(enum group_kind kind) {
+    int found = -1;
+    for (int a = 0; a < AXIS_COUNT; a++)
+        if (has_axis(kind, a)) {
+            CHECK(found < 0, "group %s: an ends group spans one axis", groups[kind].name);
+            found = a;
         }
-        break;
-    case GROUP_COUNT: break;
+    return found;
+}
+
+struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard) {
+    if (dp_shard == 0) dp_shard = dp;
+    CHECK(tp >= 1 && pp >= 1 && dp >= 1 && dp_shard >= 1 && dp % dp_shard == 0,
+          "layout tp %d pp %d dp %d dp_shard %d", tp, pp, dp, dp_shard);
+    struct grid_layout g;
+    g.size[AXIS_TP] = tp;
+    g.size[AXIS_DP_SHARD] = dp_shard;
+    g.size[AXIS_DP_REPLICATE] = dp / dp_shard;
+    g.size[AXIS_PP] = pp;
+    return g;
+}
+
+int topology_group_size(const struct grid_layout *g, enum group_kind kind) {
+    if (groups[kind].ends) return MIN(g->size[ends_axis(kind)], 2);
+    int n = 1;
+    for (int a = 0; a < AXIS_COUNT; a++)
+        if (has_axis(kind, a)) n *= g->size[a];
+    return n;
+}
+
+int topology_world_size(const struct grid_layout *g) {
+    int n = 1;
+    for (int a = 0; a < AXIS_COUNT; a++) n *= g->size[a];
+    return n;
+}
+
+int topology_layout_sizes(const struct grid_layout *g, bool axes_only, const char **names,
+                          int *sizes) {
+    int n = 0;
+    if (axes_only)
+        for (int a = 0; a < AXIS_COUNT; a++) names[n] = axes[a].name, sizes[n++] = g->size[a];
+    else
+        for (int k = 0; k < GROUP_COUNT; k++)
+            if (topology_group_is_size((enum group_kind)k))
+                names[n] = groups[k].name, sizes[n++] = topology_group_size(g, (enum group_kind)k);
+    return n;
+}
+
+char *topology_layout_text(const struct grid_layout *g, bool axes_only, const char *assign,
+                           const char *sep, char *buf, size_t cap) {
+    const char *names[GROUP_COUNT + AXIS_COUNT];
+    int sizes[GROUP_COUNT + AXIS_COUNT], n = topology_layout_sizes(g, axes_only, names, sizes);
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && len < cap; i++) {
+        int w = snprintf(buf + len, cap - len, "%s%s%s%d", i ? sep : "", names[i], assign, sizes[i]);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
+}
+
+// Mixed radix over the axes in list order, the first fastest.
+int topology_rank_of(const struct grid_layout *g, struct grid_coord c) {
+    int rank = 0;
+    for (int a = AXIS_COUNT - 1; a >= 0; a--) rank = rank * g->size[a] + c.at[a];
+    return rank;
+}
+
+struct grid_coord topology_coord_of(const struct grid_layout *g, int rank) {
+    struct grid_coord c;
+    for (int a = 0; a < AXIS_COUNT; a++) {
+        c.at[a] = rank % g->size[a];
+        rank /= g->size[a];
+    }
+    return c;
+}
+
+// Mixed radix over the axes in (inside = true) or outside kind's mask.
+static int radix_over(const struct grid_layout *g, enum group_kind kind, struct grid_coord c,
+                      bool inside) {
+    int r = 0;
+    for (int a = AXIS_COUNT - 1; a >= 0; a--)
+        if (has_axis(kind, a) == inside) r = r * g->size[a] + c.at[a];
+    return r;
+}
+
+// Whether c is in a group of kind: every coordinate but an `ends` group's
+// middle ones.
+static bool in_group(const struct grid_layout *g, enum group_kind kind, struct grid_coord c) {
+    if (!groups[kind].ends) return true;
+    int a = ends_axis(kind);
+    return c.at[a] == 0 || c.at[a] == g->size[a] - 1;
+}
+
+int topology_group_rank(const struct grid_layout *g, enum group_kind kind, struct grid_coord c) {
+    if (!in_group(g, kind, c)) return -1;
+    if (groups[kind].ends) return c.at[ends_axis(kind)] == 0 ? 0 : 1;
+    return radix_over(g, kind, c, true);
+}
+
+int topology_group_index(const struct grid_layout *g, enum group_kind kind, struct grid_coord c) {
+    return in_group(g, kind, c) ? radix_over(g, kind, c, false) : -1;
+}
+
+// Enumerates the group by setting kind's coordinates of c to each group
+// rank in turn (independent of the split colours, which come from
+// topology_group_index and topology_group_rank, so the test checks each
+// against the other).
+int topology_group_members(const struct grid_layout *g, enum group_kind kind, struct grid_coord c,
+                           int *members) {
+    if (!in_group(g, kind, c)) return 0;
+    int n = topology_group_size(g, kind);
+    for (int i = 0; i < n; i++) {
+        struct grid_coord m = c;
+        if (groups[kind].ends) {
+            int a = ends_axis(kind);
+            m.at[a] = i == 0 ? 0 : g->size[a] - 1;
+        } else {
+            for (int a = 0, rest = i; a < AXIS_COUNT; a++)
+                if (has_axis(kind, a)) {
+                    m.at[a] = rest % g->size[a];
+                    rest /= g->size[a];
+                }
+        }
+        members[i] = topology_rank_of(g, m);
     }
     return n;
 }
 
-// MPI_Comm_split colour and key of c's group of kind: the colour indexes the
-// group among those of its kind, the key orders ranks within it.
-static int group_color(enum group_kind kind, int tp, int pp, int dp, struct grid_coord c,
-                       int *key) {
-    switch (kind) {
-    case GROUP_TP: *key = c.t; return c.d + dp * c.p;
-    case GROUP_DP: *key = c.d; return c.t + tp * c.p;
-    case GROUP_PP: *key = c.p; return c.t + tp * c.d;
-    case GROUP_EMBED:
-        *key = c.p;
-        return (c.p == 0 || c.p == pp - 1) ? c.t + tp * c.d : MPI_UNDEFINED;
-    case GROUP_COUNT: break;
-    }
-    *key = 0;
-    return MPI_UNDEFINED;
+int topology_rank_in(const struct topology *topo, enum group_kind kind) {
+    return topology_group_rank(&topo->layout, kind, topo->coord);
 }
 
 struct comm_group *topology_group(struct topology *topo, enum group_kind kind) {
-    switch (kind) {
-    case GROUP_TP: return &topo->tp_group;
-    case GROUP_DP: return &topo->dp_group;
-    case GROUP_PP: return &topo->pp_group;
-    case GROUP_EMBED: return &topo->embed_group;
-    case GROUP_COUNT: break;
-    }
-    CHECK(0, "no group of kind %d", (int)kind);
+    CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
+    return &topo->host[kind];
 }
 
-static void describe_kind(FILE *f, enum group_kind kind, int tp, int pp, int dp) {
+static void describe_kind(FILE *f, const struct grid_layout *g, enum group_kind kind) {
     enum { MAX_SHOWN = 16 };
-    int n_ranks = tp * pp * dp, n_groups = 0;
-    int *members = xmalloc(sizeof(int) * (size_t)MAX(tp, MAX(pp, dp)));
-    fprintf(f, "  %-5s groups:", topology_group_name(kind));
+    int n_ranks = topology_world_size(g), n_groups = 0;
+    int *members = xmalloc(sizeof(int) * (size_t)n_ranks);
+    fprintf(f, "  %-12s groups:", topology_group_name(kind));
     for (int r = 0; r < n_ranks; r++) {
-        int n = topology_group_members(kind, tp, pp, dp, topology_coord_of(tp, pp, dp, r), members);
+        int n = topology_group_members(g, kind, topology_coord_of(g, r), members);
         if (n == 0 || members[0] != r) continue; // print each group once, at its first rank
         if (n_groups++ >= MAX_SHOWN) continue;
         fputs(" [", f);
@@ -109,29 +211,35 @@ static void describe_kind(FILE *f, enum group_kind kind, int tp, int pp, int dp)
     free(members);
 }
 
-void topology_describe(FILE *f, int tp, int pp, int dp) {
-    fprintf(f, "grid: tp=%d pp=%d dp=%d (%d ranks), rank = t + tp * (d + dp * p)\n", tp, pp, dp,
-            tp * pp * dp);
-    for (int k = 0; k < GROUP_COUNT; k++) describe_kind(f, (enum group_kind)k, tp, pp, dp);
+void topology_describe(FILE *f, const struct grid_layout *g) {
+    char text[256];
+    fprintf(f, "grid: %s (%d ranks), rank order:",
+            topology_layout_text(g, true, "=", " ", text, sizeof text), topology_world_size(g));
+    for (int a = 0; a < AXIS_COUNT; a++) fprintf(f, " %s", axes[a].name);
+    fprintf(f, " (first fastest)\n");
+    for (int k = 0; k < GROUP_COUNT; k++) describe_kind(f, g, (enum group_kind)k);
 }
 
-enum status topology_init(MPI_Comm world, int tp, int pp, int dp, struct topology *out,
+enum status topology_init(MPI_Comm world, const struct grid_layout *layout, struct topology *out,
                           struct error *err) {
     memset(out, 0, sizeof *out);
     int rank, size;
     CHECK_MPI(MPI_Comm_rank(world, &rank));
     CHECK_MPI(MPI_Comm_size(world, &size));
-    if (tp < 1 || pp < 1 || dp < 1 || (long)tp * pp * dp != size)
+    long long n = 1;
+    bool sane = true;
+    for (int a = 0; a < AXIS_COUNT; a++) n *= layout->size[a], sane = sane && layout->size[a] >= 1;
+    if (!sane || n != size) {
+        char text[256];
         return error_set(err, STATUS_BAD_INPUT,
-                         "[parallel] tp=%d * pp=%d * dp=%d = %ld ranks, but the job has N=%d ranks; "
-                         "set tp * pp * dp = N (each at least 1)",
-                         tp, pp, dp, (long)tp * pp * dp, size);
+                         "[parallel] %s = %lld ranks, but the job has N=%d ranks; set the product "
+                         "= N (each at least 1)",
+                         topology_layout_text(layout, true, "=", " * ", text, sizeof text), n, size);
+    }
     out->world_rank = rank;
     out->world_size = size;
-    out->tp = tp;
-    out->pp = pp;
-    out->dp = dp;
-    out->coord = topology_coord_of(tp, pp, dp, rank);
+    out->layout = *layout;
+    out->coord = topology_coord_of(layout, rank);
 
     MPI_Comm node;
     CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
@@ -143,18 +251,22 @@ enum status topology_init(MPI_Comm world, int tp, int pp, int dp, struct topolog
     CHECK_MPI(MPI_Comm_dup(world, &dup));
     comm_mpi_init(&out->world, dup);
 
-    // Every rank runs this same loop: one split per kind, in kind order.
-    int *members = xmalloc(sizeof(int) * (size_t)MAX(tp, MAX(pp, dp)));
+    // Every rank runs this same loop: one split per kind, in list order. The
+    // colour indexes the group among those of its kind, the key orders ranks
+    // within it.
+    int *members = xmalloc(sizeof(int) * (size_t)size);
     for (int k = 0; k < GROUP_COUNT; k++) {
-        int key, color = group_color((enum group_kind)k, tp, pp, dp, out->coord, &key);
+        enum group_kind kind = (enum group_kind)k;
+        int color = topology_group_index(layout, kind, out->coord);
+        int key = topology_group_rank(layout, kind, out->coord);
         MPI_Comm comm;
-        CHECK_MPI(MPI_Comm_split(world, color, key, &comm));
-        struct comm_group *g = topology_group(out, (enum group_kind)k);
+        CHECK_MPI(MPI_Comm_split(world, color < 0 ? MPI_UNDEFINED : color, MAX(key, 0), &comm));
+        struct comm_group *g = topology_group(out, kind);
         comm_mpi_init(g, comm);
-        int n = topology_group_members((enum group_kind)k, tp, pp, dp, out->coord, members);
+        int n = topology_group_members(layout, kind, out->coord, members);
         CHECK(g->size == n && (n == 0 || members[g->rank] == rank),
               "%s group of rank %d: MPI size %d rank %d, layout expects %d members",
-              topology_group_name((enum group_kind)k), rank, g->size, g->rank, n);
+              topology_group_name(kind), rank, g->size, g->rank, n);
     }
     free(members);
     return STATUS_OK;
@@ -162,7 +274,8 @@ enum status topology_init(MPI_Comm world, int tp, int pp, int dp, struct topolog
 
 void topology_init_self(struct topology *out) {
     memset(out, 0, sizeof *out);
-    out->world_size = out->tp = out->pp = out->dp = 1;
+    out->world_size = 1;
+    out->layout = topology_layout(1, 1, 1, 0);
     out->local_size = 1;
     for (int k = 0; k < GROUP_COUNT; k++) comm_self_init(topology_group(out, (enum group_kind)k));
     comm_self_init(&out->world);
@@ -176,7 +289,7 @@ enum status topology_init_device(struct topology *topo, struct backend *be, stru
         if (host->size == 1) comm_self_init(g);
         else if (host->size > 1)
             comm_nccl_init(g, host, be, topology_group_name((enum group_kind)k),
-                           k == GROUP_TP || k == GROUP_PP); // on the critical path
+                           groups[k].critical); // on the step's critical path
         else memset(g, 0, sizeof *g); // not a member: nothing to join
     }
     topo->has_device_groups = true;

@@ -1,42 +1,111 @@
-// topology.h: the 3-D grid of tensor-, data- and pipeline-parallel ranks
-// (docs/design.md §2) and the communication groups of this rank.
+// topology.h: the grid of parallel ranks, a list of named axes
+// (parallel/axes_list.h: tp, dp_shard, dp_replicate, pp), the groups they
+// form and the communication groups of this rank (docs/design.md §2).
 //
-// Rank order is Megatron's: rank = t + tp * (d + dp * p). TP varies fastest,
-// so a TP group is tp consecutive ranks (one node's fast domain); PP stages
-// vary slowest.
+// Rank order is Megatron's, the axes' order in axes_list.h, first fastest:
+// rank = t + tp * (s + dp_shard * (r + dp_replicate * p)), i.e. with the data
+// coordinate d = s + dp_shard * r, rank = t + tp * (d + dp * p), the same
+// numbering for every dp_shard. TP varies fastest, so a TP group is tp
+// consecutive ranks (one node's fast domain); PP stages vary slowest. Every
+// formula of this kind lives here, derived from the lists: no other file
+// spells the axes' products or rank maths (tests/layering/check_grid.py).
 #ifndef TRIDENT_TOPOLOGY_H
 #define TRIDENT_TOPOLOGY_H
 
 #include <mpi.h>
 #include <stdio.h>
 
+#include "axes_list.h"
 #include "base/common.h"
 #include "comm.h"
 #include "kernels/ops.h"
 
-// A rank's place in the grid: t in [0, tp), d in [0, dp), p in [0, pp).
-struct grid_coord {
-    int t, d, p;
+enum grid_axis {
+#define GRID_AXIS_ENUM(ID, name, key, doc) AXIS_##ID,
+    GRID_AXES(GRID_AXIS_ENUM)
+#undef GRID_AXIS_ENUM
+    AXIS_COUNT,
 };
 
-// The kinds of group each rank belongs to.
+// The kinds of group each rank belongs to (axes_list.h's GRID_GROUPS).
 enum group_kind {
-    GROUP_TP,    // same (d, p), t = 0..tp-1
-    GROUP_DP,    // same (t, p), d = 0..dp-1
-    GROUP_PP,    // same (t, d), p = 0..pp-1
-    GROUP_EMBED, // same (t, d), p in {0, pp-1}: tied embedding and LM head;
-                 // the rank alone when pp == 1; middle stages are not members
+#define GRID_GROUP_ENUM(ID, name, axes, ends, critical, carries) GROUP_##ID,
+    GRID_GROUPS(GRID_GROUP_ENUM)
+#undef GRID_GROUP_ENUM
     GROUP_COUNT,
 };
 
+// The size of each axis, >= 1 (topology_layout makes one from the keys).
+struct grid_layout {
+    int size[AXIS_COUNT];
+};
+
+// A rank's place in the grid: at[a] in [0, size[a]) for each axis a. The
+// rank within a group of several axes (the data rank d within GROUP_DP):
+// topology_group_rank.
+struct grid_coord {
+    int at[AXIS_COUNT];
+};
+
+// ---- the lists --------------------------------------------------------------
+const char *topology_axis_name(enum grid_axis a); // "tp", "dp_shard", ...
+const char *topology_axis_key(enum grid_axis a);  // its [parallel] key; "" derived
+// "tp", "dp", "dp_shard", "dp_replicate", "pp", "embed".
+const char *topology_group_name(enum group_kind kind);
+unsigned topology_group_axes(enum group_kind kind); // bit (1 << a) per axis a
+// false for a group of only the ends of its axis (GROUP_EMBED): no size of
+// the layout, and some ranks belong to no group of that kind.
+bool topology_group_is_size(enum group_kind kind);
+
+// ---- pure layout functions: no MPI needed -----------------------------------
+// The layout of the [parallel] keys: tp, pp, dp and dp_shard (0: dp, one
+// shard group of every data rank); dp_replicate = dp / dp_shard. Sizes must
+// be >= 1 and dp_shard divide dp (config_validate refuses others; a CHECK
+// here).
+struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard);
+// The product of the sizes of kind's axes (GROUP_EMBED: min(pp, 2)), and
+// the world: the product of every axis' size.
+int topology_group_size(const struct grid_layout *g, enum group_kind kind);
+int topology_world_size(const struct grid_layout *g);
+// The layout's named sizes in list order into names/sizes (room for
+// GROUP_COUNT; returns how many): axes_only: each axis (their product is the
+// world: tp, dp_shard, dp_replicate, pp), else each group that is a size
+// (tp, dp, dp_shard, dp_replicate, pp). What the records print.
+int topology_layout_sizes(const struct grid_layout *g, bool axes_only, const char **names,
+                          int *sizes);
+// The same as text: "<name><assign><size>" joined by sep, e.g. (true, "=",
+// " * ") "tp=2 * dp_shard=2 * dp_replicate=1 * pp=2". Returns buf.
+char *topology_layout_text(const struct grid_layout *g, bool axes_only, const char *assign,
+                           const char *sep, char *buf, size_t cap);
+
+int topology_rank_of(const struct grid_layout *g, struct grid_coord coord);
+struct grid_coord topology_coord_of(const struct grid_layout *g, int rank);
+// coord's rank within its group of kind (its axes' coordinates in rank
+// order, first fastest; GROUP_EMBED: 0 first stage, 1 last), -1 when coord
+// is in no such group (a middle stage's GROUP_EMBED).
+int topology_group_rank(const struct grid_layout *g, enum group_kind kind, struct grid_coord coord);
+// Which group of its kind coord is in, 0 .. world / group size - 1 (the
+// other axes' coordinates in rank order); -1 as topology_group_rank.
+int topology_group_index(const struct grid_layout *g, enum group_kind kind, struct grid_coord coord);
+// Fills members (room for topology_group_size ranks) with the world ranks of
+// the group of kind that contains coord, in group-rank order, and returns
+// their count; 0 when coord is not in such a group (middle stage, GROUP_EMBED).
+int topology_group_members(const struct grid_layout *g, enum group_kind kind,
+                           struct grid_coord coord, int *members);
+// Prints which world ranks form each group of each kind, one line per kind
+// (tests and debugging; the trainer's banner prints the grid).
+void topology_describe(FILE *f, const struct grid_layout *g);
+
 struct topology {
     int world_rank, world_size;
-    int tp, pp, dp;
+    struct grid_layout layout;
     struct grid_coord coord;
     int local_rank, local_size; // on this node (MPI_COMM_TYPE_SHARED)
-    struct comm_group tp_group, dp_group, pp_group;
-    struct comm_group embed_group; // size 0 on middle pipeline stages
-    struct comm_group world;       // a duplicate of the world passed to init
+    // The MPI groups of this rank, one per kind, indexed by enum group_kind
+    // (topology_group); size 0 where this rank is no member (a middle
+    // stage's GROUP_EMBED).
+    struct comm_group host[GROUP_COUNT];
+    struct comm_group world; // a duplicate of the world passed to init
     // The groups over device buffers (gradients, activations, parameters),
     // one per kind, indexed by enum group_kind: NCCL communicators over the
     // members of the MPI group of the same kind once topology_init_device
@@ -47,29 +116,21 @@ struct topology {
     bool has_device_groups;
 };
 
-// Pure layout functions: no MPI needed.
-int topology_rank_of(int tp, int pp, int dp, struct grid_coord coord);
-struct grid_coord topology_coord_of(int tp, int pp, int dp, int rank);
-// "tp", "dp", "pp", "embed".
-const char *topology_group_name(enum group_kind kind);
-// Fills members (room for max(tp, pp, dp) ranks) with the world ranks of the
-// group of kind that contains coord, in group-rank order, and returns their
-// count; 0 when coord is not in such a group (middle stage, GROUP_EMBED).
-int topology_group_members(enum group_kind kind, int tp, int pp, int dp, struct grid_coord coord,
-                           int *members);
-// Prints which world ranks form each TP, DP, PP and embedding group, one
-// line per group (tests and debugging; the trainer's banner prints the grid).
-void topology_describe(FILE *f, int tp, int pp, int dp);
-
-// Collective over world: checks tp * pp * dp == world size (else
-// STATUS_BAD_INPUT naming the three sizes and N) and builds every group of
-// this rank. Every rank makes the same MPI calls in the same order.
-enum status topology_init(MPI_Comm world, int tp, int pp, int dp, struct topology *out,
+// Collective over world: checks that the layout's world size is the
+// world's (else STATUS_BAD_INPUT naming every axis' size and N) and builds
+// every group of this rank, one MPI_Comm_split per kind in list order.
+// Every rank makes the same MPI calls in the same order.
+enum status topology_init(MPI_Comm world, const struct grid_layout *layout, struct topology *out,
                           struct error *err);
-// A 1 x 1 x 1 topology of comm_self groups, without MPI (tests, one rank).
+// A topology of one rank (every size 1) of comm_self groups of comm_self groups, without MPI (tests, one rank).
 void topology_init_self(struct topology *out);
 // Collective over world when built by topology_init.
 void topology_free(struct topology *topo);
+
+// This rank's rank within its group of kind: topology_group_rank of its
+// coordinates (the data rank d for GROUP_DP, the stage for GROUP_PP), -1
+// where it is in none (a middle stage's GROUP_EMBED).
+int topology_rank_in(const struct topology *topo, enum group_kind kind);
 
 // The group of kind in topo: MPI over host buffers (scalars, the log,
 // checkpoints, pipeline messages, which the model stages through host memory).
@@ -78,9 +139,9 @@ struct comm_group *topology_group(struct topology *topo, enum group_kind kind);
 // Collective over the world of topology_init: the device-buffer groups of
 // this rank over the CUDA backend be, whose device was chosen from the
 // node-local rank (topology_device_of) before any other CUDA call. Every
-// rank walks the kinds in enum order (TP, DP, PP, EMBED), each NCCL group
-// with its own communication stream, TP and PP at the highest priority
-// (comm_nccl.h); for each group of
+// rank walks the kinds in list order (axes_list.h), each NCCL group with its
+// own communication stream, the `critical` kinds (TP, PP) at the highest
+// priority (comm_nccl.h); for each group of
 // two or more ranks, its group rank 0 makes the ncclUniqueId, the group's MPI
 // communicator broadcasts it and its members call ncclCommInitRank together.
 // A group of one rank becomes comm_self (no NCCL communicator) and a rank

@@ -6,6 +6,7 @@
 
 #include "data/dataset.h"
 #include "model/optimizer.h"
+#include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "parallel/comm_mpi.h"
 #include "parallel/pipeline.h"
@@ -28,11 +29,16 @@ int plan_microbatches(const struct config *c) {
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err) {
     struct llama_config lc = plan_llama(c);
-    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.p;
+    int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.at[AXIS_PP];
     int m = plan_microbatches(c);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
-    shard.tp_rank = coord.t, shard.tp_size = c->parallel.tp;
+    shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * c->parallel.dp : 0;
+    // ZeRO-2/3: every unit padded so that each of the dp shard ranks owns a
+    // slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h).
+    shard.unit_multiple = c->parallel.zero_stage >= 2 ? 128 * c->parallel.dp : 0;
+    shard.no_grad_arena = c->parallel.zero_stage >= 2;
+    shard.no_param_arena = c->parallel.zero_stage == 3;
     shard.sequence_parallel = c->parallel.sequence_parallel;
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
@@ -80,6 +86,12 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
+    if (c->parallel.zero_stage >= 2) { // fsdp.h: shards, gather and unit gradient buffers
+        size_t zp, zg;
+        fsdp_plan_bytes(c->parallel.zero_stage, c->parallel.reshard_after_forward, c->precision.dtype,
+                        c->precision.grad_dtype, &mem, dp, &zp, &zg);
+        out->params += zp, out->grads += zg;
+    }
     return STATUS_OK;
 }
 
@@ -98,10 +110,11 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
                                          (z >= 1 && dp > 1) || (c->parallel.sequence_parallel && tp > 1))
                    : 0;
     // train_ckpt.c host_buffers: FP32 parameter arena, moments (and master
-    // weights of a 16-bit model) over this rank's optimizer range.
+    // values of a 16-bit model or under ZeRO-2/3) over this rank's optimizer
+    // ranges (about n / dp elements under ZeRO).
     size_t n = b.n_params, range = z >= 1 && dp > 1 ? n / dp : n;
     bool lowp = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16;
-    out->ckpt_load = (n + (2 + (lowp ? 1 : 0)) * range) * sizeof(float);
+    out->ckpt_load = (n + (2 + (lowp || z >= 2 ? 1 : 0)) * range) * sizeof(float);
     out->ckpt_save = cpu ? 0 : out->ckpt_load;
     return STATUS_OK;
 }
@@ -120,7 +133,9 @@ enum status plan_groups(const struct config *c, struct plan_group *out, int *n_o
         const char *role = pp == 1 ? "only" : p == 0 ? "first" : p == pp - 1 ? "last" : "middle";
         for (int t = 0; t < tp; t++) {
             struct plan_rank_bytes b;
-            enum status st = plan_rank(c, (struct grid_coord){t, 0, p}, &b, err);
+            struct grid_coord at = {{0}}; // data rank 0: every data rank holds the same
+            at.at[AXIS_TP] = t, at.at[AXIS_PP] = p;
+            enum status st = plan_rank(c, at, &b, err);
             if (st) return st;
             size_t tot = plan_rank_total(&b);
             *peak = MAX(*peak, tot), *sum += (double)tot * dp;

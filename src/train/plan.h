@@ -39,9 +39,9 @@ struct plan_rank_bytes {
 // Sum of a rank's four pools, in bytes.
 size_t plan_rank_total(const struct plan_rank_bytes *b);
 
-// The bytes of grid position coord (t, 0, p) of the config's layout
-// (c->parallel.dp resolved). Errors: STATUS_BAD_INPUT as plan_shard, and
-// model_plan's.
+// The bytes of grid position coord (its tensor rank and pipeline stage; every
+// data rank holds the same) of the config's layout (c->parallel.dp resolved).
+// Errors: STATUS_BAD_INPUT as plan_shard, and model_plan's.
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err);
 

@@ -87,6 +87,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
                   char *why, size_t why_len) {
     struct config c = *c0;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
+    c.parallel.dp_shard = 0; // the search has no dp_shard: one shard group of the data ranks
     c.parallel.virtual_stages = l->v, c.parallel.zero_stage = l->zero;
     c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len % l->tp == 0;
     c.train.micro_batch_size = l->mb;
@@ -96,7 +97,9 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.
     for (int p = 0; p < l->pp; p++) {
         struct plan_rank_bytes b;
-        if (plan_rank(&c, (struct grid_coord){0, 0, p}, &b, &err)) {
+        struct grid_coord at = {{0}};
+        at.at[AXIS_PP] = p;
+        if (plan_rank(&c, at, &b, &err)) {
             snprintf(why, why_len, "%.150s", err.msg);
             return false;
         }
@@ -111,7 +114,8 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         return false;
     }
     struct llama_config lc = plan_llama(&c);
-    int N = l->tp * l->pp * l->dp, T = c.train.seq_len, L = lc.n_layers;
+    struct grid_layout grid = config_grid(&c);
+    int N = topology_world_size(&grid), T = c.train.seq_len, L = lc.n_layers;
     int m = c.train.global_batch_size / (l->mb * l->dp);
     double tokens = (double)c.train.global_batch_size * T;
     double flops = model_flops_per_token(&lc, T) * tokens / N; // model FLOPs per GPU per step

@@ -242,9 +242,13 @@ enum status run_folder_open_metrics(const char *path, struct run_start *s, FILE 
         return error_set(err, STATUS_BAD_INPUT, "[log] metrics_file = %s: cannot write: %s", path,
                          strerror(errno));
     fprintf(f, "{\"event\": \"start\", \"step\": %d, \"attempt\": %d, \"time\": %lld, \"version\": \"%s\", "
-            "\"git\": \"%s\", \"world_size\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"threads\": [",
-            s->step, s->attempt, s->time, version_release(), version_git(), s->world_size, s->tp, s->pp,
-            s->dp);
+            "\"git\": \"%s\", \"world_size\": %d, ", s->step, s->attempt, s->time, version_release(),
+            version_git(), s->world_size);
+    // The layout: every named size of the grid (tp, dp, dp_shard, dp_replicate, pp).
+    const char *names[GROUP_COUNT];
+    int sizes[GROUP_COUNT], n = topology_layout_sizes(&s->layout, false, names, sizes);
+    for (int i = 0; i < n; i++) fprintf(f, "\"%s\": %d, ", names[i], sizes[i]);
+    fprintf(f, "\"threads\": [");
     for (int i = 0; i < s->world_size; i++) fprintf(f, "%s%d", i ? ", " : "", s->threads[i]);
     fprintf(f, "], \"flops_per_token\": %.17g, \"peak_flops\": %.6g}\n", s->flops_per_token,
             s->peak_flops);
@@ -257,14 +261,15 @@ enum status run_folder_open_metrics(const char *path, struct run_start *s, FILE 
 
 enum status run_folder_write_configs(const struct config *c, const struct run_start *s,
                                      struct error *err) {
-    char when[32], header[512], path[CONFIG_PATH_MAX + 48];
+    char when[32], header[512], path[CONFIG_PATH_MAX + 48], grid[256];
     struct tm tm;
     time_t t = (time_t)s->time;
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
     snprintf(header, sizeof header,
-             "%s\nstarted %s (attempt %d) at step %d, world size %d = tp %d x pp %d x dp %d\n"
+             "%s\nstarted %s (attempt %d) at step %d, world size %d = %s\n"
              "the resolved config of that start; trident train reads it back as it is",
-             version_string(), when, s->attempt, s->step, s->world_size, s->tp, s->pp, s->dp);
+             version_string(), when, s->attempt, s->step, s->world_size,
+             topology_layout_text(&s->layout, true, " ", " x ", grid, sizeof grid));
     snprintf(path, sizeof path, "%s/config.ini", c->log.run_dir);
     if (config_write(c, header, path, err)) return err->status;
     snprintf(path, sizeof path, "%s/config-%d.ini", c->log.run_dir, s->step);

@@ -15,7 +15,8 @@
 struct run_start {
     int step;           // optimizer steps done before it: the checkpoint's step, 0 fresh
     bool resumed;       // it continues from a checkpoint
-    int world_size, tp, pp, dp;
+    int world_size;
+    struct grid_layout layout; // the grid (config_grid): its named sizes are recorded
     const int *threads; // (world_size,) each rank's compute threads, world rank order
     long long time;     // when it started, Unix seconds
     double flops_per_token; // the whole model's training FLOPs a token (model_flops_per_token)

@@ -77,11 +77,10 @@ static double measure_peak_flops(struct trainer *t) {
 // Errors every rank finds the same way (the config, the data, the layout) are
 // returned as they are; errors of this rank alone are marked (trainer_alone).
 
-// The grid of tp x pp x dp ranks (MPI groups; no CUDA call yet).
+// The grid of the [parallel] layout (MPI groups; no CUDA call yet).
 static enum status setup_grid(struct trainer *t, struct trainer_error *err) {
-    const struct config *c = &t->cfg;
-    if (topology_init(MPI_COMM_WORLD, c->parallel.tp, c->parallel.pp, c->parallel.dp, &t->par.topo,
-                      &err->err))
+    struct grid_layout grid = config_grid(&t->cfg);
+    if (topology_init(MPI_COMM_WORLD, &grid, &t->par.topo, &err->err))
         return err->err.status;
     return STATUS_OK;
 }
@@ -197,10 +196,16 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
     backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
         return err->err.status;
+#define DEVICE(kind) topology_device_group(topo, kind)
+#define HOST(kind) topology_group(topo, kind)
     par->groups = (struct parallel_groups){
-        topology_device_group(topo, GROUP_TP), topology_device_group(topo, GROUP_PP),
-        topology_device_group(topo, GROUP_DP), c->parallel.zero_stage,
-        &topo->tp_group, &topo->pp_group, &topo->dp_group};
+        .tp = DEVICE(GROUP_TP), .pp = DEVICE(GROUP_PP), .dp = DEVICE(GROUP_DP),
+        .zero_stage = c->parallel.zero_stage,
+        .host_tp = HOST(GROUP_TP), .host_pp = HOST(GROUP_PP), .host_dp = HOST(GROUP_DP),
+        .dp_shard = DEVICE(GROUP_DP_SHARD), .dp_replicate = DEVICE(GROUP_DP_REPLICATE),
+        .host_dp_shard = HOST(GROUP_DP_SHARD), .host_dp_replicate = HOST(GROUP_DP_REPLICATE)};
+#undef DEVICE
+#undef HOST
     return STATUS_OK;
 }
 
@@ -259,7 +264,7 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     free(bs);
     d->ds = d->sets[0];
     if (st) return st;
-    int dp = c->parallel.dp, rank_d = t->par.topo.coord.d, B = c->train.micro_batch_size;
+    int dp = c->parallel.dp, rank_d = topology_rank_in(&t->par.topo, GROUP_DP), B = c->train.micro_batch_size;
     int G = c->train.global_batch_size;
     if (loader_init_blend(&d->train_loader, d->sets, d->weights, d->n_sets, SPLIT_TRAIN, rank_d, dp, B, G,
                           (uint64_t)c->train.seed, &err->err))
@@ -278,7 +283,8 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     // samples it serves to FILE (loader_set_log), from the rank of tensor
     // and pipeline coordinate 0 only, so each sample is logged once.
     const char *log_samples = getenv("TRIDENT_LOG_SAMPLES");
-    if (log_samples && log_samples[0] && t->par.topo.coord.t == 0 && t->par.topo.coord.p == 0) {
+    if (log_samples && log_samples[0] && topology_rank_in(&t->par.topo, GROUP_TP) == 0 &&
+        topology_rank_in(&t->par.topo, GROUP_PP) == 0) {
         d->sample_log = fopen(log_samples, "a");
         if (!d->sample_log) {
             error_set(&err->err, STATUS_BAD_INPUT, "TRIDENT_LOG_SAMPLES = %s: cannot append: %s", log_samples,
@@ -293,7 +299,7 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     // document starts itself (model_set_doc_eot): a few hundred bytes of
     // hyperslab reads per microbatch instead of a (B, T) message beside each
     // activation message of the pipeline.
-    int s = t->par.topo.coord.p, T = c->train.seq_len;
+    int s = topology_rank_in(&t->par.topo, GROUP_PP), T = c->train.seq_len;
     d->reads_tokens = s == 0 || c->data.packing == PACKING_CONCAT_RESET;
     d->reads_targets = s == c->parallel.pp - 1;
     d->accum = plan_microbatches(c);
@@ -319,18 +325,33 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
     if (model_init(&m->model, m->be, &m->lc, &shard, c->precision.dtype, c->train.micro_batch_size,
                    T, (uint64_t)c->train.seed, &err->err)) // out of memory: this rank's stage alone
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
-    model_set_tp_group(m->model, topology_device_group(topo, GROUP_TP));
-    model_set_tp_host_group(m->model, &topo->tp_group);
+    model_set_groups(m->model, &t->par.groups);
     if (c->data.packing == PACKING_CONCAT_RESET) // index.ini's eot_id >= 0; ids are I32
         model_set_doc_eot(m->model, (int32_t)MIN(t->data.ds->index.eot_id, (int64_t)INT32_MAX));
     m->oc = optimizer_from(c);
     if (optimizer_init(&m->opt, m->be, m->model, &m->oc, &t->par.groups, &err->err))
         return trainer_alone(err);
+    if (c->parallel.zero_stage >= 2) { // ZeRO-2/3 over the DP group (fsdp.h)
+        // TRIDENT_ZERO_PREFETCH=0 / TRIDENT_ZERO_OVERLAP=0 (tests): no gather
+        // ahead, each reduce-scatter waited for at once.
+        const char *pf = getenv("TRIDENT_ZERO_PREFETCH"), *ov = getenv("TRIDENT_ZERO_OVERLAP");
+        struct fsdp_config fc = {c->parallel.zero_stage, c->parallel.reshard_after_forward,
+                                 !(pf && !strcmp(pf, "0")), !(ov && !strcmp(ov, "0")),
+                                 c->precision.grad_dtype, c->model.tie_embeddings};
+        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP), NULL, &fc,
+                      (uint64_t)c->train.seed, &err->err))
+            return trainer_alone(err);
+    }
 
     t->log.flops_per_token = model_flops_per_token(&m->lc, T); // the whole model's
     const struct model_memory *mem = model_memory(m->model);
     m->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
                    optimizer_state_bytes(m->opt);
+    if (t->par.fsdp) {
+        size_t zp, zg;
+        fsdp_bytes(t->par.fsdp, &zp, &zg);
+        m->mem_bytes += zp + zg;
+    }
     return STATUS_OK;
 }
 
@@ -355,10 +376,10 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
         // them in send order (comm_nccl.h); the MPI group (host buffers, the
         // model copying) keeps them apart by tag.
         bool device = par->topo.has_device_groups && !(pp == 2 && v > 1);
-        par->pipe = (struct pipeline_exec){.p = pp, .s = par->topo.coord.p, .m = t->data.accum,
+        par->pipe = (struct pipeline_exec){.p = pp, .s = topology_rank_in(&par->topo, GROUP_PP), .m = t->data.accum,
                                            .v = v,
                                            .group = device ? topology_device_group(&par->topo, GROUP_PP)
-                                                           : &par->topo.pp_group,
+                                                           : topology_group(&par->topo, GROUP_PP),
                                            .count = model_stage_message_numel(m->model),
                                            .dtype = c->precision.dtype,
                                            .be = device ? m->be : NULL};
@@ -370,7 +391,7 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
                                   m->whole_model ? NULL : &par->pipe,
                                   m->lc.tie_embeddings && pp > 1
                                       ? topology_device_group(&par->topo, GROUP_EMBED) : NULL,
-                                  NULL, false};
+                                  NULL, false, par->fsdp};
     // fp16 scales the loss (docs/design.md §5); bf16 has fp32's exponent range
     // and needs no scale.
     const struct precision_config *pc = &c->precision;
@@ -469,8 +490,7 @@ static enum status setup_log(struct trainer *t, long long started, struct traine
         return STATUS_OK;
     }
     struct run_start s = {.step = t->ckpt.start_step, .resumed = t->ckpt.last[0] != '\0',
-                          .world_size = W, .tp = c->parallel.tp, .pp = c->parallel.pp,
-                          .dp = c->parallel.dp, .threads = all, .time = started,
+                          .world_size = W, .layout = t->par.topo.layout, .threads = all, .time = started,
                           .flops_per_token = t->log.flops_per_token, .peak_flops = t->log.peak_flops};
     char path[CONFIG_PATH_MAX + 32];
     const char *mf = c->log.metrics_file;
@@ -500,8 +520,9 @@ static void print_banner(const struct trainer *t) {
     size_t opt_bytes = optimizer_state_bytes(t->m.opt);
     // dp from the default (0) was inferred from the world (config_resolve_dp).
     bool inferred = c->origin[config_key_index("parallel", "dp")] == 0;
-    printf("trident train: %s, world %d = tp %d x pp %d x dp %d%s, device %s\n", c->file,
-           t->par.topo.world_size, c->parallel.tp, c->parallel.pp, c->parallel.dp,
+    char grid[256];
+    printf("trident train: %s, world %d = %s%s, device %s\n", c->file, t->par.topo.world_size,
+           topology_layout_text(&t->par.topo.layout, true, " ", " x ", grid, sizeof grid),
            inferred ? " (dp inferred: world / (tp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
     // One count and source when every rank has the same, else rank by rank.
     const int *th = t->log.threads_all, n = t->par.topo.world_size;
@@ -686,12 +707,10 @@ static void format_eta(double s, char *buf, size_t n) {
 // them only where a caller waits (comm_nccl.h).
 static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
     struct topology *topo = &t->par.topo;
-    *collective = topo->tp_group.busy_s + topo->dp_group.busy_s + topo->embed_group.busy_s;
-    *pipeline = topo->pp_group.busy_s;
-    if (topo->has_device_groups) {
-        *collective += topo->device[GROUP_TP].busy_s + topo->device[GROUP_DP].busy_s +
-                       topo->device[GROUP_EMBED].busy_s;
-        *pipeline += topo->device[GROUP_PP].busy_s;
+    *collective = *pipeline = 0;
+    for (int k = 0; k < GROUP_COUNT; k++) {
+        double busy = topo->host[k].busy_s + (topo->has_device_groups ? topo->device[k].busy_s : 0);
+        *(k == GROUP_PP ? pipeline : collective) += busy;
     }
 }
 
@@ -763,6 +782,13 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
         for (int i = 0; i < W; i++)
             fprintf(t->log.metrics, k == 3 ? "%s%.0f" : "%s%.4f", i ? ", " : "", all[4 * i + k]);
         fprintf(t->log.metrics, "]");
+    }
+    if (t->par.fsdp) { // ZeRO-2/3, rank 0's step (fsdp.h): prefetch and overlap
+        struct fsdp_stats z;
+        fsdp_stats(t->par.fsdp, &z);
+        fprintf(t->log.metrics, ", \"zero_gathers\": %d, \"zero_prefetched\": %d, \"zero_rs\": %d, "
+                "\"zero_rs_early\": %d, \"zero_live_max\": %d", z.gathers, z.prefetched, z.rs, z.rs_early,
+                z.live_max);
     }
     fprintf(t->log.metrics, "}\n");
     fflush(stdout), fflush(t->log.metrics);    metrics_sink_step(t->log.sink, &(struct metrics_step){
@@ -970,7 +996,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             FILE *f = is_root(t) ? stdout : NULL;
             snprintf(phase, sizeof phase, "sampling %d tokens after step %d", c->train.sample_tokens,
                      step + 1);
-            watchdog_phase(t->watchdog, phase, 1, t->par.topo.tp_group.size > 1);
+            watchdog_phase(t->watchdog, phase, 1, topology_group(&t->par.topo, GROUP_TP)->size > 1);
             char *text = NULL;
             size_t len = 0;
             FILE *mem = f ? open_memstream(&text, &len) : NULL;
@@ -1019,6 +1045,7 @@ void trainer_close(struct trainer *t) {
     metrics_sink_close(t->log.sink);
     tokenizer_free(t->data.tok);
     grad_sync_free(t->par.sync);
+    fsdp_free(t->par.fsdp);
     pipeline_exec_free(&t->par.pipe);
     optimizer_free(t->m.opt);
     model_free(t->m.model);

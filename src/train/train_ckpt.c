@@ -19,6 +19,9 @@
 // (ZeRO-1 shards those with the moments). So a checkpoint resumes in any dtype.
 static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).numel > 0; }
 
+// ZeRO-2/3: every DP rank saves the parameters of its ranges (optimizer_ranges).
+static bool units_sharded(const struct trainer *t) { return t->cfg.parallel.zero_stage >= 2; }
+
 // The table of pieces a save or a load fills (3 per parameter tensor at most).
 static void piece_table(struct trainer *t) {
     int n;
@@ -32,79 +35,124 @@ static void piece_table(struct trainer *t) {
 static void host_buffers(struct trainer *t) {
     piece_table(t);
     if (t->ckpt.host_params) return;
-    size_t zb, ze;
-    optimizer_shard_range(t->m.opt, &zb, &ze);
+    size_t k = optimizer_numel(t->m.opt);
     t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
-    if (has_master(t)) t->ckpt.host_master = xcalloc(ze - zb, sizeof(float));
-    t->ckpt.host_m = xcalloc(ze - zb, sizeof(float));
-    t->ckpt.host_v = xcalloc(ze - zb, sizeof(float));
+    if (has_master(t) || units_sharded(t)) t->ckpt.host_master = xcalloc(k, sizeof(float));
+    t->ckpt.host_m = xcalloc(k, sizeof(float));
+    t->ckpt.host_v = xcalloc(k, sizeof(float));
 }
 
-// The host memory the pieces of a save read (or a load writes): the whole
-// FP32 parameter arena, this rank's range of the FP32 master weights (a
-// BF16/FP16 model) and of the moments.
+// The memory the pieces of a save read (or a load writes): the whole FP32
+// parameter arena; this rank's ranges of the FP32 master values (master
+// weights of a BF16/FP16 model, the parameters under ZeRO-2/3) and of the
+// moments, each concatenated in range order (optimizer_ranges' at), except
+// master values that are the arena's own elements (master_in_arena: an FP32
+// model under ZeRO-2, read in place on the CPU backend).
 struct piece_src {
     float *params, *master, *m, *v;
+    bool master_in_arena;
 };
+
+// The pieces of prefix over this rank's ranges of the optimizer (one, or
+// ZeRO-2/3's slice of each unit): range r from host + at[r], or with
+// in_arena from host + its arena offset.
+static int range_pieces(struct trainer *t, const char *prefix, float *host, bool in_arena,
+                        struct ckpt_piece *out) {
+    int n, k = 0;
+    const struct param_info *p = model_params(t->m.model, &n);
+    const size_t *rb, *re, *at;
+    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
+    for (int r = 0; r < nr; r++)
+        k += checkpoint_pieces_from_params(p, n, prefix, host + (in_arena ? rb[r] : at[r]), DTYPE_FP32,
+                                           rb[r], re[r], out + k);
+    return k;
+}
 
 // Fills t->ckpt.pieces: parameters (when with_params) and this rank's moments
 // (when with_moments); returns how many. Parameters come from (or go to)
-// the whole arena in src.params, or with from_master this rank's range of
-// the master weights in src.master (saving a BF16/FP16 model).
+// the whole arena in src.params, or with from_master this rank's ranges of
+// the master values in src.master (saving a BF16/FP16 model, or any model
+// under ZeRO-2/3).
 static int pieces_of(struct trainer *t, struct piece_src src, bool with_params, bool from_master,
                      bool with_moments) {
     int n, k = 0;
     const struct param_info *p = model_params(t->m.model, &n);
-    size_t zb, ze;
-    optimizer_shard_range(t->m.opt, &zb, &ze);
     if (with_params && from_master)
-        k += checkpoint_pieces_from_params(p, n, "param", src.master, DTYPE_FP32, zb, ze,
-                                           t->ckpt.pieces + k);
+        k += range_pieces(t, "param", src.master, src.master_in_arena, t->ckpt.pieces + k);
     else if (with_params)
         k += checkpoint_pieces_from_params(p, n, "param", src.params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
     if (with_moments) {
-        k += checkpoint_pieces_from_params(p, n, "adam_m", src.m, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
-        k += checkpoint_pieces_from_params(p, n, "adam_v", src.v, DTYPE_FP32, zb, ze, t->ckpt.pieces + k);
+        k += range_pieces(t, "adam_m", src.m, false, t->ckpt.pieces + k);
+        k += range_pieces(t, "adam_v", src.v, false, t->ckpt.pieces + k);
     }
     return k;
 }
 
 // The same over the host buffers (host_buffers).
 static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
-    struct piece_src src = {t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v};
+    struct piece_src src = {t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v,
+                            false};
     return pieces_of(t, src, with_params, from_master, with_moments);
+}
+
+// ZeRO-2/3 with an FP32 model: this rank's parameters of its ranges into
+// host_master (the parameter shard under ZeRO-3, the arena's slices under ZeRO-2).
+static void shard_params_to_host(struct trainer *t) {
+    struct tensor ps = optimizer_param_shard(t->m.opt);
+    if (ps.numel) {
+        backend_to_host(t->m.be, t->ckpt.host_master, ps.data, ps.numel * sizeof(float));
+        return;
+    }
+    struct tensor w = model_param_arena(t->m.model);
+    const size_t *rb, *re, *at;
+    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
+    for (int r = 0; r < nr; r++)
+        backend_to_host(t->m.be, t->ckpt.host_master + at[r], tensor_slice(w, rb[r], re[r] - rb[r]).data,
+                        (re[r] - rb[r]) * sizeof(float));
 }
 
 // A save reads the arenas themselves where the backend's memory is host
 // memory (the CPU backend: no copy of the model, docs/design.md §5), else
 // copies them into the host buffers first (CUDA: host memory of the
-// parameter arena and this rank's moments and master weights).
+// parameter arena and this rank's moments and master values).
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
     bool master = has_master(t);
-    struct tensor mw = master ? optimizer_master(t->m.opt) : tensor_view(NULL, DTYPE_FP32, 0);
-    struct piece_src src = {w.data, mw.data, m.data, v.data};
+    struct piece_src src;
     if (backend_host_memory(t->m.be)) {
         piece_table(t);
         backend_synchronize(t->m.be);
+        struct tensor ps = optimizer_param_shard(t->m.opt);
+        src = (struct piece_src){.params = w.data, .m = m.data, .v = v.data};
+        if (master) src.master = optimizer_master(t->m.opt).data;
+        else if (units_sharded(t) && ps.numel) src.master = ps.data;
+        else if (units_sharded(t)) src.master = w.data, src.master_in_arena = true;
     } else {
         host_buffers(t);
-        src = (struct piece_src){t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v};
-        if (master)
+        src = (struct piece_src){t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m,
+                                 t->ckpt.host_v, false};
+        if (master) {
+            struct tensor mw = optimizer_master(t->m.opt);
             backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
-        else
+        } else if (units_sharded(t)) {
+            shard_params_to_host(t);
+        } else {
             backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+        }
         backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
         backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     }
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
-    // (and its master-weight shard of a BF16/FP16 model).
-    bool first_replica = t->par.topo.coord.d == 0, zero = c->parallel.zero_stage == 1;
-    int n = pieces_of(t, src, first_replica || (master && zero), master, first_replica || zero);
+    // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
+    // parameters, master weights and moments of its slice of every unit.
+    bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
+    bool sharded = units_sharded(t);
+    int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
+                      first_replica || zero);
     struct ckpt_state st = {
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
@@ -119,8 +167,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     };
     loader_state_save(&t->data.train_loader, &st.loader);
     struct ckpt_save_args a = {
-        .dir = c->checkpoint.dir, .step = steps_done, .tp = c->parallel.tp, .pp = c->parallel.pp,
-        .dp = c->parallel.dp, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
+        .dir = c->checkpoint.dir, .step = steps_done, .layout = t->par.topo.layout, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
         .model = &t->m.lc, .tokenizer_id = t->data.ds->index.tokenizer, .pieces = t->ckpt.pieces,
         .n_pieces = n, .state = &st, .keep_last = c->checkpoint.keep_last,
     };
@@ -239,15 +286,31 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
 }
 
 // Copies t->ckpt.host_params (the whole parameter arena, FP32) into the model
-// and, for a BF16/FP16 model, this rank's range into the FP32 master weights
-// (the model gets them rounded). Errors: STATUS_RUNTIME, out of device memory.
+// and, for a BF16/FP16 model, this rank's ranges into the FP32 master weights
+// (the model gets them rounded); under ZeRO-3 only this rank's ranges, into
+// its parameter shard (no arena). Errors: STATUS_RUNTIME, out of device memory.
 static enum status upload_params(struct trainer *t, struct trainer_error *err) {
     struct tensor w = model_param_arena(t->m.model);
+    const size_t *rb, *re, *at;
+    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
+    struct tensor ps = optimizer_param_shard(t->m.opt); // ZeRO-3: no arena
+    if (has_master(t))
+        for (int r = 0; r < nr; r++) {
+            struct tensor mw = tensor_slice(optimizer_master(t->m.opt), at[r], re[r] - rb[r]);
+            backend_to_device(t->m.be, mw.data, t->ckpt.host_params + rb[r], mw.numel * sizeof(float));
+        }
+    if (ps.numel) { // this rank's slices, rounded from the master weights (or FP32 as they are)
+        if (has_master(t)) {
+            backend_copy(t->m.be, ps, optimizer_master(t->m.opt), ps.numel);
+        } else {
+            for (int r = 0; r < nr; r++)
+                backend_to_device(t->m.be, tensor_slice(ps, at[r], re[r] - rb[r]).data,
+                                  t->ckpt.host_params + rb[r], (re[r] - rb[r]) * sizeof(float));
+        }
+        backend_synchronize(t->m.be);
+        return STATUS_OK;
+    }
     if (has_master(t)) {
-        struct tensor mw = optimizer_master(t->m.opt);
-        size_t zb, ze;
-        optimizer_shard_range(t->m.opt, &zb, &ze);
-        backend_to_device(t->m.be, mw.data, t->ckpt.host_params + zb, mw.numel * sizeof(float));
         void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
         if (!tmp)
             return error_set(&err->err, STATUS_RUNTIME, "loading weights: out of %s memory for "
@@ -480,9 +543,10 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         else if (old_g && old_g != new_g)
             snprintf(change, sizeof change, " ([train] global_batch_size changed from %llu to %llu: "
                      "the next unconsumed sample)", (unsigned long long)old_g, (unsigned long long)new_g);
-        printf("resumed from %s: step %lld, saved in layout tp %d x pp %d x dp %d (zero_stage %d); "
-               "data continues at epoch %llu, sample %llu%s\n",
-               path, (long long)st->step, info->tp, info->pp, info->dp, info->zero_stage,
+        char grid[256];
+        printf("resumed from %s: step %lld, saved in layout %s (zero_stage %d); "
+               "data continues at epoch %llu, sample %llu%s\n", path, (long long)st->step,
+               topology_layout_text(&info->layout, true, " ", " x ", grid, sizeof grid), info->zero_stage,
                (unsigned long long)ls->epoch, (unsigned long long)ls->sample, change);
         fflush(stdout);
     }

@@ -25,6 +25,7 @@ struct pp_step {
     size_t per_micro;                // B * T
     double scale;                    // d loss / d (sum of token losses)
     struct grad_sync *sync;          // armed for each chunk's last backward; NULL: none (eval)
+    struct fsdp *fsdp;               // ZeRO-2/3: polled while the executor waits; NULL: none
 };
 
 static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in, void *out) {
@@ -54,6 +55,7 @@ static void pp_backward(void *ctx, int micro, int chunk, int slot, bool last, co
 static void pp_progress(void *ctx) {
     struct pp_step *p = ctx;
     if (p->sync) grad_sync_poll(p->sync);
+    if (p->fsdp) fsdp_poll(p->fsdp);
 }
 
 void train_step_bind_pipeline(struct pipeline_exec *x) {
@@ -113,9 +115,10 @@ bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite) {
 // before the backward passes accumulate (+=) into it, so it survives them
 // and reaches every reduction (DP sync, ZeRO reduce-scatter, the norm's sums)
 // as a real overflow would.
-static void poison_grads(struct model *m) {
+static void poison_grads(struct model *m, struct optimizer *opt) {
     float inf = INFINITY;
-    struct tensor g = model_grad_arena(m);
+    // ZeRO-2/3 have no gradient arena: the shard the per-unit sums add into
+    struct tensor g = model_grad_arena(m).data ? model_grad_arena(m) : optimizer_grad_shard(opt);
     CHECK(g.dtype == DTYPE_FP32, "grad_inf fault on a %s gradient arena", dtype_name(g.dtype));
     backend_to_device(model_backend(m), g.data, &inf, sizeof inf);
 }
@@ -131,19 +134,23 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     int64_t count = count_targets(m, targets, per_micro * n_micro);
     if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
     double S = c->scaler ? c->scaler->scale : 1.0;
-    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, c->sync};
+    struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, c->sync,
+                         c->fsdp};
 
     model_zero_grad(m);
-    if (c->fault_grad_inf) poison_grads(m);
+    if (c->fsdp) fsdp_step_begin(c->fsdp);
+    if (c->fault_grad_inf) poison_grads(m, c->opt);
     enum status st = run_microbatches(c, &ps, n_micro, true, err);
     if (st) return st;
     if (c->sync) grad_sync_finish(c->sync);
-    model_finish_grads(m);
+    if (c->fsdp) fsdp_step_end(c->fsdp); // the TP sums ran per unit (fsdp.h)
+    else model_finish_grads(m);
     // A tied embedding lives on the first and the last stage: sum the two
     // gradients so both copies take the same step.
     if (real(c->embed)) {
         const struct param_info *p = model_find_param(m, "model.embed_tokens.weight");
-        struct tensor g = tensor_slice(model_grad_arena(m), p->offset, p->numel);
+        struct tensor g = c->fsdp ? fsdp_embed_grad_shard(c->fsdp) // ZeRO-2/3: this rank's slice
+                                  : tensor_slice(model_grad_arena(m), p->offset, p->numel);
         comm_all_reduce(c->embed, g.data, g.numel, g.dtype, COMM_SUM);
     }
     NVTX_PUSH("optimizer"); // the norm's sums, clipping, AdamW (ZeRO-1's collectives inside)
@@ -180,8 +187,9 @@ enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const in
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
     int64_t n = count_targets(m, targets, per_micro * n_micro);
-    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, NULL};
+    struct pp_step ps = {m, tokens, targets, per_micro, 0.0, NULL, c->fsdp};
     enum status st = run_microbatches(c, &ps, n_micro, false, err);
+    if (c->fsdp) fsdp_step_end(c->fsdp); // frees the units kept gathered (reshard_after_forward false)
     if (st) return st;
     double v[2] = {model_loss_sum_take(m), last ? (double)n : 0};
     if (dp && last) comm_all_reduce(dp, v, 2, DTYPE_FP64, COMM_SUM);
@@ -194,7 +202,7 @@ void train_step(struct model *m, struct optimizer *opt, const struct optimizer_c
                 const struct parallel_groups *groups, struct grad_sync *sync, int lr_step,
                 const int32_t *tokens, const int32_t *targets, int n_micro, int B, int T,
                 struct train_step_result *out) {
-    struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL, NULL, false};
+    struct train_ctx c = {m, opt, cfg, groups, sync, NULL, NULL, NULL, false, NULL};
     struct error err;
     enum status st = train_step_run(&c, lr_step, tokens, targets, n_micro, B, T, out, &err);
     CHECK(st == STATUS_OK, "a step without a pipeline failed: %s", err.msg);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fsdp.h"
 #include "grad_sync.h"
 #include "model/model.h"
 #include "model/optimizer.h"
@@ -94,6 +95,7 @@ struct train_ctx {
     struct loss_scaler *scaler; // fp16: scale the loss, unscale the gradients; NULL: scale 1
     bool fault_grad_inf; // tests (TRIDENT_FAULT=grad_inf): this rank's gradients get an inf
                          // before this step's backward (so the DP reduction carries it)
+    struct fsdp *fsdp;   // ZeRO-2/3 (fsdp.h); NULL: none
 };
 
 // Runs forward and backward on n_micro microbatches and one AdamW step, or

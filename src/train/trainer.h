@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint.h"
 #include "config/config.h"
 #include "data/dataset.h"
+#include "fsdp.h"
 #include "grad_sync.h"
 #include "metrics_sink.h"
 #include "model/model.h"
@@ -53,7 +54,8 @@ struct trainer_model {
 struct trainer_parallel {
     struct topology topo;
     struct parallel_groups groups;
-    struct grad_sync *sync;    // NULL under ZeRO-1
+    struct grad_sync *sync;    // NULL under ZeRO-1, 2, 3
+    struct fsdp *fsdp;         // ZeRO-2/3; else NULL
     struct pipeline_exec pipe; // pp > 1 or virtual stages
     struct train_ctx ctx;      // what train_step_run gets: model, optimizer and the above
 };

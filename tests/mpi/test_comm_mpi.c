@@ -1,14 +1,16 @@
 // test_comm_mpi.c: topology groups and comm_mpi collectives under mpirun
 // (run by tests/e2e/comm_mpi.sh). One mpirun checks several layouts by
 // re-splitting MPI_COMM_WORLD; with 8 ranks: (tp,pp,dp) = (2,2,2), (1,2,4),
-// (4,1,2), (8,1,1), (1,8,1); with N other ranks: (N,1,1), (1,N,1), (1,1,N).
-// The collectives run twice: whole, and split into MPI calls of 256 bytes
-// (comm_mpi_set_limits), which must give the same values.
+// (4,1,2), (8,1,1), (1,8,1) and the hybrid-sharded (tp,pp,dp,dp_shard) =
+// (1,2,4,2), (2,1,4,2); with N other ranks: (N,1,1), (1,N,1), (1,1,N). Every
+// group kind of parallel/axes_list.h is checked in each. The collectives run
+// twice: whole, and split into MPI calls of 256 bytes (comm_mpi_set_limits),
+// which must give the same values.
 // Expected values come from the pure layout functions and closed-form sums
 // over the members, never from the collective under test.
 //
 //   test_comm_mpi                     all layouts; exit 0 pass, 1 fail
-//   test_comm_mpi --layout TP PP DP   topology_init with that layout; on bad
+//   test_comm_mpi --layout TP PP DP   topology_init with that layout (dp_shard = dp); on bad
 //                                     input rank 0 reports, all exit 2
 //   test_comm_mpi --partial-fail R    only rank R detects bad input while the
 //                                     others wait in a barrier: exit 2
@@ -43,7 +45,7 @@ static double value_of(int r, int i) { return (double)((r * 7 + i * 3) % 101) - 
 
 // Group membership read back from MPI itself, against the pure enumeration.
 static void check_members(struct topology *topo, enum group_kind kind, const char *layout) {
-    int expect[64], n = topology_group_members(kind, topo->tp, topo->pp, topo->dp, topo->coord,
+    int expect[64], n = topology_group_members(&topo->layout, kind, topo->coord,
                                                expect);
     struct comm_group *g = topology_group(topo, kind);
     EXPECT(g->size == n, "%s %s group size %d, expected %d", layout, topology_group_name(kind),
@@ -70,7 +72,7 @@ static void check_collectives(struct topology *topo, enum group_kind kind, const
     struct comm_group *g = topology_group(topo, kind);
     if (g->size == 0) return;
     const char *name = topology_group_name(kind);
-    int members[64], n = topology_group_members(kind, topo->tp, topo->pp, topo->dp, topo->coord,
+    int members[64], n = topology_group_members(&topo->layout, kind, topo->coord,
                                                 members);
     int me = topo->world_rank;
     enum { COUNT = 1000 };
@@ -154,7 +156,7 @@ static void check_collectives(struct topology *topo, enum group_kind kind, const
 // p-1. Stage 0 sends first, the others receive first, so blocking sends of a
 // large (rendezvous-sized) message cannot deadlock.
 static void check_ring(struct topology *topo, const char *layout) {
-    struct comm_group *g = &topo->pp_group;
+    struct comm_group *g = topology_group(topo, GROUP_PP);
     if (g->size < 2) return;
     enum { COUNT = 200000 }; // 800 KB
     float *out = xmalloc(sizeof(float) * COUNT), *in = xmalloc(sizeof(float) * COUNT);
@@ -169,7 +171,7 @@ static void check_ring(struct topology *topo, const char *layout) {
         comm_send(g, out, COUNT, DTYPE_FP32, next, 7);
     }
     int members[64];
-    topology_group_members(GROUP_PP, topo->tp, topo->pp, topo->dp, topo->coord, members);
+    topology_group_members(&topo->layout, GROUP_PP, topo->coord, members);
     int bad = 0;
     for (int i = 0; i < COUNT; i++) bad += in[i] != (float)value_of(members[prev], i);
     EXPECT(bad == 0, "%s pp ring from group rank %d: %d wrong elements", layout, prev, bad);
@@ -183,7 +185,7 @@ static void check_ring(struct topology *topo, const char *layout) {
 // carry different tags, are sent in the opposite order to the receives and
 // completed by wait and by polling test: tags, not order, must match them.
 static void check_ring_nonblocking(struct topology *topo, const char *layout) {
-    struct comm_group *g = &topo->pp_group;
+    struct comm_group *g = topology_group(topo, GROUP_PP);
     if (g->size < 2) return;
     enum { COUNT = 200000 }; // 800 KB each: beyond any eager limit
     float *out[2], *in[2];
@@ -207,7 +209,7 @@ static void check_ring_nonblocking(struct topology *topo, const char *layout) {
     comm_wait(&sreq[0]);
     comm_wait(&sreq[1]);
     int members[64];
-    topology_group_members(GROUP_PP, topo->tp, topo->pp, topo->dp, topo->coord, members);
+    topology_group_members(&topo->layout, GROUP_PP, topo->coord, members);
     int bad = 0;
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < COUNT; i++) bad += in[k][i] != (float)value_of(members[prev], i + k);
@@ -286,16 +288,18 @@ static void check_bf16_sum(struct topology *topo, enum group_kind kind, const ch
     free(recv);
 }
 
-static int run_layout(int tp, int pp, int dp) {
+static int run_layout(int tp, int pp, int dp, int dp_shard) {
     char layout[64];
-    snprintf(layout, sizeof layout, "(tp,pp,dp)=(%d,%d,%d)", tp, pp, dp);
+    if (dp_shard) snprintf(layout, sizeof layout, "(tp,pp,dp,dp_shard)=(%d,%d,%d,%d)", tp, pp, dp, dp_shard);
+    else snprintf(layout, sizeof layout, "(tp,pp,dp)=(%d,%d,%d)", tp, pp, dp);
     struct topology topo;
     struct error err;
-    if (topology_init(MPI_COMM_WORLD, tp, pp, dp, &topo, &err) != STATUS_OK)
+    struct grid_layout grid = topology_layout(tp, pp, dp, dp_shard);
+    if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK)
         mpi_exit_all(err.status, err.msg);
     int before = failures;
     struct grid_coord c = topo.coord;
-    EXPECT(topology_rank_of(tp, pp, dp, c) == topo.world_rank, "%s coord of rank", layout);
+    EXPECT(topology_rank_of(&grid, c) == topo.world_rank, "%s coord of rank", layout);
     // One node here: node-local rank and size equal the world's.
     EXPECT(topo.local_rank == topo.world_rank && topo.local_size == topo.world_size,
            "%s local rank %d of %d", layout, topo.local_rank, topo.local_size);
@@ -318,22 +322,23 @@ static int run_layout(int tp, int pp, int dp) {
     check_ring(&topo, layout);
     check_ring_nonblocking(&topo, layout);
     // Embedding group: the two ends of each (t, d) pipeline sum their ranks.
-    if (topo.embed_group.size > 0) {
+    struct comm_group *embed = topology_group(&topo, GROUP_EMBED);
+    if (embed->size > 0) {
         int64_t x = topo.world_rank;
-        comm_all_reduce(&topo.embed_group, &x, 1, DTYPE_I64, COMM_SUM);
+        comm_all_reduce(embed, &x, 1, DTYPE_I64, COMM_SUM);
         struct grid_coord first = c, last = c;
-        first.p = 0;
-        last.p = pp - 1;
-        int64_t want = topology_rank_of(tp, pp, dp, first) +
-                       (pp > 1 ? topology_rank_of(tp, pp, dp, last) : 0);
+        first.at[AXIS_PP] = 0;
+        last.at[AXIS_PP] = pp - 1;
+        int64_t want = topology_rank_of(&grid, first) + (pp > 1 ? topology_rank_of(&grid, last) : 0);
         EXPECT(x == want, "%s embed sum %lld, expected %lld", layout, (long long)x, (long long)want);
     } else {
-        EXPECT(c.p != 0 && c.p != pp - 1, "%s stage %d left out of the embedding group", layout, c.p);
+        EXPECT(c.at[AXIS_PP] != 0 && c.at[AXIS_PP] != pp - 1, "%s stage %d left out of the embedding group",
+               layout, c.at[AXIS_PP]);
     }
     int64_t ranks = topo.world_rank;
     comm_all_reduce(&topo.world, &ranks, 1, DTYPE_I64, COMM_SUM);
     EXPECT(ranks == (int64_t)topo.world_size * (topo.world_size - 1) / 2, "%s world sum", layout);
-    if (topo.world_rank == 0 && tp == 2 && pp == 2) topology_describe(stdout, tp, pp, dp);
+    if (topo.world_rank == 0 && tp == 2 && pp == 2) topology_describe(stdout, &grid);
     topology_free(&topo);
     int mine = failures - before, total = 0;
     CHECK_MPI(MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
@@ -349,7 +354,8 @@ static int run_layout(int tp, int pp, int dp) {
 static int test_agree(int size) {
     struct topology topo;
     struct error err;
-    if (topology_init(MPI_COMM_WORLD, 1, 1, size, &topo, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
+    struct grid_layout grid = topology_layout(1, 1, size, 0);
+    if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
     int before = failures, r = topo.world_rank, n = topo.world_size;
     char host[64] = "?", want[2048];
     gethostname(host, sizeof host - 1);
@@ -393,8 +399,8 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--layout")) {
         struct topology topo;
         struct error err;
-        if (topology_init(MPI_COMM_WORLD, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), &topo,
-                          &err) != STATUS_OK)
+        struct grid_layout grid = topology_layout(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0);
+        if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK)
             mpi_exit_all(err.status, rank == 0 ? err.msg : NULL); // every rank detects it
         topology_free(&topo);
         MPI_Finalize();
@@ -423,13 +429,16 @@ int main(int argc, char **argv) {
     }
     CHECK(size <= 64, "the checks keep group members in arrays of 64, not %d", size);
     if (argc != 1) mpi_exit_all(STATUS_BAD_INPUT, "usage: test_comm_mpi [--layout TP PP DP | --partial-fail R | --fatal R | --self-send]");
-    int layouts8[5][3] = {{2, 2, 2}, {1, 2, 4}, {4, 1, 2}, {8, 1, 1}, {1, 8, 1}};
-    int layoutsN[3][3] = {{size, 1, 1}, {1, size, 1}, {1, 1, size}};
+    int layouts8[7][4] = {{2, 2, 2, 0}, {1, 2, 4, 0}, {4, 1, 2, 0}, {8, 1, 1, 0}, {1, 2, 4, 2},
+                          {2, 1, 4, 2}, {1, 8, 1, 0}};
+    int layoutsN[3][4] = {{size, 1, 1, 0}, {1, size, 1, 0}, {1, 1, size, 0}};
     int total = test_agree(size);
     if (size == 8)
-        for (int i = 0; i < 5; i++) total += run_layout(layouts8[i][0], layouts8[i][1], layouts8[i][2]);
+        for (int i = 0; i < 7; i++)
+            total += run_layout(layouts8[i][0], layouts8[i][1], layouts8[i][2], layouts8[i][3]);
     else
-        for (int i = 0; i < 3; i++) total += run_layout(layoutsN[i][0], layoutsN[i][1], layoutsN[i][2]);
+        for (int i = 0; i < 3; i++)
+            total += run_layout(layoutsN[i][0], layoutsN[i][1], layoutsN[i][2], layoutsN[i][3]);
     MPI_Finalize();
     return total ? 1 : 0;
 }

@@ -33,12 +33,13 @@ static int run_layout(int p, int m, int v, int ring) {
         snprintf(err.msg, sizeof err.msg, "p=%d stages do not divide the %d ranks", p, size);
         mpi_exit_all(STATUS_BAD_INPUT, err.msg);
     }
-    if (topology_init(MPI_COMM_WORLD, 1, p, size / p, &topo, &err) != STATUS_OK)
+    struct grid_layout grid = topology_layout(1, p, size / p, 0);
+    if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK)
         mpi_exit_all(err.status, err.msg);
-    int s = topo.pp_group.rank;
+    int s = topology_group(&topo, GROUP_PP)->rank;
     struct toy toy;
     toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(p, s, m, v));
-    struct pipeline_exec x = {.p = p, .s = s, .m = m, .v = v, .group = &topo.pp_group,
+    struct pipeline_exec x = {.p = p, .s = s, .m = m, .v = v, .group = topology_group(&topo, GROUP_PP),
                               .count = COUNT, .dtype = DTYPE_FP32, .ctx = &toy,
                               .forward = toy_forward, .backward = toy_backward,
                               .progress = ring ? toy_progress : NULL, .ring = ring};

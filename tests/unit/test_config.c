@@ -45,7 +45,7 @@ static void test_contract_keys(void) {
         "train.lr_schedule", "train.weight_decay", "train.beta1", "train.beta2", "train.adam_eps",
         "train.grad_clip", "train.label_smoothing", "train.seed", "train.eval_every", "train.eval_steps",
         "train.sample_every", "data.path", "data.tokenizer", "data.cache_dir", "data.cache_bytes",
-        "data.prefetch_shards", "parallel.tp", "parallel.pp", "parallel.dp", "parallel.virtual_stages",
+        "data.prefetch_shards", "parallel.tp", "parallel.pp", "parallel.dp", "parallel.dp_shard", "parallel.virtual_stages",
         "parallel.sequence_parallel", "parallel.zero_stage", "parallel.bucket_mb", "precision.dtype",
         "precision.loss_scale", "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last",
         "checkpoint.resume", "log.every", "log.metrics_file", "log.run_dir", "system.device",
@@ -80,7 +80,7 @@ static void test_dp_inference(void) {
     EXPECT(load_on(1, &c, &err, 0, NULL) == STATUS_OK && c.parallel.dp == 1, "defaults on 1 rank: dp %d", c.parallel.dp);
     // A dp that is set is kept, and checked against the world as before.
     const char *set3[] = {"parallel.dp=3", "train.micro_batch_size=1", "train.global_batch_size=3"};
-    EXPECT(load_on(4, &c, &err, 3, set3) == STATUS_BAD_INPUT && contains(err.msg, "tp * pp * dp must equal"),
+    EXPECT(load_on(4, &c, &err, 3, set3) == STATUS_BAD_INPUT && contains(err.msg, "sizes must multiply to the number of ranks"),
            "explicit dp 3 on 4 ranks: %s", err.msg);
     // 6 ranks with tp * pp = 4: the world sizes around it that work.
     EXPECT(load_on(6, &c, &err, 4, pp2) == STATUS_BAD_INPUT && contains(err.msg, "N = 6 ranks") &&
@@ -251,7 +251,47 @@ static void test_round_trip(void) {
 
 // ---- docs ------------------------------------------------------------------------------
 
+// docs/design.md §10's block lists every key of the table and no other: its
+// indented lines after "## 10.", "[section]" then key names ("name=..." and
+// "(...)" notes allowed), up to the first line that is not indented.
+static void test_design_keys(void) {
+    FILE *f = fopen("docs/design.md", "r");
+    EXPECT(f != NULL, "docs/design.md is missing");
+    if (!f) return;
+    char line[512], section[32] = "";
+    bool in10 = false, started = false;
+    int seen[CONFIG_MAX_KEYS] = {0};
+    while (fgets(line, sizeof line, f)) {
+        if (!in10) {
+            in10 = !strncmp(line, "## 10.", 6);
+            continue;
+        }
+        if (strncmp(line, "    ", 4)) {
+            if (started) break; // the block ended
+            continue;
+        }
+        started = true;
+        for (char *tok = strtok(line, " \t\n"); tok; tok = strtok(NULL, " \t\n")) {
+            if (tok[0] == '[') {
+                snprintf(section, sizeof section, "%.*s", (int)strcspn(tok + 1, "]"), tok + 1);
+                continue;
+            }
+            if (tok[0] == '(' || strchr(tok, ')')) continue; // a note: "(inferred)", "(= dp)"
+            tok[strcspn(tok, "=")] = '\0';
+            int i = config_key_index(section, tok);
+            EXPECT(i >= 0, "docs/design.md §10 names %s.%s, which the key table lacks", section, tok);
+            if (i >= 0) seen[i]++;
+        }
+    }
+    fclose(f);
+    EXPECT(started, "docs/design.md has no §10 key block");
+    for (int i = 0; i < config_n_keys; i++)
+        EXPECT(seen[i] == 1, "docs/design.md §10 lists %s.%s %d times (once expected)",
+               config_keys[i].section, config_keys[i].key, seen[i]);
+}
+
 static void test_docs(void) {
+    test_design_keys();
     char *gen = NULL, *committed = NULL;
     size_t gen_len = 0;
     FILE *m = open_memstream(&gen, &gen_len);
@@ -352,7 +392,10 @@ static const struct bad_case bad_cases[] = {
     {"cudnn on the cpu", "[system]\nattention = cudnn\n", {0}, 1,
      {"system.attention = cudnn (@:2)", "needs system.device = cuda", "system.device = cpu (default)"}},
     {"tp*pp*dp != ranks", "[parallel]\ntp = 2\ndp = 2\n", {0}, 2,
-     {"tp = 2, pp = 1, dp = 2 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)", "parallel.pp = 1 (default)"}},
+     {"tp = 2 x dp_shard = 2 x dp_replicate = 1 x pp = 1 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)",
+      "parallel.dp = 2 (@:3); parallel.dp_shard = 0 (default); parallel.pp = 1 (default)"}},
+    {"dp_shard must divide dp", "[parallel]\ndp = 4\ndp_shard = 3\n", {0}, 4,
+     {"dp_shard must divide dp", "parallel.dp_shard = 3 (@:3)", "parallel.dp = 4 (@:2)"}},
     {"heads % tp", "[model]\nd_model = 192\nn_heads = 6\nn_kv_heads = 2\n[parallel]\ntp = 4\n", {0}, 4,
      {"n_heads must be a multiple of tp", "model.n_heads = 6 (@:3)", "parallel.tp = 4 (@:6)"}},
     {"kv heads vs tp", "[model]\nd_model = 384\nn_heads = 12\nn_kv_heads = 3\n[parallel]\ntp = 4\n", {0}, 4,

@@ -82,7 +82,7 @@ static struct state train3(struct backend *be, double scale) {
     free(pw), free(pm);
     struct loss_scaler s = {.scale = scale, .min_scale = 1, .backoff = 0.5, .growth = 2,
                             .growth_interval = 1000, .dynamic = false};
-    struct train_ctx c = {m, opt, &oc, NULL, NULL, NULL, NULL, scale > 0 ? &s : NULL, false};
+    struct train_ctx c = {m, opt, &oc, NULL, NULL, NULL, NULL, scale > 0 ? &s : NULL, false, NULL};
     int32_t tokens[2 * n], targets[2 * n];
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < 2 * n; i++)

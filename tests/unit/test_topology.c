@@ -1,11 +1,17 @@
-// test_topology.c: the pure grid functions (no MPI): rank <-> coord round
-// trips over many layouts, Megatron order properties, group membership
-// against a table written out by hand for (tp, pp, dp) = (2, 2, 2), and the
-// comm_self group and topology_init_self, device selection.
+// test_topology.c: the grid of named axes (parallel/axes_list.h) and its
+// pure functions (no MPI): the axis and group lists; for every layout of N =
+// 1..64 ranks (every factorisation over tp, dp_shard, dp_replicate, pp) the
+// rank -> coordinate -> rank round trip against Megatron's formula written
+// out here, and every group kind's members (they share the coordinates of
+// the axes outside the group, differ in the group's, count the product of
+// its axes' sizes, come in group-rank order, and the group's index is the
+// same for all); tables written out by hand for (2,2,2) and a hybrid-sharded
+// layout; the comm_self group and topology_init_self, device selection.
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "parallel/comm.h"
 #include "parallel/topology.h"
 #include "test.h"
@@ -17,41 +23,115 @@ static int same_members(const int *a, int na, const int *b, int nb) {
     return 1;
 }
 
-// Every layout with sizes 1..6: coord_of inverts rank_of, coordinates stay in
-// range, TP groups are tp consecutive ranks starting at a multiple of tp, the
-// pipeline stage is rank / (tp * dp), and each kind of group partitions ranks
-// (every member of my group sees the same group).
+// The lists: names unique, the axes in Megatron's order, each axis' key a
+// [parallel] key of the config (or "" for dp_replicate, derived), every
+// group's axes a non-empty subset, the named sizes the non-`ends` groups.
+static void test_lists(void) {
+    const char *order[] = {"tp", "dp_shard", "dp_replicate", "pp"};
+    EXPECT(AXIS_COUNT == 4, "%d axes", AXIS_COUNT);
+    for (int a = 0; a < AXIS_COUNT && a < 4; a++) {
+        EXPECT(!strcmp(topology_axis_name((enum grid_axis)a), order[a]), "axis %d is %s", a,
+               topology_axis_name((enum grid_axis)a));
+        const char *key = topology_axis_key((enum grid_axis)a);
+        EXPECT(key[0] ? config_key_index("parallel", key) >= 0 : a == AXIS_DP_REPLICATE,
+               "axis %s: key '%s' is no [parallel] key", order[a], key);
+    }
+    for (int k = 0; k < GROUP_COUNT; k++) {
+        unsigned m = topology_group_axes((enum group_kind)k);
+        EXPECT(m && m < (1u << AXIS_COUNT), "group %s axes %#x", topology_group_name(k), m);
+        for (int j = 0; j < k; j++)
+            EXPECT(strcmp(topology_group_name(k), topology_group_name(j)), "two groups named %s",
+                   topology_group_name(k));
+    }
+    EXPECT(topology_group_axes(GROUP_DP) == (1u << AXIS_DP_SHARD | 1u << AXIS_DP_REPLICATE),
+           "the gradient group spans the data axes");
+    EXPECT(!topology_group_is_size(GROUP_EMBED) && topology_group_is_size(GROUP_DP), "sizes");
+    // The [parallel] size keys the config has are groups of the list.
+    const char *keys[] = {"tp", "pp", "dp", "dp_shard"};
+    for (int i = 0; i < 4; i++) {
+        int found = 0;
+        for (int k = 0; k < GROUP_COUNT; k++) found += !strcmp(topology_group_name(k), keys[i]);
+        EXPECT(found == 1 && config_key_index("parallel", keys[i]) >= 0, "key %s", keys[i]);
+    }
+}
+
+// Megatron's rank of a coordinate, written out by hand (the one place
+// outside src/parallel/topology.c: a check of it).
+static int megatron_rank(const int *size, struct grid_coord c) {
+    int t = c.at[AXIS_TP], s = c.at[AXIS_DP_SHARD], r = c.at[AXIS_DP_REPLICATE], p = c.at[AXIS_PP];
+    int d = s + size[AXIS_DP_SHARD] * r, dp = size[AXIS_DP_SHARD] * size[AXIS_DP_REPLICATE];
+    return t + size[AXIS_TP] * (d + dp * p);
+}
+
+// Violations of the group of kind that holds rank r of layout g.
+static int check_group(const struct grid_layout *g, enum group_kind kind, int r, int *members) {
+    int bad = 0, n_ranks = topology_world_size(g);
+    unsigned axes = topology_group_axes(kind);
+    struct grid_coord c = topology_coord_of(g, r);
+    int n = topology_group_members(g, kind, c, members);
+    int want = 1, index = topology_group_index(g, kind, c);
+    for (int a = 0; a < AXIS_COUNT; a++)
+        if (axes >> a & 1u) want *= g->size[a];
+    if (!topology_group_is_size(kind)) { // the ends of its one axis
+        int a = __builtin_ctz(axes), at = c.at[a], last = g->size[a] - 1;
+        want = at == 0 || at == last ? (last > 0 ? 2 : 1) : 0;
+    }
+    bad += n != want || (n > 0) != (index >= 0) || topology_group_rank(g, kind, c) >= MAX(n, 1);
+    if (n > 0) bad += topology_group_size(g, kind) != n;
+    int has_me = 0;
+    for (int i = 0; i < n; i++) {
+        bad += members[i] < 0 || members[i] >= n_ranks;
+        if (members[i] < 0 || members[i] >= n_ranks) continue;
+        has_me += members[i] == r;
+        struct grid_coord m = topology_coord_of(g, members[i]);
+        // Same coordinates outside the group, the same group, group rank i.
+        for (int a = 0; a < AXIS_COUNT; a++)
+            if (!(axes >> a & 1u)) bad += m.at[a] != c.at[a];
+        bad += topology_group_index(g, kind, m) != index || topology_group_rank(g, kind, m) != i;
+        // Group-rank order: mixed radix over the group's axes, first fastest.
+        if (topology_group_is_size(kind)) {
+            int gr = 0;
+            for (int a = AXIS_COUNT - 1; a >= 0; a--)
+                if (axes >> a & 1u) gr = gr * g->size[a] + m.at[a];
+            bad += gr != i;
+        }
+        for (int j = 0; j < i; j++) bad += members[j] == members[i];
+    }
+    bad += n > 0 && has_me != 1;
+    // The index orders the groups by the other axes' coordinates.
+    if (n > 0 && topology_group_is_size(kind)) {
+        int idx = 0;
+        for (int a = AXIS_COUNT - 1; a >= 0; a--)
+            if (!(axes >> a & 1u)) idx = idx * g->size[a] + c.at[a];
+        bad += idx != index || index >= n_ranks / n;
+    }
+    return bad;
+}
+
+// Every layout of N = 1..64 ranks over (tp, dp_shard, dp_replicate, pp).
 static void test_layouts(void) {
-    int members[8], other[8];
-    for (int tp = 1; tp <= 6; tp++)
-        for (int pp = 1; pp <= 6; pp++)
-            for (int dp = 1; dp <= 6; dp++) {
-                int n = tp * pp * dp, bad = 0;
-                for (int r = 0; r < n; r++) {
-                    struct grid_coord c = topology_coord_of(tp, pp, dp, r);
-                    bad += c.t < 0 || c.t >= tp || c.d < 0 || c.d >= dp || c.p < 0 || c.p >= pp;
-                    bad += topology_rank_of(tp, pp, dp, c) != r;
-                    bad += c.p != r / (tp * dp);
-                    int nt = topology_group_members(GROUP_TP, tp, pp, dp, c, members);
-                    bad += nt != tp || members[0] != r - r % tp;
-                    for (int i = 0; i < nt; i++) bad += members[i] != members[0] + i;
-                    bad += topology_group_members(GROUP_DP, tp, pp, dp, c, members) != dp;
-                    bad += topology_group_members(GROUP_PP, tp, pp, dp, c, members) != pp;
-                    int ne = topology_group_members(GROUP_EMBED, tp, pp, dp, c, members);
-                    bad += ne != (c.p == 0 || c.p == pp - 1 ? MIN(pp, 2) : 0);
-                    for (int k = 0; k < GROUP_COUNT; k++) {
-                        int nk = topology_group_members(k, tp, pp, dp, c, members), has_me = 0;
-                        for (int i = 0; i < nk; i++) {
-                            has_me += members[i] == r;
-                            struct grid_coord cm = topology_coord_of(tp, pp, dp, members[i]);
-                            int no = topology_group_members(k, tp, pp, dp, cm, other);
-                            bad += !same_members(members, nk, other, no);
-                        }
-                        bad += nk > 0 && has_me != 1;
+    int members[64], layouts = 0;
+    for (int N = 1; N <= 64; N++)
+        for (int tp = 1; tp <= N; tp++)
+            for (int ds = 1; tp * ds <= N; ds++)
+                for (int dr = 1; tp * ds * dr <= N; dr++) {
+                    if (N % (tp * ds * dr)) continue;
+                    int pp = N / (tp * ds * dr), bad = 0;
+                    struct grid_layout g = topology_layout(tp, pp, ds * dr, ds);
+                    layouts++;
+                    bad += topology_world_size(&g) != N || g.size[AXIS_TP] != tp ||
+                           g.size[AXIS_DP_SHARD] != ds || g.size[AXIS_DP_REPLICATE] != dr ||
+                           g.size[AXIS_PP] != pp;
+                    for (int r = 0; r < N; r++) {
+                        struct grid_coord c = topology_coord_of(&g, r);
+                        for (int a = 0; a < AXIS_COUNT; a++) bad += c.at[a] < 0 || c.at[a] >= g.size[a];
+                        bad += topology_rank_of(&g, c) != r || megatron_rank(g.size, c) != r;
+                        for (int k = 0; k < GROUP_COUNT; k++) bad += check_group(&g, k, r, members);
                     }
+                    EXPECT(bad == 0, "layout tp=%d dp_shard=%d dp_replicate=%d pp=%d: %d violations",
+                           tp, ds, dr, pp, bad);
                 }
-                EXPECT(bad == 0, "layout tp=%d pp=%d dp=%d: %d violations", tp, pp, dp, bad);
-            }
+    EXPECT(layouts > 1000, "only %d layouts", layouts);
 }
 
 // (tp, pp, dp) = (2, 2, 2): rank = t + 2 * (d + 2 * p), written out by hand.
@@ -63,18 +143,25 @@ static void test_table_222(void) {
         {{2, 3}, {1, 3}, {3, 7}}, {{4, 5}, {4, 6}, {0, 4}}, {{4, 5}, {5, 7}, {1, 5}},
         {{6, 7}, {4, 6}, {2, 6}}, {{6, 7}, {5, 7}, {3, 7}}};
     const enum group_kind kinds[3] = {GROUP_TP, GROUP_DP, GROUP_PP};
+    struct grid_layout g = topology_layout(2, 2, 2, 0);
     int members[8];
     for (int r = 0; r < 8; r++) {
-        struct grid_coord c = topology_coord_of(2, 2, 2, r);
-        EXPECT(c.t == coord[r][0] && c.d == coord[r][1] && c.p == coord[r][2],
-               "rank %d: coord (%d,%d,%d)", r, c.t, c.d, c.p);
+        struct grid_coord c = topology_coord_of(&g, r);
+        int d = topology_group_rank(&g, GROUP_DP, c);
+        EXPECT(c.at[AXIS_TP] == coord[r][0] && d == coord[r][1] && c.at[AXIS_PP] == coord[r][2],
+               "rank %d: coord (%d,%d,%d)", r, c.at[AXIS_TP], d, c.at[AXIS_PP]);
         for (int k = 0; k < 3; k++) {
-            int n = topology_group_members(kinds[k], 2, 2, 2, c, members);
+            int n = topology_group_members(&g, kinds[k], c, members);
             EXPECT(same_members(members, n, groups[r][k], 2), "rank %d %s group [%d %d] (n=%d)",
                    r, topology_group_name(kinds[k]), members[0], members[1], n);
         }
+        // dp_shard = dp: the shard group is the DP group, no replicas.
+        int n = topology_group_members(&g, GROUP_DP_SHARD, c, members);
+        EXPECT(same_members(members, n, groups[r][1], 2), "rank %d dp_shard group", r);
+        n = topology_group_members(&g, GROUP_DP_REPLICATE, c, members);
+        EXPECT(n == 1 && members[0] == r, "rank %d dp_replicate group of %d", r, n);
         // pp == 2: the embedding group {first, last stage} is the pp group.
-        int n = topology_group_members(GROUP_EMBED, 2, 2, 2, c, members);
+        n = topology_group_members(&g, GROUP_EMBED, c, members);
         EXPECT(same_members(members, n, groups[r][2], 2), "rank %d embed group", r);
     }
 }
@@ -83,32 +170,49 @@ static void test_table_222(void) {
 static void test_embed(void) {
     int members[8];
     // (tp, pp, dp) = (1, 3, 1): ranks 0, 1, 2 are stages 0, 1, 2.
-    int n = topology_group_members(GROUP_EMBED, 1, 3, 1, topology_coord_of(1, 3, 1, 0), members);
+    struct grid_layout g = topology_layout(1, 3, 1, 0);
+    int n = topology_group_members(&g, GROUP_EMBED, topology_coord_of(&g, 0), members);
     EXPECT(n == 2 && members[0] == 0 && members[1] == 2, "pp=3 stage 0: n=%d", n);
-    n = topology_group_members(GROUP_EMBED, 1, 3, 1, topology_coord_of(1, 3, 1, 1), members);
+    n = topology_group_members(&g, GROUP_EMBED, topology_coord_of(&g, 1), members);
     EXPECT(n == 0, "pp=3 middle stage is in an embedding group of %d", n);
     // (tp, pp, dp) = (2, 1, 2): rank 3 alone.
-    n = topology_group_members(GROUP_EMBED, 2, 1, 2, topology_coord_of(2, 1, 2, 3), members);
+    g = topology_layout(2, 1, 2, 0);
+    n = topology_group_members(&g, GROUP_EMBED, topology_coord_of(&g, 3), members);
     EXPECT(n == 1 && members[0] == 3, "pp=1: n=%d first %d", n, members[0]);
 }
 
 static void test_describe(void) {
-    char buf[1024] = {0};
+    char buf[2048] = {0};
     FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-    topology_describe(f, 2, 2, 2);
+    struct grid_layout g = topology_layout(2, 2, 2, 0);
+    topology_describe(f, &g);
     fclose(f);
-    EXPECT(strstr(buf, "tp    groups: [0 1] [2 3] [4 5] [6 7]\n"), "describe: %s", buf);
-    EXPECT(strstr(buf, "dp    groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
-    EXPECT(strstr(buf, "pp    groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "tp           groups: [0 1] [2 3] [4 5] [6 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp           groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "pp           groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+    // Hybrid sharding, (tp, dp_shard, dp_replicate, pp) = (2, 2, 2, 1), by hand:
+    // rank = t + 2 * (s + 2 * r).
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    g = topology_layout(2, 1, 4, 2);
+    topology_describe(f, &g);
+    fclose(f);
+    EXPECT(strstr(buf, "grid: tp=2 dp_shard=2 dp_replicate=2 pp=1 (8 ranks)"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp           groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp_shard     groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp_replicate groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+    char text[128];
+    EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
+                   "tp=2 dp=4 dp_shard=2 dp_replicate=2 pp=1"), "sizes: %s", text);
 }
 
 // comm_self: reductions leave data, scatter/gather copy, requests complete.
 static void test_comm_self(void) {
     struct topology topo;
     topology_init_self(&topo);
-    EXPECT(topo.tp_group.size == 1 && topo.embed_group.size == 1 && topo.world.rank == 0,
-           "self topology sizes");
-    struct comm_group *g = &topo.dp_group;
+    EXPECT(topology_group(&topo, GROUP_TP)->size == 1 && topology_group(&topo, GROUP_EMBED)->size == 1 &&
+               topo.world.rank == 0, "self topology sizes");
+    struct comm_group *g = topology_group(&topo, GROUP_DP);
     double x[3] = {1.5, -2, 3};
     comm_all_reduce(g, x, 3, DTYPE_FP64, COMM_SUM);
     EXPECT(x[0] == 1.5 && x[1] == -2 && x[2] == 3, "self all_reduce changed data");
@@ -130,7 +234,7 @@ static void test_comm_self(void) {
     comm_barrier(g);
     EXPECT(x[2] == 3, "self broadcast");
     topology_free(&topo);
-    EXPECT(topo.tp_group.ops == NULL && topo.tp_group.size == 0, "free zeroes groups");
+    EXPECT(topo.host[GROUP_TP].ops == NULL && topo.host[GROUP_TP].size == 0, "free zeroes groups");
 }
 
 // The wrappers reject misuse with exit 1 (a bug in trident, not bad input).
@@ -181,12 +285,13 @@ static void test_device_of(void) {
                    topology_group(&topo, (enum group_kind)k),
                "%s: device group is not the host group before topology_init_device",
                topology_group_name((enum group_kind)k));
-    EXPECT(!comm_stream_ordered(&topo.tp_group) && !comm_stream_ordered(NULL),
+    EXPECT(!comm_stream_ordered(topology_group(&topo, GROUP_TP)) && !comm_stream_ordered(NULL),
            "comm_self or NULL claims stream ordering");
     topology_free(&topo);
 }
 
 int main(void) {
+    test_lists();
     test_layouts();
     test_table_222();
     test_embed();
