@@ -366,12 +366,14 @@ int cmd_plan(int argc, char **argv) {
            total / 1048576.0);
     if (c.system.device == DEVICE_CPU)
         printf("MPI (system.device = cpu): up to %.1f MiB per rank beyond the arenas: reductions in "
-               "MPI calls of %zu MiB, holding up to twice that%s%s; peak resident rank %.1f MiB "
+               "MPI calls of %zu MiB, holding up to twice that%s%s%s; peak resident rank %.1f MiB "
                "(%.2f GiB), plus the program's own ~50 MiB (docs/design.md §5)\n",
                mib(host[0].mpi), COMM_MPI_CHUNK_BYTES >> 20,
                c.parallel.zero_stage == 0 && c.parallel.dp > 1 ? ", gradient all-reduces in flight" : "",
                (c.parallel.zero_stage >= 1 && c.parallel.dp > 1) || (c.parallel.sequence_parallel && tp > 1)
                    ? ", reduce-scatter staging" : "",
+               c.parallel.zero_stage >= 2 && c.parallel.dp > 1 ? ", two units' gradient reduce-scatters "
+                                                                 "in flight" : "",
                mib(peak_resident), peak_resident / 1073741824.0);
     free(rows), free(host);
     return STATUS_OK;

@@ -373,8 +373,9 @@ void comm_mpi_set_limits(struct comm_group *g, size_t chunk_bytes, size_t window
     m->stage = NULL, m->chunk_bytes = chunk_bytes, m->window_bytes = window_bytes;
 }
 
-size_t comm_mpi_plan_bytes(int group_size, bool nonblocking_all_reduce, bool reduce_scatter) {
+size_t comm_mpi_plan_bytes(int group_size, bool nonblocking_all_reduce, bool reduce_scatter,
+                           size_t nonblocking_reduce_scatter_bytes) {
     if (group_size <= 1) return 0;
     return 2 * (size_t)COMM_MPI_CHUNK_BYTES + (nonblocking_all_reduce ? COMM_MPI_WINDOW_BYTES : 0) +
-           (reduce_scatter ? COMM_MPI_CHUNK_BYTES : 0);
+           (reduce_scatter ? COMM_MPI_CHUNK_BYTES : 0) + nonblocking_reduce_scatter_bytes;
 }

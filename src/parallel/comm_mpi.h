@@ -26,7 +26,11 @@ MPI_Comm comm_mpi_handle(const struct comm_group *g);
 //   its pieces staged in one buffer of that size, allocated at first use);
 // - every non-blocking all-reduce as a queue of chunks of that size, of which
 //   at most COMM_MPI_WINDOW_BYTES are in flight (one chunk always may).
-// All-gather and broadcast hold no temporary (measured) and go whole.
+// All-gather and broadcast hold no temporary (measured) and go whole, and so
+// do the non-blocking reduce-scatter and all-gather (ZeRO-2/3's units): an
+// all-gather holds none, a reduce-scatter a temporary of its whole send
+// buffer on group rank 0 until it completes, which the caller bounds by the
+// reduce-scatters it keeps in flight (fsdp.c: two units) and the plan counts.
 // A buffer of at most a chunk goes in one call, as before the bound; a larger
 // one is reduced chunk by chunk, each element over the same ranks (bit-identical
 // for a group of 2, whose sum has one order; for more ranks MPI picks its
@@ -42,7 +46,11 @@ void comm_mpi_set_limits(struct comm_group *g, size_t chunk_bytes, size_t window
 // group_size ranks: 0 for 1; else twice a chunk (a blocking reduction on one
 // group), plus the window when the rank runs non-blocking all-reduces (the
 // data-parallel gradient buckets), plus a chunk of reduce-scatter staging
-// when it reduce-scatters (ZeRO). An upper bound for `trident plan`.
-size_t comm_mpi_plan_bytes(int group_size, bool nonblocking_all_reduce, bool reduce_scatter);
+// when it reduce-scatters (ZeRO, sequence parallelism), plus
+// nonblocking_reduce_scatter_bytes: the send bytes of the non-blocking
+// reduce-scatters it keeps in flight at most (group rank 0 holds that much;
+// the others none). An upper bound for `trident plan`.
+size_t comm_mpi_plan_bytes(int group_size, bool nonblocking_all_reduce, bool reduce_scatter,
+                           size_t nonblocking_reduce_scatter_bytes);
 
 #endif
