@@ -193,11 +193,13 @@ size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_
     size_t n = z1 || zero_stage >= 2 ? n_params / dp : n_params;
     size_t master = low_precision(dtype) ? n * sizeof(float) : 0;
     size_t bf16_rs = z1 && grad_dtype == DTYPE_BF16 ? (n_params + n) * sizeof(uint16_t) : 0;
-    return 2 * n * dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32) + master + bf16_rs;
+    size_t es = dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32); // moments, gradients
+    return (2 + (z1 ? 1 : 0)) * n * es + master + bf16_rs;
 }
 
 size_t optimizer_state_bytes(const struct optimizer *o) {
     return 2 * o->m.numel * dtype_size(o->m.dtype) + o->master.numel * dtype_size(o->master.dtype) +
+           (zero1(o) ? o->gshard.numel * dtype_size(o->gshard.dtype) : 0) + // ZeRO-2/3: in fsdp_bytes
            (o->gsend16.numel + o->grecv16.numel) * sizeof(uint16_t);
 }
 
