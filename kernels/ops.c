@@ -150,6 +150,7 @@ void backend_memset0(struct backend *be, struct tensor t) {
     if (t.numel) be->ops->memset0(be, t.data, t.numel * dtype_size(t.dtype));
 }
 void backend_synchronize(struct backend *be) { be->ops->synchronize(be); }
+bool backend_host_memory(const struct backend *be) { return be->ops->host_memory; }
 enum status backend_reserve(struct backend *be, const struct backend_bounds *bounds, struct error *err) {
     return be->ops->reserve ? be->ops->reserve(be, bounds, err) : STATUS_OK;
 }

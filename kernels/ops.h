@@ -83,6 +83,10 @@ struct backend_ops {
     void (*to_host)(struct backend *be, void *host_dst, const void *src, size_t bytes);
     void (*memset0)(struct backend *be, void *dst, size_t bytes);
     void (*synchronize)(struct backend *be);
+    // Optional, default false: true when alloc returns host memory that host
+    // code may read directly once synchronize has returned (the CPU backend),
+    // so a reader need not copy it out (a checkpoint save).
+    bool host_memory;
     // Optional (NULL: nothing to reserve): sizes the working memory the ops
     // need up to bounds now, so that no op allocates later; keeps the largest
     // of several calls. STATUS_RUNTIME when the memory cannot be had.
@@ -120,6 +124,8 @@ void backend_to_device(struct backend *be, void *dst, const void *host_src, size
 void backend_to_host(struct backend *be, void *host_dst, const void *src, size_t bytes);
 void backend_memset0(struct backend *be, struct tensor t);
 void backend_synchronize(struct backend *be);
+// struct backend_ops.host_memory of be.
+bool backend_host_memory(const struct backend *be);
 // Sizes the backend's working memory for ops up to bounds (struct
 // backend_ops.reserve; a no-op on a backend without it). model_init calls it
 // so that a training step allocates nothing. Errors: STATUS_RUNTIME (out of

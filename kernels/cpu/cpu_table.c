@@ -19,6 +19,7 @@ const struct backend_ops CPU_TABLE_NAME = {
     .to_host = cpu_memcpy,
     .memset0 = cpu_memset0,
     .synchronize = cpu_synchronize,
+    .host_memory = true,
 #define CPU_TABLE_ENTRY(name, ret, params) .name = cpu_##name,
     BACKEND_OPS(CPU_TABLE_ENTRY)
 #undef CPU_TABLE_ENTRY

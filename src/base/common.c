@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -63,6 +64,18 @@ void sleep_s(double seconds) {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     while (nanosleep(&ts, &ts) && errno == EINTR) {
     }
+}
+
+uint64_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %llu kB", &kib) == 1) break;
+    if (f) fclose(f);
+    struct rusage ru;
+    if (!kib && getrusage(RUSAGE_SELF, &ru) == 0) kib = (unsigned long long)ru.ru_maxrss; // KiB on Linux
+    return (uint64_t)kib * 1024;
 }
 
 double time_now_s(void) {

@@ -63,6 +63,10 @@ double time_now_s(void);
 // Sleeps the calling thread for seconds (>= 0), resumed after signals.
 void sleep_s(double seconds);
 
+// The process's peak resident set so far, in bytes: VmHWM of /proc/self/status
+// (Linux), else getrusage's ru_maxrss; 0 when neither is readable.
+uint64_t peak_rss_bytes(void);
+
 // mkdir -p: path and every missing parent (mode 0755); a folder that exists
 // is fine. Returns 0, or -1 with errno set by the mkdir that failed (ENOTDIR
 // when path exists and is not a folder; ENAMETOOLONG beyond 4095 bytes).

@@ -8,15 +8,25 @@
 
 #include "cli.h"
 #include "model/optimizer.h"
+#include "parallel/comm_mpi.h"
 #include "train/grad_sync.h"
 #include "train/plan.h"
 #include "train/plan_search.h"
 
 static double mib(size_t b) { return b / 1048576.0; }
 
+// The host memory a rank of the row holds in training (docs/design.md §5):
+// on the CPU backend its arenas plus MPI's temporaries (and the save's
+// buffers, none there); under CUDA the save's host buffers and MPI's.
+static size_t resident(const struct config *c, const struct plan_rank_bytes *b,
+                       const struct plan_host_bytes *h) {
+    return (c->system.device == DEVICE_CPU ? plan_rank_total(b) : 0) + h->mpi + h->ckpt_save;
+}
+
 // --json: the grouped plan as one object (schema in docs/planning.md).
-static void print_json(const struct config *c, const struct plan_group *rows, int n_rows, size_t peak,
-                       double total, const char *recompute) {
+static void print_json(const struct config *c, const struct plan_group *rows,
+                       const struct plan_host_bytes *host, int n_rows, size_t peak,
+                       size_t peak_resident, double total, const char *recompute) {
     json_t *o = json_object(), *groups = json_array();
     json_object_set_new(o, "schema", json_string("trident.plan.v1"));
     json_object_set_new(o, "config", json_string(c->file));
@@ -35,6 +45,7 @@ static void print_json(const struct config *c, const struct plan_group *rows, in
     json_object_set_new(o, "recompute", json_string(recompute));
     json_object_set_new(o, "peak_bytes", json_integer((json_int_t)peak));
     json_object_set_new(o, "total_bytes", json_real(total));
+    json_object_set_new(o, "peak_resident_bytes", json_integer((json_int_t)peak_resident));
     for (int i = 0; i < n_rows; i++) {
         const struct plan_rank_bytes *b = &rows[i].bytes;
         json_t *g = json_object();
@@ -59,6 +70,10 @@ static void print_json(const struct config *c, const struct plan_group *rows, in
             json_object_set_new(g, "grads_recv_bytes", json_integer((json_int_t)b->grads_recv));
             json_object_set_new(g, "grads_transfer_bytes", json_integer((json_int_t)b->grads_transfer));
         }
+        json_object_set_new(g, "mpi_bytes", json_integer((json_int_t)host[i].mpi));
+        json_object_set_new(g, "resident_bytes", json_integer((json_int_t)resident(c, b, &host[i])));
+        json_object_set_new(g, "checkpoint_load_host_bytes", json_integer((json_int_t)host[i].ckpt_load));
+        json_object_set_new(g, "checkpoint_save_host_bytes", json_integer((json_int_t)host[i].ckpt_save));
         json_array_append_new(groups, g);
     }
     json_object_set_new(o, "groups", groups);
@@ -339,9 +354,22 @@ int cmd_plan(int argc, char **argv) {
         free(rows);
         return err.status;
     }
+    struct plan_host_bytes *host = xcalloc((size_t)n_rows, sizeof *host);
+    size_t peak_resident = 0;
+    for (int i = 0; i < n_rows; i++) {
+        struct grid_coord at = {{0}};
+        at.at[AXIS_PP] = rows[i].stage_begin;
+        if (plan_host(&c, at, &host[i], &err)) {
+            fprintf(stderr, "trident plan: %s\n", err.msg);
+            free(rows), free(host);
+            return err.status;
+        }
+        peak_resident = MAX(peak_resident, resident(&c, &rows[i].bytes, &host[i]));
+    }
     if (json) {
-        print_json(&c, rows, n_rows, peak, total, recompute_names[c.model.recompute]);
-        free(rows);
+        print_json(&c, rows, host, n_rows, peak, peak_resident, total,
+                   recompute_names[c.model.recompute]);
+        free(rows), free(host);
         return STATUS_OK;
     }
     struct grid_layout grid = config_grid(&c);
@@ -373,10 +401,29 @@ int cmd_plan(int argc, char **argv) {
                b->n_slots, b->slot_bytes, b->recompute_bytes,
                b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
+        if (c.system.device == DEVICE_CPU)
+            printf("       host: MPI %zu, resident %zu (%.1f MiB: the arenas and MPI's); a resume "
+                   "or init_from reads into %zu more, freed after loading\n", host[i].mpi,
+                   resident(&c, b, &host[i]), mib(resident(&c, b, &host[i])), host[i].ckpt_load);
+        else
+            printf("       host: checkpoint buffers %zu (%.1f MiB; the first save or load "
+                   "allocates them, they stay), MPI %zu\n", host[i].ckpt_save,
+                   mib(host[i].ckpt_save), host[i].mpi);
     }
     printf("peak rank: %.1f MiB (%.2f GiB); all %d ranks: %.1f MiB (each data-parallel replica "
            "holds its stage's row)\n", mib(peak), peak / 1073741824.0, topology_world_size(&grid),
            total / 1048576.0);
-    free(rows);
+    if (c.system.device == DEVICE_CPU)
+        printf("MPI (system.device = cpu): up to %.1f MiB per rank beyond the arenas: reductions in "
+               "MPI calls of %zu MiB, holding up to twice that%s%s%s; peak resident rank %.1f MiB "
+               "(%.2f GiB), plus the program's own ~50 MiB (docs/design.md §5)\n",
+               mib(host[0].mpi), COMM_MPI_CHUNK_BYTES >> 20,
+               c.parallel.zero_stage == 0 && c.parallel.dp > 1 ? ", gradient all-reduces in flight" : "",
+               (c.parallel.zero_stage >= 1 && c.parallel.dp > 1) || (c.parallel.sequence_parallel && tp > 1)
+                   ? ", reduce-scatter staging" : "",
+               c.parallel.zero_stage >= 2 && c.parallel.dp > 1 ? ", two units' gradient reduce-scatters "
+                                                                 "in flight" : "",
+               mib(peak_resident), peak_resident / 1073741824.0);
+    free(rows), free(host);
     return STATUS_OK;
 }

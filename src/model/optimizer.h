@@ -78,14 +78,16 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
 void optimizer_free(struct optimizer *opt);
 
 // Bytes of optimizer state this rank holds (m, v, the FP32 master weights
-// of a BF16/FP16 model, and under ZeRO-1 with grad_dtype BF16 the BF16
-// buffers of the reduce-scatter: the whole arena's gradients and this
-// rank's reduced shard).
+// of a BF16/FP16 model, under ZeRO-1 the reduce-scattered gradient shard it
+// updates from (under ZeRO-2/3 fsdp_bytes counts it), and under ZeRO-1 with grad_dtype BF16 the BF16 buffers of
+// the reduce-scatter: the whole arena's gradients and this rank's reduced
+// shard).
 size_t optimizer_state_bytes(const struct optimizer *opt);
 // The same from sizes alone (trident plan): moments (and for a BF16/FP16
 // model master weights) for n_params arena elements of a model of dtype,
-// divided over dp ranks under zero_stage 1, plus the BF16 reduce-scatter
-// buffers when grad_dtype is DTYPE_BF16 under ZeRO-1 with dp > 1.
+// divided over dp ranks under zero_stage 1, plus under ZeRO-1 with dp > 1
+// the gradient shard (the gradient arena's dtype) and, when grad_dtype is
+// DTYPE_BF16, the BF16 reduce-scatter buffers.
 size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage,
                             enum dtype grad_dtype);
 

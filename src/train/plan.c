@@ -8,6 +8,7 @@
 #include "model/optimizer.h"
 #include "train/fsdp.h"
 #include "train/grad_sync.h"
+#include "parallel/comm_mpi.h"
 #include "parallel/pipeline.h"
 
 struct llama_config plan_llama(const struct config *c) {
@@ -124,6 +125,43 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         out->n_gathered = z->reshard_after_forward ? (int)(out->params_gathered / (U * P)) : 0;
     }
     out->params += zp;
+    return STATUS_OK;
+}
+
+enum status plan_host(const struct config *c, struct grid_coord coord, struct plan_host_bytes *out,
+                      struct error *err) {
+    struct plan_rank_bytes b;
+    enum status st = plan_rank(c, coord, &b, err);
+    if (st) return st;
+    struct llama_config lc = plan_llama(c);
+    struct model_shard shard;
+    struct model_memory mem;
+    if ((st = plan_shard(c, coord, &shard, err)) ||
+        (st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len,
+                         &mem, err)))
+        return st;
+    int tp = c->parallel.tp, pp = c->parallel.pp, dp = c->parallel.dp, z = c->parallel.zero_stage;
+    // MPI: the largest group a reduction runs on (the embedding group of a
+    // tied model's pipeline ends has 2 ranks); gradient buckets all-reduce
+    // non-blocking without ZeRO; ZeRO and sequence parallelism reduce-scatter;
+    // ZeRO-2/3 keep two units' reduce-scatters in flight (fsdp.c), their
+    // gradients in grad_dtype.
+    int largest = MAX(MAX(tp, dp), pp > 1 ? 2 : 1);
+    bool cpu = c->system.device == DEVICE_CPU;
+    size_t unit_rs = z >= 2 && dp > 1 ? 2 * mem.max_unit_numel *
+                                            (c->precision.grad_dtype == DTYPE_BF16 ? 2 : sizeof(float))
+                                      : 0;
+    out->mpi = cpu ? comm_mpi_plan_bytes(largest, z == 0 && dp > 1,
+                                         (z >= 1 && dp > 1) || (c->parallel.sequence_parallel && tp > 1),
+                                         unit_rs)
+                   : 0;
+    // train_ckpt.c host_buffers: FP32 parameter arena, moments (and master
+    // values of a 16-bit model or under ZeRO-2/3) over this rank's optimizer
+    // ranges (about n / dp elements under ZeRO).
+    size_t n = b.n_params, range = z >= 1 && dp > 1 ? n / dp : n;
+    bool lowp = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16;
+    out->ckpt_load = (n + (2 + (lowp || z >= 2 ? 1 : 0)) * range) * sizeof(float);
+    out->ckpt_save = cpu ? 0 : out->ckpt_load;
     return STATUS_OK;
 }
 

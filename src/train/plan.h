@@ -82,6 +82,26 @@ size_t plan_rank_total(const struct plan_rank_bytes *b);
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err);
 
+// Host memory one rank holds beyond its arenas (docs/design.md §5), bytes.
+struct plan_host_bytes {
+    // MPI's collective temporaries at most (comm_mpi_plan_bytes): with
+    // system.device = cpu the data-parallel, tensor-parallel and embedding
+    // reductions run on MPI; under CUDA on NCCL (device memory, not
+    // counted), so 0.
+    size_t mpi;
+    // The host buffers a resume or init_from reads into (the whole FP32
+    // parameter arena, this rank's FP32 moments and master weights); freed
+    // after loading on the CPU backend, kept for the saves under CUDA.
+    size_t ckpt_load;
+    // The host buffers a save copies into: the same under CUDA; 0 on the
+    // CPU backend, whose saves read the arenas.
+    size_t ckpt_save;
+};
+
+// The host bytes of grid position coord (t, 0, p). Errors: as plan_rank.
+enum status plan_host(const struct config *c, struct grid_coord coord, struct plan_host_bytes *out,
+                      struct error *err);
+
 // One row of the grouped plan: consecutive pipeline stages [stage_begin,
 // stage_end] whose every tensor-parallel rank allocates the same bytes; role
 // says what the stages hold beyond their layers ("first": the embedding,

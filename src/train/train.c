@@ -338,7 +338,9 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
         struct fsdp_config fc = {c->parallel.zero_stage, c->parallel.reshard_after_forward,
                                  !(pf && !strcmp(pf, "0")), !(ov && !strcmp(ov, "0")),
                                  c->precision.grad_dtype, c->model.tie_embeddings};
-        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP), NULL, &fc,
+        // Hybrid sharding (parallel.dp_shard < dp): shard within dp_shard, all-reduce across replicas.
+        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP_SHARD),
+                      topology_device_group(topo, GROUP_DP_REPLICATE), &fc,
                       (uint64_t)c->train.seed, &err->err))
             return trainer_alone(err);
     }
@@ -805,10 +807,19 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
 // tokens/s (tokens / the training steps' seconds), the signal and
 // whether a checkpoint of steps_done was saved, activation slots and their
 // high-water mark, steps skipped (non-finite), the best validation loss when
-// there was one.
+// there was one, and every rank's peak resident set in bytes (VmHWM, by world
+// rank: what `trident plan` bounds, docs/design.md §5).
 static void log_closing(struct trainer *t, const struct trainer_outcome *out, const char *ended,
                         double tokens, double seconds, double best_val) {
-    if (!is_root(t) || !t->log.metrics) return;
+    // Every rank's peak resident set so far (VmHWM), gathered: every rank
+    // closes at the same point, so this collective matches.
+    int W = t->par.topo.world_size;
+    int64_t mine = (int64_t)peak_rss_bytes(), *rss = xcalloc((size_t)W, sizeof *rss);
+    comm_all_gather(&t->par.topo.world, &mine, rss, 1, DTYPE_I64);
+    if (!is_root(t) || !t->log.metrics) {
+        free(rss);
+        return;
+    }
     fprintf(t->log.metrics,
             "{\"done\": true, \"ended\": \"%s\", \"steps_done\": %d, \"steps\": %d, "
             "\"tokens\": %.0f, \"seconds\": %.3f, \"train_seconds\": %.4f, \"eval_seconds\": %.4f, "
@@ -820,8 +831,11 @@ static void log_closing(struct trainer *t, const struct trainer_outcome *out, co
             out->signal, out->saved ? "true" : "false", t->m.n_slots, model_slots_used(t->m.model),
             t->data.accum, t->progress.skipped_steps);
     if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
-    fprintf(t->log.metrics, "}\n");
+    fprintf(t->log.metrics, ", \"peak_rss_bytes\": [");
+    for (int i = 0; i < W; i++) fprintf(t->log.metrics, "%s%lld", i ? ", " : "", (long long)rss[i]);
+    fprintf(t->log.metrics, "]}\n");
     fflush(t->log.metrics);
+    free(rss);
 }
 
 // Counts a step: applied (the LR schedule moves on) or skipped.

@@ -21,51 +21,82 @@ static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).nu
 
 // ZeRO-2/3: every DP rank saves the parameters of its ranges (optimizer_ranges).
 static bool units_sharded(const struct trainer *t) { return t->cfg.parallel.zero_stage >= 2; }
+// ZeRO-3 also reads only its ranges' parameters (into host_master): no host
+// copy of the whole model either.
+static bool params_by_range(const struct trainer *t) { return t->cfg.parallel.zero_stage == 3; }
 
-// Host buffers for the parameter arena and this rank's moments (allocated on
-// first use: a run that never saves nor resumes does not pay for them).
-static void host_buffers(struct trainer *t) {
-    if (t->ckpt.host_params) return;
+// The table of pieces a save or a load fills (3 per parameter tensor at most).
+static void piece_table(struct trainer *t) {
     int n;
     model_params(t->m.model, &n);
+    if (!t->ckpt.pieces) t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
+}
+
+// Host buffers for the parameter arena and this rank's moments (allocated on
+// first use: a run that never loads, nor saves from device memory, does not
+// pay for them), and the piece table.
+static void host_buffers(struct trainer *t) {
+    piece_table(t);
+    if (t->ckpt.host_m) return; // (no host_params under ZeRO-3)
     size_t k = optimizer_numel(t->m.opt);
-    t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
+    if (!params_by_range(t)) t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
     if (has_master(t) || units_sharded(t)) t->ckpt.host_master = xcalloc(k, sizeof(float));
     t->ckpt.host_m = xcalloc(k, sizeof(float));
     t->ckpt.host_v = xcalloc(k, sizeof(float));
-    t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
 }
 
+// The memory the pieces of a save read (or a load writes): the whole FP32
+// parameter arena; this rank's ranges of the FP32 master values (master
+// weights of a BF16/FP16 model, the parameters under ZeRO-2/3) and of the
+// moments, each concatenated in range order (optimizer_ranges' at), except
+// master values that are the arena's own elements (master_in_arena: an FP32
+// model under ZeRO-2, read in place on the CPU backend).
+struct piece_src {
+    float *params, *master, *m, *v;
+    bool master_in_arena;
+};
+
 // The pieces of prefix over this rank's ranges of the optimizer (one, or
-// ZeRO-2/3's slice of each unit), host holding them concatenated.
-static int range_pieces(struct trainer *t, const char *prefix, float *host, struct ckpt_piece *out) {
+// ZeRO-2/3's slice of each unit): range r from host + at[r], or with
+// in_arena from host + its arena offset.
+static int range_pieces(struct trainer *t, const char *prefix, float *host, bool in_arena,
+                        struct ckpt_piece *out) {
     int n, k = 0;
     const struct param_info *p = model_params(t->m.model, &n);
     const size_t *rb, *re, *at;
     int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
     for (int r = 0; r < nr; r++)
-        k += checkpoint_pieces_from_params(p, n, prefix, host + at[r], DTYPE_FP32, rb[r], re[r], out + k);
+        k += checkpoint_pieces_from_params(p, n, prefix, host + (in_arena ? rb[r] : at[r]), DTYPE_FP32,
+                                           rb[r], re[r], out + k);
     return k;
 }
 
 // Fills t->ckpt.pieces: parameters (when with_params) and this rank's moments
 // (when with_moments); returns how many. Parameters come from (or go to)
-// the whole arena in host_params, or with from_master this rank's ranges of
-// the master weights in host_master (saving a BF16/FP16 model, or any
-// model under ZeRO-2/3).
-static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
+// the whole arena in src.params, or with from_master this rank's ranges of
+// the master values in src.master (saving a BF16/FP16 model, or any model
+// under ZeRO-2/3).
+static int pieces_of(struct trainer *t, struct piece_src src, bool with_params, bool from_master,
+                     bool with_moments) {
     int n, k = 0;
     const struct param_info *p = model_params(t->m.model, &n);
     if (with_params && from_master)
-        k += range_pieces(t, "param", t->ckpt.host_master, t->ckpt.pieces + k);
+        k += range_pieces(t, "param", src.master, src.master_in_arena, t->ckpt.pieces + k);
     else if (with_params)
-        k += checkpoint_pieces_from_params(p, n, "param", t->ckpt.host_params, DTYPE_FP32, 0, SIZE_MAX,
+        k += checkpoint_pieces_from_params(p, n, "param", src.params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
     if (with_moments) {
-        k += range_pieces(t, "adam_m", t->ckpt.host_m, t->ckpt.pieces + k);
-        k += range_pieces(t, "adam_v", t->ckpt.host_v, t->ckpt.pieces + k);
+        k += range_pieces(t, "adam_m", src.m, false, t->ckpt.pieces + k);
+        k += range_pieces(t, "adam_v", src.v, false, t->ckpt.pieces + k);
     }
     return k;
+}
+
+// The same over the host buffers (host_buffers).
+static int pieces(struct trainer *t, bool with_params, bool from_master, bool with_moments) {
+    struct piece_src src = {t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v,
+                            false};
+    return pieces_of(t, src, with_params, from_master, with_moments);
 }
 
 // ZeRO-2/3 with an FP32 model: this rank's parameters of its ranges into
@@ -84,30 +115,49 @@ static void shard_params_to_host(struct trainer *t) {
                         (re[r] - rb[r]) * sizeof(float));
 }
 
+// A save reads the arenas themselves where the backend's memory is host
+// memory (the CPU backend: no copy of the model, docs/design.md §5), else
+// copies them into the host buffers first (CUDA: host memory of the
+// parameter arena and this rank's moments and master values).
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
     const struct config *c = &t->cfg;
-    host_buffers(t);
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
     bool master = has_master(t);
-    if (master) {
-        struct tensor mw = optimizer_master(t->m.opt);
-        backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
-    } else if (units_sharded(t)) {
-        shard_params_to_host(t);
+    struct piece_src src;
+    if (backend_host_memory(t->m.be)) {
+        piece_table(t);
+        backend_synchronize(t->m.be);
+        struct tensor ps = optimizer_param_shard(t->m.opt);
+        src = (struct piece_src){.params = w.data, .m = m.data, .v = v.data};
+        if (master) src.master = optimizer_master(t->m.opt).data;
+        else if (units_sharded(t) && ps.numel) src.master = ps.data;
+        else if (units_sharded(t)) src.master = w.data, src.master_in_arena = true;
     } else {
-        backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+        host_buffers(t);
+        src = (struct piece_src){t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m,
+                                 t->ckpt.host_v, false};
+        if (master) {
+            struct tensor mw = optimizer_master(t->m.opt);
+            backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
+        } else if (units_sharded(t)) {
+            shard_params_to_host(t);
+        } else {
+            backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+        }
+        backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
+        backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     }
-    backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
-    backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
     // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
     // parameters, master weights and moments of its slice of every unit.
     bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
-    bool sharded = units_sharded(t);
-    int n = pieces(t, first_replica || (master && zero) || sharded, master || sharded,
-                   first_replica || zero);
+    // Hybrid sharding: the replicas of a shard group hold the same slices; the first writes them.
+    bool sharded = units_sharded(t) && topology_rank_in(&t->par.topo, GROUP_DP_REPLICATE) == 0;
+    if (units_sharded(t)) first_replica = sharded, zero = sharded;
+    int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
+                      first_replica || zero);
     struct ckpt_state st = {
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
@@ -242,28 +292,29 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
 
 // Copies t->ckpt.host_params (the whole parameter arena, FP32) into the model
 // and, for a BF16/FP16 model, this rank's ranges into the FP32 master weights
-// (the model gets them rounded); under ZeRO-3 only this rank's ranges, into
-// its parameter shard (no arena). Errors: STATUS_RUNTIME, out of device memory.
+// (the model gets them rounded); under ZeRO-3 t->ckpt.host_master (this
+// rank's ranges, FP32) into its parameter shard (no arena) and master weights. Errors: STATUS_RUNTIME, out of device memory.
 static enum status upload_params(struct trainer *t, struct trainer_error *err) {
     struct tensor w = model_param_arena(t->m.model);
-    const size_t *rb, *re, *at;
-    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
     struct tensor ps = optimizer_param_shard(t->m.opt); // ZeRO-3: no arena
-    if (has_master(t))
+    if (params_by_range(t)) { // host_master: this rank's ranges, FP32
+        struct tensor mw = optimizer_master(t->m.opt);
+        if (has_master(t)) {
+            backend_to_device(t->m.be, mw.data, t->ckpt.host_master, mw.numel * sizeof(float));
+            backend_copy(t->m.be, ps, mw, ps.numel); // rounded
+        } else {
+            backend_to_device(t->m.be, ps.data, t->ckpt.host_master, ps.numel * sizeof(float));
+        }
+        backend_synchronize(t->m.be);
+        return STATUS_OK;
+    }
+    if (has_master(t)) {
+        const size_t *rb, *re, *at;
+        int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
         for (int r = 0; r < nr; r++) {
             struct tensor mw = tensor_slice(optimizer_master(t->m.opt), at[r], re[r] - rb[r]);
             backend_to_device(t->m.be, mw.data, t->ckpt.host_params + rb[r], mw.numel * sizeof(float));
         }
-    if (ps.numel) { // this rank's slices, rounded from the master weights (or FP32 as they are)
-        if (has_master(t)) {
-            backend_copy(t->m.be, ps, optimizer_master(t->m.opt), ps.numel);
-        } else {
-            for (int r = 0; r < nr; r++)
-                backend_to_device(t->m.be, tensor_slice(ps, at[r], re[r] - rb[r]).data,
-                                  t->ckpt.host_params + rb[r], (re[r] - rb[r]) * sizeof(float));
-        }
-        backend_synchronize(t->m.be);
-        return STATUS_OK;
     }
     if (has_master(t)) {
         void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
@@ -320,8 +371,9 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     snprintf(phase, sizeof phase, "start-up: reading model.init_from weights from %.*s", CKPT_PATH_MAX, path);
     watchdog_phase(t->watchdog, phase, load_allowance(t, path), 0);
     host_buffers(t);
-    memset(t->ckpt.host_params, 0, model_param_arena(t->m.model).numel * sizeof(float));
-    int n = pieces(t, true, false, false);
+    if (t->ckpt.host_params) memset(t->ckpt.host_params, 0, model_param_arena(t->m.model).numel * sizeof(float));
+    if (t->ckpt.host_master) memset(t->ckpt.host_master, 0, optimizer_numel(t->m.opt) * sizeof(float));
+    int n = pieces(t, true, params_by_range(t), false);
     enum status s = STATUS_OK;
     if (hf) {
         struct hf_model *h;
@@ -470,8 +522,10 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     host_buffers(t);
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
-    memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
-    int n = pieces(t, true, false, true);
+    // vocab padding and arena gaps stay 0
+    if (t->ckpt.host_params) memset(t->ckpt.host_params, 0, w.numel * sizeof(float));
+    if (t->ckpt.host_master) memset(t->ckpt.host_master, 0, optimizer_numel(t->m.opt) * sizeof(float));
+    int n = pieces(t, true, params_by_range(t), true);
     if (checkpoint_read_pieces(r, t->ckpt.pieces, n, t->watchdog, &err->err)) {
         s = trainer_alone(err);
         goto out;
@@ -510,7 +564,21 @@ out:
     return s;
 }
 
+static enum status resume(struct trainer *t, struct trainer_error *err);
+
+// On a backend whose memory is host memory the host buffers serve only a
+// load (a save reads the arenas): freed once it is done, so that a resumed
+// run holds what a fresh one does (docs/design.md §5).
 enum status trainer_resume(struct trainer *t, struct trainer_error *err) {
+    enum status s = resume(t, err);
+    if (backend_host_memory(t->m.be)) {
+        free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v);
+        t->ckpt.host_params = t->ckpt.host_master = t->ckpt.host_m = t->ckpt.host_v = NULL;
+    }
+    return s;
+}
+
+static enum status resume(struct trainer *t, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     char path[CKPT_PATH_MAX];
     t->ckpt.start_step = 0;

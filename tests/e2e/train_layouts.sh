@@ -12,8 +12,9 @@
 # dp = 4, moves it by 1e-4.)
 # The final parameters, gathered from each layout's last checkpoint by
 # `trident ckpt export`, equal the single-rank ones within 1e-5 relative per
-# tensor. ZeRO-1 with dp = 4 or 2 shrinks rank 0's memory by (dp - 1) / dp of
-# the optimizer state `trident plan` gives for that layout without ZeRO.
+# tensor. ZeRO-1 with dp = 4 or 2 holds 1 / dp of the optimizer state and
+# gradients `trident plan` gives for that layout without ZeRO, on rank 0 (the
+# moments and the reduce-scattered gradient shard).
 # Every number comes from the runs' metrics.jsonl (whose step records must
 # each carry step, loss, lr, grad_norm, tokens_per_s, mfu, mem_bytes) and
 # checkpoints, not from the printed log.
@@ -41,11 +42,12 @@ for tied in true false; do
         "$TRIDENT" ckpt export "$tmp/ck-$name" "$tmp/final-$name.h5" > /dev/null || fail "$name: ckpt export"
     done
 done
-# The optimizer bytes of stage 0, tp rank 0 without ZeRO, per `trident plan`.
+# The optimizer + gradient bytes of stage 0, tp rank 0 without ZeRO, per `trident plan`.
 plan_optimizer() { # tp dp
     local out
     out=$("$TRIDENT" plan "$SMALL_INI" "${common[@]}" model.tie_embeddings=true parallel.tp=$1 parallel.dp=$2)
-    awk '/^0 +[a-z]+ /{getline; print; exit}' <<<"$out" | sed -n 's/.*optimizer \([0-9]*\),.*/\1/p'
+    awk '/^0 +[a-z]+ /{getline; print; exit}' <<<"$out" |
+        sed -n 's/.*grads \([0-9]*\), optimizer \([0-9]*\),.*/\2,\1/p'
 }
 opt_1_4=$(plan_optimizer 1 4); opt_2_2=$(plan_optimizer 2 2)
 [ -n "$opt_1_4" ] && [ -n "$opt_2_2" ] || fail "no optimizer bytes in trident plan's output"
@@ -53,7 +55,7 @@ opt_1_4=$(plan_optimizer 1 4); opt_2_2=$(plan_optimizer 2 2)
 import json, sys
 import h5py, numpy as np
 tmp, layouts = sys.argv[1], sys.argv[2].split()
-plan_opt = {(1, 4): int(sys.argv[3]), (2, 2): int(sys.argv[4])}
+plan_opt = {(1, 4): [int(x) for x in sys.argv[3].split(",")], (2, 2): [int(x) for x in sys.argv[4].split(",")]}
 KEYS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_bytes")
 def steps(name):
     """Step number -> record, from metrics.jsonl (validation records skipped)."""
@@ -100,12 +102,13 @@ for tied in ("true", "false"):
                 print(f"FAIL: {name}: final {k} differs from {ref} (rel {rel:.2e})")
         print(f"tied={tied} (tp, pp, dp, zero, sp, v) = ({l}): 20 steps match (worst rel {worst:.1e}, "
               f"final loss {other[20]['loss']}), final parameters match (worst rel {pworst:.1e})")
-# ZeRO-1 divides the optimizer state per rank by dp: rank 0's arenas
-# (mem_bytes) shrink by (dp - 1) / dp of the unsharded optimizer state.
-for (tp, dp), opt in plan_opt.items():
+# ZeRO-1 divides the optimizer state per rank by dp and adds the shard of
+# reduce-scattered gradients it updates from (grads / dp, counted with the
+# optimizer): rank 0's arenas (mem_bytes) shrink to (opt + grads) / dp.
+for (tp, dp), (opt, grads) in plan_opt.items():
     full = steps(f"true-{tp}-1-{dp}-0-0-1")[1]["mem_bytes"]
     sharded = steps(f"true-{tp}-1-{dp}-1-0-1")[1]["mem_bytes"]
-    ratio = opt / (opt - (full - sharded))
+    ratio = (opt + grads) / (opt - (full - sharded))
     print(f"(tp, dp) = ({tp}, {dp}): rank 0 holds {full} bytes without ZeRO, {sharded} with ZeRO-1: "
           f"optimizer state {opt} bytes / {ratio:.2f}")
     if abs(ratio - dp) > 0.05 * dp:

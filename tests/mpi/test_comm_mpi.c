@@ -3,7 +3,9 @@
 // re-splitting MPI_COMM_WORLD; with 8 ranks: (tp,pp,dp) = (2,2,2), (1,2,4),
 // (4,1,2), (8,1,1), (1,8,1) and the hybrid-sharded (tp,pp,dp,dp_shard) =
 // (1,2,4,2), (2,1,4,2); with N other ranks: (N,1,1), (1,N,1), (1,1,N). Every
-// group kind of parallel/axes_list.h is checked in each.
+// group kind of parallel/axes_list.h is checked in each. The collectives run
+// twice: whole, and split into MPI calls of 256 bytes (comm_mpi_set_limits),
+// which must give the same values.
 // Expected values come from the pure layout functions and closed-form sums
 // over the members, never from the collective under test.
 //
@@ -305,6 +307,18 @@ static int run_layout(int tp, int pp, int dp, int dp_shard) {
     for (int k = 0; k < GROUP_COUNT; k++) check_collectives(&topo, (enum group_kind)k, layout);
     check_bf16_sum(&topo, GROUP_DP, layout);
     check_bf16_sum(&topo, GROUP_TP, layout);
+    // The same in small MPI calls (comm_mpi.h's bound on MPI's temporaries):
+    // chunks of 256 bytes, non-blocking ones 600 bytes in flight at most, so
+    // that every collective above is split, its pieces of reduce-scatter
+    // staged, and the queue of non-blocking chunks waits for its window.
+    for (int k = 0; k < GROUP_COUNT; k++)
+        if (topology_group(&topo, (enum group_kind)k)->size > 0)
+            comm_mpi_set_limits(topology_group(&topo, (enum group_kind)k), 256, 600);
+    char chunked[80];
+    snprintf(chunked, sizeof chunked, "%s chunked", layout);
+    for (int k = 0; k < GROUP_COUNT; k++) check_collectives(&topo, (enum group_kind)k, chunked);
+    check_bf16_sum(&topo, GROUP_DP, chunked);
+    check_bf16_sum(&topo, GROUP_TP, chunked);
     check_ring(&topo, layout);
     check_ring_nonblocking(&topo, layout);
     // Embedding group: the two ends of each (t, d) pipeline sum their ranks.
