@@ -59,6 +59,17 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         json_object_set_new(g, "activation_bytes", json_integer((json_int_t)b->activations));
         json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
         json_object_set_new(g, "slots", json_integer(b->n_slots));
+        if (b->zero_stage >= 2) { // ZeRO-2/3's parts (plan.h)
+            json_object_set_new(g, "shard_ranks", json_integer(b->shard_ranks));
+            json_object_set_new(g, "unit_elems", json_integer((json_int_t)b->unit_elems));
+            json_object_set_new(g, "params_shard_bytes", json_integer((json_int_t)b->params_shard));
+            json_object_set_new(g, "params_gathered_bytes", json_integer((json_int_t)b->params_gathered));
+            json_object_set_new(g, "gathered_units", json_integer(b->n_gathered));
+            json_object_set_new(g, "grads_shard_bytes", json_integer((json_int_t)b->grads_shard));
+            json_object_set_new(g, "grads_unit_bytes", json_integer((json_int_t)b->grads_units));
+            json_object_set_new(g, "grads_recv_bytes", json_integer((json_int_t)b->grads_recv));
+            json_object_set_new(g, "grads_transfer_bytes", json_integer((json_int_t)b->grads_transfer));
+        }
         json_object_set_new(g, "mpi_bytes", json_integer((json_int_t)host[i].mpi));
         json_object_set_new(g, "resident_bytes", json_integer((json_int_t)resident(c, b, &host[i])));
         json_object_set_new(g, "checkpoint_load_host_bytes", json_integer((json_int_t)host[i].ckpt_load));
@@ -69,6 +80,31 @@ static void print_json(const struct config *c, const struct plan_group *rows,
     json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(o);
+}
+
+// ZeRO-2/3: what each pool holds (plan.h's terms), one named line a pool.
+static void print_zero_lines(const struct config *c, const struct plan_rank_bytes *b) {
+    int z = b->zero_stage, S = b->shard_ranks;
+    size_t P = dtype_size(c->precision.dtype), U = b->unit_elems;
+    size_t G = dtype_size(c->precision.dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32);
+    const char *dt = dtype_name(c->precision.dtype);
+    if (z == 3 && b->n_gathered)
+        printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (%d x %.1f MiB, prefetch 1%s): "
+               "%.1f MiB\n", S, mib(b->params_shard), b->n_gathered, mib(U * P),
+               b->n_gathered > 2 ? ", + 1 beside the tied head" : "", mib(b->params_gathered));
+    else if (z == 3)
+        printf("       parameters (ZeRO-3 shard 1/%d): %.1f MiB; gathered units (the whole stage, "
+               "reshard_after_forward = false): %.1f MiB\n", S, mib(b->params_shard), mib(b->params_gathered));
+    else
+        printf("       parameters (ZeRO-2: full %s copy): %.1f MiB\n", dt, mib(b->params));
+    printf("       gradients (ZeRO-%d shard 1/%d, %s): %.1f MiB; unit gradient buffers (2 x %.1f MiB%s): %.1f MiB; "
+           "their reduce-scatter results: %.1f MiB", z, S, c->precision.dtype == DTYPE_FP64 ? "fp64" : "fp32",
+           mib(b->grads_shard), mib(U * G), b->grads_units > 2 * U * G ? " + the tied embedding's" : "",
+           mib(b->grads_units), mib(b->grads_recv));
+    if (b->grads_transfer) printf("; bf16 transfer copies of both: %.1f MiB", mib(b->grads_transfer));
+    printf("\n       optimizer (shard 1/%d): AdamW m, v %.1f MiB", S, mib(b->opt_moments));
+    if (b->opt_master) printf("; fp32 master weights %.1f MiB", mib(b->opt_master));
+    printf("\n");
 }
 
 static const char *recompute_name(enum recompute r) {
@@ -84,6 +120,8 @@ static json_t *layout_json(const struct plan_layout *l) {
     json_object_set_new(o, "micro_batch_size", json_integer(l->mb));
     json_object_set_new(o, "recompute", json_string(recompute_name(l->recompute)));
     json_object_set_new(o, "zero_stage", json_integer(l->zero));
+    json_object_set_new(o, "dp_shard", json_integer(l->zero >= 2 ? l->dp_shard : 0));
+    json_object_set_new(o, "reshard_after_forward", json_boolean(l->zero == 3 && !l->keep_gathered));
     json_object_set_new(o, "peak_bytes", json_integer((json_int_t)l->peak_bytes));
     json_object_set_new(o, "step_s", json_real(l->step_s));
     json_object_set_new(o, "compute_s", json_real(l->compute_s));
@@ -100,8 +138,10 @@ static json_t *layout_json(const struct plan_layout *l) {
 }
 
 static void print_layout(const char *tag, const struct plan_layout *l) {
-    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
-           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero,
+    char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
+    if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
+    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
+           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
            l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu, l->hw_tflops_per_gpu);
 }
@@ -121,6 +161,8 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     struct plan_layout own = {.tp = c->parallel.tp, .pp = c->parallel.pp,
                               .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                               .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
+    struct plan_sharding zs = plan_sharding_of(c);
+    own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
     char own_why[400] = "";
     bool own_fits = false;
     if (cl->gpus % (own.tp * own.pp)) {
@@ -177,8 +219,8 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
            cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, n_tried, n_fit);
-    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
-           "v", "dp", "mb", "recompute", "zero", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
+    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
+           "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
            "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
@@ -212,8 +254,9 @@ int cmd_plan(int argc, char **argv) {
                 "  object; --world-size N: the ranks the run will have (parallel.dp = 0 infers\n"
                 "  dp = N / (tp * pp); without it, dp = 0 means 1)\n"
                 "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
-                "  pp, virtual stages, micro-batch, recompute, ZeRO-1) that fit the GPU's memory\n"
-                "  less --reserve, ranks them by predicted step time (docs/planning.md) and says\n"
+                "  pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory\n"
+                "  less --reserve, ranks them by predicted step time (docs/planning.md; shard: the\n"
+                "  ranks a ZeRO-2/3 shard spans, g: kept gathered) and says\n"
                 "  why each rejected (tp, pp) family failed and where the config's own layout\n"
                 "  stands. --gpu: A100-80G, H100-SXM (default), H200, or\n"
                 "  tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset;\n"
@@ -331,10 +374,15 @@ int cmd_plan(int argc, char **argv) {
     }
     struct grid_layout grid = config_grid(&c);
     char layout[256];
-    printf("plan: %s, %s = %d ranks, zero_stage %d, %d microbatches of %d x %d "
+    struct plan_sharding zs = plan_sharding_of(&c);
+    char zero[96] = "";
+    if (zs.zero_stage >= 2)
+        snprintf(zero, sizeof zero, " (shards over %d ranks%s)", zs.shard_ranks,
+                 zs.zero_stage == 2 ? "" : zs.reshard_after_forward ? ", reshard_after_forward" : ", kept gathered");
+    printf("plan: %s, %s = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
            "tokens per rank per step, %s, recompute %s\n", c.file,
            topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid),
-           c.parallel.zero_stage, plan_microbatches(&c), c.train.micro_batch_size,
+           c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
            "grads MiB", "AdamW MiB", "activ. MiB", "total MiB", "slots");
@@ -352,6 +400,7 @@ int cmd_plan(int argc, char **argv) {
         printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
                b->n_slots, b->slot_bytes, b->recompute_bytes,
                b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
+        if (b->zero_stage >= 2) print_zero_lines(&c, b);
         if (c.system.device == DEVICE_CPU)
             printf("       host: MPI %zu, resident %zu (%.1f MiB: the arenas and MPI's); a resume "
                    "or init_from reads into %zu more, freed after loading\n", host[i].mpi,

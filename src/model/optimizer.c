@@ -58,6 +58,14 @@ static bool low_precision(enum dtype d) { return d == DTYPE_BF16 || d == DTYPE_F
 static int group_size(struct comm_group *g) { return g ? g->size : 1; }
 static bool zero1(const struct optimizer *o) { return o->groups.zero_stage == 1 && group_size(o->groups.dp) > 1; }
 static bool units_sharded(const struct optimizer *o) { return o->groups.zero_stage >= 2; }
+// ZeRO-2/3's shard group: dp_shard (hybrid sharding), else the whole DP group.
+static struct comm_group *shard_group(const struct optimizer *o) {
+    return o->groups.dp_shard ? o->groups.dp_shard : o->groups.dp;
+}
+static struct comm_group *shard_host_group(const struct optimizer *o) {
+    if (o->groups.dp_shard) return parallel_host_group(o->groups.dp_shard, o->groups.host_dp_shard);
+    return parallel_host_group(o->groups.dp, o->groups.host_dp);
+}
 static bool zero3(const struct optimizer *o) { return o->groups.zero_stage == 3; }
 
 // The ranges of struct optimizer: one [begin, end), or (ZeRO-2/3) shard rank
@@ -72,7 +80,8 @@ static enum status ranges_init(struct optimizer *o, struct error *err) {
         o->rb[0] = o->begin, o->re[0] = o->end, o->n = o->end - o->begin;
         return STATUS_OK;
     }
-    int n, S = group_size(o->groups.dp), d = o->groups.dp ? o->groups.dp->rank : 0;
+    struct comm_group *sg = shard_group(o);
+    int n, S = group_size(sg), d = sg ? sg->rank : 0;
     const struct model_unit *u = model_units(o->model, &n);
     o->n_ranges = n;
     o->rb = xcalloc((size_t)n, sizeof *o->rb), o->re = xcalloc((size_t)n, sizeof *o->re);
@@ -283,8 +292,10 @@ double optimizer_prepare(struct optimizer *o) {
     struct comm_group *dp = parallel_host_group(o->groups.dp, o->groups.host_dp);
     struct comm_group *tp = parallel_host_group(o->groups.tp, o->groups.host_tp);
     struct comm_group *pp = parallel_host_group(o->groups.pp, o->groups.host_pp);
-    if (zero1(o) || (units_sharded(o) && group_size(dp) > 1))
-        comm_all_reduce(dp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    if (zero1(o)) comm_all_reduce(dp, &sum, 1, DTYPE_FP64, COMM_SUM);
+    // ZeRO-2/3: over the shard group (replicas of a slice hold the same values)
+    struct comm_group *sh = shard_host_group(o);
+    if (units_sharded(o) && group_size(sh) > 1) comm_all_reduce(sh, &sum, 1, DTYPE_FP64, COMM_SUM);
     if (group_size(tp) > 1) comm_all_reduce(tp, &sum, 1, DTYPE_FP64, COMM_SUM);
     if (group_size(pp) > 1) comm_all_reduce(pp, &sum, 1, DTYPE_FP64, COMM_SUM);
     return sqrt(sum);
@@ -314,13 +325,14 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
         void *mine = tensor_slice(w, o->begin, o->end - o->begin).data;
         comm_all_gather(o->groups.dp, mine, w.data, o->end - o->begin, w.dtype);
     }
-    if (units_sharded(o) && !zero3(o) && group_size(o->groups.dp) > 1) { // ZeRO-2: unit by unit
-        sync_for_dp(o);
+    struct comm_group *sg = shard_group(o);
+    if (units_sharded(o) && !zero3(o) && group_size(sg) > 1) { // ZeRO-2: unit by unit
+        if (!comm_stream_ordered(sg)) backend_synchronize(o->be);
         int nu;
         const struct model_unit *u = model_units(o->model, &nu);
         for (int k = 0; k < nu; k++) {
             size_t per = o->re[k] - o->rb[k];
-            comm_all_gather(o->groups.dp, tensor_slice(w, o->rb[k], per).data,
+            comm_all_gather(sg, tensor_slice(w, o->rb[k], per).data,
                             tensor_slice(w, u[k].begin, per).data, per, w.dtype);
         }
     }

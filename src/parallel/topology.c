@@ -1,5 +1,7 @@
-// topology.c: ranks to grid coordinates, and the MPI communicators of each
-// group (docs/design.md §2).
+// topology.c: the grid module: ranks to grid coordinates, groups' members,
+// and the MPI and NCCL communicators of each group, all derived from the
+// axis and group lists of axes_list.h (docs/design.md §2). The only file
+// that turns sizes into ranks (tests/layering/check_grid.py).
 #include "topology.h"
 
 #include <string.h>
@@ -110,7 +112,8 @@ char *topology_layout_text(const struct grid_layout *g, bool axes_only, const ch
     size_t len = 0;
     buf[0] = '\0';
     for (int i = 0; i < n && len < cap; i++) {
-        int w = snprintf(buf + len, cap - len, "%s%s%s%d", i ? sep : "", names[i], assign, sizes[i]);
+        int w = snprintf(buf + len, cap - len, "%s%s%s%d", i ? sep : "", names[i], assign,
+                         sizes[i]);
         len += w > 0 ? (size_t)w : 0;
     }
     return buf;
@@ -234,7 +237,8 @@ enum status topology_init(MPI_Comm world, const struct grid_layout *layout, stru
         return error_set(err, STATUS_BAD_INPUT,
                          "[parallel] %s = %lld ranks, but the job has N=%d ranks; set the product "
                          "= N (each at least 1)",
-                         topology_layout_text(layout, true, "=", " * ", text, sizeof text), n, size);
+                         topology_layout_text(layout, true, "=", " * ", text, sizeof text), n,
+                         size);
     }
     out->world_rank = rank;
     out->world_size = size;

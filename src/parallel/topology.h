@@ -86,7 +86,8 @@ struct grid_coord topology_coord_of(const struct grid_layout *g, int rank);
 int topology_group_rank(const struct grid_layout *g, enum group_kind kind, struct grid_coord coord);
 // Which group of its kind coord is in, 0 .. world / group size - 1 (the
 // other axes' coordinates in rank order); -1 as topology_group_rank.
-int topology_group_index(const struct grid_layout *g, enum group_kind kind, struct grid_coord coord);
+int topology_group_index(const struct grid_layout *g, enum group_kind kind,
+                         struct grid_coord coord);
 // Fills members (room for topology_group_size ranks) with the world ranks of
 // the group of kind that contains coord, in group-rank order, and returns
 // their count; 0 when coord is not in such a group (middle stage, GROUP_EMBED).
@@ -122,7 +123,8 @@ struct topology {
 // Every rank makes the same MPI calls in the same order.
 enum status topology_init(MPI_Comm world, const struct grid_layout *layout, struct topology *out,
                           struct error *err);
-// A topology of one rank (every size 1) of comm_self groups of comm_self groups, without MPI (tests, one rank).
+// A topology of one rank (every size 1) of comm_self groups, without MPI
+// (tests, one rank).
 void topology_init_self(struct topology *out);
 // Collective over world when built by topology_init.
 void topology_free(struct topology *topo);

@@ -22,6 +22,23 @@ struct llama_config plan_llama(const struct config *c) {
     };
 }
 
+struct plan_sharding plan_sharding_of(const struct config *c) {
+    int dp = MAX(1, c->parallel.dp), S = c->parallel.zero_stage >= 2 && c->parallel.dp_shard ? c->parallel.dp_shard : dp;
+    return (struct plan_sharding){.zero_stage = c->parallel.zero_stage, .shard_ranks = S,
+                                  .reshard_after_forward = c->parallel.reshard_after_forward, .prefetch = 1};
+}
+
+// What ZeRO asks of the shard's arenas: ZeRO-1 pads the arena to a multiple
+// of 64 dp; ZeRO-2/3 pad every unit so that each of the S shard ranks owns a
+// slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h), keep
+// no gradient arena, and at 3 no parameter arena.
+static void shard_zero(struct model_shard *s, const struct config *c, const struct plan_sharding *z) {
+    s->arena_multiple = z->zero_stage == 1 ? 64 * c->parallel.dp : 0;
+    s->unit_multiple = z->zero_stage >= 2 ? 128 * z->shard_ranks : 0;
+    s->no_grad_arena = z->zero_stage >= 2;
+    s->no_param_arena = z->zero_stage == 3;
+}
+
 int plan_microbatches(const struct config *c) {
     return loader_microbatches(c->train.global_batch_size, c->train.micro_batch_size, c->parallel.dp);
 }
@@ -33,12 +50,8 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     int m = plan_microbatches(c);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
-    shard.arena_multiple = c->parallel.zero_stage == 1 ? 64 * c->parallel.dp : 0;
-    // ZeRO-2/3: every unit padded so that each of the dp shard ranks owns a
-    // slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h).
-    shard.unit_multiple = c->parallel.zero_stage >= 2 ? 128 * c->parallel.dp : 0;
-    shard.no_grad_arena = c->parallel.zero_stage >= 2;
-    shard.no_param_arena = c->parallel.zero_stage == 3;
+    struct plan_sharding z = plan_sharding_of(c);
+    shard_zero(&shard, c, &z);
     shard.sequence_parallel = c->parallel.sequence_parallel;
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
@@ -64,6 +77,7 @@ size_t plan_rank_total(const struct plan_rank_bytes *b) {
 
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err) {
+    struct plan_sharding zs = plan_sharding_of(c), *z = &zs;
     struct llama_config lc = plan_llama(c);
     struct model_shard shard;
     struct model_memory mem;
@@ -76,9 +90,9 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     *out = (struct plan_rank_bytes){
         .params = mem.param_bytes,
         // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
-        .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, dp, c->parallel.zero_stage,
+        .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, dp, z->zero_stage,
                                                        c->precision.grad_dtype),
-        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, dp, c->parallel.zero_stage,
+        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, dp, z->zero_stage,
                                           c->precision.grad_dtype),
         .activations = mem.activation_bytes,
         .slot_bytes = mem.slot_bytes,
@@ -86,12 +100,31 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
-    if (c->parallel.zero_stage >= 2) { // fsdp.h: shards, gather and unit gradient buffers
-        size_t zp, zg;
-        fsdp_plan_bytes(c->parallel.zero_stage, c->parallel.reshard_after_forward, c->precision.dtype,
-                        c->precision.grad_dtype, &mem, dp, &zp, &zg);
-        out->params += zp, out->grads += zg;
+    if (z->zero_stage < 2) return STATUS_OK;
+    // ZeRO-2/3: fsdp.h's buffers (fsdp_plan_bytes: what fsdp_bytes reports of
+    // a run), named by part for `trident plan`. n and U include the padding.
+    int S = z->shard_ranks;
+    size_t n = mem.n_params, nS = n / S, U = mem.max_unit_numel, tied = mem.tied_embed_numel;
+    size_t P = dtype_size(c->precision.dtype);
+    size_t G = dtype_size(c->precision.dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32);
+    size_t zp, zg;
+    fsdp_plan_bytes(z->zero_stage, z->reshard_after_forward, c->precision.dtype, c->precision.grad_dtype, &mem,
+                    S, &zp, &zg);
+    out->zero_stage = z->zero_stage, out->shard_ranks = S, out->unit_elems = U;
+    // two unit gradient buffers (and a tied embedding's own), their reduce-scatter results
+    out->grads_shard = nS * G, out->grads_units = (2 * U + tied) * G, out->grads_recv = (2 * (U / S) + tied / S) * G;
+    out->grads_transfer = zg - out->grads_shard - out->grads_units - out->grads_recv; // their bf16 twins
+    out->grads += zg;
+    out->optimizer = optimizer_plan_bytes(n, c->precision.dtype, S, z->zero_stage, c->precision.grad_dtype);
+    out->opt_master = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16 ? nS * sizeof(float) : 0;
+    out->opt_moments = out->optimizer - out->opt_master;
+    if (z->zero_stage == 3) {
+        out->params_shard = nS * P;
+        out->params_gathered = zp - out->params_shard;
+        // the unit computing and the one gathered ahead (prefetch 1), + 1 beside a tied head
+        out->n_gathered = z->reshard_after_forward ? (int)(out->params_gathered / (U * P)) : 0;
     }
+    out->params += zp;
     return STATUS_OK;
 }
 
@@ -135,7 +168,8 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
 static bool rank_bytes_equal(const struct plan_rank_bytes *a, const struct plan_rank_bytes *b) {
     return a->params == b->params && a->grads == b->grads && a->optimizer == b->optimizer &&
            a->activations == b->activations && a->slot_bytes == b->slot_bytes &&
-           a->recompute_bytes == b->recompute_bytes && a->n_slots == b->n_slots;
+           a->recompute_bytes == b->recompute_bytes && a->n_slots == b->n_slots &&
+           a->unit_elems == b->unit_elems && a->params_gathered == b->params_gathered;
 }
 
 enum status plan_groups(const struct config *c, struct plan_group *out, int *n_out, size_t *peak,

@@ -24,24 +24,61 @@ int plan_microbatches(const struct config *c);
 enum status plan_shard(const struct config *c, struct grid_coord coord, struct model_shard *out,
                        struct error *err);
 
+// How a layout shards its data-parallel state (ZeRO, Rajbhandari et al.
+// 2020, §5; FSDP, Zhao et al. 2023, §3): zero_stage 0..3; S = shard_ranks,
+// the ranks a shard is split over (dp; parallel.dp_shard under hybrid
+// sharding); at stage 3 whether a unit's gathered parameters are freed after
+// its forward (reshard_after_forward) and how many units are all-gathered
+// ahead of the one computing (prefetch, FSDP's depth 1).
+struct plan_sharding {
+    int zero_stage, shard_ranks; // 0..3; 1..dp
+    bool reshard_after_forward;
+    int prefetch; // >= 0 units
+};
+
+// The config's sharding: its zero_stage, S = parallel.dp_shard at stages 2
+// and 3 (0: dp; ZeRO-1 shards over dp), parallel.reshard_after_forward and
+// prefetch 1 (fsdp.h's depth). c->parallel.dp resolved.
+struct plan_sharding plan_sharding_of(const struct config *c);
+
 // The bytes one rank of the config's layout allocates (what its metrics.jsonl
 // mem_bytes reports): the shard's parameters, gradients (plus the BF16 copy
 // the buckets all-reduce when grad_dtype = bf16 without ZeRO-1), optimizer
 // state (FP32 master weights and AdamW moments, ZeRO-1 sharded over dp) and
 // activations (n_slots slots of slot_bytes, the recompute buffer, scratch).
+// ZeRO-2 and 3 (docs/planning.md §1; src/train/fsdp.h's buffers, from
+// fsdp_plan_bytes; n = n_params, S = shard_ranks, U = unit_elems, the
+// largest unit, every unit padded to a multiple of 128 S elements; P = model
+// dtype bytes, G = gradient bytes, 4 or 8 for fp64): grads = n/S G (the
+// FP32 shard) + 2 U G (two unit gradient buffers: one written by the
+// backward, one being reduce-scattered; a tied embedding has its own) + 2
+// U/S G (their reduce-scatter results) + their BF16 twins under grad_dtype
+// bf16; optimizer = AdamW m, v (and the FP32 master of a bf16/fp16 model)
+// over n/S; params = n P at stage 2, n/S P + (prefetch + 1) U P at stage 3
+// with reshard_after_forward (one more beside a tied head; else n/S P + n
+// P: every unit stays gathered until the backward ends).
 struct plan_rank_bytes {
     size_t params, grads, optimizer, activations; // bytes
     size_t slot_bytes, recompute_bytes;           // bytes, inside activations
     int n_slots;                                  // >= 1
     size_t n_params;                              // elements of the shard
+    // zero_stage >= 2 only (0 otherwise):
+    int zero_stage, shard_ranks;                  // as plan_sharding
+    size_t unit_elems;                            // U, elements (this rank's TP slice)
+    size_t params_shard, params_gathered;         // bytes, inside params (stage 3)
+    int n_gathered;                               // units held gathered (stage 3): prefetch + 1,
+                                                  // 0 when the whole stage stays gathered
+    size_t grads_shard, grads_units, grads_recv, grads_transfer; // bytes, inside grads
+    size_t opt_moments, opt_master;               // bytes, inside optimizer
 };
 
 // Sum of a rank's four pools, in bytes.
 size_t plan_rank_total(const struct plan_rank_bytes *b);
 
 // The bytes of grid position coord (its tensor rank and pipeline stage; every
-// data rank holds the same) of the config's layout (c->parallel.dp resolved).
-// Errors: STATUS_BAD_INPUT as plan_shard, and model_plan's.
+// data rank holds the same) of the config's layout (c->parallel.dp resolved)
+// under plan_sharding_of(c). Errors: STATUS_BAD_INPUT as plan_shard, and
+// model_plan's.
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err);
 

@@ -45,8 +45,11 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq) {
-            size_t i = 0;
-            while (i < (sizeof presets / sizeof presets[0]) && strcasecmp(presets[i].name, tok)) i++;
+            char name[64]; // "A100-80GB" = "A100-80G"
+            snprintf(name, sizeof name, "%s", tok);
+            size_t i = 0, len = strlen(name);
+            if (len > 2 && !strcasecmp(name + len - 2, "GB")) name[len - 1] = '\0';
+            while (i < (sizeof presets / sizeof presets[0]) && strcasecmp(presets[i].name, name)) i++;
             if (i == (sizeof presets / sizeof presets[0]))
                 return error_set(err, STATUS_BAD_INPUT,
                                  "--gpu: unknown preset '%s' (A100-80G, H100-SXM, H200, or "
@@ -87,13 +90,24 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
                   char *why, size_t why_len) {
     struct config c = *c0;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
-    c.parallel.dp_shard = 0; // the search has no dp_shard: one shard group of the data ranks
+    if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
+    // ZeRO-2/3's shard group (hybrid sharding below dp) and reshard policy
+    c.parallel.dp_shard = l->zero >= 2 && l->dp_shard < l->dp ? l->dp_shard : 0;
+    c.parallel.reshard_after_forward = !l->keep_gathered;
     c.parallel.virtual_stages = l->v, c.parallel.zero_stage = l->zero;
     c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len % l->tp == 0;
     c.train.micro_batch_size = l->mb;
     c.model.recompute = l->recompute;
     struct error err = {0};
-    size_t peak = 0, n_params = 0;
+    // What the trainer refuses (config_validate: a combination it cannot run)
+    // the search does not offer.
+    if (config_validate(&c, cl->gpus, true, &err)) { // tp pp dp = the cluster's GPUs
+        l->peak_bytes = 0;
+        snprintf(why, why_len, "%.150s", err.msg);
+        return false;
+    }
+    size_t peak = 0, n_params = 0, unit = 0;
+    int S = plan_sharding_of(&c).shard_ranks;
     // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.
     for (int p = 0; p < l->pp; p++) {
         struct plan_rank_bytes b;
@@ -105,6 +119,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         }
         if (plan_rank_total(&b) > peak) peak = plan_rank_total(&b);
         n_params = MAX(n_params, b.n_params);
+        unit = MAX(unit, b.unit_elems);
     }
     l->peak_bytes = peak;
     size_t usable = cl->gpu.mem_bytes > cl->reserve_bytes ? cl->gpu.mem_bytes - cl->reserve_bytes : 0;
@@ -147,11 +162,37 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     bool dp_ib = (long)l->tp * l->dp > cl->gpus_per_node;
     double bw_dp = dp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_dp = dp_ib ? cl->alpha_ib : cl->alpha_nvlink;
     double gbytes = (double)n_params * dtype_size(c.precision.grad_dtype);
-    double reduce = l->zero ? t_half(gbytes, l->dp, bw_dp, a_dp) : t_all_reduce(gbytes, l->dp, bw_dp, a_dp);
-    double gather = l->zero ? t_half((double)n_params * dtype_size(c.precision.dtype), l->dp, bw_dp, a_dp) : 0;
+    double pbytes = (double)n_params * dtype_size(c.precision.dtype);
     // The buckets reduce during the last microbatch's backward (2/3 of its compute).
     double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
-    l->dp_exposed_s = (reduce > window ? reduce - window : 0) + gather;
+    if (l->zero <= 1) {
+        double reduce = l->zero ? t_half(gbytes, l->dp, bw_dp, a_dp) : t_all_reduce(gbytes, l->dp, bw_dp, a_dp);
+        double gather = l->zero ? t_half(pbytes, l->dp, bw_dp, a_dp) : 0;
+        l->dp_exposed_s = (reduce > window ? reduce - window : 0) + gather;
+    } else {
+        // ZeRO-2/3 (docs/planning.md §3): per-unit collectives within the
+        // shard group of S ranks (the network once tp S spans more than a
+        // node), the shards' all-reduce across the dp / S replicas once a
+        // step (the network once tp dp does).
+        bool s_ib = (long)l->tp * S > cl->gpus_per_node;
+        double bw_s = s_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_s = s_ib ? cl->alpha_ib : cl->alpha_nvlink;
+        int units = chunk_max * l->v + 2; // the stage's blocks, the embedding and the head at most
+        // k per-unit collectives of bytes in all: one collective's bandwidth term, k latency terms
+        double lat = (double)(units - 1) * (S - 1);
+        double rs = t_half(gbytes, S, bw_s, a_s) + lat * a_s;
+        double ag = t_half(pbytes, S, bw_s, a_s) + lat * a_s;
+        double ar = t_all_reduce(gbytes / S, l->dp / S, bw_dp, a_dp);
+        double fwd_window = (1.0 / 3.0) * l->compute_s / m;
+        double ag_unit = t_half((double)unit * dtype_size(c.precision.dtype), S, bw_s, a_s);
+        double per_mb_fwd = 0, bwd_comm = rs;
+        if (l->zero == 3) {
+            // The first unit's gather waits; the rest overlap the forward (prefetch 1).
+            per_mb_fwd = ag_unit + MAX(0, ag - ag_unit - fwd_window);
+            if (!l->keep_gathered) bwd_comm += ag; // gathered again for the backward
+        }
+        l->dp_exposed_s = m * per_mb_fwd + (m - 1) * MAX(0, bwd_comm - window) +
+                          MAX(0, bwd_comm + ar - window) + (l->zero == 2 ? ag : 0);
+    }
     l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->pp_comm_s + l->dp_exposed_s;
     l->tflops_per_gpu = flops / l->step_s / 1e12;
     l->hw_tflops_per_gpu = (flops + l->recompute_s / imbalance * rate) / l->step_s / 1e12;
@@ -160,9 +201,11 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     return true;
 }
 
+// Fastest first; of equal times, the one that needs less memory.
 static int cmp_layout(const void *a, const void *b) {
-    double x = ((const struct plan_layout *)a)->step_s, y = ((const struct plan_layout *)b)->step_s;
-    return x < y ? -1 : x > y;
+    const struct plan_layout *p = a, *q = b;
+    if (p->step_s != q->step_s) return p->step_s < q->step_s ? -1 : 1;
+    return (p->peak_bytes > q->peak_bytes) - (p->peak_bytes < q->peak_bytes);
 }
 
 enum status plan_search(const struct config *c, const struct plan_cluster *cl,
@@ -212,8 +255,13 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                     int m = B / (mb * dp);
                     if (m < pp || (v > 1 && m % pp)) continue;
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
-                        for (int z = 0; z <= (dp > 1); z++) {
+                        for (int z = 0; z <= (dp > 1 ? 3 : 0); z++)
+                        for (int S = z >= 2 ? 1 : dp; S <= dp; S++)
+                        for (int keep = 0; keep <= (z == 3); keep++) {
+                            // ZeRO-2/3's shard group: a divisor of dp above 1 (hybrid), or dp
+                            if (dp % S || (z >= 2 && S == 1)) continue;
                             struct plan_layout l = {.tp = tp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
+                                                  .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
                                                   .recompute = (enum recompute)r};
                             char w[160];
                             ++*n_tried;

@@ -1,10 +1,11 @@
 // plan_search.h: which layout of a config fits N GPUs and which is fastest
 // (docs/planning.md): enumerates (tp, pp, virtual stages, dp, micro-batch,
-// recompute, ZeRO-1), takes each one's peak bytes from plan.h (what a run
+// recompute, ZeRO stage 0-3 and its shard group), takes each one's peak bytes from plan.h (what a run
 // allocates) and predicts its step time with an analytic model (compute at
 // an efficiency of the GPU's peak, interleaved-1F1B bubble, recompute,
 // tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
-// on the inter-node network, alpha-beta).
+// on the inter-node network, alpha-beta; ZeRO-2/3's per-unit all-gathers and
+// reduce-scatters against the compute they overlap).
 #ifndef TRIDENT_PLAN_SEARCH_H
 #define TRIDENT_PLAN_SEARCH_H
 
@@ -28,7 +29,7 @@ struct plan_cluster {
     double alpha_nvlink, alpha_ib; // seconds per collective step (latency term)
 };
 
-// Fills gpu from "A100-80G", "H100-SXM", "H200" or a comma list of
+// Fills gpu from "A100-80G" (or "A100-80GB"), "H100-SXM", "H200" or a comma list of
 // name=value (tflops=, hbm= in TB/s or with a T/G suffix, nvlink=, ib= in
 // GB/s or with a G suffix, mem= with a G suffix) applied on top of H100-SXM
 // or on top of a preset named first ("H200,ib=25G").
@@ -40,6 +41,8 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
 // model FLOPs, without recompute, per GPU).
 struct plan_layout {
     int tp, pp, v, dp, mb, zero;
+    int dp_shard;               // ZeRO-2/3: ranks a shard spans (divides dp; dp: no replication); 0 = dp
+    bool keep_gathered;         // ZeRO-3: reshard_after_forward = false
     enum recompute recompute;
     size_t peak_bytes;
     double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, pp_comm_s, dp_exposed_s;
@@ -64,8 +67,8 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_layout *top, int n_top, int *n_fit, int *n_tried,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
 
-// Predicts one layout (its fields tp, pp, v, dp, mb, zero, recompute set):
-// fills peak_bytes and the times. Returns false with why set when it does not
+// Predicts one layout (its fields tp, pp, v, dp, mb, zero, dp_shard,
+// keep_gathered, recompute set): fills peak_bytes and the times. Returns false with why set when it does not
 // fit or the schedule refuses it.
 bool plan_predict(const struct config *c, const struct plan_cluster *cl, struct plan_layout *l,
                   char *why, size_t why_len);

@@ -338,7 +338,9 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
         struct fsdp_config fc = {c->parallel.zero_stage, c->parallel.reshard_after_forward,
                                  !(pf && !strcmp(pf, "0")), !(ov && !strcmp(ov, "0")),
                                  c->precision.grad_dtype, c->model.tie_embeddings};
-        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP), NULL, &fc,
+        // Hybrid sharding (parallel.dp_shard < dp): shard within dp_shard, all-reduce across replicas.
+        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP_SHARD),
+                      topology_device_group(topo, GROUP_DP_REPLICATE), &fc,
                       (uint64_t)c->train.seed, &err->err))
             return trainer_alone(err);
     }

@@ -21,6 +21,9 @@ static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).nu
 
 // ZeRO-2/3: every DP rank saves the parameters of its ranges (optimizer_ranges).
 static bool units_sharded(const struct trainer *t) { return t->cfg.parallel.zero_stage >= 2; }
+// ZeRO-3 also reads only its ranges' parameters (into host_master): no host
+// copy of the whole model either.
+static bool params_by_range(const struct trainer *t) { return t->cfg.parallel.zero_stage == 3; }
 
 // The table of pieces a save or a load fills (3 per parameter tensor at most).
 static void piece_table(struct trainer *t) {
@@ -34,9 +37,9 @@ static void piece_table(struct trainer *t) {
 // pay for them), and the piece table.
 static void host_buffers(struct trainer *t) {
     piece_table(t);
-    if (t->ckpt.host_params) return;
+    if (t->ckpt.host_m) return; // (no host_params under ZeRO-3)
     size_t k = optimizer_numel(t->m.opt);
-    t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
+    if (!params_by_range(t)) t->ckpt.host_params = xcalloc(model_param_arena(t->m.model).numel, sizeof(float));
     if (has_master(t) || units_sharded(t)) t->ckpt.host_master = xcalloc(k, sizeof(float));
     t->ckpt.host_m = xcalloc(k, sizeof(float));
     t->ckpt.host_v = xcalloc(k, sizeof(float));
@@ -150,7 +153,9 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
     // parameters, master weights and moments of its slice of every unit.
     bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
-    bool sharded = units_sharded(t);
+    // Hybrid sharding: the replicas of a shard group hold the same slices; the first writes them.
+    bool sharded = units_sharded(t) && topology_rank_in(&t->par.topo, GROUP_DP_REPLICATE) == 0;
+    if (units_sharded(t)) first_replica = sharded, zero = sharded;
     int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
                       first_replica || zero);
     struct ckpt_state st = {
@@ -287,28 +292,29 @@ void trainer_resume_message(const struct resume_check *rc, const char *path, cha
 
 // Copies t->ckpt.host_params (the whole parameter arena, FP32) into the model
 // and, for a BF16/FP16 model, this rank's ranges into the FP32 master weights
-// (the model gets them rounded); under ZeRO-3 only this rank's ranges, into
-// its parameter shard (no arena). Errors: STATUS_RUNTIME, out of device memory.
+// (the model gets them rounded); under ZeRO-3 t->ckpt.host_master (this
+// rank's ranges, FP32) into its parameter shard (no arena) and master weights. Errors: STATUS_RUNTIME, out of device memory.
 static enum status upload_params(struct trainer *t, struct trainer_error *err) {
     struct tensor w = model_param_arena(t->m.model);
-    const size_t *rb, *re, *at;
-    int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
     struct tensor ps = optimizer_param_shard(t->m.opt); // ZeRO-3: no arena
-    if (has_master(t))
+    if (params_by_range(t)) { // host_master: this rank's ranges, FP32
+        struct tensor mw = optimizer_master(t->m.opt);
+        if (has_master(t)) {
+            backend_to_device(t->m.be, mw.data, t->ckpt.host_master, mw.numel * sizeof(float));
+            backend_copy(t->m.be, ps, mw, ps.numel); // rounded
+        } else {
+            backend_to_device(t->m.be, ps.data, t->ckpt.host_master, ps.numel * sizeof(float));
+        }
+        backend_synchronize(t->m.be);
+        return STATUS_OK;
+    }
+    if (has_master(t)) {
+        const size_t *rb, *re, *at;
+        int nr = optimizer_ranges(t->m.opt, &rb, &re, &at);
         for (int r = 0; r < nr; r++) {
             struct tensor mw = tensor_slice(optimizer_master(t->m.opt), at[r], re[r] - rb[r]);
             backend_to_device(t->m.be, mw.data, t->ckpt.host_params + rb[r], mw.numel * sizeof(float));
         }
-    if (ps.numel) { // this rank's slices, rounded from the master weights (or FP32 as they are)
-        if (has_master(t)) {
-            backend_copy(t->m.be, ps, optimizer_master(t->m.opt), ps.numel);
-        } else {
-            for (int r = 0; r < nr; r++)
-                backend_to_device(t->m.be, tensor_slice(ps, at[r], re[r] - rb[r]).data,
-                                  t->ckpt.host_params + rb[r], (re[r] - rb[r]) * sizeof(float));
-        }
-        backend_synchronize(t->m.be);
-        return STATUS_OK;
     }
     if (has_master(t)) {
         void *tmp = backend_alloc(t->m.be, w.numel * sizeof(float));
@@ -365,8 +371,9 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     snprintf(phase, sizeof phase, "start-up: reading model.init_from weights from %.*s", CKPT_PATH_MAX, path);
     watchdog_phase(t->watchdog, phase, load_allowance(t, path), 0);
     host_buffers(t);
-    memset(t->ckpt.host_params, 0, model_param_arena(t->m.model).numel * sizeof(float));
-    int n = pieces(t, true, false, false);
+    if (t->ckpt.host_params) memset(t->ckpt.host_params, 0, model_param_arena(t->m.model).numel * sizeof(float));
+    if (t->ckpt.host_master) memset(t->ckpt.host_master, 0, optimizer_numel(t->m.opt) * sizeof(float));
+    int n = pieces(t, true, params_by_range(t), false);
     enum status s = STATUS_OK;
     if (hf) {
         struct hf_model *h;
@@ -515,8 +522,10 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     host_buffers(t);
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
-    memset(t->ckpt.host_params, 0, w.numel * sizeof(float)); // vocab padding and arena gaps stay 0
-    int n = pieces(t, true, false, true);
+    // vocab padding and arena gaps stay 0
+    if (t->ckpt.host_params) memset(t->ckpt.host_params, 0, w.numel * sizeof(float));
+    if (t->ckpt.host_master) memset(t->ckpt.host_master, 0, optimizer_numel(t->m.opt) * sizeof(float));
+    int n = pieces(t, true, params_by_range(t), true);
     if (checkpoint_read_pieces(r, t->ckpt.pieces, n, t->watchdog, &err->err)) {
         s = trainer_alone(err);
         goto out;

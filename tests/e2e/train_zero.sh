@@ -5,7 +5,9 @@
 #     2, 3 and 3 with reshard_after_forward = false), (2,1,2) untied with
 #     sequence parallelism (zero 2, 3), (1,2,2) 1F1B tied (zero 2, 3: the
 #     embedding group's sum of the gradient shards), (1,2,2) interleaved
-#     (virtual_stages 2, 4 layers) untied (zero 3), (2,2,2)+SP tied (zero 3):
+#     (virtual_stages 2, 4 layers) untied (zero 3), (2,2,2)+SP tied (zero 3),
+#     dp 4 with dp_shard 2 (hybrid sharding: slices of 2 ranks, all-reduced
+#     over the 2 replicas; the first replica saves; zero 2, 3):
 #     every step's loss and grad norm within 2e-6 relative of zero 1's
 #     (metrics.jsonl's 6 decimals; the norm's sum runs over other shards, and
 #     with several microbatches each unit is reduce-scattered per
@@ -15,7 +17,9 @@
 #  2. bf16 with recompute = full in (1,1,4) and fp16 (static loss scale
 #     1024) with recompute = selective in (2,1,2)+SP: zero 3's losses within
 #     2e-3 relative of zero 1's (a norm summed in another order moves the
-#     clip coefficient by ~1e-7, enough to flip a bf16 rounding). grad_dtype
+#     clip coefficient by ~1e-7, enough to flip a bf16 rounding); zero 3's
+#     recompute = full bitwise equal to its recompute = none (the recomputed
+#     forward reuses the unit gathered for the backward). grad_dtype
 #     = bf16 at dp 2 with one microbatch: zero 3 bitwise equal to zero 1
 #     (each unit rounded to bf16 and reduce-scattered: the same pairwise
 #     sums; at dp 4 MPI's combining order, which depends on the message
@@ -30,7 +34,9 @@
 #     and zero_rs_early = 0, and the same losses.
 #  4. Checkpoints across stages: the zero-3 run stopped after step 5
 #     (train.exit_interval) and resumed gives steps 6-10 bitwise equal to the
-#     straight zero-3 run; its step-5 checkpoint resumed at zero 1 in (2,1,2)
+#     straight zero-3 run, in fp32 and in bf16 (the FP32 master slices saved
+#     and read back by each rank; ZeRO-3 reads only its own slices); its
+#     fp32 step-5 checkpoint resumed at zero 1 in (2,1,2)
 #     gives steps 6-10 within 2e-6 of the straight zero-3 run.
 #  5. Memory (trident plan == the run's mem_bytes on rank 0) for zero 2 and
 #     3 in (1,1,4) is in plan_matches_run.sh. Here, plan arithmetic for
@@ -106,6 +112,7 @@ done <<'LAYOUTS'
 122 2 true 1 2 1 2 3 train.global_batch_size=16
 122v 2 false 1 2 1 3 train.global_batch_size=16 parallel.virtual_stages=2 model.n_layers=4
 222 2 true 2 2 1 3 train.global_batch_size=16 parallel.sequence_parallel=true
+114h 1 false 1 4 1 2 3 parallel.dp_shard=2 train.global_batch_size=16
 LAYOUTS
 # 2. bf16 and fp16
 for z in 1 3; do
@@ -115,6 +122,8 @@ for z in 1 3; do
 done
 compare b-1 b-3 2e-3
 compare h-1 h-3 2e-3
+train bn-3 1 4 3 precision.dtype=bf16 model.recompute=none
+compare bn-3 b-3 0
 for z in 1 3; do train "g-$z" 1 2 $z precision.grad_dtype=bf16 train.global_batch_size=4; done
 compare g-1 g-3 0
 # 3. the step record
@@ -140,6 +149,9 @@ PY
 train r 1 4 3 train.exit_interval=5
 train r 1 4 3
 compare f114-3 r 0
+train br 1 4 3 precision.dtype=bf16 model.recompute=full train.exit_interval=5
+train br 1 4 3 precision.dtype=bf16 model.recompute=full
+compare b-3 br 0
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys
 r = [x for x in map(json.loads, open(f"{sys.argv[1]}/run-r/metrics.jsonl")) if "loss" in x]
