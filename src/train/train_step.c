@@ -115,10 +115,10 @@ bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite) {
 // before the backward passes accumulate (+=) into it, so it survives them
 // and reaches every reduction (DP sync, ZeRO reduce-scatter, the norm's sums)
 // as a real overflow would.
-static void poison_grads(struct model *m, struct optimizer *opt) {
+// (ZeRO-2/3 have no gradient arena: fsdp_fault_grad_inf.)
+static void poison_grads(struct model *m) {
     float inf = INFINITY;
-    // ZeRO-2/3 have no gradient arena: the shard the per-unit sums add into
-    struct tensor g = model_grad_arena(m).data ? model_grad_arena(m) : optimizer_grad_shard(opt);
+    struct tensor g = model_grad_arena(m);
     CHECK(g.dtype == DTYPE_FP32, "grad_inf fault on a %s gradient arena", dtype_name(g.dtype));
     backend_to_device(model_backend(m), g.data, &inf, sizeof inf);
 }
@@ -139,7 +139,10 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
 
     model_zero_grad(m);
     if (c->fsdp) fsdp_step_begin(c->fsdp);
-    if (c->fault_grad_inf) poison_grads(m, c->opt);
+    if (c->fault_grad_inf) {
+        if (c->fsdp) fsdp_fault_grad_inf(c->fsdp);
+        else poison_grads(m);
+    }
     enum status st = run_microbatches(c, &ps, n_micro, true, err);
     if (st) return st;
     if (c->sync) grad_sync_finish(c->sync);
