@@ -52,7 +52,9 @@ struct comm_ops {
     // Starts the same all-reduce and returns at once; buf must not be touched
     // until wait returns or test returns true. With MPI the transfer
     // progresses only inside MPI calls (OpenMPI has no progress thread by
-    // default): a caller overlapping compute calls test now and then.
+    // default): a caller overlapping compute calls test now and then. MPI
+    // queues it as chunks with a bounded number of bytes in flight, which
+    // test and wait move on (comm_mpi.h): the same contract.
     void (*all_reduce_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype,
                              enum comm_op op, struct comm_request *req);
     // Completion of any started request (all_reduce_start, send_start,

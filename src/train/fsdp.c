@@ -12,12 +12,11 @@ struct gather_buf {
 
 // A unit gradient buffer and its reduce-scatter.
 struct grad_buf {
-    struct tensor g;          // (max_unit,) gradient dtype
+    struct tensor g;          // (max_unit,) gradient dtype (a tied embedding's: its unit's size)
     struct tensor recv;       // (max_unit / S,) the reduce-scatter's result
     struct tensor g16, r16;   // grad_dtype bf16: their BF16 twins; else empty
     int unit;                 // the unit whose gradients it holds or reduces; -1: none
     bool pending;             // a reduce-scatter started and not yet added into the shard
-    bool early;               // left in flight (not waited for in its own event)
     struct comm_request req;
 };
 

@@ -148,19 +148,21 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
     // gradients in grad_dtype.
     int largest = MAX(MAX(tp, dp), pp > 1 ? 2 : 1);
     bool cpu = c->system.device == DEVICE_CPU;
-    size_t unit_rs = z >= 2 && dp > 1 ? 2 * mem.max_unit_numel *
+    int S = plan_sharding_of(c).shard_ranks; // ZeRO-2/3's shard group (dp_shard, else dp)
+    size_t unit_rs = z >= 2 && S > 1 ? 2 * mem.max_unit_numel *
                                             (c->precision.grad_dtype == DTYPE_BF16 ? 2 : sizeof(float))
                                       : 0;
     out->mpi = cpu ? comm_mpi_plan_bytes(largest, z == 0 && dp > 1,
                                          (z >= 1 && dp > 1) || (c->parallel.sequence_parallel && tp > 1),
                                          unit_rs)
                    : 0;
-    // train_ckpt.c host_buffers: FP32 parameter arena, moments (and master
-    // values of a 16-bit model or under ZeRO-2/3) over this rank's optimizer
-    // ranges (about n / dp elements under ZeRO).
-    size_t n = b.n_params, range = z >= 1 && dp > 1 ? n / dp : n;
+    // train_ckpt.c host_buffers: the FP32 parameter arena (not under
+    // ZeRO-3), moments (and master values of a 16-bit model or under
+    // ZeRO-2/3) over this rank's optimizer ranges (about n / dp elements
+    // under ZeRO).
+    size_t n = b.n_params, range = z == 1 && dp > 1 ? n / dp : z >= 2 ? n / S : n;
     bool lowp = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16;
-    out->ckpt_load = (n + (2 + (lowp || z >= 2 ? 1 : 0)) * range) * sizeof(float);
+    out->ckpt_load = ((z == 3 ? 0 : n) + (2 + (lowp || z >= 2 ? 1 : 0)) * range) * sizeof(float);
     out->ckpt_save = cpu ? 0 : out->ckpt_load;
     return STATUS_OK;
 }

@@ -22,7 +22,9 @@
 #     variant, does not;
 #  g. ZeRO-3's communication term (docs/planning.md §3) written out here for
 #     OPT-175B at micro-batch 1 (8 microbatches: the gathers over the network
-#     outrun the compute they overlap) and at micro-batch 8 (they hide).
+#     outrun the compute they overlap), at micro-batch 8 (they hide), and
+#     with hybrid sharding (dp_shard 31: the replicas' all-reduce added);
+#     f's named parts of the plan add up to its pools.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -151,6 +153,11 @@ want = {"params_bytes": (n // S) * 2 + 2 * U * 2 if z == 3 else n * 2,
         "optimizer_bytes": (n // S) * 12, "unit_elems": U, "shard_ranks": S}
 got = {k: g[k] for k in want}
 assert got == want, (got, want)
+# the named parts `trident plan` prints add up to the pools
+parts = g["grads_shard_bytes"] + g["grads_unit_bytes"] + g["grads_recv_bytes"] + g["grads_transfer_bytes"]
+assert parts == g["grads_bytes"] and (g["grads_transfer_bytes"] > 0) == (gd == "bf16"), g
+assert z == 2 or g["params_shard_bytes"] + g["params_gathered_bytes"] == g["params_bytes"], g
+assert g["gathered_units"] == (2 if z == 3 else 0), g
 print(f"f: llama3-8b ZeRO-{z} (grad_dtype {gd}) at dp 8: params {got['params_bytes'] / 2**30:.2f}, grads "
       f"{got['grads_bytes'] / 2**30:.2f}, AdamW {got['optimizer_bytes'] / 2**30:.2f} GiB = by hand")
 PY
@@ -184,27 +191,32 @@ assert not [l for l in o3["layouts"] if (l["tp"], l["pp"]) == (8, 1) and l["zero
 print(f"f: OPT-175B on 992 A100, tp 8 x dp 124: ZeRO-3 fits ({c3['peak_bytes'] / 2**30:.1f} GiB, "
       f"{c3['hw_tflops_per_gpu']:.0f} TFLOP/s a GPU), ZeRO-1 does not: {c1['why']}")
 PY
-# g. ZeRO-3's exposed data-parallel time by hand
-for mb in 1 8; do
-    ov="train.micro_batch_size=$mb model.recompute=full"
+# g. ZeRO-3's exposed data-parallel time by hand (S 124: one shard group; 31:
+#    hybrid, 4 replicas all-reducing their shards once a step)
+for case in 1:124 8:124 1:31; do
+    IFS=: read -r mb S <<<"$case"
+    ov="train.micro_batch_size=$mb model.recompute=full parallel.dp_shard=$S"
     # shellcheck disable=SC2086
-    "$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80G $ov --json > "$tmp/g$mb.json"
+    "$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80G $ov --json > "$tmp/g.json"
     # shellcheck disable=SC2086
-    "$TRIDENT" plan configs/published/opt-175b.ini --world-size 992 $ov --json > "$tmp/w$mb.json"
-    "$PY" - "$tmp/g$mb.json" "$tmp/w$mb.json" <<'PY' || fail "g: ZeRO-3's communication at micro-batch $mb"
+    "$TRIDENT" plan configs/published/opt-175b.ini --world-size 992 $ov --json > "$tmp/w.json"
+    "$PY" - "$tmp/g.json" "$tmp/w.json" <<'PY' || fail "g: ZeRO-3's communication at micro-batch $mb, dp_shard $S"
 import json, sys
 o, w = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 c, g = o["config_layout"], w["groups"][0]
-S, m, L, a, bw = 124, 992 // (124 * c["micro_batch_size"]), 96, 10e-6, 25e9  # tp 8 x S 124 spans nodes: the network
+S, dp, L, a, bw = c["dp_shard"], 124, 96, 10e-6, 25e9  # tp 8 x S spans nodes: the network
+R, m = dp // S, 992 // (dp * c["micro_batch_size"])
 n, U = g["params_shard_bytes"] // 2 * S, g["unit_elems"]  # fp16 weights, fp32 gradients
-half = lambda b: (S - 1) / S * b / bw + (S - 1) * a  # reduce-scatter or all-gather, ring
+half = lambda b, k: (k - 1) / k * b / bw + (k - 1) * a  # reduce-scatter or all-gather, ring
 lat = (L + 2 - 1) * (S - 1) * a  # one collective a unit: 96 blocks, embedding, head
-ag, rs, ag_u = half(2 * n) + lat, half(4 * n) + lat, half(2 * U)
+ag, rs, ag_u = half(2 * n, S) + lat, half(4 * n, S) + lat, half(2 * U, S)
+ar = 2 * half(4 * n / S, R) if R > 1 else 0  # the replicas' all-reduce of the shard, once a step
 fwd, bwd = c["compute_s"] / 3 / m, 2 / 3 * (c["compute_s"] + c["recompute_s"]) / m
-want = m * (ag_u + max(0, ag - ag_u - fwd)) + m * max(0, ag + rs - bwd)
+want = m * (ag_u + max(0, ag - ag_u - fwd)) + (m - 1) * max(0, ag + rs - bwd) + max(0, ag + rs + ar - bwd)
 assert abs(c["dp_exposed_s"] - want) <= 1e-9 * want, (c["dp_exposed_s"], want)
-print(f"g: OPT-175B ZeRO-3 at micro-batch {c['micro_batch_size']} ({m} microbatches): {c['dp_exposed_s']:.3f} s "
-      f"exposed = {want:.3f} s by hand (gathers {ag:.2f} s a pass, reduce-scatters {rs:.2f} s)")
+print(f"g: OPT-175B ZeRO-3, dp_shard {S}, micro-batch {c['micro_batch_size']} ({m} microbatches): "
+      f"{c['dp_exposed_s']:.3f} s exposed = {want:.3f} s by hand (gathers {ag:.2f} s a pass, "
+      f"reduce-scatters {rs:.2f} s, replicas' all-reduce {ar:.2f} s)")
 PY
 done
 echo "plan_search: ok"

@@ -3,7 +3,7 @@
 # ZeRO-1, 10 steps of the small config.
 #  1. fp32, (tp, pp, dp) = (1,1,4) untied with one microbatch per rank (zero
 #     2, 3 and 3 with reshard_after_forward = false), (2,1,2) untied with
-#     sequence parallelism (zero 2, 3), (1,2,2) 1F1B tied (zero 2, 3: the
+#     sequence parallelism (zero 3), (1,2,2) 1F1B tied (zero 2, 3: the
 #     embedding group's sum of the gradient shards), (1,2,2) interleaved
 #     (virtual_stages 2, 4 layers) untied (zero 3), (2,2,2)+SP tied (zero 3),
 #     dp 4 with dp_shard 2 (hybrid sharding: slices of 2 ranks, all-reduced
@@ -32,22 +32,24 @@
 #     under reshard_after_forward, all 4 without it. With
 #     TRIDENT_ZERO_PREFETCH=0 and TRIDENT_ZERO_OVERLAP=0: zero_prefetched = 0
 #     and zero_rs_early = 0, and the same losses.
-#  4. Checkpoints across stages: the zero-3 run stopped after step 5
+#  4. Checkpoints across stages: the bf16 zero-3 run stopped after step 5
 #     (train.exit_interval) and resumed gives steps 6-10 bitwise equal to the
-#     straight zero-3 run, in fp32 and in bf16 (the FP32 master slices saved
-#     and read back by each rank; ZeRO-3 reads only its own slices); its
-#     fp32 step-5 checkpoint resumed at zero 1 in (2,1,2)
-#     gives steps 6-10 within 2e-6 of the straight zero-3 run.
+#     straight run (the FP32 master slices saved and read back by each rank;
+#     ZeRO-3 reads only its own slices). Zero 3
+#     in (2,1,4) and zero 1 in (1,2,2) save at step 5; each checkpoint
+#     resumed in the other stage and layout gives steps 6-10 within 2e-6 of
+#     the run that saved it, and the zero-1 continuation stopped after step 8
+#     and resumed is bitwise equal to itself uninterrupted.
 #  5. Memory (trident plan == the run's mem_bytes on rank 0) for zero 2 and
 #     3 in (1,1,4) is in plan_matches_run.sh. Here, plan arithmetic for
 #     configs/gpt2-small.ini at dp 4 in bf16: zero 3's parameter + gradient
 #     + optimizer bytes per rank are (P + G + O) / 4 of the unsharded model
 #     plus the unit buffers (2 gather buffers of the largest unit in bf16, 2
 #     unit gradient buffers in fp32 and their reduce-scatter results), and
-#     at most 63% of zero 1's (the shards alone are 50% of zero 1's: at dp 4
-#     ZeRO-1 already divides the 12 optimizer bytes per parameter by 4, so
-#     the issue's "at most 30%" cannot hold: (2 + 4 + 12) / 4 = 4.5 bytes per
-#     parameter against ZeRO-1's 2 + 4 + 12 / 4 = 9).
+#     at most 57% of zero 1's (the shards alone are 45% of zero 1's: at dp 4
+#     ZeRO-1 already divides the 12 optimizer bytes per parameter and its
+#     gradient shard by 4, so the issue's "at most 30%" cannot hold: (2 + 4 +
+#     12) / 4 = 4.5 bytes per parameter against ZeRO-1's 2 + 4 + 16 / 4 = 10).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -108,7 +110,7 @@ while read -r tag pp tied tp dp rest; do
     done
 done <<'LAYOUTS'
 114 1 false 1 4 1 2 3 3k
-212 1 false 2 2 1 2 3 parallel.sequence_parallel=true
+212 1 false 2 2 1 3 parallel.sequence_parallel=true
 122 2 true 1 2 1 2 3 train.global_batch_size=16
 122v 2 false 1 2 1 3 train.global_batch_size=16 parallel.virtual_stages=2 model.n_layers=4
 222 2 true 2 2 1 3 train.global_batch_size=16 parallel.sequence_parallel=true
@@ -146,30 +148,44 @@ print("step records ok" if ok else "FAIL: step records")
 sys.exit(0 if ok else 1)
 PY
 # 4. checkpoints across stages
-train r 1 4 3 train.exit_interval=5
-train r 1 4 3
-compare f114-3 r 0
 train br 1 4 3 precision.dtype=bf16 model.recompute=full train.exit_interval=5
 train br 1 4 3 precision.dtype=bf16 model.recompute=full
 compare b-3 br 0
-"$PY" - "$tmp" <<'PY' || fail=1
+for r in br x3to1s; do
+    "$PY" - "$tmp" $r <<'PY' || fail=1
 import json, sys
-r = [x for x in map(json.loads, open(f"{sys.argv[1]}/run-r/metrics.jsonl")) if "loss" in x]
-assert [x["step"] for x in r] == list(range(1, 11)), "the resumed run's steps"
+r = [x["step"] for x in map(json.loads, open(f"{sys.argv[1]}/run-{sys.argv[2]}/metrics.jsonl")) if "loss" in x]
+assert r == list(range(1 if sys.argv[2] == "br" else 6, 11)), f"{sys.argv[2]}: steps {r}"
 PY
-timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" model.tie_embeddings=false \
-    train.steps=10 train.eval_every=0 train.lr=2e-3 train.min_lr=2e-4 parallel.tp=2 parallel.dp=2 parallel.zero_stage=1 \
-    checkpoint.resume="$tmp/ck-r/step-000005" checkpoint.dir="$tmp/ck-r1" log.run_dir="$tmp/run-r1" \
-    > "$tmp/r1.log" 2>&1 || { tail -5 "$tmp/r1.log"; echo "FAIL: zero 1 resume of a zero-3 checkpoint"; fail=1; }
+done
+# Across stages and layouts (issue 25's acceptance 5): zero 3 in (2,1,4) and
+# zero 1 in (1,2,2), each saving at step 5; each step-5 checkpoint resumed in
+# the other layout and stage continues within 2e-6 of the straight run that
+# saved it (fp32, other sums) and the resumed run, stopped after step 8 and
+# resumed again, is bitwise equal to itself uninterrupted (loader included).
+PP=1 train x3 2 4 3 train.global_batch_size=16 checkpoint.every=5 checkpoint.keep_last=0
+PP=2 train x1 1 2 1 train.global_batch_size=16 checkpoint.every=5 checkpoint.keep_last=0
+PP=2 train x3to1 1 2 1 train.global_batch_size=16 checkpoint.resume="$tmp/ck-x3/step-000005"
+PP=1 train x1to3 2 4 3 train.global_batch_size=16 checkpoint.resume="$tmp/ck-x1/step-000005"
+PP=2 train x3to1s 1 2 1 train.global_batch_size=16 checkpoint.resume="$tmp/ck-x3/step-000005" train.exit_interval=3
+PP=2 train x3to1s 1 2 1 train.global_batch_size=16
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys
 tmp = sys.argv[1]
 def steps(n): return {r["step"]: r for r in map(json.loads, open(f"{tmp}/run-{n}/metrics.jsonl")) if "loss" in r}
-a, b = steps("f114-3"), steps("r1")
-assert sorted(b) == list(range(6, 11)), f"resumed steps {sorted(b)}"
-w = max(abs(a[s][k] - b[s][k]) / abs(a[s][k]) for s in b for k in ("loss", "grad_norm"))
-print(("" if w <= 2e-6 else "FAIL: ") + f"zero-3 (1,1,4) checkpoint resumed at zero 1 in (2,1,2): steps 6-10 rel {w:.1e}")
-sys.exit(0 if w <= 2e-6 else 1)
+ok = True
+for ref, res, what in (("x3", "x3to1", "zero-3 (2,1,4) step 5 resumed at zero 1 in (1,2,2)"),
+                       ("x1", "x1to3", "zero-1 (1,2,2) step 5 resumed at zero 3 in (2,1,4)")):
+    a, b = steps(ref), steps(res)
+    assert sorted(b) == list(range(6, 11)), f"{res}: steps {sorted(b)}"
+    w = max(abs(a[s][k] - b[s][k]) / abs(a[s][k]) for s in b for k in ("loss", "grad_norm"))
+    ok = ok and w <= 2e-6
+    print(("" if w <= 2e-6 else "FAIL: ") + f"{what}: steps 6-10 within {w:.1e} of the straight run")
+a, b = steps("x3to1"), steps("x3to1s")
+same = sorted(b) == list(range(6, 11)) and all(a[s]["loss"] == b[s]["loss"] and a[s]["grad_norm"] == b[s]["grad_norm"] for s in a)
+ok = ok and same
+print(("" if same else "FAIL: ") + "the zero-1 continuation stopped after step 8 and resumed: bitwise equal to it uninterrupted")
+sys.exit(0 if ok else 1)
 PY
 # 5. plan arithmetic, gpt2-small at dp 4
 plan_bytes() { # zero -> "params grads optimizer"
@@ -191,10 +207,10 @@ big = -(-block // 512) * 512
 buffers = 2 * big * 2 + 2 * big * 4 + 2 * (big // dp) * 4
 # zero 0's P + G + O (unpadded: ZeRO-2/3 pad each of the 14 units by < 512 elements of 18 bytes)
 shard = (p0[0] + p0[1] + p0[2]) / dp
-ok = abs(z3 - buffers - shard) <= 14 * 512 * 18 / dp and z3 <= 0.63 * z1
+ok = abs(z3 - buffers - shard) <= 14 * 512 * 18 / dp and z3 <= 0.57 * z1
 print(f"gpt2-small dp 4: persistent bytes per rank zero 0 {z0}, zero 1 {z1}, zero 3 {z3} "
       f"({100 * z3 / z1:.1f}% of zero 1; shards {shard:.0f} = {100 * shard / z1:.1f}%, unit buffers {buffers})")
-if not ok: print("FAIL: zero 3's bytes are not the shards plus the unit buffers, or above 62% of zero 1's")
+if not ok: print("FAIL: zero 3's bytes are not the shards plus the unit buffers, or above 57% of zero 1's")
 sys.exit(0 if ok else 1)
 PY
 exit $fail
