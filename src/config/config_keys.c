@@ -178,10 +178,10 @@ const struct config_key config_keys[] = {
             "data-parallel size; tp * pp * dp = ranks; 0 infers it: ranks / (tp * pp) (`trident "
             "plan`: its --world-size, else 1)"),
     KEY_INT("parallel", "dp_shard", parallel.dp_shard, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
-            "zero_stage 2 and 3: the data-parallel ranks that shard the gradients, parameters "
-            "and optimizer state among them (hybrid sharding: groups of dp_shard consecutive data "
-            "ranks, replicated dp / dp_shard = dp_replicate times, which is derived); must divide "
-            "dp; 0: dp (one shard group); zero_stage 0 and 1 ignore it (ZeRO-1 shards over all of dp)"),
+            "data-parallel ranks that zero_stage 2 and 3 shard over (hybrid sharding: groups of "
+            "dp_shard consecutive data ranks, replicated dp / dp_shard = dp_replicate times, which "
+            "is derived); must divide dp; 0: dp (one shard group); zero_stage 0 and 1 reduce over "
+            "all of dp whatever it is"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
