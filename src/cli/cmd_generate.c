@@ -22,6 +22,7 @@
 #include "base/threads.h"
 #include "config/config.h"
 #include "cli.h"
+#include "data/dataset.h"
 #include "data/prep.h"
 #include "model/sample.h"
 #include "tokenizer/tokenizer.h"
@@ -38,8 +39,8 @@ static void usage(FILE *f) {
                "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
                "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
                "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the tokenizer.json\n"
-               "      `trident import` keeps next to it, else the [data] tokenizer or path of the run\n"
-               "      folder's config.ini above it); checked against the checkpoint's or the folder's\n"
+               "      `trident import` keeps next to it, else the [data] tokenizer, path or first of\n"
+               "      paths of the run folder's config.ini above it); checked against the checkpoint's or the folder's\n"
                "      tokenizer.json (refused when they differ)\n"
                "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
                "      fit the model's max_seq_len (refused otherwise)\n"
@@ -101,11 +102,16 @@ bool cli_checkpoint_tokenizer(const char *model_dir, char *out, size_t cap) {
         struct config *c = xmalloc(sizeof *c);
         struct error err = {0};
         bool found = false;
+        struct blend_spec *b = xmalloc(sizeof *b);
         if (config_load(ini, 0, NULL, c, &err) == STATUS_OK && (c->data.tokenizer[0] || c->data.path[0])) {
+            // A blend's datasets share one tokenizer (checked at start): the first one's.
             if (c->data.tokenizer[0]) snprintf(out, cap, "%s", c->data.tokenizer);
+            else if (c->data.paths[0] && blend_parse("[data] paths", c->data.paths, b, &err) == STATUS_OK)
+                snprintf(out, cap, "%s/tokenizer.json", b->paths[0]);
             else snprintf(out, cap, "%s/tokenizer.json", c->data.path);
             found = stat(out, &sb) == 0 && S_ISREG(sb.st_mode);
         }
+        free(b);
         free(c);
         if (found) return true;
     }

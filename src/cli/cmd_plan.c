@@ -148,11 +148,12 @@ static void print_layout(const char *tag, const struct plan_layout *l) {
 
 // --gpus N: the layout search (plan_search.h) and the config's own layout.
 static int plan_search_main(const struct config *c, const struct plan_cluster *cl, int n_top, bool json) {
-    struct plan_layout *top = xcalloc((size_t)n_top, sizeof *top);
+    struct plan_layout *top = xcalloc((size_t)MAX(1, n_top), sizeof *top);
     struct plan_reject rej[64];
-    int n_fit, n_tried, n_rej;
+    int n_fit = 0, n_tried = 0, n_rej = 0;
     struct error err = {0};
-    if (plan_search(c, cl, top, n_top, &n_fit, &n_tried, rej, 64, &n_rej, &err)) {
+    // --top 0: the config's own layout alone, no search
+    if (n_top > 0 && plan_search(c, cl, top, n_top, &n_fit, &n_tried, rej, 64, &n_rej, &err)) {
         fprintf(stderr, "trident plan: %s\n", err.msg);
         free(top);
         return err.status;
@@ -230,6 +231,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     if (own_fits) {
         print_layout("config", &own);
         if (own_rank) printf("config's layout fits: rank %d of %d\n", own_rank, n_fit);
+        else if (!n_top) printf("config's layout fits (--top 0: not searched, not ranked)\n");
         else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
                     100 * (own.step_s / top[0].step_s - 1));
     } else {
@@ -247,7 +249,7 @@ int cmd_plan(int argc, char **argv) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: trident plan CONFIG.ini [--world-size N] [--json] [section.key=value ...]\n"
                 "       trident plan CONFIG.ini --gpus N [--gpus-per-node 8] [--gpu PRESET|k=v,..]\n"
-                "            [--gpu-mem 80G] [--efficiency 0.5] [--reserve 4G] [--top 5] [--json]\n"
+                "            [--gpu-mem 80G] [--efficiency 0.5] [--reserve 4G] [--top 5 | 0] [--json]\n"
                 "  prints the bytes each rank of that layout allocates (parameters, gradients,\n"
                 "  AdamW state, activations), without running it, one row per run of stages\n"
                 "  whose ranks are alike, with the ranks it covers; --json: the same as one\n"
@@ -260,7 +262,8 @@ int cmd_plan(int argc, char **argv) {
                 "  why each rejected (tp, pp) family failed and where the config's own layout\n"
                 "  stands. --gpu: A100-80G, H100-SXM (default), H200, or\n"
                 "  tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset;\n"
-                "  --efficiency: the fraction of peak the FLOPs run at\n");
+                "  --efficiency: the fraction of peak the FLOPs run at; --top 0: no search, the\n"
+                "  config's own layout alone\n");
         return argc < 2 ? STATUS_BAD_INPUT : STATUS_OK;
     }
     struct config c;
@@ -306,8 +309,8 @@ int cmd_plan(int argc, char **argv) {
             continue;
         }
         long x = strtol(v, &end, 10);
-        if (!*v || *end || x < 1 || x > (1 << 24)) {
-            fprintf(stderr, "trident plan: %s needs a number >= 1, got '%s'\n", a, v);
+        if (!*v || *end || x < (target == &n_top ? 0 : 1) || x > (1 << 24)) {
+            fprintf(stderr, "trident plan: %s needs a number >= %d, got '%s'\n", a, target == &n_top ? 0 : 1, v);
             free(over);
             return STATUS_BAD_INPUT;
         }

@@ -645,7 +645,13 @@ static void print_keys(const struct config *cfg, FILE *f, bool origins) {
             const struct config_key *k = &config_keys[i];
             if (strcmp(k->section, config_sections[s])) continue;
             config_format_value(cfg, i, buf, sizeof buf);
-            if (buf[0]) fprintf(f, "%s = %s", k->key, buf);
+            // With [data] paths set, path is unused and only its default is
+            // allowed (config_validate): written as a comment, so that the
+            // text loads and validates again (a run folder's config.ini).
+            bool unused = cfg->data.paths[0] && !strcmp(k->section, "data") && !strcmp(k->key, "path") &&
+                          !strcmp(config_origin(cfg, i, origin, sizeof origin), "default");
+            if (buf[0] && unused) fprintf(f, "# %s = %s (unused: [data] paths is set)", k->key, buf);
+            else if (buf[0]) fprintf(f, "%s = %s", k->key, buf);
             else fprintf(f, "# %s = (unset)", k->key);
             if (origins) fprintf(f, "%s# %s", buf[0] ? "    " : ", ", config_origin(cfg, i, origin, sizeof origin));
             fputc('\n', f);

@@ -178,9 +178,10 @@ const struct config_key config_keys[] = {
             "data-parallel size; tp * pp * dp = ranks; 0 infers it: ranks / (tp * pp) (`trident "
             "plan`: its --world-size, else 1)"),
     KEY_INT("parallel", "dp_shard", parallel.dp_shard, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
-            "data-parallel ranks that shard the optimizer state among them (hybrid sharding: "
-            "groups of dp_shard consecutive data ranks, replicated dp / dp_shard = dp_replicate "
-            "times, which is derived); must divide dp; 0: dp (one shard group)"),
+            "data-parallel ranks that zero_stage 2 and 3 shard over (hybrid sharding: groups of "
+            "dp_shard consecutive data ranks, replicated dp / dp_shard = dp_replicate times, which "
+            "is derived); must divide dp; 0: dp (one shard group); zero_stage 0 and 1 reduce over "
+            "all of dp whatever it is"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
@@ -194,14 +195,15 @@ const struct config_key config_keys[] = {
              "backward (2 gather buffers); false keeps every unit of the stage gathered until the "
              "step's backward ends"),
     KEY_INT("parallel", "bucket_mb", parallel.bucket_mb, "25", 1, INT_MAX, "MiB",
-            "gradient all-reduce bucket size"),
+            "gradient all-reduce bucket size (zero_stage 0 only: ZeRO-1 reduce-scatters in its optimizer, ZeRO-2/3 per unit)"),
 
     // [precision] (docs/design.md §5)
     KEY_ENUM("precision", "dtype", precision.dtype, "fp32", dtype_choices,
              "weights and activations; master weights, moments, gradients and statistics stay fp32"),
     KEY_ENUM("precision", "grad_dtype", precision.grad_dtype, "fp32", grad_dtype_choices,
              "dtype of the data-parallel gradient reduction (bucketed all-reduce; ZeRO-1 "
-             "reduce-scatter): bf16 rounds the fp32 gradients for the transfer, sums each pair "
+             "reduce-scatter; ZeRO-2/3's per-unit reduce-scatters and hybrid sharding's all-reduce "
+             "across replicas): bf16 rounds the fp32 gradients for the transfer, sums each pair "
              "in fp32 rounded once, and widens the result back into the fp32 gradients"),
     {.section = "precision", .key = "loss_scale", .type = CONFIG_ENUM, .def = "dynamic", .min = 0,
      .max = NOMAX, .flags = CONFIG_MIN_EXCLUSIVE, .unit = "",

@@ -368,6 +368,7 @@ MPI_Comm comm_mpi_handle(const struct comm_group *g) {
 void comm_mpi_set_limits(struct comm_group *g, size_t chunk_bytes, size_t window_bytes) {
     CHECK(g && g->ops == &comm_mpi_ops && chunk_bytes > 0, "comm_mpi_set_limits: not an MPI group");
     struct comm_mpi *m = impl_of(g);
+    q_pump(m, false); // drops the completed chunks
     CHECK(m->n == 0, "comm_mpi_set_limits: all-reduces in flight");
     free(m->stage);
     m->stage = NULL, m->chunk_bytes = chunk_bytes, m->window_bytes = window_bytes;

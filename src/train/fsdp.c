@@ -1,6 +1,7 @@
 // fsdp.c: ZeRO-2 and ZeRO-3 through the model's unit hook (fsdp.h).
 #include "fsdp.h"
 
+#include <math.h>
 #include <string.h>
 
 // A gather buffer (stage 3): which unit it holds (-1: free) and its transfer.
@@ -49,6 +50,7 @@ struct fsdp {
     bool embed_pass;          // this rank runs the embedding's forward and backward
     struct grad_buf tied_gb;
     struct fsdp_stats stats;
+    bool fault_grad_inf;      // tests: the next bound gradient buffer gets an inf (fsdp_fault_grad_inf)
 };
 
 static size_t unit_len(const struct fsdp *f, int u) { return f->units[u].end - f->units[u].begin; }
@@ -141,6 +143,11 @@ static void grads_bind(struct fsdp *f, int u) {
     rs_complete(f, k);
     struct tensor g = tensor_slice(k->g, 0, unit_len(f, u));
     backend_memset0(f->be, g);
+    if (f->fault_grad_inf) { // before the backward adds into it: reduced like a real overflow
+        float inf = INFINITY;
+        backend_to_device(f->be, g.data, &inf, sizeof inf);
+        f->fault_grad_inf = false;
+    }
     k->unit = u;
     model_unit_bind(f->model, u, NULL, g.data);
 }
@@ -236,6 +243,8 @@ void fsdp_step_begin(struct fsdp *f) {
     backend_memset0(f->be, f->gshard);
     memset(&f->stats, 0, sizeof f->stats);
 }
+
+void fsdp_fault_grad_inf(struct fsdp *f) { f->fault_grad_inf = true; }
 
 void fsdp_step_end(struct fsdp *f) {
     for (int k = 0; k < 2; k++) rs_complete(f, &f->gb[k]);

@@ -84,6 +84,13 @@ void fsdp_free(struct fsdp *f);
 
 // Before a step's first microbatch: zeroes the gradient shard, resets the stats.
 void fsdp_step_begin(struct fsdp *f);
+// Tests (TRIDENT_FAULT=grad_inf): this step's first gradient buffer bound
+// for a backward (grads_bind) gets an inf in its element 0 before the
+// backward adds into it, so the inf is reduce-scattered and, under HSDP,
+// all-reduced over the replicas as a real overflow in this rank's backward
+// is: every rank's norm sees it. (An inf written into this rank's gradient
+// shard would reach only its own replica's norm.) Call after fsdp_step_begin.
+void fsdp_fault_grad_inf(struct fsdp *f);
 // After the step's last backward (and after an evaluation's forwards): waits
 // for every reduce-scatter and adds its result, frees every gathered unit.
 void fsdp_step_end(struct fsdp *f);

@@ -115,26 +115,12 @@ bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite) {
 // before the backward passes accumulate (+=) into it, so it survives them
 // and reaches every reduction (DP sync, ZeRO reduce-scatter, the norm's sums)
 // as a real overflow would.
-// ZeRO-2/3 have no gradient arena: the inf goes into the gradient shard the
-// per-unit sums add into, at the first element of a parameter (not of the
-// padding, which the norm does not read) in this rank's ranges.
-static void poison_grads(struct model *m, struct optimizer *opt) {
+// (ZeRO-2/3 have no gradient arena: fsdp_fault_grad_inf.)
+static void poison_grads(struct model *m) {
     float inf = INFINITY;
     struct tensor g = model_grad_arena(m);
-    size_t at = 0;
-    if (!g.data) {
-        g = optimizer_grad_shard(opt);
-        int n, found = 0;
-        const struct param_info *p = model_params(m, &n);
-        const size_t *rb, *re, *ra;
-        int nr = optimizer_ranges(opt, &rb, &re, &ra);
-        for (int r = 0; r < nr && !found; r++)
-            for (int i = 0; i < n && !found; i++)
-                if (p[i].offset < re[r] && p[i].offset + p[i].numel > rb[r])
-                    at = ra[r] + MAX(p[i].offset, rb[r]) - rb[r], found = 1;
-    }
     CHECK(g.dtype == DTYPE_FP32, "grad_inf fault on a %s gradient arena", dtype_name(g.dtype));
-    backend_to_device(model_backend(m), tensor_slice(g, at, 1).data, &inf, sizeof inf);
+    backend_to_device(model_backend(m), g.data, &inf, sizeof inf);
 }
 
 enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *tokens,
@@ -153,7 +139,10 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
 
     model_zero_grad(m);
     if (c->fsdp) fsdp_step_begin(c->fsdp);
-    if (c->fault_grad_inf) poison_grads(m, c->opt);
+    if (c->fault_grad_inf) {
+        if (c->fsdp) fsdp_fault_grad_inf(c->fsdp);
+        else poison_grads(m);
+    }
     enum status st = run_microbatches(c, &ps, n_micro, true, err);
     if (st) return st;
     if (c->sync) grad_sync_finish(c->sync);

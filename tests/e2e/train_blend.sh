@@ -16,7 +16,9 @@
 #     dp = 1, 2 and 4; 6 steps stopped at 3 and resumed give the straight
 #     run's losses bit for bit and the same samples. A dataset made with
 #     another tokenizer is refused naming both folders; a malformed paths
-#     value, or path and paths both set, is refused naming the keys.
+#     value, or path and paths both set, is refused naming the keys. The run
+#     folder's config.ini of a blend loads again (`trident plan` of it) and
+#     `generate` of the run folder's checkpoints finds the blend's tokenizer.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -117,6 +119,14 @@ resumed=$(metrics "$tmp/run-mix-stop" '[.step, .loss]' | paste -sd' ')
     { echo "FAIL: blend resume not bit-exact: straight $straight, resumed $resumed"; bad=1; }
 cmp -s "$tmp/mix-dp1.samples" "$tmp/mix-stop.samples" || { echo "FAIL: the resumed blend serves other samples"; bad=1; }
 echo "blend: dp 1, 2, 4 serve one mixture; stopped at 3 and resumed: the straight run's losses ($straight)"
+# The run folder's config.ini of a blend loads and validates again (plan), and
+# generate finds the blend's tokenizer through it (the run folder's layout:
+# RUN/config.ini, RUN/checkpoints).
+rc=0; "$TRIDENT" plan "$tmp/run-mix-stop/config.ini" > "$tmp/plan-mix.log" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { echo "FAIL: plan of the blend's run folder config.ini: exit $rc: $(tail -2 "$tmp/plan-mix.log")"; bad=1; }
+cp -r "$tmp/ck-mix" "$tmp/run-mix-stop/checkpoints"
+rc=0; "$TRIDENT" generate "$tmp/run-mix-stop/checkpoints" --prompt "In the" --max-new-tokens 2 > "$tmp/gen-mix.log" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { echo "FAIL: generate from the blend's run folder without --tokenizer: exit $rc: $(tail -2 "$tmp/gen-mix.log")"; bad=1; }
 # A blend through the hot tier: each dataset staged into its own cache
 # folder, the same samples and losses as without the cache.
 train mix-cache 2 "${mix[@]}" train.global_batch_size=8 train.micro_batch_size=2 train.steps=6 \

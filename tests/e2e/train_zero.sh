@@ -24,6 +24,9 @@
 #     (each unit rounded to bf16 and reduce-scattered: the same pairwise
 #     sums; at dp 4 MPI's combining order, which depends on the message
 #     size, moves the norm by ~5e-5).
+#     An fp16 overflow injected into one rank of the second replica at
+#     dp 4 with dp_shard 2 (TRIDENT_FAULT=grad_inf) skips the step on every
+#     rank: the same losses and norms as the same fault at dp_shard 4.
 #  3. The step record (zero 3, (1,1,4), 4 units: embedding, 2 blocks, head):
 #     zero_prefetched > 0 of zero_gathers = 7 (each unit gathered for its
 #     forward and again for its backward, but the embedding, whose backward
@@ -128,6 +131,26 @@ train bn-3 1 4 3 precision.dtype=bf16 model.recompute=none
 compare bn-3 b-3 0
 for z in 1 3; do train "g-$z" 1 2 $z precision.grad_dtype=bf16 train.global_batch_size=4; done
 compare g-1 g-3 0
+# fp16 overflow on one rank under hybrid sharding: TRIDENT_FAULT=grad_inf:3@3
+# (world rank 3, in the second replica) puts an inf into that rank's
+# gradients as its backward would; it reaches both replicas' norms, so every
+# rank skips step 3 (not only rank 3's replica, which would then diverge):
+# the same curve as the same fault at dp_shard 4 (one shard group).
+FP16F=(precision.dtype=fp16 precision.loss_scale_initial=4096)
+TRIDENT_FAULT=grad_inf:3@3 train fs4 1 4 3 "${FP16F[@]}"
+TRIDENT_FAULT=grad_inf:3@3 train fs2 1 4 3 "${FP16F[@]}" parallel.dp_shard=2
+"$PY" - "$tmp" <<'PY' || fail=1
+import json, sys
+def steps(n): return [r for r in map(json.loads, open(f"{sys.argv[1]}/run-{n}/metrics.jsonl")) if "loss" in r]
+a, b = steps("fs4"), steps("fs2")
+skipped = [r["step"] for r in b if r["grad_norm"] is None]
+same = len(a) == len(b) == 10 and all(
+    (x["grad_norm"] is None) == (y["grad_norm"] is None) and abs(x["loss"] - y["loss"]) <= 2e-6 * abs(x["loss"])
+    and (x["grad_norm"] is None or abs(x["grad_norm"] - y["grad_norm"]) <= 2e-6 * x["grad_norm"]) for x, y in zip(a, b))
+print(("" if skipped == [3] and same else "FAIL: ") +
+      f"grad_inf on rank 3 at dp 4, dp_shard 2: skipped steps {skipped} (want [3]), the dp_shard 4 curve within 2e-6: {same}")
+sys.exit(0 if skipped == [3] and same else 1)
+PY
 # 3. the step record
 TRIDENT_ZERO_PREFETCH=0 TRIDENT_ZERO_OVERLAP=0 train off 1 4 3
 compare f114-3 off 0
