@@ -122,6 +122,7 @@ static const struct backend_ops cuda_ops = {
     .to_host = cuda_to_host,
     .memset0 = cuda_memset0,
     .synchronize = cuda_synchronize,
+    .host_memory = false, // device memory: a reader copies it out
     .reserve = cuda_reserve,
 #define CUDA_TABLE_ENTRY(name, ret, params) .name = cuda_##name,
     BACKEND_OPS(CUDA_TABLE_ENTRY)
