@@ -129,14 +129,20 @@ void comm_all_reduce_wait(struct comm_request *req) { comm_wait(req); }
 
 bool comm_all_reduce_test(struct comm_request *req) { return comm_test(req); }
 
-void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
-                         enum dtype dtype, enum comm_op op) {
-    check_reduction(g, dtype, op, "comm_reduce_scatter");
-    check_buf(send, count, "comm_reduce_scatter send");
-    check_buf(recv, count, "comm_reduce_scatter recv");
+// The checks comm_reduce_scatter and its start share.
+static void check_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                                 enum dtype dtype, enum comm_op op, const char *what) {
+    check_reduction(g, dtype, op, what);
+    check_buf(send, count, what);
+    check_buf(recv, count, what);
     size_t es = dtype_size(dtype);
     CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
-          "comm_reduce_scatter: send and recv overlap");
+          "%s: send and recv overlap", what);
+}
+
+void comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t count,
+                         enum dtype dtype, enum comm_op op) {
+    check_reduce_scatter(g, send, recv, count, dtype, op, "comm_reduce_scatter");
     TIMED(g, "comm_reduce_scatter", count, dtype,
           g->ops->reduce_scatter(g, send, recv, count, dtype, op));
 }
@@ -162,12 +168,7 @@ void comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t 
 
 void comm_reduce_scatter_start(struct comm_group *g, const void *send, void *recv, size_t count,
                                enum dtype dtype, enum comm_op op, struct comm_request *req) {
-    check_reduction(g, dtype, op, "comm_reduce_scatter_start");
-    check_buf(send, count, "comm_reduce_scatter_start send");
-    check_buf(recv, count, "comm_reduce_scatter_start recv");
-    size_t es = dtype_size(dtype);
-    CHECK(!ranges_overlap(send, (size_t)g->size * count * es, recv, count * es),
-          "comm_reduce_scatter_start: send and recv overlap");
+    check_reduce_scatter(g, send, recv, count, dtype, op, "comm_reduce_scatter_start");
     request_begin(g, req, "comm_reduce_scatter_start");
     STARTED("comm_reduce_scatter_start", count, dtype,
             g->ops->reduce_scatter_start(g, send, recv, count, dtype, op, req));
