@@ -39,6 +39,8 @@ struct fsdp {
     struct gather_buf *gather;
     void *stage_buf;          // stage 3 without reshard_after_forward: one buffer, unit u at units[u].begin
     int *where;               // (n_units) gather buffer holding unit u; -1: none
+    int kept;                 // reshard_after_forward: the last unit of a chunk left gathered
+                              // after its forward for its backward, which comes next; -1: none
     struct grad_buf gb[2];
     int next_gb;
     // A tied embedding: the head reads the embedding unit's parameters and
@@ -71,11 +73,25 @@ static int live_units(const struct fsdp *f) {
 
 // Starts the all-gather of unit u into a free buffer (ahead: before the
 // event of its own use: a prefetch).
+static void params_release(struct fsdp *f, int u);
+
+static int free_buffer(const struct fsdp *f) {
+    int b = 0;
+    while (b < f->n_gather && f->gather[b].unit >= 0) b++;
+    return b;
+}
+
 static void gather_start(struct fsdp *f, int u, bool ahead) {
     int b = 0;
     if (f->stage_buf) b = u;
-    else
-        while (b < f->n_gather && f->gather[b].unit >= 0) b++;
+    else if ((b = free_buffer(f)) == f->n_gather && f->kept >= 0) {
+        // another pass came first (a pipeline's next forward, an evaluation):
+        // the kept unit goes, as reshard_after_forward would have done
+        int k = f->kept;
+        f->kept = -1;
+        params_release(f, k);
+        b = free_buffer(f);
+    }
     CHECK(b < f->n_gather && f->gather[b].unit < 0, "fsdp: no free gather buffer for unit %d", u);
     struct gather_buf *gb = &f->gather[b];
     size_t per = unit_len(f, u) / f->S;
@@ -212,9 +228,15 @@ static void on_unit(void *ctx, int u, enum model_unit_event ev) {
         if (z3) params_ready(f, u), prefetch(f, u, +1);
         break;
     case MODEL_UNIT_FORWARD_DONE:
-        if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
+        // The last unit of a chunk stays gathered: its backward is usually next
+        // (FSDP does not reshard its root either); gather_start frees it if not.
+        if (z3 && f->cfg.reshard_after_forward && (f->kept < 0 || f->kept == u) &&
+            neighbour(f, u, +1) < 0)
+            f->kept = u;
+        else if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
         break;
     case MODEL_UNIT_BACKWARD:
+        if (u == f->kept) f->kept = -1; // in use again: released after its backward
         // The embedding's backward reads no parameter (only its gradient).
         if (z3 && u != f->embed) params_ready(f, u), prefetch(f, u, -1);
         if (f->tied && u == f->head) tied_bind(f);
@@ -239,6 +261,7 @@ void fsdp_poll(struct fsdp *f) {
 }
 
 void fsdp_step_begin(struct fsdp *f) {
+    f->kept = -1;
     for (int u = 0; u < f->n_units; u++) gather_release(f, u); // kept by samples' forwards
     backend_memset0(f->be, f->gshard);
     memset(&f->stats, 0, sizeof f->stats);
@@ -249,6 +272,7 @@ void fsdp_fault_grad_inf(struct fsdp *f) { f->fault_grad_inf = true; }
 void fsdp_step_end(struct fsdp *f) {
     for (int k = 0; k < 2; k++) rs_complete(f, &f->gb[k]);
     rs_complete(f, &f->tied_gb);
+    f->kept = -1;
     for (int u = 0; u < f->n_units; u++) gather_release(f, u);
 }
 
@@ -283,6 +307,7 @@ enum status fsdp_init(struct fsdp **out, struct model *m, struct optimizer *opt,
     f->gshard = optimizer_grad_shard(opt), f->pshard = optimizer_param_shard(opt);
     f->where = xcalloc((size_t)f->n_units, sizeof *f->where);
     for (int u = 0; u < f->n_units; u++) f->where[u] = -1;
+    f->kept = -1;
     bool ok = true, z3 = cfg->stage == 3, b16 = cfg->grad_dtype == DTYPE_BF16 && f->gdt == DTYPE_FP32;
     f->embed = f->head = -1;
     for (int u = 0; u < f->n_units; u++) {

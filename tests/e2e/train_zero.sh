@@ -28,9 +28,10 @@
 #     dp 4 with dp_shard 2 (TRIDENT_FAULT=grad_inf) skips the step on every
 #     rank: the same losses and norms as the same fault at dp_shard 4.
 #  3. The step record (zero 3, (1,1,4), 4 units: embedding, 2 blocks, head):
-#     zero_prefetched > 0 of zero_gathers = 7 (each unit gathered for its
+#     zero_prefetched > 0 of zero_gathers = 6 (each unit gathered for its
 #     forward and again for its backward, but the embedding, whose backward
-#     reads no parameter), zero_rs_early == zero_rs = 4; at
+#     reads no parameter, and the head, kept gathered from its forward to
+#     its backward), zero_rs_early == zero_rs = 4; at
 #     most 2 units gathered at once (zero_live_max <= prefetch depth + 1)
 #     under reshard_after_forward, all 4 without it. With
 #     TRIDENT_ZERO_PREFETCH=0 and TRIDENT_ZERO_OVERLAP=0: zero_prefetched = 0
@@ -160,10 +161,10 @@ tmp = sys.argv[1]
 def rec(name):
     return [r for r in map(json.loads, open(f"{tmp}/run-{name}/metrics.jsonl")) if "loss" in r][-1]
 on, keep, off, z2 = rec("f114-3"), rec("f114-3k"), rec("off"), rec("f114-2")
-ok = (on["zero_gathers"] == 7 and on["zero_prefetched"] > 0 and on["zero_rs"] == 4
+ok = (on["zero_gathers"] == 6 and on["zero_prefetched"] > 0 and on["zero_rs"] == 4
       and on["zero_rs_early"] == 4 and on["zero_live_max"] <= 2
       and keep["zero_live_max"] == 4 and keep["zero_gathers"] == 4
-      and off["zero_prefetched"] == 0 and off["zero_rs_early"] == 0 and off["zero_gathers"] == 7
+      and off["zero_prefetched"] == 0 and off["zero_rs_early"] == 0 and off["zero_gathers"] == 6
       and z2["zero_rs"] == 4 and z2["zero_gathers"] == 0)
 for n, r in (("zero 3", on), ("zero 3 keep", keep), ("zero 3 no prefetch/overlap", off), ("zero 2", z2)):
     print(n, {k: v for k, v in r.items() if k.startswith("zero_")})
