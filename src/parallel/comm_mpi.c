@@ -2,6 +2,7 @@
 #include "comm_mpi.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <string.h>
 
 #include "base/mpi_util.h"
@@ -84,6 +85,23 @@ static struct comm_mpi *impl_of(const struct comm_group *g) { return g->impl; }
 static size_t chunk_elems(const struct comm_group *g, size_t per_elem_bytes) {
     size_t n = impl_of(g)->chunk_bytes / per_elem_bytes;
     return n ? n : 1;
+}
+
+// Waits for r, giving up the CPU between tests. MPI_Wait polls without
+// pause, and on a host with fewer free cores than ranks (the CPU backend's
+// tests and benches: --oversubscribe, other jobs) a rank spinning for its
+// peer takes the core the peer needs to reach the collective: measured on
+// tests/bench/zero_step.sh (2 ranks, 2 busy cores), ZeRO-3's 46 waits per
+// step spent ~40% of a rank's cycles in MPI's progress loop and the step
+// took 1-6x ZeRO-1's. sched_yield returns at once when nothing else is
+// runnable, so an idle host keeps MPI_Wait's latency.
+static void wait_yielding(MPI_Request *r) {
+    for (;;) {
+        int done = 0;
+        CHECK_MPI(MPI_Test(r, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        sched_yield();
+    }
 }
 
 // ---- non-blocking all-reduces: a queue of chunks, a bounded window in flight ----
@@ -194,14 +212,14 @@ static void mpi_wait(struct comm_request *req) {
             // c is the oldest unfinished chunk: every older one is done, so
             // nothing is in flight ahead of it and q_pump started it.
             CHECK(c->started, "comm_mpi: a queued all-reduce chunk never started");
-            CHECK_MPI(MPI_Wait(&c->r, MPI_STATUS_IGNORE));
+            wait_yielding(&c->r);
             chunk_done(m, c);
         }
         return;
     }
     MPI_Request r;
     memcpy(&r, req->storage, sizeof r);
-    CHECK_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    wait_yielding(&r);
     memcpy(req->storage, &r, sizeof r);
 }
 
