@@ -11,7 +11,8 @@
 # and gradient shards, gather buffers, unit gradient buffers and their
 # reduce-scatter results, a tied embedding's own buffer) in (1,1,4,2),
 # (1,1,4,3), (1,1,4,3) with reshard_after_forward = false, (1,1,4,3) with
-# dp_shard 2 and (2,2,2,3)+SP in fp32, (1,1,4,3) and (2,1,2,2)+SP in bf16 with recompute full, (1,1,4,2)
+# dp_shard 2, (2,2,2,3)+SP, (1,2,2,2) and (1,2,2,3) 1F1B and (1,2,2,3)
+# interleaved (2 virtual stages) in fp32, (1,1,4,3) and (2,1,2,2)+SP in bf16 with recompute full, (1,1,4,2)
 # and (1,1,4,3) with grad_dtype bf16, the plan's bytes for stage
 # 0, tp rank 0 (params + grads + optimizer + activations) equal the
 # mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
@@ -27,16 +28,17 @@ IFS=, read -r mode dtype grad <<<"$case"
 layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 [ "$grad" = fp32 ] || layouts="1,1,2,0,0 2,2,2,1,0 1,1,4,2,0 1,1,4,3,0"
 # ZeRO-2/3 (the tied embedding's own buffers included: small.ini ties them)
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,4,2,0 1,1,4,3,0 1,1,4,3,0,false 2,2,2,3,1 1,1,4,3,0,true,2"
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,4,2,0 1,1,4,3,0 1,1,4,3,0,false 2,2,2,3,1 1,1,4,3,0,true,2 1,2,2,2,0 1,2,2,3,0 1,2,2,3,0,true,0,2"
 [ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1"
 for l in $layouts; do
-    IFS=, read -r tp pp dp z sp keep shard <<<"$l"
-    keep=${keep:-true} shard=${shard:-0} # parallel.reshard_after_forward, parallel.dp_shard
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$mode-$dtype-$grad"
+    IFS=, read -r tp pp dp z sp keep shard v <<<"$l"
+    keep=${keep:-true} shard=${shard:-0} v=${v:-1} # reshard_after_forward, dp_shard, virtual_stages
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$mode-$dtype-$grad"
     l="$l $mode $dtype grad $grad"
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
-          parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard train.global_batch_size=16
+          parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
           train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
+    [ "$v" = 1 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
     # The row "0 ROLE ..." (stage 0), then its "bytes: params P, grads G, optimizer O, activations A".
