@@ -22,6 +22,8 @@ import shutil
 import sys
 import tempfile
 
+from c_text import blank_comments
+
 GRID_MODULE = {'src/parallel/topology.c', 'src/parallel/topology.h', 'src/parallel/axes_list.h'}
 AXES = r'(?:tp|pp|dp|dp_shard|dp_replicate|cp|ep)'
 # a size: optional cast, then a name or member chain ending in an axis name
@@ -37,27 +39,7 @@ COORD_OF_RANK = re.compile(RANK + r'\s*[%/]\s*\(?\s*' + SIZE + '|' +
 
 def strip(text):
     """text with comments and string/char literals blanked (newlines kept)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in '"\'':
-            j = i + 1
-            while j < n and text[j] != c and text[j] != '\n':
-                j += 2 if text[j] == '\\' else 1
-            out.append(c + ' ' * max(0, j - i - 1) + c)
-            i = j + 1
-        elif text.startswith('//', i):
-            j = text.find('\n', i)
-            i = n if j < 0 else j
-        elif text.startswith('/*', i):
-            j = text.find('*/', i + 2)
-            j = n if j < 0 else j + 2
-            out.append('\n' * text.count('\n', i, j))
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return ''.join(out)
+    return blank_comments(text, blank_strings=True)
 
 
 def code_files(root):

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+from c_text import blank_comments
+
 # The objects that may end the process, and why (docs/design.md §1, §8).
 EXITS = {
     'src/base/common.o': 'fatal_exit: CHECK of an invariant, out of host memory',
@@ -87,27 +89,7 @@ def sources(root):
 def strip_comments(text):
     """text with its comments blanked (newlines kept, so line numbers hold),
     string and character literals left as they are."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in '"\'':
-            j = i + 1
-            while j < n and text[j] != c and text[j] != '\n':
-                j += 2 if text[j] == '\\' else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith('//', i):
-            j = text.find('\n', i)
-            i = n if j < 0 else j
-        elif text.startswith('/*', i):
-            j = text.find('*/', i + 2)
-            j = n if j < 0 else j + 2
-            out.append('\n' * text.count('\n', i, j))
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return ''.join(out)
+    return blank_comments(text)
 
 
 def resolve(root, path, name, angle=False):
