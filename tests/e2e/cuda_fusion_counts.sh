@@ -22,10 +22,8 @@
 # v. The script prints both reductions.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
 need_built "$TRIDENT"
 need_emu trident
-need_built "$EMU_BUILD/trident"
 small_dataset "$tmp"
 BASE_LAUNCHES=1455
 BASE_TRAFFIC=705673480 # bytes a step at 346e084

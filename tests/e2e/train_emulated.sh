@@ -29,11 +29,9 @@
 #     run 1's.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
 need_built "$TRIDENT"
 need_py numpy
 need_emu trident
-need_built "$EMU_BUILD/trident"
 small_dataset "$tmp"
 fail=0
 # train NAME BINARY DEVICE [overrides...]: a single-rank run of STEPS steps

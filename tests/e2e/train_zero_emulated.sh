@@ -13,11 +13,9 @@
 # a use not ordered after it, would read or give other numbers. ~30 s.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
-EMU_BUILD="$BUILD-emu"
 need_built "$TRIDENT"
 need_py numpy
 need_emu trident
-need_built "$EMU_BUILD/trident"
 small_dataset "$tmp"
 fail=0
 common=(data.path="$tmp/shards" model.d_model=32 model.n_heads=2 model.n_kv_heads=2 model.ffn_dim=64
