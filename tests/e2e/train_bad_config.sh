@@ -46,7 +46,7 @@ cases=(
 "heads vs kv heads|set model.n_kv_heads=3||n_kv_heads.*3"
 "layers < pp|set model.n_layers=1|parallel.pp=2 parallel.dp=1|n_layers.*1.*pp.*2|pp.*2.*n_layers.*1"
 "global batch divisibility|set train.global_batch_size=6||global_batch_size.*6"
-"inferred dp, world not a multiple of tp * pp|set parallel.dp=0|parallel.tp=4|N = 2 ranks is not a multiple of tp \\* pp = 4.*run on 4 ranks"
+"inferred dp, world not a multiple of tp * pp|set parallel.dp=0|parallel.tp=4|N = 2 ranks is not a multiple of tp \\* cp \\* pp = 4.*run on 4 ranks"
 "inferred dp, global batch|set parallel.dp=0|train.global_batch_size=6|infers dp = 2 ranks.*global_batch_size = 4 or 8.*1 or 3 ranks \\(dp = 1 or 3\\)"
 "seq_len > max_seq_len|set train.seq_len=128||seq_len.*128.*max_seq_len"
 "vocab vs data|set model.vocab_size=1024||1024.*510|510.*1024"
