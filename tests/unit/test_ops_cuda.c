@@ -535,8 +535,11 @@ static void cp_positions(int32_t *pos, int B, int T, int cp, int r, int chunks) 
 // start from random values (every 5th row lse -inf, out 0), merged into. The
 // backward from the CPU forward's out and lse (rounded to dt) into random dq,
 // dk, dv. Rows with no readable key (lse -inf) are part of most cases.
+// nan_unread (rk < rq, chunks of 32 rows or more): the key chunk no query can
+// read (rank rk's second, after both of rank rq's) holds NaN keys and
+// values: its tiles must be skipped, not computed and masked (0 x NaN).
 static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, int rk, int kchunks, bool docs,
-                                 bool accumulate, int H, int Hkv, int D) {
+                                 bool accumulate, int H, int Hkv, int D, bool nan_unread) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int Tq = T / cp, Tk = kchunks * T / (2 * cp);
@@ -557,11 +560,19 @@ static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, in
     struct tensor qdc = docs ? qdoc.c : tensor_view(NULL, DTYPE_I32, 0);
     struct tensor qdg = docs ? qdoc.g : tensor_view(NULL, DTYPE_I32, 0);
     char what[160], w2[200];
-    snprintf(what, sizeof what, "attention_block B=%d T=%d cp=%d ranks %d<-%d Tq=%d Tk=%d H=%d Hkv=%d D=%d%s%s", B,
-             T, cp, rq, rk, Tq, Tk, H, Hkv, D, docs ? " docs" : "", accumulate ? " accumulate" : "");
+    snprintf(what, sizeof what, "attention_block B=%d T=%d cp=%d ranks %d<-%d Tq=%d Tk=%d H=%d Hkv=%d D=%d%s%s%s",
+             B, T, cp, rq, rk, Tq, Tk, H, Hkv, D, docs ? " docs" : "", accumulate ? " accumulate" : "",
+             nan_unread ? " nan-unread" : "");
 
     struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
     struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
+    if (nan_unread) {
+        size_t row = (size_t)Hkv * D, C = (size_t)Tk / 2;
+        EXPECT(rk < rq && kchunks == 2, "%s: nan_unread needs rk < rq and two key chunks", what);
+        for (int b = 0; b < B; b++)
+            for (size_t e = 0; e < C * row; e++) k.h[(b * (size_t)Tk + C) * row + e] = v.h[(b * (size_t)Tk + C) * row + e] = NAN;
+        pair_sync(k), pair_sync(v);
+    }
     if (accumulate) {
         for (size_t i = 0; i < nl; i++) lse.h[i] = i % 5 == 0 ? -INFINITY : (float)(1 + 2 * rnd());
         for (size_t i = 0; i < nq; i++) { // (b, t, h, d): row (b, h, t) of lse
@@ -889,13 +900,14 @@ static void run_all(enum dtype dt, bool small) {
     // one block of ring attention: cp 2 and 4, the rank's own block (causal
     // chunks) and others' (whole chunks read or skipped), a key set of one
     // chunk (Tq != Tk), documents across chunks, GQA, D buckets 32 to 256
-    test_attention_block(dt, 2, 64, 2, 0, 0, 2, false, false, 4, 2, 24);
-    test_attention_block(dt, 2, 64, 2, 1, 0, 2, true, true, 4, 2, 24);
-    test_attention_block(dt, 1, 256, 4, 1, 2, 2, false, true, 2, 1, 64);
-    test_attention_block(dt, 1, 256, 4, 2, 2, 2, true, false, 2, 2, 64);
-    test_attention_block(dt, 2, 64, 2, 0, 1, 1, false, false, 4, 1, 40);
-    test_attention_block(dt, 1, 64, 2, 1, 0, 1, true, true, 2, 2, 24);
-    test_attention_block(dt, 1, 32, 2, 1, 1, 2, false, true, 2, 1, 256);
+    test_attention_block(dt, 2, 64, 2, 0, 0, 2, false, false, 4, 2, 24, false);
+    test_attention_block(dt, 2, 64, 2, 1, 0, 2, true, true, 4, 2, 24, false);
+    test_attention_block(dt, 1, 256, 4, 1, 2, 2, false, true, 2, 1, 64, false);
+    test_attention_block(dt, 1, 256, 4, 2, 1, 2, false, true, 4, 2, 128, true);
+    test_attention_block(dt, 1, 256, 4, 2, 2, 2, true, false, 2, 2, 64, false);
+    test_attention_block(dt, 2, 64, 2, 0, 1, 1, false, false, 4, 1, 40, false);
+    test_attention_block(dt, 1, 64, 2, 1, 0, 1, true, true, 2, 2, 24, false);
+    test_attention_block(dt, 1, 32, 2, 1, 1, 2, false, true, 2, 1, 256, false);
     test_cross_entropy(dt, 13, 70, 61, 100, 300);
     if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
     test_adamw(dt);
