@@ -793,6 +793,26 @@ static void test_attention_choice(void) {
         attn_mode = BACKEND_ATTENTION_AUTO;
         test_attention(DTYPE_BF16, B, T, H, Hkv, D);
         attn_mode = keep;
+        // ring-attention blocks in auto mode: the positions are read back and
+        // split into chunk pairs, cuDNN cannot plan them, the native kernels
+        // run and match the CPU; a document mask goes native at once
+        FILE *log = tmpfile();
+        EXPECT(log != NULL, "tmpfile");
+        backend_set_attention_log(gpu, log);
+        EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_AUTO, &err), "set auto: %s", err.msg);
+        test_attention_block(DTYPE_BF16, 2, 64, 2, 1, 0, 2, false, true, 4, 2, 24, false);
+        test_attention_block(DTYPE_BF16, 1, 64, 2, 0, 0, 2, true, false, 2, 2, 24, false);
+        char text[4096] = "";
+        rewind(log);
+        text[fread(text, 1, sizeof text - 1, log)] = 0;
+        fclose(log);
+        backend_set_attention_log(gpu, stderr);
+        EXPECT(strstr(text, "attention: block forward B=2 Tq=32 Tk=32 H=4 Hkv=2 D=24 bf16 -> native (cuDNN") &&
+                   strstr(text, "cannot run it") &&
+                   strstr(text, "attention: block backward B=2 Tq=32 Tk=32 H=4 Hkv=2 D=24 bf16 -> native (cuDNN") &&
+                   strstr(text, "attention: block forward B=1 Tq=32 Tk=32 H=2 Hkv=2 D=24 bf16 -> native (document "
+                                "mask"),
+               "the block paths in auto mode: '%s'", text);
     }
     enum status st = backend_set_attention(gpu, BACKEND_ATTENTION_CUDNN, &err);
     if (st) { // cuDNN cannot even open: auto must have fallen back
@@ -918,8 +938,10 @@ static void run_all(enum dtype dt, bool small) {
 // cuDNN's attention graphs, built and finalised without a device against the
 // cuDNN the build links (its own validation of every tensor and op): BF16 and
 // FP16, forward and backward, H = Hkv and GQA; a head count that does not
-// divide (H=4, Hkv=3) must be refused, naming the first matmul. Skipped with
-// the emulated cuDNN (TEST_OPS_CUDNN_ABSENT), which validates nothing.
+// divide (H=4, Hkv=3) must be refused, naming the first matmul; and the graphs
+// of ring-attention chunk pairs (strided views, causal or full, Tq != Tk).
+// Skipped with the emulated cuDNN (TEST_OPS_CUDNN_ABSENT), which validates
+// nothing.
 static void test_cudnn_graphs(void) {
 #ifdef TRIDENT_CUDA
     if (getenv("TEST_OPS_CUDNN_ABSENT")) return;
@@ -932,6 +954,19 @@ static void test_cudnn_graphs(void) {
                 err = (struct error){0};
                 EXPECT(!backend_cuda_attention_check_graph(i ? DTYPE_FP16 : DTYPE_BF16, x[0], x[1], x[2], x[3], x[4],
                                                            bwd, &err), "%s", err.msg);
+            }
+    // chunk pairs of ring-attention blocks: views of C rows of tensors of 2C
+    // (or 3C) rows, causal (the same chunk) or full, Tq != Tk too
+    static const int pairs[][9] = {{2, 32, 32, 64, 64, 4, 2, 24, 1}, {1, 512, 512, 1024, 1024, 8, 2, 128, 0},
+                                   {1, 256, 512, 512, 768, 4, 4, 64, 0}, {2, 128, 128, 256, 256, 16, 4, 64, 1}};
+    for (int i = 0; i < 2; i++)
+        for (size_t s = 0; s < sizeof pairs / sizeof pairs[0]; s++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const int *x = pairs[s];
+                err = (struct error){0};
+                EXPECT(!backend_cuda_attention_check_block_graph(i ? DTYPE_FP16 : DTYPE_BF16, x[0], x[1], x[2], x[3],
+                                                                 x[4], x[5], x[6], x[7], x[8], bwd, &err),
+                       "%s", err.msg);
             }
     err = (struct error){0};
     EXPECT(backend_cuda_attention_check_graph(DTYPE_BF16, 1, 16, 4, 3, 64, false, &err) == STATUS_RUNTIME &&
