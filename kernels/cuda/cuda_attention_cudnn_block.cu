@@ -38,9 +38,14 @@
 // Not yet run on a GPU (none lent): the graphs of the chunk pairs are
 // validated by the linked cuDNN without a device (test_ops_cuda,
 // backend_cuda_attention_check_block_graph); the emulation's cuDNN has no
-// engines, so there these calls always decline and the native kernels run.
+// engines, so there these calls decline and the native kernels run, except
+// under TRIDENT_EMU_SDPA=1 (emulated build only): then a naive kernel computes
+// each pair's SDPA as the cuDNN graph defines it (same views, same packed
+// outputs, the FP32 dq accumulator), so that the layout, the views, the
+// merges and the adds are checked against the CPU (test_ops_cuda).
 #include "cuda_attention_cudnn.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define BLOCK_RUNS 4 // runs of consecutive positions a side cuDNN's path takes
@@ -129,6 +134,92 @@ static struct sdpa_key pair_key(const struct block_layout *L, int i, int B, int 
 static char *at(struct tensor t, size_t elems) { return (char *)t.data + elems * dtype_size(t.dtype); }
 static size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
 
+#ifdef TRIDENT_CUDA_EMU
+// TRIDENT_EMU_SDPA=1: the naive stand-in for cuDNN's pairs (file comment).
+static bool emu_sdpa(void) {
+    const char *e = getenv("TRIDENT_EMU_SDPA");
+    return e && e[0] == '1';
+}
+
+// One pair's forward as the SDPA graph: q view (B, ql, H, D) of rows of TQ,
+// k, v views (B, kl, Hkv, D) of rows of TK; o (B, ql, H, D) and stats (B, H,
+// ql) packed. One thread a (b, h, i) row.
+__global__ void emu_sdpa_forward_kernel(struct dptr o, float *stats, struct dptr q, struct dptr k, struct dptr v,
+                                        int B, int ql, int kl, int TQ, int TK, int H, int Hkv, int D, float scale,
+                                        bool causal) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= (size_t)B * H * ql) return;
+    int i = (int)(r % ql), h = (int)(r / ql % H), b = (int)(r / ql / H), hk = h / (H / Hkv);
+    size_t qi = (((size_t)b * TQ + i) * H + h) * D;
+    int jn = causal ? min(kl, i + 1) : kl;
+    float m = -INFINITY, l = 0, acc[256];
+    for (int d = 0; d < D; d++) acc[d] = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < jn; j++) {
+            size_t kj = (((size_t)b * TK + j) * Hkv + hk) * D;
+            float sc = 0;
+            for (int d = 0; d < D; d++) sc += ld(q, qi + d) * ld(k, kj + d);
+            sc *= scale;
+            if (pass == 0) {
+                m = fmaxf(m, sc);
+                continue;
+            }
+            float p = expf(sc - m);
+            l += p;
+            for (int d = 0; d < D; d++) acc[d] += p * ld(v, kj + d);
+        }
+    size_t oi = (((size_t)b * ql + i) * H + h) * D;
+    for (int d = 0; d < D; d++) st(o, oi + d, acc[d] / l);
+    stats[((size_t)b * H + h) * ql + i] = m + logf(l);
+}
+
+// One pair's backward as the SDPA graph: q, out, dout views of rows of TQ,
+// lse view (B, H, ql) of rows of TQ, k, v views of rows of TK; dq_acc (B, H,
+// ql, D) FP32, dk, dv (B, kl, Hkv, D) packed. Threads [0, B H ql): dq rows;
+// [B H ql, + B Hkv kl): dk, dv rows.
+__global__ void emu_sdpa_backward_kernel(float *dq_acc, struct dptr dk, struct dptr dv, struct dptr q,
+                                         struct dptr k, struct dptr v, struct dptr out, struct dptr dout,
+                                         const float *lse, int B, int ql, int kl, int TQ, int TK, int H, int Hkv,
+                                         int D, float scale, bool causal) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nq = (size_t)B * H * ql;
+    int G = H / Hkv;
+    float acc[256], acc2[256];
+    for (int d = 0; d < D; d++) acc[d] = acc2[d] = 0;
+    if (r < nq) {
+        int i = (int)(r % ql), h = (int)(r / ql % H), b = (int)(r / ql / H), hk = h / G;
+        size_t qi = (((size_t)b * TQ + i) * H + h) * D;
+        float li = lse[((size_t)b * H + h) * TQ + i], dsum = 0;
+        for (int d = 0; d < D; d++) dsum += ld(dout, qi + d) * ld(out, qi + d);
+        for (int j = 0; j < (causal ? min(kl, i + 1) : kl); j++) {
+            size_t kj = (((size_t)b * TK + j) * Hkv + hk) * D;
+            float sc = 0, dp = 0;
+            for (int d = 0; d < D; d++) sc += ld(q, qi + d) * ld(k, kj + d), dp += ld(dout, qi + d) * ld(v, kj + d);
+            float p = expf(sc * scale - li), ds = p * (dp - dsum) * scale;
+            for (int d = 0; d < D; d++) acc[d] += ds * ld(k, kj + d);
+        }
+        for (int d = 0; d < D; d++) dq_acc[(((size_t)b * H + h) * ql + i) * D + d] = acc[d];
+    } else if (r < nq + (size_t)B * Hkv * kl) {
+        r -= nq;
+        int j = (int)(r % kl), hk = (int)(r / kl % Hkv), b = (int)(r / kl / Hkv);
+        size_t kj = (((size_t)b * TK + j) * Hkv + hk) * D;
+        for (int h = hk * G; h < (hk + 1) * G; h++)
+            for (int i = causal ? j : 0; i < ql; i++) {
+                size_t qi = (((size_t)b * TQ + i) * H + h) * D;
+                float li = lse[((size_t)b * H + h) * TQ + i], dsum = 0, sc = 0, dp = 0;
+                for (int d = 0; d < D; d++)
+                    dsum += ld(dout, qi + d) * ld(out, qi + d), sc += ld(q, qi + d) * ld(k, kj + d),
+                        dp += ld(dout, qi + d) * ld(v, kj + d);
+                float p = expf(sc * scale - li), ds = p * (dp - dsum) * scale;
+                for (int d = 0; d < D; d++) acc[d] += ds * ld(q, qi + d), acc2[d] += p * ld(dout, qi + d);
+            }
+        size_t ko = (((size_t)b * kl + j) * Hkv + hk) * D;
+        for (int d = 0; d < D; d++) st(dk, ko + d, acc[d]), st(dv, ko + d, acc2[d]);
+    }
+}
+#else
+static bool emu_sdpa(void) { return false; }
+#endif
+
 // Whether cuDNN may take a block call at all (before reading its positions):
 // the mode, the dtype, cuDNN opened, no document mask, not a shape already
 // declined. Otherwise the path is noted native with the reason.
@@ -161,6 +252,10 @@ static bool block_plans(struct backend *be, const struct sdpa_key *bkey, const s
                         struct sdpa_plan **plans, void *const *ptrs, int n_ptrs, size_t *ws) {
     struct cuda_backend *c = cuda_state(be);
     *ws = 0;
+    if (emu_sdpa()) { // the emulation's stand-in needs no plan
+        for (int i = 0; i < L->np; i++) plans[i] = NULL;
+        return true;
+    }
     for (int i = 0; i < L->np; i++) {
         struct sdpa_key k = pair_key(L, i, bkey->B, bkey->Tq, bkey->Tk, bkey->H, bkey->Hkv, bkey->D, bkey->dt,
                                      bkey->backward);
@@ -259,7 +354,18 @@ bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, s
         const struct pos_run *a = &L.q[L.pairs[i].qr];
         int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
         void *vals[] = {ptrs[i][0], ptrs[i][1], ptrs[i][2], ob, lb, &scale, &neg_inf};
-        cudnn_execute(be, plans[i], uids, vals, L.pairs[i].causal ? 7 : 6, ws ? base : NULL, "block forward");
+        if (!emu_sdpa()) {
+            cudnn_execute(be, plans[i], uids, vals, L.pairs[i].causal ? 7 : 6, ws ? base : NULL, "block forward");
+        } else {
+#ifdef TRIDENT_CUDA_EMU
+            const struct pos_run *c = &L.k[L.pairs[i].kr];
+            struct dptr vq = {ptrs[i][0], dt}, vk = {ptrs[i][1], dt}, vv = {ptrs[i][2], dt};
+            size_t rows = (size_t)B * H * a->len;
+            emu_sdpa_forward_kernel<<<grid_for(rows, 64), 64, 0, st>>>(pob, lb, vq, vk, vv, B, a->len, c->len, Tq, Tk,
+                                                                       H, Hkv, D, scale, L.pairs[i].causal);
+            CHECK_LAUNCH();
+#endif
+        }
         attention_block_merge_kernel<<<(unsigned)((size_t)B * a->len * H), 128, 0, st>>>(
             po, (float *)lse.data, pob, lb, Tq, a->row, a->len, H, D);
         CHECK_LAUNCH();
@@ -317,7 +423,19 @@ bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, s
                           UID_SCALE, UID_ONE, UID_DSUM, UID_DQ_ACCUM, UID_NEG_INF};
         void *vals[] = {ptrs[i][0], ptrs[i][1], ptrs[i][2], ptrs[i][3], ptrs[i][5], ptrs[i][4], tdq, tdk, tdv,
                         &scale, &one, dsum, acc, &neg_inf};
-        cudnn_execute(be, plans[i], uids, vals, causal ? 14 : 13, ws ? base : NULL, "block backward");
+        if (!emu_sdpa()) {
+            cudnn_execute(be, plans[i], uids, vals, causal ? 14 : 13, ws ? base : NULL, "block backward");
+        } else {
+#ifdef TRIDENT_CUDA_EMU
+            struct dptr vq = {ptrs[i][0], dt}, vk = {ptrs[i][1], dt}, vv = {ptrs[i][2], dt};
+            struct dptr vo = {ptrs[i][3], dt}, vdo = {ptrs[i][4], dt};
+            size_t rows = (size_t)B * H * a->len + (size_t)B * Hkv * c->len;
+            emu_sdpa_backward_kernel<<<grid_for(rows, 64), 64, 0, st>>>((float *)acc, ptdk, ptdv, vq, vk, vv, vo, vdo,
+                                                                        (const float *)ptrs[i][5], B, a->len, c->len,
+                                                                        Tq, Tk, H, Hkv, D, scale, causal);
+            CHECK_LAUNCH();
+#endif
+        }
         size_t nq = (size_t)B * a->len * qrow, nk = (size_t)B * c->len * krow;
         attention_block_add_rows_kernel<<<grid_for(nq, 256), 256, 0, st>>>(pdq, pacc, B, Tq, a->row, a->len, H, D,
                                                                           true);
