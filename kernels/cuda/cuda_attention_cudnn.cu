@@ -33,7 +33,10 @@
 //
 // Plans (operation graph -> heuristics mode A -> the first engine config that
 // finalises) are built once per (B, T, H, Hkv, D, dtype, direction) and kept
-// (CUDNN_PLANS, the oldest replaced when full): a training step after the
+// (CUDNN_PLANS, the oldest replaced when full; ring-attention chunk pairs,
+// cuda_attention_cudnn_block.cu, are the same graphs with Tq != Tk, strided
+// views and the causal mask optional: struct sdpa_key, cuda_attention_cudnn.cuh),
+// so a training step after the
 // first builds only a variant pack (the pointers) per call. A shape cuDNN
 // cannot plan is remembered too, with cuDNN's status and the call that gave
 // it, so `auto` tries it once and logs it once.

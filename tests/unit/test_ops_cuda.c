@@ -994,6 +994,10 @@ static void test_cudnn_graphs(void) {
                        "%s", err.msg);
             }
     err = (struct error){0};
+    EXPECT(backend_cuda_attention_check_block_graph(DTYPE_BF16, 1, 16, 16, 32, 32, 4, 3, 64, false, false, &err) ==
+                   STATUS_RUNTIME && strstr(err.msg, "Tq=16 Tk=16 of 32, 32 rows full"),
+           "a chunk pair with H=4 Hkv=3 must be refused, naming the pair: '%s'", err.msg);
+    err = (struct error){0};
     EXPECT(backend_cuda_attention_check_graph(DTYPE_BF16, 1, 16, 4, 3, 64, false, &err) == STATUS_RUNTIME &&
                strstr(err.msg, "bmm1"),
            "H=4 Hkv=3 must be refused at the first matmul: '%s'", err.msg);
