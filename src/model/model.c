@@ -365,7 +365,7 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     m->cfg = *cfg, m->shard = *shard, m->dtype = dtype;
     m->stat = dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
     m->cp = cp, m->cp_rank = cp > 1 ? shard->cp_rank : 0;
-    m->Tg = T, m->T = T / cp, m->N = B * m->T;
+    m->B = B, m->Tg = T, m->T = T / cp, m->N = B * m->T;
     if (shard->recompute != RECOMPUTE_NONE && shard->recompute != RECOMPUTE_SELECTIVE &&
         shard->recompute != RECOMPUTE_FULL)
         return error_set(err, STATUS_BAD_INPUT, "model: recompute mode %d, expected none, "
