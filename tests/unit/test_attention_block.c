@@ -8,7 +8,8 @@
 //     the whole sequence: FP64 <= 1e-12, FP32 <= 1e-6 relative; BF16 / FP16
 //     against the FP64 op on the same rounded inputs within a few units of
 //     roundoff; plain causal and with documents crossing chunk boundaries;
-//     GQA (H 4, Hkv 2).
+//     GQA (H 4, Hkv 2); T 256, and T 200 (FP64, FP32: chunks of 50 and 25
+//     tokens, no multiple of the 64-row tiles).
 //   - A block with no readable key (keys all after the queries, or all
 //     before the queries' documents) is skipped: with NaN keys and values it
 //     leaves out, lse (accumulate) and dq, dk, dv bit for bit as they were;
@@ -51,7 +52,8 @@ static double *rand_host(enum dtype dt, size_t n, double scale) {
 }
 
 // Document starts (B, T): row b's documents begin at the listed positions
-// (chosen to cross the chunk boundaries of cp = 2 and 4 at T = 256).
+// (chosen to cross the chunk boundaries of cp = 2 and 4 at T = 256 and 200;
+// those past T do not start).
 static double *doc_starts(int B, int T) {
     static const int starts[2][6] = {{0, 37, 100, 101, 180, 250}, {0, 64, 65, 150, 200, 255}};
     double *ds = xmalloc((size_t)B * T * sizeof *ds);
@@ -68,8 +70,8 @@ static double *doc_starts(int B, int T) {
 
 // The ring at cp ranks in dtype dt against the whole-sequence op: in dt for
 // FP32 / FP64 (tol), in FP64 on dt-rounded inputs for BF16 / FP16.
-static void check_ring(enum dtype dt, int cp, bool docs, double tol_out, double tol_grad) {
-    int B = 2, T = 256, H = 4, Hkv = 2, D = 16;
+static void check_ring(enum dtype dt, int T, int cp, bool docs, double tol_out, double tol_grad) {
+    int B = 2, H = 4, Hkv = 2, D = 16;
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
     double *q = rand_host(dt, nq, 1.5), *k = rand_host(dt, nk, 1.5), *v = rand_host(dt, nk, 1);
     double *dout = rand_host(dt, nq, 1), *ds = docs ? doc_starts(B, T) : NULL;
@@ -95,8 +97,8 @@ static void check_ring(enum dtype dt, int cp, bool docs, double tol_out, double 
     ring_download(be, rdk, tdk), ring_download(be, rdv, tdv);
     char what[120];
 #define CMP(n, got, ref, tol, name)                                                        \
-    snprintf(what, sizeof what, "%s cp %d %s: %s", dtype_name(dt), cp, docs ? "docs" : "causal", \
-             name);                                                                        \
+    snprintf(what, sizeof what, "%s T %d cp %d %s: %s", dtype_name(dt), T, cp,             \
+             docs ? "docs" : "causal", name);                                               \
     EXPECT_REL(n, got, ref, tol, what)
     CMP(nq, io.out, ro, tol_out, "out");
     CMP(nl, io.lse, rl, dt == DTYPE_FP64 ? tol_out : 1e-6, "lse");
@@ -286,10 +288,13 @@ int main(void) {
     static const enum dtype dts[] = {DTYPE_FP64, DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
     for (int docs = 0; docs <= 1; docs++)
         for (int cp = 2; cp <= 4; cp += 2) {
-            check_ring(DTYPE_FP64, cp, docs, 1e-12, 1e-12);
-            check_ring(DTYPE_FP32, cp, docs, 1e-6, 1e-6);
-            check_ring(DTYPE_BF16, cp, docs, 4 * 0x1p-8, 8 * 0x1p-8);
-            check_ring(DTYPE_FP16, cp, docs, 4 * 0x1p-11, 8 * 0x1p-11);
+            check_ring(DTYPE_FP64, 256, cp, docs, 1e-12, 1e-12);
+            check_ring(DTYPE_FP32, 256, cp, docs, 1e-6, 1e-6);
+            check_ring(DTYPE_BF16, 256, cp, docs, 4 * 0x1p-8, 8 * 0x1p-8);
+            check_ring(DTYPE_FP16, 256, cp, docs, 4 * 0x1p-11, 8 * 0x1p-11);
+            // chunks of 50 and 25 tokens: tiles of no multiple of 64
+            check_ring(DTYPE_FP64, 200, cp, docs, 1e-12, 1e-12);
+            check_ring(DTYPE_FP32, 200, cp, docs, 1e-6, 1e-6);
         }
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         for (int docs = 0; docs <= 1; docs++) {
