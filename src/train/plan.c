@@ -22,8 +22,17 @@ struct llama_config plan_llama(const struct config *c) {
     };
 }
 
+// The ranks of the gradient group, data x context (dp x cp: axes_list.h's
+// DP_CP), which ZeRO shards over.
+static int grad_ranks(const struct config *c) {
+    struct grid_layout g = topology_layout(1, 1, MAX(1, c->parallel.dp), 0, MAX(1, c->parallel.cp));
+    return topology_group_size(&g, GROUP_DP_CP);
+}
+
 struct plan_sharding plan_sharding_of(const struct config *c) {
-    int dp = MAX(1, c->parallel.dp), S = c->parallel.zero_stage >= 2 && c->parallel.dp_shard ? c->parallel.dp_shard : dp;
+    // ZeRO-2/3's shard group: dp_shard x cp under hybrid sharding, else dp x cp
+    int dp = grad_ranks(c), S = c->parallel.zero_stage >= 2 && c->parallel.dp_shard
+                                    ? c->parallel.dp_shard * MAX(1, c->parallel.cp) : dp;
     return (struct plan_sharding){.zero_stage = c->parallel.zero_stage, .shard_ranks = S,
                                   .reshard_after_forward = c->parallel.reshard_after_forward, .prefetch = 1};
 }
@@ -33,7 +42,7 @@ struct plan_sharding plan_sharding_of(const struct config *c) {
 // slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h), keep
 // no gradient arena, and at 3 no parameter arena.
 static void shard_zero(struct model_shard *s, const struct config *c, const struct plan_sharding *z) {
-    s->arena_multiple = z->zero_stage == 1 ? 64 * c->parallel.dp : 0;
+    s->arena_multiple = z->zero_stage == 1 ? 64 * grad_ranks(c) : 0;
     s->unit_multiple = z->zero_stage >= 2 ? 128 * z->shard_ranks : 0;
     s->no_grad_arena = z->zero_stage >= 2;
     s->no_param_arena = z->zero_stage == 3;
@@ -50,6 +59,7 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     int m = plan_microbatches(c);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
+    shard.cp_rank = coord.at[AXIS_CP], shard.cp_size = MAX(1, c->parallel.cp);
     struct plan_sharding z = plan_sharding_of(c);
     shard_zero(&shard, c, &z);
     shard.sequence_parallel = c->parallel.sequence_parallel;
@@ -86,7 +96,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len, &mem,
                     err);
     if (st) return st;
-    int dp = c->parallel.dp;
+    int dp = grad_ranks(c); // the gradient group's ranks: dp x cp
     *out = (struct plan_rank_bytes){
         .params = mem.param_bytes,
         // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
@@ -140,7 +150,7 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
         (st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len,
                          &mem, err)))
         return st;
-    int tp = c->parallel.tp, pp = c->parallel.pp, dp = c->parallel.dp, z = c->parallel.zero_stage;
+    int tp = c->parallel.tp, pp = c->parallel.pp, dp = grad_ranks(c), z = c->parallel.zero_stage;
     // MPI: the largest group a reduction runs on (the embedding group of a
     // tied model's pipeline ends has 2 ranks); gradient buckets all-reduce
     // non-blocking without ZeRO; ZeRO and sequence parallelism reduce-scatter;
