@@ -41,7 +41,7 @@ cases=(
 "unknown device|set system.device=tpu||system.device.*tpu.*cpu, cuda"
 "unknown dtype|set precision.dtype=fp8||precision.dtype.*fp8"
 "bad bool|set model.tie_embeddings=maybe||model.tie_embeddings.*maybe"
-"world size|set parallel.dp=3||tp = 1 x dp_shard = 3 x dp_replicate = 1 x pp = 1 give 3.*N = 2"
+"world size|set parallel.dp=3||tp = 1 x cp = 1 x dp_shard = 3 x dp_replicate = 1 x pp = 1 give 3.*N = 2"
 "dp_shard not dividing dp|set parallel.dp_shard=3||dp_shard must divide dp.*parallel.dp_shard = 3.*parallel.dp = 2"
 "heads vs kv heads|set model.n_kv_heads=3||n_kv_heads.*3"
 "layers < pp|set model.n_layers=1|parallel.pp=2 parallel.dp=1|n_layers.*1.*pp.*2|pp.*2.*n_layers.*1"
