@@ -23,7 +23,7 @@ common=(data.path="$tmp/shards" data.packing=concat_reset parallel.cp=2 train.st
         system.peak_tflops=1)
 for dev in cpu cuda; do
     bin="$TRIDENT" env=()
-    [ "$dev" = cuda ] && bin="$PWD/$EMU_BUILD/trident" env=(TRIDENT_EMU_DELAY=200:7)
+    [ "$dev" = cuda ] && bin="$PWD/$EMU_BUILD/trident" env=(TRIDENT_EMU_DELAY=200:7 TRIDENT_EMU_STATS=1)
     rc=0 start=$(date +%s)
     env OMP_NUM_THREADS=1 "${env[@]}" timeout 300 "${MPIRUN[@]}" -np 2 "$bin" train tests/e2e/configs/cp.ini \
         "${common[@]}" system.device=$dev log.run_dir="$tmp/run-$dev" checkpoint.dir="$tmp/ck-$dev" \
@@ -32,6 +32,8 @@ for dev in cpu cuda; do
     [ "$rc" -eq 0 ] || { tail -20 "$tmp/$dev.log"; fail "cp 2 on $dev exited $rc"; }
 done
 grep -q "communication: NCCL" "$tmp/cuda.log" || fail "the emulated run did not use NCCL"
+n=$(sed -n 's/^cuda_emu: \([0-9]*\) launches.*/\1/p' "$tmp/cuda.log" | sort -n | head -1)
+[ "${n:-0}" -gt 0 ] || fail "the emulated run reports no kernel launches"
 jq -n -r --slurpfile a <(metrics "$tmp/run-cpu" '[.step, .loss, .grad_norm]') \
     --slurpfile b <(metrics "$tmp/run-cuda" '[.step, .loss, .grad_norm]') '
     if ($a | length) != 5 or ($b | length) != 5 then "FAIL: \($b | length) emulated steps, \($a | length) on the CPU"
