@@ -114,6 +114,7 @@ static const char *recompute_name(enum recompute r) {
 static json_t *layout_json(const struct plan_layout *l) {
     json_t *o = json_object();
     json_object_set_new(o, "tp", json_integer(l->tp));
+    json_object_set_new(o, "cp", json_integer(MAX(1, l->cp)));
     json_object_set_new(o, "pp", json_integer(l->pp));
     json_object_set_new(o, "virtual_stages", json_integer(l->v));
     json_object_set_new(o, "dp", json_integer(l->dp));
@@ -128,6 +129,7 @@ static json_t *layout_json(const struct plan_layout *l) {
     json_object_set_new(o, "recompute_s", json_real(l->recompute_s));
     json_object_set_new(o, "bubble_s", json_real(l->bubble_s));
     json_object_set_new(o, "tp_comm_s", json_real(l->tp_comm_s));
+    json_object_set_new(o, "cp_comm_s", json_real(l->cp_comm_s));
     json_object_set_new(o, "pp_comm_s", json_real(l->pp_comm_s));
     json_object_set_new(o, "dp_exposed_s", json_real(l->dp_exposed_s));
     json_object_set_new(o, "tokens_per_s", json_real(l->tokens_per_s));
@@ -140,10 +142,12 @@ static json_t *layout_json(const struct plan_layout *l) {
 static void print_layout(const char *tag, const struct plan_layout *l) {
     char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
     if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
-    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
-           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
+    printf("%-5s %3d %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f "
+           "%5.1f%% %7.1f\n",
+           tag, l->tp, MAX(1, l->cp), l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
-           l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu, l->hw_tflops_per_gpu);
+           l->tp_comm_s, l->cp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu,
+           l->hw_tflops_per_gpu);
 }
 
 // --gpus N: the layout search (plan_search.h) and the config's own layout.
@@ -197,6 +201,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         for (int i = 0; i < n_rej; i++) {
             json_t *x = json_object();
             json_object_set_new(x, "tp", json_integer(rej[i].tp));
+            json_object_set_new(x, "cp", json_integer(MAX(1, rej[i].cp)));
             json_object_set_new(x, "pp", json_integer(rej[i].pp));
             json_object_set_new(x, "why", json_string(rej[i].why));
             json_array_append_new(r, x);
@@ -220,9 +225,9 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
            cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, n_tried, n_fit);
-    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
-           "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
-           "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
+    printf("%-5s %3s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp",
+           "cp", "pp", "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble",
+           "tp comm", "cp comm", "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
         snprintf(tag, sizeof tag, "%d", i + 1);
@@ -239,7 +244,10 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
                own.tp, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
     }
     if (n_rej) printf("rejected families:\n");
-    for (int i = 0; i < n_rej; i++) printf("  tp %d x pp %d: %s\n", rej[i].tp, rej[i].pp, rej[i].why);
+    for (int i = 0; i < n_rej; i++) {
+        if (rej[i].cp > 1) printf("  tp %d x cp %d x pp %d: %s\n", rej[i].tp, rej[i].cp, rej[i].pp, rej[i].why);
+        else printf("  tp %d x pp %d: %s\n", rej[i].tp, rej[i].pp, rej[i].why);
+    }
     free(top);
     return STATUS_OK;
 }

@@ -37,9 +37,9 @@ import json, sys
 o = json.load(open(sys.argv[1]))
 top = ["schema", "config", "gpus", "gpus_per_node", "gpu", "mem_bytes", "reserve_bytes", "efficiency",
        "tried", "fit", "layouts", "rejected", "config_layout"]
-lay = ["tp", "pp", "virtual_stages", "dp", "micro_batch_size", "recompute", "zero_stage", "dp_shard",
+lay = ["tp", "cp", "pp", "virtual_stages", "dp", "micro_batch_size", "recompute", "zero_stage", "dp_shard",
        "reshard_after_forward", "peak_bytes",
-       "step_s", "compute_s", "recompute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_exposed_s",
+       "step_s", "compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_exposed_s",
        "tokens_per_s", "tflops_per_gpu", "mfu", "hw_tflops_per_gpu"]
 assert o["schema"] == "trident.plan_search.v1", o["schema"]
 assert list(o) == top, list(o)
@@ -49,7 +49,7 @@ assert s == sorted(s), s
 for l in o["layouts"]:
     parts = sum(l[k] for k in lay if k.endswith("_s") and k not in ("step_s", "tokens_per_s"))
     assert abs(parts - l["step_s"]) < 1e-9 * l["step_s"], (parts, l["step_s"])
-assert all(list(r) == ["tp", "pp", "why"] for r in o["rejected"])
+assert all(list(r) == ["tp", "cp", "pp", "why"] for r in o["rejected"])
 PY
 echo "a: --json schema ok"
 # b. every config with a stated cluster fits on it
