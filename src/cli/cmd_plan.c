@@ -30,7 +30,7 @@ static void print_json(const struct config *c, const struct plan_group *rows,
     json_t *o = json_object(), *groups = json_array();
     json_object_set_new(o, "schema", json_string("trident.plan.v1"));
     json_object_set_new(o, "config", json_string(c->file));
-    // The layout: every named size of the grid (tp, dp, dp_shard, dp_replicate, pp).
+    // The layout: every named size of the grid (tp, cp, dp, dp_shard, dp_replicate, pp).
     struct grid_layout grid = config_grid(c);
     const char *names[GROUP_COUNT];
     int sizes[GROUP_COUNT], n_sizes = topology_layout_sizes(&grid, false, names, sizes);
@@ -163,17 +163,18 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         return err.status;
     }
     // The config's own layout, when it is one for this cluster.
-    struct plan_layout own = {.tp = c->parallel.tp, .pp = c->parallel.pp,
+    struct plan_layout own = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp,
                               .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                               .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
     struct plan_sharding zs = plan_sharding_of(c);
     own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
     char own_why[400] = "";
     bool own_fits = false;
-    if (cl->gpus % (own.tp * own.pp)) {
-        snprintf(own_why, sizeof own_why, "tp %d x pp %d does not divide %d GPUs", own.tp, own.pp, cl->gpus);
+    if (cl->gpus % (own.tp * own.cp * own.pp)) {
+        snprintf(own_why, sizeof own_why, "tp %d x cp %d x pp %d does not divide %d GPUs", own.tp, own.cp, own.pp,
+                 cl->gpus);
     } else {
-        own.dp = cl->gpus / (own.tp * own.pp);
+        own.dp = cl->gpus / (own.tp * own.cp * own.pp);
         if (c->train.global_batch_size % (own.mb * own.dp))
             snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d",
                      own.mb, own.dp, c->train.global_batch_size);
@@ -240,8 +241,10 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
                     100 * (own.step_s / top[0].step_s - 1));
     } else {
-        printf("config's layout (tp %d, pp %d, v %d, mb %d, recompute %s, zero %d) does not fit: %s\n",
-               own.tp, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
+        char cps[16] = ""; // cp only where the layout has it: the line reads as before without
+        if (own.cp > 1) snprintf(cps, sizeof cps, "cp %d, ", own.cp);
+        printf("config's layout (tp %d, %spp %d, v %d, mb %d, recompute %s, zero %d) does not fit: %s\n",
+               own.tp, cps, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
     }
     if (n_rej) printf("rejected families:\n");
     for (int i = 0; i < n_rej; i++) {
@@ -262,9 +265,10 @@ int cmd_plan(int argc, char **argv) {
                 "  AdamW state, activations), without running it, one row per run of stages\n"
                 "  whose ranks are alike, with the ranks it covers; --json: the same as one\n"
                 "  object; --world-size N: the ranks the run will have (parallel.dp = 0 infers\n"
-                "  dp = N / (tp * pp); without it, dp = 0 means 1)\n"
+                "  dp = N / (tp * cp * pp); without it, dp = 0 means 1)\n"
                 "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
-                "  pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory\n"
+                "  cp for sequences of 16K tokens or more, pp, virtual stages, micro-batch,\n"
+                "  recompute, ZeRO stage 0-3) that fit the memory\n"
                 "  less --reserve, ranks them by predicted step time (docs/planning.md; shard: the\n"
                 "  ranks a ZeRO-2/3 shard spans, g: kept gathered) and says\n"
                 "  why each rejected (tp, pp) family failed and where the config's own layout\n"
@@ -429,11 +433,11 @@ int cmd_plan(int argc, char **argv) {
                "MPI calls of %zu MiB, holding up to twice that%s%s%s; peak resident rank %.1f MiB "
                "(%.2f GiB), plus the program's own ~50 MiB (docs/design.md §5)\n",
                mib(host[0].mpi), COMM_MPI_CHUNK_BYTES >> 20,
-               c.parallel.zero_stage == 0 && c.parallel.dp > 1 ? ", gradient all-reduces in flight" : "",
-               (c.parallel.zero_stage >= 1 && c.parallel.dp > 1) || (c.parallel.sequence_parallel && tp > 1)
+               c.parallel.zero_stage == 0 && plan_grad_ranks(&c) > 1 ? ", gradient all-reduces in flight" : "",
+               (c.parallel.zero_stage >= 1 && plan_grad_ranks(&c) > 1) || (c.parallel.sequence_parallel && tp > 1)
                    ? ", reduce-scatter staging" : "",
-               c.parallel.zero_stage >= 2 && c.parallel.dp > 1 ? ", two units' gradient reduce-scatters "
-                                                                 "in flight" : "",
+               c.parallel.zero_stage >= 2 && plan_grad_ranks(&c) > 1 ? ", two units' gradient reduce-scatters "
+                                                                       "in flight" : "",
                mib(peak_resident), peak_resident / 1073741824.0);
     free(rows), free(host);
     return STATUS_OK;

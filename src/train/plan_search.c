@@ -75,7 +75,6 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
 }
 
 // Until the cp axis lands (parallel.cp): every config has cp 1.
-#define CONFIG_CP(c) ((void)(c), 1)
 #define SET_CONFIG_CP(c, v) ((void)(c), (void)(v))
 
 // Ring all-reduce of bytes over n ranks at bus bandwidth bw (NCCL's
