@@ -379,6 +379,63 @@ void backend_attention_backward_docs(struct backend *be, struct tensor dq, struc
                                          H, Hkv, D));
 }
 
+// The shapes and dtypes of one ring-attention block (kernels/ops.h).
+static void attention_block_checks(const char *op, struct tensor out, struct tensor lse,
+                                   struct tensor q, struct tensor k, struct tensor v,
+                                   struct tensor q_pos, struct tensor q_doc, struct tensor k_pos,
+                                   int B, int Tq, int Tk, int H, int Hkv, int D) {
+    CHECK(B >= 0 && Tq >= 0 && Tk >= 0 && D > 0, "%s: B=%d Tq=%d Tk=%d D=%d", op, B, Tq, Tk, D);
+    CHECK(Hkv > 0 && H % Hkv == 0, "%s: H=%d not a multiple of Hkv=%d", op, H, Hkv);
+    need(op, "out", out, (size_t)B * Tq * H * D);
+    need(op, "lse", lse, (size_t)B * H * Tq);
+    need(op, "q", q, (size_t)B * Tq * H * D);
+    need(op, "k", k, (size_t)B * Tk * Hkv * D);
+    need(op, "v", v, (size_t)B * Tk * Hkv * D);
+    need_float(op, "q", q);
+    same_dtype(op, "out", out, q.dtype);
+    same_dtype(op, "k", k, q.dtype);
+    same_dtype(op, "v", v, q.dtype);
+    same_dtype(op, "lse", lse, stat_dtype(q.dtype));
+    need(op, "q_pos", q_pos, (size_t)B * Tq);
+    need(op, "k_pos", k_pos, (size_t)B * Tk);
+    same_dtype(op, "q_pos", q_pos, DTYPE_I32);
+    same_dtype(op, "k_pos", k_pos, DTYPE_I32);
+    doc_checks(op, q_doc, B, Tq);
+}
+
+void backend_attention_block_forward(struct backend *be, struct tensor out, struct tensor lse,
+                                     struct tensor q, struct tensor k, struct tensor v,
+                                     struct tensor q_pos, struct tensor q_doc,
+                                     struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv,
+                                     int D, bool accumulate) {
+    const char *op = "attention_block_forward";
+    attention_block_checks(op, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D);
+    PROFILED(be, op,
+             be->ops->attention_block_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq,
+                                              Tk, H, Hkv, D, accumulate));
+}
+
+void backend_attention_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
+                                      struct tensor dv, struct tensor dout, struct tensor q,
+                                      struct tensor k, struct tensor v, struct tensor out,
+                                      struct tensor lse, struct tensor q_pos, struct tensor q_doc,
+                                      struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv,
+                                      int D) {
+    const char *op = "attention_block_backward";
+    attention_block_checks(op, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D);
+    need(op, "dq", dq, (size_t)B * Tq * H * D);
+    need(op, "dk", dk, (size_t)B * Tk * Hkv * D);
+    need(op, "dv", dv, (size_t)B * Tk * Hkv * D);
+    need(op, "dout", dout, (size_t)B * Tq * H * D);
+    same_dtype(op, "dq", dq, q.dtype);
+    same_dtype(op, "dk", dk, q.dtype);
+    same_dtype(op, "dv", dv, q.dtype);
+    same_dtype(op, "dout", dout, q.dtype);
+    PROFILED(be, op,
+             be->ops->attention_block_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos,
+                                               q_doc, k_pos, B, Tq, Tk, H, Hkv, D));
+}
+
 void backend_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
                             struct tensor up, size_t n) {
     need("swiglu_forward", "out", out, n);

@@ -274,6 +274,69 @@ void backend_attention_backward_docs(struct backend *be, struct tensor dq, struc
                                      struct tensor lse, struct tensor doc_start, int B, int T,
                                      int H, int Hkv, int D);
 
+// ---- one block of context-parallel ring attention ------------------------
+// Math: Liu et al. 2023, "Ring Attention with Blockwise Transformers for
+// Near-Infinite Context" (arXiv 2310.01889): each rank's queries meet every
+// rank's key/value block in turn and the partial results are merged;
+// the merge is FlashAttention-2's online softmax (Dao 2023, algorithm 1:
+// rescale by the running log-sum-exp) and the backward FlashAttention-2's
+// algorithm 2 (P recomputed from the final lse); the load-balanced causal
+// chunks and document masks across them as Megatron-Core / TransformerEngine
+// context parallelism (attn_forward_func_with_cp). Under cp, a rank's
+// queries (Tq tokens) and one rank's keys (Tk tokens) are arbitrary sets of
+// a sequence's tokens, identified by their global positions:
+// - q (B, Tq, H, D); k, v (B, Tk, Hkv, D); out, dout (B, Tq, H, D); lse (B,
+//   H, Tq) FP32 (FP64 for FP64 storage); q, k, v, out, dout, dq, dk, dv share
+//   one storage dtype (FP32, FP64, BF16, FP16). GQA as backend_attention_forward:
+//   query head h reads kv head h / (H / Hkv).
+// - q_pos (B, Tq) I32, k_pos (B, Tk) I32: each token's global position in its
+//   sequence (under context parallelism a rank holds two non-adjacent chunks,
+//   so positions are up to two increasing runs); q_doc (B, Tq) I32: the
+//   global position of the first token of the query's document ([data]
+//   packing = concat_reset), or an empty tensor (numel 0): 0 for every query
+//   (plain causal).
+// - Mask: query i of row b may read key j iff
+//   q_doc[b, i] <= k_pos[b, j] <= q_pos[b, i]. Scores scale 1 / sqrt(D).
+// - Keys a query cannot read are skipped, not computed and masked: a tile
+//   (or a whole call) with no readable (query, key) pair costs no GEMM.
+// Summed over blocks whose keys are all of a sequence's tokens, each once,
+// forward with accumulate and backward give backend_attention_forward_docs /
+// _backward_docs of the whole sequence (tests/unit/test_attention_block.c,
+// tests/unit/test_ring_reference.c against float64 PyTorch).
+// Position and document values live in backend memory and are not checked.
+
+// accumulate = false: out, lse = this block's attention: out row i =
+// softmax over the readable keys j of (q_i . k_j / sqrt(D)) applied to v;
+// lse[b, h, i] = log sum over readable j of exp(q_i . k_j / sqrt(D)); a row
+// with no readable key gets out row 0 and lse -inf.
+// accumulate = true: merges this block into the (out, lse) already there
+// (online softmax): lse' = logaddexp(lse, lse_blk),
+// out' = out e^(lse - lse') + out_blk e^(lse_blk - lse'); a row with no
+// readable key in this block is left as it is (bits untouched), and a row
+// whose lse is -inf takes the block's out, lse. BF16/FP16 out is rounded
+// once per call (after the merge, computed in FP32).
+void backend_attention_block_forward(struct backend *be, struct tensor out, struct tensor lse,
+                                     struct tensor q, struct tensor k, struct tensor v,
+                                     struct tensor q_pos, struct tensor q_doc,
+                                     struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv,
+                                     int D, bool accumulate);
+// dq (B, Tq, H, D) +=, dk (B, Tk, Hkv, D) +=, dv (B, Tk, Hkv, D) += this
+// block's contribution to the gradients, given dout and the FINAL merged out
+// and lse of the query rows (after every block's forward): with
+// S = q k^T / sqrt(D) on readable pairs, P = exp(S - lse), dP = dout v^T,
+// Delta_i = rowsum(dout * out), dS = P * (dP - Delta):
+// dq += dS k / sqrt(D), dk += dS^T q / sqrt(D) (summed over the query heads
+// of a kv head), dv += P^T dout. dq, dk, dv have the storage dtype of q:
+// BF16/FP16 accumulate this call's contribution in FP32 and add it to the
+// stored value, rounding once per element per call (the ring keeps its dk /
+// dv travelling buffers in the storage dtype).
+void backend_attention_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
+                                      struct tensor dv, struct tensor dout, struct tensor q,
+                                      struct tensor k, struct tensor v, struct tensor out,
+                                      struct tensor lse, struct tensor q_pos, struct tensor q_doc,
+                                      struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv,
+                                      int D);
+
 // ---- SwiGLU (Shazeer 2020, eq. 6; HF LlamaMLP act_fn(gate) * up) ----------
 
 // out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).

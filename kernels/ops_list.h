@@ -13,7 +13,9 @@
 // (inverse = true), and backend_rope_forward_docs / _backward_docs with
 // per-token positions; likewise backend_attention_forward(_docs) and
 // backend_attention_backward(_docs): the plain wrappers pass an empty
-// doc_start (plain causal). The memory entries (alloc, to_device, ...) are written
+// doc_start (plain causal). attention_block_forward / _backward are one
+// block (a rank's queries against one rank's keys) of context-parallel ring
+// attention. The memory entries (alloc, to_device, ...) are written
 // out in struct backend_ops. Valid C and C++ (the CUDA backend).
 #ifndef TRIDENT_OPS_LIST_H
 #define TRIDENT_OPS_LIST_H
@@ -44,6 +46,14 @@
       struct tensor dv, struct tensor dout, struct tensor q, struct tensor k, struct tensor v,    \
       struct tensor out, struct tensor lse, struct tensor doc_start, int B, int T, int H,         \
       int Hkv, int D))                                                                            \
+    X(attention_block_forward, void, (struct backend *be, struct tensor out, struct tensor lse,   \
+      struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,                     \
+      struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv, int D,     \
+      bool accumulate))                                                                           \
+    X(attention_block_backward, void, (struct backend *be, struct tensor dq, struct tensor dk,    \
+      struct tensor dv, struct tensor dout, struct tensor q, struct tensor k, struct tensor v,    \
+      struct tensor out, struct tensor lse, struct tensor q_pos, struct tensor q_doc,             \
+      struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv, int D))                         \
     X(swiglu_forward, void, (struct backend *be, struct tensor out, struct tensor gate,           \
       struct tensor up, size_t n))                                                                \
     X(swiglu_backward, void, (struct backend *be, struct tensor dgate, struct tensor dup,         \

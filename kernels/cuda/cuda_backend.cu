@@ -93,6 +93,7 @@ static enum status cuda_reserve(struct backend *be, const struct backend_bounds 
     size_t need = cuda_scratch_sum_squares();
     need = MAX(need, cuda_scratch_rmsnorm_backward(b->rows, b->cols));
     need = MAX(need, cuda_scratch_attention_backward(b->B, b->T, b->H));
+    need = MAX(need, cuda_scratch_attention_block(b->B, b->T, b->T, b->H, true));
     need = MAX(need, cuda_attention_cudnn_scratch(be, b));
     cudaError_t e = cuda_scratch_reserve(be, need);
     if (e != cudaSuccess) {

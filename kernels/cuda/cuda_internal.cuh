@@ -121,6 +121,22 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
                                    struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
                                    struct tensor out, struct tensor lse, bool doc_mask, int B, int T, int H,
                                    int Hkv, int D);
+// cuDNN per chunk pair for one block of ring attention
+// (cuda_attention_cudnn_block.cu): runs the op and returns true when the mode,
+// the dtype, the positions (every (query run, key run) pair fully visible,
+// causal on equal runs, or unreadable) and cuDNN's support say so; false: the
+// caller runs the native kernels. Arguments as attention_block_forward /
+// _backward; doc_mask: the call has a q_doc (native). Paths recorded and
+// announced as above.
+bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, struct tensor lse,
+                                        struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
+                                        bool doc_mask, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                        int Hkv, int D, bool accumulate);
+bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
+                                         struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
+                                         struct tensor v, struct tensor out, struct tensor lse,
+                                         struct tensor q_pos, bool doc_mask, struct tensor k_pos, int B, int Tq,
+                                         int Tk, int H, int Hkv, int D);
 // Scratch bytes cuDNN's attention needs at bounds (its forward's workspace,
 // its backward's workspace and FP32 buffers), planning both now; 0 when the
 // mode, the dtype or cuDNN's support for the shape sends it to the native
@@ -169,6 +185,13 @@ static inline size_t cuda_scratch_rmsnorm_backward(int N, int C) {
 static inline size_t cuda_scratch_sum_squares(void) { return sizeof(double) * (SUMSQ_BLOCKS + 1); }
 static inline size_t cuda_scratch_attention_backward(int B, int T, int H) {
     return sizeof(float) * (size_t)B * H * T;
+}
+// The native block attention (cuda_attention_block.cu): per-granule position
+// ranges (16 rows: 4 ints a query granule, 2 a key granule), 256-aligned,
+// then for the backward D (B, H, Tq) floats.
+static inline size_t cuda_scratch_attention_block(int B, int Tq, int Tk, int H, bool backward) {
+    size_t ranges = sizeof(int) * (size_t)B * (4 * (size_t)((Tq + 15) / 16) + 2 * (size_t)((Tk + 15) / 16));
+    return (ranges + 255) / 256 * 256 + (backward ? sizeof(float) * (size_t)B * H * Tq : 0);
 }
 static inline size_t cuda_scratch_cudnn_backward(size_t workspace, int B, int T, int H, int D) {
     size_t dsum = sizeof(float) * (size_t)B * H * T;

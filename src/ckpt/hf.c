@@ -630,7 +630,7 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     }
     struct ckpt_state state = {.loss_on = -1}; // no training state: weights only
     struct ckpt_file_sum sum;
-    struct ckpt_save_args a = {.dir = dir, .step = 0, .layout = topology_layout(1, 1, 1, 0), .rank = 0,
+    struct ckpt_save_args a = {.dir = dir, .step = 0, .layout = topology_layout(1, 1, 1, 0, 1), .rank = 0,
                                .model = &h->lc, .tokenizer_id = tokenizer_id ? tokenizer_id : "",
                                .pieces = p, .n_pieces = n, .state = &state, .weights_only = true};
     if (!st && mkdir(dir, 0777) && errno != EEXIST)

@@ -107,7 +107,7 @@ static int print_config(int argc, char **argv) {
     }
     config_print_origins(&cfg, stdout);
     if (infer_dp)
-        printf("# parallel.dp = 0 (infer): dp = world size / (tp * pp) at run time; shown as 1\n");
+        printf("# parallel.dp = 0 (infer): dp = world size / (tp * cp * pp) at run time; shown as 1\n");
     struct grid_layout grid = config_grid(&cfg);
     char text[256];
     printf("# derived: the grid's axes %s (%d ranks)\n",
@@ -122,8 +122,8 @@ int cmd_train(int argc, char **argv) {
                "       trident train --print-config CONFIG.ini [section.key=value ...]\n"
                "  (prints every key of the resolved config, its value and where it came from:\n"
                "  default, FILE:LINE or command line argument N; exit 0, no training, no MPI)\n"
-               "  under mpirun -np N or srun, N = tp * pp * dp (parallel.dp = 0, the default,\n"
-               "  infers dp = N / (tp * pp)); every key of docs/config.md can be overridden as\n"
+               "  under mpirun -np N or srun, N = tp * cp * pp * dp (parallel.dp = 0, the default,\n"
+               "  infers dp = N / (tp * cp * pp)); every key of docs/config.md can be overridden as\n"
                "  section.key=value; exit 0 done (also when train.exit_interval stops it), 1\n"
                "  runtime failure, 2 bad input, 3 stopped with a checkpoint by a signal or\n"
                "  train.exit_duration_mins (requeue)\n");

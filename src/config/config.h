@@ -102,6 +102,7 @@ struct parallel_config {
     int pp;
     int dp;
     int dp_shard; // 0: dp (one shard group of every data rank); dp_replicate = dp / dp_shard
+    int cp;       // context parallel: each sequence's tokens over cp ranks (ring attention)
     int virtual_stages;
     bool sequence_parallel;
     int zero_stage; // 0 to 3
@@ -238,7 +239,7 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 enum status config_validate(struct config *cfg, int world_size, bool has_cuda,
                             struct error *err);
 
-// parallel.dp = 0 means "infer it": dp = world_size / (tp * pp); with
+// parallel.dp = 0 means "infer it": dp = world_size / (tp * cp * pp); with
 // world_size <= 0 (no world: `trident plan` without --world-size), dp = 1.
 // A dp already set is left as it is. Errors: STATUS_BAD_INPUT when
 // world_size is not a multiple of tp * pp (naming the world sizes around it
@@ -248,7 +249,7 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda,
 enum status config_resolve_dp(struct config *cfg, int world_size, struct error *err);
 
 // The grid of the [parallel] keys (parallel/topology.h: topology_layout of
-// tp, pp, dp, dp_shard); parallel.dp resolved (config_resolve_dp) and
+// tp, pp, dp, dp_shard, cp); parallel.dp resolved (config_resolve_dp) and
 // dp_shard dividing it (config_validate).
 struct grid_layout config_grid(const struct config *cfg);
 

@@ -173,9 +173,14 @@ const struct config_key config_keys[] = {
 
     // [parallel]: the sizes of the grid's axes (parallel/axes_list.h; docs/design.md §2)
     KEY_INT("parallel", "tp", parallel.tp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "tensor-parallel size"),
+    KEY_INT("parallel", "cp", parallel.cp, "1", 1, LLAMA_MAX_PARALLEL, "ranks",
+            "context-parallel size: every sequence's seq_len tokens split over cp ranks (2 cp chunks, "
+            "rank r holding chunks r and 2 cp - 1 - r: the same causal attention work on each), "
+            "attention as a ring of key/value blocks over them; seq_len must be a multiple of 2 cp; "
+            "the cp ranks of one data rank read the same sequences; gradients are reduced over dp x cp"),
     KEY_INT("parallel", "pp", parallel.pp, "1", 1, LLAMA_MAX_PARALLEL, "ranks", "pipeline-parallel size"),
     KEY_INT("parallel", "dp", parallel.dp, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
-            "data-parallel size; tp * pp * dp = ranks; 0 infers it: ranks / (tp * pp) (`trident "
+            "data-parallel size; tp * cp * pp * dp = ranks; 0 infers it: ranks / (tp * cp * pp) (`trident "
             "plan`: its --world-size, else 1)"),
     KEY_INT("parallel", "dp_shard", parallel.dp_shard, "0", 0, LLAMA_MAX_PARALLEL, "ranks",
             "data-parallel ranks that zero_stage 2 and 3 shard over (hybrid sharding: groups of "

@@ -57,25 +57,28 @@ enum status config_resolve_dp(struct config *cfg, int world_size, struct error *
         p->dp = 1;
         return STATUS_OK;
     }
-    int model = p->tp * p->pp;
+    // ranks of one data rank: tp * cp * pp (the layout at dp = 1)
+    struct grid_layout one = topology_layout(p->tp, p->pp, 1, 0, p->cp);
+    int model = topology_world_size(&one);
     if (world_size % model) {
         int lo = world_size / model * model, hi = lo + model;
         char hint[32];
         snprintf(hint, sizeof hint, " or %d", hi);
         return error_set(err, STATUS_BAD_INPUT,
-                         "%s: parallel.dp = 0 infers dp = ranks / (tp * pp), but N = %d ranks is not a "
-                         "multiple of tp * pp = %d (%s; %s): run on %d%s ranks, or set tp and pp so "
-                         "that tp * pp divides %d", file, world_size, model, KT("parallel", "tp"),
-                         KT("parallel", "pp"), lo ? lo : hi, lo ? hint : "", world_size);
+                         "%s: parallel.dp = 0 infers dp = ranks / (tp * cp * pp), but N = %d ranks is "
+                         "not a multiple of tp * cp * pp = %d (%s; %s; %s): run on %d%s ranks, or set "
+                         "tp, cp and pp so that tp * cp * pp divides %d", file, world_size, model,
+                         KT("parallel", "tp"), KT("parallel", "cp"), KT("parallel", "pp"), lo ? lo : hi,
+                         lo ? hint : "", world_size);
     }
     int dp = world_size / model;
     if (loader_microbatches(t->global_batch_size, t->micro_batch_size, dp) == 0) {
         char hint[256];
         batch_hint(t->global_batch_size, t->micro_batch_size, dp, model, hint, sizeof hint);
         return error_set(err, STATUS_BAD_INPUT,
-                         "%s: parallel.dp = 0 infers dp = %d ranks / (tp %d * pp %d) = %d, but "
+                         "%s: parallel.dp = 0 infers dp = %d ranks / (tp %d * cp %d * pp %d) = %d, but "
                          "global_batch_size must be a multiple of micro_batch_size * dp = %lld: %s; %s. "
-                         "Nearest that work: %s", file, world_size, p->tp, p->pp, dp,
+                         "Nearest that work: %s", file, world_size, p->tp, p->cp, p->pp, dp,
                          (long long)t->micro_batch_size * dp, KT("train", "global_batch_size"),
                          KT("train", "micro_batch_size"), hint);
     }
@@ -218,7 +221,9 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
     long long per_step = (long long)t->micro_batch_size * p->dp;
     if (loader_microbatches(t->global_batch_size, t->micro_batch_size, p->dp) == 0) {
         char hint[256];
-        batch_hint(t->global_batch_size, t->micro_batch_size, p->dp, p->tp * p->pp, hint, sizeof hint);
+        struct grid_layout one = topology_layout(p->tp, p->pp, 1, 0, p->cp);
+        batch_hint(t->global_batch_size, t->micro_batch_size, p->dp, topology_world_size(&one), hint,
+                   sizeof hint);
         return error_set(err, bad,
                          "%s: global_batch_size must be a multiple of micro_batch_size * dp = %lld (gradient "
                          "accumulation = global / (micro * dp)): %s; %s; %s. Nearest that work: %s",
@@ -234,9 +239,20 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
     if (t->seq_len > m->max_seq_len)
         return error_set(err, bad, "%s: seq_len must be <= max_seq_len: %s; %s", file, KT("train", "seq_len"),
                          KT("model", "max_seq_len"));
-    if (p->sequence_parallel && t->seq_len % p->tp)
-        return error_set(err, bad, "%s: with sequence_parallel, seq_len must be a multiple of tp: %s; %s", file,
-                         KT("train", "seq_len"), KT("parallel", "tp"));
+    // Context parallelism (docs/design.md §4, "Context parallelism"): 2 cp
+    // chunks of equal length per sequence.
+    if (p->cp > 1 && t->seq_len % (2 * p->cp))
+        return error_set(err, bad, "%s: seq_len must be a multiple of 2 * cp = %d (each sequence is cut into "
+                         "2 cp equal chunks, rank r holding chunks r and 2 cp - 1 - r): %s; %s", file,
+                         2 * p->cp, KT("train", "seq_len"), KT("parallel", "cp"));
+    if (p->sequence_parallel && t->seq_len / p->cp % p->tp)
+        return error_set(err, bad, "%s: with sequence_parallel, seq_len / cp (a rank's tokens of a sequence) "
+                         "must be a multiple of tp: %s; %s; %s", file, KT("train", "seq_len"),
+                         KT("parallel", "tp"), KT("parallel", "cp"));
+    if (p->cp > 1)
+        return error_set(err, bad, "%s: %s: context parallelism is not built yet (the grid, groups and "
+                         "records have the axis; the model's ring attention comes next): set cp = 1", file,
+                         KT("parallel", "cp"));
     if (t->min_lr > t->lr)
         return error_set(err, bad, "%s: min_lr must be <= lr: %s; %s", file, KT("train", "min_lr"), KT("train", "lr"));
     if (t->warmup_steps > t->steps)

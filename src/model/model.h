@@ -47,9 +47,12 @@
 // host memory (the scalars: the norm's sum of squares, loss sums, target
 // counts; the FP64 logits), NULL when tp, pp, dp take host buffers too (the
 // CPU backend's MPI groups). dp is the gradient group (every data-parallel
-// rank); dp_shard and dp_replicate split it (parallel.dp_shard: dp =
-// dp_shard x dp_replicate, shard faster in rank order): the optimizer-shard
-// group of hybrid sharding, and the group of ranks holding the same shard.
+// rank, times the context-parallel ranks: data x context); dp_shard and
+// dp_replicate split it (parallel.dp_shard: dp = dp_shard x dp_replicate,
+// shard faster in rank order; dp_shard includes the context ranks): the
+// optimizer-shard group of hybrid sharding, and the group of ranks holding
+// the same shard. cp is the ring of context parallelism (the attention's
+// key/value blocks; model_shard.cp_size ranks).
 struct parallel_groups {
     struct comm_group *tp, *pp, *dp;
     int zero_stage;       // 0: every DP rank holds all moments; 1: ZeRO-1; 2: ZeRO-2 (the
@@ -58,6 +61,7 @@ struct parallel_groups {
     struct comm_group *host_tp, *host_pp, *host_dp;
     struct comm_group *dp_shard, *dp_replicate;
     struct comm_group *host_dp_shard, *host_dp_replicate;
+    struct comm_group *cp, *host_cp;
 };
 
 // The group of g's ranks that takes host buffers: host, else g (see

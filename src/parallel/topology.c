@@ -23,9 +23,9 @@ static const struct {
 static const struct {
     const char *name;
     unsigned axes;
-    bool ends, critical;
+    bool ends, size, critical;
 } groups[GROUP_COUNT] = {
-#define GROUP_ROW(ID, name, axes, ends, critical, carries) {name, axes, ends, critical},
+#define GROUP_ROW(ID, name, axes, ends, size, critical, carries) {name, axes, ends, size, critical},
     GRID_GROUPS(GROUP_ROW)
 #undef GROUP_ROW
 };
@@ -51,7 +51,12 @@ unsigned topology_group_axes(enum group_kind kind) {
 
 bool topology_group_is_size(enum group_kind kind) {
     CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
-    return !groups[kind].ends;
+    return groups[kind].size;
+}
+
+bool topology_group_is_ends(enum group_kind kind) {
+    CHECK(kind >= 0 && kind < GROUP_COUNT, "no group of kind %d", (int)kind);
+    return groups[kind].ends;
 }
 
 static bool has_axis(enum group_kind kind, int a) { return groups[kind].axes >> a & 1u; }
@@ -67,12 +72,13 @@ static int ends_axis(enum group_kind kind) {
     return found;
 }
 
-struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard) {
+struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard, int cp) {
     if (dp_shard == 0) dp_shard = dp;
-    CHECK(tp >= 1 && pp >= 1 && dp >= 1 && dp_shard >= 1 && dp % dp_shard == 0,
-          "layout tp %d pp %d dp %d dp_shard %d", tp, pp, dp, dp_shard);
+    CHECK(tp >= 1 && pp >= 1 && dp >= 1 && dp_shard >= 1 && dp % dp_shard == 0 && cp >= 1,
+          "layout tp %d pp %d dp %d dp_shard %d cp %d", tp, pp, dp, dp_shard, cp);
     struct grid_layout g;
     g.size[AXIS_TP] = tp;
+    g.size[AXIS_CP] = cp;
     g.size[AXIS_DP_SHARD] = dp_shard;
     g.size[AXIS_DP_REPLICATE] = dp / dp_shard;
     g.size[AXIS_PP] = pp;
@@ -279,7 +285,7 @@ enum status topology_init(MPI_Comm world, const struct grid_layout *layout, stru
 void topology_init_self(struct topology *out) {
     memset(out, 0, sizeof *out);
     out->world_size = 1;
-    out->layout = topology_layout(1, 1, 1, 0);
+    out->layout = topology_layout(1, 1, 1, 0, 1);
     out->local_size = 1;
     for (int k = 0; k < GROUP_COUNT; k++) comm_self_init(topology_group(out, (enum group_kind)k));
     comm_self_init(&out->world);

@@ -1,11 +1,11 @@
 // topology.h: the grid of parallel ranks, a list of named axes
-// (parallel/axes_list.h: tp, dp_shard, dp_replicate, pp), the groups they
+// (parallel/axes_list.h: tp, cp, dp_shard, dp_replicate, pp), the groups they
 // form and the communication groups of this rank (docs/design.md §2).
 //
 // Rank order is Megatron's, the axes' order in axes_list.h, first fastest:
-// rank = t + tp * (s + dp_shard * (r + dp_replicate * p)), i.e. with the data
-// coordinate d = s + dp_shard * r, rank = t + tp * (d + dp * p), the same
-// numbering for every dp_shard. TP varies fastest, so a TP group is tp
+// rank = t + tp * (c + cp * (s + dp_shard * (r + dp_replicate * p))), i.e.
+// with the data coordinate d = s + dp_shard * r, rank = t + tp * (c + cp * (d
+// + dp * p)), the same numbering for every dp_shard. TP varies fastest, so a TP group is tp
 // consecutive ranks (one node's fast domain); PP stages vary slowest. Every
 // formula of this kind lives here, derived from the lists: no other file
 // spells the axes' products or rank maths (tests/layering/check_grid.py).
@@ -29,7 +29,7 @@ enum grid_axis {
 
 // The kinds of group each rank belongs to (axes_list.h's GRID_GROUPS).
 enum group_kind {
-#define GRID_GROUP_ENUM(ID, name, axes, ends, critical, carries) GROUP_##ID,
+#define GRID_GROUP_ENUM(ID, name, axes, ends, size, critical, carries) GROUP_##ID,
     GRID_GROUPS(GRID_GROUP_ENUM)
 #undef GRID_GROUP_ENUM
     GROUP_COUNT,
@@ -50,27 +50,31 @@ struct grid_coord {
 // ---- the lists --------------------------------------------------------------
 const char *topology_axis_name(enum grid_axis a); // "tp", "dp_shard", ...
 const char *topology_axis_key(enum grid_axis a);  // its [parallel] key; "" derived
-// "tp", "dp", "dp_shard", "dp_replicate", "pp", "embed".
+// "tp", "cp", "dp", "dp_cp", "dp_shard", "dp_shard_cp", "dp_replicate", "pp", "embed".
 const char *topology_group_name(enum group_kind kind);
 unsigned topology_group_axes(enum group_kind kind); // bit (1 << a) per axis a
-// false for a group of only the ends of its axis (GROUP_EMBED): no size of
-// the layout, and some ranks belong to no group of that kind.
+// Whether kind is a named size of the layout, which the records print (the
+// list's `size` column: tp, cp, dp, dp_shard, dp_replicate, pp); false for
+// the gradient groups over data x context and for GROUP_EMBED.
 bool topology_group_is_size(enum group_kind kind);
+// true for a group of only the ends of its axis (GROUP_EMBED): some ranks
+// belong to no group of that kind.
+bool topology_group_is_ends(enum group_kind kind);
 
 // ---- pure layout functions: no MPI needed -----------------------------------
-// The layout of the [parallel] keys: tp, pp, dp and dp_shard (0: dp, one
-// shard group of every data rank); dp_replicate = dp / dp_shard. Sizes must
-// be >= 1 and dp_shard divide dp (config_validate refuses others; a CHECK
-// here).
-struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard);
+// The layout of the [parallel] keys: tp, pp, dp, dp_shard (0: dp, one
+// shard group of every data rank) and cp; dp_replicate = dp / dp_shard.
+// Sizes must be >= 1 and dp_shard divide dp (config_validate refuses others;
+// a CHECK here).
+struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard, int cp);
 // The product of the sizes of kind's axes (GROUP_EMBED: min(pp, 2)), and
 // the world: the product of every axis' size.
 int topology_group_size(const struct grid_layout *g, enum group_kind kind);
 int topology_world_size(const struct grid_layout *g);
 // The layout's named sizes in list order into names/sizes (room for
 // GROUP_COUNT; returns how many): axes_only: each axis (their product is the
-// world: tp, dp_shard, dp_replicate, pp), else each group that is a size
-// (tp, dp, dp_shard, dp_replicate, pp). What the records print.
+// world: tp, cp, dp_shard, dp_replicate, pp), else each group that is a size
+// (tp, cp, dp, dp_shard, dp_replicate, pp). What the records print.
 int topology_layout_sizes(const struct grid_layout *g, bool axes_only, const char **names,
                           int *sizes);
 // The same as text: "<name><assign><size>" joined by sep, e.g. (true, "=",

@@ -199,11 +199,13 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
 #define DEVICE(kind) topology_device_group(topo, kind)
 #define HOST(kind) topology_group(topo, kind)
     par->groups = (struct parallel_groups){
-        .tp = DEVICE(GROUP_TP), .pp = DEVICE(GROUP_PP), .dp = DEVICE(GROUP_DP),
+        // The gradient groups are data x context (axes_list.h): DP_CP, DP_SHARD_CP.
+        .tp = DEVICE(GROUP_TP), .pp = DEVICE(GROUP_PP), .dp = DEVICE(GROUP_DP_CP),
         .zero_stage = c->parallel.zero_stage,
-        .host_tp = HOST(GROUP_TP), .host_pp = HOST(GROUP_PP), .host_dp = HOST(GROUP_DP),
-        .dp_shard = DEVICE(GROUP_DP_SHARD), .dp_replicate = DEVICE(GROUP_DP_REPLICATE),
-        .host_dp_shard = HOST(GROUP_DP_SHARD), .host_dp_replicate = HOST(GROUP_DP_REPLICATE)};
+        .host_tp = HOST(GROUP_TP), .host_pp = HOST(GROUP_PP), .host_dp = HOST(GROUP_DP_CP),
+        .dp_shard = DEVICE(GROUP_DP_SHARD_CP), .dp_replicate = DEVICE(GROUP_DP_REPLICATE),
+        .host_dp_shard = HOST(GROUP_DP_SHARD_CP), .host_dp_replicate = HOST(GROUP_DP_REPLICATE),
+        .cp = DEVICE(GROUP_CP), .host_cp = HOST(GROUP_CP)};
 #undef DEVICE
 #undef HOST
     return STATUS_OK;
@@ -280,11 +282,11 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
                                         B, G, (uint64_t)c->train.seed, &err->err))
         return err->err.status;
     // TRIDENT_LOG_SAMPLES=FILE: the train loader of each DP rank appends the
-    // samples it serves to FILE (loader_set_log), from the rank of tensor
-    // and pipeline coordinate 0 only, so each sample is logged once.
+    // samples it serves to FILE (loader_set_log), from the rank of tensor,
+    // context and pipeline coordinate 0 only, so each sample is logged once.
     const char *log_samples = getenv("TRIDENT_LOG_SAMPLES");
     if (log_samples && log_samples[0] && topology_rank_in(&t->par.topo, GROUP_TP) == 0 &&
-        topology_rank_in(&t->par.topo, GROUP_PP) == 0) {
+        topology_rank_in(&t->par.topo, GROUP_CP) == 0 && topology_rank_in(&t->par.topo, GROUP_PP) == 0) {
         d->sample_log = fopen(log_samples, "a");
         if (!d->sample_log) {
             error_set(&err->err, STATUS_BAD_INPUT, "TRIDENT_LOG_SAMPLES = %s: cannot append: %s", log_samples,
@@ -339,7 +341,7 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
                                  !(pf && !strcmp(pf, "0")), !(ov && !strcmp(ov, "0")),
                                  c->precision.grad_dtype, c->model.tie_embeddings};
         // Hybrid sharding (parallel.dp_shard < dp): shard within dp_shard, all-reduce across replicas.
-        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP_SHARD),
+        if (fsdp_init(&t->par.fsdp, m->model, m->opt, topology_device_group(topo, GROUP_DP_SHARD_CP),
                       topology_device_group(topo, GROUP_DP_REPLICATE), &fc,
                       (uint64_t)c->train.seed, &err->err))
             return trainer_alone(err);
@@ -365,7 +367,7 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     struct trainer_model *m = &t->m;
     int pp = c->parallel.pp;
     if (c->parallel.zero_stage == 0) {
-        par->sync = grad_sync_init(m->model, topology_device_group(&par->topo, GROUP_DP),
+        par->sync = grad_sync_init(m->model, topology_device_group(&par->topo, GROUP_DP_CP),
                                    (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
         m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
     }

@@ -152,7 +152,8 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
     // (and its master-weight shard of a BF16/FP16 model); under ZeRO-2/3 its
     // parameters, master weights and moments of its slice of every unit.
-    bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP) == 0, zero = c->parallel.zero_stage >= 1;
+    // (The ranks of the gradient group, data x context: cp ranks hold the same parameters.)
+    bool first_replica = topology_rank_in(&t->par.topo, GROUP_DP_CP) == 0, zero = c->parallel.zero_stage >= 1;
     // Hybrid sharding: the replicas of a shard group hold the same slices; the first writes them.
     bool sharded = units_sharded(t) && topology_rank_in(&t->par.topo, GROUP_DP_REPLICATE) == 0;
     if (units_sharded(t)) first_replica = sharded, zero = sharded;

@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
                              .n_kv_heads = 12, .ffn_dim = F, .max_seq_len = 1024,
                              .rope_theta = 10000, .norm_eps = 1e-5f};
     struct ckpt_state st = {.step = 1};
-    struct ckpt_save_args a = {.dir = dir, .step = 1, .layout = topology_layout(1, 1, 1, 0), .model = &m,
+    struct ckpt_save_args a = {.dir = dir, .step = 1, .layout = topology_layout(1, 1, 1, 0, 1), .model = &m,
                                .tokenizer_id = "", .pieces = p, .n_pieces = 3 * n_tensors,
                                .state = &st};
     struct error err = {0};

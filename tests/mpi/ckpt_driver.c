@@ -74,7 +74,7 @@ static int save(const char *dir, int rank, struct comm_group *world) {
         struct ckpt_state s = {.step = step, .lr_step = step, .opt_steps = step,
                                .loader = {1, 0, (uint64_t)step, 0}, .rng_seed = 1,
                                .loss_scale = 1};
-        struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(2, 1, 2, 0),
+        struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(2, 1, 2, 0, 1),
                                    .zero_stage = 1, .rank = rank, .model = &model,
                                    .tokenizer_id = "test-bpe", .pieces = p, .n_pieces = n_pieces,
                                    .state = &s, .keep_last = 2};

@@ -294,7 +294,7 @@ static int run_layout(int tp, int pp, int dp, int dp_shard) {
     else snprintf(layout, sizeof layout, "(tp,pp,dp)=(%d,%d,%d)", tp, pp, dp);
     struct topology topo;
     struct error err;
-    struct grid_layout grid = topology_layout(tp, pp, dp, dp_shard);
+    struct grid_layout grid = topology_layout(tp, pp, dp, dp_shard, 1);
     if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK)
         mpi_exit_all(err.status, err.msg);
     int before = failures;
@@ -354,7 +354,7 @@ static int run_layout(int tp, int pp, int dp, int dp_shard) {
 static int test_agree(int size) {
     struct topology topo;
     struct error err;
-    struct grid_layout grid = topology_layout(1, 1, size, 0);
+    struct grid_layout grid = topology_layout(1, 1, size, 0, 1);
     if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
     int before = failures, r = topo.world_rank, n = topo.world_size;
     char host[64] = "?", want[2048];
@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--layout")) {
         struct topology topo;
         struct error err;
-        struct grid_layout grid = topology_layout(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0);
+        struct grid_layout grid = topology_layout(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 1);
         if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK)
             mpi_exit_all(err.status, rank == 0 ? err.msg : NULL); // every rank detects it
         topology_free(&topo);

@@ -33,7 +33,7 @@ static int run_layout(int p, int m, int v, int ring) {
         snprintf(err.msg, sizeof err.msg, "p=%d stages do not divide the %d ranks", p, size);
         mpi_exit_all(STATUS_BAD_INPUT, err.msg);
     }
-    struct grid_layout grid = topology_layout(1, p, size / p, 0);
+    struct grid_layout grid = topology_layout(1, p, size / p, 0, 1);
     if (topology_init(MPI_COMM_WORLD, &grid, &topo, &err) != STATUS_OK)
         mpi_exit_all(err.status, err.msg);
     int s = topology_group(&topo, GROUP_PP)->rank;

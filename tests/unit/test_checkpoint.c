@@ -85,7 +85,7 @@ static enum status save_a(const char *dir, int64_t step, int keep_last, int drop
                           struct error *err) {
     struct rank_data rd[WORLD];
     struct ckpt_file_sum sums[WORLD];
-    struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(TP, 1, DP, 0),
+    struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(TP, 1, DP, 0, 1),
                                .zero_stage = 1, .model = &model_cfg, .tokenizer_id = "bpe-test",
                                .n_pieces = 4, .keep_last = keep_last};
     enum status st = checkpoint_prepare(&a, err);
@@ -228,18 +228,18 @@ static void test_bad(const char *root) {
     expect_refused(root, good, "nomanifest", "rm manifest.ini", "manifest.ini");
     // The layout lines (tp 2 x dp 3 = dp_shard 3 x dp_replicate 1) must agree.
     expect_refused(root, good, "replicas", "sed -i 's/^dp_replicate = 1$/dp_replicate = 3/' manifest.ini",
-                   "manifest.ini: dp_replicate = 3, but the layout tp = 2, dp_shard = 3, dp_replicate = 1, "
+                   "manifest.ini: dp_replicate = 3, but the layout tp = 2, cp = 1, dp_shard = 3, dp_replicate = 1, "
                    "pp = 1 makes it 1");
     expect_refused(root, good, "shard", "sed -i 's/^dp_shard = 3$/dp_shard = 2/' manifest.ini",
                    "manifest.ini: dp_shard = 2 does not divide dp = 3");
     expect_refused(root, good, "world", "sed -i 's/^dp = 3$/dp = 1/; /^dp_/d' manifest.ini",
-                   "manifest.ini: tp=2 * dp_shard=1 * dp_replicate=1 * pp=1 = 2 ranks != world_size=6");
+                   "manifest.ini: tp=2 * cp=1 * dp_shard=1 * dp_replicate=1 * pp=1 = 2 ranks != world_size=6");
     // A manifest from before dp_shard (tp, pp, dp only) opens as one shard
     // group of every data rank.
     char cmd[4096], old[700];
     snprintf(old, sizeof old, "%s/old-manifest", root);
     snprintf(cmd, sizeof cmd, "cp -r %s %s && cd %s && grep -c '^dp_shard = 3$' manifest.ini >/dev/null && "
-             "sed -i '/^dp_shard = /d; /^dp_replicate = /d' manifest.ini", good, old, old);
+             "sed -i '/^dp_shard = /d; /^dp_replicate = /d; /^cp = /d' manifest.ini", good, old, old);
     run(cmd);
     struct ckpt_reader *old_r = NULL;
     EXPECT(checkpoint_open(old, &old_r, &err) == STATUS_OK, "old manifest: %s", err.msg);
@@ -407,7 +407,7 @@ static void test_collective(const char *root) {
     struct ckpt_piece p = {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
                            .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w};
     struct ckpt_state s = {.step = 9};
-    struct ckpt_save_args a = {.dir = dir, .step = 9, .layout = topology_layout(1, 1, 1, 0),
+    struct ckpt_save_args a = {.dir = dir, .step = 9, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = &p,
                                .n_pieces = 1, .state = &s};
     struct error err = {0};
@@ -450,7 +450,7 @@ static enum status save_self(const char *dir, int64_t step, float *w, uint16_t *
                            .consecutive_skips = 1, .has_schedule = true, .train_steps = 80,
                            .warmup_steps = 5, .lr_schedule = 1, .lr = 3e-3, .min_lr = 3e-4,
                            .lr_rebase_step = 60, .lr_rebase_lr = 3.0217e-4};
-    struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(1, 1, 1, 0),
+    struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
                                .n_pieces = 2, .state = &s, .keep_last = 1};
     return checkpoint_save(&a, &self, err);
@@ -518,7 +518,7 @@ static void test_nonfinite(const char *root, const char *trident) {
     struct ckpt_piece p[2];
     two_pieces(p, w, norm16);
     struct ckpt_state s = {.step = 8, .lr_step = 8, .skipped_steps = 5, .consecutive_skips = 5};
-    struct ckpt_save_args a = {.dir = dir, .step = 8, .layout = topology_layout(1, 1, 1, 0),
+    struct ckpt_save_args a = {.dir = dir, .step = 8, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
                                .n_pieces = 2, .state = &s};
     struct ckpt_file_sum sum;

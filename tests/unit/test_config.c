@@ -84,11 +84,11 @@ static void test_dp_inference(void) {
            "explicit dp 3 on 4 ranks: %s", err.msg);
     // 6 ranks with tp * pp = 4: the world sizes around it that work.
     EXPECT(load_on(6, &c, &err, 4, pp2) == STATUS_BAD_INPUT && contains(err.msg, "N = 6 ranks") &&
-               contains(err.msg, "tp * pp = 4") && contains(err.msg, "run on 4 or 8 ranks"),
+               contains(err.msg, "tp * cp * pp = 4") && contains(err.msg, "run on 4 or 8 ranks"),
            "6 ranks, tp * pp = 4: %s", err.msg);
     // tp 2 on 6 ranks: dp 3; global 16, micro 2 -> 16 % 6: nearest 12 and 18,
     // or 4 or 8 ranks (dp 2 or 4 divide 16 / 2 = 8).
-    EXPECT(load_on(6, &c, &err, 4, tp2) == STATUS_BAD_INPUT && contains(err.msg, "infers dp = 6 ranks / (tp 2 * pp 1) = 3") &&
+    EXPECT(load_on(6, &c, &err, 4, tp2) == STATUS_BAD_INPUT && contains(err.msg, "infers dp = 6 ranks / (tp 2 * cp 1 * pp 1) = 3") &&
                contains(err.msg, "global_batch_size = 12 or 18") && contains(err.msg, "4 or 8 ranks (dp = 2 or 4)"),
            "global 16 on dp 3: %s", err.msg);
     // No world (trident plan without --world-size): dp = 0 means 1.
@@ -392,8 +392,10 @@ static const struct bad_case bad_cases[] = {
     {"cudnn on the cpu", "[system]\nattention = cudnn\n", {0}, 1,
      {"system.attention = cudnn (@:2)", "needs system.device = cuda", "system.device = cpu (default)"}},
     {"tp*pp*dp != ranks", "[parallel]\ntp = 2\ndp = 2\n", {0}, 2,
-     {"tp = 2 x dp_shard = 2 x dp_replicate = 1 x pp = 1 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)",
-      "parallel.dp = 2 (@:3); parallel.dp_shard = 0 (default); parallel.pp = 1 (default)"}},
+     {"tp = 2 x cp = 1 x dp_shard = 2 x dp_replicate = 1 x pp = 1 give 4", "N = 2 ranks", "parallel.tp = 2 (@:2)",
+      "parallel.cp = 1 (default); parallel.dp = 2 (@:3); parallel.dp_shard = 0 (default); parallel.pp = 1 (default)"}},
+    {"seq_len % 2 cp", "[train]\nseq_len = 12\n[parallel]\ncp = 4\n", {0}, 4,
+     {"seq_len must be a multiple of 2 * cp = 8", "train.seq_len = 12 (@:2)", "parallel.cp = 4 (@:4)"}},
     {"dp_shard must divide dp", "[parallel]\ndp = 4\ndp_shard = 3\n", {0}, 4,
      {"dp_shard must divide dp", "parallel.dp_shard = 3 (@:3)", "parallel.dp = 4 (@:2)"}},
     {"heads % tp", "[model]\nd_model = 192\nn_heads = 6\nn_kv_heads = 2\n[parallel]\ntp = 4\n", {0}, 4,
@@ -413,7 +415,7 @@ static const struct bad_case bad_cases[] = {
     {"seq_len > max_seq_len", "[train]\nseq_len = 512\n", {0}, 1,
      {"seq_len must be <= max_seq_len", "train.seq_len = 512 (@:2)", "model.max_seq_len = 256 (default)"}},
     {"sequence parallel", "[train]\nseq_len = 127\n[parallel]\ntp = 2\nsequence_parallel = true\n", {0}, 2,
-     {"seq_len must be a multiple of tp", "train.seq_len = 127"}},
+     {"seq_len / cp (a rank's tokens of a sequence) must be a multiple of tp", "train.seq_len = 127"}},
     {"min_lr > lr", NULL, {"train.min_lr=0.1"}, 1, {"min_lr must be <= lr", "train.min_lr = 0.1 (command line argument 1)"}},
     {"warmup > steps", "[train]\nsteps = 10\nwarmup_steps = 20\n", {0}, 1,
      {"warmup_steps must be <= steps", "warmup_steps = 20 (@:3)", "steps = 10 (@:2)"}},

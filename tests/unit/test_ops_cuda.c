@@ -498,6 +498,119 @@ static void test_docs(enum dtype dt, int B, int T, int H, int Hkv, int D) {
     free(tok), free(ds);
 }
 
+// lse of the GPU against the CPU where rows may be -inf (no readable key):
+// the -inf rows must agree exactly, the finite ones within tol.
+static void expect_lse_match(struct pair p, double tol, const char *what) {
+    float *got = xmalloc(p.n * 4 + 4), *ref = xmalloc(p.n * 4 + 4);
+    download(got, p.g, p.n);
+    memcpy(ref, p.c.data, p.n * 4);
+    size_t bad = 0, inf = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        bool gi = isinf(got[i]) && got[i] < 0, ri = isinf(ref[i]) && ref[i] < 0;
+        bad += gi != ri || isnan(got[i]);
+        inf += ri;
+        if (gi && ri) got[i] = ref[i] = 0;
+    }
+    EXPECT(bad == 0, "%s: %zu of %zu lse elements differ in -inf / NaN (%zu -inf in the reference)", what, bad,
+           p.n, inf);
+    EXPECT_REL(p.n, got, ref, tol, what);
+    free(got), free(ref);
+}
+
+// Rank r's global positions under context parallelism cp (docs/design.md §2):
+// a sequence of T tokens in 2 cp chunks of C = T / (2 cp), rank r holding
+// chunks r and 2 cp - 1 - r (the first `chunks` of them: 1 or 2), every row
+// of the batch alike; pos (B, chunks C).
+static void cp_positions(int32_t *pos, int B, int T, int cp, int r, int chunks) {
+    int C = T / (2 * cp), n = chunks * C;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) pos[(size_t)b * n + i] = (i < C ? r : 2 * cp - 1 - r) * C + i % C;
+}
+
+// One block of ring attention (attention_block_forward / _backward): rank rq's
+// queries (Tq = T / cp) against rank rk's keys and values (kchunks = 2: Tk =
+// T / cp; 1: its first chunk only, Tq != Tk), CUDA against the CPU backend.
+// docs: q_doc from packed documents of the global sequence (a boundary every
+// ~9 tokens at random, crossing chunk boundaries); accumulate: out and lse
+// start from random values (every 5th row lse -inf, out 0), merged into. The
+// backward from the CPU forward's out and lse (rounded to dt) into random dq,
+// dk, dv. Rows with no readable key (lse -inf) are part of most cases.
+// nan_unread (rk < rq, chunks of 32 rows or more): the key chunk no query can
+// read (rank rk's second, after both of rank rq's) holds NaN keys and
+// values: its tiles must be skipped, not computed and masked (0 x NaN).
+static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, int rk, int kchunks, bool docs,
+                                 bool accumulate, int H, int Hkv, int D, bool nan_unread) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int Tq = T / cp, Tk = kchunks * T / (2 * cp);
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * Hkv * D, nl = (size_t)B * H * Tq;
+    int32_t *qp = xmalloc((size_t)B * Tq * 4), *kp = xmalloc((size_t)B * Tk * 4), *qd = xmalloc((size_t)B * Tq * 4);
+    cp_positions(qp, B, T, cp, rq, 2);
+    cp_positions(kp, B, T, cp, rk, kchunks);
+    if (docs) {
+        int32_t *tok = xmalloc((size_t)B * T * 4), *ds = xmalloc((size_t)B * T * 4);
+        for (int i = 0; i < B * T; i++) tok[i] = fabs(rnd()) < 1.0 / 9 ? 0 : 1;
+        doc_start_fill(ds, tok, B, T, 0);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < Tq; i++) qd[(size_t)b * Tq + i] = ds[(size_t)b * T + qp[(size_t)b * Tq + i]];
+        free(tok), free(ds);
+    }
+    struct ipair qpos = ipair_make(qp, (size_t)B * Tq), kpos = ipair_make(kp, (size_t)B * Tk);
+    struct ipair qdoc = ipair_make(qd, (size_t)B * Tq);
+    struct tensor qdc = docs ? qdoc.c : tensor_view(NULL, DTYPE_I32, 0);
+    struct tensor qdg = docs ? qdoc.g : tensor_view(NULL, DTYPE_I32, 0);
+    char what[160], w2[200];
+    snprintf(what, sizeof what, "attention_block B=%d T=%d cp=%d ranks %d<-%d Tq=%d Tk=%d H=%d Hkv=%d D=%d%s%s%s",
+             B, T, cp, rq, rk, Tq, Tk, H, Hkv, D, docs ? " docs" : "", accumulate ? " accumulate" : "",
+             nan_unread ? " nan-unread" : "");
+
+    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
+    if (nan_unread) {
+        size_t row = (size_t)Hkv * D, C = (size_t)Tk / 2;
+        EXPECT(rk < rq && kchunks == 2, "%s: nan_unread needs rk < rq and two key chunks", what);
+        for (int b = 0; b < B; b++)
+            for (size_t e = 0; e < C * row; e++) k.h[(b * (size_t)Tk + C) * row + e] = v.h[(b * (size_t)Tk + C) * row + e] = NAN;
+        pair_sync(k), pair_sync(v);
+    }
+    if (accumulate) {
+        for (size_t i = 0; i < nl; i++) lse.h[i] = i % 5 == 0 ? -INFINITY : (float)(1 + 2 * rnd());
+        for (size_t i = 0; i < nq; i++) { // (b, t, h, d): row (b, h, t) of lse
+            size_t d = i % D, h = i / D % H, t = i / D / H % Tq, b = i / D / H / Tq;
+            (void)d;
+            out.h[i] = isinf(lse.h[(b * H + h) * Tq + t]) ? 0.0f : round_to(dt, (float)rnd());
+        }
+        pair_sync(out), pair_sync(lse);
+    }
+    backend_attention_block_forward(cpu, out.c, lse.c, q.c, k.c, v.c, qpos.c, qdc, kpos.c, B, Tq, Tk, H, Hkv, D,
+                                    accumulate);
+    backend_attention_block_forward(gpu, out.g, lse.g, q.g, k.g, v.g, qpos.g, qdg, kpos.g, B, Tq, Tk, H, Hkv, D,
+                                    accumulate);
+    snprintf(w2, sizeof w2, "%s forward out", what), expect_match(out, w2);
+    snprintf(w2, sizeof w2, "%s forward lse", what), expect_lse_match(lse, tol_of(DTYPE_FP32), w2);
+
+    for (size_t i = 0; i < nq; i++) out.h[i] = round_to(dt, ((float *)out.c.data)[i]);
+    memcpy(lse.h, lse.c.data, nl * 4);
+    pair_sync(out), pair_sync(lse);
+    struct pair dout = pair_rand(nq, 1, dt), dq = pair_rand(nq, 1, dt);
+    struct pair dk = pair_rand(nk, 1, dt), dv = pair_rand(nk, 1, dt);
+    backend_attention_block_backward(cpu, dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, out.c, lse.c, qpos.c, qdc, kpos.c,
+                                     B, Tq, Tk, H, Hkv, D);
+    backend_attention_block_backward(gpu, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, qpos.g, qdg, kpos.g,
+                                     B, Tq, Tk, H, Hkv, D);
+    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match(dq, w2);
+    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match(dk, w2);
+    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match(dv, w2);
+    pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse), pair_free(dout), pair_free(dq),
+        pair_free(dk), pair_free(dv);
+    ipair_free(qpos), ipair_free(kpos), ipair_free(qdoc);
+    free(qp), free(kp), free(qd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (getenv("TEST_VERBOSE"))
+        printf("  %s (%s): %.2f s\n", what, dtype_name(dt),
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+}
+
 // One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
 // inside and outside the shard, and every 7th row ignored.
 static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs, int V) {
@@ -784,6 +897,17 @@ static void run_all(enum dtype dt, bool small) {
     test_docs(dt, 3, 100, 4, 2, 24);
     test_docs(dt, 3, 150, 2, 1, 128);
     test_docs(dt, 2, 600, 4, 2, 64);
+    // one block of ring attention: cp 2 and 4, the rank's own block (causal
+    // chunks) and others' (whole chunks read or skipped), a key set of one
+    // chunk (Tq != Tk), documents across chunks, GQA, D buckets 32 to 256
+    test_attention_block(dt, 2, 64, 2, 0, 0, 2, false, false, 4, 2, 24, false);
+    test_attention_block(dt, 2, 64, 2, 1, 0, 2, true, true, 4, 2, 24, false);
+    test_attention_block(dt, 1, 256, 4, 1, 2, 2, false, true, 2, 1, 64, false);
+    test_attention_block(dt, 1, 256, 4, 2, 1, 2, false, true, 4, 2, 128, true);
+    test_attention_block(dt, 1, 256, 4, 2, 2, 2, true, false, 2, 2, 64, false);
+    test_attention_block(dt, 2, 64, 2, 0, 1, 1, false, false, 4, 1, 40, false);
+    test_attention_block(dt, 1, 64, 2, 1, 0, 1, true, true, 2, 2, 24, false);
+    test_attention_block(dt, 1, 32, 2, 1, 1, 2, false, true, 2, 1, 256, false);
     test_cross_entropy(dt, 13, 70, 61, 100, 300);
     if (!small) test_cross_entropy(dt, 40, 5000, 4999, 5000, 10000);
     test_adamw(dt);

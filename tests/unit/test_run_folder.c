@@ -81,7 +81,7 @@ static void test_resume(void) {
     snprintf(text, sizeof text, "%s%s\n%s{\"step\": 9, \"lo", history, after, other); // a blank line, a torn one
     spill(path, text);
     int threads[2] = {3, 1};
-    struct run_start s = {.step = 5, .resumed = true, .world_size = 2, .layout = topology_layout(1, 1, 2, 0),
+    struct run_start s = {.step = 5, .resumed = true, .world_size = 2, .layout = topology_layout(1, 1, 2, 0, 1),
                           .threads = threads, .time = 1700000000, .flops_per_token = 24772608,
                           .peak_flops = 2e12};
     FILE *f = NULL;
@@ -91,7 +91,7 @@ static void test_resume(void) {
     if (f) fprintf(f, "{\"step\": 6, \"loss\": 6.5}\n"), fclose(f);
     char start[512];
     snprintf(start, sizeof start, "{\"event\": \"start\", \"step\": 5, \"attempt\": 3, \"time\": 1700000000, "
-             "\"version\": \"%s\", \"git\": \"%s\", \"world_size\": 2, \"tp\": 1, \"dp\": 2, \"dp_shard\": 2, "
+             "\"version\": \"%s\", \"git\": \"%s\", \"world_size\": 2, \"tp\": 1, \"cp\": 1, \"dp\": 2, \"dp_shard\": 2, "
              "\"dp_replicate\": 1, \"pp\": 1, "
              "\"threads\": [3, 1], \"flops_per_token\": 24772608, \"peak_flops\": 2e+12}\n",
              version_release(), version_git());
@@ -113,7 +113,7 @@ static void test_fresh(void) {
     char path[300];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     int threads[1] = {2};
-    struct run_start s = {.world_size = 1, .layout = topology_layout(1, 1, 1, 0), .threads = threads, .time = 1};
+    struct run_start s = {.world_size = 1, .layout = topology_layout(1, 1, 1, 0, 1), .threads = threads, .time = 1};
     struct error err = {0};
     FILE *f = NULL;
     spill(path, ""); // empty: nothing to keep
@@ -154,7 +154,7 @@ static void test_configs(void) {
     snprintf(c.log.run_dir, sizeof c.log.run_dir, "%s", dir);
     c.train.steps = 77;
     int threads[4] = {1, 1, 1, 1};
-    struct run_start s = {.step = 5, .resumed = true, .world_size = 4, .layout = topology_layout(2, 1, 2, 0),
+    struct run_start s = {.step = 5, .resumed = true, .world_size = 4, .layout = topology_layout(2, 1, 2, 0, 1),
                           .threads = threads, .time = 0, .attempt = 2};
     EXPECT(run_folder_write_configs(&c, &s, &err) == STATUS_OK, "%s", err.msg);
     s.attempt = 3;
@@ -166,7 +166,7 @@ static void test_configs(void) {
         char path[400], first[128];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         snprintf(first, sizeof first, "# %s\n# started 1970-01-01T00:00:00Z (attempt %d) at step 5, "
-                 "world size 4 = tp 2 x dp_shard 2 x dp_replicate 1 x pp 1\n", version_string(), i ? 3 : 2);
+                 "world size 4 = tp 2 x cp 1 x dp_shard 2 x dp_replicate 1 x pp 1\n", version_string(), i ? 3 : 2);
         char *text = slurp(path);
         EXPECT(!strncmp(text, first, strlen(first)), "%s begins:\n%.200s\nexpected\n%s", names[i], text, first);
         free(text);

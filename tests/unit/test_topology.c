@@ -1,12 +1,12 @@
 // test_topology.c: the grid of named axes (parallel/axes_list.h) and its
 // pure functions (no MPI): the axis and group lists; for every layout of N =
-// 1..64 ranks (every factorisation over tp, dp_shard, dp_replicate, pp) the
+// 1..64 ranks (every factorisation over tp, cp, dp_shard, dp_replicate, pp) the
 // rank -> coordinate -> rank round trip against Megatron's formula written
 // out here, and every group kind's members (they share the coordinates of
 // the axes outside the group, differ in the group's, count the product of
 // its axes' sizes, come in group-rank order, and the group's index is the
-// same for all); tables written out by hand for (2,2,2) and a hybrid-sharded
-// layout; the comm_self group and topology_init_self, device selection.
+// same for all); tables written out by hand for (2,2,2), a hybrid-sharded
+// layout and one with context parallelism; the comm_self group and topology_init_self, device selection.
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,11 +25,12 @@ static int same_members(const int *a, int na, const int *b, int nb) {
 
 // The lists: names unique, the axes in Megatron's order, each axis' key a
 // [parallel] key of the config (or "" for dp_replicate, derived), every
-// group's axes a non-empty subset, the named sizes the non-`ends` groups.
+// group's axes a non-empty subset, the named sizes the groups the records
+// print, the gradient groups data x context.
 static void test_lists(void) {
-    const char *order[] = {"tp", "dp_shard", "dp_replicate", "pp"};
-    EXPECT(AXIS_COUNT == 4, "%d axes", AXIS_COUNT);
-    for (int a = 0; a < AXIS_COUNT && a < 4; a++) {
+    const char *order[] = {"tp", "cp", "dp_shard", "dp_replicate", "pp"};
+    EXPECT(AXIS_COUNT == 5, "%d axes", AXIS_COUNT);
+    for (int a = 0; a < AXIS_COUNT && a < 5; a++) {
         EXPECT(!strcmp(topology_axis_name((enum grid_axis)a), order[a]), "axis %d is %s", a,
                topology_axis_name((enum grid_axis)a));
         const char *key = topology_axis_key((enum grid_axis)a);
@@ -43,24 +44,35 @@ static void test_lists(void) {
             EXPECT(strcmp(topology_group_name(k), topology_group_name(j)), "two groups named %s",
                    topology_group_name(k));
     }
-    EXPECT(topology_group_axes(GROUP_DP) == (1u << AXIS_DP_SHARD | 1u << AXIS_DP_REPLICATE),
-           "the gradient group spans the data axes");
-    EXPECT(!topology_group_is_size(GROUP_EMBED) && topology_group_is_size(GROUP_DP), "sizes");
-    // The [parallel] size keys the config has are groups of the list.
-    const char *keys[] = {"tp", "pp", "dp", "dp_shard"};
-    for (int i = 0; i < 4; i++) {
+    unsigned data = 1u << AXIS_DP_SHARD | 1u << AXIS_DP_REPLICATE;
+    EXPECT(topology_group_axes(GROUP_DP) == data, "the data ranks span the data axes");
+    EXPECT(topology_group_axes(GROUP_DP_CP) == (data | 1u << AXIS_CP),
+           "the gradient group spans the data axes and cp");
+    EXPECT(topology_group_axes(GROUP_DP_SHARD_CP) == (1u << AXIS_DP_SHARD | 1u << AXIS_CP),
+           "the shard group spans dp_shard and cp");
+    EXPECT(topology_group_axes(GROUP_CP) == 1u << AXIS_CP, "the ring spans cp");
+    EXPECT(!topology_group_is_size(GROUP_EMBED) && topology_group_is_ends(GROUP_EMBED) &&
+               topology_group_is_size(GROUP_DP) && topology_group_is_size(GROUP_CP) &&
+               !topology_group_is_size(GROUP_DP_CP) && !topology_group_is_size(GROUP_DP_SHARD_CP),
+           "sizes");
+    // The [parallel] size keys the config has are sized groups of the list.
+    const char *keys[] = {"tp", "cp", "pp", "dp", "dp_shard"};
+    for (int i = 0; i < 5; i++) {
         int found = 0;
-        for (int k = 0; k < GROUP_COUNT; k++) found += !strcmp(topology_group_name(k), keys[i]);
+        for (int k = 0; k < GROUP_COUNT; k++)
+            found += !strcmp(topology_group_name(k), keys[i]) && topology_group_is_size(k);
         EXPECT(found == 1 && config_key_index("parallel", keys[i]) >= 0, "key %s", keys[i]);
     }
 }
 
 // Megatron's rank of a coordinate, written out by hand (the one place
-// outside src/parallel/topology.c: a check of it).
+// outside src/parallel/topology.c: a check of it): tensor, context, data,
+// pipeline, first fastest.
 static int megatron_rank(const int *size, struct grid_coord c) {
-    int t = c.at[AXIS_TP], s = c.at[AXIS_DP_SHARD], r = c.at[AXIS_DP_REPLICATE], p = c.at[AXIS_PP];
+    int t = c.at[AXIS_TP], x = c.at[AXIS_CP], s = c.at[AXIS_DP_SHARD], r = c.at[AXIS_DP_REPLICATE];
+    int p = c.at[AXIS_PP];
     int d = s + size[AXIS_DP_SHARD] * r, dp = size[AXIS_DP_SHARD] * size[AXIS_DP_REPLICATE];
-    return t + size[AXIS_TP] * (d + dp * p);
+    return t + size[AXIS_TP] * (x + size[AXIS_CP] * (d + dp * p));
 }
 
 // Violations of the group of kind that holds rank r of layout g.
@@ -72,7 +84,7 @@ static int check_group(const struct grid_layout *g, enum group_kind kind, int r,
     int want = 1, index = topology_group_index(g, kind, c);
     for (int a = 0; a < AXIS_COUNT; a++)
         if (axes >> a & 1u) want *= g->size[a];
-    if (!topology_group_is_size(kind)) { // the ends of its one axis
+    if (topology_group_is_ends(kind)) { // the ends of its one axis
         int a = __builtin_ctz(axes), at = c.at[a], last = g->size[a] - 1;
         want = at == 0 || at == last ? (last > 0 ? 2 : 1) : 0;
     }
@@ -89,7 +101,7 @@ static int check_group(const struct grid_layout *g, enum group_kind kind, int r,
             if (!(axes >> a & 1u)) bad += m.at[a] != c.at[a];
         bad += topology_group_index(g, kind, m) != index || topology_group_rank(g, kind, m) != i;
         // Group-rank order: mixed radix over the group's axes, first fastest.
-        if (topology_group_is_size(kind)) {
+        if (!topology_group_is_ends(kind)) {
             int gr = 0;
             for (int a = AXIS_COUNT - 1; a >= 0; a--)
                 if (axes >> a & 1u) gr = gr * g->size[a] + m.at[a];
@@ -99,7 +111,7 @@ static int check_group(const struct grid_layout *g, enum group_kind kind, int r,
     }
     bad += n > 0 && has_me != 1;
     // The index orders the groups by the other axes' coordinates.
-    if (n > 0 && topology_group_is_size(kind)) {
+    if (n > 0 && !topology_group_is_ends(kind)) {
         int idx = 0;
         for (int a = AXIS_COUNT - 1; a >= 0; a--)
             if (!(axes >> a & 1u)) idx = idx * g->size[a] + c.at[a];
@@ -108,30 +120,33 @@ static int check_group(const struct grid_layout *g, enum group_kind kind, int r,
     return bad;
 }
 
-// Every layout of N = 1..64 ranks over (tp, dp_shard, dp_replicate, pp).
+// Every layout of N = 1..64 ranks over (tp, cp, dp_shard, dp_replicate, pp).
 static void test_layouts(void) {
-    int members[64], layouts = 0;
+    int members[64], layouts = 0, with_cp = 0;
     for (int N = 1; N <= 64; N++)
         for (int tp = 1; tp <= N; tp++)
-            for (int ds = 1; tp * ds <= N; ds++)
-                for (int dr = 1; tp * ds * dr <= N; dr++) {
-                    if (N % (tp * ds * dr)) continue;
-                    int pp = N / (tp * ds * dr), bad = 0;
-                    struct grid_layout g = topology_layout(tp, pp, ds * dr, ds);
-                    layouts++;
-                    bad += topology_world_size(&g) != N || g.size[AXIS_TP] != tp ||
-                           g.size[AXIS_DP_SHARD] != ds || g.size[AXIS_DP_REPLICATE] != dr ||
-                           g.size[AXIS_PP] != pp;
-                    for (int r = 0; r < N; r++) {
-                        struct grid_coord c = topology_coord_of(&g, r);
-                        for (int a = 0; a < AXIS_COUNT; a++) bad += c.at[a] < 0 || c.at[a] >= g.size[a];
-                        bad += topology_rank_of(&g, c) != r || megatron_rank(g.size, c) != r;
-                        for (int k = 0; k < GROUP_COUNT; k++) bad += check_group(&g, k, r, members);
+            for (int cp = 1; tp * cp <= N; cp++)
+                for (int ds = 1; tp * cp * ds <= N; ds++)
+                    for (int dr = 1; tp * cp * ds * dr <= N; dr++) {
+                        if (N % (tp * cp * ds * dr)) continue;
+                        int pp = N / (tp * cp * ds * dr), bad = 0;
+                        struct grid_layout g = topology_layout(tp, pp, ds * dr, ds, cp);
+                        layouts++, with_cp += cp > 1;
+                        bad += topology_world_size(&g) != N || g.size[AXIS_TP] != tp ||
+                               g.size[AXIS_CP] != cp || g.size[AXIS_DP_SHARD] != ds ||
+                               g.size[AXIS_DP_REPLICATE] != dr || g.size[AXIS_PP] != pp;
+                        bad += topology_group_size(&g, GROUP_DP_CP) != cp * ds * dr ||
+                               topology_group_size(&g, GROUP_DP) != ds * dr;
+                        for (int r = 0; r < N; r++) {
+                            struct grid_coord c = topology_coord_of(&g, r);
+                            for (int a = 0; a < AXIS_COUNT; a++) bad += c.at[a] < 0 || c.at[a] >= g.size[a];
+                            bad += topology_rank_of(&g, c) != r || megatron_rank(g.size, c) != r;
+                            for (int k = 0; k < GROUP_COUNT; k++) bad += check_group(&g, k, r, members);
+                        }
+                        EXPECT(bad == 0, "layout tp=%d cp=%d dp_shard=%d dp_replicate=%d pp=%d: %d "
+                               "violations", tp, cp, ds, dr, pp, bad);
                     }
-                    EXPECT(bad == 0, "layout tp=%d dp_shard=%d dp_replicate=%d pp=%d: %d violations",
-                           tp, ds, dr, pp, bad);
-                }
-    EXPECT(layouts > 1000, "only %d layouts", layouts);
+    EXPECT(layouts > 3000 && with_cp > 1500, "only %d layouts (%d with cp)", layouts, with_cp);
 }
 
 // (tp, pp, dp) = (2, 2, 2): rank = t + 2 * (d + 2 * p), written out by hand.
@@ -143,7 +158,7 @@ static void test_table_222(void) {
         {{2, 3}, {1, 3}, {3, 7}}, {{4, 5}, {4, 6}, {0, 4}}, {{4, 5}, {5, 7}, {1, 5}},
         {{6, 7}, {4, 6}, {2, 6}}, {{6, 7}, {5, 7}, {3, 7}}};
     const enum group_kind kinds[3] = {GROUP_TP, GROUP_DP, GROUP_PP};
-    struct grid_layout g = topology_layout(2, 2, 2, 0);
+    struct grid_layout g = topology_layout(2, 2, 2, 0, 1);
     int members[8];
     for (int r = 0; r < 8; r++) {
         struct grid_coord c = topology_coord_of(&g, r);
@@ -170,13 +185,13 @@ static void test_table_222(void) {
 static void test_embed(void) {
     int members[8];
     // (tp, pp, dp) = (1, 3, 1): ranks 0, 1, 2 are stages 0, 1, 2.
-    struct grid_layout g = topology_layout(1, 3, 1, 0);
+    struct grid_layout g = topology_layout(1, 3, 1, 0, 1);
     int n = topology_group_members(&g, GROUP_EMBED, topology_coord_of(&g, 0), members);
     EXPECT(n == 2 && members[0] == 0 && members[1] == 2, "pp=3 stage 0: n=%d", n);
     n = topology_group_members(&g, GROUP_EMBED, topology_coord_of(&g, 1), members);
     EXPECT(n == 0, "pp=3 middle stage is in an embedding group of %d", n);
     // (tp, pp, dp) = (2, 1, 2): rank 3 alone.
-    g = topology_layout(2, 1, 2, 0);
+    g = topology_layout(2, 1, 2, 0, 1);
     n = topology_group_members(&g, GROUP_EMBED, topology_coord_of(&g, 3), members);
     EXPECT(n == 1 && members[0] == 3, "pp=1: n=%d first %d", n, members[0]);
 }
@@ -184,7 +199,7 @@ static void test_embed(void) {
 static void test_describe(void) {
     char buf[2048] = {0};
     FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-    struct grid_layout g = topology_layout(2, 2, 2, 0);
+    struct grid_layout g = topology_layout(2, 2, 2, 0, 1);
     topology_describe(f, &g);
     fclose(f);
     EXPECT(strstr(buf, "tp           groups: [0 1] [2 3] [4 5] [6 7]\n"), "describe: %s", buf);
@@ -194,16 +209,42 @@ static void test_describe(void) {
     // rank = t + 2 * (s + 2 * r).
     memset(buf, 0, sizeof buf);
     f = fmemopen(buf, sizeof buf - 1, "w");
-    g = topology_layout(2, 1, 4, 2);
+    g = topology_layout(2, 1, 4, 2, 1);
     topology_describe(f, &g);
     fclose(f);
-    EXPECT(strstr(buf, "grid: tp=2 dp_shard=2 dp_replicate=2 pp=1 (8 ranks)"), "describe: %s", buf);
+    EXPECT(strstr(buf, "grid: tp=2 cp=1 dp_shard=2 dp_replicate=2 pp=1 (8 ranks)"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp           groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_shard     groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_replicate groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
     char text[128];
     EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
-                   "tp=2 dp=4 dp_shard=2 dp_replicate=2 pp=1"), "sizes: %s", text);
+                   "tp=2 cp=1 dp=4 dp_shard=2 dp_replicate=2 pp=1"), "sizes: %s", text);
+    // Context parallelism, (tp, cp, dp, pp) = (2, 2, 2, 1), by hand: rank = t +
+    // 2 * (c + 2 * d). The ring is the ranks of one tensor rank and data rank,
+    // the data ranks exclude cp, the gradient group spans both.
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    g = topology_layout(2, 1, 2, 0, 2);
+    topology_describe(f, &g);
+    fclose(f);
+    EXPECT(strstr(buf, "grid: tp=2 cp=2 dp_shard=2 dp_replicate=1 pp=1 (8 ranks)"), "describe: %s", buf);
+    EXPECT(strstr(buf, "tp           groups: [0 1] [2 3] [4 5] [6 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "cp           groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp           groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp_cp        groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp_shard_cp  groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
+    EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
+                   "tp=2 cp=2 dp=2 dp_shard=2 dp_replicate=1 pp=1"), "sizes: %s", text);
+    // Hybrid sharding with cp, (tp, cp, dp_shard, dp_replicate) = (1, 2, 2, 2):
+    // rank = c + 2 * (s + 2 * r); the shard group is shard x context.
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    g = topology_layout(1, 1, 4, 2, 2);
+    topology_describe(f, &g);
+    fclose(f);
+    EXPECT(strstr(buf, "dp_shard_cp  groups: [0 1 2 3] [4 5 6 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp_replicate groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp           groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
 }
 
 // comm_self: reductions leave data, scatter/gather copy, requests complete.
