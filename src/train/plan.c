@@ -11,9 +11,6 @@
 #include "parallel/comm_mpi.h"
 #include "parallel/pipeline.h"
 
-// Until the cp axis lands (parallel.cp): every config has cp 1.
-#define PLAN_CONFIG_CP(c) ((void)(c), 1)
-
 struct llama_config plan_llama(const struct config *c) {
     return (struct llama_config){
         .vocab_size = c->model.vocab_size, .d_model = c->model.d_model,
@@ -25,9 +22,12 @@ struct llama_config plan_llama(const struct config *c) {
     };
 }
 
-int plan_cp(const struct config *c) { return MAX(1, PLAN_CONFIG_CP(c)); }
+int plan_cp(const struct config *c) { return MAX(1, c->parallel.cp); }
 
-int plan_grad_ranks(const struct config *c) { return MAX(1, c->parallel.dp) * plan_cp(c); }
+int plan_grad_ranks(const struct config *c) {
+    struct grid_layout g = topology_layout(1, 1, MAX(1, c->parallel.dp), 0, plan_cp(c));
+    return topology_group_size(&g, GROUP_DP_CP);
+}
 
 struct plan_sharding plan_sharding_of(const struct config *c) {
     int dp = MAX(1, c->parallel.dp);

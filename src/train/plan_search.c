@@ -74,9 +74,6 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
     return STATUS_OK;
 }
 
-// Until the cp axis lands (parallel.cp): every config has cp 1.
-#define SET_CONFIG_CP(c, v) ((void)(c), (void)(v))
-
 // Ring all-reduce of bytes over n ranks at bus bandwidth bw (NCCL's
 // busbw = algbw * 2 (n-1) / n) plus 2 (n-1) latency steps.
 static double t_all_reduce(double bytes, int n, double bw, double alpha) {
@@ -101,7 +98,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     struct config c = *c0;
     if (l->cp < 1) l->cp = 1;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
-    SET_CONFIG_CP(&c, l->cp);
+    c.parallel.cp = l->cp;
     if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
     // ZeRO-2/3's shard group (hybrid sharding below dp) and reshard policy
     c.parallel.dp_shard = l->zero >= 2 && l->dp_shard < l->dp ? l->dp_shard : 0;
