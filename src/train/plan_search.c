@@ -90,7 +90,7 @@ void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s
     *fwd_s = *bwd_s = 0;
     if (cp <= 1) return;
     *fwd_s = (cp - 1) * MAX(0, t_kv - t_block_fwd);
-    *bwd_s = (cp - 1) * MAX(0, 2 * t_kv - 2 * t_block_fwd) + t_kv;
+    *bwd_s = (cp - 1) * MAX(0, t_kv - 2 * t_block_fwd) + cp * t_kv;
 }
 
 bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct plan_layout *l,

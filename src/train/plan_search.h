@@ -77,16 +77,19 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
 // keep_gathered, recompute set): fills peak_bytes and the times. Returns false with why set when it does not
 // fit or the schedule refuses it.
 
-// Context parallelism's ring (docs/planning.md §3), per microbatch and
-// layer on one rank: cp blocks of attention each way. Inputs: cp ranks, the
-// seconds of one block's forward attention compute (t_block_fwd; its
-// backward is taken as twice that) and of one key/value block's transfer
-// to the next rank (t_kv: latency + bytes / bandwidth; a dK/dV block is the
-// same size). Forward: cp - 1 transfers, each hidden behind one block's
-// compute (exposed: what exceeds it); backward: the K/V blocks travel again
-// with the dK/dV blocks (both on the link at once) behind each block's
-// backward, and the last dK/dV hop home is exposed. *fwd_s, *bwd_s: the
-// exposed seconds (0 when cp <= 1).
+// Context parallelism's ring (docs/planning.md §3) as src/model/
+// ring_attention.c runs it, per microbatch and layer on one rank: cp blocks
+// of attention each way. Inputs: cp ranks, the seconds of one block's
+// forward attention compute (t_block_fwd; its backward is taken as twice
+// that) and of one key/value block's transfer to the next rank (t_kv:
+// latency + bytes / bandwidth; a dK/dV block is the same size). Forward:
+// cp - 1 K/V transfers, each started before a block's compute and hidden
+// behind it (exposed: what exceeds it); backward: the K/V blocks travel
+// again the same way behind each block's backward, and after each of the cp
+// blocks its dK/dV moves on to the next rank, started after that block's
+// backward and waited for at once (the cp-th hop brings each rank's own
+// home): cp dK/dV transfers, none hidden. *fwd_s, *bwd_s: the exposed
+// seconds (0 when cp <= 1).
 void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s, double *bwd_s);
 bool plan_predict(const struct config *c, const struct plan_cluster *cl, struct plan_layout *l,
                   char *why, size_t why_len);
