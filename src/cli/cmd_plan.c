@@ -394,11 +394,16 @@ int cmd_plan(int argc, char **argv) {
     if (zs.zero_stage >= 2)
         snprintf(zero, sizeof zero, " (shards over %d ranks%s)", zs.shard_ranks,
                  zs.zero_stage == 2 ? "" : zs.reshard_after_forward ? ", reshard_after_forward" : ", kept gathered");
+    char cps[96] = ""; // context parallelism: what one rank of the cp group holds of them
+    if (plan_cp(&c) > 1)
+        snprintf(cps, sizeof cps, " (each of its %d cp ranks %d x %d of them)", plan_cp(&c),
+                 c.train.micro_batch_size, c.train.seq_len / plan_cp(&c));
     printf("plan: %s, %s = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
-           "tokens per rank per step, %s, recompute %s\n", c.file,
+           "tokens per %srank per step%s, %s, recompute %s\n", c.file,
            topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid),
            c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
-           c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
+           c.train.seq_len, plan_cp(&c) > 1 ? "data " : "", cps, dtype_name(c.precision.dtype),
+           recompute_names[c.model.recompute]);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
            "grads MiB", "AdamW MiB", "activ. MiB", "total MiB", "slots");
     for (int i = 0; i < n_rows; i++) {
