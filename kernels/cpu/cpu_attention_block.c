@@ -19,13 +19,51 @@
 #define BLOCK_BQ 64
 #define BLOCK_BK 64
 
-// Per-thread scratch elements: the score and dP blocks (BLOCK_BQ, Tk) and the
-// forward's merge rows (BLOCK_BQ, D); for BF16/FP16 (lowp) also the FP32
-// copies of a head: q, out, dout, dq (Tq, D) and k, v, dk, dv (Tk, D).
+// The most runs of candidate key tiles: every other tile.
+static int block_max_runs(int Tk) { return Tk / BLOCK_BK / 2 + 1; }
+
+// Per-thread scratch elements (reals of 4 or 8 bytes): the score and dP
+// blocks (BLOCK_BQ, Tk), the forward's merge rows (BLOCK_BQ, D) and the runs
+// (2 ints each, one real apiece); for BF16/FP16 (lowp) also the FP32 copies
+// of a head: q, out, dout, dq (Tq, D) and k, v, dk, dv (Tk, D).
 static size_t block_scratch_elems(int Tq, int Tk, int D, bool lowp) {
-    size_t e = (size_t)BLOCK_BQ * (2 * (size_t)(Tk > 0 ? Tk : 1) + D);
+    size_t e = (size_t)BLOCK_BQ * (2 * (size_t)Tk + D) + 2 * (size_t)block_max_runs(Tk);
     if (lowp) e += 4 * (size_t)Tq * D + 4 * (size_t)Tk * D;
     return e;
+}
+
+// The runs' place in a thread's scratch S (after the blocks).
+#define block_runs_of(S, Tk, D) ((int *)((S) + (size_t)BLOCK_BQ * (2 * (size_t)(Tk) + (D))))
+
+// The candidate key tiles for a query tile reading positions [lo, hi]: tile
+// [j, j + BLOCK_BK) of kpos (Tk,) is one when its positions [min, max] meet
+// [lo, hi]. Writes the runs of consecutive candidates as runs[2 r] = first
+// key, runs[2 r + 1] = end key, and returns their count (at most
+// block_max_runs(Tk)).
+static int block_runs(const int32_t *kpos, int Tk, int lo, int hi, int *runs) {
+    int n = 0;
+    bool open = false;
+    for (int j = 0; j < Tk; j += BLOCK_BK) {
+        int j1 = MIN(Tk, j + BLOCK_BK), mn = kpos[j], mx = kpos[j];
+        for (int t = j + 1; t < j1; t++) mn = MIN(mn, kpos[t]), mx = MAX(mx, kpos[t]);
+        bool cand = mn <= hi && mx >= lo;
+        if (cand && !open) runs[2 * n] = j, open = true;
+        if (cand) runs[2 * n + 1] = j1;
+        if (!cand && open) n++, open = false;
+    }
+    return n + open;
+}
+
+// The positions [*lo, *hi] that queries [i0, i1) read: min qdoc (0 without
+// documents, qdoc NULL), max qpos.
+static void block_query_span(const int32_t *qpos, const int32_t *qdoc, int i0, int i1, int *lo,
+                             int *hi) {
+    int l = qdoc ? qdoc[i0] : 0, h = qpos[i0];
+    for (int i = i0 + 1; i < i1; i++) {
+        if (qdoc) l = MIN(l, qdoc[i]);
+        h = MAX(h, qpos[i]);
+    }
+    *lo = l, *hi = h;
 }
 
 #define GENERIC_FILE "kernels/cpu/generic/attention_block.h"

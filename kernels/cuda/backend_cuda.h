@@ -51,6 +51,12 @@ unsigned backend_cuda_attention_take_path(struct backend *be);
 // without a GPU. STATUS_RUNTIME with the failing call and cuDNN's message.
 enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
                                                bool backward, struct error *err);
+// The same for one chunk pair of a ring-attention block
+// (cuda_attention_cudnn_block.cu): Tq query rows against Tk key rows, views
+// of tensors of TQ and TK rows a batch row, causal (top-left) or not.
+enum status backend_cuda_attention_check_block_graph(enum dtype dtype, int B, int Tq, int Tk, int TQ, int TK,
+                                                     int H, int Hkv, int D, bool causal, bool backward,
+                                                     struct error *err);
 
 #ifdef __cplusplus
 }

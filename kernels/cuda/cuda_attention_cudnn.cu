@@ -33,7 +33,10 @@
 //
 // Plans (operation graph -> heuristics mode A -> the first engine config that
 // finalises) are built once per (B, T, H, Hkv, D, dtype, direction) and kept
-// (CUDNN_PLANS, the oldest replaced when full): a training step after the
+// (CUDNN_PLANS, the oldest replaced when full; ring-attention chunk pairs,
+// cuda_attention_cudnn_block.cu, are the same graphs with Tq != Tk, strided
+// views and the causal mask optional: struct sdpa_key, cuda_attention_cudnn.cuh),
+// so a training step after the
 // first builds only a variant pack (the pointers) per call. A shape cuDNN
 // cannot plan is remembered too, with cuDNN's status and the call that gave
 // it, so `auto` tries it once and logs it once.
@@ -42,64 +45,13 @@
 // has the linked cuDNN validate and finalise every graph (no handle, no
 // engines). Not yet checked: engine support, plans and the numbers
 // (tests/gpu/run.sh step attention_cudnn, the day a GPU is lent).
-#include "cuda_internal.cuh"
+#include "cuda_attention_cudnn.cuh"
 
-#include <cudnn.h>
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
 
-#define CUDNN_PLANS 16    // cached plans (shape x direction); a run uses 2 to 4
-#define GRAPH_DESCS 160   // descriptors of one graph (the backward uses ~110)
-#define GRAPH_OPS 40      // operations of one graph (the backward uses ~27)
-#define ENGINE_CONFIGS 8  // heuristic answers tried, best first
-#define ATTN_ALIGN 16     // byte alignment the plans assume of every tensor pointer
-
-// Unique ids of the tensors the variant pack binds (virtual ones count up
-// from UID_VIRTUAL).
-enum {
-    UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
-    UID_SCALE, UID_NEG_INF, UID_ONE, UID_DSUM, UID_DQ_ACCUM, UID_VIRTUAL = 100
-};
-
-struct sdpa_key {
-    int B, T, H, Hkv, D;
-    enum dtype dt;
-    bool backward;
-};
-
-// One graph's descriptors and, once finalised, its execution plan.
-struct sdpa_plan {
-    struct sdpa_key key;
-    bool used;
-    cudnnStatus_t status;   // CUDNN_STATUS_SUCCESS: plan is usable
-    char why[256];          // otherwise: the call that failed and cuDNN's message
-    cudnnBackendDescriptor_t plan;
-    int64_t workspace;      // bytes cuDNN asks for, before the FP32 buffers of the backward
-    bool warned_align;      // auto fell back for a misaligned pointer (said once)
-    cudnnBackendDescriptor_t descs[GRAPH_DESCS]; // everything the plan was built from
-    int n_descs;
-};
-
-#define SHAPES_SAID 64 // shapes whose path was announced (later ones are not)
-
-// The cuDNN state of one CUDA backend (struct cuda_backend.cudnn).
-struct cudnn_attention {
-    cudnnHandle_t handle;
-    struct sdpa_plan plans[CUDNN_PLANS];
-    int next;         // slot the next new shape takes (round robin once full)
-    bool open_failed; // cudnnCreate failed (auto: said once, not retried)
-    // Which path each shape took: announced on `log` (backend_set_attention_log;
-    // stderr by default, NULL: nowhere) the first time the shape runs, and
-    // the paths of the calls since backend_attention_take_path (bits).
-    FILE *log;
-    struct sdpa_key said[SHAPES_SAID];
-    int n_said;
-    unsigned paths;
-};
-
-// be's cuDNN state, allocated on first use (log: stderr).
-static struct cudnn_attention *attn_state(struct cuda_backend *c) {
+struct cudnn_attention *cudnn_attn_state(struct cuda_backend *c) {
     if (!c->cudnn) {
         c->cudnn = (struct cudnn_attention *)xcalloc(1, sizeof *c->cudnn);
         c->cudnn->log = stderr;
@@ -278,13 +230,14 @@ static void graph_reshape(struct graph *g, const char *name, cudnnBackendDescrip
 // precision; CMP_GE computed in BOOLEAN; BINARY_SELECT in the context's
 // FLOAT. The engines match these patterns: an INT32 math precision on the
 // index generators is a graph the frontend never builds.
+// (B, H, Tq, Tk) scores of a chunk pair (Tq = Tk) keep the same top-left diagonal.
 static cudnnBackendDescriptor_t graph_causal_mask(struct graph *g, cudnnBackendDescriptor_t s,
                                                   cudnnBackendDescriptor_t neg_inf, int64_t B,
-                                                  int64_t H, int64_t T) {
-    cudnnBackendDescriptor_t row = graph_virtual(g, "row index", CUDNN_DATA_INT32, B, H, T, T);
-    cudnnBackendDescriptor_t col = graph_virtual(g, "col index", CUDNN_DATA_INT32, B, H, T, T);
-    cudnnBackendDescriptor_t keep = graph_virtual(g, "row >= col", CUDNN_DATA_BOOLEAN, B, H, T, T);
-    cudnnBackendDescriptor_t out = graph_virtual(g, "masked scores", CUDNN_DATA_FLOAT, B, H, T, T);
+                                                  int64_t H, int64_t Tq, int64_t Tk) {
+    cudnnBackendDescriptor_t row = graph_virtual(g, "row index", CUDNN_DATA_INT32, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t col = graph_virtual(g, "col index", CUDNN_DATA_INT32, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t keep = graph_virtual(g, "row >= col", CUDNN_DATA_BOOLEAN, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t out = graph_virtual(g, "masked scores", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
     graph_pointwise(g, "gen row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, row, 2);
     graph_pointwise(g, "gen col index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, col, 3);
     graph_pointwise(g, "row >= col", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1);
@@ -302,49 +255,53 @@ static cudnnBackendDescriptor_t graph_causal_mask(struct graph *g, cudnnBackendD
 static float sdpa_mask_value(size_t cudnn_version) {
     return cudnn_version < 91000 ? -FLT_MAX : -INFINITY;
 }
+float cudnn_mask_value(void) { return sdpa_mask_value(cudnnGetVersion()); }
 
 static cudnnDataType_t cudnn_dtype(enum dtype dt) {
     return dt == DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
 }
 
-// The tensors the plans bind, in trident's layouts (see the file comment).
+// The tensors the plans bind, in trident's layouts (see the file comment):
+// inputs with the row strides of their tensors (TQ, TK rows a batch row),
+// outputs packed (Tq, Tk); key->Tq = Tk = TQ = TK = T for whole sequences.
 struct sdpa_tensors {
     cudnnBackendDescriptor_t q, kt, vt, k, v, o, stats, scale, neg_inf;
 };
 
 static void graph_inputs(struct graph *g, const struct sdpa_key *k, struct sdpa_tensors *t) {
-    int64_t B = k->B, T = k->T, H = k->H, Hkv = k->Hkv, D = k->D;
+    int64_t B = k->B, Tq = k->Tq, Tk = k->Tk, TQ = k->TQ, TK = k->TK, H = k->H, Hkv = k->Hkv, D = k->D;
     cudnnDataType_t io = cudnn_dtype(k->dt);
-    int64_t qdim[4] = {B, H, T, D}, qstr[4] = {T * H * D, D, H * D, 1};
-    int64_t kdim[4] = {B, Hkv, T, D}, kstr[4] = {T * Hkv * D, D, Hkv * D, 1};
-    int64_t ktdim[4] = {B, Hkv, D, T}, ktstr[4] = {T * Hkv * D, D, 1, Hkv * D};
-    int64_t sdim[4] = {B, H, T, 1}, sstr[4] = {H * T, T, 1, 1};
+    int64_t TO = k->backward ? TQ : Tq; // out and lse: backward inputs, forward outputs
+    int64_t qdim[4] = {B, H, Tq, D}, qstr[4] = {TQ * H * D, D, H * D, 1}, ostr[4] = {TO * H * D, D, H * D, 1};
+    int64_t kdim[4] = {B, Hkv, Tk, D}, kstr[4] = {TK * Hkv * D, D, Hkv * D, 1};
+    int64_t ktdim[4] = {B, Hkv, D, Tk}, ktstr[4] = {TK * Hkv * D, D, 1, Hkv * D};
+    int64_t sdim[4] = {B, H, Tq, 1}, sstr[4] = {H * TO, TO, 1, 1};
     t->q = graph_tensor(g, "q", io, qdim, qstr, UID_Q, false);
     t->kt = graph_tensor(g, "k^T", io, ktdim, ktstr, UID_K, false);
     t->vt = k->backward ? graph_tensor(g, "v^T", io, ktdim, ktstr, UID_V, false) : NULL;
     t->v = k->backward ? NULL : graph_tensor(g, "v", io, kdim, kstr, UID_V, false);
     t->k = k->backward ? graph_tensor(g, "k", io, kdim, kstr, 0, false) : NULL; // reshape of k^T
-    t->o = graph_tensor(g, "out", io, qdim, qstr, UID_O, false);
+    t->o = graph_tensor(g, "out", io, qdim, ostr, UID_O, false);
     t->stats = graph_tensor(g, "lse", CUDNN_DATA_FLOAT, sdim, sstr, UID_STATS, false);
     t->scale = graph_scalar(g, "scale", UID_SCALE);
-    t->neg_inf = graph_scalar(g, "-inf", UID_NEG_INF);
+    t->neg_inf = k->causal ? graph_scalar(g, "-inf", UID_NEG_INF) : NULL;
 }
 
 static void graph_forward(struct graph *g, const struct sdpa_key *k) {
-    int64_t B = k->B, T = k->T, H = k->H;
+    int64_t B = k->B, Tq = k->Tq, Tk = k->Tk, H = k->H;
     struct sdpa_tensors t;
     graph_inputs(g, k, &t);
-    cudnnBackendDescriptor_t s = graph_virtual(g, "q k^T", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t ss = graph_virtual(g, "scaled", CUDNN_DATA_FLOAT, B, H, T, T);
+    cudnnBackendDescriptor_t s = graph_virtual(g, "q k^T", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t ss = graph_virtual(g, "scaled", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
     graph_matmul(g, "bmm1 q k^T", t.q, t.kt, s);
     graph_pointwise(g, "attn scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, t.scale, NULL, ss, -1);
-    cudnnBackendDescriptor_t sm = graph_causal_mask(g, ss, t.neg_inf, B, H, T);
-    cudnnBackendDescriptor_t m = graph_virtual(g, "row max", CUDNN_DATA_FLOAT, B, H, T, 1);
-    cudnnBackendDescriptor_t sub = graph_virtual(g, "s - max", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t e = graph_virtual(g, "exp", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t z = graph_virtual(g, "row sum", CUDNN_DATA_FLOAT, B, H, T, 1);
-    cudnnBackendDescriptor_t logz = graph_virtual(g, "log sum", CUDNN_DATA_FLOAT, B, H, T, 1);
-    cudnnBackendDescriptor_t p = graph_virtual(g, "softmax", cudnn_dtype(k->dt), B, H, T, T);
+    cudnnBackendDescriptor_t sm = k->causal ? graph_causal_mask(g, ss, t.neg_inf, B, H, Tq, Tk) : ss;
+    cudnnBackendDescriptor_t m = graph_virtual(g, "row max", CUDNN_DATA_FLOAT, B, H, Tq, 1);
+    cudnnBackendDescriptor_t sub = graph_virtual(g, "s - max", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t e = graph_virtual(g, "exp", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t z = graph_virtual(g, "row sum", CUDNN_DATA_FLOAT, B, H, Tq, 1);
+    cudnnBackendDescriptor_t logz = graph_virtual(g, "log sum", CUDNN_DATA_FLOAT, B, H, Tq, 1);
+    cudnnBackendDescriptor_t p = graph_virtual(g, "softmax", cudnn_dtype(k->dt), B, H, Tq, Tk);
     graph_reduce(g, "max", CUDNN_REDUCE_TENSOR_MAX, sm, m);
     graph_pointwise(g, "sub max", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, m, NULL, sub, -1);
     graph_pointwise(g, "exp", CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, e, -1);
@@ -357,17 +314,18 @@ static void graph_forward(struct graph *g, const struct sdpa_key *k) {
 }
 
 static void graph_backward(struct graph *g, const struct sdpa_key *k) {
-    int64_t B = k->B, T = k->T, H = k->H, Hkv = k->Hkv, D = k->D;
+    int64_t B = k->B, Tq = k->Tq, Tk = k->Tk, TQ = k->TQ, H = k->H, Hkv = k->Hkv, D = k->D;
     cudnnDataType_t io = cudnn_dtype(k->dt);
     struct sdpa_tensors t;
     graph_inputs(g, k, &t);
-    int64_t qdim[4] = {B, H, T, D}, qstr[4] = {T * H * D, D, H * D, 1};
-    int64_t kdim[4] = {B, Hkv, T, D}, kstr[4] = {T * Hkv * D, D, Hkv * D, 1};
-    int64_t sdim[4] = {B, H, T, 1}, sstr[4] = {H * T, T, 1, 1};
-    int64_t accstr[4] = {H * T * D, T * D, D, 1};
-    int64_t tdim[4] = {B, H, T, T}, tstr[4] = {H * T * T, T * T, 1, T}; // (s_kv, s_q) view of (s_q, s_kv)
+    // dout: an input (TQ rows); dq, dk, dv, Dsum, the dq accumulator: packed outputs
+    int64_t qdim[4] = {B, H, Tq, D}, qstr[4] = {TQ * H * D, D, H * D, 1}, dqstr[4] = {Tq * H * D, D, H * D, 1};
+    int64_t kdim[4] = {B, Hkv, Tk, D}, kstr[4] = {Tk * Hkv * D, D, Hkv * D, 1};
+    int64_t sdim[4] = {B, H, Tq, 1}, sstr[4] = {H * Tq, Tq, 1, 1};
+    int64_t accstr[4] = {H * Tq * D, Tq * D, D, 1};
+    int64_t tdim[4] = {B, H, Tk, Tq}, tstr[4] = {H * Tq * Tk, Tq * Tk, 1, Tk}; // (s_kv, s_q) view of (s_q, s_kv)
     cudnnBackendDescriptor_t dout = graph_tensor(g, "dout", io, qdim, qstr, UID_DO, false);
-    cudnnBackendDescriptor_t dq = graph_tensor(g, "dq", io, qdim, qstr, UID_DQ, false);
+    cudnnBackendDescriptor_t dq = graph_tensor(g, "dq", io, qdim, dqstr, UID_DQ, false);
     cudnnBackendDescriptor_t dk = graph_tensor(g, "dk", io, kdim, kstr, UID_DK, false);
     cudnnBackendDescriptor_t dv = graph_tensor(g, "dv", io, kdim, kstr, UID_DV, false);
     cudnnBackendDescriptor_t one = graph_scalar(g, "one", UID_ONE);
@@ -376,21 +334,21 @@ static void graph_backward(struct graph *g, const struct sdpa_key *k) {
         graph_tensor(g, "dq accumulator", CUDNN_DATA_FLOAT, qdim, accstr, UID_DQ_ACCUM, false);
 
     // Dsum = rowsum(dO * O)
-    cudnnBackendDescriptor_t dodo = graph_virtual(g, "dout*out", CUDNN_DATA_FLOAT, B, H, T, D);
-    cudnnBackendDescriptor_t dsum0 = graph_virtual(g, "rowsum dout*out", CUDNN_DATA_FLOAT, B, H, T, 1);
+    cudnnBackendDescriptor_t dodo = graph_virtual(g, "dout*out", CUDNN_DATA_FLOAT, B, H, Tq, D);
+    cudnnBackendDescriptor_t dsum0 = graph_virtual(g, "rowsum dout*out", CUDNN_DATA_FLOAT, B, H, Tq, 1);
     graph_pointwise(g, "mul dout out", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, t.o, NULL, dodo, -1);
     graph_reduce(g, "reduce dout*out", CUDNN_REDUCE_TENSOR_ADD, dodo, dsum0);
     graph_pointwise(g, "dsum scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dsum0, one, NULL, dsum, -1);
 
     // P = exp(mask(scale q k^T) - stats)
-    cudnnBackendDescriptor_t s = graph_virtual(g, "q k^T", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t ss = graph_virtual(g, "scaled", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t sub = graph_virtual(g, "s - lse", CUDNN_DATA_FLOAT, B, H, T, T);
+    cudnnBackendDescriptor_t s = graph_virtual(g, "q k^T", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t ss = graph_virtual(g, "scaled", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t sub = graph_virtual(g, "s - lse", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
     graph_matmul(g, "matmul q k^T", t.q, t.kt, s);
     graph_pointwise(g, "attn scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, t.scale, NULL, ss, -1);
     graph_pointwise(g, "sub lse", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, ss, t.stats, NULL, sub, -1);
-    cudnnBackendDescriptor_t sm = graph_causal_mask(g, sub, t.neg_inf, B, H, T);
-    cudnnBackendDescriptor_t p = graph_virtual(g, "p", CUDNN_DATA_FLOAT, B, H, T, T);
+    cudnnBackendDescriptor_t sm = k->causal ? graph_causal_mask(g, sub, t.neg_inf, B, H, Tq, Tk) : sub;
+    cudnnBackendDescriptor_t p = graph_virtual(g, "p", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
     graph_pointwise(g, "exp", CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sm, NULL, NULL, p, -1);
 
     // dV = P^T dO (per query head, then summed over each group when H > Hkv)
@@ -399,16 +357,16 @@ static void graph_backward(struct graph *g, const struct sdpa_key *k) {
     if (H == Hkv) {
         graph_matmul(g, "matmul p^T dout", pt, dout, dv);
     } else {
-        cudnnBackendDescriptor_t dvh = graph_virtual(g, "dv per head", io, B, H, T, D);
+        cudnnBackendDescriptor_t dvh = graph_virtual(g, "dv per head", io, B, H, Tk, D);
         graph_matmul(g, "matmul p^T dout", pt, dout, dvh);
         graph_reduce(g, "sum dv over the group", CUDNN_REDUCE_TENSOR_ADD, dvh, dv);
     }
 
     // dS = P * (dO v^T - Dsum) * scale
-    cudnnBackendDescriptor_t dp = graph_virtual(g, "dout v^T", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t dps = graph_virtual(g, "dp - dsum", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t ds0 = graph_virtual(g, "p (dp - dsum)", CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t ds = graph_virtual(g, "ds", CUDNN_DATA_FLOAT, B, H, T, T);
+    cudnnBackendDescriptor_t dp = graph_virtual(g, "dout v^T", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t dps = graph_virtual(g, "dp - dsum", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t ds0 = graph_virtual(g, "p (dp - dsum)", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
+    cudnnBackendDescriptor_t ds = graph_virtual(g, "ds", CUDNN_DATA_FLOAT, B, H, Tq, Tk);
     graph_matmul(g, "matmul dout v^T", dout, t.vt, dp);
     graph_pointwise(g, "sub dsum", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, dsum, NULL, dps, -1);
     graph_pointwise(g, "mul p", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dps, p, NULL, ds0, -1);
@@ -420,7 +378,7 @@ static void graph_backward(struct graph *g, const struct sdpa_key *k) {
     if (H == Hkv) {
         graph_matmul(g, "matmul ds^T q", dst, t.q, dk);
     } else {
-        cudnnBackendDescriptor_t dkh = graph_virtual(g, "dk per head", io, B, H, T, D);
+        cudnnBackendDescriptor_t dkh = graph_virtual(g, "dk per head", io, B, H, Tk, D);
         graph_matmul(g, "matmul ds^T q", dst, t.q, dkh);
         graph_reduce(g, "sum dk over the group", CUDNN_REDUCE_TENSOR_ADD, dkh, dk);
     }
@@ -484,15 +442,32 @@ static void plan_release(struct sdpa_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static bool key_equal(const struct sdpa_key *a, const struct sdpa_key *b) {
-    return a->B == b->B && a->T == b->T && a->H == b->H && a->Hkv == b->Hkv && a->D == b->D &&
-           a->dt == b->dt && a->backward == b->backward;
+bool cudnn_key_equal(const struct sdpa_key *a, const struct sdpa_key *b) {
+    return a->B == b->B && a->Tq == b->Tq && a->Tk == b->Tk && a->TQ == b->TQ && a->TK == b->TK && a->H == b->H &&
+           a->Hkv == b->Hkv && a->D == b->D && a->dt == b->dt && a->backward == b->backward &&
+           a->causal == b->causal && a->block == b->block;
+}
+
+// The shape of key as the log and the errors name it: "forward B=8 T=2048
+// H=16 Hkv=16 D=128 bf16" (whole sequence), "block forward B=1 Tq=4096
+// Tk=4096 ..." (an attention_block call), "forward B=1 Tq=2048 Tk=2048 of
+// 4096, 4096 rows causal H=..." (one chunk pair of a block).
+static void key_shape(const struct sdpa_key *k, char *buf, size_t n) {
+    const char *dir = k->backward ? "backward" : "forward";
+    if (k->block)
+        snprintf(buf, n, "block %s B=%d Tq=%d Tk=%d H=%d Hkv=%d D=%d %s", dir, k->B, k->Tq, k->Tk, k->H, k->Hkv,
+                 k->D, dtype_name(k->dt));
+    else if (k->Tq == k->Tk && k->TQ == k->Tq && k->TK == k->Tk && k->causal)
+        snprintf(buf, n, "%s B=%d T=%d H=%d Hkv=%d D=%d %s", dir, k->B, k->Tq, k->H, k->Hkv, k->D, dtype_name(k->dt));
+    else
+        snprintf(buf, n, "%s B=%d Tq=%d Tk=%d of %d, %d rows %s H=%d Hkv=%d D=%d %s", dir, k->B, k->Tq, k->Tk, k->TQ,
+                 k->TK, k->causal ? "causal" : "full", k->H, k->Hkv, k->D, dtype_name(k->dt));
 }
 
 // The plan of key, built on first use (a failed build is kept too, with why).
 static struct sdpa_plan *plan_for(struct cudnn_attention *ca, const struct sdpa_key *key) {
     for (int i = 0; i < CUDNN_PLANS; i++)
-        if (ca->plans[i].used && key_equal(&ca->plans[i].key, key)) return &ca->plans[i];
+        if (ca->plans[i].used && cudnn_key_equal(&ca->plans[i].key, key)) return &ca->plans[i];
     struct sdpa_plan *p = &ca->plans[ca->next];
     ca->next = (ca->next + 1) % CUDNN_PLANS;
     plan_release(p);
@@ -519,7 +494,7 @@ static struct sdpa_plan *plan_for(struct cudnn_attention *ca, const struct sdpa_
 // mode an error naming the key, the call and cuDNN's status; in auto mode one
 // line on stderr, and attention stays on the native kernels.
 static enum status cudnn_open(struct cuda_backend *c, struct error *err) {
-    struct cudnn_attention *ca = attn_state(c);
+    struct cudnn_attention *ca = cudnn_attn_state(c);
     if (ca->handle) return STATUS_OK;
     bool demand = c->attention == BACKEND_ATTENTION_CUDNN;
     if (ca->open_failed && !demand) return STATUS_OK;
@@ -551,9 +526,11 @@ static bool aligned(const void *ptr) { return ((uintptr_t)ptr % ATTN_ALIGN) == 0
 // mode native, FP32, cuDNN unusable, a shape cuDNN cannot plan with its
 // status, a pointer not 16-byte aligned). In cudnn mode the last three are
 // errors (STATUS_RUNTIME) naming the key, the value, the shape and cuDNN's
-// status. Announcing is the caller's (note_path).
-static enum status choose(struct backend *be, const struct sdpa_key *key, void *const *ptrs, int n_ptrs,
-                          struct sdpa_plan **plan_out, char *why, size_t why_size, struct error *err) {
+// status. Announcing is the caller's (cudnn_note_path). A block key (an
+// attention_block call) is not planned: why stays "" when the mode, the dtype
+// and cuDNN let its chunk pairs be tried (each pair's own key is then chosen).
+enum status cudnn_choose(struct backend *be, const struct sdpa_key *key, void *const *ptrs, int n_ptrs,
+                         struct sdpa_plan **plan_out, char *why, size_t why_size, struct error *err) {
     struct cuda_backend *c = cuda_state(be);
     *plan_out = NULL;
     why[0] = 0;
@@ -565,9 +542,8 @@ static enum status choose(struct backend *be, const struct sdpa_key *key, void *
         snprintf(why, why_size, "fp32: cuDNN's attention takes bf16 and fp16");
         return STATUS_OK;
     }
-    char shape[96];
-    snprintf(shape, sizeof shape, "%s B=%d T=%d H=%d Hkv=%d D=%d %s", key->backward ? "backward" : "forward",
-             key->B, key->T, key->H, key->Hkv, key->D, dtype_name(key->dt));
+    char shape[128];
+    key_shape(key, shape, sizeof shape);
     bool demand = c->attention == BACKEND_ATTENTION_CUDNN;
     if (cudnn_open(c, err)) return err->status;
     if (!c->cudnn->handle) { // auto, cuDNN unusable: said once by cudnn_open
@@ -580,6 +556,7 @@ static enum status choose(struct backend *be, const struct sdpa_key *key, void *
         return error_set(err, STATUS_RUNTIME, "system.attention = cudnn: attention %s: cuDNN takes bf16 and fp16",
                          shape);
     }
+    if (key->block) return STATUS_OK;
     struct sdpa_plan *p = plan_for(c->cudnn, key);
     if (p->status != CUDNN_STATUS_SUCCESS) {
         if (demand)
@@ -609,22 +586,23 @@ static enum status choose(struct backend *be, const struct sdpa_key *key, void *
 // kernels (why: the reason) for backend_attention_take_path, and the first
 // time the shape runs, says so on the log: "attention: forward B=8 T=2048
 // H=16 Hkv=16 D=128 bf16 -> cudnn" or "... -> native (REASON)".
-static void note_path(struct cuda_backend *c, const struct sdpa_key *key, const char *why) {
-    struct cudnn_attention *ca = attn_state(c);
+void cudnn_note_path(struct cuda_backend *c, const struct sdpa_key *key, const char *why) {
+    struct cudnn_attention *ca = cudnn_attn_state(c);
     ca->paths |= why ? BACKEND_ATTENTION_PATH_NATIVE : BACKEND_ATTENTION_PATH_CUDNN;
     for (int i = 0; i < ca->n_said; i++)
-        if (key_equal(&ca->said[i], key)) return;
+        if (cudnn_key_equal(&ca->said[i], key)) return;
     if (ca->n_said == SHAPES_SAID) return;
     ca->said[ca->n_said++] = *key;
     if (!ca->log) return;
-    fprintf(ca->log, "attention: %s B=%d T=%d H=%d Hkv=%d D=%d %s -> %s%s%s%s\n",
-            key->backward ? "backward" : "forward", key->B, key->T, key->H, key->Hkv, key->D,
-            dtype_name(key->dt), why ? "native" : "cudnn", why ? " (" : "", why ? why : "", why ? ")" : "");
+    char shape[128];
+    key_shape(key, shape, sizeof shape);
+    fprintf(ca->log, "attention: %s -> %s%s%s%s\n", shape, why ? "native" : "cudnn", why ? " (" : "",
+            why ? why : "", why ? ")" : "");
     fflush(ca->log);
 }
 
 // The plan of key for a call with these pointers (NULL: the native kernels),
-// the path recorded and announced (note_path); doc_mask: the call has a
+// the path recorded and announced (cudnn_note_path); doc_mask: the call has a
 // document mask, which the cuDNN graph does not take (native). Exits 1 in
 // cudnn mode when cuDNN cannot run it.
 static struct sdpa_plan *plan_of_call(struct backend *be, const struct sdpa_key *key, void *const *ptrs,
@@ -636,16 +614,16 @@ static struct sdpa_plan *plan_of_call(struct backend *be, const struct sdpa_key 
         snprintf(why, sizeof why, "document mask (data.packing = concat_reset): not in the cuDNN graph");
     } else {
         struct error err = {};
-        if (choose(be, key, ptrs, n_ptrs, &p, why, sizeof why, &err))
+        if (cudnn_choose(be, key, ptrs, n_ptrs, &p, why, sizeof why, &err))
             fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
     }
-    note_path(c, key, p ? NULL : why);
+    cudnn_note_path(c, key, p ? NULL : why);
     return p;
 }
 
 // Runs plan p with the (uid, pointer) pairs and the workspace.
-static void execute(struct backend *be, struct sdpa_plan *p, const int64_t *uids, void **ptrs, int n,
-                    void *workspace, const char *what) {
+void cudnn_execute(struct backend *be, struct sdpa_plan *p, const int64_t *uids, void **ptrs, int n,
+                   void *workspace, const char *what) {
     struct cuda_backend *c = cuda_state(be);
     cudnnBackendDescriptor_t vp = NULL;
     cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
@@ -675,19 +653,19 @@ bool cuda_attention_cudnn_forward(struct backend *be, struct tensor out, struct 
                                   struct tensor k, struct tensor v, bool doc_mask, int B, int T, int H, int Hkv,
                                   int D) {
     if (B * T == 0) return false;
-    struct sdpa_key key = {B, T, H, Hkv, D, q.dtype, false};
+    struct sdpa_key key = sdpa_key_whole(B, T, H, Hkv, D, q.dtype, false);
     if (q.dtype != k.dtype || q.dtype != v.dtype || q.dtype != out.dtype) {
-        note_path(cuda_state(be), &key, "mixed dtypes");
+        cudnn_note_path(cuda_state(be), &key, "mixed dtypes");
         return false;
     }
     void *ptrs[] = {q.data, k.data, v.data, out.data, lse.data};
     struct sdpa_plan *p = plan_of_call(be, &key, ptrs, 5, doc_mask);
     if (!p) return false;
-    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = sdpa_mask_value(cudnnGetVersion());
+    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = cudnn_mask_value();
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
     void *vals[] = {q.data, k.data, v.data, out.data, lse.data, &scale, &neg_inf};
     void *ws = p->workspace ? cuda_scratch(be, (size_t)p->workspace) : NULL;
-    execute(be, p, uids, vals, 7, ws, "forward");
+    cudnn_execute(be, p, uids, vals, 7, ws, "forward");
     return true;
 }
 
@@ -697,10 +675,10 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
                                    int Hkv, int D) {
     enum dtype dt = q.dtype;
     if (B * T == 0) return false;
-    struct sdpa_key key = {B, T, H, Hkv, D, dt, true};
+    struct sdpa_key key = sdpa_key_whole(B, T, H, Hkv, D, dt, true);
     if (k.dtype != dt || v.dtype != dt || out.dtype != dt || dout.dtype != dt || dq.dtype != dt ||
         dk.dtype != dt || dv.dtype != dt) {
-        note_path(cuda_state(be), &key, "mixed dtypes");
+        cudnn_note_path(cuda_state(be), &key, "mixed dtypes");
         return false;
     }
     void *ptrs[] = {q.data, k.data, v.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data};
@@ -712,12 +690,12 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
     size_t dsum_pad = (dsum + 255) / 256 * 256;
     char *base = (char *)cuda_scratch(be, cuda_scratch_cudnn_backward(p->workspace, B, T, H, D));
     CHECK_CUDA(cudaMemsetAsync(base + ws + dsum_pad, 0, acc, cuda_stream(be))); // cuDNN < 9.6 accumulates
-    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = sdpa_mask_value(cudnnGetVersion()), one = 1.0f;
+    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = cudnn_mask_value(), one = 1.0f;
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
                       UID_SCALE, UID_NEG_INF, UID_ONE, UID_DSUM, UID_DQ_ACCUM};
     void *vals[] = {q.data, k.data, v.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data,
                     &scale, &neg_inf, &one, base + ws, base + ws + dsum_pad};
-    execute(be, p, uids, vals, 14, p->workspace ? base : NULL, "backward");
+    cudnn_execute(be, p, uids, vals, 14, p->workspace ? base : NULL, "backward");
     return true;
 }
 
@@ -725,6 +703,7 @@ void cuda_attention_cudnn_free(struct cuda_backend *c) {
     if (!c->cudnn) return;
     for (int i = 0; i < CUDNN_PLANS; i++) plan_release(&c->cudnn->plans[i]);
     if (c->cudnn->handle) cudnnDestroy(c->cudnn->handle);
+    free(c->cudnn->pos_host);
     free(c->cudnn);
     c->cudnn = NULL;
 }
@@ -743,36 +722,35 @@ extern "C" enum status backend_cuda_set_attention(struct backend *be, enum backe
 extern "C" enum status backend_cuda_attention_uses_cudnn(struct backend *be, enum dtype dtype, int B, int T,
                                                          int H, int Hkv, int D, bool backward, bool *cudnn,
                                                          struct error *err) {
-    struct sdpa_key key = {B, T, H, Hkv, D, dtype, backward};
+    struct sdpa_key key = sdpa_key_whole(B, T, H, Hkv, D, dtype, backward);
     struct sdpa_plan *p = NULL;
     char why[384];
-    enum status s = choose(be, &key, NULL, 0, &p, why, sizeof why, err);
+    enum status s = cudnn_choose(be, &key, NULL, 0, &p, why, sizeof why, err);
     *cudnn = p != NULL;
     return s;
 }
 
 extern "C" void backend_cuda_set_attention_log(struct backend *be, FILE *log) {
-    attn_state(cuda_state(be))->log = log;
+    cudnn_attn_state(cuda_state(be))->log = log;
 }
 
 extern "C" unsigned backend_cuda_attention_take_path(struct backend *be) {
-    struct cudnn_attention *ca = attn_state(cuda_state(be));
+    struct cudnn_attention *ca = cudnn_attn_state(cuda_state(be));
     unsigned paths = ca->paths;
     ca->paths = 0;
     return paths;
 }
 
-extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
-                                                          bool backward, struct error *err) {
+// Builds key's graph and finalises the operation graph without a handle.
+static enum status check_graph(const struct sdpa_key *key, struct error *err) {
     struct sdpa_plan *p = (struct sdpa_plan *)xcalloc(1, sizeof *p);
-    struct sdpa_key key = {B, T, H, Hkv, D, dtype, backward};
     struct graph g;
     memset(&g, 0, sizeof g);
     g.p = p;
     g.next_uid = UID_VIRTUAL;
-    if (dtype == DTYPE_BF16 || dtype == DTYPE_FP16) {
-        if (backward) graph_backward(&g, &key);
-        else graph_forward(&g, &key);
+    if (key->dt == DTYPE_BF16 || key->dt == DTYPE_FP16) {
+        if (key->backward) graph_backward(&g, key);
+        else graph_forward(&g, key);
     } else {
         graph_fail(&g, CUDNN_STATUS_NOT_SUPPORTED, "dtype", "cuDNN attention takes bf16 and fp16");
     }
@@ -782,10 +760,10 @@ extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int 
     graph_finalize(&g, og, "operation graph");
     enum status s = STATUS_OK;
     if (g.st != CUDNN_STATUS_SUCCESS) {
-        char detail[160] = "";
+        char detail[160] = "", shape[128];
         cudnnGetLastErrorString(detail, sizeof detail);
-        s = error_set(err, STATUS_RUNTIME, "cuDNN attention graph %s B=%d T=%d H=%d Hkv=%d D=%d %s: %s: %s; %s",
-                      backward ? "backward" : "forward", B, T, H, Hkv, D, dtype_name(dtype), g.what,
+        key_shape(key, shape, sizeof shape);
+        s = error_set(err, STATUS_RUNTIME, "cuDNN attention graph %s: %s: %s; %s", shape, g.what,
                       cudnnGetErrorString(g.st), detail);
     }
     plan_release(p);
@@ -793,14 +771,27 @@ extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int 
     return s;
 }
 
+extern "C" enum status backend_cuda_attention_check_graph(enum dtype dtype, int B, int T, int H, int Hkv, int D,
+                                                          bool backward, struct error *err) {
+    struct sdpa_key key = sdpa_key_whole(B, T, H, Hkv, D, dtype, backward);
+    return check_graph(&key, err);
+}
+
+extern "C" enum status backend_cuda_attention_check_block_graph(enum dtype dtype, int B, int Tq, int Tk, int TQ,
+                                                                int TK, int H, int Hkv, int D, bool causal,
+                                                                bool backward, struct error *err) {
+    struct sdpa_key key = {B, Tq, Tk, TQ, TK, H, Hkv, D, dtype, backward, causal, false};
+    return check_graph(&key, err);
+}
+
 size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bounds *b) {
     size_t need = 0;
     for (int bwd = 0; bwd < 2; bwd++) {
-        struct sdpa_key key = {b->B, b->T, b->H, b->Hkv, b->D, b->dtype, bwd != 0};
+        struct sdpa_key key = sdpa_key_whole(b->B, b->T, b->H, b->Hkv, b->D, b->dtype, bwd != 0);
         struct sdpa_plan *p = NULL;
         struct error err = {};
         char why[384];
-        if (choose(be, &key, NULL, 0, &p, why, sizeof why, &err) || !p) continue;
+        if (cudnn_choose(be, &key, NULL, 0, &p, why, sizeof why, &err) || !p) continue;
         size_t ws = (size_t)p->workspace;
         need = MAX(need, bwd ? cuda_scratch_cudnn_backward(ws, b->B, b->T, b->H, b->D) : ws);
     }

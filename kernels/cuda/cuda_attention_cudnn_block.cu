@@ -1,16 +1,452 @@
-// cuda_attention_cudnn_block.cu: (placeholder while the native kernels are tested)
-#include "cuda_internal.cuh"
+// cuda_attention_cudnn_block.cu: one block of context-parallel ring attention
+// (attention_block_forward / _backward, kernels/ops.h) as cuDNN fused
+// attention calls per chunk pair, for BF16 and FP16 without a document mask
+// ([system] attention = auto | cudnn; cuda_attention_cudnn.cu builds and
+// plans the graphs). What cuDNN does not take runs on the native kernels of
+// cuda_attention_block.cu.
+//
+// Under load-balanced context parallelism a rank's tokens are two runs of
+// consecutive global positions (chunks r and 2 cp - 1 - r), so the rows of a
+// block's queries and keys are a few runs, and each (query run, key run)
+// pair is either unreadable (every key after every query: skipped), fully
+// readable (every key at or before every query: a cuDNN call without a mask)
+// or the same run (causal, top-left aligned: the causal graph). The call
+// reads q_pos and k_pos back to the host (the host cannot know them: they
+// are device tensors; one copy of B (Tq + Tk) ints and a wait on the compute
+// stream), splits them into runs (at most BLOCK_RUNS a side, equal in every
+// batch row, no negative position) and classifies the pairs; any other
+// overlap (a key run reaching into a query run), a document mask (q_doc) or
+// a pair cuDNN cannot plan sends the whole call to the native kernels. A
+// shape whose pairs cuDNN could not plan is remembered: later calls of that
+// shape go native without the read-back.
+//
+// Forward: each readable pair is one cuDNN SDPA forward on strided views (q
+// rows [qa, qa + ql) of the (B, Tq, H, D) tensor: pointer + qa H D, batch
+// stride Tq H D; likewise k, v) into packed scratch (o_pair (B, ql, H, D) in
+// the I/O dtype, stats (B, H, ql) FP32), then merged into out and lse by the
+// online-softmax rule (attention_block_merge_kernel). accumulate = false
+// first sets out = 0, lse = -inf, so a row that no pair reaches reads out 0,
+// lse -inf. Each merge rounds out once, so a query run with two readable key
+// runs is rounded twice (the native kernels: once).
+// Backward: each readable pair is one cuDNN SDPA backward (Dsum = rowsum(dout
+// out) from the final out, P from the final lse: the pair's share of the
+// gradients) into packed scratch, then added: dq += the pair's FP32 dq
+// accumulator (one rounding), dk, dv += the pair's dk, dv (I/O dtype: two
+// roundings). No device-wide synchronisation; the read-back waits on the
+// compute stream only.
+//
+// Not yet run on a GPU (none lent): the graphs of the chunk pairs are
+// validated by the linked cuDNN without a device (test_ops_cuda,
+// backend_cuda_attention_check_block_graph); the emulation's cuDNN has no
+// engines, so there these calls decline and the native kernels run, except
+// under TRIDENT_EMU_SDPA=1 (emulated build only): then a naive kernel computes
+// each pair's SDPA as the cuDNN graph defines it (same views, same packed
+// outputs, the FP32 dq accumulator), so that the layout, the views, the
+// merges and the adds are checked against the CPU (test_ops_cuda).
+#include "cuda_attention_cudnn.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK_RUNS 4 // runs of consecutive positions a side cuDNN's path takes
+
+// Rows [row, row + len) of one batch row hold positions [pos, pos + len).
+struct pos_run {
+    int row, pos, len;
+};
+// The readable (query run, key run) pairs of a block.
+struct block_layout {
+    struct pos_run q[BLOCK_RUNS], k[BLOCK_RUNS];
+    int nq, nk;
+    struct { int qr, kr; bool causal; } pairs[BLOCK_RUNS * BLOCK_RUNS];
+    int np;
+};
+
+// Splits pos (n entries of batch row 0, n >= 1) into runs of consecutive
+// positions; -1 when more than BLOCK_RUNS or a position is negative.
+static int runs_of(const int32_t *pos, int n, struct pos_run *r) {
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        if (pos[i] < 0) return -1;
+        if (i > 0 && pos[i] == pos[i - 1] + 1) {
+            r[nr - 1].len++;
+            continue;
+        }
+        if (nr == BLOCK_RUNS) return -1;
+        r[nr].row = i, r[nr].pos = pos[i], r[nr].len = 1;
+        nr++;
+    }
+    return nr;
+}
+
+// Reads q_pos (B, Tq) and k_pos (B, Tk) back and classifies the pairs into
+// L; false with why when the block is not pairs of whole runs.
+static bool block_layout_read(struct backend *be, struct tensor q_pos, struct tensor k_pos, int B, int Tq, int Tk,
+                              struct block_layout *L, char *why, size_t why_size) {
+    struct cudnn_attention *ca = cudnn_attn_state(cuda_state(be));
+    size_t nq = (size_t)B * Tq, n = nq + (size_t)B * Tk;
+    if (ca->pos_cap < n) {
+        free(ca->pos_host);
+        ca->pos_host = (int32_t *)xmalloc(n * sizeof(int32_t));
+        ca->pos_cap = n;
+    }
+    int32_t *h = ca->pos_host;
+    cudaStream_t st = cuda_stream(be);
+    CHECK_CUDA(cudaMemcpyAsync(h, q_pos.data, nq * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    CHECK_CUDA(cudaMemcpyAsync(h + nq, k_pos.data, (n - nq) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    CHECK_CUDA(cudaStreamSynchronize(st));
+    const int32_t *kp = h + nq;
+    for (int b = 1; b < B; b++)
+        if (memcmp(h, h + (size_t)b * Tq, Tq * sizeof(int32_t)) || memcmp(kp, kp + (size_t)b * Tk, Tk * sizeof(int32_t))) {
+            snprintf(why, why_size, "positions differ across the batch");
+            return false;
+        }
+    L->nq = runs_of(h, Tq, L->q), L->nk = runs_of(kp, Tk, L->k);
+    if (L->nq < 0 || L->nk < 0) {
+        snprintf(why, why_size, "positions are not %d runs or fewer a side", BLOCK_RUNS);
+        return false;
+    }
+    L->np = 0;
+    for (int i = 0; i < L->nq; i++)
+        for (int j = 0; j < L->nk; j++) {
+            const struct pos_run *a = &L->q[i], *c = &L->k[j];
+            if (c->pos > a->pos + a->len - 1) continue; // every key after every query
+            bool full = c->pos + c->len - 1 <= a->pos, same = c->pos == a->pos && c->len == a->len;
+            if (!full && !same) {
+                snprintf(why, why_size, "key run [%d, %d] overlaps query run [%d, %d] partially", c->pos,
+                         c->pos + c->len - 1, a->pos, a->pos + a->len - 1);
+                return false;
+            }
+            L->pairs[L->np].qr = i, L->pairs[L->np].kr = j, L->pairs[L->np].causal = !full;
+            L->np++;
+        }
+    return true;
+}
+
+// The cuDNN problem of pair i of L.
+static struct sdpa_key pair_key(const struct block_layout *L, int i, int B, int Tq, int Tk, int H, int Hkv, int D,
+                                enum dtype dt, bool backward) {
+    struct sdpa_key k = {B, L->q[L->pairs[i].qr].len, L->k[L->pairs[i].kr].len, Tq, Tk, H, Hkv, D, dt, backward,
+                         L->pairs[i].causal, false};
+    return k;
+}
+
+static char *at(struct tensor t, size_t elems) { return (char *)t.data + elems * dtype_size(t.dtype); }
+static size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
+
+#ifdef TRIDENT_CUDA_EMU
+// TRIDENT_EMU_SDPA=1: the naive stand-in for cuDNN's pairs (file comment).
+static bool emu_sdpa(void) {
+    const char *e = getenv("TRIDENT_EMU_SDPA");
+    return e && e[0] == '1';
+}
+
+// One pair's forward as the SDPA graph: q view (B, ql, H, D) of rows of TQ,
+// k, v views (B, kl, Hkv, D) of rows of TK; o (B, ql, H, D) and stats (B, H,
+// ql) packed. One thread a (b, h, i) row.
+__global__ void emu_sdpa_forward_kernel(struct dptr o, float *stats, struct dptr q, struct dptr k, struct dptr v,
+                                        int B, int ql, int kl, int TQ, int TK, int H, int Hkv, int D, float scale,
+                                        bool causal) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= (size_t)B * H * ql) return;
+    int i = (int)(r % ql), h = (int)(r / ql % H), b = (int)(r / ql / H), hk = h / (H / Hkv);
+    size_t qi = (((size_t)b * TQ + i) * H + h) * D;
+    int jn = causal ? min(kl, i + 1) : kl;
+    float m = -INFINITY, l = 0, acc[256];
+    for (int d = 0; d < D; d++) acc[d] = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < jn; j++) {
+            size_t kj = (((size_t)b * TK + j) * Hkv + hk) * D;
+            float sc = 0;
+            for (int d = 0; d < D; d++) sc += ld(q, qi + d) * ld(k, kj + d);
+            sc *= scale;
+            if (pass == 0) {
+                m = fmaxf(m, sc);
+                continue;
+            }
+            float p = expf(sc - m);
+            l += p;
+            for (int d = 0; d < D; d++) acc[d] += p * ld(v, kj + d);
+        }
+    size_t oi = (((size_t)b * ql + i) * H + h) * D;
+    for (int d = 0; d < D; d++) st(o, oi + d, acc[d] / l);
+    stats[((size_t)b * H + h) * ql + i] = m + logf(l);
+}
+
+// One pair's backward as the SDPA graph: q, out, dout views of rows of TQ,
+// lse view (B, H, ql) of rows of TQ, k, v views of rows of TK; dq_acc (B, H,
+// ql, D) FP32, dk, dv (B, kl, Hkv, D) packed. Threads [0, B H ql): dq rows;
+// [B H ql, + B Hkv kl): dk, dv rows.
+__global__ void emu_sdpa_backward_kernel(float *dq_acc, struct dptr dk, struct dptr dv, struct dptr q,
+                                         struct dptr k, struct dptr v, struct dptr out, struct dptr dout,
+                                         const float *lse, int B, int ql, int kl, int TQ, int TK, int H, int Hkv,
+                                         int D, float scale, bool causal) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nq = (size_t)B * H * ql;
+    int G = H / Hkv;
+    float acc[256], acc2[256];
+    for (int d = 0; d < D; d++) acc[d] = acc2[d] = 0;
+    if (r < nq) {
+        int i = (int)(r % ql), h = (int)(r / ql % H), b = (int)(r / ql / H), hk = h / G;
+        size_t qi = (((size_t)b * TQ + i) * H + h) * D;
+        float li = lse[((size_t)b * H + h) * TQ + i], dsum = 0;
+        for (int d = 0; d < D; d++) dsum += ld(dout, qi + d) * ld(out, qi + d);
+        for (int j = 0; j < (causal ? min(kl, i + 1) : kl); j++) {
+            size_t kj = (((size_t)b * TK + j) * Hkv + hk) * D;
+            float sc = 0, dp = 0;
+            for (int d = 0; d < D; d++) sc += ld(q, qi + d) * ld(k, kj + d), dp += ld(dout, qi + d) * ld(v, kj + d);
+            float p = expf(sc * scale - li), ds = p * (dp - dsum) * scale;
+            for (int d = 0; d < D; d++) acc[d] += ds * ld(k, kj + d);
+        }
+        for (int d = 0; d < D; d++) dq_acc[(((size_t)b * H + h) * ql + i) * D + d] = acc[d];
+    } else if (r < nq + (size_t)B * Hkv * kl) {
+        r -= nq;
+        int j = (int)(r % kl), hk = (int)(r / kl % Hkv), b = (int)(r / kl / Hkv);
+        size_t kj = (((size_t)b * TK + j) * Hkv + hk) * D;
+        for (int h = hk * G; h < (hk + 1) * G; h++)
+            for (int i = causal ? j : 0; i < ql; i++) {
+                size_t qi = (((size_t)b * TQ + i) * H + h) * D;
+                float li = lse[((size_t)b * H + h) * TQ + i], dsum = 0, sc = 0, dp = 0;
+                for (int d = 0; d < D; d++)
+                    dsum += ld(dout, qi + d) * ld(out, qi + d), sc += ld(q, qi + d) * ld(k, kj + d),
+                        dp += ld(dout, qi + d) * ld(v, kj + d);
+                float p = expf(sc * scale - li), ds = p * (dp - dsum) * scale;
+                for (int d = 0; d < D; d++) acc[d] += ds * ld(q, qi + d), acc2[d] += p * ld(dout, qi + d);
+            }
+        size_t ko = (((size_t)b * kl + j) * Hkv + hk) * D;
+        for (int d = 0; d < D; d++) st(dk, ko + d, acc[d]), st(dv, ko + d, acc2[d]);
+    }
+}
+#else
+static bool emu_sdpa(void) { return false; }
+#endif
+
+// Whether cuDNN may take a block call at all (before reading its positions):
+// the mode, the dtype, cuDNN opened, no document mask, not a shape already
+// declined. Otherwise the path is noted native with the reason.
+static bool block_eligible(struct backend *be, const struct sdpa_key *bkey, bool same_dtypes, bool doc_mask) {
+    struct cuda_backend *c = cuda_state(be);
+    char why[384] = "";
+    struct sdpa_plan *none = NULL;
+    struct error err = {};
+    if (!same_dtypes) snprintf(why, sizeof why, "mixed dtypes");
+    else if (doc_mask) snprintf(why, sizeof why, "document mask (q_doc): not in the cuDNN graph");
+    else if (cudnn_choose(be, bkey, NULL, 0, &none, why, sizeof why, &err))
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+    if (!why[0]) {
+        struct cudnn_attention *ca = c->cudnn;
+        for (int i = 0; i < ca->n_declined; i++)
+            if (cudnn_key_equal(&ca->declined[i], bkey)) {
+                snprintf(why, sizeof why, "cuDNN could not run a chunk pair of this shape");
+                break;
+            }
+    }
+    if (why[0]) cudnn_note_path(c, bkey, why);
+    return !why[0];
+}
+
+// The plans of every pair of L for a call with these views (ptrs: n_ptrs
+// pointers a pair, checked for alignment). NULL entries: cuDNN declines the
+// call (noted native with why; a plan failure also remembers the shape).
+// Exits 1 in cudnn mode when cuDNN cannot run a pair.
+static bool block_plans(struct backend *be, const struct sdpa_key *bkey, const struct block_layout *L,
+                        struct sdpa_plan **plans, void *const *ptrs, int n_ptrs, size_t *ws) {
+    struct cuda_backend *c = cuda_state(be);
+    *ws = 0;
+    if (emu_sdpa()) { // the emulation's stand-in needs no plan
+        for (int i = 0; i < L->np; i++) plans[i] = NULL;
+        return true;
+    }
+    for (int i = 0; i < L->np; i++) {
+        struct sdpa_key k = pair_key(L, i, bkey->B, bkey->Tq, bkey->Tk, bkey->H, bkey->Hkv, bkey->D, bkey->dt,
+                                     bkey->backward);
+        char why[384] = "";
+        struct error err = {};
+        if (cudnn_choose(be, &k, ptrs + (size_t)i * n_ptrs, n_ptrs, &plans[i], why, sizeof why, &err))
+            fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s", err.msg);
+        if (!plans[i]) {
+            struct cudnn_attention *ca = c->cudnn;
+            bool misaligned = strstr(why, "aligned") != NULL; // a property of the call, not of the shape
+            if (!misaligned && ca->n_declined < SHAPES_SAID) ca->declined[ca->n_declined++] = *bkey;
+            cudnn_note_path(c, bkey, why);
+            return false;
+        }
+        *ws = MAX(*ws, (size_t)plans[i]->workspace);
+    }
+    return true;
+}
+
+// out rows [qa, qa + ql) of (B, Tq, H, D), lse (B, H, Tq) := the online-
+// softmax merge with a pair's (ob (B, ql, H, D), lb (B, H, ql)): one block a
+// (b, i, h) row, threads over D. A row whose old lse is -inf takes the pair's.
+__global__ void attention_block_merge_kernel(struct dptr out, float *lse, struct dptr ob, const float *lb, int Tq,
+                                             int qa, int ql, int H, int D) {
+    size_t row = blockIdx.x;
+    int h = (int)(row % H), i = (int)(row / H % ql), b = (int)(row / H / ql);
+    size_t li = ((size_t)b * H + h) * Tq + qa + i;
+    float lo = lse[li], lk = lb[((size_t)b * H + h) * ql + i];
+    __syncthreads(); // every thread has read lse before thread 0 writes it
+    if (lk == -INFINITY) return;
+    float mx = fmaxf(lo, lk), ea = expf(lo - mx), eb = expf(lk - mx), sum = ea + eb;
+    float a = lo == -INFINITY ? 0.0f : ea / sum, c = eb / sum;
+    size_t oo = (((size_t)b * Tq + qa + i) * H + h) * D, bo = (((size_t)b * ql + i) * H + h) * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        st(out, oo + d, (a != 0 ? a * ld(out, oo + d) : 0.0f) + c * ld(ob, bo + d));
+    if (threadIdx.x == 0) lse[li] = mx + logf(sum);
+}
+
+// dst rows [r0, r0 + rows) of (B, T, H, D) += src: packed (B, rows, H, D), or
+// with bhtd (B, H, rows, D) (cuDNN's dq accumulator). FP32 sums, one rounding.
+__global__ void attention_block_add_rows_kernel(struct dptr dst, struct dptr src, int B, int T, int r0, int rows,
+                                                int H, int D, bool bhtd) {
+    size_t n = (size_t)B * rows * H * D;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(e % D), h = (int)(e / D % H), i = (int)(e / D / H % rows), b = (int)(e / D / H / rows);
+        size_t di = (((size_t)b * T + r0 + i) * H + h) * D + d;
+        size_t si = bhtd ? (((size_t)b * H + h) * rows + i) * D + d : e;
+        st(dst, di, ld(dst, di) + ld(src, si));
+    }
+}
+
+__global__ void attention_block_fill_kernel(float *x, size_t n, float v) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        x[e] = v;
+}
 
 bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, struct tensor lse,
                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
                                         bool doc_mask, struct tensor k_pos, int B, int Tq, int Tk, int H,
                                         int Hkv, int D, bool accumulate) {
-    return false;
+    enum dtype dt = q.dtype;
+    if ((size_t)B * Tq * Tk == 0) return false;
+    struct sdpa_key bkey = {B, Tq, Tk, Tq, Tk, H, Hkv, D, dt, false, false, true};
+    if (!block_eligible(be, &bkey, k.dtype == dt && v.dtype == dt && out.dtype == dt, doc_mask)) return false;
+    struct block_layout L;
+    char why[384];
+    if (!block_layout_read(be, q_pos, k_pos, B, Tq, Tk, &L, why, sizeof why)) {
+        cudnn_note_path(cuda_state(be), &bkey, why);
+        return false;
+    }
+    struct sdpa_plan *plans[BLOCK_RUNS * BLOCK_RUNS];
+    void *ptrs[BLOCK_RUNS * BLOCK_RUNS][3];
+    size_t qrow = (size_t)H * D, krow = (size_t)Hkv * D, ql_max = 0;
+    for (int i = 0; i < L.np; i++) {
+        const struct pos_run *a = &L.q[L.pairs[i].qr], *c = &L.k[L.pairs[i].kr];
+        ptrs[i][0] = at(q, a->row * qrow), ptrs[i][1] = at(k, c->row * krow), ptrs[i][2] = at(v, c->row * krow);
+        ql_max = MAX(ql_max, (size_t)a->len);
+    }
+    size_t ws;
+    if (!block_plans(be, &bkey, &L, plans, &ptrs[0][0], 3, &ws)) return false;
+    // scratch: cuDNN's workspace, then the pair's out (I/O dtype) and stats (FP32)
+    size_t ob_bytes = pad256((size_t)B * ql_max * qrow * dtype_size(dt));
+    char *base = (char *)cuda_scratch(be, pad256(ws) + ob_bytes + sizeof(float) * (size_t)B * H * ql_max);
+    char *ob = base + pad256(ws);
+    float *lb = (float *)(ob + ob_bytes);
+    cudaStream_t st = cuda_stream(be);
+    if (!accumulate) {
+        CHECK_CUDA(cudaMemsetAsync(out.data, 0, (size_t)B * Tq * qrow * dtype_size(dt), st));
+        size_t nl = (size_t)B * H * Tq;
+        attention_block_fill_kernel<<<grid_for(nl, 256), 256, 0, st>>>((float *)lse.data, nl, -INFINITY);
+        CHECK_LAUNCH();
+    }
+    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = cudnn_mask_value();
+    struct dptr po = {out.data, dt}, pob = {ob, dt};
+    for (int i = 0; i < L.np; i++) {
+        const struct pos_run *a = &L.q[L.pairs[i].qr];
+        int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
+        void *vals[] = {ptrs[i][0], ptrs[i][1], ptrs[i][2], ob, lb, &scale, &neg_inf};
+        if (!emu_sdpa()) {
+            cudnn_execute(be, plans[i], uids, vals, L.pairs[i].causal ? 7 : 6, ws ? base : NULL, "block forward");
+        } else {
+#ifdef TRIDENT_CUDA_EMU
+            const struct pos_run *c = &L.k[L.pairs[i].kr];
+            struct dptr vq = {ptrs[i][0], dt}, vk = {ptrs[i][1], dt}, vv = {ptrs[i][2], dt};
+            size_t rows = (size_t)B * H * a->len;
+            emu_sdpa_forward_kernel<<<grid_for(rows, 64), 64, 0, st>>>(pob, lb, vq, vk, vv, B, a->len, c->len, Tq, Tk,
+                                                                       H, Hkv, D, scale, L.pairs[i].causal);
+            CHECK_LAUNCH();
+#endif
+        }
+        attention_block_merge_kernel<<<(unsigned)((size_t)B * a->len * H), 128, 0, st>>>(
+            po, (float *)lse.data, pob, lb, Tq, a->row, a->len, H, D);
+        CHECK_LAUNCH();
+    }
+    cudnn_note_path(cuda_state(be), &bkey, NULL);
+    return true;
 }
+
 bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
                                          struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
                                          struct tensor v, struct tensor out, struct tensor lse,
                                          struct tensor q_pos, bool doc_mask, struct tensor k_pos, int B, int Tq,
                                          int Tk, int H, int Hkv, int D) {
-    return false;
+    enum dtype dt = q.dtype;
+    if ((size_t)B * Tq * Tk == 0) return false;
+    struct sdpa_key bkey = {B, Tq, Tk, Tq, Tk, H, Hkv, D, dt, true, false, true};
+    bool same = k.dtype == dt && v.dtype == dt && out.dtype == dt && dout.dtype == dt && dq.dtype == dt &&
+                dk.dtype == dt && dv.dtype == dt;
+    if (!block_eligible(be, &bkey, same, doc_mask)) return false;
+    struct block_layout L;
+    char why[384];
+    if (!block_layout_read(be, q_pos, k_pos, B, Tq, Tk, &L, why, sizeof why)) {
+        cudnn_note_path(cuda_state(be), &bkey, why);
+        return false;
+    }
+    enum { NP = 6 }; // q, k, v, out, dout, lse views of a pair
+    struct sdpa_plan *plans[BLOCK_RUNS * BLOCK_RUNS];
+    void *ptrs[BLOCK_RUNS * BLOCK_RUNS][NP];
+    size_t qrow = (size_t)H * D, krow = (size_t)Hkv * D, ql_max = 0, kl_max = 0;
+    for (int i = 0; i < L.np; i++) {
+        const struct pos_run *a = &L.q[L.pairs[i].qr], *c = &L.k[L.pairs[i].kr];
+        ptrs[i][0] = at(q, a->row * qrow), ptrs[i][1] = at(k, c->row * krow), ptrs[i][2] = at(v, c->row * krow);
+        ptrs[i][3] = at(out, a->row * qrow), ptrs[i][4] = at(dout, a->row * qrow), ptrs[i][5] = at(lse, a->row);
+        ql_max = MAX(ql_max, (size_t)a->len), kl_max = MAX(kl_max, (size_t)c->len);
+    }
+    size_t ws;
+    if (!block_plans(be, &bkey, &L, plans, &ptrs[0][0], NP, &ws)) return false;
+    // scratch: workspace, the pair's dq, dk, dv (I/O dtype), Dsum (B, H, ql)
+    // and the dq accumulator (B, H, ql, D) (FP32)
+    size_t es = dtype_size(dt);
+    size_t dq_b = pad256((size_t)B * ql_max * qrow * es), dkv_b = pad256((size_t)B * kl_max * krow * es);
+    size_t dsum_b = pad256(sizeof(float) * (size_t)B * H * ql_max), acc_b = sizeof(float) * (size_t)B * ql_max * qrow;
+    char *base = (char *)cuda_scratch(be, pad256(ws) + dq_b + 2 * dkv_b + dsum_b + acc_b);
+    char *tdq = base + pad256(ws), *tdk = tdq + dq_b, *tdv = tdk + dkv_b, *dsum = tdv + dkv_b, *acc = dsum + dsum_b;
+    cudaStream_t st = cuda_stream(be);
+    float scale = (float)(1.0 / sqrt((double)D)), neg_inf = cudnn_mask_value(), one = 1.0f;
+    struct dptr pdq = {dq.data, dt}, pdk = {dk.data, dt}, pdv = {dv.data, dt};
+    struct dptr pacc = {acc, DTYPE_FP32}, ptdk = {tdk, dt}, ptdv = {tdv, dt};
+    for (int i = 0; i < L.np; i++) {
+        const struct pos_run *a = &L.q[L.pairs[i].qr], *c = &L.k[L.pairs[i].kr];
+        size_t acc_n = sizeof(float) * (size_t)B * a->len * qrow;
+        CHECK_CUDA(cudaMemsetAsync(acc, 0, acc_n, st)); // cuDNN < 9.6 accumulates
+        bool causal = L.pairs[i].causal;
+        int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
+                          UID_SCALE, UID_ONE, UID_DSUM, UID_DQ_ACCUM, UID_NEG_INF};
+        void *vals[] = {ptrs[i][0], ptrs[i][1], ptrs[i][2], ptrs[i][3], ptrs[i][5], ptrs[i][4], tdq, tdk, tdv,
+                        &scale, &one, dsum, acc, &neg_inf};
+        if (!emu_sdpa()) {
+            cudnn_execute(be, plans[i], uids, vals, causal ? 14 : 13, ws ? base : NULL, "block backward");
+        } else {
+#ifdef TRIDENT_CUDA_EMU
+            struct dptr vq = {ptrs[i][0], dt}, vk = {ptrs[i][1], dt}, vv = {ptrs[i][2], dt};
+            struct dptr vo = {ptrs[i][3], dt}, vdo = {ptrs[i][4], dt};
+            size_t rows = (size_t)B * H * a->len + (size_t)B * Hkv * c->len;
+            emu_sdpa_backward_kernel<<<grid_for(rows, 64), 64, 0, st>>>((float *)acc, ptdk, ptdv, vq, vk, vv, vo, vdo,
+                                                                        (const float *)ptrs[i][5], B, a->len, c->len,
+                                                                        Tq, Tk, H, Hkv, D, scale, causal);
+            CHECK_LAUNCH();
+#endif
+        }
+        size_t nq = (size_t)B * a->len * qrow, nk = (size_t)B * c->len * krow;
+        attention_block_add_rows_kernel<<<grid_for(nq, 256), 256, 0, st>>>(pdq, pacc, B, Tq, a->row, a->len, H, D,
+                                                                          true);
+        CHECK_LAUNCH();
+        attention_block_add_rows_kernel<<<grid_for(nk, 256), 256, 0, st>>>(pdk, ptdk, B, Tk, c->row, c->len, Hkv,
+                                                                          D, false);
+        CHECK_LAUNCH();
+        attention_block_add_rows_kernel<<<grid_for(nk, 256), 256, 0, st>>>(pdv, ptdv, B, Tk, c->row, c->len, Hkv,
+                                                                          D, false);
+        CHECK_LAUNCH();
+    }
+    cudnn_note_path(cuda_state(be), &bkey, NULL);
+    return true;
 }

@@ -249,10 +249,6 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
         return error_set(err, bad, "%s: with sequence_parallel, seq_len / cp (a rank's tokens of a sequence) "
                          "must be a multiple of tp: %s; %s; %s", file, KT("train", "seq_len"),
                          KT("parallel", "tp"), KT("parallel", "cp"));
-    if (p->cp > 1)
-        return error_set(err, bad, "%s: %s: context parallelism is not built yet (the grid, groups and "
-                         "records have the axis; the model's ring attention comes next): set cp = 1", file,
-                         KT("parallel", "cp"));
     if (t->min_lr > t->lr)
         return error_set(err, bad, "%s: min_lr must be <= lr: %s; %s", file, KT("train", "min_lr"), KT("train", "lr"));
     if (t->warmup_steps > t->steps)

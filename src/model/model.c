@@ -4,6 +4,7 @@
 // model_plan computes first. The passes are in model_pass.c.
 #include "model.h"
 #include "model_internal.h"
+#include "ring_attention.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -265,6 +266,7 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     S->tokens = carve(c, DTYPE_I32, N);
     S->targets = carve(c, DTYPE_I32, N);
     S->doc_start = carve(c, DTYPE_I32, N);
+    S->rope_pos = m->cp > 1 ? carve(c, DTYPE_I32, N) : tensor_view(NULL, DTYPE_I32, 0);
 }
 
 // Carves the activation arena: the recompute buffer, the slots, then the
@@ -286,6 +288,21 @@ static void acts_layout(struct model *m, struct carver *c) {
     m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->loss_acc = carve(c, DTYPE_FP64, 1); // zeroed with the arena
+    // Context parallelism (ring_attention.h): the positions of every cp
+    // rank's tokens, cp x N I32, and two travelling buffers of 4 N Hkvl D
+    // elements in the model dtype ([k | v | dk | dv]); nothing at cp = 1.
+    // model_memory.cp_bytes (the planner's mirror: model_cp_bytes).
+    before = c->bytes;
+    if (m->cp > 1) {
+        size_t ring = 4 * (size_t)N * KD;
+        m->cp_pos = carve(c, DTYPE_I32, (size_t)m->cp * N);
+        m->ring[0] = carve(c, a, ring);
+        m->ring[1] = carve(c, a, ring);
+    } else {
+        m->cp_pos = tensor_view(NULL, DTYPE_I32, 0);
+        m->ring[0] = m->ring[1] = tensor_view(NULL, a, 0);
+    }
+    m->mem.cp_bytes = c->bytes - before;
     m->tmp = carve(c, a, (size_t)N * C);
     m->dx = carve(c, a, (size_t)Ns * C);
     m->dln = carve(c, a, (size_t)N * C);
@@ -338,12 +355,17 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
         return error_set(err, STATUS_BAD_INPUT,
                          "model: microbatch (B=%d, T=%d) must be positive with T <= max_seq_len %d",
                          B, T, cfg->max_seq_len);
+    int cp = MAX(1, shard->cp_size);
+    if (cp > 1 && (T % (2 * cp) || shard->cp_rank < 0 || shard->cp_rank >= cp))
+        return error_set(err, STATUS_BAD_INPUT, "model: context parallel rank %d of %d needs T = %d "
+                         "to be a multiple of 2 cp = %d", shard->cp_rank, cp, T, 2 * cp);
     struct dims d;
     enum status st = dims_compute(cfg, shard, &d, err);
     if (st) return st;
     m->cfg = *cfg, m->shard = *shard, m->dtype = dtype;
     m->stat = dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
-    m->B = B, m->T = T, m->N = B * T;
+    m->cp = cp, m->cp_rank = cp > 1 ? shard->cp_rank : 0;
+    m->B = B, m->Tg = T, m->T = T / cp, m->N = B * m->T;
     if (shard->recompute != RECOMPUTE_NONE && shard->recompute != RECOMPUTE_SELECTIVE &&
         shard->recompute != RECOMPUTE_FULL)
         return error_set(err, STATUS_BAD_INPUT, "model: recompute mode %d, expected none, "
@@ -560,7 +582,7 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     backend_memset0(be, m->act_arena);
     // The kernels' working memory for this model's largest ops, now: a step
     // then allocates nothing on the device.
-    struct backend_bounds bounds = {m->N, m->C, B, T, m->Hl, m->Hkvl, m->D, dtype};
+    struct backend_bounds bounds = {m->N, m->C, B, m->T, m->Hl, m->Hkvl, m->D, dtype};
     if (backend_reserve(be, &bounds, err)) {
         model_free(m);
         return err->status;
@@ -585,8 +607,14 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     if (pa)
         for (int u = 0; u < m->n_units; u++) model_init_unit_weights(m, u, seed);
     m->host_loss = xcalloc(m->N, sizeof *m->host_loss);
-    m->host_doc = xcalloc(m->N, sizeof *m->host_doc);
+    m->host_doc = xcalloc((size_t)B * m->Tg, sizeof *m->host_doc);
     m->doc_eot = -1;
+    if (m->cp > 1) {
+        m->host_tok = xcalloc(m->N, sizeof *m->host_tok);
+        m->host_tgt = xcalloc(m->N, sizeof *m->host_tgt);
+        m->host_pos = xcalloc(2 * (size_t)m->N, sizeof *m->host_pos);
+        cp_upload_positions(m);
+    }
     *out = m;
     return STATUS_OK;
 }
@@ -604,6 +632,7 @@ void model_free(struct model *m) {
     free(m->unit_params), free(m->unit_grads);
     free(m->host_loss);
     free(m->host_doc);
+    free(m->host_tok), free(m->host_tgt), free(m->host_pos);
     free(m);
 }
 

@@ -111,6 +111,9 @@ struct model_shard {
     int layer_begin[MODEL_MAX_CHUNKS], layer_end[MODEL_MAX_CHUNKS]; // layers of each chunk
     int n_slots;                // activation slots: microbatches in flight (0 or 1: one)
     int tp_rank, tp_size;       // tensor-parallel position
+    int cp_rank, cp_size;       // context-parallel position (cp_size 0 or 1: none): the
+                                // rank keeps chunks cp_rank and 2 cp - 1 - cp_rank of the
+                                // 2 cp chunks of every sequence (docs/design.md §4)
     int arena_multiple;         // pad the parameter arena to a multiple of this many
                                 // elements (ZeRO-1 shards it evenly); 0: no padding
     int unit_multiple;          // ZeRO-2/3: pad each unit's range of the arenas (model_units)
@@ -155,6 +158,8 @@ struct model_memory {
     size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
+    size_t cp_bytes;         // of the scratch: the context-parallel ring's two travelling
+                             // buffers and position table (0 at cp = 1; model.c acts_layout)
     size_t n_params;         // elements of this rank's parameters
     int n_units;             // units of this rank (model_units)
     size_t max_unit_numel;   // elements of its largest unit (padding included)
@@ -192,7 +197,9 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
                        struct error *err);
 
 // Allocates parameters, gradients and activations for microbatches of
-// (B, T) tokens on backend be and initialises the weights (normal(0,
+// (B, T) tokens on backend be (under context parallelism, shard.cp_size >
+// 1, T is the whole sequence and the rank holds B x T / cp of them:
+// ring_attention.h) and initialises the weights (normal(0,
 // init_std), output projections o_proj/down_proj scaled by 1/sqrt(2L), norm
 // gains 1) from seed. The init of every element depends only on (seed, name,
 // global index), so any layout initialises the same global model.
@@ -254,6 +261,13 @@ void model_zero_grad(struct model *m);
 void model_forward(struct model *m, const int32_t *tokens, const int32_t *targets,
                    double *loss_sum, long *n_targets);
 
+// Non-ignored targets among this rank's tokens of n_micro microbatches of
+// whole sequences targets (n_micro, B, T) (the T of model_init): all of
+// them, or under context parallelism those of this rank's two chunks, so
+// that a sum over the gradient group (data x context) counts every target
+// of the global batch once. Host memory.
+int64_t model_count_targets(const struct model *m, const int32_t *targets, int n_micro);
+
 // Backward pass of the microbatch last given to model_forward, accumulating
 // (+=) into the gradient arena. loss_scale multiplies d(loss_sum): pass
 // 1 / (non-ignored targets of the whole global batch) for a mean loss.
@@ -274,7 +288,9 @@ void model_set_doc_eot(struct model *m, int32_t eot);
 
 // Pipeline-stage passes. Forward of model chunk `chunk` of one microbatch
 // into activation slot `slot`: the first virtual stage reads tokens (B, T)
-// I32 host ids (every chunk under model_set_doc_eot), the others `in` (Ns,
+// I32 host ids (every chunk under model_set_doc_eot; under context
+// parallelism whole sequences, of which the rank keeps its chunks, and the
+// same for targets; Ns and N below count the rank's B T / cp rows), the others `in` (Ns,
 // C) in the model dtype (the previous stage's output, Ns = B*T/tp under
 // sequence parallelism, else B*T); the last virtual stage reads targets (B,
 // T) and returns the loss sum and count (as model_forward), the others write

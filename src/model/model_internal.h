@@ -53,7 +53,10 @@ struct slot {
                                    // is logits (overwritten) unless recompute is none
     struct tensor rowmax, partials, lse, loss; // (N,), (N, 3), (N,), (N,)
     struct tensor tokens, targets; // (N,) I32
-    struct tensor doc_start;       // (N,) I32: (B, T) document starts (model_set_doc_eot)
+    struct tensor doc_start;       // (N,) I32: (B, T) document starts (model_set_doc_eot);
+                                   // under cp > 1 their global positions (ring_attention.h)
+    struct tensor rope_pos;        // (N,) I32 under cp > 1: RoPE's doc_start argument,
+                                   // t - (global position - document start); else empty
 };
 
 struct model {
@@ -62,7 +65,9 @@ struct model {
     struct backend *be;
     enum dtype dtype;       // weights and activations
     enum dtype stat;        // saved statistics: fp32, fp64 for an fp64 model
-    int B, T, N;            // microbatch shape, N = B*T
+    int B, T, N;            // microbatch shape, N = B*T: T = Tg / cp, this rank's tokens
+    int Tg;                 // tokens of a whole sequence (the caller's T)
+    int cp, cp_rank;        // context parallel: ring size and this rank's place (1, 0: none)
     int Ns;                 // rows of the residual stream: N / tp with sequence parallel, else N
     bool sp;
     int C, D, Hl, Hkvl, Fl; // local widths
@@ -86,6 +91,11 @@ struct model {
     int slots_used;                // high-water mark: 1 + the largest slot index used
     struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
     struct tensor loss_acc;           // (1,) FP64: the device loss sum (model_loss_sum_take)
+    // Context parallelism (cp > 1, ring_attention.h; else empty): every cp
+    // rank's global token positions, constant; the ring's two travelling
+    // buffers [k | v | dk | dv], each part (N, Hkvl*D) in the model dtype.
+    struct tensor cp_pos;             // (cp, N) I32
+    struct tensor ring[2];            // (4 N Hkvl D) each
     // backward scratch
     struct tensor tmp, dx, dln;    // (N, C), (Ns, C), (N, C)
     // Sequence parallel: the all-gathered norm output (N, C) that the GEMMs
@@ -124,7 +134,10 @@ struct model {
 
     double *host_loss;             // (N,)
     int32_t doc_eot;               // end-of-text id that starts documents; -1: plain causal
-    int32_t *host_doc;             // (N,) doc_start built on the host
+    int32_t *host_doc;             // (B, Tg) doc_start built on the host
+    int32_t *host_tok, *host_tgt;  // (N,) this rank's chunks of tokens, targets (cp > 1)
+    int32_t *host_pos;             // (2 N,) rope offsets and document starts staged for
+                                   // upload (cp > 1)
 };
 
 static inline int model_chunk_layers(const struct model *m, int chunk) {

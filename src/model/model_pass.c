@@ -8,6 +8,7 @@
 
 #include "model.h"
 #include "model_internal.h"
+#include "ring_attention.h"
 
 void model_set_groups(struct model *m, const struct parallel_groups *groups) {
     struct parallel_groups g = groups ? *groups : (struct parallel_groups){0};
@@ -15,6 +16,8 @@ void model_set_groups(struct model *m, const struct parallel_groups *groups) {
     CHECK((!g.tp || g.tp->size == m->shard.tp_size) && (!tp_host || tp_host->size == m->shard.tp_size),
           "TP group of %d ranks (host %d) for a shard of tp %d", g.tp ? g.tp->size : 0,
           tp_host ? tp_host->size : 0, m->shard.tp_size);
+    CHECK(m->cp == 1 || (g.cp && g.cp->size == m->cp), "CP group of %d ranks for cp %d",
+          g.cp ? g.cp->size : 0, m->cp);
     m->groups = g;
 }
 
@@ -112,6 +115,13 @@ static struct tensor docs_of(const struct model *m, const struct slot *S) {
     return m->doc_eot >= 0 ? S->doc_start : tensor_view(NULL, DTYPE_I32, 0);
 }
 
+// The doc_start argument of the RoPE ops: under context parallelism the
+// offsets that rotate each local token by its global position in its
+// document (ring_attention.h, cp_slot_positions), else docs_of.
+static struct tensor rope_docs_of(const struct model *m, const struct slot *S) {
+    return m->cp > 1 ? S->rope_pos : docs_of(m, S);
+}
+
 // y (N, out) = x (N, in) @ W^T, W (out, in) in PyTorch's Linear layout.
 static void linear(struct model *m, struct tensor y, struct tensor x, struct tensor w, int out,
                    int in) {
@@ -150,7 +160,7 @@ static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, s
                         struct tensor n1) {
     struct backend *be = m->be;
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
-    struct tensor ds = docs_of(m, S), wqkv = joined(joined(w->wq, w->wk), w->wv);
+    struct tensor ds = rope_docs_of(m, S), wqkv = joined(joined(w->wq, w->wk), w->wv);
     if (wqkv.numel) {
         linear(m, m->qkv, n1, wqkv, HD + 2 * KD, C);
         backend_rope_qkv_split(be, a->q, a->k, a->v, m->qkv, m->rope_cos, m->rope_sin, ds, m->B,
@@ -172,7 +182,7 @@ static void qkv_backward(struct model *m, struct slot *S, struct block *w, struc
                          struct tensor n1) {
     struct backend *be = m->be;
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
-    struct tensor ds = docs_of(m, S);
+    struct tensor ds = rope_docs_of(m, S);
     struct tensor wqkv = joined(joined(w->wq, w->wk), w->wv);
     struct tensor dwqkv = joined(joined(dw->wq, dw->wk), dw->wv);
     if (wqkv.numel && dwqkv.numel) {
@@ -240,9 +250,13 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     float eps = m->cfg.norm_eps;
     if (!ln1_done) backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
     qkv_forward(m, S, a, w, gathered(m, a->ln1));
-    struct tensor ds = docs_of(m, S);
-    backend_attention_forward_docs(be, a->att, a->lse, a->q, a->k, a->v, ds, m->B, m->T, m->Hl,
-                                   m->Hkvl, m->D);
+    if (m->cp > 1) { // the ring over the CP group (ring_attention.h)
+        ring_attention_forward(m, S, a);
+    } else {
+        struct tensor ds = docs_of(m, S);
+        backend_attention_forward_docs(be, a->att, a->lse, a->q, a->k, a->v, ds, m->B, m->T, m->Hl,
+                                       m->Hkvl, m->D);
+    }
     linear(m, m->tmp, a->att, w->wo, C, HD);
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
@@ -329,7 +343,11 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
     if (loss_sum) *loss_sum = 0;
     if (n_targets) *n_targets = 0;
-    if (m->doc_eot >= 0) { // every chunk of a pipeline derives it from the tokens
+    if (m->cp > 1) { // whole sequences in: this rank's chunks, positions, document starts
+        cp_slot_positions(m, S, tokens);
+        if (tokens) cp_split_rows(m, m->host_tok, tokens), tokens = m->host_tok;
+        if (targets) cp_split_rows(m, m->host_tgt, targets), targets = m->host_tgt;
+    } else if (m->doc_eot >= 0) { // every chunk of a pipeline derives it from the tokens
         CHECK(tokens, "packed documents (model_set_doc_eot) but no tokens for chunk %d", chunk);
         doc_start_fill(m->host_doc, tokens, m->B, m->T, m->doc_eot);
         backend_to_device(be, S->doc_start.data, m->host_doc, (size_t)m->N * sizeof(int32_t));
@@ -376,6 +394,13 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     backend_sum_into(be, m->loss_acc, S->loss, m->N); // ignored rows hold 0 (ce_loss)
     if (n_targets)
         for (int i = 0; i < m->N; i++) *n_targets += targets[i] != IGNORE_INDEX;
+}
+
+int64_t model_count_targets(const struct model *m, const int32_t *targets, int n_micro) {
+    if (m->cp > 1) return cp_count_targets(m, targets, n_micro);
+    int64_t count = 0;
+    for (size_t i = 0, n = (size_t)n_micro * m->N; i < n; i++) count += targets[i] != IGNORE_INDEX;
+    return count;
 }
 
 double model_loss_sum_take(struct model *m) {
@@ -479,9 +504,13 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     sp_gather(m, m->dx_full, m->dx);
     backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
     backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
-    struct tensor ds = docs_of(m, S);
-    backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
-                                    a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
+    if (m->cp > 1) {
+        ring_attention_backward(m, S, a, m->datt);
+    } else {
+        struct tensor ds = docs_of(m, S);
+        backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+                                        a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
+    }
     qkv_backward(m, S, w, dw, gathered(m, a->ln1));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);

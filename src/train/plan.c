@@ -37,9 +37,10 @@ struct plan_sharding plan_sharding_of(const struct config *c) {
 }
 
 // What ZeRO asks of the shard's arenas: ZeRO-1 pads the arena to a multiple
-// of 64 G (G = dp cp, the gradient group); ZeRO-2/3 pad every unit so that each of the S shard ranks owns a
-// slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h), keep
-// no gradient arena, and at 3 no parameter arena.
+// of 64 G (G = dp cp, the gradient group); ZeRO-2/3 pad every unit so that
+// each of the S shard ranks owns a slice of whole 128-element (256-byte
+// BF16) blocks (src/train/fsdp.h), keep no gradient arena, and at 3 no
+// parameter arena.
 static void shard_zero(struct model_shard *s, const struct config *c, const struct plan_sharding *z) {
     s->arena_multiple = z->zero_stage == 1 ? 64 * plan_grad_ranks(c) : 0;
     s->unit_multiple = z->zero_stage >= 2 ? 128 * z->shard_ranks : 0;
@@ -58,6 +59,7 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     int m = plan_microbatches(c);
     struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
+    shard.cp_rank = coord.at[AXIS_CP], shard.cp_size = MAX(1, c->parallel.cp);
     struct plan_sharding z = plan_sharding_of(c);
     shard_zero(&shard, c, &z);
     shard.sequence_parallel = c->parallel.sequence_parallel;

@@ -424,17 +424,20 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
 }
 
 // Samples come from every TP group of a whole-model stage (world rank 0
-// prints); under pipeline parallelism every rank drops the tokenizer. Rank 0
+// prints); under pipeline or context parallelism every rank drops the
+// tokenizer (a sample's next token sits on one cp rank: not built). Rank 0
 // says when samples or validation were asked for and will not run.
 static void setup_samples(struct trainer *t) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
-    if (!(c->train.sample_every > 0 && t->m.whole_model)) {
+    bool cp = c->parallel.cp > 1;
+    if (!(c->train.sample_every > 0 && t->m.whole_model && !cp)) {
         tokenizer_free(d->tok);
         d->tok = NULL;
     }
     if (is_root(t) && c->train.sample_every > 0 && !d->tok)
         printf("note: no text samples: %s\n", !t->m.whole_model ? "not under pipeline parallelism yet"
+               : cp ? "not under context parallelism yet"
                : "no tokenizer (set [data] tokenizer or put tokenizer.json in [data] path)");
     if (is_root(t) && c->train.eval_every > 0 && !d->has_val)
         printf("note: no validation: the dataset's val split has %llu sequences, fewer than one "

@@ -63,12 +63,10 @@ void train_step_bind_pipeline(struct pipeline_exec *x) {
 }
 
 // Non-ignored targets of n_micro microbatches: the last stage's count (it
-// alone sees the targets), 0 elsewhere.
-static int64_t count_targets(const struct model *m, const int32_t *targets, size_t n) {
-    int64_t count = 0;
-    if (model_is_last_stage(m))
-        for (size_t i = 0; i < n; i++) count += targets[i] != IGNORE_INDEX;
-    return count;
+// alone sees the targets), 0 elsewhere; under context parallelism those of
+// this rank's tokens (model_count_targets), summed over the gradient group.
+static int64_t count_targets(const struct model *m, const int32_t *targets, int n_micro) {
+    return model_is_last_stage(m) ? model_count_targets(m, targets, n_micro) : 0;
 }
 
 // Forward (and, with backward, backward) passes of every microbatch: the
@@ -131,7 +129,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
     // The last stage's DP group sums the target count before any backward.
-    int64_t count = count_targets(m, targets, per_micro * n_micro);
+    int64_t count = count_targets(m, targets, n_micro);
     if (dp && last) comm_all_reduce(dp, &count, 1, DTYPE_I64, COMM_SUM);
     double S = c->scaler ? c->scaler->scale : 1.0;
     struct pp_step ps = {m, tokens, targets, per_micro, count > 0 ? S / (double)count : 0.0, c->sync,
@@ -189,7 +187,7 @@ enum status train_step_eval(struct train_ctx *c, const int32_t *tokens, const in
     struct comm_group *dp = host_group(c, DP_GROUP), *pp = host_group(c, PP_GROUP);
     bool last = model_is_last_stage(m);
     size_t per_micro = (size_t)B * T;
-    int64_t n = count_targets(m, targets, per_micro * n_micro);
+    int64_t n = count_targets(m, targets, n_micro);
     struct pp_step ps = {m, tokens, targets, per_micro, 0.0, NULL, c->fsdp};
     enum status st = run_microbatches(c, &ps, n_micro, false, err);
     if (c->fsdp) fsdp_step_end(c->fsdp); // frees the units kept gathered (reshard_after_forward false)

@@ -26,7 +26,9 @@
 #   2. test_ops_cuda    every op against the CPU backend (tests/unit/test_ops_cuda.c);
 #      attention_cudnn  the same with TEST_OPS_ATTENTION=cudnn: cuDNN's fused
 #                       attention (bf16, fp16, fwd and bwd, T to 1024) against
-#                       the native kernel and the CPU;
+#                       the native kernel and the CPU, and ring-attention
+#                       blocks as cuDNN calls per chunk pair (cp 2 and 4, T to
+#                       2048) against the CPU;
 #      plan_1b          trident plan configs/llama-1b.ini fits the device
 #                       memory (plan total <= 90% of it);
 #      throughput_1b    10 steps of configs/llama-1b.ini (1.09B, seq 2048,

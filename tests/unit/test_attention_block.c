@@ -15,7 +15,8 @@
 //     without accumulate it writes out 0, lse -inf.
 //   - Key tiles that no query of a query tile can read are skipped, not
 //     computed and masked: NaN in such keys does not reach the outputs.
-//   - accumulate merges: two half-blocks merged equal the one block.
+//   - accumulate merges: two half-blocks merged, in either order, equal the
+//     one block.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -236,6 +237,49 @@ static void check_tile_skip(enum dtype dt, bool docs) {
     free(hq), free(hk), free(hv), free(hkn), free(hvn), free(hkp), free(hqp), free(hqd), free(a), free(b);
 }
 
+// accumulate merges: one block of keys [0, 128) equals the blocks [0, 64)
+// and [64, 128) merged, in either order (queries at [32, 160) of a
+// document from 20 when docs: rows whose keys all lie in one half have the
+// other half empty).
+static void check_merge(enum dtype dt, bool docs, double tol) {
+    int B = 1, Tq = 128, Tk = 128, H = 4, Hkv = 2, D = 16, half = Tk / 2;
+    enum dtype st = dt == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * Hkv * D, nl = (size_t)B * H * Tq;
+    double *hq = rand_host(dt, nq, 1.5), *hk = rand_host(dt, nk, 1.5), *hv = rand_host(dt, nk, 1);
+    struct tensor q = ring_upload(be, dt, hq, nq), k = ring_upload(be, dt, hk, nk);
+    struct tensor v = ring_upload(be, dt, hv, nk), kpos = positions(B, Tk, 0);
+    struct tensor qpos = positions(B, Tq, 32);
+    struct tensor qdoc = docs ? positions(B, Tq, 0) : tensor_view(NULL, DTYPE_I32, 0);
+    if (docs)
+        for (int t = 0; t < Tq; t++) ((int32_t *)qdoc.data)[t] = 20;
+    double *ref = xmalloc(nq * 8), *refl = xmalloc(nl * 8), *got = xmalloc(nq * 8), *gotl = xmalloc(nl * 8);
+    struct tensor out = ring_upload(be, dt, hq, nq), lse = ring_upload(be, st, hq, nl);
+    backend_attention_block_forward(be, out, lse, q, k, v, qpos, qdoc, kpos, B, Tq, Tk, H, Hkv, D,
+                                    false);
+    ring_download(be, ref, out), ring_download(be, refl, lse);
+    size_t hk_elems = (size_t)half * Hkv * D;
+    for (int order = 0; order < 2; order++) {
+        for (int i = 0; i < 2; i++) {
+            int part = order ? 1 - i : i; // which half of the keys
+            struct tensor kp = tensor_slice(k, part * hk_elems, hk_elems);
+            struct tensor vp = tensor_slice(v, part * hk_elems, hk_elems);
+            struct tensor pp = tensor_slice(kpos, (size_t)part * half, half);
+            backend_attention_block_forward(be, out, lse, q, kp, vp, qpos, qdoc, pp, B, Tq, half, H,
+                                            Hkv, D, i > 0);
+        }
+        ring_download(be, got, out), ring_download(be, gotl, lse);
+        char what[120];
+        snprintf(what, sizeof what, "%s %s merge of two halves, %s half first: out", dtype_name(dt),
+                 docs ? "docs" : "causal", order ? "upper" : "lower");
+        EXPECT_REL(nq, got, ref, tol, what);
+        snprintf(what + strlen(what) - 3, 4, "lse");
+        EXPECT_REL(nl, gotl, refl, tol, what);
+    }
+    struct tensor all[] = {q, k, v, kpos, qpos, qdoc, out, lse};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) backend_dealloc(be, all[i].data);
+    free(hq), free(hk), free(hv), free(ref), free(refl), free(got), free(gotl);
+}
+
 int main(void) {
     be = backend_cpu_init(0);
     static const enum dtype dts[] = {DTYPE_FP64, DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
@@ -251,6 +295,11 @@ int main(void) {
             check_masked_block(dts[i], docs);
             check_tile_skip(dts[i], docs);
         }
+    for (int docs = 0; docs <= 1; docs++) {
+        check_merge(DTYPE_FP64, docs, 1e-13);
+        check_merge(DTYPE_FP32, docs, 1e-6);
+        check_merge(DTYPE_BF16, docs, 2 * 0x1p-8);
+    }
     backend_free(be);
     return test_finish("test_attention_block");
 }

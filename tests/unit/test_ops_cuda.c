@@ -20,12 +20,17 @@
 // FP16, through cuDNN's fused attention (demanded: a fallback fails), each
 // against the CPU backend and against the native kernel on the same inputs,
 // at cuDNN's tolerances (its P and dS are rounded to the I/O dtype before the
-// second GEMMs: BF16 3e-2, FP16 5e-3; lse 1e-4). test_attention_choice checks
+// second GEMMs: BF16 3e-2, FP16 5e-3; lse 1e-4), and ring-attention blocks
+// without documents (attention_block_forward / _backward, one cuDNN call per
+// chunk pair; the path must be cuDNN) against the CPU. test_attention_choice checks
 // the selection (system.attention): native never, fp32 never, auto exactly
 // when cudnn mode succeeds, cudnn otherwise an error naming the key, the
 // shape and cuDNN's status, the CPU backend refusing cudnn; with
 // TEST_OPS_CUDNN_ABSENT=1 (the emulation, whose cuDNN has no engines) auto
-// must fall back and a BF16 attention in auto mode must still match the CPU.
+// must fall back and a BF16 attention in auto mode must still match the CPU,
+// as must BF16 ring-attention blocks (their positions read back, cuDNN
+// declining the chunk pairs; the log names why). The block ops run against
+// the CPU's at cp 2 and 4 (test_attention_block).
 //
 // Built always: in a build without the CUDA backend it checks that the
 // run-time selection refuses device = cuda with the documented message, then
@@ -582,12 +587,17 @@ static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, in
         }
         pair_sync(out), pair_sync(lse);
     }
+    // attention = cudnn (tests/gpu/run.sh): blocks without documents must run on cuDNN
+    bool want_cudnn = attn_mode == BACKEND_ATTENTION_CUDNN && !docs && dt != DTYPE_FP32;
+    backend_attention_take_path(gpu);
     backend_attention_block_forward(cpu, out.c, lse.c, q.c, k.c, v.c, qpos.c, qdc, kpos.c, B, Tq, Tk, H, Hkv, D,
                                     accumulate);
     backend_attention_block_forward(gpu, out.g, lse.g, q.g, k.g, v.g, qpos.g, qdg, kpos.g, B, Tq, Tk, H, Hkv, D,
                                     accumulate);
-    snprintf(w2, sizeof w2, "%s forward out", what), expect_match(out, w2);
-    snprintf(w2, sizeof w2, "%s forward lse", what), expect_lse_match(lse, tol_of(DTYPE_FP32), w2);
+    if (want_cudnn)
+        EXPECT(backend_attention_take_path(gpu) == BACKEND_ATTENTION_PATH_CUDNN, "%s forward: not on cuDNN", what);
+    snprintf(w2, sizeof w2, "%s forward out", what), expect_match_tol(out, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s forward lse", what), expect_lse_match(lse, tol_attn(DTYPE_FP32), w2);
 
     for (size_t i = 0; i < nq; i++) out.h[i] = round_to(dt, ((float *)out.c.data)[i]);
     memcpy(lse.h, lse.c.data, nl * 4);
@@ -598,9 +608,11 @@ static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, in
                                      B, Tq, Tk, H, Hkv, D);
     backend_attention_block_backward(gpu, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, qpos.g, qdg, kpos.g,
                                      B, Tq, Tk, H, Hkv, D);
-    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match(dq, w2);
-    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match(dk, w2);
-    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match(dv, w2);
+    if (want_cudnn)
+        EXPECT(backend_attention_take_path(gpu) == BACKEND_ATTENTION_PATH_CUDNN, "%s backward: not on cuDNN", what);
+    snprintf(w2, sizeof w2, "%s backward dq", what), expect_match_tol(dq, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s backward dk", what), expect_match_tol(dk, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s backward dv", what), expect_match_tol(dv, tol_attn(dt), w2);
     pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse), pair_free(dout), pair_free(dq),
         pair_free(dk), pair_free(dv);
     ipair_free(qpos), ipair_free(kpos), ipair_free(qdoc);
@@ -793,6 +805,39 @@ static void test_attention_choice(void) {
         attn_mode = BACKEND_ATTENTION_AUTO;
         test_attention(DTYPE_BF16, B, T, H, Hkv, D);
         attn_mode = keep;
+        // ring-attention blocks through the per-chunk-pair path with the
+        // emulation's naive SDPA in place of cuDNN (TRIDENT_EMU_SDPA=1, in
+        // cudnn mode: the path must be cuDNN's): the positions' runs, the
+        // views, the merges and the adds against the CPU
+        setenv("TRIDENT_EMU_SDPA", "1", 1);
+        EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_CUDNN, &err), "set cudnn: %s", err.msg);
+        attn_mode = BACKEND_ATTENTION_CUDNN;
+        test_attention_block(DTYPE_BF16, 2, 64, 2, 0, 0, 2, false, false, 4, 2, 24, false);
+        test_attention_block(DTYPE_FP16, 1, 128, 4, 2, 1, 2, false, true, 4, 1, 40, false);
+        test_attention_block(DTYPE_BF16, 1, 128, 4, 1, 2, 2, false, true, 2, 2, 24, false);
+        test_attention_block(DTYPE_FP16, 2, 64, 2, 1, 0, 1, false, false, 4, 2, 24, false);
+        unsetenv("TRIDENT_EMU_SDPA");
+        attn_mode = keep;
+        // ring-attention blocks in auto mode: the positions are read back and
+        // split into chunk pairs, cuDNN cannot plan them, the native kernels
+        // run and match the CPU; a document mask goes native at once
+        FILE *log = tmpfile();
+        EXPECT(log != NULL, "tmpfile");
+        backend_set_attention_log(gpu, log);
+        EXPECT(!backend_set_attention(gpu, BACKEND_ATTENTION_AUTO, &err), "set auto: %s", err.msg);
+        test_attention_block(DTYPE_BF16, 2, 64, 2, 1, 0, 2, false, true, 4, 2, 32, false);
+        test_attention_block(DTYPE_BF16, 1, 64, 2, 0, 0, 2, true, false, 2, 2, 32, false);
+        char text[4096] = "";
+        rewind(log);
+        text[fread(text, 1, sizeof text - 1, log)] = 0;
+        fclose(log);
+        backend_set_attention_log(gpu, stderr);
+        EXPECT(strstr(text, "attention: block forward B=2 Tq=32 Tk=32 H=4 Hkv=2 D=32 bf16 -> native (cuDNN") &&
+                   strstr(text, "cannot run it") &&
+                   strstr(text, "attention: block backward B=2 Tq=32 Tk=32 H=4 Hkv=2 D=32 bf16 -> native (cuDNN") &&
+                   strstr(text, "attention: block forward B=1 Tq=32 Tk=32 H=2 Hkv=2 D=32 bf16 -> native (document "
+                                "mask"),
+               "the block paths in auto mode: '%s'", text);
     }
     enum status st = backend_set_attention(gpu, BACKEND_ATTENTION_CUDNN, &err);
     if (st) { // cuDNN cannot even open: auto must have fallen back
@@ -918,8 +963,10 @@ static void run_all(enum dtype dt, bool small) {
 // cuDNN's attention graphs, built and finalised without a device against the
 // cuDNN the build links (its own validation of every tensor and op): BF16 and
 // FP16, forward and backward, H = Hkv and GQA; a head count that does not
-// divide (H=4, Hkv=3) must be refused, naming the first matmul. Skipped with
-// the emulated cuDNN (TEST_OPS_CUDNN_ABSENT), which validates nothing.
+// divide (H=4, Hkv=3) must be refused, naming the first matmul; and the graphs
+// of ring-attention chunk pairs (strided views, causal or full, Tq != Tk).
+// Skipped with the emulated cuDNN (TEST_OPS_CUDNN_ABSENT), which validates
+// nothing.
 static void test_cudnn_graphs(void) {
 #ifdef TRIDENT_CUDA
     if (getenv("TEST_OPS_CUDNN_ABSENT")) return;
@@ -933,6 +980,23 @@ static void test_cudnn_graphs(void) {
                 EXPECT(!backend_cuda_attention_check_graph(i ? DTYPE_FP16 : DTYPE_BF16, x[0], x[1], x[2], x[3], x[4],
                                                            bwd, &err), "%s", err.msg);
             }
+    // chunk pairs of ring-attention blocks: views of C rows of tensors of 2C
+    // (or 3C) rows, causal (the same chunk) or full, Tq != Tk too
+    static const int pairs[][9] = {{2, 32, 32, 64, 64, 4, 2, 24, 1}, {1, 512, 512, 1024, 1024, 8, 2, 128, 0},
+                                   {1, 256, 512, 512, 768, 4, 4, 64, 0}, {2, 128, 128, 256, 256, 16, 4, 64, 1}};
+    for (int i = 0; i < 2; i++)
+        for (size_t s = 0; s < sizeof pairs / sizeof pairs[0]; s++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const int *x = pairs[s];
+                err = (struct error){0};
+                EXPECT(!backend_cuda_attention_check_block_graph(i ? DTYPE_FP16 : DTYPE_BF16, x[0], x[1], x[2], x[3],
+                                                                 x[4], x[5], x[6], x[7], x[8], bwd, &err),
+                       "%s", err.msg);
+            }
+    err = (struct error){0};
+    EXPECT(backend_cuda_attention_check_block_graph(DTYPE_BF16, 1, 16, 16, 32, 32, 4, 3, 64, false, false, &err) ==
+                   STATUS_RUNTIME && strstr(err.msg, "Tq=16 Tk=16 of 32, 32 rows full"),
+           "a chunk pair with H=4 Hkv=3 must be refused, naming the pair: '%s'", err.msg);
     err = (struct error){0};
     EXPECT(backend_cuda_attention_check_graph(DTYPE_BF16, 1, 16, 4, 3, 64, false, &err) == STATUS_RUNTIME &&
                strstr(err.msg, "bmm1"),
@@ -973,6 +1037,13 @@ int main(void) {
             test_attention(dt, 2, 19, 6, 2, 80);
             test_attention(dt, 1, 257, 8, 2, 128);
             test_attention(dt, 2, 1024, 8, 8, 64);
+            // ring-attention blocks per chunk pair: the rank's own block
+            // (causal pairs and a full one), another rank's (full pairs or
+            // skipped), one key chunk (Tq != Tk), GQA, accumulate
+            test_attention_block(dt, 2, 1024, 2, 0, 0, 2, false, false, 8, 2, 64, false);
+            test_attention_block(dt, 1, 2048, 4, 2, 1, 2, false, true, 8, 8, 128, false);
+            test_attention_block(dt, 1, 2048, 4, 1, 3, 2, false, true, 4, 1, 128, false);
+            test_attention_block(dt, 2, 1024, 2, 1, 0, 1, false, true, 8, 2, 64, false);
         }
         backend_free(gpu);
         backend_free(cpu);

@@ -3,7 +3,9 @@
 // fixed random weights w has dL/dout = w; the analytic gradient the backward
 // op computes from w is compared with central differences of L,
 // (L(x + eps) - L(x - eps)) / (2 eps), over every input element:
-// ||fd - analytic|| / ||fd|| <= 1e-4.
+// ||fd - analytic|| / ||fd|| <= 1e-4. The ring-attention blocks
+// (attention_block_forward with accumulate, then attention_block_backward of
+// each block) are checked the same way on a two-block ring.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -221,6 +223,75 @@ static void test_attention(int B, int T, int H, int Hkv, int D, int pos) {
     free(dq), free(dk), free(dv);
 }
 
+// ---- one block of ring attention ---------------------------------------------------
+// The query rank of a cp = 2 ring at T = 96 (chunks of 24: rank 0 holds
+// positions [0, 24) and [72, 96)) against its own k/v block, then rank 1's
+// ([24, 72)): out, lse = block 1, merged with block 2 (accumulate);
+// L = sum(w * out). The block backward of each (given the merged out, lse)
+// summed must be dL/dq, and each block's dk, dv must be dL/dk, dL/dv of its
+// keys. Rows [0, 24) read nothing in block 2 (its keys are later): the merge
+// leaves them and their gradient takes nothing from it. docs: documents start
+// at 0, 30, 70 and 80 (crossing both chunk boundaries).
+
+enum { BLK_T = 96, BLK_TL = 48, BLK_H = 4, BLK_HKV = 2, BLK_D = 4 };
+
+struct blk { double *q, *k[2], *v[2], *out, *lse, *w; int32_t qpos[BLK_TL], kpos[2][BLK_TL], qdoc[BLK_TL]; bool docs; };
+
+static void blk_forward(struct blk *c) {
+    size_t nq = (size_t)BLK_TL * BLK_H * BLK_D, nk = (size_t)BLK_TL * BLK_HKV * BLK_D;
+    struct tensor qdoc = c->docs ? ti32(c->qdoc, BLK_TL) : ti32(NULL, 0);
+    for (int s = 0; s < 2; s++)
+        backend_attention_block_forward(be, t64(c->out, nq), t64(c->lse, (size_t)BLK_H * BLK_TL),
+                                        t64(c->q, nq), t64(c->k[s], nk), t64(c->v[s], nk),
+                                        ti32(c->qpos, BLK_TL), qdoc, ti32(c->kpos[s], BLK_TL), 1,
+                                        BLK_TL, BLK_TL, BLK_H, BLK_HKV, BLK_D, s > 0);
+}
+
+static double blk_loss(void *p) {
+    struct blk *c = p;
+    blk_forward(c);
+    return dot(c->w, c->out, (size_t)BLK_TL * BLK_H * BLK_D);
+}
+
+static void test_attention_block(bool docs) {
+    struct blk c = {.docs = docs};
+    size_t nq = (size_t)BLK_TL * BLK_H * BLK_D, nk = (size_t)BLK_TL * BLK_HKV * BLK_D;
+    static const int starts[] = {0, 30, 70, 80};
+    for (int t = 0; t < BLK_TL; t++) {
+        int c0 = BLK_T / 4; // chunk size
+        c.qpos[t] = c.kpos[0][t] = t < c0 ? t : 3 * c0 + t - c0;
+        c.kpos[1][t] = c0 + t;
+        c.qdoc[t] = 0;
+        for (int i = 0; i < 4; i++)
+            if (starts[i] <= c.qpos[t]) c.qdoc[t] = starts[i];
+    }
+    c.q = vec(nq), c.w = vec(nq), c.out = zeros(nq), c.lse = zeros((size_t)BLK_H * BLK_TL);
+    for (size_t i = 0; i < nq; i++) c.q[i] *= 2; // sharper softmax than uniform
+    double *dq = zeros(nq), *dk[2], *dv[2];
+    for (int s = 0; s < 2; s++) c.k[s] = vec(nk), c.v[s] = vec(nk), dk[s] = zeros(nk), dv[s] = zeros(nk);
+    blk_forward(&c);
+    struct tensor qdoc = docs ? ti32(c.qdoc, BLK_TL) : ti32(NULL, 0);
+    for (int s = 0; s < 2; s++)
+        backend_attention_block_backward(be, t64(dq, nq), t64(dk[s], nk), t64(dv[s], nk),
+                                         t64(c.w, nq), t64(c.q, nq), t64(c.k[s], nk),
+                                         t64(c.v[s], nk), t64(c.out, nq),
+                                         t64(c.lse, (size_t)BLK_H * BLK_TL), ti32(c.qpos, BLK_TL),
+                                         qdoc, ti32(c.kpos[s], BLK_TL), 1, BLK_TL, BLK_TL, BLK_H,
+                                         BLK_HKV, BLK_D);
+    char what[96];
+    const char *m = docs ? "documents" : "causal";
+    snprintf(what, sizeof what, "attention_block %s: dq", m);
+    check_grad(blk_loss, &c, c.q, nq, dq, what);
+    for (int s = 0; s < 2; s++) {
+        snprintf(what, sizeof what, "attention_block %s: dk of block %d", m, s);
+        check_grad(blk_loss, &c, c.k[s], nk, dk[s], what);
+        snprintf(what, sizeof what, "attention_block %s: dv of block %d", m, s);
+        check_grad(blk_loss, &c, c.v[s], nk, dv[s], what);
+    }
+    for (int s = 0; s < 2; s++) free(c.k[s]), free(c.v[s]), free(dk[s]), free(dv[s]);
+    free(c.q), free(c.w), free(c.out), free(c.lse), free(dq);
+}
+
 // ---- swiglu ---------------------------------------------------------------------------
 
 struct sw { double *out, *gate, *up, *w; size_t n; };
@@ -361,6 +432,8 @@ int main(void) {
     test_attention(2, 5, 4, 2, 8, 4091); // GQA, 2 query heads per kv head, positions 4091..4095
     test_attention(2, 5, 4, 1, 8, 4091); // multi-query
     test_attention(1, 70, 2, 1, 8, 0);   // T > the kernel's 64-row block
+    test_attention_block(false);
+    test_attention_block(true);
     test_swiglu();
     test_cross_entropy();
 

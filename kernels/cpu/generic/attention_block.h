@@ -21,40 +21,11 @@
 // layouts with leading dimension H*D or Hkv*D. BLAS calls run inside the
 // OpenMP region and are single-threaded there (see cpu_backend.c).
 
-// The next run [*ja, *jb) of candidate key tiles at or after key *jb for a
-// query tile reading positions [lo, hi]: false when none is left. kpos: (Tk,).
-static inline bool FN(block_next_run)(const int32_t *kpos, int Tk, int lo, int hi, int *ja,
-                                      int *jb) {
-    int j = *jb;
-    *ja = -1;
-    for (; j < Tk; j += BLOCK_BK) {
-        int j1 = MIN(Tk, j + BLOCK_BK), mn = kpos[j], mx = kpos[j];
-        for (int t = j + 1; t < j1; t++) mn = MIN(mn, kpos[t]), mx = MAX(mx, kpos[t]);
-        bool cand = mn <= hi && mx >= lo;
-        if (cand && *ja < 0) *ja = j;
-        if (!cand && *ja >= 0) break;
-    }
-    *jb = MIN(j, Tk);
-    return *ja >= 0;
-}
-
-// The positions [*lo, *hi] that queries [i0, i1) read: min qdoc (0 without
-// documents), max qpos.
-static inline void FN(block_query_span)(const int32_t *qpos, const int32_t *qdoc, int i0, int i1,
-                                        int *lo, int *hi) {
-    int l = qdoc ? qdoc[i0] : 0, h = qpos[i0];
-    for (int i = i0 + 1; i < i1; i++) {
-        if (qdoc) l = MIN(l, qdoc[i]);
-        h = MAX(h, qpos[i]);
-    }
-    *lo = l, *hi = h;
-}
-
 // One (batch, query head) of the forward: o (Tq, D), l (Tq,) = this block's
 // attention, or merged into them (accumulate): kernels/ops.h. q and o rows
 // are ldq apart, k and v rows ldk apart; qpos, qdoc (or NULL) (Tq,), kpos
-// (Tk,). S: BLOCK_BQ * Tk + BLOCK_BQ * D scratch (the score block, then the
-// block's output rows when accumulating).
+// (Tk,). S: block_scratch_elems(Tq, Tk, D, false) scratch (the score
+// block, the block's output rows when accumulating, the runs).
 static void FN(attention_block_head_forward)(real *o, real *l, const real *q, int ldq,
                                              const real *k, const real *v, int ldk,
                                              const int32_t *qpos, const int32_t *qdoc,
@@ -62,17 +33,18 @@ static void FN(attention_block_head_forward)(real *o, real *l, const real *q, in
                                              bool accumulate, real *S) {
     real scale = (real)(1.0 / sqrt((double)D));
     real *ob = S + (size_t)BLOCK_BQ * Tk; // (BLOCK_BQ, D) when accumulating
+    int *runs = block_runs_of(S, Tk, D);
     for (int i0 = 0; i0 < Tq; i0 += BLOCK_BQ) {
-        int i1 = MIN(Tq, i0 + BLOCK_BQ), m = i1 - i0, lo, hi, ja, jb = 0;
-        FN(block_query_span)(qpos, qdoc, i0, i1, &lo, &hi);
-        bool any = false;
+        int i1 = MIN(Tq, i0 + BLOCK_BQ), m = i1 - i0, lo, hi;
+        block_query_span(qpos, qdoc, i0, i1, &lo, &hi);
+        int nr = block_runs(kpos, Tk, lo, hi, runs);
         // S[:, ja:jb] (m, jb - ja) = scale * Q[i0:i1] K[ja:jb]^T, per run
-        while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
+        for (int r = 0; r < nr; r++) {
+            int ja = runs[2 * r], jb = runs[2 * r + 1];
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, jb - ja, D, scale,
                  q + (size_t)i0 * ldq, ldq, k + (size_t)ja * ldk, ldk, 0, S + ja, Tk);
-            any = true;
         }
-        if (!any) { // nothing readable in this query tile
+        if (nr == 0) { // nothing readable in this query tile
             if (!accumulate)
                 for (int i = i0; i < i1; i++) {
                     memset(o + (size_t)i * ldq, 0, (size_t)D * sizeof(real));
@@ -84,22 +56,23 @@ static void FN(attention_block_head_forward)(real *o, real *l, const real *q, in
         for (int i = i0; i < i1; i++) {
             real *s = S + (size_t)(i - i0) * Tk, mx = -INFINITY;
             int rlo = qdoc ? qdoc[i] : 0, rhi = qpos[i];
-            jb = 0;
-            while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
+            for (int r = 0; r < nr; r++) {
+                int ja = runs[2 * r], jb = runs[2 * r + 1];
 #pragma omp simd reduction(max : mx)
                 for (int j = ja; j < jb; j++) {
-                    bool ok = kpos[j] >= rlo && kpos[j] <= rhi;
-                    mx = ok && s[j] > mx ? s[j] : mx;
+                    bool ok = (kpos[j] >= rlo) & (kpos[j] <= rhi);
+                    real x = ok ? s[j] : -INFINITY;
+                    mx = x > mx ? x : mx;
                 }
             }
             if (mx == -INFINITY) rhi = rlo - 1; // no readable key in this row: P = 0
             accreal sum = 0;
-            jb = 0;
-            while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
+            for (int r = 0; r < nr; r++) {
+                int ja = runs[2 * r], jb = runs[2 * r + 1];
 #pragma omp simd reduction(+ : sum)
                 for (int j = ja; j < jb; j++) {
-                    bool ok = kpos[j] >= rlo && kpos[j] <= rhi;
-                    s[j] = ok ? EXP(s[j] - mx) : 0;
+                    bool ok = (kpos[j] >= rlo) & (kpos[j] <= rhi);
+                    s[j] = EXP(ok ? s[j] - mx : -INFINITY); // branch-free: vectorizes
                     sum += s[j];
                 }
             }
@@ -107,21 +80,20 @@ static void FN(attention_block_head_forward)(real *o, real *l, const real *q, in
             if (mx == -INFINITY) continue;
             real inv = (real)(1.0 / sum);
             lbs[i - i0] = (real)(mx + log(sum));
-            jb = 0;
-            while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb))
+            for (int r = 0; r < nr; r++) {
+                int ja = runs[2 * r], jb = runs[2 * r + 1];
 #pragma omp simd
                 for (int j = ja; j < jb; j++) s[j] *= inv;
+            }
         }
         // the block's rows (m, D) = P (m, runs) V[runs] (runs, D): into o, or
         // into ob for the merge
         real *dst = accumulate ? ob : o + (size_t)i0 * ldq;
         int ldd = accumulate ? D : ldq;
-        bool first = true;
-        jb = 0;
-        while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
+        for (int r = 0; r < nr; r++) {
+            int ja = runs[2 * r], jb = runs[2 * r + 1];
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, jb - ja, 1, S + ja, Tk,
-                 v + (size_t)ja * ldk, ldk, first ? 0 : 1, dst, ldd);
-            first = false;
+                 v + (size_t)ja * ldk, ldk, r == 0 ? 0 : 1, dst, ldd);
         }
         if (!accumulate) {
             memcpy(l + i0, lbs, (size_t)m * sizeof(real));
@@ -174,7 +146,8 @@ static void FN(attention_block_forward)(real *out, real *lse, const real *q, con
 //   P = exp(S - l), dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
 //   dQ += scale dS K, dK += scale dS^T Q, dV += P^T dO,
 // over the candidate key runs only. Rows ldq / ldk apart as the forward. P:
-// 2 * BLOCK_BQ * Tk scratch (P and dP blocks); column j is key j.
+// block_scratch_elems(Tq, Tk, D, false) scratch (P and dP blocks, column j
+// key j; the runs).
 static void FN(attention_block_head_backward)(real *dq, const real *q, const real *o,
                                               const real *dout, int ldq, real *dk, real *dv,
                                               const real *k, const real *v, int ldk,
@@ -183,20 +156,21 @@ static void FN(attention_block_head_backward)(real *dq, const real *q, const rea
                                               int Tk, int D, real *P) {
     real scale = (real)(1.0 / sqrt((double)D));
     real *dP = P + (size_t)BLOCK_BQ * Tk;
+    int *runs = block_runs_of(P, Tk, D);
     for (int i0 = 0; i0 < Tq; i0 += BLOCK_BQ) {
-        int i1 = MIN(Tq, i0 + BLOCK_BQ), m = i1 - i0, lo, hi, ja, jb = 0;
-        FN(block_query_span)(qpos, qdoc, i0, i1, &lo, &hi);
+        int i1 = MIN(Tq, i0 + BLOCK_BQ), m = i1 - i0, lo, hi;
+        block_query_span(qpos, qdoc, i0, i1, &lo, &hi);
         const real *qi = q + (size_t)i0 * ldq, *doi = dout + (size_t)i0 * ldq;
-        bool any = false;
-        while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
+        int nr = block_runs(kpos, Tk, lo, hi, runs);
+        for (int r = 0; r < nr; r++) {
+            int ja = runs[2 * r], jb = runs[2 * r + 1];
             // S (m, run) = scale * Q K[run]^T into P; dP (m, run) = dO V[run]^T
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, jb - ja, D, scale, qi, ldq,
                  k + (size_t)ja * ldk, ldk, 0, P + ja, Tk);
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, jb - ja, D, 1, doi, ldq,
                  v + (size_t)ja * ldk, ldk, 0, dP + ja, Tk);
-            any = true;
         }
-        if (!any) continue;
+        if (nr == 0) continue;
         for (int i = i0; i < i1; i++) {
             real *p = P + (size_t)(i - i0) * Tk, *dp = dP + (size_t)(i - i0) * Tk;
             const real *oi = o + (size_t)i * ldq, *g = dout + (size_t)i * ldq;
@@ -207,19 +181,22 @@ static void FN(attention_block_head_backward)(real *dq, const real *q, const rea
 #pragma omp simd reduction(+ : Di)
             for (int d = 0; d < D; d++) Di += (accreal)g[d] * oi[d];
             real di = (real)Di;
-            jb = 0;
-            while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
+            for (int r = 0; r < nr; r++) {
+                int ja = runs[2 * r], jb = runs[2 * r + 1];
+#pragma omp simd
+                for (int j = ja; j < jb; j++) { // masked scores to -inf: exp gives 0
+                    bool ok = (kpos[j] >= rlo) & (kpos[j] <= rhi);
+                    p[j] = ok ? p[j] - li : -INFINITY;
+                }
 #pragma omp simd
                 for (int j = ja; j < jb; j++) {
-                    bool ok = kpos[j] >= rlo && kpos[j] <= rhi;
-                    p[j] = ok ? EXP(p[j] - li) : 0;
+                    p[j] = EXP(p[j]);
                     dp[j] = p[j] * (dp[j] - di); // dS
                 }
             }
         }
-        jb = 0;
-        while (FN(block_next_run)(kpos, Tk, lo, hi, &ja, &jb)) {
-            int n = jb - ja;
+        for (int r = 0; r < nr; r++) {
+            int ja = runs[2 * r], n = runs[2 * r + 1] - ja;
             // dQ[i0:i1] (m, D) += scale * dS (m, n) K[run] (n, D)
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, n, scale, dP + ja, Tk,
                  k + (size_t)ja * ldk, ldk, 1, dq + (size_t)i0 * ldq, ldq);
