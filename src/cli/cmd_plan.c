@@ -171,11 +171,13 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
     char own_why[400] = "";
     bool own_fits = false;
-    if (cl->gpus % (own.tp * own.cp * own.pp)) {
+    struct grid_layout one = topology_layout(own.tp, own.pp, 1, 0, own.cp); // one data rank's GPUs
+    int model_ranks = topology_world_size(&one);
+    if (cl->gpus % model_ranks) {
         snprintf(own_why, sizeof own_why, "tp %d x cp %d x pp %d does not divide %d GPUs", own.tp, own.cp, own.pp,
                  cl->gpus);
     } else {
-        own.dp = cl->gpus / (own.tp * own.cp * own.pp);
+        own.dp = cl->gpus / model_ranks;
         if (c->train.global_batch_size % (own.mb * own.dp))
             snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d",
                      own.mb, own.dp, c->train.global_batch_size);
