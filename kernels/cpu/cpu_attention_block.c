@@ -13,14 +13,26 @@
 
 #include "cpu.h"
 
-// Query rows per score block and keys per candidate tile (generic/
-// attention_block.h): a key tile whose positions no query of a query tile
-// can read is skipped whole; 64 as ATTN_BLOCK of cpu_attention.c.
+// The most query rows per score block and keys per candidate tile
+// (generic/attention_block.h; tiles also end where positions stop running):
+// a key tile whose positions no query of a query tile can read is skipped
+// whole; 64 as ATTN_BLOCK of cpu_attention.c.
 #define BLOCK_BQ 64
 #define BLOCK_BK 64
 
-// The most runs of candidate key tiles: every other tile.
-static int block_max_runs(int Tk) { return Tk / BLOCK_BK / 2 + 1; }
+// The end of the tile of rows starting at row i0 of pos (n,): at most max
+// rows, and it ends where the positions stop running consecutively (so that
+// under context parallelism a tile never holds both of a rank's chunks,
+// whatever the chunk size, and its [min, max] bounds it tightly).
+static int block_tile_end(const int32_t *pos, int i0, int n, int max) {
+    int end = MIN(n, i0 + max), i = i0 + 1;
+    while (i < end && pos[i] == pos[i - 1] + 1) i++;
+    return i;
+}
+
+// The most runs of candidate key tiles: tiles may be single keys (positions
+// that never run), and runs are separated by at least one tile.
+static int block_max_runs(int Tk) { return Tk / 2 + 1; }
 
 // Per-thread scratch elements (reals of 4 or 8 bytes): the score and dP
 // blocks (BLOCK_BQ, Tk), the forward's merge rows (BLOCK_BQ, D) and the runs
@@ -35,16 +47,17 @@ static size_t block_scratch_elems(int Tq, int Tk, int D, bool lowp) {
 // The runs' place in a thread's scratch S (after the blocks).
 #define block_runs_of(S, Tk, D) ((int *)((S) + (size_t)BLOCK_BQ * (2 * (size_t)(Tk) + (D))))
 
-// The candidate key tiles for a query tile reading positions [lo, hi]: tile
-// [j, j + BLOCK_BK) of kpos (Tk,) is one when its positions [min, max] meet
-// [lo, hi]. Writes the runs of consecutive candidates as runs[2 r] = first
-// key, runs[2 r + 1] = end key, and returns their count (at most
-// block_max_runs(Tk)).
+// The candidate key tiles for a query tile reading positions [lo, hi]: key
+// tile [j, block_tile_end(kpos, j, Tk, BLOCK_BK)) is one when its positions
+// [min, max] meet [lo, hi]. Writes the runs of consecutive candidates as
+// runs[2 r] = first key, runs[2 r + 1] = end key, and returns their count
+// (at most block_max_runs(Tk)).
 static int block_runs(const int32_t *kpos, int Tk, int lo, int hi, int *runs) {
     int n = 0;
     bool open = false;
-    for (int j = 0; j < Tk; j += BLOCK_BK) {
-        int j1 = MIN(Tk, j + BLOCK_BK), mn = kpos[j], mx = kpos[j];
+    for (int j = 0, j1; j < Tk; j = j1) {
+        j1 = block_tile_end(kpos, j, Tk, BLOCK_BK);
+        int mn = kpos[j], mx = kpos[j];
         for (int t = j + 1; t < j1; t++) mn = MIN(mn, kpos[t]), mx = MAX(mx, kpos[t]);
         bool cand = mn <= hi && mx >= lo;
         if (cand && !open) runs[2 * n] = j, open = true;

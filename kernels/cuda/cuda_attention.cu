@@ -113,52 +113,26 @@ attention_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr
 #pragma unroll
         for (int r = 0; r < RM; r++) {
             int i = q0 + tr + ATTN_TR * r;
-            float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < RN; n++) {
                 int j = k0 + tc + ATTN_TC * n;
                 s[r][n] = mask && (j > i || j < dsr[r]) ? -INFINITY : s[r][n] * scale;
-                mx = fmaxf(mx, s[r][n]);
             }
-            red[(tr + ATTN_TR * r) * ATTN_TC + tc] = mx;
         }
+        attn_tile_rowmax<RM>(s, red, tr, tc);
         __syncthreads();
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            int row = tr + ATTN_TR * r;
-            float mt = m[r];
-#pragma unroll
-            for (int c = 0; c < ATTN_TC; c++) mt = fmaxf(mt, red[row * ATTN_TC + c]);
-            // Without documents mt is finite (key 0 is in the first tile of
-            // every row); with them a row may have no key yet: its reference
-            // is 0 for -inf (corr = 0, p = 0) and m stays -inf.
-            float mref = ds && mt == -INFINITY ? 0.0f : mt;
-            float corr = expf(m[r] - mref), ls = 0;
-#pragma unroll
-            for (int n = 0; n < RN; n++) {
-                float p = expf(s[r][n] - mref); // masked: exp(-inf) = 0
-                Ps[row * PL + tc + ATTN_TC * n] = p;
-                ls += p;
-            }
-            l[r] = l[r] * corr + ls;
-            m[r] = mt;
-#pragma unroll
-            for (int e = 0; e < DN; e++) o[r][e] *= corr;
-        }
+        // Without documents m is finite (key 0 is in the first tile of every
+        // row); with them a row may have no key yet (m stays -inf).
+        attn_tile_softmax<DP, RM>(s, m, l, o, Ps, red, tr, tc);
         __syncthreads();
         attn_tile_acc<DP, RM>(o, Ps, Vs, tr, tc); // O += P V (keys past T: P = 0 for rows < T)
     }
-    // l: the sum of the row's 8 partial sums (red is free: its last readers
-    // passed the barrier before O += P V)
-#pragma unroll
-    for (int r = 0; r < RM; r++) red[(tr + ATTN_TR * r) * ATTN_TC + tc] = l[r];
-    __syncthreads();
+    float lts[RM]; // l: the sum of the row's 8 partial sums
+    attn_row_sums<RM>(lts, l, red, tr, tc);
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         int row = tr + ATTN_TR * r, i = q0 + row;
-        float lt = 0;
-#pragma unroll
-        for (int c = 0; c < ATTN_TC; c++) lt += red[row * ATTN_TC + c];
+        float lt = lts[r];
         if (i >= T) continue;
         float inv = 1.0f / lt;
         size_t oo = qbase + (size_t)i * qs;
@@ -192,36 +166,16 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
     size_t lbase = ((size_t)b * H + h) * T;
     attn_load_rows<DP>(Qs, q, qbase, qs, q0, BR, T, D);
     attn_load_rows<DP>(dOs, dout, qbase, qs, q0, BR, T, D);
-    __syncthreads();
-    // D_i: partial dot products over this thread's head elements, then the row's 8
-#pragma unroll
-    for (int r = 0; r < RM; r++) {
-        int row = tr + ATTN_TR * r, i = q0 + row;
-        float part = 0;
-        if (i < T) {
-            size_t oo = qbase + (size_t)i * qs;
-#pragma unroll
-            for (int e = 0; e < DN; e++) {
-                int d = attn_col(tc, e);
-                if (d < D) part += dOs[row * LD + d] * ld(out, oo + d);
-            }
-        }
-        red[row * ATTN_TC + tc] = part;
-    }
-    __syncthreads();
     const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
     float Di[RM], li[RM], acc[RM][DN];
     int dsr[RM];
+    attn_rows_delta<DP, RM>(Di, dOs, out, qbase, qs, q0, T, D, red, tr, tc);
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         int row = tr + ATTN_TR * r, i = q0 + row;
         dsr[r] = ds && i < T ? ds[i] : 0;
-        float di = 0;
-#pragma unroll
-        for (int c = 0; c < ATTN_TC; c++) di += red[row * ATTN_TC + c];
-        Di[r] = di;
         li[r] = i < T ? lse[lbase + i] : 0.0f;
-        if (tc == 0 && i < T) Dvec[lbase + i] = di;
+        if (tc == 0 && i < T) Dvec[lbase + i] = Di[r];
 #pragma unroll
         for (int e = 0; e < DN; e++) acc[r][e] = 0;
     }
@@ -235,17 +189,10 @@ attention_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, stru
         attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
         attn_tile_dot<DP, RM>(dp, dOs, Vs, tr, tc, D);
         bool diag = k0 + BC - 1 > q0; // some key of the tile is after some row
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            int row = tr + ATTN_TR * r, i = q0 + row;
-#pragma unroll
-            for (int n = 0; n < RN; n++) {
-                int j = k0 + tc + ATTN_TC * n;
-                bool keep = ds ? j <= i && j >= dsr[r] : !diag || j <= i;
-                float p = keep ? expf(s[r][n] * scale - li[r]) : 0.0f;
-                dSs[row * PL + tc + ATTN_TC * n] = p * (dp[r][n] - Di[r]);
-            }
-        }
+        attn_tile_ds<RM>(dSs, s, dp, li, Di, scale, tr, tc, [&](int r, int n) {
+            int i = q0 + tr + ATTN_TR * r, j = k0 + tc + ATTN_TC * n;
+            return ds ? j <= i && j >= dsr[r] : !diag || j <= i;
+        });
         __syncthreads();
         attn_tile_acc<DP, RM>(acc, dSs, Ks, tr, tc); // dQ += dS K
     }
@@ -312,18 +259,10 @@ attention_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float *Dvec,
             attn_tile_dot<DP, RK>(dp, Vs, dOs, tr, tc, D);
             // some query of the tile is before some key, or past T
             bool edge = i0 < k0 + BK - 1 || i0 + BQ > T;
-#pragma unroll
-            for (int r = 0; r < RK; r++) {
-                int row = tr + ATTN_TR * r, j = k0 + row;
-#pragma unroll
-                for (int n = 0; n < RN; n++) {
-                    int c = tc + ATTN_TC * n, i = i0 + c;
-                    bool keep = ds ? i >= j && i < T && ds[i] <= j : !edge || (i >= j && i < T);
-                    float p = keep ? expf(s[r][n] * scale - ls[c]) : 0.0f;
-                    Ps[row * PL + c] = p;
-                    dSs[row * PL + c] = p * (dp[r][n] - Ds[c]);
-                }
-            }
+            attn_tile_p_ds<RK>(Ps, dSs, s, dp, ls, Ds, scale, tr, tc, [&](int r, int n) {
+                int j = k0 + tr + ATTN_TR * r, i = i0 + tc + ATTN_TC * n;
+                return ds ? i >= j && i < T && ds[i] <= j : !edge || (i >= j && i < T);
+            });
             __syncthreads();
             attn_tile_acc<DP, RK>(dva, Ps, dOs, tr, tc);  // dV += P^T dO
             attn_tile_acc<DP, RK>(dka, dSs, Qs, tr, tc);  // dK += dS^T Q

@@ -126,6 +126,140 @@ __device__ __forceinline__ void attn_tile_acc(float (&acc)[RM][DP / ATTN_TC], co
 // Head element of accumulator slot i (< DP / 8) of column thread tc.
 __device__ __forceinline__ int attn_col(int tc, int i) { return 4 * tc + 32 * (i / 4) + i % 4; }
 
+// ---- steps of the kernels, shared by whole-sequence and block attention ----
+// Each is called by every thread of the block; those that contain a barrier
+// say so. Rows are this thread's tr + 16 r (r < RM), score columns tc + 8 n.
+
+// Forward, one key tile: the maxima of this thread's scores s (scaled, masked
+// to -inf) of each row into red (rows of 8 partials).
+template <int RM>
+__device__ __forceinline__ void attn_tile_rowmax(const float (&s)[RM][ATTN_RN], float *red, int tr, int tc) {
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < ATTN_RN; n++) mx = fmaxf(mx, s[r][n]);
+        red[(tr + ATTN_TR * r) * ATTN_TC + tc] = mx;
+    }
+}
+
+// Forward, one key tile, after the barrier that follows attn_tile_rowmax
+// (alg. 1's online softmax): m_new = max(m, the row's tile maximum), P =
+// exp(s - m_new) into Ps (rows of 36), l = l corr + rowsum P (this thread's
+// part), O *= corr with corr = exp(m - m_new). A row with no key yet keeps m =
+// -inf and uses 0 as its reference (corr = 0, P = 0: no NaN).
+template <int DP, int RM>
+__device__ __forceinline__ void attn_tile_softmax(const float (&s)[RM][ATTN_RN], float (&m)[RM], float (&l)[RM],
+                                                  float (&o)[RM][DP / ATTN_TC], float *Ps, const float *red,
+                                                  int tr, int tc) {
+    constexpr int PL = ATTN_BC + 4;
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int row = tr + ATTN_TR * r;
+        float mt = m[r];
+#pragma unroll
+        for (int c = 0; c < ATTN_TC; c++) mt = fmaxf(mt, red[row * ATTN_TC + c]);
+        float mref = mt == -INFINITY ? 0.0f : mt;
+        float corr = expf(m[r] - mref), ls = 0;
+#pragma unroll
+        for (int n = 0; n < ATTN_RN; n++) {
+            float p = expf(s[r][n] - mref); // masked: exp(-inf) = 0
+            Ps[row * PL + tc + ATTN_TC * n] = p;
+            ls += p;
+        }
+        l[r] = l[r] * corr + ls;
+        m[r] = mt;
+#pragma unroll
+        for (int e = 0; e < DP / ATTN_TC; e++) o[r][e] *= corr;
+    }
+}
+
+// Forward epilogue: lt = each row's l summed over its 8 threads, through red
+// (free once the last tile's P V has passed its barrier). Contains a barrier.
+template <int RM>
+__device__ __forceinline__ void attn_row_sums(float (&lt)[RM], const float (&l)[RM], float *red, int tr, int tc) {
+#pragma unroll
+    for (int r = 0; r < RM; r++) red[(tr + ATTN_TR * r) * ATTN_TC + tc] = l[r];
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        float t = 0;
+#pragma unroll
+        for (int c = 0; c < ATTN_TC; c++) t += red[(tr + ATTN_TR * r) * ATTN_TC + c];
+        lt[r] = t;
+    }
+}
+
+// Backward dq kernels: Di = dO_i . O_i for rows q0 + tr + 16 r (0 past T),
+// dO from the staged dOs (stride DP + 4), O from out (rows of stride qs from
+// qbase). Contains two barriers (the first: dOs staged).
+template <int DP, int RM>
+__device__ __forceinline__ void attn_rows_delta(float (&Di)[RM], const float *dOs, struct dptr out, size_t qbase,
+                                                size_t qs, int q0, int T, int D, float *red, int tr, int tc) {
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int row = tr + ATTN_TR * r, i = q0 + row;
+        float part = 0;
+        if (i < T) {
+            size_t oo = qbase + (size_t)i * qs;
+#pragma unroll
+            for (int e = 0; e < DP / ATTN_TC; e++) {
+                int d = attn_col(tc, e);
+                if (d < D) part += dOs[row * attn_ld(DP) + d] * ld(out, oo + d);
+            }
+        }
+        red[row * ATTN_TC + tc] = part;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        float di = 0;
+#pragma unroll
+        for (int c = 0; c < ATTN_TC; c++) di += red[(tr + ATTN_TR * r) * ATTN_TC + c];
+        Di[r] = di;
+    }
+}
+
+// Backward dq kernels, one key tile: dS = P (dP - D_i) into dSs (rows of 36),
+// P = exp(scale s - lse_i) where keep(r, n), else 0.
+template <int RM, class Keep>
+__device__ __forceinline__ void attn_tile_ds(float *dSs, const float (&s)[RM][ATTN_RN],
+                                             const float (&dp)[RM][ATTN_RN], const float (&li)[RM],
+                                             const float (&Di)[RM], float scale, int tr, int tc, Keep keep) {
+    constexpr int PL = ATTN_BC + 4;
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int row = tr + ATTN_TR * r;
+#pragma unroll
+        for (int n = 0; n < ATTN_RN; n++) {
+            float p = keep(r, n) ? expf(s[r][n] * scale - li[r]) : 0.0f;
+            dSs[row * PL + tc + ATTN_TC * n] = p * (dp[r][n] - Di[r]);
+        }
+    }
+}
+
+// Backward dk/dv kernels, one query tile (transposed: rows keys, columns
+// queries c = tc + 8 n with lse ls[c], D Ds[c]): P into Ps, dS = P (dP - D)
+// into dSs, P = 0 where !keep(r, n).
+template <int RK, class Keep>
+__device__ __forceinline__ void attn_tile_p_ds(float *Ps, float *dSs, const float (&s)[RK][ATTN_RN],
+                                               const float (&dp)[RK][ATTN_RN], const float *ls, const float *Ds,
+                                               float scale, int tr, int tc, Keep keep) {
+    constexpr int PL = ATTN_BC + 4;
+#pragma unroll
+    for (int r = 0; r < RK; r++) {
+        int row = tr + ATTN_TR * r;
+#pragma unroll
+        for (int n = 0; n < ATTN_RN; n++) {
+            int c = tc + ATTN_TC * n;
+            float p = keep(r, n) ? expf(s[r][n] * scale - ls[c]) : 0.0f;
+            Ps[row * PL + c] = p;
+            dSs[row * PL + c] = p * (dp[r][n] - Ds[c]);
+        }
+    }
+}
+
 // The head-size bucket DP (32, 64, 128, 256) of D; aborts above 256.
 static inline int attn_bucket(const char *op, int D) {
     CHECK(D >= 1 && D <= 256, "%s: head size D=%d; the cuda attention kernels take D <= 256", op, D);

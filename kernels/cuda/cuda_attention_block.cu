@@ -108,6 +108,35 @@ __device__ __forceinline__ bool attn_reads_all(attn_qrange q, attn_krange k) {
     return k.kmax <= q.pmin && k.kmin >= q.dmax;
 }
 
+// Each row's last and first readable position, q_pos and q_doc (0 when
+// empty), for rows q0 + tr + 16 r (padding rows past Tq: none readable).
+template <int RM>
+__device__ __forceinline__ void attn_row_bounds(int (&qp)[RM], int (&qd)[RM], const int32_t *q_pos,
+                                                const int32_t *q_doc, int b, int Tq, int q0, int tr) {
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        int i = q0 + tr + ATTN_TR * r;
+        bool in = i < Tq;
+        qp[r] = in ? q_pos[(size_t)b * Tq + i] : INT_MIN;
+        qd[r] = !in ? INT_MAX : q_doc ? q_doc[(size_t)b * Tq + i] : 0;
+    }
+}
+
+// Stages key tile [k0, k0 + 32): K and V rows into Ks, Vs and the keys'
+// positions into kps (past Tk: INT_MAX, never readable). The caller's
+// barriers surround it.
+template <int DP>
+__device__ __forceinline__ void attn_stage_keys(float *Ks, float *Vs, int *kps, struct dptr k, struct dptr v,
+                                                size_t kbase, size_t ks, const int32_t *k_pos, int b, int k0,
+                                                int Tk, int D) {
+    attn_load_rows<DP>(Ks, k, kbase, ks, k0, ATTN_BC, Tk, D);
+    attn_load_rows<DP>(Vs, v, kbase, ks, k0, ATTN_BC, Tk, D);
+    if (threadIdx.x < ATTN_BC) {
+        int j = k0 + threadIdx.x;
+        kps[threadIdx.x] = j < Tk ? k_pos[(size_t)b * Tk + j] : INT_MAX;
+    }
+}
+
 // Forward: block (x, h, b) owns query rows [q0, q0 + BR) of head h, q0 = x
 // BR. Shared: Qs (BR, LD), Ks, Vs (32, LD), Ps (BR, 36), red (BR, 8) as
 // attention_forward_kernel; kps (32): the key tile's positions.
@@ -132,13 +161,10 @@ attention_block_forward_kernel(struct dptr out, float *lse, struct dptr q, struc
     attn_qrange R = attn_qrange_of(qr, b, ngq, q0, BR);
     attn_load_rows<DP>(Qs, q, qbase, qs, q0, BR, Tq, D);
     float o[RM][DN], m[RM], l[RM];
-    int qp[RM], qd[RM]; // each row's last and first readable position (padding rows: none)
+    int qp[RM], qd[RM];
+    attn_row_bounds<RM>(qp, qd, q_pos, q_doc, b, Tq, q0, tr);
 #pragma unroll
     for (int r = 0; r < RM; r++) {
-        int i = q0 + tr + ATTN_TR * r;
-        bool in = i < Tq;
-        qp[r] = in ? q_pos[(size_t)b * Tq + i] : INT_MIN;
-        qd[r] = !in ? INT_MAX : q_doc ? q_doc[(size_t)b * Tq + i] : 0;
         m[r] = -INFINITY, l[r] = 0;
 #pragma unroll
         for (int e = 0; e < DN; e++) o[r][e] = 0;
@@ -148,65 +174,36 @@ attention_block_forward_kernel(struct dptr out, float *lse, struct dptr q, struc
         if (!attn_may_read(R, K)) continue; // uniform: no barrier skipped by part of the block
         bool mask = !attn_reads_all(R, K) || k0 + BC > Tk || q0 + BR > Tq;
         __syncthreads(); // the previous tile's Ks, Vs, Ps, kps are consumed
-        attn_load_rows<DP>(Ks, k, kbase, ks, k0, BC, Tk, D);
-        attn_load_rows<DP>(Vs, v, kbase, ks, k0, BC, Tk, D);
-        if (threadIdx.x < BC) {
-            int j = k0 + threadIdx.x;
-            kps[threadIdx.x] = j < Tk ? k_pos[(size_t)b * Tk + j] : INT_MAX; // past Tk: never readable
-        }
+        attn_stage_keys<DP>(Ks, Vs, kps, k, v, kbase, ks, k_pos, b, k0, Tk, D);
         __syncthreads();
         float s[RM][RN];
         attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
 #pragma unroll
-        for (int r = 0; r < RM; r++) {
-            float mx = -INFINITY;
+        for (int r = 0; r < RM; r++)
 #pragma unroll
             for (int n = 0; n < RN; n++) {
                 int kp = kps[tc + ATTN_TC * n];
                 s[r][n] = mask && !(qd[r] <= kp && kp <= qp[r]) ? -INFINITY : s[r][n] * scale;
-                mx = fmaxf(mx, s[r][n]);
             }
-            red[(tr + ATTN_TR * r) * ATTN_TC + tc] = mx;
-        }
+        attn_tile_rowmax<RM>(s, red, tr, tc);
         __syncthreads();
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            int row = tr + ATTN_TR * r;
-            float mt = m[r];
-#pragma unroll
-            for (int c = 0; c < ATTN_TC; c++) mt = fmaxf(mt, red[row * ATTN_TC + c]);
-            float mref = mt == -INFINITY ? 0.0f : mt; // no key yet: corr = 0, p = 0
-            float corr = expf(m[r] - mref), ls = 0;
-#pragma unroll
-            for (int n = 0; n < RN; n++) {
-                float p = expf(s[r][n] - mref);
-                Ps[row * PL + tc + ATTN_TC * n] = p;
-                ls += p;
-            }
-            l[r] = l[r] * corr + ls;
-            m[r] = mt;
-#pragma unroll
-            for (int e = 0; e < DN; e++) o[r][e] *= corr;
-        }
+        attn_tile_softmax<DP, RM>(s, m, l, o, Ps, red, tr, tc); // a row with no key yet: m = -inf, P = 0
         __syncthreads();
         attn_tile_acc<DP, RM>(o, Ps, Vs, tr, tc); // O += P V
     }
-    // l: the sum of the row's 8 partials; the old lse is read by every thread
-    // of its row before any of them writes it
-    float lo[RM];
+    // the old lse is read by every thread of its row before the barrier of
+    // the row sums, hence before any of them writes it
+    float lo[RM], lts[RM];
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         int i = q0 + tr + ATTN_TR * r;
-        red[(tr + ATTN_TR * r) * ATTN_TC + tc] = l[r];
         lo[r] = accumulate && i < Tq ? lse[lbase + i] : -INFINITY;
     }
-    __syncthreads();
+    attn_row_sums<RM>(lts, l, red, tr, tc);
 #pragma unroll
     for (int r = 0; r < RM; r++) {
-        int row = tr + ATTN_TR * r, i = q0 + row;
-        float lt = 0;
-#pragma unroll
-        for (int c = 0; c < ATTN_TC; c++) lt += red[row * ATTN_TC + c];
+        int i = q0 + tr + ATTN_TR * r;
+        float lt = lts[r];
         if (i >= Tq) continue;
         float lb = lt > 0 ? m[r] + logf(lt) : -INFINITY, inv = lt > 0 ? 1.0f / lt : 0.0f;
         float a = 0, c = inv, ln = lb; // out' = a out + c O
@@ -248,36 +245,16 @@ attention_block_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout
     attn_qrange R = attn_qrange_of(qr, b, ngq, q0, BR);
     attn_load_rows<DP>(Qs, q, qbase, qs, q0, BR, Tq, D);
     attn_load_rows<DP>(dOs, dout, qbase, qs, q0, BR, Tq, D);
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < RM; r++) { // D_i: this thread's partial dot product, then the row's 8
-        int row = tr + ATTN_TR * r, i = q0 + row;
-        float part = 0;
-        if (i < Tq) {
-            size_t oo = qbase + (size_t)i * qs;
-#pragma unroll
-            for (int e = 0; e < DN; e++) {
-                int d = attn_col(tc, e);
-                if (d < D) part += dOs[row * LD + d] * ld(out, oo + d);
-            }
-        }
-        red[row * ATTN_TC + tc] = part;
-    }
-    __syncthreads();
     float Di[RM], li[RM], acc[RM][DN];
     int qp[RM], qd[RM];
+    attn_rows_delta<DP, RM>(Di, dOs, out, qbase, qs, q0, Tq, D, red, tr, tc);
+    attn_row_bounds<RM>(qp, qd, q_pos, q_doc, b, Tq, q0, tr);
 #pragma unroll
     for (int r = 0; r < RM; r++) {
-        int row = tr + ATTN_TR * r, i = q0 + row;
+        int i = q0 + tr + ATTN_TR * r;
         bool in = i < Tq;
-        qp[r] = in ? q_pos[(size_t)b * Tq + i] : INT_MIN;
-        qd[r] = !in ? INT_MAX : q_doc ? q_doc[(size_t)b * Tq + i] : 0;
-        float di = 0;
-#pragma unroll
-        for (int c = 0; c < ATTN_TC; c++) di += red[row * ATTN_TC + c];
-        Di[r] = di;
         li[r] = in ? lse[lbase + i] : 0.0f;
-        if (tc == 0 && in) Dvec[lbase + i] = di;
+        if (tc == 0 && in) Dvec[lbase + i] = Di[r];
 #pragma unroll
         for (int e = 0; e < DN; e++) acc[r][e] = 0;
     }
@@ -288,27 +265,15 @@ attention_block_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout
         bool mask = !attn_reads_all(R, K) || k0 + BC > Tk || q0 + BR > Tq;
         any = true;
         __syncthreads(); // the previous tile's Ks, Vs, dSs, kps are consumed
-        attn_load_rows<DP>(Ks, k, kbase, ks, k0, BC, Tk, D);
-        attn_load_rows<DP>(Vs, v, kbase, ks, k0, BC, Tk, D);
-        if (threadIdx.x < BC) {
-            int j = k0 + threadIdx.x;
-            kps[threadIdx.x] = j < Tk ? k_pos[(size_t)b * Tk + j] : INT_MAX;
-        }
+        attn_stage_keys<DP>(Ks, Vs, kps, k, v, kbase, ks, k_pos, b, k0, Tk, D);
         __syncthreads();
         float s[RM][RN], dp[RM][RN];
         attn_tile_dot<DP, RM>(s, Qs, Ks, tr, tc, D);
         attn_tile_dot<DP, RM>(dp, dOs, Vs, tr, tc, D);
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            int row = tr + ATTN_TR * r;
-#pragma unroll
-            for (int n = 0; n < RN; n++) {
-                int kp = kps[tc + ATTN_TC * n];
-                bool keep = !mask || (qd[r] <= kp && kp <= qp[r]);
-                float p = keep ? expf(s[r][n] * scale - li[r]) : 0.0f;
-                dSs[row * PL + tc + ATTN_TC * n] = p * (dp[r][n] - Di[r]);
-            }
-        }
+        attn_tile_ds<RM>(dSs, s, dp, li, Di, scale, tr, tc, [&](int r, int n) {
+            int kp = kps[tc + ATTN_TC * n];
+            return !mask || (qd[r] <= kp && kp <= qp[r]);
+        });
         __syncthreads();
         attn_tile_acc<DP, RM>(acc, dSs, Ks, tr, tc); // dQ += dS K
     }
@@ -383,18 +348,10 @@ attention_block_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float 
             float s[RK][RN], dp[RK][RN]; // transposed score tile: rows keys, columns queries
             attn_tile_dot<DP, RK>(s, Ks, Qs, tr, tc, D);
             attn_tile_dot<DP, RK>(dp, Vs, dOs, tr, tc, D);
-#pragma unroll
-            for (int r = 0; r < RK; r++) {
-                int row = tr + ATTN_TR * r;
-#pragma unroll
-                for (int n = 0; n < RN; n++) {
-                    int c = tc + ATTN_TC * n;
-                    bool keep = !mask || (qds[c] <= kp[r] && kp[r] <= qps[c]);
-                    float p = keep ? expf(s[r][n] * scale - ls[c]) : 0.0f;
-                    Ps[row * PL + c] = p;
-                    dSs[row * PL + c] = p * (dp[r][n] - Ds[c]);
-                }
-            }
+            attn_tile_p_ds<RK>(Ps, dSs, s, dp, ls, Ds, scale, tr, tc, [&](int r, int n) {
+                int c = tc + ATTN_TC * n;
+                return !mask || (qds[c] <= kp[r] && kp[r] <= qps[c]);
+            });
             __syncthreads();
             attn_tile_acc<DP, RK>(dva, Ps, dOs, tr, tc); // dV += P^T dO
             attn_tile_acc<DP, RK>(dka, dSs, Qs, tr, tc); // dK += dS^T Q

@@ -30,7 +30,7 @@ static void print_json(const struct config *c, const struct plan_group *rows,
     json_t *o = json_object(), *groups = json_array();
     json_object_set_new(o, "schema", json_string("trident.plan.v1"));
     json_object_set_new(o, "config", json_string(c->file));
-    // The layout: every named size of the grid (tp, dp, dp_shard, dp_replicate, pp).
+    // The layout: every named size of the grid (tp, cp, dp, dp_shard, dp_replicate, pp).
     struct grid_layout grid = config_grid(c);
     const char *names[GROUP_COUNT];
     int sizes[GROUP_COUNT], n_sizes = topology_layout_sizes(&grid, false, names, sizes);
@@ -59,6 +59,7 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         json_object_set_new(g, "activation_bytes", json_integer((json_int_t)b->activations));
         json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
         json_object_set_new(g, "slots", json_integer(b->n_slots));
+        if (plan_cp(c) > 1) json_object_set_new(g, "cp_ring_bytes", json_integer((json_int_t)b->cp_bytes));
         if (b->zero_stage >= 2) { // ZeRO-2/3's parts (plan.h)
             json_object_set_new(g, "shard_ranks", json_integer(b->shard_ranks));
             json_object_set_new(g, "unit_elems", json_integer((json_int_t)b->unit_elems));
@@ -114,6 +115,7 @@ static const char *recompute_name(enum recompute r) {
 static json_t *layout_json(const struct plan_layout *l) {
     json_t *o = json_object();
     json_object_set_new(o, "tp", json_integer(l->tp));
+    json_object_set_new(o, "cp", json_integer(MAX(1, l->cp)));
     json_object_set_new(o, "pp", json_integer(l->pp));
     json_object_set_new(o, "virtual_stages", json_integer(l->v));
     json_object_set_new(o, "dp", json_integer(l->dp));
@@ -128,6 +130,7 @@ static json_t *layout_json(const struct plan_layout *l) {
     json_object_set_new(o, "recompute_s", json_real(l->recompute_s));
     json_object_set_new(o, "bubble_s", json_real(l->bubble_s));
     json_object_set_new(o, "tp_comm_s", json_real(l->tp_comm_s));
+    json_object_set_new(o, "cp_comm_s", json_real(l->cp_comm_s));
     json_object_set_new(o, "pp_comm_s", json_real(l->pp_comm_s));
     json_object_set_new(o, "dp_exposed_s", json_real(l->dp_exposed_s));
     json_object_set_new(o, "tokens_per_s", json_real(l->tokens_per_s));
@@ -140,10 +143,12 @@ static json_t *layout_json(const struct plan_layout *l) {
 static void print_layout(const char *tag, const struct plan_layout *l) {
     char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
     if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
-    printf("%-5s %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f %5.1f%% %7.1f\n",
-           tag, l->tp, l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
+    printf("%-5s %3d %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f "
+           "%5.1f%% %7.1f\n",
+           tag, l->tp, MAX(1, l->cp), l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
-           l->tp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu, l->hw_tflops_per_gpu);
+           l->tp_comm_s, l->cp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu,
+           l->hw_tflops_per_gpu);
 }
 
 // --gpus N: the layout search (plan_search.h) and the config's own layout.
@@ -159,17 +164,20 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         return err.status;
     }
     // The config's own layout, when it is one for this cluster.
-    struct plan_layout own = {.tp = c->parallel.tp, .pp = c->parallel.pp,
+    struct plan_layout own = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp,
                               .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                               .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
     struct plan_sharding zs = plan_sharding_of(c);
     own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
     char own_why[400] = "";
     bool own_fits = false;
-    if (cl->gpus % (own.tp * own.pp)) {
-        snprintf(own_why, sizeof own_why, "tp %d x pp %d does not divide %d GPUs", own.tp, own.pp, cl->gpus);
+    struct grid_layout one = topology_layout(own.tp, own.pp, 1, 0, own.cp); // one data rank's GPUs
+    int model_ranks = topology_world_size(&one);
+    if (cl->gpus % model_ranks) {
+        snprintf(own_why, sizeof own_why, "tp %d x cp %d x pp %d does not divide %d GPUs", own.tp, own.cp, own.pp,
+                 cl->gpus);
     } else {
-        own.dp = cl->gpus / (own.tp * own.pp);
+        own.dp = cl->gpus / model_ranks;
         if (c->train.global_batch_size % (own.mb * own.dp))
             snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d",
                      own.mb, own.dp, c->train.global_batch_size);
@@ -197,6 +205,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         for (int i = 0; i < n_rej; i++) {
             json_t *x = json_object();
             json_object_set_new(x, "tp", json_integer(rej[i].tp));
+            json_object_set_new(x, "cp", json_integer(MAX(1, rej[i].cp)));
             json_object_set_new(x, "pp", json_integer(rej[i].pp));
             json_object_set_new(x, "why", json_string(rej[i].why));
             json_array_append_new(r, x);
@@ -220,9 +229,9 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
            cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, n_tried, n_fit);
-    printf("%-5s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp", "pp",
-           "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble", "tp comm",
-           "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
+    printf("%-5s %3s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp",
+           "cp", "pp", "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble",
+           "tp comm", "cp comm", "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
         snprintf(tag, sizeof tag, "%d", i + 1);
@@ -235,11 +244,16 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
                     100 * (own.step_s / top[0].step_s - 1));
     } else {
-        printf("config's layout (tp %d, pp %d, v %d, mb %d, recompute %s, zero %d) does not fit: %s\n",
-               own.tp, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
+        char cps[16] = ""; // cp only where the layout has it: the line reads as before without
+        if (own.cp > 1) snprintf(cps, sizeof cps, "cp %d, ", own.cp);
+        printf("config's layout (tp %d, %spp %d, v %d, mb %d, recompute %s, zero %d) does not fit: %s\n",
+               own.tp, cps, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
     }
     if (n_rej) printf("rejected families:\n");
-    for (int i = 0; i < n_rej; i++) printf("  tp %d x pp %d: %s\n", rej[i].tp, rej[i].pp, rej[i].why);
+    for (int i = 0; i < n_rej; i++) {
+        if (rej[i].cp > 1) printf("  tp %d x cp %d x pp %d: %s\n", rej[i].tp, rej[i].cp, rej[i].pp, rej[i].why);
+        else printf("  tp %d x pp %d: %s\n", rej[i].tp, rej[i].pp, rej[i].why);
+    }
     free(top);
     return STATUS_OK;
 }
@@ -254,9 +268,10 @@ int cmd_plan(int argc, char **argv) {
                 "  AdamW state, activations), without running it, one row per run of stages\n"
                 "  whose ranks are alike, with the ranks it covers; --json: the same as one\n"
                 "  object; --world-size N: the ranks the run will have (parallel.dp = 0 infers\n"
-                "  dp = N / (tp * pp); without it, dp = 0 means 1)\n"
+                "  dp = N / (tp * cp * pp); without it, dp = 0 means 1)\n"
                 "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
-                "  pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory\n"
+                "  cp for sequences of 16K tokens or more, pp, virtual stages, micro-batch,\n"
+                "  recompute, ZeRO stage 0-3) that fit the memory\n"
                 "  less --reserve, ranks them by predicted step time (docs/planning.md; shard: the\n"
                 "  ranks a ZeRO-2/3 shard spans, g: kept gathered) and says\n"
                 "  why each rejected (tp, pp) family failed and where the config's own layout\n"
@@ -382,11 +397,16 @@ int cmd_plan(int argc, char **argv) {
     if (zs.zero_stage >= 2)
         snprintf(zero, sizeof zero, " (shards over %d ranks%s)", zs.shard_ranks,
                  zs.zero_stage == 2 ? "" : zs.reshard_after_forward ? ", reshard_after_forward" : ", kept gathered");
+    char cps[96] = ""; // context parallelism: what one rank of the cp group holds of them
+    if (plan_cp(&c) > 1)
+        snprintf(cps, sizeof cps, " (each of its %d cp ranks %d x %d of them)", plan_cp(&c),
+                 c.train.micro_batch_size, c.train.seq_len / plan_cp(&c));
     printf("plan: %s, %s = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
-           "tokens per rank per step, %s, recompute %s\n", c.file,
+           "tokens per %srank per step%s, %s, recompute %s\n", c.file,
            topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid),
            c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
-           c.train.seq_len, dtype_name(c.precision.dtype), recompute_names[c.model.recompute]);
+           c.train.seq_len, plan_cp(&c) > 1 ? "data " : "", cps, dtype_name(c.precision.dtype),
+           recompute_names[c.model.recompute]);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
            "grads MiB", "AdamW MiB", "activ. MiB", "total MiB", "slots");
     for (int i = 0; i < n_rows; i++) {
@@ -400,9 +420,11 @@ int cmd_plan(int argc, char **argv) {
                mib(plan_rank_total(b)), b->n_slots);
         printf("       bytes: params %zu, grads %zu, optimizer %zu, activations %zu\n", b->params,
                b->grads, b->optimizer, b->activations);
-        printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
+        printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu",
                b->n_slots, b->slot_bytes, b->recompute_bytes,
                b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
+        if (b->cp_bytes) printf(" (of it the cp ring's travelling buffers and positions %zu)", b->cp_bytes);
+        printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
         if (c.system.device == DEVICE_CPU)
             printf("       host: MPI %zu, resident %zu (%.1f MiB: the arenas and MPI's); a resume "
@@ -421,11 +443,11 @@ int cmd_plan(int argc, char **argv) {
                "MPI calls of %zu MiB, holding up to twice that%s%s%s; peak resident rank %.1f MiB "
                "(%.2f GiB), plus the program's own ~50 MiB (docs/design.md §5)\n",
                mib(host[0].mpi), COMM_MPI_CHUNK_BYTES >> 20,
-               c.parallel.zero_stage == 0 && c.parallel.dp > 1 ? ", gradient all-reduces in flight" : "",
-               (c.parallel.zero_stage >= 1 && c.parallel.dp > 1) || (c.parallel.sequence_parallel && tp > 1)
+               c.parallel.zero_stage == 0 && plan_grad_ranks(&c) > 1 ? ", gradient all-reduces in flight" : "",
+               (c.parallel.zero_stage >= 1 && plan_grad_ranks(&c) > 1) || (c.parallel.sequence_parallel && tp > 1)
                    ? ", reduce-scatter staging" : "",
-               c.parallel.zero_stage >= 2 && c.parallel.dp > 1 ? ", two units' gradient reduce-scatters "
-                                                                 "in flight" : "",
+               c.parallel.zero_stage >= 2 && plan_grad_ranks(&c) > 1 ? ", two units' gradient reduce-scatters "
+                                                                       "in flight" : "",
                mib(peak_resident), peak_resident / 1073741824.0);
     free(rows), free(host);
     return STATUS_OK;

@@ -22,27 +22,27 @@ struct llama_config plan_llama(const struct config *c) {
     };
 }
 
-// The ranks of the gradient group, data x context (dp x cp: axes_list.h's
-// DP_CP), which ZeRO shards over.
-static int grad_ranks(const struct config *c) {
-    struct grid_layout g = topology_layout(1, 1, MAX(1, c->parallel.dp), 0, MAX(1, c->parallel.cp));
+int plan_cp(const struct config *c) { return MAX(1, c->parallel.cp); }
+
+int plan_grad_ranks(const struct config *c) {
+    struct grid_layout g = topology_layout(1, 1, MAX(1, c->parallel.dp), 0, plan_cp(c));
     return topology_group_size(&g, GROUP_DP_CP);
 }
 
 struct plan_sharding plan_sharding_of(const struct config *c) {
-    // ZeRO-2/3's shard group: dp_shard x cp under hybrid sharding, else dp x cp
-    int dp = grad_ranks(c), S = c->parallel.zero_stage >= 2 && c->parallel.dp_shard
-                                    ? c->parallel.dp_shard * MAX(1, c->parallel.cp) : dp;
+    int dp = MAX(1, c->parallel.dp);
+    int S = plan_cp(c) * (c->parallel.zero_stage >= 2 && c->parallel.dp_shard ? c->parallel.dp_shard : dp);
     return (struct plan_sharding){.zero_stage = c->parallel.zero_stage, .shard_ranks = S,
                                   .reshard_after_forward = c->parallel.reshard_after_forward, .prefetch = 1};
 }
 
 // What ZeRO asks of the shard's arenas: ZeRO-1 pads the arena to a multiple
-// of 64 dp; ZeRO-2/3 pad every unit so that each of the S shard ranks owns a
-// slice of whole 128-element (256-byte BF16) blocks (src/train/fsdp.h), keep
-// no gradient arena, and at 3 no parameter arena.
+// of 64 G (G = dp cp, the gradient group); ZeRO-2/3 pad every unit so that
+// each of the S shard ranks owns a slice of whole 128-element (256-byte
+// BF16) blocks (src/train/fsdp.h), keep no gradient arena, and at 3 no
+// parameter arena.
 static void shard_zero(struct model_shard *s, const struct config *c, const struct plan_sharding *z) {
-    s->arena_multiple = z->zero_stage == 1 ? 64 * grad_ranks(c) : 0;
+    s->arena_multiple = z->zero_stage == 1 ? 64 * plan_grad_ranks(c) : 0;
     s->unit_multiple = z->zero_stage >= 2 ? 128 * z->shard_ranks : 0;
     s->no_grad_arena = z->zero_stage >= 2;
     s->no_param_arena = z->zero_stage == 3;
@@ -96,17 +96,18 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len, &mem,
                     err);
     if (st) return st;
-    int dp = grad_ranks(c); // the gradient group's ranks: dp x cp
+    int grad_ranks = plan_grad_ranks(c); // the gradient group: data x context
     *out = (struct plan_rank_bytes){
         .params = mem.param_bytes,
         // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
-        .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, dp, z->zero_stage,
+        .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, grad_ranks, z->zero_stage,
                                                        c->precision.grad_dtype),
-        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, dp, z->zero_stage,
+        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, grad_ranks, z->zero_stage,
                                           c->precision.grad_dtype),
         .activations = mem.activation_bytes,
         .slot_bytes = mem.slot_bytes,
         .recompute_bytes = mem.recompute_bytes,
+        .cp_bytes = mem.cp_bytes,
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
@@ -150,8 +151,9 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
         (st = model_plan(&lc, &shard, c->precision.dtype, c->train.micro_batch_size, c->train.seq_len,
                          &mem, err)))
         return st;
-    int tp = c->parallel.tp, pp = c->parallel.pp, dp = grad_ranks(c), z = c->parallel.zero_stage;
-    // MPI: the largest group a reduction runs on (the embedding group of a
+    int tp = c->parallel.tp, pp = c->parallel.pp, dp = plan_grad_ranks(c), z = c->parallel.zero_stage;
+    // MPI: the largest group a reduction runs on (the gradient group is data
+    // x context, dp here; the embedding group of a
     // tied model's pipeline ends has 2 ranks); gradient buckets all-reduce
     // non-blocking without ZeRO; ZeRO and sequence parallelism reduce-scatter;
     // ZeRO-2/3 keep two units' reduce-scatters in flight (fsdp.c), their
@@ -186,13 +188,13 @@ static bool rank_bytes_equal(const struct plan_rank_bytes *a, const struct plan_
 
 enum status plan_groups(const struct config *c, struct plan_group *out, int *n_out, size_t *peak,
                         double *sum, struct error *err) {
-    int tp = c->parallel.tp, pp = c->parallel.pp, dp = c->parallel.dp, n = 0;
+    int tp = c->parallel.tp, pp = c->parallel.pp, dp = plan_grad_ranks(c), n = 0; // dp: data x context ranks
     *peak = 0, *sum = 0;
     for (int p = 0; p < pp; p++) {
         const char *role = pp == 1 ? "only" : p == 0 ? "first" : p == pp - 1 ? "last" : "middle";
         for (int t = 0; t < tp; t++) {
             struct plan_rank_bytes b;
-            struct grid_coord at = {{0}}; // data rank 0: every data rank holds the same
+            struct grid_coord at = {{0}}; // data and context rank 0: every one holds the same
             at.at[AXIS_TP] = t, at.at[AXIS_PP] = p;
             enum status st = plan_rank(c, at, &b, err);
             if (st) return st;

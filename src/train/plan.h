@@ -12,6 +12,12 @@
 // The [model] section as the model takes it.
 struct llama_config plan_llama(const struct config *c);
 
+// The context-parallel size of the config (parallel.cp, at least 1) and its
+// gradient group, data x context: G = dp cp ranks (parameters are replicated
+// over cp; gradients are reduced and ZeRO shards over G, docs/design.md §2).
+int plan_cp(const struct config *c);
+int plan_grad_ranks(const struct config *c);
+
 // Microbatches per optimizer step on one data-parallel rank
 // (loader_microbatches of the config's batch terms; 0 when they do not divide).
 int plan_microbatches(const struct config *c);
@@ -26,8 +32,8 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
 
 // How a layout shards its data-parallel state (ZeRO, Rajbhandari et al.
 // 2020, §5; FSDP, Zhao et al. 2023, §3): zero_stage 0..3; S = shard_ranks,
-// the ranks a shard is split over (dp; parallel.dp_shard under hybrid
-// sharding); at stage 3 whether a unit's gathered parameters are freed after
+// the ranks a shard is split over (cp x dp; cp x parallel.dp_shard under
+// hybrid sharding); at stage 3 whether a unit's gathered parameters are freed after
 // its forward (reshard_after_forward) and how many units are all-gathered
 // ahead of the one computing (prefetch, FSDP's depth 1).
 struct plan_sharding {
@@ -36,9 +42,10 @@ struct plan_sharding {
     int prefetch; // >= 0 units
 };
 
-// The config's sharding: its zero_stage, S = parallel.dp_shard at stages 2
-// and 3 (0: dp; ZeRO-1 shards over dp), parallel.reshard_after_forward and
-// prefetch 1 (fsdp.h's depth). c->parallel.dp resolved.
+// The config's sharding: its zero_stage, S = cp x parallel.dp_shard at
+// stages 2 and 3 (0: dp; ZeRO-1 shards over cp x dp),
+// parallel.reshard_after_forward and prefetch 1 (fsdp.h's depth).
+// c->parallel.dp resolved.
 struct plan_sharding plan_sharding_of(const struct config *c);
 
 // The bytes one rank of the config's layout allocates (what its metrics.jsonl
@@ -60,6 +67,8 @@ struct plan_sharding plan_sharding_of(const struct config *c);
 struct plan_rank_bytes {
     size_t params, grads, optimizer, activations; // bytes
     size_t slot_bytes, recompute_bytes;           // bytes, inside activations
+    size_t cp_bytes;                              // bytes, inside activations: the cp ring's
+                                                  // travelling buffers and positions (0 at cp 1)
     int n_slots;                                  // >= 1
     size_t n_params;                              // elements of the shard
     // zero_stage >= 2 only (0 otherwise):
@@ -115,7 +124,8 @@ struct plan_group {
 };
 
 // Groups the ranks of the config's layout (c->parallel.dp resolved) into at
-// most pp * tp rows (out has room for pp * tp).
+// most pp * tp rows (out has room for pp * tp); every context and data rank
+// of a row's (stage, tensor rank) holds the same bytes (n_ranks counts them).
 // *n_out: rows written; *peak: the largest rank's total bytes; *sum: all
 // ranks' bytes together. Errors: as plan_rank.
 enum status plan_groups(const struct config *c, struct plan_group *out, int *n_out, size_t *peak,

@@ -86,16 +86,25 @@ static double t_half(double bytes, int n, double bw, double alpha) {
     return t_all_reduce(bytes, n, bw, alpha) / 2;
 }
 
+void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s, double *bwd_s) {
+    *fwd_s = *bwd_s = 0;
+    if (cp <= 1) return;
+    *fwd_s = (cp - 1) * MAX(0, t_kv - t_block_fwd);
+    *bwd_s = (cp - 1) * MAX(0, t_kv - 2 * t_block_fwd) + cp * t_kv;
+}
+
 bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct plan_layout *l,
                   char *why, size_t why_len) {
     struct config c = *c0;
+    if (l->cp < 1) l->cp = 1;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
+    c.parallel.cp = l->cp;
     if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
     // ZeRO-2/3's shard group (hybrid sharding below dp) and reshard policy
     c.parallel.dp_shard = l->zero >= 2 && l->dp_shard < l->dp ? l->dp_shard : 0;
     c.parallel.reshard_after_forward = !l->keep_gathered;
     c.parallel.virtual_stages = l->v, c.parallel.zero_stage = l->zero;
-    c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len % l->tp == 0;
+    c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len / l->cp % l->tp == 0;
     c.train.micro_batch_size = l->mb;
     c.model.recompute = l->recompute;
     struct error err = {0};
@@ -131,9 +140,13 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     struct llama_config lc = plan_llama(&c);
     struct grid_layout grid = config_grid(&c);
     int N = topology_world_size(&grid), T = c.train.seq_len, L = lc.n_layers;
-    int m = c.train.global_batch_size / (l->mb * l->dp);
+    int m = c.train.global_batch_size / (l->mb * l->dp), cp = l->cp, G = l->dp * cp; // G: the gradient group
     double tokens = (double)c.train.global_batch_size * T;
-    double flops = model_flops_per_token(&lc, T) * tokens / N; // model FLOPs per GPU per step
+    // Model FLOPs per GPU per step. Under context parallelism each rank holds
+    // T / cp tokens of every sequence in the load-balanced order (chunks r and
+    // 2 cp - 1 - r), so its share of the causal attention is 1 / cp as well:
+    // dividing by N (tp cp dp pp) is exact for every term.
+    double flops = model_flops_per_token(&lc, T) * tokens / N;
     double rate = cl->gpu.peak_flops * cl->efficiency;
     // The slowest stage sets the pace: ceil(L / (p v)) layers a chunk.
     int chunk_max = (L + l->pp * l->v - 1) / (l->pp * l->v);
@@ -146,34 +159,58 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     l->bubble_s = (l->pp - 1) / (double)(l->v * m) * (l->compute_s + l->recompute_s);
     // TP: per layer and microbatch 2 all-reduce volumes forward, 2 backward
     // (with sequence parallelism an all-gather + reduce-scatter pair each),
-    // 2 more when full recompute reruns the forward. Activations (mb, T, C).
-    double act = (double)l->mb * T * lc.d_model * dtype_size(c.precision.dtype);
+    // 2 more when full recompute reruns the forward. Activations (mb, T / cp, C):
+    // a rank's own tokens.
+    double act = (double)l->mb * (T / cp) * lc.d_model * dtype_size(c.precision.dtype);
     double bw_tp = l->tp <= cl->gpus_per_node ? cl->gpu.nvlink_bw : cl->gpu.ib_bw;
     double a_tp = l->tp <= cl->gpus_per_node ? cl->alpha_nvlink : cl->alpha_ib;
     int n_ar = 4 + (l->recompute == RECOMPUTE_FULL ? 2 : 0);
     l->tp_comm_s = n_ar * (double)chunk_max * l->v * m * t_all_reduce(act, l->tp, bw_tp, a_tp);
+    // CP: the ring of key/value blocks (plan_cp_ring_exposed) in every layer
+    // of every microbatch, forward twice under full recompute. The cp group
+    // is every tp-th rank of tp cp consecutive ones (rank order tp, cp, dp,
+    // pp): on NVLink while tp cp fits a node, else the ring's slowest hop is
+    // the network. A block: mb x T / cp tokens of this rank's Hkv / tp
+    // key/value heads, K and V; its attention forward 2 mb (T / cp)^2 C / tp
+    // FLOPs (the causal half of 4 (T/cp)^2 C: the load-balanced chunks make
+    // every block half-masked, the diagonal one too).
+    l->cp_comm_s = 0;
+    if (cp > 1) {
+        bool cp_ib = (long)l->tp * cp > cl->gpus_per_node;
+        double bw_cp = cp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_cp = cp_ib ? cl->alpha_ib : cl->alpha_nvlink;
+        double Tl = (double)T / cp, D = (double)lc.d_model / lc.n_heads;
+        double kv_heads = MAX(1, lc.n_kv_heads / l->tp);
+        double kv_bytes = 2.0 * l->mb * Tl * kv_heads * D * dtype_size(c.precision.dtype);
+        double t_block = 2.0 * l->mb * Tl * Tl * lc.d_model / l->tp / rate;
+        double fwd_x, bwd_x;
+        plan_cp_ring_exposed(cp, t_block, a_cp + kv_bytes / bw_cp, &fwd_x, &bwd_x);
+        int n_fwd = l->recompute == RECOMPUTE_FULL ? 2 : 1;
+        l->cp_comm_s = (double)chunk_max * l->v * m * (n_fwd * fwd_x + bwd_x);
+    }
     // PP: each microbatch crosses each chunk boundary forward and backward
     // (v times more often interleaved); activations scattered over tp.
-    bool pp_ib = (long)l->tp * l->dp >= cl->gpus_per_node;
+    bool pp_ib = (long)l->tp * G >= cl->gpus_per_node;
     double bw_pp = pp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_pp = pp_ib ? cl->alpha_ib : cl->alpha_nvlink;
     l->pp_comm_s = l->pp > 1 ? 2.0 * l->v * m * (a_pp + act / l->tp / bw_pp) : 0;
     // DP: the gradient all-reduce (ZeRO-1: reduce-scatter of the gradients,
-    // all-gather of the bf16 weights after the step) of the largest shard.
-    bool dp_ib = (long)l->tp * l->dp > cl->gpus_per_node;
+    // all-gather of the bf16 weights after the step) of the largest shard,
+    // over the G = dp cp ranks of the gradient group (parameters are
+    // replicated over cp).
+    bool dp_ib = (long)l->tp * G > cl->gpus_per_node;
     double bw_dp = dp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_dp = dp_ib ? cl->alpha_ib : cl->alpha_nvlink;
     double gbytes = (double)n_params * dtype_size(c.precision.grad_dtype);
     double pbytes = (double)n_params * dtype_size(c.precision.dtype);
     // The buckets reduce during the last microbatch's backward (2/3 of its compute).
     double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
     if (l->zero <= 1) {
-        double reduce = l->zero ? t_half(gbytes, l->dp, bw_dp, a_dp) : t_all_reduce(gbytes, l->dp, bw_dp, a_dp);
-        double gather = l->zero ? t_half(pbytes, l->dp, bw_dp, a_dp) : 0;
+        double reduce = l->zero ? t_half(gbytes, G, bw_dp, a_dp) : t_all_reduce(gbytes, G, bw_dp, a_dp);
+        double gather = l->zero ? t_half(pbytes, G, bw_dp, a_dp) : 0;
         l->dp_exposed_s = (reduce > window ? reduce - window : 0) + gather;
     } else {
         // ZeRO-2/3 (docs/planning.md §3): per-unit collectives within the
-        // shard group of S ranks (the network once tp S spans more than a
-        // node), the shards' all-reduce across the dp / S replicas once a
-        // step (the network once tp dp does).
+        // shard group of S ranks (cp x dp_shard; the network once tp S spans
+        // more than a node), the shards' all-reduce across the G / S replicas
+        // once a step (the network once tp G does).
         bool s_ib = (long)l->tp * S > cl->gpus_per_node;
         double bw_s = s_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_s = s_ib ? cl->alpha_ib : cl->alpha_nvlink;
         int units = chunk_max * l->v + 2; // the stage's blocks, the embedding and the head at most
@@ -181,7 +218,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         double lat = (double)(units - 1) * (S - 1);
         double rs = t_half(gbytes, S, bw_s, a_s) + lat * a_s;
         double ag = t_half(pbytes, S, bw_s, a_s) + lat * a_s;
-        double ar = t_all_reduce(gbytes / S, l->dp / S, bw_dp, a_dp);
+        double ar = t_all_reduce(gbytes / S, G / S, bw_dp, a_dp);
         double fwd_window = (1.0 / 3.0) * l->compute_s / m;
         double ag_unit = t_half((double)unit * dtype_size(c.precision.dtype), S, bw_s, a_s);
         double per_mb_fwd = 0, bwd_comm = rs;
@@ -193,7 +230,8 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         l->dp_exposed_s = m * per_mb_fwd + (m - 1) * MAX(0, bwd_comm - window) +
                           MAX(0, bwd_comm + ar - window) + (l->zero == 2 ? ag : 0);
     }
-    l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->pp_comm_s + l->dp_exposed_s;
+    l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->cp_comm_s + l->pp_comm_s +
+                l->dp_exposed_s;
     l->tflops_per_gpu = flops / l->step_s / 1e12;
     l->hw_tflops_per_gpu = (flops + l->recompute_s / imbalance * rate) / l->step_s / 1e12;
     l->mfu = flops / l->step_s / cl->gpu.peak_flops;
@@ -219,14 +257,20 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                          cl->gpus_per_node, cl->efficiency);
     struct plan_layout *fit = xcalloc((size_t)cap, sizeof *fit);
     *n_fit = 0, *n_tried = 0, *n_rej = 0;
+    int T = c->train.seq_len;
     for (int tp = 1; tp <= N && tp <= 64; tp *= 2) {
         if (N % tp) break;
-        for (int pp = 1; pp <= N / tp; pp++) {
-            if ((N / tp) % pp) continue;
+        // Context parallelism for long sequences: cp a power of two with T %
+        // (2 cp) == 0 (the load-balanced split's 2 cp chunks), from
+        // PLAN_CP_MIN_SEQ tokens on.
+        for (int cp = 1; cp == 1 || (T >= PLAN_CP_MIN_SEQ && cp <= 64 && T % (2 * cp) == 0 && (N / tp) % cp == 0);
+             cp *= 2)
+        for (int pp = 1; pp <= N / tp / cp; pp++) {
+            if ((N / tp / cp) % pp) continue;
             char why[200] = "";
             double best_over = INFINITY;
             bool any = false;
-            int dp = N / tp / pp;
+            int dp = N / tp / cp / pp, G = dp * cp; // G: the gradient (and ZeRO) group
             if (tp > cl->gpus_per_node)
                 snprintf(why, sizeof why, "tp %d crosses a node of %d GPUs", tp, cl->gpus_per_node);
             else if (tp > mc->n_kv_heads)
@@ -243,7 +287,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
             if (why[0]) {
                 // Only the families a reader would consider: skip pp beyond layers quietly.
                 if (*n_rej < max_rej && pp <= mc->n_layers && (pp == 1 || tp <= cl->gpus_per_node))
-                    rej[(*n_rej)++] = (struct plan_reject){.tp = tp, .pp = pp}, snprintf(rej[*n_rej - 1].why, sizeof rej->why, "%s", why);
+                    rej[(*n_rej)++] = (struct plan_reject){.tp = tp, .cp = cp, .pp = pp}, snprintf(rej[*n_rej - 1].why, sizeof rej->why, "%s", why);
                 continue;
             }
             char oom[400] = "";
@@ -255,12 +299,13 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                     int m = B / (mb * dp);
                     if (m < pp || (v > 1 && m % pp)) continue;
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
-                        for (int z = 0; z <= (dp > 1 ? 3 : 0); z++)
+                        for (int z = 0; z <= (G > 1 ? 3 : 0); z++)
                         for (int S = z >= 2 ? 1 : dp; S <= dp; S++)
                         for (int keep = 0; keep <= (z == 3); keep++) {
-                            // ZeRO-2/3's shard group: a divisor of dp above 1 (hybrid), or dp
-                            if (dp % S || (z >= 2 && S == 1)) continue;
-                            struct plan_layout l = {.tp = tp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
+                            // ZeRO-2/3's shard group: cp x a divisor of dp (hybrid
+                            // below dp), more than one rank
+                            if (dp % S || (z >= 2 && S * cp == 1)) continue;
+                            struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
                                                   .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
                                                   .recompute = (enum recompute)r};
                             char w[160];
@@ -285,7 +330,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 }
             }
             if (!any && *n_rej < max_rej) {
-                rej[*n_rej] = (struct plan_reject){.tp = tp, .pp = pp};
+                rej[*n_rej] = (struct plan_reject){.tp = tp, .cp = cp, .pp = pp};
                 snprintf(rej[*n_rej].why, sizeof rej->why, "%s", oom[0] ? oom : "no micro-batch size divides the batch");
                 ++*n_rej;
             }

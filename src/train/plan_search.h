@@ -1,11 +1,12 @@
 // plan_search.h: which layout of a config fits N GPUs and which is fastest
-// (docs/planning.md): enumerates (tp, pp, virtual stages, dp, micro-batch,
+// (docs/planning.md): enumerates (tp, cp, pp, virtual stages, dp, micro-batch,
 // recompute, ZeRO stage 0-3 and its shard group), takes each one's peak bytes from plan.h (what a run
 // allocates) and predicts its step time with an analytic model (compute at
 // an efficiency of the GPU's peak, interleaved-1F1B bubble, recompute,
 // tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
 // on the inter-node network, alpha-beta; ZeRO-2/3's per-unit all-gathers and
-// reduce-scatters against the compute they overlap).
+// reduce-scatters against the compute they overlap; context parallelism's
+// ring of key/value blocks against the attention blocks it overlaps).
 #ifndef TRIDENT_PLAN_SEARCH_H
 #define TRIDENT_PLAN_SEARCH_H
 
@@ -37,23 +38,28 @@ struct plan_cluster {
 enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error *err);
 
 
+// The search tries context parallelism (cp > 1) for sequences of at least
+// this many tokens (docs/planning.md §2): below it the ring's traffic and
+// its smaller blocks buy memory the layouts without it rarely need.
+#define PLAN_CP_MIN_SEQ 16384
+
 // One layout and its prediction (seconds per optimizer step; throughput in
 // model FLOPs, without recompute, per GPU).
 struct plan_layout {
-    int tp, pp, v, dp, mb, zero;
+    int tp, cp, pp, v, dp, mb, zero; // cp: context-parallel ranks (0 is read as 1)
     int dp_shard;               // ZeRO-2/3: ranks a shard spans (divides dp; dp: no replication); 0 = dp
     bool keep_gathered;         // ZeRO-3: reshard_after_forward = false
     enum recompute recompute;
     size_t peak_bytes;
-    double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, pp_comm_s, dp_exposed_s;
+    double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_exposed_s;
     double tflops_per_gpu, mfu, tokens_per_s;
     double hw_tflops_per_gpu; // with recompute's FLOPs (what Megatron-LM reports)
 };
 
-// Why a family (tp, pp) has no layout that fits: the structural rule it
+// Why a family (tp, cp, pp) has no layout that fits: the structural rule it
 // breaks, or the smallest out-of-memory excess of its variants.
 struct plan_reject {
-    int tp, pp;
+    int tp, cp, pp;
     char why[400];
 };
 
@@ -67,9 +73,24 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_layout *top, int n_top, int *n_fit, int *n_tried,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
 
-// Predicts one layout (its fields tp, pp, v, dp, mb, zero, dp_shard,
+// Predicts one layout (its fields tp, cp, pp, v, dp, mb, zero, dp_shard,
 // keep_gathered, recompute set): fills peak_bytes and the times. Returns false with why set when it does not
 // fit or the schedule refuses it.
+
+// Context parallelism's ring (docs/planning.md §3) as src/model/
+// ring_attention.c runs it, per microbatch and layer on one rank: cp blocks
+// of attention each way. Inputs: cp ranks, the seconds of one block's
+// forward attention compute (t_block_fwd; its backward is taken as twice
+// that) and of one key/value block's transfer to the next rank (t_kv:
+// latency + bytes / bandwidth; a dK/dV block is the same size). Forward:
+// cp - 1 K/V transfers, each started before a block's compute and hidden
+// behind it (exposed: what exceeds it); backward: the K/V blocks travel
+// again the same way behind each block's backward, and after each of the cp
+// blocks its dK/dV moves on to the next rank, started after that block's
+// backward and waited for at once (the cp-th hop brings each rank's own
+// home): cp dK/dV transfers, none hidden. *fwd_s, *bwd_s: the exposed
+// seconds (0 when cp <= 1).
+void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s, double *bwd_s);
 bool plan_predict(const struct config *c, const struct plan_cluster *cl, struct plan_layout *l,
                   char *why, size_t why_len);
 

@@ -13,11 +13,17 @@
 # (1,1,4,3), (1,1,4,3) with reshard_after_forward = false, (1,1,4,3) with
 # dp_shard 2, (2,2,2,3)+SP, (1,2,2,2) and (1,2,2,3) 1F1B and (1,2,2,3)
 # interleaved (2 virtual stages) in fp32, (1,1,4,3) and (2,1,2,2)+SP in bf16 with recompute full, (1,1,4,2)
-# and (1,1,4,3) with grad_dtype bf16, the plan's bytes for stage
+# and (1,1,4,3) with grad_dtype bf16, and context parallelism (issue 26: the
+# rank's B T / cp tokens, the ring's two travelling buffers and position
+# table; ZeRO over dp x cp) at cp 2 and cp 4 alone, (tp 2, cp 2, dp 2)+SP,
+# (cp 2, pp 2), (cp 2, dp 2) with ZeRO-1 and ZeRO-3 in fp32, cp 4 with
+# recompute selective and cp 2 with full in bf16, the plan's bytes for stage
 # 0, tp rank 0 (params + grads + optimizer + activations) equal the
 # mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
-# The grouped rows cover every rank once (their "ranks" add up to tp*pp*dp)
-# and `plan --json` gives the same bytes for stage 0 and the same peak.
+# The grouped rows cover every rank once (their "ranks" add up to
+# tp*cp*pp*dp) and `plan --json` gives the same bytes for stage 0 and the
+# same peak. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
+# (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -29,15 +35,18 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 [ "$grad" = fp32 ] || layouts="1,1,2,0,0 2,2,2,1,0 1,1,4,2,0 1,1,4,3,0"
 # ZeRO-2/3 (the tied embedding's own buffers included: small.ini ties them)
 [ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,4,2,0 1,1,4,3,0 1,1,4,3,0,false 2,2,2,3,1 1,1,4,3,0,true,2 1,2,2,2,0 1,2,2,3,0 1,2,2,3,0,true,0,2"
-[ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1"
+# context parallelism (the ninth field: cp)
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,2 1,1,1,0,0,true,0,1,4 2,1,2,0,1,true,0,1,2 1,2,1,0,0,true,0,1,2 1,1,2,1,0,true,0,1,2 1,1,2,3,0,true,0,1,2"
+[ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,4"
+[ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1 1,1,1,0,0,true,0,1,2"
 for l in $layouts; do
-    IFS=, read -r tp pp dp z sp keep shard v <<<"$l"
-    keep=${keep:-true} shard=${shard:-0} v=${v:-1} # reshard_after_forward, dp_shard, virtual_stages
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$mode-$dtype-$grad"
+    IFS=, read -r tp pp dp z sp keep shard v cp <<<"$l"
+    keep=${keep:-true} shard=${shard:-0} v=${v:-1} cp=${cp:-1} # reshard_after_forward, dp_shard, virtual_stages
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$mode-$dtype-$grad"
     l="$l $mode $dtype grad $grad"
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
-          train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
+          parallel.cp=$cp train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     [ "$v" = 1 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
@@ -45,11 +54,14 @@ for l in $layouts; do
     want=$(awk '/^0 +[a-z]+ /{getline; print; exit}' <<<"$plan" |
            sed -n 's/.*params \([0-9]*\), grads \([0-9]*\), optimizer \([0-9]*\), activations \([0-9]*\).*/\1 + \2 + \3 + \4/p')
     covered=$(awk '/^[0-9]+(-[0-9]+)? +[a-z]+ /{n += $3} END{print n + 0}' <<<"$plan")
-    [ "$covered" = $((tp * pp * dp)) ] || { echo "FAIL: $l: grouped rows cover $covered ranks, not $((tp * pp * dp))"; fail=1; }
+    [ "$covered" = $((tp * cp * pp * dp)) ] || { echo "FAIL: $l: grouped rows cover $covered ranks, not $((tp * cp * pp * dp))"; fail=1; }
     js=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}" --json |
-         "$PY" -c 'import json,sys; o=json.load(sys.stdin); print(o["groups"][0]["total_bytes"], o["peak_bytes"] == max(g["total_bytes"] for g in o["groups"]), sum(g["ranks"] for g in o["groups"]) == o["ranks"])')
-    [ "$js" = "$((want)) True True" ] || { echo "FAIL: $l: --json says '$js', text plan $((want))"; fail=1; }
-    rc=0; timeout 120 "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" "${args[@]}" \
+         "$PY" -c 'import json,sys; o=json.load(sys.stdin); print(o["groups"][0]["total_bytes"], o["peak_bytes"] == max(g["total_bytes"] for g in o["groups"]), sum(g["ranks"] for g in o["groups"]) == o["ranks"], o["cp"], o["groups"][0]["activation_bytes"])')
+    read -r js_total js_peak js_ranks js_cp js_act <<<"$js"
+    [ "$js_total $js_peak $js_ranks $js_cp" = "$((want)) True True $cp" ] ||
+        { echo "FAIL: $l: --json says '$js', text plan $((want)), cp $cp"; fail=1; }
+    [ "$tp,$pp,$dp,$z $mode $dtype $grad" = "1,1,1,0 none fp32 fp32" ] && act[$cp]=$js_act # acceptance 3
+    rc=0; timeout 120 "${MPIRUN[@]}" -np $((tp * cp * pp * dp)) "$TRIDENT" train "$SMALL_INI" "${args[@]}" \
         > "$tmp/log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -5 "$tmp/log"; echo "FAIL: run $l exited $rc"; fail=1; continue; }
     got=$(metrics "$run_dir" .mem_bytes | sed -n 1p)
@@ -60,4 +72,7 @@ for l in $layouts; do
     fi
 done
 done
+# Acceptance 3 (issue 26): (1,1,1) fp32 at the same T, cp 4 against cp 1
+"$PY" -c 'import sys; a1, a4 = int(sys.argv[1]), int(sys.argv[2]); print(f"cp 4 activations {a4} bytes = {100 * a4 / a1:.1f}% of cp 1 ({a1})"); sys.exit(a4 > 0.30 * a1)' \
+    "${act[1]:-0}" "${act[4]:-0}" || { echo "FAIL: cp 4's activation bytes over 30% of cp 1's"; fail=1; }
 exit $fail

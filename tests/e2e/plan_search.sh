@@ -24,7 +24,14 @@
 #     OPT-175B at micro-batch 1 (8 microbatches: the gathers over the network
 #     outrun the compute they overlap), at micro-batch 8 (they hide), and
 #     with hybrid sharding (dp_shard 31: the replicas' all-reduce added);
-#     f's named parts of the plan add up to its pools.
+#     f's named parts of the plan add up to its pools;
+#  h. context parallelism (issue 26): configs/llama3-8b-128k.ini on 64 H100
+#     (acceptance 5): the search's best layout uses cp and fits; the
+#     config's own layout's ring term (docs/planning.md §3) written out here;
+#     a rank's activation bytes at cp 4 are at most 30% of cp 1's at the same
+#     T (acceptance 3); Llama 3 405B's 131K stage in its published layout (tp
+#     8, cp 16, pp 16, dp 8 on 16,384 H100) fits and its predicted TFLOP/s
+#     a GPU is within 25% of the published 380.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -37,9 +44,9 @@ import json, sys
 o = json.load(open(sys.argv[1]))
 top = ["schema", "config", "gpus", "gpus_per_node", "gpu", "mem_bytes", "reserve_bytes", "efficiency",
        "tried", "fit", "layouts", "rejected", "config_layout"]
-lay = ["tp", "pp", "virtual_stages", "dp", "micro_batch_size", "recompute", "zero_stage", "dp_shard",
+lay = ["tp", "cp", "pp", "virtual_stages", "dp", "micro_batch_size", "recompute", "zero_stage", "dp_shard",
        "reshard_after_forward", "peak_bytes",
-       "step_s", "compute_s", "recompute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_exposed_s",
+       "step_s", "compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_exposed_s",
        "tokens_per_s", "tflops_per_gpu", "mfu", "hw_tflops_per_gpu"]
 assert o["schema"] == "trident.plan_search.v1", o["schema"]
 assert list(o) == top, list(o)
@@ -49,7 +56,7 @@ assert s == sorted(s), s
 for l in o["layouts"]:
     parts = sum(l[k] for k in lay if k.endswith("_s") and k not in ("step_s", "tokens_per_s"))
     assert abs(parts - l["step_s"]) < 1e-9 * l["step_s"], (parts, l["step_s"])
-assert all(list(r) == ["tp", "pp", "why"] for r in o["rejected"])
+assert all(list(r) == ["tp", "cp", "pp", "why"] for r in o["rejected"])
 PY
 echo "a: --json schema ok"
 # b. every config with a stated cluster fits on it
@@ -219,4 +226,44 @@ print(f"g: OPT-175B ZeRO-3, dp_shard {S}, micro-batch {c['micro_batch_size']} ({
       f"reduce-scatters {rs:.2f} s, replicas' all-reduce {ar:.2f} s)")
 PY
 done
+# h. context parallelism: the long-context config on its cluster
+"$TRIDENT" plan configs/llama3-8b-128k.ini --gpus 64 --gpu H100-SXM --json > "$tmp/h.json"
+for cp in 1 4; do
+    "$TRIDENT" plan configs/llama3-8b-128k.ini --world-size $((16 * cp)) parallel.cp=$cp --json > "$tmp/h$cp.json"
+done
+"$PY" - "$tmp/h.json" "$tmp/h1.json" "$tmp/h4.json" <<'PY' || fail "h: llama3-8b-128k on 64 H100"
+import json, sys
+o, a1, a4 = (json.load(open(f)) for f in sys.argv[1:4])
+usable = o["mem_bytes"] - o["reserve_bytes"]
+best, c = o["layouts"][0], o["config_layout"]
+assert best["cp"] > 1 and best["peak_bytes"] <= usable, best
+assert c["fits"] and c["cp"] == 4 and c["peak_bytes"] <= usable, c
+# the ring by hand (tp 4 x cp 4 = 16 GPUs: the network), docs/planning.md §3
+C, H, Hkv, L, T, tp, cp, mb = 4096, 32, 8, 32, 131072, c["tp"], c["cp"], c["micro_batch_size"]
+m = 64 // (mb * c["dp"])
+D, Tl, rate, bw, a = C // H, T // cp, 989e12 * 0.5, 50e9, 10e-6
+t_kv = a + 2 * mb * Tl * (Hkv // tp) * D * 2 / bw  # K and V of this rank's heads, bf16
+t_blk = 2 * mb * Tl * Tl * C / tp / rate  # one block's causal attention forward
+fwd = (cp - 1) * max(0, t_kv - t_blk)
+bwd = (cp - 1) * max(0, t_kv - 2 * t_blk) + cp * t_kv  # dK/dV hops not hidden
+want = L * m * (fwd + bwd)
+assert abs(c["cp_comm_s"] - want) <= 1e-9 * want, (c["cp_comm_s"], want)
+r = a4["groups"][0]["activation_bytes"] / a1["groups"][0]["activation_bytes"]
+assert a4["cp"] == 4 and a1["cp"] == 1 and r <= 0.30, r
+print(f"h: llama3-8b-128k on 64 H100: best tp {best['tp']} x cp {best['cp']} x pp {best['pp']} x dp {best['dp']} "
+      f"({best['peak_bytes'] / 2**30:.1f} GiB, {best['tflops_per_gpu']:.0f} TFLOP/s a GPU) of {o['fit']} fitting; "
+      f"config tp {tp} x cp {cp}: {c['peak_bytes'] / 2**30:.1f} GiB, ring {c['cp_comm_s']:.3f} s = {want:.3f} s by hand; "
+      f"activations at cp 4 {100 * r:.1f}% of cp 1's")
+PY
+"$TRIDENT" plan configs/llama3-405b.ini --gpus 16384 --top 0 train.seq_len=131072 model.max_seq_len=131072 \
+    train.global_batch_size=128 parallel.tp=8 parallel.cp=16 parallel.pp=16 --json > "$tmp/h405.json"
+"$PY" - "$tmp/h405.json" <<'PY' || fail "h: Llama 3 405B's 131K stage"
+import json, sys
+c = json.load(open(sys.argv[1]))["config_layout"]
+assert c["fits"] and (c["tp"], c["cp"], c["pp"], c["dp"]) == (8, 16, 16, 8), c
+err = c["tflops_per_gpu"] / 380 - 1
+print(f"h: llama3-405b at 131072 tokens, tp 8 x cp 16 x pp 16 x dp 8 on 16384 H100: {c['tflops_per_gpu']:.0f} "
+      f"TFLOP/s a GPU ({c['peak_bytes'] / 2**30:.1f} GiB), published 380 ({100 * err:+.1f}%)")
+assert abs(err) <= 0.25
+PY
 echo "plan_search: ok"

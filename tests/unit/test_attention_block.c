@@ -8,7 +8,8 @@
 //     the whole sequence: FP64 <= 1e-12, FP32 <= 1e-6 relative; BF16 / FP16
 //     against the FP64 op on the same rounded inputs within a few units of
 //     roundoff; plain causal and with documents crossing chunk boundaries;
-//     GQA (H 4, Hkv 2).
+//     GQA (H 4, Hkv 2); T 256, and T 200 (FP64, FP32: chunks of 50 and 25
+//     tokens, no multiple of the 64-row tiles).
 //   - A block with no readable key (keys all after the queries, or all
 //     before the queries' documents) is skipped: with NaN keys and values it
 //     leaves out, lse (accumulate) and dq, dk, dv bit for bit as they were;
@@ -51,7 +52,8 @@ static double *rand_host(enum dtype dt, size_t n, double scale) {
 }
 
 // Document starts (B, T): row b's documents begin at the listed positions
-// (chosen to cross the chunk boundaries of cp = 2 and 4 at T = 256).
+// (chosen to cross the chunk boundaries of cp = 2 and 4 at T = 256 and 200;
+// those past T do not start).
 static double *doc_starts(int B, int T) {
     static const int starts[2][6] = {{0, 37, 100, 101, 180, 250}, {0, 64, 65, 150, 200, 255}};
     double *ds = xmalloc((size_t)B * T * sizeof *ds);
@@ -68,8 +70,8 @@ static double *doc_starts(int B, int T) {
 
 // The ring at cp ranks in dtype dt against the whole-sequence op: in dt for
 // FP32 / FP64 (tol), in FP64 on dt-rounded inputs for BF16 / FP16.
-static void check_ring(enum dtype dt, int cp, bool docs, double tol_out, double tol_grad) {
-    int B = 2, T = 256, H = 4, Hkv = 2, D = 16;
+static void check_ring(enum dtype dt, int T, int cp, bool docs, double tol_out, double tol_grad) {
+    int B = 2, H = 4, Hkv = 2, D = 16;
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
     double *q = rand_host(dt, nq, 1.5), *k = rand_host(dt, nk, 1.5), *v = rand_host(dt, nk, 1);
     double *dout = rand_host(dt, nq, 1), *ds = docs ? doc_starts(B, T) : NULL;
@@ -95,8 +97,8 @@ static void check_ring(enum dtype dt, int cp, bool docs, double tol_out, double 
     ring_download(be, rdk, tdk), ring_download(be, rdv, tdv);
     char what[120];
 #define CMP(n, got, ref, tol, name)                                                        \
-    snprintf(what, sizeof what, "%s cp %d %s: %s", dtype_name(dt), cp, docs ? "docs" : "causal", \
-             name);                                                                        \
+    snprintf(what, sizeof what, "%s T %d cp %d %s: %s", dtype_name(dt), T, cp,             \
+             docs ? "docs" : "causal", name);                                               \
     EXPECT_REL(n, got, ref, tol, what)
     CMP(nq, io.out, ro, tol_out, "out");
     CMP(nl, io.lse, rl, dt == DTYPE_FP64 ? tol_out : 1e-6, "lse");
@@ -171,23 +173,24 @@ static void check_masked_block(enum dtype dt, bool docs) {
     free(hq), free(nan), free(o0), free(l0), free(dq0), free(dk0), free(dv0), free(ho), free(hl);
 }
 
-// Key tiles unreadable by a whole query tile are skipped: queries at [0, 64)
-// against keys [0, 64) and [192, 256) (rank 0's two chunks at cp 2, T 256),
-// the second run NaN; outputs equal the block of the first run alone.
-// Likewise with documents: queries at [128, 192) of a document from 128,
-// keys [0, 64) NaN and [128, 192).
-static void check_tile_skip(enum dtype dt, bool docs) {
-    int B = 1, Tq = 64, Tk = 128, H = 2, Hkv = 1, D = 16;
+// Key tiles unreadable by a whole query tile are skipped: queries at [0, c)
+// against keys [0, c) and [3c, 4c) (rank 0's two chunks at cp 2, T 4c), the
+// second run NaN; outputs equal the block of the first run alone. Likewise
+// with documents: queries at [2c, 3c) of a document from 2c, keys [0, c) NaN
+// and [2c, 3c). c = 64: a run is a tile; c = 32: both runs fit in one
+// 64-key tile, which must end at the jump in positions.
+static void check_tile_skip(enum dtype dt, bool docs, int c) {
+    int B = 1, Tq = c, Tk = 2 * c, H = 2, Hkv = 1, D = 16;
     enum dtype st = dt == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32;
     size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * Hkv * D, nl = (size_t)B * H * Tq;
     double *hq = rand_host(dt, nq, 1), *hk = rand_host(dt, nk, 1), *hv = rand_host(dt, nk, 1);
     double *hkn = xmalloc(nk * 8), *hvn = xmalloc(nk * 8), *hkp = xmalloc(Tk * 8);
     double *hqp = xmalloc(Tq * 8), *hqd = xmalloc(Tq * 8);
-    int live = docs ? 64 : 0; // the first key row of the readable run
-    for (int t = 0; t < Tk; t++) hkp[t] = docs ? (t < 64 ? t : 64 + t) : (t < 64 ? t : 128 + t);
-    for (int t = 0; t < Tq; t++) hqp[t] = docs ? 128 + t : t, hqd[t] = docs ? 128 : 0;
+    int live = docs ? c : 0; // the first key row of the readable run
+    for (int t = 0; t < Tk; t++) hkp[t] = docs ? (t < c ? t : c + t) : (t < c ? t : 2 * c + t);
+    for (int t = 0; t < Tq; t++) hqp[t] = docs ? 2 * c + t : t, hqd[t] = docs ? 2 * c : 0;
     for (size_t i = 0; i < nk; i++) {
-        bool dead = (int)(i / ((size_t)Hkv * D)) < live || (int)(i / ((size_t)Hkv * D)) >= live + 64;
+        bool dead = (int)(i / ((size_t)Hkv * D)) < live || (int)(i / ((size_t)Hkv * D)) >= live + c;
         hkn[i] = dead ? NAN : hk[i], hvn[i] = dead ? NAN : hv[i];
     }
     struct tensor q = ring_upload(be, dt, hq, nq), k = ring_upload(be, dt, hkn, nk);
@@ -197,7 +200,7 @@ static void check_tile_skip(enum dtype dt, bool docs) {
     // the readable run alone
     size_t off = (size_t)live * Hkv * D, nk1 = nk / 2;
     struct tensor k1 = ring_upload(be, dt, hk + off, nk1), v1 = ring_upload(be, dt, hv + off, nk1);
-    struct tensor kpos1 = ring_upload(be, DTYPE_I32, hkp + live, 64);
+    struct tensor kpos1 = ring_upload(be, DTYPE_I32, hkp + live, c);
     struct tensor out = ring_upload(be, dt, hq, nq), lse = ring_upload(be, st, hq, nl);
     struct tensor out1 = ring_upload(be, dt, hq, nq), lse1 = ring_upload(be, st, hq, nl);
     struct tensor dq = ring_upload(be, dt, hq, nq), dq1 = ring_upload(be, dt, hq, nq);
@@ -205,12 +208,12 @@ static void check_tile_skip(enum dtype dt, bool docs) {
     struct tensor dk1 = ring_upload(be, dt, hk + off, nk1), dv1 = ring_upload(be, dt, hv + off, nk1);
     backend_attention_block_forward(be, out, lse, q, k, v, qpos, qdoc, kpos, B, Tq, Tk, H, Hkv, D,
                                     false);
-    backend_attention_block_forward(be, out1, lse1, q, k1, v1, qpos, qdoc, kpos1, B, Tq, 64, H, Hkv,
+    backend_attention_block_forward(be, out1, lse1, q, k1, v1, qpos, qdoc, kpos1, B, Tq, c, H, Hkv,
                                     D, false);
     backend_attention_block_backward(be, dq, dk, dv, q, q, k, v, out, lse, qpos, qdoc, kpos, B, Tq,
                                      Tk, H, Hkv, D);
     backend_attention_block_backward(be, dq1, dk1, dv1, q, q, k1, v1, out1, lse1, qpos, qdoc, kpos1,
-                                     B, Tq, 64, H, Hkv, D);
+                                     B, Tq, c, H, Hkv, D);
     double *a = xmalloc(nk * 8), *b = xmalloc(nk * 8);
     const char *m = docs ? "docs" : "causal";
 #define SAME(t, t1, n, what)                                                                   \
@@ -221,7 +224,7 @@ static void check_tile_skip(enum dtype dt, bool docs) {
         memcpy(b, full_ + (n == nk1 ? off : 0), (size_t)(n) * 8);                              \
         size_t nan_ = 0;                                                                       \
         for (size_t i_ = 0; i_ < (t).numel; i_++) nan_ += isnan(full_[i_]);                    \
-        EXPECT(nan_ == 0, "%s %s tile skip: %zu NaN in %s", dtype_name(dt), m, nan_, what);   \
+        EXPECT(nan_ == 0, "%s %s tile skip, runs of %d: %zu NaN in %s", dtype_name(dt), m, c, nan_, what);   \
         EXPECT_REL(n, b, a, 1e-6, what);                                                       \
         free(full_);                                                                           \
     } while (0)
@@ -285,15 +288,19 @@ int main(void) {
     static const enum dtype dts[] = {DTYPE_FP64, DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
     for (int docs = 0; docs <= 1; docs++)
         for (int cp = 2; cp <= 4; cp += 2) {
-            check_ring(DTYPE_FP64, cp, docs, 1e-12, 1e-12);
-            check_ring(DTYPE_FP32, cp, docs, 1e-6, 1e-6);
-            check_ring(DTYPE_BF16, cp, docs, 4 * 0x1p-8, 8 * 0x1p-8);
-            check_ring(DTYPE_FP16, cp, docs, 4 * 0x1p-11, 8 * 0x1p-11);
+            check_ring(DTYPE_FP64, 256, cp, docs, 1e-12, 1e-12);
+            check_ring(DTYPE_FP32, 256, cp, docs, 1e-6, 1e-6);
+            check_ring(DTYPE_BF16, 256, cp, docs, 4 * 0x1p-8, 8 * 0x1p-8);
+            check_ring(DTYPE_FP16, 256, cp, docs, 4 * 0x1p-11, 8 * 0x1p-11);
+            // chunks of 50 and 25 tokens: tiles of no multiple of 64
+            check_ring(DTYPE_FP64, 200, cp, docs, 1e-12, 1e-12);
+            check_ring(DTYPE_FP32, 200, cp, docs, 1e-6, 1e-6);
         }
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         for (int docs = 0; docs <= 1; docs++) {
             check_masked_block(dts[i], docs);
-            check_tile_skip(dts[i], docs);
+            check_tile_skip(dts[i], docs, 64);
+            check_tile_skip(dts[i], docs, 32); // both runs in one 64-key tile: split at the jump
         }
     for (int docs = 0; docs <= 1; docs++) {
         check_merge(DTYPE_FP64, docs, 1e-13);

@@ -540,9 +540,10 @@ static void cp_positions(int32_t *pos, int B, int T, int cp, int r, int chunks) 
 // start from random values (every 5th row lse -inf, out 0), merged into. The
 // backward from the CPU forward's out and lse (rounded to dt) into random dq,
 // dk, dv. Rows with no readable key (lse -inf) are part of most cases.
-// nan_unread (rk < rq, chunks of 32 rows or more): the key chunk no query can
-// read (rank rk's second, after both of rank rq's) holds NaN keys and
-// values: its tiles must be skipped, not computed and masked (0 x NaN).
+// nan_unread (rk < rq, chunks of 32 rows or more): on the device, the key
+// chunk no query can read (rank rk's second, after both of rank rq's) holds
+// NaN keys and values (the CPU keeps the finite ones): its tiles must be
+// skipped, not computed and masked (0 x NaN).
 static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, int rk, int kchunks, bool docs,
                                  bool accumulate, int H, int Hkv, int D, bool nan_unread) {
     struct timespec t0, t1;
@@ -576,7 +577,7 @@ static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, in
         EXPECT(rk < rq && kchunks == 2, "%s: nan_unread needs rk < rq and two key chunks", what);
         for (int b = 0; b < B; b++)
             for (size_t e = 0; e < C * row; e++) k.h[(b * (size_t)Tk + C) * row + e] = v.h[(b * (size_t)Tk + C) * row + e] = NAN;
-        pair_sync(k), pair_sync(v);
+        upload(k.g, k.h, nk), upload(v.g, v.h, nk); // the CPU keeps the finite values: its result is the reference
     }
     if (accumulate) {
         for (size_t i = 0; i < nl; i++) lse.h[i] = i % 5 == 0 ? -INFINITY : (float)(1 + 2 * rnd());
@@ -782,6 +783,54 @@ static void test_elementwise(enum dtype dt, size_t n) {
     pair_free(x), pair_free(y), pair_free(o);
 }
 
+// The cuDNN per-chunk-pair path's reading of positions (emulation, with
+// TRIDENT_EMU_SDPA=1 in cudnn mode): a block forward with positions qp (B,
+// Tq) and kp (B, Tk) written by fill(b, i, is_key), against the CPU; the
+// path announced for the shape must contain want ("-> cudnn" when the
+// positions are pairs of whole runs, else "-> native (" and the reason).
+static void test_block_layout(int B, int Tq, int Tk, int (*fill)(int b, int i, bool key), const char *want) {
+    const int H = 2, Hkv = 1, D = 24;
+    enum dtype dt = DTYPE_BF16;
+    int32_t *qp = xmalloc((size_t)B * Tq * 4), *kp = xmalloc((size_t)B * Tk * 4);
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < Tq; i++) qp[(size_t)b * Tq + i] = fill(b, i, false);
+        for (int i = 0; i < Tk; i++) kp[(size_t)b * Tk + i] = fill(b, i, true);
+    }
+    struct ipair qpos = ipair_make(qp, (size_t)B * Tq), kpos = ipair_make(kp, (size_t)B * Tk);
+    struct tensor none = tensor_view(NULL, DTYPE_I32, 0);
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * Hkv * D;
+    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair out = pair_nan(nq, dt), lse = pair_nan((size_t)B * H * Tq, DTYPE_FP32);
+    FILE *log = tmpfile();
+    EXPECT(log != NULL, "tmpfile");
+    backend_set_attention_log(gpu, log);
+    backend_attention_block_forward(cpu, out.c, lse.c, q.c, k.c, v.c, qpos.c, none, kpos.c, B, Tq, Tk, H, Hkv, D,
+                                    false);
+    backend_attention_block_forward(gpu, out.g, lse.g, q.g, k.g, v.g, qpos.g, none, kpos.g, B, Tq, Tk, H, Hkv, D,
+                                    false);
+    char what[128], text[1024] = "";
+    snprintf(what, sizeof what, "block layout B=%d Tq=%d Tk=%d (%s)", B, Tq, Tk, want);
+    char w2[192];
+    snprintf(w2, sizeof w2, "%s out", what), expect_match_tol(out, tol_attn(dt), w2);
+    snprintf(w2, sizeof w2, "%s lse", what), expect_lse_match(lse, tol_attn(DTYPE_FP32), w2);
+    rewind(log);
+    text[fread(text, 1, sizeof text - 1, log)] = 0;
+    fclose(log);
+    backend_set_attention_log(gpu, stderr);
+    EXPECT(strstr(text, want) != NULL, "%s: the path announced: '%s'", what, text);
+    pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse);
+    ipair_free(qpos), ipair_free(kpos);
+    free(qp), free(kp);
+}
+// Positions for test_block_layout: queries at 64 + i (one run), keys at
+// (a) 16 + i: a key run reaching into the query run; (b) i: one run wholly
+// before (a full pair, Tk != Tq); (c) batch rows unlike; (d) every other
+// position (Tk runs of one).
+static int lay_partial(int b, int i, bool key) { return key ? 16 + i : 64 + i; }
+static int lay_before(int b, int i, bool key) { return key ? i : 64 + i; }
+static int lay_batch(int b, int i, bool key) { return key ? (b ? i : i + 64) : 64 + i; }
+static int lay_sparse(int b, int i, bool key) { return key ? 2 * i : 64 + i; }
+
 // system.attention's selection (kernels/backend.h): see the file comment.
 static void test_attention_choice(void) {
     struct error err = {0};
@@ -816,6 +865,11 @@ static void test_attention_choice(void) {
         test_attention_block(DTYPE_FP16, 1, 128, 4, 2, 1, 2, false, true, 4, 1, 40, false);
         test_attention_block(DTYPE_BF16, 1, 128, 4, 1, 2, 2, false, true, 2, 2, 24, false);
         test_attention_block(DTYPE_FP16, 2, 64, 2, 1, 0, 1, false, false, 4, 2, 24, false);
+        test_block_layout(1, 32, 64, lay_partial, "Tk=64 H=2 Hkv=1 D=24 bf16 -> native (key run [16, 79] overlaps "
+                                                  "query run [64, 95] partially)");
+        test_block_layout(1, 32, 40, lay_before, "Tk=40 H=2 Hkv=1 D=24 bf16 -> cudnn");
+        test_block_layout(2, 32, 36, lay_batch, "-> native (positions differ across the batch)");
+        test_block_layout(1, 32, 20, lay_sparse, "-> native (positions are not 4 runs or fewer a side)");
         unsetenv("TRIDENT_EMU_SDPA");
         attn_mode = keep;
         // ring-attention blocks in auto mode: the positions are read back and

@@ -15,6 +15,9 @@
 // with u = 2^-8 (its inputs are BF16 values in the fixture, so only the
 // outputs' roundings count: out is rounded at each of the cp merges and
 // each gradient at each of its cp additions), lse (FP32) 1e-5.
+// In a build with the CUDA backend and a device (make CUDA=1, or the
+// emulated build, make EMU=1) the ring runs on it too, FP32 and BF16 (the
+// CUDA backend has no FP64 storage), at the same tolerances.
 // RING_FIXTURE overrides the fixture's path (to check that a perturbed
 // fixture fails).
 #include <math.h>
@@ -23,13 +26,12 @@
 #include <string.h>
 
 #include "h5fixture.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "ring_schedule.h"
 #include "test.h"
 
-static struct backend *be;
-
-static void check_case(hid_t f, const char *cs, bool docs, enum dtype dt, int cp) {
+static void check_case(struct backend *be, hid_t f, const char *cs, bool docs, enum dtype dt, int cp) {
     char name[128];
     int B = (int)h5fixture_attr_f64(f, cs, "B"), T = (int)h5fixture_attr_f64(f, cs, "T");
     int H = (int)h5fixture_attr_f64(f, cs, "H"), Hkv = (int)h5fixture_attr_f64(f, cs, "Hkv");
@@ -67,7 +69,7 @@ static void check_case(hid_t f, const char *cs, bool docs, enum dtype dt, int cp
         size_t nan = 0;
         for (size_t j = 0; j < n[i]; j++) nan += isnan(got[i][j]);
         char what[160];
-        snprintf(what, sizeof what, "%s cp %d: %s", dtype_name(dt), cp, name);
+        snprintf(what, sizeof what, "%s %s cp %d: %s", be->ops->name, dtype_name(dt), cp, name);
         EXPECT(nan == 0, "%s: %zu of %zu elements NaN / not written", what, nan, n[i]);
         if (nan == 0) EXPECT_REL(n[i], got[i], ref, tol[i], what);
         free(ref);
@@ -80,14 +82,21 @@ int main(void) {
     const char *path = getenv("RING_FIXTURE") ? getenv("RING_FIXTURE")
                                                : "tests/reference/fixtures/ring.h5";
     hid_t f = h5fixture_open(path);
-    be = backend_cpu_init(0);
+    struct error err = {0};
+    struct backend *bes[2] = {backend_init(BACKEND_CPU, 0, 0, &err), NULL};
+    if (backend_has_cuda() && backend_device_count() > 0) {
+        bes[1] = backend_init(BACKEND_CUDA, 0, 0, &err);
+        EXPECT(bes[1] != NULL, "backend_init(cuda, 0): %s", err.msg);
+    }
     static const char *cases[] = {"T1024", "T64"};
     static const enum dtype dts[] = {DTYPE_FP64, DTYPE_FP32, DTYPE_BF16};
-    for (int c = 0; c < 2; c++)
-        for (int docs = 0; docs <= 1; docs++)
-            for (int d = 0; d < 3; d++)
-                for (int cp = 2; cp <= 4; cp += 2) check_case(f, cases[c], docs, dts[d], cp);
-    backend_free(be);
+    for (int b = 0; b < 2 && bes[b]; b++)
+        for (int c = 0; c < 2; c++)
+            for (int docs = 0; docs <= 1; docs++)
+                for (int d = b; d < 3; d++) // the CUDA backend: no FP64
+                    for (int cp = 2; cp <= 4; cp += 2)
+                        check_case(bes[b], f, cases[c], docs, dts[d], cp);
+    for (int b = 0; b < 2; b++) backend_free(bes[b]);
     h5fixture_close(f);
     return test_finish("test_ring_reference");
 }

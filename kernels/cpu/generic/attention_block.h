@@ -6,12 +6,14 @@
 // A block is a rank's Tq queries against one rank's Tk keys, each token
 // known by its global position; query i reads key j iff
 // qdoc[i] <= kpos[j] <= qpos[i] (qdoc NULL: 0). Per (batch b, query head h)
-// the queries are taken in tiles of BLOCK_BQ rows and the keys in tiles of
-// BLOCK_BK: a key tile is a candidate for a query tile when its positions
-// [min, max] meet [min qdoc, max qpos] of the query tile; every other key
-// tile is skipped, not computed and masked (under context parallelism the
-// positions are two increasing runs, so a tile's min / max bound it well and
-// the causal upper triangle and earlier documents' keys cost nothing).
+// the queries are taken in tiles of up to BLOCK_BQ rows and the keys in
+// tiles of up to BLOCK_BK, a tile also ending where its positions stop
+// running consecutively (block_tile_end): a key tile is a candidate for a
+// query tile when its positions [min, max] meet [min qdoc, max qpos] of the
+// query tile; every other key tile is skipped, not computed and masked
+// (under context parallelism a rank's positions are two runs, one per
+// chunk, so no tile straddles both and the causal upper triangle and
+// earlier documents' keys cost nothing whatever the chunk size).
 // Consecutive candidate tiles form a run, and each run is one GEMM (as
 // generic/attention.h, whose query-block loop this follows): the score block
 // S (BLOCK_BQ, Tk) holds a run's columns at their key indices, and the mask
@@ -34,8 +36,9 @@ static void FN(attention_block_head_forward)(real *o, real *l, const real *q, in
     real scale = (real)(1.0 / sqrt((double)D));
     real *ob = S + (size_t)BLOCK_BQ * Tk; // (BLOCK_BQ, D) when accumulating
     int *runs = block_runs_of(S, Tk, D);
-    for (int i0 = 0; i0 < Tq; i0 += BLOCK_BQ) {
-        int i1 = MIN(Tq, i0 + BLOCK_BQ), m = i1 - i0, lo, hi;
+    for (int i0 = 0, i1; i0 < Tq; i0 = i1) {
+        i1 = block_tile_end(qpos, i0, Tq, BLOCK_BQ);
+        int m = i1 - i0, lo, hi;
         block_query_span(qpos, qdoc, i0, i1, &lo, &hi);
         int nr = block_runs(kpos, Tk, lo, hi, runs);
         // S[:, ja:jb] (m, jb - ja) = scale * Q[i0:i1] K[ja:jb]^T, per run
@@ -157,8 +160,9 @@ static void FN(attention_block_head_backward)(real *dq, const real *q, const rea
     real scale = (real)(1.0 / sqrt((double)D));
     real *dP = P + (size_t)BLOCK_BQ * Tk;
     int *runs = block_runs_of(P, Tk, D);
-    for (int i0 = 0; i0 < Tq; i0 += BLOCK_BQ) {
-        int i1 = MIN(Tq, i0 + BLOCK_BQ), m = i1 - i0, lo, hi;
+    for (int i0 = 0, i1; i0 < Tq; i0 = i1) {
+        i1 = block_tile_end(qpos, i0, Tq, BLOCK_BQ);
+        int m = i1 - i0, lo, hi;
         block_query_span(qpos, qdoc, i0, i1, &lo, &hi);
         const real *qi = q + (size_t)i0 * ldq, *doi = dout + (size_t)i0 * ldq;
         int nr = block_runs(kpos, Tk, lo, hi, runs);
