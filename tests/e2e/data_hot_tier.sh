@@ -18,7 +18,12 @@
 #     evict and restage, both train the cold run's losses, the folder holds
 #     only shards byte-identical to the cold tier; a dead stager's temporary
 #     file of this node (dead pid, older than CACHE_TEMP_ABANDON_S = 600 s)
-#     planted there first is removed, another node's is kept.
+#     planted there first is removed, another node's is kept;
+#  5. a staged shard rewritten in place on the cold tier (one byte changed,
+#     same size, mtime restored): the next run with the same cache_dir is
+#     refused with exit 2 naming that shard and index.ini's checksum, as
+#     without the cache (the hot copy, staged under the old identity, is
+#     not served: cache.h, "Layout").
 # Published copies are named shard-NNNNN.<source identity>.h5 (cache.h);
 # cold_of maps one to its cold file.
 set -euo pipefail
@@ -119,3 +124,19 @@ rm -f "$other"
 [ "$(find "$tmp/cache" -name '*.tmp' | wc -l)" = 0 ] || fail "temporary files left by two jobs"
 for f in "$tmp/cache"/*/shard-*.h5; do cmp -s "$f" "$tmp/shards/$(cold_of "$f")" || fail "$f corrupt after two jobs"; done
 echo "two jobs on one cache_dir: $(grep -h 'hot tier' "$tmp/twin1.log" "$tmp/twin2.log" | tr '\n' ';') losses match the cold run"
+
+# 5. a staged shard rewritten in place, size and mtime kept: refused by name
+f=$(ls "$tmp/cache"/*/shard-*.h5 | head -n 1)
+victim="$tmp/shards/$(cold_of "$f")"
+touch -r "$victim" "$tmp/victim.times"
+off=$(( $(stat -c %s "$victim") / 2 ))
+byte=$(od -An -tu1 -j "$off" -N 1 "$victim" | tr -d ' ')
+printf "\\$(printf %03o $(( (byte + 1) % 256 )))" | dd of="$victim" bs=1 seek="$off" conv=notrunc status=none
+touch -r "$tmp/victim.times" "$victim"
+[ "$(stat -c %Y.%y "$victim")" = "$(stat -c %Y.%y "$tmp/victim.times")" ] || fail "could not restore the mtime of $victim"
+rc=0
+run stale "" 20 data.cache_dir="$tmp/cache" data.prefetch_shards=16 || rc=$?
+[ "$rc" = 2 ] || { tail -5 "$tmp/stale.log"; fail "a shard rewritten in place (size and mtime kept) after staging: exit $rc, expected 2 (served stale from the hot tier?)"; }
+grep "$(basename "$victim")" "$tmp/stale.log" | grep -q "index.ini" ||
+    fail "the refusal names neither $(basename "$victim") nor index.ini: $(tail -3 "$tmp/stale.log")"
+echo "shard rewritten in place after staging: $(grep -m1 "$(basename "$victim")" "$tmp/stale.log")"

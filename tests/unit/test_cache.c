@@ -377,6 +377,7 @@ int main(void) {
     test_stale_source();
     test_two_nodes();
     test_cleanup();
+    index_free(&node_ix);
     if (!test_failures) sh("rm -rf '%s'", root);
     return test_finish("test_cache");
 }
