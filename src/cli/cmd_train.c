@@ -2,10 +2,15 @@
 // (the trainer is src/train/train.h). This file decides how the job ends
 // (docs/design.md §8): exit 0 done, 1 runtime failure, 2 bad input, 3
 // preempted; after a failure every rank exits non-zero within seconds.
+#include <errno.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/mpi_util.h"
 #include "cli.h"
@@ -20,10 +25,102 @@
 enum { EXIT_PREEMPTED = 3 };
 
 // Set by SIGTERM / SIGUSR1 (what Slurm's --signal sends before the time
-// limit): the trainer finishes the step, saves and returns. A signal handler
-// can only reach a global.
+// limit), SIGINT (Ctrl-C) or the launcher's death (watch_parent): the
+// trainer finishes the step, saves and returns. A signal handler can only
+// reach a global. The handlers are installed before MPI_Init, so a signal
+// during MPI start-up is remembered and honoured once the run can save.
 static volatile sig_atomic_t preempt_signal;
-static void on_preempt(int sig) { preempt_signal = sig; }
+// CLOCK_MONOTONIC second of the first SIGINT (0: none yet).
+static volatile sig_atomic_t first_sigint_s;
+// A second SIGINT within this many seconds of the first aborts at once.
+enum { SECOND_SIGINT_S = 5 };
+
+static void on_preempt(int sig) {
+    if (sig == SIGINT) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts); // async-signal-safe
+        long now = (long)ts.tv_sec + 1;       // + 1: never 0
+        if (first_sigint_s && now - first_sigint_s <= SECOND_SIGINT_S) {
+            static const char msg[] = "trident: a second SIGINT: aborting without saving\n";
+            ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+            (void)w;
+            _exit(130); // 128 + SIGINT, the shell's convention
+        }
+        first_sigint_s = (sig_atomic_t)now;
+    }
+    preempt_signal = sig;
+}
+
+static void install_stop_handlers(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_preempt;
+    sa.sa_flags = SA_RESTART; // reads and MPI calls the signal interrupts carry on
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    // A launcher that died leaves stdout a broken pipe: a write then fails
+    // (EPIPE) instead of killing the rank before it saves.
+    signal(SIGPIPE, SIG_IGN);
+}
+
+// The task count the launcher started, when one says it (mpirun:
+// OMPI_COMM_WORLD_SIZE; PMI launchers: PMI_SIZE; srun: SLURM_STEP_NUM_TASKS,
+// else SLURM_NTASKS, read only inside a step, SLURM_STEP_ID set, where they
+// count the step's tasks; a batch script's SLURM_NTASKS counts the
+// allocation's). Returns the count (0: no launcher says) and names its source.
+static long launcher_tasks(const char **source) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+                                       "SLURM_NTASKS"};
+    const char *step = getenv("SLURM_STEP_ID");
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        if (i >= 2 && !(step && step[0])) break;
+        const char *v = getenv(vars[i]);
+        if (!v || !v[0]) continue;
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || *end || n < 1) continue; // not a count: no verdict from it
+        *source = vars[i];
+        return n;
+    }
+    return 0;
+}
+
+// A rank whose launcher (its parent: mpirun, orted, slurmstepd) died must not
+// train on alone: polled every 0.2 s (a parent-death signal would fire when
+// the parent's forking thread ends, not only the process), a changed parent
+// sets the stop flag, so every rank (all lost their launcher) saves and
+// exits 3; if the rank is still alive ORPHAN_GRACE_S later (a peer gone, a
+// collective that cannot finish), it exits 1.
+enum { ORPHAN_GRACE_S = 60 };
+static pid_t launcher_pid;
+static void *watch_parent(void *arg) {
+    (void)arg;
+    for (;;) {
+        usleep(200 * 1000);
+        if (getppid() == launcher_pid) continue;
+        fprintf(stderr, "trident: [pid %d] the launcher (parent pid %d) is gone: stopping after this step "
+                "(saving if every rank can), exit 1 in %d s otherwise\n", (int)getpid(), (int)launcher_pid,
+                ORPHAN_GRACE_S);
+        preempt_signal = SIGHUP;
+        sleep(ORPHAN_GRACE_S);
+        fprintf(stderr, "trident: [pid %d] the launcher is gone and the run did not end in %d s: exit 1\n",
+                (int)getpid(), ORPHAN_GRACE_S);
+        _exit(STATUS_RUNTIME);
+    }
+    return NULL;
+}
+
+// Started when a launcher set this process up (OMPI_COMM_WORLD_SIZE,
+// PMI_SIZE, SLURM_STEP_ID): a process started by hand (a singleton under
+// nohup) outlives its shell as it always did.
+static void start_parent_watch(void) {
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("SLURM_STEP_ID")) return;
+    launcher_pid = getppid();
+    if (launcher_pid <= 1) return; // already orphaned or a container's init: nothing to watch
+    pthread_t th;
+    if (pthread_create(&th, NULL, watch_parent, NULL) == 0) pthread_detach(th);
+}
 
 // Ends the job on every rank with the error's status (mpi_exit_all). An error
 // every rank found is reported by rank 0; one this rank found alone, by this
@@ -140,21 +237,36 @@ int cmd_train(int argc, char **argv) {
         free(rest);
         return rc;
     }
+    install_stop_handlers();
+    start_parent_watch();
+    // Test hook: a pause before MPI_Init, for a signal during start-up
+    // (tests/e2e/train_start_checks.sh).
+    const char *pause_s = getenv("TRIDENT_TEST_PAUSE_BEFORE_MPI_INIT_S");
+    if (pause_s && atof(pause_s) > 0) usleep((useconds_t)(atof(pause_s) * 1e6));
     struct error start_err = {0};
     if (mpi_util_start(&argc, &argv, &start_err)) {
         fprintf(stderr, "trident: %s\n", start_err.msg);
         return 1;
     }
     mpi_util_init(MPI_COMM_WORLD);
-    struct sigaction sa = {0};
-    sa.sa_handler = on_preempt;
-    sa.sa_flags = SA_RESTART; // reads and MPI calls the signal interrupts carry on
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    install_stop_handlers(); // again: MPI_Init may have installed its own
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     struct trainer_error e = {0};
+    // The launcher's task count against this MPI world, before any file is
+    // opened: an MPI that fell back to singletons under a mismatched launcher
+    // (srun --mpi=) would otherwise start N independent "rank 0 of 1" trainers.
+    const char *source = NULL;
+    long tasks = launcher_tasks(&source);
+    if (tasks && tasks != world_size) {
+        error_set(&e.err, STATUS_BAD_INPUT, "the MPI world has %d rank%s but the launcher started %ld "
+                  "tasks (%s = %ld): this MPI does not see the launcher's other tasks (under srun, pick "
+                  "the --mpi= plugin this MPI was built for, e.g. srun --mpi=pmix; or start with mpirun)",
+                  world_size, world_size == 1 ? "" : "s", tasks, source, tasks);
+        e.alone = false; // rank 0 speaks for all
+        fail(&e, world_rank);
+    }
     if (argc < 2 || argv[1][0] == '-') {
         error_set(&e.err, STATUS_BAD_INPUT,
                   "usage: trident train CONFIG.ini [section.key=value ...]%s%s",
@@ -173,8 +285,8 @@ int cmd_train(int argc, char **argv) {
     int rc = STATUS_OK;
     if (out.signal) {
         if (world_rank == 0) {
-            printf("stopped by signal %d after step %d%s; exit %d (requeue)\n", out.signal,
-                   out.steps_done, out.saved ? ", checkpoint saved"
+            printf("stopped by signal %d (%s) after step %d%s; exit %d (requeue)\n", out.signal,
+                   out.signal == SIGHUP ? "the launcher is gone" : strsignal(out.signal), out.steps_done, out.saved ? ", checkpoint saved"
                    : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
             fflush(stdout);
         }

@@ -107,6 +107,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .activations = mem.activation_bytes,
         .slot_bytes = mem.slot_bytes,
         .recompute_bytes = mem.recompute_bytes,
+        .cp_bytes = mem.cp_bytes,
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };

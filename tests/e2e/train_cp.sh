@@ -10,7 +10,9 @@
 #   - (tp 2, cp 2, dp 2) with sequence parallelism, (cp 2, pp 2) and (cp 2,
 #     dp 2, zero 3), concat_reset: each against the same layout at cp 1 within
 #     1e-6 (what cp changes), and against (1,1,1) within 1e-5 (the other axes'
-#     own summation orders: train_layouts.sh's tolerance);
+#     own summation orders: train_layouts.sh's tolerance); (cp 2, dp 2, zero
+#     3) with hybrid sharding (dp_shard 1: shard groups of the 2 cp ranks, 2
+#     replicas) against it without, within 1e-6;
 #   - bf16, concat_reset: cp 2 against cp 1, losses within 1e-4 relative
 #     (16-bit activations rounded in another order: the online-softmax merge);
 #   - recompute = full and selective at cp 2 log cp 2's numbers exactly (the
@@ -82,6 +84,7 @@ pp2 1 1 2 1 ${reset[*]}
 cp2pp2 1 2 2 1 ${reset[*]}
 dp2z3 1 1 1 2 ${reset[*]} parallel.zero_stage=3
 cp2dp2z3 1 2 1 2 ${reset[*]} parallel.zero_stage=3
+cp2dp2h 1 2 1 2 ${reset[*]} parallel.zero_stage=3 parallel.dp_shard=1
 bf16cp1 1 1 1 1 ${reset[*]} precision.dtype=bf16
 bf16cp2 1 2 1 1 ${reset[*]} precision.dtype=bf16"
 while read -r name tp cp pp dp extra; do
@@ -94,6 +97,7 @@ out=$(compare reset1 reset2 1e-6 "1, 2"; compare reset1 reset4 1e-6 "1, 2"
       compare tp2dp2sp tp2cp2dp2sp 1e-6 "1, 2"; compare reset1 tp2cp2dp2sp 1e-5 "1, 2"
       compare pp2 cp2pp2 1e-6 "1, 2"; compare reset1 cp2pp2 1e-5 "1, 2"
       compare dp2z3 cp2dp2z3 1e-6 "1, 2"; compare reset1 cp2dp2z3 1e-5 "1, 2"
+      compare cp2dp2z3 cp2dp2h 1e-6 "1, 2"
       compare bf16cp1 bf16cp2 1e-4 1; compare sft1 sft2 1e-6 "1, 2, 3")
 echo "$out"
 ! grep -q FAIL <<<"$out" || fail "a cp layout's losses or norms differ from cp 1"
