@@ -59,6 +59,7 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         json_object_set_new(g, "activation_bytes", json_integer((json_int_t)b->activations));
         json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
         json_object_set_new(g, "slots", json_integer(b->n_slots));
+        if (plan_cp(c) > 1) json_object_set_new(g, "cp_ring_bytes", json_integer((json_int_t)b->cp_bytes));
         if (b->zero_stage >= 2) { // ZeRO-2/3's parts (plan.h)
             json_object_set_new(g, "shard_ranks", json_integer(b->shard_ranks));
             json_object_set_new(g, "unit_elems", json_integer((json_int_t)b->unit_elems));
@@ -170,11 +171,13 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
     char own_why[400] = "";
     bool own_fits = false;
-    if (cl->gpus % (own.tp * own.cp * own.pp)) {
+    struct grid_layout one = topology_layout(own.tp, own.pp, 1, 0, own.cp); // one data rank's GPUs
+    int model_ranks = topology_world_size(&one);
+    if (cl->gpus % model_ranks) {
         snprintf(own_why, sizeof own_why, "tp %d x cp %d x pp %d does not divide %d GPUs", own.tp, own.cp, own.pp,
                  cl->gpus);
     } else {
-        own.dp = cl->gpus / (own.tp * own.cp * own.pp);
+        own.dp = cl->gpus / model_ranks;
         if (c->train.global_batch_size % (own.mb * own.dp))
             snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d",
                      own.mb, own.dp, c->train.global_batch_size);
@@ -417,9 +420,11 @@ int cmd_plan(int argc, char **argv) {
                mib(plan_rank_total(b)), b->n_slots);
         printf("       bytes: params %zu, grads %zu, optimizer %zu, activations %zu\n", b->params,
                b->grads, b->optimizer, b->activations);
-        printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu\n",
+        printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu",
                b->n_slots, b->slot_bytes, b->recompute_bytes,
                b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
+        if (b->cp_bytes) printf(" (of it the cp ring's travelling buffers and positions %zu)", b->cp_bytes);
+        printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
         if (c.system.device == DEVICE_CPU)
             printf("       host: MPI %zu, resident %zu (%.1f MiB: the arenas and MPI's); a resume "

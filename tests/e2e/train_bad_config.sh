@@ -49,6 +49,7 @@ cases=(
 "inferred dp, world not a multiple of tp * pp|set parallel.dp=0|parallel.tp=4|N = 2 ranks is not a multiple of tp \\* cp \\* pp = 4.*run on 4 ranks"
 "inferred dp, global batch|set parallel.dp=0|train.global_batch_size=6|infers dp = 2 ranks.*global_batch_size = 4 or 8.*1 or 3 ranks \\(dp = 1 or 3\\)"
 "seq_len > max_seq_len|set train.seq_len=128||seq_len.*128.*max_seq_len"
+"seq_len not a multiple of 2 cp||parallel.cp=2 parallel.dp=1 train.seq_len=30|seq_len must be a multiple of 2 \\* cp = 4.*train.seq_len = 30.*parallel.cp = 2"
 "vocab vs data|set model.vocab_size=1024||1024.*510|510.*1024"
 "missing dataset|set data.path=/nonexistent/shards||/nonexistent/shards"
 "override without =||train.steps|train.steps"
