@@ -7,8 +7,8 @@
 # (1,1,2,0) in bf16, (1,1,2,1), (1,1,2,3) and (2,1,2,0) in fp32, and (1,1,2,3)
 # at cp 2 in fp32 (issue 26: the ring's point-to-point messages, ZeRO-3 over
 # a shard group of 4 ranks, dp x cp, whose unit reduce-scatters hold up to
-# twice their send size on rank 0: +80 MiB before the plan counted it, +26
-# after; (1,1,1,1) at cp 2, ZeRO-1 over the context ranks, measured +40 and
+# twice their send size on rank 0: +80 MiB before the plan counted it, +14
+# to +26 after; (1,1,1,1) at cp 2, ZeRO-1 over the context ranks, measured +40 and
 # +32, is not run). The model:
 # the small config widened to GPT-2 small's blocks (d 768, ffn 2048, 3
 # layers, untied: 22M parameters, 85 MiB of FP32 gradients), where what the
