@@ -581,8 +581,9 @@ static enum status check_branch(struct trainer *t, const char *path, struct trai
     struct error ignored;
     if (latest < 0 || checkpoint_open_trusted(path, &r, &ignored)) return STATUS_OK; // resume_from reports
     int64_t step = checkpoint_info(r)->step;
+    bool weights_only = checkpoint_info(r)->weights_only; // resume_from refuses it, naming init_from
     checkpoint_close(r);
-    if (latest <= step) return STATUS_OK;
+    if (latest <= step || weights_only) return STATUS_OK;
     if (!c->checkpoint.branch)
         return error_set(&err->err, STATUS_BAD_INPUT, "resuming from step %lld (%s) into [checkpoint] "
                          "dir = %s, whose latest is step %lld: a branch, whose saves would collide "
