@@ -4,6 +4,8 @@
 #include "checkpoint_internal.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -72,7 +74,10 @@ static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
     hsize_t n = p->flat_end - p->flat_begin;
     hid_t space = H5Screate_simple(1, &n, NULL);
     hid_t type = ckpt_h5_type(p->dtype);
-    hid_t ds = H5Dcreate2(group, dname, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_obj_track_times(dcpl, 0); // the same pieces give the same bytes (no object times)
+    hid_t ds = H5Dcreate2(group, dname, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
     int bad = ds < 0 || (n > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p->data) < 0);
     int64_t shape[6] = {p->grows, p->gcols, p->row_offset, p->col_offset, p->rows, p->cols};
     uint64_t flat[2] = {p->flat_begin, p->flat_end};
@@ -85,8 +90,17 @@ static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
     return bad;
 }
 
+// A group without object times (write_piece).
+static hid_t group_create(hid_t loc, const char *name) {
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    H5Pset_obj_track_times(gcpl, 0);
+    hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    H5Pclose(gcpl);
+    return g;
+}
+
 static int write_state(hid_t file, const struct ckpt_state *s) {
-    hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = group_create(file, "state");
     if (g < 0) return 1;
     uint64_t loader[CKPT_LOADER_WORDS];
     ckpt_loader_pack(&s->loader, loader);
@@ -147,7 +161,7 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
               attr_write(file, "step", H5T_NATIVE_INT64, 1, &step) ||
               attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state);
-    hid_t g = bad ? -1 : H5Gcreate2(file, "pieces", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = bad ? -1 : group_create(file, "pieces");
     if (g < 0) bad = 1;
     for (int i = 0; !bad && i < a->n_pieces; i++) {
         if (write_piece(g, i, &a->pieces[i]))
@@ -335,18 +349,21 @@ static enum status agree(struct comm_group *world, enum status mine, const char 
     return comm_agree(world, mine, what, err);
 }
 
-enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
-                            struct error *err) {
+// The check of checkpoint_save and checkpoint_save_begin: the world is the layout's.
+static void check_world(const struct ckpt_save_args *a, struct comm_group *world) {
     char text[256];
     int n = topology_world_size(&a->layout);
     CHECK(world->size == n && world->rank == a->rank,
           "world %d/%d, layout %s, rank %d", world->rank, world->size,
           topology_layout_text(&a->layout, true, "=", " ", text, sizeof text), a->rank);
-    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
-    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+}
 
-    struct ckpt_file_sum mine = {0, 0};
-    st = checkpoint_write_rank(a, &mine, err);
+// The second half of a save, after this rank's write returned st (and
+// mine): every rank's checksums, the agreement, rank 0's commit, the
+// agreement on it. Collective.
+static enum status save_tail(const struct ckpt_save_args *a, struct comm_group *world, enum status st,
+                             struct ckpt_file_sum mine, struct error *err) {
+    int n = topology_world_size(&a->layout);
     uint64_t send[2] = {mine.xxh3, mine.bytes};
     uint64_t *all = xmalloc(2 * (size_t)n * sizeof *all);
     comm_all_gather(world, send, all, 2, DTYPE_I64);
@@ -366,4 +383,131 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
     comm_barrier(world);
     if (!written) return st; // every rank holds the agreed reasons already
     return agree(world, st, "committing", a, err);
+}
+
+enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
+                            struct error *err) {
+    check_world(a, world);
+    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
+    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+
+    struct ckpt_file_sum mine = {0, 0};
+    st = checkpoint_write_rank(a, &mine, err);
+    return save_tail(a, world, st, mine, err);
+}
+
+// An asynchronous save: copies of what checkpoint_write_rank reads, the
+// writer thread and what it returned.
+struct ckpt_async {
+    struct ckpt_save_args a;
+    char dir[CKPT_PATH_MAX], tokenizer[256];
+    struct llama_config model;
+    struct ckpt_state state;
+    struct ckpt_piece *pieces; // copies of the caller's table
+    void *snapshot;            // with copy: the pieces' bytes; else NULL
+    pthread_t thread;
+    bool started;              // thread runs (else done = 2 from begin)
+    atomic_int done;           // 0 writing, 1 returned OK, 2 failed
+    enum status st;
+    struct error err;
+    struct ckpt_file_sum sum;
+    double started_s, write_s; // when begin returned; the writer's seconds
+};
+
+static void *async_writer(void *arg) {
+    struct ckpt_async *h = arg;
+    double t0 = time_now_s();
+    char what[CKPT_PATH_MAX + 32];
+    snprintf(what, sizeof what, "%s (background writer)", h->dir);
+    h->st = durable_point("ckpt_async_write", what, false, &h->err);
+    if (!h->st) h->st = checkpoint_write_rank(&h->a, &h->sum, &h->err);
+    h->write_s = time_now_s() - t0;
+    atomic_store(&h->done, h->st ? 2 : 1);
+    return NULL;
+}
+
+enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, struct comm_group *world,
+                                  struct ckpt_async **out, struct error *err) {
+    check_world(a, world);
+    *out = NULL;
+    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
+    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+    struct ckpt_async *h = xcalloc(1, sizeof *h);
+    h->a = *a;
+    snprintf(h->dir, sizeof h->dir, "%s", a->dir);
+    snprintf(h->tokenizer, sizeof h->tokenizer, "%s", a->tokenizer_id ? a->tokenizer_id : "");
+    h->model = *a->model;
+    h->state = *a->state;
+    h->a.dir = h->dir, h->a.tokenizer_id = h->tokenizer, h->a.model = &h->model, h->a.state = &h->state;
+    h->pieces = xcalloc((size_t)(a->n_pieces ? a->n_pieces : 1), sizeof *h->pieces);
+    size_t bytes = 0;
+    for (int i = 0; i < a->n_pieces; i++)
+        bytes += (a->pieces[i].flat_end - a->pieces[i].flat_begin) * dtype_size(a->pieces[i].dtype);
+    if (copy && bytes) h->snapshot = xmalloc(bytes);
+    size_t at = 0;
+    char what[CKPT_PATH_MAX + 32];
+    snprintf(what, sizeof what, "%s (snapshot)", a->dir);
+    for (int i = 0; i < a->n_pieces && !st; i++) {
+        h->pieces[i] = a->pieces[i];
+        if (!copy) continue;
+        // One named point per piece copied: a kill in the middle of the snapshot.
+        if ((st = durable_point("ckpt_async_snapshot", what, false, err))) break;
+        size_t nb = (a->pieces[i].flat_end - a->pieces[i].flat_begin) * dtype_size(a->pieces[i].dtype);
+        if (nb) memcpy((char *)h->snapshot + at, a->pieces[i].data, nb);
+        h->pieces[i].data = (char *)h->snapshot + at;
+        at += nb;
+    }
+    h->a.pieces = h->pieces;
+    if (!st && pthread_create(&h->thread, NULL, async_writer, h))
+        st = error_set(err, STATUS_RUNTIME, "checkpoint step %lld: cannot start the background writer",
+                       (long long)a->step);
+    h->started = !st;
+    if (st) {
+        // This rank's failure reaches the others at checkpoint_save_finish:
+        // the handle holds it as the writer's result.
+        h->st = st, h->err = *err;
+        atomic_store(&h->done, 2);
+    }
+    h->started_s = time_now_s();
+    *out = h;
+    return STATUS_OK;
+}
+
+int checkpoint_save_writer_state(const struct ckpt_async *h) {
+    return atomic_load(&((struct ckpt_async *)h)->done);
+}
+
+int64_t checkpoint_save_step(const struct ckpt_async *h) { return h->a.step; }
+
+static void async_join(struct ckpt_async *h) {
+    if (h->started) pthread_join(h->thread, NULL);
+    h->started = false;
+}
+
+static void async_free(struct ckpt_async *h) {
+    free(h->snapshot);
+    free(h->pieces);
+    free(h);
+}
+
+enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *world, double *wait_s,
+                                   struct error *err) {
+    double t0 = time_now_s();
+    enum status st = STATUS_OK;
+    if (!atomic_load(&h->done)) // the next save (or the end) arrived while this one is written
+        st = durable_point("ckpt_async_wait", h->dir, false, err);
+    async_join(h);
+    if (!st && (st = h->st)) *err = h->err;
+    if (wait_s) *wait_s = time_now_s() - t0;
+    // All writes of this rank done: the last point before the commit's collectives.
+    if (!st) st = durable_point("ckpt_async_written", h->dir, false, err);
+    st = save_tail(&h->a, world, st, h->sum, err);
+    async_free(h);
+    return st;
+}
+
+void checkpoint_save_abandon(struct ckpt_async *h) {
+    if (!h) return;
+    async_join(h);
+    async_free(h);
 }
