@@ -494,8 +494,9 @@ enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *worl
                                    struct error *err) {
     double t0 = time_now_s();
     enum status st = STATUS_OK;
-    if (!atomic_load(&h->done)) // the next save (or the end) arrived while this one is written
-        st = durable_point("ckpt_async_wait", h->dir, false, err);
+    // The commit about to wait for (join) this rank's writer: at the next
+    // save step, the end or the step boundary that saw every writer done.
+    st = durable_point("ckpt_async_join", h->dir, false, err);
     async_join(h);
     if (!st && (st = h->st)) *err = h->err;
     if (wait_s) *wait_s = time_now_s() - t0;

@@ -144,8 +144,8 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
 //     2 failed (no collective: the caller all-reduces it to learn that every
 //     rank's writer is done).
 //   checkpoint_save_finish: collective, every rank at the same point: waits
-//     for this rank's writer (named point "ckpt_async_wait" when it must
-//     wait; *wait_s its seconds), "ckpt_async_written", then the checksums'
+//     for this rank's writer (named point "ckpt_async_join" first; *wait_s
+//     the seconds waited, when wait_s is not NULL), "ckpt_async_written", then the checksums'
 //     all-gather, the agreement, rank 0's commit, as checkpoint_save: returns
 //     STATUS_OK on every rank or an error on every rank naming the failing
 //     rank(s) and their reasons; frees h.

@@ -16,8 +16,9 @@
 //                   asynchronous save (checkpoint_save_begin):
 //                   "ckpt_async_snapshot" (a piece about to be copied),
 //                   "ckpt_async_write" (the background writer starting),
-//                   "ckpt_async_wait" (the commit waiting for a writer still
-//                   writing: the next save or the end arrived),
+//                   "ckpt_async_join" (the commit about to wait for the
+//                   writer: the next save, the end or the boundary that saw
+//                   every writer done),
 //                   "ckpt_async_written" (this rank's writer done, before
 //                   the commit's collectives)
 //   stall:NAME[:K]  at the Kth time named point NAME is reached, the caller
