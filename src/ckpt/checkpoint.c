@@ -39,14 +39,21 @@ static enum status remove_stale(const char *dir, struct error *err) {
     return st;
 }
 
-enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err) {
+// prepare without the fsync of dir (with_fsync false: an asynchronous
+// save's begin, whose rank-0 writer fsyncs it, off the training thread; the
+// commit's renames come after it either way).
+static enum status prepare(const struct ckpt_save_args *a, bool with_fsync, struct error *err) {
     char tmp[CKPT_PATH_MAX];
     tmp_dir_path(a, tmp);
     enum status st;
     if ((st = durable_mkdir(a->dir, err)) || (st = remove_stale(a->dir, err)) ||
-        (st = durable_mkdir(tmp, err)) || (st = durable_fsync_dir(a->dir, err)))
+        (st = durable_mkdir(tmp, err)) || (with_fsync && (st = durable_fsync_dir(a->dir, err))))
         return st;
     return STATUS_OK;
+}
+
+enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err) {
+    return prepare(a, true, err);
 }
 
 // Attribute helpers: scalars and small arrays on a group or dataset.
@@ -420,6 +427,7 @@ static void *async_writer(void *arg) {
     char what[CKPT_PATH_MAX + 32];
     snprintf(what, sizeof what, "%s (background writer)", h->dir);
     h->st = durable_point("ckpt_async_write", what, false, &h->err);
+    if (!h->st && h->a.rank == 0) h->st = durable_fsync_dir(h->dir, &h->err); // prepare's
     if (!h->st) h->st = checkpoint_write_rank(&h->a, &h->sum, &h->err);
     h->write_s = time_now_s() - t0;
     atomic_store(&h->done, h->st ? 2 : 1);
@@ -430,7 +438,7 @@ enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, str
                                   struct ckpt_async **out, struct error *err) {
     check_world(a, world);
     *out = NULL;
-    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
+    enum status st = world->rank == 0 ? prepare(a, false, err) : STATUS_OK;
     if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
     struct ckpt_async *h = xcalloc(1, sizeof *h);
     h->a = *a;
