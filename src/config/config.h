@@ -130,6 +130,7 @@ struct checkpoint_config {
     bool async;    // background writer (docs/design.md §7 "Asynchronous saves")
     enum resume_mode resume;
     char resume_path[CONFIG_PATH_MAX]; // when RESUME_PATH, else ""
+    bool branch; // resuming before dir's latest moves the later steps aside (else refused)
 };
 
 struct log_config {
