@@ -387,11 +387,13 @@ static void check_world(const struct ckpt_save_args *a, struct comm_group *world
           topology_layout_text(&a->layout, true, "=", " ", text, sizeof text), a->rank);
 }
 
-// The second half of a save, after this rank's write returned st (and
-// mine): every rank's checksums, the agreement, rank 0's commit, the
-// agreement on it. Collective.
-static enum status save_tail(const struct ckpt_save_args *a, struct comm_group *world, enum status st,
-                             struct ckpt_file_sum mine, struct error *err) {
+// After this rank's write returned st (and mine): every rank's checksums
+// into *sums ((world) entries, the caller frees) and the agreement; on a
+// failure rank 0 removes the .tmp folder (best effort: a leftover is removed
+// by the next save) and every rank holds the agreed reasons. Collective.
+static enum status gather_written(const struct ckpt_save_args *a, struct comm_group *world,
+                                  enum status st, struct ckpt_file_sum mine,
+                                  struct ckpt_file_sum **sums_out, struct error *err) {
     int n = topology_world_size(&a->layout);
     uint64_t send[2] = {mine.xxh3, mine.bytes};
     uint64_t *all = xmalloc(2 * (size_t)n * sizeof *all);
@@ -399,19 +401,42 @@ static enum status save_tail(const struct ckpt_save_args *a, struct comm_group *
     struct ckpt_file_sum *sums = xmalloc((size_t)n * sizeof *sums);
     for (int r = 0; r < n; r++) sums[r] = (struct ckpt_file_sum){all[2 * r], all[2 * r + 1]};
     free(all);
-    bool written = !(st = agree(world, st, "writing the rank file", a, err));
-    if (written && world->rank == 0) st = checkpoint_commit(a, sums, err);
-    free(sums);
-    if (world->rank == 0 && st) {
-        // Best effort: a leftover .tmp is ignored and removed by the next save.
-        char tmp[CKPT_PATH_MAX];
-        struct error ignored;
-        tmp_dir_path(a, tmp);
-        durable_remove_tree(tmp, &ignored);
-    }
+    *sums_out = sums;
+    return agree(world, st, "writing the rank file", a, err);
+}
+
+static void remove_tmp(const struct ckpt_save_args *a) {
+    char tmp[CKPT_PATH_MAX];
+    struct error ignored;
+    tmp_dir_path(a, tmp);
+    durable_remove_tree(tmp, &ignored);
+}
+
+// After rank 0's commit returned st (others: STATUS_OK): on a failure rank 0
+// removes the .tmp folder; the agreement. Collective.
+static enum status agree_committed(const struct ckpt_save_args *a, struct comm_group *world,
+                                   enum status st, struct error *err) {
+    if (world->rank == 0 && st) remove_tmp(a);
     comm_barrier(world);
-    if (!written) return st; // every rank holds the agreed reasons already
     return agree(world, st, "committing", a, err);
+}
+
+// The second half of a save, after this rank's write returned st (and
+// mine): every rank's checksums, the agreement, rank 0's commit, the
+// agreement on it. Collective.
+static enum status save_tail(const struct ckpt_save_args *a, struct comm_group *world, enum status st,
+                             struct ckpt_file_sum mine, struct error *err) {
+    struct ckpt_file_sum *sums;
+    st = gather_written(a, world, st, mine, &sums, err);
+    if (st) {
+        free(sums);
+        if (world->rank == 0) remove_tmp(a);
+        comm_barrier(world);
+        return st; // every rank holds the agreed reasons already
+    }
+    if (world->rank == 0) st = checkpoint_commit(a, sums, err);
+    free(sums);
+    return agree_committed(a, world, st, err);
 }
 
 enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
@@ -436,10 +461,12 @@ struct ckpt_async {
     void *snapshot;            // with copy: the pieces' bytes; else NULL
     pthread_t thread;
     bool started;              // thread runs (else done = 2 from begin)
-    atomic_int done;           // 0 writing, 1 returned OK, 2 failed
+    int phase;                 // 1: the writer; 2: rank 0's commit (after every write agreed)
+    atomic_int done;           // of this phase's thread: 0 running, 1 returned OK, 2 failed
     enum status st;
     struct error err;
     struct ckpt_file_sum sum;
+    struct ckpt_file_sum *sums; // phase 2: every rank's
     double started_s, write_s; // when begin returned; the writer's seconds
 };
 
@@ -498,6 +525,7 @@ enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, str
         h->st = st, h->err = *err;
         atomic_store(&h->done, 2);
     }
+    h->phase = 1;
     h->started_s = time_now_s();
     *out = h;
     return STATUS_OK;
@@ -515,15 +543,34 @@ static void async_join(struct ckpt_async *h) {
 }
 
 static void async_free(struct ckpt_async *h) {
+    free(h->sums);
     free(h->snapshot);
     free(h->pieces);
     free(h);
 }
 
-enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *world, double *wait_s,
-                                   struct error *err) {
+// Rank 0's commit, phase 2's thread.
+static void *async_committer(void *arg) {
+    struct ckpt_async *h = arg;
+    h->st = checkpoint_commit(&h->a, h->sums, &h->err);
+    atomic_store(&h->done, h->st ? 2 : 1);
+    return NULL;
+}
+
+enum status checkpoint_save_advance(struct ckpt_async **hp, struct comm_group *world, double *wait_s,
+                                    struct error *err) {
+    struct ckpt_async *h = *hp;
     double t0 = time_now_s();
     enum status st = STATUS_OK;
+    if (h->phase == 2) {
+        async_join(h); // rank 0's commit; the others have none
+        if (wait_s) *wait_s = time_now_s() - t0;
+        if ((st = h->st)) *err = h->err;
+        st = agree_committed(&h->a, world, st, err);
+        async_free(h);
+        *hp = NULL;
+        return st;
+    }
     // The commit about to wait for (join) this rank's writer: at the next
     // save step, the end or the step boundary that saw every writer done.
     st = durable_point("ckpt_async_join", h->dir, false, err);
@@ -532,8 +579,40 @@ enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *worl
     if (wait_s) *wait_s = time_now_s() - t0;
     // All writes of this rank done: the last point before the commit's collectives.
     if (!st) st = durable_point("ckpt_async_written", h->dir, false, err);
-    st = save_tail(&h->a, world, st, h->sum, err);
-    async_free(h);
+    st = gather_written(&h->a, world, st, h->sum, &h->sums, err);
+    if (st) {
+        if (world->rank == 0) remove_tmp(&h->a);
+        comm_barrier(world);
+        async_free(h);
+        *hp = NULL;
+        return st;
+    }
+    // Phase 2: rank 0 commits on a thread of its own (manifest, the reader's
+    // checks, renames, latest, rotation); the others have nothing to do.
+    h->phase = 2;
+    h->st = STATUS_OK;
+    atomic_store(&h->done, 1);
+    if (world->rank == 0) {
+        atomic_store(&h->done, 0);
+        h->started = !pthread_create(&h->thread, NULL, async_committer, h);
+        if (!h->started) {
+            h->st = error_set(&h->err, STATUS_RUNTIME, "checkpoint step %lld: cannot start the "
+                              "commit's thread", (long long)h->a.step);
+            atomic_store(&h->done, 2);
+        }
+    }
+    return STATUS_OK;
+}
+
+enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *world, double *wait_s,
+                                   struct error *err) {
+    double waited = 0, w;
+    enum status st = STATUS_OK;
+    while (h && !st) {
+        st = checkpoint_save_advance(&h, world, &w, err);
+        waited += w;
+    }
+    if (wait_s) *wait_s = waited;
     return st;
 }
 

@@ -140,15 +140,21 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
 //     (checkpoint_write_rank; named point "ckpt_async_write" first) and returns
 //     STATUS_OK with *out set; a failure of this rank's snapshot or thread is
 //     kept in *out as the writer's result and reported by finish.
-//   checkpoint_save_writer_state: this rank's writer, 0 still writing, 1 done,
-//     2 failed (no collective: the caller all-reduces it to learn that every
+//   checkpoint_save_writer_state: this rank's thread of the current phase
+//     (the writer; then rank 0's commit), 0 still running, 1 done, 2 failed (no collective: the caller all-reduces it to learn that every
 //     rank's writer is done).
-//   checkpoint_save_finish: collective, every rank at the same point: waits
-//     for this rank's writer (named point "ckpt_async_join" first; *wait_s
-//     the seconds waited, when wait_s is not NULL), "ckpt_async_written", then the checksums'
-//     all-gather, the agreement, rank 0's commit, as checkpoint_save: returns
-//     STATUS_OK on every rank or an error on every rank naming the failing
-//     rank(s) and their reasons; frees h.
+//   checkpoint_save_advance: collective, every rank at the same point (the
+//     caller all-reduces writer_state first, so that it rarely waits). Phase
+//     1: waits for this rank's writer (named point "ckpt_async_join" first),
+//     "ckpt_async_written", the checksums' all-gather and the agreement; on
+//     success rank 0 starts the commit (manifest, the reader's checks,
+//     renames, latest, rotation: checkpoint_commit) on a thread of its own,
+//     writer_state then says whether it is done, and *hp stays. Phase 2:
+//     waits for rank 0's commit and agrees on it; *hp becomes NULL (h freed).
+//     Returns STATUS_OK on every rank or an error on every rank naming the
+//     failing rank(s) and their reasons (h freed, *hp NULL; the previous
+//     `latest` untouched). *wait_s (when not NULL): the seconds it waited.
+//   checkpoint_save_finish: advances until committed (both phases).
 //   checkpoint_save_abandon: joins the writer and frees h without a commit
 //     (an error path; the step-N.tmp left is removed by the next save).
 struct ckpt_async;
@@ -156,6 +162,8 @@ enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, str
                                   struct ckpt_async **out, struct error *err);
 int checkpoint_save_writer_state(const struct ckpt_async *h);
 int64_t checkpoint_save_step(const struct ckpt_async *h);
+enum status checkpoint_save_advance(struct ckpt_async **hp, struct comm_group *world, double *wait_s,
+                                    struct error *err);
 enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *world, double *wait_s,
                                    struct error *err);
 void checkpoint_save_abandon(struct ckpt_async *h);

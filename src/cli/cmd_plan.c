@@ -427,9 +427,9 @@ int cmd_plan(int argc, char **argv) {
         printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
         if (c.system.device == DEVICE_CPU && host[i].ckpt_save)
-            printf("       host: MPI %zu, checkpoint.async's snapshot buffers %zu (%.1f MiB; the "
-                   "first save allocates them, they stay), resident %zu (%.1f MiB: the arenas, "
-                   "MPI's and the snapshot's)\n", host[i].mpi, host[i].ckpt_save,
+            printf("       host: MPI %zu, checkpoint buffers %zu (%.1f MiB: checkpoint.async's "
+                   "snapshot; the first save allocates them, they stay), resident %zu (%.1f MiB: "
+                   "the arenas, MPI's and the snapshot's)\n", host[i].mpi, host[i].ckpt_save,
                    mib(host[i].ckpt_save), resident(&c, b, &host[i]), mib(resident(&c, b, &host[i])));
         else if (c.system.device == DEVICE_CPU)
             printf("       host: MPI %zu, resident %zu (%.1f MiB: the arenas and MPI's); a resume "

@@ -956,9 +956,11 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
                         writer == 0, writer == 2};
         comm_all_reduce(&t->par.topo.world, flags, 4, DTYPE_I32, COMM_MAX);
         int stop = flags[0];
-        // Every rank's writer done (or one failed: reported now, within a
-        // step, on every rank): the commit, at this step on every rank.
-        if (trainer_save_in_flight(t) && (!flags[2] || flags[3]) && (st = trainer_save_complete(t, err)))
+        // Every rank's background work done (or one failed: reported now,
+        // within a step, on every rank): the next phase (the writes agreed
+        // and rank 0's commit started; then the commit agreed), at this step
+        // on every rank.
+        if (trainer_save_in_flight(t) && (!flags[2] || flags[3]) && (st = trainer_save_advance(t, err)))
             return st;
         t->log.train_s += time_now_s() - t0;
         bool out_of_time = flags[1] && !last && !stop;

@@ -189,12 +189,14 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct ck
     };
 }
 
-// One checkpoint record of metrics.jsonl (rank 0): {"event": "checkpoint",
-// "step", "async", "stall_s" (the seconds training stood still for it: the
-// whole save when synchronous; the snapshot and begin, then the commit, when
-// asynchronous), "wait_s" (of an asynchronous save: the seconds the next save
-// or the end waited for its writer), "write_s" (the save's write: the whole
-// save, or the background writer's seconds on rank 0)}.
+// One checkpoint record of metrics.jsonl (rank 0), when a save is
+// committed: {"event": "checkpoint", "step", "async", "stall_s" (the seconds
+// training stood still for it: the whole save when synchronous; the
+// snapshot and begin, then the collectives of its two phases, when
+// asynchronous), "wait_s" (of an asynchronous save: of stall_s, the seconds
+// spent waiting for a writer or the commit still running: the next save or
+// the end arrived first), "write_s" (the whole save, or from the snapshot to
+// the commit when asynchronous)}.
 static void log_ckpt_record(struct trainer *t, int step, bool async, double stall_s, double wait_s,
                             double write_s) {
     if (t->par.topo.world_rank || !t->log.metrics) return;
@@ -209,30 +211,45 @@ int trainer_save_writer_state(const struct trainer *t) {
     return t->ckpt.inflight ? checkpoint_save_writer_state(t->ckpt.inflight) : 1;
 }
 
-enum status trainer_save_complete(struct trainer *t, struct trainer_error *err) {
+// Advances the save in flight: one phase (checkpoint_save_advance) or, with
+// all, until it is committed. Logs the commit.
+static enum status save_advance(struct trainer *t, bool all, struct trainer_error *err) {
     struct ckpt_async *h = t->ckpt.inflight;
     if (!h) return STATUS_OK;
-    t->ckpt.inflight = NULL;
     int step = (int)checkpoint_save_step(h);
-    double t0 = time_now_s(), wait_s = 0, written_s = t0 - t->ckpt.inflight_begun_s;
+    double t0 = time_now_s(), wait_s = 0;
     char phase[96];
     snprintf(phase, sizeof phase, "checkpoint save of step %d (the background writer, the commit)", step);
     watchdog_phase(t->watchdog, phase, 1, 1);
-    if (checkpoint_save_finish(h, &t->par.topo.world, &wait_s, &err->err))
-        return err->err.status = STATUS_RUNTIME;
+    enum status s = all ? checkpoint_save_finish(h, &t->par.topo.world, &wait_s, &err->err)
+                        : checkpoint_save_advance(&t->ckpt.inflight, &t->par.topo.world, &wait_s, &err->err);
+    if (all || s) t->ckpt.inflight = NULL; // freed either way
     watchdog_kick(t->watchdog);
-    double stall = t->ckpt.inflight_stall_s + time_now_s() - t0;
+    double dt = time_now_s() - t0;
+    t->ckpt.inflight_stall_s += dt, t->ckpt.inflight_wait_s += wait_s;
+    t->log.save_s += dt;
+    if (s) return err->err.status = STATUS_RUNTIME;
+    if (t->ckpt.inflight) return STATUS_OK; // written and agreed; rank 0 commits in the background
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s/step-%06d", t->cfg.checkpoint.dir, step);
+    double since = time_now_s() - t->ckpt.inflight_begun_s;
     if (t->par.topo.world_rank == 0) {
         printf("checkpoint: %s saved in the background (%.2f s since its snapshot); training stood "
-               "still %.2f s for it", t->ckpt.last, written_s + wait_s, stall);
-        if (wait_s >= 0.0005) printf(", of which %.2f s waiting for its writer", wait_s);
+               "still %.2f s for it", t->ckpt.last, since, t->ckpt.inflight_stall_s);
+        if (t->ckpt.inflight_wait_s >= 0.0005)
+            printf(", of which %.2f s waiting for the background work", t->ckpt.inflight_wait_s);
         printf("\n");
         fflush(stdout);
     }
-    log_ckpt_record(t, step, true, stall, wait_s, written_s + wait_s);
-    t->log.save_s += time_now_s() - t0;
+    log_ckpt_record(t, step, true, t->ckpt.inflight_stall_s, t->ckpt.inflight_wait_s, since);
     return STATUS_OK;
+}
+
+enum status trainer_save_advance(struct trainer *t, struct trainer_error *err) {
+    return save_advance(t, false, err);
+}
+
+enum status trainer_save_complete(struct trainer *t, struct trainer_error *err) {
+    return save_advance(t, true, err);
 }
 
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
@@ -278,7 +295,7 @@ enum status trainer_save_async(struct trainer *t, int steps_done, struct trainer
         return err->err.status = STATUS_RUNTIME;
     watchdog_kick(t->watchdog);
     t->ckpt.inflight_begun_s = time_now_s();
-    t->ckpt.inflight_stall_s = t->ckpt.inflight_begun_s - t0;
+    t->ckpt.inflight_stall_s = t->ckpt.inflight_begun_s - t0, t->ckpt.inflight_wait_s = 0;
     t->log.save_s += t->ckpt.inflight_begun_s - t0;
     if (t->par.topo.world_rank == 0) {
         printf("checkpoint: step %d snapshot taken in %.2f s; written in the background", steps_done,

@@ -7,9 +7,10 @@
 //       TRIDENT_FAULT (src/ckpt/durable.h) kills or fails a storage call.
 //   mpirun -np 4 ckpt_driver asave DIR  the same saves asynchronously
 //       (checkpoint_save_begin with a copy, then the arrays are overwritten
-//       as training would): steps 1 and 3 poll every rank's writer (an
-//       all-reduce) and commit once all are done; step 2 stays in flight
-//       until step 3's save arrives and commits it first.
+//       as training would): steps 1 and 3 poll every rank's background
+//       work (an all-reduce) and advance once all are done (the writes
+//       agreed, then rank 0's commit); step 2 stays in flight until step
+//       3's save arrives and commits it first.
 //   ckpt_driver load DIR                one rank (another layout: resharding):
 //       resumes from DIR/latest, checks every tensor against the closed form
 //       of its step, prints "loaded step S" (or "loaded none"), exit 0; a
@@ -125,13 +126,13 @@ static int save(const char *dir, int rank, struct comm_group *world, bool async)
             inflight = h;
             continue;
         }
-        for (;;) { // the trainer's step boundary: any rank still writing, any failed
+        st = STATUS_OK;
+        while (h && !st) { // the trainer's step boundaries: any rank's background work running, any failed
             int mine = checkpoint_save_writer_state(h), flags[2] = {mine == 0, mine == 2};
             comm_all_reduce(world, flags, 2, DTYPE_I32, COMM_MAX);
-            if (!flags[0] || flags[1]) break;
-            usleep(1000);
+            if (!flags[0] || flags[1]) st = checkpoint_save_advance(&h, world, NULL, &err);
+            else usleep(1000);
         }
-        st = checkpoint_save_finish(h, world, NULL, &err);
         if (report(rank, step, st, &err)) break;
     }
     free(params);
