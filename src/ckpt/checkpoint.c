@@ -93,6 +93,25 @@ static int attr_write_str(hid_t loc, const char *name, const char *s) {
     return bad;
 }
 
+// Writes n elements of esize bytes into the 1-D dataset ds in slices of
+// 8 MiB: the thread-safe HDF5 library holds one lock per call, and an
+// asynchronous save's writer must not hold it for a whole large tensor while
+// the training thread's loader waits to read its batch (src/data/shard.c).
+// The file's bytes are those of one write. Returns nonzero on a failure.
+static int write_slices(hid_t ds, hid_t type, hid_t space, hsize_t n, size_t esize, const void *data) {
+    const hsize_t slice = (8u << 20) / esize;
+    if (n <= slice) return n > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0;
+    int bad = 0;
+    for (hsize_t at = 0; !bad && at < n; at += slice) {
+        hsize_t count = MIN(slice, n - at);
+        hid_t mem = H5Screate_simple(1, &count, NULL);
+        bad = mem < 0 || H5Sselect_hyperslab(space, H5S_SELECT_SET, &at, NULL, &count, NULL) < 0 ||
+              H5Dwrite(ds, type, mem, space, H5P_DEFAULT, (const char *)data + at * esize) < 0;
+        if (mem >= 0) H5Sclose(mem);
+    }
+    return bad;
+}
+
 static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
     char dname[16];
     snprintf(dname, sizeof dname, "%05d", i);
@@ -103,7 +122,7 @@ static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
     H5Pset_obj_track_times(dcpl, 0); // the same pieces give the same bytes (no object times)
     hid_t ds = H5Dcreate2(group, dname, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     H5Pclose(dcpl);
-    int bad = ds < 0 || (n > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p->data) < 0);
+    int bad = ds < 0 || write_slices(ds, type, space, n, dtype_size(p->dtype), p->data);
     int64_t shape[6] = {p->grows, p->gcols, p->row_offset, p->col_offset, p->rows, p->cols};
     uint64_t flat[2] = {p->flat_begin, p->flat_end};
     if (!bad)

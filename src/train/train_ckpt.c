@@ -194,8 +194,8 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct ck
 // training stood still for it: the whole save when synchronous; the
 // snapshot and begin, then the collectives of its two phases, when
 // asynchronous), "wait_s" (of an asynchronous save: of stall_s, the seconds
-// spent waiting for a writer or the commit still running: the next save or
-// the end arrived first), "write_s" (the whole save, or from the snapshot to
+// of a forced finish: the next save, a stop or the end arrived while some
+// rank's writer or rank 0's commit still ran), "write_s" (the whole save, or from the snapshot to
 // the commit when asynchronous)}.
 static void log_ckpt_record(struct trainer *t, int step, bool async, double stall_s, double wait_s,
                             double write_s) {
@@ -217,16 +217,19 @@ static enum status save_advance(struct trainer *t, bool all, struct trainer_erro
     struct ckpt_async *h = t->ckpt.inflight;
     if (!h) return STATUS_OK;
     int step = (int)checkpoint_save_step(h);
-    double t0 = time_now_s(), wait_s = 0;
+    double t0 = time_now_s();
     char phase[96];
     snprintf(phase, sizeof phase, "checkpoint save of step %d (the background writer, the commit)", step);
     watchdog_phase(t->watchdog, phase, 1, 1);
-    enum status s = all ? checkpoint_save_finish(h, &t->par.topo.world, &wait_s, &err->err)
-                        : checkpoint_save_advance(&t->ckpt.inflight, &t->par.topo.world, &wait_s, &err->err);
+    enum status s = all ? checkpoint_save_finish(h, &t->par.topo.world, NULL, &err->err)
+                        : checkpoint_save_advance(&t->ckpt.inflight, &t->par.topo.world, NULL, &err->err);
     if (all || s) t->ckpt.inflight = NULL; // freed either way
     watchdog_kick(t->watchdog);
     double dt = time_now_s() - t0;
-    t->ckpt.inflight_stall_s += dt, t->ckpt.inflight_wait_s += wait_s;
+    // Forced (the next save, a stop or the end arrived first): every second
+    // of it waited for some rank's background work (its collectives wait
+    // for the slowest rank); at a boundary that saw all done, none.
+    t->ckpt.inflight_stall_s += dt, t->ckpt.inflight_wait_s += all ? dt : 0;
     t->log.save_s += dt;
     if (s) return err->err.status = STATUS_RUNTIME;
     if (t->ckpt.inflight) return STATUS_OK; // written and agreed; rank 0 commits in the background

@@ -12,7 +12,8 @@
 #     reason, within one step of the failure; `latest` stays step-000002 and verifies;
 #  4. SIGTERM while rank 1's background write of step 4 stalls
 #     (TRIDENT_FAULT=stall:ckpt_async_write:2@1): the stop waits for that
-#     save to commit, then saves its own step; exit 3, both verify.
+#     save to commit (its record's wait_s says how long), then saves its own
+#     step; exit 3, both verify.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -79,6 +80,9 @@ k=$(sed -n 's/^step-0*\([0-9]*\)$/\1/p' "$tmp/ck-term/latest" 2>/dev/null || tru
 "$TRIDENT" ckpt verify "$tmp/ck-term/step-000008" >/dev/null && "$TRIDENT" ckpt verify "$tmp/ck-term" >/dev/null ||
     { echo "FAIL: verify after SIGTERM"; fail=1; }
 grep -q "step-000008 saved in the background" "$tmp/term.log" || { echo "FAIL: step 8 not committed before the stop's save"; fail=1; }
+# The stop's save waited for the stalled writer, and the record says how long.
+w=$(jq -r 'select(.event == "checkpoint" and .step == 8) | .wait_s' "$tmp/run-term/metrics.jsonl" 2>/dev/null || true)
+awk -v w="${w:-0}" 'BEGIN { exit !(w > 0.5) }' || { echo "FAIL: the checkpoint record of step 8 says wait_s '$w'"; fail=1; }
 echo "4. SIGTERM during the background write of step 8: exit $rc, step 8 committed, then step $k"
 mpi_no_leftovers "$TRIDENT train" >/dev/null || true
 [ "$fail" -eq 0 ] && echo "ckpt_async: all passed"
