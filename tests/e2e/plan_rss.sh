@@ -29,9 +29,10 @@ wide=(data.path="$tmp/shards" model.d_model=768 model.n_heads=12 model.n_kv_head
       model.n_layers=3 model.tie_embeddings=false train.micro_batch_size=2 train.global_batch_size=4
       train.steps=2 train.warmup_steps=1 system.threads=1)
 fail=0
-for l in 1,1,2,0,bf16 1,1,2,1,fp32 1,1,2,3,fp32 2,1,2,0,fp32 1,1,2,3,fp32,2; do
-    IFS=, read -r tp pp dp z dtype cp <<<"$l"
+for l in 1,1,2,0,bf16 1,1,2,1,fp32,1,async 1,1,2,3,fp32 2,1,2,0,fp32 1,1,2,3,fp32,2; do
+    IFS=, read -r tp pp dp z dtype cp async <<<"$l"
+    extra=(); [ -z "${async:-}" ] || extra=(checkpoint.async=true checkpoint.every=1)
     echo "== $dtype"
-    rss_vs_plan "$SMALL_INI" "$tp" "$pp" "$dp" "$z" "${wide[@]}" precision.dtype="$dtype" parallel.cp="${cp:-1}" || fail=1
+    rss_vs_plan "$SMALL_INI" "$tp" "$pp" "$dp" "$z" "${wide[@]}" precision.dtype="$dtype" parallel.cp="${cp:-1}" "${extra[@]}" || fail=1
 done
 exit $fail
