@@ -441,12 +441,13 @@ void cuda_attention_block_forward(struct backend *be, struct tensor out, struct 
     attn_bucket(op, D);
     if ((size_t)B * H * Tq == 0) return;
     CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
-    if (cuda_attention_cudnn_block_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
-                                           accumulate))
-        return;
-    char *scratch = (char *)cuda_scratch(be, cuda_scratch_attention_block(B, Tq, Tk, H, false));
+    char *scratch = NULL;
+    const int *gate = NULL; // the cuDNN pair path's check: native only where the positions changed
+    if (!cuda_attention_cudnn_block_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
+                                            accumulate, &scratch, &gate))
+        scratch = (char *)cuda_scratch(be, cuda_scratch_attention_block(B, Tq, Tk, H, false));
     cuda_attention_block_native_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
-                                        accumulate, scratch, NULL);
+                                        accumulate, scratch, gate);
 }
 
 void cuda_attention_block_native_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
@@ -491,10 +492,11 @@ void cuda_attention_block_backward(struct backend *be, struct tensor dq, struct 
     attn_bucket(op, D);
     if ((size_t)B * H * Tq == 0 || Tk == 0) return;
     CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
-    if (cuda_attention_cudnn_block_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq,
-                                            Tk, H, Hkv, D))
-        return;
-    char *scratch = (char *)cuda_scratch(be, cuda_scratch_attention_block(B, Tq, Tk, H, true));
+    char *scratch = NULL;
+    const int *gate = NULL; // as in the forward
+    if (!cuda_attention_cudnn_block_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq,
+                                             Tk, H, Hkv, D, &scratch, &gate))
+        scratch = (char *)cuda_scratch(be, cuda_scratch_attention_block(B, Tq, Tk, H, true));
     cuda_attention_block_native_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq, Tk,
-                                         H, Hkv, D, scratch, NULL);
+                                         H, Hkv, D, scratch, gate);
 }

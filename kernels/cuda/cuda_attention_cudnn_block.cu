@@ -388,7 +388,8 @@ static const struct block_layout *block_layout_for(struct backend *be, const str
 bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, struct tensor lse,
                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
                                         struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
-                                        int Hkv, int D, bool accumulate) {
+                                        int Hkv, int D, bool accumulate, char **native_scratch,
+                                        const int **gate) {
     enum dtype dt = q.dtype;
     if ((size_t)B * Tq * Tk == 0) return false;
     struct sdpa_key bkey = {B, Tq, Tk, Tq, Tk, H, Hkv, D, dt, false, false, true};
@@ -445,9 +446,9 @@ bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, s
             po, (float *)lse.data, pob, lb, Tq, a->row, a->len, H, D, mismatch);
         CHECK_LAUNCH();
     }
-    // the positions are not the remembered runs (rewritten in place): the native kernels
-    cuda_attention_block_native_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
-                                        accumulate, native, mismatch);
+    // the positions are not the remembered runs (rewritten in place): the
+    // caller's native kernels, gated on the check's flag
+    *native_scratch = native, *gate = mismatch;
     cudnn_note_path(cuda_state(be), &bkey, NULL);
     return true;
 }
@@ -456,7 +457,8 @@ bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, s
                                          struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
                                          struct tensor v, struct tensor out, struct tensor lse,
                                          struct tensor q_pos, struct tensor q_doc, struct tensor k_pos, int B,
-                                         int Tq, int Tk, int H, int Hkv, int D) {
+                                         int Tq, int Tk, int H, int Hkv, int D, char **native_scratch,
+                                         const int **gate) {
     enum dtype dt = q.dtype;
     if ((size_t)B * Tq * Tk == 0) return false;
     struct sdpa_key bkey = {B, Tq, Tk, Tq, Tk, H, Hkv, D, dt, true, false, true};
@@ -527,8 +529,7 @@ bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, s
                                                                           D, false, mismatch);
         CHECK_LAUNCH();
     }
-    cuda_attention_block_native_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq, Tk, H,
-                                         Hkv, D, native, mismatch);
+    *native_scratch = native, *gate = mismatch; // the caller's gated native kernels
     cudnn_note_path(cuda_state(be), &bkey, NULL);
     return true;
 }

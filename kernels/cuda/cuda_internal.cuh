@@ -126,16 +126,23 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
 // the dtype, the positions (every (query run, key run) pair fully visible,
 // causal on equal runs, or unreadable) and cuDNN's support say so; false: the
 // caller runs the native kernels. Arguments as attention_block_forward /
-// _backward (q_doc non-empty: native). Paths recorded and announced as above.
+// _backward (q_doc non-empty: native). On true, *native_scratch and *gate
+// are what the caller passes cuda_attention_block_native_* next: the native
+// kernels, queued behind the pair path and gated on its device check of the
+// positions (they run only if the positions are not the remembered runs).
+// The pair path calls nothing of cuda_attention_block.cu (no call cycle).
+// Paths recorded and announced as above.
 bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, struct tensor lse,
                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
                                         struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
-                                        int Hkv, int D, bool accumulate);
+                                        int Hkv, int D, bool accumulate, char **native_scratch,
+                                        const int **gate);
 bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
                                          struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
                                          struct tensor v, struct tensor out, struct tensor lse,
                                          struct tensor q_pos, struct tensor q_doc, struct tensor k_pos, int B,
-                                         int Tq, int Tk, int H, int Hkv, int D);
+                                         int Tq, int Tk, int H, int Hkv, int D, char **native_scratch,
+                                         const int **gate);
 // The native block kernels (cuda_attention_block.cu) with their scratch
 // (cuda_scratch_attention_block bytes) given; gate: NULL, or a device int
 // the kernels read first: they run only where it is nonzero (the cuDNN pair
