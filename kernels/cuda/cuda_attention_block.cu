@@ -54,7 +54,9 @@
 // of the granule's rows < Tq; kr (B, ngk, 2) = min k_pos, max k_pos of its
 // rows < Tk. One thread a granule.
 __global__ void attention_block_ranges_kernel(int *qr, int *kr, const int32_t *q_pos, const int32_t *q_doc,
-                                              const int32_t *k_pos, int B, int Tq, int Tk, int ngq, int ngk) {
+                                              const int32_t *k_pos, int B, int Tq, int Tk, int ngq, int ngk,
+                                              const int *gate) {
+    if (gate && !*gate) return;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t nq = (size_t)B * ngq, nk = (size_t)B * ngk;
     if (idx < nq) {
@@ -145,7 +147,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 attention_block_forward_kernel(struct dptr out, float *lse, struct dptr q, struct dptr k, struct dptr v,
                                const int32_t *q_pos, const int32_t *q_doc, const int32_t *k_pos,
                                const int *qr, const int *kr, int Tq, int Tk, int H, int Hkv, int D,
-                               float scale, bool accumulate) {
+                               float scale, bool accumulate, const int *gate) {
+    if (gate && !*gate) return; // the cuDNN pair path ran instead
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
     extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
@@ -229,7 +232,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 attention_block_backward_dq_kernel(struct dptr dq, float *Dvec, struct dptr dout, struct dptr q, struct dptr k,
                                    struct dptr v, struct dptr out, const float *lse, const int32_t *q_pos,
                                    const int32_t *q_doc, const int32_t *k_pos, const int *qr, const int *kr,
-                                   int Tq, int Tk, int H, int Hkv, int D, float scale) {
+                                   int Tq, int Tk, int H, int Hkv, int D, float scale, const int *gate) {
+    if (gate && !*gate) return;
     constexpr int LD = attn_ld(DP), RM = attn_rm(DP), BR = ATTN_TR * RM, BC = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BC + 4;
     extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
@@ -301,7 +305,8 @@ attention_block_backward_dkv_kernel(struct dptr dk, struct dptr dv, const float 
                                     struct dptr q, struct dptr k, struct dptr v, const float *lse,
                                     const int32_t *q_pos, const int32_t *q_doc, const int32_t *k_pos,
                                     const int *qr, const int *kr, int Tq, int Tk, int H, int Hkv, int D,
-                                    float scale) {
+                                    float scale, const int *gate) {
+    if (gate && !*gate) return;
     constexpr int LD = attn_ld(DP), RK = attn_rk(DP), BK = ATTN_TR * RK, BQ = ATTN_BC;
     constexpr int RN = ATTN_RN, DN = DP / ATTN_TC, PL = BQ + 4;
     extern __shared__ float4 attn_smem[]; // float4: 16-byte aligned
@@ -391,15 +396,33 @@ static void block_positions(const char *op, struct tensor q_pos, struct tensor q
 // Launches the granule-range kernel into the front of the scratch: qr (B,
 // ngq, 4) then kr (B, ngk, 2) ints; returns the bytes used (256-aligned).
 static size_t block_ranges(struct backend *be, char *scratch, int **qr, int **kr, const int32_t *qp,
-                           const int32_t *qd, const int32_t *kp, int B, int Tq, int Tk) {
+                           const int32_t *qd, const int32_t *kp, int B, int Tq, int Tk, const int *gate) {
     int ngq = (Tq + ATTN_GRAN - 1) / ATTN_GRAN, ngk = (Tk + ATTN_GRAN - 1) / ATTN_GRAN;
     *qr = (int *)scratch;
     *kr = *qr + (size_t)4 * B * ngq;
     size_t n = (size_t)B * (ngq + ngk);
     attention_block_ranges_kernel<<<grid_for(n, 256), 256, 0, cuda_stream(be)>>>(*qr, *kr, qp, qd, kp, B, Tq, Tk,
-                                                                                 ngq, ngk);
+                                                                                 ngq, ngk, gate);
     CHECK_LAUNCH();
     return (sizeof(int) * (size_t)B * (4 * ngq + 2 * ngk) + 255) / 256 * 256;
+}
+
+void cuda_attention_block_native_forward(struct backend *be, struct tensor out, struct tensor lse,
+                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
+                                         struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                         int Hkv, int D, bool accumulate, char *scratch, const int *gate) {
+    const char *op = "attention_block_forward";
+    struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
+    struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
+    const int32_t *qp, *qd, *kp;
+    block_positions(op, q_pos, q_doc, k_pos, B, Tq, Tk, &qp, &qd, &kp);
+    int dp = attn_bucket(op, D);
+    float scale = (float)(1.0 / sqrt((double)D));
+    int *qr, *kr;
+    block_ranges(be, scratch, &qr, &kr, qp, qd, kp, B, Tq, Tk, gate);
+    dim3 grid((unsigned)((Tq + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
+    ATTN_LAUNCH(dp, attention_block_forward_kernel, attn_fwd_smem, grid, cuda_stream(be), po, (float *)lse.data, pq,
+                pk, pv, qp, qd, kp, qr, kr, Tq, Tk, H, Hkv, D, scale, accumulate, gate);
 }
 
 // out (B, Tq, H, D), lse (B, H, Tq) FP32 := this block's attention, or merged
@@ -411,24 +434,43 @@ void cuda_attention_block_forward(struct backend *be, struct tensor out, struct 
                                   struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv, int D,
                                   bool accumulate) {
     const char *op = "attention_block_forward";
-    struct dptr po = dptr_of(op, "out", out), pq = dptr_of(op, "q", q);
-    struct dptr pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
+    dptr_of(op, "out", out), dptr_of(op, "q", q), dptr_of(op, "k", k), dptr_of(op, "v", v);
     CUDA_CHECK_SAME(op, "lse", lse, DTYPE_FP32);
     const int32_t *qp, *qd, *kp;
     block_positions(op, q_pos, q_doc, k_pos, B, Tq, Tk, &qp, &qd, &kp);
-    int dp = attn_bucket(op, D);
+    attn_bucket(op, D);
     if ((size_t)B * H * Tq == 0) return;
     CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
-    if (cuda_attention_cudnn_block_forward(be, out, lse, q, k, v, q_pos, qd != NULL, k_pos, B, Tq, Tk, H, Hkv, D,
+    if (cuda_attention_cudnn_block_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
                                            accumulate))
         return;
-    float scale = (float)(1.0 / sqrt((double)D));
     char *scratch = (char *)cuda_scratch(be, cuda_scratch_attention_block(B, Tq, Tk, H, false));
+    cuda_attention_block_native_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
+                                        accumulate, scratch, NULL);
+}
+
+void cuda_attention_block_native_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
+                                          struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
+                                          struct tensor out, struct tensor lse, struct tensor q_pos,
+                                          struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                          int Hkv, int D, char *scratch, const int *gate) {
+    const char *op = "attention_block_backward";
+    struct dptr pdq = dptr_of(op, "dq", dq), pdk = dptr_of(op, "dk", dk), pdv = dptr_of(op, "dv", dv);
+    struct dptr pg = dptr_of(op, "dout", dout), po = dptr_of(op, "out", out);
+    struct dptr pq = dptr_of(op, "q", q), pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
+    const int32_t *qp, *qd, *kp;
+    block_positions(op, q_pos, q_doc, k_pos, B, Tq, Tk, &qp, &qd, &kp);
+    int dp = attn_bucket(op, D);
+    float scale = (float)(1.0 / sqrt((double)D));
     int *qr, *kr;
-    block_ranges(be, scratch, &qr, &kr, qp, qd, kp, B, Tq, Tk);
-    dim3 grid((unsigned)((Tq + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
-    ATTN_LAUNCH(dp, attention_block_forward_kernel, attn_fwd_smem, grid, cuda_stream(be), po, (float *)lse.data, pq,
-                pk, pv, qp, qd, kp, qr, kr, Tq, Tk, H, Hkv, D, scale, accumulate);
+    float *Dvec = (float *)(scratch + block_ranges(be, scratch, &qr, &kr, qp, qd, kp, B, Tq, Tk, gate));
+    const float *pl = (const float *)lse.data;
+    dim3 grid_q((unsigned)((Tq + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
+    dim3 grid_k((unsigned)((Tk + attn_bk(dp) - 1) / attn_bk(dp)), (unsigned)Hkv, (unsigned)B);
+    ATTN_LAUNCH(dp, attention_block_backward_dq_kernel, attn_dq_smem, grid_q, cuda_stream(be), pdq, Dvec, pg, pq,
+                pk, pv, po, pl, qp, qd, kp, qr, kr, Tq, Tk, H, Hkv, D, scale, gate);
+    ATTN_LAUNCH(dp, attention_block_backward_dkv_kernel, attn_dkv_smem, grid_k, cuda_stream(be), pdk, pdv, Dvec,
+                pg, pq, pk, pv, pl, qp, qd, kp, qr, kr, Tq, Tk, H, Hkv, D, scale, gate);
 }
 
 // dq (B, Tq, H, D) +=, dk, dv (B, Tk, Hkv, D) += this block's gradients given
@@ -441,27 +483,18 @@ void cuda_attention_block_backward(struct backend *be, struct tensor dq, struct 
                                    struct tensor out, struct tensor lse, struct tensor q_pos, struct tensor q_doc,
                                    struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv, int D) {
     const char *op = "attention_block_backward";
-    struct dptr pdq = dptr_of(op, "dq", dq), pdk = dptr_of(op, "dk", dk), pdv = dptr_of(op, "dv", dv);
-    struct dptr pg = dptr_of(op, "dout", dout), po = dptr_of(op, "out", out);
-    struct dptr pq = dptr_of(op, "q", q), pk = dptr_of(op, "k", k), pv = dptr_of(op, "v", v);
+    dptr_of(op, "dq", dq), dptr_of(op, "dk", dk), dptr_of(op, "dv", dv), dptr_of(op, "dout", dout);
+    dptr_of(op, "out", out), dptr_of(op, "q", q), dptr_of(op, "k", k), dptr_of(op, "v", v);
     CUDA_CHECK_SAME(op, "lse", lse, DTYPE_FP32);
     const int32_t *qp, *qd, *kp;
     block_positions(op, q_pos, q_doc, k_pos, B, Tq, Tk, &qp, &qd, &kp);
-    int dp = attn_bucket(op, D);
+    attn_bucket(op, D);
     if ((size_t)B * H * Tq == 0 || Tk == 0) return;
     CHECK(H <= 65535 && B <= 65535, "%s: H=%d, B=%d; the grid takes at most 65535", op, H, B);
-    if (cuda_attention_cudnn_block_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, qd != NULL, k_pos, B,
-                                            Tq, Tk, H, Hkv, D))
+    if (cuda_attention_cudnn_block_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq,
+                                            Tk, H, Hkv, D))
         return;
-    float scale = (float)(1.0 / sqrt((double)D));
     char *scratch = (char *)cuda_scratch(be, cuda_scratch_attention_block(B, Tq, Tk, H, true));
-    int *qr, *kr;
-    float *Dvec = (float *)(scratch + block_ranges(be, scratch, &qr, &kr, qp, qd, kp, B, Tq, Tk));
-    const float *pl = (const float *)lse.data;
-    dim3 grid_q((unsigned)((Tq + attn_br(dp) - 1) / attn_br(dp)), (unsigned)H, (unsigned)B);
-    dim3 grid_k((unsigned)((Tk + attn_bk(dp) - 1) / attn_bk(dp)), (unsigned)Hkv, (unsigned)B);
-    ATTN_LAUNCH(dp, attention_block_backward_dq_kernel, attn_dq_smem, grid_q, cuda_stream(be), pdq, Dvec, pg, pq,
-                pk, pv, po, pl, qp, qd, kp, qr, kr, Tq, Tk, H, Hkv, D, scale);
-    ATTN_LAUNCH(dp, attention_block_backward_dkv_kernel, attn_dkv_smem, grid_k, cuda_stream(be), pdk, pdv, Dvec,
-                pg, pq, pk, pv, pl, qp, qd, kp, qr, kr, Tq, Tk, H, Hkv, D, scale);
+    cuda_attention_block_native_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq, Tk,
+                                         H, Hkv, D, scratch, NULL);
 }

@@ -23,6 +23,33 @@ enum {
     UID_SCALE, UID_NEG_INF, UID_ONE, UID_DSUM, UID_DQ_ACCUM, UID_VIRTUAL = 100
 };
 
+// Ring-attention blocks (cuda_attention_cudnn_block.cu): rows [row, row +
+// len) of every batch row hold positions [pos, pos + len); a block's
+// readable (query run, key run) pairs; the layouts of recent calls, by their
+// position tensors (BLOCK_LAYOUTS, the oldest replaced).
+#define BLOCK_RUNS 4     // runs of consecutive positions a side the pair path takes
+#define BLOCK_LAYOUTS 32 // remembered (q_pos, k_pos) layouts
+struct pos_run {
+    int row, pos, len;
+};
+struct block_pair {
+    int qr, kr;  // indexes into block_layout.q, .k
+    bool causal; // the same run: top-left causal; else every key readable
+};
+struct block_layout {
+    struct pos_run q[BLOCK_RUNS], k[BLOCK_RUNS];
+    int nq, nk;
+    struct block_pair pairs[BLOCK_RUNS * BLOCK_RUNS];
+    int np;
+};
+struct block_layout_entry {
+    const void *q_pos, *k_pos; // the device tensors read
+    int B, Tq, Tk;
+    bool pairs_ok;  // whole-run pairs: L holds them; else why
+    char why[128];
+    struct block_layout L;
+};
+
 // One cuDNN attention problem: Tq query rows against Tk key rows of B batch
 // rows; the inputs are views of tensors of TQ rows (q; in the backward also
 // out, dout and lse) and TK rows (k, v) a batch row, the outputs packed (Tq
@@ -75,6 +102,8 @@ struct cudnn_attention {
     int n_declined;
     int32_t *pos_host; // the positions of a block call read back (cuda_attention_cudnn_block.cu), grown
     size_t pos_cap;    // its capacity in elements
+    struct block_layout_entry layouts[BLOCK_LAYOUTS];
+    int n_layouts, next_layout;
 };
 
 // be's cuDNN state, allocated on first use (log: stderr).

@@ -10,15 +10,23 @@
 // block's queries and keys are a few runs, and each (query run, key run)
 // pair is either unreadable (every key after every query: skipped), fully
 // readable (every key at or before every query: a cuDNN call without a mask)
-// or the same run (causal, top-left aligned: the causal graph). The call
-// reads q_pos and k_pos back to the host (the host cannot know them: they
-// are device tensors; one copy of B (Tq + Tk) ints and a wait on the compute
-// stream), splits them into runs (at most BLOCK_RUNS a side, equal in every
-// batch row, no negative position) and classifies the pairs; any other
-// overlap (a key run reaching into a query run), a document mask (q_doc) or
-// a pair cuDNN cannot plan sends the whole call to the native kernels. A
-// shape whose pairs cuDNN could not plan is remembered: later calls of that
-// shape go native without the read-back.
+// or the same run (causal, top-left aligned: the causal graph). The host
+// cannot know the runs (q_pos and k_pos are device tensors), so the first
+// call with a pair of position tensors reads them back (one copy of B (Tq +
+// Tk) ints and a wait on the compute stream, not the device), splits them
+// into runs (at most BLOCK_RUNS a side, equal in every batch row, no negative
+// position) and classifies the pairs; the layout is remembered by the two
+// tensors' addresses and shapes (BLOCK_LAYOUTS), so later calls with them
+// (the ring's: its position tensors are fixed) wait for nothing. Each call
+// checks on the device that the positions still are the remembered runs
+// (attention_block_verify_kernel, into a flag): the pair path's merges and
+// adds run only if so, and the native kernels, enqueued behind them, only if
+// not, so a tensor rewritten in place still gets the right answer (at the
+// cost of the wasted cuDNN calls; the path is then recorded as cuDNN's). Any
+// other overlap (a key run reaching into a query run), a document mask
+// (q_doc) or a pair cuDNN cannot plan sends the whole call to the native
+// kernels. A shape whose pairs cuDNN could not plan is remembered: later
+// calls of that shape go native at once.
 //
 // Forward: each readable pair is one cuDNN SDPA forward on strided views (q
 // rows [qa, qa + ql) of the (B, Tq, H, D) tensor: pointer + qa H D, batch
@@ -32,8 +40,8 @@
 // out) from the final out, P from the final lse: the pair's share of the
 // gradients) into packed scratch, then added: dq += the pair's FP32 dq
 // accumulator (one rounding), dk, dv += the pair's dk, dv (I/O dtype: two
-// roundings). No device-wide synchronisation; the read-back waits on the
-// compute stream only.
+// roundings). No device-wide synchronisation; a first read-back of a layout
+// waits on the compute stream only.
 //
 // Not yet run on a GPU (none lent): the graphs of the chunk pairs are
 // validated by the linked cuDNN without a device (test_ops_cuda,
@@ -47,20 +55,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-#define BLOCK_RUNS 4 // runs of consecutive positions a side cuDNN's path takes
-
-// Rows [row, row + len) of one batch row hold positions [pos, pos + len).
-struct pos_run {
-    int row, pos, len;
-};
-// The readable (query run, key run) pairs of a block.
-struct block_layout {
-    struct pos_run q[BLOCK_RUNS], k[BLOCK_RUNS];
-    int nq, nk;
-    struct { int qr, kr; bool causal; } pairs[BLOCK_RUNS * BLOCK_RUNS];
-    int np;
-};
 
 // Splits pos (n entries of batch row 0, n >= 1) into runs of consecutive
 // positions; -1 when more than BLOCK_RUNS or a position is negative.
@@ -121,6 +115,50 @@ static bool block_layout_read(struct backend *be, struct tensor q_pos, struct te
             L->np++;
         }
     return true;
+}
+
+// The layout of a call with these position tensors: remembered, or read back
+// now and remembered (whole-run pairs or not, with why).
+static const struct block_layout_entry *layout_of(struct backend *be, struct tensor q_pos, struct tensor k_pos,
+                                                  int B, int Tq, int Tk) {
+    struct cudnn_attention *ca = cudnn_attn_state(cuda_state(be));
+    for (int i = 0; i < ca->n_layouts; i++) {
+        const struct block_layout_entry *e = &ca->layouts[i];
+        if (e->q_pos == q_pos.data && e->k_pos == k_pos.data && e->B == B && e->Tq == Tq && e->Tk == Tk) return e;
+    }
+    struct block_layout_entry *e = &ca->layouts[ca->next_layout];
+    ca->next_layout = (ca->next_layout + 1) % BLOCK_LAYOUTS;
+    ca->n_layouts = MAX(ca->n_layouts, ca->next_layout == 0 ? BLOCK_LAYOUTS : ca->next_layout);
+    memset(e, 0, sizeof *e);
+    e->q_pos = q_pos.data, e->k_pos = k_pos.data, e->B = B, e->Tq = Tq, e->Tk = Tk;
+    e->pairs_ok = block_layout_read(be, q_pos, k_pos, B, Tq, Tk, &e->L, e->why, sizeof e->why);
+    return e;
+}
+
+// The runs of one side, by value for a kernel.
+struct runs_arg {
+    int n, row[BLOCK_RUNS], pos[BLOCK_RUNS], len[BLOCK_RUNS];
+};
+static struct runs_arg runs_arg_of(const struct pos_run *r, int n) {
+    struct runs_arg a = {};
+    a.n = n;
+    for (int i = 0; i < n; i++) a.row[i] = r[i].row, a.pos[i] = r[i].pos, a.len[i] = r[i].len;
+    return a;
+}
+
+// *mismatch := 1 if q_pos (B, Tq) or k_pos (B, Tk) is not the runs qa, ka
+// (the caller zeroed it). Grid-stride over B (Tq + Tk) positions.
+__global__ void attention_block_verify_kernel(int *mismatch, const int32_t *q_pos, const int32_t *k_pos, int B,
+                                              int Tq, int Tk, struct runs_arg qa, struct runs_arg ka) {
+    size_t nq = (size_t)B * Tq, n = nq + (size_t)B * Tk;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        bool key = e >= nq;
+        const struct runs_arg &a = key ? ka : qa;
+        int T = key ? Tk : Tq, i = (int)((key ? e - nq : e) % T), want = -1;
+        for (int r = 0; r < a.n; r++)
+            if (i >= a.row[r] && i < a.row[r] + a.len[r]) want = a.pos[r] + i - a.row[r];
+        if ((key ? k_pos[e - nq] : q_pos[e]) != want) *mismatch = 1;
+    }
 }
 
 // The cuDNN problem of pair i of L.
@@ -275,11 +313,15 @@ static bool block_plans(struct backend *be, const struct sdpa_key *bkey, const s
     return true;
 }
 
+// The pair path's kernels below do nothing when *mismatch (the positions
+// are not the remembered runs: the native kernels run instead).
+
 // out rows [qa, qa + ql) of (B, Tq, H, D), lse (B, H, Tq) := the online-
 // softmax merge with a pair's (ob (B, ql, H, D), lb (B, H, ql)): one block a
 // (b, i, h) row, threads over D. A row whose old lse is -inf takes the pair's.
 __global__ void attention_block_merge_kernel(struct dptr out, float *lse, struct dptr ob, const float *lb, int Tq,
-                                             int qa, int ql, int H, int D) {
+                                             int qa, int ql, int H, int D, const int *mismatch) {
+    if (*mismatch) return;
     size_t row = blockIdx.x;
     int h = (int)(row % H), i = (int)(row / H % ql), b = (int)(row / H / ql);
     size_t li = ((size_t)b * H + h) * Tq + qa + i;
@@ -297,7 +339,8 @@ __global__ void attention_block_merge_kernel(struct dptr out, float *lse, struct
 // dst rows [r0, r0 + rows) of (B, T, H, D) += src: packed (B, rows, H, D), or
 // with bhtd (B, H, rows, D) (cuDNN's dq accumulator). FP32 sums, one rounding.
 __global__ void attention_block_add_rows_kernel(struct dptr dst, struct dptr src, int B, int T, int r0, int rows,
-                                                int H, int D, bool bhtd) {
+                                                int H, int D, bool bhtd, const int *mismatch) {
+    if (*mismatch) return;
     size_t n = (size_t)B * rows * H * D;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         int d = (int)(e % D), h = (int)(e / D % H), i = (int)(e / D / H % rows), b = (int)(e / D / H / rows);
@@ -307,25 +350,53 @@ __global__ void attention_block_add_rows_kernel(struct dptr dst, struct dptr src
     }
 }
 
-__global__ void attention_block_fill_kernel(float *x, size_t n, float v) {
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
-        x[e] = v;
+// out (n16 elements of its dtype) := 0 and lse (nl floats) := -inf.
+__global__ void attention_block_clear_kernel(struct dptr out, size_t no, float *lse, size_t nl,
+                                             const int *mismatch) {
+    if (*mismatch) return;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < no; e += stride) st(out, e, 0.0f);
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < nl; e += stride) lse[e] = -INFINITY;
+}
+
+// The position check of a call with layout L into a zeroed flag at the front
+// of the scratch; returns the flag. The bytes it takes: CHECK_BYTES.
+#define CHECK_BYTES 256
+static int *block_check(struct backend *be, char *scratch, struct tensor q_pos, struct tensor k_pos, int B, int Tq,
+                        int Tk, const struct block_layout *L) {
+    int *flag = (int *)scratch;
+    cudaStream_t st = cuda_stream(be);
+    CHECK_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), st));
+    size_t n = (size_t)B * (Tq + Tk);
+    attention_block_verify_kernel<<<grid_for(n, 256), 256, 0, st>>>(flag, (const int32_t *)q_pos.data,
+                                                                    (const int32_t *)k_pos.data, B, Tq, Tk,
+                                                                    runs_arg_of(L->q, L->nq), runs_arg_of(L->k, L->nk));
+    CHECK_LAUNCH();
+    return flag;
+}
+
+// The layout of a call whose pairs cuDNN may run (L), or NULL: the path noted
+// native with why. Reads the positions back on a layout's first call.
+static const struct block_layout *block_layout_for(struct backend *be, const struct sdpa_key *bkey,
+                                                   struct tensor q_pos, struct tensor k_pos) {
+    const struct block_layout_entry *e = layout_of(be, q_pos, k_pos, bkey->B, bkey->Tq, bkey->Tk);
+    if (e->pairs_ok) return &e->L;
+    cudnn_note_path(cuda_state(be), bkey, e->why);
+    return NULL;
 }
 
 bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, struct tensor lse,
                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
-                                        bool doc_mask, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                        struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
                                         int Hkv, int D, bool accumulate) {
     enum dtype dt = q.dtype;
     if ((size_t)B * Tq * Tk == 0) return false;
     struct sdpa_key bkey = {B, Tq, Tk, Tq, Tk, H, Hkv, D, dt, false, false, true};
-    if (!block_eligible(be, &bkey, k.dtype == dt && v.dtype == dt && out.dtype == dt, doc_mask)) return false;
-    struct block_layout L;
-    char why[384];
-    if (!block_layout_read(be, q_pos, k_pos, B, Tq, Tk, &L, why, sizeof why)) {
-        cudnn_note_path(cuda_state(be), &bkey, why);
+    if (!block_eligible(be, &bkey, k.dtype == dt && v.dtype == dt && out.dtype == dt, q_doc.numel != 0))
         return false;
-    }
+    const struct block_layout *Lp = block_layout_for(be, &bkey, q_pos, k_pos);
+    if (!Lp) return false;
+    const struct block_layout &L = *Lp;
     struct sdpa_plan *plans[BLOCK_RUNS * BLOCK_RUNS];
     void *ptrs[BLOCK_RUNS * BLOCK_RUNS][3];
     size_t qrow = (size_t)H * D, krow = (size_t)Hkv * D, ql_max = 0;
@@ -336,26 +407,30 @@ bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, s
     }
     size_t ws;
     if (!block_plans(be, &bkey, &L, plans, &ptrs[0][0], 3, &ws)) return false;
-    // scratch: cuDNN's workspace, then the pair's out (I/O dtype) and stats (FP32)
+    // scratch: the check's flag, cuDNN's workspace, the pair's out (I/O
+    // dtype) and stats (FP32), the native kernels' (the fallback)
     size_t ob_bytes = pad256((size_t)B * ql_max * qrow * dtype_size(dt));
-    char *base = (char *)cuda_scratch(be, pad256(ws) + ob_bytes + sizeof(float) * (size_t)B * H * ql_max);
-    char *ob = base + pad256(ws);
+    size_t lb_bytes = pad256(sizeof(float) * (size_t)B * H * ql_max);
+    char *base = (char *)cuda_scratch(be, CHECK_BYTES + pad256(ws) + ob_bytes + lb_bytes +
+                                              cuda_scratch_attention_block(B, Tq, Tk, H, false));
+    int *mismatch = block_check(be, base, q_pos, k_pos, B, Tq, Tk, &L);
+    char *wsp = base + CHECK_BYTES, *ob = wsp + pad256(ws), *native = ob + ob_bytes + lb_bytes;
     float *lb = (float *)(ob + ob_bytes);
     cudaStream_t st = cuda_stream(be);
+    struct dptr po = {out.data, dt}, pob = {ob, dt};
     if (!accumulate) {
-        CHECK_CUDA(cudaMemsetAsync(out.data, 0, (size_t)B * Tq * qrow * dtype_size(dt), st));
-        size_t nl = (size_t)B * H * Tq;
-        attention_block_fill_kernel<<<grid_for(nl, 256), 256, 0, st>>>((float *)lse.data, nl, -INFINITY);
+        size_t no = (size_t)B * Tq * qrow, nl = (size_t)B * H * Tq;
+        attention_block_clear_kernel<<<grid_for(MAX(no, nl), 256), 256, 0, st>>>(po, no, (float *)lse.data, nl,
+                                                                                   mismatch);
         CHECK_LAUNCH();
     }
     float scale = (float)(1.0 / sqrt((double)D)), neg_inf = cudnn_mask_value();
-    struct dptr po = {out.data, dt}, pob = {ob, dt};
     for (int i = 0; i < L.np; i++) {
         const struct pos_run *a = &L.q[L.pairs[i].qr];
         int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
         void *vals[] = {ptrs[i][0], ptrs[i][1], ptrs[i][2], ob, lb, &scale, &neg_inf};
         if (!emu_sdpa()) {
-            cudnn_execute(be, plans[i], uids, vals, L.pairs[i].causal ? 7 : 6, ws ? base : NULL, "block forward");
+            cudnn_execute(be, plans[i], uids, vals, L.pairs[i].causal ? 7 : 6, ws ? wsp : NULL, "block forward");
         } else {
 #ifdef TRIDENT_CUDA_EMU
             const struct pos_run *c = &L.k[L.pairs[i].kr];
@@ -367,9 +442,12 @@ bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, s
 #endif
         }
         attention_block_merge_kernel<<<(unsigned)((size_t)B * a->len * H), 128, 0, st>>>(
-            po, (float *)lse.data, pob, lb, Tq, a->row, a->len, H, D);
+            po, (float *)lse.data, pob, lb, Tq, a->row, a->len, H, D, mismatch);
         CHECK_LAUNCH();
     }
+    // the positions are not the remembered runs (rewritten in place): the native kernels
+    cuda_attention_block_native_forward(be, out, lse, q, k, v, q_pos, q_doc, k_pos, B, Tq, Tk, H, Hkv, D,
+                                        accumulate, native, mismatch);
     cudnn_note_path(cuda_state(be), &bkey, NULL);
     return true;
 }
@@ -377,20 +455,17 @@ bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, s
 bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
                                          struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
                                          struct tensor v, struct tensor out, struct tensor lse,
-                                         struct tensor q_pos, bool doc_mask, struct tensor k_pos, int B, int Tq,
-                                         int Tk, int H, int Hkv, int D) {
+                                         struct tensor q_pos, struct tensor q_doc, struct tensor k_pos, int B,
+                                         int Tq, int Tk, int H, int Hkv, int D) {
     enum dtype dt = q.dtype;
     if ((size_t)B * Tq * Tk == 0) return false;
     struct sdpa_key bkey = {B, Tq, Tk, Tq, Tk, H, Hkv, D, dt, true, false, true};
     bool same = k.dtype == dt && v.dtype == dt && out.dtype == dt && dout.dtype == dt && dq.dtype == dt &&
                 dk.dtype == dt && dv.dtype == dt;
-    if (!block_eligible(be, &bkey, same, doc_mask)) return false;
-    struct block_layout L;
-    char why[384];
-    if (!block_layout_read(be, q_pos, k_pos, B, Tq, Tk, &L, why, sizeof why)) {
-        cudnn_note_path(cuda_state(be), &bkey, why);
-        return false;
-    }
+    if (!block_eligible(be, &bkey, same, q_doc.numel != 0)) return false;
+    const struct block_layout *Lp = block_layout_for(be, &bkey, q_pos, k_pos);
+    if (!Lp) return false;
+    const struct block_layout &L = *Lp;
     enum { NP = 6 }; // q, k, v, out, dout, lse views of a pair
     struct sdpa_plan *plans[BLOCK_RUNS * BLOCK_RUNS];
     void *ptrs[BLOCK_RUNS * BLOCK_RUNS][NP];
@@ -403,13 +478,18 @@ bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, s
     }
     size_t ws;
     if (!block_plans(be, &bkey, &L, plans, &ptrs[0][0], NP, &ws)) return false;
-    // scratch: workspace, the pair's dq, dk, dv (I/O dtype), Dsum (B, H, ql)
-    // and the dq accumulator (B, H, ql, D) (FP32)
+    // scratch: the check's flag, the workspace, the pair's dq, dk, dv (I/O
+    // dtype), Dsum (B, H, ql) and the dq accumulator (B, H, ql, D) (FP32),
+    // the native kernels' (the fallback)
     size_t es = dtype_size(dt);
     size_t dq_b = pad256((size_t)B * ql_max * qrow * es), dkv_b = pad256((size_t)B * kl_max * krow * es);
-    size_t dsum_b = pad256(sizeof(float) * (size_t)B * H * ql_max), acc_b = sizeof(float) * (size_t)B * ql_max * qrow;
-    char *base = (char *)cuda_scratch(be, pad256(ws) + dq_b + 2 * dkv_b + dsum_b + acc_b);
-    char *tdq = base + pad256(ws), *tdk = tdq + dq_b, *tdv = tdk + dkv_b, *dsum = tdv + dkv_b, *acc = dsum + dsum_b;
+    size_t dsum_b = pad256(sizeof(float) * (size_t)B * H * ql_max);
+    size_t acc_b = pad256(sizeof(float) * (size_t)B * ql_max * qrow);
+    char *base = (char *)cuda_scratch(be, CHECK_BYTES + pad256(ws) + dq_b + 2 * dkv_b + dsum_b + acc_b +
+                                              cuda_scratch_attention_block(B, Tq, Tk, H, true));
+    int *mismatch = block_check(be, base, q_pos, k_pos, B, Tq, Tk, &L);
+    char *wsp = base + CHECK_BYTES, *tdq = wsp + pad256(ws), *tdk = tdq + dq_b, *tdv = tdk + dkv_b;
+    char *dsum = tdv + dkv_b, *acc = dsum + dsum_b, *native = acc + acc_b;
     cudaStream_t st = cuda_stream(be);
     float scale = (float)(1.0 / sqrt((double)D)), neg_inf = cudnn_mask_value(), one = 1.0f;
     struct dptr pdq = {dq.data, dt}, pdk = {dk.data, dt}, pdv = {dv.data, dt};
@@ -424,7 +504,7 @@ bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, s
         void *vals[] = {ptrs[i][0], ptrs[i][1], ptrs[i][2], ptrs[i][3], ptrs[i][5], ptrs[i][4], tdq, tdk, tdv,
                         &scale, &one, dsum, acc, &neg_inf};
         if (!emu_sdpa()) {
-            cudnn_execute(be, plans[i], uids, vals, causal ? 14 : 13, ws ? base : NULL, "block backward");
+            cudnn_execute(be, plans[i], uids, vals, causal ? 14 : 13, ws ? wsp : NULL, "block backward");
         } else {
 #ifdef TRIDENT_CUDA_EMU
             struct dptr vq = {ptrs[i][0], dt}, vk = {ptrs[i][1], dt}, vv = {ptrs[i][2], dt};
@@ -438,15 +518,17 @@ bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, s
         }
         size_t nq = (size_t)B * a->len * qrow, nk = (size_t)B * c->len * krow;
         attention_block_add_rows_kernel<<<grid_for(nq, 256), 256, 0, st>>>(pdq, pacc, B, Tq, a->row, a->len, H, D,
-                                                                          true);
+                                                                          true, mismatch);
         CHECK_LAUNCH();
         attention_block_add_rows_kernel<<<grid_for(nk, 256), 256, 0, st>>>(pdk, ptdk, B, Tk, c->row, c->len, Hkv,
-                                                                          D, false);
+                                                                          D, false, mismatch);
         CHECK_LAUNCH();
         attention_block_add_rows_kernel<<<grid_for(nk, 256), 256, 0, st>>>(pdv, ptdv, B, Tk, c->row, c->len, Hkv,
-                                                                          D, false);
+                                                                          D, false, mismatch);
         CHECK_LAUNCH();
     }
+    cuda_attention_block_native_backward(be, dq, dk, dv, dout, q, k, v, out, lse, q_pos, q_doc, k_pos, B, Tq, Tk, H,
+                                         Hkv, D, native, mismatch);
     cudnn_note_path(cuda_state(be), &bkey, NULL);
     return true;
 }

@@ -126,17 +126,29 @@ bool cuda_attention_cudnn_backward(struct backend *be, struct tensor dq, struct 
 // the dtype, the positions (every (query run, key run) pair fully visible,
 // causal on equal runs, or unreadable) and cuDNN's support say so; false: the
 // caller runs the native kernels. Arguments as attention_block_forward /
-// _backward; doc_mask: the call has a q_doc (native). Paths recorded and
-// announced as above.
+// _backward (q_doc non-empty: native). Paths recorded and announced as above.
 bool cuda_attention_cudnn_block_forward(struct backend *be, struct tensor out, struct tensor lse,
                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
-                                        bool doc_mask, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                        struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
                                         int Hkv, int D, bool accumulate);
 bool cuda_attention_cudnn_block_backward(struct backend *be, struct tensor dq, struct tensor dk,
                                          struct tensor dv, struct tensor dout, struct tensor q, struct tensor k,
                                          struct tensor v, struct tensor out, struct tensor lse,
-                                         struct tensor q_pos, bool doc_mask, struct tensor k_pos, int B, int Tq,
-                                         int Tk, int H, int Hkv, int D);
+                                         struct tensor q_pos, struct tensor q_doc, struct tensor k_pos, int B,
+                                         int Tq, int Tk, int H, int Hkv, int D);
+// The native block kernels (cuda_attention_block.cu) with their scratch
+// (cuda_scratch_attention_block bytes) given; gate: NULL, or a device int
+// the kernels read first: they run only where it is nonzero (the cuDNN pair
+// path enqueues them behind its check of the positions, as the fallback).
+void cuda_attention_block_native_forward(struct backend *be, struct tensor out, struct tensor lse,
+                                         struct tensor q, struct tensor k, struct tensor v, struct tensor q_pos,
+                                         struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                         int Hkv, int D, bool accumulate, char *scratch, const int *gate);
+void cuda_attention_block_native_backward(struct backend *be, struct tensor dq, struct tensor dk, struct tensor dv,
+                                          struct tensor dout, struct tensor q, struct tensor k, struct tensor v,
+                                          struct tensor out, struct tensor lse, struct tensor q_pos,
+                                          struct tensor q_doc, struct tensor k_pos, int B, int Tq, int Tk, int H,
+                                          int Hkv, int D, char *scratch, const int *gate);
 // Scratch bytes cuDNN's attention needs at bounds (its forward's workspace,
 // its backward's workspace and FP32 buffers), planning both now; 0 when the
 // mode, the dtype or cuDNN's support for the shape sends it to the native

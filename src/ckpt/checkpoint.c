@@ -12,13 +12,31 @@
 #include "base/h5util.h"
 #include "durable.h"
 
+// The system's reason for a failed HDF5 write (HDF5 leaves the errno of the
+// call that failed): its text, or a plain statement when there is none.
+static const char *os_reason(int e) {
+    return e ? strerror(e) : "HDF5 reported no system error (see HDF5's error stack)";
+}
+
 static void tmp_dir_path(const struct ckpt_save_args *a, char *out) {
     char name[64];
     ckpt_step_name(name, sizeof name, a->step);
     snprintf(out, CKPT_PATH_MAX, "%s/%s.tmp", a->dir, name);
 }
 
-// Removes leftovers of crashed saves: step-*.tmp folders and latest.tmp.
+// Removing a step-N folder: first renamed out of the checkpoint namespace
+// (to removing-step-N), then deleted, so that a kill during the removal
+// leaves no half-removed step-N that resume or `ckpt verify` would refuse.
+static enum status remove_step_folder(const char *dir, const char *name, struct error *err) {
+    char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX + 16];
+    snprintf(from, sizeof from, "%s/%s", dir, name);
+    snprintf(to, sizeof to, "%s/removing-%s", dir, name);
+    enum status st = durable_rename(from, to, err);
+    return st ? st : durable_remove_tree(to, err);
+}
+
+// Removes leftovers of crashed saves: step-*.tmp folders, latest.tmp and
+// removing-step-* (a removal a kill interrupted).
 static enum status remove_stale(const char *dir, struct error *err) {
     DIR *d = opendir(dir);
     if (!d) return error_set(err, STATUS_RUNTIME, "%s: cannot list: %s", dir, strerror(errno));
@@ -28,7 +46,7 @@ static enum status remove_stale(const char *dir, struct error *err) {
     while (!st && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
         int stale = (!strncmp(e->d_name, "step-", 5) && n > 4 && !strcmp(e->d_name + n - 4, ".tmp")) ||
-                    !strcmp(e->d_name, "latest.tmp");
+                    !strcmp(e->d_name, "latest.tmp") || !strncmp(e->d_name, "removing-step-", 14);
         if (!stale) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         st = durable_remove_tree(path, err);
@@ -138,10 +156,11 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     enum status st = durable_point("h5_create", path, true, err);
     if (st) return st;
     h5util_quiet();
+    errno = 0; // what a failed HDF5 call below leaves is the system's reason
     hid_t fapl = h5util_fapl();
     hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     h5util_fapl_close(fapl);
-    if (file < 0) return error_set(err, STATUS_RUNTIME, "%s: cannot create HDF5 file", path);
+    if (file < 0) return error_set(err, STATUS_RUNTIME, "%s: cannot create HDF5 file: %s", path, os_reason(errno));
     int version = CKPT_FORMAT_VERSION;
     int64_t step = a->step, rank = a->rank;
     int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
@@ -150,14 +169,18 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     hid_t g = bad ? -1 : H5Gcreate2(file, "pieces", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) bad = 1;
     for (int i = 0; !bad && i < a->n_pieces; i++) {
-        if (write_piece(g, i, &a->pieces[i]))
-            return H5Gclose(g), H5Fclose(file),
-                   error_set(err, STATUS_RUNTIME, "%s: writing tensor %s failed (disk full?)", path,
-                             a->pieces[i].name);
+        if (write_piece(g, i, &a->pieces[i])) {
+            int e = errno;
+            H5Gclose(g), H5Fclose(file);
+            return error_set(err, STATUS_RUNTIME, "%s: writing tensor %s failed: %s", path,
+                             a->pieces[i].name, os_reason(e));
+        }
     }
     if (g >= 0) H5Gclose(g);
+    int e = errno;
     if (H5Fclose(file) < 0 || bad)
-        return error_set(err, STATUS_RUNTIME, "%s: writing the HDF5 file failed (disk full?)", path);
+        return error_set(err, STATUS_RUNTIME, "%s: writing the HDF5 file failed: %s", path,
+                         os_reason(bad ? e : errno));
     if ((st = durable_fsync_path(path, err))) return st;
     char sumtxt[64];
     if ((st = checksum_file(path, sumtxt, err))) return st;
@@ -266,7 +289,7 @@ enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_
             return error_set(err, STATUS_BAD_INPUT,
                              "%s: already exists and is the latest checkpoint; not overwritten",
                              final);
-        if ((st = durable_remove_tree(final, err))) return st;
+        if ((st = remove_step_folder(a->dir, name, err))) return st;
     }
     if ((st = durable_rename(tmp, final, err)) || (st = durable_fsync_dir(a->dir, err))) return st;
     if ((st = durable_point("ckpt_between_renames", final, false, err))) return st;
@@ -313,14 +336,13 @@ enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err)
     }
     closedir(d);
     qsort(steps, n, sizeof *steps, cmp_i64);
-    char cur[256], name[64], path[CKPT_PATH_MAX];
+    char cur[256], name[64];
     latest_name(dir, cur, sizeof cur);
     enum status st = STATUS_OK;
     for (size_t i = 0; !st && i + (size_t)keep_last < n; i++) {
         ckpt_step_name(name, sizeof name, steps[i]);
         if (!strcmp(name, cur)) continue; // the one `latest` names is never removed
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        st = durable_remove_tree(path, err);
+        st = remove_step_folder(dir, name, err);
     }
     free(steps);
     return st;

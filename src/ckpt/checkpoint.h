@@ -145,6 +145,18 @@ enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_
 // never the one `latest` names. Errors: STATUS_RUNTIME from storage.
 enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err);
 
+// The step dir/latest names; -1 when there is none or it is not step-NNNNNN.
+int64_t checkpoint_latest_step(const char *dir);
+
+// A branch (a run resuming from step into dir, whose latest is beyond it;
+// checkpoint.branch = true): moves every step-N folder of dir with N > step,
+// and `latest`, into aside = dir/branched-after-step-NNNNNN-<unix time>/
+// (out of the step-N namespace: rotation and resume no longer see them),
+// then points dir/latest at the newest step <= step left, if any. Rank 0
+// only. Errors: STATUS_RUNTIME from storage (the errno's text).
+enum status checkpoint_branch(const char *dir, int64_t step, char aside[CKPT_PATH_MAX],
+                              struct error *err);
+
 // The checkpoint folder to resume from: RESUME_NONE, or RESUME_AUTO without
 // dir/latest, gives out = "" (start fresh); RESUME_AUTO gives dir/<latest>;
 // RESUME_PATH gives path (a checkpoint folder, or a dir with a `latest`).

@@ -269,7 +269,10 @@ enum status durable_rename(const char *from, const char *to, struct error *err) 
     return STATUS_OK;
 }
 
-static enum status remove_rec(const char *path, struct error *err) {
+// top: the tree durable_remove_tree was given, which reaches the named
+// point "remove_partial" once its first entry is gone (a kill there leaves
+// a half-removed folder: tests/e2e/ckpt_crash.sh).
+static enum status remove_rec(const char *path, bool top, struct error *err) {
     struct stat s;
     if (lstat(path, &s)) return errno == ENOENT ? STATUS_OK : fail_errno(err, "stat", path, errno);
     if (S_ISDIR(s.st_mode)) {
@@ -278,10 +281,12 @@ static enum status remove_rec(const char *path, struct error *err) {
         struct dirent *e;
         enum status st = STATUS_OK;
         char sub[4096];
+        bool first = top;
         while (!st && (e = readdir(d))) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            st = remove_rec(sub, err);
+            st = remove_rec(sub, false, err);
+            if (!st && first) st = durable_point("remove_partial", path, false, err), first = false;
         }
         closedir(d);
         if (st) return st;
@@ -295,7 +300,7 @@ static enum status remove_rec(const char *path, struct error *err) {
 enum status durable_remove_tree(const char *path, struct error *err) {
     enum fault_kind k;
     enum status st = fault_tick("remove", path, 0, 0, 0, &k, err);
-    return st ? st : remove_rec(path, err);
+    return st ? st : remove_rec(path, true, err);
 }
 
 enum status durable_point(const char *name, const char *path, bool creates, struct error *err) {

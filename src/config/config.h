@@ -129,6 +129,7 @@ struct checkpoint_config {
     int keep_last; // 0: keep all
     enum resume_mode resume;
     char resume_path[CONFIG_PATH_MAX]; // when RESUME_PATH, else ""
+    bool branch; // resuming before dir's latest moves the later steps aside (else refused)
 };
 
 struct log_config {

@@ -245,6 +245,11 @@ const struct config_key config_keys[] = {
      .offset = F(checkpoint.resume), .choices = resume_choices, .has_alt = 1, .alt_type = CONFIG_PATH,
      .alt_offset = F(checkpoint.resume_path), .alt_value = RESUME_PATH},
 
+    KEY_BOOL("checkpoint", "branch", checkpoint.branch, "false",
+             "resuming from a step before dir's latest (a branch): false refuses it at start (exit "
+             "2); true moves the later steps and latest aside into dir/branched-after-step-N-<time>/ "
+             "and continues (docs/design.md §7)"),
+
     // [log] (docs/design.md §9)
     KEY_INT("log", "every", log.every, "10", 1, INT_MAX, "steps", "steps between log lines"),
     KEY_PATH("log", "metrics_file", log.metrics_file, "", CONFIG_OPTIONAL,

@@ -291,7 +291,7 @@ static void acts_layout(struct model *m, struct carver *c) {
     // Context parallelism (ring_attention.h): the positions of every cp
     // rank's tokens, cp x N I32, and two travelling buffers of 4 N Hkvl D
     // elements in the model dtype ([k | v | dk | dv]); nothing at cp = 1.
-    // model_memory.cp_bytes (the planner's mirror: model_cp_bytes).
+    // model_memory.cp_bytes counts them; `trident plan` has them from model_plan.
     before = c->bytes;
     if (m->cp > 1) {
         size_t ring = 4 * (size_t)N * KD;

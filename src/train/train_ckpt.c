@@ -567,6 +567,38 @@ out:
 
 static enum status resume(struct trainer *t, struct trainer_error *err);
 
+// A branch, found at start: resuming from step S (path) into [checkpoint]
+// dir whose latest is step L > S would train to L and then refuse to save
+// over the latest. Refused (exit 2, every rank the same verdict from the
+// same files; rank 0 prints) unless checkpoint.branch = true: then rank 0
+// moves the steps after S aside (checkpoint_branch) and the run goes on. The
+// manifest's step is read without the checksums (resume_from checks them).
+static enum status check_branch(struct trainer *t, const char *path, struct trainer_error *err) {
+    const struct config *c = &t->cfg;
+    if (!c->checkpoint.dir[0]) return STATUS_OK;
+    int64_t latest = checkpoint_latest_step(c->checkpoint.dir);
+    struct ckpt_reader *r;
+    struct error ignored;
+    if (latest < 0 || checkpoint_open_trusted(path, &r, &ignored)) return STATUS_OK; // resume_from reports
+    int64_t step = checkpoint_info(r)->step;
+    checkpoint_close(r);
+    if (latest <= step) return STATUS_OK;
+    if (!c->checkpoint.branch)
+        return error_set(&err->err, STATUS_BAD_INPUT, "resuming from step %lld (%s) into [checkpoint] "
+                         "dir = %s, whose latest is step %lld: a branch, whose saves would collide "
+                         "with steps %lld to %lld; give this run a new [checkpoint] dir, or set "
+                         "checkpoint.branch = true to move the steps after %lld aside (into "
+                         "%s/branched-after-step-%06lld-<time>/) and continue", (long long)step, path,
+                         c->checkpoint.dir, (long long)latest, (long long)step + 1, (long long)latest,
+                         (long long)step, c->checkpoint.dir, (long long)step);
+    if (t->par.topo.world_rank != 0) return STATUS_OK;
+    char aside[CKPT_PATH_MAX];
+    if (checkpoint_branch(c->checkpoint.dir, step, aside, &err->err)) return trainer_alone(err);
+    printf("checkpoint.branch: resuming from step %lld; the steps after it (latest was %lld) moved "
+           "aside to %s\n", (long long)step, (long long)latest, aside);
+    return STATUS_OK;
+}
+
 // On a backend whose memory is host memory the host buffers serve only a
 // load (a save reads the arenas): freed once it is done, so that a resumed
 // run holds what a fresh one does (docs/design.md §5).
@@ -597,8 +629,10 @@ static enum status resume(struct trainer *t, struct trainer_error *err) {
                          "checkpoints (%s) and resume = none: give this run its own dir, or "
                          "resume = auto to continue that run", c->checkpoint.dir, latest);
     if (!path[0]) return c->model.init_from[0] ? init_from(t, c->model.init_from, err) : STATUS_OK;
+    enum status s = check_branch(t, path, err);
+    if (s) return s;
     struct ckpt_state st;
-    enum status s = resume_from(t, path, &st, err);
+    s = resume_from(t, path, &st, err);
     if (s) return s;
     t->ckpt.start_step = (int)st.step;
     // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).

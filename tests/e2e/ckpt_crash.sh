@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ckpt_crash.sh: real processes killed (SIGKILL, TRIDENT_FAULT=kill:...) at
-# 27 points of three checkpoint saves on 4 MPI ranks (tests/mpi/ckpt_driver.c):
+# 28 points of three checkpoint saves on 4 MPI ranks (tests/mpi/ckpt_driver.c):
 # every storage call of the second save on rank 0, calls of the first and
 # third on rank 0, three calls of rank 1, a call on all ranks at once, and the
-# named point between the two renames (about 2 s a point, mostly mpirun's
+# named point between the two renames, one inside rotation (about 2 s a point, mostly mpirun's
 # abort). After each kill: `trident ckpt verify` on the dir passes (when some
 # save got as far as `latest`), and a one-rank load in another layout
 # (resharding) returns the last committed step with that step's values.
@@ -68,6 +68,14 @@ crash "kill:4"
 crash "kill:ckpt_between_renames:2"
 "$TRIDENT" ckpt verify "$root/k$((points - 1))/step-000002" >/dev/null 2>&1 || { echo "FAIL: step-000002 incomplete after the kill between renames"; fail=1; }
 [ "$(cat "$root/k$((points - 1))/latest")" = step-000001 ] || { echo "FAIL: latest moved before the kill between renames"; fail=1; }
+
+# Inside rotation's removal of step-000001 (third save), one file of it
+# already gone: rotation renames a folder out of the step-N namespace before
+# deleting it, so no step-N folder is left that `ckpt verify` refuses.
+crash "kill:remove_partial:1" 1
+for d in "$root/k$((points - 1))"/step-*; do
+    "$TRIDENT" ckpt verify "$d" >/dev/null 2>&1 || { echo "FAIL: $d refused after a kill during rotation"; fail=1; }
+done
 
 # A failed fsync on rank 2 only, in the second save: every rank returns the
 # error, the same on every rank (comm_agree: rank 2 named with its host and

@@ -14,10 +14,18 @@
 #     1 within seconds with a message naming shard-00003.h5 and the cold tier;
 #     no shard is published partial (every shard-*.h5 in the folder equals
 #     the cold copy, shard 3 is absent);
-#  4. two jobs at once on one cache_dir, a budget of 3 shards each: both
+#  4. two jobs at once on one cache_dir, a budget of 3 shards each: they
 #     evict and restage, both train the cold run's losses, the folder holds
 #     only shards byte-identical to the cold tier; a dead stager's temporary
-#     file planted there first is removed.
+#     file of this node (dead pid, older than CACHE_TEMP_ABANDON_S = 600 s)
+#     planted there first is removed, another node's is kept;
+#  5. a staged shard rewritten in place on the cold tier (one byte changed,
+#     same size, mtime restored): the next run with the same cache_dir is
+#     refused with exit 2 naming that shard and index.ini's checksum, as
+#     without the cache (the hot copy, staged under the old identity, is
+#     not served: cache.h, "Layout").
+# Published copies are named shard-NNNNN.<source identity>.h5 (cache.h);
+# cold_of maps one to its cold file.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -36,6 +44,7 @@ run() { # NAME FAULT STEPS [overrides...]
         > "$tmp/$name.log" 2>&1
 }
 mean() { jq -s 'add / length'; }
+cold_of() { basename "$1" | sed -E 's/\.[0-9a-f]{16}\.h5$/.h5/'; }
 
 # 1. no hot tier: every read is a cold read
 run cold cold_delay_ms:200 4 || { tail -5 "$tmp/cold.log"; fail "run without cache_dir"; }
@@ -55,9 +64,9 @@ a=$(metrics "$tmp/run-cold" .loss | head -n 4 | tr '\n' ' ')
 b=$(metrics "$tmp/run-hot" .loss | head -n 4 | tr '\n' ' ')
 [ "$a" = "$b" ] || fail "hot-tier run's losses ($b) differ from the cold run's ($a)"
 cdir=$(ls -d "$tmp/cache"/*/)
-staged=$(ls "$cdir" | grep -c '^shard-.*\.h5$' || true)
+staged=$(ls "$cdir" | grep -cE '^shard-[0-9]+\.[0-9a-f]{16}\.h5$' || true)
 [ "$staged" -ge 1 ] || fail "nothing staged in $cdir"
-for f in "$cdir"shard-*.h5; do cmp -s "$f" "$tmp/shards/$(basename "$f")" || fail "$f differs from its cold copy"; done
+for f in "$cdir"shard-*.h5; do cmp -s "$f" "$tmp/shards/$(cold_of "$f")" || fail "$f differs from its cold copy"; done
 echo "hot tier: $staged shards staged, each byte-identical to the cold tier"
 
 # 3. EIO on shard 3: retries, exit 1 naming it, nothing partial in the cache
@@ -75,8 +84,8 @@ grep "shard-00003.h5" "$tmp/eio.log" | grep -q "cold tier" || fail "no message n
 # A temporary file of a stager killed mid-copy may remain (never under a
 # shard's name; the next stager removes it: part 4 checks that).
 cdir=$(ls -d "$tmp/cache"/*/)
-[ ! -e "${cdir}shard-00003.h5" ] || fail "shard-00003.h5 was published despite EIO"
-for f in "$tmp/cache"/*/shard-*.h5; do [ -e "$f" ] || continue; cmp -s "$f" "$tmp/shards/$(basename "$f")" || fail "$f is partial or wrong"; done
+! ls "$cdir" | grep -q '^shard-00003\.' || fail "shard-00003.h5 was published despite EIO"
+for f in "$tmp/cache"/*/shard-*.h5; do [ -e "$f" ] || continue; cmp -s "$f" "$tmp/shards/$(cold_of "$f")" || fail "$f is partial or wrong"; done
 echo "EIO on shard 3: exit 1 after ${took} s, $(grep -c 'try [0-9] of' "$tmp/eio.log") retries logged, no partial shard in the cache"
 echo "$(grep -m1 'giving up' "$tmp/eio.log")"
 
@@ -86,8 +95,11 @@ echo "$(grep -m1 'giving up' "$tmp/eio.log")"
 # shards, byte-identical to the cold tier.
 rm -rf "$tmp/cache"
 mkdir -p "$cdir"
-stale="$cdir.shard-00001.h5.999999999.tmp" # a dead stager's half copy
+stale="$cdir.shard-00001.0123456789abcdef.h5~$(hostname)~999999999~00000000000000aa.tmp" # a dead stager's half copy
+other="$cdir.shard-00001.0123456789abcdef.h5~another-node~999999999~00000000000000bb.tmp" # another node's
 head -c 1000 "$tmp/shards/shard-00001.h5" > "$stale"
+head -c 1000 "$tmp/shards/shard-00001.h5" > "$other"
+touch -d '-1 hour' "$stale" "$other"
 budget=$(( $(stat -c %s "$tmp/shards/shard-00000.h5") * 3 ))
 pids=()
 for j in 1 2; do
@@ -100,9 +112,31 @@ done
 for j in 1 2; do
     b=$(metrics "$tmp/run-twin$j" .loss | head -n 4 | tr '\n' ' ')
     [ "$a" = "$b" ] || fail "job $j on the shared cache: losses ($b) differ from the cold run's ($a)"
-    grep -E "hot tier .*[1-9][0-9]* evicted" "$tmp/twin$j.log" > /dev/null || fail "job $j evicted nothing: $(grep 'hot tier' "$tmp/twin$j.log")"
 done
+# Evictions: at least one job's (which one depends on the race: a job whose
+# shards the other job published needs no room, in ~1 of 3 runs even before
+# issue 27).
+grep -hE "hot tier .* [1-9][0-9]* evicted" "$tmp/twin1.log" "$tmp/twin2.log" > /dev/null ||
+    fail "neither job evicted: $(grep -h 'hot tier' "$tmp/twin1.log" "$tmp/twin2.log")"
 [ ! -e "$stale" ] || fail "a dead stager's temporary file $stale was not removed"
+[ -e "$other" ] || fail "another node's temporary file $other was removed"
+rm -f "$other"
 [ "$(find "$tmp/cache" -name '*.tmp' | wc -l)" = 0 ] || fail "temporary files left by two jobs"
-for f in "$tmp/cache"/*/shard-*.h5; do cmp -s "$f" "$tmp/shards/$(basename "$f")" || fail "$f corrupt after two jobs"; done
+for f in "$tmp/cache"/*/shard-*.h5; do cmp -s "$f" "$tmp/shards/$(cold_of "$f")" || fail "$f corrupt after two jobs"; done
 echo "two jobs on one cache_dir: $(grep -h 'hot tier' "$tmp/twin1.log" "$tmp/twin2.log" | tr '\n' ';') losses match the cold run"
+
+# 5. a staged shard rewritten in place, size and mtime kept: refused by name
+f=$(ls "$tmp/cache"/*/shard-*.h5 | head -n 1)
+victim="$tmp/shards/$(cold_of "$f")"
+touch -r "$victim" "$tmp/victim.times"
+off=$(( $(stat -c %s "$victim") / 2 ))
+byte=$(od -An -tu1 -j "$off" -N 1 "$victim" | tr -d ' ')
+printf "\\$(printf %03o $(( (byte + 1) % 256 )))" | dd of="$victim" bs=1 seek="$off" conv=notrunc status=none
+touch -r "$tmp/victim.times" "$victim"
+[ "$(stat -c %Y.%y "$victim")" = "$(stat -c %Y.%y "$tmp/victim.times")" ] || fail "could not restore the mtime of $victim"
+rc=0
+run stale "" 20 data.cache_dir="$tmp/cache" data.prefetch_shards=16 || rc=$?
+[ "$rc" = 2 ] || { tail -5 "$tmp/stale.log"; fail "a shard rewritten in place (size and mtime kept) after staging: exit $rc, expected 2 (served stale from the hot tier?)"; }
+grep "$(basename "$victim")" "$tmp/stale.log" | grep -q "index.ini" ||
+    fail "the refusal names neither $(basename "$victim") nor index.ini: $(tail -3 "$tmp/stale.log")"
+echo "shard rewritten in place after staging: $(grep -m1 "$(basename "$victim")" "$tmp/stale.log")"

@@ -822,6 +822,57 @@ static void test_block_layout(int B, int Tq, int Tk, int (*fill)(int b, int i, b
     ipair_free(qpos), ipair_free(kpos);
     free(qp), free(kp);
 }
+// The pair path remembers a layout by its position tensors and checks it on
+// the device at each call (emulation, TRIDENT_EMU_SDPA=1, cudnn mode): keys
+// at positions i (one run before the queries at 64 + i: a full pair), then
+// the same k_pos tensor rewritten in place, to 48 + i (a run reaching into
+// the queries') and to 100 + i (after every query): the remembered layout no
+// longer holds, the native kernels run behind the check, forward (accumulate
+// into the first call's result) and backward match the CPU.
+static void test_block_layout_rewritten(void) {
+    const int B = 1, Tq = 32, Tk = 32, H = 2, Hkv = 1, D = 24;
+    enum dtype dt = DTYPE_BF16;
+    int32_t qp[32], kp[32];
+    for (int i = 0; i < 32; i++) qp[i] = 64 + i, kp[i] = i;
+    struct ipair qpos = ipair_make(qp, Tq), kpos = ipair_make(kp, Tk);
+    struct tensor none = tensor_view(NULL, DTYPE_I32, 0);
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * Hkv * D, nl = (size_t)B * H * Tq;
+    struct pair q = pair_rand(nq, 1, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair out = pair_nan(nq, dt), lse = pair_nan(nl, DTYPE_FP32);
+    char what[96];
+    for (int round = 0; round < 3; round++) {
+        if (round) {
+            for (int i = 0; i < 32; i++) kp[i] = (round == 1 ? 48 : 100) + i;
+            memcpy(kpos.c.data, kp, sizeof kp);
+            backend_to_device(gpu, kpos.g.data, kp, sizeof kp);
+        }
+        snprintf(what, sizeof what, "block, k_pos rewritten in place (keys from %d)", kp[0]);
+        backend_attention_block_forward(cpu, out.c, lse.c, q.c, k.c, v.c, qpos.c, none, kpos.c, B, Tq, Tk, H, Hkv, D,
+                                        round > 0);
+        backend_attention_block_forward(gpu, out.g, lse.g, q.g, k.g, v.g, qpos.g, none, kpos.g, B, Tq, Tk, H, Hkv, D,
+                                        round > 0);
+        char w2[160];
+        snprintf(w2, sizeof w2, "%s forward out", what), expect_match_tol(out, tol_attn(dt), w2);
+        snprintf(w2, sizeof w2, "%s forward lse", what), expect_lse_match(lse, tol_attn(DTYPE_FP32), w2);
+        // the next round merges into the CPU's result on both sides
+        for (size_t i = 0; i < nq; i++) out.h[i] = round_to(dt, ((float *)out.c.data)[i]);
+        memcpy(lse.h, lse.c.data, nl * 4);
+        pair_sync(out), pair_sync(lse);
+        struct pair dout = pair_rand(nq, 1, dt), dq = pair_rand(nq, 1, dt);
+        struct pair dk = pair_rand(nk, 1, dt), dv = pair_rand(nk, 1, dt);
+        backend_attention_block_backward(cpu, dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, out.c, lse.c, qpos.c, none,
+                                         kpos.c, B, Tq, Tk, H, Hkv, D);
+        backend_attention_block_backward(gpu, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, qpos.g, none,
+                                         kpos.g, B, Tq, Tk, H, Hkv, D);
+        snprintf(w2, sizeof w2, "%s backward dq", what), expect_match_tol(dq, tol_attn(dt), w2);
+        snprintf(w2, sizeof w2, "%s backward dk", what), expect_match_tol(dk, tol_attn(dt), w2);
+        snprintf(w2, sizeof w2, "%s backward dv", what), expect_match_tol(dv, tol_attn(dt), w2);
+        pair_free(dout), pair_free(dq), pair_free(dk), pair_free(dv);
+    }
+    pair_free(q), pair_free(k), pair_free(v), pair_free(out), pair_free(lse);
+    ipair_free(qpos), ipair_free(kpos);
+}
+
 // Positions for test_block_layout: queries at 64 + i (one run), keys at
 // (a) 16 + i: a key run reaching into the query run; (b) i: one run wholly
 // before (a full pair, Tk != Tq); (c) batch rows unlike; (d) every other
@@ -870,6 +921,7 @@ static void test_attention_choice(void) {
         test_block_layout(1, 32, 40, lay_before, "Tk=40 H=2 Hkv=1 D=24 bf16 -> cudnn");
         test_block_layout(2, 32, 36, lay_batch, "-> native (positions differ across the batch)");
         test_block_layout(1, 32, 20, lay_sparse, "-> native (positions are not 4 runs or fewer a side)");
+        test_block_layout_rewritten();
         unsetenv("TRIDENT_EMU_SDPA");
         attn_mode = keep;
         // ring-attention blocks in auto mode: the positions are read back and

@@ -7,13 +7,16 @@
 #       the closing record's peak_rss_bytes) minus the plan's peak resident
 #       bytes (peak_resident_bytes: the largest rank's arenas and MPI's
 #       bound, docs/design.md §5). Returns 1 when a rank exceeds
-#       RSS_LIMIT_MIB (default 64) or the run fails.
-# The runs write into $tmp/rss-TP-PP-DP-ZERO.
+#       RSS_LIMIT_MIB (default 64) or the run fails. A parallel.cp=C among
+#       the overrides runs TP * PP * DP * C ranks.
+# The runs write into $tmp/rss-TP-PP-DP-ZERO[-cpC].
 RSS_LIMIT_MIB=${RSS_LIMIT_MIB:-64}
 
 rss_vs_plan() {
-    local cfg=$1 tp=$2 pp=$3 dp=$4 zero=$5; shift 5
+    local cfg=$1 tp=$2 pp=$3 dp=$4 zero=$5 cp=1 a; shift 5
+    for a in "$@"; do [[ "$a" != parallel.cp=* ]] || cp=${a#parallel.cp=}; done
     local name="$tp,$pp,$dp,$zero" dir="$tmp/rss-$tp-$pp-$dp-$zero"
+    [ "$cp" = 1 ] || name="$name cp $cp" dir="$dir-cp$cp"
     rm -rf "$dir"; mkdir -p "$dir"
     local args=(system.device=cpu parallel.tp="$tp" parallel.pp="$pp" parallel.dp="$dp"
                 parallel.zero_stage="$zero" train.eval_every=0 train.sample_every=0
@@ -22,7 +25,7 @@ rss_vs_plan() {
     plan=$("$TRIDENT" plan "$cfg" "${args[@]}" --json) || { echo "FAIL: plan ($name) exited $?"; return 1; }
     local want mpi arenas
     read -r want mpi arenas < <(jq -r '"\(.peak_resident_bytes) \([.groups[].mpi_bytes] | max) \(.peak_bytes)"' <<<"$plan")
-    timeout "${RSS_TIMEOUT:-600}" "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$cfg" "${args[@]}" \
+    timeout "${RSS_TIMEOUT:-600}" "${MPIRUN[@]}" -np $((tp * pp * dp * cp)) "$TRIDENT" train "$cfg" "${args[@]}" \
         > "$dir/log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -5 "$dir/log"; echo "FAIL: train ($name) exited $rc"; return 1; }
     local rss
@@ -37,6 +40,6 @@ rss_vs_plan() {
             exit (d > lim) }' || bad=1
         r=$((r + 1))
     done
-    [ "$r" -eq $((tp * pp * dp)) ] || { echo "FAIL: ($name): $r ranks in peak_rss_bytes"; return 1; }
+    [ "$r" -eq $((tp * pp * dp * cp)) ] || { echo "FAIL: ($name): $r ranks in peak_rss_bytes"; return 1; }
     return $bad
 }
