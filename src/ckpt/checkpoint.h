@@ -53,7 +53,8 @@ enum resume_mode { RESUME_AUTO, RESUME_NONE, RESUME_PATH };
 // flattening this piece holds elements [flat_begin, flat_end) (the whole
 // block: 0, rows * cols). Vectors have gcols = cols = 1.
 struct ckpt_piece {
-    char name[CKPT_NAME_MAX]; // "param/<hf name>", "adam_m/<hf name>", "adam_v/<hf name>"
+    char name[CKPT_NAME_MAX]; // "param/<hf name>", or "<state>/<hf name>" of an optimizer state
+                              // tensor named by its owner (optimizer_state_names: "adam_m", "adam_v")
     int grows, gcols;
     int row_offset, col_offset, rows, cols;
     size_t flat_begin, flat_end;
@@ -212,12 +213,15 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
                                    const char *tokenizer_id, struct error *err);
 
 // Checks that the checkpoint holds exactly the tensors of the model its
-// manifest describes (model_param_table): param/, adam_m/ and adam_v/ of
-// every parameter (param/ alone for a weights_only one), each of its global shape and fp32 or fp64, and nothing
-// else (coverage of each tensor's elements is checkpoint_open's). `ckpt
-// verify` and a resume call it (issue 18: a deleted or extra tensor passed
-// verify). Errors: STATUS_BAD_INPUT naming the manifest and the tensor.
-enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *err);
+// manifest describes (model_param_table): param/ and each of the n_state
+// optimizer state prefixes (state_names: its owner's names,
+// optimizer_state_names) of every parameter (param/ alone for a weights_only
+// one), each of its global shape and fp32 or fp64, and nothing else
+// (coverage of each tensor's elements is checkpoint_open's). `ckpt verify`
+// and a resume call it (issue 18: a deleted or extra tensor passed verify).
+// Errors: STATUS_BAD_INPUT naming the manifest and the tensor.
+enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *const *state_names, int n_state,
+                                     struct error *err);
 
 // Fills want->data (caller's buffer, flat_end - flat_begin elements of
 // want->dtype) with the requested range of the requested block, gathered from
@@ -238,8 +242,8 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
 // The pieces of a range of an arena laid out by a parameter table (model.h),
 // for saving and for loading: one piece per parameter whose arena elements
 // [offset, offset + numel) meet [begin, end), cut to that range and to its
-// valid rows (vocab padding is not saved). prefix: "param", "adam_m",
-// "adam_v"; arena: host memory of dtype holding arena elements [begin, end)
+// valid rows (vocab padding is not saved). prefix: "param" or an optimizer
+// state's name (optimizer_state_names); arena: host memory of dtype holding arena elements [begin, end)
 // from its start: a ZeRO shard of moments passes its own array and range, a
 // whole arena (0, SIZE_MAX). The pieces point into arena: for saving, or as
 // the destinations of checkpoint_read_pieces. out: room for n pieces.

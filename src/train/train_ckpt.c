@@ -85,9 +85,11 @@ static int pieces_of(struct trainer *t, struct piece_src src, bool with_params, 
     else if (with_params)
         k += checkpoint_pieces_from_params(p, n, "param", src.params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
-    if (with_moments) {
-        k += range_pieces(t, "adam_m", src.m, false, t->ckpt.pieces + k);
-        k += range_pieces(t, "adam_v", src.v, false, t->ckpt.pieces + k);
+    if (with_moments) { // named by the optimizer, in optimizer_moments' order
+        const char *const *names;
+        CHECK(optimizer_state_names(&names) == 2, "the optimizer's state is two moments");
+        k += range_pieces(t, names[0], src.m, false, t->ckpt.pieces + k);
+        k += range_pieces(t, names[1], src.v, false, t->ckpt.pieces + k);
     }
     return k;
 }
@@ -237,7 +239,11 @@ void trainer_resume_compare(const struct ckpt_state *saved, const struct config 
         if (saved->warmup_steps != tc->warmup_steps)
             add_change(out, "train.warmup_steps", sched, !over, "%" PRId64 "|%d", saved->warmup_steps,
                        tc->warmup_steps);
-        if (saved->lr_schedule != (int64_t)tc->lr_schedule)
+        if (saved->lr_schedule < LR_SCHEDULE_COSINE || saved->lr_schedule > LR_SCHEDULE_CONSTANT)
+            add_change(out, "train.lr_schedule", "schedule: refused, the checkpoint's lr_schedule is "
+                       "none this trident knows", true, "%" PRId64 "|%s", saved->lr_schedule,
+                       schedule_name(tc->lr_schedule));
+        else if (saved->lr_schedule != (int64_t)tc->lr_schedule)
             add_change(out, "train.lr_schedule", sched, !over, "%s|%s", schedule_name(saved->lr_schedule),
                        schedule_name(tc->lr_schedule));
         out->schedule_changed = out->n > 0;
@@ -443,7 +449,9 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (checksums of its files)", base);
     watchdog_phase(t->watchdog, phase, allowance, 0);
     int own = checkpoint_open(path, &r, &err->err);
-    if (!own && checkpoint_check_tensors(r, &err->err)) own = err->err.status;
+    const char *const *state_names;
+    int n_state = optimizer_state_names(&state_names);
+    if (!own && checkpoint_check_tensors(r, state_names, n_state, &err->err)) own = err->err.status;
     int verdict[2] = {own, root ? own : 0};
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (every rank's checksum verdict, a "
              "collective)", base);
