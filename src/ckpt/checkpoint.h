@@ -34,8 +34,8 @@
 #include <stdint.h>
 
 #include "base/common.h"
+#include "base/loader_state.h" // struct loader_state: the loader's, stored here
 #include "base/watchdog.h"
-#include "data/dataset.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "parallel/comm.h"
