@@ -132,6 +132,23 @@ static int write_state(hid_t file, const struct ckpt_state *s) {
     return bad;
 }
 
+// The owners' named entries, into /state beside write_state's attributes.
+static int write_entries(hid_t file, const struct state_entry *e, int n) {
+    if (n == 0) return 0;
+    hid_t g = H5Gopen2(file, "state", H5P_DEFAULT);
+    if (g < 0) return 1;
+    int bad = 0;
+    for (int i = 0; !bad && i < n; i++) {
+        CHECK(e[i].count >= 1 && H5Aexists(g, e[i].name) == 0, "checkpoint entry %s: count %d, or its name "
+              "is taken", e[i].name, e[i].count);
+        hid_t type = e[i].type == STATE_I64 ? H5T_NATIVE_INT64 : e[i].type == STATE_U64 ? H5T_NATIVE_UINT64
+                                                                                      : H5T_NATIVE_DOUBLE;
+        bad = attr_write(g, e[i].name, type, (size_t)e[i].count, e[i].value);
+    }
+    H5Gclose(g);
+    return bad;
+}
+
 enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_file_sum *sum,
                                   struct error *err) {
     char path[CKPT_PATH_MAX + 32], tmp[CKPT_PATH_MAX];
@@ -165,7 +182,8 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     int64_t step = a->step, rank = a->rank;
     int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
               attr_write(file, "step", H5T_NATIVE_INT64, 1, &step) ||
-              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state);
+              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state) ||
+              write_entries(file, a->entries, a->n_entries);
     hid_t g = bad ? -1 : H5Gcreate2(file, "pieces", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) bad = 1;
     for (int i = 0; !bad && i < a->n_pieces; i++) {

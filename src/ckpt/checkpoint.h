@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "base/common.h"
+#include "base/state_entry.h"
 #include "base/loader_state.h" // struct loader_state: the loader's, stored here
 #include "base/watchdog.h"
 #include "kernels/ops.h"
@@ -110,6 +111,11 @@ struct ckpt_save_args {
     int keep_last;       // rotation after commit; 0 keeps all
     bool weights_only;   // parameters alone, no moments (trident import): the
                          // manifest says so; for model.init_from, never resumed
+    // Named entries of their owners (base/state_entry.h), written into the
+    // rank file's /state beside state's attributes, whose names they must not
+    // take (a clash is a CHECK). NULL, 0: none.
+    const struct state_entry *entries;
+    int n_entries;
 };
 
 // What a rank file turned out as, for the manifest.
@@ -238,6 +244,14 @@ enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want
 // The training state of world rank `rank`'s file (-1: rank 0's).
 enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
                                   struct error *err);
+
+// Reads n named entries (base/state_entry.h) from world rank `rank`'s file
+// (-1: rank 0's) into their values: each present one must be of its type and
+// count; an absent one takes its dflt (every element), or is refused when
+// required. The checkpoint layer does not judge the values: their owners do.
+// Errors: STATUS_BAD_INPUT naming the file, the entry and what it holds.
+enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struct state_entry *entries, int n,
+                                    struct error *err);
 
 // The pieces of a range of an arena laid out by a parameter table (model.h),
 // for saving and for loading: one piece per parameter whose arena elements

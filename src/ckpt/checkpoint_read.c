@@ -815,6 +815,40 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
     return STATUS_OK;
 }
 
+enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struct state_entry *entries, int n,
+                                    struct error *err) {
+    if (rank < 0) rank = 0;
+    CHECK(rank < r->info.world_size, "rank %d of %d", rank, r->info.world_size);
+    hid_t g = H5Gopen2(r->files[rank], "state", H5P_DEFAULT);
+    if (g < 0) return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing", r->info.path, rank);
+    enum status st = STATUS_OK;
+    for (int i = 0; !st && i < n; i++) {
+        const struct state_entry *e = &entries[i];
+        if (H5Aexists(g, e->name) <= 0) {
+            if (e->required)
+                st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state has no %s", r->info.path, rank,
+                               e->name);
+            for (int k = 0; !st && k < e->count; k++) {
+                if (e->type == STATE_I64) ((int64_t *)e->value)[k] = (int64_t)e->dflt;
+                else if (e->type == STATE_U64) ((uint64_t *)e->value)[k] = (uint64_t)e->dflt;
+                else ((double *)e->value)[k] = e->dflt;
+            }
+            continue;
+        }
+        hid_t type = e->type == STATE_I64 ? H5T_NATIVE_INT64 : e->type == STATE_U64 ? H5T_NATIVE_UINT64
+                                                                                  : H5T_NATIVE_DOUBLE;
+        if (attr_read(g, e->name, type, (size_t)e->count, e->value)) {
+            char what[128] = "";
+            h5util_attr_describe(g, e->name, what, sizeof what);
+            st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state attribute %s is %s, expected %d %s",
+                           r->info.path, rank, e->name, what, e->count,
+                           e->type == STATE_F64 ? "floating-point numbers" : "integers");
+        }
+    }
+    H5Gclose(g);
+    return st;
+}
+
 int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,
                                   void *arena, enum dtype dtype, size_t begin, size_t end,
                                   struct ckpt_piece *out) {
