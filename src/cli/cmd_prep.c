@@ -1,7 +1,10 @@
 // cmd_prep.c: `trident prep`: command line to struct prep_options (src/data/prep.h).
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "cli.h"
@@ -20,7 +23,7 @@ static const char *prep_usage =
     "                      it); repeatable; default: every regular, non-hidden file\n"
     "  --no-recursive      a folder's own files only, not its sub-folders'\n"
     "  --output DIR        dataset folder to create, parents too (refused if not empty);\n"
-    "                      a failed prep removes what it wrote\n"
+    "                      a failed or interrupted (Ctrl-C) prep removes what it wrote\n"
     "  --tokenizer FILE    use this tokenizer.json (copied to DIR)\n"
     "  --vocab-size N      or train a byte-level BPE of N ids on the input (DIR/tokenizer.json)\n"
     "  --format F          auto (default): JSON Lines for a file named *.jsonl or *.json whose first\n"
@@ -101,6 +104,27 @@ static void warn_val_split(const struct prep_options *opt, const struct prep_sta
     else
         fprintf(stderr, "the whole corpus holds %.0f tokens, too few for a validation batch of %.0f tokens and a "
                 "training split; --val-fraction 0 makes no validation split\n", total, need);
+}
+
+// SIGINT, SIGTERM, SIGHUP: prep stops at its next block and removes what it
+// wrote (prep_options.stop); a second SIGINT within 5 s exits at once,
+// leaving what is there.
+static volatile sig_atomic_t prep_stop;
+static volatile sig_atomic_t prep_first_sigint_s;
+static void on_prep_signal(int sig) {
+    if (sig == SIGINT) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long now = (long)ts.tv_sec + 1;
+        if (prep_first_sigint_s && now - prep_first_sigint_s <= 5) {
+            static const char msg[] = "trident prep: a second SIGINT: exiting without removing the output\n";
+            ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+            (void)w;
+            _exit(130);
+        }
+        prep_first_sigint_s = (sig_atomic_t)now;
+    }
+    prep_stop = sig;
 }
 
 int cmd_prep(int argc, char **argv) {
@@ -203,10 +227,17 @@ int cmd_prep(int argc, char **argv) {
     opt.includes = includes;
     struct prep_stats stats;
     struct error err = {0};
+    struct sigaction sa = {0};
+    sa.sa_handler = on_prep_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    opt.stop = &prep_stop;
     enum status st = prep_run(&opt, &stats, &err);
     if (st) {
         fprintf(stderr, "trident prep: %s\n", err.msg);
-        rc = st;
+        rc = prep_stop ? 128 + (int)prep_stop : (int)st; // a stop: the shell's 128 + signal
         goto out;
     }
     printf("prep: %s: %d shards; train %llu documents, %llu tokens; val %llu documents, %llu tokens\n", opt.output,

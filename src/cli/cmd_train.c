@@ -287,7 +287,7 @@ int cmd_train(int argc, char **argv) {
         if (world_rank == 0) {
             printf("stopped by signal %d (%s) after step %d%s; exit %d (requeue)\n", out.signal,
                    out.signal == SIGHUP ? "the launcher is gone" : strsignal(out.signal), out.steps_done, out.saved ? ", checkpoint saved"
-                   : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
+                   : " ([checkpoint] dir = none: nothing saved)", EXIT_PREEMPTED);
             fflush(stdout);
         }
         rc = EXIT_PREEMPTED;
@@ -295,7 +295,7 @@ int cmd_train(int argc, char **argv) {
         if (world_rank == 0) {
             printf("stopped before [train] exit_duration_mins = %g after step %d%s; exit %d (requeue)\n",
                    cfg.train.exit_duration_mins, out.steps_done, out.saved ? ", checkpoint saved"
-                   : " (no [checkpoint] dir: nothing saved)", EXIT_PREEMPTED);
+                   : " ([checkpoint] dir = none: nothing saved)", EXIT_PREEMPTED);
             fflush(stdout);
         }
         rc = EXIT_PREEMPTED;

@@ -233,10 +233,11 @@ const struct config_key config_keys[] = {
 
     // [checkpoint] (docs/design.md §7)
     KEY_PATH("checkpoint", "dir", checkpoint.dir, "", CONFIG_OPTIONAL,
-             "folder of step-NNNNNN/ checkpoints (warm tier); unset: no checkpoints are written "
-             "and resume = auto starts fresh"),
+             "folder of step-NNNNNN/ checkpoints (warm tier); unset: <run_dir>/checkpoints; none: "
+             "no checkpoints are written and resume = auto starts fresh"),
     KEY_INT("checkpoint", "every", checkpoint.every, "0", 0, INT_MAX, "steps",
-            "steps between checkpoints; 0 disables periodic checkpoints"),
+            "steps between checkpoints; 0 disables periodic checkpoints (the end, exit_interval and "
+            "a stop still save)"),
     KEY_INT("checkpoint", "keep_last", checkpoint.keep_last, "3", 0, INT_MAX, "checkpoints",
             "checkpoints kept; older ones are deleted; 0 keeps all"),
     {.section = "checkpoint", .key = "resume", .type = CONFIG_ENUM, .def = "auto", .min = NOMIN,

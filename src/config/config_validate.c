@@ -278,5 +278,20 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
         return error_set(err, bad, "%s: head size d_model / n_heads = %d: system.device = cuda takes at most "
                          "%d (the CUDA attention kernels); %s; %s", file, m->d_model / m->n_heads,
                          CONFIG_CUDA_MAX_HEAD_DIM, KT("model", "d_model"), KT("model", "n_heads"));
+    // A run never throws its work away: [checkpoint] dir unset (its
+    // default) saves into the run folder; `none` saves nothing
+    // (docs/design.md §7).
+    char *ck = cfg->checkpoint.dir;
+    char origin[CONFIG_PATH_MAX + 32];
+    if (!strcmp(ck, "none")) {
+        ck[0] = '\0';
+    } else if (!ck[0] && !strcmp(config_origin(cfg, config_key_index("checkpoint", "dir"), origin,
+                                               sizeof origin), "default")) {
+        if (strlen(cfg->log.run_dir) + sizeof "/checkpoints" > sizeof cfg->checkpoint.dir)
+            return error_set(err, bad, "%s: %s: too long for its checkpoint folder %s/checkpoints "
+                             "(set [checkpoint] dir)", file, KT("log", "run_dir"), cfg->log.run_dir);
+        snprintf(ck, sizeof cfg->checkpoint.dir, "%.*s/checkpoints",
+                 (int)(sizeof cfg->checkpoint.dir - sizeof "/checkpoints"), cfg->log.run_dir);
+    }
     return STATUS_OK;
 }

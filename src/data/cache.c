@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,7 +158,7 @@ static uint64_t random_u64(void) {
 
 // Removes the temporary files in dir that are provably abandoned: named
 // .NAME~HOST~PID~RANDOM.tmp with HOST this node's name, PID not a live
-// process here (kill(PID, 0) fails with ESRCH) and not touched for
+// process here (no /proc/PID while /proc/self exists) and not touched for
 // CACHE_TEMP_ABANDON_S. Another node's, a live process's, a recent one and
 // any other name are left alone (cache.h).
 static void remove_abandoned_temps(const char *dir, const char *host) {
@@ -182,8 +181,9 @@ static void remove_abandoned_temps(const char *dir, const char *host) {
         char *endp;
         long pid = strtol(t2 + 1, &endp, 10);
         if (endp != t3 || pid <= 0 || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive, or not ours to judge
         char path[4500];
+        snprintf(path, sizeof path, "/proc/%ld", pid); // Linux: alive (or no /proc to tell: keep)
+        if (access("/proc/self", F_OK) || access(path, F_OK) == 0 || errno != ENOENT) continue;
         snprintf(path, sizeof path, "%s/%s", dir, name);
         struct stat st;
         if (lstat(path, &st) || !S_ISREG(st.st_mode) || now - st.st_mtime < CACHE_TEMP_ABANDON_S) continue;

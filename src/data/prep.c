@@ -501,6 +501,10 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     pthread_t reader;
     int writer_open = 0, reader_started = 0;
     if ((st = prep_tokenizer(opt, &tok, err))) goto done;
+    if (opt->stop && *opt->stop) {
+        st = error_set(err, STATUS_RUNTIME, "stopped by signal %d; what it wrote is removed", (int)*opt->stop);
+        goto done;
+    }
     int eot = tokenizer_eot_id(tok), vocab = tokenizer_vocab_size(tok);
     if (eot < 0) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: tokenizer has no end-of-text token (<|endoftext|>, </s>, ...)",
@@ -521,6 +525,10 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
     uint64_t bytes_read = 0;
     int tty = isatty(2);
     for (;;) {
+        if (opt->stop && *opt->stop) {
+            st = error_set(err, STATUS_RUNTIME, "stopped by signal %d; what it wrote is removed", (int)*opt->stop);
+            break;
+        }
         struct block *b = queue_next(&q);
         if (!b) {
             if (q.st) st = error_set(err, q.st, "%s", q.err.msg);

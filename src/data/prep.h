@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "base/common.h"
@@ -66,6 +67,10 @@ struct prep_options {
     uint64_t shard_tokens;      // target tokens per shard
     uint64_t seed;
     int quiet;                  // no progress line
+    // Set (non-zero: the signal) by the caller's signal handler: prep stops
+    // at its next block of documents (after the tokenizer, if it trains one),
+    // removes what it wrote and returns STATUS_RUNTIME; NULL: never.
+    const volatile sig_atomic_t *stop;
 };
 
 struct prep_stats {

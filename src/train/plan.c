@@ -160,8 +160,14 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
     // gradients in grad_dtype.
     int largest = MAX(MAX(tp, dp), pp > 1 ? 2 : 1);
     bool cpu = c->system.device == DEVICE_CPU;
-    int S = plan_sharding_of(c).shard_ranks; // ZeRO-2/3's shard group (dp_shard, else dp)
-    size_t unit_rs = z >= 2 && S > 1 ? 2 * mem.max_unit_numel *
+    // ZeRO-2/3's shard group (cp x dp_shard, else cp x dp). Its two units'
+    // reduce-scatters in flight hold their send size on group rank 0 at 2
+    // ranks, up to twice that on some ranks beyond (OpenMPI 4.1 on the 22M
+    // model of tests/e2e/plan_rss.sh at ZeRO-3: rank 0 +80 MiB over two
+    // units' 54 MiB at 4 ranks, ranks 0 and 4 +86 MiB at 8, the others
+    // less): counted as 2 units at S = 2 and 4 units above, an upper bound.
+    int S = plan_sharding_of(c).shard_ranks;
+    size_t unit_rs = z >= 2 && S > 1 ? (S > 2 ? 4 : 2) * mem.max_unit_numel *
                                             (c->precision.grad_dtype == DTYPE_BF16 ? 2 : sizeof(float))
                                       : 0;
     out->mpi = cpu ? comm_mpi_plan_bytes(largest, z == 0 && dp > 1,

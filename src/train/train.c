@@ -540,14 +540,24 @@ static void print_banner(const struct trainer *t) {
     for (int r = 0; r < (same ? 1 : n); r++)
         printf("%s %d (%s)", r ? "," : "", th[2 * r], threads_source_name((enum threads_source)th[2 * r + 1]));
     printf("\n");
+    // Where and when this run saves, said at start (docs/design.md §7).
+    char where[64];
+    if (!c->checkpoint.dir[0])
+        printf("checkpoints: none ([checkpoint] dir = none): a stop exits 3 with nothing saved\n");
+    else
+        printf("checkpoints: %s%s, %s\n", c->checkpoint.dir,
+               c->origin[config_key_index("checkpoint", "dir")] ? "" : " ([checkpoint] dir unset: the run "
+               "folder's; dir = none saves nothing)", c->checkpoint.every > 0 ? (snprintf(where, sizeof where,
+               "every %d steps, at the end and on a stop", c->checkpoint.every), where)
+               : "at the end and on a stop (checkpoint.every = 0: no periodic saves)");
     // Under Slurm a preemption signal (--signal, scancel, the time limit) can
     // come; without a checkpoint folder exit 3 saves nothing.
     const char *job = getenv("SLURM_JOB_ID");
     if (job && job[0] && !c->checkpoint.dir[0])
-        fprintf(stderr, "trident: warning: running under Slurm (job %s) with [checkpoint] dir unset: a "
+        fprintf(stderr, "trident: warning: running under Slurm (job %s) with [checkpoint] dir = none: a "
                 "preemption signal (SIGUSR1 or SIGTERM: the time limit's --signal, scancel) stops every rank "
                 "with exit 3 and nothing saved, and a requeued job starts again from step 0; set "
-                "checkpoint.dir=FOLDER\n", job);
+                "checkpoint.dir=FOLDER or leave it unset (the run folder's)\n", job);
     if (t->par.topo.has_device_groups)
         printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
                "messages %s), MPI for host scalars\n",
