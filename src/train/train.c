@@ -920,13 +920,14 @@ static void log_validation(struct trainer *t, int step, double val, const char *
     fflush(stdout), fflush(t->log.metrics);
 }
 
-// A checkpoint of steps_done steps (trainer_save), timed for the done line.
-static enum status save_step(struct trainer *t, int steps_done, struct trainer_error *err) {
-    double s0 = time_now_s();
-    enum status st = trainer_save(t, steps_done, err);
+// A checkpoint of steps_done steps: in the background when may_async and
+// [checkpoint] async (trainer_save_async), else at once (trainer_save, after
+// the save in flight commits). Both time themselves for the done line.
+static enum status save_step(struct trainer *t, int steps_done, bool may_async, struct trainer_error *err) {
+    enum status st = may_async && t->cfg.checkpoint.async ? trainer_save_async(t, steps_done, err)
+                                                          : trainer_save(t, steps_done, err);
     if (st) return st;
     metrics_sink_saved(t->log.sink);
-    t->log.save_s += time_now_s() - s0;
     return STATUS_OK;
 }
 
@@ -1031,8 +1032,18 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // since trainer_open plus this run's mean step time would pass it.
         double now = time_now_s(), budget_s = c->train.exit_duration_mins * 60.0;
         double mean_step = (now - start) / (step + 1 - start_step);
-        int flags[2] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s};
-        comm_all_reduce(&t->par.topo.world, flags, 2, DTYPE_I32, COMM_MAX);
+        // With a save in flight ([checkpoint] async) the same all-reduce says
+        // whether any rank's writer is still writing, or failed.
+        int writer = trainer_save_writer_state(t);
+        int flags[4] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s,
+                        writer == 0, writer == 2};
+        comm_all_reduce(&t->par.topo.world, flags, 4, DTYPE_I32, COMM_MAX);
+        // Every rank's background work done (or one failed: reported now,
+        // within a step, on every rank): the next phase (the writes agreed
+        // and rank 0's commit started; then the commit agreed), at this step
+        // on every rank.
+        if (trainer_save_in_flight(t) && (!flags[2] || flags[3]) && (st = trainer_save_advance(t, err)))
+            return st;
         // What to do after this step: the plan (step_plan.h), performed in its order.
         struct plan_state ps = {.step = step, .start_step = start_step, .skipped = r.skipped,
                                 .consecutive_skips = t->progress.consecutive_skips, .signal = flags[0],
@@ -1043,7 +1054,10 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // rank stops here together.
         if (plan.stop == PLAN_TOO_MANY_SKIPS) return too_many_skips(t, step, err);
         t->log.train_s += time_now_s() - t0;
-        if (plan.save && (st = save_step(t, step + 1, err))) return st;
+        // A stop's or the end's save is synchronous (after the save in flight
+        // commits): the process exits next. A periodic one (the plan goes on)
+        // may go to the background ([checkpoint] async).
+        if (plan.save && (st = save_step(t, step + 1, plan.stop == PLAN_CONTINUE, err))) return st;
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = pc.saves};
         switch (plan.stop) {
         case PLAN_EXIT_INTERVAL:
@@ -1087,7 +1101,10 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
             if (is_root(t))
                 printf("signal %d during the %s after step %d: stopping%s\n", poll.signal, where, step + 1,
                        stop.save ? ", saving this step" : "");
-            if (stop.save && (st = save_step(t, step + 1, err))) return st;
+            // This step's own save, or the commit of the one in flight (a
+            // periodic background save of this step or an earlier one).
+            st = stop.save ? save_step(t, step + 1, false, err) : trainer_save_complete(t, err);
+            if (st) return st;
             out->signal = poll.signal, out->stopped_in = where;
             log_closing(t, out, stop.ended, tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
@@ -1119,6 +1136,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
 
 void trainer_close(struct trainer *t) {
     if (!t) return;
+    trainer_save_abandon(t); // a save in flight on an error path: its writer joined, no commit
     watchdog_stop(t->watchdog);
     if (t->log.metrics) fclose(t->log.metrics);
     metrics_sink_close(t->log.sink);

@@ -10,7 +10,7 @@
 #  3. SIGTERM during MPI start-up (a test pause before MPI_Init): exit 3 with
 #     a checkpoint of step 1, never 143. Two SIGINTs within a few seconds
 #     abort (exit 130).
-#  4. SIGINT to the ranks and SIGTERM to mpirun during training: a
+#  4. SIGINT to the ranks, SIGINT and SIGTERM to mpirun during training: a
 #     checkpoint of the last step that verifies, "ended": "signal".
 #  5. kill -9 of mpirun: no rank is alive 10 s later, and the checkpoint
 #     they saved verifies.
@@ -70,13 +70,17 @@ rc=0; wait $p || rc=$?
 [ "$rc" -eq 130 ] || { echo "FAIL: two SIGINTs: exit $rc, expected 130"; fail=1; }
 
 # 4. stops during training: SIGINT to the ranks, SIGTERM to mpirun
-for how in int-ranks term-mpirun; do
+for how in int-ranks int-mpirun term-mpirun; do
     run "$tmp/$how" "$tmp/ck-$how" 2 train.steps=100000 & mp=$!
     for _ in $(seq 100); do metrics_at_least "$tmp/$how" 3 && break; sleep 0.2; done
-    if [ $how = int-ranks ]; then kill -INT $(ranks_of $mp); else kill -TERM "$(mpirun_of $mp)"; fi
+    case $how in
+        int-ranks) kill -INT $(ranks_of $mp) ;;
+        int-mpirun) kill -INT "$(mpirun_of $mp)" ;;  # mpirun sends the ranks SIGTERM
+        term-mpirun) kill -TERM "$(mpirun_of $mp)" ;;
+    esac
     rc=0; wait $mp || rc=$?
     # mpirun reports 1 when it was signalled itself (README); the ranks' 3 otherwise
-    [ $how = term-mpirun ] || [ "$rc" -eq 3 ] || { echo "FAIL: $how: exit $rc, expected 3"; fail=1; }
+    [ $how != int-ranks ] || [ "$rc" -eq 3 ] || { echo "FAIL: $how: exit $rc, expected 3"; fail=1; }
     ended "$tmp/$how" signal "$how"
     last=$(metrics "$tmp/$how" .step 2>/dev/null | tail -n 1 || true)
     [ "$(cat "$tmp/ck-$how/latest" 2>/dev/null)" = "$(printf 'step-%06d' "$last")" ] || { echo "FAIL: $how: latest is not the last step $last"; fail=1; }

@@ -35,6 +35,8 @@ EXITS = {
     'src/base/mpi_util.o': 'mpi_fail (CHECK_MPI) and mpi_exit_all, called by src/cli/ only',
     'src/base/watchdog.o': 'the watchdog thread ends a stuck process',
     'src/ckpt/durable.o': 'TRIDENT_FAULT=kill:... (tests only) raises SIGKILL to simulate a crash',
+    'src/cli/cmd_train.o': 'a second SIGINT aborts (its signal handler); a rank whose launcher died exits',
+    'src/cli/cmd_prep.o': 'a second SIGINT aborts (its signal handler)',
 }
 EXIT_SYMBOLS = {'exit', '_exit', '_Exit', 'abort', 'quick_exit', 'MPI_Abort', 'err', 'errx', 'verr',
                 'verrx', 'error', 'error_at_line', '__assert_fail', 'raise', 'kill', 'syscall',
