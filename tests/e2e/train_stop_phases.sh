@@ -2,7 +2,8 @@
 # train_stop_phases.sh: a stop signal is honoured within one unit of work of a
 # long phase (issue 27, acceptance 4). SIGTERM to one rank of two during
 #  (a) an evaluation of 200000 validation batches after step 2, and
-#  (b) a text sample of 200000 tokens (greedy) after a step K:
+#  (b) a text sample of 200000 tokens (greedy) after a step K, and
+#  (c) the same with [checkpoint] async (the save of step K in flight):
 # every rank ends within one batch (one token): exit 3 within 20 s of the
 # signal (the whole phase would take many minutes), the closing record says
 # `signal 15`, `stopped_in` evaluation (sample), `steps_done` K (the last
@@ -61,5 +62,9 @@ SMALL_EVAL_EVERY=2 stop eval evaluation 0 train.eval_steps=200000
 # end-of-text, until the model's first choice is another token), each step
 # saved first: the stop saves nothing twice
 stop sample sample 1 train.sample_every=1 train.sample_tokens=200000 train.sample_temperature=0
+# (c) the same with each step's save written in the background
+# ([checkpoint] async): the stop commits the save in flight, `latest` is K
+stop async sample 1 train.sample_every=1 train.sample_tokens=200000 train.sample_temperature=0 \
+    checkpoint.async=true
 [ "$fail" = 0 ] && echo "PASS: train_stop_phases"
 exit "$fail"
