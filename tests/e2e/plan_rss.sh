@@ -4,7 +4,10 @@
 # closing record's peak_rss_bytes, a checkpoint save included) exceeds the
 # plan's peak_resident_bytes (arenas + MPI's bound, system.device = cpu) by at
 # most 64 MiB (the program and its libraries, ~45 MiB), in (tp,pp,dp,zero) =
-# (1,1,2,0) in bf16, (1,1,2,1), (1,1,2,3) and (2,1,2,0) in fp32, and (1,1,2,3)
+# (1,1,2,0) in bf16, (1,1,2,1) (with checkpoint.async and a save every
+# step: step 1's background save holds its host snapshot, the plan's
+# checkpoint buffers, 168 MiB, which the plan once left out; with them +34 to
+# +42), (1,1,2,3) and (2,1,2,0) in fp32, and (1,1,2,3)
 # at cp 2 in fp32 (issue 26: the ring's point-to-point messages, ZeRO-3 over
 # a shard group of 4 ranks, dp x cp, whose unit reduce-scatters hold up to
 # twice their send size on rank 0: +80 MiB before the plan counted it, +14
