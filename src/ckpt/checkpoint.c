@@ -172,6 +172,23 @@ static int write_state(hid_t file, const struct ckpt_state *s) {
     return bad;
 }
 
+// The owners' named entries, into /state beside write_state's attributes.
+static int write_entries(hid_t file, const struct state_entry *e, int n) {
+    if (n == 0) return 0;
+    hid_t g = H5Gopen2(file, "state", H5P_DEFAULT);
+    if (g < 0) return 1;
+    int bad = 0;
+    for (int i = 0; !bad && i < n; i++) {
+        CHECK(e[i].count >= 1 && H5Aexists(g, e[i].name) == 0, "checkpoint entry %s: count %d, or its name "
+              "is taken", e[i].name, e[i].count);
+        hid_t type = e[i].type == STATE_I64 ? H5T_NATIVE_INT64 : e[i].type == STATE_U64 ? H5T_NATIVE_UINT64
+                                                                                      : H5T_NATIVE_DOUBLE;
+        bad = attr_write(g, e[i].name, type, (size_t)e[i].count, e[i].value);
+    }
+    H5Gclose(g);
+    return bad;
+}
+
 enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_file_sum *sum,
                                   struct error *err) {
     char path[CKPT_PATH_MAX + 32], tmp[CKPT_PATH_MAX];
@@ -205,7 +222,8 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     int64_t step = a->step, rank = a->rank;
     int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
               attr_write(file, "step", H5T_NATIVE_INT64, 1, &step) ||
-              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state);
+              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state) ||
+              write_entries(file, a->entries, a->n_entries);
     hid_t g = bad ? -1 : group_create(file, "pieces");
     if (g < 0) bad = 1;
     for (int i = 0; !bad && i < a->n_pieces; i++) {
@@ -477,6 +495,8 @@ struct ckpt_async {
     struct llama_config model;
     struct ckpt_state state;
     struct ckpt_piece *pieces; // copies of the caller's table
+    struct state_entry *entries; // copies of the caller's entries, their values in entry_values
+    uint64_t *entry_values;
     void *snapshot;            // with copy: the pieces' bytes; else NULL
     pthread_t thread;
     bool started;              // thread runs (else done = 2 from begin)
@@ -534,6 +554,17 @@ enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, str
         at += nb;
     }
     h->a.pieces = h->pieces;
+    // The owners' named entries, values and all: their owners go on training.
+    size_t words = 0;
+    for (int i = 0; i < a->n_entries; i++) words += (size_t)a->entries[i].count;
+    h->entries = xcalloc((size_t)(a->n_entries ? a->n_entries : 1), sizeof *h->entries);
+    h->entry_values = xcalloc(words ? words : 1, sizeof *h->entry_values);
+    for (int i = 0, w = 0; i < a->n_entries; w += a->entries[i].count, i++) {
+        h->entries[i] = a->entries[i];
+        memcpy(h->entry_values + w, a->entries[i].value, (size_t)a->entries[i].count * sizeof *h->entry_values);
+        h->entries[i].value = h->entry_values + w; // every type is 8 bytes
+    }
+    h->a.entries = h->entries;
     if (!st && pthread_create(&h->thread, NULL, async_writer, h))
         st = error_set(err, STATUS_RUNTIME, "checkpoint step %lld: cannot start the background writer",
                        (long long)a->step);
@@ -565,6 +596,7 @@ static void async_free(struct ckpt_async *h) {
     free(h->sums);
     free(h->snapshot);
     free(h->pieces);
+    free(h->entries), free(h->entry_values);
     free(h);
 }
 

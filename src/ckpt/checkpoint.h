@@ -34,8 +34,9 @@
 #include <stdint.h>
 
 #include "base/common.h"
+#include "base/state_entry.h"
+#include "base/loader_state.h" // struct loader_state: the loader's, stored here
 #include "base/watchdog.h"
-#include "data/dataset.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "parallel/comm.h"
@@ -53,7 +54,8 @@ enum resume_mode { RESUME_AUTO, RESUME_NONE, RESUME_PATH };
 // flattening this piece holds elements [flat_begin, flat_end) (the whole
 // block: 0, rows * cols). Vectors have gcols = cols = 1.
 struct ckpt_piece {
-    char name[CKPT_NAME_MAX]; // "param/<hf name>", "adam_m/<hf name>", "adam_v/<hf name>"
+    char name[CKPT_NAME_MAX]; // "param/<hf name>", or "<state>/<hf name>" of an optimizer state
+                              // tensor named by its owner (optimizer_state_names: "adam_m", "adam_v")
     int grows, gcols;
     int row_offset, col_offset, rows, cols;
     size_t flat_begin, flat_end;
@@ -109,6 +111,11 @@ struct ckpt_save_args {
     int keep_last;       // rotation after commit; 0 keeps all
     bool weights_only;   // parameters alone, no moments (trident import): the
                          // manifest says so; for model.init_from, never resumed
+    // Named entries of their owners (base/state_entry.h), written into the
+    // rank file's /state beside state's attributes, whose names they must not
+    // take (a clash is a CHECK). NULL, 0: none.
+    const struct state_entry *entries;
+    int n_entries;
 };
 
 // What a rank file turned out as, for the manifest.
@@ -253,12 +260,15 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
                                    const char *tokenizer_id, struct error *err);
 
 // Checks that the checkpoint holds exactly the tensors of the model its
-// manifest describes (model_param_table): param/, adam_m/ and adam_v/ of
-// every parameter (param/ alone for a weights_only one), each of its global shape and fp32 or fp64, and nothing
-// else (coverage of each tensor's elements is checkpoint_open's). `ckpt
-// verify` and a resume call it (issue 18: a deleted or extra tensor passed
-// verify). Errors: STATUS_BAD_INPUT naming the manifest and the tensor.
-enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *err);
+// manifest describes (model_param_table): param/ and each of the n_state
+// optimizer state prefixes (state_names: its owner's names,
+// optimizer_state_names) of every parameter (param/ alone for a weights_only
+// one), each of its global shape and fp32 or fp64, and nothing else
+// (coverage of each tensor's elements is checkpoint_open's). `ckpt verify`
+// and a resume call it (issue 18: a deleted or extra tensor passed verify).
+// Errors: STATUS_BAD_INPUT naming the manifest and the tensor.
+enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *const *state_names, int n_state,
+                                     struct error *err);
 
 // Fills want->data (caller's buffer, flat_end - flat_begin elements of
 // want->dtype) with the requested range of the requested block, gathered from
@@ -276,11 +286,19 @@ enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want
 enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
                                   struct error *err);
 
+// Reads n named entries (base/state_entry.h) from world rank `rank`'s file
+// (-1: rank 0's) into their values: each present one must be of its type and
+// count; an absent one takes its dflt (every element), or is refused when
+// required. The checkpoint layer does not judge the values: their owners do.
+// Errors: STATUS_BAD_INPUT naming the file, the entry and what it holds.
+enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struct state_entry *entries, int n,
+                                    struct error *err);
+
 // The pieces of a range of an arena laid out by a parameter table (model.h),
 // for saving and for loading: one piece per parameter whose arena elements
 // [offset, offset + numel) meet [begin, end), cut to that range and to its
-// valid rows (vocab padding is not saved). prefix: "param", "adam_m",
-// "adam_v"; arena: host memory of dtype holding arena elements [begin, end)
+// valid rows (vocab padding is not saved). prefix: "param" or an optimizer
+// state's name (optimizer_state_names); arena: host memory of dtype holding arena elements [begin, end)
 // from its start: a ZeRO shard of moments passes its own array and range, a
 // whole arena (0, SIZE_MAX). The pieces point into arena: for saving, or as
 // the destinations of checkpoint_read_pieces. out: room for n pieces.

@@ -14,7 +14,6 @@
 #include "base/h5util.h"
 #include "base/watchdog.h"
 #include "durable.h"
-#include "model/optimizer.h" // enum lr_schedule
 
 struct stored_piece {
     struct ckpt_piece p; // data NULL
@@ -541,7 +540,8 @@ static int cmp_piece_name(const void *key, const void *elem) {
     return strcmp(key, ((const struct stored_piece *)elem)->p.name);
 }
 
-enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *err) {
+enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *const *state_names, int n_state,
+                                     struct error *err) {
     struct param_info *params;
     int n;
     enum status st = model_param_table(&r->info.model, &params, &n, err);
@@ -550,8 +550,10 @@ enum status checkpoint_check_tensors(const struct ckpt_reader *r, struct error *
         snprintf(why, sizeof why, "%s", err->msg);
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] is not a model trident builds: %s", r->manifest, why);
     }
-    static const char *const prefixes[] = {"param", "adam_m", "adam_v"};
-    int kinds = r->info.weights_only ? 1 : 3; // weights only: param/ alone
+    CHECK(n_state >= 0 && n_state < 8, "checkpoint_check_tensors: %d state names", n_state);
+    const char *prefixes[8] = {"param"};
+    for (int k = 0; k < n_state; k++) prefixes[1 + k] = state_names[k];
+    int kinds = r->info.weights_only ? 1 : 1 + n_state; // weights only: param/ alone
     char name[CKPT_NAME_MAX];
     for (int i = 0; !st && i < n; i++)
         for (int k = 0; !st && k < kinds; k++) {
@@ -782,7 +784,8 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
                   {"consecutive_skips", out->consecutive_skips, 0, out->step},
                   {"train_steps", out->train_steps, out->has_schedule ? 1 : 0, INT_MAX},
                   {"warmup_steps", out->warmup_steps, 0, INT_MAX},
-                  {"lr_schedule", out->lr_schedule, LR_SCHEDULE_COSINE, LR_SCHEDULE_CONSTANT},
+                  // lr_schedule's values are the schedule's (trainer_resume_compare checks them)
+                  {"lr_schedule", out->lr_schedule, 0, INT_MAX},
                   {"lr_rebase_step", out->lr_rebase_step, 0, INT_MAX},
                   {"loss_on", out->loss_on, -1, 1}};
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
@@ -810,6 +813,40 @@ enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_s
                                             .sample = loader[2], .micro = loader[3]};
     }
     return STATUS_OK;
+}
+
+enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struct state_entry *entries, int n,
+                                    struct error *err) {
+    if (rank < 0) rank = 0;
+    CHECK(rank < r->info.world_size, "rank %d of %d", rank, r->info.world_size);
+    hid_t g = H5Gopen2(r->files[rank], "state", H5P_DEFAULT);
+    if (g < 0) return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing", r->info.path, rank);
+    enum status st = STATUS_OK;
+    for (int i = 0; !st && i < n; i++) {
+        const struct state_entry *e = &entries[i];
+        if (H5Aexists(g, e->name) <= 0) {
+            if (e->required)
+                st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state has no %s", r->info.path, rank,
+                               e->name);
+            for (int k = 0; !st && k < e->count; k++) {
+                if (e->type == STATE_I64) ((int64_t *)e->value)[k] = (int64_t)e->dflt;
+                else if (e->type == STATE_U64) ((uint64_t *)e->value)[k] = (uint64_t)e->dflt;
+                else ((double *)e->value)[k] = e->dflt;
+            }
+            continue;
+        }
+        hid_t type = e->type == STATE_I64 ? H5T_NATIVE_INT64 : e->type == STATE_U64 ? H5T_NATIVE_UINT64
+                                                                                  : H5T_NATIVE_DOUBLE;
+        if (attr_read(g, e->name, type, (size_t)e->count, e->value)) {
+            char what[128] = "";
+            h5util_attr_describe(g, e->name, what, sizeof what);
+            st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state attribute %s is %s, expected %d %s",
+                           r->info.path, rank, e->name, what, e->count,
+                           e->type == STATE_F64 ? "floating-point numbers" : "integers");
+        }
+    }
+    H5Gclose(g);
+    return st;
 }
 
 int checkpoint_pieces_from_params(const struct param_info *params, int n, const char *prefix,

@@ -22,6 +22,7 @@
 #include "base/h5util.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf.h"
+#include "model/optimizer.h"
 #include "cli.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -390,7 +391,9 @@ int cmd_ckpt(int argc, char **argv) {
             checkpoint_close(r);
             return STATUS_BAD_INPUT;
         }
-        if (checkpoint_check_tensors(r, &err)) {
+        const char *const *state_names;
+        int n_state = optimizer_state_names(&state_names);
+        if (checkpoint_check_tensors(r, state_names, n_state, &err)) {
             fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;

@@ -207,6 +207,12 @@ struct tensor optimizer_master(struct optimizer *o) { return o->master; }
 
 int optimizer_steps_done(const struct optimizer *o) { return o->step; }
 
+int optimizer_state_names(const char *const **names) {
+    static const char *const adamw[] = {"adam_m", "adam_v"};
+    *names = adamw;
+    return 2;
+}
+
 void optimizer_shard_range(const struct optimizer *o, size_t *begin, size_t *end) {
     CHECK(!units_sharded(o), "optimizer_shard_range under ZeRO-%d: use optimizer_ranges",
           o->groups.zero_stage);

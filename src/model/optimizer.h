@@ -131,6 +131,14 @@ struct tensor optimizer_param_shard(struct optimizer *opt);
 // under ZeRO-3 once the trainer has filled optimizer_param_shard.
 void optimizer_sync_master(struct optimizer *opt);
 
+// The names of the optimizer's state tensors, one of each per parameter
+// tensor, in the order optimizer_moments returns them: the prefixes of their
+// checkpoint pieces ("<name>/<hf name>", docs/formats.md), AdamW's first and
+// second moments "adam_m" and "adam_v" (the names on disk since format 1).
+// The checkpoint layer takes them from here (checkpoint_check_tensors)
+// instead of knowing the optimizer. Returns how many (2); *names points at them.
+int optimizer_state_names(const char *const **names);
+
 // The moments (end - begin,) of this rank's range, in backend memory, for
 // checkpoints; and setting the step counter on resume.
 void optimizer_moments(struct optimizer *opt, struct tensor *m, struct tensor *v);

@@ -35,9 +35,10 @@ static int pick(double *logits, int V, double temperature, int top_k, double u) 
     return best;
 }
 
-int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
-                    double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
-                    bool *ended, struct watchdog *wd) {
+// sample_continue, asking stop (may be NULL) before every token.
+static int continue_until(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
+                          double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
+                          bool *ended, struct watchdog *wd, const struct sample_stop *stop) {
     int B, T, V;
     model_microbatch_shape(m, &B, &T, &V);
     CHECK(n_prompt >= 1 && n_prompt <= T, "sample_continue: %d prompt tokens, window %d", n_prompt, T);
@@ -50,6 +51,7 @@ int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_
     *ended = false;
     uint64_t state = seed;
     for (int i = 0; i < n_tokens; i++) {
+        if (stop && stop->poll(stop->ctx)) break; // a stop within one token
         if (len == T) { // window full: keep the last half as context
             memmove(tokens, tokens + T / 2, sizeof *tokens * (T - T / 2));
             len -= T / 2;
@@ -72,13 +74,19 @@ int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_
     return n_out;
 }
 
+int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
+                    double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
+                    bool *ended, struct watchdog *wd) {
+    return continue_until(m, prompt, n_prompt, n_tokens, temperature, top_k, seed, eot, out, ended, wd, NULL);
+}
+
 int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd) {
+                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd, const struct sample_stop *stop) {
     int32_t *out = xmalloc(sizeof *out * (size_t)MAX(1, n_tokens)); // the generated ids
     int eot = tokenizer_eot_id(tok);
     int32_t start = eot >= 0 ? eot : 0;
     bool ended;
-    int n_out = sample_continue(m, &start, 1, n_tokens, temperature, top_k, seed, eot, out, &ended, wd);
+    int n_out = continue_until(m, &start, 1, n_tokens, temperature, top_k, seed, eot, out, &ended, wd, stop);
     // Decoded at once (a character may span tokens), invalid UTF-8 as U+FFFD.
     char *text;
     size_t n;

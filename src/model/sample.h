@@ -21,10 +21,17 @@
 // and draws the same tokens; f NULL: generate without printing. The text is
 // decoded at the end, invalid UTF-8 printed as U+FFFD
 // (tokenizer_utf8_sanitize). wd (may be NULL): kicked at every token.
-// Returns the tokens generated (before an end-of-text, which ends it).
+// stop (may be NULL): asked before every token; true ends
+// the sample there (the trainer's stop flag, agreed over its ranks so that
+// every rank of a TP group stops at the same token: a stop within one token).
+// Returns the tokens generated (before an end-of-text or a stop, which end it).
 // Single-stage models only.
+struct sample_stop {
+    bool (*poll)(void *ctx);
+    void *ctx;
+};
 int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd);
+                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd, const struct sample_stop *stop);
 
 // Continues prompt (n_prompt,) ids, 1 <= n_prompt <= T of the model's
 // microbatch (B, T), by up to n_tokens ids written to out (n_tokens,): the

@@ -19,6 +19,7 @@
 #include "plan.h"
 #include "metrics_sink.h"
 #include "run_folder.h"
+#include "step_plan.h"
 #include "trainer.h"
 
 static bool is_root(const struct trainer *t) { return t->par.topo.world_rank == 0; }
@@ -689,13 +690,35 @@ static enum status next_batch(struct trainer *t, struct loader *ld, struct train
     return STATUS_OK;
 }
 
-// *loss: the mean loss over eval_steps validation global batches, summed over DP.
-static enum status evaluate(struct trainer *t, double *loss, struct trainer_error *err) {
+// The stop flag as every rank of the world sees it: the largest (a signal
+// number; 0 none). Collective over the world: every rank polls at the same
+// point of an evaluation or a sample, so that all stop at the same batch or
+// token (docs/design.md §8).
+struct stop_poll {
+    struct trainer *t;
+    const volatile sig_atomic_t *flag;
+    int signal; // the agreed flag once a poll found one; 0 until then
+};
+
+static bool poll_stop(void *ctx) {
+    struct stop_poll *p = ctx;
+    int flag = *p->flag;
+    comm_all_reduce(&p->t->par.topo.world, &flag, 1, DTYPE_I32, COMM_MAX);
+    if (flag) p->signal = flag;
+    return flag != 0;
+}
+
+// *loss: the mean loss over eval_steps validation global batches, summed over
+// DP. Before each batch the stop flag is polled (poll_stop): a stop ends the
+// evaluation there, within one batch, with poll->signal set and *loss unset.
+static enum status evaluate(struct trainer *t, double *loss, struct stop_poll *poll,
+                            struct trainer_error *err) {
     struct trainer_data *d = &t->data;
     double sum = 0;
     int64_t count = 0;
     loader_reset(&d->val_loader);
     for (int s = 0; s < t->cfg.train.eval_steps; s++) {
+        if (poll_stop(poll)) return STATUS_OK;
         enum status st = next_batch(t, &d->val_loader, err);
         if (st) return st;
         double ls;
@@ -846,6 +869,7 @@ static void log_closing(struct trainer *t, const struct trainer_outcome *out, co
             out->signal, out->saved ? "true" : "false", t->m.n_slots, model_slots_used(t->m.model),
             t->data.accum, t->progress.skipped_steps);
     if (isfinite(best_val)) fprintf(t->log.metrics, ", \"best_val_loss\": %.4f", best_val);
+    if (out->signal && out->stopped_in) fprintf(t->log.metrics, ", \"stopped_in\": \"%s\"", out->stopped_in);
     fprintf(t->log.metrics, ", \"peak_rss_bytes\": [");
     for (int i = 0; i < W; i++) fprintf(t->log.metrics, "%s%lld", i ? ", " : "", (long long)rss[i]);
     fprintf(t->log.metrics, "]}\n");
@@ -896,13 +920,64 @@ static void log_validation(struct trainer *t, int step, double val, const char *
     fflush(stdout), fflush(t->log.metrics);
 }
 
+// A checkpoint of steps_done steps: in the background when may_async and
+// [checkpoint] async (trainer_save_async), else at once (trainer_save, after
+// the save in flight commits). Both time themselves for the done line.
+static enum status save_step(struct trainer *t, int steps_done, bool may_async, struct trainer_error *err) {
+    enum status st = may_async && t->cfg.checkpoint.async ? trainer_save_async(t, steps_done, err)
+                                                          : trainer_save(t, steps_done, err);
+    if (st) return st;
+    metrics_sink_saved(t->log.sink);
+    return STATUS_OK;
+}
+
+// The text sample after `step` steps, polling the stop flag before every
+// token (poll->signal set when one stopped it). Every TP group samples (the
+// same tokens: the replicas are equal), so that no rank waits for DP rank
+// 0's sample in the next collective and each rank's watchdog sees progress
+// (a kick per token); world rank 0 prints.
+static void sample_step(struct trainer *t, int step, struct stop_poll *poll) {
+    const struct config *c = &t->cfg;
+    FILE *f = is_root(t) ? stdout : NULL;
+    char phase[128];
+    snprintf(phase, sizeof phase, "sampling %d tokens after step %d", c->train.sample_tokens, step);
+    watchdog_phase(t->watchdog, phase, 1, t->par.topo.world_size > 1); // the stop poll is collective
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = f ? open_memstream(&text, &len) : NULL;
+    CHECK(!f || mem, "open_memstream failed");
+    double s0 = time_now_s();
+    struct sample_stop stop = {poll_stop, poll};
+    int n = sample_print(t->m.model, t->data.tok, c->train.sample_tokens, c->train.sample_temperature,
+                         c->train.sample_top_k, (uint64_t)c->train.seed + step - 1, mem, t->watchdog, &stop);
+    t->log.sample_s += time_now_s() - s0;
+    if (f) {
+        fclose(mem);
+        printf("step %5d/%d | sample (%d tokens, %.1f s%s): %s\n", step, c->train.steps, n,
+               time_now_s() - s0, poll->signal ? ", stopped by a signal" : "", text);
+        fflush(stdout);
+        free(text);
+    }
+}
+
+// The loop's rules (step_plan.h) from the config and what the run has.
+static struct plan_config plan_config_of(const struct trainer *t) {
+    const struct config *c = &t->cfg;
+    return (struct plan_config){
+        .steps = c->train.steps, .log_every = c->log.every, .eval_every = c->train.eval_every,
+        .sample_every = c->train.sample_every, .checkpoint_every = c->checkpoint.every,
+        .exit_interval = c->train.exit_interval, .max_skipped_steps = c->train.max_skipped_steps,
+        .saves = c->checkpoint.dir[0] != '\0', .has_val = t->data.has_val, .has_sampler = t->data.tok != NULL};
+}
+
 enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_flag,
                         struct trainer_outcome *out, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
     int B = c->train.micro_batch_size, T = c->train.seq_len, start_step = t->ckpt.start_step;
     double start = time_now_s(), best_val = INFINITY, tokens_seen = 0;
-    bool saves = c->checkpoint.dir[0] != '\0';
+    const struct plan_config pc = plan_config_of(t);
+    struct stop_poll poll = {.t = t, .flag = stop_flag};
     err->alone = false;
     *out = (struct trainer_outcome){.steps_done = start_step};
     if (start_step >= c->train.steps && is_root(t))
@@ -915,9 +990,14 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         double val = 0;
         watchdog_phase(t->watchdog, "evaluation of the init_from weights", WATCHDOG_FIRST_STEP, 1);
         double e0 = time_now_s();
-        enum status st = evaluate(t, &val, err);
+        enum status st = evaluate(t, &val, &poll, err);
         if (st) return st;
         t->log.eval_s += time_now_s() - e0;
+        if (poll.signal) { // no step done: nothing to save
+            out->signal = poll.signal, out->stopped_in = "start";
+            log_closing(t, out, "signal", tokens_seen, time_now_s() - start, best_val);
+            return STATUS_OK;
+        }
         log_validation(t, 0, val, " (the init_from weights, before training)");
     }
     for (int step = start_step; step < c->train.steps; step++) {
@@ -947,13 +1027,6 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         double split[4] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0,
                            t->par.sync ? grad_sync_started_early(t->par.sync) : 0};
         tokens_seen += (double)c->train.global_batch_size * T;
-        bool last = step == c->train.steps - 1;
-        if (last || (step + 1) % c->log.every == 0 || step == start_step || r.skipped)
-            log_step(t, step, &r, dt, data_wait, time_now_s() - start, split);
-        // Every rank has the same verdict (train_step_should_skip), so every
-        // rank stops here together.
-        if (t->progress.consecutive_skips >= c->train.max_skipped_steps)
-            return too_many_skips(t, step, err);
         // Any rank's signal stops every rank after this step, with a save;
         // so does the wall-clock budget as any rank judges it: the time
         // since trainer_open plus this run's mean step time would pass it.
@@ -965,84 +1038,76 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         int flags[4] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s,
                         writer == 0, writer == 2};
         comm_all_reduce(&t->par.topo.world, flags, 4, DTYPE_I32, COMM_MAX);
-        int stop = flags[0];
         // Every rank's background work done (or one failed: reported now,
         // within a step, on every rank): the next phase (the writes agreed
         // and rank 0's commit started; then the commit agreed), at this step
         // on every rank.
         if (trainer_save_in_flight(t) && (!flags[2] || flags[3]) && (st = trainer_save_advance(t, err)))
             return st;
+        // What to do after this step: the plan (step_plan.h), performed in its order.
+        struct plan_state ps = {.step = step, .start_step = start_step, .skipped = r.skipped,
+                                .consecutive_skips = t->progress.consecutive_skips, .signal = flags[0],
+                                .over_budget = flags[1] != 0};
+        struct step_plan plan = step_plan(&pc, &ps);
+        if (plan.log) log_step(t, step, &r, dt, data_wait, time_now_s() - start, split);
+        // Every rank has the same verdict (train_step_should_skip), so every
+        // rank stops here together.
+        if (plan.stop == PLAN_TOO_MANY_SKIPS) return too_many_skips(t, step, err);
         t->log.train_s += time_now_s() - t0;
-        bool out_of_time = flags[1] && !last && !stop;
-        bool planned_exit = c->train.exit_interval > 0 && (step + 1) % c->train.exit_interval == 0;
-        // The periodic save waits for an applied step: a skipped one holds the
-        // parameters of the last applied step, whose checkpoint rotation would
-        // delete. A stop (the end, a signal, exit_interval) saves where it is.
-        bool periodic = c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0 &&
-                        !r.skipped;
         // A stop's or the end's save is synchronous (after the save in flight
-        // commits): the process exits next. A periodic one may go to the
-        // background ([checkpoint] async).
-        bool final_save = last || stop || planned_exit || out_of_time;
-        if (saves && (final_save || periodic)) {
-            st = !final_save && c->checkpoint.async ? trainer_save_async(t, step + 1, err)
-                                                    : trainer_save(t, step + 1, err);
-            if (st) return st;
-            metrics_sink_saved(t->log.sink);
-        }
-        *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
-        if (planned_exit && !last && !stop) {
+        // commits): the process exits next. A periodic one (the plan goes on)
+        // may go to the background ([checkpoint] async).
+        if (plan.save && (st = save_step(t, step + 1, plan.stop == PLAN_CONTINUE, err))) return st;
+        *out = (struct trainer_outcome){.steps_done = step + 1, .saved = pc.saves};
+        switch (plan.stop) {
+        case PLAN_EXIT_INTERVAL:
             if (is_root(t)) printf("exit_interval %d: stopping after step %d\n", c->train.exit_interval, step + 1);
-            log_closing(t, out, "exit_interval", tokens_seen, time_now_s() - start, best_val);
+            log_closing(t, out, plan.ended, tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
-        }
-        if (out_of_time) {
+        case PLAN_EXIT_DURATION:
             out->out_of_time = true;
             if (is_root(t))
                 printf("exit_duration_mins %g: stopping after step %d: %.1f s since start, the next "
                        "step (%.1f ms each so far) would end past the budget of %.0f s\n",
                        c->train.exit_duration_mins, step + 1, now - t->log.open_s, mean_step * 1e3, budget_s);
-            log_closing(t, out, "exit_duration", tokens_seen, time_now_s() - start, best_val);
+            log_closing(t, out, plan.ended, tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
-        }
-        if (stop) {
-            out->signal = stop;
-            log_closing(t, out, "signal", tokens_seen, time_now_s() - start, best_val);
+        case PLAN_SIGNAL:
+            out->signal = flags[0], out->stopped_in = "step";
+            log_closing(t, out, plan.ended, tokens_seen, time_now_s() - start, best_val);
             return STATUS_OK;
+        default:
+            break;
         }
-        if (d->has_val && c->train.eval_every > 0 && ((step + 1) % c->train.eval_every == 0 || last)) {
+        if (plan.evaluate) {
             double val = 0;
             snprintf(phase, sizeof phase, "evaluation after step %d", step + 1);
             watchdog_phase(t->watchdog, phase, 1, 1);
             double e0 = time_now_s();
-            if ((st = evaluate(t, &val, err))) return st;
+            if ((st = evaluate(t, &val, &poll, err))) return st;
             t->log.eval_s += time_now_s() - e0;
-            if (isfinite(val)) best_val = MIN(best_val, val);
-            log_validation(t, step + 1, val, "");
-        }
-        // Every TP group samples (the same tokens: the replicas are equal), so
-        // that no rank waits for DP rank 0's sample in the next collective and
-        // each rank's watchdog sees progress (a kick per token); world rank 0 prints.
-        if (d->tok && c->train.sample_every > 0 && ((step + 1) % c->train.sample_every == 0 || last)) {
-            FILE *f = is_root(t) ? stdout : NULL;
-            snprintf(phase, sizeof phase, "sampling %d tokens after step %d", c->train.sample_tokens,
-                     step + 1);
-            watchdog_phase(t->watchdog, phase, 1, topology_group(&t->par.topo, GROUP_TP)->size > 1);
-            char *text = NULL;
-            size_t len = 0;
-            FILE *mem = f ? open_memstream(&text, &len) : NULL;
-            CHECK(!f || mem, "open_memstream failed");
-            double s0 = time_now_s();
-            int n = sample_print(t->m.model, d->tok, c->train.sample_tokens, c->train.sample_temperature,
-                                 c->train.sample_top_k, (uint64_t)c->train.seed + step, mem, t->watchdog);
-            t->log.sample_s += time_now_s() - s0;
-            if (f) {
-                fclose(mem);
-                printf("step %5d/%d | sample (%d tokens, %.1f s): %s\n", step + 1, c->train.steps, n,
-                       time_now_s() - s0, text);
-                fflush(stdout);
-                free(text);
+            if (!poll.signal) {
+                if (isfinite(val)) best_val = MIN(best_val, val);
+                log_validation(t, step + 1, val, "");
             }
+        }
+        const char *where = "evaluation";
+        if (plan.sample && !poll.signal) where = "sample", sample_step(t, step + 1, &poll);
+        if (poll.signal) {
+            // A stop during the evaluation or the sample: a checkpoint of
+            // this step (unless the plan saved it already), exit 3.
+            ps.signal = poll.signal, ps.interrupted = true, ps.saved = plan.save;
+            struct step_plan stop = step_plan(&pc, &ps);
+            if (is_root(t))
+                printf("signal %d during the %s after step %d: stopping%s\n", poll.signal, where, step + 1,
+                       stop.save ? ", saving this step" : "");
+            // This step's own save, or the commit of the one in flight (a
+            // periodic background save of this step or an earlier one).
+            st = stop.save ? save_step(t, step + 1, false, err) : trainer_save_complete(t, err);
+            if (st) return st;
+            out->signal = poll.signal, out->stopped_in = where;
+            log_closing(t, out, stop.ended, tokens_seen, time_now_s() - start, best_val);
+            return STATUS_OK;
         }
     }
     double total = time_now_s() - start;

@@ -35,6 +35,8 @@ struct trainer_outcome {
     int steps_done; // optimizer steps done when the run ended (resumed ones included)
     bool saved;     // a checkpoint of steps_done was written ([checkpoint] dir is set)
     bool out_of_time; // stopped before [train] exit_duration_mins would pass: requeue as for a signal
+    const char *stopped_in; // where a signal stopped it: "step" (after one), "evaluation" or
+                            // "sample" (within one batch or token of it), "start"; NULL: none
 };
 
 // Builds the trainer of cfg (loaded and validated by config_validate with

@@ -85,9 +85,11 @@ static int pieces_of(struct trainer *t, struct piece_src src, bool with_params, 
     else if (with_params)
         k += checkpoint_pieces_from_params(p, n, "param", src.params, DTYPE_FP32, 0, SIZE_MAX,
                                            t->ckpt.pieces + k);
-    if (with_moments) {
-        k += range_pieces(t, "adam_m", src.m, false, t->ckpt.pieces + k);
-        k += range_pieces(t, "adam_v", src.v, false, t->ckpt.pieces + k);
+    if (with_moments) { // named by the optimizer, in optimizer_moments' order
+        const char *const *names;
+        CHECK(optimizer_state_names(&names) == 2, "the optimizer's state is two moments");
+        k += range_pieces(t, names[0], src.m, false, t->ckpt.pieces + k);
+        k += range_pieces(t, names[1], src.v, false, t->ckpt.pieces + k);
     }
     return k;
 }
@@ -340,6 +342,67 @@ static void add_change(struct resume_check *rc, const char *key, const char *rul
     rc->refused = rc->refused || refused;
 }
 
+// What a resume may change (docs/design.md §7's table): one row per key,
+// walked in order by trainer_resume_compare. A row's check() says whether the
+// checkpoint's value and the run's differ (false too when the checkpoint
+// predates the value: not compared) and, when they do, writes "SAVED|NOW"
+// into buf for the message.
+enum resume_kind {
+    RESUME_SCHEDULE,  // refused unless train.override_schedule; then continued (the rebase)
+    RESUME_REFUSED,   // refused, no override
+    RESUME_CONTINUES  // listed, and the run continues
+};
+struct resume_rule {
+    const char *key;
+    enum resume_kind kind;
+    const char *rule; // the message's reason ("data: ...", "loss: ..."); NULL for RESUME_SCHEDULE
+    bool (*check)(const struct ckpt_state *s, const struct train_config *tc, char *buf, size_t n);
+};
+
+static const char *const loss_on_names[] = {"all", "response"};
+static bool known_schedule(int64_t s) { return s >= LR_SCHEDULE_COSINE && s <= LR_SCHEDULE_CONSTANT; }
+
+// RULE_CHECK(name, differs, format, saved, now): a row's check().
+#define RULE_CHECK(fn, differs, ...)                                                                 \
+    static bool fn(const struct ckpt_state *s, const struct train_config *tc, char *buf, size_t n) { \
+        if (!(differs)) return false;                                                                \
+        snprintf(buf, n, __VA_ARGS__);                                                               \
+        return true;                                                                                 \
+    }
+RULE_CHECK(c_steps, s->has_schedule && s->train_steps != tc->steps, "%" PRId64 "|%d", s->train_steps, tc->steps)
+RULE_CHECK(c_lr, s->has_schedule && s->lr != tc->lr, "%.9g|%.9g", s->lr, tc->lr)
+RULE_CHECK(c_min_lr, s->has_schedule && s->min_lr != tc->min_lr, "%.9g|%.9g", s->min_lr, tc->min_lr)
+RULE_CHECK(c_warmup, s->has_schedule && s->warmup_steps != tc->warmup_steps, "%" PRId64 "|%d", s->warmup_steps,
+           tc->warmup_steps)
+RULE_CHECK(c_schedule_unknown, s->has_schedule && !known_schedule(s->lr_schedule), "%" PRId64 "|%s",
+           s->lr_schedule, schedule_name(tc->lr_schedule))
+RULE_CHECK(c_schedule, s->has_schedule && known_schedule(s->lr_schedule) &&
+           s->lr_schedule != (int64_t)tc->lr_schedule, "%s|%s", schedule_name(s->lr_schedule),
+           schedule_name(tc->lr_schedule))
+RULE_CHECK(c_seed, s->loader.seed != (uint64_t)tc->seed, "%" PRIu64 "|%" PRId64, s->loader.seed, tc->seed)
+RULE_CHECK(c_seq_len, s->loader.format >= 2 && s->loader.seq_len != (uint64_t)tc->seq_len, "%" PRIu64 "|%d",
+           s->loader.seq_len, tc->seq_len)
+RULE_CHECK(c_loss_on, s->loss_on >= 0 && s->loss_on != (int64_t)tc->loss_on, "%s|%s",
+           loss_on_names[s->loss_on & 1], loss_on_names[tc->loss_on & 1])
+RULE_CHECK(c_global_batch, s->loader.format >= 2 && s->loader.global_batch_size &&
+           s->loader.global_batch_size != (uint64_t)tc->global_batch_size, "%" PRIu64 "|%d",
+           s->loader.global_batch_size, tc->global_batch_size)
+#undef RULE_CHECK
+
+static const struct resume_rule resume_rules[] = {
+    {"train.steps", RESUME_SCHEDULE, NULL, c_steps},
+    {"train.lr", RESUME_SCHEDULE, NULL, c_lr},
+    {"train.min_lr", RESUME_SCHEDULE, NULL, c_min_lr},
+    {"train.warmup_steps", RESUME_SCHEDULE, NULL, c_warmup},
+    {"train.lr_schedule", RESUME_REFUSED, "schedule: refused, the checkpoint's lr_schedule is none this "
+     "trident knows", c_schedule_unknown},
+    {"train.lr_schedule", RESUME_SCHEDULE, NULL, c_schedule},
+    {"train.seed", RESUME_REFUSED, "data: refused, the sample order is drawn from it", c_seed},
+    {"train.seq_len", RESUME_REFUSED, "data: refused, the samples are cut by it", c_seq_len},
+    {"train.loss_on", RESUME_REFUSED, "loss: refused, the loss would change what it measures mid-run", c_loss_on},
+    {"train.global_batch_size", RESUME_CONTINUES, "data: continues at the next unconsumed sample", c_global_batch},
+};
+
 void trainer_resume_compare(const struct ckpt_state *saved, const struct config *c,
                             struct resume_check *out) {
     *out = (struct resume_check){0};
@@ -347,37 +410,17 @@ void trainer_resume_compare(const struct ckpt_state *saved, const struct config 
     bool over = tc->override_schedule;
     const char *sched = over ? "schedule: continued without a jump (train.override_schedule)"
                              : "schedule: refused without train.override_schedule = true";
-    if (!saved->has_schedule) {
-        out->schedule_unknown = true;
-    } else {
-        if (saved->train_steps != tc->steps)
-            add_change(out, "train.steps", sched, !over, "%" PRId64 "|%d", saved->train_steps, tc->steps);
-        if (saved->lr != tc->lr)
-            add_change(out, "train.lr", sched, !over, "%.9g|%.9g", saved->lr, tc->lr);
-        if (saved->min_lr != tc->min_lr)
-            add_change(out, "train.min_lr", sched, !over, "%.9g|%.9g", saved->min_lr, tc->min_lr);
-        if (saved->warmup_steps != tc->warmup_steps)
-            add_change(out, "train.warmup_steps", sched, !over, "%" PRId64 "|%d", saved->warmup_steps,
-                       tc->warmup_steps);
-        if (saved->lr_schedule != (int64_t)tc->lr_schedule)
-            add_change(out, "train.lr_schedule", sched, !over, "%s|%s", schedule_name(saved->lr_schedule),
-                       schedule_name(tc->lr_schedule));
-        out->schedule_changed = out->n > 0;
+    out->schedule_unknown = !saved->has_schedule;
+    for (size_t i = 0; i < sizeof resume_rules / sizeof resume_rules[0]; i++) {
+        const struct resume_rule *r = &resume_rules[i];
+        char both[96];
+        if (!r->check(saved, tc, both, sizeof both)) continue;
+        bool schedule = r->kind == RESUME_SCHEDULE;
+        add_change(out, r->key, schedule ? sched : r->rule, r->kind == RESUME_REFUSED || (schedule && !over),
+                   "%s", both);
+        // A schedule key changed (a refused unknown schedule counts: it is one).
+        out->schedule_changed = out->schedule_changed || schedule || !strncmp(r->rule, "schedule", 8);
     }
-    const struct loader_state *ls = &saved->loader;
-    if (ls->seed != (uint64_t)tc->seed)
-        add_change(out, "train.seed", "data: refused, the sample order is drawn from it", true,
-                   "%" PRIu64 "|%" PRId64, ls->seed, tc->seed);
-    if (ls->format >= 2 && ls->seq_len != (uint64_t)tc->seq_len)
-        add_change(out, "train.seq_len", "data: refused, the samples are cut by it", true,
-                   "%" PRIu64 "|%d", ls->seq_len, tc->seq_len);
-    static const char *loss_on_names[] = {"all", "response"};
-    if (saved->loss_on >= 0 && saved->loss_on != (int64_t)tc->loss_on)
-        add_change(out, "train.loss_on", "loss: refused, the loss would change what it measures mid-run",
-                   true, "%s|%s", loss_on_names[saved->loss_on & 1], loss_on_names[tc->loss_on & 1]);
-    if (ls->format >= 2 && ls->global_batch_size && ls->global_batch_size != (uint64_t)tc->global_batch_size)
-        add_change(out, "train.global_batch_size", "data: continues at the next unconsumed sample", false,
-                   "%" PRIu64 "|%d", ls->global_batch_size, tc->global_batch_size);
 }
 
 void trainer_resume_message(const struct resume_check *rc, const char *path, char *buf, size_t n) {
@@ -565,7 +608,9 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (checksums of its files)", base);
     watchdog_phase(t->watchdog, phase, allowance, 0);
     int own = checkpoint_open(path, &r, &err->err);
-    if (!own && checkpoint_check_tensors(r, &err->err)) own = err->err.status;
+    const char *const *state_names;
+    int n_state = optimizer_state_names(&state_names);
+    if (!own && checkpoint_check_tensors(r, state_names, n_state, &err->err)) own = err->err.status;
     int verdict[2] = {own, root ? own : 0};
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (every rank's checksum verdict, a "
              "collective)", base);

@@ -259,6 +259,12 @@ PLANTED = [
      'base/ may not include train/'),
     ('a header named in a string macro', {'kernels/ops.c': '#define GENERIC_FILE "train/plan.h"'},
      'kernels/ may not include train/'),
+    # The checkpoint layer stores the state of data/ and train/ without
+    # including them (docs/design.md §7, issue 27).
+    ('ckpt/ including data/', {'src/ckpt/checkpoint.c': '#include "data/dataset.h"'},
+     'ckpt/ may not include data/'),
+    ('ckpt/ including train/', {'src/ckpt/checkpoint_read.c': '#include "train/trainer.h"'},
+     'ckpt/ may not include train/'),
     ('a .c file the module map does not name', {'src/data/stray.c': 'int stray;'},
      'src/data/stray.c: not named in the module map'),
     ('fatal_exit choosing an exit code', {'src/data/index.c': 'void f(void) { fatal_exit(STATUS_BAD_INPUT, 0, 0, ""); }'},

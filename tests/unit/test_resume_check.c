@@ -54,6 +54,17 @@ static void test_compare(void) {
     trainer_resume_compare(&st, &c, &rc);
     EXPECT(rc.n == 5 && !rc.refused && rc.schedule_changed, "override: n %d refused %d", rc.n, rc.refused);
 
+    // A saved lr_schedule no schedule has (the checkpoint layer stores the
+    // number; its owner judges it): refused, even with the override.
+    config_defaults(&c);
+    st = saved_of(&c);
+    st.lr_schedule = 7;
+    c.train.override_schedule = true;
+    trainer_resume_compare(&st, &c, &rc);
+    trainer_resume_message(&rc, "ck", msg, sizeof msg);
+    EXPECT(rc.refused && rc.n == 1 && contains(msg, "train.lr_schedule 7 -> cosine") &&
+               contains(msg, "none this trident knows"), "unknown lr_schedule: %s", msg);
+
     // Data keys: global_batch_size continues; seq_len and seed are refused,
     // even with the override (it is about the schedule only).
     config_defaults(&c);
