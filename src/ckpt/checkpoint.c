@@ -4,6 +4,8 @@
 #include "checkpoint_internal.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -55,14 +57,21 @@ static enum status remove_stale(const char *dir, struct error *err) {
     return st;
 }
 
-enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err) {
+// prepare without the fsync of dir (with_fsync false: an asynchronous
+// save's begin, whose rank-0 writer fsyncs it, off the training thread; the
+// commit's renames come after it either way).
+static enum status prepare(const struct ckpt_save_args *a, bool with_fsync, struct error *err) {
     char tmp[CKPT_PATH_MAX];
     tmp_dir_path(a, tmp);
     enum status st;
     if ((st = durable_mkdir(a->dir, err)) || (st = remove_stale(a->dir, err)) ||
-        (st = durable_mkdir(tmp, err)) || (st = durable_fsync_dir(a->dir, err)))
+        (st = durable_mkdir(tmp, err)) || (with_fsync && (st = durable_fsync_dir(a->dir, err))))
         return st;
     return STATUS_OK;
+}
+
+enum status checkpoint_prepare(const struct ckpt_save_args *a, struct error *err) {
+    return prepare(a, true, err);
 }
 
 // Attribute helpers: scalars and small arrays on a group or dataset.
@@ -84,14 +93,36 @@ static int attr_write_str(hid_t loc, const char *name, const char *s) {
     return bad;
 }
 
+// Writes n elements of esize bytes into the 1-D dataset ds in slices of
+// 8 MiB: the thread-safe HDF5 library holds one lock per call, and an
+// asynchronous save's writer must not hold it for a whole large tensor while
+// the training thread's loader waits to read its batch (src/data/shard.c).
+// The file's bytes are those of one write. Returns nonzero on a failure.
+static int write_slices(hid_t ds, hid_t type, hid_t space, hsize_t n, size_t esize, const void *data) {
+    const hsize_t slice = (8u << 20) / esize;
+    if (n <= slice) return n > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0;
+    int bad = 0;
+    for (hsize_t at = 0; !bad && at < n; at += slice) {
+        hsize_t count = MIN(slice, n - at);
+        hid_t mem = H5Screate_simple(1, &count, NULL);
+        bad = mem < 0 || H5Sselect_hyperslab(space, H5S_SELECT_SET, &at, NULL, &count, NULL) < 0 ||
+              H5Dwrite(ds, type, mem, space, H5P_DEFAULT, (const char *)data + at * esize) < 0;
+        if (mem >= 0) H5Sclose(mem);
+    }
+    return bad;
+}
+
 static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
     char dname[16];
     snprintf(dname, sizeof dname, "%05d", i);
     hsize_t n = p->flat_end - p->flat_begin;
     hid_t space = H5Screate_simple(1, &n, NULL);
     hid_t type = ckpt_h5_type(p->dtype);
-    hid_t ds = H5Dcreate2(group, dname, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = ds < 0 || (n > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p->data) < 0);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_obj_track_times(dcpl, 0); // the same pieces give the same bytes (no object times)
+    hid_t ds = H5Dcreate2(group, dname, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
+    int bad = ds < 0 || write_slices(ds, type, space, n, dtype_size(p->dtype), p->data);
     int64_t shape[6] = {p->grows, p->gcols, p->row_offset, p->col_offset, p->rows, p->cols};
     uint64_t flat[2] = {p->flat_begin, p->flat_end};
     if (!bad)
@@ -103,8 +134,17 @@ static int write_piece(hid_t group, int i, const struct ckpt_piece *p) {
     return bad;
 }
 
+// A group without object times (write_piece).
+static hid_t group_create(hid_t loc, const char *name) {
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    H5Pset_obj_track_times(gcpl, 0);
+    hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    H5Pclose(gcpl);
+    return g;
+}
+
 static int write_state(hid_t file, const struct ckpt_state *s) {
-    hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = group_create(file, "state");
     if (g < 0) return 1;
     uint64_t loader[CKPT_LOADER_WORDS];
     ckpt_loader_pack(&s->loader, loader);
@@ -166,7 +206,7 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
               attr_write(file, "step", H5T_NATIVE_INT64, 1, &step) ||
               attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state);
-    hid_t g = bad ? -1 : H5Gcreate2(file, "pieces", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = bad ? -1 : group_create(file, "pieces");
     if (g < 0) bad = 1;
     for (int i = 0; !bad && i < a->n_pieces; i++) {
         if (write_piece(g, i, &a->pieces[i])) {
@@ -357,35 +397,246 @@ static enum status agree(struct comm_group *world, enum status mine, const char 
     return comm_agree(world, mine, what, err);
 }
 
-enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
-                            struct error *err) {
+// The check of checkpoint_save and checkpoint_save_begin: the world is the layout's.
+static void check_world(const struct ckpt_save_args *a, struct comm_group *world) {
     char text[256];
     int n = topology_world_size(&a->layout);
     CHECK(world->size == n && world->rank == a->rank,
           "world %d/%d, layout %s, rank %d", world->rank, world->size,
           topology_layout_text(&a->layout, true, "=", " ", text, sizeof text), a->rank);
-    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
-    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+}
 
-    struct ckpt_file_sum mine = {0, 0};
-    st = checkpoint_write_rank(a, &mine, err);
+// After this rank's write returned st (and mine): every rank's checksums
+// into *sums ((world) entries, the caller frees) and the agreement; on a
+// failure rank 0 removes the .tmp folder (best effort: a leftover is removed
+// by the next save) and every rank holds the agreed reasons. Collective.
+static enum status gather_written(const struct ckpt_save_args *a, struct comm_group *world,
+                                  enum status st, struct ckpt_file_sum mine,
+                                  struct ckpt_file_sum **sums_out, struct error *err) {
+    int n = topology_world_size(&a->layout);
     uint64_t send[2] = {mine.xxh3, mine.bytes};
     uint64_t *all = xmalloc(2 * (size_t)n * sizeof *all);
     comm_all_gather(world, send, all, 2, DTYPE_I64);
     struct ckpt_file_sum *sums = xmalloc((size_t)n * sizeof *sums);
     for (int r = 0; r < n; r++) sums[r] = (struct ckpt_file_sum){all[2 * r], all[2 * r + 1]};
     free(all);
-    bool written = !(st = agree(world, st, "writing the rank file", a, err));
-    if (written && world->rank == 0) st = checkpoint_commit(a, sums, err);
-    free(sums);
-    if (world->rank == 0 && st) {
-        // Best effort: a leftover .tmp is ignored and removed by the next save.
-        char tmp[CKPT_PATH_MAX];
-        struct error ignored;
-        tmp_dir_path(a, tmp);
-        durable_remove_tree(tmp, &ignored);
-    }
+    *sums_out = sums;
+    return agree(world, st, "writing the rank file", a, err);
+}
+
+static void remove_tmp(const struct ckpt_save_args *a) {
+    char tmp[CKPT_PATH_MAX];
+    struct error ignored;
+    tmp_dir_path(a, tmp);
+    durable_remove_tree(tmp, &ignored);
+}
+
+// After rank 0's commit returned st (others: STATUS_OK): on a failure rank 0
+// removes the .tmp folder; the agreement. Collective.
+static enum status agree_committed(const struct ckpt_save_args *a, struct comm_group *world,
+                                   enum status st, struct error *err) {
+    if (world->rank == 0 && st) remove_tmp(a);
     comm_barrier(world);
-    if (!written) return st; // every rank holds the agreed reasons already
     return agree(world, st, "committing", a, err);
+}
+
+// The second half of a save, after this rank's write returned st (and
+// mine): every rank's checksums, the agreement, rank 0's commit, the
+// agreement on it. Collective.
+static enum status save_tail(const struct ckpt_save_args *a, struct comm_group *world, enum status st,
+                             struct ckpt_file_sum mine, struct error *err) {
+    struct ckpt_file_sum *sums;
+    st = gather_written(a, world, st, mine, &sums, err);
+    if (st) {
+        free(sums);
+        if (world->rank == 0) remove_tmp(a);
+        comm_barrier(world);
+        return st; // every rank holds the agreed reasons already
+    }
+    if (world->rank == 0) st = checkpoint_commit(a, sums, err);
+    free(sums);
+    return agree_committed(a, world, st, err);
+}
+
+enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
+                            struct error *err) {
+    check_world(a, world);
+    enum status st = world->rank == 0 ? checkpoint_prepare(a, err) : STATUS_OK;
+    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+
+    struct ckpt_file_sum mine = {0, 0};
+    st = checkpoint_write_rank(a, &mine, err);
+    return save_tail(a, world, st, mine, err);
+}
+
+// An asynchronous save: copies of what checkpoint_write_rank reads, the
+// writer thread and what it returned.
+struct ckpt_async {
+    struct ckpt_save_args a;
+    char dir[CKPT_PATH_MAX], tokenizer[256];
+    struct llama_config model;
+    struct ckpt_state state;
+    struct ckpt_piece *pieces; // copies of the caller's table
+    void *snapshot;            // with copy: the pieces' bytes; else NULL
+    pthread_t thread;
+    bool started;              // thread runs (else done = 2 from begin)
+    int phase;                 // 1: the writer; 2: rank 0's commit (after every write agreed)
+    atomic_int done;           // of this phase's thread: 0 running, 1 returned OK, 2 failed
+    enum status st;
+    struct error err;
+    struct ckpt_file_sum sum;
+    struct ckpt_file_sum *sums; // phase 2: every rank's
+    double started_s, write_s; // when begin returned; the writer's seconds
+};
+
+static void *async_writer(void *arg) {
+    struct ckpt_async *h = arg;
+    double t0 = time_now_s();
+    char what[CKPT_PATH_MAX + 32];
+    snprintf(what, sizeof what, "%s (background writer)", h->dir);
+    h->st = durable_point("ckpt_async_write", what, false, &h->err);
+    if (!h->st && h->a.rank == 0) h->st = durable_fsync_dir(h->dir, &h->err); // prepare's
+    if (!h->st) h->st = checkpoint_write_rank(&h->a, &h->sum, &h->err);
+    h->write_s = time_now_s() - t0;
+    atomic_store(&h->done, h->st ? 2 : 1);
+    return NULL;
+}
+
+enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, struct comm_group *world,
+                                  struct ckpt_async **out, struct error *err) {
+    check_world(a, world);
+    *out = NULL;
+    enum status st = world->rank == 0 ? prepare(a, false, err) : STATUS_OK;
+    if ((st = agree(world, st, "creating the .tmp folder", a, err))) return st;
+    struct ckpt_async *h = xcalloc(1, sizeof *h);
+    h->a = *a;
+    snprintf(h->dir, sizeof h->dir, "%s", a->dir);
+    snprintf(h->tokenizer, sizeof h->tokenizer, "%s", a->tokenizer_id ? a->tokenizer_id : "");
+    h->model = *a->model;
+    h->state = *a->state;
+    h->a.dir = h->dir, h->a.tokenizer_id = h->tokenizer, h->a.model = &h->model, h->a.state = &h->state;
+    h->pieces = xcalloc((size_t)(a->n_pieces ? a->n_pieces : 1), sizeof *h->pieces);
+    size_t bytes = 0;
+    for (int i = 0; i < a->n_pieces; i++)
+        bytes += (a->pieces[i].flat_end - a->pieces[i].flat_begin) * dtype_size(a->pieces[i].dtype);
+    if (copy && bytes) h->snapshot = xmalloc(bytes);
+    size_t at = 0;
+    char what[CKPT_PATH_MAX + 32];
+    snprintf(what, sizeof what, "%s (snapshot)", a->dir);
+    for (int i = 0; i < a->n_pieces && !st; i++) {
+        h->pieces[i] = a->pieces[i];
+        if (!copy) continue;
+        // One named point per piece copied: a kill in the middle of the snapshot.
+        if ((st = durable_point("ckpt_async_snapshot", what, false, err))) break;
+        size_t nb = (a->pieces[i].flat_end - a->pieces[i].flat_begin) * dtype_size(a->pieces[i].dtype);
+        if (nb) memcpy((char *)h->snapshot + at, a->pieces[i].data, nb);
+        h->pieces[i].data = (char *)h->snapshot + at;
+        at += nb;
+    }
+    h->a.pieces = h->pieces;
+    if (!st && pthread_create(&h->thread, NULL, async_writer, h))
+        st = error_set(err, STATUS_RUNTIME, "checkpoint step %lld: cannot start the background writer",
+                       (long long)a->step);
+    h->started = !st;
+    if (st) {
+        // This rank's failure reaches the others at checkpoint_save_finish:
+        // the handle holds it as the writer's result.
+        h->st = st, h->err = *err;
+        atomic_store(&h->done, 2);
+    }
+    h->phase = 1;
+    h->started_s = time_now_s();
+    *out = h;
+    return STATUS_OK;
+}
+
+int checkpoint_save_writer_state(const struct ckpt_async *h) {
+    return atomic_load(&((struct ckpt_async *)h)->done);
+}
+
+int64_t checkpoint_save_step(const struct ckpt_async *h) { return h->a.step; }
+
+static void async_join(struct ckpt_async *h) {
+    if (h->started) pthread_join(h->thread, NULL);
+    h->started = false;
+}
+
+static void async_free(struct ckpt_async *h) {
+    free(h->sums);
+    free(h->snapshot);
+    free(h->pieces);
+    free(h);
+}
+
+// Rank 0's commit, phase 2's thread.
+static void *async_committer(void *arg) {
+    struct ckpt_async *h = arg;
+    h->st = checkpoint_commit(&h->a, h->sums, &h->err);
+    atomic_store(&h->done, h->st ? 2 : 1);
+    return NULL;
+}
+
+enum status checkpoint_save_advance(struct ckpt_async **hp, struct comm_group *world, double *wait_s,
+                                    struct error *err) {
+    struct ckpt_async *h = *hp;
+    double t0 = time_now_s();
+    enum status st = STATUS_OK;
+    if (h->phase == 2) {
+        async_join(h); // rank 0's commit; the others have none
+        if (wait_s) *wait_s = time_now_s() - t0;
+        if ((st = h->st)) *err = h->err;
+        st = agree_committed(&h->a, world, st, err);
+        async_free(h);
+        *hp = NULL;
+        return st;
+    }
+    // The commit about to wait for (join) this rank's writer: at the next
+    // save step, the end or the step boundary that saw every writer done.
+    st = durable_point("ckpt_async_join", h->dir, false, err);
+    async_join(h);
+    if (!st && (st = h->st)) *err = h->err;
+    if (wait_s) *wait_s = time_now_s() - t0;
+    // All writes of this rank done: the last point before the commit's collectives.
+    if (!st) st = durable_point("ckpt_async_written", h->dir, false, err);
+    st = gather_written(&h->a, world, st, h->sum, &h->sums, err);
+    if (st) {
+        if (world->rank == 0) remove_tmp(&h->a);
+        comm_barrier(world);
+        async_free(h);
+        *hp = NULL;
+        return st;
+    }
+    // Phase 2: rank 0 commits on a thread of its own (manifest, the reader's
+    // checks, renames, latest, rotation); the others have nothing to do.
+    h->phase = 2;
+    h->st = STATUS_OK;
+    atomic_store(&h->done, 1);
+    if (world->rank == 0) {
+        atomic_store(&h->done, 0);
+        h->started = !pthread_create(&h->thread, NULL, async_committer, h);
+        if (!h->started) {
+            h->st = error_set(&h->err, STATUS_RUNTIME, "checkpoint step %lld: cannot start the "
+                              "commit's thread", (long long)h->a.step);
+            atomic_store(&h->done, 2);
+        }
+    }
+    return STATUS_OK;
+}
+
+enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *world, double *wait_s,
+                                   struct error *err) {
+    double waited = 0, w;
+    enum status st = STATUS_OK;
+    while (h && !st) {
+        st = checkpoint_save_advance(&h, world, &w, err);
+        waited += w;
+    }
+    if (wait_s) *wait_s = waited;
+    return st;
+}
+
+void checkpoint_save_abandon(struct ckpt_async *h) {
+    if (!h) return;
+    async_join(h);
+    async_free(h);
 }

@@ -127,6 +127,47 @@ struct ckpt_file_sum {
 enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *world,
                             struct error *err);
 
+// An asynchronous save (docs/design.md §7 "Asynchronous saves"): the same
+// files and the same commit as checkpoint_save, with this rank's write on a
+// background thread.
+//   checkpoint_save_begin: collective (rank 0 creates step-N.tmp/, agreed as
+//     checkpoint_save does; an error there is every rank's and no save is in
+//     flight). Then, with copy, this rank copies its pieces' bytes into host
+//     memory of its own (sum over pieces of (flat_end - flat_begin) x dtype
+//     bytes; a named point "ckpt_async_snapshot" per piece); without copy the
+//     caller keeps every piece's data unchanged until finish or abandon. a's
+//     strings, model and state are copied. Starts the writer
+//     (checkpoint_write_rank; named point "ckpt_async_write" first) and returns
+//     STATUS_OK with *out set; a failure of this rank's snapshot or thread is
+//     kept in *out as the writer's result and reported by finish.
+//   checkpoint_save_writer_state: this rank's thread of the current phase
+//     (the writer; then rank 0's commit), 0 still running, 1 done, 2 failed (no collective: the caller all-reduces it to learn that every
+//     rank's writer is done).
+//   checkpoint_save_advance: collective, every rank at the same point (the
+//     caller all-reduces writer_state first, so that it rarely waits). Phase
+//     1: waits for this rank's writer (named point "ckpt_async_join" first),
+//     "ckpt_async_written", the checksums' all-gather and the agreement; on
+//     success rank 0 starts the commit (manifest, the reader's checks,
+//     renames, latest, rotation: checkpoint_commit) on a thread of its own,
+//     writer_state then says whether it is done, and *hp stays. Phase 2:
+//     waits for rank 0's commit and agrees on it; *hp becomes NULL (h freed).
+//     Returns STATUS_OK on every rank or an error on every rank naming the
+//     failing rank(s) and their reasons (h freed, *hp NULL; the previous
+//     `latest` untouched). *wait_s (when not NULL): the seconds it waited.
+//   checkpoint_save_finish: advances until committed (both phases).
+//   checkpoint_save_abandon: joins the writer and frees h without a commit
+//     (an error path; the step-N.tmp left is removed by the next save).
+struct ckpt_async;
+enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, struct comm_group *world,
+                                  struct ckpt_async **out, struct error *err);
+int checkpoint_save_writer_state(const struct ckpt_async *h);
+int64_t checkpoint_save_step(const struct ckpt_async *h);
+enum status checkpoint_save_advance(struct ckpt_async **hp, struct comm_group *world, double *wait_s,
+                                    struct error *err);
+enum status checkpoint_save_finish(struct ckpt_async *h, struct comm_group *world, double *wait_s,
+                                   struct error *err);
+void checkpoint_save_abandon(struct ckpt_async *h);
+
 // The three steps of checkpoint_save, callable one by one so that a test can
 // play several ranks in one process: prepare (rank 0: fresh step-N.tmp/),
 // write_rank (each rank: its file, fsynced, and its checksum; refused with

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_HANG_NAMED, FAULT_SHORT_WRITE,
+enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_HANG_NAMED, FAULT_STALL_NAMED, FAULT_SHORT_WRITE,
                   FAULT_FSYNC, FAULT_ENOSPC, FAULT_GRAD_INF, FAULT_NCCL };
 
 // Process-wide, like the file descriptor table it guards: the fault setting
@@ -45,8 +45,9 @@ static enum status fault_parse(const char *spec, struct error *err) {
     char *end;
     fault.n = strtol(rest, &end, 10);
     int numeric = end != rest && !*end;
-    if ((!strcmp(what, "kill") || !strcmp(what, "hang")) && !numeric) {
-        fault.kind = !strcmp(what, "kill") ? FAULT_KILL_NAMED : FAULT_HANG_NAMED;
+    if ((!strcmp(what, "kill") || !strcmp(what, "hang") || !strcmp(what, "stall")) && !numeric) {
+        fault.kind = !strcmp(what, "kill") ? FAULT_KILL_NAMED
+                     : !strcmp(what, "hang") ? FAULT_HANG_NAMED : FAULT_STALL_NAMED;
         char *c = strchr(rest, ':');
         fault.n = 1;
         if (c) {
@@ -70,7 +71,7 @@ static enum status fault_parse(const char *spec, struct error *err) {
 bad:
     fault.kind = FAULT_NONE;
     return error_set(err, STATUS_BAD_INPUT,
-                     "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], hang:NAME[:K], "
+                     "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], hang:NAME[:K], stall:NAME[:K], "
                      "short_write:N, fsync:N, enospc:N, grad_inf:N or nccl:N, optionally followed by @RANK",
                      spec);
 }
@@ -310,6 +311,12 @@ enum status durable_point(const char *name, const char *path, bool creates, stru
     if (fault.kind == FAULT_KILL_NAMED && fault_here() && !strcmp(fault.name, name) &&
         ++fault.named_hits == fault.n)
         fault_kill(name, path);
+    if (fault.kind == FAULT_STALL_NAMED && fault_here() && !strcmp(fault.name, name) &&
+        ++fault.named_hits == fault.n) {
+        fprintf(stderr, "trident: [rank %d] TRIDENT_FAULT: stalling 3 s at %s (%s)\n", g_log_rank, name, path);
+        fflush(stderr);
+        sleep(3);
+    }
     if (k == FAULT_ENOSPC) return fail_errno(err, name, path, ENOSPC);
     return STATUS_OK;
 }

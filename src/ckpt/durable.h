@@ -12,7 +12,18 @@
 //   kill:NAME[:K]   at the Kth time (default 1) named point NAME is reached
 //                   (durable_point): "h5_create" (a rank file about to be
 //                   written by HDF5), "ckpt_between_renames" (step-N.tmp
-//                   renamed to step-N, `latest` not yet updated)
+//                   renamed to step-N, `latest` not yet updated); of an
+//                   asynchronous save (checkpoint_save_begin):
+//                   "ckpt_async_snapshot" (a piece about to be copied),
+//                   "ckpt_async_write" (the background writer starting),
+//                   "ckpt_async_join" (the commit about to wait for the
+//                   writer: the next save, the end or the boundary that saw
+//                   every writer done),
+//                   "ckpt_async_written" (this rank's writer done, before
+//                   the commit's collectives)
+//   stall:NAME[:K]  at the Kth time named point NAME is reached, the caller
+//                   sleeps 3 s and goes on: a slow write (e.g. a SIGTERM
+//                   arriving during a background write)
 //   hang:NAME[:K]   at the Kth time (default 1) read point NAME is reached
 //                   (durable_hang_point): "ckpt_read_piece" (a stored tensor
 //                   piece about to be read from a checkpoint), the process

@@ -426,7 +426,12 @@ int cmd_plan(int argc, char **argv) {
         if (b->cp_bytes) printf(" (of it the cp ring's travelling buffers and positions %zu)", b->cp_bytes);
         printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
-        if (c.system.device == DEVICE_CPU)
+        if (c.system.device == DEVICE_CPU && host[i].ckpt_save)
+            printf("       host: MPI %zu, checkpoint buffers %zu (%.1f MiB: checkpoint.async's "
+                   "snapshot; the first save allocates them, they stay), resident %zu (%.1f MiB: "
+                   "the arenas, MPI's and the snapshot's)\n", host[i].mpi, host[i].ckpt_save,
+                   mib(host[i].ckpt_save), resident(&c, b, &host[i]), mib(resident(&c, b, &host[i])));
+        else if (c.system.device == DEVICE_CPU)
             printf("       host: MPI %zu, resident %zu (%.1f MiB: the arenas and MPI's); a resume "
                    "or init_from reads into %zu more, freed after loading\n", host[i].mpi,
                    resident(&c, b, &host[i]), mib(resident(&c, b, &host[i])), host[i].ckpt_load);

@@ -127,6 +127,7 @@ struct checkpoint_config {
     char dir[CONFIG_PATH_MAX];
     int every;     // 0: no periodic checkpoints
     int keep_last; // 0: keep all
+    bool async;    // background writer (docs/design.md §7 "Asynchronous saves")
     enum resume_mode resume;
     char resume_path[CONFIG_PATH_MAX]; // when RESUME_PATH, else ""
     bool branch; // resuming before dir's latest moves the later steps aside (else refused)

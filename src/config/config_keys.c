@@ -240,6 +240,11 @@ const struct config_key config_keys[] = {
             "a stop still save)"),
     KEY_INT("checkpoint", "keep_last", checkpoint.keep_last, "3", 0, INT_MAX, "checkpoints",
             "checkpoints kept; older ones are deleted; 0 keeps all"),
+    KEY_BOOL("checkpoint", "async", checkpoint.async, "false",
+             "a periodic save snapshots this rank's pieces into host memory and a background "
+             "thread writes, fsyncs and checksums them while training goes on; the commit "
+             "(manifest, latest) follows at a later step boundary once every rank's writer is "
+             "done (docs/design.md §7)"),
     {.section = "checkpoint", .key = "resume", .type = CONFIG_ENUM, .def = "auto", .min = NOMIN,
      .max = NOMAX, .unit = "",
      .doc = "auto: from dir/latest when present; none: start fresh; else a checkpoint folder",

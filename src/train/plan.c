@@ -181,7 +181,9 @@ enum status plan_host(const struct config *c, struct grid_coord coord, struct pl
     size_t n = b.n_params, range = z == 1 && dp > 1 ? n / dp : z >= 2 ? n / S : n;
     bool lowp = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16;
     out->ckpt_load = ((z == 3 ? 0 : n) + (2 + (lowp || z >= 2 ? 1 : 0)) * range) * sizeof(float);
-    out->ckpt_save = cpu ? 0 : out->ckpt_load;
+    // The CPU backend's synchronous saves read the arenas; its asynchronous
+    // ones snapshot into the same host buffers (train_ckpt.c snapshot_to_host).
+    out->ckpt_save = cpu && !c->checkpoint.async ? 0 : out->ckpt_load;
     return STATUS_OK;
 }
 

@@ -102,8 +102,9 @@ struct plan_host_bytes {
     // parameter arena, this rank's FP32 moments and master weights); freed
     // after loading on the CPU backend, kept for the saves under CUDA.
     size_t ckpt_load;
-    // The host buffers a save copies into: the same under CUDA; 0 on the
-    // CPU backend, whose saves read the arenas.
+    // The host buffers a save copies into: the same under CUDA, and on the
+    // CPU backend with [checkpoint] async (the snapshot the background
+    // writer reads); else 0 on the CPU backend, whose saves read the arenas.
     size_t ckpt_save;
 };
 

@@ -959,9 +959,19 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // since trainer_open plus this run's mean step time would pass it.
         double now = time_now_s(), budget_s = c->train.exit_duration_mins * 60.0;
         double mean_step = (now - start) / (step + 1 - start_step);
-        int flags[2] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s};
-        comm_all_reduce(&t->par.topo.world, flags, 2, DTYPE_I32, COMM_MAX);
+        // With a save in flight ([checkpoint] async) the same all-reduce says
+        // whether any rank's writer is still writing, or failed.
+        int writer = trainer_save_writer_state(t);
+        int flags[4] = {*stop_flag, budget_s > 0 && now - t->log.open_s + mean_step > budget_s,
+                        writer == 0, writer == 2};
+        comm_all_reduce(&t->par.topo.world, flags, 4, DTYPE_I32, COMM_MAX);
         int stop = flags[0];
+        // Every rank's background work done (or one failed: reported now,
+        // within a step, on every rank): the next phase (the writes agreed
+        // and rank 0's commit started; then the commit agreed), at this step
+        // on every rank.
+        if (trainer_save_in_flight(t) && (!flags[2] || flags[3]) && (st = trainer_save_advance(t, err)))
+            return st;
         t->log.train_s += time_now_s() - t0;
         bool out_of_time = flags[1] && !last && !stop;
         bool planned_exit = c->train.exit_interval > 0 && (step + 1) % c->train.exit_interval == 0;
@@ -970,11 +980,15 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // delete. A stop (the end, a signal, exit_interval) saves where it is.
         bool periodic = c->checkpoint.every > 0 && (step + 1) % c->checkpoint.every == 0 &&
                         !r.skipped;
-        if (saves && (last || stop || planned_exit || periodic || out_of_time)) {
-            double s0 = time_now_s();
-            if ((st = trainer_save(t, step + 1, err))) return st;
+        // A stop's or the end's save is synchronous (after the save in flight
+        // commits): the process exits next. A periodic one may go to the
+        // background ([checkpoint] async).
+        bool final_save = last || stop || planned_exit || out_of_time;
+        if (saves && (final_save || periodic)) {
+            st = !final_save && c->checkpoint.async ? trainer_save_async(t, step + 1, err)
+                                                    : trainer_save(t, step + 1, err);
+            if (st) return st;
             metrics_sink_saved(t->log.sink);
-            t->log.save_s += time_now_s() - s0;
         }
         *out = (struct trainer_outcome){.steps_done = step + 1, .saved = saves};
         if (planned_exit && !last && !stop) {
@@ -1057,6 +1071,7 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
 
 void trainer_close(struct trainer *t) {
     if (!t) return;
+    trainer_save_abandon(t); // a save in flight on an error path: its writer joined, no commit
     watchdog_stop(t->watchdog);
     if (t->log.metrics) fclose(t->log.metrics);
     metrics_sink_close(t->log.sink);

@@ -115,17 +115,39 @@ static void shard_params_to_host(struct trainer *t) {
                         (re[r] - rb[r]) * sizeof(float));
 }
 
-// A save reads the arenas themselves where the backend's memory is host
-// memory (the CPU backend: no copy of the model, docs/design.md §5), else
-// copies them into the host buffers first (CUDA: host memory of the
-// parameter arena and this rank's moments and master values).
-enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
+// Copies the arenas into the host buffers (host_buffers): CUDA's device
+// memory always; the CPU backend's for an asynchronous save (its snapshot,
+// the training steps that follow change the arenas).
+static struct piece_src snapshot_to_host(struct trainer *t) {
+    struct tensor w = model_param_arena(t->m.model), m, v;
+    optimizer_moments(t->m.opt, &m, &v);
+    host_buffers(t);
+    struct piece_src src = {t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m, t->ckpt.host_v, false};
+    if (has_master(t)) {
+        struct tensor mw = optimizer_master(t->m.opt);
+        backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
+    } else if (units_sharded(t)) {
+        shard_params_to_host(t);
+    } else {
+        backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
+    }
+    backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
+    backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
+    return src;
+}
+
+// The pieces and scalars of a save of steps_done (into t->ckpt.pieces, *st,
+// *a). A synchronous save reads the arenas themselves where the backend's
+// memory is host memory (the CPU backend: no copy of the model,
+// docs/design.md §5); else (CUDA, or with to_host) the host buffers.
+static void save_args(struct trainer *t, int steps_done, bool to_host, struct ckpt_state *st,
+                      struct ckpt_save_args *a) {
     const struct config *c = &t->cfg;
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
     bool master = has_master(t);
     struct piece_src src;
-    if (backend_host_memory(t->m.be)) {
+    if (backend_host_memory(t->m.be) && !to_host) {
         piece_table(t);
         backend_synchronize(t->m.be);
         struct tensor ps = optimizer_param_shard(t->m.opt);
@@ -134,19 +156,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
         else if (units_sharded(t) && ps.numel) src.master = ps.data;
         else if (units_sharded(t)) src.master = w.data, src.master_in_arena = true;
     } else {
-        host_buffers(t);
-        src = (struct piece_src){t->ckpt.host_params, t->ckpt.host_master, t->ckpt.host_m,
-                                 t->ckpt.host_v, false};
-        if (master) {
-            struct tensor mw = optimizer_master(t->m.opt);
-            backend_to_host(t->m.be, t->ckpt.host_master, mw.data, mw.numel * sizeof(float));
-        } else if (units_sharded(t)) {
-            shard_params_to_host(t);
-        } else {
-            backend_to_host(t->m.be, t->ckpt.host_params, w.data, w.numel * sizeof(float));
-        }
-        backend_to_host(t->m.be, t->ckpt.host_m, m.data, m.numel * sizeof(float));
-        backend_to_host(t->m.be, t->ckpt.host_v, v.data, v.numel * sizeof(float));
+        src = snapshot_to_host(t);
     }
     // DP replicas hold the same parameters (and, without ZeRO, moments): DP
     // rank 0 writes them; under ZeRO-1 every DP rank writes its moment shard
@@ -159,7 +169,7 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     if (units_sharded(t)) first_replica = sharded, zero = sharded;
     int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
                       first_replica || zero);
-    struct ckpt_state st = {
+    *st = (struct ckpt_state){
         .step = steps_done, .lr_step = t->progress.lr_step,
         .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
         .loss_scale = t->par.ctx.scaler ? t->scaler.scale : 0.0,
@@ -171,13 +181,87 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
         .lr_schedule = c->train.lr_schedule, .lr_rebase_step = t->m.oc.rebase_step,
         .lr_rebase_lr = t->m.oc.rebase_lr, .loss_on = c->train.loss_on,
     };
-    loader_state_save(&t->data.train_loader, &st.loader);
-    struct ckpt_save_args a = {
+    loader_state_save(&t->data.train_loader, &st->loader);
+    *a = (struct ckpt_save_args){
         .dir = c->checkpoint.dir, .step = steps_done, .layout = t->par.topo.layout, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
         .model = &t->m.lc, .tokenizer_id = t->data.ds->index.tokenizer, .pieces = t->ckpt.pieces,
-        .n_pieces = n, .state = &st, .keep_last = c->checkpoint.keep_last,
+        .n_pieces = n, .state = st, .keep_last = c->checkpoint.keep_last,
     };
+}
+
+// One checkpoint record of metrics.jsonl (rank 0), when a save is
+// committed: {"event": "checkpoint", "step", "async", "stall_s" (the seconds
+// training stood still for it: the whole save when synchronous; the
+// snapshot and begin, then the collectives of its two phases, when
+// asynchronous), "wait_s" (of an asynchronous save: of stall_s, the seconds
+// of a forced finish: the next save, a stop or the end arrived while some
+// rank's writer or rank 0's commit still ran), "write_s" (the whole save, or from the snapshot to
+// the commit when asynchronous)}.
+static void log_ckpt_record(struct trainer *t, int step, bool async, double stall_s, double wait_s,
+                            double write_s) {
+    if (t->par.topo.world_rank || !t->log.metrics) return;
+    fprintf(t->log.metrics, "{\"event\": \"checkpoint\", \"step\": %d, \"async\": %s, \"stall_s\": %.4f, "
+            "\"wait_s\": %.4f, \"write_s\": %.4f}\n", step, async ? "true" : "false", stall_s, wait_s, write_s);
+    fflush(t->log.metrics);
+}
+
+bool trainer_save_in_flight(const struct trainer *t) { return t->ckpt.inflight != NULL; }
+
+int trainer_save_writer_state(const struct trainer *t) {
+    return t->ckpt.inflight ? checkpoint_save_writer_state(t->ckpt.inflight) : 1;
+}
+
+// Advances the save in flight: one phase (checkpoint_save_advance) or, with
+// all, until it is committed. Logs the commit.
+static enum status save_advance(struct trainer *t, bool all, struct trainer_error *err) {
+    struct ckpt_async *h = t->ckpt.inflight;
+    if (!h) return STATUS_OK;
+    int step = (int)checkpoint_save_step(h);
     double t0 = time_now_s();
+    char phase[96];
+    snprintf(phase, sizeof phase, "checkpoint save of step %d (the background writer, the commit)", step);
+    watchdog_phase(t->watchdog, phase, 1, 1);
+    enum status s = all ? checkpoint_save_finish(h, &t->par.topo.world, NULL, &err->err)
+                        : checkpoint_save_advance(&t->ckpt.inflight, &t->par.topo.world, NULL, &err->err);
+    if (all || s) t->ckpt.inflight = NULL; // freed either way
+    watchdog_kick(t->watchdog);
+    double dt = time_now_s() - t0;
+    // Forced (the next save, a stop or the end arrived first): every second
+    // of it waited for some rank's background work (its collectives wait
+    // for the slowest rank); at a boundary that saw all done, none.
+    t->ckpt.inflight_stall_s += dt, t->ckpt.inflight_wait_s += all ? dt : 0;
+    t->log.save_s += dt;
+    if (s) return err->err.status = STATUS_RUNTIME;
+    if (t->ckpt.inflight) return STATUS_OK; // written and agreed; rank 0 commits in the background
+    snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s/step-%06d", t->cfg.checkpoint.dir, step);
+    double since = time_now_s() - t->ckpt.inflight_begun_s;
+    if (t->par.topo.world_rank == 0) {
+        printf("checkpoint: %s saved in the background (%.2f s since its snapshot); training stood "
+               "still %.2f s for it", t->ckpt.last, since, t->ckpt.inflight_stall_s);
+        if (t->ckpt.inflight_wait_s >= 0.0005)
+            printf(", of which %.2f s waiting for the background work", t->ckpt.inflight_wait_s);
+        printf("\n");
+        fflush(stdout);
+    }
+    log_ckpt_record(t, step, true, t->ckpt.inflight_stall_s, t->ckpt.inflight_wait_s, since);
+    return STATUS_OK;
+}
+
+enum status trainer_save_advance(struct trainer *t, struct trainer_error *err) {
+    return save_advance(t, false, err);
+}
+
+enum status trainer_save_complete(struct trainer *t, struct trainer_error *err) {
+    return save_advance(t, true, err);
+}
+
+enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
+    enum status s = trainer_save_complete(t, err); // the one in flight commits first
+    if (s) return s;
+    struct ckpt_state st;
+    struct ckpt_save_args a;
+    double t0 = time_now_s();
+    save_args(t, steps_done, false, &st, &a);
     char phase[64];
     snprintf(phase, sizeof phase, "checkpoint save of step %d", steps_done);
     watchdog_phase(t->watchdog, phase, 1, 1);
@@ -185,12 +269,50 @@ enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error
     if (checkpoint_save(&a, &t->par.topo.world, &err->err))
         return err->err.status = STATUS_RUNTIME;
     watchdog_kick(t->watchdog);
-    snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s/step-%06d", c->checkpoint.dir, steps_done);
+    snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s/step-%06d", t->cfg.checkpoint.dir, steps_done);
+    double dt = time_now_s() - t0;
     if (t->par.topo.world_rank == 0) {
-        printf("checkpoint: %s saved in %.2f s\n", t->ckpt.last, time_now_s() - t0);
+        printf("checkpoint: %s saved in %.2f s\n", t->ckpt.last, dt);
+        fflush(stdout);
+    }
+    log_ckpt_record(t, steps_done, false, dt, 0, dt);
+    t->log.save_s += dt;
+    return STATUS_OK;
+}
+
+enum status trainer_save_async(struct trainer *t, int steps_done, struct trainer_error *err) {
+    double w0 = time_now_s();
+    enum status s = trainer_save_complete(t, err); // at most one save in flight
+    if (s) return s;
+    double waited = time_now_s() - w0;
+    struct ckpt_state st;
+    struct ckpt_save_args a;
+    double t0 = time_now_s();
+    char phase[96];
+    snprintf(phase, sizeof phase, "checkpoint save of step %d (snapshot to host memory)", steps_done);
+    watchdog_phase(t->watchdog, phase, 1, 1);
+    save_args(t, steps_done, true, &st, &a);
+    // The host buffers hold the snapshot: nothing writes them until this save
+    // commits (the next save and a resume come after trainer_save_complete).
+    if (checkpoint_save_begin(&a, false, &t->par.topo.world, &t->ckpt.inflight, &err->err))
+        return err->err.status = STATUS_RUNTIME;
+    watchdog_kick(t->watchdog);
+    t->ckpt.inflight_begun_s = time_now_s();
+    t->ckpt.inflight_stall_s = t->ckpt.inflight_begun_s - t0, t->ckpt.inflight_wait_s = 0;
+    t->log.save_s += t->ckpt.inflight_begun_s - t0;
+    if (t->par.topo.world_rank == 0) {
+        printf("checkpoint: step %d snapshot taken in %.2f s; written in the background", steps_done,
+               t->ckpt.inflight_stall_s);
+        if (waited >= 0.0005) printf(" (this save waited %.2f s for the previous one)", waited);
+        printf("\n");
         fflush(stdout);
     }
     return STATUS_OK;
+}
+
+void trainer_save_abandon(struct trainer *t) {
+    checkpoint_save_abandon(t->ckpt.inflight);
+    t->ckpt.inflight = NULL;
 }
 
 static const char *schedule_name(int64_t s) {

@@ -69,6 +69,10 @@ struct trainer_ckpt {
     float *host_master;       // (range,) this rank's FP32 master weights (BF16/FP16 save)
     float *host_m, *host_v;   // this rank's moment range
     struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
+    struct ckpt_async *inflight; // [checkpoint] async: the save being written; NULL none
+    double inflight_begun_s;     // time_now_s() when its writer started
+    double inflight_stall_s;     // the seconds it held training so far (snapshot, collectives)
+    double inflight_wait_s;      // of them, waiting for its background work
 };
 
 // The log line, metrics.jsonl and their denominators.
@@ -128,7 +132,31 @@ enum status trainer_resume(struct trainer *t, struct trainer_error *err);
 // the world); sets ckpt.last. Errors: STATUS_RUNTIME on every rank (also for
 // a parameter or moment that is NaN or infinite: never saved); the previous
 // checkpoint stays `latest`.
+// A save in flight ([checkpoint] async) commits first (trainer_save_complete).
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err);
+// [checkpoint] async (docs/design.md §7 "Asynchronous saves"): waits for the
+// save in flight to commit (trainer_save_complete), snapshots this rank's
+// pieces into the host buffers (backend_to_host) and starts the background
+// writer (checkpoint_save_begin; collective). Errors: STATUS_RUNTIME on
+// every rank.
+enum status trainer_save_async(struct trainer *t, int steps_done, struct trainer_error *err);
+// This rank's background work (the writer, then rank 0's commit): 0
+// running, 1 done (or none in flight), 2 failed. Not a collective: the loop
+// all-reduces it with the stop flags.
+int trainer_save_writer_state(const struct trainer *t);
+bool trainer_save_in_flight(const struct trainer *t);
+// One phase of the save in flight (checkpoint_save_advance; a collective
+// every rank calls at the same step, when every rank's background work is
+// done or one failed): the writes agreed and rank 0's commit started; then
+// the commit agreed, ckpt.last set, the record logged. No-op without one.
+// Errors: STATUS_RUNTIME on every rank naming the failing rank(s) and their
+// reasons (the save dropped, the previous `latest` untouched).
+enum status trainer_save_advance(struct trainer *t, struct trainer_error *err);
+// The same until committed (waiting for the background work): before
+// another save.
+enum status trainer_save_complete(struct trainer *t, struct trainer_error *err);
+// Joins the writer and drops the save in flight (error paths; no commit).
+void trainer_save_abandon(struct trainer *t);
 
 // One key whose value in this run's config differs from the checkpoint's.
 struct resume_change {

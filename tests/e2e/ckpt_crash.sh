@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ckpt_crash.sh: real processes killed (SIGKILL, TRIDENT_FAULT=kill:...) at
-# 28 points of three checkpoint saves on 4 MPI ranks (tests/mpi/ckpt_driver.c):
+# 28 points of three checkpoint saves on 4 MPI ranks (tests/mpi/ckpt_driver.c)
+# and 9 points of three asynchronous ones (checkpoint.async: the snapshot, the
+# background writer, a save arriving while one is in flight, the commit):
 # every storage call of the second save on rank 0, calls of the first and
 # third on rank 0, three calls of rank 1, a call on all ranks at once, and the
 # named point between the two renames, one inside rotation (about 2 s a point, mostly mpirun's
@@ -32,7 +34,7 @@ points=0
 crash() {
     local spec=$1 after_latest=${2:-0} dir="$root/k$points" rc=0 out committed got
     points=$((points + 1))
-    TRIDENT_FAULT=$spec timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" save "$dir" >"$root/out" 2>&1 || rc=$?
+    TRIDENT_FAULT=$spec timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" "${MODE:-save}" "$dir" >"$root/out" 2>&1 || rc=$?
     committed=$(sed -n 's/^committed step //p' "$root/out" | tail -n 1); committed=${committed:-0}
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q 'TRIDENT_FAULT: killed at storage call' "$root/out"; then
         cat "$root/out"; echo "FAIL $spec: not killed, or hung (exit $rc)"; fail=1; return
@@ -51,7 +53,7 @@ crash() {
     else
         [ ! -e "$dir/latest" ] || { echo "FAIL $spec: latest exists but nothing loaded"; fail=1; }
     fi
-    printf '  %-30s committed %s, loaded %s\n' "$spec" "$committed" "$got"
+    printf '  %-30s committed %s, loaded %s\n' "${MODE:-save} $spec" "$committed" "$got"
 }
 
 # Every storage call of the second save on rank 0. The last call of a save
@@ -86,6 +88,37 @@ rc=0; TRIDENT_FAULT=fsync:2@2 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" save "
     [ ! -e "$dir/step-000002.tmp" ] && [ "$("$DRV" load "$dir" 2>&1)" = "loaded step 1" ] ||
     { cat "$root/out"; ls "$dir"; echo "FAIL: fsync fault on one rank (exit $rc)"; fail=1; }
 
+# Asynchronous saves (checkpoint_save_begin, `ckpt_driver asave`): kill
+# points inside the snapshot, the background writer and the commit. Rank 1's
+# storage calls per save: its 4 pieces' snapshot points, the writer's start,
+# h5_create and the fsync of its file (on the writer thread), then the
+# commit's join and written points; in save 1 the main thread only polls
+# while the writer runs, so the numbering there is exact.
+aout=$(timeout 60 "${MPIRUN[@]}" -np 4 "$DRV" asave "$root/aclean" 2>&1) || { echo "$aout"; fail "clean async save"; }
+grep -q '^committed step 3$' <<<"$aout" && [ "$(sed -n 's/^calls rank 1 after step 1: //p' <<<"$aout")" -eq 9 ] ||
+    { echo "$aout"; echo "FAIL: async clean save (rank 1: 9 calls per save)"; fail=1; }
+for f in manifest.ini rank-00000.h5 rank-00001.h5 rank-00002.h5 rank-00003.h5; do
+    cmp -s "$root/clean/step-000003/$f" "$root/aclean/step-000003/$f" || { echo "FAIL: async step 3 $f differs from the synchronous one"; fail=1; }
+done
+MODE=asave
+crash "kill:ckpt_async_snapshot:2@0"   # mid-snapshot of save 1, rank 0
+crash "kill:ckpt_async_snapshot:6@1"   # mid-snapshot of save 2, rank 1
+crash "kill:7@1"                       # rank 1's writer: the fsync of its file in save 1 (mid-write on one rank)
+crash "kill:h5_create:2@1"             # rank 1's writer about to write its file in save 2
+crash "kill:ckpt_async_write:3"        # every rank's writer of save 3 starting
+crash "kill:ckpt_async_written:2"      # every rank after all writes of save 2, before its commit
+crash "kill:ckpt_async_join:2@0"       # save 3 arriving while save 2 is in flight: rank 0 before the join
+crash "kill:ckpt_async_join:2@3"       # the same on rank 3
+crash "kill:ckpt_between_renames:3"    # save 3's commit between its renames
+MODE=save
+# A failed fsync of rank 1's file in its background write of save 2: every
+# rank returns rank 1's reason, step 1 stays the latest.
+dir="$root/afsync"
+rc=0; TRIDENT_FAULT=fsync:2@1 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" asave "$dir" >"$root/out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && [ "$(grep -c 'save failed: checkpoint step 2: writing the rank file failed on 1 of 4 ranks: rank 1 (host [^)]*): .*step-000002.tmp/rank-00001.h5: fsync failed' "$root/out")" -eq 4 ] &&
+    [ ! -e "$dir/step-000002.tmp" ] && [ "$("$DRV" load "$dir" 2>&1)" = "loaded step 1" ] ||
+    { cat "$root/out"; ls "$dir"; echo "FAIL: fsync fault in rank 1's background write (exit $rc)"; fail=1; }
+
 # info: the layout and every tensor with its global shape, pieces and bytes
 # (W = q_proj, (8, 8) fp32: 4 pieces of 64 bytes each for the moments, ZeRO
 # halves of two TP blocks; param/W twice per block, once per DP rank).
@@ -111,6 +144,6 @@ fi
 mpi_no_leftovers "$DRV" >/dev/null || { echo "FAIL: bad TRIDENT_FAULT: processes left alive"; fail=1; }
 
 echo "$points kill points"
-[ "$points" -ge 20 ] || { echo "FAIL: only $points kill points"; fail=1; }
+[ "$points" -ge 37 ] || { echo "FAIL: only $points kill points"; fail=1; }
 if [ "$fail" -eq 0 ]; then echo "ckpt_crash: all passed"; fi
 exit "$fail"

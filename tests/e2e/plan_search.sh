@@ -27,7 +27,8 @@
 #     f's named parts of the plan add up to its pools;
 #  h. context parallelism (issue 26): configs/llama3-8b-128k.ini on 64 H100
 #     (acceptance 5): the search's best layout uses cp and fits; the
-#     config's own layout's ring term (docs/planning.md §3) written out here;
+#     config's own layout's ring term and compute term (docs/planning.md §3)
+#     written out here;
 #     a rank's activation bytes at cp 4 are at most 30% of cp 1's at the same
 #     T (acceptance 3); Llama 3 405B's 131K stage in its published layout (tp
 #     8, cp 16, pp 16, dp 8 on 16,384 H100) fits and its predicted TFLOP/s
@@ -248,6 +249,12 @@ fwd = (cp - 1) * max(0, t_kv - t_blk)
 bwd = (cp - 1) * max(0, t_kv - 2 * t_blk) + cp * t_kv  # dK/dV hops not hidden
 want = L * m * (fwd + bwd)
 assert abs(c["cp_comm_s"] - want) <= 1e-9 * want, (c["cp_comm_s"], want)
+# compute: the whole model's FLOPs over the 64 GPUs (each cp rank 1/cp of the
+# tokens and, load-balanced, of the causal attention: nothing else divides)
+V, F, B = 128256, 14336, 64
+matmul = L * (2 * C * C + 2 * C * Hkv * D + 3 * C * F) + V * C
+flops = (6 * matmul + 6 * L * C * T) * B * T / 64
+assert abs(c["compute_s"] / (flops / rate) - 1) < 1e-9, (c["compute_s"], flops / rate)
 r = a4["groups"][0]["activation_bytes"] / a1["groups"][0]["activation_bytes"]
 assert a4["cp"] == 4 and a1["cp"] == 1 and r <= 0.30, r
 print(f"h: llama3-8b-128k on 64 H100: best tp {best['tp']} x cp {best['cp']} x pp {best['pp']} x dp {best['dp']} "

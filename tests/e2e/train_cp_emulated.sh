@@ -6,7 +6,8 @@
 # tests/cuda_emu). tests/e2e/configs/cp.ini (T 256) with packing =
 # concat_reset on single KJV verses as documents, 5 steps, fp32: every
 # step's loss and grad norm within 1e-5 relative of the CPU backend's cp 2
-# run, and the banner says NCCL. The emulated run goes under
+# run, every step record's attention path "native" (the CUDA backend's block
+# kernels) and the emulation reporting kernel launches. The emulated run goes under
 # TRIDENT_EMU_DELAY (random sleeps before each queued operation of each
 # stream): a block sent before its producer ran, or read before its
 # transfer ended, would give other numbers.
@@ -31,7 +32,10 @@ for dev in cpu cuda; do
     echo "== cp 2 $dev: exit $rc in $(( $(date +%s) - start )) s"
     [ "$rc" -eq 0 ] || { tail -20 "$tmp/$dev.log"; fail "cp 2 on $dev exited $rc"; }
 done
-grep -q "communication: NCCL" "$tmp/cuda.log" || fail "the emulated run did not use NCCL"
+# The CUDA backend's native block kernels ran (metrics.jsonl's attention path;
+# device = cuda on 2 ranks makes NCCL groups: design.md §2).
+paths=$(metrics "$tmp/run-cuda" .attention | sort -u | paste -sd' ')
+[ "$paths" = '"native"' ] || fail "the emulated run's attention paths: $paths, expected \"native\""
 n=$(sed -n 's/^cuda_emu: \([0-9]*\) launches.*/\1/p' "$tmp/cuda.log" | sort -n | head -1)
 [ "${n:-0}" -gt 0 ] || fail "the emulated run reports no kernel launches"
 jq -n -r --slurpfile a <(metrics "$tmp/run-cpu" '[.step, .loss, .grad_norm]') \

@@ -5,6 +5,12 @@
 //       each save returned OK on every rank, and every rank prints
 //       "calls rank R after step S: N" (its storage calls so far).
 //       TRIDENT_FAULT (src/ckpt/durable.h) kills or fails a storage call.
+//   mpirun -np 4 ckpt_driver asave DIR  the same saves asynchronously
+//       (checkpoint_save_begin with a copy, then the arrays are overwritten
+//       as training would): steps 1 and 3 poll every rank's background
+//       work (an all-reduce) and advance once all are done (the writes
+//       agreed, then rank 0's commit); step 2 stays in flight until step
+//       3's save arrives and commits it first.
 //   ckpt_driver load DIR                one rank (another layout: resharding):
 //       resumes from DIR/latest, checks every tensor against the closed form
 //       of its step, prints "loaded step S" (or "loaded none"), exit 0; a
@@ -20,6 +26,7 @@
 //   on rank 0 (not checked on load)
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/mpi_util.h"
 #include "ckpt/checkpoint.h"
@@ -39,8 +46,23 @@ static float value(int64_t step, int tensor, int r, int c) {
     return (float)(step * 1000 + tensor * 100000 + r * 10 + c) + 0.5f;
 }
 
-static int save(const char *dir, int rank, struct comm_group *world) {
+static int failed;
+
+// After the save of step returned st on this rank: the lines the test reads.
+static int report(int rank, int64_t step, enum status st, const struct error *err) {
+    printf("calls rank %d after step %lld: %ld\n", rank, (long long)step, durable_calls());
+    if (st) {
+        fprintf(stderr, "[rank %d] save failed: %s\n", rank, err->msg);
+        return failed = 1;
+    }
+    if (rank == 0) printf("committed step %lld\n", (long long)step);
+    fflush(stdout);
+    return 0;
+}
+
+static int save(const char *dir, int rank, struct comm_group *world, bool async) {
     int t = rank % 2, d = rank / 2, n_params;
+    struct ckpt_async *inflight = NULL;
     struct param_info *params;
     struct error perr = {0};
     CHECK(!model_param_table(&model, &params, &n_params, &perr), "%s", perr.msg);
@@ -79,20 +101,44 @@ static int save(const char *dir, int rank, struct comm_group *world) {
                                    .tokenizer_id = "test-bpe", .pieces = p, .n_pieces = n_pieces,
                                    .state = &s, .keep_last = 2};
         struct error err = {0};
-        enum status st = checkpoint_save(&a, world, &err);
-        free(p);
-        printf("calls rank %d after step %lld: %ld\n", rank, (long long)step, durable_calls());
-        if (st) {
-            fprintf(stderr, "[rank %d] save failed: %s\n", rank, err.msg);
-            free(params);
-            return 1;
+        enum status st;
+        if (!async) {
+            st = checkpoint_save(&a, world, &err);
+            free(p);
+            if (report(rank, step, st, &err)) break;
+            continue;
         }
-        if (rank == 0) printf("committed step %lld\n", (long long)step);
-        fflush(stdout);
+        if (inflight) { // step 3's save arrives while step 2's is written
+            int64_t was = checkpoint_save_step(inflight);
+            st = checkpoint_save_finish(inflight, world, NULL, &err);
+            inflight = NULL;
+            if (report(rank, was, st, &err)) break;
+        }
+        struct ckpt_async *h;
+        st = checkpoint_save_begin(&a, true, world, &h, &err);
+        free(p);
+        if (st && report(rank, step, st, &err)) break;
+        // Training goes on: the arrays change while the writer writes.
+        for (int f = 0; f < 4 * GC; f++) w[f] = -1;
+        for (int f = 0; f < 2 * GC; f++) m[f] = v[f] = -1;
+        for (int i = 0; i < GC; i++) norm[i] = -1;
+        if (step == 2) {
+            inflight = h;
+            continue;
+        }
+        st = STATUS_OK;
+        while (h && !st) { // the trainer's step boundaries: any rank's background work running, any failed
+            int mine = checkpoint_save_writer_state(h), flags[2] = {mine == 0, mine == 2};
+            comm_all_reduce(world, flags, 2, DTYPE_I32, COMM_MAX);
+            if (!flags[0] || flags[1]) st = checkpoint_save_advance(&h, world, NULL, &err);
+            else usleep(1000);
+        }
+        if (report(rank, step, st, &err)) break;
     }
     free(params);
-    return 0;
+    return failed;
 }
+
 
 static int load(const char *dir) {
     char path[CKPT_PATH_MAX];
@@ -152,17 +198,18 @@ int main(int argc, char **argv) {
     int rank, size, rc = 2;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc == 3 && !strcmp(argv[1], "save") && size == 4) {
+    bool async = argc == 3 && !strcmp(argv[1], "asave");
+    if (argc == 3 && (!strcmp(argv[1], "save") || async) && size == 4) {
         struct comm_group world;
         MPI_Comm dup;
         CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
         comm_mpi_init(&world, dup);
-        rc = save(argv[2], rank, &world);
+        rc = save(argv[2], rank, &world, async);
         comm_group_free(&world);
     } else if (argc == 3 && !strcmp(argv[1], "load") && size == 1) {
         rc = load(argv[2]);
     } else {
-        fprintf(stderr, "usage: mpirun -np 4 ckpt_driver save DIR | ckpt_driver load DIR\n");
+        fprintf(stderr, "usage: mpirun -np 4 ckpt_driver save|asave DIR | ckpt_driver load DIR\n");
     }
     MPI_Finalize();
     return rc;
