@@ -285,9 +285,10 @@ int cmd_train(int argc, char **argv) {
     int rc = STATUS_OK;
     if (out.signal) {
         if (world_rank == 0) {
-            printf("stopped by signal %d (%s) after step %d%s; exit %d (requeue)\n", out.signal,
-                   out.signal == SIGHUP ? "the launcher is gone" : strsignal(out.signal), out.steps_done, out.saved ? ", checkpoint saved"
-                   : " ([checkpoint] dir = none: nothing saved)", EXIT_PREEMPTED);
+            // The wording up to "checkpoint saved" is what requeue scripts look for (README).
+            printf("stopped by signal %d after step %d%s; exit %d (requeue; %s)\n", out.signal, out.steps_done,
+                   out.saved ? ", checkpoint saved" : " ([checkpoint] dir = none: nothing saved)", EXIT_PREEMPTED,
+                   out.signal == SIGHUP ? "the launcher is gone" : strsignal(out.signal));
             fflush(stdout);
         }
         rc = EXIT_PREEMPTED;
