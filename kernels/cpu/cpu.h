@@ -117,6 +117,37 @@ static inline enum dtype cpu_compute_dtype(enum dtype d) {
           "%s: tensor %s is %s, expected %s or %s", op, name, dtype_name((g).dtype), \
           dtype_name(d), dtype_name(cpu_compute_dtype(d)))
 
+// dst (rows, cols) contiguous FP32 = src (BF16/FP16 dt) rows ld elements
+// apart: the attention kernels' per-head staging (cpu_attention.c,
+// cpu_attention_block.c).
+static inline void cpu_rows_to_f32(float *dst, const uint16_t *src, enum dtype dt, int rows,
+                                   int cols, int ld) {
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * cols;
+        if (dt == DTYPE_BF16)
+            for (int c = 0; c < cols; c++) d[c] = bf16_to_f32(s[c]);
+        else
+            for (int c = 0; c < cols; c++) d[c] = fp16_to_f32(s[c]);
+    }
+}
+
+// dst (BF16/FP16 dt) rows ld elements apart = round(src (rows, cols) FP32),
+// or round(dst + src) when add (one rounding per call).
+static inline void cpu_rows_from_f32(uint16_t *dst, const float *src, enum dtype dt, int rows,
+                                     int cols, int ld, bool add) {
+    for (int r = 0; r < rows; r++) {
+        uint16_t *d = dst + (size_t)r * ld;
+        const float *s = src + (size_t)r * cols;
+        if (dt == DTYPE_BF16)
+            for (int c = 0; c < cols; c++)
+                d[c] = bf16_from_f32(add ? bf16_to_f32(d[c]) + s[c] : s[c]);
+        else
+            for (int c = 0; c < cols; c++)
+                d[c] = fp16_from_f32(add ? fp16_to_f32(d[c]) + s[c] : s[c]);
+    }
+}
+
 // dst[i] += v on the data of a gradient of dtype d: FP32/FP64 as `+=` in that
 // type; BF16/FP16 add in FP32 and round once per call.
 static inline void cpu_grad_add(void *dst, enum dtype d, size_t i, double v) {

@@ -27,32 +27,6 @@ static void *attention_scratch(struct backend *be, size_t per_thread) {
 
 static size_t block_elems(int T) { return (size_t)2 * ATTN_BLOCK * (T > 0 ? T : 1); }
 
-// dst (rows, cols) contiguous FP32 = src (BF16/FP16 dt) rows ld elements apart.
-static void rows_to_f32(float *dst, const uint16_t *src, enum dtype dt, int rows, int cols,
-                        int ld) {
-    for (int r = 0; r < rows; r++) {
-        const uint16_t *s = src + (size_t)r * ld;
-        float *d = dst + (size_t)r * cols;
-        if (dt == DTYPE_BF16)
-            for (int c = 0; c < cols; c++) d[c] = bf16_to_f32(s[c]);
-        else
-            for (int c = 0; c < cols; c++) d[c] = fp16_to_f32(s[c]);
-    }
-}
-
-// dst (BF16/FP16 dt) rows ld elements apart = src (rows, cols) FP32, rounded.
-static void rows_from_f32(uint16_t *dst, const float *src, enum dtype dt, int rows, int cols,
-                          int ld) {
-    for (int r = 0; r < rows; r++) {
-        uint16_t *d = dst + (size_t)r * ld;
-        const float *s = src + (size_t)r * cols;
-        if (dt == DTYPE_BF16)
-            for (int c = 0; c < cols; c++) d[c] = bf16_from_f32(s[c]);
-        else
-            for (int c = 0; c < cols; c++) d[c] = fp16_from_f32(s[c]);
-    }
-}
-
 // BF16/FP16 forward: per (b, h) q, k, v heads to FP32 (T, D), the FP32 head
 // body, out rounded; lse (FP32) written directly.
 static void attention_forward_lowp(struct backend *be, enum dtype dt, uint16_t *out, float *lse,
@@ -67,12 +41,12 @@ static void attention_forward_lowp(struct backend *be, enum dtype dt, uint16_t *
         float *S = scratch + (size_t)omp_get_thread_num() * per;
         float *qf = S + block_elems(T), *kf = qf + head, *vf = kf + head, *of = vf + head;
         size_t qoff = (size_t)b * T * ldq + (size_t)h * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
-        rows_to_f32(qf, q + qoff, dt, T, D, ldq);
-        rows_to_f32(kf, k + koff, dt, T, D, ldk);
-        rows_to_f32(vf, v + koff, dt, T, D, ldk);
+        cpu_rows_to_f32(qf, q + qoff, dt, T, D, ldq);
+        cpu_rows_to_f32(kf, k + koff, dt, T, D, ldk);
+        cpu_rows_to_f32(vf, v + koff, dt, T, D, ldk);
         attention_head_forward_f32(of, lse + ((size_t)b * H + h) * T, qf, D, kf, vf, D,
                                    doc_start ? doc_start + (size_t)b * T : NULL, T, D, S);
-        rows_from_f32(out + qoff, of, dt, T, D, ldq);
+        cpu_rows_from_f32(out + qoff, of, dt, T, D, ldq, false);
     }
 }
 
@@ -94,22 +68,22 @@ static void attention_backward_lowp(struct backend *be, enum dtype dt, uint16_t 
         float *kf = P + block_elems(T), *vf = kf + head, *dkf = vf + head, *dvf = dkf + head;
         float *qf = dvf + head, *of = qf + head, *dof = of + head, *dqf = dof + head;
         size_t koff = (size_t)b * T * ldk + (size_t)hk * D;
-        rows_to_f32(kf, k + koff, dt, T, D, ldk);
-        rows_to_f32(vf, v + koff, dt, T, D, ldk);
+        cpu_rows_to_f32(kf, k + koff, dt, T, D, ldk);
+        cpu_rows_to_f32(vf, v + koff, dt, T, D, ldk);
         memset(dkf, 0, head * sizeof(float));
         memset(dvf, 0, head * sizeof(float));
         for (int h = hk * G; h < (hk + 1) * G; h++) {
             size_t off = (size_t)b * T * ldq + (size_t)h * D;
-            rows_to_f32(qf, q + off, dt, T, D, ldq);
-            rows_to_f32(of, out + off, dt, T, D, ldq);
-            rows_to_f32(dof, dout + off, dt, T, D, ldq);
+            cpu_rows_to_f32(qf, q + off, dt, T, D, ldq);
+            cpu_rows_to_f32(of, out + off, dt, T, D, ldq);
+            cpu_rows_to_f32(dof, dout + off, dt, T, D, ldq);
             attention_head_backward_f32(dqf, qf, of, dof, D, dkf, dvf, kf, vf, D,
                                         lse + ((size_t)b * H + h) * T,
                                         doc_start ? doc_start + (size_t)b * T : NULL, T, D, P);
-            rows_from_f32(dq + off, dqf, dt, T, D, ldq);
+            cpu_rows_from_f32(dq + off, dqf, dt, T, D, ldq, false);
         }
-        rows_from_f32(dk + koff, dkf, dt, T, D, ldk);
-        rows_from_f32(dv + koff, dvf, dt, T, D, ldk);
+        cpu_rows_from_f32(dk + koff, dkf, dt, T, D, ldk, false);
+        cpu_rows_from_f32(dv + koff, dvf, dt, T, D, ldk, false);
     }
 }
 

@@ -89,32 +89,6 @@ static void *block_scratch(struct backend *be, int Tq, int Tk, int D, enum dtype
     return cpu_scratch(be, block_scratch_elems(Tq, Tk, D, lowp) * elem * (size_t)omp_get_max_threads());
 }
 
-// dst (rows, cols) contiguous FP32 = src (BF16/FP16 dt) rows ld elements apart.
-static void rows_to_f32(float *dst, const uint16_t *src, enum dtype dt, int rows, int cols, int ld) {
-    for (int r = 0; r < rows; r++) {
-        const uint16_t *s = src + (size_t)r * ld;
-        float *d = dst + (size_t)r * cols;
-        if (dt == DTYPE_BF16)
-            for (int c = 0; c < cols; c++) d[c] = bf16_to_f32(s[c]);
-        else
-            for (int c = 0; c < cols; c++) d[c] = fp16_to_f32(s[c]);
-    }
-}
-
-// dst (BF16/FP16 dt) rows ld apart = round(src (rows, cols) FP32), or
-// round(dst + src) when add.
-static void rows_from_f32(uint16_t *dst, const float *src, enum dtype dt, int rows, int cols,
-                          int ld, bool add) {
-    for (int r = 0; r < rows; r++) {
-        uint16_t *d = dst + (size_t)r * ld;
-        const float *s = src + (size_t)r * cols;
-        if (dt == DTYPE_BF16)
-            for (int c = 0; c < cols; c++) d[c] = bf16_from_f32((add ? bf16_to_f32(d[c]) : 0) + s[c]);
-        else
-            for (int c = 0; c < cols; c++) d[c] = fp16_from_f32((add ? fp16_to_f32(d[c]) : 0) + s[c]);
-    }
-}
-
 // BF16/FP16 forward: per (b, h) q, k, v (and out when accumulating) to FP32,
 // the FP32 head body, out rounded; lse (FP32) in place.
 static void block_forward_lowp(struct backend *be, enum dtype dt, uint16_t *out, float *lse,
@@ -131,15 +105,15 @@ static void block_forward_lowp(struct backend *be, enum dtype dt, uint16_t *out,
         float *qf = S + base, *of = qf + (size_t)Tq * D, *kf = of + (size_t)Tq * D;
         float *vf = kf + (size_t)Tk * D;
         size_t qoff = (size_t)b * Tq * ldq + (size_t)h * D, koff = (size_t)b * Tk * ldk + (size_t)hk * D;
-        rows_to_f32(qf, q + qoff, dt, Tq, D, ldq);
-        rows_to_f32(kf, k + koff, dt, Tk, D, ldk);
-        rows_to_f32(vf, v + koff, dt, Tk, D, ldk);
-        if (accumulate) rows_to_f32(of, out + qoff, dt, Tq, D, ldq);
+        cpu_rows_to_f32(qf, q + qoff, dt, Tq, D, ldq);
+        cpu_rows_to_f32(kf, k + koff, dt, Tk, D, ldk);
+        cpu_rows_to_f32(vf, v + koff, dt, Tk, D, ldk);
+        if (accumulate) cpu_rows_to_f32(of, out + qoff, dt, Tq, D, ldq);
         attention_block_head_forward_f32(of, lse + ((size_t)b * H + h) * Tq, qf, D, kf, vf, D,
                                          q_pos + (size_t)b * Tq,
                                          q_doc ? q_doc + (size_t)b * Tq : NULL,
                                          k_pos + (size_t)b * Tk, Tq, Tk, D, accumulate, S);
-        rows_from_f32(out + qoff, of, dt, Tq, D, ldq, false);
+        cpu_rows_from_f32(out + qoff, of, dt, Tq, D, ldq, false);
     }
 }
 
@@ -164,25 +138,25 @@ static void block_backward_lowp(struct backend *be, enum dtype dt, uint16_t *dq,
         float *qf = P + base, *of = qf + qh, *dof = of + qh, *dqf = dof + qh;
         float *kf = dqf + qh, *vf = kf + kh, *dkf = vf + kh, *dvf = dkf + kh;
         size_t koff = (size_t)b * Tk * ldk + (size_t)hk * D;
-        rows_to_f32(kf, k + koff, dt, Tk, D, ldk);
-        rows_to_f32(vf, v + koff, dt, Tk, D, ldk);
+        cpu_rows_to_f32(kf, k + koff, dt, Tk, D, ldk);
+        cpu_rows_to_f32(vf, v + koff, dt, Tk, D, ldk);
         memset(dkf, 0, kh * sizeof(float));
         memset(dvf, 0, kh * sizeof(float));
         for (int h = hk * G; h < (hk + 1) * G; h++) {
             size_t off = (size_t)b * Tq * ldq + (size_t)h * D;
-            rows_to_f32(qf, q + off, dt, Tq, D, ldq);
-            rows_to_f32(of, out + off, dt, Tq, D, ldq);
-            rows_to_f32(dof, dout + off, dt, Tq, D, ldq);
+            cpu_rows_to_f32(qf, q + off, dt, Tq, D, ldq);
+            cpu_rows_to_f32(of, out + off, dt, Tq, D, ldq);
+            cpu_rows_to_f32(dof, dout + off, dt, Tq, D, ldq);
             memset(dqf, 0, qh * sizeof(float));
             attention_block_head_backward_f32(dqf, qf, of, dof, D, dkf, dvf, kf, vf, D,
                                               lse + ((size_t)b * H + h) * Tq,
                                               q_pos + (size_t)b * Tq,
                                               q_doc ? q_doc + (size_t)b * Tq : NULL,
                                               k_pos + (size_t)b * Tk, Tq, Tk, D, P);
-            rows_from_f32(dq + off, dqf, dt, Tq, D, ldq, true);
+            cpu_rows_from_f32(dq + off, dqf, dt, Tq, D, ldq, true);
         }
-        rows_from_f32(dk + koff, dkf, dt, Tk, D, ldk, true);
-        rows_from_f32(dv + koff, dvf, dt, Tk, D, ldk, true);
+        cpu_rows_from_f32(dk + koff, dkf, dt, Tk, D, ldk, true);
+        cpu_rows_from_f32(dv + koff, dvf, dt, Tk, D, ldk, true);
     }
 }
 
