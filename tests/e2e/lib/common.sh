@@ -92,9 +92,16 @@ metrics() {
     jq -c "select(has(\"loss\")) | ${2:-.}" "$1/metrics.jsonl"
 }
 
+# metrics_at_least RUN_DIR STEP: RUN_DIR/metrics.jsonl has a step record of
+# STEP or later. Read line by line (fromjson?), so a line the live run is
+# still writing is skipped, not a parse error that reads as "no"; and not
+# by jq -e, whose status in jq 1.6 is that of the LAST input's output (no
+# output for a trailing non-step record, such as a checkpoint record, reads
+# as "no").
 metrics_at_least() {
-    [ -f "$1/metrics.jsonl" ] && jq -e --argjson s "$2" 'select(has("loss") and .step >= $s)' \
-        "$1/metrics.jsonl" >/dev/null 2>&1
+    [ -f "$1/metrics.jsonl" ] && jq -R --argjson s "$2" \
+        'fromjson? | select(type == "object" and has("loss") and .step >= $s) | .step' \
+        "$1/metrics.jsonl" 2>/dev/null | grep -q .
 }
 
 small_dataset() {
