@@ -25,6 +25,9 @@ cleanup() {
     set +e
     pkill -KILL -P "$a_pid" 2>/dev/null
     kill -KILL "$a_pid" 2>/dev/null
+    # mpirun and the ranks outlive a killed timeout: anything naming this
+    # test's folder goes too (a failed check left run A training on)
+    pkill -KILL -f "$tmp/" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$tmp"
     return 0

@@ -62,7 +62,7 @@ def steps(name):
     out = {}
     for line in open(f"{tmp}/run-{name}/metrics.jsonl"):
         rec = json.loads(line)
-        if rec.get("done") or rec.get("event") == "start":  # the closing summary, the start record
+        if rec.get("done") or rec.get("event") in ("start", "checkpoint"):  # the closing summary, the start and checkpoint records
             continue
         if "loss" not in rec:
             assert set(rec) == {"step", "val_loss"}, f"{name}: unknown record {rec}"

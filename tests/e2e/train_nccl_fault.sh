@@ -10,7 +10,7 @@
 # (topology_check_device_groups, every 0.2 s, while a main thread blocks on
 # the device) must find it: the job must exit 1 within watchdog_s (30 s) of
 # the last step logged,
-# rank 1's message naming its own failure ("NCCL error on the dp group ...
+# rank 1's message naming its own failure ("NCCL error on the dp_cp group ...
 # unhandled system error ... TRIDENT_FAULT=nccl:3") and rank 0's naming rank 1
 # ("remote process exited ... world rank 1"), no process left. Without the
 # poll both ranks hang until the watchdog's timeout, whose message names no
@@ -33,9 +33,9 @@ fail=0
 [ "$rc" = 1 ] || { echo "FAIL: exit $rc, expected 1"; fail=1; }
 [ $((end - last)) -lt $WATCHDOG_S ] ||
     { echo "FAIL: ended $((end - last)) s after the last step logged, not within watchdog_s = $WATCHDOG_S"; fail=1; }
-grep -Eq '^trident: \[rank 1[],].*NCCL error on the dp group \(NCCL rank 1 of 2.*unhandled system error.*TRIDENT_FAULT=nccl:3' "$tmp/log" ||
+grep -Eq '^trident: \[rank 1[],].*NCCL error on the dp_cp group \(NCCL rank 1 of 2.*unhandled system error.*TRIDENT_FAULT=nccl:3' "$tmp/log" ||
     { echo "FAIL: rank 1 did not report its NCCL error"; fail=1; }
-grep -Eq '^trident: \[rank 0[],].*NCCL error on the dp group \(NCCL rank 0 of 2.*remote process exited.*world rank 1, host [^)]+\) failed' "$tmp/log" ||
+grep -Eq '^trident: \[rank 0[],].*NCCL error on the dp_cp group \(NCCL rank 0 of 2.*remote process exited.*world rank 1, host [^)]+\) failed' "$tmp/log" ||
     { echo "FAIL: rank 0 did not report rank 1's NCCL error"; fail=1; }
 metrics_at_least "$tmp/run" 1 || { echo "FAIL: no step logged before the fault"; fail=1; }
 mpi_no_leftovers "$tmp/run" || { echo "FAIL: processes left"; fail=1; }
