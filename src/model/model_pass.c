@@ -24,7 +24,7 @@ void model_set_groups(struct model *m, const struct parallel_groups *groups) {
 // The host waits for the compute stream before a TP collective, unless the
 // group orders itself after it (NCCL: comm_stream_ordered).
 static void sync_for_tp(struct model *m) {
-    if (!comm_stream_ordered(m->groups.tp)) backend_synchronize(m->be);
+    comm_order_after_compute(m->groups.tp, m->be);
 }
 
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op) {

@@ -253,7 +253,7 @@ static struct tensor grads_of_range(struct optimizer *o, int k, size_t lo, size_
 // Before a DP collective on backend buffers: the host waits for the compute
 // stream unless the group orders itself after it (NCCL).
 static void sync_for_dp(struct optimizer *o) {
-    if (!comm_stream_ordered(o->groups.dp)) backend_synchronize(o->be);
+    comm_order_after_compute(o->groups.dp, o->be);
 }
 
 double optimizer_prepare(struct optimizer *o) {
@@ -333,7 +333,7 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
     }
     struct comm_group *sg = shard_group(o);
     if (units_sharded(o) && !zero3(o) && group_size(sg) > 1) { // ZeRO-2: unit by unit
-        if (!comm_stream_ordered(sg)) backend_synchronize(o->be);
+        comm_order_after_compute(sg, o->be);
         int nu;
         const struct model_unit *u = model_units(o->model, &nu);
         for (int k = 0; k < nu; k++) {

@@ -90,7 +90,7 @@ static struct tensor part(const struct model *m, int i, int k, int count) {
 
 // MPI reads backend buffers from the host: the compute must be done.
 static void sync_for_ring(struct model *m) {
-    if (!comm_stream_ordered(m->groups.cp)) backend_synchronize(m->be);
+    comm_order_after_compute(m->groups.cp, m->be);
 }
 
 // Starts sending src (one message) to the next rank of the ring and

@@ -229,6 +229,10 @@ bool comm_stream_ordered(const struct comm_group *g) {
     return g && g->ops && g->ops->stream_ordered;
 }
 
+void comm_order_after_compute(const struct comm_group *g, struct backend *be) {
+    if (!comm_stream_ordered(g)) backend_synchronize(be);
+}
+
 void comm_group_free(struct comm_group *g) {
     if (!g) return;
     if (g->ops && g->ops->free) g->ops->free(g);

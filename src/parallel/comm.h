@@ -136,6 +136,13 @@ void comm_group_free(struct comm_group *g);
 // backend_synchronize before a collective on backend buffers. False for NULL.
 bool comm_stream_ordered(const struct comm_group *g);
 
+// Makes be's queued compute visible to g's next operation on backend
+// buffers: backend_synchronize(be) unless g orders itself after the compute
+// stream (comm_stream_ordered: NCCL's stream waits on an event instead).
+// The one place the trainer's TP, DP, ZeRO, FSDP and ring collectives take
+// that decision.
+void comm_order_after_compute(const struct comm_group *g, struct backend *be);
+
 // struct comm_ops.check of g: 0 for NULL, a group this rank is not in, or
 // an implementation without the entry (MPI, self).
 int comm_check(struct comm_group *g, char *msg, size_t cap);

@@ -60,7 +60,7 @@ static size_t unit_len(const struct fsdp *f, int u) { return f->units[u].end - f
 // Before a collective on backend buffers: the host waits for the compute
 // stream unless the group orders itself after it (NCCL).
 static void sync_for(struct fsdp *f) {
-    if (!comm_stream_ordered(f->g)) backend_synchronize(f->be);
+    comm_order_after_compute(f->g, f->be);
 }
 
 static int live_units(const struct fsdp *f) {

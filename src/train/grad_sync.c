@@ -66,7 +66,7 @@ static void bucket_start(struct grad_sync *s, struct bucket *b) {
         struct tensor l = tensor_slice(s->low, b->begin, t.numel);
         struct backend *be = model_backend(s->model);
         backend_copy(be, l, t, t.numel);
-        if (!comm_stream_ordered(s->dp)) backend_synchronize(be); // NCCL orders itself
+        comm_order_after_compute(s->dp, be); // NCCL orders itself
         t = l;
     }
     comm_all_reduce_start(s->dp, t.data, t.numel, t.dtype, COMM_SUM, &b->req);
