@@ -71,6 +71,21 @@ static inline struct comm_group *parallel_host_group(struct comm_group *g,
     return host ? host : g;
 }
 
+// RoPE frequency scaling ([model] rope_scaling; Hugging Face's config.json
+// `rope_scaling`): NONE is plain RoPE (Su et al. 2021; HF "default"); LINEAR
+// divides every position by `factor` (HF "linear", Chen et al. 2023,
+// position interpolation); LLAMA3 rescales each frequency by its wavelength
+// against original_max_pos (HF `_compute_llama3_parameters`: wavelengths
+// below original_max_pos / high_freq_factor unchanged, above
+// original_max_pos / low_freq_factor divided by factor, smooth between).
+enum rope_scaling_type { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3 };
+struct rope_scaling {
+    enum rope_scaling_type type;
+    double factor;                            // LINEAR, LLAMA3: > 0 (1: no change)
+    double low_freq_factor, high_freq_factor; // LLAMA3: high > low > 0
+    int original_max_pos;                     // LLAMA3: original_max_position_embeddings
+};
+
 // Global model hyperparameters ([model] in the config).
 struct llama_config {
     int vocab_size;      // V: real classes
@@ -81,6 +96,12 @@ struct llama_config {
     int ffn_dim;         // F
     int max_seq_len;     // rows of the RoPE tables
     double rope_theta;   // RoPE base
+    struct rope_scaling rope_scaling; // zero: plain RoPE
+    int head_dim;        // D; 0: d_model / n_heads (HF head_dim; Qwen3 sets D H != C)
+    bool qkv_bias;       // q, k, v projections have biases (Qwen2: Hl D + 2 Hkvl D per TP
+                         // shard, sharded like the weights' rows)
+    bool qk_norm;        // Qwen3: RMSNorm (weight (D,), norm_eps) over each head's q and k
+                         // before RoPE; the weights are replicated over TP
     float norm_eps;      // RMSNorm epsilon
     bool tie_embeddings; // lm_head shares model.embed_tokens.weight
     float init_std;      // std of the normal init of every matrix
