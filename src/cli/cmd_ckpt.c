@@ -145,7 +145,8 @@ static uint64_t parse_size(const char *s) {
 
 // `ckpt export DIR OUT --format hf ...`: argv[0] = "export". Returns the exit code.
 static int export_hf(int argc, char **argv) {
-    struct hf_export_args a = {.out_dir = argv[2], .dtype = -1, .bos_id = -1, .eos_id = -1};
+    struct hf_export_args a = {.out_dir = argv[2], .dtype = -1, .bos_id = -1, .eos_id = -1,
+                               .family = -1};
     const char *tok_path = NULL;
     for (int i = 3; i < argc; i++) {
         bool has = i + 1 < argc;
@@ -200,6 +201,16 @@ static int export_hf(int argc, char **argv) {
             a.tokenizer_json = tok_file;
         }
     }
+    // The ids `trident import` kept next to the checkpoint (every eos id of
+    // the source folder) before the tokenizer's end-of-text.
+    struct hf_meta meta = {.bos_id = -1, .pad_id = -1};
+    bool found = false;
+    for (int up = 0; up <= 1 && !found && !err.status; up++) {
+        char gc[4200];
+        snprintf(gc, sizeof gc, "%s%s/generation_config.json", argv[1], up ? "/.." : "");
+        hf_read_generation_config(gc, checkpoint_info(r)->model.vocab_size, &meta, &found, &err);
+    }
+    if (found) a.meta = &meta;
     if (!err.status) hf_export(r, &a, &err);
     free(eos_text);
     if (tok) tokenizer_free(tok);
@@ -208,7 +219,7 @@ static int export_hf(int argc, char **argv) {
         fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
         return err.status;
     }
-    printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", argv[1], argv[2],
+    printf("exported %s as a Hugging Face folder %s%s\n", argv[1], argv[2],
            tok_path ? "" : " (note: no tokenizer, none next to the checkpoint or named by a run "
                            "folder's config.ini above it: no tokenizer.json, bos/eos ids null; "
                            "--tokenizer DATASET_DIR adds it)");

@@ -276,6 +276,8 @@ int cmd_generate(int argc, char **argv) {
         bool ended;
         int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, eot, out,
                                 &ended, NULL);
+        int stop = generator_stop_at(&g, out, n, eot); // every stop id of the model
+        if (stop < n) n = stop, ended = true;
         char *text = decode_clean(tok, out, n);
         if (json) {
             json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,

@@ -20,6 +20,11 @@ struct generator {
     char path[CKPT_PATH_MAX];    // as given
     char tokenizer_id[128];      // a trident checkpoint's tokenizer identity ("" unknown)
     char tokenizer_json[CKPT_PATH_MAX + 32]; // an HF folder's tokenizer.json when present, else ""
+    int n_stop;                  // stop ids of the model (0: the tokenizer's end-of-text only):
+    int stop_ids[16];            // an HF folder's eos_token_id (config.json or
+                                 // generation_config.json, every id of a list), or a checkpoint's
+                                 // generation_config.json (`trident import` writes it next to
+                                 // step-000000); generation stops at any of them
     int window;                  // T of the loaded model (0 before generator_load)
     struct backend *be;
     struct model *m;             // microbatch (1, window)
@@ -40,5 +45,9 @@ enum status generator_open(const char *path, struct generator *g, struct error *
 enum status generator_load(struct generator *g, int window, int threads, struct error *err);
 
 void generator_close(struct generator *g);
+
+// The index in ids[0, n) of the first id that stops generation (g's stop ids
+// or eot, -1 for none), or n when none does.
+int generator_stop_at(const struct generator *g, const int32_t *ids, int n, int eot);
 
 #endif
