@@ -274,9 +274,12 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = xmalloc(sizeof *out * (size_t)max_new);
     for (int i = 0; i < n_prompts; i++) {
         bool ended;
-        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, eot, out,
-                                &ended, NULL);
-        int stop = generator_stop_at(&g, out, n, eot); // every stop id of the model
+        // The model's stop ids when it has them (an HF eos_token_id list, as
+        // transformers' generate() stops), else the tokenizer's end-of-text.
+        int stop_id = g.n_stop ? -1 : eot;
+        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, stop_id,
+                                out, &ended, NULL);
+        int stop = generator_stop_at(&g, out, n, stop_id);
         if (stop < n) n = stop, ended = true;
         char *text = decode_clean(tok, out, n);
         if (json) {

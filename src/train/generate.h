@@ -47,7 +47,9 @@ enum status generator_load(struct generator *g, int window, int threads, struct 
 void generator_close(struct generator *g);
 
 // The index in ids[0, n) of the first id that stops generation (g's stop ids
-// or eot, -1 for none), or n when none does.
+// or eot, -1 for none), or n when none does. `trident generate` stops at the
+// model's stop ids when it has some (as transformers' generate() does), else
+// at the tokenizer's end-of-text.
 int generator_stop_at(const struct generator *g, const int32_t *ids, int n, int eot);
 
 #endif
