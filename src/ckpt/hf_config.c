@@ -176,7 +176,7 @@ enum status hf_load_json(const char *path, size_t max_bytes, json_t **out, bool 
 
 // v as compact JSON, cut to fit buf.
 static const char *show(json_t *v, char *buf, size_t cap) {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
     snprintf(buf, cap, "%s", s ? s : "?");
     if (s && strlen(s) >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4);
     free(s);
