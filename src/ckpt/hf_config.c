@@ -5,6 +5,7 @@
 // checked for type and range before use.
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,62 @@ static const struct hf_key_row rows[] = {
     {G, "output_attentions", ALL, "no effect", NULL},
     {G, "output_hidden_states", ALL, "no effect", NULL},
     {G, "use_cache", ALL, "no effect", NULL},
+    {G, "assistant_confidence_threshold", ALL, "decoding", NULL},
+    {G, "bad_words_ids", ALL, "decoding", NULL},
+    {G, "begin_suppress_tokens", ALL, "decoding", NULL},
+    {G, "cache_config", ALL, "decoding", NULL},
+    {G, "cache_implementation", ALL, "decoding", NULL},
+    {G, "constraints", ALL, "decoding", NULL},
+    {G, "decoder_start_token_id", ALL, "decoding", NULL},
+    {G, "diversity_penalty", ALL, "decoding", NULL},
+    {G, "do_sample", ALL, "decoding", NULL},
+    {G, "dola_layers", ALL, "decoding", NULL},
+    {G, "early_stopping", ALL, "decoding", NULL},
+    {G, "encoder_no_repeat_ngram_size", ALL, "decoding", NULL},
+    {G, "encoder_repetition_penalty", ALL, "decoding", NULL},
+    {G, "epsilon_cutoff", ALL, "decoding", NULL},
+    {G, "eta_cutoff", ALL, "decoding", NULL},
+    {G, "exponential_decay_length_penalty", ALL, "decoding", NULL},
+    {G, "force_words_ids", ALL, "decoding", NULL},
+    {G, "forced_bos_token_id", ALL, "decoding", NULL},
+    {G, "forced_decoder_ids", ALL, "decoding", NULL},
+    {G, "forced_eos_token_id", ALL, "decoding", NULL},
+    {G, "generation_kwargs", ALL, "decoding", NULL},
+    {G, "guidance_scale", ALL, "decoding", NULL},
+    {G, "is_assistant", ALL, "decoding", NULL},
+    {G, "length_penalty", ALL, "decoding", NULL},
+    {G, "low_memory", ALL, "decoding", NULL},
+    {G, "max_length", ALL, "decoding", NULL},
+    {G, "max_matching_ngram_size", ALL, "decoding", NULL},
+    {G, "max_new_tokens", ALL, "decoding", NULL},
+    {G, "max_time", ALL, "decoding", NULL},
+    {G, "min_length", ALL, "decoding", NULL},
+    {G, "min_new_tokens", ALL, "decoding", NULL},
+    {G, "min_p", ALL, "decoding", NULL},
+    {G, "no_repeat_ngram_size", ALL, "decoding", NULL},
+    {G, "num_assistant_tokens", ALL, "decoding", NULL},
+    {G, "num_assistant_tokens_schedule", ALL, "decoding", NULL},
+    {G, "num_beam_groups", ALL, "decoding", NULL},
+    {G, "num_beams", ALL, "decoding", NULL},
+    {G, "num_return_sequences", ALL, "decoding", NULL},
+    {G, "output_logits", ALL, "decoding", NULL},
+    {G, "output_scores", ALL, "decoding", NULL},
+    {G, "penalty_alpha", ALL, "decoding", NULL},
+    {G, "prompt_lookup_num_tokens", ALL, "decoding", NULL},
+    {G, "remove_invalid_values", ALL, "decoding", NULL},
+    {G, "renormalize_logits", ALL, "decoding", NULL},
+    {G, "repetition_penalty", ALL, "decoding", NULL},
+    {G, "return_dict_in_generate", ALL, "decoding", NULL},
+    {G, "return_legacy_cache", ALL, "decoding", NULL},
+    {G, "sequence_bias", ALL, "decoding", NULL},
+    {G, "stop_strings", ALL, "decoding", NULL},
+    {G, "suppress_tokens", ALL, "decoding", NULL},
+    {G, "temperature", ALL, "decoding", NULL},
+    {G, "token_healing", ALL, "decoding", NULL},
+    {G, "top_k", ALL, "decoding", NULL},
+    {G, "top_p", ALL, "decoding", NULL},
+    {G, "typical_p", ALL, "decoding", NULL},
+    {G, "watermarking_config", ALL, "decoding", NULL},
 };
 #undef C
 #undef G
@@ -448,8 +505,8 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
         st = error_set(err, STATUS_BAD_INPUT, "%s: hidden_size = %lld is not a multiple of "
                        "num_attention_heads = %lld and head_dim is not given", path, Cm, H);
     double theta = 0, eps = 0;
-    if (!st) st = get_pos(path, j, "rope_theta", 1e30, 10000.0, &theta, err);
-    if (!st) st = get_pos(path, j, "rms_norm_eps", 1.0, 1e-6, &eps, err);
+    if (!st) st = get_pos(path, j, "rope_theta", DBL_MAX, 10000.0, &theta, err);
+    if (!st) st = get_pos(path, j, "rms_norm_eps", FLT_MAX, 1e-6, &eps, err);
     if (!st) st = get_bool(path, j, "tie_word_embeddings", false, &lc->tie_embeddings, err);
     if (!st && f != HF_MISTRAL) st = get_rope_scaling(path, j, lc, err);
     if (!st && lc->rope_scaling.type == ROPE_SCALING_LLAMA3 &&

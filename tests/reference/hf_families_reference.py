@@ -18,9 +18,10 @@ Writes tests/reference/fixtures/hf_families/:
                         `variants`: config.json edits ("set", "drop") with their logits
                         (variant_K in reference.safetensors, 24 positions): each value
                         changes the model as transformers reads it.
-  config_keys.json      the keys of each family's default config's to_dict() and of
-                        GenerationConfig's (tests/unit/test_hf_keys.c checks the table of
-                        src/ckpt/hf_config.c and docs/formats.md against it).
+  config_keys.json      each family's default config's to_dict() and GenerationConfig's
+                        (key: default), for tests/unit/test_hf_keys.c (the table of
+                        src/ckpt/hf_config.c and docs/formats.md against it); `keys` as the
+                        only argument writes just this file
 
 The families (tiny: hidden 32, 2 layers, 4 heads over 2 key/value heads, ffn 48,
 vocab 264, random N(0, 0.5) weights so that logits are far from uniform):
@@ -270,27 +271,29 @@ def build(family, folder, tok):
 
 
 def config_keys():
-    keys = {"llama": sorted(LlamaConfig().to_dict()), "qwen2": sorted(Qwen2Config().to_dict()),
-            "mistral": sorted(MistralConfig().to_dict()),
-            "generation_config": sorted(GenerationConfig().to_dict())}
+    """Each class's default to_dict(): key -> default (JSON), sorted by key."""
+    def keys(d):
+        return {k: d[k] for k in sorted(d)}
+    out = {"transformers": transformers.__version__,
+           "llama": keys(LlamaConfig().to_dict()), "qwen2": keys(Qwen2Config().to_dict()),
+           "mistral": keys(MistralConfig().to_dict()),
+           "generation_config": keys(GenerationConfig().to_dict())}
     q3 = os.environ.get("QWEN3_CONFIG")
     if q3:
         spec = importlib.util.spec_from_file_location("transformers.models.qwen3.configuration_qwen3", q3)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        keys["qwen3"] = sorted(mod.Qwen3Config().to_dict())
+        out["qwen3"] = keys(mod.Qwen3Config().to_dict())
     else:
-        old = json.load(open(os.path.join(OUT, "config_keys.json")))
-        keys["qwen3"] = old["qwen3"]
-    keys["transformers"] = transformers.__version__
-    json.dump(keys, open(os.path.join(OUT, "config_keys.json"), "w"), indent=0)
+        out["qwen3"] = json.load(open(os.path.join(OUT, "config_keys.json")))["qwen3"]
+    json.dump(out, open(os.path.join(OUT, "config_keys.json"), "w"), indent=0)
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     tok = byte_tokenizer(os.path.join(OUT, "tokenizer.json"))
     config_keys()
-    for family in sys.argv[1:] or FAMILIES:
+    for family in [f for f in sys.argv[1:] if f != "keys"] if sys.argv[1:] else FAMILIES:
         folder = os.path.join(OUT, family)
         shutil.rmtree(folder, ignore_errors=True)
         build(family, folder, tok)
