@@ -102,7 +102,7 @@ static json_t *base_config(int f) {
                           arch[f], "model_type", fam_names[f], "vocab_size", 264, "hidden_size", 32,
                           "intermediate_size", 48, "num_hidden_layers", 2, "num_attention_heads", 4,
                           "num_key_value_heads", 2, "max_position_embeddings", 128);
-    if (f == HF_QWEN3) json_object_set_new(j, "head_dim", json_integer(8));
+    if (f == HF_QWEN3) json_object_set_new(j, "head_dim", json_integer(8)); // 32 / 4
     if (f == HF_MISTRAL) json_object_set_new(j, "sliding_window", json_null());
     return j;
 }
@@ -186,6 +186,17 @@ int main(void) {
         json_t *c = base_config(f);
         enum status st = read_with(c, NULL, &base, &bmeta, &err);
         EXPECT(!st, "%s: the base config: %s", fam_names[f], err.msg);
+        // Absent keys take the class's defaults: untied (acceptance 7), head_dim
+        // hidden / heads (Qwen3: given), rope_theta 10000, rms_norm_eps 1e-6,
+        // Llama and Mistral's bos 1 and eos 2, none for Qwen.
+        EXPECT(!st && !base.tie_embeddings && base.head_dim == 0 && base.rope_theta == 10000.0 &&
+               base.norm_eps == 1e-6f && base.rope_scaling.type == ROPE_SCALING_NONE &&
+               base.qkv_bias == (f == HF_QWEN2) && base.qk_norm == (f == HF_QWEN3),
+               "%s: the defaults of absent keys", fam_names[f]);
+        bool bos_eos = f == HF_LLAMA || f == HF_MISTRAL;
+        EXPECT(!st && bmeta.bos_id == (bos_eos ? 1 : -1) && bmeta.n_eos == (bos_eos ? 1 : 0) &&
+               (!bos_eos || bmeta.eos_ids[0] == 2) && bmeta.pad_id == -1 && (int)bmeta.family == f,
+               "%s: the default ids", fam_names[f]);
         json_t *defaults = json_object_get(keys, fam_names[f]);
         for (int i = 0; i < nc && !st; i++) {
             const struct hf_key_row *r = &rows[i];
