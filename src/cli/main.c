@@ -17,7 +17,7 @@ struct command {
 
 static const struct command commands[] = {
     {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)", NULL},
-    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running", NULL},
+    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running", &cli_plan},
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards", &cli_prep},
     {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset", NULL},
     {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf] | ckpt logits DIR --tokens IDS.txt --out OUT.safetensors   inspect, check, export a checkpoint or compute its logits", NULL},
