@@ -2,7 +2,9 @@
 // one tensor-parallel shard, written once against kernels/ops.h.
 //
 // Math and parameter names match Hugging Face LlamaForCausalLM
-// (transformers/models/llama/modeling_llama.py): token embedding, L blocks of
+// (transformers/models/llama/modeling_llama.py; with llama_config's options
+// Qwen2ForCausalLM's q/k/v biases and Qwen3ForCausalLM's q/k norms and
+// head_dim, docs/design.md §4): token embedding, L blocks of
 // x = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))),
 // n1 = input_layernorm(x); x = x + down_proj(silu(gate_proj(n2)) * up_proj(n2)),
 // n2 = post_attention_layernorm(x); final norm; lm_head (or the embedding
@@ -199,7 +201,8 @@ enum status model_param_table(const struct llama_config *cfg, struct param_info 
 // (docs/design.md §9): 6 x N_matmul + 6 x L x C x T, where N_matmul counts
 // every matrix a token is multiplied by (q, k, v, o, gate, up, down of each
 // block and the LM head V x C, tied or not; not the embedding lookup nor the
-// norm gains) and 6 L C T is the attention score and value matmuls (12 L C T,
+// norm gains nor the biases) and 6 L C T is the attention score and value
+// matmuls, with C read as H D when head_dim is set (12 L C T,
 // Kaplan et al. 2020 Table 1's 2 n_layer n_ctx d_attn forward, x3 for the
 // backward) halved for the causal mask. Sources: Kaplan et al. 2020, §2.1;
 // PaLM (Chowdhery et al. 2022) Appendix B ("6N + 12 L H Q T", here halved:
