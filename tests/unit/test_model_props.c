@@ -254,8 +254,41 @@ static void test_init(struct backend *be) {
     model_free(m), model_free(same), model_free(other);
 }
 
+// issue 28's options in the table and the FLOPs: head_dim 24 with H = 4, C =
+// 64 (H D = 96): q (96, 64), k, v (48, 64), o (64, 96), biases (96,), (48,),
+// q/k norm gains (24,); biases start at zero; the FLOPs count H D, not C.
+static void test_options_table(void) {
+    struct llama_config cfg = small_config(128);
+    cfg.head_dim = 24, cfg.qkv_bias = cfg.qk_norm = true;
+    struct param_info *p;
+    int n;
+    struct error err;
+    CHECK(!model_param_table(&cfg, &p, &n, &err), "%s", err.msg);
+    const struct { const char *name; int rows, cols; } want[] = {
+        {"model.layers.1.self_attn.q_proj.weight", 96, 64}, {"model.layers.1.self_attn.k_proj.weight", 48, 64},
+        {"model.layers.1.self_attn.o_proj.weight", 64, 96}, {"model.layers.1.self_attn.q_proj.bias", 96, 1},
+        {"model.layers.1.self_attn.v_proj.bias", 48, 1},   {"model.layers.1.self_attn.k_norm.weight", 24, 1},
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        const struct param_info *q = NULL;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(p[i].name, want[k].name)) q = &p[i];
+        EXPECT(q && q->grows == want[k].rows && q->gcols == want[k].cols, "%s: %s (%d, %d)", want[k].name,
+               q ? "shape" : "missing", q ? q->grows : 0, q ? q->gcols : 0);
+        if (q && strstr(q->name, "bias")) EXPECT(q->init_zero && !q->decay, "%s: zeros, no decay", q->name);
+        if (q && strstr(q->name, "_norm")) EXPECT(q->tp_sum_grad && q->tp_replicated, "%s: TP-summed", q->name);
+    }
+    EXPECT(n == 3 + 2 * (9 + 5), "%d tensors, expected 31", n);
+    double C = 64, HD = 96, KD = 48, F = 160, L = 2, V = 128, T = 32;
+    double want_flops = 6 * (L * (2 * HD * C + 2 * KD * C + 3 * C * F) + V * C) + 6 * L * HD * T;
+    EXPECT(fabs(model_flops_per_token(&cfg, 32) - want_flops) <= 1e-9 * want_flops,
+           "flops per token %.6g, expected %.6g", model_flops_per_token(&cfg, 32), want_flops);
+    free(p);
+}
+
 int main(void) {
     struct backend *be = backend_cpu_init(2);
+    test_options_table();
     test_causality(be);
     test_initial_loss(be);
     test_accumulation(be, DTYPE_FP64);
