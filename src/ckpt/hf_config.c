@@ -346,7 +346,7 @@ static enum status get_rope_scaling(const char *path, json_t *j, struct llama_co
         keys[nk++] = "factor";
         if (!json_object_get(rs, "factor"))
             return error_set(err, STATUS_BAD_INPUT, "%s: rope_scaling: linear needs factor", path);
-        st = get_pos(where, rs, "factor", 1e6, 1, &lc->rope_scaling.factor, err);
+        st = get_pos(where, rs, "factor", DBL_MAX, 1, &lc->rope_scaling.factor, err);
     } else if (!strcmp(type, "llama3")) {
         struct rope_scaling *r = &lc->rope_scaling;
         r->type = ROPE_SCALING_LLAMA3;
@@ -359,9 +359,9 @@ static enum status get_rope_scaling(const char *path, json_t *j, struct llama_co
                                  need[i]);
         }
         long long omp = 0;
-        if (!st) st = get_pos(where, rs, "factor", 1e6, 1, &r->factor, err);
-        if (!st) st = get_pos(where, rs, "low_freq_factor", 1e6, 1, &r->low_freq_factor, err);
-        if (!st) st = get_pos(where, rs, "high_freq_factor", 1e6, 1, &r->high_freq_factor, err);
+        if (!st) st = get_pos(where, rs, "factor", DBL_MAX, 1, &r->factor, err);
+        if (!st) st = get_pos(where, rs, "low_freq_factor", DBL_MAX, 1, &r->low_freq_factor, err);
+        if (!st) st = get_pos(where, rs, "high_freq_factor", DBL_MAX, 1, &r->high_freq_factor, err);
         if (!st) st = get_int(where, rs, "original_max_position_embeddings", 1, LLAMA_MAX_SEQ_LEN,
                               0, &omp, err);
         r->original_max_pos = (int)omp;
@@ -490,7 +490,7 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
     // head_dim: Llama and Mistral: null or absent is hidden / heads; Qwen3's
     // default is 128; Qwen2 (no such key in 4.46.3) computes hidden / heads.
     json_t *hd = json_object_get(j, "head_dim");
-    if (!st) st = get_int(path, j, "head_dim", 1, LLAMA_MAX_D_MODEL,
+    if (!st) st = get_int(path, j, "head_dim", 1, LLAMA_MAX_HEAD_DIM,
                           dflt[f].head_dim ? dflt[f].head_dim : Cm / H, &D, err);
     if (!st && f == HF_QWEN2 && hd && !json_is_null(hd) && D != Cm / H)
         st = error_set(err, STATUS_BAD_INPUT, "%s: head_dim = %lld: Qwen2ForCausalLM uses "
@@ -509,11 +509,6 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
     if (!st) st = get_pos(path, j, "rms_norm_eps", FLT_MAX, 1e-6, &eps, err);
     if (!st) st = get_bool(path, j, "tie_word_embeddings", false, &lc->tie_embeddings, err);
     if (!st && f != HF_MISTRAL) st = get_rope_scaling(path, j, lc, err);
-    if (!st && lc->rope_scaling.type == ROPE_SCALING_LLAMA3 &&
-        lc->rope_scaling.original_max_pos > P)
-        st = error_set(err, STATUS_BAD_INPUT, "%s: rope_scaling original_max_position_embeddings "
-                       "= %d is above max_position_embeddings = %lld", path,
-                       lc->rope_scaling.original_max_pos, P);
     // Sliding-window attention: refused where it takes effect, i.e. where a
     // sequence of max_position_embeddings tokens reaches past the window in
     // some layer (Mistral: every layer; Qwen2/3: with use_sliding_window,

@@ -36,9 +36,7 @@ HFPY="$PWD/.venv-hf/bin/python"
 FIX=tests/reference/fixtures/hf_families
 check="$PY tests/e2e/lib/hf_families_check.py"
 grep -q tie_word_embeddings "$FIX/llama/config.json" && fail "the llama fixture must leave tie_word_embeddings out"
-# Until the model options of issue 28 (rope_scaling, qkv_bias, qk_norm,
-# head_dim) are in the model, only mistral runs by default.
-FAMILIES=${HF_FAMILIES:-mistral}
+FAMILIES=${HF_FAMILIES:-llama qwen2 qwen3 mistral}
 live=()
 for fam in $FAMILIES; do
     d=$FIX/$fam
@@ -110,9 +108,9 @@ if c["model_type"] == "qwen3": k.append("model.qk_norm=true")
 r = c.get("rope_scaling")
 if r and r.get("rope_type", r.get("type")) == "llama3":
     k += ["model.rope_scaling=llama3", f"model.rope_scaling_factor={r['factor']}",
-          f"model.rope_scaling_low_freq_factor={r['low_freq_factor']}",
-          f"model.rope_scaling_high_freq_factor={r['high_freq_factor']}",
-          f"model.rope_scaling_original_max_pos={r['original_max_position_embeddings']}"]
+          f"model.rope_low_freq_factor={r['low_freq_factor']}",
+          f"model.rope_high_freq_factor={r['high_freq_factor']}",
+          f"model.rope_original_max_pos={r['original_max_position_embeddings']}"]
 print(" ".join(k))
 EOF
 )
