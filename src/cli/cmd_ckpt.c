@@ -182,12 +182,14 @@ static const struct cli_flag ckpt_logits_flags[] = {
 };
 static const struct cli_flag import_flags[] = {
     {"HF_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
-     "a Hugging Face LlamaForCausalLM folder (config.json, safetensors); refused (exit 2, nothing written) "
+     "a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM folder "
+     "(config.json, safetensors; every config key read as docs/formats.md's table says); refused (exit 2, nothing written) "
      "for a NaN or an infinity in a tensor, a missing tensor or a bad file", C(dir)},
     {"OUT_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
      "a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so in its manifest) and latest, "
      "for [model] init_from, generate or ckpt export; a resume from it is refused (no optimizer state); "
-     "HF_DIR's tokenizer.json is copied to OUT_DIR/tokenizer.json, where generate and ckpt export find it",
+     "HF_DIR's tokenizer.json is copied to OUT_DIR/tokenizer.json and its bos, pad and eos ids (every id of "
+     "an eos_token_id list) written to OUT_DIR/generation_config.json, where generate and ckpt export find them",
      C(out)},
 };
 #undef CKPT_DIR_ROW
@@ -204,7 +206,7 @@ const struct cli_command cli_ckpt_verify = {
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_export = {
     .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH]]",
-    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face LlamaForCausalLM folder.",
+    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2 or Qwen3).",
     .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
 const struct cli_command cli_ckpt_logits = {
     .name = "ckpt logits", .synopsis = "DIR --tokens IDS.txt --out OUT.safetensors",
@@ -213,7 +215,7 @@ const struct cli_command cli_ckpt_logits = {
     .flags = ckpt_logits_flags, .n_flags = CLI_N(ckpt_logits_flags)};
 const struct cli_command cli_import = {
     .name = "import", .synopsis = "HF_DIR OUT_DIR",
-    .summary = "A Hugging Face LlamaForCausalLM folder as a trident checkpoint (weights only).",
+    .summary = "A Hugging Face Llama, Qwen2, Qwen3 or Mistral folder as a trident checkpoint (weights only).",
     .flags = import_flags, .n_flags = CLI_N(import_flags)};
 
 // `ckpt export DIR OUT --format hf ...`. Returns the exit code.
@@ -464,7 +466,7 @@ int cmd_ckpt(int argc, char **argv) {
     return STATUS_OK;
 }
 
-// `trident import HF_DIR OUT_DIR`: a Hugging Face LlamaForCausalLM folder as
+// `trident import HF_DIR OUT_DIR`: a Hugging Face folder (hf.h's families) as
 // a trident checkpoint (hf_import); its tokenizer.json, when present, gives
 // the checkpoint's tokenizer id and is kept as OUT_DIR/tokenizer.json.
 int cmd_import(int argc, char **argv) {

@@ -20,7 +20,7 @@ static const struct command commands[] = {
     {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
     {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset"},
     {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf] | ckpt logits DIR --tokens IDS.txt --out OUT.safetensors   inspect, check, export a checkpoint or compute its logits"},
-    {"import", cmd_import, "import HF_DIR OUT_DIR       a Hugging Face LlamaForCausalLM folder as a checkpoint"},
+    {"import", cmd_import, "import HF_DIR OUT_DIR       a Hugging Face folder as a checkpoint"},
     {"generate", cmd_generate, "generate MODEL_DIR --prompt TEXT [--chat] [options]   continue prompts (greedy or sampled), one process"},
     {"plot", cmd_plot, "plot RUN_DIR [--out PNG] [--data FILE]       loss, lr, grad norm, tokens/s curves as a PNG"},
     {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},

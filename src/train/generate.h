@@ -1,7 +1,7 @@
 // generate.h: a model for `trident generate` (src/cli/cmd_generate.c) and
 // `trident ckpt logits` (cmd_ckpt.c): the
 // weights of a trident checkpoint (any layout it was saved in) or of a
-// Hugging Face LlamaForCausalLM folder, loaded whole into one process
+// Hugging Face folder (src/ckpt/hf.h: Llama, Qwen2, Qwen3, Mistral), loaded whole into one process
 // ((tp, pp, dp) = (1, 1, 1), FP32, the CPU backend, no MPI), whose prompts
 // sample_continue (src/model/sample.h) continues.
 #ifndef TRIDENT_GENERATE_H
