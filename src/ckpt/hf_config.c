@@ -483,15 +483,17 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
     if (!st) st = get_int(path, j, "intermediate_size", 1, LLAMA_MAX_FFN, dflt[f].inter, &F, err);
     if (!st) st = get_int(path, j, "num_hidden_layers", 1, LLAMA_MAX_LAYERS, dflt[f].layers, &Ly, err);
     if (!st) st = get_int(path, j, "num_attention_heads", 1, LLAMA_MAX_HEADS, dflt[f].heads, &H, err);
-    // null or (Llama) absent: as many as the query heads
+    // null: as many as the query heads (every class); absent: the class
+    // default (Llama's is null)
+    json_t *kvh = json_object_get(j, "num_key_value_heads");
     if (!st) st = get_int(path, j, "num_key_value_heads", 1, LLAMA_MAX_HEADS,
-                          dflt[f].kv_heads ? dflt[f].kv_heads : H, &Hkv, err);
+                          dflt[f].kv_heads && !json_is_null(kvh) ? dflt[f].kv_heads : H, &Hkv, err);
     if (!st) st = get_int(path, j, "max_position_embeddings", 1, LLAMA_MAX_SEQ_LEN, dflt[f].max_pos, &P, err);
-    // head_dim: Llama and Mistral: null or absent is hidden / heads; Qwen3's
-    // default is 128; Qwen2 (no such key in 4.46.3) computes hidden / heads.
+    // head_dim: null is hidden / heads; absent too, but for Qwen3 (128);
+    // Qwen2 (no such key in 4.46.3) computes hidden / heads.
     json_t *hd = json_object_get(j, "head_dim");
     if (!st) st = get_int(path, j, "head_dim", 1, LLAMA_MAX_HEAD_DIM,
-                          dflt[f].head_dim ? dflt[f].head_dim : Cm / H, &D, err);
+                          dflt[f].head_dim && !hd ? dflt[f].head_dim : Cm / H, &D, err);
     if (!st && f == HF_QWEN2 && hd && !json_is_null(hd) && D != Cm / H)
         st = error_set(err, STATUS_BAD_INPUT, "%s: head_dim = %lld: Qwen2ForCausalLM uses "
                        "hidden_size / num_attention_heads = %lld", path, D, Cm / H);
@@ -501,7 +503,7 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
     if (!st && D % 2)
         st = error_set(err, STATUS_BAD_INPUT, "%s: head_dim = %lld is odd; RoPE rotates pairs",
                        path, D);
-    if (!st && (!hd || json_is_null(hd)) && !dflt[f].head_dim && Cm % H)
+    if (!st && !(hd && !json_is_null(hd)) && !(dflt[f].head_dim && !hd) && Cm % H)
         st = error_set(err, STATUS_BAD_INPUT, "%s: hidden_size = %lld is not a multiple of "
                        "num_attention_heads = %lld and head_dim is not given", path, Cm, H);
     double theta = 0, eps = 0;

@@ -7,8 +7,9 @@
 # resident memory, with the plain build and with the AddressSanitizer + UBSan
 # build (build-asan/trident, which `make test` builds; any sanitizer report
 # fails the case; ASan allocations above 64 MiB fail too). A FIFO in place of
-# a file (config.json, generation_config.json, model.safetensors, a shard the
-# index names) is refused, not waited on (a 5 s timeout would catch a hang).
+# a file (config.json, generation_config.json, model.safetensors,
+# tokenizer.json, a shard the index names) is refused, not waited on (a 5 s
+# timeout would catch a hang).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT" build-asan/trident
@@ -82,10 +83,10 @@ for name, (files, expect) in cases.items():
         json.dump(j, open(f"{d}/{f}", "w"))
     open(f"{d}/expect", "w").write(expect)
 EOF
-# FIFOs: config.json, generation_config.json, model.safetensors, a shard.
-for f in config.json generation_config.json model.safetensors; do
+# FIFOs: config.json, generation_config.json, model.safetensors, tokenizer.json, a shard.
+for f in config.json generation_config.json model.safetensors tokenizer.json; do
     d="$C/fifo_${f%%.*}"
-    mkdir "$d" && cp "$FIX"/config.json "$FIX"/generation_config.json "$FIX"/model.safetensors "$d/"
+    mkdir "$d" && cp "$FIX"/config.json "$FIX"/generation_config.json "$FIX"/model.safetensors "$FIX"/tokenizer.json "$d/"
     rm "$d/$f" && mkfifo "$d/$f"
     echo "$f: not a regular file" > "$d/expect"
 done
