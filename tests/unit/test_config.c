@@ -477,7 +477,7 @@ static void test_model_options(void) {
     struct error err = {0};
     EXPECT(config_load(NULL, 6, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 1, false, &err) == STATUS_OK,
            "the options refused: %s", err.msg);
-    // a default written out (a run folder's config.ini holds every key) is no refused setting
+    // a default written out (a run folder's config.ini holds every key) is not refused
     const char *defaults[] = {"model.rope_scaling_factor=1", "model.rope_original_max_pos=8192"};
     struct config d;
     EXPECT(config_load(NULL, 2, (char **)defaults, &d, &err) == STATUS_OK &&
