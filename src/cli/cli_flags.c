@@ -187,7 +187,7 @@ enum status cli_parse(const struct cli_command *cmd, int argc, char **argv, void
         const struct cli_flag *r = &cmd->flags[k];
         if (is_flag(r) || (r->flags & CLI_OPTIONAL)) continue;
         bool given = r->type == CLI_LIST ? FIELD(opts, r, struct cli_list)->n > 0 : *FIELD(opts, r, const char *) != NULL;
-        if (!given) return error_set(err, STATUS_BAD_INPUT, "missing %s", r->name);
+        if (!given) return error_set(err, STATUS_BAD_INPUT, "%s is required", r->name);
     }
     return STATUS_OK;
 }

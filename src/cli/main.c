@@ -28,8 +28,8 @@ static const struct command commands[] = {
 
 // The flag tables, in the order of docs/cli.md.
 static const struct cli_command *const cli_tables[] = {
-    &cli_plan, &cli_prep, &cli_ckpt_info, &cli_ckpt_verify, &cli_ckpt_export, &cli_ckpt_logits, &cli_import,
-    &cli_generate,
+    &cli_train, &cli_plan, &cli_prep, &cli_data_check, &cli_ckpt_info, &cli_ckpt_verify, &cli_ckpt_export, &cli_ckpt_logits,
+    &cli_import, &cli_generate, &cli_plot, &cli_tokenize,
 };
 
 // docs/cli.md: every command's flag table as Markdown (tests/e2e/cli_docs.sh

@@ -53,12 +53,12 @@ refused "int not a number" "--threads '4x': expected an integer in \[0, 4096\]" 
 refused "float out of range" "--temperature '-0.5': expected a number >= 0" "${G[@]}" --prompt x --temperature -0.5
 refused "float not finite" "--temperature 'nan'" "${G[@]}" --prompt x --temperature nan
 refused "unsigned negative" "--seed '-1': expected an unsigned 64-bit integer" "${G[@]}" --prompt x --seed -1
-refused "missing positional" "missing MODEL_DIR" "$TRIDENT" generate --prompt x
+refused "missing positional" "MODEL_DIR is required" "$TRIDENT" generate --prompt x
 refused "extra positional" "unexpected argument 'extra'" "${G[@]}" extra --prompt x
 echo "(c) bad command lines refused with exit 2 naming flag, value and range"
 
 # (d) converted commands parse no flag by hand
-for f in src/cli/cmd_generate.c src/cli/cmd_prep.c src/cli/cmd_plan.c src/cli/cmd_ckpt.c; do
+for f in src/cli/cmd_*.c; do
     if grep -nE 'strn?cmp\((a|arg|argv\[[^]]*\]), *"-' "$f"; then fail "(d) $f compares arguments with flags by hand: make them rows"; fi
 done
 echo "(d) no hand-parsed flags"
