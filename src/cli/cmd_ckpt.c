@@ -41,6 +41,8 @@ static void print_info(const struct ckpt_reader *r) {
     printf("  model vocab_size=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d "
            "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
            m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);
+    printf("  head_dim=%d qkv_bias=%d qk_norm=%d rope_scaling=%s\n", llama_head_dim(m),
+           m->qkv_bias ? 1 : 0, m->qk_norm ? 1 : 0, ckpt_rope_scaling_name(m->rope_scaling.type));
     printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
     if (in->weights_only)
         printf("  weights only (use as model.init_from): no optimizer state, not a checkpoint to resume\n");
