@@ -281,6 +281,20 @@ void cli_print_help(const struct cli_command *cmd, FILE *f) {
     if (cmd->notes) fprintf(f, "\n%s", cmd->notes);
 }
 
+void cli_print_synopsis(const struct cli_command *cmd, FILE *f) {
+    fprintf(f, "  trident %s %s\n", cmd->name, cmd->synopsis);
+    if (!cmd->summary) return;
+    char first[1024];
+    size_t n = 0;
+    for (const char *p = cmd->summary; *p && n + 1 < sizeof first; p++) {
+        first[n++] = *p == '\n' ? ' ' : *p;
+        if (*p == '.' && (!p[1] || p[1] == ' ' || p[1] == '\n')) break;
+    }
+    first[n] = '\0';
+    fprintf(f, "      ");
+    write_wrapped(f, first, 6, 6);
+}
+
 // s with '|' escaped for a Markdown table cell.
 static void md_cell(FILE *f, const char *s) {
     for (; *s; s++) {

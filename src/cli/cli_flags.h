@@ -100,6 +100,9 @@ bool cli_is_help(int argc, char **argv);
 // The usage: "usage: trident NAME SYNOPSIS", the summary, each row with its
 // type, range and default, the notes; wrapped at 100 columns.
 void cli_print_help(const struct cli_command *cmd, FILE *f);
+// Two or more lines of `trident --help`: "  trident NAME SYNOPSIS", then the
+// summary's first sentence indented by 6.
+void cli_print_synopsis(const struct cli_command *cmd, FILE *f);
 // The command's section of docs/cli.md: a "## trident NAME" heading, the
 // synopsis, summary, one Markdown table of its rows (argument, type, range,
 // default, meaning), the notes.
