@@ -24,8 +24,8 @@ enum status generator_open(const char *path, struct generator *g, struct error *
         if (hf_open(path, NULL, &h, err)) return err->status;
         g->lc = *hf_config(h);
         const struct hf_meta *meta = hf_model_meta(h);
-        g->n_stop = MIN(meta->n_eos, (int)(sizeof g->stop_ids / sizeof g->stop_ids[0]));
-        memcpy(g->stop_ids, meta->eos_ids, (size_t)g->n_stop * sizeof *g->stop_ids);
+        g->n_stop = MIN(meta->n_eos, GENERATOR_MAX_STOP);
+        for (int i = 0; i < g->n_stop; i++) g->stop_ids[i] = meta->eos_ids[i];
         hf_close(h);
         // Its identity, compared with a --tokenizer file as a checkpoint's is.
         if (tokenizer_folder_identity(path, g->tokenizer_id, sizeof g->tokenizer_id, err))
@@ -49,8 +49,8 @@ enum status generator_open(const char *path, struct generator *g, struct error *
         snprintf(gc, sizeof gc, "%s%s/generation_config.json", path, up ? "/.." : "");
         st = hf_read_generation_config(gc, g->lc.vocab_size, &meta, &found, err);
     }
-    g->n_stop = MIN(meta.n_eos, (int)(sizeof g->stop_ids / sizeof g->stop_ids[0]));
-    memcpy(g->stop_ids, meta.eos_ids, (size_t)g->n_stop * sizeof *g->stop_ids);
+    g->n_stop = MIN(meta.n_eos, GENERATOR_MAX_STOP);
+    for (int i = 0; i < g->n_stop; i++) g->stop_ids[i] = meta.eos_ids[i];
     return st;
 }
 

@@ -14,22 +14,25 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 
+enum { GENERATOR_MAX_STOP = 16 };
+
 struct generator {
     struct llama_config lc;      // the weights' model (max_seq_len: the longest window)
     bool hf;                     // path is a Hugging Face folder (it holds config.json)
     char path[CKPT_PATH_MAX];    // as given
     char tokenizer_id[128];      // a trident checkpoint's tokenizer identity ("" unknown)
     char tokenizer_json[CKPT_PATH_MAX + 32]; // an HF folder's tokenizer.json when present, else ""
-    int n_stop;                  // stop ids of the model (0: the tokenizer's end-of-text only):
-    int stop_ids[16];            // an HF folder's eos_token_id (config.json or
-                                 // generation_config.json, every id of a list), or a checkpoint's
-                                 // generation_config.json (`trident import` writes it next to
-                                 // step-000000); generation stops at any of them
+    int32_t stop_ids[GENERATOR_MAX_STOP]; // the model's own stop ids (eos_token_id's list)
+    int n_stop;                  // 0: none known (the tokenizer's end-of-text only)
     int window;                  // T of the loaded model (0 before generator_load)
     struct backend *be;
     struct model *m;             // microbatch (1, window)
 };
 
+// The stop ids (generator.stop_ids): an HF folder's eos_token_id
+// (generation_config.json's, else config.json's, else the class default; every
+// id of a list), or those of the generation_config.json `trident import`
+// writes next to step-000000 (in path or the folder above it).
 // Reads the model config of path: a Hugging Face folder (config.json,
 // hf_open: every safetensors header checked) or a trident checkpoint (a
 // step-NNNNNN folder or a [checkpoint] dir holding `latest`, checkpoint_open:
