@@ -621,6 +621,23 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
     return st;
 }
 
+enum status hf_write_generation_config(const char *path, const struct hf_meta *meta,
+                                       struct error *err) {
+    json_t *g = json_object();
+    json_object_set_new(g, "bos_token_id", meta->bos_id >= 0 ? json_integer(meta->bos_id) : json_null());
+    json_object_set_new(g, "eos_token_id", ids_json(meta->eos_ids, meta->n_eos));
+    if (meta->pad_id >= 0) json_object_set_new(g, "pad_token_id", json_integer(meta->pad_id));
+    char tmp[CKPT_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    enum status st = STATUS_OK;
+    if (json_dump_file(g, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER) || rename(tmp, path)) {
+        unlink(tmp);
+        st = error_set(err, STATUS_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    }
+    json_decref(g);
+    return st;
+}
+
 enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
                       struct error *err) {
     char latest[CKPT_PATH_MAX + 16];
@@ -663,13 +680,7 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     if (!st) {
         char gc[CKPT_PATH_MAX + 40];
         snprintf(gc, sizeof gc, "%s/generation_config.json", dir);
-        json_t *g = json_object();
-        json_object_set_new(g, "bos_token_id", h->meta.bos_id >= 0 ? json_integer(h->meta.bos_id) : json_null());
-        json_object_set_new(g, "eos_token_id", ids_json(h->meta.eos_ids, h->meta.n_eos));
-        if (h->meta.pad_id >= 0) json_object_set_new(g, "pad_token_id", json_integer(h->meta.pad_id));
-        if (json_dump_file(g, gc, JSON_INDENT(2) | JSON_PRESERVE_ORDER))
-            st = error_set(err, STATUS_RUNTIME, "%s: cannot write", gc);
-        json_decref(g);
+        st = hf_write_generation_config(gc, &h->meta, err);
     }
     if (!st) st = checkpoint_prepare(&a, err);
     if (!st) st = checkpoint_write_rank(&a, &sum, err);

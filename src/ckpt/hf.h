@@ -147,6 +147,14 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
 enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
                       struct error *err);
 
+// Writes meta's bos, eos (an id, or a list when more than one) and pad ids
+// as the generation_config.json at path (via path.tmp and a rename): what
+// `trident import` keeps next to step-000000 and a run started with init_from
+// keeps in its [checkpoint] dir, where generate and export read them.
+// Errors: STATUS_RUNTIME naming path.
+enum status hf_write_generation_config(const char *path, const struct hf_meta *meta,
+                                       struct error *err);
+
 // The tensors of the folder in name order: i in [0, n).
 int hf_n_tensors(const struct hf_model *h);
 const struct safetensors_tensor *hf_tensor_at(const struct hf_model *h, int i);

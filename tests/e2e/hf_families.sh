@@ -23,7 +23,8 @@
 #  (f) `model.init_from` of each folder trains 5 steps in (tp, pp, dp) =
 #      (2, 2, 1) on a dataset made with the folder's tokenizer, with finite
 #      losses, the first far from ln(V) (a fresh init's): the folder's
-#      (large, random) weights were loaded.
+#      (large, random) weights were loaded; the run's export has the folder's
+#      eos list (init_from keeps the ids in the [checkpoint] dir).
 # The llama fixture's config.json has no tie_word_embeddings and an untied
 # lm_head: (a) fails unless a missing key means false, as in transformers.
 set -euo pipefail
@@ -76,6 +77,11 @@ for fam in $FAMILIES; do
     small_train "$w/run" "$w/ckF" 2 2 1 0 $(cat "$w/keys.txt") model.init_from="$PWD/$d" train.steps=5 \
         train.seq_len=32 train.warmup_steps=0 > "$w/logF" 2>&1 ||
         { grep -m3 "trident" "$w/logF"; fail "(f) $fam: init_from in (2, 2, 1)"; }
+    # the run keeps the folder's ids: its export's eos list is the folder's
+    "$TRIDENT" ckpt export "$w/ckF" "$w/hfF" --format hf > /dev/null || fail "(f) $fam: export of the run"
+    cmp -s <($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$w/hfF/generation_config.json") \
+        <($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$d/generation_config.json") ||
+        fail "(f) $fam: the run's export lost the folder's eos list"
     runs+=("$w/run")
 done
 # (e)
