@@ -12,8 +12,9 @@
 //    config.json of each family: a "refused" or "checked" key with another
 //    value than its only one is refused naming the key; a "no effect" or
 //    "decoding" key with a value other than transformers' default (in either
-//    file) leaves the model and the ids unchanged; sliding windows that act
-//    are refused. The "model" and "ids" rows' values are compared with
+//    file) leaves the model and the ids unchanged; a "model" or "ids" key with
+//    another value changes them or is refused naming the key; sliding
+//    windows that act are refused. The "model" and "ids" rows' values are compared with
 //    transformers' logits by tests/e2e/hf_families.sh and refused when bad by
 //    tests/e2e/hf_readers.sh.
 #include <jansson.h>
@@ -216,6 +217,21 @@ int main(void) {
                 st = STATUS_OK;
                 json_decref(cc);
                 json_decref(only);
+                n_behaviour++;
+            } else if (!strcmp(r->action, "model") || !strcmp(r->action, "ids")) {
+                // Another value changes the model (or the ids), or is refused by name.
+                json_t *cc = json_deep_copy(c), *g = gen ? json_object() : NULL;
+                // ids: 5, none of the classes' defaults (1, 2, null)
+                json_object_set_new(gen ? g : cc, r->key, !strcmp(r->action, "ids") ? json_integer(5)
+                                                          : other_value(dv ? dv : json_null()));
+                st = read_with(cc, g, &lc, &meta, &err);
+                bool changed = memcmp(&lc, &base, sizeof lc) || memcmp(&meta, &bmeta, sizeof meta);
+                EXPECT(st ? st == STATUS_BAD_INPUT && strstr(err.msg, r->key) != NULL : changed,
+                       "%s: %s %s (%s) with another value: %s", fam_names[f], r->file, r->key,
+                       r->action, st ? err.msg : "no change");
+                st = STATUS_OK;
+                json_decref(cc);
+                json_decref(g);
                 n_behaviour++;
             } else if (!strcmp(r->action, "no effect") || !strcmp(r->action, "decoding")) {
                 json_t *cc = json_deep_copy(c), *g = gen ? json_object() : NULL;
