@@ -206,8 +206,8 @@ int main(void) {
             json_t *dv = json_object_get(gen ? json_object_get(keys, "generation_config") : defaults, r->key);
             if (!strcmp(r->action, "refused") || !strcmp(r->action, "checked")) {
                 json_t *only = r->only ? json_loads(r->only, JSON_DECODE_ANY, NULL) : NULL;
-                json_t *v = other_value(only ? only : dv ? dv : json_string("silu"));
-                if (!strcmp(r->key, "architectures")) v = json_pack("[s]", "GPT2LMHeadModel");
+                json_t *v = !strcmp(r->key, "architectures") ? json_pack("[s]", "GPT2LMHeadModel")
+                            : only ? other_value(only) : dv ? other_value(dv) : json_string("silux");
                 json_t *cc = json_deep_copy(c);
                 json_object_set_new(cc, r->key, v);
                 st = read_with(cc, NULL, &lc, &meta, &err);
