@@ -46,19 +46,31 @@ TRIDENT_EMU_DELAY=2000:1 "$EMU_BUILD/tests/check_streams" || fail "check_streams
 # The CUDA backend where stream order differs from call order
 # (tests/cuda_emu/check_backend_async.cpp).
 "$EMU_BUILD/tests/check_backend_async" || fail "check_backend_async: the CUDA backend is wrong on asynchronous streams"
+# The four below are independent and each keeps one core busy (~5 s of CPU
+# each): they run at once, their output shown in this order once all ended.
+bg() { # NAME COMMAND...: COMMAND in the background, output in $tmp/NAME.out
+    local name=$1; shift
+    ( start=$(date +%s); rc=0; "$@" >"$tmp/$name.out" 2>&1 || rc=$?
+      echo "$rc $(( $(date +%s) - start ))" >"$tmp/$name.rc" ) &
+}
 # The emulation's FP16 conversions against kernels/cpu/half.h, exhaustively.
-"$EMU_BUILD/tests/check_half" || fail "the emulation's __half conversions differ from kernels/cpu/half.h"
+bg half "$EMU_BUILD/tests/check_half"
 # Matmul through the emulated cuBLASLt, then through the fallback GEMM kernel.
 for lt in 1 0; do
-    start=$(date +%s)
-    rc=0; TRIDENT_EMU_CUBLASLT=$lt TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda" || rc=$?
-    echo "== emulated test_ops_cuda (TRIDENT_EMU_CUBLASLT=$lt): exit $rc in $(( $(date +%s) - start ))s"
-    [ "$rc" -eq 0 ] || fail=1
+    bg "ops$lt" env TRIDENT_EMU_CUBLASLT=$lt TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda"
 done
 # Random delays before each queued operation must not change a result:
 # every op again, each worker sleeping 0..30 us before each operation.
-start=$(date +%s)
-rc=0; TRIDENT_EMU_DELAY=30:5 TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda" || rc=$?
-echo "== emulated test_ops_cuda (TRIDENT_EMU_DELAY=30:5): exit $rc in $(( $(date +%s) - start ))s"
-[ "$rc" -eq 0 ] || fail=1
+bg delay env TRIDENT_EMU_DELAY=30:5 TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda"
+wait
+for name in half ops1 ops0 delay; do
+    cat "$tmp/$name.out"
+    read -r rc secs < "$tmp/$name.rc"
+    case $name in
+        half)  [ "$rc" -eq 0 ] || fail "the emulation's __half conversions differ from kernels/cpu/half.h" ;;
+        ops*)  echo "== emulated test_ops_cuda (TRIDENT_EMU_CUBLASLT=${name#ops}): exit $rc in ${secs}s" ;;
+        delay) echo "== emulated test_ops_cuda (TRIDENT_EMU_DELAY=30:5): exit $rc in ${secs}s" ;;
+    esac
+    [ "$rc" -eq 0 ] || fail=1
+done
 exit "$fail"
