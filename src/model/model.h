@@ -224,8 +224,9 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 // 1, T is the whole sequence and the rank holds B x T / cp of them:
 // ring_attention.h) and initialises the weights (normal(0,
 // init_std), output projections o_proj/down_proj scaled by 1/sqrt(2L), norm
-// gains 1, qkv_bias's biases 0) from seed. The init of every element depends only on (seed, name,
-// global index), so any layout initialises the same global model.
+// gains 1, qkv_bias's biases 0) from seed. The init of every element
+// depends only on (seed, name, global index), so any layout initialises the
+// same global model.
 // dtype: DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16 (weights and activations in
 // that dtype; gradients, saved statistics and the RoPE tables FP32; TP sums
 // of activations in FP32), or DTYPE_FP64 (tests). Errors: as model_plan, and
