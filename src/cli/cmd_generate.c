@@ -1,13 +1,18 @@
 // cmd_generate.c: `trident generate MODEL_DIR --prompt TEXT ...`: continues
 // prompts with a trident checkpoint's or a Hugging Face folder's weights in
 // one process (no mpirun; src/train/generate.h), with the training log's
-// sampler (sample_continue: temperature 0 greedy, top-k, seed).
+// sampler (sample_generate: a key/value cache, every prompt of a batch of up
+// to GENERATE_ROWS at once; temperature 0 greedy, top-k, top-p, seed), or
+// with --no-kv-cache the window recomputed for every token (sample_continue,
+// one prompt at a time: the method before the cache, for comparison). The
+// new tokens per second go to stderr.
 //
 // Each prompt is encoded as the end-of-text id (a document start, as every
 // document of a prepared corpus follows one) then the prompt's ids; with
 // --chat the prompt is first put in `trident prep --format chat`'s template
-// (prep_chat_prompt: "User: P\nAssistant:"). Generation stops at end-of-text
-// or after --max-new-tokens ids. The model's window is the longest prompt plus
+// (prep_chat_prompt: "User: P\nAssistant:"). Generation stops at a stop id
+// (end-of-text, and every id of the model's own list when it has one) or
+// after --max-new-tokens ids. The model's window is the longest prompt plus
 // --max-new-tokens; a prompt for which that exceeds the model's max_seq_len is
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
 // rows, and a slid window would change what the model sees.
@@ -31,7 +36,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: trident generate MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [--chat]\n"
                "         [--tokenizer PATH] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-               "         [--seed S] [--threads N] [--json]\n"
+               "         [--top-p P] [--seed S] [--threads N] [--json] [--no-kv-cache]\n"
                "  MODEL_DIR: a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest')\n"
                "      or a Hugging Face LlamaForCausalLM folder (config.json, safetensors); one process\n"
                "  --prompt TEXT: a prompt (repeatable); --prompts FILE.jsonl: {\"prompt\": ...} per line\n"
@@ -44,10 +49,16 @@ static void usage(FILE *f) {
                "      tokenizer.json (refused when they differ)\n"
                "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
                "      fit the model's max_seq_len (refused otherwise)\n"
-               "  --temperature T (0: greedy), --top-k K (0: all), --seed S (0): sampling\n"
+               "  --temperature T (0: greedy), --top-k K (0: all), --top-p P (1: all; nucleus),\n"
+               "      --seed S (0): sampling (each prompt draws as it would alone)\n"
+               "  --no-kv-cache: recompute the whole window for every token (slow; for comparison)\n"
                "  --threads N (0: the CPUs of this process)\n"
-               "  --json: one line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended\n");
+               "  --json: one line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended\n"
+               "  stderr: the new tokens per second (prefill and decoding timed apart)\n");
 }
+
+// Prompts continued together (one key/value cache of this many rows).
+enum { GENERATE_ROWS = 16, GENERATE_PREFILL = 128 };
 
 struct prompt {
     char *text;     // as given
@@ -145,8 +156,8 @@ int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL;
     struct prompt *ps = NULL;
     int n_prompts = 0, max_new = 64, top_k = 0, threads = 0;
-    bool chat = false, json = false, show_usage = false;
-    double temperature = 0;
+    bool chat = false, json = false, show_usage = false, no_cache = false;
+    double temperature = 0, top_p = 1;
     unsigned long long seed = 0;
     struct error err = {0};
     for (int i = 1; i < argc && !err.status; i++) {
@@ -154,6 +165,7 @@ int cmd_generate(int argc, char **argv) {
         char *end = NULL;
         if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--no-kv-cache")) no_cache = true;
         else if (!strcmp(a, "--prompt") && v) {
             ps = realloc(ps, sizeof *ps * (n_prompts + 1));
             CHECK(ps, "out of memory");
@@ -176,6 +188,11 @@ int cmd_generate(int argc, char **argv) {
             if (*end || end == v || x < 0 || x > 1 << 30)
                 error_set(&err, STATUS_BAD_INPUT, "--top-k %s: expected an integer >= 0", v);
             top_k = (int)x, i++;
+        } else if (!strcmp(a, "--top-p") && v) {
+            top_p = strtod(v, &end);
+            if (*end || end == v || !(top_p > 0 && top_p <= 1))
+                error_set(&err, STATUS_BAD_INPUT, "--top-p %s: expected a number in (0, 1]", v);
+            i++;
         } else if (!strcmp(a, "--seed") && v) {
             seed = strtoull(v, &end, 10);
             if (*end || end == v) error_set(&err, STATUS_BAD_INPUT, "--seed %s: expected an integer >= 0", v);
@@ -270,31 +287,69 @@ int cmd_generate(int argc, char **argv) {
         int aff = threads_affinity_cpus();
         threads = aff > 0 ? aff : threads_node_cpus();
     }
-    if (generator_load(&g, window, threads, &err)) goto out;
-    int32_t *out = xmalloc(sizeof *out * (size_t)max_new);
-    for (int i = 0; i < n_prompts; i++) {
-        bool ended;
-        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, eot, out,
-                                &ended, NULL);
-        char *text = decode_clean(tok, out, n);
-        if (json) {
-            json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
-                                  "prompt_ids", id_array(ids[i], n_ids[i]), "ids", id_array(out, n),
-                                  "text", text, "ended", ended);
-            if (ps[i].expected) json_object_set_new(o, "expected", json_string(ps[i].expected));
-            char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-            printf("%s\n", s);
-            free(s);
-            json_decref(o);
+    // Stop ids: end-of-text and the model's own list.
+    int32_t stops[1 + GENERATOR_MAX_STOP];
+    int n_stop = 0;
+    if (eot >= 0) stops[n_stop++] = eot;
+    for (int i = 0; i < g.n_stop; i++)
+        if (g.stop_ids[i] != eot) stops[n_stop++] = g.stop_ids[i];
+    int rows = no_cache ? 1 : MIN(n_prompts, GENERATE_ROWS);
+    if (no_cache ? generator_load(&g, window, threads, &err)
+                 : generator_load_cached(&g, rows, MIN(window, GENERATE_PREFILL), window, threads, &err))
+        goto out;
+    int32_t *out = xmalloc(sizeof *out * (size_t)max_new * rows);
+    int n_out[GENERATE_ROWS];
+    bool ended[GENERATE_ROWS];
+    double t_prefill = 0, t_decode = 0, t0 = time_now_s();
+    long n_new = 0, n_prompt_ids = 0;
+    for (int i0 = 0; i0 < n_prompts; i0 += rows) {
+        int nb = MIN(rows, n_prompts - i0);
+        if (no_cache) {
+            double s0 = time_now_s();
+            n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, temperature, top_k, seed,
+                                       eot, out, &ended[0], NULL);
+            t_decode += time_now_s() - s0;
+            n_new += n_out[0], n_prompt_ids += n_ids[i0];
         } else {
-            printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
-                   ended ? " <|endoftext|>" : "");
-            if (ps[i].expected) printf("    expected: %s\n", ps[i].expected);
+            const int32_t *pp[GENERATE_ROWS];
+            for (int b = 0; b < nb; b++) pp[b] = ids[i0 + b];
+            struct sample_request rq = {.rows = nb, .prompts = pp, .n_prompt = n_ids + i0,
+                                        .n_new = max_new,
+                                        .params = {temperature, top_k, top_p, seed},
+                                        .stop_ids = stops, .n_stop = n_stop};
+            struct sample_result res = {.out = out, .n_out = n_out, .ended = ended};
+            if (sample_generate(g.m, &rq, &res, &err)) goto out;
+            t_prefill += res.prefill_s, t_decode += res.decode_s;
+            n_new += res.new_tokens, n_prompt_ids += res.prompt_tokens;
         }
-        fflush(stdout);
-        free(text);
+        for (int b = 0; b < nb; b++) {
+            int i = i0 + b;
+            char *text = decode_clean(tok, out + (size_t)b * max_new, n_out[b]);
+            if (json) {
+                json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
+                                      "prompt_ids", id_array(ids[i], n_ids[i]), "ids",
+                                      id_array(out + (size_t)b * max_new, n_out[b]), "text", text,
+                                      "ended", ended[b]);
+                if (ps[i].expected) json_object_set_new(o, "expected", json_string(ps[i].expected));
+                char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+                printf("%s\n", s);
+                free(s);
+                json_decref(o);
+            } else {
+                printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
+                       ended[b] ? " <|endoftext|>" : "");
+                if (ps[i].expected) printf("    expected: %s\n", ps[i].expected);
+            }
+            fflush(stdout);
+            free(text);
+        }
     }
     free(out);
+    double wall = time_now_s() - t0;
+    fprintf(stderr, "generate: %ld new tokens of %d prompts in %.2f s: %.1f tokens/s (%s; "
+            "prefill %ld prompt ids in %.2f s, decoding %.1f tokens/s)\n", n_new, n_prompts, wall,
+            wall > 0 ? n_new / wall : 0.0, no_cache ? "the window recomputed per token"
+            : "key/value cache", n_prompt_ids, t_prefill, t_decode > 0 ? n_new / t_decode : 0.0);
 out:
     if (err.status) fprintf(stderr, "trident: generate: %s\n", err.msg);
     for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected), free(ids[i]);
