@@ -2,13 +2,16 @@
 // model_decode; kernels/ops.h, backend_attention_decode) against the full
 // window's forward (model_forward, the training pass), on the CPU backend
 // and, in a build with the CUDA backend and a device (the emulated one under
-// make EMU=1), on CUDA. Two rows of different lengths share each step:
-// row 0's prompt is 7 tokens, row 1's 12; the prefill feeds 12 tokens of both
-// (row 0 padded with junk that later steps overwrite), then one step of 3
-// tokens, then one token per step; the tokens fed are the full window's
-// (teacher forcing), so at every position the cached step's logits must equal
-// the full forward's: relative error (L2 over the vocabulary) <= 1e-5 in FP32
-// and BF16, 1e-12 in FP64 (measured on the CPU: 4e-7, 0, 8e-16). A query
+// make EMU=1), on CUDA: kv_decode_check.h's steps (two rows of different
+// lengths, a padded prefill, a 3-token step, then one token per step), whose
+// logits at every position must equal the full forward's: relative error (L2
+// over the vocabulary) <= 1e-5 in FP32, 1e-12 in FP64 (measured on the CPU:
+// 5e-7, 9e-16) and 1e-2 in BF16: measured 4.4e-3 on a CPU with AVX512_BF16,
+// where oneDNN's BF16 GEMM of a 2-row step sums in another order than that of
+// the 80-row window, so one cached key or value of row 0 is rounded to the
+// neighbouring BF16 value and every later position of that row reads it; 0
+// with the FP32 GEMM path (checked by hand with cpu_backend.bf16_gemm off).
+// A query
 // reading one key too few (checked by hand in the CPU kernel) fails every
 // dtype with ~0.85. (A shift of every position is invisible: RoPE scores
 // depend on position differences only.)
@@ -22,12 +25,13 @@
 #include "model/model.h"
 #include "model/sample.h"
 #include "test.h"
+#include "kv_decode_check.h"
 
-enum { V = 96, T = 40, LEN = 48, P0 = 7, P1 = 12 };
+enum { V = 96, T = KVC_T, P0 = KVC_P0 };
 
 static struct llama_config small_config(void) {
     return (struct llama_config){
-        .vocab_size = V, .d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+        .vocab_size = V, .d_model = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
         .ffn_dim = 160, .max_seq_len = 64, .rope_theta = 10000.0, .norm_eps = 1e-5f,
         .tie_embeddings = false, .init_std = 0.05f, .label_smoothing = 0.0f,
     };
@@ -46,45 +50,11 @@ static struct model *new_model(struct backend *be, enum dtype dt, int B, int Tm)
 
 // Largest relative error over the positions checked, cached against full.
 static double decode_vs_full(struct backend *be, enum dtype dt) {
-    struct model *full = new_model(be, dt, 2, T), *dec = new_model(be, dt, 2, 16);
+    struct model *full = new_model(be, dt, 2, KVC_T), *dec = new_model(be, dt, 2, 16);
     struct error err;
-    CHECK(!model_kv_cache_init(dec, 2, LEN, &err), "%s", err.msg);
-    int32_t targets[2 * T];
-    for (int i = 0; i < 2 * T; i++) targets[i] = IGNORE_INDEX;
-    double loss, *ref = malloc(sizeof *ref * 2 * T * V), got[V];
-    long n;
-    model_forward(full, tokens, targets, &loss, &n);
-    for (int b = 0; b < 2; b++)
-        for (int t = 0; t < T; t++) model_get_logits_at(full, b, t, ref + ((size_t)b * T + t) * V);
-    double worst = 0;
-    int len[2] = {P0, P1}; // positions fed so far
-    // prefill: 12 tokens of each row from position 0 (row 0: 7 real, 5 junk)
-    int32_t step[2 * 16];
-    int pos[2] = {0, 0};
-    for (int b = 0; b < 2; b++)
-        for (int t = 0; t < P1; t++) step[b * P1 + t] = t < len[b] ? tokens[b * T + t] : 1 + t % 5;
-    model_decode(dec, pos, P1, step);
-    for (int b = 0; b < 2; b++)
-        for (int t = 0; t < len[b]; t++) {
-            model_decode_logits_at(dec, b, t, got);
-            worst = fmax(worst, REL_ERR(V, got, ref + ((size_t)b * T + t) * V));
-        }
-    for (int s = 0; len[0] < T; s++) {
-        int Tq = s == 0 ? 3 : 1; // a step of several tokens, then one at a time
-        for (int b = 0; b < 2; b++) {
-            pos[b] = len[b];
-            for (int t = 0; t < Tq; t++)
-                step[b * Tq + t] = len[b] + t < T ? tokens[b * T + len[b] + t] : 3;
-        }
-        model_decode(dec, pos, Tq, step);
-        for (int b = 0; b < 2; b++) {
-            for (int t = 0; t < Tq && len[b] + t < T; t++) {
-                model_decode_logits_at(dec, b, t, got);
-                worst = fmax(worst, REL_ERR(V, got, ref + ((size_t)b * T + len[b] + t) * V));
-            }
-            len[b] += Tq;
-        }
-    }
+    CHECK(!model_kv_cache_init(dec, 2, KVC_LEN, &err), "%s", err.msg);
+    double *ref = kv_full_logits(full, tokens, V);
+    double worst = kv_decode_vs(ref, dec, tokens, V);
     free(ref);
     model_free(full), model_free(dec);
     return worst;
@@ -126,7 +96,7 @@ int main(void) {
         EXPECT(bes[1] != NULL, "backend_init(cuda, 0): %s", err.msg);
     }
     const enum dtype dts[3] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP64};
-    const double tol[3] = {1e-5, 1e-5, 1e-12};
+    const double tol[3] = {1e-5, 1e-2, 1e-12};
     for (int k = 0; k < 2 && bes[k]; k++)
         for (int d = 0; d < 3; d++) {
             if (k == 1 && dts[d] == DTYPE_FP64) continue; // the CUDA backend has no FP64
