@@ -17,6 +17,7 @@
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
 // rows, and a slid window would change what the model sees.
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,37 +28,77 @@
 #include "base/threads.h"
 #include "config/config.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "data/dataset.h"
 #include "data/prep.h"
 #include "model/sample.h"
 #include "tokenizer/tokenizer.h"
 #include "train/generate.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: trident generate MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [--chat]\n"
-               "         [--tokenizer PATH] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-               "         [--top-p P] [--seed S] [--threads N] [--json] [--no-kv-cache]\n"
-               "  MODEL_DIR: a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest')\n"
-               "      or a Hugging Face LlamaForCausalLM folder (config.json, safetensors); one process\n"
-               "  --prompt TEXT: a prompt (repeatable); --prompts FILE.jsonl: {\"prompt\": ...} per line\n"
-               "      (a \"response\" field is printed as the expected answer)\n"
-               "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
-               "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
-               "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the tokenizer.json\n"
-               "      `trident import` keeps next to it, else the [data] tokenizer, path or first of\n"
-               "      paths of the run folder's config.ini above it); checked against the checkpoint's or the folder's\n"
-               "      tokenizer.json (refused when they differ)\n"
-               "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
-               "      fit the model's max_seq_len (refused otherwise)\n"
-               "  --temperature T (0: greedy), --top-k K (0: all), --top-p P (1: all; nucleus),\n"
-               "      --seed S (0): sampling (each prompt draws as it would alone)\n"
-               "  --no-kv-cache: recompute the whole window for every token (slow; for comparison)\n"
-               "  --threads N (0: the CPUs of this process)\n"
-               "  --json: one line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended\n"
-               "  stderr: the new tokens per second (prefill and decoding timed apart)\n");
-}
+struct generate_args {
+    const char *model_dir;
+    struct cli_list prompts; // --prompt TEXT and --prompts FILE, in command-line order
+    const char *tokenizer;
+    int max_new, top_k, threads;
+    double temperature, top_p;
+    uint64_t seed;
+    bool chat, json, no_kv_cache;
+};
 
-// Prompts continued together (one key/value cache of this many rows).
+#define G(field) offsetof(struct generate_args, field)
+static const struct cli_flag generate_flags[] = {
+    {"MODEL_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
+     "a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest') or a Hugging Face "
+     "LlamaForCausalLM folder (config.json, safetensors)", G(model_dir)},
+    {"--prompt", CLI_LIST, "TEXT", NULL, 0, 0, 0, NULL, "a prompt to continue", G(prompts)},
+    {"--prompts", CLI_LIST, "FILE.jsonl", NULL, 0, 0, 0, NULL,
+     "prompts from a JSON Lines file, {\"prompt\": ...} per line (a \"response\" field is printed as the "
+     "expected answer)", G(prompts)},
+    {"--chat", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"", G(chat)},
+    {"--tokenizer", CLI_PATH, "PATH", NULL, 0, 0, 0, NULL,
+     "a tokenizer.json or a dataset folder holding one; default: the Hugging Face folder's tokenizer.json; "
+     "for a trident checkpoint, the tokenizer.json `trident import` keeps next to it, else the [data] "
+     "tokenizer, path or first of paths of the run folder's config.ini above it; checked against the "
+     "checkpoint's or the folder's tokenizer.json (refused when they differ)", G(tokenizer)},
+    {"--max-new-tokens", CLI_INT, "N", "64", 1, 1 << 20, 0, NULL,
+     "stop after N ids or at end-of-text; prompt ids + N must fit the model's max_seq_len (refused "
+     "otherwise)", G(max_new)},
+    {"--temperature", CLI_FLOAT, "T", "0", 0, INFINITY, 0, NULL, "sampling temperature; 0 is greedy",
+     G(temperature)},
+    {"--top-k", CLI_INT, "K", "0", 0, 1 << 30, 0, NULL,
+     "sample among the K most likely ids; 0: the whole vocabulary", G(top_k)},
+    {"--top-p", CLI_FLOAT, "P", "1", 0, 1, 0, NULL,
+     "sample among the most likely ids whose probability reaches P (nucleus sampling, after top-k); "
+     "1: all, > 0", G(top_p)},
+    {"--seed", CLI_UINT64, "S", "0", 0, INFINITY, 0, NULL,
+     "seed of the sampler (each prompt draws as it would alone)", G(seed)},
+    {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
+     G(threads)},
+    {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected)",
+     G(json)},
+    {"--no-kv-cache", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "recompute the whole window for every new token, one prompt at a time (the method before the "
+     "key/value cache: slow; for comparison)", G(no_kv_cache)},
+};
+#undef G
+
+const struct cli_command cli_generate = {
+    .name = "generate",
+    .synopsis = "MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [options]",
+    .summary = "Continues prompts with a model's weights in one process (no mpirun), greedy or sampled.",
+    .flags = generate_flags,
+    .n_flags = CLI_N(generate_flags),
+    .notes = "Each prompt is encoded as the end-of-text id then the prompt's ids; generation stops at\n"
+             "end-of-text (or any stop id of the model's list) or after --max-new-tokens ids. A prompt\n"
+             "whose ids + --max-new-tokens exceed the model's max_seq_len is refused (exit 2), not slid.\n"
+             "Prompts run in batches of 16 on a key/value cache (one prefill, then one position per\n"
+             "token); stderr gets the new tokens per second.\n",
+};
+
+// Prompts continued together (one key/value cache of this many rows), and the
+// most tokens of one prefill step.
 enum { GENERATE_ROWS = 16, GENERATE_PREFILL = 128 };
 
 struct prompt {
@@ -149,71 +190,37 @@ static json_t *id_array(const int32_t *ids, int n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_generate, stdout);
         return STATUS_OK;
     }
-    const char *model_dir = NULL, *tok_path = NULL;
+    struct generate_args o = {0};
     struct prompt *ps = NULL;
-    int n_prompts = 0, max_new = 64, top_k = 0, threads = 0;
-    bool chat = false, json = false, show_usage = false, no_cache = false;
-    double temperature = 0, top_p = 1;
-    unsigned long long seed = 0;
+    int n_prompts = 0;
     struct error err = {0};
-    for (int i = 1; i < argc && !err.status; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "--chat")) chat = true;
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--no-kv-cache")) no_cache = true;
-        else if (!strcmp(a, "--prompt") && v) {
+    if (cli_parse(&cli_generate, argc, argv, &o, &err) == STATUS_OK) {
+        for (int i = 0; i < o.prompts.n && !err.status; i++) {
+            if (strcmp(generate_flags[o.prompts.flag[i]].name, "--prompt")) {
+                read_prompts(o.prompts.values[i], &ps, &n_prompts, &err);
+                continue;
+            }
             ps = realloc(ps, sizeof *ps * (n_prompts + 1));
             CHECK(ps, "out of memory");
-            ps[n_prompts++] = (struct prompt){strdup(v), NULL};
-            i++;
-        } else if (!strcmp(a, "--prompts") && v) read_prompts(v, &ps, &n_prompts, &err), i++;
-        else if (!strcmp(a, "--tokenizer") && v) tok_path = v, i++;
-        else if (!strcmp(a, "--max-new-tokens") && v) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 1 || x > 1 << 20)
-                error_set(&err, STATUS_BAD_INPUT, "--max-new-tokens %s: expected an integer >= 1", v);
-            max_new = (int)x, i++;
-        } else if (!strcmp(a, "--temperature") && v) {
-            temperature = strtod(v, &end);
-            if (*end || end == v || !(temperature >= 0))
-                error_set(&err, STATUS_BAD_INPUT, "--temperature %s: expected a number >= 0", v);
-            i++;
-        } else if (!strcmp(a, "--top-k") && v) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 0 || x > 1 << 30)
-                error_set(&err, STATUS_BAD_INPUT, "--top-k %s: expected an integer >= 0", v);
-            top_k = (int)x, i++;
-        } else if (!strcmp(a, "--top-p") && v) {
-            top_p = strtod(v, &end);
-            if (*end || end == v || !(top_p > 0 && top_p <= 1))
-                error_set(&err, STATUS_BAD_INPUT, "--top-p %s: expected a number in (0, 1]", v);
-            i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            seed = strtoull(v, &end, 10);
-            if (*end || end == v) error_set(&err, STATUS_BAD_INPUT, "--seed %s: expected an integer >= 0", v);
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 0 || x > 4096)
-                error_set(&err, STATUS_BAD_INPUT, "--threads %s: expected an integer >= 0", v);
-            threads = (int)x, i++;
-        } else if (a[0] != '-' && !model_dir) model_dir = a;
-        else error_set(&err, STATUS_BAD_INPUT, "unknown or incomplete option '%s'", a), show_usage = true;
+            ps[n_prompts++] = (struct prompt){strdup(o.prompts.values[i]), NULL};
+        }
+        if (!err.status && !n_prompts)
+            error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl");
+        if (!err.status && !(o.top_p > 0))
+            error_set(&err, STATUS_BAD_INPUT, "--top-p %g: expected a number in (0, 1]", o.top_p);
     }
-    if (!err.status && !model_dir) error_set(&err, STATUS_BAD_INPUT, "no MODEL_DIR"), show_usage = true;
-    if (!err.status && !n_prompts)
-        error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl"), show_usage = true;
     for (int i = 0; i < n_prompts && !err.status; i++)
         if (!ps[i].text[0])
             error_set(&err, STATUS_BAD_INPUT, "prompt %d is empty: give the text to continue", i + 1);
+    const char *model_dir = o.model_dir, *tok_path = o.tokenizer;
+    int max_new = o.max_new;
+    cli_free(&cli_generate, &o);
     if (err.status) {
-        fprintf(stderr, "trident: generate: %s\n", err.msg);
-        if (show_usage) usage(stderr);
+        fprintf(stderr, "trident: generate: %s\n(trident generate --help for usage)\n", err.msg);
         for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected);
         free(ps);
         return err.status;
@@ -256,7 +263,7 @@ int cmd_generate(int argc, char **argv) {
     int eot = tokenizer_eot_id(tok);
     for (int i = 0; i < n_prompts; i++) {
         size_t len = strlen(ps[i].text), n;
-        char *text = chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
+        char *text = o.chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
         int32_t *body;
         enum status st = tokenizer_encode(tok, text, len, 0, &body, &n, &err);
         free(text);
@@ -283,6 +290,7 @@ int cmd_generate(int argc, char **argv) {
         }
         window = MAX(window, n_ids[i] + max_new);
     }
+    int threads = o.threads;
     if (!threads) {
         int aff = threads_affinity_cpus();
         threads = aff > 0 ? aff : threads_node_cpus();
@@ -293,9 +301,9 @@ int cmd_generate(int argc, char **argv) {
     if (eot >= 0) stops[n_stop++] = eot;
     for (int i = 0; i < g.n_stop; i++)
         if (g.stop_ids[i] != eot) stops[n_stop++] = g.stop_ids[i];
-    int rows = no_cache ? 1 : MIN(n_prompts, GENERATE_ROWS);
-    if (no_cache ? generator_load(&g, window, threads, &err)
-                 : generator_load_cached(&g, rows, MIN(window, GENERATE_PREFILL), window, threads, &err))
+    int rows = o.no_kv_cache ? 1 : MIN(n_prompts, GENERATE_ROWS);
+    if (o.no_kv_cache ? generator_load(&g, window, threads, &err)
+                      : generator_load_cached(&g, rows, MIN(window, GENERATE_PREFILL), window, threads, &err))
         goto out;
     int32_t *out = xmalloc(sizeof *out * (size_t)max_new * rows);
     int n_out[GENERATE_ROWS];
@@ -304,9 +312,9 @@ int cmd_generate(int argc, char **argv) {
     long n_new = 0, n_prompt_ids = 0;
     for (int i0 = 0; i0 < n_prompts; i0 += rows) {
         int nb = MIN(rows, n_prompts - i0);
-        if (no_cache) {
+        if (o.no_kv_cache) {
             double s0 = time_now_s();
-            n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, temperature, top_k, seed,
+            n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, o.temperature, o.top_k, o.seed,
                                        eot, out, &ended[0], NULL);
             t_decode += time_now_s() - s0;
             n_new += n_out[0], n_prompt_ids += n_ids[i0];
@@ -315,7 +323,7 @@ int cmd_generate(int argc, char **argv) {
             for (int b = 0; b < nb; b++) pp[b] = ids[i0 + b];
             struct sample_request rq = {.rows = nb, .prompts = pp, .n_prompt = n_ids + i0,
                                         .n_new = max_new,
-                                        .params = {temperature, top_k, top_p, seed},
+                                        .params = {o.temperature, o.top_k, o.top_p, o.seed},
                                         .stop_ids = stops, .n_stop = n_stop};
             struct sample_result res = {.out = out, .n_out = n_out, .ended = ended};
             if (sample_generate(g.m, &rq, &res, &err)) goto out;
@@ -325,16 +333,16 @@ int cmd_generate(int argc, char **argv) {
         for (int b = 0; b < nb; b++) {
             int i = i0 + b;
             char *text = decode_clean(tok, out + (size_t)b * max_new, n_out[b]);
-            if (json) {
-                json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
+            if (o.json) {
+                json_t *j = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
                                       "prompt_ids", id_array(ids[i], n_ids[i]), "ids",
                                       id_array(out + (size_t)b * max_new, n_out[b]), "text", text,
                                       "ended", ended[b]);
-                if (ps[i].expected) json_object_set_new(o, "expected", json_string(ps[i].expected));
-                char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+                if (ps[i].expected) json_object_set_new(j, "expected", json_string(ps[i].expected));
+                char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
                 printf("%s\n", s);
                 free(s);
-                json_decref(o);
+                json_decref(j);
             } else {
                 printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
                        ended[b] ? " <|endoftext|>" : "");
@@ -348,7 +356,7 @@ int cmd_generate(int argc, char **argv) {
     double wall = time_now_s() - t0;
     fprintf(stderr, "generate: %ld new tokens of %d prompts in %.2f s: %.1f tokens/s (%s; "
             "prefill %ld prompt ids in %.2f s, decoding %.1f tokens/s)\n", n_new, n_prompts, wall,
-            wall > 0 ? n_new / wall : 0.0, no_cache ? "the window recomputed per token"
+            wall > 0 ? n_new / wall : 0.0, o.no_kv_cache ? "the window recomputed per token"
             : "key/value cache", n_prompt_ids, t_prefill, t_decode > 0 ? n_new / t_decode : 0.0);
 out:
     if (err.status) fprintf(stderr, "trident: generate: %s\n", err.msg);
