@@ -15,6 +15,9 @@
 // reading one key too few (checked by hand in the CPU kernel) fails every
 // dtype with ~0.85. (A shift of every position is invisible: RoPE scores
 // depend on position differences only.)
+// The same with the attention options (qkv_bias, qk_norm, head_dim 24 !=
+// 64 / 4, llama3 RoPE scaling past its original 16 positions): the step runs
+// the model's own q/k/v code (qkv_forward), so they hold there too.
 // Then the sampler (sample.h): greedy tokens of sample_generate (the cache)
 // equal sample_continue's (the window recomputed per token).
 #include <math.h>
@@ -37,10 +40,21 @@ static struct llama_config small_config(void) {
     };
 }
 
+// The same with issue 28's attention options: q, k, v biases (Qwen2), q/k
+// RMSNorm (Qwen3), a head size that is not d_model / n_heads, and llama3
+// RoPE scaling whose original window (16) the positions pass.
+static struct llama_config options_config(void) {
+    struct llama_config c = small_config();
+    c.qkv_bias = true, c.qk_norm = true, c.head_dim = 24;
+    c.rope_scaling = (struct rope_scaling){ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 16};
+    return c;
+}
+
 static int32_t tokens[2 * T];
+static bool use_options; // new_model builds options_config()
 
 static struct model *new_model(struct backend *be, enum dtype dt, int B, int Tm) {
-    struct llama_config cfg = small_config();
+    struct llama_config cfg = use_options ? options_config() : small_config();
     struct model_shard shard = model_shard_full(&cfg);
     struct model *m;
     struct error err;
@@ -97,15 +111,18 @@ int main(void) {
     }
     const enum dtype dts[3] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP64};
     const double tol[3] = {1e-5, 1e-2, 1e-12};
-    for (int k = 0; k < 2 && bes[k]; k++)
-        for (int d = 0; d < 3; d++) {
-            if (k == 1 && dts[d] == DTYPE_FP64) continue; // the CUDA backend has no FP64
-            double e = decode_vs_full(bes[k], dts[d]);
-            printf("%s %s: cached logits against the full window: relative error %.3e\n",
-                   k ? "cuda" : "cpu", dtype_name(dts[d]), e);
-            EXPECT(e <= tol[d], "%s %s: relative error %.3e > %.1e", k ? "cuda" : "cpu",
-                   dtype_name(dts[d]), e, tol[d]);
-        }
+    for (int o = 0; o < 2; o++)
+        for (int k = 0; k < 2 && bes[k]; k++)
+            for (int d = 0; d < 3; d++) {
+                if (k == 1 && dts[d] == DTYPE_FP64) continue; // the CUDA backend has no FP64
+                use_options = o;
+                double e = decode_vs_full(bes[k], dts[d]);
+                printf("%s %s%s: cached logits against the full window: relative error %.3e\n",
+                       k ? "cuda" : "cpu", dtype_name(dts[d]), o ? " (bias, qk_norm, head_dim, llama3)" : "", e);
+                EXPECT(e <= tol[d], "%s %s%s: relative error %.3e > %.1e", k ? "cuda" : "cpu",
+                       dtype_name(dts[d]), o ? " with the options" : "", e, tol[d]);
+            }
+    use_options = false;
     for (int k = 0; k < 2 && bes[k]; k++) {
         int n = greedy_equal(bes[k], DTYPE_FP32);
         printf("%s: %d greedy tokens compared\n", k ? "cuda" : "cpu", n);
