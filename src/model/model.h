@@ -411,6 +411,68 @@ void model_microbatch_shape(const struct model *m, int *B, int *T, int *V);
 // with tp > 1 every rank of the group must call it. Last stage.
 void model_get_logits_at(struct model *m, int b, int t, double *out);
 
+// ---- generation with a key/value cache (model_pass.c; docs/design.md §4) ---------
+//
+// Autoregressive decoding without recomputing the window (Hugging Face's
+// past_key_values; Pope et al. 2022 §2): a prompt is fed once (prefill), then
+// one position per new token, each step's keys and values appended to a cache
+// that later steps' queries read (backend_attention_decode). A step is the
+// model's forward on the shape (rows, Tq): row b's Tq new tokens sit at
+// positions pos[b] .. pos[b] + Tq - 1 (RoPE at those positions, causal
+// attention over the cache's positions 0 .. pos[b] + t), so rows of different
+// lengths advance together; entries past a row's position are never read
+// (padding a short prompt's prefill is harmless: later steps overwrite it).
+// The step reuses the training forward (qkv_forward, the blocks, the head's
+// GEMM) on the activations of slot 0, whose rows bound rows x Tq: it
+// overwrites the model's activations (call between training steps). Every
+// rank of a TP group calls it with the same arguments (the TP all-reduces of
+// the training forward; sequence parallelism is off for a step, every rank
+// computing all rows); under context parallelism each rank decodes the whole
+// sequence alone (the weights are whole on every cp rank); pipeline stages
+// pass model_decode_message_numel elements from stage to stage as in
+// training. The cached logits equal the full window's forward within
+// rounding (tests/unit/test_kv_decode.c).
+
+// Bytes of model_kv_cache_init(rows, len) for this shard and microbatch (B,
+// T): keys and values (rows, len, Hkvl, D) of every local layer in dtype,
+// each row's positions, one FP32 logits row and, for a pipeline stage, two
+// stage messages (256-byte aligned pieces). Errors as model_plan.
+enum status model_kv_cache_bytes(const struct llama_config *cfg, const struct model_shard *shard,
+                                 enum dtype dtype, int B, int T, int rows, int len, size_t *bytes,
+                                 struct error *err);
+// Allocates m's cache for `rows` sequences of up to `len` positions (1 <= len
+// <= max_seq_len; the same size again keeps the cache), zeroed. Errors:
+// STATUS_BAD_INPUT for a bad size, STATUS_RUNTIME when the backend is out of
+// memory. model_free frees it.
+enum status model_kv_cache_init(struct model *m, int rows, int len, struct error *err);
+// The cache's rows and positions (0 without one).
+int model_kv_cache_rows(const struct model *m);
+int model_kv_cache_len(const struct model *m);
+// The most new tokens per row of one step: min(len, activation rows of the
+// microbatch / rows); 0 without a cache.
+int model_decode_max_tokens(const struct model *m);
+// Elements (model dtype) of a step's stage message: rows x Tq x C.
+size_t model_decode_message_numel(const struct model *m, int Tq);
+// One step of model chunk `chunk`: pos (rows,) host I32 the first new
+// position of each row, pos[b] + Tq <= len; tokens (rows, Tq) host ids (first
+// virtual stage), else `in` the previous stage's message; not the last
+// virtual stage: `out` receives this one's message (host or backend memory as
+// model_set_stage_messages_on_device says). Aborts (CHECK) on a shape or
+// position outside the cache.
+void model_decode_chunk(struct model *m, int chunk, const int32_t *pos, int Tq,
+                        const int32_t *tokens, const void *in, void *out);
+// One step of the whole model on this rank's chunks: model_decode_chunk of
+// each, in virtual-stage order, under pipeline parallelism receiving each
+// chunk's input from the previous stage and sending its output to the next
+// (blocking, over the groups' pp group: the stage messages' memory as
+// model_set_stage_messages_on_device says). Every rank of the pp and TP
+// groups calls it with the same arguments; tokens (rows, Tq) host ids.
+void model_decode(struct model *m, const int32_t *pos, int Tq, const int32_t *tokens);
+// Logits (V,) of row b's t-th new token of the last step (t < Tq), as double,
+// gathered over the TP group and, under pipeline parallelism, broadcast from
+// the last stage over the pp group: every rank of both calls and gets them.
+void model_decode_logits_at(struct model *m, int b, int t, double *out);
+
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,
 // sampling). Last stage only. Under recompute selective or full the backward
 // pass writes the logits' gradient over them: read them before it.
