@@ -22,6 +22,7 @@
 
 #include "base/common.h"
 #include "base/loader_state.h"
+#include "base/state_entry.h"
 #include "index.h"
 #include "shard.h"
 
@@ -190,6 +191,30 @@ void loader_state_save(const struct loader *ld, struct loader_state *state);
 // weights or a dataset's sequence count differ from this loader's (the
 // message gives the old and new value), or it is out of range.
 enum status loader_state_load(struct loader *ld, const struct loader_state *state, struct error *err);
+
+// The loader's state as a checkpoint's /state holds it (its owner's entries,
+// base/state_entry.h; docs/formats.md "Checkpoints"): "loader_samples"
+// (uint64 (LOADER_SAVED_WORDS,): format, seed, epoch, sample, micro, seq_len,
+// n_datasets, global_batch_size, counts (LOADER_MAX_DATASETS,), sequences
+// (LOADER_MAX_DATASETS,)) and "loader_weights" (double
+// (LOADER_MAX_DATASETS,)); read from files written before the state counted
+// samples (format 1), "loader" (uint64 (4,): seed, epoch, batch index, micro).
+#define LOADER_SAVED_WORDS (8 + 2 * LOADER_MAX_DATASETS)
+struct loader_saved {
+    uint64_t samples[LOADER_SAVED_WORDS];
+    double weights[LOADER_MAX_DATASETS];
+    uint64_t batch[4];
+    bool has_samples, has_weights, has_batch; // what a load found
+};
+// The entries over s, into out (room for cap); returns how many.
+int loader_state_entries(struct loader_saved *s, struct state_entry *out, int cap);
+// state in its saved form (a save).
+void loader_saved_pack(const struct loader_state *state, struct loader_saved *s);
+// What a load found, as a state for loader_state_load. Errors:
+// STATUS_BAD_INPUT (the caller adds the file) when it holds neither form, or
+// loader_samples without loader_weights, or a format above 2 or more than
+// LOADER_MAX_DATASETS datasets.
+enum status loader_saved_unpack(const struct loader_saved *s, struct loader_state *state, struct error *err);
 
 // The datasets of a blend, `[data] paths` (blend.c).
 #define BLEND_PATH_MAX 512
