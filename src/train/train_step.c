@@ -99,7 +99,7 @@ void train_mask_targets(int32_t *targets, const uint8_t *mask, int B, int T) {
 }
 
 void loss_scaler_saved_of(const struct loss_scaler *s, struct loss_scaler_saved *out) {
-    *out = (struct loss_scaler_saved){s ? s->scale : 0.0, s ? s->good_steps : 0};
+    *out = (struct loss_scaler_saved){.scale = s ? s->scale : 0.0, .good_steps = s ? s->good_steps : 0};
 }
 
 int loss_scaler_state_entries(struct loss_scaler_saved *s, struct state_entry *out, int cap) {
