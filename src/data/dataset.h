@@ -21,7 +21,6 @@
 #include <stdio.h>
 
 #include "base/common.h"
-#include "base/loader_state.h"
 #include "base/state_entry.h"
 #include "index.h"
 #include "shard.h"
@@ -96,8 +95,37 @@ enum status dataset_read_mask(struct dataset *ds, int i, uint64_t at, uint64_t n
 // validation): `trident data-check` and tests. Errors: as dataset_shard_get.
 enum status dataset_validate_all(struct dataset *ds, struct error *err);
 
-// LOADER_MAX_DATASETS and struct loader_state (the loader's position, saved
-// into checkpoints): base/loader_state.h.
+// Most datasets one loader blends ([data] paths).
+#define LOADER_MAX_DATASETS 32
+
+// Loader position, saved into checkpoints (its saved form: struct
+// loader_saved, below), counted in samples (sequences), not
+// batches, so that a run may resume with another global_batch_size (it
+// continues at the next unconsumed sample) and, at a step boundary (micro ==
+// 0), on another dp or micro_batch_size.
+//  - One dataset: epoch and sample = the position in that epoch's permutation
+//    of the first sample of the next global batch.
+//  - Blend (n_datasets > 1): epoch = 0 and sample = mixture samples consumed
+//    (whole run); counts[d] = dataset d's samples consumed, so its next
+//    sample is position counts[d] % n_d of its epoch counts[d] / n_d.
+// global_batch_size is the saving run's (for the resume message);
+// seq_len, n_datasets, sequences and weights describe the data the state
+// belongs to: loader_state_load refuses another seed, seq_len or dataset
+// list. format 1: a checkpoint written before samples (sample holds the batch
+// index; seq_len and n_datasets 0: unknown); 2: this layout.
+struct loader_state {
+    uint64_t format;
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t sample;
+    uint64_t micro; // microbatches of the current global batch served here
+    uint64_t seq_len;
+    uint64_t n_datasets;
+    uint64_t global_batch_size; // of the run that saved it (0: unknown, format 1)
+    uint64_t counts[LOADER_MAX_DATASETS];    // blend: samples consumed per dataset
+    uint64_t sequences[LOADER_MAX_DATASETS]; // each dataset's split sequence count
+    double weights[LOADER_MAX_DATASETS];     // normalised blend weights (1 alone)
+};
 
 // One dataset of a loader with its permutation parameters.
 struct loader_source {
