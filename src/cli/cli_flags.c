@@ -47,7 +47,11 @@ static void describe_expected(const struct cli_flag *r, char *buf, size_t n) {
     case CLI_INT64: what = "a 64-bit integer"; break;
     case CLI_UINT64: what = "an unsigned 64-bit integer"; break;
     case CLI_FLOAT: what = "a number"; break;
-    case CLI_SIZE: what = "a size in bytes with an optional K, M, G or T suffix"; break;
+    case CLI_SIZE:
+        what = r->flags & CLI_SIZE_GIB      ? "a size in GiB, or with a K, M, G or T suffix"
+               : r->flags & CLI_SIZE_DECIMAL ? "a size in bytes with an optional K, M, G or T suffix (powers of 1000)"
+                                             : "a size in bytes with an optional K, M, G or T suffix (powers of 1024)";
+        break;
     case CLI_ENUM: {
         char list[256];
         choices_text(r, ", ", "", list, sizeof list);
@@ -115,16 +119,16 @@ static enum status set_value(const struct cli_command *cmd, int row, const char 
         break;
     }
     case CLI_SIZE: {
-        long long v = strtoll(s, &end, 10);
-        int shift = 0;
-        if (*end && !end[1]) {
-            const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
-            if (u && *end) shift = 10 * (int)(u - units + 1), end++;
+        double v = strtod(s, &end), unit = r->flags & CLI_SIZE_GIB ? 1073741824.0 : 1;
+        const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+        if (u) {
+            unit = pow(r->flags & CLI_SIZE_DECIMAL ? 1000.0 : 1024.0, (double)(u - units + 1));
+            end++;
         }
-        ok = ok && end != s && !*end && !errno && v >= 0 && (shift == 0 || v <= (INT64_MAX >> shift));
-        if (ok) v <<= shift;
-        ok = ok && in_range(r, (double)v);
-        if (ok) *FIELD(opts, r, int64_t) = v;
+        if (*end == 'B' || *end == 'b') end++;
+        v *= unit;
+        ok = ok && end != s && !*end && isfinite(v) && v < 9.2e18 && in_range(r, v);
+        if (ok) *FIELD(opts, r, int64_t) = (int64_t)v;
         break;
     }
     case CLI_ENUM:

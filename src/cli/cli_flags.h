@@ -12,6 +12,7 @@
 #ifndef TRIDENT_CLI_FLAGS_H
 #define TRIDENT_CLI_FLAGS_H
 
+#include <math.h> // INFINITY, for the tables
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,8 +27,10 @@ enum cli_type {
     CLI_INT64,  // int64_t in [min, max]
     CLI_UINT64, // uint64_t in [min, max] (max INFINITY: up to 2^64 - 1); seeds
     CLI_FLOAT,  // double in [min, max], CLI_MIN/MAX_EXCLUSIVE
-    CLI_SIZE,   // int64_t bytes: digits with an optional K, M, G or T suffix
-                // (either case, powers of 1024), in [min, max]
+    CLI_SIZE,   // int64_t bytes: a number (fractions too) with an optional K, M,
+                // G or T suffix (either case, powers of 1024; of 1000 with
+                // CLI_SIZE_DECIMAL), a B after it allowed; a bare number is
+                // bytes (GiB with CLI_SIZE_GIB); in [min, max] bytes
     CLI_ENUM,   // int: the value of one of choices, named as written
     CLI_STRING, // const char *: the argument itself (text)
     CLI_PATH,   // const char *: the argument itself (a file or folder)
@@ -43,6 +46,8 @@ enum cli_type {
 #define CLI_OFF 4u           // a CLI_SWITCH that stores false (--no-recursive)
 #define CLI_OPTIONAL 8u      // a positional that may be left out
 #define CLI_HIDDEN_DEFAULT 16u // default not shown (documented in doc)
+#define CLI_SIZE_DECIMAL 32u // CLI_SIZE suffixes are powers of 1000 (Hugging Face's "5GB")
+#define CLI_SIZE_GIB 64u     // CLI_SIZE: a bare number is GiB
 
 // One row. A name starting with '-' is a flag; any other name is a positional
 // argument (in table order; a CLI_LIST positional takes every one left).

@@ -12,20 +12,24 @@ struct command {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *usage; // the line `trident --help` lists
-    const struct cli_command *table; // its flag table (docs/cli.md), NULL: none yet
 };
 
 static const struct command commands[] = {
-    {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)", NULL},
-    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running", NULL},
-    {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards", &cli_prep},
-    {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset", NULL},
-    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf] | ckpt logits DIR --tokens IDS.txt --out OUT.safetensors   inspect, check, export a checkpoint or compute its logits", NULL},
-    {"import", cmd_import, "import HF_DIR OUT_DIR       a Hugging Face LlamaForCausalLM folder as a checkpoint", NULL},
-    {"generate", cmd_generate, "generate MODEL_DIR --prompt TEXT [--chat] [options]   continue prompts (greedy or sampled), one process",
-     &cli_generate},
-    {"plot", cmd_plot, "plot RUN_DIR [--out PNG] [--data FILE]       loss, lr, grad norm, tokens/s curves as a PNG", NULL},
-    {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids", NULL},
+    {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
+    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running"},
+    {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
+    {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset"},
+    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf] | ckpt logits DIR --tokens IDS.txt --out OUT.safetensors   inspect, check, export a checkpoint or compute its logits"},
+    {"import", cmd_import, "import HF_DIR OUT_DIR       a Hugging Face LlamaForCausalLM folder as a checkpoint"},
+    {"generate", cmd_generate, "generate MODEL_DIR --prompt TEXT [--chat] [options]   continue prompts (greedy or sampled), one process"},
+    {"plot", cmd_plot, "plot RUN_DIR [--out PNG] [--data FILE]       loss, lr, grad norm, tokens/s curves as a PNG"},
+    {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},
+};
+
+// The flag tables, in the order of docs/cli.md.
+static const struct cli_command *const cli_tables[] = {
+    &cli_plan, &cli_prep, &cli_ckpt_info, &cli_ckpt_verify, &cli_ckpt_export, &cli_ckpt_logits, &cli_import,
+    &cli_generate,
 };
 
 // docs/cli.md: every command's flag table as Markdown (tests/e2e/cli_docs.sh
@@ -41,8 +45,7 @@ static void print_markdown(FILE *f) {
           "of the wrong type or out of its range, and a missing argument are refused with exit 2,\n"
           "naming the flag, the value found and what it takes. Settings of a training run are\n"
           "config keys (docs/config.md), not flags.\n", f);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].table) cli_write_markdown(commands[i].table, f);
+    for (size_t i = 0; i < sizeof cli_tables / sizeof cli_tables[0]; i++) cli_write_markdown(cli_tables[i], f);
 }
 
 static void print_usage(FILE *f) {

@@ -58,7 +58,7 @@ refused "extra positional" "unexpected argument 'extra'" "${G[@]}" extra --promp
 echo "(c) bad command lines refused with exit 2 naming flag, value and range"
 
 # (d) converted commands parse no flag by hand
-for f in src/cli/cmd_generate.c src/cli/cmd_prep.c; do
+for f in src/cli/cmd_generate.c src/cli/cmd_prep.c src/cli/cmd_plan.c src/cli/cmd_ckpt.c; do
     if grep -nE 'strn?cmp\((a|arg|argv\[[^]]*\]), *"-' "$f"; then fail "(d) $f compares arguments with flags by hand: make them rows"; fi
 done
 echo "(d) no hand-parsed flags"
