@@ -442,7 +442,7 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
     json_t *j = NULL, *wm = NULL;
     bool no_index = true;
-    if (!st) st = hf_load_json(idx, 64u << 20, &j, &no_index, err);
+    if (!st) st = hf_load_json(idx, 16u << 20, &j, &no_index, err);
     if (!st && !no_index) {
         wm = json_object_get(j, "weight_map");
         if (!json_is_object(wm)) {
