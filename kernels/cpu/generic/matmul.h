@@ -24,7 +24,13 @@ static void FN(matvec)(real *out, const real *a, const real *b, int M, int N, in
     bool stored_kr = M == 1 ? !trans_b : trans_a; // mat stored (K, R)
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if ((double)R * K < MATMUL_SERIAL_WORK) nt = 1;
-    (void)nt; // unused in the serial build (CPU_SERIAL: no OpenMP)
+    if (nt == 1) { // no parallel region: libgomp allocates a team even for one thread
+        if (stored_kr)
+            GEMV(CblasRowMajor, CblasTrans, K, R, alpha, mat, R, x, 1, beta, out, 1);
+        else
+            GEMV(CblasRowMajor, CblasNoTrans, R, K, alpha, mat, K, x, 1, beta, out, 1);
+        return;
+    }
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), used = omp_get_num_threads();
