@@ -31,7 +31,7 @@ if grep -qiE "warning" "$tmp/make.log"; then
 fi
 need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/check_streams" \
     "$EMU_BUILD/tests/check_backend_async" \
-    "$EMU_BUILD/tests/test_ops_cuda" \
+    "$EMU_BUILD/tests/test_ops_cuda" "$EMU_BUILD/tests/test_kv_decode" \
     "$EMU_BUILD/trident" "$EMU_BUILD/mpi/test_comm_nccl"
 fail=0
 # The emulation's own semantics: indices, barriers, shuffles, dynamic shared
@@ -60,5 +60,12 @@ done
 start=$(date +%s)
 rc=0; TRIDENT_EMU_DELAY=30:5 TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda" || rc=$?
 echo "== emulated test_ops_cuda (TRIDENT_EMU_DELAY=30:5): exit $rc in $(( $(date +%s) - start ))s"
+[ "$rc" -eq 0 ] || fail=1
+# Generation with a key/value cache on the CUDA backend: the cached logits
+# equal the full window's (fp32, bf16; with the attention options too) and
+# greedy tokens equal the window recomputed per token (tests/unit/test_kv_decode.c).
+start=$(date +%s)
+rc=0; TEST_KV_CUDA_ONLY=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_kv_decode" || rc=$?
+echo "== emulated test_kv_decode: exit $rc in $(( $(date +%s) - start ))s"
 [ "$rc" -eq 0 ] || fail=1
 exit "$fail"
