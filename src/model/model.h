@@ -212,7 +212,9 @@ double model_flops_per_token(const struct llama_config *cfg, int T);
 
 // Computes the parameter table and pool sizes without allocating.
 // Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,
-// head size odd, layer range outside [0, L)).
+// head size odd, layer range outside [0, L)), head_dim outside [0,
+// LLAMA_MAX_HEAD_DIM], or rope_scaling's numbers out of their ranges (struct
+// rope_scaling).
 enum status model_plan(const struct llama_config *cfg, const struct model_shard *shard,
                        enum dtype dtype, int B, int T, struct model_memory *out,
                        struct error *err);
@@ -222,8 +224,9 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 // 1, T is the whole sequence and the rank holds B x T / cp of them:
 // ring_attention.h) and initialises the weights (normal(0,
 // init_std), output projections o_proj/down_proj scaled by 1/sqrt(2L), norm
-// gains 1) from seed. The init of every element depends only on (seed, name,
-// global index), so any layout initialises the same global model.
+// gains 1, qkv_bias's biases 0) from seed. The init of every element
+// depends only on (seed, name, global index), so any layout initialises the
+// same global model.
 // dtype: DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16 (weights and activations in
 // that dtype; gradients, saved statistics and the RoPE tables FP32; TP sums
 // of activations in FP32), or DTYPE_FP64 (tests). Errors: as model_plan, and
@@ -395,7 +398,7 @@ void model_set_unit_hook(struct model *m, void (*fn)(void *ctx, int unit, enum m
 // Collective over the TP group.
 void model_finish_unit_grads(struct model *m, int u);
 // Initialises unit u's parameters (where they are bound) as model_init
-// does: normal(0, init_std) from (seed, name, global index), norm gains 1.
+// does: normal(0, init_std) from (seed, name, global index), norm gains 1, biases 0.
 // For a model without a parameter arena (model_shard.no_param_arena),
 // whose model_init leaves them to the caller, unit by unit.
 void model_init_unit_weights(struct model *m, int u, uint64_t seed);
