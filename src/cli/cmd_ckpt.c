@@ -444,6 +444,13 @@ int cmd_ckpt(int argc, char **argv) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
+        // Every rank file's /state first, judged by its owners (before any
+        // tensor is read, as checkpoint_open once read it).
+        if (trainer_state_verify(r, &err)) {
+            fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
         int bad = report_nonfinite(r, &err);
         if (bad) {
             if (bad < 0) fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
@@ -454,8 +461,7 @@ int cmd_ckpt(int argc, char **argv) {
         }
         const char *const *state_names;
         int n_state = optimizer_state_names(&state_names);
-        // Then every rank file's /state, judged by its owners.
-        if (checkpoint_check_tensors(r, state_names, n_state, &err) || trainer_state_verify(r, &err)) {
+        if (checkpoint_check_tensors(r, state_names, n_state, &err)) {
             fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;

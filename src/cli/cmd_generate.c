@@ -71,9 +71,9 @@ static const struct cli_flag generate_flags[] = {
      G(temperature)},
     {"--top-k", CLI_INT, "K", "0", 0, 1 << 30, 0, NULL,
      "sample among the K most likely ids; 0: the whole vocabulary", G(top_k)},
-    {"--top-p", CLI_FLOAT, "P", "1", 0, 1, 0, NULL,
+    {"--top-p", CLI_FLOAT, "P", "1", 0, 1, CLI_MIN_EXCLUSIVE, NULL,
      "sample among the most likely ids whose probability reaches P (nucleus sampling, after top-k); "
-     "1: all, > 0", G(top_p)},
+     "1: all", G(top_p)},
     {"--seed", CLI_UINT64, "S", "0", 0, INFINITY, 0, NULL,
      "seed of the sampler (each prompt draws as it would alone)", G(seed)},
     {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
@@ -213,8 +213,6 @@ int cmd_generate(int argc, char **argv) {
         }
         if (!err.status && !n_prompts)
             error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl");
-        if (!err.status && !(o.top_p > 0))
-            error_set(&err, STATUS_BAD_INPUT, "--top-p %g: expected a number in (0, 1]", o.top_p);
     }
     for (int i = 0; i < n_prompts && !err.status; i++)
         if (!ps[i].text[0])

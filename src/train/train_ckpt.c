@@ -174,12 +174,8 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct tr
                       first_replica || zero);
     // Each owner's values (the trainer's progress is its own), then every
     // owner's entries over them.
-    *sv = (struct trainer_saved){
-        .step = steps_done,
-        .progress = {.lr_step = t->progress.lr_step, .skipped_steps = t->progress.skipped_steps,
-                     .consecutive_skips = t->progress.consecutive_skips, .rng_seed = (uint64_t)c->train.seed,
-                     .loss_on = c->train.loss_on},
-    };
+    *sv = (struct trainer_saved){.step = steps_done};
+    trainer_progress_saved_of(&t->progress, c->train.seed, c->train.loss_on, &sv->progress);
     optimizer_saved_of(t->m.opt, &t->m.oc, &sv->opt);
     loss_scaler_saved_of(t->par.ctx.scaler, &sv->scaler);
     loader_state_save(&t->data.train_loader, &sv->loader);
@@ -826,9 +822,7 @@ static enum status resume(struct trainer *t, struct trainer_error *err) {
     s = resume_from(t, path, &sv, err);
     if (s) return s;
     t->ckpt.start_step = (int)sv.step;
-    // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).
-    t->progress = (struct trainer_progress){(int)sv.progress.lr_step, (int)sv.progress.skipped_steps,
-                                            (int)sv.progress.consecutive_skips};
+    trainer_progress_saved_restore(&t->progress, &sv.progress);
     loss_scaler_saved_restore(t->par.ctx.scaler, &sv.scaler);
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
     // A resume continues its own weights; init_from only starts fresh runs.
