@@ -104,8 +104,9 @@ QWEN3_LLAMA_KEYS = ["vocab_size", "hidden_size", "intermediate_size", "num_hidde
 
 
 def load(family, folder):
-    """The model of a folder as transformers reads it (Qwen3: the port above)."""
-    if family == "qwen3":
+    """The model of a folder as transformers reads it (Qwen3: transformers' own class when
+    it has one (>= 4.51), else the port above)."""
+    if family == "qwen3" and not hasattr(transformers, "Qwen3ForCausalLM"):
         d = json.load(open(os.path.join(folder, "config.json")))
         assert d["architectures"] == ["Qwen3ForCausalLM"]
         # Qwen3Config's defaults for what the folder leaves out
@@ -125,7 +126,8 @@ def load(family, folder):
         if tied:
             m.tie_weights()
         return m.eval()
-    cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "mistral": MistralForCausalLM}[family]
+    cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "mistral": MistralForCausalLM,
+           "qwen3": getattr(transformers, "Qwen3ForCausalLM", None)}[family]
     m, info = cls.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager",
                                   output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
