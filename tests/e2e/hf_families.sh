@@ -88,4 +88,4 @@ done
 "$HFPY" tests/e2e/lib/hf_families_live.py "${live[@]}" || fail "(e) transformers on trident's exports"
 # (f)
 $check losses 264 "${runs[@]}" || fail "(f) init_from's losses"
-echo "ok: llama (llama3 rope_scaling), qwen2 (biases), qwen3 (q/k norm, head_dim 16), mistral: logits = transformers' at 72 positions, every config variant's too, 32 greedy ids = generate()'s, a stop at the second eos id of a list (folder and import), export loads in transformers with the same logits, init_from trains 5 steps in (2,2,1)"
+echo "ok: $FAMILIES (llama: llama3 rope_scaling, qwen2: biases, qwen3: q/k norm and head_dim 16): logits = transformers' at 72 positions, every config variant's too, 32 greedy ids = generate()'s, a stop at the second eos id of a list (folder and import), export loads in transformers with the same logits, init_from trains 5 steps in (2,2,1)"
