@@ -104,7 +104,10 @@ int main(void) {
     uint64_t s = 11;
     for (int i = 0; i < 2 * T; i++) tokens[i] = (int32_t)((s = rng_splitmix64(s)) >> 33) % V;
     struct error err;
-    struct backend *bes[2] = {backend_init(BACKEND_CPU, 0, 0, &err), NULL};
+    // One CPU thread: a step is a few hundred small ops, and on a loaded machine a
+    // two-thread OpenMP region can wait a scheduler slice for its second thread
+    // (26 s instead of 0.3 s under load 10 on 2 cores).
+    struct backend *bes[2] = {backend_init(BACKEND_CPU, 0, 1, &err), NULL};
     if (backend_has_cuda() && backend_device_count() > 0) {
         bes[1] = backend_init(BACKEND_CUDA, 0, 0, &err);
         EXPECT(bes[1] != NULL, "backend_init(cuda, 0): %s", err.msg);
