@@ -79,7 +79,9 @@ static double decode_vs_full(struct backend *be, enum dtype dt) {
 // Greedy continuations of two prompts: the cache's (one batch) equal the
 // window's (each prompt alone). Returns the tokens compared.
 static int greedy_equal(struct backend *be, enum dtype dt) {
-    struct model *full = new_model(be, dt, 1, T), *dec = new_model(be, dt, 2, 8);
+    // dec: microbatch (2, 3): steps of at most 3 tokens a row, so the 7-id
+    // prompt is fed in three prefill chunks (3, 3, 1)
+    struct model *full = new_model(be, dt, 1, T), *dec = new_model(be, dt, 2, 3);
     const int32_t p0[P0] = {5, 9, 2, 44, 17, 3, 60}, p1[3] = {11, 12, 13};
     const int32_t *prompts[2] = {p0, p1};
     int n_prompt[2] = {P0, 3}, n_new = 20, compared = 0;
