@@ -93,6 +93,7 @@ struct train_config {
     int sample_tokens;
     double sample_temperature; // 0: greedy
     int sample_top_k;          // 0: the whole vocabulary
+    double sample_top_p;       // (0, 1]; 1: every token the top-k keeps
     int exit_interval;         // 0: run to steps
     int max_skipped_steps;     // consecutive non-finite steps that stop the run
     double exit_duration_mins; // wall-clock budget of one `trident train`; 0: none

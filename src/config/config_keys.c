@@ -153,6 +153,9 @@ const struct config_key config_keys[] = {
               "sampling temperature; 0 is greedy"),
     KEY_INT("train", "sample_top_k", train.sample_top_k, "0", 0, INT_MAX, "tokens",
             "sample among the k most likely tokens; 0 uses the whole vocabulary"),
+    KEY_FLOAT("train", "sample_top_p", train.sample_top_p, "1", 0, 1, CONFIG_MIN_EXCLUSIVE, "",
+              "sample among the most likely tokens whose probability reaches p (nucleus sampling, "
+              "after top-k); 1 uses every token"),
     KEY_INT("train", "exit_interval", train.exit_interval, "0", 0, INT_MAX, "steps",
             "stop (after saving a checkpoint) once the step count is a multiple of this, as "
             "Megatron-LM's --exit-interval; 0 runs to steps"),

@@ -25,9 +25,12 @@ static int pick_p(double *logits, int V, double temperature, int top_k, double t
         }
         kth = prev;
     }
-    double sum = 0;
+    // (the largest logit read once: the loop overwrites logits[best]; before
+    // issue 28 it was read in the loop, so ids after best were weighed
+    // against exp(0) = 1 instead of the largest logit)
+    double sum = 0, mx = logits[best];
     for (int j = 0; j < V; j++) {
-        logits[j] = logits[j] >= kth ? exp((logits[j] - logits[best]) / temperature) : 0.0;
+        logits[j] = logits[j] >= kth ? exp((logits[j] - mx) / temperature) : 0.0;
         sum += logits[j];
     }
     if (top_p < 1 && order) { // keep the most probable ids until their mass reaches top_p
@@ -103,7 +106,8 @@ int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_
 }
 
 int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd, const struct sample_stop *stop) {
+                  int top_k, double top_p, uint64_t seed, FILE *f, struct watchdog *wd,
+                  const struct sample_stop *stop) {
     int32_t *out = xmalloc(sizeof *out * (size_t)MAX(1, n_tokens)); // the generated ids
     int eot = tokenizer_eot_id(tok);
     int32_t start = eot >= 0 ? eot : 0;
@@ -115,7 +119,7 @@ int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, dou
     model_microbatch_shape(m, &B, &T, &V);
     CHECK(model_kv_cache_rows(m) || !model_kv_cache_init(m, 1, T, &err), "sample: %s", err.msg);
     struct sample_request rq = {.rows = 1, .prompts = prompts, .n_prompt = &n_prompt,
-                                .n_new = n_tokens, .params = {temperature, top_k, 1.0, seed},
+                                .n_new = n_tokens, .params = {temperature, top_k, top_p, seed},
                                 .stop_ids = &start, .n_stop = eot >= 0, .wd = wd, .stop = stop};
     struct sample_result res = {.out = out, .n_out = &n_out, .ended = &ended};
     CHECK(n_tokens <= 0 || !sample_generate(m, &rq, &res, &err), "sample: %s", err.msg);

@@ -19,7 +19,7 @@
 // positions, when the caller has not made one: the trainer makes it at
 // start), stopping at end-of-text; past T positions the last half is kept as
 // context (sample_continue's rule). temperature 0 is greedy; top_k 0 samples
-// from the whole vocabulary. Overwrites the model's activations (call between
+// from the whole vocabulary; top_p as struct sample_params. Overwrites the model's activations (call between
 // steps). Collective as model_decode: every rank of the TP and pipeline
 // groups calls it and draws the same tokens; f NULL: generate without
 // printing. The text is decoded at the end, invalid UTF-8 printed as U+FFFD
@@ -34,7 +34,8 @@ struct sample_stop {
     void *ctx;
 };
 int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,
-                  int top_k, uint64_t seed, FILE *f, struct watchdog *wd, const struct sample_stop *stop);
+                  int top_k, double top_p, uint64_t seed, FILE *f, struct watchdog *wd,
+                  const struct sample_stop *stop);
 
 // Sampling of one token from logits: temperature 0 is greedy (the first
 // largest logit); else softmax(logits / temperature) over the top_k largest

@@ -972,7 +972,8 @@ static void sample_step(struct trainer *t, int step, struct stop_poll *poll) {
     double s0 = time_now_s();
     struct sample_stop stop = {poll_stop, poll};
     int n = sample_print(t->m.model, t->data.tok, c->train.sample_tokens, c->train.sample_temperature,
-                         c->train.sample_top_k, (uint64_t)c->train.seed + step - 1, mem, t->watchdog, &stop);
+                         c->train.sample_top_k, c->train.sample_top_p, (uint64_t)c->train.seed + step - 1, mem,
+                         t->watchdog, &stop);
     double secs = time_now_s() - s0;
     t->log.sample_s += secs;
     if (f) {

@@ -19,7 +19,9 @@
 // 64 / 4, llama3 RoPE scaling past its original 16 positions): the step runs
 // the model's own q/k/v code (qkv_forward), so they hold there too.
 // Then the sampler (sample.h): greedy tokens of sample_generate (the cache)
-// equal sample_continue's (the window recomputed per token).
+// equal sample_continue's (the window recomputed per token); top_p 1e-9 at
+// temperature 1 gives the greedy tokens, top_p 1 others; a list of stop ids
+// ends a row at its second id.
 #include <math.h>
 #include <string.h>
 
@@ -77,7 +79,9 @@ static double decode_vs_full(struct backend *be, enum dtype dt) {
 // Greedy continuations of two prompts: the cache's (one batch) equal the
 // window's (each prompt alone). Returns the tokens compared.
 static int greedy_equal(struct backend *be, enum dtype dt) {
-    struct model *full = new_model(be, dt, 1, T), *dec = new_model(be, dt, 2, 8);
+    // dec: microbatch (2, 3): steps of at most 3 tokens a row, so the 7-id
+    // prompt is fed in three prefill chunks (3, 3, 1)
+    struct model *full = new_model(be, dt, 1, T), *dec = new_model(be, dt, 2, 3);
     const int32_t p0[P0] = {5, 9, 2, 44, 17, 3, 60}, p1[3] = {11, 12, 13};
     const int32_t *prompts[2] = {p0, p1};
     int n_prompt[2] = {P0, 3}, n_new = 20, compared = 0;
@@ -96,6 +100,31 @@ static int greedy_equal(struct backend *be, enum dtype dt) {
         for (int j = 0; j < nr && j < n_out[i]; j++, compared++)
             EXPECT(ref[j] == outs[i][j], "prompt %d token %d: window %d, cache %d", i, j, ref[j], outs[i][j]);
     }
+    // top_p tiny keeps the one most likely id: temperature 1 draws the greedy
+    // tokens (it failed while the softmax read the largest logit after
+    // overwriting it); top_p 1 at temperature 1 draws others (the draw is live)
+    int32_t outs2[2][20];
+    int n_out2[2];
+    bool ended2[2];
+    struct sample_result res2 = {.out = (int32_t *)outs2, .n_out = n_out2, .ended = ended2};
+    rq.params = (struct sample_params){.temperature = 1, .top_k = 0, .top_p = 1e-9, .seed = 3};
+    CHECK(!sample_generate(dec, &rq, &res2, &err), "%s", err.msg);
+    EXPECT(!memcmp(outs, outs2, sizeof outs) && n_out2[0] == n_out[0] && n_out2[1] == n_out[1],
+           "top_p 1e-9 at temperature 1 drew other ids than greedy");
+    rq.params.top_p = 1;
+    CHECK(!sample_generate(dec, &rq, &res2, &err), "%s", err.msg);
+    EXPECT(memcmp(outs, outs2, sizeof outs), "temperature 1, top_p 1 drew the greedy ids");
+    // stop ids: a list whose second id is row 0's 5th greedy token ends row 0
+    // just before its first occurrence (not output), ended; the other row too
+    // if that id comes up there
+    int32_t stop[2] = {-7, outs[0][4]}, first = 0;
+    while (outs[0][first] != stop[1]) first++;
+    rq.params = (struct sample_params){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 1};
+    rq.stop_ids = stop, rq.n_stop = 2;
+    CHECK(!sample_generate(dec, &rq, &res2, &err), "%s", err.msg);
+    EXPECT(n_out2[0] == first && ended2[0] && !memcmp(outs2[0], outs[0], sizeof(int32_t) * first),
+           "row 0 with stop ids {-7, %d}: %d tokens (ended %d), expected %d, ended", stop[1], n_out2[0],
+           ended2[0], first);
     model_free(full), model_free(dec);
     return compared;
 }
@@ -104,7 +133,10 @@ int main(void) {
     uint64_t s = 11;
     for (int i = 0; i < 2 * T; i++) tokens[i] = (int32_t)((s = rng_splitmix64(s)) >> 33) % V;
     struct error err;
-    struct backend *bes[2] = {backend_init(BACKEND_CPU, 0, 0, &err), NULL};
+    // One CPU thread: a step is a few hundred small ops, and on a loaded machine a
+    // two-thread OpenMP region can wait a scheduler slice for its second thread
+    // (26 s instead of 0.3 s under load 10 on 2 cores).
+    struct backend *bes[2] = {backend_init(BACKEND_CPU, 0, 1, &err), NULL};
     if (backend_has_cuda() && backend_device_count() > 0) {
         bes[1] = backend_init(BACKEND_CUDA, 0, 0, &err);
         EXPECT(bes[1] != NULL, "backend_init(cuda, 0): %s", err.msg);
