@@ -8,12 +8,14 @@
 
 #include "base/common.h"
 #include "cli.h"
+#include "data/chat.h"
 #include "data/prep.h"
 
 static const char *prep_usage =
     "usage: trident prep --input PATH... --output DIR [--tokenizer FILE | --vocab-size N]\n"
     "                    [--include GLOB]... [--no-recursive] [--doc-per-file]\n"
-    "                    [--format auto|text|jsonl|chat] [--text-key KEY] [--allow-special-tokens]\n"
+    "                    [--format auto|text|jsonl|chat] [--chat-template plain|llama3|chatml]\n"
+    "                    [--text-key KEY] [--allow-special-tokens]\n"
     "                    [--val-fraction F] [--shard-tokens N] [--seed S] [--quiet]\n"
     "  --input PATH...     text files or folders of them (several allowed); a folder is read\n"
     "                      recursively (--recursive, the default), hidden files and folders\n"
@@ -34,6 +36,10 @@ static const char *prep_usage =
     "                      chat: JSON Lines of {\"prompt\",\"response\"} or {\"messages\":[{\"role\",\n"
     "                      \"content\"}...]}, rendered \"User: P\\nAssistant: R\", shards with a\n"
     "                      /loss_mask of 1 on response tokens (docs/formats.md, \"Chat\")\n"
+    "  --chat-template T   --format chat's template: plain (default, above), llama3 (Llama 3.1\n"
+    "                      Instruct's header tokens) or chatml (<|im_start|>, Qwen2.5's), as\n"
+    "                      transformers' apply_chat_template renders them; the loss mask on\n"
+    "                      assistant contents and their end tokens; recorded in index.ini\n"
     "  --doc-per-file      text files: each file is one document (blank lines kept inside), so\n"
     "                      the end-of-text id goes between files; JSON Lines stay one per record\n"
     "  --allow-special-tokens  special-token text in documents (<|endoftext|>) becomes its id;\n"
@@ -132,7 +138,7 @@ int cmd_prep(int argc, char **argv) {
                                .seed = 1234, .recursive = 1};
     const char **inputs = xcalloc((size_t)argc, sizeof *inputs);
     const char **includes = xcalloc((size_t)argc, sizeof *includes);
-    int rc = STATUS_BAD_INPUT;
+    int rc = STATUS_BAD_INPUT, chat_template_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t u;
@@ -184,6 +190,13 @@ int cmd_prep(int argc, char **argv) {
                 rc = bad_arg("--format '%s': expected auto, text, jsonl or chat%s", v, "");
                 goto out;
             }
+        } else if (!strcmp(a, "--chat-template")) {
+            int t = chat_template_parse(v);
+            if (t < 0) {
+                rc = bad_arg("--chat-template '%s': expected plain, llama3 or chatml%s", v, "");
+                goto out;
+            }
+            opt.chat_template = t, chat_template_given = 1;
         } else if (!strcmp(a, "--val-fraction")) {
             char *end;
             opt.val_fraction = strtod(v, &end);
@@ -217,6 +230,10 @@ int cmd_prep(int argc, char **argv) {
     if (opt.format == PREP_FORMAT_CHAT && (opt.vocab_size > 0 || opt.text_key)) {
         rc = bad_arg("--format chat takes an existing --tokenizer (the chat template's marks would be trained "
                      "into a new one) and no --text-key%s%s", "", "");
+        goto out;
+    }
+    if (chat_template_given && opt.format != PREP_FORMAT_CHAT) {
+        rc = bad_arg("--chat-template needs --format chat%s%s", "", "");
         goto out;
     }
     if (opt.text_key && opt.format == PREP_FORMAT_TEXT) {
