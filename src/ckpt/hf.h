@@ -31,6 +31,8 @@ struct hf_export_args {
     int bos_id, eos_id;         // -1: none
     const char *tokenizer_json; // copied to out_dir/tokenizer.json, or NULL
     const char *eos_token;      // its text for tokenizer_config.json, or NULL
+    const char *chat_template;  // tokenizer_config.json "chat_template" (Jinja text the model was
+                                // trained in, data/chat.h), or NULL
 };
 
 // Writes the folder of a->out_dir from the checkpoint r (any layout: each

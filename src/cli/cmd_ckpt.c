@@ -1,10 +1,12 @@
 // cmd_ckpt.c: `trident ckpt info DIR`, `trident ckpt verify DIR` and
 // `trident ckpt export DIR OUT.h5` and `trident ckpt export DIR OUT --format hf
-// [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]` (a
+// [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]
+// [--chat-template T]` (a
 // Hugging Face LlamaForCausalLM folder, src/ckpt/hf.h; PATH is a dataset
 // folder holding tokenizer.json or the file itself, and must be the
 // tokenizer the checkpoint records; without it, cli_checkpoint_tokenizer's
-// file when there is one), and `trident ckpt logits DIR --tokens
+// file when there is one; tokenizer_config.json's chat_template is T's Jinja
+// text, default cli_chat_template_of the tokenizer), and `trident ckpt logits DIR --tokens
 // IDS.txt --out LOGITS.safetensors` (the model's logits of given token
 // sequences, for checks against other implementations). DIR is a checkpoint
 // folder (step-NNNNNN) or a [checkpoint] dir holding `latest` (logits: or a
@@ -22,6 +24,7 @@
 #include "base/h5util.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf.h"
+#include "data/chat.h"
 #include "model/optimizer.h"
 #include "cli.h"
 #include "model/model.h"
@@ -147,6 +150,7 @@ static uint64_t parse_size(const char *s) {
 static int export_hf(int argc, char **argv) {
     struct hf_export_args a = {.out_dir = argv[2], .dtype = -1, .bos_id = -1, .eos_id = -1};
     const char *tok_path = NULL;
+    int chat_template = -1; // --chat-template; -1: the tokenizer's dataset's (cli_chat_template_of)
     for (int i = 3; i < argc; i++) {
         bool has = i + 1 < argc;
         if (!strcmp(argv[i], "--format") && has && !strcmp(argv[i + 1], "hf")) i++;
@@ -165,7 +169,13 @@ static int export_hf(int argc, char **argv) {
                 return STATUS_BAD_INPUT;
             }
         } else if (!strcmp(argv[i], "--tokenizer") && has) tok_path = argv[++i];
-        else {
+        else if (!strcmp(argv[i], "--chat-template") && has) {
+            if ((chat_template = chat_template_parse(argv[++i])) < 0) {
+                fprintf(stderr, "trident: ckpt export: --chat-template %s: expected plain, llama3 or chatml\n",
+                        argv[i]);
+                return STATUS_BAD_INPUT;
+            }
+        } else {
             fprintf(stderr, "trident: ckpt export: unknown or incomplete option '%s'\n", argv[i]);
             return STATUS_BAD_INPUT;
         }
@@ -198,6 +208,9 @@ static int export_hf(int argc, char **argv) {
             if (a.eos_id >= 0 && tokenizer_decode(tok, &a.eos_id, 1, &eos_text, &len, &err) == STATUS_OK)
                 a.eos_token = eos_text;
             a.tokenizer_json = tok_file;
+            if (chat_template < 0) chat_template = cli_chat_template_of(tok_file);
+            if (chat_template != CHAT_TEMPLATE_PLAIN) chat_template_check(tok, chat_template, &err);
+            a.chat_template = chat_template_jinja(chat_template);
         }
     }
     if (!err.status) hf_export(r, &a, &err);
@@ -353,7 +366,8 @@ int cmd_ckpt(int argc, char **argv) {
     if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
         fprintf(help ? stdout : stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
                         "trident ckpt export DIR OUT.h5 | trident ckpt export DIR OUT --format hf "
-                        "[--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer DATASET_DIR] | "
+                        "[--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer DATASET_DIR] "
+                        "[--chat-template plain|llama3|chatml] | "
                         "trident ckpt logits DIR --tokens IDS.txt --out OUT.safetensors\n"
                         "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
                         "  export: every parameter as a whole float32 tensor named as in Hugging "
@@ -361,7 +375,9 @@ int cmd_ckpt(int argc, char **argv) {
                         "  export --format hf: a folder transformers' from_pretrained loads "
                         "(config.json, model.safetensors, tokenizer files; without --tokenizer, the "
                         "tokenizer.json next to the checkpoint (import's) or the one a run folder's "
-                        "config.ini above it names, as generate finds it)\n"
+                        "config.ini above it names, as generate finds it; tokenizer_config.json's "
+                        "chat_template: --chat-template's, else the one the tokenizer's dataset was "
+                        "prepared with (index.ini), else plain)\n"
                         "  logits: the FP32 logits (N, T, V) of the N lines of T token ids of "
                         "IDS.txt, one forward each on one rank (DIR may also be a Hugging Face "
                         "folder)\n");

@@ -6,8 +6,12 @@
 // Each prompt is encoded as the end-of-text id (a document start, as every
 // document of a prepared corpus follows one) then the prompt's ids; with
 // --chat the prompt is first put in `trident prep --format chat`'s template
-// (prep_chat_prompt: "User: P\nAssistant:"). Generation stops at end-of-text
-// or after --max-new-tokens ids. The model's window is the longest prompt plus
+// (prep_chat_prompt: "User: P\nAssistant:"), or with --chat-template llama3 |
+// chatml (default: the one the tokenizer's dataset was prepared with,
+// cli_chat_template_of) rendered as a one-message user conversation with the
+// generation prompt, as prep and apply_chat_template render it (data/chat.h).
+// Generation stops at end-of-text (with llama3 / chatml: at the template's end
+// token, <|eot_id|> / <|im_end|>) or after --max-new-tokens ids. The model's window is the longest prompt plus
 // --max-new-tokens; a prompt for which that exceeds the model's max_seq_len is
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
 // rows, and a slid window would change what the model sees.
@@ -22,11 +26,37 @@
 #include "base/threads.h"
 #include "config/config.h"
 #include "cli.h"
+#include "data/chat.h"
 #include "data/dataset.h"
+#include "data/index.h"
 #include "data/prep.h"
 #include "model/sample.h"
 #include "tokenizer/tokenizer.h"
 #include "train/generate.h"
+
+int cli_chat_template_of(const char *tok_file) {
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s", tok_file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(path, sizeof path, "%s/index.ini", dir);
+    struct index ix = {0};
+    struct error err = {0};
+    int t = -1;
+    if (access(path, R_OK) == 0 && index_read(path, &ix, &err) == STATUS_OK) {
+        t = chat_template_parse(ix.chat_template);
+        index_free(&ix);
+    }
+    if (t >= 0) return t;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *tc = json_load_file(path, 0, NULL);
+    const char *jinja = json_string_value(json_object_get(tc, "chat_template"));
+    for (int k = 0; jinja && k < CHAT_TEMPLATE_COUNT && t < 0; k++)
+        if (!strcmp(jinja, chat_template_jinja(k))) t = k;
+    json_decref(tc);
+    return t >= 0 ? t : CHAT_TEMPLATE_PLAIN;
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: trident generate MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [--chat]\n"
@@ -37,6 +67,8 @@ static void usage(FILE *f) {
                "  --prompt TEXT: a prompt (repeatable); --prompts FILE.jsonl: {\"prompt\": ...} per line\n"
                "      (a \"response\" field is printed as the expected answer)\n"
                "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
+               "  --chat-template plain|llama3|chatml: --chat with that template (default: the\n"
+               "      tokenizer's dataset's index.ini chat_template, else plain); stops at its end token\n"
                "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
                "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the tokenizer.json\n"
                "      `trident import` keeps next to it, else the [data] tokenizer, path or first of\n"
@@ -146,6 +178,7 @@ int cmd_generate(int argc, char **argv) {
     struct prompt *ps = NULL;
     int n_prompts = 0, max_new = 64, top_k = 0, threads = 0;
     bool chat = false, json = false, show_usage = false;
+    int chat_template = -1; // --chat-template; -1: the tokenizer's (cli_chat_template_of)
     double temperature = 0;
     unsigned long long seed = 0;
     struct error err = {0};
@@ -153,6 +186,11 @@ int cmd_generate(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--chat-template") && v) {
+            if ((chat_template = chat_template_parse(v)) < 0)
+                error_set(&err, STATUS_BAD_INPUT, "--chat-template %s: expected plain, llama3 or chatml", v);
+            chat = true, i++;
+        }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--prompt") && v) {
             ps = realloc(ps, sizeof *ps * (n_prompts + 1));
@@ -236,13 +274,34 @@ int cmd_generate(int argc, char **argv) {
                   tok_file, tokenizer_vocab_size(tok), g.lc.vocab_size, model_dir);
         goto out;
     }
-    int eot = tokenizer_eot_id(tok);
+    int eot = tokenizer_eot_id(tok), stop = eot;
+    if (chat && chat_template < 0) chat_template = cli_chat_template_of(tok_file);
+    if (chat && chat_template != CHAT_TEMPLATE_PLAIN) {
+        if (chat_template_check(tok, chat_template, &err)) goto out;
+        const char *end = chat_template_end_token(chat_template);
+        int32_t *e = NULL;
+        size_t k = 0;
+        if (tokenizer_encode(tok, end, strlen(end), 1, &e, &k, &err)) goto out;
+        stop = e[0];
+        free(e);
+    }
     for (int i = 0; i < n_prompts; i++) {
         size_t len = strlen(ps[i].text), n;
-        char *text = chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
         int32_t *body;
-        enum status st = tokenizer_encode(tok, text, len, 0, &body, &n, &err);
-        free(text);
+        enum status st;
+        if (chat && chat_template != CHAT_TEMPLATE_PLAIN) {
+            struct chat_msg m = {.role = "user", .role_len = 4, .content = ps[i].text, .content_len = len};
+            char *buf = NULL;
+            size_t blen = 0, bcap = 0;
+            uint8_t *mask = NULL;
+            st = chat_render(chat_template, &m, 1, 1, &buf, &blen, &bcap, &err);
+            if (!st) st = chat_encode(tok, buf, blen, 0, &body, &mask, &n, &err);
+            free(buf), free(mask);
+        } else {
+            char *text = chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
+            st = tokenizer_encode(tok, text, len, 0, &body, &n, &err);
+            free(text);
+        }
         if (st) goto out;
         ids[i] = xmalloc(sizeof **ids * (n + 1));
         n_ids[i] = 0;
@@ -274,7 +333,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = xmalloc(sizeof *out * (size_t)max_new);
     for (int i = 0; i < n_prompts; i++) {
         bool ended;
-        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, eot, out,
+        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, stop, out,
                                 &ended, NULL);
         char *text = decode_clean(tok, out, n);
         if (json) {
