@@ -26,7 +26,7 @@ source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
 need_py h5py numpy
 HFPY="$PWD/.venv-hf/bin/python"
-[ -x "$HFPY" ] && "$HFPY" -c "import torch, transformers" 2>/dev/null ||
+[ -x "$HFPY" ] && "$HFPY" -c "import importlib.util as u; assert u.find_spec('torch') and u.find_spec('transformers')" 2>/dev/null ||
     fail "$HFPY with torch and transformers missing: run make deps (it makes .venv-hf with tests/requirements-hf.txt)"
 FIX=tests/reference/fixtures
 
@@ -40,7 +40,7 @@ for t in llama3 chatml; do
         --tokenizer $tok --val-fraction 0 --quiet > /dev/null 2> "$tmp/err" || fail "$t: prep: $(cat "$tmp/err")"
     V=$(sed -n 's/^vocab_size = //p' "$tmp/shards/index.ini")
     small_train "$tmp/run-$t" "$tmp/ck-$t" 1 1 1 0 model.vocab_size="$V" model.max_seq_len=256 train.seq_len=128 \
-        train.steps=3 train.warmup_steps=1 > "$tmp/log-$t" 2>&1 || { tail -20 "$tmp/log-$t"; fail "$t: training exited non-zero"; }
+        train.steps=1 train.warmup_steps=0 > "$tmp/log-$t" 2>&1 || { tail -20 "$tmp/log-$t"; fail "$t: training exited non-zero"; }
     cp -r "$tmp/shards" "$tmp/data-$t"
     "$TRIDENT" ckpt export "$tmp/ck-$t" "$tmp/hf-$t" --format hf --tokenizer "$tmp/data-$t" > /dev/null ||
         fail "$t: export"
@@ -57,40 +57,42 @@ for path in sorted(glob.glob(sys.argv[1] + "/shard-*.h5")):
     docs += [tk[int(a):int(b) - 1].tolist() for a, b in zip(off[:-1], off[1:])]  # without the end-of-text id
 print(json.dumps({"eot": eot, "docs": docs}))
 PYEOF
-    "$HFPY" - "$tmp/hf-$t" "$tmp/docs-$t.json" $FIX/chat_conversations.jsonl "$tmp/gen-$t.json" $t <<'PYEOF' || fail "$t: transformers on the export"
+done
+"$HFPY" - "$tmp" $FIX/chat_conversations.jsonl <<'PYEOF' || fail "transformers on the exports"
 import json, sys
 import torch, transformers
 from transformers import AutoTokenizer, LlamaForCausalLM
 transformers.logging.set_verbosity_error()
-hf, data, convs_path, gen_path, t = sys.argv[1:]
-tc = json.load(open(hf + "/tokenizer_config.json"))
-marker = "<|start_header_id|>" if t == "llama3" else "<|im_start|>"
-assert marker in tc.get("chat_template", ""), f"(a) chat_template: {tc.get('chat_template')!r}"
-assert tc.get("model_input_names") == ["input_ids", "attention_mask"], tc.get("model_input_names")
-tok = AutoTokenizer.from_pretrained(hf)
+tmp, convs_path = sys.argv[1:]
 convs = [json.loads(l)["messages"] for l in open(convs_path)]
-d = json.load(open(data))
-docs, eot = d["docs"], d["eot"]
-for i, c in enumerate(convs):  # (b)
-    ids = tok.apply_chat_template(c, tokenize=True)
-    assert ids == docs[i], f"(b) conversation {i}: apply_chat_template {ids[:12]}... trident {docs[i][:12]}..."
-model = LlamaForCausalLM.from_pretrained(hf)
-model.eval()
-enc = tok("Hello, world! The answer is", return_tensors="pt")  # (c)
-assert "token_type_ids" not in enc, sorted(enc.keys())
-out = model.generate(**enc, max_new_tokens=8, do_sample=False)
-assert out.shape[1] > enc["input_ids"].shape[1], out
-msg = [{"role": "user", "content": "Say hi in Korean"}]
-chat = tok.apply_chat_template(msg, add_generation_prompt=True, return_dict=True, return_tensors="pt")
-out2 = model.generate(**chat, max_new_tokens=8, do_sample=False)
-want = tok.apply_chat_template(msg, add_generation_prompt=True, tokenize=True)  # (d)
-g = json.loads(open(gen_path).read().splitlines()[0])
-assert g["prompt_ids"] == [eot] + want, f"(d) trident generate --chat {g['prompt_ids']} HF [{eot}] + {want}"
-print(f"{t}: 20 conversations equal; generate(**tok(...)) -> {out.shape[1] - enc['input_ids'].shape[1]} new, "
-      f"chat prompt {chat['input_ids'].shape[1]} ids -> {out2.shape[1] - chat['input_ids'].shape[1]} new; "
-      f"torch {torch.__version__}, transformers {transformers.__version__}")
+for t in ("llama3", "chatml"):
+    hf, data, gen_path = f"{tmp}/hf-{t}", f"{tmp}/docs-{t}.json", f"{tmp}/gen-{t}.json"
+    tc = json.load(open(hf + "/tokenizer_config.json"))
+    marker = "<|start_header_id|>" if t == "llama3" else "<|im_start|>"
+    assert marker in tc.get("chat_template", ""), f"(a) chat_template: {tc.get('chat_template')!r}"
+    assert tc.get("model_input_names") == ["input_ids", "attention_mask"], tc.get("model_input_names")
+    tok = AutoTokenizer.from_pretrained(hf)
+    d = json.load(open(data))
+    docs, eot = d["docs"], d["eot"]
+    for i, c in enumerate(convs):  # (b)
+        ids = tok.apply_chat_template(c, tokenize=True)
+        assert ids == docs[i], f"(b) conversation {i}: apply_chat_template {ids[:12]}... trident {docs[i][:12]}..."
+    model = LlamaForCausalLM.from_pretrained(hf)
+    model.eval()
+    enc = tok("Hello, world! The answer is", return_tensors="pt")  # (c)
+    assert "token_type_ids" not in enc, sorted(enc.keys())
+    out = model.generate(**enc, max_new_tokens=8, do_sample=False)
+    assert out.shape[1] > enc["input_ids"].shape[1], out
+    msg = [{"role": "user", "content": "Say hi in Korean"}]
+    chat = tok.apply_chat_template(msg, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+    out2 = model.generate(**chat, max_new_tokens=8, do_sample=False)
+    want = tok.apply_chat_template(msg, add_generation_prompt=True, tokenize=True)  # (d)
+    g = json.loads(open(gen_path).read().splitlines()[0])
+    assert g["prompt_ids"] == [eot] + want, f"(d) trident generate --chat {g['prompt_ids']} HF [{eot}] + {want}"
+    print(f"{t}: 20 conversations equal; generate(**tok(...)) -> {out.shape[1] - enc['input_ids'].shape[1]} new, "
+          f"chat prompt {chat['input_ids'].shape[1]} ids -> {out2.shape[1] - chat['input_ids'].shape[1]} new; "
+          f"torch {torch.__version__}, transformers {transformers.__version__}")
 PYEOF
-done
 
 # (e)
 mismatch() { # WHAT PATTERN small_train args...: exit 2 and PATTERN in the output
