@@ -54,6 +54,9 @@ int cli_chat_template_of(const char *tok_file) {
     const char *jinja = json_string_value(json_object_get(tc, "chat_template"));
     for (int k = 0; jinja && k < CHAT_TEMPLATE_COUNT && t < 0; k++)
         if (!strcmp(jinja, chat_template_jinja(k))) t = k;
+    // a model's own template (a Llama 3.x or Qwen folder): by its tokens
+    if (jinja && t < 0 && strstr(jinja, "<|start_header_id|>")) t = CHAT_TEMPLATE_LLAMA3;
+    if (jinja && t < 0 && strstr(jinja, "<|im_start|>")) t = CHAT_TEMPLATE_CHATML;
     json_decref(tc);
     return t >= 0 ? t : CHAT_TEMPLATE_PLAIN;
 }

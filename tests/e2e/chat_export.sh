@@ -15,7 +15,9 @@
 #      add_generation_prompt=True, return_dict=True);
 #  (d) `trident generate --chat` on the export, the template read from its
 #      tokenizer_config.json, encodes a user message as the end-of-text id then
-#      apply_chat_template([user], add_generation_prompt=True)'s ids;
+#      apply_chat_template([user], add_generation_prompt=True)'s ids, and so
+#      it does when the folder's chat_template is another text writing
+#      <|im_start|> (a Qwen model's own template);
 #  (e) a tokenizer mismatch says where the run's tokenizer comes from: [data]
 #      tokenizer naming another tokenizer than the data's (exit 2, the file
 #      and "[data] tokenizer" named), and init_from the chatml model on data
@@ -93,6 +95,14 @@ for t in ("llama3", "chatml"):
           f"chat prompt {chat['input_ids'].shape[1]} ids -> {out2.shape[1] - chat['input_ids'].shape[1]} new; "
           f"torch {torch.__version__}, transformers {transformers.__version__}")
 PYEOF
+cp -r "$tmp/hf-chatml" "$tmp/hf-own"
+"$PY" -c 'import json, sys; p = sys.argv[1] + "/tokenizer_config.json"; c = json.load(open(p))
+c["chat_template"] = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+json.dump(c, open(p, "w"))' "$tmp/hf-own"
+"$TRIDENT" generate "$tmp/hf-own" --chat --json --max-new-tokens 4 --prompt "Say hi in Korean" > "$tmp/gen-own.json" ||
+    fail "(d) generate --chat with a model's own template"
+"$PY" -c 'import json, sys; a, b = (json.loads(open(p).readline())["prompt_ids"] for p in sys.argv[1:]); assert a == b, (a, b)' \
+    "$tmp/gen-own.json" "$tmp/gen-chatml.json" || fail "(d) a model's own <|im_start|> template is not read as chatml"
 
 # (e)
 mismatch() { # WHAT PATTERN small_train args...: exit 2 and PATTERN in the output
