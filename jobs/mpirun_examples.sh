@@ -28,6 +28,8 @@ srun --mpi=pmix --ntasks=2 build/trident train configs/tiny.ini parallel.dp=2
 # TP group, docs/design.md section 2) share a node. For the time limit and
 # requeues see jobs/slurm_train.sbatch (TRIDENT_SRUN_MPI=mpirun).
 salloc --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --cpus-per-task=8 --time=1:00:00
+# a signalled mpirun SIGKILLs the ranks this many seconds after its SIGTERM (default 1): room to save
+export OMPI_MCA_odls_base_sigkill_timeout=60
 mpirun -np "$SLURM_NTASKS" --map-by ppr:8:node --bind-to none build/trident train configs/llama-1b.ini \
     system.device=cuda parallel.tp=8 parallel.dp=2 checkpoint.dir=runs/llama-1b/checkpoints
 # the same allocation with srun

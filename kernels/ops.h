@@ -235,11 +235,43 @@ void backend_rope_qkv_join(struct backend *be, struct tensor dqkv, struct tensor
 // with reset_position_ids and reset_attention_mask). tokens: (B, T) I32 ids.
 void doc_start_fill(int32_t *doc_start, const int32_t *tokens, int B, int T, int32_t eot);
 
+// RoPE frequency scaling ([model] rope_scaling, llama_config.rope_scaling in model.h; Hugging Face's config.json
+// `rope_scaling`): NONE is plain RoPE (Su et al. 2021; HF "default"); LINEAR
+// divides every position by `factor` (HF "linear", Chen et al. 2023,
+// position interpolation); LLAMA3 rescales each frequency by its wavelength
+// against original_max_pos (HF `_compute_llama3_parameters`: wavelengths
+// below original_max_pos / high_freq_factor unchanged, above
+// original_max_pos / low_freq_factor divided by factor, smooth between).
+enum rope_scaling_type { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3 };
+struct rope_scaling {
+    enum rope_scaling_type type;
+    double factor;                            // LINEAR, LLAMA3: > 0 (1: no change)
+    double low_freq_factor, high_freq_factor; // LLAMA3: high > low > 0
+    int original_max_pos;                     // LLAMA3: original_max_position_embeddings
+};
+
+// inv_freq of pair i < D/2 (angle p * inv_freq at position p), in double:
+// theta^(-2i/D) (HF's _compute_default_rope_parameters), then scaled by sc
+// (NULL or NONE: unchanged): LINEAR divides by factor
+// (_compute_linear_scaling_rope_parameters); LLAMA3 is
+// _compute_llama3_parameters (transformers' modeling_rope_utils.py): with
+// wavelength w = 2 pi / inv_freq, lo = original_max_pos / low_freq_factor
+// and hi = original_max_pos / high_freq_factor, w < hi keeps inv_freq, w >
+// lo divides it by factor, and between them s = (original_max_pos / w -
+// low_freq_factor) / (high_freq_factor - low_freq_factor) gives
+// (1 - s) inv_freq / factor + s inv_freq. HF computes in FP32; here double.
+double rope_inv_freq(int i, int D, double theta, const struct rope_scaling *sc);
+
 // Host helper: cos/sin tables (Tmax, D/2) of angle p * theta^(-2i/D), the
 // angle and its cos/sin computed in double (HF's inv_freq, without its fp32
 // rounding), then stored as float.
 void rope_table_fill(float *cos, float *sin, int Tmax, int D, double theta);
 void rope_table_fill_f64(double *cos, double *sin, int Tmax, int D, double theta);
+// The same with the frequencies scaled by sc (rope_inv_freq; NULL: plain).
+void rope_table_fill_scaled(float *cos, float *sin, int Tmax, int D, double theta,
+                            const struct rope_scaling *sc);
+void rope_table_fill_scaled_f64(double *cos, double *sin, int Tmax, int D, double theta,
+                                const struct rope_scaling *sc);
 
 // ---- causal grouped-query attention (Vaswani et al. 2017 eq. 1; GQA: ------
 // ---- Ainslie et al. 2023; matches torch scaled_dot_product_attention) -----

@@ -295,6 +295,17 @@ static char *manifest_text(const struct ckpt_save_args *a, const struct ckpt_fil
              m->n_kv_heads, m->ffn_dim, m->max_seq_len, m->rope_theta);
     text_add(&t, "norm_eps = %.9g\ntie_embeddings = %d\n", (double)m->norm_eps,
              m->tie_embeddings ? 1 : 0);
+    // issue 28's options: the head size always (absent in older manifests:
+    // d_model / n_heads), the rest 0 / none when off; the scaling's numbers
+    // only with a scaling
+    text_add(&t, "head_dim = %d\nqkv_bias = %d\nqk_norm = %d\nrope_scaling = %s\n",
+             llama_head_dim(m), m->qkv_bias ? 1 : 0, m->qk_norm ? 1 : 0,
+             ckpt_rope_scaling_name(m->rope_scaling.type));
+    if (m->rope_scaling.type != ROPE_SCALING_NONE)
+        text_add(&t, "rope_scaling_factor = %.17g\nrope_low_freq_factor = %.17g\n"
+                 "rope_high_freq_factor = %.17g\nrope_original_max_pos = %d\n",
+                 m->rope_scaling.factor, m->rope_scaling.low_freq_factor,
+                 m->rope_scaling.high_freq_factor, m->rope_scaling.original_max_pos);
     text_add(&t, "\n[files]\n");
     for (int r = 0; r < world; r++)
         text_add(&t, "rank-%05d.h5 = xxh3-64:%016llx %llu\n", r, (unsigned long long)sums[r].xxh3,

@@ -252,8 +252,13 @@ const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
 enum status checkpoint_check_tokenizer(const char *where, const char *have, const char *want,
                                        struct error *err);
 
+// The manifest's name of a RoPE scaling: "none", "linear", "llama3" (the
+// config's [model] rope_scaling values).
+const char *ckpt_rope_scaling_name(enum rope_scaling_type type);
+
 // Refuses a checkpoint of another model: vocab_size, d_model, n_layers,
-// n_heads, n_kv_heads, ffn_dim, tie_embeddings, rope_theta, norm_eps and the
+// n_heads, n_kv_heads, ffn_dim, tie_embeddings, rope_theta, norm_eps, the
+// head size, qkv_bias, qk_norm, rope_scaling and its parameters, and the
 // tokenizer id (when both are non-empty) must match. Errors: STATUS_BAD_INPUT
 // naming the key, the checkpoint's value and the run's.
 enum status checkpoint_check_model(const struct ckpt_reader *r, const struct llama_config *model,

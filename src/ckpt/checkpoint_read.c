@@ -97,7 +97,37 @@ static int manifest_handler(void *user, const char *section, const char *key, co
     INT_KEY("model", "ffn_dim", in->model.ffn_dim, 1, LLAMA_MAX_FFN)
     INT_KEY("model", "max_seq_len", in->model.max_seq_len, 1, LLAMA_MAX_SEQ_LEN)
     INT_KEY("model", "tie_embeddings", in->model.tie_embeddings, 0, 1)
+    INT_KEY("model", "head_dim", in->model.head_dim, 0, LLAMA_MAX_HEAD_DIM)
+    INT_KEY("model", "qkv_bias", in->model.qkv_bias, 0, 1)
+    INT_KEY("model", "qk_norm", in->model.qk_norm, 0, 1)
+    INT_KEY("model", "rope_original_max_pos", in->model.rope_scaling.original_max_pos, 1,
+            LLAMA_MAX_SEQ_LEN)
 #undef INT_KEY
+    if (!strcmp(section, "model") && !strcmp(key, "rope_scaling")) {
+        int t = -1;
+        for (int k = ROPE_SCALING_NONE; k <= ROPE_SCALING_LLAMA3; k++)
+            if (!strcmp(value, ckpt_rope_scaling_name((enum rope_scaling_type)k))) t = k;
+        if (t < 0)
+            snprintf(mp->bad, sizeof mp->bad, "[model] rope_scaling = '%s' is not none, linear or "
+                     "llama3", value);
+        else
+            in->model.rope_scaling.type = (enum rope_scaling_type)t;
+        return 1;
+    }
+    static const char *rope_reals[] = {"rope_scaling_factor", "rope_low_freq_factor",
+                                       "rope_high_freq_factor"};
+    double *rope_fields[] = {&in->model.rope_scaling.factor, &in->model.rope_scaling.low_freq_factor,
+                             &in->model.rope_scaling.high_freq_factor};
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(section, "model") && !strcmp(key, rope_reals[k])) {
+            double d = strtod(value, &end);
+            if (end == value || *end || !(d > 0) || !isfinite(d))
+                snprintf(mp->bad, sizeof mp->bad, "[model] %s = '%s' is not a number > 0",
+                         rope_reals[k], value);
+            else
+                *rope_fields[k] = d;
+            return 1;
+        }
     if (!strcmp(section, "checkpoint") && !strcmp(key, "world_size")) {
         if (!is_int || v < 1 || v > 1 << 20 || mp->files) {
             snprintf(mp->bad, sizeof mp->bad, "[checkpoint] world_size = '%s' is not valid", value);
@@ -504,6 +534,15 @@ void checkpoint_close(struct ckpt_reader *r) {
 }
 
 const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r) { return &r->info; }
+
+const char *ckpt_rope_scaling_name(enum rope_scaling_type type) {
+    switch (type) {
+    case ROPE_SCALING_NONE: return "none";
+    case ROPE_SCALING_LINEAR: return "linear";
+    case ROPE_SCALING_LLAMA3: return "llama3";
+    }
+    return "?";
+}
 int checkpoint_n_pieces(const struct ckpt_reader *r) { return r->n_pieces; }
 const struct ckpt_piece *checkpoint_piece_at(const struct ckpt_reader *r, int i, int *file_rank) {
     if (file_rank) *file_rank = r->pieces[i].file;
@@ -520,7 +559,24 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
                          path, (int)c->k, (int)m->k);
     SAME_INT(vocab_size) SAME_INT(d_model) SAME_INT(n_layers) SAME_INT(n_heads)
     SAME_INT(n_kv_heads) SAME_INT(ffn_dim) SAME_INT(tie_embeddings)
+    if (llama_head_dim(c) != llama_head_dim(m))
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] head_dim = %d, but the run has %d", path,
+                         llama_head_dim(c), llama_head_dim(m));
+    SAME_INT(qkv_bias) SAME_INT(qk_norm)
 #undef SAME_INT
+    const struct rope_scaling *rc = &c->rope_scaling, *rm = &m->rope_scaling;
+    if (rc->type != rm->type ||
+        (rc->type != ROPE_SCALING_NONE &&
+         (rc->factor != rm->factor || rc->low_freq_factor != rm->low_freq_factor ||
+          rc->high_freq_factor != rm->high_freq_factor ||
+          rc->original_max_pos != rm->original_max_pos)))
+        return error_set(err, STATUS_BAD_INPUT, "%s: [model] rope_scaling = %s (factor %.17g, "
+                         "low_freq_factor %.17g, high_freq_factor %.17g, original_max_pos %d), but "
+                         "the run has %s (%.17g, %.17g, %.17g, %d)", path,
+                         ckpt_rope_scaling_name(rc->type), rc->factor, rc->low_freq_factor,
+                         rc->high_freq_factor, rc->original_max_pos,
+                         ckpt_rope_scaling_name(rm->type), rm->factor, rm->low_freq_factor,
+                         rm->high_freq_factor, rm->original_max_pos);
     if (c->rope_theta != m->rope_theta || c->norm_eps != m->norm_eps)
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] rope_theta = %.17g, norm_eps = %.9g; "
                          "the run has %.17g, %.9g", path, c->rope_theta, (double)c->norm_eps,

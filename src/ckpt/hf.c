@@ -380,7 +380,7 @@ static enum status add_file(struct hf_model *h, const char *name, struct error *
 // The shape LlamaForCausalLM gives a parameter name, or ndim 0 for a name it
 // does not have.
 static int expected_shape(const struct llama_config *m, const char *name, int64_t *shape) {
-    int64_t C = m->d_model, D = m->d_model / m->n_heads, F = m->ffn_dim, V = m->vocab_size;
+    int64_t C = m->d_model, D = llama_head_dim(m), F = m->ffn_dim, V = m->vocab_size;
     int l, used = 0;
     char rest[CKPT_NAME_MAX];
     if (!strcmp(name, "model.embed_tokens.weight") ||
@@ -396,6 +396,12 @@ static int expected_shape(const struct llama_config *m, const char *name, int64_
     if (!strcmp(rest, "self_attn.k_proj.weight") || !strcmp(rest, "self_attn.v_proj.weight"))
         return shape[0] = m->n_kv_heads * D, shape[1] = C, 2;
     if (!strcmp(rest, "self_attn.o_proj.weight")) return shape[0] = C, shape[1] = m->n_heads * D, 2;
+    // issue 28's options (model.h): Qwen2's biases, Qwen3's q/k norms
+    if (m->qkv_bias && !strcmp(rest, "self_attn.q_proj.bias")) return shape[0] = m->n_heads * D, 1;
+    if (m->qkv_bias && (!strcmp(rest, "self_attn.k_proj.bias") || !strcmp(rest, "self_attn.v_proj.bias")))
+        return shape[0] = m->n_kv_heads * D, 1;
+    if (m->qk_norm && (!strcmp(rest, "self_attn.q_norm.weight") || !strcmp(rest, "self_attn.k_norm.weight")))
+        return shape[0] = D, 1;
     if (!strcmp(rest, "mlp.gate_proj.weight") || !strcmp(rest, "mlp.up_proj.weight"))
         return shape[0] = F, shape[1] = C, 2;
     if (!strcmp(rest, "mlp.down_proj.weight")) return shape[0] = C, shape[1] = F, 2;

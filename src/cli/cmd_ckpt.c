@@ -27,6 +27,7 @@
 #include "data/chat.h"
 #include "model/optimizer.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "train/generate.h"
@@ -43,6 +44,8 @@ static void print_info(const struct ckpt_reader *r) {
     printf("  model vocab_size=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d "
            "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
            m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);
+    printf("  head_dim=%d qkv_bias=%d qk_norm=%d rope_scaling=%s\n", llama_head_dim(m),
+           m->qkv_bias ? 1 : 0, m->qk_norm ? 1 : 0, ckpt_rope_scaling_name(m->rope_scaling.type));
     printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
     if (in->weights_only)
         printf("  weights only (use as model.init_from): no optimizer state, not a checkpoint to resume\n");
@@ -134,55 +137,104 @@ static int report_nonfinite(struct ckpt_reader *r, struct error *err) {
     return bad_tensors;
 }
 
-// Parses "123", "10K", "5M", "2G" (powers of 1000, as Hugging Face's
-// max_shard_size "5GB"); returns 0 on a bad value.
-static uint64_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = !strcasecmp(end, "") || !strcasecmp(end, "B") ? 1
-                 : !strcasecmp(end, "K") || !strcasecmp(end, "KB") ? 1e3
-                 : !strcasecmp(end, "M") || !strcasecmp(end, "MB") ? 1e6
-                 : !strcasecmp(end, "G") || !strcasecmp(end, "GB") ? 1e9 : -1;
-    return end == s || mul < 0 || v <= 0 ? 0 : (uint64_t)(v * mul);
-}
+// The command lines of `ckpt info|verify|export|logits` and `import`.
+struct ckpt_args {
+    const char *dir, *out, *tokenizer, *tokens;
+    int format, dtype;
+    int chat_template; // 1 + enum chat_template; 0: not given (the tokenizer's dataset's)
+    int64_t max_shard_bytes;
+};
 
-// `ckpt export DIR OUT --format hf ...`: argv[0] = "export". Returns the exit code.
-static int export_hf(int argc, char **argv) {
-    struct hf_export_args a = {.out_dir = argv[2], .dtype = -1, .bos_id = -1, .eos_id = -1};
-    const char *tok_path = NULL;
-    int chat_template = -1; // --chat-template; -1: the tokenizer's dataset's (cli_chat_template_of)
-    for (int i = 3; i < argc; i++) {
-        bool has = i + 1 < argc;
-        if (!strcmp(argv[i], "--format") && has && !strcmp(argv[i + 1], "hf")) i++;
-        else if (!strcmp(argv[i], "--dtype") && has) {
-            const char *d = argv[++i];
-            a.dtype = !strcmp(d, "fp32") ? DTYPE_FP32 : !strcmp(d, "bf16") ? DTYPE_BF16
-                      : !strcmp(d, "fp16") ? DTYPE_FP16 : -2;
-            if (a.dtype == -2) {
-                fprintf(stderr, "trident: ckpt export: --dtype %s: expected fp32, bf16 or fp16\n", d);
-                return STATUS_BAD_INPUT;
-            }
-        } else if (!strcmp(argv[i], "--max-shard-size") && has) {
-            if (!(a.max_shard_bytes = parse_size(argv[++i]))) {
-                fprintf(stderr, "trident: ckpt export: --max-shard-size %s: expected a positive "
-                        "size in bytes (suffix K, M or G)\n", argv[i]);
-                return STATUS_BAD_INPUT;
-            }
-        } else if (!strcmp(argv[i], "--tokenizer") && has) tok_path = argv[++i];
-        else if (!strcmp(argv[i], "--chat-template") && has) {
-            if ((chat_template = chat_template_parse(argv[++i])) < 0) {
-                fprintf(stderr, "trident: ckpt export: --chat-template %s: expected plain, llama3 or chatml\n",
-                        argv[i]);
-                return STATUS_BAD_INPUT;
-            }
-        } else {
-            fprintf(stderr, "trident: ckpt export: unknown or incomplete option '%s'\n", argv[i]);
-            return STATUS_BAD_INPUT;
-        }
-    }
+enum { CKPT_FORMAT_H5, CKPT_FORMAT_HF };
+static const struct config_choice ckpt_format_choices[] = {
+    {"h5", CKPT_FORMAT_H5}, {"hf", CKPT_FORMAT_HF}, {NULL, 0}};
+static const struct config_choice ckpt_dtype_choices[] = {
+    {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {"fp16", DTYPE_FP16}, {NULL, 0}};
+static const struct config_choice ckpt_chat_template_choices[] = {
+    {"plain", 1 + CHAT_TEMPLATE_PLAIN}, {"llama3", 1 + CHAT_TEMPLATE_LLAMA3}, {"chatml", 1 + CHAT_TEMPLATE_CHATML},
+    {NULL, 0}};
+
+#define C(field) offsetof(struct ckpt_args, field)
+#define CKPT_DIR_ROW                                                                                    \
+    {"DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,                                                        \
+     "a checkpoint folder (step-NNNNNN) or a [checkpoint] dir holding 'latest'; the whole checkpoint is " \
+     "validated (exit 2 for a bad one)", C(dir)}
+static const struct cli_flag ckpt_dir_flags[] = {CKPT_DIR_ROW};
+static const struct cli_flag ckpt_export_flags[] = {
+    CKPT_DIR_ROW,
+    {"OUT", CLI_PATH, NULL, NULL, 0, 0, 0, NULL, "the HDF5 file (--format h5) or folder (--format hf) to write",
+     C(out)},
+    {"--format", CLI_ENUM, "F", "h5", 0, 0, 0, ckpt_format_choices,
+     "h5: every parameter as a whole float32 tensor named as in Hugging Face LlamaForCausalLM; hf: a folder "
+     "transformers' from_pretrained loads (config.json, model.safetensors, tokenizer files)", C(format)},
+    {"--dtype", CLI_ENUM, "D", NULL, 0, 0, 0, ckpt_dtype_choices,
+     "--format hf: the tensors' dtype; default: the checkpoint's", C(dtype)},
+    {"--max-shard-size", CLI_SIZE, "BYTES", NULL, 0, INFINITY, CLI_MIN_EXCLUSIVE | CLI_SIZE_DECIMAL, NULL,
+     "--format hf: split the weights into safetensors shards of at most this size (K, M, G: powers of 1000, "
+     "as Hugging Face's \"5GB\"); default: one model.safetensors", C(max_shard_bytes)},
+    {"--tokenizer", CLI_PATH, "PATH", NULL, 0, 0, 0, NULL,
+     "--format hf: a dataset folder holding tokenizer.json or the file itself, which must be the tokenizer "
+     "the checkpoint records; default: the tokenizer.json next to the checkpoint (import's) or the one a "
+     "run folder's config.ini above it names, as generate finds it", C(tokenizer)},
+    {"--chat-template", CLI_ENUM, "T", NULL, 0, 0, CLI_HIDDEN_DEFAULT, ckpt_chat_template_choices,
+     "--format hf: the template (prep --chat-template's) written as tokenizer_config.json's chat_template, "
+     "so that apply_chat_template gives the training format; default: the one the tokenizer's dataset was "
+     "prepared with (its index.ini), else plain", C(chat_template)},
+};
+static const struct cli_flag ckpt_logits_flags[] = {
+    {"DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
+     "a checkpoint folder (step-NNNNNN), a [checkpoint] dir holding 'latest', or a Hugging Face folder",
+     C(dir)},
+    {"--tokens", CLI_PATH, "IDS.txt", NULL, 0, 0, 0, NULL,
+     "one sequence of token ids a line, whitespace-separated, every line of the same length; required",
+     C(tokens)},
+    {"--out", CLI_PATH, "OUT.safetensors", NULL, 0, 0, 0, NULL,
+     "the file to write (refused if it exists); required", C(out)},
+};
+static const struct cli_flag import_flags[] = {
+    {"HF_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
+     "a Hugging Face LlamaForCausalLM folder (config.json, safetensors); refused (exit 2, nothing written) "
+     "for a NaN or an infinity in a tensor, a missing tensor or a bad file", C(dir)},
+    {"OUT_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
+     "a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so in its manifest) and latest, "
+     "for [model] init_from, generate or ckpt export; a resume from it is refused (no optimizer state); "
+     "HF_DIR's tokenizer.json is copied to OUT_DIR/tokenizer.json, where generate and ckpt export find it",
+     C(out)},
+};
+#undef CKPT_DIR_ROW
+#undef C
+
+const struct cli_command cli_ckpt_info = {
+    .name = "ckpt info", .synopsis = "DIR",
+    .summary = "Prints a checkpoint's step, layout, model, tokenizer and tensors.",
+    .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
+const struct cli_command cli_ckpt_verify = {
+    .name = "ckpt verify", .synopsis = "DIR",
+    .summary = "Reads every value of a checkpoint: checksums, completeness, and exit 2 naming each tensor\n"
+               "that holds a NaN or an infinity.",
+    .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
+const struct cli_command cli_ckpt_export = {
+    .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
+    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face LlamaForCausalLM folder.",
+    .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
+const struct cli_command cli_ckpt_logits = {
+    .name = "ckpt logits", .synopsis = "DIR --tokens IDS.txt --out OUT.safetensors",
+    .summary = "The FP32 logits (N, T, V) of the N lines of T token ids of IDS.txt, one forward each on one\n"
+               "rank, as the tensor \"logits\" of a safetensors file (for checks against other implementations).",
+    .flags = ckpt_logits_flags, .n_flags = CLI_N(ckpt_logits_flags)};
+const struct cli_command cli_import = {
+    .name = "import", .synopsis = "HF_DIR OUT_DIR",
+    .summary = "A Hugging Face LlamaForCausalLM folder as a trident checkpoint (weights only).",
+    .flags = import_flags, .n_flags = CLI_N(import_flags)};
+
+// `ckpt export DIR OUT --format hf ...`. Returns the exit code.
+static int export_hf(const struct ckpt_args *o) {
+    struct hf_export_args a = {.out_dir = o->out, .dtype = o->dtype, .bos_id = -1, .eos_id = -1,
+                               .max_shard_bytes = (uint64_t)o->max_shard_bytes};
+    const char *tok_path = o->tokenizer;
     struct error err = {0};
     struct ckpt_reader *r;
-    if (checkpoint_open(argv[1], &r, &err)) {
+    if (checkpoint_open(o->dir, &r, &err)) {
         fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
         return err.status;
     }
@@ -190,7 +242,7 @@ static int export_hf(int argc, char **argv) {
     struct tokenizer *tok = NULL;
     if (!tok_path) {
         // generate's search: import's copy, or the run folder's [data] tokenizer.
-        if (cli_checkpoint_tokenizer(argv[1], tok_file, sizeof tok_file)) tok_path = tok_file;
+        if (cli_checkpoint_tokenizer(o->dir, tok_file, sizeof tok_file)) tok_path = tok_file;
     }
     if (tok_path) {
         struct stat sb;
@@ -208,9 +260,9 @@ static int export_hf(int argc, char **argv) {
             if (a.eos_id >= 0 && tokenizer_decode(tok, &a.eos_id, 1, &eos_text, &len, &err) == STATUS_OK)
                 a.eos_token = eos_text;
             a.tokenizer_json = tok_file;
-            if (chat_template < 0) chat_template = cli_chat_template_of(tok_file);
-            if (chat_template != CHAT_TEMPLATE_PLAIN) chat_template_check(tok, chat_template, &err);
-            a.chat_template = chat_template_jinja(chat_template);
+            int t = o->chat_template ? o->chat_template - 1 : cli_chat_template_of(tok_file);
+            if (t != CHAT_TEMPLATE_PLAIN) chat_template_check(tok, t, &err);
+            a.chat_template = chat_template_jinja(t);
         }
     }
     if (!err.status) hf_export(r, &a, &err);
@@ -221,7 +273,7 @@ static int export_hf(int argc, char **argv) {
         fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
         return err.status;
     }
-    printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", argv[1], argv[2],
+    printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", o->dir, o->out,
            tok_path ? "" : " (note: no tokenizer, none next to the checkpoint or named by a run "
                            "folder's config.ini above it: no tokenizer.json, bos/eos ids null; "
                            "--tokenizer DATASET_DIR adds it)");
@@ -289,17 +341,9 @@ static enum status read_token_lines(const char *path, int V, int max_T, int32_t 
 // cache (position t's logits depend on ids <= t only). Writes the tensor
 // "logits" (N, T, V) F32, exactly the model's FP32 logits (the values
 // model_get_logits_at widens to double), with __metadata__ format "trident-logits",
-// version "1" and source DIR. argv[0] = "logits". Returns the exit code.
-static int logits_cmd(int argc, char **argv) {
-    const char *tokens_path = NULL, *out = NULL;
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_path = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else {
-            fprintf(stderr, "trident: ckpt logits: unknown or incomplete option '%s'\n", argv[i]);
-            return STATUS_BAD_INPUT;
-        }
-    }
+// version "1" and source DIR. Returns the exit code.
+static int logits_cmd(const struct ckpt_args *o) {
+    const char *tokens_path = o->tokens, *out = o->out;
     if (!tokens_path || !out) {
         fprintf(stderr, "trident: ckpt logits: --tokens IDS.txt and --out OUT.safetensors are both needed\n");
         return STATUS_BAD_INPUT;
@@ -314,7 +358,7 @@ static int logits_cmd(int argc, char **argv) {
     int32_t *ids = NULL;
     int N = 0, T = 0, V = 0;
     float *logits = NULL;
-    if (generator_open(argv[1], &g, &err)) {
+    if (generator_open(o->dir, &g, &err)) {
         fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
         return err.status;
     }
@@ -340,7 +384,7 @@ static int logits_cmd(int argc, char **argv) {
     free(targets), free(row);
     struct safetensors_entry e = {.name = "logits", .dtype = DTYPE_FP32, .ndim = 3,
                                   .shape = {N, T, V}, .data = logits};
-    const char *meta[] = {"format", "trident-logits", "version", "1", "source", argv[1]};
+    const char *meta[] = {"format", "trident-logits", "version", "1", "source", o->dir};
     safetensors_write(out, &e, 1, meta, 3, &err);
 done:
     generator_close(&g);
@@ -349,53 +393,55 @@ done:
         fprintf(stderr, "trident: ckpt logits: %s\n", err.msg);
         return err.status;
     }
-    printf("wrote the logits (%d, %d, %d) of %s to %s\n", N, T, V, argv[1], out);
+    printf("wrote the logits (%d, %d, %d) of %s to %s\n", N, T, V, o->dir, out);
     return STATUS_OK;
 }
 
 int cmd_ckpt(int argc, char **argv) {
-    if (argc >= 2 && !strcmp(argv[1], "logits") && argc >= 3 && argv[2][0] != '-')
-        return logits_cmd(argc - 1, argv + 1);
-    if (argc >= 4 && !strcmp(argv[1], "export")) {
-        for (int i = 4; i < argc; i++)
-            if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "hf"))
-                return export_hf(argc - 1, argv + 1);
+    static const struct cli_command *subs[] = {&cli_ckpt_info, &cli_ckpt_verify, &cli_ckpt_export,
+                                               &cli_ckpt_logits};
+    if (cli_is_help(argc, argv)) {
+        for (int k = 0; k < 4; k++) {
+            if (k) putchar('\n');
+            cli_print_help(subs[k], stdout);
+        }
+        return STATUS_OK;
     }
-    bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
-    bool export = argc == 4 && !strcmp(argv[1], "export");
-    if (!export && (argc != 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify")))) {
-        fprintf(help ? stdout : stderr, "usage: trident ckpt info DIR | trident ckpt verify DIR | "
-                        "trident ckpt export DIR OUT.h5 | trident ckpt export DIR OUT --format hf "
-                        "[--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer DATASET_DIR] "
-                        "[--chat-template plain|llama3|chatml] | "
-                        "trident ckpt logits DIR --tokens IDS.txt --out OUT.safetensors\n"
-                        "  DIR: a checkpoint folder (step-NNNNNN) or a folder holding 'latest'\n"
-                        "  export: every parameter as a whole float32 tensor named as in Hugging "
-                        "Face LlamaForCausalLM\n"
-                        "  export --format hf: a folder transformers' from_pretrained loads "
-                        "(config.json, model.safetensors, tokenizer files; without --tokenizer, the "
-                        "tokenizer.json next to the checkpoint (import's) or the one a run folder's "
-                        "config.ini above it names, as generate finds it; tokenizer_config.json's "
-                        "chat_template: --chat-template's, else the one the tokenizer's dataset was "
-                        "prepared with (index.ini), else plain)\n"
-                        "  logits: the FP32 logits (N, T, V) of the N lines of T token ids of "
-                        "IDS.txt, one forward each on one rank (DIR may also be a Hugging Face "
-                        "folder)\n");
-        return help ? STATUS_OK : STATUS_BAD_INPUT;
+    const struct cli_command *cmd = NULL;
+    for (int k = 0; k < 4 && argc >= 2; k++)
+        if (!strcmp(argv[1], subs[k]->name + 5)) cmd = subs[k]; // after "ckpt "
+    if (!cmd) {
+        fprintf(stderr, "trident ckpt: %s%s%s: expected info, verify, export or logits\n"
+                "(trident ckpt --help for usage)\n", argc >= 2 ? "'" : "", argc >= 2 ? argv[1] : "no command",
+                argc >= 2 ? "'" : "");
+        return STATUS_BAD_INPUT;
     }
+    struct ckpt_args o = {.dtype = -1};
     struct error err = {0};
+    if (cli_parse(cmd, argc - 1, argv + 1, &o, &err)) {
+        fprintf(stderr, "trident: %s: %s\n(trident ckpt --help for usage)\n", cmd->name, err.msg);
+        return err.status;
+    }
+    bool export = cmd == &cli_ckpt_export;
+    if (cmd == &cli_ckpt_logits) return logits_cmd(&o);
+    if (export && o.format == CKPT_FORMAT_HF) return export_hf(&o);
+    if (export && (o.dtype >= 0 || o.max_shard_bytes || o.tokenizer || o.chat_template)) {
+        fprintf(stderr, "trident: ckpt export: --dtype, --max-shard-size, --tokenizer and --chat-template are options of "
+                "--format hf, not of the HDF5 export\n");
+        return STATUS_BAD_INPUT;
+    }
     struct ckpt_reader *r;
-    if (checkpoint_open(argv[2], &r, &err)) {
-        fprintf(stderr, "trident: ckpt %s: %s\n", argv[1], err.msg);
+    if (checkpoint_open(o.dir, &r, &err)) {
+        fprintf(stderr, "trident: %s: %s\n", cmd->name, err.msg);
         return err.status;
     }
     if (export) {
-        if (export_params(r, argv[3], &err)) {
+        if (export_params(r, o.out, &err)) {
             fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;
         }
-    } else if (!strcmp(argv[1], "info")) {
+    } else if (cmd == &cli_ckpt_info) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
@@ -426,30 +472,28 @@ int cmd_ckpt(int argc, char **argv) {
 // a trident checkpoint (hf_import); its tokenizer.json, when present, gives
 // the checkpoint's tokenizer id and is kept as OUT_DIR/tokenizer.json.
 int cmd_import(int argc, char **argv) {
-    if (argc != 3 || argv[1][0] == '-') {
-        bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
-        fprintf(help ? stdout : stderr, "usage: trident import HF_DIR OUT_DIR\n"
-                "  HF_DIR: a Hugging Face LlamaForCausalLM folder (config.json, safetensors); "
-                "refused (exit 2, nothing written) for a NaN or an infinity in a tensor, a "
-                "missing tensor or a bad file\n"
-                "  OUT_DIR: a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so "
-                "in its manifest) and latest, for [model] init_from, generate or ckpt export; "
-                "a resume from it is refused (no optimizer state); HF_DIR's tokenizer.json is "
-                "copied to OUT_DIR/tokenizer.json, where generate and ckpt export find it\n");
-        return help ? STATUS_OK : STATUS_BAD_INPUT;
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_import, stdout);
+        return STATUS_OK;
+    }
+    struct ckpt_args o = {0};
+    struct error perr = {0};
+    if (cli_parse(&cli_import, argc, argv, &o, &perr)) {
+        fprintf(stderr, "trident: import: %s\n(trident import --help for usage)\n", perr.msg);
+        return perr.status;
     }
     struct error err = {0};
     struct hf_model *h = NULL;
     char tok_id[64];
-    if (hf_open(argv[1], NULL, &h, &err) == STATUS_OK &&
-        tokenizer_folder_identity(argv[1], tok_id, sizeof tok_id, &err) == STATUS_OK)
-        hf_import(h, argv[2], tok_id, &err);
+    if (hf_open(o.dir, NULL, &h, &err) == STATUS_OK &&
+        tokenizer_folder_identity(o.dir, tok_id, sizeof tok_id, &err) == STATUS_OK)
+        hf_import(h, o.out, tok_id, &err);
     hf_close(h);
     if (err.status) {
         fprintf(stderr, "trident: import: %s\n", err.msg);
         return err.status;
     }
     printf("imported %s as the checkpoint %s/step-000000 (weights only: use it as model.init_from)\n",
-           argv[1], argv[2]);
+           o.dir, o.out);
     return STATUS_OK;
 }

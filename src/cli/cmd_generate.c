@@ -16,6 +16,7 @@
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
 // rows, and a slid window would change what the model sees.
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "base/threads.h"
 #include "config/config.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "data/chat.h"
 #include "data/dataset.h"
 #include "data/index.h"
@@ -34,55 +36,67 @@
 #include "tokenizer/tokenizer.h"
 #include "train/generate.h"
 
-int cli_chat_template_of(const char *tok_file) {
-    char dir[4200], path[4300];
-    snprintf(dir, sizeof dir, "%s", tok_file);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
-    snprintf(path, sizeof path, "%s/index.ini", dir);
-    struct index ix = {0};
-    struct error err = {0};
-    int t = -1;
-    if (access(path, R_OK) == 0 && index_read(path, &ix, &err) == STATUS_OK) {
-        t = chat_template_parse(ix.chat_template);
-        index_free(&ix);
-    }
-    if (t >= 0) return t;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_t *tc = json_load_file(path, 0, NULL);
-    const char *jinja = json_string_value(json_object_get(tc, "chat_template"));
-    for (int k = 0; jinja && k < CHAT_TEMPLATE_COUNT && t < 0; k++)
-        if (!strcmp(jinja, chat_template_jinja(k))) t = k;
-    // a model's own template (a Llama 3.x or Qwen folder): by its tokens
-    if (jinja && t < 0 && strstr(jinja, "<|start_header_id|>")) t = CHAT_TEMPLATE_LLAMA3;
-    if (jinja && t < 0 && strstr(jinja, "<|im_start|>")) t = CHAT_TEMPLATE_CHATML;
-    json_decref(tc);
-    return t >= 0 ? t : CHAT_TEMPLATE_PLAIN;
-}
+struct generate_args {
+    const char *model_dir;
+    struct cli_list prompts; // --prompt TEXT and --prompts FILE, in command-line order
+    const char *tokenizer;
+    int max_new, top_k, threads;
+    int chat_template; // 1 + enum chat_template; 0: not given (the tokenizer's, cli_chat_template_of)
+    double temperature;
+    uint64_t seed;
+    bool chat, json;
+};
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: trident generate MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [--chat]\n"
-               "         [--tokenizer PATH] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-               "         [--seed S] [--threads N] [--json]\n"
-               "  MODEL_DIR: a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest')\n"
-               "      or a Hugging Face LlamaForCausalLM folder (config.json, safetensors); one process\n"
-               "  --prompt TEXT: a prompt (repeatable); --prompts FILE.jsonl: {\"prompt\": ...} per line\n"
-               "      (a \"response\" field is printed as the expected answer)\n"
-               "  --chat: wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"\n"
-               "  --chat-template plain|llama3|chatml: --chat with that template (default: the\n"
-               "      tokenizer's dataset's index.ini chat_template, else plain); stops at its end token\n"
-               "  --tokenizer PATH: a tokenizer.json or a dataset folder holding one (default: the\n"
-               "      Hugging Face folder's tokenizer.json; for a trident checkpoint, the tokenizer.json\n"
-               "      `trident import` keeps next to it, else the [data] tokenizer, path or first of\n"
-               "      paths of the run folder's config.ini above it); checked against the checkpoint's or the folder's\n"
-               "      tokenizer.json (refused when they differ)\n"
-               "  --max-new-tokens N (64): stop after N ids or at end-of-text; prompt ids + N must\n"
-               "      fit the model's max_seq_len (refused otherwise)\n"
-               "  --temperature T (0: greedy), --top-k K (0: all), --seed S (0): sampling\n"
-               "  --threads N (0: the CPUs of this process)\n"
-               "  --json: one line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended\n");
-}
+#define G(field) offsetof(struct generate_args, field)
+static const struct config_choice generate_chat_template_choices[] = {{"plain", 1 + CHAT_TEMPLATE_PLAIN},
+                                                                      {"llama3", 1 + CHAT_TEMPLATE_LLAMA3},
+                                                                      {"chatml", 1 + CHAT_TEMPLATE_CHATML},
+                                                                      {NULL, 0}};
+static const struct cli_flag generate_flags[] = {
+    {"MODEL_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
+     "a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest') or a Hugging Face "
+     "LlamaForCausalLM folder (config.json, safetensors)", G(model_dir)},
+    {"--prompt", CLI_LIST, "TEXT", NULL, 0, 0, 0, NULL, "a prompt to continue", G(prompts)},
+    {"--prompts", CLI_LIST, "FILE.jsonl", NULL, 0, 0, 0, NULL,
+     "prompts from a JSON Lines file, {\"prompt\": ...} per line (a \"response\" field is printed as the "
+     "expected answer)", G(prompts)},
+    {"--chat", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"", G(chat)},
+    {"--chat-template", CLI_ENUM, "T", NULL, 0, 0, CLI_HIDDEN_DEFAULT, generate_chat_template_choices,
+     "--chat with this template (prep --chat-template's): a one-message user conversation with the "
+     "generation prompt; llama3 and chatml stop at <|eot_id|> / <|im_end|>; default: the chat_template of "
+     "the index.ini or tokenizer_config.json beside the tokenizer.json, else plain", G(chat_template)},
+    {"--tokenizer", CLI_PATH, "PATH", NULL, 0, 0, 0, NULL,
+     "a tokenizer.json or a dataset folder holding one; default: the Hugging Face folder's tokenizer.json; "
+     "for a trident checkpoint, the tokenizer.json `trident import` keeps next to it, else the [data] "
+     "tokenizer, path or first of paths of the run folder's config.ini above it; checked against the "
+     "checkpoint's or the folder's tokenizer.json (refused when they differ)", G(tokenizer)},
+    {"--max-new-tokens", CLI_INT, "N", "64", 1, 1 << 20, 0, NULL,
+     "stop after N ids or at end-of-text; prompt ids + N must fit the model's max_seq_len (refused "
+     "otherwise)", G(max_new)},
+    {"--temperature", CLI_FLOAT, "T", "0", 0, INFINITY, 0, NULL, "sampling temperature; 0 is greedy",
+     G(temperature)},
+    {"--top-k", CLI_INT, "K", "0", 0, 1 << 30, 0, NULL,
+     "sample among the K most likely ids; 0: the whole vocabulary", G(top_k)},
+    {"--seed", CLI_UINT64, "S", "0", 0, INFINITY, 0, NULL, "seed of the sampler", G(seed)},
+    {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
+     G(threads)},
+    {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected)",
+     G(json)},
+};
+#undef G
+
+const struct cli_command cli_generate = {
+    .name = "generate",
+    .synopsis = "MODEL_DIR (--prompt TEXT ... | --prompts FILE.jsonl) [options]",
+    .summary = "Continues prompts with a model's weights in one process (no mpirun), greedy or sampled.",
+    .flags = generate_flags,
+    .n_flags = CLI_N(generate_flags),
+    .notes = "Each prompt is encoded as the end-of-text id then the prompt's ids; generation stops at\n"
+             "end-of-text or after --max-new-tokens ids. A prompt whose ids + --max-new-tokens exceed\n"
+             "the model's max_seq_len is refused (exit 2), not slid.\n",
+};
 
 struct prompt {
     char *text;     // as given
@@ -166,6 +180,33 @@ static char *decode_clean(const struct tokenizer *tok, const int32_t *ids, int n
     return clean;
 }
 
+int cli_chat_template_of(const char *tok_file) {
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s", tok_file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(path, sizeof path, "%s/index.ini", dir);
+    struct index ix = {0};
+    struct error err = {0};
+    int t = -1;
+    if (access(path, R_OK) == 0 && index_read(path, &ix, &err) == STATUS_OK) {
+        t = chat_template_parse(ix.chat_template);
+        index_free(&ix);
+    }
+    if (t >= 0) return t;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *tc = json_load_file(path, 0, NULL);
+    const char *jinja = json_string_value(json_object_get(tc, "chat_template"));
+    for (int k = 0; jinja && k < CHAT_TEMPLATE_COUNT && t < 0; k++)
+        if (!strcmp(jinja, chat_template_jinja(k))) t = k;
+    // a model's own template (a Llama 3.x or Qwen folder): by its tokens
+    if (jinja && t < 0 && strstr(jinja, "<|start_header_id|>")) t = CHAT_TEMPLATE_LLAMA3;
+    if (jinja && t < 0 && strstr(jinja, "<|im_start|>")) t = CHAT_TEMPLATE_CHATML;
+    json_decref(tc);
+    return t >= 0 ? t : CHAT_TEMPLATE_PLAIN;
+}
+
 static json_t *id_array(const int32_t *ids, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
@@ -173,71 +214,35 @@ static json_t *id_array(const int32_t *ids, int n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_generate, stdout);
         return STATUS_OK;
     }
-    const char *model_dir = NULL, *tok_path = NULL;
+    struct generate_args o = {0};
     struct prompt *ps = NULL;
-    int n_prompts = 0, max_new = 64, top_k = 0, threads = 0;
-    bool chat = false, json = false, show_usage = false;
-    int chat_template = -1; // --chat-template; -1: the tokenizer's (cli_chat_template_of)
-    double temperature = 0;
-    unsigned long long seed = 0;
+    int n_prompts = 0;
     struct error err = {0};
-    for (int i = 1; i < argc && !err.status; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "--chat")) chat = true;
-        else if (!strcmp(a, "--chat-template") && v) {
-            if ((chat_template = chat_template_parse(v)) < 0)
-                error_set(&err, STATUS_BAD_INPUT, "--chat-template %s: expected plain, llama3 or chatml", v);
-            chat = true, i++;
-        }
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--prompt") && v) {
+    if (cli_parse(&cli_generate, argc, argv, &o, &err) == STATUS_OK) {
+        for (int i = 0; i < o.prompts.n && !err.status; i++) {
+            if (strcmp(generate_flags[o.prompts.flag[i]].name, "--prompt")) {
+                read_prompts(o.prompts.values[i], &ps, &n_prompts, &err);
+                continue;
+            }
             ps = realloc(ps, sizeof *ps * (n_prompts + 1));
             CHECK(ps, "out of memory");
-            ps[n_prompts++] = (struct prompt){strdup(v), NULL};
-            i++;
-        } else if (!strcmp(a, "--prompts") && v) read_prompts(v, &ps, &n_prompts, &err), i++;
-        else if (!strcmp(a, "--tokenizer") && v) tok_path = v, i++;
-        else if (!strcmp(a, "--max-new-tokens") && v) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 1 || x > 1 << 20)
-                error_set(&err, STATUS_BAD_INPUT, "--max-new-tokens %s: expected an integer >= 1", v);
-            max_new = (int)x, i++;
-        } else if (!strcmp(a, "--temperature") && v) {
-            temperature = strtod(v, &end);
-            if (*end || end == v || !(temperature >= 0))
-                error_set(&err, STATUS_BAD_INPUT, "--temperature %s: expected a number >= 0", v);
-            i++;
-        } else if (!strcmp(a, "--top-k") && v) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 0 || x > 1 << 30)
-                error_set(&err, STATUS_BAD_INPUT, "--top-k %s: expected an integer >= 0", v);
-            top_k = (int)x, i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            seed = strtoull(v, &end, 10);
-            if (*end || end == v) error_set(&err, STATUS_BAD_INPUT, "--seed %s: expected an integer >= 0", v);
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 0 || x > 4096)
-                error_set(&err, STATUS_BAD_INPUT, "--threads %s: expected an integer >= 0", v);
-            threads = (int)x, i++;
-        } else if (a[0] != '-' && !model_dir) model_dir = a;
-        else error_set(&err, STATUS_BAD_INPUT, "unknown or incomplete option '%s'", a), show_usage = true;
+            ps[n_prompts++] = (struct prompt){strdup(o.prompts.values[i]), NULL};
+        }
+        if (!err.status && !n_prompts)
+            error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl");
     }
-    if (!err.status && !model_dir) error_set(&err, STATUS_BAD_INPUT, "no MODEL_DIR"), show_usage = true;
-    if (!err.status && !n_prompts)
-        error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl"), show_usage = true;
     for (int i = 0; i < n_prompts && !err.status; i++)
         if (!ps[i].text[0])
             error_set(&err, STATUS_BAD_INPUT, "prompt %d is empty: give the text to continue", i + 1);
+    const char *model_dir = o.model_dir, *tok_path = o.tokenizer;
+    int max_new = o.max_new;
+    cli_free(&cli_generate, &o);
     if (err.status) {
-        fprintf(stderr, "trident: generate: %s\n", err.msg);
-        if (show_usage) usage(stderr);
+        fprintf(stderr, "trident: generate: %s\n(trident generate --help for usage)\n", err.msg);
         for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected);
         free(ps);
         return err.status;
@@ -278,7 +283,8 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     }
     int eot = tokenizer_eot_id(tok), stop = eot;
-    if (chat && chat_template < 0) chat_template = cli_chat_template_of(tok_file);
+    bool chat = o.chat || o.chat_template;
+    int chat_template = o.chat_template ? o.chat_template - 1 : chat ? cli_chat_template_of(tok_file) : 0;
     if (chat && chat_template != CHAT_TEMPLATE_PLAIN) {
         if (chat_template_check(tok, chat_template, &err)) goto out;
         const char *end = chat_template_end_token(chat_template);
@@ -328,6 +334,7 @@ int cmd_generate(int argc, char **argv) {
         }
         window = MAX(window, n_ids[i] + max_new);
     }
+    int threads = o.threads;
     if (!threads) {
         int aff = threads_affinity_cpus();
         threads = aff > 0 ? aff : threads_node_cpus();
@@ -336,10 +343,10 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = xmalloc(sizeof *out * (size_t)max_new);
     for (int i = 0; i < n_prompts; i++) {
         bool ended;
-        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, temperature, top_k, seed, stop, out,
+        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, o.temperature, o.top_k, o.seed, stop, out,
                                 &ended, NULL);
         char *text = decode_clean(tok, out, n);
-        if (json) {
+        if (o.json) {
             json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
                                   "prompt_ids", id_array(ids[i], n_ids[i]), "ids", id_array(out, n),
                                   "text", text, "ended", ended);

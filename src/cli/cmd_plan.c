@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "cli_flags.h"
 #include "model/optimizer.h"
 #include "parallel/comm_mpi.h"
 #include "train/grad_sync.h"
@@ -258,79 +259,78 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     return STATUS_OK;
 }
 
+struct plan_args {
+    const char *config;
+    struct cli_list overrides;
+    int world, gpus, gpus_per_node, top;
+    const char *gpu, *gpu_mem;
+    double efficiency;
+    int64_t reserve;
+    bool json;
+};
+
+#define P(field) offsetof(struct plan_args, field)
+static const struct cli_flag plan_flags[] = {
+    {"CONFIG.ini", CLI_PATH, NULL, NULL, 0, 0, 0, NULL, "the run's config file", P(config)},
+    {"section.key=value", CLI_LIST, NULL, NULL, 0, 0, CLI_OPTIONAL, NULL,
+     "overrides of config keys, as `trident train` takes them (docs/config.md)", P(overrides)},
+    {"--world-size", CLI_INT, "N", NULL, 1, 1 << 24, 0, NULL,
+     "the ranks the run will have (parallel.dp = 0 infers dp = N / (tp * cp * pp)); without it, dp = 0 "
+     "means 1", P(world)},
+    {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL, "the same as one JSON object", P(json)},
+    {"--gpus", CLI_INT, "N", NULL, 1, 1 << 24, 0, NULL,
+     "search the layouts of N GPUs (tp within a node and <= n_kv_heads, cp for sequences of 16K tokens or "
+     "more, pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory less --reserve, "
+     "ranked by predicted step time (docs/planning.md; shard: the ranks a ZeRO-2/3 shard spans, g: kept "
+     "gathered), saying why each rejected (tp, pp) family failed and where the config's own layout stands",
+     P(gpus)},
+    {"--gpus-per-node", CLI_INT, "N", "8", 1, 1 << 24, 0, NULL, "GPUs a node (with --gpus)", P(gpus_per_node)},
+    {"--gpu", CLI_STRING, "SPEC", "H100-SXM", 0, 0, 0, NULL,
+     "the GPU (with --gpus): A100-80G, H100-SXM, H200, or tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, "
+     "optionally after a preset (H200,ib=25G)", P(gpu)},
+    {"--gpu-mem", CLI_STRING, "SIZE", NULL, 0, 0, 0, NULL,
+     "the GPU's memory, as --gpu's mem= (80G); default: --gpu's", P(gpu_mem)},
+    {"--efficiency", CLI_FLOAT, "F", "0.5", 0, 1, CLI_MIN_EXCLUSIVE, NULL,
+     "the fraction of peak the FLOPs run at (with --gpus)", P(efficiency)},
+    {"--reserve", CLI_SIZE, "GIB", "4G", 0, INFINITY, CLI_SIZE_GIB, NULL,
+     "memory kept free on each GPU (CUDA context, NCCL buffers, fragmentation; with --gpus)", P(reserve)},
+    {"--top", CLI_INT, "N", "5", 0, 1 << 24, 0, NULL,
+     "layouts printed (with --gpus); 0: no search, the config's own layout alone", P(top)},
+};
+#undef P
+
+const struct cli_command cli_plan = {
+    .name = "plan",
+    .synopsis = "CONFIG.ini [--world-size N | --gpus N [search options]] [--json] [section.key=value ...]",
+    .summary = "Prints the bytes each rank of the config's layout allocates (parameters, gradients, AdamW state,\n"
+               "activations), without running it, one row per run of stages whose ranks are alike, with the\n"
+               "ranks it covers; with --gpus, searches the layouts of that many GPUs instead.",
+    .flags = plan_flags,
+    .n_flags = CLI_N(plan_flags),
+};
+
 int cmd_plan(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(argc < 2 ? stderr : stdout,
-                "usage: trident plan CONFIG.ini [--world-size N] [--json] [section.key=value ...]\n"
-                "       trident plan CONFIG.ini --gpus N [--gpus-per-node 8] [--gpu PRESET|k=v,..]\n"
-                "            [--gpu-mem 80G] [--efficiency 0.5] [--reserve 4G] [--top 5 | 0] [--json]\n"
-                "  prints the bytes each rank of that layout allocates (parameters, gradients,\n"
-                "  AdamW state, activations), without running it, one row per run of stages\n"
-                "  whose ranks are alike, with the ranks it covers; --json: the same as one\n"
-                "  object; --world-size N: the ranks the run will have (parallel.dp = 0 infers\n"
-                "  dp = N / (tp * cp * pp); without it, dp = 0 means 1)\n"
-                "  --gpus N: searches the layouts of N GPUs (tp within a node and <= n_kv_heads,\n"
-                "  cp for sequences of 16K tokens or more, pp, virtual stages, micro-batch,\n"
-                "  recompute, ZeRO stage 0-3) that fit the memory\n"
-                "  less --reserve, ranks them by predicted step time (docs/planning.md; shard: the\n"
-                "  ranks a ZeRO-2/3 shard spans, g: kept gathered) and says\n"
-                "  why each rejected (tp, pp) family failed and where the config's own layout\n"
-                "  stands. --gpu: A100-80G, H100-SXM (default), H200, or\n"
-                "  tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset;\n"
-                "  --efficiency: the fraction of peak the FLOPs run at; --top 0: no search, the\n"
-                "  config's own layout alone\n");
-        return argc < 2 ? STATUS_BAD_INPUT : STATUS_OK;
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_plan, stdout);
+        return STATUS_OK;
     }
     struct config c;
     struct error err = {0};
-    int tp, pp, world = 0;
-    bool json = false;
-    // --world-size N anywhere after CONFIG.ini; the rest are overrides.
-    char **over = xmalloc(sizeof(char *) * (size_t)argc);
-    int n_over = 0;
-    struct plan_cluster cl = {.gpus = 0, .gpus_per_node = 8, .reserve_bytes = (size_t)4 << 30,
-                              .efficiency = 0.5, .alpha_nvlink = 5e-6, .alpha_ib = 10e-6};
-    const char *gpu_spec = "H100-SXM", *mem_spec = NULL;
-    int n_top = 5;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        char *end = NULL;
-        if (!strcmp(a, "--json")) {
-            json = true;
-            continue;
-        }
-        if (!strcmp(a, "--gpu") || !strcmp(a, "--gpu-mem")) {
-            *(!strcmp(a, "--gpu") ? &gpu_spec : &mem_spec) = v, i++;
-            continue;
-        }
-        if (!strcmp(a, "--efficiency") || !strcmp(a, "--reserve")) {
-            double x = strtod(v, &end);
-            bool eff = !strcmp(a, "--efficiency");
-            if (end == v || (*end && strcmp(end, "G")) || !(eff ? x > 0 && x <= 1 : x >= 0)) {
-                fprintf(stderr, "trident plan: %s needs %s, got '%s'\n", a,
-                        eff ? "a fraction in (0, 1]" : "GiB >= 0 (e.g. 4G)", v);
-                free(over);
-                return STATUS_BAD_INPUT;
-            }
-            if (eff) cl.efficiency = x;
-            else cl.reserve_bytes = (size_t)(x * 1073741824.0);
-            i++;
-            continue;
-        }
-        int *target = !strcmp(a, "--world-size") ? &world : !strcmp(a, "--gpus") ? &cl.gpus
-                    : !strcmp(a, "--gpus-per-node") ? &cl.gpus_per_node : !strcmp(a, "--top") ? &n_top : NULL;
-        if (!target) {
-            over[n_over++] = argv[i];
-            continue;
-        }
-        long x = strtol(v, &end, 10);
-        if (!*v || *end || x < (target == &n_top ? 0 : 1) || x > (1 << 24)) {
-            fprintf(stderr, "trident plan: %s needs a number >= %d, got '%s'\n", a, target == &n_top ? 0 : 1, v);
-            free(over);
-            return STATUS_BAD_INPUT;
-        }
-        *target = (int)x, i++;
+    struct plan_args o = {0};
+    int tp, pp;
+    if (cli_parse(&cli_plan, argc, argv, &o, &err)) {
+        fprintf(stderr, "trident plan: %s\n(trident plan --help for usage)\n", err.msg);
+        cli_free(&cli_plan, &o);
+        return err.status;
     }
+    int world = o.world, n_top = o.top, n_over = o.overrides.n;
+    bool json = o.json;
+    char **over = xmalloc(sizeof(char *) * (size_t)(n_over + 1));
+    for (int i = 0; i < n_over; i++) over[i] = (char *)o.overrides.values[i];
+    struct plan_cluster cl = {.gpus = o.gpus, .gpus_per_node = o.gpus_per_node, .reserve_bytes = (size_t)o.reserve,
+                              .efficiency = o.efficiency, .alpha_nvlink = 5e-6, .alpha_ib = 10e-6};
+    const char *gpu_spec = o.gpu, *mem_spec = o.gpu_mem, *config_path = o.config;
+    cli_free(&cli_plan, &o);
     if (cl.gpus) {
         enum status st = plan_gpu_parse(gpu_spec, &cl.gpu, &err);
         if (!st && mem_spec) {
@@ -345,7 +345,7 @@ int cmd_plan(int argc, char **argv) {
             free(over);
             return STATUS_BAD_INPUT;
         }
-        if (config_load(argv[1], n_over, over, &c, &err)) {
+        if (config_load(config_path, n_over, over, &c, &err)) {
             fprintf(stderr, "trident plan: %s\n", err.msg);
             free(over);
             return err.status;
@@ -353,7 +353,7 @@ int cmd_plan(int argc, char **argv) {
         free(over);
         return plan_search_main(&c, &cl, n_top, json);
     }
-    enum status st = config_load(argv[1], n_over, over, &c, &err);
+    enum status st = config_load(config_path, n_over, over, &c, &err);
     free(over);
     // Without --world-size the layout checks itself: dp = 0 resolves to 1.
     if (!st && !world) st = config_resolve_dp(&c, 0, &err);

@@ -8,55 +8,94 @@
 
 #include "base/common.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "data/chat.h"
 #include "data/prep.h"
 
-static const char *prep_usage =
-    "usage: trident prep --input PATH... --output DIR [--tokenizer FILE | --vocab-size N]\n"
-    "                    [--include GLOB]... [--no-recursive] [--doc-per-file]\n"
-    "                    [--format auto|text|jsonl|chat] [--chat-template plain|llama3|chatml]\n"
-    "                    [--text-key KEY] [--allow-special-tokens]\n"
-    "                    [--val-fraction F] [--shard-tokens N] [--seed S] [--quiet]\n"
-    "  --input PATH...     text files or folders of them (several allowed); a folder is read\n"
-    "                      recursively (--recursive, the default), hidden files and folders\n"
-    "                      skipped, each folder once (symlink loops are skipped), files in\n"
-    "                      byte order of their paths (the same on any file system)\n"
-    "  --include GLOB      a folder's files whose name matches GLOB (fnmatch, e.g. '*.txt'; quote\n"
-    "                      it); repeatable; default: every regular, non-hidden file\n"
-    "  --no-recursive      a folder's own files only, not its sub-folders'\n"
-    "  --output DIR        dataset folder to create, parents too (refused if not empty);\n"
-    "                      a failed or interrupted (Ctrl-C) prep removes what it wrote\n"
-    "  --tokenizer FILE    use this tokenizer.json (copied to DIR)\n"
-    "  --vocab-size N      or train a byte-level BPE of N ids on the input (DIR/tokenizer.json)\n"
-    "  --format F          auto (default): JSON Lines for a file named *.jsonl or *.json whose first\n"
-    "                      character is '{' (a note names them; one starting with '[', a JSON\n"
-    "                      array, is refused), text otherwise, file by file;\n"
-    "                      text: documents separated by blank lines; jsonl: one JSON object per\n"
-    "                      line, the text in the field --text-key (default \"text\");\n"
-    "                      chat: JSON Lines of {\"prompt\",\"response\"} or {\"messages\":[{\"role\",\n"
-    "                      \"content\"}...]}, rendered \"User: P\\nAssistant: R\", shards with a\n"
-    "                      /loss_mask of 1 on response tokens (docs/formats.md, \"Chat\")\n"
-    "  --chat-template T   --format chat's template: plain (default, above), llama3 (Llama 3.1\n"
-    "                      Instruct's header tokens) or chatml (<|im_start|>, Qwen2.5's), as\n"
-    "                      transformers' apply_chat_template renders them; the loss mask on\n"
-    "                      assistant contents and their end tokens; recorded in index.ini\n"
-    "  --doc-per-file      text files: each file is one document (blank lines kept inside), so\n"
-    "                      the end-of-text id goes between files; JSON Lines stay one per record\n"
-    "  --allow-special-tokens  special-token text in documents (<|endoftext|>) becomes its id;\n"
-    "                      by default it is encoded as ordinary text\n"
-    "  --val-fraction F    share of documents for validation, in [0, 1) (default 0.01); a split\n"
-    "                      too small for one global batch of configs/tiny.ini (the default run)\n"
-    "                      is reported with the fraction that would fit one\n"
-    "  --shard-tokens N    tokens per shard, about (default 16777216)\n"
-    "  --seed S            seed of the train/validation split (default 1234)\n"
-    "  --quiet             no progress lines on stderr\n"
-    "Input must be UTF-8 text: a file with a NUL byte, compressed (gzip, zstd, xz, bzip2, zip),\n"
-    "UTF-16, or more than 1% invalid UTF-8 is refused by name before anything is written (exit 2).\n"
-    "Encodes on all cores (OMP_NUM_THREADS); the output does not depend on the thread count.\n"
-    "stdout ends with a line 'prep_stats: {JSON}' (documents, tokens, bytes, seconds, threads,\n"
-    "mb_per_s, peak_rss_bytes, files, jsonl_files, jsonl_detected, left_out, invalid_utf8_bytes,\n"
-    "train_documents, train_tokens, val_documents, val_tokens, val_seq_len, val_sequences,\n"
-    "val_sequences_needed).\n";
+// The command line; copied into struct prep_options.
+struct prep_args {
+    struct cli_list inputs, includes;
+    const char *output, *tokenizer, *text_key;
+    int vocab_size, format, chat_template; // chat_template: 1 + enum chat_template, 0 when not given
+    double val_fraction;
+    uint64_t shard_tokens, seed;
+    bool recursive, doc_per_file, allow_special, quiet;
+};
+
+static const struct config_choice prep_format_choices[] = {{"auto", PREP_FORMAT_AUTO},
+                                                           {"text", PREP_FORMAT_TEXT},
+                                                           {"jsonl", PREP_FORMAT_JSONL},
+                                                           {"chat", PREP_FORMAT_CHAT},
+                                                           {NULL, 0}};
+static const struct config_choice prep_chat_template_choices[] = {{"plain", 1 + CHAT_TEMPLATE_PLAIN},
+                                                                  {"llama3", 1 + CHAT_TEMPLATE_LLAMA3},
+                                                                  {"chatml", 1 + CHAT_TEMPLATE_CHATML},
+                                                                  {NULL, 0}};
+
+#define P(field) offsetof(struct prep_args, field)
+static const struct cli_flag prep_flags[] = {
+    {"--input", CLI_PATHS, "PATH", NULL, 0, 0, 0, NULL,
+     "text files or folders of them (several allowed, and --input again); a folder is read recursively "
+     "(--recursive), hidden files and folders skipped, each folder once (symlink loops are skipped), files "
+     "in byte order of their paths (the same on any file system); required", P(inputs)},
+    {"--include", CLI_LIST, "GLOB", NULL, 0, 0, 0, NULL,
+     "a folder's files whose name matches GLOB (fnmatch, e.g. '*.txt'; quote it); default: every regular, "
+     "non-hidden file", P(includes)},
+    {"--recursive", CLI_SWITCH, NULL, "true", 0, 0, 0, NULL, "a folder's sub-folders' files too", P(recursive)},
+    {"--no-recursive", CLI_SWITCH, NULL, NULL, 0, 0, CLI_OFF, NULL,
+     "a folder's own files only, not its sub-folders'", P(recursive)},
+    {"--output", CLI_PATH, "DIR", NULL, 0, 0, 0, NULL,
+     "dataset folder to create, parents too (refused if not empty); a failed or interrupted (Ctrl-C) prep "
+     "removes what it wrote; required", P(output)},
+    {"--tokenizer", CLI_PATH, "FILE", NULL, 0, 0, 0, NULL,
+     "use this tokenizer.json (copied to DIR); exactly one of --tokenizer and --vocab-size", P(tokenizer)},
+    {"--vocab-size", CLI_INT, "N", NULL, 257, 1 << 30, 0, NULL,
+     "or train a byte-level BPE of N ids on the input (DIR/tokenizer.json)", P(vocab_size)},
+    {"--format", CLI_ENUM, "F", "auto", 0, 0, 0, prep_format_choices,
+     "auto: JSON Lines for a file named *.jsonl or *.json whose first character is '{' (a note names them; "
+     "one starting with '[', a JSON array, is refused), text otherwise, file by file; text: documents "
+     "separated by blank lines; jsonl: one JSON object per line, the text in the field --text-key; chat: "
+     "JSON Lines of {\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}...]}, rendered "
+     "\"User: P\\nAssistant: R\", shards with a /loss_mask of 1 on response tokens (docs/formats.md, "
+     "\"Chat\"; takes an existing --tokenizer and no --text-key)", P(format)},
+    {"--chat-template", CLI_ENUM, "T", NULL, 0, 0, CLI_HIDDEN_DEFAULT, prep_chat_template_choices,
+     "--format chat's template (default plain, above): llama3 (Llama 3.1 Instruct's header tokens) or chatml "
+     "(<|im_start|>, Qwen2.5's), rendered as transformers' apply_chat_template renders them, the loss mask "
+     "on assistant contents and their end tokens; the tokenizer must have the template's special tokens; "
+     "recorded in index.ini (docs/formats.md, \"Chat\")", P(chat_template)},
+    {"--text-key", CLI_STRING, "KEY", NULL, 0, 0, 0, NULL,
+     "JSON Lines: the field holding a document's text (default \"text\")", P(text_key)},
+    {"--doc-per-file", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "text files: each file is one document (blank lines kept inside), so the end-of-text id goes between "
+     "files; JSON Lines stay one per record", P(doc_per_file)},
+    {"--allow-special-tokens", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "special-token text in documents (<|endoftext|>) becomes its id; by default it is encoded as ordinary "
+     "text", P(allow_special)},
+    {"--val-fraction", CLI_FLOAT, "F", "0.01", 0, 1, CLI_MAX_EXCLUSIVE, NULL,
+     "share of documents for validation; a split too small for one global batch of configs/tiny.ini (the "
+     "default run) is reported with the fraction that would fit one", P(val_fraction)},
+    {"--shard-tokens", CLI_UINT64, "N", "16777216", 1, INFINITY, 0, NULL, "tokens per shard, about",
+     P(shard_tokens)},
+    {"--seed", CLI_UINT64, "S", "1234", 0, INFINITY, 0, NULL, "seed of the train/validation split", P(seed)},
+    {"--quiet", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL, "no progress lines on stderr", P(quiet)},
+};
+#undef P
+
+const struct cli_command cli_prep = {
+    .name = "prep",
+    .synopsis = "--input PATH... --output DIR (--tokenizer FILE | --vocab-size N) [options]",
+    .summary = "Raw text (plain, JSON Lines or chat conversations) to a dataset folder of HDF5 token shards.",
+    .flags = prep_flags,
+    .n_flags = CLI_N(prep_flags),
+    .notes =
+        "Input must be UTF-8 text: a file with a NUL byte, compressed (gzip, zstd, xz, bzip2, zip),\n"
+        "UTF-16, or more than 1% invalid UTF-8 is refused by name before anything is written (exit 2).\n"
+        "Encodes on all cores (OMP_NUM_THREADS); the output does not depend on the thread count.\n"
+        "stdout ends with a line 'prep_stats: {JSON}' (documents, tokens, bytes, seconds, threads,\n"
+        "mb_per_s, peak_rss_bytes, files, jsonl_files, jsonl_detected, left_out, invalid_utf8_bytes,\n"
+        "train_documents, train_tokens, val_documents, val_tokens, val_seq_len, val_sequences,\n"
+        "val_sequences_needed).\n",
+};
 
 // The default run (`make run`, scripts/run_default.sh) trains configs/tiny.ini;
 // prep reports a validation split too small for one of its global batches.
@@ -70,16 +109,6 @@ static int bad_arg(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\n(trident prep --help for usage)\n");
     return STATUS_BAD_INPUT;
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-') return 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end) return 0;
-    *out = v;
-    return 1;
 }
 
 // Warns on stderr that the validation split (val_seq sequences) is too small
@@ -134,91 +163,26 @@ static void on_prep_signal(int sig) {
 }
 
 int cmd_prep(int argc, char **argv) {
-    struct prep_options opt = {.format = PREP_FORMAT_AUTO, .val_fraction = 0.01, .shard_tokens = 1 << 24,
-                               .seed = 1234, .recursive = 1};
-    const char **inputs = xcalloc((size_t)argc, sizeof *inputs);
-    const char **includes = xcalloc((size_t)argc, sizeof *includes);
-    int rc = STATUS_BAD_INPUT, chat_template_given = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t u;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(prep_usage, stdout);
-            rc = STATUS_OK;
-            goto out;
-        } else if (!strcmp(a, "--allow-special-tokens")) {
-            opt.allow_special = 1;
-            continue;
-        } else if (!strcmp(a, "--recursive") || !strcmp(a, "--no-recursive")) {
-            opt.recursive = a[2] == 'r';
-            continue;
-        } else if (!strcmp(a, "--doc-per-file")) {
-            opt.doc_per_file = 1;
-            continue;
-        } else if (!strcmp(a, "--quiet")) {
-            opt.quiet = 1;
-            continue;
-        } else if (!strcmp(a, "--input")) {
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) inputs[opt.n_inputs++] = argv[++i];
-            if (opt.n_inputs == 0) {
-                rc = bad_arg("%s needs at least one path%s", a, "");
-                goto out;
-            }
-            continue;
-        }
-        if (!v) {
-            rc = bad_arg("%s needs a value%s", a, "");
-            goto out;
-        }
-        i++;
-        if (!strcmp(a, "--output")) opt.output = v;
-        else if (!strcmp(a, "--tokenizer")) opt.tokenizer_path = v;
-        else if (!strcmp(a, "--text-key")) opt.text_key = v;
-        else if (!strcmp(a, "--include")) includes[opt.n_includes++] = v;
-        else if (!strcmp(a, "--vocab-size")) {
-            if (!parse_u64(v, &u) || u < 257 || u > (1u << 30)) {
-                rc = bad_arg("--vocab-size '%s': expected an integer in [257, 2^30]%s", v, "");
-                goto out;
-            }
-            opt.vocab_size = (int)u;
-        } else if (!strcmp(a, "--format")) {
-            if (!strcmp(v, "text")) opt.format = PREP_FORMAT_TEXT;
-            else if (!strcmp(v, "jsonl")) opt.format = PREP_FORMAT_JSONL;
-            else if (!strcmp(v, "auto")) opt.format = PREP_FORMAT_AUTO;
-            else if (!strcmp(v, "chat")) opt.format = PREP_FORMAT_CHAT;
-            else {
-                rc = bad_arg("--format '%s': expected auto, text, jsonl or chat%s", v, "");
-                goto out;
-            }
-        } else if (!strcmp(a, "--chat-template")) {
-            int t = chat_template_parse(v);
-            if (t < 0) {
-                rc = bad_arg("--chat-template '%s': expected plain, llama3 or chatml%s", v, "");
-                goto out;
-            }
-            opt.chat_template = t, chat_template_given = 1;
-        } else if (!strcmp(a, "--val-fraction")) {
-            char *end;
-            opt.val_fraction = strtod(v, &end);
-            if (*end || !*v || !(opt.val_fraction >= 0 && opt.val_fraction < 1)) {
-                rc = bad_arg("--val-fraction '%s': expected a number in [0, 1)%s", v, "");
-                goto out;
-            }
-        } else if (!strcmp(a, "--shard-tokens")) {
-            if (!parse_u64(v, &opt.shard_tokens) || opt.shard_tokens == 0) {
-                rc = bad_arg("--shard-tokens '%s': expected a positive integer%s", v, "");
-                goto out;
-            }
-        } else if (!strcmp(a, "--seed")) {
-            if (!parse_u64(v, &opt.seed)) {
-                rc = bad_arg("--seed '%s': expected a non-negative integer%s", v, "");
-                goto out;
-            }
-        } else {
-            rc = bad_arg("unknown option '%s'%s", a, "");
-            goto out;
-        }
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_prep, stdout);
+        return STATUS_OK;
     }
+    struct prep_args o = {0};
+    struct prep_options opt = {0};
+    struct error perr = {0};
+    int rc = STATUS_BAD_INPUT;
+    if (cli_parse(&cli_prep, argc, argv, &o, &perr)) {
+        rc = bad_arg("%s%s", perr.msg, "");
+        goto out;
+    }
+    opt = (struct prep_options){.inputs = o.inputs.values, .n_inputs = o.inputs.n,
+                                .includes = o.includes.values, .n_includes = o.includes.n,
+                                .recursive = o.recursive, .doc_per_file = o.doc_per_file, .output = o.output,
+                                .tokenizer_path = o.tokenizer, .vocab_size = o.vocab_size,
+                                .format = (enum prep_format)o.format, .text_key = o.text_key,
+                                .allow_special = o.allow_special, .val_fraction = o.val_fraction,
+                                .shard_tokens = o.shard_tokens, .seed = o.seed, .quiet = o.quiet,
+                                .chat_template = o.chat_template ? o.chat_template - 1 : CHAT_TEMPLATE_PLAIN};
     if (opt.n_inputs == 0 || !opt.output) {
         rc = bad_arg("--input and --output are required%s%s", "", "");
         goto out;
@@ -232,7 +196,7 @@ int cmd_prep(int argc, char **argv) {
                      "into a new one) and no --text-key%s%s", "", "");
         goto out;
     }
-    if (chat_template_given && opt.format != PREP_FORMAT_CHAT) {
+    if (o.chat_template && opt.format != PREP_FORMAT_CHAT) {
         rc = bad_arg("--chat-template needs --format chat%s%s", "", "");
         goto out;
     }
@@ -240,8 +204,6 @@ int cmd_prep(int argc, char **argv) {
         rc = bad_arg("--text-key needs JSON Lines input, not --format text%s%s", "", "");
         goto out;
     }
-    opt.inputs = inputs;
-    opt.includes = includes;
     struct prep_stats stats;
     struct error err = {0};
     struct sigaction sa = {0};
@@ -278,7 +240,6 @@ int cmd_prep(int argc, char **argv) {
            PREP_DEFAULT_GLOBAL_BATCH);
     rc = STATUS_OK;
 out:
-    free(inputs);
-    free(includes);
+    cli_free(&cli_prep, &o);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "kernels/backend.h"
 #include "parallel/comm_mpi.h"
+#include "base/tee.h"
 #include "train/train.h"
 
 // Exit code of a run stopped by SIGTERM or SIGUSR1, or before [train]
@@ -49,6 +50,7 @@ static void on_preempt(int sig) {
         first_sigint_s = (sig_atomic_t)now;
     }
     preempt_signal = sig;
+    tee_stdio_best_effort(); // a signalled mpirun stops reading our output (base/tee.h)
 }
 
 static void install_stop_handlers(void) {
@@ -286,10 +288,15 @@ int cmd_train(int argc, char **argv) {
     if (out.signal) {
         if (world_rank == 0) {
             // The wording up to "checkpoint saved" is what requeue scripts look for (README).
-            printf("stopped by signal %d after step %d%s; exit %d (requeue; %s)\n", out.signal, out.steps_done,
-                   out.saved ? ", checkpoint saved" : " ([checkpoint] dir = none: nothing saved)", EXIT_PREEMPTED,
-                   out.signal == SIGHUP ? "the launcher is gone" : strsignal(out.signal));
-            fflush(stdout);
+            // A launcher that stopped reading (a signalled mpirun) has a full
+            // stdout pipe: then the line goes to stderr too (base/tee.h).
+            for (int i = 0; i < 1 + tee_stdout_given_up(); i++) {
+                fprintf(i ? stderr : stdout, "stopped by signal %d after step %d%s; exit %d (requeue; %s)\n",
+                        out.signal, out.steps_done,
+                        out.saved ? ", checkpoint saved" : " ([checkpoint] dir = none: nothing saved)",
+                        EXIT_PREEMPTED, out.signal == SIGHUP ? "the launcher is gone" : strsignal(out.signal));
+                fflush(i ? stderr : stdout);
+            }
         }
         rc = EXIT_PREEMPTED;
     } else if (out.out_of_time) {

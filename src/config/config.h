@@ -28,7 +28,7 @@
 #include "parallel/topology.h" // struct grid_layout
 
 #define CONFIG_PATH_MAX 512
-#define CONFIG_MAX_KEYS 96 // >= number of rows in the key table (checked)
+#define CONFIG_MAX_KEYS 104 // >= number of rows in the key table (checked)
 
 enum model_arch { MODEL_ARCH_LLAMA };
 enum device { DEVICE_CPU, DEVICE_CUDA };
@@ -51,12 +51,24 @@ struct model_config {
     int ffn_dim;         // F
     int max_seq_len;     // longest T the RoPE tables cover
     double rope_theta;
+    int head_dim;        // D; 0: d_model / n_heads
+    bool qkv_bias;       // q, k, v projections have biases (Qwen2)
+    bool qk_norm;        // RMSNorm over each head's q and k before RoPE (Qwen3)
+    enum rope_scaling_type rope_scaling;
+    double rope_scaling_factor;
+    double rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
     double norm_eps;
     bool tie_embeddings;
     double init_std;
     enum recompute recompute;
     char init_from[CONFIG_PATH_MAX]; // HF folder or trident checkpoint for a fresh run; "" unset
 };
+
+// The head size D of m: head_dim, or d_model / n_heads when it is 0.
+static inline int config_head_dim(const struct model_config *m) {
+    return m->head_dim ? m->head_dim : m->d_model / m->n_heads;
+}
 
 struct train_config {
     int seq_len;           // T

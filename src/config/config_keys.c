@@ -36,6 +36,8 @@
 static const struct config_choice arch_choices[] = {{"llama", MODEL_ARCH_LLAMA}, {NULL, 0}};
 static const struct config_choice recompute_choices[] = {
     {"none", RECOMPUTE_NONE}, {"selective", RECOMPUTE_SELECTIVE}, {"full", RECOMPUTE_FULL}, {NULL, 0}};
+static const struct config_choice rope_scaling_choices[] = {
+    {"none", ROPE_SCALING_NONE}, {"linear", ROPE_SCALING_LINEAR}, {"llama3", ROPE_SCALING_LLAMA3}, {NULL, 0}};
 static const struct config_choice schedule_choices[] = {{"cosine", LR_SCHEDULE_COSINE},
                                                         {"linear", LR_SCHEDULE_LINEAR},
                                                         {"constant", LR_SCHEDULE_CONSTANT},
@@ -64,7 +66,7 @@ const struct config_key config_keys[] = {
             "vocabulary size V; must equal the dataset's vocab_size (index.ini)"),
     KEY_INT("model", "d_model", model.d_model, "256", 1, LLAMA_MAX_D_MODEL, "", "model width C"),
     KEY_INT("model", "n_layers", model.n_layers, "4", 1, LLAMA_MAX_LAYERS, "", "decoder blocks L"),
-    KEY_INT("model", "n_heads", model.n_heads, "8", 1, LLAMA_MAX_HEADS, "", "query heads H; head size D = d_model / n_heads"),
+    KEY_INT("model", "n_heads", model.n_heads, "8", 1, LLAMA_MAX_HEADS, "", "query heads H; head size D = head_dim, or d_model / n_heads when head_dim is 0"),
     KEY_INT("model", "n_kv_heads", model.n_kv_heads, "4", 1, LLAMA_MAX_HEADS, "",
             "key/value heads Hkv (grouped-query attention); divides n_heads"),
     KEY_INT("model", "ffn_dim", model.ffn_dim, "704", 1, LLAMA_MAX_FFN, "", "SwiGLU hidden width F"),
@@ -72,6 +74,32 @@ const struct config_key config_keys[] = {
             "longest sequence the RoPE tables cover"),
     KEY_FLOAT("model", "rope_theta", model.rope_theta, "10000", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
               "RoPE base frequency"),
+    KEY_INT("model", "head_dim", model.head_dim, "0", 0, LLAMA_MAX_HEAD_DIM, "",
+            "head size D (even); 0: d_model / n_heads. q_proj is (n_heads D, d_model), k_proj and "
+            "v_proj (n_kv_heads D, d_model), o_proj (d_model, n_heads D): Hugging Face's head_dim, "
+            "which Qwen3 sets with n_heads D != d_model"),
+    KEY_BOOL("model", "qkv_bias", model.qkv_bias, "false",
+             "q_proj, k_proj and v_proj have biases (Qwen2's q_proj.bias (n_heads D), k_proj.bias, "
+             "v_proj.bias (n_kv_heads D)), split over tp with the weights' rows"),
+    KEY_BOOL("model", "qk_norm", model.qk_norm, "false",
+             "RMSNorm (norm_eps, weights q_norm, k_norm of size D) over each head's q and k before "
+             "RoPE (Qwen3); the weights are replicated over tp"),
+    KEY_ENUM("model", "rope_scaling", model.rope_scaling, "none", rope_scaling_choices,
+             "RoPE frequency scaling (Hugging Face rope_scaling.rope_type): none; linear divides "
+             "every position by rope_scaling_factor; llama3 (Llama 3.1/3.2) divides the frequencies "
+             "of wavelengths above rope_original_max_pos / rope_low_freq_factor by "
+             "rope_scaling_factor, keeps those below rope_original_max_pos / rope_high_freq_factor "
+             "and interpolates between"),
+    KEY_FLOAT("model", "rope_scaling_factor", model.rope_scaling_factor, "1", 0, NOMAX,
+              CONFIG_MIN_EXCLUSIVE, "", "rope_scaling = linear or llama3: the factor (HF factor)"),
+    KEY_FLOAT("model", "rope_low_freq_factor", model.rope_low_freq_factor, "1", 0, NOMAX,
+              CONFIG_MIN_EXCLUSIVE, "", "rope_scaling = llama3: HF low_freq_factor; < rope_high_freq_factor"),
+    KEY_FLOAT("model", "rope_high_freq_factor", model.rope_high_freq_factor, "4", 0, NOMAX,
+              CONFIG_MIN_EXCLUSIVE, "", "rope_scaling = llama3: HF high_freq_factor"),
+    KEY_INT("model", "rope_original_max_pos", model.rope_original_max_pos, "8192", 1,
+            LLAMA_MAX_SEQ_LEN, "tokens",
+            "rope_scaling = llama3: the context length of the unscaled model (HF "
+            "original_max_position_embeddings)"),
     KEY_FLOAT("model", "norm_eps", model.norm_eps, "1e-05", 0, NOMAX, CONFIG_MIN_EXCLUSIVE, "",
               "RMSNorm epsilon"),
     KEY_BOOL("model", "tie_embeddings", model.tie_embeddings, "true",

@@ -103,6 +103,36 @@ enum status config_resolve_dp(struct config *cfg, int world_size, struct error *
 //   FLT_MAX x 1e-6;
 // - rope_theta > 1: RoPE's frequencies theta^(-2i/D) (Su et al. 2021, §3.2.2)
 //   must decrease; below 1 they grow and the angles overflow.
+// [model] rope_scaling and its parameters (Hugging Face's rope_scaling,
+// transformers' modeling_rope_utils.py): llama3 needs rope_high_freq_factor >
+// rope_low_freq_factor (the smooth band between the two wavelengths divides
+// by their difference); a parameter key set for a scaling that does not read
+// it is refused (it would change nothing).
+static enum status check_rope_scaling(const struct config *cfg, const char *file, struct error *err) {
+    const struct model_config *m = &cfg->model;
+    static const struct { const char *key; unsigned used_by; } params[] = {
+        {"rope_scaling_factor", 1u << ROPE_SCALING_LINEAR | 1u << ROPE_SCALING_LLAMA3},
+        {"rope_low_freq_factor", 1u << ROPE_SCALING_LLAMA3},
+        {"rope_high_freq_factor", 1u << ROPE_SCALING_LLAMA3},
+        {"rope_original_max_pos", 1u << ROPE_SCALING_LLAMA3},
+    };
+    for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+        char origin[CONFIG_PATH_MAX + 32];
+        if (params[i].used_by & 1u << m->rope_scaling) continue;
+        if (strcmp(config_origin(cfg, config_key_index("model", params[i].key), origin, sizeof origin),
+                   "default"))
+            return error_set(err, STATUS_BAD_INPUT, "%s: %s is not read by %s (set rope_scaling to one "
+                             "that uses it, or leave it out)", file, KT("model", params[i].key),
+                             KT("model", "rope_scaling"));
+    }
+    if (m->rope_scaling == ROPE_SCALING_LLAMA3 && m->rope_high_freq_factor <= m->rope_low_freq_factor)
+        return error_set(err, STATUS_BAD_INPUT, "%s: rope_scaling = llama3 needs rope_high_freq_factor > "
+                         "rope_low_freq_factor (Hugging Face's _compute_llama3_parameters divides by their "
+                         "difference): %s; %s", file, KT("model", "rope_high_freq_factor"),
+                         KT("model", "rope_low_freq_factor"));
+    return STATUS_OK;
+}
+
 static enum status check_fp32(const struct config *cfg, const char *file, struct error *err) {
     static const struct { const char *section, *key; bool positive; } fp32_keys[] = {
         {"model", "init_std", true},     {"model", "norm_eps", true},
@@ -127,7 +157,7 @@ static enum status check_fp32(const struct config *cfg, const char *file, struct
                              KT(fp32_keys[i].section, fp32_keys[i].key), (double)FLT_MIN);
     }
     const struct model_config *m = &cfg->model;
-    double C = m->d_model, D = (double)m->d_model / m->n_heads, limit = FLT_MAX * 1e-6;
+    double C = m->d_model, D = config_head_dim(m), limit = FLT_MAX * 1e-6;
     double w = fmax(m->init_std, cfg->train.lr), max_w = sqrt(limit / (C * D));
     if (w * w * C * D > limit) {
         bool std = m->init_std >= cfg->train.lr;
@@ -194,12 +224,16 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
     if (m->n_heads % m->n_kv_heads)
         return error_set(err, bad, "%s: n_heads must be a multiple of n_kv_heads (grouped-query attention): %s; %s",
                          file, KT("model", "n_heads"), KT("model", "n_kv_heads"));
-    if (m->d_model % m->n_heads)
-        return error_set(err, bad, "%s: d_model must be a multiple of n_heads: %s; %s", file, KT("model", "d_model"),
-                         KT("model", "n_heads"));
-    if ((m->d_model / m->n_heads) % 2)
+    if (!m->head_dim && m->d_model % m->n_heads)
+        return error_set(err, bad, "%s: d_model must be a multiple of n_heads (or set head_dim): %s; %s; %s",
+                         file, KT("model", "d_model"), KT("model", "n_heads"), KT("model", "head_dim"));
+    if (!m->head_dim && (m->d_model / m->n_heads) % 2)
         return error_set(err, bad, "%s: head size d_model / n_heads = %d must be even for RoPE: %s; %s", file,
                          m->d_model / m->n_heads, KT("model", "d_model"), KT("model", "n_heads"));
+    if (m->head_dim % 2)
+        return error_set(err, bad, "%s: head size must be even for RoPE: %s", file, KT("model", "head_dim"));
+    enum status rope = check_rope_scaling(cfg, file, err);
+    if (rope) return rope;
     if (m->n_heads % p->tp)
         return error_set(err, bad, "%s: n_heads must be a multiple of tp (heads are split over the TP group): %s; %s",
                          file, KT("model", "n_heads"), KT("parallel", "tp"));
@@ -274,10 +308,11 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          "native kernels run them): set attention = auto or native, or packing = concat",
                          file, KT("system", "attention"), KT("data", "packing"));
     // The CUDA attention kernels (native and cuDNN) take head sizes up to 256.
-    if (cfg->system.device == DEVICE_CUDA && m->d_model / m->n_heads > CONFIG_CUDA_MAX_HEAD_DIM)
-        return error_set(err, bad, "%s: head size d_model / n_heads = %d: system.device = cuda takes at most "
-                         "%d (the CUDA attention kernels); %s; %s", file, m->d_model / m->n_heads,
-                         CONFIG_CUDA_MAX_HEAD_DIM, KT("model", "d_model"), KT("model", "n_heads"));
+    if (cfg->system.device == DEVICE_CUDA && config_head_dim(m) > CONFIG_CUDA_MAX_HEAD_DIM)
+        return error_set(err, bad, "%s: head size %d: system.device = cuda takes at most "
+                         "%d (the CUDA attention kernels); %s; %s; %s", file, config_head_dim(m),
+                         CONFIG_CUDA_MAX_HEAD_DIM, KT("model", "head_dim"), KT("model", "d_model"),
+                         KT("model", "n_heads"));
     // A run never throws its work away: [checkpoint] dir unset (its
     // default) saves into the run folder; `none` saves nothing
     // (docs/design.md §7).

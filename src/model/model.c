@@ -34,15 +34,27 @@ struct dims {
 static enum status dims_compute(const struct llama_config *cfg, const struct model_shard *s,
                                 struct dims *d, struct error *err) {
     int tp = s->tp_size;
-    if (cfg->n_heads <= 0 || cfg->d_model % cfg->n_heads)
+    if (cfg->n_heads <= 0 || (!cfg->head_dim && cfg->d_model % cfg->n_heads))
         return error_set(err, STATUS_BAD_INPUT, "model: d_model %d is not a multiple of n_heads %d",
                          cfg->d_model, cfg->n_heads);
+    if (cfg->head_dim < 0 || cfg->head_dim > LLAMA_MAX_HEAD_DIM)
+        return error_set(err, STATUS_BAD_INPUT, "model: head_dim %d outside [0, %d]", cfg->head_dim,
+                         LLAMA_MAX_HEAD_DIM);
+    const struct rope_scaling *rs = &cfg->rope_scaling;
+    if (rs->type != ROPE_SCALING_NONE &&
+        (!(rs->factor > 0) || (rs->type == ROPE_SCALING_LLAMA3 &&
+                               (!(rs->low_freq_factor > 0) || !(rs->high_freq_factor > rs->low_freq_factor) ||
+                                rs->original_max_pos < 1))))
+        return error_set(err, STATUS_BAD_INPUT, "model: rope_scaling factor %g, low_freq_factor %g, "
+                         "high_freq_factor %g, original_max_pos %d: expected factor > 0 and for llama3 "
+                         "high > low > 0, original_max_pos >= 1", rs->factor, rs->low_freq_factor,
+                         rs->high_freq_factor, rs->original_max_pos);
     if (cfg->n_kv_heads <= 0 || cfg->n_heads % cfg->n_kv_heads)
         return error_set(err, STATUS_BAD_INPUT, "model: n_heads %d is not a multiple of n_kv_heads %d",
                          cfg->n_heads, cfg->n_kv_heads);
-    if ((cfg->d_model / cfg->n_heads) % 2)
+    if (llama_head_dim(cfg) % 2 || llama_head_dim(cfg) < 2)
         return error_set(err, STATUS_BAD_INPUT, "model: head size %d must be even for RoPE",
-                         cfg->d_model / cfg->n_heads);
+                         llama_head_dim(cfg));
     if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp || cfg->n_heads % tp || cfg->ffn_dim % tp ||
         (cfg->n_kv_heads % tp && tp % cfg->n_kv_heads))
         return error_set(err, STATUS_BAD_INPUT,
@@ -62,7 +74,7 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
         d->max_layers = MAX(d->max_layers, e - b);
     }
     d->C = cfg->d_model;
-    d->D = cfg->d_model / cfg->n_heads;
+    d->D = llama_head_dim(cfg);
     d->Hl = cfg->n_heads / tp;
     // n_kv_heads % tp == 0: each rank holds n_kv_heads / tp key/value heads.
     // Otherwise (tp a multiple of n_kv_heads) the tp / n_kv_heads consecutive
@@ -83,9 +95,10 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
 
 double model_flops_per_token(const struct llama_config *cfg, int T) {
     double C = cfg->d_model, F = cfg->ffn_dim, L = cfg->n_layers, V = cfg->vocab_size;
-    double D = C / cfg->n_heads, kv = (double)cfg->n_kv_heads * D;
-    double per_layer = C * C + 2 * kv * C + C * C + 3 * C * F; // q, k, v, o; gate, up, down
-    return 6.0 * (L * per_layer + V * C) + 6.0 * L * C * T;
+    double HD = (double)cfg->n_heads * llama_head_dim(cfg);
+    double kv = (double)cfg->n_kv_heads * llama_head_dim(cfg);
+    double per_layer = HD * C + 2 * kv * C + C * HD + 3 * C * F; // q, k, v, o; gate, up, down
+    return 6.0 * (L * per_layer + V * C) + 6.0 * L * HD * T;
 }
 
 // Appends one parameter to the table (params may be NULL: count only).
@@ -133,6 +146,25 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
                   d->kv_head0 * D, 0, d->Hkvl * D, true, false, std);
         param_add(params, &n, &off, NAME("self_attn.v_proj.weight"), d->Hkvl * D, C, Hkv * D, C,
                   d->kv_head0 * D, 0, d->Hkvl * D, true, false, std);
+        if (cfg->qkv_bias) { // Qwen2: sharded with the weights' rows; zeros, no decay
+            param_add(params, &n, &off, NAME("self_attn.q_proj.bias"), d->Hl * D, 1, H * D, 1,
+                      tr * d->Hl * D, 0, d->Hl * D, false, false, 0);
+            if (params) params[n - 1].init_zero = true;
+            param_add(params, &n, &off, NAME("self_attn.k_proj.bias"), d->Hkvl * D, 1, Hkv * D, 1,
+                      d->kv_head0 * D, 0, d->Hkvl * D, false, false, 0);
+            if (params) params[n - 1].init_zero = true;
+            param_add(params, &n, &off, NAME("self_attn.v_proj.bias"), d->Hkvl * D, 1, Hkv * D, 1,
+                      d->kv_head0 * D, 0, d->Hkvl * D, false, false, 0);
+            if (params) params[n - 1].init_zero = true;
+        }
+        if (cfg->qk_norm) { // Qwen3: gains of ones, replicated over TP, gradients TP-summed
+            param_add(params, &n, &off, NAME("self_attn.q_norm.weight"), D, 1, D, 1, 0, 0, D,
+                      false, true, 0);
+            if (params) params[n - 1].tp_sum_grad = true;
+            param_add(params, &n, &off, NAME("self_attn.k_norm.weight"), D, 1, D, 1, 0, 0, D,
+                      false, true, 0);
+            if (params) params[n - 1].tp_sum_grad = true;
+        }
         param_add(params, &n, &off, NAME("self_attn.o_proj.weight"), C, d->Hl * D, C, H * D, 0,
                   tr * d->Hl * D, C, true, false, out_std);
         param_add(params, &n, &off, NAME("post_attention_layernorm.weight"), C, 1, C, 1, 0, 0, C,
@@ -232,6 +264,11 @@ static void block_acts_layout(struct model *m, struct block_acts *b, struct carv
     ACT(rstd1, most, s, Ns);
     ACT(q, all, a, N * HD);
     ACT(k, all, a, N * KD);
+    bool qkn = m->cfg.qk_norm; // qk_norm's inputs and statistics: recomputed with q and k
+    ACT(qr, all, a, qkn ? N * HD : 0);
+    ACT(kr, all, a, qkn ? N * KD : 0);
+    ACT(rstdq, all, s, qkn ? N * m->Hl : 0);
+    ACT(rstdk, all, s, qkn ? N * m->Hkvl : 0);
     ACT(v, most, a, N * KD);
     ACT(att, most, a, N * HD);
     ACT(lse, most, s, N * m->Hl);
@@ -319,6 +356,9 @@ static void acts_layout(struct model *m, struct carver *c) {
     m->dq = carve(c, a, (size_t)N * HD);
     m->dk = carve(c, a, (size_t)N * KD);
     m->dv = carve(c, a, (size_t)N * KD);
+    m->dqr = carve(c, a, m->cfg.qk_norm ? (size_t)N * HD : 0);
+    m->dkr = carve(c, a, m->cfg.qk_norm ? (size_t)N * KD : 0);
+    m->ones = carve(c, a, m->cfg.qkv_bias ? (size_t)N : 0); // filled by model_init
     // qkv (N, Hl D + 2 Hkvl D) is live only from the QKV GEMM to its RoPE
     // split (forward, recomputed forward) and from the join to the two GEMMs
     // after it (backward); dgate and dup only inside a block's MLP backward,
@@ -450,7 +490,12 @@ static void unit_bind(struct model *m, int u, struct tensor base, bool grads) {
         break;
     case MODEL_UNIT_BLOCK: {
         struct block *b = grads ? &m->dblocks[un->block] : &m->blocks[un->block];
-        b->ln1_w = NEXT(); b->wq = NEXT(); b->wk = NEXT(); b->wv = NEXT(); b->wo = NEXT();
+        struct tensor none = tensor_view(NULL, base.dtype, 0);
+        b->ln1_w = NEXT(); b->wq = NEXT(); b->wk = NEXT(); b->wv = NEXT();
+        b->bq = b->bk = b->bv = b->qn_w = b->kn_w = none;
+        if (m->cfg.qkv_bias) { b->bq = NEXT(); b->bk = NEXT(); b->bv = NEXT(); }
+        if (m->cfg.qk_norm) { b->qn_w = NEXT(); b->kn_w = NEXT(); }
+        b->wo = NEXT();
         b->ln2_w = NEXT(); b->wgate = NEXT(); b->wup = NEXT(); b->wdown = NEXT();
         break;
     }
@@ -507,7 +552,8 @@ void model_init_unit_weights(struct model *m, int u, uint64_t seed) {
     float *host = xmalloc(max_numel * sizeof *host);
     for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
         const struct param_info *p = &m->params[i];
-        rng_fill_normal(host, (size_t)p->grows * p->gcols, seed, p->name, p->init_std);
+        if (p->init_zero) memset(host, 0, sizeof *host * (size_t)p->grows * p->gcols);
+        else rng_fill_normal(host, (size_t)p->grows * p->gcols, seed, p->name, p->init_std);
         model_set_param(m, p, host);
     }
     free(host);
@@ -528,6 +574,8 @@ static struct tensor param_view(const struct model *m, const struct param_info *
     CHECK(base.data, "%s of %s: unit %d is not bound", grads ? "gradient" : "parameter", p->name, u);
     return tensor_slice(base, p->offset - m->units[u].begin, p->numel);
 }
+
+static void to_device_as(struct model *m, struct tensor dst, const void *host, enum dtype host_dtype);
 
 enum status model_init(struct model **out, struct backend *be, const struct llama_config *cfg,
                        const struct model_shard *shard, enum dtype dtype, int B, int T,
@@ -583,9 +631,23 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     // The kernels' working memory for this model's largest ops, now: a step
     // then allocates nothing on the device.
     struct backend_bounds bounds = {m->N, m->C, B, m->T, m->Hl, m->Hkvl, m->D, dtype};
-    if (backend_reserve(be, &bounds, err)) {
+    // qk_norm's RMSNorm runs over (N Hl, D) rows
+    struct backend_bounds qk = {m->N * m->Hl, m->D, B, m->T, m->Hl, m->Hkvl, m->D, dtype};
+    if (backend_reserve(be, &bounds, err) || (cfg->qk_norm && backend_reserve(be, &qk, err))) {
         model_free(m);
         return err->status;
+    }
+    if (cfg->qkv_bias) { // the bias GEMMs' column of ones
+        double *one = xmalloc((size_t)m->N * sizeof *one);
+        for (int i = 0; i < m->N; i++) one[i] = 1.0;
+        if (m->dtype == DTYPE_FP64) {
+            backend_to_device(be, m->ones.data, one, (size_t)m->N * sizeof *one);
+        } else {
+            float *f = (float *)one; // in place, front to back
+            for (int i = 0; i < m->N; i++) f[i] = 1.0f;
+            to_device_as(m, m->ones, f, DTYPE_FP32);
+        }
+        free(one);
     }
 
     // RoPE tables, angles in double.
@@ -593,11 +655,11 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     size_t tab_bytes = half * dtype_size(m->stat);
     char *tab = xmalloc(2 * tab_bytes);
     if (m->stat == DTYPE_FP64)
-        rope_table_fill_f64((double *)tab, (double *)(tab + tab_bytes), cfg->max_seq_len, m->D,
-                            cfg->rope_theta);
+        rope_table_fill_scaled_f64((double *)tab, (double *)(tab + tab_bytes), cfg->max_seq_len,
+                                   m->D, cfg->rope_theta, &cfg->rope_scaling);
     else
-        rope_table_fill((float *)tab, (float *)(tab + tab_bytes), cfg->max_seq_len, m->D,
-                        cfg->rope_theta);
+        rope_table_fill_scaled((float *)tab, (float *)(tab + tab_bytes), cfg->max_seq_len, m->D,
+                               cfg->rope_theta, &cfg->rope_scaling);
     backend_to_device(be, m->rope_cos.data, tab, tab_bytes);
     backend_to_device(be, m->rope_sin.data, tab + tab_bytes, tab_bytes);
     free(tab);

@@ -2,7 +2,9 @@
 // one tensor-parallel shard, written once against kernels/ops.h.
 //
 // Math and parameter names match Hugging Face LlamaForCausalLM
-// (transformers/models/llama/modeling_llama.py): token embedding, L blocks of
+// (transformers/models/llama/modeling_llama.py; with llama_config's options
+// Qwen2ForCausalLM's q/k/v biases and Qwen3ForCausalLM's q/k norms and
+// head_dim, docs/design.md §4): token embedding, L blocks of
 // x = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))),
 // n1 = input_layernorm(x); x = x + down_proj(silu(gate_proj(n2)) * up_proj(n2)),
 // n2 = post_attention_layernorm(x); final norm; lm_head (or the embedding
@@ -32,6 +34,7 @@
 #define LLAMA_MAX_D_MODEL (1 << 16)
 #define LLAMA_MAX_LAYERS (1 << 12)
 #define LLAMA_MAX_HEADS (1 << 12)
+#define LLAMA_MAX_HEAD_DIM (1 << 12)
 #define LLAMA_MAX_FFN (1 << 20)
 #define LLAMA_MAX_SEQ_LEN (1 << 20)
 #define LLAMA_MAX_MICRO_BATCH (1 << 10)
@@ -71,20 +74,7 @@ static inline struct comm_group *parallel_host_group(struct comm_group *g,
     return host ? host : g;
 }
 
-// RoPE frequency scaling ([model] rope_scaling; Hugging Face's config.json
-// `rope_scaling`): NONE is plain RoPE (Su et al. 2021; HF "default"); LINEAR
-// divides every position by `factor` (HF "linear", Chen et al. 2023,
-// position interpolation); LLAMA3 rescales each frequency by its wavelength
-// against original_max_pos (HF `_compute_llama3_parameters`: wavelengths
-// below original_max_pos / high_freq_factor unchanged, above
-// original_max_pos / low_freq_factor divided by factor, smooth between).
-enum rope_scaling_type { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3 };
-struct rope_scaling {
-    enum rope_scaling_type type;
-    double factor;                            // LINEAR, LLAMA3: > 0 (1: no change)
-    double low_freq_factor, high_freq_factor; // LLAMA3: high > low > 0
-    int original_max_pos;                     // LLAMA3: original_max_position_embeddings
-};
+// RoPE frequency scaling: struct rope_scaling (kernels/ops.h, which fills the tables).
 
 // Global model hyperparameters ([model] in the config).
 struct llama_config {
@@ -107,6 +97,11 @@ struct llama_config {
     float init_std;      // std of the normal init of every matrix
     float label_smoothing;
 };
+
+// The head size D of cfg: head_dim, or d_model / n_heads when it is 0.
+static inline int llama_head_dim(const struct llama_config *cfg) {
+    return cfg->head_dim ? cfg->head_dim : cfg->d_model / (cfg->n_heads > 0 ? cfg->n_heads : 1);
+}
 
 enum { MODEL_MAX_CHUNKS = 8 };
 
@@ -168,7 +163,11 @@ struct param_info {
     bool tp_replicated;      // the same on every TP rank (norm gains)
     bool kv_shared;          // a key/value head copied on several TP ranks (tp > n_kv_heads)
     bool norm_skip;          // another rank counts this tensor in the global gradient norm
+    bool tp_sum_grad;        // replicated over TP with a partial gradient on each TP rank
+                             // (qk_norm's q_norm, k_norm: each rank sees its heads), summed
+                             // over TP by model_finish_grads in every layout
     float init_std;          // 0: initialised to ones (norm gains)
+    bool init_zero;          // initialised to zeros (biases, as HF's _init_weights)
 };
 
 // Sizes in bytes of every pool, from the config and layout alone (no
@@ -202,7 +201,8 @@ enum status model_param_table(const struct llama_config *cfg, struct param_info 
 // (docs/design.md §9): 6 x N_matmul + 6 x L x C x T, where N_matmul counts
 // every matrix a token is multiplied by (q, k, v, o, gate, up, down of each
 // block and the LM head V x C, tied or not; not the embedding lookup nor the
-// norm gains) and 6 L C T is the attention score and value matmuls (12 L C T,
+// norm gains nor the biases) and 6 L C T is the attention score and value
+// matmuls, with C read as H D when head_dim is set (12 L C T,
 // Kaplan et al. 2020 Table 1's 2 n_layer n_ctx d_attn forward, x3 for the
 // backward) halved for the causal mask. Sources: Kaplan et al. 2020, §2.1;
 // PaLM (Chowdhery et al. 2022) Appendix B ("6N + 12 L H Q T", here halved:

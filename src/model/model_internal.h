@@ -20,6 +20,8 @@ struct block {
     struct tensor wq;     // (Hl*D, C)
     struct tensor wk;     // (Hkvl*D, C)
     struct tensor wv;     // (Hkvl*D, C)
+    struct tensor bq, bk, bv; // (Hl*D,), (Hkvl*D,) x2: qkv_bias, else empty
+    struct tensor qn_w, kn_w; // (D,) each: qk_norm's q_norm, k_norm, else empty
     struct tensor wo;     // (C, Hl*D)
     struct tensor ln2_w;  // (C,)
     struct tensor wgate;  // (Fl, C)
@@ -36,6 +38,8 @@ struct block {
 struct block_acts {
     struct tensor ln1, rstd1;     // (Ns, C), (Ns,)
     struct tensor q, k, v;        // (B, T, Hl, D), (B, T, Hkvl, D) x2, after RoPE
+    struct tensor qr, kr;         // qk_norm: q, k before their norm (projection + bias), else empty
+    struct tensor rstdq, rstdk;   // qk_norm: (B T Hl,), (B T Hkvl,) the norms' 1 / rms
     struct tensor att, lse;       // (B, T, Hl, D), (B, Hl, T)
     struct tensor xmid;           // (Ns, C) residual after attention
     struct tensor ln2, rstd2;     // (Ns, C), (Ns,)
@@ -109,6 +113,8 @@ struct model {
     struct block_acts re;
     struct tensor re_lnf;          // (Ns, C)
     struct tensor datt, dq, dk, dv; // (N, Hl*D), (N, Hl*D), (N, Hkvl*D) x2
+    struct tensor dqr, dkr;        // qk_norm: (N, Hl*D), (N, Hkvl*D) the gradients of qr, kr
+    struct tensor ones;            // qkv_bias: (N,) ones in the model dtype (bias GEMMs)
     // (N, (Hl + 2 Hkvl) D): the one QKV GEMM's output rows [q | k | v] before
     // the RoPE split (forward), then their gradient (backward)
     struct tensor qkv;
@@ -149,6 +155,22 @@ static inline bool model_chunk_first(const struct model *m, int chunk) {
 static inline bool model_chunk_last(const struct model *m, int chunk) {
     return chunk == m->shard.n_chunks - 1 && m->last;
 }
+
+// The attention's projections to q, k, v after the GEMMs (model_pass.c),
+// for every path that runs a block's attention (training passes, and
+// generation with a key/value cache): Hugging Face's Qwen2Attention /
+// Qwen3Attention / LlamaAttention order. qp (R, Hl D), kp (R, Hkvl D), v
+// (R, Hkvl D), R = B T rows, hold x @ W^T of the block's w (model dtype);
+// in place, qkv_bias adds bq, bk, bv (R <= m->N). Then q (R, Hl D) and k
+// (R, Hkvl D) receive qk_norm's RMSNorm over each head's D values (weights
+// w->qn_w, w->kn_w, eps norm_eps, statistics into rstd_q (R Hl,), rstd_k
+// (R Hkvl,)) of qp and kp, which keep their values; without qk_norm q, k are
+// copies of qp, kp (or qp, kp themselves when they alias). Last, RoPE on q
+// and k at positions pos_offset + t - docs[b, t] (docs as
+// backend_rope_forward_docs; empty: plain). Shapes (B, T, heads, D).
+void model_attn_qkv_post(struct model *m, const struct block *w, struct tensor qp, struct tensor kp,
+                         struct tensor v, struct tensor q, struct tensor k, struct tensor rstd_q,
+                         struct tensor rstd_k, struct tensor docs, int B, int T, int pos_offset);
 
 // Sums (or maxes) a tensor-parallel partial result over the TP group, in place
 // (model_pass.c). A no-op for tp = 1.

@@ -83,21 +83,25 @@ static void grads_ready(struct model *m, size_t from) {
 
 void model_finish_unit_grads(struct model *m, int u) {
     const struct model_unit *un = &m->units[u];
-    if (m->sp) // each rank's norm-gain gradient covers only its rows
+    if (m->shard.tp_size > 1) // under SP each rank's norm-gain gradient covers only its rows;
+                              // qk_norm's gains' only its heads
         for (int i = un->first_param; i < un->first_param + un->n_params; i++)
-            if (m->params[i].tp_replicated) {
+            if ((m->sp && m->params[i].tp_replicated) || m->params[i].tp_sum_grad) {
                 const struct param_info *p = &m->params[i];
                 tp_sum(m, tensor_slice(m->unit_grads[u], p->offset - un->begin, p->numel));
             }
     if (m->kv_replicas == 1 || un->kind != MODEL_UNIT_BLOCK) return;
-    size_t block = (size_t)m->D * m->C; // one key/value head's rows
-    struct tensor g[2] = {m->dblocks[un->block].wk, m->dblocks[un->block].wv};
-    for (int i = 0; i < 2; i++) {
-        backend_memset0(m->be, m->kv_grad);
-        struct tensor mine = tensor_slice(m->kv_grad, (size_t)m->kv_head0 * block, block);
-        backend_copy(m->be, mine, g[i], block);
-        tp_sum(m, m->kv_grad);
-        backend_copy(m->be, g[i], mine, block);
+    // a key/value head's rows of k_proj, v_proj (D C elements) and biases (D)
+    const struct block *db = &m->dblocks[un->block];
+    struct tensor g[4] = {db->wk, db->wv, db->bk, db->bv};
+    size_t head[4] = {(size_t)m->D * m->C, (size_t)m->D * m->C, (size_t)m->D, (size_t)m->D};
+    for (int i = 0; i < (m->cfg.qkv_bias ? 4 : 2); i++) {
+        struct tensor all = tensor_slice(m->kv_grad, 0, (size_t)m->cfg.n_kv_heads * head[i]);
+        backend_memset0(m->be, all);
+        struct tensor mine = tensor_slice(all, (size_t)m->kv_head0 * head[i], head[i]);
+        backend_copy(m->be, mine, g[i], head[i]);
+        tp_sum(m, all);
+        backend_copy(m->be, g[i], mine, head[i]);
     }
 }
 
@@ -152,50 +156,125 @@ static struct tensor joined(struct tensor a, struct tensor b) {
     return tensor_view(a.data, a.dtype, next ? a.numel + b.numel : 0);
 }
 
+// y (R, n) += the bias b (n,) on every row: ones (R, 1) @ b (1, n), a GEMM of
+// depth 1 (one rounding of y + b in BF16/FP16, as a Linear's bias epilogue).
+static void bias_add(struct model *m, struct tensor y, struct tensor b, int R, int n) {
+    backend_matmul(m->be, y, tensor_slice(m->ones, 0, (size_t)R), b, R, n, 1, false, false, 1.0f,
+                   1.0f);
+}
+
+// db (n,) += the column sums of dy (N, n): dy^T @ ones (N, 1).
+static void bias_backward(struct model *m, struct tensor db, struct tensor dy, int n) {
+    backend_matmul(m->be, db, dy, m->ones, n, 1, m->N, true, false, 1.0f, 1.0f);
+}
+
+void model_attn_qkv_post(struct model *m, const struct block *w, struct tensor qp, struct tensor kp,
+                         struct tensor v, struct tensor q, struct tensor k, struct tensor rstd_q,
+                         struct tensor rstd_k, struct tensor docs, int B, int T, int pos_offset) {
+    struct backend *be = m->be;
+    int R = B * T, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    if (m->cfg.qkv_bias) {
+        bias_add(m, qp, w->bq, R, HD);
+        bias_add(m, kp, w->bk, R, KD);
+        bias_add(m, v, w->bv, R, KD);
+    }
+    if (m->cfg.qk_norm) {
+        float eps = m->cfg.norm_eps;
+        backend_rmsnorm_forward(be, q, rstd_q, qp, w->qn_w, R * m->Hl, m->D, eps);
+        backend_rmsnorm_forward(be, k, rstd_k, kp, w->kn_w, R * m->Hkvl, m->D, eps);
+    } else {
+        if (q.data != qp.data) backend_copy(be, q, qp, (size_t)R * HD);
+        if (k.data != kp.data) backend_copy(be, k, kp, (size_t)R * KD);
+    }
+    backend_rope_forward_docs(be, q, m->rope_cos, m->rope_sin, docs, B, T, m->Hl, m->D, pos_offset);
+    backend_rope_forward_docs(be, k, m->rope_cos, m->rope_sin, docs, B, T, m->Hkvl, m->D,
+                              pos_offset);
+}
+
+// The backward of model_attn_qkv_post over the N rows of a microbatch: dq,
+// dk (N, Hl D), (N, Hkvl D) the gradients of the rotated q, k, rotated back
+// in place; then through qk_norm into m->dqr, m->dkr (dw->qn_w, dw->kn_w
+// +=); dw->bq, bk, bv += the column sums of the projections' gradients.
+// Returns in *dqp, *dkp where the gradients of the projections qp, kp are
+// (m->dqr, m->dkr under qk_norm, else dq, dk); v's is dv.
+static void attn_qkv_post_backward(struct model *m, struct slot *S, const struct block_acts *a,
+                                   const struct block *w, struct block *dw, struct tensor dq,
+                                   struct tensor dk, struct tensor dv, struct tensor *dqp,
+                                   struct tensor *dkp) {
+    struct backend *be = m->be;
+    int N = m->N, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
+    struct tensor ds = rope_docs_of(m, S);
+    backend_rope_backward_docs(be, dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
+    backend_rope_backward_docs(be, dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+    *dqp = dq, *dkp = dk;
+    if (m->cfg.qk_norm) {
+        backend_memset0(be, m->dqr);
+        backend_memset0(be, m->dkr);
+        backend_rmsnorm_backward(be, m->dqr, dw->qn_w, dq, a->qr, w->qn_w, a->rstdq, N * m->Hl,
+                                 m->D);
+        backend_rmsnorm_backward(be, m->dkr, dw->kn_w, dk, a->kr, w->kn_w, a->rstdk, N * m->Hkvl,
+                                 m->D);
+        *dqp = m->dqr, *dkp = m->dkr;
+    }
+    if (m->cfg.qkv_bias) {
+        bias_backward(m, dw->bq, *dqp, HD);
+        bias_backward(m, dw->bk, *dkp, KD);
+        bias_backward(m, dw->bv, dv, KD);
+    }
+}
+
 // The attention's q, k, v: one GEMM over the consecutive [Wq; Wk; Wv] (Hl D
-// + 2 Hkvl D, C) into m->qkv (N, Hl D + 2 Hkvl D), whose RoPE split writes q
-// and k rotated and v (backend_rope_qkv_split: issue 24); three GEMMs and two
-// RoPE passes when the weights are not consecutive.
+// + 2 Hkvl D, C) into m->qkv (N, Hl D + 2 Hkvl D), the biases [bq; bk; bv]
+// added in one more GEMM when consecutive, and its RoPE split writes q and
+// k rotated and v (backend_rope_qkv_split: issue 24); with qk_norm, or
+// weights or biases not consecutive, three GEMMs into q (qr under qk_norm),
+// k (kr), v, then model_attn_qkv_post.
 static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, struct block *w,
                         struct tensor n1) {
     struct backend *be = m->be;
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     struct tensor ds = rope_docs_of(m, S), wqkv = joined(joined(w->wq, w->wk), w->wv);
-    if (wqkv.numel) {
+    struct tensor bqkv = joined(joined(w->bq, w->bk), w->bv);
+    bool fused = wqkv.numel && !m->cfg.qk_norm && (!m->cfg.qkv_bias || bqkv.numel);
+    if (fused) {
         linear(m, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        if (m->cfg.qkv_bias) bias_add(m, m->qkv, bqkv, m->N, HD + 2 * KD);
         backend_rope_qkv_split(be, a->q, a->k, a->v, m->qkv, m->rope_cos, m->rope_sin, ds, m->B,
                                m->T, m->Hl, m->Hkvl, m->D);
         return;
     }
-    linear(m, a->q, n1, w->wq, HD, C);
-    linear(m, a->k, n1, w->wk, KD, C);
+    struct tensor qp = m->cfg.qk_norm ? a->qr : a->q, kp = m->cfg.qk_norm ? a->kr : a->k;
+    linear(m, qp, n1, w->wq, HD, C);
+    linear(m, kp, n1, w->wk, KD, C);
     linear(m, a->v, n1, w->wv, KD, C);
-    backend_rope_forward_docs(be, a->q, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_forward_docs(be, a->k, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D, 0);
+    model_attn_qkv_post(m, w, qp, kp, a->v, a->q, a->k, a->rstdq, a->rstdk, ds, m->B, m->T, 0);
 }
 
 // dln (N, C) = the gradient through q, k, v from m->dq, m->dk, m->dv (before
 // RoPE's inverse); d[Wq; Wk; Wv] +=: the join (inverse RoPE and packing into
-// m->qkv) and two GEMMs over the consecutive weights and gradients, else
-// two RoPE passes and six GEMMs.
-static void qkv_backward(struct model *m, struct slot *S, struct block *w, struct block *dw,
-                         struct tensor n1) {
+// m->qkv), the biases' column sums and two GEMMs over the consecutive
+// weights and gradients, else attn_qkv_post_backward and six GEMMs.
+static void qkv_backward(struct model *m, struct slot *S, const struct block_acts *a,
+                         struct block *w, struct block *dw, struct tensor n1) {
     struct backend *be = m->be;
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     struct tensor ds = rope_docs_of(m, S);
     struct tensor wqkv = joined(joined(w->wq, w->wk), w->wv);
     struct tensor dwqkv = joined(joined(dw->wq, dw->wk), dw->wv);
-    if (wqkv.numel && dwqkv.numel) {
+    struct tensor dbqkv = joined(joined(dw->bq, dw->bk), dw->bv);
+    bool fused = wqkv.numel && dwqkv.numel && !m->cfg.qk_norm &&
+                 (!m->cfg.qkv_bias || dbqkv.numel);
+    if (fused) {
         backend_rope_qkv_join(be, m->qkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, ds, m->B,
                               m->T, m->Hl, m->Hkvl, m->D);
+        if (m->cfg.qkv_bias) bias_backward(m, dbqkv, m->qkv, HD + 2 * KD);
         linear_backward(m, m->dln, 0.0f, dwqkv, m->qkv, n1, wqkv, HD + 2 * KD, C);
         return;
     }
-    backend_rope_backward_docs(be, m->dq, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hl, m->D, 0);
-    backend_rope_backward_docs(be, m->dk, m->rope_cos, m->rope_sin, ds, m->B, m->T, m->Hkvl, m->D,
-                               0);
-    linear_backward(m, m->dln, 0.0f, dw->wq, m->dq, n1, w->wq, HD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wk, m->dk, n1, w->wk, KD, C);
+    struct tensor dqp, dkp;
+    attn_qkv_post_backward(m, S, a, w, dw, m->dq, m->dk, m->dv, &dqp, &dkp);
+    linear_backward(m, m->dln, 0.0f, dw->wq, dqp, n1, w->wq, HD, C);
+    linear_backward(m, m->dln, 1.0f, dw->wk, dkp, n1, w->wk, KD, C);
     linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
 }
 
@@ -511,7 +590,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
         backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
                                         a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
     }
-    qkv_backward(m, S, w, dw, gathered(m, a->ln1));
+    qkv_backward(m, S, a, w, dw, gathered(m, a->ln1));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }

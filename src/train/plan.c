@@ -17,6 +17,11 @@ struct llama_config plan_llama(const struct config *c) {
         .n_layers = c->model.n_layers, .n_heads = c->model.n_heads,
         .n_kv_heads = c->model.n_kv_heads, .ffn_dim = c->model.ffn_dim,
         .max_seq_len = c->model.max_seq_len, .rope_theta = c->model.rope_theta,
+        .rope_scaling = {.type = c->model.rope_scaling, .factor = c->model.rope_scaling_factor,
+                         .low_freq_factor = c->model.rope_low_freq_factor,
+                         .high_freq_factor = c->model.rope_high_freq_factor,
+                         .original_max_pos = c->model.rope_original_max_pos},
+        .head_dim = c->model.head_dim, .qkv_bias = c->model.qkv_bias, .qk_norm = c->model.qk_norm,
         .norm_eps = (float)c->model.norm_eps, .tie_embeddings = c->model.tie_embeddings,
         .init_std = (float)c->model.init_std, .label_smoothing = (float)c->train.label_smoothing,
     };

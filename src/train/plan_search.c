@@ -152,7 +152,8 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     int chunk_max = (L + l->pp * l->v - 1) / (l->pp * l->v);
     double imbalance = (double)chunk_max * l->pp * l->v / L;
     l->compute_s = flops * imbalance / rate;
-    double attn_fwd = 2.0 * L * lc.d_model * (double)T * tokens / N; // QK^T and AV, forward
+    double HD = (double)lc.n_heads * llama_head_dim(&lc); // the attention's width (d_model unless head_dim)
+    double attn_fwd = 2.0 * L * HD * (double)T * tokens / N; // QK^T and AV, forward
     double fwd = flops / 3;
     l->recompute_s = (l->recompute == RECOMPUTE_FULL ? fwd : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd : 0) *
                      imbalance / rate;
@@ -171,17 +172,18 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     // is every tp-th rank of tp cp consecutive ones (rank order tp, cp, dp,
     // pp): on NVLink while tp cp fits a node, else the ring's slowest hop is
     // the network. A block: mb x T / cp tokens of this rank's Hkv / tp
-    // key/value heads, K and V; its attention forward 2 mb (T / cp)^2 C / tp
-    // FLOPs (the causal half of 4 (T/cp)^2 C: the load-balanced chunks make
-    // every block half-masked, the diagonal one too).
+    // key/value heads, K and V; its attention forward 2 mb (T / cp)^2 H D / tp
+    // FLOPs (H D = C unless head_dim is set; the causal half of 4 (T/cp)^2 H D:
+    // the load-balanced chunks make every block half-masked, the diagonal one
+    // too).
     l->cp_comm_s = 0;
     if (cp > 1) {
         bool cp_ib = (long)l->tp * cp > cl->gpus_per_node;
         double bw_cp = cp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_cp = cp_ib ? cl->alpha_ib : cl->alpha_nvlink;
-        double Tl = (double)T / cp, D = (double)lc.d_model / lc.n_heads;
+        double Tl = (double)T / cp, D = llama_head_dim(&lc);
         double kv_heads = MAX(1, lc.n_kv_heads / l->tp);
         double kv_bytes = 2.0 * l->mb * Tl * kv_heads * D * dtype_size(c.precision.dtype);
-        double t_block = 2.0 * l->mb * Tl * Tl * lc.d_model / l->tp / rate;
+        double t_block = 2.0 * l->mb * Tl * Tl * HD / l->tp / rate;
         double fwd_x, bwd_x;
         plan_cp_ring_exposed(cp, t_block, a_cp + kv_bytes / bw_cp, &fwd_x, &bwd_x);
         int n_fwd = l->recompute == RECOMPUTE_FULL ? 2 : 1;

@@ -117,7 +117,7 @@ sed -n 's/.*: \([0-9]*\) ids (end-of-text included): the prompt itself is too lo
 echo '{"text": "x"}' > "$tmp/bad.jsonl"
 refused "--prompts without prompt" "bad.jsonl:1: expected an object with a string \"prompt\"" \
     gen "$tmp/hf" --prompts "$tmp/bad.jsonl"
-refused "bad --temperature" "temperature -1" gen "$tmp/hf" --prompt x --temperature -1
+refused "bad --temperature" "--temperature '-1': expected a number >= 0" gen "$tmp/hf" --prompt x --temperature -1
 echo "(d) bad inputs refused with exit 2"
 
 # (e) `trident import` writes a weights-only checkpoint: verify and info say so

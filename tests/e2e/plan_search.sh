@@ -111,7 +111,7 @@ grep -q "tp 16 x pp 1: tp 16 crosses a node of 8 GPUs" <<<"$out" || fail "d: tp 
 grep -Eq "tp 8 x pp 4: out of memory at best .*: needs [0-9.]+ GiB, [0-9.]+ GiB over the 16.0 GiB usable" <<<"$out" ||
     fail "d: 405B on tp 8 x pp 4 not explained: $(grep 'tp 8 x pp 4' <<<"$out")"
 echo "d: $(grep 'tp 8 x pp 4:' <<<"$out" | sed 's/^ *//')"
-for bad in "--gpu Foo:unknown preset 'Foo'" "--gpu H200,bogus=1:unknown key 'bogus'" "--gpus 0:--gpus needs a number"; do
+for bad in "--gpu Foo:unknown preset 'Foo'" "--gpu H200,bogus=1:unknown key 'bogus'" "--gpus 0:--gpus '0': expected an integer"; do
     IFS=: read -r a want <<<"$bad"
     rc=0; msg=$("$TRIDENT" plan configs/llama3-8b.ini --gpus 8 $a 2>&1) || rc=$?
     [ "$rc" = 2 ] && grep -qF -- "$want" <<<"$msg" || fail "d: plan $a: rc $rc, '$msg'"

@@ -3,7 +3,10 @@
 # long phase (issue 27, acceptance 4). SIGTERM to one rank of two during
 #  (a) an evaluation of 200000 validation batches after step 2, and
 #  (b) a text sample of 200000 tokens (greedy) after a step K, and
-#  (c) the same with [checkpoint] async (the save of step K in flight):
+#  (c) the same with [checkpoint] async (the save of step K in flight),
+#  (d) SIGINT to mpirun during an evaluation, (e) SIGTERM to mpirun
+#      during a sample (mpirun's exit is then 1, the ranks' closing record
+#      the same, and the output says why the run stopped):
 # every rank ends within one batch (one token): exit 3 within 20 s of the
 # signal (the whole phase would take many minutes), the closing record says
 # `signal 15`, `stopped_in` evaluation (sample), `steps_done` K (the last
@@ -33,16 +36,25 @@ stop() {
         if [ "$now" = "$seen" ]; then still=$((still + 1)); else still=0 seen=$now; fi
         sleep 0.5
     done
-    local victim
-    victim=$(pgrep -f "trident train .*$tmp/ck-$name" | tail -n 1 || true)
-    [ -n "$victim" ] || { echo "FAIL: $name: no rank to signal"; tail -5 "$tmp/$name.log"; fail=1; wait $bg; return; }
+    local victim sig=${SIG:-TERM} want_rc=3
+    if [ "${TARGET:-rank}" = mpirun ]; then
+        # mpirun forwards SIGTERM (for SIGINT too), SIGKILLs the ranks
+        # odls_base_sigkill_timeout (1 s) later and exits 1 (README)
+        victim=$(pgrep -f "^mpirun .*$tmp/ck-$name" | head -n 1 || true) want_rc=1
+    else
+        victim=$(pgrep -f "trident train .*$tmp/ck-$name" | tail -n 1 || true)
+    fi
+    [ -n "$victim" ] || { echo "FAIL: $name: no process to signal"; tail -5 "$tmp/$name.log"; fail=1; wait $bg; return; }
     local t0=$SECONDS
-    kill -TERM "$victim"
+    kill -"$sig" "$victim"
     wait $bg
     local took=$((SECONDS - t0)) rc k
     rc=$(cat "$tmp/$name.rc")
-    [ "$rc" = 3 ] || { echo "FAIL: $name: exit $rc, expected 3"; tail -5 "$tmp/$name.log"; fail=1; }
-    [ "$took" -le 20 ] || { echo "FAIL: $name: exited $took s after SIGTERM (not within one $phase unit)"; fail=1; }
+    [ "$rc" = "$want_rc" ] || { echo "FAIL: $name: exit $rc, expected $want_rc"; tail -5 "$tmp/$name.log"; fail=1; }
+    [ "$took" -le 20 ] || { echo "FAIL: $name: exited $took s after SIG$sig (not within one $phase unit)"; fail=1; }
+    # what the user sees: mpirun's output says why the run stopped
+    grep -q "stopped by signal 15 .*checkpoint saved" "$tmp/$name.log" ||
+        { echo "FAIL: $name: the output does not say why the run stopped"; tail -3 "$tmp/$name.log"; fail=1; }
     k=$(metrics "$tmp/run-$name" .step | tail -n 1)
     local ended
     ended=$(jq -r 'select(.done) | "\(.ended) \(.signal) \(.stopped_in) \(.steps_done) \(.saved)"' \
@@ -66,5 +78,12 @@ stop sample sample 1 train.sample_every=1 train.sample_tokens=200000 train.sampl
 # ([checkpoint] async): the stop commits the save in flight, `latest` is K
 stop async sample 1 train.sample_every=1 train.sample_tokens=200000 train.sample_temperature=0 \
     checkpoint.async=true
+# (d), (e) as a user stops mpirun (Ctrl-C reaching mpirun alone; scancel's
+# SIGTERM): mpirun stops reading the ranks' output, waits a second, sends
+# SIGTERM and a second later SIGKILL; the ranks end the phase and save in
+# that second (base/tee.h: no write to the stalled pipe can hold them)
+TARGET=mpirun SIG=INT SMALL_EVAL_EVERY=2 stop mpirun-int-eval evaluation 0 train.eval_steps=200000
+TARGET=mpirun SIG=TERM stop mpirun-term-sample sample 1 train.sample_every=1 train.sample_tokens=200000 \
+    train.sample_temperature=0
 [ "$fail" = 0 ] && echo "PASS: train_stop_phases"
 exit "$fail"

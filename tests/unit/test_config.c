@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "train/plan.h"
 #include "test.h"
 
 static char tmp_path[64];
@@ -436,6 +437,19 @@ static const struct bad_case bad_cases[] = {
     {"loss scale 1e39", NULL, {"precision.loss_scale_initial=1e39"}, 1,
      {"precision.loss_scale_initial = 1e+39", "overflows fp32"}},
     {"rope_theta < 1", NULL, {"model.rope_theta=0.5"}, 1, {"model.rope_theta = 0.5", "the limit is > 1"}},
+    // issue 28's options
+    {"odd head_dim", NULL, {"model.head_dim=7"}, 1, {"head size must be even", "model.head_dim = 7"}},
+    {"head_dim skips d_model % heads", NULL, {"model.d_model=100", "model.head_dim=0"}, 1,
+     {"d_model must be a multiple of n_heads (or set head_dim)", "model.head_dim = 0"}},
+    {"llama3 high <= low", NULL, {"model.rope_scaling=llama3", "model.rope_high_freq_factor=1"}, 1,
+     {"rope_high_freq_factor > rope_low_freq_factor", "model.rope_high_freq_factor = 1 (command line argument 2)",
+      "model.rope_low_freq_factor = 1 (default)"}},
+    {"rope factor without scaling", NULL, {"model.rope_scaling_factor=8"}, 1,
+     {"model.rope_scaling_factor = 8 (command line argument 1) is not read by", "model.rope_scaling = none (default)"}},
+    {"llama3 keys with linear", NULL, {"model.rope_scaling=linear", "model.rope_original_max_pos=8"}, 1,
+     {"model.rope_original_max_pos = 8", "is not read by", "model.rope_scaling = linear"}},
+    {"rope factor 0", NULL, {"model.rope_scaling=linear", "model.rope_scaling_factor=0"}, 1,
+     {"model.rope_scaling_factor"}},
 };
 
 // The fp32 bounds let the largest sane values through: init_std just below
@@ -450,6 +464,27 @@ static void test_fp32_edges(void) {
            "fp32 edges refused: %s", err.msg);
     EXPECT(config_load(NULL, 2, (char **)lr, &c, &err) == STATUS_OK && config_validate(&c, 1, false, &err) == STATUS_OK,
            "lr 3e4 refused: %s", err.msg);
+}
+
+// issue 28's options: a valid set loads, validates and reaches the model's
+// llama_config through plan_llama (head_dim 24 with d_model 100 % n_heads 8
+// != 0: only head_dim's size matters then).
+static void test_model_options(void) {
+    const char *ov[] = {"model.d_model=100", "model.head_dim=24", "model.qkv_bias=true",
+                        "model.qk_norm=true", "model.rope_scaling=llama3",
+                        "model.rope_scaling_factor=8"};
+    struct config c;
+    struct error err = {0};
+    EXPECT(config_load(NULL, 6, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 1, false, &err) == STATUS_OK,
+           "the options refused: %s", err.msg);
+    struct llama_config lc = plan_llama(&c);
+    EXPECT(lc.head_dim == 24 && llama_head_dim(&lc) == 24 && lc.qkv_bias && lc.qk_norm &&
+           lc.rope_scaling.type == ROPE_SCALING_LLAMA3 && lc.rope_scaling.factor == 8 &&
+           lc.rope_scaling.low_freq_factor == 1 && lc.rope_scaling.high_freq_factor == 4 &&
+           lc.rope_scaling.original_max_pos == 8192,
+           "plan_llama: head_dim %d qkv_bias %d qk_norm %d rope_scaling %d factor %g low %g high %g orig %d",
+           lc.head_dim, lc.qkv_bias, lc.qk_norm, (int)lc.rope_scaling.type, lc.rope_scaling.factor,
+           lc.rope_scaling.low_freq_factor, lc.rope_scaling.high_freq_factor, lc.rope_scaling.original_max_pos);
 }
 
 static void test_bad_inputs(void) {
@@ -560,6 +595,7 @@ int main(int argc, char **argv) {
     test_docs();
     test_bad_inputs();
     test_fp32_edges();
+    test_model_options();
     unlink(tmp_path);
     return test_finish("test_config");
 }

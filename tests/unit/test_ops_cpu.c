@@ -232,6 +232,55 @@ static void test_rope(void) {
     buf_free(x), buf_free(x0), buf_free(cs), buf_free(sn);
 }
 
+// rope_inv_freq against transformers' own ROPE_INIT_FUNCTIONS (default,
+// linear, llama3: tests/reference/rope_scaling_reference.py wrote the
+// fixture, float32 values) within 2e-6 relative, every band of llama3's
+// (kept, divided by factor, smoothed) present; and rope_table_fill_scaled's
+// tables hold cos, sin of p * rope_inv_freq (fp32 and fp64).
+static void test_rope_scaling_reference(void) {
+    const char *path = "tests/reference/fixtures/rope_scaling_inv_freq.txt";
+    FILE *f = fopen(path, "r");
+    EXPECT(f, "%s: cannot open (run from the repository root)", path);
+    if (!f) return;
+    char kind[16];
+    int D, orig, i, lines = 0, bands[3] = {0};
+    double theta, factor, lo, hi, want;
+    while (fscanf(f, "%15s %d %lf %lf %lf %lf %d %d %lf", kind, &D, &theta, &factor, &lo, &hi,
+                  &orig, &i, &want) == 9) {
+        struct rope_scaling sc = {!strcmp(kind, "linear")   ? ROPE_SCALING_LINEAR
+                                  : !strcmp(kind, "llama3") ? ROPE_SCALING_LLAMA3
+                                                            : ROPE_SCALING_NONE,
+                                  factor, lo, hi, orig};
+        double got = rope_inv_freq(i, D, theta, &sc), plain = rope_inv_freq(i, D, theta, NULL);
+        EXPECT(fabs(got - want) <= 2e-6 * want, "%s D=%d factor %g orig %d: inv_freq[%d] = %.9e, "
+               "transformers %.9e", kind, D, factor, orig, i, got, want);
+        if (sc.type == ROPE_SCALING_LLAMA3)
+            bands[fabs(got - plain) <= 1e-12 * plain ? 0 : fabs(got - plain / factor) <= 1e-12 * plain ? 1 : 2]++;
+        lines++;
+    }
+    fclose(f);
+    EXPECT(lines == 210, "%s: %d frequencies read, expected 210", path, lines);
+    EXPECT(bands[0] && bands[1] && bands[2], "llama3 bands kept %d, divided %d, smoothed %d",
+           bands[0], bands[1], bands[2]);
+    struct rope_scaling sc = {ROPE_SCALING_LLAMA3, 4.0, 1.0, 4.0, 16};
+    int Tmax = 40, Dt = 24;
+    size_t nt = (size_t)Tmax * Dt / 2;
+    struct buf cs = buf_alloc(nt), sn = buf_alloc(nt);
+    rope_table_fill_scaled(cs.f, sn.f, Tmax, Dt, 10000.0, &sc);
+    rope_table_fill_scaled_f64(cs.d, sn.d, Tmax, Dt, 10000.0, &sc);
+    double worst = 0, worst32 = 0;
+    for (int p = 0; p < Tmax; p++)
+        for (int k = 0; k < Dt / 2; k++) {
+            double a = p * rope_inv_freq(k, Dt, 10000.0, &sc);
+            size_t o = (size_t)p * Dt / 2 + k;
+            worst = fmax(worst, fmax(fabs(cs.d[o] - cos(a)), fabs(sn.d[o] - sin(a))));
+            worst32 = fmax(worst32, fmax(fabs(cs.f[o] - cos(a)), fabs(sn.f[o] - sin(a))));
+        }
+    EXPECT(worst <= 1e-14 && worst32 <= 6e-8, "rope_table_fill_scaled: worst |table - "
+           "cos/sin(p inv_freq)| %.3e (fp64), %.3e (fp32)", worst, worst32);
+    buf_free(cs), buf_free(sn);
+}
+
 // rope_qkv: the split equals copying the parts and rope_forward_docs (bit
 // for bit, FP32 and FP64, with a document start); the join is its adjoint:
 // <split(x), y> = <x, join(y)> in FP64 (a linear map's exact gradient check).
@@ -690,6 +739,7 @@ int main(void) {
     test_embedding();
     test_rmsnorm();
     test_rope();
+    test_rope_scaling_reference();
     test_rope_qkv();
     test_swiglu();
     test_attention();

@@ -282,6 +282,10 @@ static void test_rmsnorm(enum dtype dt) {
     test_rmsnorm_shape(dt, 37, 300);
     test_rmsnorm_shape(dt, 700, 48);
     test_rmsnorm_shape(dt, 700, 300);
+    // qk_norm's per-head rows (N H, D) of a small head size: scalar (12) and
+    // 16-byte (16) rows
+    test_rmsnorm_shape(dt, 148, 12);
+    test_rmsnorm_shape(dt, 300, 16);
 }
 
 static void test_rope(enum dtype dt) {
@@ -1018,6 +1022,10 @@ static void run_all(enum dtype dt, bool small) {
             test_matmul(dt, DTYPE_FP32, ta, tb, 40, 150, 70);
         }
     test_matmul(dt, dt, false, false, 5, 7, 0); // K = 0: out = beta * out
+    // qkv_bias (model_pass.c): y (R, n) += ones (R, 1) @ b (1, n), a GEMM of
+    // depth 1, and db (n,) += dy^T (n, R) @ ones (R, 1) into FP32 gradients
+    test_matmul(dt, dt, false, false, 33, 20, 1);
+    test_matmul(dt, dt == DTYPE_FP32 ? dt : DTYPE_FP32, true, false, 20, 1, 33);
     // more rows than a grid's y (and z) may have (65535): the fallback GEMM
     // kernel (TRIDENT_EMU_CUBLASLT=0) must not put one row per block there
     // (the emulation enforces CUDA's grid limits); its indexing is dtype-blind
