@@ -2,7 +2,8 @@
 # Runs every test: the unit binaries in $BUILD/tests and the shell tests in
 # tests/e2e/*.sh (which share tests/e2e/lib/common.sh). Exit 0 = pass, 77 =
 # skipped (only for a missing CUDA device or toolkit), anything else = fail.
-# Prints one line per test and ends with "N passed, N failed, N skipped".
+# Prints one line per test with its seconds, then the summed seconds of the
+# tests run, and ends with "N passed, N failed, N skipped".
 # TESTS="name ..." runs only those; ASAN=1 runs only the unit binaries.
 set -u
 BUILD=${BUILD:-build}
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 # they start Slurm's daemons, which needs root and a machine that lets them run
 # (slurm). Under ASAN=1, test_no_alloc too: the sanitizer owns malloc.
 MAY_SKIP="test_ops_cuda cuda_build slurm${ASAN:+ test_no_alloc}"
-pass=0 fail=0 skip=0 failed=()
+pass=0 fail=0 skip=0 failed=() total=0
 tests=()
 for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && tests+=("$t"); done
 if [ -z "${ASAN:-}" ]; then for t in tests/e2e/*.sh; do [ -f "$t" ] && tests+=("$t"); done; fi
@@ -25,7 +26,7 @@ for t in "${tests[@]}"; do
     start=$(date +%s)
     if [[ "$t" == *.sh ]]; then BUILD="$BUILD" bash "$t" >"$log_dir/$name.log" 2>&1; rc=$?
     else "$t" >"$log_dir/$name.log" 2>&1; rc=$?; fi
-    secs=$(( $(date +%s) - start ))
+    secs=$(( $(date +%s) - start )); total=$((total + secs))
     case $rc in
         0)  pass=$((pass+1)); printf 'PASS  %-32s %4ss\n' "$name" "$secs" ;;
         77) if [[ " $MAY_SKIP " == *" $name "* ]]; then
@@ -39,6 +40,7 @@ for t in "${tests[@]}"; do
             tail -n 20 "$log_dir/$name.log" | sed 's/^/      /' ;;
     esac
 done
+echo "total: $total s over $((pass + fail + skip)) tests"
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]} (logs in $log_dir)"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

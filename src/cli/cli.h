@@ -11,7 +11,8 @@
 // The flag tables of the subcommands (src/cli/cli_flags.h), for --help and
 // docs/cli.md (`trident --help-markdown`).
 struct cli_command;
-extern const struct cli_command cli_generate, cli_prep, cli_plan, cli_import;
+extern const struct cli_command cli_generate, cli_prep, cli_plan, cli_import, cli_tokenize, cli_plot,
+    cli_data_check, cli_train;
 extern const struct cli_command cli_ckpt_info, cli_ckpt_verify, cli_ckpt_export, cli_ckpt_logits;
 
 // trident tokenize --tokenizer FILE [--decode] | --train ...   (src/cli/cmd_tokenize.c)

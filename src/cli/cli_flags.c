@@ -187,7 +187,7 @@ enum status cli_parse(const struct cli_command *cmd, int argc, char **argv, void
         const struct cli_flag *r = &cmd->flags[k];
         if (is_flag(r) || (r->flags & CLI_OPTIONAL)) continue;
         bool given = r->type == CLI_LIST ? FIELD(opts, r, struct cli_list)->n > 0 : *FIELD(opts, r, const char *) != NULL;
-        if (!given) return error_set(err, STATUS_BAD_INPUT, "missing %s", r->name);
+        if (!given) return error_set(err, STATUS_BAD_INPUT, "%s is required", r->name);
     }
     return STATUS_OK;
 }
@@ -279,6 +279,20 @@ void cli_print_help(const struct cli_command *cmd, FILE *f) {
         }
     }
     if (cmd->notes) fprintf(f, "\n%s", cmd->notes);
+}
+
+void cli_print_synopsis(const struct cli_command *cmd, FILE *f) {
+    fprintf(f, "  trident %s %s\n", cmd->name, cmd->synopsis);
+    if (!cmd->summary) return;
+    char first[1024];
+    size_t n = 0;
+    for (const char *p = cmd->summary; *p && n + 1 < sizeof first; p++) {
+        first[n++] = *p == '\n' ? ' ' : *p;
+        if (*p == '.' && (!p[1] || p[1] == ' ' || p[1] == '\n')) break;
+    }
+    first[n] = '\0';
+    fprintf(f, "      ");
+    write_wrapped(f, first, 6, 6);
 }
 
 // s with '|' escaped for a Markdown table cell.

@@ -88,8 +88,8 @@ struct cli_command {
 // (def), then each argument in order. Lists are allocated (cli_free).
 // Errors (STATUS_BAD_INPUT, err naming the flag, the value found and what was
 // expected): "unknown option '--x'", "--x needs a value", "--x 'v': expected
-// an integer in [1, 64]", "--f 'v': expected one of: a, b", "missing
-// MODEL_DIR", "unexpected argument 'x'". A bad default in the table is a
+// an integer in [1, 64]", "--f 'v': expected one of: a, b", "MODEL_DIR
+// is required", "unexpected argument 'x'". A bad default in the table is a
 // bug (CHECK).
 enum status cli_parse(const struct cli_command *cmd, int argc, char **argv, void *opts, struct error *err);
 // Frees the lists cli_parse allocated in opts (NULL-safe per list).
@@ -100,6 +100,9 @@ bool cli_is_help(int argc, char **argv);
 // The usage: "usage: trident NAME SYNOPSIS", the summary, each row with its
 // type, range and default, the notes; wrapped at 100 columns.
 void cli_print_help(const struct cli_command *cmd, FILE *f);
+// Two or more lines of `trident --help`: "  trident NAME SYNOPSIS", then the
+// summary's first sentence indented by 6.
+void cli_print_synopsis(const struct cli_command *cmd, FILE *f);
 // The command's section of docs/cli.md: a "## trident NAME" heading, the
 // synopsis, summary, one Markdown table of its rows (argument, type, range,
 // default, meaning), the notes.

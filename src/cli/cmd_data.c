@@ -6,51 +6,52 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_flags.h"
 #include "data/dataset.h"
 #include "tokenizer/tokenizer.h"
 
-static int data_bad(const char *msg, const char *arg) {
-    fprintf(stderr, "trident data-check: %s%s\nusage: trident data-check DIR --seq-len N [--vocab-size V] "
-                    "[--tokenizer FILE | --tokenizer-id ID]\n", msg, arg);
-    return STATUS_BAD_INPUT;
-}
+struct data_check_args {
+    const char *dir, *tokenizer, *tokenizer_id;
+    int seq_len, vocab_size;
+};
 
-static int parse_int(const char *s, int *out) {
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < 1 || v > (1l << 30)) return 0;
-    *out = (int)v;
-    return 1;
-}
+#define D(field) offsetof(struct data_check_args, field)
+static const struct cli_flag data_check_flags[] = {
+    {"DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL, "a dataset folder (index.ini and shards)", D(dir)},
+    {"--seq-len", CLI_INT, "N", NULL, 1, 1 << 30, 0, NULL,
+     "the training sequence length the shards are cut into; required", D(seq_len)},
+    {"--vocab-size", CLI_INT, "V", NULL, 1, 1 << 30, 0, NULL,
+     "the model's vocab_size the dataset's must equal; default: not checked", D(vocab_size)},
+    {"--tokenizer", CLI_PATH, "FILE", NULL, 0, 0, 0, NULL,
+     "a tokenizer.json whose identity index.ini must record", D(tokenizer)},
+    {"--tokenizer-id", CLI_STRING, "ID", NULL, 0, 0, 0, NULL,
+     "or the tokenizer identity itself (as `trident ckpt info` prints it)", D(tokenizer_id)},
+};
+#undef D
+
+const struct cli_command cli_data_check = {
+    .name = "data-check",
+    .synopsis = "DIR --seq-len N [--vocab-size V] [--tokenizer FILE | --tokenizer-id ID]",
+    .summary = "Opens a dataset folder as training does and validates every shard now (training checks each\n"
+               "on its first read); prints a summary. For debugging.",
+    .flags = data_check_flags,
+    .n_flags = CLI_N(data_check_flags),
+};
 
 int cmd_data_check(int argc, char **argv) {
-    const char *dir = NULL, *tok_path = NULL, *tok_id = NULL;
-    int seq_len = 0, vocab = 0;
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: trident data-check DIR --seq-len N [--vocab-size V] [--tokenizer FILE | "
-               "--tokenizer-id ID]\n  opens a dataset folder as training does and validates every "
-               "shard now (training checks each on its first read); prints a summary\n");
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_data_check, stdout);
         return STATUS_OK;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strncmp(a, "--", 2)) {
-            if (dir) return data_bad("more than one DIR: ", a);
-            dir = a;
-            continue;
-        }
-        if (!v) return data_bad("option needs a value: ", a);
-        i++;
-        if (!strcmp(a, "--seq-len")) {
-            if (!parse_int(v, &seq_len)) return data_bad("--seq-len expects a positive integer, got ", v);
-        } else if (!strcmp(a, "--vocab-size")) {
-            if (!parse_int(v, &vocab)) return data_bad("--vocab-size expects a positive integer, got ", v);
-        } else if (!strcmp(a, "--tokenizer")) tok_path = v;
-        else if (!strcmp(a, "--tokenizer-id")) tok_id = v;
-        else return data_bad("unknown option ", a);
+    struct data_check_args o = {0};
+    struct error perr = {0};
+    if (cli_parse(&cli_data_check, argc, argv, &o, &perr) ||
+        (!o.seq_len && error_set(&perr, STATUS_BAD_INPUT, "DIR and --seq-len are required"))) {
+        fprintf(stderr, "trident data-check: %s\n(trident data-check --help for usage)\n", perr.msg);
+        return STATUS_BAD_INPUT;
     }
-    if (!dir || !seq_len) return data_bad("DIR and --seq-len are required", "");
+    const char *dir = o.dir, *tok_path = o.tokenizer, *tok_id = o.tokenizer_id;
+    int seq_len = o.seq_len, vocab = o.vocab_size;
     struct error err = {0};
     struct tokenizer *tok = NULL;
     if (tok_path) {

@@ -27,11 +27,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_flags.h"
 #include "config/config.h"
 
 extern char **environ;
 
-#define PLOT_USAGE "usage: trident plot RUN_DIR [--out PNG] [--data FILE]\n"
 #define PLOT_WIDTH 1200 // the PNG's size in pixels (docs/design.md §9)
 #define PLOT_HEIGHT 900
 
@@ -327,34 +327,43 @@ done:
     return st;
 }
 
+struct plot_args {
+    const char *run_dir, *out, *data;
+};
+
+#define P(field) offsetof(struct plot_args, field)
+static const struct cli_flag plot_flags[] = {
+    {"RUN_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
+     "a run folder: its metrics.jsonl, and the global_batch_size x seq_len of each start's config-STEP.ini "
+     "(else its config.ini) for the tokens axis", P(run_dir)},
+    {"--out", CLI_PATH, "PNG", NULL, 0, 0, 0, NULL, "the PNG to write; default: RUN_DIR/curves.png", P(out)},
+    {"--data", CLI_PATH, "FILE", NULL, 0, 0, 0, NULL, "also write the columns drawn to FILE", P(data)},
+};
+#undef P
+
+const struct cli_command cli_plot = {
+    .name = "plot",
+    .synopsis = "RUN_DIR [--out PNG] [--data FILE]",
+    .summary = "Draws RUN_DIR/metrics.jsonl as one PNG of 1200 x 900 pixels: loss and validation loss,\n"
+               "learning rate, grad norm and tokens/s against tokens; needs gnuplot.",
+    .flags = plot_flags,
+    .n_flags = CLI_N(plot_flags),
+};
+
 int cmd_plot(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf(PLOT_USAGE
-               "  draws RUN_DIR/metrics.jsonl as one PNG (default RUN_DIR/curves.png, %dx%d pixels):\n"
-               "  loss and validation loss, learning rate, grad norm and tokens/s against tokens\n"
-               "  (each step global_batch_size x seq_len of its start's config-STEP.ini, else\n"
-               "  RUN_DIR/config.ini); --data FILE also writes the columns drawn; needs gnuplot\n",
-               PLOT_WIDTH, PLOT_HEIGHT);
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_plot, stdout);
         return STATUS_OK;
     }
-    const char *run_dir = NULL, *out = NULL, *data_out = NULL;
-    for (int i = 1; i < argc; i++) {
-        bool is_out = !strcmp(argv[i], "--out"), is_data = !strcmp(argv[i], "--data");
-        if (is_out || is_data) {
-            if (i + 1 >= argc || !*argv[i + 1]) {
-                fprintf(stderr, "trident plot: %s needs a file name\n" PLOT_USAGE, argv[i]);
-                return STATUS_BAD_INPUT;
-            }
-            *(is_out ? &out : &data_out) = argv[++i];
-        } else if (!strncmp(argv[i], "--", 2) || run_dir) {
-            fprintf(stderr, "trident plot: unexpected argument '%s'\n" PLOT_USAGE, argv[i]);
-            return STATUS_BAD_INPUT;
-        } else run_dir = argv[i];
-    }
-    if (!run_dir) {
-        fprintf(stderr, "trident plot: RUN_DIR is required\n" PLOT_USAGE);
+    struct plot_args o = {0};
+    struct error perr = {0};
+    if (cli_parse(&cli_plot, argc, argv, &o, &perr) ||
+        (o.out && !*o.out && error_set(&perr, STATUS_BAD_INPUT, "--out '': expected a file name")) ||
+        (o.data && !*o.data && error_set(&perr, STATUS_BAD_INPUT, "--data '': expected a file name"))) {
+        fprintf(stderr, "trident plot: %s\n(trident plot --help for usage)\n", perr.msg);
         return STATUS_BAD_INPUT;
     }
+    const char *run_dir = o.run_dir, *out = o.out, *data_out = o.data;
     char *def = NULL;
     if (!out) {
         def = xmalloc(strlen(run_dir) + 16);

@@ -13,17 +13,40 @@
 
 #include "base/common.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "tokenizer/tokenizer.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: trident tokenize --tokenizer FILE [--decode | --allow-special-tokens]\n"
-               "       trident tokenize --train --vocab-size N --output FILE\n"
-               "  encode: stdin text -> token ids, space-separated on one line\n"
-               "  --allow-special-tokens: special-token text (<|endoftext|>) in stdin becomes its id;\n"
-               "      by default it is encoded as ordinary text\n"
-               "  --decode: stdin whitespace-separated ids -> the bytes they spell\n"
-               "  --train: byte-level BPE on stdin (documents separated by blank lines)\n");
-}
+struct tokenize_args {
+    const char *tokenizer, *output;
+    int vocab_size;
+    bool decode, train, allow_special;
+};
+
+#define T(field) offsetof(struct tokenize_args, field)
+static const struct cli_flag tokenize_flags[] = {
+    {"--tokenizer", CLI_PATH, "FILE", NULL, 0, 0, 0, NULL,
+     "encode: stdin text -> token ids, space-separated on one line, with this tokenizer.json", T(tokenizer)},
+    {"--decode", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "with --tokenizer: stdin whitespace-separated ids -> the bytes they spell", T(decode)},
+    {"--allow-special-tokens", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "encode: special-token text (<|endoftext|>) in stdin becomes its id; by default it is encoded as "
+     "ordinary text", T(allow_special)},
+    {"--train", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "train a byte-level BPE on stdin (documents separated by blank lines); needs --vocab-size and "
+     "--output, takes no --tokenizer or --decode", T(train)},
+    {"--vocab-size", CLI_INT, "N", NULL, 257, 1 << 30, 0, NULL, "--train: ids of the trained tokenizer",
+     T(vocab_size)},
+    {"--output", CLI_PATH, "FILE", NULL, 0, 0, 0, NULL, "--train: the tokenizer.json to write", T(output)},
+};
+#undef T
+
+const struct cli_command cli_tokenize = {
+    .name = "tokenize",
+    .synopsis = "--tokenizer FILE [--decode | --allow-special-tokens] | --train --vocab-size N --output FILE",
+    .summary = "Text <-> token ids on stdin and stdout, and BPE training for tests and small corpora.",
+    .flags = tokenize_flags,
+    .n_flags = CLI_N(tokenize_flags),
+};
 
 static char *read_all(FILE *f, size_t *len) {
     size_t cap = 1 << 16, n = 0;
@@ -128,38 +151,22 @@ static int do_encode(const struct tokenizer *tok, const char *text, size_t len, 
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *tok_path = NULL, *out = NULL, *vocab_arg = NULL;
-    int decode = 0, train = 0, allow_special = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return STATUS_OK;
-        } else if (!strcmp(a, "--decode")) decode = 1;
-        else if (!strcmp(a, "--train")) train = 1;
-        else if (!strcmp(a, "--allow-special-tokens")) allow_special = 1;
-        else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--output") || !strcmp(a, "--vocab-size")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "trident tokenize: %s needs a value\n", a);
-                return STATUS_BAD_INPUT;
-            }
-            const char **dst = !strcmp(a, "--tokenizer") ? &tok_path : !strcmp(a, "--output") ? &out : &vocab_arg;
-            *dst = argv[++i];
-        } else {
-            fprintf(stderr, "trident tokenize: unknown argument '%s'\n", a);
-            usage(stderr);
-            return STATUS_BAD_INPUT;
-        }
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_tokenize, stdout);
+        return STATUS_OK;
     }
+    struct tokenize_args o = {0};
+    struct error perr = {0};
+    if (cli_parse(&cli_tokenize, argc, argv, &o, &perr)) {
+        fprintf(stderr, "trident tokenize: %s\n(trident tokenize --help for usage)\n", perr.msg);
+        return perr.status;
+    }
+    const char *tok_path = o.tokenizer, *out = o.output;
+    int decode = o.decode, train = o.train, allow_special = o.allow_special;
     if (train) {
-        char *end = NULL;
-        long v = vocab_arg ? strtol(vocab_arg, &end, 10) : 0;
-        if (!vocab_arg || !out || tok_path || decode) {
+        int v = o.vocab_size;
+        if (!v || !out || tok_path || decode) {
             fprintf(stderr, "trident tokenize: --train needs --vocab-size N and --output FILE (and no --tokenizer/--decode)\n");
-            return STATUS_BAD_INPUT;
-        }
-        if (*end || v < 257 || v > 1 << 30) {
-            fprintf(stderr, "trident tokenize: --vocab-size is '%s', expected an integer >= 257\n", vocab_arg);
             return STATUS_BAD_INPUT;
         }
         size_t len;
@@ -168,13 +175,13 @@ int cmd_tokenize(int argc, char **argv) {
             fprintf(stderr, "trident tokenize: reading stdin failed\n");
             return STATUS_RUNTIME;
         }
-        int rc = do_train(text, len, (int)v, out);
+        int rc = do_train(text, len, v, out);
         free(text);
         return rc;
     }
-    if (!tok_path || out || vocab_arg) {
-        fprintf(stderr, "trident tokenize: need --tokenizer FILE (--output/--vocab-size only with --train)\n");
-        usage(stderr);
+    if (!tok_path || out || o.vocab_size) {
+        fprintf(stderr, "trident tokenize: need --tokenizer FILE (--output/--vocab-size only with --train)\n"
+                "(trident tokenize --help for usage)\n");
         return STATUS_BAD_INPUT;
     }
     struct tokenizer *tok;

@@ -14,6 +14,7 @@
 
 #include "base/mpi_util.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "config/config.h"
 #include "kernels/backend.h"
 #include "parallel/comm_mpi.h"
@@ -184,20 +185,45 @@ static void check_same_config(const struct config *cfg, struct trainer_error *e,
     if (any_differs) mpi_exit_all(STATUS_BAD_INPUT, NULL);
 }
 
+struct train_args {
+    const char *config;
+    struct cli_list overrides;
+    bool print_config;
+};
+
+#define T(field) offsetof(struct train_args, field)
+static const struct cli_flag train_flags[] = {
+    {"CONFIG.ini", CLI_PATH, NULL, NULL, 0, 0, 0, NULL, "the run's config file (docs/config.md)", T(config)},
+    {"section.key=value", CLI_LIST, NULL, NULL, 0, 0, CLI_OPTIONAL, NULL,
+     "overrides of config keys, applied in order after the file; every key of docs/config.md can be "
+     "overridden", T(overrides)},
+    {"--print-config", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "print every key of the resolved config, its value and where it came from (default, FILE:LINE or "
+     "command line argument N) and exit 0: no training, no MPI", T(print_config)},
+};
+#undef T
+
+const struct cli_command cli_train = {
+    .name = "train",
+    .synopsis = "CONFIG.ini [section.key=value ...] [--print-config]",
+    .summary = "Trains a model under mpirun -np N or srun, N = tp * cp * pp * dp (parallel.dp = 0, the default,\n"
+               "infers dp = N / (tp * cp * pp)).",
+    .flags = train_flags,
+    .n_flags = CLI_N(train_flags),
+    .notes = "Exit 0 done (also when train.exit_interval stops it), 1 runtime failure, 2 bad input, 3 stopped\n"
+             "with a checkpoint by a signal or train.exit_duration_mins (requeue). A bad command line is\n"
+             "refused (exit 2) by each rank before MPI starts.\n",
+};
+
 // `trident train --print-config CONFIG [overrides]`: loads and validates the
 // config as a run would (without MPI: no world size, so tp * pp * dp is not
 // checked against one, and dp = 0 shows as 1 with a note) and prints every
 // key, its value and where it came from (config_print_origins) to stdout.
-// argv[0] is "--print-config". Returns 0, or 2 after printing the error for a
-// bad config or command line.
-static int print_config(int argc, char **argv) {
+// Returns 0, or 2 after printing the error for a bad config.
+static int print_config(const struct train_args *o) {
     struct error err = {0};
     struct config cfg;
-    if (argc < 2 || argv[1][0] == '-') {
-        fprintf(stderr, "trident: usage: trident train --print-config CONFIG.ini [section.key=value ...]\n");
-        return STATUS_BAD_INPUT;
-    }
-    enum status st = config_load(argv[1], argc - 2, argv + 2, &cfg, &err);
+    enum status st = config_load(o->config, o->overrides.n, (char **)o->overrides.values, &cfg, &err);
     bool infer_dp = !st && cfg.parallel.dp == 0;
     if (!st) st = config_validate(&cfg, 0, backend_has_cuda(), &err);
     if (st) {
@@ -216,27 +242,21 @@ static int print_config(int argc, char **argv) {
 
 int cmd_train(int argc, char **argv) {
     // Usage without MPI (main() passes --help found anywhere on the line as argv[1]).
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: trident train CONFIG.ini [section.key=value ...]\n"
-               "       trident train --print-config CONFIG.ini [section.key=value ...]\n"
-               "  (prints every key of the resolved config, its value and where it came from:\n"
-               "  default, FILE:LINE or command line argument N; exit 0, no training, no MPI)\n"
-               "  under mpirun -np N or srun, N = tp * cp * pp * dp (parallel.dp = 0, the default,\n"
-               "  infers dp = N / (tp * cp * pp)); every key of docs/config.md can be overridden as\n"
-               "  section.key=value; exit 0 done (also when train.exit_interval stops it), 1\n"
-               "  runtime failure, 2 bad input, 3 stopped with a checkpoint by a signal or\n"
-               "  train.exit_duration_mins (requeue)\n");
+    if (cli_is_help(argc, argv)) {
+        cli_print_help(&cli_train, stdout);
         return STATUS_OK;
     }
-    // --print-config anywhere on the line: the other arguments keep their order.
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--print-config")) continue;
-        char **rest = xmalloc(sizeof *rest * (size_t)argc);
-        rest[0] = argv[i];
-        for (int j = 1, k = 1; j < argc; j++)
-            if (j != i) rest[k++] = argv[j];
-        int rc = print_config(argc - 1, rest);
-        free(rest);
+    // The command line before MPI: a bad one ends each rank alike; --print-config needs no MPI.
+    struct train_args o = {0};
+    struct error perr = {0};
+    if (cli_parse(&cli_train, argc, argv, &o, &perr)) {
+        fprintf(stderr, "trident train: %s\n(trident train --help for usage)\n", perr.msg);
+        cli_free(&cli_train, &o);
+        return perr.status;
+    }
+    if (o.print_config) {
+        int rc = print_config(&o);
+        cli_free(&cli_train, &o);
         return rc;
     }
     install_stop_handlers();
@@ -269,14 +289,9 @@ int cmd_train(int argc, char **argv) {
         e.alone = false; // rank 0 speaks for all
         fail(&e, world_rank);
     }
-    if (argc < 2 || argv[1][0] == '-') {
-        error_set(&e.err, STATUS_BAD_INPUT,
-                  "usage: trident train CONFIG.ini [section.key=value ...]%s%s",
-                  argc >= 2 ? "; unknown option " : "", argc >= 2 ? argv[1] : "");
-        fail(&e, world_rank);
-    }
     struct config cfg;
-    enum status st = config_load(argv[1], argc - 2, argv + 2, &cfg, &e.err);
+    enum status st = config_load(o.config, o.overrides.n, (char **)o.overrides.values, &cfg, &e.err);
+    cli_free(&cli_train, &o);
     if (!st) st = config_validate(&cfg, world_size, backend_has_cuda(), &e.err);
     check_same_config(st ? NULL : &cfg, &e, world_rank);
 

@@ -11,25 +11,18 @@
 struct command {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *usage; // the line `trident --help` lists
 };
 
 static const struct command commands[] = {
-    {"train", cmd_train, "train CONFIG.ini [section.key=value ...]     train a model (under mpirun/srun)"},
-    {"plan", cmd_plan, "plan CONFIG.ini [section.key=value ...]      memory per rank, without running"},
-    {"prep", cmd_prep, "prep --input PATH... --output DIR [options]   raw text to HDF5 shards"},
-    {"data-check", cmd_data_check, "data-check DIR --seq-len N [--vocab-size V]   validate every shard of a dataset"},
-    {"ckpt", cmd_ckpt, "ckpt info|verify DIR | ckpt export DIR OUT.h5 [--format hf] | ckpt logits DIR --tokens IDS.txt --out OUT.safetensors   inspect, check, export a checkpoint or compute its logits"},
-    {"import", cmd_import, "import HF_DIR OUT_DIR       a Hugging Face LlamaForCausalLM folder as a checkpoint"},
-    {"generate", cmd_generate, "generate MODEL_DIR --prompt TEXT [--chat] [options]   continue prompts (greedy or sampled), one process"},
-    {"plot", cmd_plot, "plot RUN_DIR [--out PNG] [--data FILE]       loss, lr, grad norm, tokens/s curves as a PNG"},
-    {"tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--decode] | --train --vocab-size N --output FILE   text <-> ids"},
+    {"train", cmd_train},       {"plan", cmd_plan},     {"prep", cmd_prep},   {"data-check", cmd_data_check},
+    {"ckpt", cmd_ckpt},         {"import", cmd_import}, {"generate", cmd_generate}, {"plot", cmd_plot},
+    {"tokenize", cmd_tokenize},
 };
 
-// The flag tables, in the order of docs/cli.md.
+// The flag tables, in the order of `trident --help` and docs/cli.md.
 static const struct cli_command *const cli_tables[] = {
-    &cli_plan, &cli_prep, &cli_ckpt_info, &cli_ckpt_verify, &cli_ckpt_export, &cli_ckpt_logits, &cli_import,
-    &cli_generate,
+    &cli_train, &cli_plan, &cli_prep, &cli_data_check, &cli_ckpt_info, &cli_ckpt_verify, &cli_ckpt_export, &cli_ckpt_logits,
+    &cli_import, &cli_generate, &cli_plot, &cli_tokenize,
 };
 
 // docs/cli.md: every command's flag table as Markdown (tests/e2e/cli_docs.sh
@@ -50,9 +43,8 @@ static void print_markdown(FILE *f) {
 
 static void print_usage(FILE *f) {
     fprintf(f, "usage: trident COMMAND [ARGS]\n\ncommands:\n");
-    fprintf(f, "  trident --version                              this build's release and git commit\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  trident %s\n", commands[i].usage);
+    fprintf(f, "  trident --version\n      this build's release and git commit\n");
+    for (size_t i = 0; i < sizeof cli_tables / sizeof cli_tables[0]; i++) cli_print_synopsis(cli_tables[i], f);
     fprintf(f, "\n`trident COMMAND --help` (or -h anywhere on the line) prints a command's usage;\n"
                "`trident --help-markdown` every command's flags as Markdown (docs/cli.md)\n");
 }

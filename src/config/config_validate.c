@@ -106,8 +106,10 @@ enum status config_resolve_dp(struct config *cfg, int world_size, struct error *
 // [model] rope_scaling and its parameters (Hugging Face's rope_scaling,
 // transformers' modeling_rope_utils.py): llama3 needs rope_high_freq_factor >
 // rope_low_freq_factor (the smooth band between the two wavelengths divides
-// by their difference); a parameter key set for a scaling that does not read
-// it is refused (it would change nothing).
+// by their difference); a parameter key set to another value than its
+// default for a scaling that does not read it is refused (it would change
+// nothing; the default itself is let through, so a run folder's config.ini,
+// which writes every key, loads again).
 static enum status check_rope_scaling(const struct config *cfg, const char *file, struct error *err) {
     const struct model_config *m = &cfg->model;
     static const struct { const char *key; unsigned used_by; } params[] = {
@@ -116,11 +118,11 @@ static enum status check_rope_scaling(const struct config *cfg, const char *file
         {"rope_high_freq_factor", 1u << ROPE_SCALING_LLAMA3},
         {"rope_original_max_pos", 1u << ROPE_SCALING_LLAMA3},
     };
+    const double values[] = {m->rope_scaling_factor, m->rope_low_freq_factor, m->rope_high_freq_factor,
+                             m->rope_original_max_pos};
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
-        char origin[CONFIG_PATH_MAX + 32];
         if (params[i].used_by & 1u << m->rope_scaling) continue;
-        if (strcmp(config_origin(cfg, config_key_index("model", params[i].key), origin, sizeof origin),
-                   "default"))
+        if (values[i] != strtod(config_keys[config_key_index("model", params[i].key)].def, NULL))
             return error_set(err, STATUS_BAD_INPUT, "%s: %s is not read by %s (set rope_scaling to one "
                              "that uses it, or leave it out)", file, KT("model", params[i].key),
                              KT("model", "rope_scaling"));

@@ -53,12 +53,29 @@ refused "int not a number" "--threads '4x': expected an integer in \[0, 4096\]" 
 refused "float out of range" "--temperature '-0.5': expected a number >= 0" "${G[@]}" --prompt x --temperature -0.5
 refused "float not finite" "--temperature 'nan'" "${G[@]}" --prompt x --temperature nan
 refused "unsigned negative" "--seed '-1': expected an unsigned 64-bit integer" "${G[@]}" --prompt x --seed -1
-refused "missing positional" "missing MODEL_DIR" "$TRIDENT" generate --prompt x
+refused "missing positional" "MODEL_DIR is required" "$TRIDENT" generate --prompt x
 refused "extra positional" "unexpected argument 'extra'" "${G[@]}" extra --prompt x
+refused "enum not a choice" "--format 'xml': expected one of: auto, text, jsonl, chat" \
+    "$TRIDENT" prep --input "$tmp/none" --output "$tmp/o" --vocab-size 300 --format xml
+refused "paths without one" "--input needs at least one PATH" "$TRIDENT" prep --input --output "$tmp/o"
+refused "size not a size" "--reserve '4Q': expected a size in GiB" "$TRIDENT" plan configs/tiny.ini --gpus 8 --reserve 4Q
+refused "size out of range" "--max-shard-size '0': expected a size in bytes" "$TRIDENT" ckpt export "$tmp/a" "$tmp/b" --format hf --max-shard-size 0
+refused "a hf-only flag of the HDF5 export" "--dtype, --max-shard-size and --tokenizer are options of --format hf" \
+    "$TRIDENT" ckpt export "$tmp/a" "$tmp/b" --dtype bf16
+refused "train: unknown flag before MPI" "unknown option '--bogus'" "$TRIDENT" train configs/tiny.ini --bogus
 echo "(c) bad command lines refused with exit 2 naming flag, value and range"
+# The table's defaults and a size's units reach the command: plan's search line
+# (no layout searched: --top 0) names its GPUs a node, reserve and efficiency.
+line() { "$TRIDENT" plan configs/tiny.ini --gpus 8 --top 0 "$@" | head -n 1; }
+line | grep -q "(8 a node; 80.0 GiB each, 76.0 GiB usable after a 4.0 GiB reserve; .* at efficiency 0.50;" ||
+    fail "(c) plan's defaults: $(line)"
+for r in 0.5 0.5G 512M 524288K; do
+    line --reserve "$r" | grep -q "79.5 GiB usable after a 0.5 GiB reserve" || fail "(c) --reserve $r: $(line --reserve "$r")"
+done
+echo "(c) defaults from the table; --reserve 0.5 = 0.5G = 512M = 524288K"
 
 # (d) converted commands parse no flag by hand
-for f in src/cli/cmd_generate.c src/cli/cmd_prep.c src/cli/cmd_plan.c src/cli/cmd_ckpt.c; do
+for f in src/cli/cmd_*.c; do
     if grep -nE 'strn?cmp\((a|arg|argv\[[^]]*\]), *"-' "$f"; then fail "(d) $f compares arguments with flags by hand: make them rows"; fi
 done
 echo "(d) no hand-parsed flags"

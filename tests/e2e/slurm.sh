@@ -10,8 +10,10 @@
 #     "threads per rank" line before the run folder keeps a start record).
 #  b. `sbatch jobs/slurm_train.sbatch`, submitted from another folder, with a
 #     1-minute limit and --signal=USR1@50 (Slurm checks limits every 30 s: the
-#     signal comes 10-40 s after the start), on a run of at least 60 s of
-#     compute (steps: 60 s / (a)'s fastest step): the time-limit signal
+#     signal comes 10-40 s after the start), on a run of at least 45 s of
+#     compute (steps: 45 s / (a)'s fastest step, so still running at 40 s
+#     even were every step that fast; the steps left after the signal all
+#     run before the job completes, so more is only waiting): the time-limit signal
 #     reaches the ranks, they save and exit 3, the script requeues the job,
 #     the next start resumes.
 #  c. then, on the resumed job (its limit raised so no time-limit signal comes
@@ -166,7 +168,7 @@ step_s=$(metrics "$tmp/run-a" .step_time_s | sort -g | head -n 1)
 echo "a: srun --mpi=pmix --ntasks=2: 20 steps, 2 ranks, threads $threads, fastest step $step_s s"
 
 # ---- b, c. sbatch: the time limit, then a signal to the batch shell --------------
-steps=$(awk -v s="$step_s" 'BEGIN { n = int(60 / s); print n < 300 ? 300 : n }')
+steps=$(awk -v s="$step_s" 'BEGIN { n = int(45 / s); print n < 300 ? 300 : n }')
 [ "$BUILD" = build ] || export TRIDENT # the script finds build/trident by its own path
 cd "$tmp/submit"
 job=$(sbatch --parsable --job-name=trident-b --time=1 --signal=USR1@50 --output="$tmp/job.out" \
@@ -190,7 +192,7 @@ show() {
     echo "--- job output"; grep -v '^step ' "$out" | tail -n 40
     echo "--- slurmctld log"; tail -n 20 "$sl/log/slurmctld.log"
 }
-echo "b: job $job: $steps steps (>= 60 s at $step_s s/step), --time=1 --signal=USR1@50"
+echo "b: job $job: $steps steps (>= 45 s at $step_s s/step), --time=1 --signal=USR1@50"
 
 wait_for 150 "the time-limit requeue" restarts_at_least 1 && [ ! -e "$tmp/ended" ] ||
     { show; fail "b: no requeue after the time-limit signal (job $(field JobState) after $(( $(date +%s) - start )) s)"; }

@@ -27,6 +27,11 @@
 #  5. run 1 again under TRIDENT_EMU_DELAY=300:11 (random sleeps before each
 #     queued operation of each stream): loss and grad norm bitwise equal to
 #     run 1's.
+#  6. issue 28's model options (head_dim 24: n_heads x head_dim != d_model,
+#     qkv_bias, qk_norm, rope_scaling = llama3 with rope_original_max_pos 16
+#     < seq_len), fp32, 2 steps: loss and grad norm within 1e-5 relative of
+#     the CPU backend's run (the bias GEMMs of depth 1, the per-head norms and
+#     the scaled RoPE tables on the CUDA backend).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -103,6 +108,13 @@ STEPS=3 train cpu-bf16 "$TRIDENT" cpu precision.dtype=bf16
 STEPS=3 train emu-bf16 "$EMU_BUILD/trident" cuda precision.dtype=bf16
 launched emu-bf16
 close emu-bf16 cpu-bf16 3e-3
+
+opts=(model.head_dim=24 model.qkv_bias=true model.qk_norm=true model.rope_scaling=llama3
+      model.rope_scaling_factor=4 model.rope_original_max_pos=16)
+STEPS=2 train cpu-opts "$TRIDENT" cpu "${opts[@]}"
+STEPS=2 train emu-opts "$EMU_BUILD/trident" cuda "${opts[@]}"
+launched emu-opts
+close emu-opts cpu-opts 1e-5
 
 awk 'NF && n < 3000 {print; print ""; n++}' "$tmp/kjv.txt" > "$tmp/verses.txt"
 "$TRIDENT" prep --input "$tmp/verses.txt" --output "$tmp/verse-shards" --vocab-size 510 \

@@ -46,14 +46,18 @@ for l in 1,1,1,0 2,2,2,0 1,2,4,1; do
     export_final "straight-$l"; export_final "stopped-$l"
 done
 
-# 2. resharding: step 10 of one layout continued in another
+# 2. resharding: step 10 of one layout continued in another. The step-10
+# checkpoints of (1,1,1,0) and (1,2,4,1) are those 1.'s stopped runs saved
+# (their second run stops after step 10; keep_last = 0 keeps it), which 1.
+# checks against the straight runs.
+step10() { # FROM TO: TO holds FROM's step-000010 as its latest
+    mkdir -p "$2"; cp -r "$1/step-000010" "$2/"; echo step-000010 > "$2/latest"
+}
 train "src-2,2,1,0" 2 2 1 0 train.exit_interval=10
 train "straight-2,2,1,0" 2 2 1 0
 cp -r "$tmp/ck-src-2,2,1,0" "$tmp/ck-re-1,1,4,0"; train "re-1,1,4,0" 1 1 4 0
-train "src2-1,1,1,0" 1 1 1 0 train.exit_interval=10
-cp -r "$tmp/ck-src2-1,1,1,0" "$tmp/ck-re-2,2,2,0"; train "re-2,2,2,0" 2 2 2 0
-train "src-1,2,4,1" 1 2 4 1 train.exit_interval=10
-cp -r "$tmp/ck-src-1,2,4,1" "$tmp/ck-re-2,1,2,1"; train "re-2,1,2,1" 2 1 2 1
+step10 "$tmp/ck-stopped-1,1,1,0" "$tmp/ck-re-2,2,2,0"; train "re-2,2,2,0" 2 2 2 0
+step10 "$tmp/ck-stopped-1,2,4,1" "$tmp/ck-re-2,1,2,1"; train "re-2,1,2,1" 2 1 2 1
 
 # 3. SIGTERM to one rank of four, once metrics.jsonl shows step 5
 ( rc=0; train "term" 1 1 4 0 train.steps=100000 log.every=1 >/dev/null || rc=$?; echo "$rc" > "$tmp/term.rc" ) &
@@ -85,7 +89,9 @@ refuse() { # LABEL PATTERN [overrides]: resume from $tmp/ck-bad must exit 2
     local label=$1 pattern=$2; shift 2
     local before after out rc=0
     before=$(cd "$tmp/ck-bad" && find . -type f ! -name .trident.lock -exec md5sum {} + | sort)
-    out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
+    # OMPI_MCA_odls_base_sigkill_timeout=0: mpirun's 1 s wait before SIGKILL
+    # after the refusal's MPI_Abort (a start-up failure: nothing to save).
+    out=$(OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
           parallel.dp=2 train.global_batch_size=16 checkpoint.dir="$tmp/ck-bad" \
           log.run_dir="$tmp/run-bad" "$@" 2>&1) || rc=$?
     after=$(cd "$tmp/ck-bad" && find . -type f ! -name .trident.lock -exec md5sum {} + | sort)

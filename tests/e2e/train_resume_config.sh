@@ -44,7 +44,9 @@ refuse() { # LABEL PATTERN [overrides...]: exit 2, PATTERN in the output, nothin
     local label=$1 pattern=$2 rc=0 out start ms; shift 2
     start=$(date +%s%N)
     rm -rf "$tmp/run-refused"
-    out=$(run 2 "$tmp/run-refused" "$tmp/ck" parallel.dp=0 "$@" 2>&1) || rc=$?
+    # OMPI_MCA_odls_base_sigkill_timeout=0: mpirun's 1 s wait before SIGKILL
+    # after the refusal's MPI_Abort (a start-up failure: nothing to save).
+    out=$(OMPI_MCA_odls_base_sigkill_timeout=0 run 2 "$tmp/run-refused" "$tmp/ck" parallel.dp=0 "$@" 2>&1) || rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     if [ "$rc" != 2 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ "$(sums "$tmp/ck")" != "$before" ] ||
         ! only_refusal_log || [ "$ms" -gt 20000 ]; then

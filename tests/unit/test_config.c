@@ -477,6 +477,11 @@ static void test_model_options(void) {
     struct error err = {0};
     EXPECT(config_load(NULL, 6, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 1, false, &err) == STATUS_OK,
            "the options refused: %s", err.msg);
+    // a default written out (a run folder's config.ini holds every key) is not refused
+    const char *defaults[] = {"model.rope_scaling_factor=1", "model.rope_original_max_pos=8192"};
+    struct config d;
+    EXPECT(config_load(NULL, 2, (char **)defaults, &d, &err) == STATUS_OK &&
+           config_validate(&d, 1, false, &err) == STATUS_OK, "rope defaults written out refused: %s", err.msg);
     struct llama_config lc = plan_llama(&c);
     EXPECT(lc.head_dim == 24 && llama_head_dim(&lc) == 24 && lc.qkv_bias && lc.qk_norm &&
            lc.rope_scaling.type == ROPE_SCALING_LLAMA3 && lc.rope_scaling.factor == 8 &&

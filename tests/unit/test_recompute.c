@@ -1,6 +1,8 @@
 // test_recompute.c: [model] recompute = selective and full (model.h) against none.
 // - whole model, fp32, fp64, bf16 and fp16, untied and tied embeddings,
-//   grouped-query heads, label smoothing, an ignored target: the logits, the
+//   grouped-query heads, label smoothing, an ignored target, and with
+//   issue 28's options (head_dim 24 != d_model / n_heads, qkv_bias, qk_norm,
+//   llama3 rope_scaling; fp32 and bf16): the logits, the
 //   loss of each of two accumulated microbatches, and the whole gradient
 //   arena are bit-identical (memcmp) to recompute = none (under recompute
 //   the logits' gradient is written over the logits: in bf16 and fp16 this
@@ -135,8 +137,13 @@ static void test_bit_identical(struct backend *be) {
     int B = 2, T = 16;
     enum dtype dts[] = {DTYPE_FP32, DTYPE_FP64, DTYPE_BF16, DTYPE_FP16};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
-        for (int tied = 0; tied < 2; tied++) {
-            struct llama_config cfg = small_config(tied);
+        for (int tied = 0; tied < 3; tied++) { // 2: untied with issue 28's options (fp32, bf16)
+            if (tied == 2 && dts[d] != DTYPE_FP32 && dts[d] != DTYPE_BF16) continue;
+            struct llama_config cfg = small_config(tied == 1);
+            if (tied == 2) {
+                cfg.head_dim = 24, cfg.qkv_bias = cfg.qk_norm = true;
+                cfg.rope_scaling = (struct rope_scaling){ROPE_SCALING_LLAMA3, 4.0, 1.0, 4.0, 8};
+            }
             size_t n_logits = (size_t)B * T * cfg.vocab_size;
             struct outcome ref = run_whole(be, &cfg, dts[d], RECOMPUTE_NONE, B, T);
             struct outcome ref_c = run_chunks(be, &cfg, dts[d], RECOMPUTE_NONE, B, T);
@@ -144,12 +151,12 @@ static void test_bit_identical(struct backend *be) {
             for (enum recompute r = RECOMPUTE_SELECTIVE; r <= RECOMPUTE_FULL; r++) {
                 char what[96];
                 snprintf(what, sizeof what, "%s, %s, %s embeddings, whole model", mode_name[r],
-                         dtype_name(dts[d]), tied ? "tied" : "untied");
+                         dtype_name(dts[d]), tied == 2 ? "options" : tied ? "tied" : "untied");
                 struct outcome o = run_whole(be, &cfg, dts[d], r, B, T);
                 expect_same(&o, &ref, n_logits, what);
                 outcome_free(&o);
                 snprintf(what, sizeof what, "%s, %s, %s embeddings, 2 chunks x 2 microbatches",
-                         mode_name[r], dtype_name(dts[d]), tied ? "tied" : "untied");
+                         mode_name[r], dtype_name(dts[d]), tied == 2 ? "options" : tied ? "tied" : "untied");
                 o = run_chunks(be, &cfg, dts[d], r, B, T);
                 expect_same(&o, &ref_c, 0, what);
                 outcome_free(&o);
