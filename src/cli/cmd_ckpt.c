@@ -425,9 +425,14 @@ int cmd_ckpt(int argc, char **argv) {
     bool export = cmd == &cli_ckpt_export;
     if (cmd == &cli_ckpt_logits) return logits_cmd(&o);
     if (export && o.format == CKPT_FORMAT_HF) return export_hf(&o);
-    if (export && (o.dtype >= 0 || o.max_shard_bytes || o.tokenizer || o.chat_template)) {
-        fprintf(stderr, "trident: ckpt export: --dtype, --max-shard-size, --tokenizer and --chat-template are options of "
+    if (export && (o.dtype >= 0 || o.max_shard_bytes || o.tokenizer)) {
+        fprintf(stderr, "trident: ckpt export: --dtype, --max-shard-size and --tokenizer are options of "
                 "--format hf, not of the HDF5 export\n");
+        return STATUS_BAD_INPUT;
+    }
+    if (export && o.chat_template) {
+        fprintf(stderr, "trident: ckpt export: --chat-template is an option of --format hf (its "
+                "tokenizer_config.json), not of the HDF5 export\n");
         return STATUS_BAD_INPUT;
     }
     struct ckpt_reader *r;
