@@ -254,14 +254,25 @@ static int export_hf(const struct ckpt_args *o) {
             strcmp(tokenizer_identity(tok), want))
             error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint was trained "
                       "with %s", tok_file, tokenizer_identity(tok), want);
+        int t = o->chat_template ? o->chat_template - 1 : CHAT_TEMPLATE_PLAIN;
+        if (!err.status && !o->chat_template) t = cli_chat_template_of(tok_file);
+        if (!err.status && t != CHAT_TEMPLATE_PLAIN) chat_template_check(tok, t, &err);
         if (!err.status) {
             a.eos_id = a.bos_id = tokenizer_eot_id(tok);
+            // A chat model ends its turn with the template's end token (trained
+            // on; the end-of-text id after it is not): generate stops there, as
+            // Llama 3.1 Instruct's (<|eot_id|>) and Qwen2.5 Instruct's (<|im_end|>)
+            // folders say.
+            const char *end = chat_template_end_token(t);
+            int32_t *e = NULL;
+            size_t k = 0;
+            if (end && tokenizer_encode(tok, end, strlen(end), 1, &e, &k, &err) == STATUS_OK && k == 1)
+                a.eos_id = a.bos_id = e[0];
+            free(e);
             size_t len;
             if (a.eos_id >= 0 && tokenizer_decode(tok, &a.eos_id, 1, &eos_text, &len, &err) == STATUS_OK)
                 a.eos_token = eos_text;
             a.tokenizer_json = tok_file;
-            int t = o->chat_template ? o->chat_template - 1 : cli_chat_template_of(tok_file);
-            if (t != CHAT_TEMPLATE_PLAIN) chat_template_check(tok, t, &err);
             a.chat_template = chat_template_jinja(t);
         }
     }

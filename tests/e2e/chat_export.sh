@@ -6,6 +6,8 @@
 # tokenizers and conversations of tests/reference/chat_reference.py:
 #  (a) tokenizer_config.json holds the template (chat_template, chosen from the
 #      dataset's index.ini) and model_input_names [input_ids, attention_mask];
+#      its eos_token and generation_config.json's eos_token_id are the
+#      template's end token (<|eot_id|>, <|im_end|>), where the model's turn ends;
 #  (b) AutoTokenizer.from_pretrained(export).apply_chat_template(conversation)
 #      gives, for each of the 20 conversations, the ids of trident's prep of it
 #      (the shards' documents);
@@ -73,7 +75,11 @@ for t in ("llama3", "chatml"):
     marker = "<|start_header_id|>" if t == "llama3" else "<|im_start|>"
     assert marker in tc.get("chat_template", ""), f"(a) chat_template: {tc.get('chat_template')!r}"
     assert tc.get("model_input_names") == ["input_ids", "attention_mask"], tc.get("model_input_names")
+    end = "<|eot_id|>" if t == "llama3" else "<|im_end|>"  # generation stops at the turn's end token
+    gc = json.load(open(hf + "/generation_config.json"))
+    assert tc.get("eos_token") == end, f"(a) eos_token {tc.get('eos_token')!r}"
     tok = AutoTokenizer.from_pretrained(hf)
+    assert gc["eos_token_id"] in (tok.convert_tokens_to_ids(end), [tok.convert_tokens_to_ids(end)]), gc
     d = json.load(open(data))
     docs, eot = d["docs"], d["eot"]
     for i, c in enumerate(convs):  # (b)
