@@ -436,6 +436,32 @@ void backend_attention_block_backward(struct backend *be, struct tensor dq, stru
                                                q_doc, k_pos, B, Tq, Tk, H, Hkv, D));
 }
 
+void backend_attention_decode(struct backend *be, struct tensor out, struct tensor q,
+                              struct tensor k, struct tensor v, struct tensor k_cache,
+                              struct tensor v_cache, struct tensor pos, int B, int Tq, int Tmax,
+                              int H, int Hkv, int D) {
+    const char *op = "attention_decode";
+    CHECK(B > 0 && Tq > 0 && Tq <= Tmax && D > 0, "%s: B=%d Tq=%d Tmax=%d D=%d", op, B, Tq, Tmax, D);
+    CHECK(Hkv > 0 && H % Hkv == 0, "%s: H=%d not a multiple of Hkv=%d", op, H, Hkv);
+    need(op, "out", out, (size_t)B * Tq * H * D);
+    need(op, "q", q, (size_t)B * Tq * H * D);
+    need(op, "k", k, (size_t)B * Tq * Hkv * D);
+    need(op, "v", v, (size_t)B * Tq * Hkv * D);
+    need(op, "k_cache", k_cache, (size_t)B * Tmax * Hkv * D);
+    need(op, "v_cache", v_cache, (size_t)B * Tmax * Hkv * D);
+    need_float(op, "q", q);
+    same_dtype(op, "out", out, q.dtype);
+    same_dtype(op, "k", k, q.dtype);
+    same_dtype(op, "v", v, q.dtype);
+    same_dtype(op, "k_cache", k_cache, q.dtype);
+    same_dtype(op, "v_cache", v_cache, q.dtype);
+    need(op, "pos", pos, (size_t)B);
+    same_dtype(op, "pos", pos, DTYPE_I32);
+    PROFILED(be, op,
+             be->ops->attention_decode(be, out, q, k, v, k_cache, v_cache, pos, B, Tq, Tmax, H,
+                                       Hkv, D));
+}
+
 void backend_swiglu_forward(struct backend *be, struct tensor out, struct tensor gate,
                             struct tensor up, size_t n) {
     need("swiglu_forward", "out", out, n);

@@ -369,6 +369,28 @@ void backend_attention_block_backward(struct backend *be, struct tensor dq, stru
                                       struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv,
                                       int D);
 
+// ---- attention against a key/value cache (generation) ----------------------
+// Autoregressive decoding with cached keys and values (the "past_key_values"
+// of Hugging Face's generate(); Pope et al. 2022, "Efficiently Scaling
+// Transformer Inference", §2): each row b of the batch adds Tq new tokens at
+// cache positions pos[b] .. pos[b] + Tq - 1 (already rotated by RoPE at those
+// positions). The op first writes k, v (B, Tq, Hkv, D) into k_cache, v_cache
+// (B, Tmax, Hkv, D) at those positions, then computes for every new query
+//   out[b, t, h] = softmax_j (q[b, t, h] . k_cache[b, j, h/G] / sqrt(D)) v_cache[b, j, h/G]
+// over the causal keys j = 0 .. pos[b] + t (G = H / Hkv: GQA as
+// backend_attention_forward). The cache entries past pos[b] + t are not read,
+// so a row's stale or padded entries there are harmless. q, out (B, Tq, H, D);
+// q, k, v, out, k_cache, v_cache share one float storage dtype (FP32, FP64,
+// BF16, FP16); the scores, softmax and sums are computed in FP32 (FP64 for
+// FP64), out rounded once. pos (B,) I32 in backend memory, not checked: the
+// caller keeps 0 <= pos[b] and pos[b] + Tq <= Tmax. Equal, within rounding,
+// to backend_attention_forward's rows pos[b] .. pos[b] + Tq - 1 of the whole
+// sequence (tests/unit/test_kv_decode.c).
+void backend_attention_decode(struct backend *be, struct tensor out, struct tensor q,
+                              struct tensor k, struct tensor v, struct tensor k_cache,
+                              struct tensor v_cache, struct tensor pos, int B, int Tq, int Tmax,
+                              int H, int Hkv, int D);
+
 // ---- SwiGLU (Shazeer 2020, eq. 6; HF LlamaMLP act_fn(gate) * up) ----------
 
 // out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).

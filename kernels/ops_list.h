@@ -15,7 +15,8 @@
 // backend_attention_backward(_docs): the plain wrappers pass an empty
 // doc_start (plain causal). attention_block_forward / _backward are one
 // block (a rank's queries against one rank's keys) of context-parallel ring
-// attention. The memory entries (alloc, to_device, ...) are written
+// attention. attention_decode is generation's attention against a key/value
+// cache (src/model, model_decode_chunk). The memory entries (alloc, to_device, ...) are written
 // out in struct backend_ops. Valid C and C++ (the CUDA backend).
 #ifndef TRIDENT_OPS_LIST_H
 #define TRIDENT_OPS_LIST_H
@@ -54,6 +55,9 @@
       struct tensor dv, struct tensor dout, struct tensor q, struct tensor k, struct tensor v,    \
       struct tensor out, struct tensor lse, struct tensor q_pos, struct tensor q_doc,             \
       struct tensor k_pos, int B, int Tq, int Tk, int H, int Hkv, int D))                         \
+    X(attention_decode, void, (struct backend *be, struct tensor out, struct tensor q,            \
+      struct tensor k, struct tensor v, struct tensor k_cache, struct tensor v_cache,             \
+      struct tensor pos, int B, int Tq, int Tmax, int H, int Hkv, int D))                         \
     X(swiglu_forward, void, (struct backend *be, struct tensor out, struct tensor gate,           \
       struct tensor up, size_t n))                                                                \
     X(swiglu_backward, void, (struct backend *be, struct tensor dgate, struct tensor dup,         \

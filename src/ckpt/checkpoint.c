@@ -143,42 +143,14 @@ static hid_t group_create(hid_t loc, const char *name) {
     return g;
 }
 
-static int write_state(hid_t file, const struct ckpt_state *s) {
+// /state: the step (the layer's own, checked against the manifest on open)
+// and the owners' named entries (base/state_entry.h), each under its name.
+static int write_state(hid_t file, int64_t step, const struct state_entry *e, int n) {
     hid_t g = group_create(file, "state");
     if (g < 0) return 1;
-    uint64_t loader[CKPT_LOADER_WORDS];
-    ckpt_loader_pack(&s->loader, loader);
-    int bad = attr_write(g, "step", H5T_NATIVE_INT64, 1, &s->step) ||
-              attr_write(g, "lr_step", H5T_NATIVE_INT64, 1, &s->lr_step) ||
-              attr_write(g, "opt_steps", H5T_NATIVE_INT64, 1, &s->opt_steps) ||
-              attr_write(g, "loader_samples", H5T_NATIVE_UINT64, CKPT_LOADER_WORDS, loader) ||
-              attr_write(g, "loader_weights", H5T_NATIVE_DOUBLE, LOADER_MAX_DATASETS, s->loader.weights) ||
-              attr_write(g, "rng_seed", H5T_NATIVE_UINT64, 1, &s->rng_seed) ||
-              attr_write(g, "rng_state", H5T_NATIVE_UINT64, 4, s->rng_state) ||
-              attr_write(g, "loss_scale", H5T_NATIVE_DOUBLE, 1, &s->loss_scale) ||
-              attr_write(g, "loss_scale_good_steps", H5T_NATIVE_INT64, 1, &s->loss_scale_good_steps) ||
-              attr_write(g, "skipped_steps", H5T_NATIVE_INT64, 1, &s->skipped_steps) ||
-              attr_write(g, "consecutive_skips", H5T_NATIVE_INT64, 1, &s->consecutive_skips);
-    if (!bad && s->has_schedule)
-        bad = attr_write(g, "train_steps", H5T_NATIVE_INT64, 1, &s->train_steps) ||
-              attr_write(g, "lr", H5T_NATIVE_DOUBLE, 1, &s->lr) ||
-              attr_write(g, "min_lr", H5T_NATIVE_DOUBLE, 1, &s->min_lr) ||
-              attr_write(g, "warmup_steps", H5T_NATIVE_INT64, 1, &s->warmup_steps) ||
-              attr_write(g, "lr_schedule", H5T_NATIVE_INT64, 1, &s->lr_schedule) ||
-              attr_write(g, "lr_rebase_step", H5T_NATIVE_INT64, 1, &s->lr_rebase_step) ||
-              attr_write(g, "lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &s->lr_rebase_lr);
-    if (!bad && s->loss_on >= 0) bad = attr_write(g, "loss_on", H5T_NATIVE_INT64, 1, &s->loss_on);
-    H5Gclose(g);
-    return bad;
-}
-
-// The owners' named entries, into /state beside write_state's attributes.
-static int write_entries(hid_t file, const struct state_entry *e, int n) {
-    if (n == 0) return 0;
-    hid_t g = H5Gopen2(file, "state", H5P_DEFAULT);
-    if (g < 0) return 1;
-    int bad = 0;
+    int bad = attr_write(g, "step", H5T_NATIVE_INT64, 1, &step);
     for (int i = 0; !bad && i < n; i++) {
+        if (e[i].read_only) continue;
         CHECK(e[i].count >= 1 && H5Aexists(g, e[i].name) == 0, "checkpoint entry %s: count %d, or its name "
               "is taken", e[i].name, e[i].count);
         hid_t type = e[i].type == STATE_I64 ? H5T_NATIVE_INT64 : e[i].type == STATE_U64 ? H5T_NATIVE_UINT64
@@ -222,8 +194,8 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
     int64_t step = a->step, rank = a->rank;
     int bad = attr_write(file, "format_version", H5T_NATIVE_INT, 1, &version) ||
               attr_write(file, "step", H5T_NATIVE_INT64, 1, &step) ||
-              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) || write_state(file, a->state) ||
-              write_entries(file, a->entries, a->n_entries);
+              attr_write(file, "rank", H5T_NATIVE_INT64, 1, &rank) ||
+              write_state(file, step, a->entries, a->n_entries);
     hid_t g = bad ? -1 : group_create(file, "pieces");
     if (g < 0) bad = 1;
     for (int i = 0; !bad && i < a->n_pieces; i++) {
@@ -504,7 +476,6 @@ struct ckpt_async {
     struct ckpt_save_args a;
     char dir[CKPT_PATH_MAX], tokenizer[256];
     struct llama_config model;
-    struct ckpt_state state;
     struct ckpt_piece *pieces; // copies of the caller's table
     struct state_entry *entries; // copies of the caller's entries, their values in entry_values
     uint64_t *entry_values;
@@ -544,8 +515,7 @@ enum status checkpoint_save_begin(const struct ckpt_save_args *a, bool copy, str
     snprintf(h->dir, sizeof h->dir, "%s", a->dir);
     snprintf(h->tokenizer, sizeof h->tokenizer, "%s", a->tokenizer_id ? a->tokenizer_id : "");
     h->model = *a->model;
-    h->state = *a->state;
-    h->a.dir = h->dir, h->a.tokenizer_id = h->tokenizer, h->a.model = &h->model, h->a.state = &h->state;
+    h->a.dir = h->dir, h->a.tokenizer_id = h->tokenizer, h->a.model = &h->model;
     h->pieces = xcalloc((size_t)(a->n_pieces ? a->n_pieces : 1), sizeof *h->pieces);
     size_t bytes = 0;
     for (int i = 0; i < a->n_pieces; i++)

@@ -22,10 +22,11 @@
 // others with checkpoint_open_trusted once rank 0 agreed; each rank describes
 // what it holds as pieces (checkpoint_pieces_from_params over its parameter
 // arena, its ZeRO range of the AdamW moments) and reads them with
-// checkpoint_read_pieces, then the scalars with checkpoint_read_state. On save
-// every rank calls checkpoint_save with the pieces it alone must write
-// (parameters and, without ZeRO, moments from DP rank 0 only); the commit
-// checks the pieces cover every tensor.
+// checkpoint_read_pieces, then its owners' named entries with
+// checkpoint_read_entries. On save every rank calls checkpoint_save with the
+// pieces it alone must write (parameters and, without ZeRO, moments from DP
+// rank 0 only) and the entries of the state's owners; the commit checks the
+// pieces cover every tensor. The layer knows no entry: each is its owner's.
 #ifndef TRIDENT_CHECKPOINT_H
 #define TRIDENT_CHECKPOINT_H
 
@@ -35,7 +36,6 @@
 
 #include "base/common.h"
 #include "base/state_entry.h"
-#include "base/loader_state.h" // struct loader_state: the loader's, stored here
 #include "base/watchdog.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -63,40 +63,6 @@ struct ckpt_piece {
     void *data; // (flat_end - flat_begin,) host
 };
 
-// Scalars of the training state, one copy per rank file.
-struct ckpt_state {
-    int64_t step;            // optimizer steps done (the next step to run)
-    int64_t lr_step;         // position in the LR schedule
-    int64_t opt_steps;       // AdamW bias-correction counter
-    struct loader_state loader;
-    uint64_t rng_seed;       // [train] seed of the run
-    uint64_t rng_state[4];   // generator state, when the caller has one (else 0)
-    double loss_scale;       // the fp16 loss scale; 0 for a run without one (bf16, fp32;
-                             // files written before mixed precision hold 1)
-    int64_t loss_scale_good_steps; // steps since the last overflow
-    // Steps skipped for a non-finite loss or gradient norm (no update, the
-    // LR schedule held): in all, and the latest run of them in a row (0 after
-    // an applied step). Absent from older files: read as 0.
-    int64_t skipped_steps;
-    int64_t consecutive_skips;
-    // The run's LR schedule and data shape when it saved ([train] steps, lr,
-    // min_lr, warmup_steps, lr_schedule as enum lr_schedule; seq_len, seed and
-    // global_batch_size are in loader), which a
-    // resume compares with its own config (trainer_resume_compare). Absent from
-    // files written before they were added: has_schedule false, the rest 0.
-    bool has_schedule;
-    int64_t train_steps, warmup_steps, lr_schedule;
-    double lr, min_lr;
-    // The continued schedule of a resume with [train] override_schedule
-    // (struct optimizer_config rebase_step, rebase_lr): kept by later resumes
-    // of the same schedule. 0, 0: none.
-    int64_t lr_rebase_step;
-    double lr_rebase_lr;
-    // [train] loss_on of the run (config.h enum loss_on: 0 all, 1 response),
-    // compared by a resume; -1 in files written before it was stored.
-    int64_t loss_on;
-};
-
 struct ckpt_save_args {
     const char *dir;     // [checkpoint] dir
     int64_t step;        // names the folder step-%06lld
@@ -107,13 +73,13 @@ struct ckpt_save_args {
     const char *tokenizer_id; // "" when none
     const struct ckpt_piece *pieces;
     int n_pieces;
-    const struct ckpt_state *state;
     int keep_last;       // rotation after commit; 0 keeps all
     bool weights_only;   // parameters alone, no moments (trident import): the
                          // manifest says so; for model.init_from, never resumed
-    // Named entries of their owners (base/state_entry.h), written into the
-    // rank file's /state beside state's attributes, whose names they must not
-    // take (a clash is a CHECK). NULL, 0: none.
+    // The training state: named entries of their owners (base/state_entry.h;
+    // the trainer gathers them, src/train/train_state.c), written into the
+    // rank file's /state beside `step` (the layer's own), each under its name
+    // (a clash is a CHECK; read_only ones are not written). NULL, 0: none.
     const struct state_entry *entries;
     int n_entries;
 };
@@ -143,7 +109,7 @@ enum status checkpoint_save(const struct ckpt_save_args *a, struct comm_group *w
 //     memory of its own (sum over pieces of (flat_end - flat_begin) x dtype
 //     bytes; a named point "ckpt_async_snapshot" per piece); without copy the
 //     caller keeps every piece's data unchanged until finish or abandon. a's
-//     strings, model and state are copied. Starts the writer
+//     strings, model and entries (values and all) are copied. Starts the writer
 //     (checkpoint_write_rank; named point "ckpt_async_write" first) and returns
 //     STATUS_OK with *out set; a failure of this rank's snapshot or thread is
 //     kept in *out as the writer's result and reported by finish.
@@ -287,14 +253,11 @@ enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *co
 enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want,
                                   struct error *err);
 
-// The training state of world rank `rank`'s file (-1: rank 0's).
-enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
-                                  struct error *err);
-
 // Reads n named entries (base/state_entry.h) from world rank `rank`'s file
 // (-1: rank 0's) into their values: each present one must be of its type and
 // count; an absent one takes its dflt (every element), or is refused when
-// required. The checkpoint layer does not judge the values: their owners do.
+// required; *found (when set) says which. The checkpoint layer does not judge
+// the values: their owners do (the trainer's trainer_state_read).
 // Errors: STATUS_BAD_INPUT naming the file, the entry and what it holds.
 enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struct state_entry *entries, int n,
                                     struct error *err);

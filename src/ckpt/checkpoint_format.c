@@ -87,19 +87,3 @@ size_t ckpt_count_nonfinite(const void *data, enum dtype dtype, size_t n, size_t
     }
     return 0;
 }
-
-void ckpt_loader_pack(const struct loader_state *s, uint64_t out[CKPT_LOADER_WORDS]) {
-    uint64_t head[8] = {s->format,  s->seed,    s->epoch,      s->sample,
-                        s->micro,   s->seq_len, s->n_datasets, s->global_batch_size};
-    memcpy(out, head, sizeof head);
-    memcpy(out + 8, s->counts, sizeof s->counts);
-    memcpy(out + 8 + LOADER_MAX_DATASETS, s->sequences, sizeof s->sequences);
-}
-
-void ckpt_loader_unpack(const uint64_t in[CKPT_LOADER_WORDS], struct loader_state *s) {
-    *s = (struct loader_state){.format = in[0], .seed = in[1], .epoch = in[2], .sample = in[3],
-                               .micro = in[4], .seq_len = in[5], .n_datasets = in[6],
-                               .global_batch_size = in[7]};
-    memcpy(s->counts, in + 8, sizeof s->counts);
-    memcpy(s->sequences, in + 8 + LOADER_MAX_DATASETS, sizeof s->sequences);
-}

@@ -31,14 +31,4 @@ void ckpt_step_name(char *out, size_t cap, int64_t step);
 // Integer dtypes have none.
 size_t ckpt_count_nonfinite(const void *data, enum dtype dtype, size_t n, size_t *first);
 
-// The loader state in /state's loader_samples attribute (uint64,
-// (CKPT_LOADER_WORDS,)): format, seed, epoch, sample, micro, seq_len,
-// n_datasets, global_batch_size, counts (LOADER_MAX_DATASETS,), sequences
-// (LOADER_MAX_DATASETS,)
-// (docs/formats.md); the weights go in loader_weights (double).
-#define CKPT_LOADER_WORDS (8 + 2 * LOADER_MAX_DATASETS)
-void ckpt_loader_pack(const struct loader_state *s, uint64_t out[CKPT_LOADER_WORDS]);
-// Fills every field of s but weights (zeroed).
-void ckpt_loader_unpack(const uint64_t in[CKPT_LOADER_WORDS], struct loader_state *s);
-
 #endif

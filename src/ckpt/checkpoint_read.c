@@ -187,10 +187,25 @@ static bool stored_type_matches(hid_t type, enum dtype dtype) {
     return false;
 }
 
-// A scalar attribute added after format version 1 was fixed: absent in older
-// files (out keeps its value); non-zero when present but unreadable.
-static int attr_read_optional(hid_t loc, const char *name, hid_t type, void *out) {
-    return H5Aexists(loc, name) > 0 ? attr_read(loc, name, type, 1, out) : 0;
+// /state of world rank `rank`'s file: present, its `step` one integer and
+// the manifest's (issue 18: step = 2^31 trained from step -2^31). What else
+// it holds is its owners' (checkpoint_read_entries; they judge it).
+static enum status read_state_step(struct ckpt_reader *r, int rank, struct error *err) {
+    hid_t g = H5Gopen2(r->files[rank], "state", H5P_DEFAULT);
+    if (g < 0) return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing", r->info.path, rank);
+    int64_t step = 0;
+    char what[128] = "";
+    bool bad = attr_read(g, "step", H5T_NATIVE_INT64, 1, &step);
+    if (bad) h5util_attr_describe(g, "step", what, sizeof what);
+    H5Gclose(g);
+    if (bad)
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state attribute step is %s, expected one number",
+                         r->info.path, rank, what);
+    if (step != r->info.step)
+        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state step = %" PRId64 ", expected %" PRId64
+                         "..%" PRId64 " (the step manifest.ini names)", r->info.path, rank, step, r->info.step,
+                         r->info.step);
+    return STATUS_OK;
 }
 
 static int cmp_pieces(const void *a, const void *b) {
@@ -499,10 +514,9 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
     if (rd->n_pieces) qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
     rd->loaded = xcalloc((size_t)rd->n_pieces + 1, 1);
     st = check_coverage(rd, err);
-    // Every rank file's /state, so that `ckpt verify` and every resuming rank
-    // refuse the same files.
-    struct ckpt_state state;
-    for (int r = 0; !st && r < rd->info.world_size; r++) st = checkpoint_read_state(rd, r, &state, err);
+    // Every rank file's /state step, so that `ckpt verify` and every resuming
+    // rank refuse the same files (the owners' entries: trainer_state_verify).
+    for (int r = 0; !st && r < rd->info.world_size; r++) st = read_state_step(rd, r, err);
 done:
     free(mp.files);
     if (st) checkpoint_close(rd);
@@ -771,106 +785,6 @@ enum status checkpoint_read_piece(struct ckpt_reader *r, struct ckpt_piece *want
     return STATUS_OK;
 }
 
-enum status checkpoint_read_state(struct ckpt_reader *r, int rank, struct ckpt_state *out,
-                                  struct error *err) {
-    if (rank < 0) rank = 0;
-    CHECK(rank < r->info.world_size, "rank %d of %d", rank, r->info.world_size);
-    memset(out, 0, sizeof *out);
-    hid_t g = H5Gopen2(r->files[rank], "state", H5P_DEFAULT);
-    uint64_t loader[CKPT_LOADER_WORDS] = {0};
-    // Format 2 (samples): loader_samples and loader_weights; format 1 (before
-    // it): loader = (seed, epoch, batch, micro).
-    bool samples = g >= 0 && H5Aexists(g, "loader_samples") > 0;
-    const char *bad_attr = NULL; // the first attribute missing or of another type or shape
-#define READ(nm, type, n, ptr) (attr_read(g, nm, type, n, ptr) ? (bad_attr = nm, 1) : 0)
-    int bad = g < 0 || READ("step", H5T_NATIVE_INT64, 1, &out->step) ||
-              READ("lr_step", H5T_NATIVE_INT64, 1, &out->lr_step) ||
-              READ("opt_steps", H5T_NATIVE_INT64, 1, &out->opt_steps) ||
-              (samples ? READ("loader_samples", H5T_NATIVE_UINT64, CKPT_LOADER_WORDS, loader) ||
-                             READ("loader_weights", H5T_NATIVE_DOUBLE, LOADER_MAX_DATASETS,
-                                       out->loader.weights)
-                       : READ("loader", H5T_NATIVE_UINT64, 4, loader)) ||
-              READ("rng_seed", H5T_NATIVE_UINT64, 1, &out->rng_seed) ||
-              READ("rng_state", H5T_NATIVE_UINT64, 4, out->rng_state) ||
-              READ("loss_scale", H5T_NATIVE_DOUBLE, 1, &out->loss_scale) ||
-              READ("loss_scale_good_steps", H5T_NATIVE_INT64, 1,
-                        &out->loss_scale_good_steps) ||
-              (attr_read_optional(g, "skipped_steps", H5T_NATIVE_INT64, &out->skipped_steps)
-                   ? (bad_attr = "skipped_steps", 1)
-                   : 0) ||
-              (attr_read_optional(g, "consecutive_skips", H5T_NATIVE_INT64, &out->consecutive_skips)
-                   ? (bad_attr = "consecutive_skips", 1)
-                   : 0);
-    // The schedule and data shape (added after skipped_steps): all or none.
-    out->has_schedule = !bad && H5Aexists(g, "train_steps") > 0;
-    if (out->has_schedule)
-        bad = READ("train_steps", H5T_NATIVE_INT64, 1, &out->train_steps) ||
-              READ("lr", H5T_NATIVE_DOUBLE, 1, &out->lr) ||
-              READ("min_lr", H5T_NATIVE_DOUBLE, 1, &out->min_lr) ||
-              READ("warmup_steps", H5T_NATIVE_INT64, 1, &out->warmup_steps) ||
-              READ("lr_schedule", H5T_NATIVE_INT64, 1, &out->lr_schedule) ||
-              READ("lr_rebase_step", H5T_NATIVE_INT64, 1, &out->lr_rebase_step) ||
-              READ("lr_rebase_lr", H5T_NATIVE_DOUBLE, 1, &out->lr_rebase_lr);
-    out->loss_on = -1; // absent: written before loss_on was stored
-    if (!bad && attr_read_optional(g, "loss_on", H5T_NATIVE_INT64, &out->loss_on)) bad = 1, bad_attr = "loss_on";
-#undef READ
-    char what[128] = "";
-    if (bad && g >= 0 && bad_attr) h5util_attr_describe(g, bad_attr, what, sizeof what);
-    if (g >= 0) H5Gclose(g);
-    if (bad && (g < 0 || !bad_attr))
-        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: group /state missing", r->info.path, rank);
-    if (bad)
-        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state attribute %s is %s, expected %s",
-                         r->info.path, rank, bad_attr, what,
-                         !strcmp(bad_attr, "loader_samples") || !strcmp(bad_attr, "loader_weights") ||
-                                 !strcmp(bad_attr, "rng_state") || !strcmp(bad_attr, "loader")
-                             ? "an array of the length this format has"
-                             : "one number");
-    // Every counter in the range of what it counts, and the step the one the
-    // manifest names (issue 18: step = 2^31 trained from step -2^31; opt_steps
-    // at INT_MAX aborted on a CHECK).
-    const struct {
-        const char *name;
-        int64_t v, lo, hi;
-    } ranges[] = {{"step", out->step, r->info.step, r->info.step},
-                  {"lr_step", out->lr_step, 0, INT_MAX},
-                  {"opt_steps", out->opt_steps, 0, INT_MAX - 1}, // an int, incremented once more
-                  {"loss_scale_good_steps", out->loss_scale_good_steps, 0, INT_MAX},
-                  {"skipped_steps", out->skipped_steps, 0, out->step},
-                  {"consecutive_skips", out->consecutive_skips, 0, out->step},
-                  {"train_steps", out->train_steps, out->has_schedule ? 1 : 0, INT_MAX},
-                  {"warmup_steps", out->warmup_steps, 0, INT_MAX},
-                  // lr_schedule's values are the schedule's (trainer_resume_compare checks them)
-                  {"lr_schedule", out->lr_schedule, 0, INT_MAX},
-                  {"lr_rebase_step", out->lr_rebase_step, 0, INT_MAX},
-                  {"loss_on", out->loss_on, -1, 1}};
-    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
-        if (ranges[i].v < ranges[i].lo || ranges[i].v > ranges[i].hi)
-            return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state %s = %" PRId64 ", expected "
-                             "%" PRId64 "..%" PRId64 "%s", r->info.path, rank, ranges[i].name, ranges[i].v,
-                             ranges[i].lo, ranges[i].hi, i == 0 ? " (the step manifest.ini names)" : "");
-    if (!isfinite(out->loss_scale) || out->loss_scale < 0 || !isfinite(out->lr) || !isfinite(out->min_lr) ||
-        !isfinite(out->lr_rebase_lr))
-        return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state loss_scale %g, lr %g, min_lr %g, "
-                         "lr_rebase_lr %g: expected finite values, loss_scale >= 0", r->info.path, rank,
-                         out->loss_scale, out->lr, out->min_lr, out->lr_rebase_lr);
-    if (samples) {
-        double w[LOADER_MAX_DATASETS];
-        memcpy(w, out->loader.weights, sizeof w);
-        ckpt_loader_unpack(loader, &out->loader);
-        memcpy(out->loader.weights, w, sizeof w);
-        if (out->loader.format > 2 || out->loader.n_datasets > LOADER_MAX_DATASETS)
-            return error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state loader_samples has format %"
-                             PRIu64 " with %" PRIu64 " datasets; this trident reads formats up to 2 with at most %d",
-                             r->info.path, rank, out->loader.format, out->loader.n_datasets,
-                             LOADER_MAX_DATASETS);
-    } else {
-        out->loader = (struct loader_state){.format = 1, .seed = loader[0], .epoch = loader[1],
-                                            .sample = loader[2], .micro = loader[3]};
-    }
-    return STATUS_OK;
-}
-
 enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struct state_entry *entries, int n,
                                     struct error *err) {
     if (rank < 0) rank = 0;
@@ -880,7 +794,9 @@ enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struc
     enum status st = STATUS_OK;
     for (int i = 0; !st && i < n; i++) {
         const struct state_entry *e = &entries[i];
-        if (H5Aexists(g, e->name) <= 0) {
+        bool have = H5Aexists(g, e->name) > 0;
+        if (e->found) *e->found = have;
+        if (!have) {
             if (e->required)
                 st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state has no %s", r->info.path, rank,
                                e->name);

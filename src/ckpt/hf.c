@@ -638,11 +638,10 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
         q->data = xmalloc(q->flat_end * sizeof(float));
         st = hf_read_piece(h, q, err);
     }
-    struct ckpt_state state = {.loss_on = -1}; // no training state: weights only
     struct ckpt_file_sum sum;
     struct ckpt_save_args a = {.dir = dir, .step = 0, .layout = topology_layout(1, 1, 1, 0, 1), .rank = 0,
                                .model = &h->lc, .tokenizer_id = tokenizer_id ? tokenizer_id : "",
-                               .pieces = p, .n_pieces = n, .state = &state, .weights_only = true};
+                               .pieces = p, .n_pieces = n, .weights_only = true}; // no training state: /state holds step alone
     if (!st && mkdir(dir, 0777) && errno != EEXIST)
         st = error_set(err, STATUS_BAD_INPUT, "%s: cannot create: %s", dir, strerror(errno));
     // The folder's tokenizer.json kept next to step-000000, where generate and

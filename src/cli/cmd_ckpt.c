@@ -31,6 +31,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "train/generate.h"
+#include "train/train_state.h"
 
 static void print_info(const struct ckpt_reader *r) {
     const struct ckpt_info *in = checkpoint_info(r);
@@ -471,7 +472,8 @@ int cmd_ckpt(int argc, char **argv) {
         }
         const char *const *state_names;
         int n_state = optimizer_state_names(&state_names);
-        if (checkpoint_check_tensors(r, state_names, n_state, &err)) {
+        // Then every rank file's /state, judged by its owners.
+        if (checkpoint_check_tensors(r, state_names, n_state, &err) || trainer_state_verify(r, &err)) {
             fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;

@@ -1,7 +1,11 @@
 // cmd_generate.c: `trident generate MODEL_DIR --prompt TEXT ...`: continues
 // prompts with a trident checkpoint's or a Hugging Face folder's weights in
 // one process (no mpirun; src/train/generate.h), with the training log's
-// sampler (sample_continue: temperature 0 greedy, top-k, seed).
+// sampler (sample_generate: a key/value cache, every prompt of a batch of up
+// to GENERATE_ROWS at once; temperature 0 greedy, top-k, top-p, seed), or
+// with --no-kv-cache the window recomputed for every token (sample_continue,
+// one prompt at a time: the method before the cache, for comparison). The
+// new tokens per second go to stderr.
 //
 // Each prompt is encoded as the end-of-text id (a document start, as every
 // document of a prepared corpus follows one) then the prompt's ids; with
@@ -10,8 +14,9 @@
 // chatml (default: the one the tokenizer's dataset was prepared with,
 // cli_chat_template_of) rendered as a one-message user conversation with the
 // generation prompt, as prep and apply_chat_template render it (data/chat.h).
-// Generation stops at end-of-text (with llama3 / chatml: at the template's end
-// token, <|eot_id|> / <|im_end|>) or after --max-new-tokens ids. The model's window is the longest prompt plus
+// Generation stops at a stop id (end-of-text, and every id of the model's own
+// list when it has one; with llama3 / chatml also the template's end token,
+// <|eot_id|> / <|im_end|>) or after --max-new-tokens ids. The model's window is the longest prompt plus
 // --max-new-tokens; a prompt for which that exceeds the model's max_seq_len is
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
 // rows, and a slid window would change what the model sees.
@@ -42,9 +47,9 @@ struct generate_args {
     const char *tokenizer;
     int max_new, top_k, threads;
     int chat_template; // 1 + enum chat_template; 0: not given (the tokenizer's, cli_chat_template_of)
-    double temperature;
+    double temperature, top_p;
     uint64_t seed;
-    bool chat, json;
+    bool chat, json, no_kv_cache;
 };
 
 #define G(field) offsetof(struct generate_args, field)
@@ -78,12 +83,19 @@ static const struct cli_flag generate_flags[] = {
      G(temperature)},
     {"--top-k", CLI_INT, "K", "0", 0, 1 << 30, 0, NULL,
      "sample among the K most likely ids; 0: the whole vocabulary", G(top_k)},
-    {"--seed", CLI_UINT64, "S", "0", 0, INFINITY, 0, NULL, "seed of the sampler", G(seed)},
+    {"--top-p", CLI_FLOAT, "P", "1", 0, 1, 0, NULL,
+     "sample among the most likely ids whose probability reaches P (nucleus sampling, after top-k); "
+     "1: all, > 0", G(top_p)},
+    {"--seed", CLI_UINT64, "S", "0", 0, INFINITY, 0, NULL,
+     "seed of the sampler (each prompt draws as it would alone)", G(seed)},
     {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
      G(threads)},
     {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
      "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected)",
      G(json)},
+    {"--no-kv-cache", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "recompute the whole window for every new token, one prompt at a time (the method before the "
+     "key/value cache: slow; for comparison)", G(no_kv_cache)},
 };
 #undef G
 
@@ -94,9 +106,15 @@ const struct cli_command cli_generate = {
     .flags = generate_flags,
     .n_flags = CLI_N(generate_flags),
     .notes = "Each prompt is encoded as the end-of-text id then the prompt's ids; generation stops at\n"
-             "end-of-text or after --max-new-tokens ids. A prompt whose ids + --max-new-tokens exceed\n"
-             "the model's max_seq_len is refused (exit 2), not slid.\n",
+             "end-of-text (or any stop id of the model's list) or after --max-new-tokens ids. A prompt\n"
+             "whose ids + --max-new-tokens exceed the model's max_seq_len is refused (exit 2), not slid.\n"
+             "Prompts run in batches of 16 on a key/value cache (one prefill, then one position per\n"
+             "token); stderr gets the new tokens per second.\n",
 };
+
+// Prompts continued together (one key/value cache of this many rows), and the
+// most tokens of one prefill step.
+enum { GENERATE_ROWS = 16, GENERATE_PREFILL = 128 };
 
 struct prompt {
     char *text;     // as given
@@ -234,6 +252,8 @@ int cmd_generate(int argc, char **argv) {
         }
         if (!err.status && !n_prompts)
             error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl");
+        if (!err.status && !(o.top_p > 0))
+            error_set(&err, STATUS_BAD_INPUT, "--top-p %g: expected a number in (0, 1]", o.top_p);
     }
     for (int i = 0; i < n_prompts && !err.status; i++)
         if (!ps[i].text[0])
@@ -339,31 +359,70 @@ int cmd_generate(int argc, char **argv) {
         int aff = threads_affinity_cpus();
         threads = aff > 0 ? aff : threads_node_cpus();
     }
-    if (generator_load(&g, window, threads, &err)) goto out;
-    int32_t *out = xmalloc(sizeof *out * (size_t)max_new);
-    for (int i = 0; i < n_prompts; i++) {
-        bool ended;
-        int n = sample_continue(g.m, ids[i], n_ids[i], max_new, o.temperature, o.top_k, o.seed, stop, out,
-                                &ended, NULL);
-        char *text = decode_clean(tok, out, n);
-        if (o.json) {
-            json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
-                                  "prompt_ids", id_array(ids[i], n_ids[i]), "ids", id_array(out, n),
-                                  "text", text, "ended", ended);
-            if (ps[i].expected) json_object_set_new(o, "expected", json_string(ps[i].expected));
-            char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-            printf("%s\n", s);
-            free(s);
-            json_decref(o);
+    // Stop ids: end-of-text and the model's own list.
+    int32_t stops[2 + GENERATOR_MAX_STOP];
+    int n_stop = 0;
+    if (eot >= 0) stops[n_stop++] = eot;
+    if (stop != eot) stops[n_stop++] = stop; // the chat template's end token
+    for (int i = 0; i < g.n_stop; i++)
+        if (g.stop_ids[i] != eot && g.stop_ids[i] != stop) stops[n_stop++] = g.stop_ids[i];
+    int rows = o.no_kv_cache ? 1 : MIN(n_prompts, GENERATE_ROWS);
+    if (o.no_kv_cache ? generator_load(&g, window, threads, &err)
+                      : generator_load_cached(&g, rows, MIN(window, GENERATE_PREFILL), window, threads, &err))
+        goto out;
+    int32_t *out = xmalloc(sizeof *out * (size_t)max_new * rows);
+    int n_out[GENERATE_ROWS];
+    bool ended[GENERATE_ROWS];
+    double t_prefill = 0, t_decode = 0, t0 = time_now_s();
+    long n_new = 0, n_prompt_ids = 0;
+    for (int i0 = 0; i0 < n_prompts; i0 += rows) {
+        int nb = MIN(rows, n_prompts - i0);
+        if (o.no_kv_cache) {
+            double s0 = time_now_s();
+            n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, o.temperature, o.top_k, o.seed,
+                                       stop, out, &ended[0], NULL);
+            t_decode += time_now_s() - s0;
+            n_new += n_out[0], n_prompt_ids += n_ids[i0];
         } else {
-            printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
-                   ended ? " <|endoftext|>" : "");
-            if (ps[i].expected) printf("    expected: %s\n", ps[i].expected);
+            const int32_t *pp[GENERATE_ROWS];
+            for (int b = 0; b < nb; b++) pp[b] = ids[i0 + b];
+            struct sample_request rq = {.rows = nb, .prompts = pp, .n_prompt = n_ids + i0,
+                                        .n_new = max_new,
+                                        .params = {o.temperature, o.top_k, o.top_p, o.seed},
+                                        .stop_ids = stops, .n_stop = n_stop};
+            struct sample_result res = {.out = out, .n_out = n_out, .ended = ended};
+            if (sample_generate(g.m, &rq, &res, &err)) goto out;
+            t_prefill += res.prefill_s, t_decode += res.decode_s;
+            n_new += res.new_tokens, n_prompt_ids += res.prompt_tokens;
         }
-        fflush(stdout);
-        free(text);
+        for (int b = 0; b < nb; b++) {
+            int i = i0 + b;
+            char *text = decode_clean(tok, out + (size_t)b * max_new, n_out[b]);
+            if (o.json) {
+                json_t *j = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
+                                      "prompt_ids", id_array(ids[i], n_ids[i]), "ids",
+                                      id_array(out + (size_t)b * max_new, n_out[b]), "text", text,
+                                      "ended", ended[b]);
+                if (ps[i].expected) json_object_set_new(j, "expected", json_string(ps[i].expected));
+                char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+                printf("%s\n", s);
+                free(s);
+                json_decref(j);
+            } else {
+                printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
+                       ended[b] ? " <|endoftext|>" : "");
+                if (ps[i].expected) printf("    expected: %s\n", ps[i].expected);
+            }
+            fflush(stdout);
+            free(text);
+        }
     }
     free(out);
+    double wall = time_now_s() - t0;
+    fprintf(stderr, "generate: %ld new tokens of %d prompts in %.2f s: %.1f tokens/s (%s; "
+            "prefill %ld prompt ids in %.2f s, decoding %.1f tokens/s)\n", n_new, n_prompts, wall,
+            wall > 0 ? n_new / wall : 0.0, o.no_kv_cache ? "the window recomputed per token"
+            : "key/value cache", n_prompt_ids, t_prefill, t_decode > 0 ? n_new / t_decode : 0.0);
 out:
     if (err.status) fprintf(stderr, "trident: generate: %s\n", err.msg);
     for (int i = 0; i < n_prompts; i++) free(ps[i].text), free(ps[i].expected), free(ids[i]);

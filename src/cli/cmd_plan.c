@@ -61,6 +61,8 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
         json_object_set_new(g, "slots", json_integer(b->n_slots));
         if (plan_cp(c) > 1) json_object_set_new(g, "cp_ring_bytes", json_integer((json_int_t)b->cp_bytes));
+        if (b->kv_cache_bytes)
+            json_object_set_new(g, "kv_cache_bytes", json_integer((json_int_t)b->kv_cache_bytes));
         if (b->zero_stage >= 2) { // ZeRO-2/3's parts (plan.h)
             json_object_set_new(g, "shard_ranks", json_integer(b->shard_ranks));
             json_object_set_new(g, "unit_elems", json_integer((json_int_t)b->unit_elems));
@@ -424,6 +426,7 @@ int cmd_plan(int argc, char **argv) {
                b->n_slots, b->slot_bytes, b->recompute_bytes,
                b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
         if (b->cp_bytes) printf(" (of it the cp ring's travelling buffers and positions %zu)", b->cp_bytes);
+        if (b->kv_cache_bytes) printf(" (of it the samples' key/value cache %zu)", b->kv_cache_bytes);
         printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
         if (c.system.device == DEVICE_CPU && host[i].ckpt_save)

@@ -237,7 +237,7 @@ void config_defaults(struct config *cfg);
 enum status config_load(const char *path, int n_overrides, char **overrides, struct config *out,
                         struct error *err);
 
-// The largest head size (d_model / n_heads) system.device = cuda takes: the
+// The largest head size (config_head_dim) system.device = cuda takes: the
 // CUDA attention kernels' limit (kernels/cuda/cuda_attention.cu).
 #define CONFIG_CUDA_MAX_HEAD_DIM 256
 

@@ -21,7 +21,7 @@
 #include <stdio.h>
 
 #include "base/common.h"
-#include "base/loader_state.h"
+#include "base/state_entry.h"
 #include "index.h"
 #include "shard.h"
 
@@ -95,8 +95,37 @@ enum status dataset_read_mask(struct dataset *ds, int i, uint64_t at, uint64_t n
 // validation): `trident data-check` and tests. Errors: as dataset_shard_get.
 enum status dataset_validate_all(struct dataset *ds, struct error *err);
 
-// LOADER_MAX_DATASETS and struct loader_state (the loader's position, saved
-// into checkpoints): base/loader_state.h.
+// Most datasets one loader blends ([data] paths).
+#define LOADER_MAX_DATASETS 32
+
+// Loader position, saved into checkpoints (its saved form: struct
+// loader_saved, below), counted in samples (sequences), not
+// batches, so that a run may resume with another global_batch_size (it
+// continues at the next unconsumed sample) and, at a step boundary (micro ==
+// 0), on another dp or micro_batch_size.
+//  - One dataset: epoch and sample = the position in that epoch's permutation
+//    of the first sample of the next global batch.
+//  - Blend (n_datasets > 1): epoch = 0 and sample = mixture samples consumed
+//    (whole run); counts[d] = dataset d's samples consumed, so its next
+//    sample is position counts[d] % n_d of its epoch counts[d] / n_d.
+// global_batch_size is the saving run's (for the resume message);
+// seq_len, n_datasets, sequences and weights describe the data the state
+// belongs to: loader_state_load refuses another seed, seq_len or dataset
+// list. format 1: a checkpoint written before samples (sample holds the batch
+// index; seq_len and n_datasets 0: unknown); 2: this layout.
+struct loader_state {
+    uint64_t format;
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t sample;
+    uint64_t micro; // microbatches of the current global batch served here
+    uint64_t seq_len;
+    uint64_t n_datasets;
+    uint64_t global_batch_size; // of the run that saved it (0: unknown, format 1)
+    uint64_t counts[LOADER_MAX_DATASETS];    // blend: samples consumed per dataset
+    uint64_t sequences[LOADER_MAX_DATASETS]; // each dataset's split sequence count
+    double weights[LOADER_MAX_DATASETS];     // normalised blend weights (1 alone)
+};
 
 // One dataset of a loader with its permutation parameters.
 struct loader_source {
@@ -190,6 +219,30 @@ void loader_state_save(const struct loader *ld, struct loader_state *state);
 // weights or a dataset's sequence count differ from this loader's (the
 // message gives the old and new value), or it is out of range.
 enum status loader_state_load(struct loader *ld, const struct loader_state *state, struct error *err);
+
+// The loader's state as a checkpoint's /state holds it (its owner's entries,
+// base/state_entry.h; docs/formats.md "Checkpoints"): "loader_samples"
+// (uint64 (LOADER_SAVED_WORDS,): format, seed, epoch, sample, micro, seq_len,
+// n_datasets, global_batch_size, counts (LOADER_MAX_DATASETS,), sequences
+// (LOADER_MAX_DATASETS,)) and "loader_weights" (double
+// (LOADER_MAX_DATASETS,)); read from files written before the state counted
+// samples (format 1), "loader" (uint64 (4,): seed, epoch, batch index, micro).
+#define LOADER_SAVED_WORDS (8 + 2 * LOADER_MAX_DATASETS)
+struct loader_saved {
+    uint64_t samples[LOADER_SAVED_WORDS];
+    double weights[LOADER_MAX_DATASETS];
+    uint64_t batch[4];
+    bool has_samples, has_weights, has_batch; // what a load found
+};
+// The entries over s, into out (room for cap); returns how many.
+int loader_state_entries(struct loader_saved *s, struct state_entry *out, int cap);
+// state in its saved form (a save).
+void loader_saved_pack(const struct loader_state *state, struct loader_saved *s);
+// What a load found, as a state for loader_state_load. Errors:
+// STATUS_BAD_INPUT (the caller adds the file) when it holds neither form, or
+// loader_samples without loader_weights, or a format above 2 or more than
+// LOADER_MAX_DATASETS datasets.
+enum status loader_saved_unpack(const struct loader_saved *s, struct loader_state *state, struct error *err);
 
 // The datasets of a blend, `[data] paths` (blend.c).
 #define BLEND_PATH_MAX 512

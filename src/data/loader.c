@@ -231,6 +231,46 @@ enum status loader_state_load(struct loader *ld, const struct loader_state *stat
     return STATUS_OK;
 }
 
+int loader_state_entries(struct loader_saved *s, struct state_entry *out, int cap) {
+    const struct state_entry mine[] = {
+        {"loader_samples", STATE_U64, LOADER_SAVED_WORDS, s->samples, .found = &s->has_samples},
+        {"loader_weights", STATE_F64, LOADER_MAX_DATASETS, s->weights, .found = &s->has_weights},
+        {"loader", STATE_U64, 4, s->batch, .read_only = true, .found = &s->has_batch}, // format 1
+    };
+    return state_entries_put(out, cap, mine, sizeof mine / sizeof mine[0]);
+}
+
+void loader_saved_pack(const struct loader_state *st, struct loader_saved *s) {
+    uint64_t head[8] = {st->format, st->seed,    st->epoch,      st->sample,
+                        st->micro,  st->seq_len, st->n_datasets, st->global_batch_size};
+    memset(s, 0, sizeof *s);
+    memcpy(s->samples, head, sizeof head);
+    memcpy(s->samples + 8, st->counts, sizeof st->counts);
+    memcpy(s->samples + 8 + LOADER_MAX_DATASETS, st->sequences, sizeof st->sequences);
+    memcpy(s->weights, st->weights, sizeof s->weights);
+}
+
+enum status loader_saved_unpack(const struct loader_saved *s, struct loader_state *st, struct error *err) {
+    if (!s->has_samples) { // format 1: (seed, epoch, batch, micro)
+        if (!s->has_batch) return error_set(err, STATUS_BAD_INPUT, "/state has no loader_samples (nor an older loader)");
+        *st = (struct loader_state){.format = 1, .seed = s->batch[0], .epoch = s->batch[1], .sample = s->batch[2],
+                                    .micro = s->batch[3]};
+        return STATUS_OK;
+    }
+    if (!s->has_weights) return error_set(err, STATUS_BAD_INPUT, "/state has loader_samples but no loader_weights");
+    const uint64_t *w = s->samples;
+    *st = (struct loader_state){.format = w[0], .seed = w[1], .epoch = w[2], .sample = w[3], .micro = w[4],
+                                .seq_len = w[5], .n_datasets = w[6], .global_batch_size = w[7]};
+    memcpy(st->counts, w + 8, sizeof st->counts);
+    memcpy(st->sequences, w + 8 + LOADER_MAX_DATASETS, sizeof st->sequences);
+    memcpy(st->weights, s->weights, sizeof st->weights);
+    if (st->format > 2 || st->n_datasets > LOADER_MAX_DATASETS)
+        return error_set(err, STATUS_BAD_INPUT, "/state loader_samples has format %" PRIu64 " with %" PRIu64
+                         " datasets; this trident reads formats up to 2 with at most %d", st->format,
+                         st->n_datasets, LOADER_MAX_DATASETS);
+    return STATUS_OK;
+}
+
 // Reads sequence seq of the split of ds: tokens [seq*T, seq*T + T + 1) into
 // out (T + 1,), from one shard or across the boundary of two.
 static enum status read_sequence(struct loader *ld, struct dataset *ds, uint64_t seq, int32_t *out,

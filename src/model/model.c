@@ -681,8 +681,76 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     return STATUS_OK;
 }
 
+// ---- generation's key/value cache ------------------------------------------------
+
+// Carves the cache of rows x len positions for m's local layers (base NULL:
+// counts only, c->bytes the size).
+static void kv_layout(struct model *m, struct kv_cache *kv, struct carver *c, int rows, int len) {
+    size_t n = (size_t)rows * len * m->Hkvl * m->D;
+    for (int l = 0; l < m->n_local_layers; l++) {
+        kv->k[l] = carve(c, m->dtype, n);
+        kv->v[l] = carve(c, m->dtype, n);
+    }
+    kv->pos = carve(c, DTYPE_I32, (size_t)rows);
+    kv->rope_off = carve(c, DTYPE_I32, (size_t)rows * len);
+    kv->row32 = carve(c, DTYPE_FP32, m->last ? (size_t)m->Vl : 0);
+    bool whole = m->shard.n_chunks == 1 && m->first && m->last;
+    size_t msg = whole ? 0 : (size_t)rows * MAX(1, MIN(len, m->Ns / rows)) * m->C;
+    kv->msg[0] = carve(c, m->dtype, msg);
+    kv->msg[1] = carve(c, m->dtype, msg);
+}
+
+enum status model_kv_cache_bytes(const struct llama_config *cfg, const struct model_shard *shard,
+                                 enum dtype dtype, int B, int T, int rows, int len, size_t *bytes,
+                                 struct error *err) {
+    struct model m = {0};
+    enum status st = model_setup(&m, cfg, shard, dtype, B, T, err);
+    if (st) return st;
+    struct tensor k[m.n_local_layers], v[m.n_local_layers];
+    struct kv_cache kv = {.k = k, .v = v};
+    struct carver c = {0};
+    kv_layout(&m, &kv, &c, rows, len);
+    *bytes = c.bytes;
+    return STATUS_OK;
+}
+
+static void kv_free(struct model *m) {
+    if (m->kv.base && m->be) backend_dealloc(m->be, m->kv.base);
+    free(m->kv.k), free(m->kv.v), free(m->kv.host_off);
+    free(m->kv.host_msg[0]), free(m->kv.host_msg[1]);
+    m->kv = (struct kv_cache){0};
+}
+
+enum status model_kv_cache_init(struct model *m, int rows, int len, struct error *err) {
+    if (rows < 1 || rows > LLAMA_MAX_MICRO_BATCH || len < 1 || len > m->cfg.max_seq_len)
+        return error_set(err, STATUS_BAD_INPUT, "model: a key/value cache of %d rows of %d "
+                         "positions (rows 1 to %d, positions 1 to max_seq_len %d)", rows, len,
+                         LLAMA_MAX_MICRO_BATCH, m->cfg.max_seq_len);
+    if (m->kv.rows == rows && m->kv.len == len) return STATUS_OK;
+    kv_free(m);
+    struct kv_cache kv = {.rows = rows, .len = len};
+    kv.k = xcalloc((size_t)MAX(1, m->n_local_layers), sizeof *kv.k);
+    kv.v = xcalloc((size_t)MAX(1, m->n_local_layers), sizeof *kv.v);
+    struct carver count = {0};
+    kv_layout(m, &kv, &count, rows, len);
+    void *base = backend_alloc(m->be, count.bytes);
+    if (!base) {
+        free(kv.k), free(kv.v);
+        return error_set(err, STATUS_RUNTIME, "model: out of %s memory for a key/value cache of "
+                         "%zu B (%d rows of %d positions)", m->be->ops->name, count.bytes, rows, len);
+    }
+    struct carver c = {base, 0};
+    kv_layout(m, &kv, &c, rows, len);
+    backend_memset0(m->be, tensor_view(base, DTYPE_I32, count.bytes / 4));
+    kv.host_off = xcalloc((size_t)rows * len, sizeof *kv.host_off);
+    kv.base = base;
+    m->kv = kv;
+    return STATUS_OK;
+}
+
 void model_free(struct model *m) {
     if (!m) return;
+    kv_free(m);
     if (m->be) {
         backend_dealloc(m->be, m->param_arena.data);
         backend_dealloc(m->be, m->grad_arena.data);

@@ -212,7 +212,9 @@ double model_flops_per_token(const struct llama_config *cfg, int T);
 
 // Computes the parameter table and pool sizes without allocating.
 // Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,
-// head size odd, layer range outside [0, L)).
+// head size odd, layer range outside [0, L)), head_dim outside [0,
+// LLAMA_MAX_HEAD_DIM], or rope_scaling's numbers out of their ranges (struct
+// rope_scaling).
 enum status model_plan(const struct llama_config *cfg, const struct model_shard *shard,
                        enum dtype dtype, int B, int T, struct model_memory *out,
                        struct error *err);
@@ -222,8 +224,9 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 // 1, T is the whole sequence and the rank holds B x T / cp of them:
 // ring_attention.h) and initialises the weights (normal(0,
 // init_std), output projections o_proj/down_proj scaled by 1/sqrt(2L), norm
-// gains 1) from seed. The init of every element depends only on (seed, name,
-// global index), so any layout initialises the same global model.
+// gains 1, qkv_bias's biases 0) from seed. The init of every element
+// depends only on (seed, name, global index), so any layout initialises the
+// same global model.
 // dtype: DTYPE_FP32, DTYPE_BF16 or DTYPE_FP16 (weights and activations in
 // that dtype; gradients, saved statistics and the RoPE tables FP32; TP sums
 // of activations in FP32), or DTYPE_FP64 (tests). Errors: as model_plan, and
@@ -395,7 +398,7 @@ void model_set_unit_hook(struct model *m, void (*fn)(void *ctx, int unit, enum m
 // Collective over the TP group.
 void model_finish_unit_grads(struct model *m, int u);
 // Initialises unit u's parameters (where they are bound) as model_init
-// does: normal(0, init_std) from (seed, name, global index), norm gains 1.
+// does: normal(0, init_std) from (seed, name, global index), norm gains 1, biases 0.
 // For a model without a parameter arena (model_shard.no_param_arena),
 // whose model_init leaves them to the caller, unit by unit.
 void model_init_unit_weights(struct model *m, int u, uint64_t seed);
@@ -407,6 +410,68 @@ void model_microbatch_shape(const struct model *m, int *B, int *T, int *V);
 // forward (before its backward, as model_get_logits), as double; the vocab shards are all-gathered over the TP group, so
 // with tp > 1 every rank of the group must call it. Last stage.
 void model_get_logits_at(struct model *m, int b, int t, double *out);
+
+// ---- generation with a key/value cache (model_pass.c; docs/design.md §4) ---------
+//
+// Autoregressive decoding without recomputing the window (Hugging Face's
+// past_key_values; Pope et al. 2022 §2): a prompt is fed once (prefill), then
+// one position per new token, each step's keys and values appended to a cache
+// that later steps' queries read (backend_attention_decode). A step is the
+// model's forward on the shape (rows, Tq): row b's Tq new tokens sit at
+// positions pos[b] .. pos[b] + Tq - 1 (RoPE at those positions, causal
+// attention over the cache's positions 0 .. pos[b] + t), so rows of different
+// lengths advance together; entries past a row's position are never read
+// (padding a short prompt's prefill is harmless: later steps overwrite it).
+// The step reuses the training forward (qkv_forward, the blocks, the head's
+// GEMM) on the activations of slot 0, whose rows bound rows x Tq: it
+// overwrites the model's activations (call between training steps). Every
+// rank of a TP group calls it with the same arguments (the TP all-reduces of
+// the training forward; sequence parallelism is off for a step, every rank
+// computing all rows); under context parallelism each rank decodes the whole
+// sequence alone (the weights are whole on every cp rank); pipeline stages
+// pass model_decode_message_numel elements from stage to stage as in
+// training. The cached logits equal the full window's forward within
+// rounding (tests/unit/test_kv_decode.c).
+
+// Bytes of model_kv_cache_init(rows, len) for this shard and microbatch (B,
+// T): keys and values (rows, len, Hkvl, D) of every local layer in dtype,
+// each row's positions, one FP32 logits row and, for a pipeline stage, two
+// stage messages (256-byte aligned pieces). Errors as model_plan.
+enum status model_kv_cache_bytes(const struct llama_config *cfg, const struct model_shard *shard,
+                                 enum dtype dtype, int B, int T, int rows, int len, size_t *bytes,
+                                 struct error *err);
+// Allocates m's cache for `rows` sequences of up to `len` positions (1 <= len
+// <= max_seq_len; the same size again keeps the cache), zeroed. Errors:
+// STATUS_BAD_INPUT for a bad size, STATUS_RUNTIME when the backend is out of
+// memory. model_free frees it.
+enum status model_kv_cache_init(struct model *m, int rows, int len, struct error *err);
+// The cache's rows and positions (0 without one).
+int model_kv_cache_rows(const struct model *m);
+int model_kv_cache_len(const struct model *m);
+// The most new tokens per row of one step: min(len, activation rows of the
+// microbatch / rows); 0 without a cache.
+int model_decode_max_tokens(const struct model *m);
+// Elements (model dtype) of a step's stage message: rows x Tq x C.
+size_t model_decode_message_numel(const struct model *m, int Tq);
+// One step of model chunk `chunk`: pos (rows,) host I32 the first new
+// position of each row, pos[b] + Tq <= len; tokens (rows, Tq) host ids (first
+// virtual stage), else `in` the previous stage's message; not the last
+// virtual stage: `out` receives this one's message (host or backend memory as
+// model_set_stage_messages_on_device says). Aborts (CHECK) on a shape or
+// position outside the cache.
+void model_decode_chunk(struct model *m, int chunk, const int32_t *pos, int Tq,
+                        const int32_t *tokens, const void *in, void *out);
+// One step of the whole model on this rank's chunks: model_decode_chunk of
+// each, in virtual-stage order, under pipeline parallelism receiving each
+// chunk's input from the previous stage and sending its output to the next
+// (blocking, over the groups' pp group: the stage messages' memory as
+// model_set_stage_messages_on_device says). Every rank of the pp and TP
+// groups calls it with the same arguments; tokens (rows, Tq) host ids.
+void model_decode(struct model *m, const int32_t *pos, int Tq, const int32_t *tokens);
+// Logits (V,) of row b's t-th new token of the last step (t < Tq), as double,
+// gathered over the TP group and, under pipeline parallelism, broadcast from
+// the last stage over the pp group: every rank of both calls and gets them.
+void model_decode_logits_at(struct model *m, int b, int t, double *out);
 
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,
 // sampling). Last stage only. Under recompute selective or full the backward

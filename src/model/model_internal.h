@@ -63,6 +63,22 @@ struct slot {
                                    // t - (global position - document start); else empty
 };
 
+// Generation's key/value cache (model_kv_cache_init, model_decode_chunk):
+// one allocation, rows 0 while there is none.
+struct kv_cache {
+    int rows, len;             // sequences, positions of each
+    struct tensor *k, *v;      // (n_local_layers) each (rows, len, Hkvl, D), model dtype
+    struct tensor pos;         // (rows,) I32: each row's first new position of the step
+    struct tensor rope_off;    // (rows * len,) I32: RoPE's doc_start argument, -position
+    struct tensor row32;       // (Vl,) FP32: one logits row widened (model_decode_logits_at)
+    int32_t *host_off;         // (rows * len,) rope_off staged on the host
+    int Tq;                    // new tokens per row of the last step (0: none yet)
+    struct tensor msg[2];      // a pipeline stage's messages in and out (rows x
+                               // model_decode_max_tokens x C; empty for a whole model)
+    void *host_msg[2];         // the same in host memory when the messages are
+    void *base;                // the backend allocation
+};
+
 struct model {
     struct llama_config cfg;
     struct model_shard shard;
@@ -122,6 +138,9 @@ struct model {
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
+    struct kv_cache kv;            // generation's cache (kv.rows 0: none)
+    bool decoding;                 // inside model_decode_chunk: the pass is a decode step
+                                   // (shape (kv.rows, kv.Tq), attention against kv)
     struct parallel_groups groups; // model_set_groups; groups.tp NULL: tp = 1
     bool messages_on_device;       // stage messages (in, out, dout, din) are backend memory
     int kv_head0, kv_replicas;

@@ -123,6 +123,7 @@ static struct tensor docs_of(const struct model *m, const struct slot *S) {
 // offsets that rotate each local token by its global position in its
 // document (ring_attention.h, cp_slot_positions), else docs_of.
 static struct tensor rope_docs_of(const struct model *m, const struct slot *S) {
+    if (m->decoding) return tensor_slice(m->kv.rope_off, 0, (size_t)m->N); // -position per row
     return m->cp > 1 ? S->rope_pos : docs_of(m, S);
 }
 
@@ -288,7 +289,9 @@ static void gate_up_forward(struct model *m, struct block_acts *a, struct block 
                             struct tensor n2) {
     struct tensor wgu = joined(w->wgate, w->wup), gu = joined(a->gate, a->up);
     int Fl = m->Fl, C = m->C, N = m->N;
-    if (wgu.numel && gu.numel) {
+    // A decode step's N rows are fewer than the slot's: gate^T (Fl, N) no
+    // longer ends where up^T starts, so the two GEMMs.
+    if (wgu.numel && gu.numel && !m->decoding) {
         backend_matmul(m->be, gu, wgu, n2, 2 * Fl, N, C, false, true, 1.0f, 0.0f);
         return;
     }
@@ -329,7 +332,10 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     float eps = m->cfg.norm_eps;
     if (!ln1_done) backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
     qkv_forward(m, S, a, w, gathered(m, a->ln1));
-    if (m->cp > 1) { // the ring over the CP group (ring_attention.h)
+    if (m->decoding) { // generation: the new rows' k, v into the cache, q against it
+        backend_attention_decode(be, a->att, a->q, a->k, a->v, m->kv.k[blk], m->kv.v[blk],
+                                 m->kv.pos, m->B, m->T, m->kv.len, m->Hl, m->Hkvl, m->D);
+    } else if (m->cp > 1) { // the ring over the CP group (ring_attention.h)
         ring_attention_forward(m, S, a);
     } else {
         struct tensor ds = docs_of(m, S);
@@ -362,6 +368,7 @@ static void head_forward(struct model *m, struct slot *S, struct tensor x, bool 
     if (!norm_done)
         backend_rmsnorm_forward(be, S->lnf, S->rstdf, x, m->norm_w, m->Ns, C, m->cfg.norm_eps);
     linear(m, S->logits, gathered(m, S->lnf), m->head, m->Vl, C);
+    if (m->decoding) return; // generation reads the logits, no loss
     backend_ce_row_max(be, S->rowmax, S->logits, N, m->Vl, m->Vvalid);
     model_tp_all_reduce(m, S->rowmax, COMM_MAX);
     backend_ce_partials(be, S->partials, S->logits, S->rowmax, S->targets, N, m->Vl, m->Vvalid,
@@ -462,10 +469,12 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
         message_out(m, out, S->x[nl]);
         return;
     }
-    backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
+    if (!m->decoding)
+        backend_to_device(be, S->targets.data, targets, (size_t)m->N * sizeof(int32_t));
     model_unit_event(m, m->head_unit, MODEL_UNIT_FORWARD);
     head_forward(m, S, S->x[nl], fuse && nl > 0);
     model_unit_event(m, m->head_unit, MODEL_UNIT_FORWARD_DONE);
+    if (m->decoding) return;
     if (loss_sum) {
         loss_sum_of(m, S, targets, loss_sum, n_targets);
         return;
@@ -514,17 +523,31 @@ size_t model_stage_message_numel(const struct model *m) { return (size_t)m->Ns *
 
 int model_slots_used(const struct model *m) { return m->slots_used; }
 
-void model_get_logits_at(struct model *m, int b, int t, double *out) {
-    CHECK(m->last && b >= 0 && b < m->B && t >= 0 && t < m->T, "logits of (%d, %d)", b, t);
+// out (V,) = the logits of row `row` of slot 0's (rows, Vl), gathered over
+// the TP group; BF16/FP16 widened through stage (Vl,) FP32 when it is given.
+static void logits_row(struct model *m, size_t row, struct tensor stage, double *out) {
     int tp = m->shard.tp_size;
-    size_t row = (size_t)(b * m->T + t) * m->Vl;
     double *all = xmalloc((size_t)tp * m->Vl * sizeof *all);
     double *mine = all + (size_t)m->shard.tp_rank * m->Vl;
-    model_to_host_f64(m, tensor_slice(m->slots[0].logits, row, m->Vl), mine);
+    struct tensor src = tensor_slice(m->slots[0].logits, row * m->Vl, m->Vl);
+    if (stage.numel && (src.dtype == DTYPE_BF16 || src.dtype == DTYPE_FP16)) {
+        float *f = xmalloc((size_t)m->Vl * sizeof *f);
+        backend_copy(m->be, stage, src, m->Vl);
+        backend_to_host(m->be, f, stage.data, (size_t)m->Vl * sizeof *f);
+        for (int j = 0; j < m->Vl; j++) mine[j] = f[j];
+        free(f);
+    } else {
+        model_to_host_f64(m, src, mine);
+    }
     if (tp > 1) comm_all_gather(parallel_host_group(m->groups.tp, m->groups.host_tp), mine, all, m->Vl, DTYPE_FP64);
     for (int j = 0; j < m->cfg.vocab_size; j++) // shard r holds [r*Vl, (r+1)*Vl), padding last
         out[j] = all[j];
     free(all);
+}
+
+void model_get_logits_at(struct model *m, int b, int t, double *out) {
+    CHECK(m->last && b >= 0 && b < m->B && t >= 0 && t < m->T, "logits of (%d, %d)", b, t);
+    logits_row(m, (size_t)b * m->T + t, tensor_view(NULL, DTYPE_FP32, 0), out);
 }
 
 void model_get_logits(struct model *m, double *out) {
@@ -652,4 +675,105 @@ void model_backward(struct model *m, double loss_scale) {
     CHECK(m->shard.n_chunks == 1 && m->first && m->last,
           "model_backward runs a whole model; a pipeline stage uses model_backward_chunk");
     model_backward_chunk(m, 0, 0, loss_scale, NULL, NULL);
+}
+
+// ---- generation with a key/value cache -------------------------------------------
+
+int model_kv_cache_rows(const struct model *m) { return m->kv.rows; }
+int model_kv_cache_len(const struct model *m) { return m->kv.len; }
+
+int model_decode_max_tokens(const struct model *m) {
+    return m->kv.rows ? MIN(m->kv.len, m->Ns / m->kv.rows) : 0;
+}
+
+size_t model_decode_message_numel(const struct model *m, int Tq) {
+    return (size_t)m->kv.rows * Tq * m->C;
+}
+
+// The pass inside an NVTX range "decode": forward_chunk on the shape (rows,
+// Tq) of the cache's rows, with this rank's whole sequence (no sequence or
+// context sharding: every rank of a TP or CP group computes all rows, TP
+// partial sums all-reduced), no document masks, and block_forward's
+// attention against the cache (m->decoding). The training shape, and the
+// buffers sequence parallelism splits, are put back after.
+void model_decode_chunk(struct model *m, int chunk, const int32_t *pos, int Tq,
+                        const int32_t *tokens, const void *in, void *out) {
+    struct kv_cache *kv = &m->kv;
+    CHECK(kv->rows > 0, "model_decode_chunk: no key/value cache (model_kv_cache_init)");
+    CHECK(Tq >= 1 && Tq <= model_decode_max_tokens(m),
+          "model_decode_chunk: %d new tokens per row; at most %d (rows %d, activation rows %d)",
+          Tq, model_decode_max_tokens(m), kv->rows, m->Ns);
+    for (int b = 0; b < kv->rows; b++) {
+        CHECK(pos[b] >= 0 && pos[b] + Tq <= kv->len,
+              "model_decode_chunk: row %d: positions [%d, %d) outside the cache's %d", b, pos[b],
+              pos[b] + Tq, kv->len);
+        for (int t = 0; t < Tq; t++) kv->host_off[b * Tq + t] = -pos[b];
+    }
+    backend_to_device(m->be, kv->pos.data, pos, (size_t)kv->rows * sizeof *pos);
+    backend_to_device(m->be, kv->rope_off.data, kv->host_off,
+                      (size_t)kv->rows * Tq * sizeof *kv->host_off);
+    int B = m->B, T = m->T, N = m->N, Ns = m->Ns, cp = m->cp;
+    bool sp = m->sp;
+    int32_t eot = m->doc_eot;
+    struct tensor tmp_s = m->tmp_s, red_s = m->red_s;
+    m->B = kv->rows, m->T = Tq, m->N = m->Ns = kv->rows * Tq, m->cp = 1, m->sp = false;
+    m->doc_eot = -1, m->tmp_s = m->tmp, m->red_s = m->red;
+    m->decoding = true;
+    kv->Tq = Tq;
+    NVTX_PUSH("decode");
+    forward_chunk(m, chunk, 0, tokens, in, NULL, out, NULL, NULL);
+    NVTX_POP();
+    m->decoding = false;
+    m->B = B, m->T = T, m->N = N, m->Ns = Ns, m->cp = cp, m->sp = sp;
+    m->doc_eot = eot, m->tmp_s = tmp_s, m->red_s = red_s;
+}
+
+// The group the stage messages travel on and the buffers they use: the pp
+// group over backend memory when the messages live there, else over host
+// memory (host copies made on first use).
+static struct comm_group *decode_pp(struct model *m, void **msg) {
+    struct kv_cache *kv = &m->kv;
+    if (m->messages_on_device) {
+        msg[0] = kv->msg[0].data, msg[1] = kv->msg[1].data;
+        return m->groups.pp;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!kv->host_msg[i]) kv->host_msg[i] = xmalloc(kv->msg[i].numel * dtype_size(m->dtype));
+        msg[i] = kv->host_msg[i];
+    }
+    return parallel_host_group(m->groups.pp, m->groups.host_pp);
+}
+
+// A step runs between training steps, when no pipeline message is in flight.
+enum { DECODE_TAG = 32000 }; // below the least MPI_TAG_UB (32767)
+
+void model_decode(struct model *m, const int32_t *pos, int Tq, const int32_t *tokens) {
+    if (m->shard.n_chunks == 1 && m->first && m->last) {
+        model_decode_chunk(m, 0, pos, Tq, tokens, NULL, NULL);
+        return;
+    }
+    void *msg[2];
+    struct comm_group *pp = decode_pp(m, msg);
+    CHECK(pp && pp->size > 1, "model_decode: a pipeline stage without a pp group (model_set_groups)");
+    int p = pp->size, s = pp->rank;
+    size_t n = model_decode_message_numel(m, Tq);
+    for (int c = 0; c < m->shard.n_chunks; c++) {
+        bool first = model_chunk_first(m, c), last = model_chunk_last(m, c);
+        if (!first) comm_recv(pp, msg[0], n, m->dtype, (s + p - 1) % p, DECODE_TAG);
+        model_decode_chunk(m, c, pos, Tq, tokens, first ? NULL : msg[0], last ? NULL : msg[1]);
+        if (last) continue;
+        if (m->messages_on_device) comm_order_after_compute(pp, m->be);
+        comm_send(pp, msg[1], n, m->dtype, (s + 1) % p, DECODE_TAG);
+    }
+}
+
+void model_decode_logits_at(struct model *m, int b, int t, double *out) {
+    CHECK(b >= 0 && b < m->kv.rows && t >= 0 && t < m->kv.Tq,
+          "decode logits of (%d, %d): the last step had %d rows of %d tokens", b, t, m->kv.rows,
+          m->kv.Tq);
+    if (m->last) logits_row(m, (size_t)b * m->kv.Tq + t, m->kv.row32, out);
+    if (m->shard.n_chunks == 1 && m->first && m->last) return;
+    struct comm_group *pp = parallel_host_group(m->groups.pp, m->groups.host_pp);
+    CHECK(pp && pp->size > 1, "model_decode_logits_at: a pipeline stage without a pp group");
+    comm_broadcast(pp, out, (size_t)m->cfg.vocab_size, DTYPE_FP64, pp->size - 1);
 }

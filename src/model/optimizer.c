@@ -2,6 +2,7 @@
 // sharded over data-parallel ranks (see optimizer.h).
 #include "optimizer.h"
 
+#include <limits.h>
 #include <math.h>
 
 struct optimizer {
@@ -234,6 +235,62 @@ void optimizer_moments(struct optimizer *o, struct tensor *m, struct tensor *v) 
 }
 
 void optimizer_set_steps_done(struct optimizer *o, int steps) { o->step = steps; }
+
+void optimizer_saved_of(const struct optimizer *opt, const struct optimizer_config *cfg, struct optimizer_saved *s) {
+    *s = (struct optimizer_saved){
+        .opt_steps = optimizer_steps_done(opt), .has_schedule = true, .steps = cfg->steps,
+        .warmup_steps = cfg->warmup_steps, .schedule = cfg->schedule, .rebase_step = cfg->rebase_step,
+        .lr = cfg->lr, .min_lr = cfg->min_lr, .rebase_lr = cfg->rebase_lr,
+    };
+}
+
+int optimizer_state_entries(struct optimizer_saved *s, struct state_entry *out, int cap) {
+    const struct state_entry mine[] = {
+        {"opt_steps", STATE_I64, 1, &s->opt_steps, .required = true},
+        {"train_steps", STATE_I64, 1, &s->steps, .found = &s->found[0]},
+        {"lr", STATE_F64, 1, &s->lr, .found = &s->found[1]},
+        {"min_lr", STATE_F64, 1, &s->min_lr, .found = &s->found[2]},
+        {"warmup_steps", STATE_I64, 1, &s->warmup_steps, .found = &s->found[3]},
+        {"lr_schedule", STATE_I64, 1, &s->schedule, .found = &s->found[4]},
+        {"lr_rebase_step", STATE_I64, 1, &s->rebase_step, .found = &s->found[5]},
+        {"lr_rebase_lr", STATE_F64, 1, &s->rebase_lr, .found = &s->found[6]},
+    };
+    return state_entries_put(out, cap, mine, sizeof mine / sizeof mine[0]);
+}
+
+enum status optimizer_saved_check(struct optimizer_saved *s, struct error *err) {
+    static const char *const names[7] = {"train_steps", "lr", "min_lr", "warmup_steps", "lr_schedule",
+                                         "lr_rebase_step", "lr_rebase_lr"};
+    s->has_schedule = s->found[0];
+    for (int i = 1; i < 7; i++)
+        if (s->found[i] != s->has_schedule)
+            return error_set(err, STATUS_BAD_INPUT, "/state has %s but %s %s: the LR schedule is stored whole or "
+                             "not at all", s->found[i] ? names[i] : "train_steps",
+                             s->found[i] ? "not" : "no", s->found[i] ? "train_steps" : names[i]);
+    enum status st;
+    if ((st = state_entry_range("opt_steps", s->opt_steps, 0, INT_MAX - 1, err)) || // an int, incremented once more
+        (st = state_entry_range("train_steps", s->steps, s->has_schedule ? 1 : 0, INT_MAX, err)) ||
+        (st = state_entry_range("warmup_steps", s->warmup_steps, 0, INT_MAX, err)) ||
+        // lr_schedule's values are the schedule's (trainer_resume_compare checks them)
+        (st = state_entry_range("lr_schedule", s->schedule, 0, INT_MAX, err)) ||
+        (st = state_entry_range("lr_rebase_step", s->rebase_step, 0, INT_MAX, err)))
+        return st;
+    if (!isfinite(s->lr) || !isfinite(s->min_lr) || !isfinite(s->rebase_lr))
+        return error_set(err, STATUS_BAD_INPUT, "/state lr %g, min_lr %g, lr_rebase_lr %g: expected finite values",
+                         s->lr, s->min_lr, s->rebase_lr);
+    return STATUS_OK;
+}
+
+struct optimizer_config optimizer_saved_schedule(const struct optimizer_saved *s, const struct optimizer_config *cfg) {
+    struct optimizer_config c = *cfg;
+    c.lr = s->lr, c.min_lr = s->min_lr, c.warmup_steps = (int)s->warmup_steps, c.steps = (int)s->steps;
+    c.schedule = (enum lr_schedule)s->schedule, c.rebase_step = (int)s->rebase_step, c.rebase_lr = s->rebase_lr;
+    return c;
+}
+
+void optimizer_saved_restore(struct optimizer *opt, const struct optimizer_saved *s) {
+    optimizer_set_steps_done(opt, (int)s->opt_steps);
+}
 
 // The part [lo, hi) of parameter p inside this rank's range k; false if none.
 static bool overlap(const struct optimizer *o, int k, const struct param_info *p, size_t *lo,

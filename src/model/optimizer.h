@@ -12,6 +12,7 @@
 #define TRIDENT_OPTIMIZER_H
 
 #include "base/common.h"
+#include "base/state_entry.h"
 #include "kernels/ops.h"
 #include "model.h"
 #include "parallel/comm.h"
@@ -143,6 +144,38 @@ int optimizer_state_names(const char *const **names);
 // checkpoints; and setting the step counter on resume.
 void optimizer_moments(struct optimizer *opt, struct tensor *m, struct tensor *v);
 void optimizer_set_steps_done(struct optimizer *opt, int steps);
+// The optimizer's scalars as a checkpoint's /state holds them (its entries,
+// base/state_entry.h; docs/formats.md "Checkpoints"): "opt_steps" (the
+// bias-correction counter) and the LR schedule the run saved with,
+// "train_steps", "lr", "min_lr", "warmup_steps", "lr_schedule" (enum
+// lr_schedule), "lr_rebase_step", "lr_rebase_lr" (struct optimizer_config's
+// steps, lr, min_lr, warmup_steps, schedule, rebase_step, rebase_lr), all or
+// none: files written before the schedule was stored hold none
+// (has_schedule false, the rest 0). The trainer compares the schedule with
+// its config (trainer_resume_compare) and continues it (rebase).
+struct optimizer_saved {
+    int64_t opt_steps;
+    bool has_schedule;
+    int64_t steps, warmup_steps, schedule, rebase_step;
+    double lr, min_lr, rebase_lr;
+    bool found[7]; // of the schedule's entries, by a load
+};
+// What a save of opt, running schedule cfg, holds.
+void optimizer_saved_of(const struct optimizer *opt, const struct optimizer_config *cfg, struct optimizer_saved *s);
+// The entries over s, into out (room for cap); returns how many.
+int optimizer_state_entries(struct optimizer_saved *s, struct state_entry *out, int cap);
+// Judges what a load found (sets has_schedule): every counter in range
+// (opt_steps 0..INT_MAX - 1, the schedule's step counts 0..INT_MAX,
+// train_steps >= 1), lr, min_lr and rebase_lr finite, the schedule all or
+// none. Not the schedule's meaning: trainer_resume_compare refuses an
+// unknown lr_schedule. Errors: STATUS_BAD_INPUT naming the entry (the caller
+// adds the file).
+enum status optimizer_saved_check(struct optimizer_saved *s, struct error *err);
+// The checkpoint's schedule over cfg's other fields (for the lr it reached).
+struct optimizer_config optimizer_saved_schedule(const struct optimizer_saved *s, const struct optimizer_config *cfg);
+// A resume: the step counter as saved.
+void optimizer_saved_restore(struct optimizer *opt, const struct optimizer_saved *s);
+
 // The FP32 master weights (end - begin,) of this rank's range for a BF16/FP16
 // model (ZeRO-1 shards them with the moments: each DP rank updates its range
 // of the master weights and writes them rounded into the model's parameter

@@ -41,12 +41,18 @@ enum status generator_open(const char *path, struct generator *g, struct error *
 }
 
 enum status generator_load(struct generator *g, int window, int threads, struct error *err) {
-    if (window < 1 || window > g->lc.max_seq_len)
-        return error_set(err, STATUS_BAD_INPUT, "%s: a window of %d tokens; the model's "
-                         "max_seq_len is %d", g->path, window, g->lc.max_seq_len);
+    return generator_load_cached(g, 1, window, 0, threads, err);
+}
+
+enum status generator_load_cached(struct generator *g, int rows, int window, int cache_len,
+                                  int threads, struct error *err) {
+    if (window < 1 || window > g->lc.max_seq_len || cache_len < 0 || cache_len > g->lc.max_seq_len)
+        return error_set(err, STATUS_BAD_INPUT, "%s: a window of %d tokens (a cache of %d); the "
+                         "model's max_seq_len is %d", g->path, window, cache_len, g->lc.max_seq_len);
     g->be = backend_cpu_init(threads);
     struct model_shard shard = model_shard_full(&g->lc);
-    if (model_init(&g->m, g->be, &g->lc, &shard, DTYPE_FP32, 1, window, 0, err)) return err->status;
+    if (model_init(&g->m, g->be, &g->lc, &shard, DTYPE_FP32, rows, window, 0, err)) return err->status;
+    if (cache_len && model_kv_cache_init(g->m, rows, cache_len, err)) return err->status;
     g->window = window;
     struct hf_model *h = NULL;
     struct ckpt_reader *r = NULL;

@@ -3,7 +3,8 @@
 // weights of a trident checkpoint (any layout it was saved in) or of a
 // Hugging Face LlamaForCausalLM folder, loaded whole into one process
 // ((tp, pp, dp) = (1, 1, 1), FP32, the CPU backend, no MPI), whose prompts
-// sample_continue (src/model/sample.h) continues.
+// sample_generate (src/model/sample.h, with a key/value cache) or
+// sample_continue (the window recomputed per token) continues.
 #ifndef TRIDENT_GENERATE_H
 #define TRIDENT_GENERATE_H
 
@@ -14,15 +15,19 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 
+enum { GENERATOR_MAX_STOP = 16 };
+
 struct generator {
     struct llama_config lc;      // the weights' model (max_seq_len: the longest window)
     bool hf;                     // path is a Hugging Face folder (it holds config.json)
     char path[CKPT_PATH_MAX];    // as given
     char tokenizer_id[128];      // a trident checkpoint's tokenizer identity ("" unknown)
     char tokenizer_json[CKPT_PATH_MAX + 32]; // an HF folder's tokenizer.json when present, else ""
+    int32_t stop_ids[GENERATOR_MAX_STOP]; // the model's own stop ids (eos_token_id's list)
+    int n_stop;                  // 0: none known (the tokenizer's end-of-text only)
     int window;                  // T of the loaded model (0 before generator_load)
     struct backend *be;
-    struct model *m;             // microbatch (1, window)
+    struct model *m;             // microbatch (rows, window)
 };
 
 // Reads the model config of path: a Hugging Face folder (config.json,
@@ -38,6 +43,12 @@ enum status generator_open(const char *path, struct generator *g, struct error *
 // STATUS_BAD_INPUT for a bad window or a tensor missing from the file (named);
 // STATUS_RUNTIME on a read failure or out of memory.
 enum status generator_load(struct generator *g, int window, int threads, struct error *err);
+// The same with microbatch (rows, window) and, cache_len > 0, a key/value
+// cache of rows x cache_len positions (model_kv_cache_init; sample_generate:
+// window bounds the tokens of one prefill step, rows x window the
+// activations). 1 <= window, cache_len <= lc.max_seq_len. Errors as above.
+enum status generator_load_cached(struct generator *g, int rows, int window, int cache_len,
+                                  int threads, struct error *err);
 
 void generator_close(struct generator *g);
 

@@ -116,6 +116,15 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
+    // The training log's samples (train.sample_every > 0; not under context
+    // parallelism) run on a key/value cache of one row of seq_len positions,
+    // allocated at start (train.c, setup_samples).
+    if (c->train.sample_every > 0 && c->parallel.cp <= 1) {
+        st = model_kv_cache_bytes(&lc, &shard, c->precision.dtype, c->train.micro_batch_size,
+                                  c->train.seq_len, 1, c->train.seq_len, &out->kv_cache_bytes, err);
+        if (st) return st;
+        out->activations += out->kv_cache_bytes;
+    }
     if (z->zero_stage < 2) return STATUS_OK;
     // ZeRO-2/3: fsdp.h's buffers (fsdp_plan_bytes: what fsdp_bytes reports of
     // a run), named by part for `trident plan`. n and U include the padding.

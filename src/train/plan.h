@@ -69,6 +69,8 @@ struct plan_rank_bytes {
     size_t slot_bytes, recompute_bytes;           // bytes, inside activations
     size_t cp_bytes;                              // bytes, inside activations: the cp ring's
                                                   // travelling buffers and positions (0 at cp 1)
+    size_t kv_cache_bytes;                        // bytes, inside activations: the samples'
+                                                  // key/value cache (0 without samples)
     int n_slots;                                  // >= 1
     size_t n_params;                              // elements of the shard
     // zero_stage >= 2 only (0 otherwise):

@@ -430,21 +430,43 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
     return st;
 }
 
-// Samples come from every TP group of a whole-model stage (world rank 0
-// prints); under pipeline or context parallelism every rank drops the
-// tokenizer (a sample's next token sits on one cp rank: not built). Rank 0
-// says when samples or validation were asked for and will not run.
+// Samples come from every TP group and pipeline stage (world rank 0 prints;
+// each sample runs on the model's key/value cache, sample.h, whose one row of
+// seq_len positions is allocated here and counted in the run's memory, as
+// `trident plan` counts it); under context parallelism every rank drops the
+// tokenizer (not built). Rank 0 says when samples or validation were asked
+// for and will not run.
 static void setup_samples(struct trainer *t) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
     bool cp = c->parallel.cp > 1;
-    if (!(c->train.sample_every > 0 && t->m.whole_model && !cp)) {
+    char why[sizeof ((struct error *)0)->msg + 64] = "";
+    if (!(c->train.sample_every > 0 && !cp)) {
         tokenizer_free(d->tok);
         d->tok = NULL;
     }
+    if (d->tok) {
+        struct error err = {0};
+        size_t bytes = 0;
+        struct model_shard shard;
+        // every rank tries; a rank out of memory for it turns samples off everywhere
+        enum status st = plan_shard(c, t->par.topo.coord, &shard, &err);
+        if (!st) st = model_kv_cache_bytes(&t->m.lc, &shard, c->precision.dtype, c->train.micro_batch_size,
+                                           c->train.seq_len, 1, c->train.seq_len, &bytes, &err);
+        if (!st) st = model_kv_cache_init(t->m.model, 1, c->train.seq_len, &err);
+        if (t->par.topo.world_size > 1)
+            st = comm_agree(&t->par.topo.world, st, "the samples' key/value cache",
+                            &err);
+        if (st) {
+            snprintf(why, sizeof why, "the key/value cache: %s", err.msg);
+            tokenizer_free(d->tok);
+            d->tok = NULL;
+        } else {
+            t->m.mem_bytes += bytes;
+        }
+    }
     if (is_root(t) && c->train.sample_every > 0 && !d->tok)
-        printf("note: no text samples: %s\n", !t->m.whole_model ? "not under pipeline parallelism yet"
-               : cp ? "not under context parallelism yet"
+        printf("note: no text samples: %s\n", why[0] ? why : cp ? "not under context parallelism yet"
                : "no tokenizer (set [data] tokenizer or put tokenizer.json in [data] path)");
     if (is_root(t) && c->train.eval_every > 0 && !d->has_val)
         printf("note: no validation: the dataset's val split has %llu sequences, fewer than one "

@@ -153,12 +153,12 @@ static struct piece_src snapshot_to_host(struct trainer *t) {
     return src;
 }
 
-// The pieces and scalars of a save of steps_done (into t->ckpt.pieces, *st,
-// *a). A synchronous save reads the arenas themselves where the backend's
+// The pieces and named state entries of a save of steps_done (into
+// t->ckpt.pieces, *sv and e: every owner's, trainer_state_entries; *a). A synchronous save reads the arenas themselves where the backend's
 // memory is host memory (the CPU backend: no copy of the model,
 // docs/design.md §5); else (CUDA, or with to_host) the host buffers.
-static void save_args(struct trainer *t, int steps_done, bool to_host, struct ckpt_state *st,
-                      struct ckpt_save_args *a) {
+static void save_args(struct trainer *t, int steps_done, bool to_host, struct trainer_saved *sv,
+                      struct state_entry e[TRAINER_STATE_MAX_ENTRIES], struct ckpt_save_args *a) {
     const struct config *c = &t->cfg;
     struct tensor w = model_param_arena(t->m.model), m, v;
     optimizer_moments(t->m.opt, &m, &v);
@@ -186,23 +186,23 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct ck
     if (units_sharded(t)) first_replica = sharded, zero = sharded;
     int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
                       first_replica || zero);
-    *st = (struct ckpt_state){
-        .step = steps_done, .lr_step = t->progress.lr_step,
-        .opt_steps = optimizer_steps_done(t->m.opt), .rng_seed = (uint64_t)c->train.seed,
-        .loss_scale = t->par.ctx.scaler ? t->scaler.scale : 0.0,
-        .loss_scale_good_steps = t->par.ctx.scaler ? t->scaler.good_steps : 0,
-        .skipped_steps = t->progress.skipped_steps,
-        .consecutive_skips = t->progress.consecutive_skips,
-        .has_schedule = true, .train_steps = c->train.steps, .lr = c->train.lr,
-        .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
-        .lr_schedule = c->train.lr_schedule, .lr_rebase_step = t->m.oc.rebase_step,
-        .lr_rebase_lr = t->m.oc.rebase_lr, .loss_on = c->train.loss_on,
+    // Each owner's values (the trainer's progress is its own), then every
+    // owner's entries over them.
+    *sv = (struct trainer_saved){
+        .step = steps_done,
+        .progress = {.lr_step = t->progress.lr_step, .skipped_steps = t->progress.skipped_steps,
+                     .consecutive_skips = t->progress.consecutive_skips, .rng_seed = (uint64_t)c->train.seed,
+                     .loss_on = c->train.loss_on},
     };
-    loader_state_save(&t->data.train_loader, &st->loader);
+    optimizer_saved_of(t->m.opt, &t->m.oc, &sv->opt);
+    loss_scaler_saved_of(t->par.ctx.scaler, &sv->scaler);
+    loader_state_save(&t->data.train_loader, &sv->loader);
+    loader_saved_pack(&sv->loader, &sv->loader_saved);
+    int n_entries = trainer_state_entries(sv, e, TRAINER_STATE_MAX_ENTRIES);
     *a = (struct ckpt_save_args){
         .dir = c->checkpoint.dir, .step = steps_done, .layout = t->par.topo.layout, .zero_stage = c->parallel.zero_stage, .rank = t->par.topo.world_rank,
         .model = &t->m.lc, .tokenizer_id = t->data.ds->index.tokenizer, .pieces = t->ckpt.pieces,
-        .n_pieces = n, .state = st, .keep_last = c->checkpoint.keep_last,
+        .n_pieces = n, .keep_last = c->checkpoint.keep_last, .entries = e, .n_entries = n_entries,
     };
 }
 
@@ -275,10 +275,11 @@ enum status trainer_save_complete(struct trainer *t, struct trainer_error *err) 
 enum status trainer_save(struct trainer *t, int steps_done, struct trainer_error *err) {
     enum status s = trainer_save_complete(t, err); // the one in flight commits first
     if (s) return s;
-    struct ckpt_state st;
+    struct trainer_saved sv;
+    struct state_entry e[TRAINER_STATE_MAX_ENTRIES];
     struct ckpt_save_args a;
     double t0 = time_now_s();
-    save_args(t, steps_done, false, &st, &a);
+    save_args(t, steps_done, false, &sv, e, &a);
     char phase[64];
     snprintf(phase, sizeof phase, "checkpoint save of step %d", steps_done);
     watchdog_phase(t->watchdog, phase, 1, 1);
@@ -302,13 +303,14 @@ enum status trainer_save_async(struct trainer *t, int steps_done, struct trainer
     enum status s = trainer_save_complete(t, err); // at most one save in flight
     if (s) return s;
     double waited = time_now_s() - w0;
-    struct ckpt_state st;
+    struct trainer_saved sv;
+    struct state_entry e[TRAINER_STATE_MAX_ENTRIES]; // begin copies their values
     struct ckpt_save_args a;
     double t0 = time_now_s();
     char phase[96];
     snprintf(phase, sizeof phase, "checkpoint save of step %d (snapshot to host memory)", steps_done);
     watchdog_phase(t->watchdog, phase, 1, 1);
-    save_args(t, steps_done, true, &st, &a);
+    save_args(t, steps_done, true, &sv, e, &a);
     // The host buffers hold the snapshot: nothing writes them until this save
     // commits (the next save and a resume come after trainer_save_complete).
     if (checkpoint_save_begin(&a, false, &t->par.topo.world, &t->ckpt.inflight, &err->err))
@@ -371,7 +373,7 @@ struct resume_rule {
     const char *key;
     enum resume_kind kind;
     const char *rule; // the message's reason ("data: ...", "loss: ..."); NULL for RESUME_SCHEDULE
-    bool (*check)(const struct ckpt_state *s, const struct train_config *tc, char *buf, size_t n);
+    bool (*check)(const struct trainer_saved *s, const struct train_config *tc, char *buf, size_t n);
 };
 
 static const char *const loss_on_names[] = {"all", "response"};
@@ -379,26 +381,26 @@ static bool known_schedule(int64_t s) { return s >= LR_SCHEDULE_COSINE && s <= L
 
 // RULE_CHECK(name, differs, format, saved, now): a row's check().
 #define RULE_CHECK(fn, differs, ...)                                                                 \
-    static bool fn(const struct ckpt_state *s, const struct train_config *tc, char *buf, size_t n) { \
+    static bool fn(const struct trainer_saved *s, const struct train_config *tc, char *buf, size_t n) { \
         if (!(differs)) return false;                                                                \
         snprintf(buf, n, __VA_ARGS__);                                                               \
         return true;                                                                                 \
     }
-RULE_CHECK(c_steps, s->has_schedule && s->train_steps != tc->steps, "%" PRId64 "|%d", s->train_steps, tc->steps)
-RULE_CHECK(c_lr, s->has_schedule && s->lr != tc->lr, "%.9g|%.9g", s->lr, tc->lr)
-RULE_CHECK(c_min_lr, s->has_schedule && s->min_lr != tc->min_lr, "%.9g|%.9g", s->min_lr, tc->min_lr)
-RULE_CHECK(c_warmup, s->has_schedule && s->warmup_steps != tc->warmup_steps, "%" PRId64 "|%d", s->warmup_steps,
-           tc->warmup_steps)
-RULE_CHECK(c_schedule_unknown, s->has_schedule && !known_schedule(s->lr_schedule), "%" PRId64 "|%s",
-           s->lr_schedule, schedule_name(tc->lr_schedule))
-RULE_CHECK(c_schedule, s->has_schedule && known_schedule(s->lr_schedule) &&
-           s->lr_schedule != (int64_t)tc->lr_schedule, "%s|%s", schedule_name(s->lr_schedule),
+RULE_CHECK(c_steps, s->opt.has_schedule && s->opt.steps != tc->steps, "%" PRId64 "|%d", s->opt.steps, tc->steps)
+RULE_CHECK(c_lr, s->opt.has_schedule && s->opt.lr != tc->lr, "%.9g|%.9g", s->opt.lr, tc->lr)
+RULE_CHECK(c_min_lr, s->opt.has_schedule && s->opt.min_lr != tc->min_lr, "%.9g|%.9g", s->opt.min_lr, tc->min_lr)
+RULE_CHECK(c_warmup, s->opt.has_schedule && s->opt.warmup_steps != tc->warmup_steps, "%" PRId64 "|%d",
+           s->opt.warmup_steps, tc->warmup_steps)
+RULE_CHECK(c_schedule_unknown, s->opt.has_schedule && !known_schedule(s->opt.schedule), "%" PRId64 "|%s",
+           s->opt.schedule, schedule_name(tc->lr_schedule))
+RULE_CHECK(c_schedule, s->opt.has_schedule && known_schedule(s->opt.schedule) &&
+           s->opt.schedule != (int64_t)tc->lr_schedule, "%s|%s", schedule_name(s->opt.schedule),
            schedule_name(tc->lr_schedule))
 RULE_CHECK(c_seed, s->loader.seed != (uint64_t)tc->seed, "%" PRIu64 "|%" PRId64, s->loader.seed, tc->seed)
 RULE_CHECK(c_seq_len, s->loader.format >= 2 && s->loader.seq_len != (uint64_t)tc->seq_len, "%" PRIu64 "|%d",
            s->loader.seq_len, tc->seq_len)
-RULE_CHECK(c_loss_on, s->loss_on >= 0 && s->loss_on != (int64_t)tc->loss_on, "%s|%s",
-           loss_on_names[s->loss_on & 1], loss_on_names[tc->loss_on & 1])
+RULE_CHECK(c_loss_on, s->progress.loss_on >= 0 && s->progress.loss_on != (int64_t)tc->loss_on, "%s|%s",
+           loss_on_names[s->progress.loss_on & 1], loss_on_names[tc->loss_on & 1])
 RULE_CHECK(c_global_batch, s->loader.format >= 2 && s->loader.global_batch_size &&
            s->loader.global_batch_size != (uint64_t)tc->global_batch_size, "%" PRIu64 "|%d",
            s->loader.global_batch_size, tc->global_batch_size)
@@ -418,14 +420,14 @@ static const struct resume_rule resume_rules[] = {
     {"train.global_batch_size", RESUME_CONTINUES, "data: continues at the next unconsumed sample", c_global_batch},
 };
 
-void trainer_resume_compare(const struct ckpt_state *saved, const struct config *c,
+void trainer_resume_compare(const struct trainer_saved *saved, const struct config *c,
                             struct resume_check *out) {
     *out = (struct resume_check){0};
     const struct train_config *tc = &c->train;
     bool over = tc->override_schedule;
     const char *sched = over ? "schedule: continued without a jump (train.override_schedule)"
                              : "schedule: refused without train.override_schedule = true";
-    out->schedule_unknown = !saved->has_schedule;
+    out->schedule_unknown = !saved->opt.has_schedule;
     for (size_t i = 0; i < sizeof resume_rules / sizeof resume_rules[0]; i++) {
         const struct resume_rule *r = &resume_rules[i];
         char both[96];
@@ -605,9 +607,9 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
 }
 
 // Reads the checkpoint at path into the model, the optimizer and the train
-// loader; fills st. Errors of the checkpoint's content are every rank's, read
+// loader; fills sv (every owner's saved state). Errors of the checkpoint's content are every rank's, read
 // failures this rank's alone.
-static enum status resume_from(struct trainer *t, const char *path, struct ckpt_state *st,
+static enum status resume_from(struct trainer *t, const char *path, struct trainer_saved *sv,
                                struct trainer_error *err) {
     // Every rank verifies the checksums of the files it reads (issue 18: only
     // rank 0 did, so a file changed after its check reached the others' HDF5
@@ -628,6 +630,8 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     const char *const *state_names;
     int n_state = optimizer_state_names(&state_names);
     if (!own && checkpoint_check_tensors(r, state_names, n_state, &err->err)) own = err->err.status;
+    // Every rank file's /state, judged by its owners.
+    if (!own && trainer_state_verify(r, &err->err)) own = err->err.status;
     int verdict[2] = {own, root ? own : 0};
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (every rank's checksum verdict, a "
              "collective)", base);
@@ -668,12 +672,12 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     // The config against the checkpoint's saved values, before anything is
     // read into the model: a refusal leaves every rank as it was (and the run
     // folder unwritten: setup_log comes after). Every rank reads rank 0's state.
-    if (checkpoint_read_state(r, -1, st, &err->err)) {
+    if (trainer_state_read(r, -1, sv, &err->err)) {
         s = trainer_alone(err);
         goto out;
     }
     struct resume_check rc;
-    trainer_resume_compare(st, &t->cfg, &rc);
+    trainer_resume_compare(sv, &t->cfg, &rc);
     if (rc.refused) {
         trainer_resume_message(&rc, path, err->err.msg, sizeof err->err.msg);
         s = err->err.status = STATUS_BAD_INPUT;
@@ -688,21 +692,19 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         printf("note: %s predates stored LR schedules: [train] steps, lr, min_lr, warmup_steps and "
                "lr_schedule were not compared with it\n", path);
     struct optimizer_config *oc = &t->m.oc;
-    if (rc.schedule_changed && st->lr_step > 0) {
+    int64_t lr_step = sv->progress.lr_step;
+    if (rc.schedule_changed && lr_step > 0) {
         // The lr of the last applied step under the checkpoint's schedule
         // (itself perhaps continued); the new one starts there.
-        struct optimizer_config old = *oc;
-        old.lr = st->lr, old.min_lr = st->min_lr, old.warmup_steps = (int)st->warmup_steps;
-        old.steps = (int)st->train_steps, old.schedule = (enum lr_schedule)st->lr_schedule;
-        old.rebase_step = (int)st->lr_rebase_step, old.rebase_lr = st->lr_rebase_lr;
-        oc->rebase_step = (int)st->lr_step;
-        oc->rebase_lr = optimizer_lr(&old, (int)st->lr_step - 1);
+        struct optimizer_config old = optimizer_saved_schedule(&sv->opt, oc);
+        oc->rebase_step = (int)lr_step;
+        oc->rebase_lr = optimizer_lr(&old, (int)lr_step - 1);
         if (root)
             printf("resume: the LR schedule continues from %.3e, the lr it had reached, at schedule "
                    "position %lld, to min_lr %.3e at step %d (docs/design.md §7)\n", oc->rebase_lr,
-                   (long long)st->lr_step, t->cfg.train.min_lr, t->cfg.train.steps);
-    } else if (!rc.schedule_changed && st->has_schedule) {
-        oc->rebase_step = (int)st->lr_rebase_step, oc->rebase_lr = st->lr_rebase_lr;
+                   (long long)lr_step, t->cfg.train.min_lr, t->cfg.train.steps);
+    } else if (!rc.schedule_changed && sv->opt.has_schedule) {
+        oc->rebase_step = (int)sv->opt.rebase_step, oc->rebase_lr = sv->opt.rebase_lr;
     }
     if (root) fflush(stdout);
     host_buffers(t);
@@ -716,7 +718,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
         s = trainer_alone(err);
         goto out;
     }
-    if (loader_state_load(&t->data.train_loader, &st->loader, &err->err)) {
+    if (loader_state_load(&t->data.train_loader, &sv->loader, &err->err)) {
         s = err->err.status;
         goto out;
     }
@@ -726,13 +728,13 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
     }
     backend_to_device(t->m.be, m.data, t->ckpt.host_m, m.numel * sizeof(float));
     backend_to_device(t->m.be, v.data, t->ckpt.host_v, v.numel * sizeof(float));
-    optimizer_set_steps_done(t->m.opt, (int)st->opt_steps);
+    optimizer_saved_restore(t->m.opt, &sv->opt);
     const struct ckpt_info *info = checkpoint_info(r);
     if (root) {
         const struct loader_state *ls = &t->data.train_loader.state;
         char change[160] = "";
-        uint64_t old_g = st->loader.global_batch_size, new_g = ls->global_batch_size;
-        if (st->loader.format < 2)
+        uint64_t old_g = sv->loader.global_batch_size, new_g = ls->global_batch_size;
+        if (sv->loader.format < 2)
             snprintf(change, sizeof change, " (a batch-index loader state of an older checkpoint, "
                      "converted with this run's global_batch_size)");
         else if (old_g && old_g != new_g)
@@ -740,7 +742,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct ckpt_
                      "the next unconsumed sample)", (unsigned long long)old_g, (unsigned long long)new_g);
         char grid[256];
         printf("resumed from %s: step %lld, saved in layout %s (zero_stage %d); "
-               "data continues at epoch %llu, sample %llu%s\n", path, (long long)st->step,
+               "data continues at epoch %llu, sample %llu%s\n", path, (long long)sv->step,
                topology_layout_text(&info->layout, true, " ", " x ", grid, sizeof grid), info->zero_stage,
                (unsigned long long)ls->epoch, (unsigned long long)ls->sample, change);
         fflush(stdout);
@@ -817,17 +819,14 @@ static enum status resume(struct trainer *t, struct trainer_error *err) {
     if (!path[0]) return c->model.init_from[0] ? init_from(t, c->model.init_from, err) : STATUS_OK;
     enum status s = check_branch(t, path, err);
     if (s) return s;
-    struct ckpt_state st;
-    s = resume_from(t, path, &st, err);
+    struct trainer_saved sv;
+    s = resume_from(t, path, &sv, err);
     if (s) return s;
-    t->ckpt.start_step = (int)st.step;
+    t->ckpt.start_step = (int)sv.step;
     // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).
-    t->progress = (struct trainer_progress){(int)st.lr_step, (int)st.skipped_steps,
-                                            (int)st.consecutive_skips};
-    // A dynamic fp16 scale continues where it was; one saved without a
-    // scaler (0: bf16 or fp32) leaves this run's initial scale.
-    if (t->par.ctx.scaler && t->scaler.dynamic && st.loss_scale > 0)
-        t->scaler.scale = st.loss_scale, t->scaler.good_steps = (int)st.loss_scale_good_steps;
+    t->progress = (struct trainer_progress){(int)sv.progress.lr_step, (int)sv.progress.skipped_steps,
+                                            (int)sv.progress.consecutive_skips};
+    loss_scaler_saved_restore(t->par.ctx.scaler, &sv.scaler);
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
     // A resume continues its own weights; init_from only starts fresh runs.
     // Say so: a stale checkpoint folder would otherwise win unnoticed over

@@ -2,6 +2,7 @@
 // clipping, the verdict on non-finite steps, AdamW (train_step.h).
 #include "train_step.h"
 
+#include <limits.h>
 #include <math.h>
 
 #include "base/nvtx.h"
@@ -95,6 +96,28 @@ void train_mask_targets(int32_t *targets, const uint8_t *mask, int B, int T) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             if (!mask[(size_t)b * (T + 1) + t + 1]) targets[(size_t)b * T + t] = IGNORE_INDEX;
+}
+
+void loss_scaler_saved_of(const struct loss_scaler *s, struct loss_scaler_saved *out) {
+    *out = (struct loss_scaler_saved){.scale = s ? s->scale : 0.0, .good_steps = s ? s->good_steps : 0};
+}
+
+int loss_scaler_state_entries(struct loss_scaler_saved *s, struct state_entry *out, int cap) {
+    const struct state_entry mine[] = {
+        {"loss_scale", STATE_F64, 1, &s->scale, .required = true},
+        {"loss_scale_good_steps", STATE_I64, 1, &s->good_steps, .required = true},
+    };
+    return state_entries_put(out, cap, mine, sizeof mine / sizeof mine[0]);
+}
+
+enum status loss_scaler_saved_check(const struct loss_scaler_saved *s, struct error *err) {
+    if (!isfinite(s->scale) || s->scale < 0)
+        return error_set(err, STATUS_BAD_INPUT, "/state loss_scale %g: expected a finite value >= 0", s->scale);
+    return state_entry_range("loss_scale_good_steps", s->good_steps, 0, INT_MAX, err);
+}
+
+void loss_scaler_saved_restore(struct loss_scaler *s, const struct loss_scaler_saved *saved) {
+    if (s && s->dynamic && saved->scale > 0) s->scale = saved->scale, s->good_steps = (int)saved->good_steps;
 }
 
 bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite) {

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/state_entry.h"
 #include "fsdp.h"
 #include "grad_sync.h"
 #include "model/model.h"
@@ -52,6 +53,25 @@ struct loss_scaler {
 // which no scale fixes) or any skip under a fixed scale returns false: that
 // skip counts toward [train] max_skipped_steps like a bf16/fp32 one.
 bool loss_scaler_update(struct loss_scaler *s, bool skipped, bool loss_finite);
+
+// The scaler's state as a checkpoint's /state holds it (its entries,
+// base/state_entry.h; docs/formats.md): "loss_scale" (the scale; 0 for a run
+// without a scaler, bf16 or fp32; 1 in files written before mixed precision)
+// and "loss_scale_good_steps" (its growth counter).
+struct loss_scaler_saved {
+    double scale;
+    int64_t good_steps;
+};
+// What a save holds of s (NULL: a run without a scaler).
+void loss_scaler_saved_of(const struct loss_scaler *s, struct loss_scaler_saved *out);
+// The entries over s, into out (room for cap); returns how many.
+int loss_scaler_state_entries(struct loss_scaler_saved *s, struct state_entry *out, int cap);
+// Judges what a load found: scale finite and >= 0, good_steps 0..INT_MAX.
+// Errors: STATUS_BAD_INPUT naming the entry (the caller adds the file).
+enum status loss_scaler_saved_check(const struct loss_scaler_saved *s, struct error *err);
+// A resume: a dynamic scale (s not NULL) continues where it was; one saved
+// without a scaler (0) leaves this run's initial scale.
+void loss_scaler_saved_restore(struct loss_scaler *s, const struct loss_scaler_saved *saved);
 
 // The verdict on a step: skip it (apply no update) when the loss or the
 // global gradient norm is NaN or infinite. The fp16 loss scaler takes the

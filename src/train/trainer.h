@@ -19,6 +19,7 @@
 #include "parallel/topology.h"
 #include "tokenizer/tokenizer.h"
 #include "train.h"
+#include "train_state.h"
 #include "train_step.h"
 
 // The training data of this rank and the buffers a step reads.
@@ -90,8 +91,8 @@ struct trainer_log {
                               // samples and checkpoint saves: the done line's split (§9)
 };
 
-// Where the run stands beyond its step count; saved in checkpoints
-// (struct ckpt_state) and restored on resume.
+// Where the run stands beyond its step count; saved in checkpoints (its
+// entries: struct trainer_progress_saved, train_state.h) and restored on resume.
 struct trainer_progress {
     int lr_step;           // place in the LR schedule: steps applied, not skipped
     int skipped_steps;     // steps skipped (train_step_should_skip), in all
@@ -180,7 +181,7 @@ struct resume_check {
 // - the LR schedule, [train] steps, lr, min_lr, warmup_steps, lr_schedule:
 //   refused unless [train] override_schedule = true (then continued:
 //   struct optimizer_config rebase_step); not compared for a checkpoint
-//   without them (saved->has_schedule false: schedule_unknown);
+//   without them (saved->opt.has_schedule false: schedule_unknown);
 // - [train] global_batch_size: continues at the next unconsumed sample (the
 //   loader state counts samples; a batch-index state of format 1 is not
 //   compared: it is converted with this run's value);
@@ -189,9 +190,9 @@ struct resume_check {
 // - [train] loss_on: refused, no override (the loss and validation curves of
 //   one run would mix two measures, and the moments were accumulated for the
 //   other loss); a new phase starts fresh with model.init_from. Not compared
-//   for a checkpoint that predates it (saved->loss_on -1).
+//   for a checkpoint that predates it (saved->progress.loss_on -1).
 // Pure: no I/O; every rank computes the same verdict from the same state.
-void trainer_resume_compare(const struct ckpt_state *saved, const struct config *c,
+void trainer_resume_compare(const struct trainer_saved *saved, const struct config *c,
                             struct resume_check *out);
 // The message of a check: "PATH: this run's config differs from the
 // checkpoint's: KEY SAVED -> NOW (RULE); ..." and, when refused, how to go

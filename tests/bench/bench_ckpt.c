@@ -69,10 +69,8 @@ int main(int argc, char **argv) {
     struct llama_config m = {.vocab_size = V, .d_model = C, .n_layers = L, .n_heads = 12,
                              .n_kv_heads = 12, .ffn_dim = F, .max_seq_len = 1024,
                              .rope_theta = 10000, .norm_eps = 1e-5f};
-    struct ckpt_state st = {.step = 1};
     struct ckpt_save_args a = {.dir = dir, .step = 1, .layout = topology_layout(1, 1, 1, 0, 1), .model = &m,
-                               .tokenizer_id = "", .pieces = p, .n_pieces = 3 * n_tensors,
-                               .state = &st};
+                               .tokenizer_id = "", .pieces = p, .n_pieces = 3 * n_tensors};
     struct error err = {0};
     t0 = time_now_s();
     if (checkpoint_save(&a, &self, &err)) {
@@ -97,8 +95,7 @@ int main(int argc, char **argv) {
         q[i].data = xmalloc(p[i].flat_end * sizeof(float));
         memset(q[i].data, 0, p[i].flat_end * sizeof(float)); // touched: resident, as after a first save
     }
-    struct ckpt_state st2 = {.step = 2};
-    a.step = 2, a.state = &st2, a.pieces = q;
+    a.step = 2, a.pieces = q;
     struct ckpt_async *h;
     t0 = time_now_s();
     for (int i = 0; i < 3 * n_tensors; i++) memcpy(q[i].data, p[i].data, p[i].flat_end * sizeof(float));

@@ -12,7 +12,8 @@
 #     recompute = selective, pp 2, cp 2 (ring attention), dp 2 with ZeRO-3
 #     (the biases and norm gains in the block units), recompute = full;
 #   - a run stopped at step 3 (train.exit_interval) and resumed logs the
-#     uninterrupted run's steps 4 to 6; its manifest holds the options;
+#     uninterrupted run's steps 4 to 6, resumed at tp 2 too (the biases'
+#     rows resharded); its manifest holds the options;
 #   - resuming with qk_norm = false is refused (exit 2) naming qk_norm;
 #   - bf16 trains (losses within 2e-3 of fp32's), and in tp 2 with sequence
 #     parallelism within 1e-3 of one bf16 rank's (measured 7e-5, 9e-5).
@@ -24,10 +25,11 @@ opts=(data.path="$tmp/shards" model.head_dim=24 model.qkv_bias=true model.qk_nor
       model.rope_scaling=llama3 model.rope_scaling_factor=4 model.rope_low_freq_factor=1
       model.rope_high_freq_factor=4 model.rope_original_max_pos=16 train.steps=6
       train.warmup_steps=2 train.eval_every=0 checkpoint.every=0)
-run() { # name ranks overrides...
+run_opts=("${opts[@]}")
+run() { # name ranks overrides... (with run_opts)
     local name=$1 np=$2; shift 2
     local rc=0
-    timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" "${opts[@]}" \
+    timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" "${run_opts[@]}" \
         checkpoint.dir="$tmp/ck-$name" log.run_dir="$tmp/run-$name" "$@" > "$tmp/log-$name" 2>&1 || rc=$?
     return $rc
 }
@@ -51,10 +53,14 @@ for k in 'qkv_bias = 1' 'qk_norm = 1' 'rope_scaling = llama3' 'rope_original_max
     grep -q "^$k\$" "$tmp/ck-stop/step-000003/manifest.ini" || fail "manifest lacks '$k'"
 done
 cp -r "$tmp/ck-stop" "$tmp/ck-bad"
-rc=0; run bad 1 model.qk_norm=false checkpoint.dir="$tmp/ck-stop" || rc=$?
-[ "$rc" -eq 2 ] && grep -q "qk_norm" "$tmp/log-bad" ||
-    { tail -5 "$tmp/log-bad"; fail "resuming with qk_norm = false: exit $rc, expected 2 naming qk_norm"; }
+cp -r "$tmp/ck-stop" "$tmp/ck-stop_tp2"
+run_opts=("${opts[@]/model.qk_norm=true/model.qk_norm=false}")
+rc=0; run bad 1 || rc=$?
+run_opts=("${opts[@]}")
+[ "$rc" -eq 2 ] && grep -q "qk_norm = 1, but the run has 0" "$tmp/log-bad" ||
+    { grep -v "^ *$" "$tmp/log-bad" | head -5; fail "resuming with qk_norm = false: exit $rc, expected 2 naming qk_norm"; }
 run stop 1 || { tail -20 "$tmp/log-stop"; fail "resume exited non-zero"; }
+run stop_tp2 2 parallel.tp=2 || { tail -20 "$tmp/log-stop_tp2"; fail "resume at tp 2 exited non-zero"; }
 "$PY" - "$tmp" <<'PY'
 import json, sys
 tmp = sys.argv[1]
@@ -89,6 +95,7 @@ for name in ("tp2", "tp2_sp", "pp2", "cp2", "zero3", "full"):
     compare(name, "ref", six)
 compare("tp2_kv1", "ref_kv1", six)
 compare("stop", "ref", [4, 5, 6])
+compare("stop_tp2", "ref", [4, 5, 6])
 # bf16: every loss within 2e-3 of fp32's (16-bit activations), and tp 2 + sp
 # in bf16 within 1e-3 of one bf16 rank (FP32 TP sums, other rounding orders)
 for name, ref, tol in (("bf16", "ref", 2e-3), ("bf16_tp2", "bf16", 1e-3)):

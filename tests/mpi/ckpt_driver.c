@@ -32,6 +32,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/durable.h"
 #include "parallel/comm_mpi.h"
+#include "train/train_state.h"
 
 enum { GR = 8, GC = 8 };
 #define W "model.layers.0.self_attn.q_proj.weight"
@@ -93,13 +94,18 @@ static int save(const char *dir, int rank, struct comm_group *world, bool async)
                 x->flat_end = (size_t)q->grows * (size_t)q->gcols;
                 x->dtype = DTYPE_FP32, x->data = zeros;
             }
-        struct ckpt_state s = {.step = step, .lr_step = step, .opt_steps = step,
-                               .loader = {1, 0, (uint64_t)step, 0}, .rng_seed = 1,
-                               .loss_scale = 1};
+        // The trainer's state, as its owners' entries (an asynchronous save
+        // copies their values: s may change once begin returned).
+        struct trainer_saved s = {.progress = {.lr_step = step, .rng_seed = 1},
+                                  .opt = {.opt_steps = step, .has_schedule = true, .steps = 100, .lr = 1e-3},
+                                  .scaler = {.scale = 1}, .loader = {.format = 2, .sample = (uint64_t)step}};
+        loader_saved_pack(&s.loader, &s.loader_saved);
+        struct state_entry e[TRAINER_STATE_MAX_ENTRIES];
+        int n_e = trainer_state_entries(&s, e, TRAINER_STATE_MAX_ENTRIES);
         struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(2, 1, 2, 0, 1),
                                    .zero_stage = 1, .rank = rank, .model = &model,
                                    .tokenizer_id = "test-bpe", .pieces = p, .n_pieces = n_pieces,
-                                   .state = &s, .keep_last = 2};
+                                   .entries = e, .n_entries = n_e, .keep_last = 2};
         struct error err = {0};
         enum status st;
         if (!async) {
@@ -154,13 +160,13 @@ static int load(const char *dir) {
         printf("loaded none\n");
         return 0;
     }
-    struct ckpt_state s;
-    if (checkpoint_read_state(r, -1, &s, &err)) {
+    struct trainer_saved s;
+    if (trainer_state_verify(r, &err) || trainer_state_read(r, -1, &s, &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return err.status;
     }
     int64_t step = checkpoint_info(r)->step;
-    int bad = s.step != step;
+    int bad = s.progress.lr_step != step || s.opt.opt_steps != step || s.loader.sample != (uint64_t)step;
     static const char *names[3] = {"param/" W, "adam_m/" W, "adam_v/" W};
     for (int k = 0; k < 3; k++) {
         // A column block of width 4 at column 1, its flat range [5, 30).

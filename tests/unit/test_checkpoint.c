@@ -20,6 +20,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/durable.h"
 #include "test.h"
+#include "train/train_state.h" // the training state's owners' entries
 
 // Layout A: world 6 = tp 2 x dp 3; rank = t + 2 d. Global tensors:
 //   "param/w" and "adam_m/w": (6, 10) fp32; rank (t, d) holds row block t
@@ -40,7 +41,9 @@ struct rank_data {
     struct ckpt_piece pieces[4];
     float w[30], m[30], norm[GC];
     double w64[30];
-    struct ckpt_state state;
+    struct trainer_saved state; // every owner's values, and their entries
+    struct state_entry entries[TRAINER_STATE_MAX_ENTRIES];
+    int n_entries;
 };
 
 static void fill_rank(struct rank_data *rd, int rank, int64_t step, int drop_piece) {
@@ -69,14 +72,15 @@ static void fill_rank(struct rank_data *rd, int rank, int64_t step, int drop_pie
         }
     }
     if (drop_piece >= 0) rd->pieces[drop_piece] = rd->pieces[3];
-    rd->state = (struct ckpt_state){.step = step, .lr_step = step, .opt_steps = step + 1,
-                                    .loader = {.format = 2, .seed = 7, .epoch = 1, .sample = (uint64_t)step,
-                                               .seq_len = 32, .n_datasets = 2, .global_batch_size = 24,
-                                               .counts = {(uint64_t)step - 1, 1},
-                                               .sequences = {100, 50}, .weights = {0.25, 0.75}},
-                                    .rng_seed = 7,
-                                    .rng_state = {1, 2, 3, (uint64_t)rank},
-                                    .loss_scale = 65536.0, .loss_scale_good_steps = 11};
+    rd->state = (struct trainer_saved){
+        .step = step, .progress = {.lr_step = step, .rng_seed = 7, .rng_state = {1, 2, 3, (uint64_t)rank}},
+        .opt = {.opt_steps = step + 1, .has_schedule = true, .steps = 100, .lr = 1e-3},
+        .scaler = {.scale = 65536.0, .good_steps = 11},
+        .loader = {.format = 2, .seed = 7, .epoch = 1, .sample = (uint64_t)step, .seq_len = 32, .n_datasets = 2,
+                   .global_batch_size = 24, .counts = {(uint64_t)step - 1, 1}, .sequences = {100, 50},
+                   .weights = {0.25, 0.75}}};
+    loader_saved_pack(&rd->state.loader, &rd->state.loader_saved);
+    rd->n_entries = trainer_state_entries(&rd->state, rd->entries, TRAINER_STATE_MAX_ENTRIES);
 }
 
 // Saves layout A at step, playing all 6 ranks. drop: rank 5 leaves out
@@ -93,7 +97,7 @@ static enum status save_a(const char *dir, int64_t step, int keep_last, int drop
         fill_rank(&rd[r], r, step, drop && r == 5 ? 0 : -1);
         a.rank = r;
         a.pieces = rd[r].pieces;
-        a.state = &rd[r].state;
+        a.entries = rd[r].entries, a.n_entries = rd[r].n_entries;
         st = checkpoint_write_rank(&a, &sums[r], err);
     }
     a.rank = 0;
@@ -148,14 +152,14 @@ static void check_layout_b(struct ckpt_reader *r, int64_t step, const char *what
     EXPECT(checkpoint_read_piece(r, &want, &err) == STATUS_OK, "%s: norm: %s", what, err.msg);
     for (int i = 0; i < 4; i++)
         EXPECT(norm[i] == (float)value(4, 6 + i, 0), "%s: norm[%d] = %g", what, 6 + i, norm[i]);
-    struct ckpt_state s;
-    EXPECT(checkpoint_read_state(r, 3, &s, &err) == STATUS_OK, "%s: state: %s", what, err.msg);
-    EXPECT(s.step == step && s.opt_steps == step + 1 && s.loader.sample == (uint64_t)step &&
+    struct trainer_saved s;
+    EXPECT(trainer_state_read(r, 3, &s, &err) == STATUS_OK, "%s: state: %s", what, err.msg);
+    EXPECT(s.step == step && s.opt.opt_steps == step + 1 && s.loader.sample == (uint64_t)step &&
                s.loader.format == 2 && s.loader.seed == 7 && s.loader.epoch == 1 && s.loader.seq_len == 32 &&
                s.loader.n_datasets == 2 && s.loader.global_batch_size == 24 &&
                s.loader.counts[0] == (uint64_t)step - 1 && s.loader.counts[1] == 1 &&
                s.loader.sequences[1] == 50 && s.loader.weights[0] == 0.25 && s.loader.weights[1] == 0.75 &&
-               s.rng_state[3] == 3 && s.loss_scale == 65536.0 && s.loss_scale_good_steps == 11,
+               s.progress.rng_state[3] == 3 && s.scaler.scale == 65536.0 && s.scaler.good_steps == 11,
            "%s: state of rank 3: step %lld", what, (long long)s.step);
 }
 
@@ -406,10 +410,9 @@ static void test_collective(const char *root) {
     for (int i = 0; i < GR * GC; i++) w[i] = (float)value(1, i / GC, i % GC);
     struct ckpt_piece p = {.name = "param/w", .grows = GR, .gcols = GC, .rows = GR, .cols = GC,
                            .flat_end = GR * GC, .dtype = DTYPE_FP32, .data = w};
-    struct ckpt_state s = {.step = 9};
     struct ckpt_save_args a = {.dir = dir, .step = 9, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = &p,
-                               .n_pieces = 1, .state = &s};
+                               .n_pieces = 1};
     struct error err = {0};
     EXPECT(checkpoint_save(&a, &self, &err) == STATUS_OK, "save: %s", err.msg);
     char path[CKPT_PATH_MAX];
@@ -446,13 +449,14 @@ static enum status save_self(const char *dir, int64_t step, float *w, uint16_t *
     comm_self_init(&self);
     struct ckpt_piece p[2];
     two_pieces(p, w, norm16);
-    struct ckpt_state s = {.step = step, .lr_step = step - 1, .skipped_steps = 3,
-                           .consecutive_skips = 1, .has_schedule = true, .train_steps = 80,
-                           .warmup_steps = 5, .lr_schedule = 1, .lr = 3e-3, .min_lr = 3e-4,
-                           .lr_rebase_step = 60, .lr_rebase_lr = 3.0217e-4};
+    struct trainer_saved s = {.progress = {.lr_step = step - 1, .skipped_steps = 3, .consecutive_skips = 1},
+                              .opt = {.has_schedule = true, .steps = 80, .warmup_steps = 5, .schedule = 1,
+                                      .lr = 3e-3, .min_lr = 3e-4, .rebase_step = 60, .rebase_lr = 3.0217e-4}};
+    struct state_entry e[TRAINER_STATE_MAX_ENTRIES];
+    int n_e = trainer_state_entries(&s, e, TRAINER_STATE_MAX_ENTRIES);
     struct ckpt_save_args a = {.dir = dir, .step = step, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
-                               .n_pieces = 2, .state = &s, .keep_last = 1};
+                               .n_pieces = 2, .keep_last = 1, .entries = e, .n_entries = n_e};
     return checkpoint_save(&a, &self, err);
 }
 
@@ -495,17 +499,20 @@ static void test_nonfinite(const char *root, const char *trident) {
     // The skip counters round-trip.
     struct ckpt_reader *r;
     if (checkpoint_open(path, &r, &err) == STATUS_OK) {
-        struct ckpt_state s;
-        EXPECT(checkpoint_read_state(r, 0, &s, &err) == STATUS_OK, "state: %s", err.msg);
-        EXPECT(s.step == 5 && s.lr_step == 4 && s.skipped_steps == 3 && s.consecutive_skips == 1,
+        struct trainer_saved s;
+        EXPECT(trainer_state_read(r, 0, &s, &err) == STATUS_OK, "state: %s", err.msg);
+        EXPECT(s.step == 5 && s.progress.lr_step == 4 && s.progress.skipped_steps == 3 &&
+                   s.progress.consecutive_skips == 1,
                "state: step %lld lr_step %lld skipped %lld consecutive %lld", (long long)s.step,
-               (long long)s.lr_step, (long long)s.skipped_steps, (long long)s.consecutive_skips);
+               (long long)s.progress.lr_step, (long long)s.progress.skipped_steps,
+               (long long)s.progress.consecutive_skips);
         // So does the LR schedule a resume compares (trainer_resume_compare).
-        EXPECT(s.has_schedule && s.train_steps == 80 && s.warmup_steps == 5 && s.lr_schedule == 1 &&
-                   s.lr == 3e-3 && s.min_lr == 3e-4 && s.lr_rebase_step == 60 && s.lr_rebase_lr == 3.0217e-4,
+        EXPECT(s.opt.has_schedule && s.opt.steps == 80 && s.opt.warmup_steps == 5 && s.opt.schedule == 1 &&
+                   s.opt.lr == 3e-3 && s.opt.min_lr == 3e-4 && s.opt.rebase_step == 60 &&
+                   s.opt.rebase_lr == 3.0217e-4,
                "schedule: has %d steps %lld warmup %lld schedule %lld lr %g min_lr %g rebase %lld %g",
-               s.has_schedule, (long long)s.train_steps, (long long)s.warmup_steps, (long long)s.lr_schedule,
-               s.lr, s.min_lr, (long long)s.lr_rebase_step, s.lr_rebase_lr);
+               s.opt.has_schedule, (long long)s.opt.steps, (long long)s.opt.warmup_steps,
+               (long long)s.opt.schedule, s.opt.lr, s.opt.min_lr, (long long)s.opt.rebase_step, s.opt.rebase_lr);
         checkpoint_close(r);
     } else {
         EXPECT(0, "open: %s", err.msg);
@@ -517,10 +524,13 @@ static void test_nonfinite(const char *root, const char *trident) {
     comm_self_init(&self);
     struct ckpt_piece p[2];
     two_pieces(p, w, norm16);
-    struct ckpt_state s = {.step = 8, .lr_step = 8, .skipped_steps = 5, .consecutive_skips = 5};
+    struct trainer_saved s = {.progress = {.lr_step = 8, .skipped_steps = 5, .consecutive_skips = 5},
+                              .opt = {.has_schedule = true, .steps = 8}};
+    struct state_entry e[TRAINER_STATE_MAX_ENTRIES];
+    int n_e = trainer_state_entries(&s, e, TRAINER_STATE_MAX_ENTRIES);
     struct ckpt_save_args a = {.dir = dir, .step = 8, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = p,
-                               .n_pieces = 2, .state = &s};
+                               .n_pieces = 2, .entries = e, .n_entries = n_e};
     struct ckpt_file_sum sum;
     EXPECT(checkpoint_prepare(&a, &err) == STATUS_OK && checkpoint_write_rank(&a, &sum, &err) == STATUS_OK,
            "write step 8: %s", err.msg);
@@ -537,10 +547,14 @@ static void test_nonfinite(const char *root, const char *trident) {
                H5Dwrite(d0, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad) >= 0 &&
                H5Dwrite(d1, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad16) >= 0,
            "planting the NaN in %s", path);
-    // As a checkpoint written before the skip counters existed: without them.
+    // As a checkpoint written before the skip counters and the schedule
+    // existed: without them.
     hid_t g = H5Gopen2(f, "state", H5P_DEFAULT);
     EXPECT(g >= 0 && H5Adelete(g, "skipped_steps") >= 0 && H5Adelete(g, "consecutive_skips") >= 0,
            "removing the skip counters");
+    static const char *const schedule[] = {"train_steps", "lr", "min_lr", "warmup_steps", "lr_schedule",
+                                           "lr_rebase_step", "lr_rebase_lr", "loss_on"};
+    for (int i = 0; i < 8; i++) EXPECT(H5Adelete(g, schedule[i]) >= 0, "removing %s", schedule[i]);
     H5Gclose(g), H5Dclose(d0), H5Dclose(d1), H5Fclose(f);
     char text[CHECKSUM_TEXT_BYTES];
     struct stat sb;
@@ -560,12 +574,13 @@ static void test_nonfinite(const char *root, const char *trident) {
                 found += nf.count == 1 && nf.row == 8 && nf.col == 0 && nf.value == -INFINITY;
         }
         EXPECT(found == 2, "checkpoint_piece_nonfinite found %d of the 2 planted values", found);
-        struct ckpt_state old;
-        EXPECT(checkpoint_read_state(r, 0, &old, &err) == STATUS_OK && old.step == 8 &&
-                   old.lr_step == 8 && old.skipped_steps == 0 && old.consecutive_skips == 0,
+        struct trainer_saved old;
+        EXPECT(trainer_state_read(r, 0, &old, &err) == STATUS_OK && old.step == 8 &&
+                   old.progress.lr_step == 8 && old.progress.skipped_steps == 0 &&
+                   old.progress.consecutive_skips == 0,
                "state without skip counters: %s", err.msg);
-        EXPECT(!old.has_schedule && old.train_steps == 0 && old.lr_rebase_step == 0,
-               "a state saved without a schedule reads as none (has %d)", old.has_schedule);
+        EXPECT(!old.opt.has_schedule && old.opt.steps == 0 && old.opt.rebase_step == 0 && old.progress.loss_on == -1,
+               "a state saved without a schedule reads as none (has %d), loss_on as -1", old.opt.has_schedule);
         checkpoint_close(r);
     } else {
         EXPECT(0, "open step 8: %s", err.msg);

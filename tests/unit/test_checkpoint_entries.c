@@ -3,7 +3,8 @@
 // entries of every type (a scalar and arrays) reads back equal; an entry the
 // file lacks takes its default (a file written before it existed), or is
 // refused when required; one of another type or count is refused naming it;
-// the struct's own /state attributes are unchanged beside them.
+// found says which were there; a read_only one (a name of older files) is
+// not written; the layer's own /state step is there beside them.
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
@@ -25,7 +26,6 @@ int main(void) {
     for (int i = 0; i < R * C; i++) w[i] = (float)i;
     struct ckpt_piece p = {.name = "param/w", .grows = R, .gcols = C, .rows = R, .cols = C,
                            .flat_end = R * C, .dtype = DTYPE_FP32, .data = w};
-    struct ckpt_state s = {.step = 3, .lr_step = 2, .loss_scale = 8.0};
     int64_t scale_steps = -5;
     uint64_t words[3] = {1, UINT64_MAX, 7};
     double scales[2] = {0.5, 1e300};
@@ -33,10 +33,11 @@ int main(void) {
         {.name = "owner_steps", .type = STATE_I64, .count = 1, .value = &scale_steps},
         {.name = "owner_words", .type = STATE_U64, .count = 3, .value = words},
         {.name = "owner_scales", .type = STATE_F64, .count = 2, .value = scales},
+        {.name = "owner_older", .type = STATE_I64, .count = 1, .value = &scale_steps, .read_only = true},
     };
     struct ckpt_save_args a = {.dir = root, .step = 3, .layout = topology_layout(1, 1, 1, 0, 1),
                                .model = &model_cfg, .tokenizer_id = "", .pieces = &p, .n_pieces = 1,
-                               .state = &s, .entries = saved, .n_entries = 3};
+                               .entries = saved, .n_entries = 4};
     struct error err = {0};
     EXPECT(checkpoint_save(&a, &self, &err) == STATUS_OK, "save: %s", err.msg);
     struct ckpt_reader *r;
@@ -59,9 +60,21 @@ int main(void) {
     EXPECT(steps_back == -5 && !memcmp(words_back, words, sizeof words) && scales_back[0] == 0.5 &&
                scales_back[1] == 1e300, "values: %lld %llu %g", (long long)steps_back,
            (unsigned long long)words_back[1], scales_back[1]);
-    struct ckpt_state s_back;
-    EXPECT(checkpoint_read_state(r, 0, &s_back, &err) == STATUS_OK && s_back.step == 3 && s_back.lr_step == 2 &&
-               s_back.loss_scale == 8.0, "state beside the entries: %s", err.msg);
+    // The layer's own step beside them (an entry of that name would be a CHECK).
+    int64_t step_back = 0;
+    struct state_entry step = {.name = "step", .type = STATE_I64, .count = 1, .value = &step_back, .required = true};
+    EXPECT(checkpoint_read_entries(r, 0, &step, 1, &err) == STATUS_OK && step_back == 3, "step beside the entries: %s",
+           err.msg);
+    // found: which were there; a read_only entry was not written.
+    bool found[2] = {false, true};
+    int64_t older = 77;
+    struct state_entry which[] = {
+        {.name = "owner_steps", .type = STATE_I64, .count = 1, .value = &steps_back, .found = &found[0]},
+        {.name = "owner_older", .type = STATE_I64, .count = 1, .value = &older, .dflt = 4, .found = &found[1]},
+    };
+    EXPECT(checkpoint_read_entries(r, 0, which, 2, &err) == STATUS_OK && found[0] && !found[1] && older == 4,
+           "found %d %d, owner_older %lld (read_only: not written, its default): %s", found[0], found[1],
+           (long long)older, err.msg);
     // Absent: the default (every element), or refused when required.
     double fp8[4] = {9, 9, 9, 9};
     struct state_entry newer = {.name = "fp8_scales", .type = STATE_F64, .count = 4, .value = fp8, .dflt = 1.0};

@@ -13,11 +13,11 @@
 static bool contains(const char *s, const char *frag) { return strstr(s, frag) != NULL; }
 
 // The state a run of c would have saved (steps 60 of it, format-2 loader).
-static struct ckpt_state saved_of(const struct config *c) {
-    struct ckpt_state st = {.step = 60, .lr_step = 60, .has_schedule = true,
-                            .train_steps = c->train.steps, .lr = c->train.lr, .min_lr = c->train.min_lr,
-                            .warmup_steps = c->train.warmup_steps, .lr_schedule = c->train.lr_schedule,
-                            .loss_on = c->train.loss_on};
+static struct trainer_saved saved_of(const struct config *c) {
+    struct trainer_saved st = {.step = 60, .progress = {.lr_step = 60, .loss_on = c->train.loss_on},
+                               .opt = {.has_schedule = true, .steps = c->train.steps, .lr = c->train.lr,
+                                       .min_lr = c->train.min_lr, .warmup_steps = c->train.warmup_steps,
+                                       .schedule = c->train.lr_schedule}};
     st.loader = (struct loader_state){.format = 2, .seed = (uint64_t)c->train.seed,
                                       .seq_len = (uint64_t)c->train.seq_len,
                                       .global_batch_size = (uint64_t)c->train.global_batch_size};
@@ -28,7 +28,7 @@ static void test_compare(void) {
     struct config c;
     config_defaults(&c);
     c.train.steps = 60;
-    struct ckpt_state st = saved_of(&c);
+    struct trainer_saved st = saved_of(&c);
     struct resume_check rc;
     char msg[1024];
     trainer_resume_compare(&st, &c, &rc);
@@ -58,7 +58,7 @@ static void test_compare(void) {
     // number; its owner judges it): refused, even with the override.
     config_defaults(&c);
     st = saved_of(&c);
-    st.lr_schedule = 7;
+    st.opt.schedule = 7;
     c.train.override_schedule = true;
     trainer_resume_compare(&st, &c, &rc);
     trainer_resume_message(&rc, "ck", msg, sizeof msg);
@@ -92,14 +92,14 @@ static void test_compare(void) {
     trainer_resume_message(&rc, "ck/step-000060", msg, sizeof msg);
     EXPECT(rc.n == 1 && rc.refused && contains(msg, "train.loss_on all -> response") &&
                contains(msg, "model.init_from = ck/step-000060"), "loss_on all -> response: %s", msg);
-    st.loss_on = LOSS_ON_RESPONSE, c.train.loss_on = LOSS_ON_ALL;
+    st.progress.loss_on = LOSS_ON_RESPONSE, c.train.loss_on = LOSS_ON_ALL;
     trainer_resume_compare(&st, &c, &rc);
     trainer_resume_message(&rc, "ck", msg, sizeof msg);
     EXPECT(rc.n == 1 && rc.refused && contains(msg, "train.loss_on response -> all"), "response -> all: %s", msg);
     c.train.loss_on = LOSS_ON_RESPONSE;
     trainer_resume_compare(&st, &c, &rc);
     EXPECT(rc.n == 0 && !rc.refused, "loss_on response kept: n %d", rc.n);
-    st.loss_on = -1, c.train.loss_on = LOSS_ON_ALL;
+    st.progress.loss_on = -1, c.train.loss_on = LOSS_ON_ALL;
     trainer_resume_compare(&st, &c, &rc);
     EXPECT(rc.n == 0 && !rc.refused, "loss_on not stored: n %d", rc.n);
 
@@ -107,7 +107,7 @@ static void test_compare(void) {
     // the schedule and the batch are not compared, the seed still is.
     config_defaults(&c);
     st = saved_of(&c);
-    st.has_schedule = false, st.loader.format = 1, st.loader.seq_len = 0, st.loader.global_batch_size = 0;
+    st.opt.has_schedule = false, st.loader.format = 1, st.loader.seq_len = 0, st.loader.global_batch_size = 0;
     c.train.steps = 5000, c.train.global_batch_size = 64, c.train.seq_len = 64;
     trainer_resume_compare(&st, &c, &rc);
     EXPECT(rc.n == 0 && !rc.refused && rc.schedule_unknown, "old checkpoint: n %d", rc.n);

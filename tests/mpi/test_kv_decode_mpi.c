@@ -1,0 +1,115 @@
+// test_kv_decode_mpi.c: generation with a key/value cache (model_decode)
+// across ranks, run by tests/e2e/kv_decode_mpi.sh on 2 ranks: the cached
+// logits of a model split over the 2 ranks equal, at every position, the
+// full window's forward of the whole model built on each rank alone
+// (kv_decode_check.h: two rows of different lengths, a padded prefill, a
+// 3-token step, then one token per step), relative error <= 1e-5 in FP32 and
+// 1e-2 in BF16 (one cached key or value rounded to the neighbouring BF16
+// value by oneDNN's GEMM of a few rows: tests/unit/test_kv_decode.c):
+//   tp: tensor parallel 2 with sequence parallelism (a decode step turns it
+//       off: every rank computes all rows, Megatron's all-reduces);
+//   pp: pipeline parallel 2 with 2 virtual stages (4 layers; the step's
+//       activations passed stage to stage, rank 1 -> rank 0 between chunks;
+//       the logits broadcast from the last stage).
+// Every rank prints "<mode> <dtype>: relative error E" and checks it.
+//
+//   test_kv_decode_mpi tp|pp   exit 0 pass, 1 fail
+#include <string.h>
+
+#include "base/mpi_util.h"
+#include "base/rng.h"
+#include "kernels/backend.h"
+#include "parallel/comm_mpi.h"
+#include "../unit/kv_decode_check.h"
+
+enum { V = 96 };
+
+static struct llama_config config(void) {
+    return (struct llama_config){
+        .vocab_size = V, .d_model = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
+        .ffn_dim = 160, .max_seq_len = 64, .rope_theta = 10000.0, .norm_eps = 1e-5f,
+        .tie_embeddings = false, .init_std = 0.05f, .label_smoothing = 0.0f,
+    };
+}
+
+// The full window's logits (2, KVC_T, V) of a 2-stage pipeline model of
+// microbatch (2, KVC_T) on the world's 2 ranks: each chunk in virtual-stage
+// order, activations sent to the next stage, the last stage's logits
+// broadcast from rank 1. malloc'd.
+static double *pipeline_logits(struct model *m, int rank, const int32_t *tokens) {
+    int32_t targets[2 * KVC_T];
+    for (int i = 0; i < 2 * KVC_T; i++) targets[i] = IGNORE_INDEX;
+    size_t n = model_stage_message_numel(m);
+    size_t esz = model_param_arena(m).dtype == DTYPE_BF16 ? 2 : 4;
+    MPI_Datatype mt = esz == 2 ? MPI_UINT16_T : MPI_FLOAT;
+    void *in = malloc(n * esz), *out = malloc(n * esz);
+    double loss;
+    long cnt;
+    for (int c = 0; c < 2; c++) {
+        bool first = c == 0 && rank == 0, last = c == 1 && rank == 1;
+        if (!first) MPI_Recv(in, (int)n, mt, 1 - rank, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        model_forward_chunk(m, c, 0, tokens, first ? NULL : in, targets, last ? NULL : out, &loss, &cnt);
+        if (!last) MPI_Send(out, (int)n, mt, 1 - rank, 5, MPI_COMM_WORLD);
+    }
+    double *ref = malloc(sizeof *ref * 2 * KVC_T * V);
+    if (rank == 1)
+        for (int b = 0; b < 2; b++)
+            for (int t = 0; t < KVC_T; t++) model_get_logits_at(m, b, t, ref + ((size_t)b * KVC_T + t) * V);
+    MPI_Bcast(ref, 2 * KVC_T * V, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+    free(in), free(out);
+    return ref;
+}
+
+int main(int argc, char **argv) {
+    struct error err = {0};
+    CHECK(!mpi_util_start(&argc, &argv, &err), "%s", err.msg);
+    mpi_util_init(MPI_COMM_WORLD);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    bool tp = argc == 2 && !strcmp(argv[1], "tp"), pp = argc == 2 && !strcmp(argv[1], "pp");
+    if ((!tp && !pp) || size != 2) mpi_exit_all(STATUS_BAD_INPUT, "usage: mpirun -np 2 test_kv_decode_mpi tp|pp");
+    struct comm_group world;
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    comm_mpi_init(&world, dup);
+    int32_t tokens[2 * KVC_T];
+    uint64_t s = 11;
+    for (int i = 0; i < 2 * KVC_T; i++) tokens[i] = (int32_t)((s = rng_splitmix64(s)) >> 33) % V;
+    struct llama_config cfg = config();
+    struct backend *be = backend_cpu_init(1);
+    const enum dtype dts[2] = {DTYPE_FP32, DTYPE_BF16};
+    for (int d = 0; d < 2; d++) {
+        struct model_shard whole = model_shard_full(&cfg), part = whole;
+        if (tp) {
+            part.tp_rank = rank, part.tp_size = 2, part.sequence_parallel = true;
+        } else {
+            part = model_shard_pipeline(&cfg, 2, rank, 2);
+        }
+        struct model *full, *dec;
+        struct parallel_groups g = {0};
+        if (tp) g.tp = &world;
+        else g.pp = &world;
+        // The reference: the same layout's full window (in BF16 a TP sum or
+        // a stage boundary rounds where the whole model does not).
+        CHECK(!model_init(&full, be, &cfg, &part, dts[d], 2, KVC_T, 7, &err), "%s", err.msg);
+        model_set_groups(full, &g);
+        CHECK(!model_init(&dec, be, &cfg, &part, dts[d], 2, 24, 7, &err), "%s", err.msg); // SP: 24 rows a rank
+        model_set_groups(dec, &g);
+        CHECK(!model_kv_cache_init(dec, 2, KVC_LEN, &err), "%s", err.msg);
+        double *ref = tp ? kv_full_logits(full, tokens, V) : pipeline_logits(full, rank, tokens);
+        double e = kv_decode_vs(ref, dec, tokens, V);
+        free(ref);
+        printf("rank %d: %s %s: cached logits against the full window: relative "
+               "error %.3e\n", rank, tp ? "tp 2 + sp" : "pp 2 (2 virtual stages)", dtype_name(dts[d]), e);
+        double tol = dts[d] == DTYPE_BF16 ? 1e-2 : 1e-5;
+        EXPECT(e <= tol, "rank %d %s: relative error %.3e > %.0e", rank, dtype_name(dts[d]), e, tol);
+        model_free(full), model_free(dec);
+    }
+    backend_free(be);
+    int failed = test_failures, any;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    comm_group_free(&world);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
