@@ -794,7 +794,13 @@ enum status checkpoint_read_entries(struct ckpt_reader *r, int rank, const struc
     enum status st = STATUS_OK;
     for (int i = 0; !st && i < n; i++) {
         const struct state_entry *e = &entries[i];
-        bool have = H5Aexists(g, e->name) > 0;
+        htri_t exists = H5Aexists(g, e->name);
+        if (exists < 0) { // a damaged object header: stop at its first error, as HDF5 may not survive more
+            st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: /state cannot be read (looking for %s)",
+                           r->info.path, rank, e->name);
+            break;
+        }
+        bool have = exists > 0;
         if (e->found) *e->found = have;
         if (!have) {
             if (e->required)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "checkpoint_internal.h"
+#include "hf_internal.h"
 #include "kernels/cpu/half.h"
 #include "safetensors.h"
 
@@ -49,32 +50,86 @@ static const char *torch_dtype(enum dtype d) {
     return d == DTYPE_BF16 ? "bfloat16" : d == DTYPE_FP16 ? "float16" : "float32";
 }
 
-// config.json: the keys LlamaConfig reads (transformers'
-// models/llama/configuration_llama.py); head_dim = C / H.
-static json_t *config_json(const struct llama_config *m, enum dtype d, int bos, int eos) {
+// An id list as JSON: null (none), one integer, or a list.
+static json_t *ids_json(const int *ids, int n) {
+    if (n <= 0) return json_null();
+    if (n == 1) return json_integer(ids[0]);
+    json_t *l = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(l, json_integer(ids[i]));
+    return l;
+}
+
+static json_t *rope_scaling_json(const struct rope_scaling *r) {
+    if (r->type == ROPE_SCALING_LINEAR)
+        return json_pack("{s:s, s:f}", "rope_type", "linear", "factor", r->factor);
+    if (r->type == ROPE_SCALING_LLAMA3)
+        return json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", r->factor,
+                         "low_freq_factor", r->low_freq_factor, "high_freq_factor",
+                         r->high_freq_factor, "original_max_position_embeddings",
+                         r->original_max_pos);
+    return json_null();
+}
+
+// The family a->family asks for, else the one the model needs (Qwen3 for q/k
+// norms, Qwen2 for q/k/v biases), else meta's, else Llama. Errors: a model
+// the family's transformers class cannot hold, naming both.
+static enum status export_family(const struct llama_config *m, const struct hf_export_args *a,
+                                 enum hf_family *out, struct error *err) {
+    enum hf_family f = a->family >= 0                 ? (enum hf_family)a->family
+                       : m->qk_norm                   ? HF_QWEN3
+                       : m->qkv_bias                  ? HF_QWEN2
+                       : a->meta                      ? a->meta->family
+                                                      : HF_LLAMA;
+    if (f == HF_QWEN2 && !m->qkv_bias) f = HF_LLAMA; // Qwen2 always has the biases
+    if (f == HF_QWEN3 && !m->qk_norm) f = HF_LLAMA;  // Qwen3 always has the norms
+    const char *why = m->qkv_bias && m->qk_norm ? "both q/k/v biases and q/k norms"
+                      : f == HF_QWEN2 && m->head_dim && m->head_dim * m->n_heads != m->d_model
+                          ? "a head_dim other than hidden_size / heads"
+                      : f == HF_MISTRAL && m->rope_scaling.type != ROPE_SCALING_NONE ? "rope_scaling"
+                      : (f == HF_LLAMA || f == HF_MISTRAL) && (m->qkv_bias || m->qk_norm)
+                          ? "q/k/v biases or q/k norms"
+                          : NULL;
+    if (why)
+        return error_set(err, STATUS_BAD_INPUT, "%s cannot hold a model with %s", hf_family_arch(f), why);
+    return *out = f, STATUS_OK;
+}
+
+// config.json: the keys the family's config class reads (transformers'
+// models/{llama,qwen2,qwen3,mistral}/configuration_*.py; docs/formats.md).
+static json_t *config_json(const struct llama_config *m, enum hf_family f, enum dtype d,
+                           int bos, const int *eos, int n_eos, int pad) {
     json_t *j = json_object();
-    json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-    json_object_set_new(j, "model_type", json_string("llama"));
+    int D = m->head_dim ? m->head_dim : m->d_model / m->n_heads;
+    json_object_set_new(j, "architectures", json_pack("[s]", hf_family_arch(f)));
+    json_object_set_new(j, "model_type", json_string(hf_family_model_type(f)));
     json_object_set_new(j, "vocab_size", json_integer(m->vocab_size));
     json_object_set_new(j, "hidden_size", json_integer(m->d_model));
     json_object_set_new(j, "intermediate_size", json_integer(m->ffn_dim));
     json_object_set_new(j, "num_hidden_layers", json_integer(m->n_layers));
     json_object_set_new(j, "num_attention_heads", json_integer(m->n_heads));
     json_object_set_new(j, "num_key_value_heads", json_integer(m->n_kv_heads));
-    json_object_set_new(j, "head_dim", json_integer(m->d_model / m->n_heads));
+    if (f != HF_QWEN2) json_object_set_new(j, "head_dim", json_integer(D));
     json_object_set_new(j, "max_position_embeddings", json_integer(m->max_seq_len));
     json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
-    json_object_set_new(j, "rope_scaling", json_null());
+    if (f != HF_MISTRAL) json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
     json_object_set_new(j, "rms_norm_eps", json_real(shortest_float(m->norm_eps)));
     json_object_set_new(j, "hidden_act", json_string("silu"));
-    json_object_set_new(j, "attention_bias", json_false());
+    if (f == HF_LLAMA || f == HF_QWEN3) json_object_set_new(j, "attention_bias", json_false());
     json_object_set_new(j, "attention_dropout", json_real(0.0));
-    json_object_set_new(j, "mlp_bias", json_false());
-    json_object_set_new(j, "pretraining_tp", json_integer(1));
+    if (f == HF_LLAMA) {
+        json_object_set_new(j, "mlp_bias", json_false());
+        json_object_set_new(j, "pretraining_tp", json_integer(1));
+    }
+    if (f != HF_LLAMA) json_object_set_new(j, "sliding_window", json_null());
+    if (f == HF_QWEN2 || f == HF_QWEN3) {
+        json_object_set_new(j, "use_sliding_window", json_false());
+        json_object_set_new(j, "max_window_layers", json_integer(m->n_layers));
+    }
     json_object_set_new(j, "tie_word_embeddings", json_boolean(m->tie_embeddings));
     json_object_set_new(j, "torch_dtype", json_string(torch_dtype(d)));
     json_object_set_new(j, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
-    json_object_set_new(j, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
+    json_object_set_new(j, "eos_token_id", ids_json(eos, n_eos));
+    if (pad >= 0) json_object_set_new(j, "pad_token_id", json_integer(pad));
     json_object_set_new(j, "use_cache", json_true());
     return j;
 }
@@ -220,13 +275,22 @@ enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, str
     int n = 0;
     enum dtype d;
     const struct llama_config *m = &checkpoint_info(r)->model;
-    enum status st = read_params(r, a->dtype, &d, &t, &n, err);
+    enum hf_family fam = HF_LLAMA;
+    int bos = a->bos_id, pad = -1, n_eos = a->eos_id >= 0, eos[HF_MAX_STOP_IDS] = {a->eos_id};
+    if (a->meta) {
+        bos = a->meta->bos_id, pad = a->meta->pad_id, n_eos = a->meta->n_eos;
+        memcpy(eos, a->meta->eos_ids, sizeof eos);
+    }
+    enum status st = export_family(m, a, &fam, err);
+    if (!st) st = read_params(r, a->dtype, &d, &t, &n, err);
     if (!st) st = write_weights(&w, t, n, d, a->max_shard_bytes, err);
-    if (!st) st = write_json(&w, "config.json", config_json(m, d, a->bos_id, a->eos_id), err);
+    if (!st) st = write_json(&w, "config.json", config_json(m, fam, d, bos, eos, n_eos, pad), err);
     if (!st) {
+        // What transformers' generate() reads: its stop ids are every eos id.
         json_t *g = json_object();
-        json_object_set_new(g, "bos_token_id", a->bos_id >= 0 ? json_integer(a->bos_id) : json_null());
-        json_object_set_new(g, "eos_token_id", a->eos_id >= 0 ? json_integer(a->eos_id) : json_null());
+        json_object_set_new(g, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
+        json_object_set_new(g, "eos_token_id", ids_json(eos, n_eos));
+        if (pad >= 0) json_object_set_new(g, "pad_token_id", json_integer(pad));
         st = write_json(&w, "generation_config.json", g, err);
     }
     if (!st && a->tokenizer_json) {
@@ -277,8 +341,9 @@ struct hf_entry {
 struct hf_model {
     char dir[CKPT_PATH_MAX];
     struct llama_config lc;
-    int eos_id;
-    long long head_dim; // config.json's head_dim: 0 absent or null, -1 not an integer
+    struct hf_meta meta;
+    struct param_info *params; // (n_params,) the model's tensors, sorted by name
+    int n_params;
     int n_files;
     struct safetensors_file *files[HF_READ_FILES];
     char file_names[HF_READ_FILES][256];
@@ -294,76 +359,16 @@ void hf_close(struct hf_model *h) {
     if (!h) return;
     for (int i = 0; i < h->n_files; i++) safetensors_close(h->files[i]);
     free(h->e);
+    free(h->params);
     free(h);
 }
 
 const struct llama_config *hf_config(const struct hf_model *h) { return &h->lc; }
-int hf_eos_id(const struct hf_model *h) { return h->eos_id; }
+int hf_eos_id(const struct hf_model *h) { return h->meta.n_eos ? h->meta.eos_ids[0] : -1; }
+const struct hf_meta *hf_model_meta(const struct hf_model *h) { return &h->meta; }
 int hf_n_tensors(const struct hf_model *h) { return h->n; }
 const struct safetensors_tensor *hf_tensor_at(const struct hf_model *h, int i) {
     return i >= 0 && i < h->n ? h->e[i].t : NULL;
-}
-
-// Reads config.json into h->lc. Errors name the file and key.
-static enum status read_config(struct hf_model *h, struct error *err) {
-    char path[CKPT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/config.json", h->dir);
-    if (access(path, F_OK))
-        return error_set(err, STATUS_BAD_INPUT, "%s: no such file; a Hugging Face folder holds "
-                         "config.json and model.safetensors (or its shards)", path);
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    if (!json_is_object(j)) {
-        json_decref(j);
-        return error_set(err, STATUS_BAD_INPUT, "%s: cannot read a JSON object: %s (line %d)",
-                         path, je.text, je.line);
-    }
-    enum status st = STATUS_OK;
-    json_t *arch = json_object_get(j, "architectures"), *act = json_object_get(j, "hidden_act"),
-           *rs = json_object_get(j, "rope_scaling");
-    const char *a0 = json_string_value(json_array_get(arch, 0));
-    if (!a0 || strcmp(a0, "LlamaForCausalLM"))
-        st = error_set(err, STATUS_BAD_INPUT, "%s: architectures = %s, expected "
-                       "[\"LlamaForCausalLM\"]", path, a0 ? a0 : "(absent)");
-    else if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
-        st = error_set(err, STATUS_BAD_INPUT, "%s: hidden_act = %s, trident computes silu "
-                       "(SwiGLU)", path, json_is_string(act) ? json_string_value(act) : "?");
-    else if (json_is_true(json_object_get(j, "attention_bias")) ||
-             json_is_true(json_object_get(j, "mlp_bias")))
-        st = error_set(err, STATUS_BAD_INPUT, "%s: attention_bias or mlp_bias is true; trident's "
-                       "LLaMA has no biases", path);
-    else if (rs && !json_is_null(rs))
-        st = error_set(err, STATUS_BAD_INPUT, "%s: rope_scaling is set; trident supports plain "
-                       "RoPE only", path);
-    struct {
-        const char *key;
-        int *dst;
-    } ints[] = {{"vocab_size", &h->lc.vocab_size},       {"hidden_size", &h->lc.d_model},
-                {"num_hidden_layers", &h->lc.n_layers},  {"num_attention_heads", &h->lc.n_heads},
-                {"intermediate_size", &h->lc.ffn_dim},
-                {"max_position_embeddings", &h->lc.max_seq_len}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !st; i++) {
-        json_t *v = json_object_get(j, ints[i].key);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
-            st = error_set(err, STATUS_BAD_INPUT, "%s: %s must be a positive integer", path,
-                           ints[i].key);
-        else *ints[i].dst = (int)json_integer_value(v);
-    }
-    if (!st) {
-        json_t *kv = json_object_get(j, "num_key_value_heads");
-        h->lc.n_kv_heads = json_is_integer(kv) ? (int)json_integer_value(kv) : h->lc.n_heads;
-        json_t *hd = json_object_get(j, "head_dim");
-        h->head_dim = !hd || json_is_null(hd) ? 0 : json_is_integer(hd) ? json_integer_value(hd) : -1;
-        json_t *th = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps");
-        h->lc.rope_theta = json_is_number(th) ? json_number_value(th) : 10000.0;
-        h->lc.norm_eps = json_is_number(eps) ? (float)json_number_value(eps) : 1e-6f;
-        json_t *tie = json_object_get(j, "tie_word_embeddings");
-        h->lc.tie_embeddings = tie ? json_is_true(tie) : true; // PretrainedConfig's default
-        json_t *eos = json_object_get(j, "eos_token_id");
-        h->eos_id = json_is_integer(eos) ? (int)json_integer_value(eos) : -1;
-    }
-    json_decref(j);
-    return st;
 }
 
 static enum status add_file(struct hf_model *h, const char *name, struct error *err) {
@@ -377,60 +382,47 @@ static enum status add_file(struct hf_model *h, const char *name, struct error *
                                                                  : STATUS_OK;
 }
 
-// The shape LlamaForCausalLM gives a parameter name, or ndim 0 for a name it
-// does not have.
-static int expected_shape(const struct llama_config *m, const char *name, int64_t *shape) {
-    int64_t C = m->d_model, D = llama_head_dim(m), F = m->ffn_dim, V = m->vocab_size;
-    int l, used = 0;
-    char rest[CKPT_NAME_MAX];
-    if (!strcmp(name, "model.embed_tokens.weight") ||
-        (!strcmp(name, "lm_head.weight") && !m->tie_embeddings))
-        return shape[0] = V, shape[1] = C, 2;
-    if (!strcmp(name, "model.norm.weight")) return shape[0] = C, 1;
-    if (sscanf(name, "model.layers.%d.%127s%n", &l, rest, &used) != 2 || name[used] || l < 0 ||
-        l >= m->n_layers)
-        return 0;
-    if (!strcmp(rest, "input_layernorm.weight") || !strcmp(rest, "post_attention_layernorm.weight"))
-        return shape[0] = C, 1;
-    if (!strcmp(rest, "self_attn.q_proj.weight")) return shape[0] = m->n_heads * D, shape[1] = C, 2;
-    if (!strcmp(rest, "self_attn.k_proj.weight") || !strcmp(rest, "self_attn.v_proj.weight"))
-        return shape[0] = m->n_kv_heads * D, shape[1] = C, 2;
-    if (!strcmp(rest, "self_attn.o_proj.weight")) return shape[0] = C, shape[1] = m->n_heads * D, 2;
-    // issue 28's options (model.h): Qwen2's biases, Qwen3's q/k norms
-    if (m->qkv_bias && !strcmp(rest, "self_attn.q_proj.bias")) return shape[0] = m->n_heads * D, 1;
-    if (m->qkv_bias && (!strcmp(rest, "self_attn.k_proj.bias") || !strcmp(rest, "self_attn.v_proj.bias")))
-        return shape[0] = m->n_kv_heads * D, 1;
-    if (m->qk_norm && (!strcmp(rest, "self_attn.q_norm.weight") || !strcmp(rest, "self_attn.k_norm.weight")))
-        return shape[0] = D, 1;
-    if (!strcmp(rest, "mlp.gate_proj.weight") || !strcmp(rest, "mlp.up_proj.weight"))
-        return shape[0] = F, shape[1] = C, 2;
-    if (!strcmp(rest, "mlp.down_proj.weight")) return shape[0] = C, shape[1] = F, 2;
-    return 0;
+static int cmp_param(const void *a, const void *b) {
+    return strcmp(((const struct param_info *)a)->name, ((const struct param_info *)b)->name);
+}
+
+// The shape the model of config.json gives a parameter name (its parameter
+// table: the names are Hugging Face's), or ndim 0 for a name it does not have.
+static int expected_shape(const struct hf_model *h, const char *name, int64_t *shape) {
+    struct param_info key;
+    size_t len = strlen(name);
+    if (len >= sizeof key.name) return 0;
+    memcpy(key.name, name, len + 1);
+    const struct param_info *p =
+        bsearch(&key, h->params, (size_t)h->n_params, sizeof *h->params, cmp_param);
+    if (!p) return 0;
+    shape[0] = p->grows, shape[1] = p->gcols;
+    return p->gcols == 1 ? 1 : 2;
 }
 
 static const struct hf_entry *hf_find(const struct hf_model *h, const char *name);
 
-// The tensors LlamaForCausalLM needs (the model's parameter table: its
-// names are Hugging Face's) that the folder lacks: how many, and the first
-// few named in buf ("a, b, c, ..."); *need: how many it needs.
-// Errors: model_param_table's (a config.json trident cannot build).
-static enum status missing_tensors(const struct hf_model *h, char *buf, size_t cap, int *need,
-                                   int *n_missing, struct error *err) {
-    struct param_info *params;
-    enum status st = model_param_table(&h->lc, &params, need, err);
-    if (st) return st;
+// The tensors the model needs that the folder lacks: how many, and the first
+// few named in buf ("a, b, c, ...").
+static void missing_tensors(const struct hf_model *h, char *buf, size_t cap, int *n_missing) {
     size_t used = 0;
     buf[0] = '\0';
     *n_missing = 0;
-    for (int i = 0; i < *need; i++) {
-        if (hf_find(h, params[i].name)) continue;
+    for (int i = 0; i < h->n_params; i++) {
+        if (hf_find(h, h->params[i].name)) continue;
         if (*n_missing < 3 && used < cap)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", *n_missing ? ", " : "", params[i].name);
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", *n_missing ? ", " : "",
+                                     h->params[i].name);
         else if (*n_missing == 3 && used < cap) used += (size_t)snprintf(buf + used, cap - used, ", ...");
         (*n_missing)++;
     }
-    free(params);
-    return STATUS_OK;
+}
+
+// A weight_map value: a plain file name of a safetensors file in the folder.
+static bool shard_name_ok(const char *fn) {
+    size_t n = fn ? strlen(fn) : 0;
+    return n > 12 && n < 256 && !strchr(fn, '/') && !strcmp(fn + n - 12, ".safetensors") &&
+           fn[0] != '.';
 }
 
 enum status hf_open(const char *dir, const struct llama_config *expect, struct hf_model **out,
@@ -438,20 +430,24 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
     *out = NULL;
     struct hf_model *h = xcalloc(1, sizeof *h);
     snprintf(h->dir, sizeof h->dir, "%s", dir);
-    enum status st = read_config(h, err);
+    enum status st = hf_read_config(dir, &h->lc, &h->meta, err);
     // The run's model against config.json first: a wrong hidden_size is named
-    // as such, not through head_dim or a tensor's shape.
+    // as such, not through a tensor's shape.
     if (!st && expect) st = hf_check_model(h, expect, err);
-    if (!st && h->head_dim && h->head_dim * h->lc.n_heads != h->lc.d_model)
-        st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: head_dim = %lld, trident needs "
-                       "hidden_size / num_attention_heads = %d", dir, h->head_dim,
-                       h->lc.d_model / h->lc.n_heads);
+    // Every count in h->lc is bounded (hf_read_config): the table is small.
+    if (!st && model_param_table(&h->lc, &h->params, &h->n_params, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: not a model trident builds: %s", dir, why);
+    }
+    if (!st) qsort(h->params, (size_t)h->n_params, sizeof *h->params, cmp_param);
+    const char *arch = hf_family_arch(h->meta.family);
     char idx[CKPT_PATH_MAX + 40];
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
     json_t *j = NULL, *wm = NULL;
-    if (!st && access(idx, F_OK) == 0) {
-        json_error_t je;
-        j = json_load_file(idx, 0, &je);
+    bool no_index = true;
+    if (!st) st = hf_load_json(idx, 64u << 20, &j, &no_index, err);
+    if (!st && !no_index) {
         wm = json_object_get(j, "weight_map");
         if (!json_is_object(wm)) {
             st = error_set(err, STATUS_BAD_INPUT, "%s: no weight_map object", idx);
@@ -461,9 +457,12 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
             json_t *v;
             json_object_foreach(wm, k, v) {
                 const char *fn = json_string_value(v);
-                if (!fn || strchr(fn, '/')) {
-                    st = error_set(err, STATUS_BAD_INPUT, "%s: weight_map[%s] is not a file name",
-                                   idx, k);
+                if (!shard_name_ok(fn)) {
+                    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+                    st = error_set(err, STATUS_BAD_INPUT, "%s: weight_map[\"%s\"] = %.80s is not "
+                                   "the name of a safetensors file in the folder (a plain name "
+                                   "ending in .safetensors)", idx, k, s ? s : "?");
+                    free(s);
                     break;
                 }
                 bool seen = false;
@@ -485,17 +484,17 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
         if (!strcmp(h->e[i].t->name, h->e[i - 1].t->name))
             st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is in two safetensors files",
                            dir, h->e[i].t->name);
-    // Every tensor is one LlamaForCausalLM has, of its shape, and none is missing.
+    // Every tensor is one the model has, of its shape, and none is missing.
     int want = 0;
     for (int i = 0; i < h->n && !st; i++) {
         const struct safetensors_tensor *t = h->e[i].t;
         int64_t shape[2];
-        int nd = expected_shape(&h->lc, t->name, shape);
+        int nd = expected_shape(h, t->name, shape);
         if (!nd && !strcmp(t->name, "lm_head.weight")) continue; // tied: a saved copy
         if (!nd) {
             if (strstr(t->name, "rotary_emb.inv_freq")) continue; // older transformers saved it
             st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is not a parameter of "
-                           "LlamaForCausalLM with this config.json", dir, t->name);
+                           "%s with this config.json", dir, t->name, arch);
         } else if (t->ndim != nd || t->shape[0] != shape[0] || (nd == 2 && t->shape[1] != shape[1]))
             st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s has %d dimensions (%lld, %lld), "
                            "config.json implies (%lld, %lld)", dir, t->name, t->ndim,
@@ -521,15 +520,11 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
     }
     json_decref(j);
     char names[400];
-    int need = 0, n_missing = 0;
-    if (!st && missing_tensors(h, names, sizeof names, &need, &n_missing, err)) {
-        char why[sizeof err->msg];
-        snprintf(why, sizeof why, "%s", err->msg);
-        st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: not a model trident builds: %s", dir, why);
-    }
-    if (!st && want != need)
-        st = error_set(err, STATUS_BAD_INPUT, "%s: %d of the %d tensors LlamaForCausalLM needs "
-                       "are present; missing: %s", dir, need - n_missing, need, names);
+    int n_missing = 0;
+    if (!st) missing_tensors(h, names, sizeof names, &n_missing);
+    if (!st && want != h->n_params)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: %d of the %d tensors %s needs are present; "
+                       "missing: %s", dir, h->n_params - n_missing, h->n_params, arch, names);
     if (st) hf_close(h);
     else *out = h;
     return st;
@@ -554,7 +549,11 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
                 {"num_key_value_heads", "n_kv_heads", f->n_kv_heads, m->n_kv_heads},
                 {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers},
                 {"vocab_size", "vocab_size", f->vocab_size, m->vocab_size},
-                {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings}};
+                {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings},
+                {"head_dim", "head_dim", f->head_dim ? f->head_dim : f->d_model / f->n_heads,
+                 m->head_dim ? m->head_dim : m->d_model / m->n_heads},
+                {"architectures (Qwen2: q/k/v biases)", "qkv_bias", f->qkv_bias, m->qkv_bias},
+                {"architectures (Qwen3: q/k norms)", "qk_norm", f->qk_norm, m->qk_norm}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].a != ints[i].b)
             return error_set(err, STATUS_BAD_INPUT, "%s/config.json: %s = %d, the run's [model] "
@@ -562,6 +561,19 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
     if (f->rope_theta != m->rope_theta)
         return error_set(err, STATUS_BAD_INPUT, "%s/config.json: rope_theta = %.17g, the run's "
                          "[model] rope_theta = %.17g", h->dir, f->rope_theta, m->rope_theta);
+    const struct rope_scaling *a = &f->rope_scaling, *b = &m->rope_scaling;
+    static const char *const rs_names[] = {"none", "linear", "llama3"};
+    if (a->type != b->type ||
+        (a->type != ROPE_SCALING_NONE && a->factor != b->factor) ||
+        (a->type == ROPE_SCALING_LLAMA3 &&
+         (a->low_freq_factor != b->low_freq_factor || a->high_freq_factor != b->high_freq_factor ||
+          a->original_max_pos != b->original_max_pos)))
+        return error_set(err, STATUS_BAD_INPUT, "%s/config.json: rope_scaling = %s (factor %g, "
+                         "low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings "
+                         "%d), the run's [model] rope_scaling = %s (factor %g, %g, %g, %d)", h->dir,
+                         rs_names[a->type], a->factor, a->low_freq_factor, a->high_freq_factor,
+                         a->original_max_pos, rs_names[b->type], b->factor, b->low_freq_factor,
+                         b->high_freq_factor, b->original_max_pos);
     if (f->norm_eps != m->norm_eps)
         return error_set(err, STATUS_BAD_INPUT, "%s/config.json: rms_norm_eps = %.9g, the run's "
                          "[model] norm_eps = %.9g", h->dir, (double)f->norm_eps,
@@ -613,6 +625,23 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
     return st;
 }
 
+enum status hf_write_generation_config(const char *path, const struct hf_meta *meta,
+                                       struct error *err) {
+    json_t *g = json_object();
+    json_object_set_new(g, "bos_token_id", meta->bos_id >= 0 ? json_integer(meta->bos_id) : json_null());
+    json_object_set_new(g, "eos_token_id", ids_json(meta->eos_ids, meta->n_eos));
+    if (meta->pad_id >= 0) json_object_set_new(g, "pad_token_id", json_integer(meta->pad_id));
+    char tmp[CKPT_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    enum status st = STATUS_OK;
+    if (json_dump_file(g, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER) || rename(tmp, path)) {
+        unlink(tmp);
+        st = error_set(err, STATUS_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    }
+    json_decref(g);
+    return st;
+}
+
 enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
                       struct error *err) {
     char latest[CKPT_PATH_MAX + 16];
@@ -626,7 +655,7 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     for (int i = 0; i < h->n && !st; i++) {
         const struct safetensors_tensor *t = h->e[i].t;
         int64_t shape[2];
-        if (!expected_shape(&h->lc, t->name, shape)) continue; // a tied model's lm_head copy
+        if (!expected_shape(h, t->name, shape)) continue; // a tied model's lm_head copy
         struct ckpt_piece *q = &p[n++];
         size_t len = MIN(strlen(t->name), sizeof q->name - 7); // a known name: it fits
         memcpy(q->name, "param/", 6);
@@ -650,6 +679,12 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", h->dir);
     snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", dir);
     if (!st && access(tok_from, F_OK) == 0) st = copy_file(tok_from, tok_to, err);
+    // Its token ids, for generate's stop ids and the export's config.
+    if (!st) {
+        char gc[CKPT_PATH_MAX + 40];
+        snprintf(gc, sizeof gc, "%s/generation_config.json", dir);
+        st = hf_write_generation_config(gc, &h->meta, err);
+    }
     if (!st) st = checkpoint_prepare(&a, err);
     if (!st) st = checkpoint_write_rank(&a, &sum, err);
     if (!st) st = checkpoint_commit(&a, &sum, err);

@@ -24,11 +24,66 @@
 #include "kernels/ops.h"
 #include "safetensors.h"
 
+// The families read and written: transformers' class names in config.json's
+// `architectures` and their model_type.
+enum hf_family { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_N_FAMILIES };
+const char *hf_family_arch(enum hf_family f);       // "LlamaForCausalLM", ...
+const char *hf_family_model_type(enum hf_family f); // "llama", ...
+
+enum { HF_MAX_STOP_IDS = 16 };
+
+// What config.json and generation_config.json say besides the model: the
+// family and the token ids (generation_config.json's, when it gives them,
+// replace config.json's, as in transformers' generate()).
+struct hf_meta {
+    enum hf_family family;
+    int bos_id, pad_id;              // -1: none
+    int n_eos;                       // 0: none
+    int eos_ids[HF_MAX_STOP_IDS];    // every one a stop id of generation
+};
+
+// One row of the table of config keys (docs/formats.md "Hugging Face config
+// keys"): file "config.json" or "generation_config.json", the key, the
+// families whose config class defines it (bit 1 << enum hf_family), what
+// trident does: "model" (read into struct llama_config, the class default
+// when absent), "ids" (struct hf_meta), "checked" (architectures, model_type,
+// hidden_act must name the family / silu), "refused" (any value but `only`,
+// JSON text, is refused naming the key), "window" (sliding-window attention:
+// refused where it takes effect), "no effect" (transformers' meaning changes
+// neither weights nor logits), "decoding" (a setting of transformers'
+// generate(), not of the model; trident generate takes its own flags). A
+// key of neither table is ignored, as transformers keeps it as an unused
+// attribute.
+struct hf_key_row {
+    const char *file, *key;
+    unsigned families;
+    const char *action, *only;
+};
+const struct hf_key_row *hf_config_keys(int *n);
+
+// Reads dir/config.json (and dir/generation_config.json when present) into
+// *lc (sizes, head_dim 0 when hidden_size / heads, qkv_bias for Qwen2,
+// qk_norm for Qwen3, rope_scaling, max_seq_len = max_position_embeddings)
+// and *meta. Only regular files are opened. Every number is checked for its
+// JSON type (a string is not a number, a number not a boolean) and range
+// (the [model] INI keys' bounds, 64-bit arithmetic) before use. Errors:
+// STATUS_BAD_INPUT naming the file, the key and the value.
+enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_meta *meta,
+                           struct error *err);
+// Reads the ids of the generation_config.json at path (absent: *found false,
+// STATUS_OK) into meta, replacing those it gives; ids must be < vocab.
+enum status hf_read_generation_config(const char *path, int vocab, struct hf_meta *meta,
+                                      bool *found, struct error *err);
+
 struct hf_export_args {
     const char *out_dir;        // must not exist; made via out_dir.tmp and a rename
     int dtype;                  // DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, or -1: as stored
     uint64_t max_shard_bytes;   // 0: one model.safetensors
     int bos_id, eos_id;         // -1: none
+    const struct hf_meta *meta; // or NULL; else its family and ids replace bos_id, eos_id
+                                // (every eos id is written, a list when more than one)
+    int family;                 // -1: from the model: qk_norm Qwen3, qkv_bias Qwen2, else
+                                // meta's family, else Llama
     const char *tokenizer_json; // copied to out_dir/tokenizer.json, or NULL
     const char *eos_token;      // its text for tokenizer_config.json, or NULL
     const char *chat_template;  // tokenizer_config.json "chat_template" (Jinja text the model was
@@ -60,8 +115,12 @@ void hf_close(struct hf_model *h);
 // The model config.json describes (shape fields, rope_theta, norm_eps,
 // max_seq_len from max_position_embeddings, tie_embeddings).
 const struct llama_config *hf_config(const struct hf_model *h);
-// eos_token_id of config.json, or -1.
+// The first stop id (generation_config.json's eos_token_id, else
+// config.json's, else the class default), or -1.
 int hf_eos_id(const struct hf_model *h);
+// The family and every id of config.json / generation_config.json: all of
+// meta->eos_ids are stop ids for generation.
+const struct hf_meta *hf_model_meta(const struct hf_model *h);
 
 // Refuses a run whose model differs from the folder's: Errors:
 // STATUS_BAD_INPUT "DIR/config.json: KEY = X, the run's [model] KEY = Y".
@@ -89,6 +148,14 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
 // `latest`; checkpoint_save's otherwise.
 enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer_id,
                       struct error *err);
+
+// Writes meta's bos, eos (an id, or a list when more than one) and pad ids
+// as the generation_config.json at path (via path.tmp and a rename): what
+// `trident import` keeps next to step-000000 and a run started with init_from
+// keeps in its [checkpoint] dir, where generate and export read them.
+// Errors: STATUS_RUNTIME naming path.
+enum status hf_write_generation_config(const char *path, const struct hf_meta *meta,
+                                       struct error *err);
 
 // The tensors of the folder in name order: i in [0, n).
 int hf_n_tensors(const struct hf_model *h);

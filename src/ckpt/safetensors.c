@@ -112,7 +112,9 @@ enum status safetensors_open(const char *path, struct safetensors_file **out,
     *out = NULL;
     struct safetensors_file *f = xcalloc(1, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO or a device opens at once and is refused below, not
+    // waited on (reads of a regular file ignore the flag).
+    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     enum status st = STATUS_OK;
     char *hdr = NULL;
     json_t *root = NULL;
@@ -120,6 +122,10 @@ enum status safetensors_open(const char *path, struct safetensors_file **out,
     unsigned char len8[8];
     if (f->fd < 0 || fstat(f->fd, &sb)) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = error_set(err, STATUS_BAD_INPUT, "%s: not a regular file", path);
         goto done;
     }
     uint64_t size = (uint64_t)sb.st_size, n = 0;

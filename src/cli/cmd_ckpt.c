@@ -194,12 +194,14 @@ static const struct cli_flag ckpt_logits_flags[] = {
 };
 static const struct cli_flag import_flags[] = {
     {"HF_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
-     "a Hugging Face LlamaForCausalLM folder (config.json, safetensors); refused (exit 2, nothing written) "
+     "a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM folder "
+     "(config.json, safetensors; every config key read as docs/formats.md's table says); refused (exit 2, nothing written) "
      "for a NaN or an infinity in a tensor, a missing tensor or a bad file", C(dir)},
     {"OUT_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
      "a new [checkpoint] dir; gets step-000000 (weights only, FP32, marked so in its manifest) and latest, "
      "for [model] init_from, generate or ckpt export; a resume from it is refused (no optimizer state); "
-     "HF_DIR's tokenizer.json is copied to OUT_DIR/tokenizer.json, where generate and ckpt export find it",
+     "HF_DIR's tokenizer.json is copied to OUT_DIR/tokenizer.json and its bos, pad and eos ids (every id of "
+     "an eos_token_id list) written to OUT_DIR/generation_config.json, where generate and ckpt export find them",
      C(out)},
 };
 #undef CKPT_DIR_ROW
@@ -216,7 +218,7 @@ const struct cli_command cli_ckpt_verify = {
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_export = {
     .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
-    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face LlamaForCausalLM folder.",
+    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2 or Qwen3).",
     .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
 const struct cli_command cli_ckpt_logits = {
     .name = "ckpt logits", .synopsis = "DIR --tokens IDS.txt --out OUT.safetensors",
@@ -225,13 +227,13 @@ const struct cli_command cli_ckpt_logits = {
     .flags = ckpt_logits_flags, .n_flags = CLI_N(ckpt_logits_flags)};
 const struct cli_command cli_import = {
     .name = "import", .synopsis = "HF_DIR OUT_DIR",
-    .summary = "A Hugging Face LlamaForCausalLM folder as a trident checkpoint (weights only).",
+    .summary = "A Hugging Face Llama, Qwen2, Qwen3 or Mistral folder as a trident checkpoint (weights only).",
     .flags = import_flags, .n_flags = CLI_N(import_flags)};
 
 // `ckpt export DIR OUT --format hf ...`. Returns the exit code.
 static int export_hf(const struct ckpt_args *o) {
     struct hf_export_args a = {.out_dir = o->out, .dtype = o->dtype, .bos_id = -1, .eos_id = -1,
-                               .max_shard_bytes = (uint64_t)o->max_shard_bytes};
+                               .max_shard_bytes = (uint64_t)o->max_shard_bytes, .family = -1};
     const char *tok_path = o->tokenizer;
     struct error err = {0};
     struct ckpt_reader *r;
@@ -277,6 +279,16 @@ static int export_hf(const struct ckpt_args *o) {
             a.chat_template = chat_template_jinja(t);
         }
     }
+    // The ids `trident import` kept next to the checkpoint (every eos id of
+    // the source folder) before the tokenizer's end-of-text.
+    struct hf_meta meta = {.bos_id = -1, .pad_id = -1};
+    bool found = false;
+    for (int up = 0; up <= 1 && !found && !err.status; up++) {
+        char gc[4200];
+        snprintf(gc, sizeof gc, "%s%s/generation_config.json", o->dir, up ? "/.." : "");
+        hf_read_generation_config(gc, checkpoint_info(r)->model.vocab_size, &meta, &found, &err);
+    }
+    if (found) a.meta = &meta;
     if (!err.status) hf_export(r, &a, &err);
     free(eos_text);
     if (tok) tokenizer_free(tok);
@@ -285,7 +297,7 @@ static int export_hf(const struct ckpt_args *o) {
         fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
         return err.status;
     }
-    printf("exported %s as a Hugging Face LlamaForCausalLM folder %s%s\n", o->dir, o->out,
+    printf("exported %s as a Hugging Face folder %s%s\n", o->dir, o->out,
            tok_path ? "" : " (note: no tokenizer, none next to the checkpoint or named by a run "
                            "folder's config.ini above it: no tokenizer.json, bos/eos ids null; "
                            "--tokenizer DATASET_DIR adds it)");
@@ -462,6 +474,13 @@ int cmd_ckpt(int argc, char **argv) {
         print_info(r);
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
+        // Every rank file's /state first, judged by its owners (before any
+        // tensor is read, as checkpoint_open once read it).
+        if (trainer_state_verify(r, &err)) {
+            fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
         int bad = report_nonfinite(r, &err);
         if (bad) {
             if (bad < 0) fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
@@ -472,8 +491,7 @@ int cmd_ckpt(int argc, char **argv) {
         }
         const char *const *state_names;
         int n_state = optimizer_state_names(&state_names);
-        // Then every rank file's /state, judged by its owners.
-        if (checkpoint_check_tensors(r, state_names, n_state, &err) || trainer_state_verify(r, &err)) {
+        if (checkpoint_check_tensors(r, state_names, n_state, &err)) {
             fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;
@@ -486,7 +504,7 @@ int cmd_ckpt(int argc, char **argv) {
     return STATUS_OK;
 }
 
-// `trident import HF_DIR OUT_DIR`: a Hugging Face LlamaForCausalLM folder as
+// `trident import HF_DIR OUT_DIR`: a Hugging Face folder (hf.h's families) as
 // a trident checkpoint (hf_import); its tokenizer.json, when present, gives
 // the checkpoint's tokenizer id and is kept as OUT_DIR/tokenizer.json.
 int cmd_import(int argc, char **argv) {

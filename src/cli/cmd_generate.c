@@ -14,9 +14,10 @@
 // chatml (default: the one the tokenizer's dataset was prepared with,
 // cli_chat_template_of) rendered as a one-message user conversation with the
 // generation prompt, as prep and apply_chat_template render it (data/chat.h).
-// Generation stops at a stop id (end-of-text, and every id of the model's own
-// list when it has one; with llama3 / chatml also the template's end token,
-// <|eot_id|> / <|im_end|>) or after --max-new-tokens ids. The model's window is the longest prompt plus
+// Generation stops at a stop id (every id of the model's own list when it has
+// one, as transformers' generate() stops; else end-of-text; with llama3 /
+// chatml also the template's end token, <|eot_id|> / <|im_end|>) or
+// after --max-new-tokens ids. The model's window is the longest prompt plus
 // --max-new-tokens; a prompt for which that exceeds the model's max_seq_len is
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
 // rows, and a slid window would change what the model sees.
@@ -60,7 +61,9 @@ static const struct config_choice generate_chat_template_choices[] = {{"plain", 
 static const struct cli_flag generate_flags[] = {
     {"MODEL_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
      "a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest') or a Hugging Face "
-     "LlamaForCausalLM folder (config.json, safetensors)", G(model_dir)},
+     "folder (Llama, Qwen2, Qwen3 or Mistral: config.json, safetensors); generation stops at the model's "
+     "stop ids when it has some (eos_token_id of generation_config.json or config.json, every id of a list; "
+     "an import keeps them), else at the tokenizer's end-of-text", G(model_dir)},
     {"--prompt", CLI_LIST, "TEXT", NULL, 0, 0, 0, NULL, "a prompt to continue", G(prompts)},
     {"--prompts", CLI_LIST, "FILE.jsonl", NULL, 0, 0, 0, NULL,
      "prompts from a JSON Lines file, {\"prompt\": ...} per line (a \"response\" field is printed as the "
@@ -83,9 +86,9 @@ static const struct cli_flag generate_flags[] = {
      G(temperature)},
     {"--top-k", CLI_INT, "K", "0", 0, 1 << 30, 0, NULL,
      "sample among the K most likely ids; 0: the whole vocabulary", G(top_k)},
-    {"--top-p", CLI_FLOAT, "P", "1", 0, 1, 0, NULL,
+    {"--top-p", CLI_FLOAT, "P", "1", 0, 1, CLI_MIN_EXCLUSIVE, NULL,
      "sample among the most likely ids whose probability reaches P (nucleus sampling, after top-k); "
-     "1: all, > 0", G(top_p)},
+     "1: all", G(top_p)},
     {"--seed", CLI_UINT64, "S", "0", 0, INFINITY, 0, NULL,
      "seed of the sampler (each prompt draws as it would alone)", G(seed)},
     {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
@@ -106,7 +109,7 @@ const struct cli_command cli_generate = {
     .flags = generate_flags,
     .n_flags = CLI_N(generate_flags),
     .notes = "Each prompt is encoded as the end-of-text id then the prompt's ids; generation stops at\n"
-             "end-of-text (or any stop id of the model's list) or after --max-new-tokens ids. A prompt\n"
+             "any stop id of the model's list (else end-of-text) or after --max-new-tokens ids. A prompt\n"
              "whose ids + --max-new-tokens exceed the model's max_seq_len is refused (exit 2), not slid.\n"
              "Prompts run in batches of 16 on a key/value cache (one prefill, then one position per\n"
              "token); stderr gets the new tokens per second.\n",
@@ -252,8 +255,6 @@ int cmd_generate(int argc, char **argv) {
         }
         if (!err.status && !n_prompts)
             error_set(&err, STATUS_BAD_INPUT, "no prompt: give --prompt TEXT or --prompts FILE.jsonl");
-        if (!err.status && !(o.top_p > 0))
-            error_set(&err, STATUS_BAD_INPUT, "--top-p %g: expected a number in (0, 1]", o.top_p);
     }
     for (int i = 0; i < n_prompts && !err.status; i++)
         if (!ps[i].text[0])
@@ -302,7 +303,7 @@ int cmd_generate(int argc, char **argv) {
                   tok_file, tokenizer_vocab_size(tok), g.lc.vocab_size, model_dir);
         goto out;
     }
-    int eot = tokenizer_eot_id(tok), stop = eot;
+    int eot = tokenizer_eot_id(tok), chat_stop = -1; // the chat template's end token, -1: none
     bool chat = o.chat || o.chat_template;
     int chat_template = o.chat_template ? o.chat_template - 1 : chat ? cli_chat_template_of(tok_file) : 0;
     if (chat && chat_template != CHAT_TEMPLATE_PLAIN) {
@@ -311,7 +312,7 @@ int cmd_generate(int argc, char **argv) {
         int32_t *e = NULL;
         size_t k = 0;
         if (tokenizer_encode(tok, end, strlen(end), 1, &e, &k, &err)) goto out;
-        stop = e[0];
+        chat_stop = e[0];
         free(e);
     }
     for (int i = 0; i < n_prompts; i++) {
@@ -359,13 +360,16 @@ int cmd_generate(int argc, char **argv) {
         int aff = threads_affinity_cpus();
         threads = aff > 0 ? aff : threads_node_cpus();
     }
-    // Stop ids: end-of-text and the model's own list.
+    // Stop ids: the model's own list when it has one (an HF folder's
+    // eos_token_id, every id; an import's or init_from's generation_config.json),
+    // as transformers' generate() stops; else the tokenizer's end-of-text.
     int32_t stops[2 + GENERATOR_MAX_STOP];
     int n_stop = 0;
-    if (eot >= 0) stops[n_stop++] = eot;
-    if (stop != eot) stops[n_stop++] = stop; // the chat template's end token
-    for (int i = 0; i < g.n_stop; i++)
-        if (g.stop_ids[i] != eot && g.stop_ids[i] != stop) stops[n_stop++] = g.stop_ids[i];
+    if (eot >= 0 && !g.n_stop) stops[n_stop++] = eot;
+    for (int i = 0; i < g.n_stop; i++) stops[n_stop++] = g.stop_ids[i];
+    bool listed = false; // the chat template's end token, where a chat model's turn ends
+    for (int i = 0; i < n_stop; i++) listed |= stops[i] == chat_stop;
+    if (chat_stop >= 0 && !listed) stops[n_stop++] = chat_stop;
     int rows = o.no_kv_cache ? 1 : MIN(n_prompts, GENERATE_ROWS);
     if (o.no_kv_cache ? generator_load(&g, window, threads, &err)
                       : generator_load_cached(&g, rows, MIN(window, GENERATE_PREFILL), window, threads, &err))
@@ -379,8 +383,11 @@ int cmd_generate(int argc, char **argv) {
         int nb = MIN(rows, n_prompts - i0);
         if (o.no_kv_cache) {
             double s0 = time_now_s();
+            int stop_id = chat_stop >= 0 ? chat_stop : g.n_stop ? -1 : eot;
             n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, o.temperature, o.top_k, o.seed,
-                                       stop, out, &ended[0], NULL);
+                                       stop_id, out, &ended[0], NULL);
+            int stop = generator_stop_at(&g, out, n_out[0], stop_id); // the model's list
+            if (stop < n_out[0]) n_out[0] = stop, ended[0] = true;
             t_decode += time_now_s() - s0;
             n_new += n_out[0], n_prompt_ids += n_ids[i0];
         } else {

@@ -1,4 +1,7 @@
-// sample.h: text samples from the model during training (temperature, top-k).
+// sample.h: text samples from the model during training and `trident
+// generate`'s continuations: with a key/value cache (sample_generate; model.h
+// "generation with a key/value cache") or the window recomputed per token
+// (sample_continue, the method before the cache); temperature, top-k, top-p.
 #ifndef TRIDENT_SAMPLE_H
 #define TRIDENT_SAMPLE_H
 
@@ -11,21 +14,21 @@
 #include "tokenizer/tokenizer.h"
 
 // Generates n_tokens after an end-of-text token (a document start) and
-// writes their decoded text to f. The model's microbatch (B, T) is the
-// context window: row 0 holds the text, and a causal model's logits at
-// position t depend only on tokens <= t, so one forward per new token reads
-// the logits at the last filled position (no KV cache: fine for samples).
-// temperature 0 is greedy; top_k 0 samples from the whole vocabulary.
-// Overwrites the model's activations (call between steps). With tp > 1 every
-// rank of the TP group calls it (the forward and the logits are collective)
-// and draws the same tokens; f NULL: generate without printing. The text is
-// decoded at the end, invalid UTF-8 printed as U+FFFD
-// (tokenizer_utf8_sanitize). wd (may be NULL): kicked at every token.
-// stop (may be NULL): asked before every token; true ends
-// the sample there (the trainer's stop flag, agreed over its ranks so that
-// every rank of a TP group stops at the same token: a stop within one token).
-// Returns the tokens generated (before an end-of-text or a stop, which end it).
-// Single-stage models only.
+// writes their decoded text to f: sample_generate on one row of the model's
+// key/value cache (made on first use, one row of the microbatch's T
+// positions, when the caller has not made one: the trainer makes it at
+// start), stopping at end-of-text; past T positions the last half is kept as
+// context (sample_continue's rule). temperature 0 is greedy; top_k 0 samples
+// from the whole vocabulary. Overwrites the model's activations (call between
+// steps). Collective as model_decode: every rank of the TP and pipeline
+// groups calls it and draws the same tokens; f NULL: generate without
+// printing. The text is decoded at the end, invalid UTF-8 printed as U+FFFD
+// (tokenizer_utf8_sanitize). wd (may be NULL): kicked at every token. stop
+// (may be NULL): asked before every token; true ends the sample there (the
+// trainer's stop flag, agreed over its ranks so that every rank stops at the
+// same token: a stop within one token). Returns the tokens generated (before
+// an end-of-text or a stop, which end it). Aborts (CHECK) when the cache
+// cannot be allocated.
 struct sample_stop {
     bool (*poll)(void *ctx);
     void *ctx;

@@ -30,10 +30,12 @@
 //                   changes an id; others refused
 //   decoder         ByteLevel; others refused
 //   truncation, padding   must be null (they would change encode's output)
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <inttypes.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tokenizer.h"
@@ -478,8 +480,20 @@ static enum status load_json(struct tokenizer *t, json_t *root, const char *path
 
 enum status tokenizer_load(const char *path, struct tokenizer **out, struct error *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open tokenizer file: %m", path);
+    // O_NONBLOCK and fstat: a FIFO or a device in a tokenizer.json's place
+    // (a Hugging Face folder's, say) is refused, not waited on.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open tokenizer file: %m", path);
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return error_set(err, STATUS_BAD_INPUT, "%s: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return error_set(err, STATUS_RUNTIME, "%s: cannot open tokenizer file: %m", path);
+    }
     json_error_t jerr;
     json_t *root = json_loadf(f, JSON_ALLOW_NUL, &jerr);
     fclose(f);

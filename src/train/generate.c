@@ -23,6 +23,9 @@ enum status generator_open(const char *path, struct generator *g, struct error *
         struct hf_model *h;
         if (hf_open(path, NULL, &h, err)) return err->status;
         g->lc = *hf_config(h);
+        const struct hf_meta *meta = hf_model_meta(h);
+        g->n_stop = MIN(meta->n_eos, GENERATOR_MAX_STOP);
+        for (int i = 0; i < g->n_stop; i++) g->stop_ids[i] = meta->eos_ids[i];
         hf_close(h);
         // Its identity, compared with a --tokenizer file as a checkpoint's is.
         if (tokenizer_folder_identity(path, g->tokenizer_id, sizeof g->tokenizer_id, err))
@@ -37,7 +40,18 @@ enum status generator_open(const char *path, struct generator *g, struct error *
     g->lc = in->model;
     snprintf(g->tokenizer_id, sizeof g->tokenizer_id, "%s", in->tokenizer_id);
     checkpoint_close(r);
-    return STATUS_OK;
+    // The stop ids `trident import` keeps next to step-000000.
+    struct hf_meta meta = {.bos_id = -1, .pad_id = -1};
+    bool found = false;
+    enum status st = STATUS_OK;
+    for (int up = 0; up <= 1 && !found && !st; up++) {
+        char gc[CKPT_PATH_MAX + 40];
+        snprintf(gc, sizeof gc, "%s%s/generation_config.json", path, up ? "/.." : "");
+        st = hf_read_generation_config(gc, g->lc.vocab_size, &meta, &found, err);
+    }
+    g->n_stop = MIN(meta.n_eos, GENERATOR_MAX_STOP);
+    for (int i = 0; i < g->n_stop; i++) g->stop_ids[i] = meta.eos_ids[i];
+    return st;
 }
 
 enum status generator_load(struct generator *g, int window, int threads, struct error *err) {
@@ -79,4 +93,13 @@ void generator_close(struct generator *g) {
     if (g->m) model_free(g->m);
     if (g->be) backend_free(g->be);
     *g = (struct generator){0};
+}
+
+int generator_stop_at(const struct generator *g, const int32_t *ids, int n, int eot) {
+    for (int i = 0; i < n; i++) {
+        if (ids[i] == eot) return i;
+        for (int k = 0; k < g->n_stop; k++)
+            if (ids[i] == g->stop_ids[k]) return i;
+    }
+    return n;
 }

@@ -1,7 +1,7 @@
 // generate.h: a model for `trident generate` (src/cli/cmd_generate.c) and
 // `trident ckpt logits` (cmd_ckpt.c): the
 // weights of a trident checkpoint (any layout it was saved in) or of a
-// Hugging Face LlamaForCausalLM folder, loaded whole into one process
+// Hugging Face folder (src/ckpt/hf.h: Llama, Qwen2, Qwen3, Mistral), loaded whole into one process
 // ((tp, pp, dp) = (1, 1, 1), FP32, the CPU backend, no MPI), whose prompts
 // sample_generate (src/model/sample.h, with a key/value cache) or
 // sample_continue (the window recomputed per token) continues.
@@ -30,6 +30,10 @@ struct generator {
     struct model *m;             // microbatch (rows, window)
 };
 
+// The stop ids (generator.stop_ids): an HF folder's eos_token_id
+// (generation_config.json's, else config.json's, else the class default; every
+// id of a list), or those of the generation_config.json `trident import`
+// writes next to step-000000 (in path or the folder above it).
 // Reads the model config of path: a Hugging Face folder (config.json,
 // hf_open: every safetensors header checked) or a trident checkpoint (a
 // step-NNNNNN folder or a [checkpoint] dir holding `latest`, checkpoint_open:
@@ -51,5 +55,11 @@ enum status generator_load_cached(struct generator *g, int rows, int window, int
                                   int threads, struct error *err);
 
 void generator_close(struct generator *g);
+
+// The index in ids[0, n) of the first id that stops generation (g's stop ids
+// or eot, -1 for none), or n when none does. `trident generate` stops at the
+// model's stop ids when it has some (as transformers' generate() does), else
+// at the tokenizer's end-of-text.
+int generator_stop_at(const struct generator *g, const int32_t *ids, int n, int eot);
 
 #endif

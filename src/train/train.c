@@ -3,6 +3,7 @@
 // validation, samples, checkpoints, a log line per step and metrics.jsonl
 // (docs/design.md §9). Checkpoints are in train_ckpt.c.
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <mpi.h>
 #include <string.h>
@@ -978,12 +979,21 @@ static void sample_step(struct trainer *t, int step, struct stop_poll *poll) {
     struct sample_stop stop = {poll_stop, poll};
     int n = sample_print(t->m.model, t->data.tok, c->train.sample_tokens, c->train.sample_temperature,
                          c->train.sample_top_k, (uint64_t)c->train.seed + step - 1, mem, t->watchdog, &stop);
-    t->log.sample_s += time_now_s() - s0;
+    double secs = time_now_s() - s0;
+    t->log.sample_s += secs;
     if (f) {
         fclose(mem);
         printf("step %5d/%d | sample (%d tokens, %.1f s%s): %s\n", step, c->train.steps, n,
-               time_now_s() - s0, poll->signal ? ", stopped by a signal" : "", text);
+               secs, poll->signal ? ", stopped by a signal" : "", text);
         fflush(stdout);
+        if (t->log.metrics) { // {"event": "sample", "step", "tokens", "seconds", "text"}
+            json_t *r = json_pack("{s:s, s:i, s:i, s:f, s:s}", "event", "sample", "step", step,
+                                  "tokens", n, "seconds", secs, "text", text ? text : "");
+            char *line = r ? json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            if (line) fprintf(t->log.metrics, "%s\n", line), fflush(t->log.metrics);
+            free(line);
+            json_decref(r);
+        }
         free(text);
     }
 }

@@ -2,6 +2,7 @@
 // and resuming from a checkpoint written in any (tp, pp, dp, zero) layout.
 // The format and the commit protocol are in src/ckpt/checkpoint.c.
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -188,12 +189,8 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct tr
                       first_replica || zero);
     // Each owner's values (the trainer's progress is its own), then every
     // owner's entries over them.
-    *sv = (struct trainer_saved){
-        .step = steps_done,
-        .progress = {.lr_step = t->progress.lr_step, .skipped_steps = t->progress.skipped_steps,
-                     .consecutive_skips = t->progress.consecutive_skips, .rng_seed = (uint64_t)c->train.seed,
-                     .loss_on = c->train.loss_on},
-    };
+    *sv = (struct trainer_saved){.step = steps_done};
+    trainer_progress_saved_of(&t->progress, c->train.seed, c->train.loss_on, &sv->progress);
     optimizer_saved_of(t->m.opt, &t->m.oc, &sv->opt);
     loss_scaler_saved_of(t->par.ctx.scaler, &sv->scaler);
     loader_state_save(&t->data.train_loader, &sv->loader);
@@ -558,9 +555,12 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     if (t->ckpt.host_master) memset(t->ckpt.host_master, 0, optimizer_numel(t->m.opt) * sizeof(float));
     int n = pieces(t, true, params_by_range(t), false);
     enum status s = STATUS_OK;
+    struct hf_meta meta = {.bos_id = -1, .pad_id = -1};
+    bool have_ids = false;
     if (hf) {
         struct hf_model *h;
         if (hf_open(path, &t->m.lc, &h, &err->err)) return err->err.status;
+        meta = *hf_model_meta(h), have_ids = true;
         // The folder's tokenizer.json, when present, is checked as a checkpoint's tokenizer is.
         char tok_file[CONFIG_PATH_MAX + 16], tok_id[64];
         snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", path);
@@ -595,8 +595,25 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
         }
         s = checkpoint_read_pieces(r, t->ckpt.pieces, n, t->watchdog, &err->err);
         checkpoint_close(r);
+        // The ids `trident import` (or an earlier init_from) kept with it.
+        for (int up = 0; up <= 1 && !s && !have_ids; up++) {
+            char gc[CONFIG_PATH_MAX + 40];
+            snprintf(gc, sizeof gc, "%s%s/generation_config.json", path, up ? "/.." : "");
+            s = hf_read_generation_config(gc, t->m.lc.vocab_size, &meta, &have_ids, &err->err);
+        }
     }
     if (s) return s == STATUS_RUNTIME ? trainer_alone(err) : s;
+    // The source's token ids (every eos id) kept in this run's [checkpoint]
+    // dir, where generate and ckpt export of its checkpoints read them.
+    if (have_ids && t->par.topo.world_rank == 0 && t->cfg.checkpoint.dir[0]) {
+        char gc[CONFIG_PATH_MAX + 40];
+        snprintf(gc, sizeof gc, "%s/generation_config.json", t->cfg.checkpoint.dir);
+        struct error e2 = {0};
+        if (mkdir(t->cfg.checkpoint.dir, 0777) && errno != EEXIST)
+            error_set(&e2, STATUS_RUNTIME, "%s: cannot create: %s", t->cfg.checkpoint.dir, strerror(errno));
+        if (e2.status || hf_write_generation_config(gc, &meta, &e2))
+            printf("init_from: note: the model's token ids not kept: %s\n", e2.msg);
+    }
     if (upload_params(t, err)) return trainer_alone(err);
     if (t->par.topo.world_rank == 0) {
         printf("init_from: %s weights from %s (optimizer, step and data start fresh)\n",
@@ -823,9 +840,7 @@ static enum status resume(struct trainer *t, struct trainer_error *err) {
     s = resume_from(t, path, &sv, err);
     if (s) return s;
     t->ckpt.start_step = (int)sv.step;
-    // Checkpoints before skipped steps existed hold lr_step = step and no skip counts (0).
-    t->progress = (struct trainer_progress){(int)sv.progress.lr_step, (int)sv.progress.skipped_steps,
-                                            (int)sv.progress.consecutive_skips};
+    trainer_progress_saved_restore(&t->progress, &sv.progress);
     loss_scaler_saved_restore(t->par.ctx.scaler, &sv.scaler);
     snprintf(t->ckpt.last, sizeof t->ckpt.last, "%s", path);
     // A resume continues its own weights; init_from only starts fresh runs.

@@ -19,6 +19,16 @@
 #include "model/optimizer.h"
 #include "train_step.h"
 
+// Where the run stands beyond its step count; saved in checkpoints (its
+// saved form below) and restored on resume.
+struct trainer_progress {
+    int lr_step;           // place in the LR schedule: steps applied, not skipped
+    int skipped_steps;     // steps skipped (train_step_should_skip), in all
+    int consecutive_skips; // the latest of them in a row that count toward [train]
+                           // max_skipped_steps (not fp16 overflows the scale absorbed);
+                           // 0 after an applied step
+};
+
 // The trainer's own saved values: "lr_step" (the place in the LR schedule:
 // steps applied), "skipped_steps" and "consecutive_skips" (steps skipped for
 // a non-finite loss or gradient norm, in all and the latest in a row; absent
@@ -30,6 +40,13 @@ struct trainer_progress_saved {
     uint64_t rng_seed, rng_state[4];
     int64_t loss_on;
 };
+
+// What a save holds of the trainer's progress p, of a run of [train] seed
+// and loss_on; and a resume putting p back (checkpoints before skipped steps
+// existed hold lr_step = step and no skip counts: 0).
+void trainer_progress_saved_of(const struct trainer_progress *p, int64_t seed, int loss_on,
+                               struct trainer_progress_saved *out);
+void trainer_progress_saved_restore(struct trainer_progress *p, const struct trainer_progress_saved *s);
 
 // A checkpoint's /state, every owner's part.
 struct trainer_saved {
@@ -44,7 +61,8 @@ struct trainer_saved {
 // Room for every owner's entries (a CHECK when they outgrow it).
 #define TRAINER_STATE_MAX_ENTRIES 64
 
-// Every owner's entries over sv, into out (room for cap); returns how many.
+// Every owner's entries over sv, into out (room for cap), in the order files
+// have held them (train_state.c file_order; newer ones after); returns how many.
 int trainer_state_entries(struct trainer_saved *sv, struct state_entry *out, int cap);
 
 // Reads world rank `rank`'s file (-1: rank 0's) into *sv: the entries, then

@@ -91,15 +91,7 @@ struct trainer_log {
                               // samples and checkpoint saves: the done line's split (§9)
 };
 
-// Where the run stands beyond its step count; saved in checkpoints (its
-// entries: struct trainer_progress_saved, train_state.h) and restored on resume.
-struct trainer_progress {
-    int lr_step;           // place in the LR schedule: steps applied, not skipped
-    int skipped_steps;     // steps skipped (train_step_should_skip), in all
-    int consecutive_skips; // the latest of them in a row that count toward [train]
-                           // max_skipped_steps (not fp16 overflows the scale absorbed);
-                           // 0 after an applied step
-};
+// struct trainer_progress (where the run stands beyond its step count): train_state.h.
 
 // The first step of a start may go WATCHDOG_FIRST_STEP x [system] watchdog_s
 // without progress: it also allocates workspaces and sets up communicators

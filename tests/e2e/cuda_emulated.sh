@@ -27,7 +27,8 @@ command -v g++ >/dev/null || fail "no g++: run make deps (build-essential)"
 command -v perl >/dev/null || fail "no perl: run make deps"
 start=$(date +%s)
 need_emu trident tests/check_emu tests/check_streams tests/check_backend_async tests/check_half \
-    tests/check_host_work tests/test_ops_cuda tests/test_ring_reference mpi/test_comm_nccl mpi/test_grad_sync
+    tests/check_host_work tests/test_ops_cuda tests/test_ring_reference tests/test_kv_decode \
+    mpi/test_comm_nccl mpi/test_grad_sync
 echo "== make EMU=1 BUILD=$EMU_BUILD: $(( $(date +%s) - start ))s"
 if grep -qiE "warning" "$tmp/make.log"; then
     grep -iE -B2 -A4 "warning" "$tmp/make.log" | head -n 40
@@ -35,7 +36,7 @@ if grep -qiE "warning" "$tmp/make.log"; then
 fi
 need_built "$EMU_BUILD/tests/check_half" "$EMU_BUILD/tests/check_emu" "$EMU_BUILD/tests/check_streams" \
     "$EMU_BUILD/tests/check_backend_async" \
-    "$EMU_BUILD/tests/test_ops_cuda" \
+    "$EMU_BUILD/tests/test_ops_cuda" "$EMU_BUILD/tests/test_kv_decode" \
     "$EMU_BUILD/trident" "$EMU_BUILD/mpi/test_comm_nccl"
 fail=0
 # The emulation's own semantics: indices, barriers, shuffles, dynamic shared
@@ -50,7 +51,7 @@ TRIDENT_EMU_DELAY=2000:1 "$EMU_BUILD/tests/check_streams" || fail "check_streams
 # The CUDA backend where stream order differs from call order
 # (tests/cuda_emu/check_backend_async.cpp).
 "$EMU_BUILD/tests/check_backend_async" || fail "check_backend_async: the CUDA backend is wrong on asynchronous streams"
-# The four below are independent and each keeps one core busy (~5 s of CPU
+# The five below are independent and each keeps one core busy (~5 s of CPU
 # each): they run at once, their output shown in this order once all ended.
 bg() { # NAME COMMAND...: COMMAND in the background, output in $tmp/NAME.out
     local name=$1; shift
@@ -66,14 +67,19 @@ done
 # Random delays before each queued operation must not change a result:
 # every op again, each worker sleeping 0..30 us before each operation.
 bg delay env TRIDENT_EMU_DELAY=30:5 TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda"
+# Generation with a key/value cache on the CUDA backend: the cached logits
+# equal the full window's (fp32, bf16; with the attention options too) and
+# greedy tokens equal the window recomputed per token (tests/unit/test_kv_decode.c).
+bg kv env TEST_KV_CUDA_ONLY=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_kv_decode"
 wait
-for name in half ops1 ops0 delay; do
+for name in half ops1 ops0 delay kv; do
     cat "$tmp/$name.out"
     read -r rc secs < "$tmp/$name.rc"
     case $name in
         half)  [ "$rc" -eq 0 ] || fail "the emulation's __half conversions differ from kernels/cpu/half.h" ;;
         ops*)  echo "== emulated test_ops_cuda (TRIDENT_EMU_CUBLASLT=${name#ops}): exit $rc in ${secs}s" ;;
         delay) echo "== emulated test_ops_cuda (TRIDENT_EMU_DELAY=30:5): exit $rc in ${secs}s" ;;
+        kv)    echo "== emulated test_kv_decode (the CUDA backend): exit $rc in ${secs}s" ;;
     esac
     [ "$rc" -eq 0 ] || fail=1
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # data_hot_tier.sh: the hot-tier shard cache (docs/design.md §6, issue 13).
 # A dataset of ~16 small shards on a cold tier made slow by fault injection
-# (TRIDENT_DATA_FAULT=cold_delay_ms:200: every cold-tier access sleeps 200 ms):
+# (TRIDENT_DATA_FAULT=cold_delay_ms:50: every cold-tier access sleeps 50 ms, ~0.6 s a step):
 #  1. without [data] cache_dir the stall shows: mean data_wait_ms >= 100 ms
 #     (each step reads 8 sequences, each a cold read);
 #  2. with cache_dir and prefetch_shards = 16, once the stager has copied the
@@ -47,13 +47,13 @@ mean() { jq -s 'add / length'; }
 cold_of() { basename "$1" | sed -E 's/\.[0-9a-f]{16}\.h5$/.h5/'; }
 
 # 1. no hot tier: every read is a cold read
-run cold cold_delay_ms:200 4 || { tail -5 "$tmp/cold.log"; fail "run without cache_dir"; }
+run cold cold_delay_ms:50 4 || { tail -5 "$tmp/cold.log"; fail "run without cache_dir"; }
 cold_wait=$(metrics "$tmp/run-cold" .data_wait_ms | mean)
 echo "no cache: mean data_wait_ms $cold_wait over 4 steps"
-jq -e -n "$cold_wait >= 100" >/dev/null || fail "without a hot tier the 200 ms cold reads do not show in data_wait_ms ($cold_wait)"
+jq -e -n "$cold_wait >= 100" >/dev/null || fail "without a hot tier the 50 ms cold reads do not show in data_wait_ms ($cold_wait)"
 
 # 2. hot tier with prefetch
-run hot cold_delay_ms:200 40 data.cache_dir="$tmp/cache" data.prefetch_shards=16 \
+run hot cold_delay_ms:50 40 data.cache_dir="$tmp/cache" data.prefetch_shards=16 \
     || { tail -5 "$tmp/hot.log"; fail "run with cache_dir"; }
 hot_wait=$(metrics "$tmp/run-hot" 'select(.step > 20) | .data_wait_ms' | mean)
 hot_step=$(metrics "$tmp/run-hot" 'select(.step > 20) | .step_time_s * 1000' | mean)

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# kv_decode_mpi.sh: generation with a key/value cache across ranks
-# (tests/mpi/test_kv_decode_mpi.c): on 2 ranks, tensor parallel 2 with
-# sequence parallelism, then pipeline parallel 2 with 2 virtual stages, the
-# cached logits at every position equal the whole model's full-window forward
-# within 1e-5 (relative) in FP32 and 1e-2 in BF16, on every rank.
+# kv_decode_mpi.sh: generation with a key/value cache across ranks.
+#  (a) tests/mpi/test_kv_decode_mpi.c on 2 ranks: tensor parallel 2 with
+#      sequence parallelism, then pipeline parallel 2 with 2 virtual stages:
+#      the cached logits at every position equal the same layout's
+#      full-window forward within 1e-5 (relative) in FP32 and 1e-2 in BF16,
+#      on every rank;
+#  (b) the training log's samples under (tp 2, pp 2, 2 virtual stages, sp)
+#      (before issue 28: none under pipeline parallelism): a greedy sample of
+#      24 tokens, read from metrics.jsonl's sample record, is what `trident
+#      generate --no-kv-cache` (one process, the window recomputed per token)
+#      and `trident generate` (the cache) continue from its first token on
+#      the run's checkpoint.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 BIN="$PWD/$BUILD/mpi/test_kv_decode_mpi"
@@ -15,4 +22,34 @@ for mode in tp pp; do
     n=$(grep -c "relative error" "$tmp/$mode.log" || true)
     [ "$n" -eq 4 ] || fail "$mode: $n result lines, expected 4 (2 ranks x fp32, bf16)"
 done
+echo "(a) cached logits = full window at tp 2 + sp and pp 2 (2 virtual stages), fp32 and bf16"
+
+need_built "$TRIDENT"
+need_py tokenizers
+small_dataset "$tmp"
+small_train "$tmp/run" "$tmp/ck" 2 2 1 0 model.n_layers=4 parallel.virtual_stages=2 \
+    parallel.sequence_parallel=true model.tie_embeddings=false train.steps=40 train.sample_every=40 train.sample_temperature=0 \
+    train.sample_tokens=24 > "$tmp/train.log" 2>&1 || { tail -20 "$tmp/train.log"; fail "(b) training exited non-zero"; }
+[ "$(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run/metrics.jsonl")" -eq 1 ] ||
+    fail "(b) $(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run/metrics.jsonl") sample records, expected 1"
+sample=$(jq -j 'select(.event == "sample") | .text' "$tmp/run/metrics.jsonl")
+[ -n "$sample" ] || fail "(b) an empty sample"
+first=$("$PY" - "$tmp/shards/tokenizer.json" "$sample" <<'PY'
+import sys
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+ids = tok.encode(sys.argv[2]).ids
+t = tok.decode(ids[:1])
+assert tok.encode(t).ids == ids[:1], f"{t!r} does not encode back to {ids[:1]}"
+print(t, end="")
+PY
+) || fail "(b) the sample's first token"
+for cache in --no-kv-cache ""; do
+    "$TRIDENT" generate "$tmp/ck" --tokenizer "$tmp/shards" --prompt "$first" --max-new-tokens 23 --json \
+        $cache > "$tmp/g.jsonl" 2> "$tmp/g.err" || { cat "$tmp/g.err"; fail "(b) generate $cache exited non-zero"; }
+    got=$(jq -j '.prompt + .text + (if .ended then " <|endoftext|>" else "" end)' "$tmp/g.jsonl")
+    [ "$got" = "$sample" ] || fail "(b) generate $cache: '$got', the (tp 2, pp 2) training sample: '$sample'"
+    grep -q "tokens/s" "$tmp/g.err" || fail "(b) generate $cache printed no tokens/s"
+done
+echo "(b) the (tp 2, pp 2) training sample = generate's continuation, with and without the cache"
 echo PASS

@@ -50,7 +50,7 @@ build() {
     local t=$1 out=$2
     shift 2
     # shellcheck disable=SC2046
-    gcc -O1 -std=gnu11 -fopenmp -w -DPLANTED -I"$t/src" -I"$t" -Itests/unit $(pkg-config --cflags $PKGS) \
+    "${CC:-cc}" -O1 -std=gnu11 -fopenmp -w -DPLANTED -I"$t/src" -I"$t" -Itests/unit $(pkg-config --cflags $PKGS) \
         tests/unit/test_state_owners.c "$t/src/train/train_step.c" "$t/src/train/train_state.c" "$@" \
         "$BUILD/libtrident.a" -o "$out" $(pkg-config --libs $PKGS) -ldnnl -lm -lpthread ||
         fail "building the planted test against $t"

@@ -630,6 +630,27 @@ static void test_attention_block(enum dtype dt, int B, int T, int cp, int rq, in
 
 // One vocab shard [vs, vs + Vl) of V classes with Vvalid real columns; targets
 // inside and outside the shard, and every 7th row ignored.
+// Attention against a key/value cache (generation): the caches hold random
+// rows (stale entries past each row's position included, which must not be
+// read), rows at different positions, a step of Tq new tokens each; out and
+// both caches (the appended rows) against the CPU.
+static void test_attention_decode(enum dtype dt, int B, int Tq, int Tmax, int H, int Hkv, int D,
+                                  const int32_t *pos) {
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tq * Hkv * D, nc = (size_t)B * Tmax * Hkv * D;
+    struct pair q = pair_rand(nq, 3, dt), k = pair_rand(nk, 1, dt), v = pair_rand(nk, 1, dt);
+    struct pair kc = pair_rand(nc, 1, dt), vc = pair_rand(nc, 1, dt), out = pair_nan(nq, dt);
+    struct ipair ps = ipair_make(pos, (size_t)B);
+    backend_attention_decode(cpu, out.c, q.c, k.c, v.c, kc.c, vc.c, ps.c, B, Tq, Tmax, H, Hkv, D);
+    backend_attention_decode(gpu, out.g, q.g, k.g, v.g, kc.g, vc.g, ps.g, B, Tq, Tmax, H, Hkv, D);
+    char what[96];
+    snprintf(what, sizeof what, "attention_decode B=%d Tq=%d Tmax=%d H=%d Hkv=%d D=%d", B, Tq, Tmax, H, Hkv, D);
+    expect_match(out, what);
+    expect_match(kc, "attention_decode k_cache");
+    expect_match(vc, "attention_decode v_cache");
+    pair_free(q), pair_free(k), pair_free(v), pair_free(kc), pair_free(vc), pair_free(out);
+    ipair_free(ps);
+}
+
 static void test_cross_entropy(enum dtype dt, int N, int Vl, int Vvalid, int vs, int V) {
     int ign = -100;
     float s = 0.1f;
@@ -1022,6 +1043,13 @@ static void run_all(enum dtype dt, bool small) {
             test_matmul(dt, DTYPE_FP32, ta, tb, 40, 150, 70);
         }
     test_matmul(dt, dt, false, false, 5, 7, 0); // K = 0: out = beta * out
+    // one row or one column of out (generation's one-token steps; the CPU's
+    // GEMV path), every transpose
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_matmul(dt, dt, ta, tb, 1, 70, 40);
+            test_matmul(dt, dt, ta, tb, 70, 1, 40);
+        }
     // qkv_bias (model_pass.c): y (R, n) += ones (R, 1) @ b (1, n), a GEMM of
     // depth 1, and db (n,) += dy^T (n, R) @ ones (R, 1) into FP32 gradients
     test_matmul(dt, dt, false, false, 33, 20, 1);
@@ -1035,6 +1063,12 @@ static void run_all(enum dtype dt, bool small) {
     test_rope_qkv(dt);
     test_rope(dt);
     test_swiglu(dt);
+    // generation's attention against a cache: one token a row at different
+    // positions (GQA, D a multiple of 32 and not), a step of several tokens
+    const int32_t pos2[2] = {0, 29}, pos3[3] = {5, 0, 17};
+    test_attention_decode(dt, 2, 1, 40, 4, 2, 64, pos2);
+    test_attention_decode(dt, 3, 4, 24, 6, 3, 24, pos3);
+    test_attention_decode(dt, 1, 1, 300, 2, 1, 256, (const int32_t[]){299});
     // tiled kernels: query blocks of 64 (32 at D = 256), key tiles of 32;
     // T = 257 and 1024 cross many tiles, T = 257 ends in a one-row tile
     test_attention(dt, 2, 37, 4, 2, 24);

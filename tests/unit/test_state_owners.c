@@ -6,7 +6,9 @@
 // its owner (loss_scaler_saved_of) and come back through it
 // (loss_scaler_saved_restore); /state holds exactly the names, types and
 // counts files have held since before the owners took them over (the table
-// below), so older builds' files and these read alike.
+// below), written in the same order (so a rank file's bytes are an earlier
+// build's: checked by hand against the build before issue 27), so older
+// builds' files and these read alike.
 //
 // Built a second time by tests/e2e/state_owner.sh with -DPLANTED against a
 // copy of the tree where one scalar was added to the loss scaler's files
@@ -44,12 +46,15 @@ static const struct {
 enum { N_OLD = sizeof old_state / sizeof old_state[0] };
 
 struct seen {
-    int n, old_ok, planted_ok;
+    int n, old_ok, planted_ok, in_order; // in_order: attributes in the old order so far
     char other[256];
 };
 
 static herr_t on_attr(hid_t loc, const char *name, const H5A_info_t *info, void *data) {
     struct seen *s = data;
+    // Native order: the object header's, i.e. the order the attributes were
+    // written in, which sets the file's bytes.
+    if (s->n < N_OLD && s->in_order == s->n && !strcmp(name, old_state[s->n].name)) s->in_order++;
     s->n++;
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT), t = H5Aget_type(a), sp = H5Aget_space(a);
     H5T_class_t cls = H5Tget_class(t);
@@ -144,7 +149,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/step-000007/rank-00000.h5", root);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), g = f >= 0 ? H5Gopen2(f, "state", H5P_DEFAULT) : -1;
     struct seen seen = {0};
-    EXPECT(g >= 0 && H5Aiterate2(g, H5_INDEX_NAME, H5_ITER_INC, NULL, on_attr, &seen) >= 0, "listing /state");
+    EXPECT(g >= 0 && H5Aiterate2(g, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, on_attr, &seen) >= 0, "listing /state");
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
     int planted = 0;
@@ -155,6 +160,10 @@ int main(void) {
     EXPECT(seen.old_ok == N_OLD && seen.n == N_OLD + planted && written + 1 == seen.n,
            "/state: %d of the %d old attributes as before, %d in all (%d entries written + step), others:%s",
            seen.old_ok, N_OLD, seen.n, written, seen.other);
+    // In the old order (a newer entry after them): a rank file's bytes are
+    // what builds before the owners held their state wrote.
+    EXPECT(seen.in_order == N_OLD, "/state's first %d attributes are in the old order, expected all %d", seen.in_order,
+           N_OLD);
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

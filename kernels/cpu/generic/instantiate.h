@@ -15,6 +15,7 @@
 //   FN(name)  name_f32, name_f64, name_bf16 or name_fp16, for static functions
 //   EXP LOG SQRT FMA   the math.h function of creal's precision
 //   GEMM      cblas_sgemm or cblas_dgemm (FP32/FP64 instantiations only)
+//   GEMV      cblas_sgemv or cblas_dgemv (likewise)
 // A .c file defines GENERIC_FILE (a path from the repository root, found
 // through -I., e.g. "kernels/cpu/generic/norm.h"), includes this, then
 // undefines it.
@@ -38,6 +39,7 @@
 #define SQRT sqrtf
 #define FMA fmaf
 #define GEMM cblas_sgemm
+#define GEMV cblas_sgemv
 #include GENERIC_FILE
 #undef real
 #undef creal
@@ -50,6 +52,7 @@
 #undef SQRT
 #undef FMA
 #undef GEMM
+#undef GEMV
 
 #define real double
 #define creal double
@@ -62,6 +65,7 @@
 #define SQRT sqrt
 #define FMA fma
 #define GEMM cblas_dgemm
+#define GEMV cblas_dgemv
 #include GENERIC_FILE
 #undef real
 #undef creal
@@ -74,6 +78,7 @@
 #undef SQRT
 #undef FMA
 #undef GEMM
+#undef GEMV
 
 #ifdef GENERIC_LOWP
 #define real uint16_t
