@@ -1,7 +1,7 @@
 # trident build. `make` builds build/trident (CPU backend); see README.md.
 #   make deps      install missing Debian packages (as root), else print the command;
 #                  make .venv/ with the test suite's Python packages (tests/requirements.txt)
-#                  and .venv-hf/ (Debian's torch + transformers, tests/requirements-hf.txt)
+#                  and .venv-hf/ (torch + transformers, tests/requirements-hf.txt)
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
 #   make sft       fine-tune make run's model on KJV instruction pairs (configs/sft-tiny.ini):
 #                  held-out answers and response validation loss before and after (jobs/sft_example.sh)

@@ -12,9 +12,9 @@
 #     made with Debian's python3 -m venv; tests/e2e/lib/common.sh runs
 #     .venv/bin/python. The system Python is never touched.
 #  3. Hugging Face transformers for tests/e2e/hf_transformers.sh in a second
-#     venv, .venv-hf/ (gitignored): `python3 -m venv --system-site-packages`
-#     over Debian's CPU PyTorch (python3-torch, installed in step 1), with
-#     tests/requirements-hf.txt pinned (it says why a second venv).
+#     venv, .venv-hf/ (gitignored): PyPI's torch and transformers pinned in
+#     tests/requirements-hf.txt (it says why a second venv and why not
+#     Debian's python3-torch, which tests/reference scripts still use).
 # Quick and silent when everything is present: one dpkg-query, and each
 # venv's record of the requirements it was built from compared with the file.
 set -euo pipefail
@@ -44,18 +44,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-# make_venv DIR REQUIREMENTS IMPORTS [venv options]: DIR made (or brought up to
-# date) with the pinned REQUIREMENTS, then IMPORTS (a Python statement) run in it
+# make_venv DIR REQUIREMENTS IMPORTS [venv options]: DIR made (or made anew when
+# its REQUIREMENTS changed: no package of an older list stays) with the pinned
+# REQUIREMENTS, then IMPORTS (a Python statement) run in it
 make_venv() {
     local venv=$1 req=$2 imports=$3; shift 3
     if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/trident-requirements.txt"; then return 0; fi
     echo "deps: making $venv with $(/usr/bin/python3 --version) and $req"
-    rm -f "$venv/trident-requirements.txt"
-    [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$@" "$venv"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$@" "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: -r "$req"
     "$venv/bin/python" -c "$imports"
     cp "$req" "$venv/trident-requirements.txt"
 }
 make_venv .venv tests/requirements.txt "import h5py, numpy, tokenizers, tensorboard, prometheus_client"
 make_venv .venv-hf tests/requirements-hf.txt "import torch, transformers, safetensors, tokenizers; \
-torch.from_numpy(__import__('numpy').zeros(2))" --system-site-packages
+torch.from_numpy(__import__('numpy').zeros(2))"

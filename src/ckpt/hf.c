@@ -306,6 +306,10 @@ enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, str
             }
             json_object_set_new(tc, "model_max_length", json_integer(m->max_seq_len));
             json_object_set_new(tc, "clean_up_tokenization_spaces", json_false());
+            // what transformers' generate(**tok(text, return_tensors="pt")) accepts:
+            // no token_type_ids (PreTrainedTokenizerFast's default returns them)
+            json_object_set_new(tc, "model_input_names", json_pack("[s, s]", "input_ids", "attention_mask"));
+            if (a->chat_template) json_object_set_new(tc, "chat_template", json_string(a->chat_template));
             st = write_json(&w, "tokenizer_config.json", tc, err);
         }
     }

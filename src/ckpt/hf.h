@@ -86,6 +86,8 @@ struct hf_export_args {
                                 // meta's family, else Llama
     const char *tokenizer_json; // copied to out_dir/tokenizer.json, or NULL
     const char *eos_token;      // its text for tokenizer_config.json, or NULL
+    const char *chat_template;  // tokenizer_config.json "chat_template" (Jinja text the model was
+                                // trained in, data/chat.h), or NULL
 };
 
 // Writes the folder of a->out_dir from the checkpoint r (any layout: each

@@ -43,6 +43,16 @@ int cmd_generate(int argc, char **argv);
 // (src/cli/cmd_generate.c)
 bool cli_checkpoint_tokenizer(const char *model_dir, char *out, size_t cap);
 
+// The chat template (enum chat_template, data/chat.h) a model trained on the
+// data of tokenizer file tok_file was trained with: the chat_template of the
+// index.ini beside it (a dataset folder's, `prep --format chat`), else the
+// template whose Jinja text the tokenizer_config.json beside it holds (an
+// exported folder's), else llama3 or chatml when that text writes
+// <|start_header_id|> or <|im_start|> (a Llama 3.x or Qwen folder's own
+// template: the same text for conversations without tools, Qwen2.5's default
+// system prompt aside), else plain. (src/cli/cmd_generate.c)
+int cli_chat_template_of(const char *tok_file);
+
 // trident train CONFIG.ini [section.key=value ...]   (src/cli/cmd_train.c; a failure
 // ends every rank of the job from inside, mpi_exit_all)
 int cmd_train(int argc, char **argv);

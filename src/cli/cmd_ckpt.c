@@ -1,10 +1,12 @@
 // cmd_ckpt.c: `trident ckpt info DIR`, `trident ckpt verify DIR` and
 // `trident ckpt export DIR OUT.h5` and `trident ckpt export DIR OUT --format hf
-// [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]` (a
+// [--dtype fp32|bf16|fp16] [--max-shard-size BYTES] [--tokenizer PATH]
+// [--chat-template T]` (a
 // Hugging Face LlamaForCausalLM folder, src/ckpt/hf.h; PATH is a dataset
 // folder holding tokenizer.json or the file itself, and must be the
 // tokenizer the checkpoint records; without it, cli_checkpoint_tokenizer's
-// file when there is one), and `trident ckpt logits DIR --tokens
+// file when there is one; tokenizer_config.json's chat_template is T's Jinja
+// text, default cli_chat_template_of the tokenizer), and `trident ckpt logits DIR --tokens
 // IDS.txt --out LOGITS.safetensors` (the model's logits of given token
 // sequences, for checks against other implementations). DIR is a checkpoint
 // folder (step-NNNNNN) or a [checkpoint] dir holding `latest` (logits: or a
@@ -22,6 +24,7 @@
 #include "base/h5util.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf.h"
+#include "data/chat.h"
 #include "model/optimizer.h"
 #include "cli.h"
 #include "cli_flags.h"
@@ -139,6 +142,7 @@ static int report_nonfinite(struct ckpt_reader *r, struct error *err) {
 struct ckpt_args {
     const char *dir, *out, *tokenizer, *tokens;
     int format, dtype;
+    int chat_template; // 1 + enum chat_template; 0: not given (the tokenizer's dataset's)
     int64_t max_shard_bytes;
 };
 
@@ -147,6 +151,9 @@ static const struct config_choice ckpt_format_choices[] = {
     {"h5", CKPT_FORMAT_H5}, {"hf", CKPT_FORMAT_HF}, {NULL, 0}};
 static const struct config_choice ckpt_dtype_choices[] = {
     {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {"fp16", DTYPE_FP16}, {NULL, 0}};
+static const struct config_choice ckpt_chat_template_choices[] = {
+    {"plain", 1 + CHAT_TEMPLATE_PLAIN}, {"llama3", 1 + CHAT_TEMPLATE_LLAMA3}, {"chatml", 1 + CHAT_TEMPLATE_CHATML},
+    {NULL, 0}};
 
 #define C(field) offsetof(struct ckpt_args, field)
 #define CKPT_DIR_ROW                                                                                    \
@@ -170,6 +177,10 @@ static const struct cli_flag ckpt_export_flags[] = {
      "--format hf: a dataset folder holding tokenizer.json or the file itself, which must be the tokenizer "
      "the checkpoint records; default: the tokenizer.json next to the checkpoint (import's) or the one a "
      "run folder's config.ini above it names, as generate finds it", C(tokenizer)},
+    {"--chat-template", CLI_ENUM, "T", NULL, 0, 0, CLI_HIDDEN_DEFAULT, ckpt_chat_template_choices,
+     "--format hf: the template (prep --chat-template's) written as tokenizer_config.json's chat_template, "
+     "so that apply_chat_template gives the training format; default: the one the tokenizer's dataset was "
+     "prepared with (its index.ini), else plain", C(chat_template)},
 };
 static const struct cli_flag ckpt_logits_flags[] = {
     {"DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
@@ -206,7 +217,7 @@ const struct cli_command cli_ckpt_verify = {
                "that holds a NaN or an infinity.",
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_export = {
-    .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH]]",
+    .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
     .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2 or Qwen3).",
     .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
 const struct cli_command cli_ckpt_logits = {
@@ -246,12 +257,26 @@ static int export_hf(const struct ckpt_args *o) {
             strcmp(tokenizer_identity(tok), want))
             error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint was trained "
                       "with %s", tok_file, tokenizer_identity(tok), want);
+        int t = o->chat_template ? o->chat_template - 1 : CHAT_TEMPLATE_PLAIN;
+        if (!err.status && !o->chat_template) t = cli_chat_template_of(tok_file);
+        if (!err.status && t != CHAT_TEMPLATE_PLAIN) chat_template_check(tok, t, &err);
         if (!err.status) {
             a.eos_id = a.bos_id = tokenizer_eot_id(tok);
+            // A chat model ends its turn with the template's end token (trained
+            // on; the end-of-text id after it is not): generate stops there, as
+            // Llama 3.1 Instruct's (<|eot_id|>) and Qwen2.5 Instruct's (<|im_end|>)
+            // folders say.
+            const char *end = chat_template_end_token(t);
+            int32_t *e = NULL;
+            size_t k = 0;
+            if (end && tokenizer_encode(tok, end, strlen(end), 1, &e, &k, &err) == STATUS_OK && k == 1)
+                a.eos_id = a.bos_id = e[0];
+            free(e);
             size_t len;
             if (a.eos_id >= 0 && tokenizer_decode(tok, &a.eos_id, 1, &eos_text, &len, &err) == STATUS_OK)
                 a.eos_token = eos_text;
             a.tokenizer_json = tok_file;
+            a.chat_template = chat_template_jinja(t);
         }
     }
     // The ids `trident import` kept next to the checkpoint (every eos id of
@@ -427,6 +452,11 @@ int cmd_ckpt(int argc, char **argv) {
     if (export && (o.dtype >= 0 || o.max_shard_bytes || o.tokenizer)) {
         fprintf(stderr, "trident: ckpt export: --dtype, --max-shard-size and --tokenizer are options of "
                 "--format hf, not of the HDF5 export\n");
+        return STATUS_BAD_INPUT;
+    }
+    if (export && o.chat_template) {
+        fprintf(stderr, "trident: ckpt export: --chat-template is an option of --format hf (its "
+                "tokenizer_config.json), not of the HDF5 export\n");
         return STATUS_BAD_INPUT;
     }
     struct ckpt_reader *r;

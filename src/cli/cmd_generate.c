@@ -10,9 +10,13 @@
 // Each prompt is encoded as the end-of-text id (a document start, as every
 // document of a prepared corpus follows one) then the prompt's ids; with
 // --chat the prompt is first put in `trident prep --format chat`'s template
-// (prep_chat_prompt: "User: P\nAssistant:"). Generation stops at a stop id
-// (every id of the model's own list when it has one, as transformers'
-// generate() stops; else end-of-text) or
+// (prep_chat_prompt: "User: P\nAssistant:"), or with --chat-template llama3 |
+// chatml (default: the one the tokenizer's dataset was prepared with,
+// cli_chat_template_of) rendered as a one-message user conversation with the
+// generation prompt, as prep and apply_chat_template render it (data/chat.h).
+// Generation stops at a stop id (every id of the model's own list when it has
+// one, as transformers' generate() stops; else end-of-text; with llama3 /
+// chatml also the template's end token, <|eot_id|> / <|im_end|>) or
 // after --max-new-tokens ids. The model's window is the longest prompt plus
 // --max-new-tokens; a prompt for which that exceeds the model's max_seq_len is
 // refused (exit 2) rather than slid: positions past max_seq_len have no RoPE
@@ -30,7 +34,9 @@
 #include "config/config.h"
 #include "cli.h"
 #include "cli_flags.h"
+#include "data/chat.h"
 #include "data/dataset.h"
+#include "data/index.h"
 #include "data/prep.h"
 #include "model/sample.h"
 #include "tokenizer/tokenizer.h"
@@ -41,12 +47,17 @@ struct generate_args {
     struct cli_list prompts; // --prompt TEXT and --prompts FILE, in command-line order
     const char *tokenizer;
     int max_new, top_k, threads;
+    int chat_template; // 1 + enum chat_template; 0: not given (the tokenizer's, cli_chat_template_of)
     double temperature, top_p;
     uint64_t seed;
     bool chat, json, no_kv_cache;
 };
 
 #define G(field) offsetof(struct generate_args, field)
+static const struct config_choice generate_chat_template_choices[] = {{"plain", 1 + CHAT_TEMPLATE_PLAIN},
+                                                                      {"llama3", 1 + CHAT_TEMPLATE_LLAMA3},
+                                                                      {"chatml", 1 + CHAT_TEMPLATE_CHATML},
+                                                                      {NULL, 0}};
 static const struct cli_flag generate_flags[] = {
     {"MODEL_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
      "a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest') or a Hugging Face "
@@ -59,6 +70,10 @@ static const struct cli_flag generate_flags[] = {
      "expected answer)", G(prompts)},
     {"--chat", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
      "wrap each prompt in prep --format chat's template \"User: P\\nAssistant:\"", G(chat)},
+    {"--chat-template", CLI_ENUM, "T", NULL, 0, 0, CLI_HIDDEN_DEFAULT, generate_chat_template_choices,
+     "--chat with this template (prep --chat-template's): a one-message user conversation with the "
+     "generation prompt; llama3 and chatml stop at <|eot_id|> / <|im_end|>; default: the chat_template of "
+     "the index.ini or tokenizer_config.json beside the tokenizer.json, else plain", G(chat_template)},
     {"--tokenizer", CLI_PATH, "PATH", NULL, 0, 0, 0, NULL,
      "a tokenizer.json or a dataset folder holding one; default: the Hugging Face folder's tokenizer.json; "
      "for a trident checkpoint, the tokenizer.json `trident import` keeps next to it, else the [data] "
@@ -186,6 +201,33 @@ static char *decode_clean(const struct tokenizer *tok, const int32_t *ids, int n
     return clean;
 }
 
+int cli_chat_template_of(const char *tok_file) {
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s", tok_file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(path, sizeof path, "%s/index.ini", dir);
+    struct index ix = {0};
+    struct error err = {0};
+    int t = -1;
+    if (access(path, R_OK) == 0 && index_read(path, &ix, &err) == STATUS_OK) {
+        t = chat_template_parse(ix.chat_template);
+        index_free(&ix);
+    }
+    if (t >= 0) return t;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *tc = json_load_file(path, 0, NULL);
+    const char *jinja = json_string_value(json_object_get(tc, "chat_template"));
+    for (int k = 0; jinja && k < CHAT_TEMPLATE_COUNT && t < 0; k++)
+        if (!strcmp(jinja, chat_template_jinja(k))) t = k;
+    // a model's own template (a Llama 3.x or Qwen folder): by its tokens
+    if (jinja && t < 0 && strstr(jinja, "<|start_header_id|>")) t = CHAT_TEMPLATE_LLAMA3;
+    if (jinja && t < 0 && strstr(jinja, "<|im_start|>")) t = CHAT_TEMPLATE_CHATML;
+    json_decref(tc);
+    return t >= 0 ? t : CHAT_TEMPLATE_PLAIN;
+}
+
 static json_t *id_array(const int32_t *ids, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
@@ -261,13 +303,35 @@ int cmd_generate(int argc, char **argv) {
                   tok_file, tokenizer_vocab_size(tok), g.lc.vocab_size, model_dir);
         goto out;
     }
-    int eot = tokenizer_eot_id(tok);
+    int eot = tokenizer_eot_id(tok), chat_stop = -1; // the chat template's end token, -1: none
+    bool chat = o.chat || o.chat_template;
+    int chat_template = o.chat_template ? o.chat_template - 1 : chat ? cli_chat_template_of(tok_file) : 0;
+    if (chat && chat_template != CHAT_TEMPLATE_PLAIN) {
+        if (chat_template_check(tok, chat_template, &err)) goto out;
+        const char *end = chat_template_end_token(chat_template);
+        int32_t *e = NULL;
+        size_t k = 0;
+        if (tokenizer_encode(tok, end, strlen(end), 1, &e, &k, &err)) goto out;
+        chat_stop = e[0];
+        free(e);
+    }
     for (int i = 0; i < n_prompts; i++) {
         size_t len = strlen(ps[i].text), n;
-        char *text = o.chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
         int32_t *body;
-        enum status st = tokenizer_encode(tok, text, len, 0, &body, &n, &err);
-        free(text);
+        enum status st;
+        if (chat && chat_template != CHAT_TEMPLATE_PLAIN) {
+            struct chat_msg m = {.role = "user", .role_len = 4, .content = ps[i].text, .content_len = len};
+            char *buf = NULL;
+            size_t blen = 0, bcap = 0;
+            uint8_t *mask = NULL;
+            st = chat_render(chat_template, &m, 1, 1, &buf, &blen, &bcap, &err);
+            if (!st) st = chat_encode(tok, buf, blen, 0, &body, &mask, &n, &err);
+            free(buf), free(mask);
+        } else {
+            char *text = chat ? prep_chat_prompt(ps[i].text, len, &len) : strdup(ps[i].text);
+            st = tokenizer_encode(tok, text, len, 0, &body, &n, &err);
+            free(text);
+        }
         if (st) goto out;
         ids[i] = xmalloc(sizeof **ids * (n + 1));
         n_ids[i] = 0;
@@ -299,10 +363,13 @@ int cmd_generate(int argc, char **argv) {
     // Stop ids: the model's own list when it has one (an HF folder's
     // eos_token_id, every id; an import's or init_from's generation_config.json),
     // as transformers' generate() stops; else the tokenizer's end-of-text.
-    int32_t stops[1 + GENERATOR_MAX_STOP];
+    int32_t stops[2 + GENERATOR_MAX_STOP];
     int n_stop = 0;
     if (eot >= 0 && !g.n_stop) stops[n_stop++] = eot;
     for (int i = 0; i < g.n_stop; i++) stops[n_stop++] = g.stop_ids[i];
+    bool listed = false; // the chat template's end token, where a chat model's turn ends
+    for (int i = 0; i < n_stop; i++) listed |= stops[i] == chat_stop;
+    if (chat_stop >= 0 && !listed) stops[n_stop++] = chat_stop;
     int rows = o.no_kv_cache ? 1 : MIN(n_prompts, GENERATE_ROWS);
     if (o.no_kv_cache ? generator_load(&g, window, threads, &err)
                       : generator_load_cached(&g, rows, MIN(window, GENERATE_PREFILL), window, threads, &err))
@@ -316,7 +383,7 @@ int cmd_generate(int argc, char **argv) {
         int nb = MIN(rows, n_prompts - i0);
         if (o.no_kv_cache) {
             double s0 = time_now_s();
-            int stop_id = g.n_stop ? -1 : eot;
+            int stop_id = chat_stop >= 0 ? chat_stop : g.n_stop ? -1 : eot;
             n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, o.temperature, o.top_k, o.seed,
                                        stop_id, out, &ended[0], NULL);
             int stop = generator_stop_at(&g, out, n_out[0], stop_id); // the model's list

@@ -9,13 +9,14 @@
 #include "base/common.h"
 #include "cli.h"
 #include "cli_flags.h"
+#include "data/chat.h"
 #include "data/prep.h"
 
 // The command line; copied into struct prep_options.
 struct prep_args {
     struct cli_list inputs, includes;
     const char *output, *tokenizer, *text_key;
-    int vocab_size, format;
+    int vocab_size, format, chat_template; // chat_template: 1 + enum chat_template, 0 when not given
     double val_fraction;
     uint64_t shard_tokens, seed;
     bool recursive, doc_per_file, allow_special, quiet;
@@ -26,6 +27,10 @@ static const struct config_choice prep_format_choices[] = {{"auto", PREP_FORMAT_
                                                            {"jsonl", PREP_FORMAT_JSONL},
                                                            {"chat", PREP_FORMAT_CHAT},
                                                            {NULL, 0}};
+static const struct config_choice prep_chat_template_choices[] = {{"plain", 1 + CHAT_TEMPLATE_PLAIN},
+                                                                  {"llama3", 1 + CHAT_TEMPLATE_LLAMA3},
+                                                                  {"chatml", 1 + CHAT_TEMPLATE_CHATML},
+                                                                  {NULL, 0}};
 
 #define P(field) offsetof(struct prep_args, field)
 static const struct cli_flag prep_flags[] = {
@@ -53,6 +58,11 @@ static const struct cli_flag prep_flags[] = {
      "JSON Lines of {\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}...]}, rendered "
      "\"User: P\\nAssistant: R\", shards with a /loss_mask of 1 on response tokens (docs/formats.md, "
      "\"Chat\"; takes an existing --tokenizer and no --text-key)", P(format)},
+    {"--chat-template", CLI_ENUM, "T", NULL, 0, 0, CLI_HIDDEN_DEFAULT, prep_chat_template_choices,
+     "--format chat's template (default plain, above): llama3 (Llama 3.1 Instruct's header tokens) or chatml "
+     "(<|im_start|>, Qwen2.5's), rendered as transformers' apply_chat_template renders them, the loss mask "
+     "on assistant contents and their end tokens; the tokenizer must have the template's special tokens; "
+     "recorded in index.ini (docs/formats.md, \"Chat\")", P(chat_template)},
     {"--text-key", CLI_STRING, "KEY", NULL, 0, 0, 0, NULL,
      "JSON Lines: the field holding a document's text (default \"text\")", P(text_key)},
     {"--doc-per-file", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
@@ -171,7 +181,8 @@ int cmd_prep(int argc, char **argv) {
                                 .tokenizer_path = o.tokenizer, .vocab_size = o.vocab_size,
                                 .format = (enum prep_format)o.format, .text_key = o.text_key,
                                 .allow_special = o.allow_special, .val_fraction = o.val_fraction,
-                                .shard_tokens = o.shard_tokens, .seed = o.seed, .quiet = o.quiet};
+                                .shard_tokens = o.shard_tokens, .seed = o.seed, .quiet = o.quiet,
+                                .chat_template = o.chat_template ? o.chat_template - 1 : CHAT_TEMPLATE_PLAIN};
     if (opt.n_inputs == 0 || !opt.output) {
         rc = bad_arg("--input and --output are required%s%s", "", "");
         goto out;
@@ -183,6 +194,10 @@ int cmd_prep(int argc, char **argv) {
     if (opt.format == PREP_FORMAT_CHAT && (opt.vocab_size > 0 || opt.text_key)) {
         rc = bad_arg("--format chat takes an existing --tokenizer (the chat template's marks would be trained "
                      "into a new one) and no --text-key%s%s", "", "");
+        goto out;
+    }
+    if (o.chat_template && opt.format != PREP_FORMAT_CHAT) {
+        rc = bad_arg("--chat-template needs --format chat%s%s", "", "");
         goto out;
     }
     if (opt.text_key && opt.format == PREP_FORMAT_TEXT) {

@@ -32,6 +32,7 @@ enum status index_write(const char *path, const struct index *index, struct erro
             index->format_version, index->tokenizer, index->vocab_size);
     fprintf(f, "eot_id = %" PRId64 "\nnum_shards = %d\ntotal_tokens = %" PRIu64 "\nsplits = %s\n",
             index->eot_id, index->n_shards, index->total_tokens, index->splits);
+    if (index->chat_template[0]) fprintf(f, "chat_template = %s\n", index->chat_template);
     for (int i = 0; i < index->n_shards; i++) {
         const struct index_shard *s = &index->shards[i];
         fprintf(f, "\n[shard-%05d]\nfile = %s\nsplit = %s\ntokens = %" PRIu64 "\n", i, s->file,
@@ -88,6 +89,7 @@ static int index_handler(void *user, const char *section, const char *key, const
         uint64_t u;
         if (!strcmp(key, "tokenizer")) snprintf(ix->tokenizer, sizeof ix->tokenizer, "%s", value);
         else if (!strcmp(key, "splits")) snprintf(ix->splits, sizeof ix->splits, "%s", value);
+        else if (!strcmp(key, "chat_template")) snprintf(ix->chat_template, sizeof ix->chat_template, "%s", value);
         else if (!strcmp(key, "format_version") && parse_i64(value, &ix->format_version)) {}
         else if (!strcmp(key, "vocab_size") && parse_i64(value, &ix->vocab_size)) {}
         else if (!strcmp(key, "eot_id") && parse_i64(value, &ix->eot_id)) {}

@@ -2,7 +2,7 @@
 // the xxHash checksum of shard files it records.
 //
 //   [dataset]  format_version tokenizer vocab_size eot_id num_shards
-//              total_tokens splits
+//              total_tokens splits [chat_template]
 //   [shard-00000]  file split tokens documents bytes checksum     (one per shard)
 #ifndef TRIDENT_INDEX_H
 #define TRIDENT_INDEX_H
@@ -34,6 +34,7 @@ struct index {
     int64_t num_shards;      // as the [dataset] section states it
     uint64_t total_tokens;
     char splits[64];         // e.g. "train val"
+    char chat_template[16];  // prep --format chat's template (chat.h), "" when not chat
     int n_shards;            // shard sections found, in shard order
     struct index_shard *shards; // (n_shards,)
 };

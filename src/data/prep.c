@@ -2,6 +2,7 @@
 // (prep_read.c) a block at a time, encode each block on all cores, and write
 // shards in input order and index.ini (layout: docs/formats.md).
 #include "prep.h"
+#include "chat.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -511,8 +512,11 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
                        opt->tokenizer_path ? opt->tokenizer_path : "tokenizer.json");
         goto done;
     }
+    if (opt->format == PREP_FORMAT_CHAT && (st = chat_template_check(tok, opt->chat_template, err))) goto done;
     if ((st = dataset_writer_init(&w, opt->output, vocab, eot, tokenizer_identity(tok), err))) goto done;
     writer_open = 1;
+    if (opt->format == PREP_FORMAT_CHAT)
+        snprintf(w.index.chat_template, sizeof w.index.chat_template, "%s", chat_template_name(opt->chat_template));
     if ((st = doc_reader_open(&r, opt, err))) goto done;
     val_sampler_init(&vs, n_docs, val_count(n_docs, opt->val_fraction), opt->seed);
     for (int i = 0; i < PREP_QUEUE; i++) q.slot[i] = xcalloc(1, sizeof *q.slot[i]);
@@ -539,6 +543,13 @@ enum status prep_run(const struct prep_options *opt, struct prep_stats *stats, s
         // does not depend on the thread count.
 #pragma omp parallel for schedule(dynamic, 4) reduction(| : failed)
         for (int k = 0; k < b->n; k++) {
+            if (opt->format == PREP_FORMAT_CHAT && opt->chat_template != CHAT_TEMPLATE_PLAIN) {
+                struct error e;
+                b->eot_mask[k] = 0; // the template's end token ends the turn; the document's is not trained on
+                failed |= chat_encode(tok, b->text + b->off[k], b->off[k + 1] - b->off[k], opt->allow_special,
+                                      &b->ids[k], &b->mask[k], &b->n_ids[k], &e) != STATUS_OK;
+                continue;
+            }
             if (opt->format == PREP_FORMAT_CHAT) {
                 failed |= encode_chat(tok, b->text + b->off[k], b->off[k + 1] - b->off[k], opt->allow_special,
                                       &b->ids[k], &b->mask[k], &b->eot_mask[k], &b->n_ids[k]) != STATUS_OK;

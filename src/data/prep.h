@@ -34,9 +34,14 @@
 // joined by "\n", heads "System:", "User:", "Assistant:" each followed by a
 // space and the content. The shards get /loss_mask: 1 on the tokens of an
 // assistant's " content" (its leading space included) and on the end-of-text
-// id after a final assistant turn, 0 elsewhere. The tokenizer's own Jinja chat
-// template (tokenizer_config.json) is not applied: prep reads tokenizer.json
-// only and trident has no Jinja interpreter.
+// id after a final assistant turn, 0 elsewhere. With chat_template llama3 or
+// chatml (chat.h) the conversation ({"prompt", "response"} as a user and an
+// assistant message) is rendered as that template does, the loss mask on the
+// assistant contents and their end tokens, and the end-of-text id after the
+// document is not trained on. Every string of a record (role, content,
+// prompt, response) holding a NUL character is refused, as a text file with a
+// NUL byte is. The tokenizer's own Jinja template (tokenizer_config.json) is
+// not read: trident has no Jinja interpreter; the templates are data (chat.c).
 enum prep_format { PREP_FORMAT_TEXT, PREP_FORMAT_JSONL, PREP_FORMAT_AUTO, PREP_FORMAT_CHAT };
 
 // The default template's text of a {"prompt": P} record up to the response:
@@ -62,6 +67,7 @@ struct prep_options {
     int vocab_size;             // > 0: train a tokenizer of this size
     enum prep_format format;
     const char *text_key;       // JSON Lines: the field holding the text; NULL: "text"
+    int chat_template;          // PREP_FORMAT_CHAT: enum chat_template (chat.h), 0 = plain
     int allow_special;          // special-token text in documents becomes its id (else plain text)
     double val_fraction;        // in [0, 1)
     uint64_t shard_tokens;      // target tokens per shard
@@ -113,6 +119,7 @@ struct doc_reader {
     int n_paths, file, started;
     FILE *f;
     enum prep_format format;      // as asked
+    int chat_template;            // enum chat_template (chat.h)
     int file_format;              // the current file's: PREP_FORMAT_TEXT or _JSONL, -1 until its first non-blank line
     int doc_per_file;
     const char *text_key;

@@ -2,6 +2,7 @@
 // (one line at a time through stdio), so memory is bounded by the longest
 // document, not by the corpus (docs/formats.md, "Raw text").
 #include "prep.h"
+#include "chat.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -98,6 +99,7 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
     r->format = opt->format;
     r->doc_per_file = opt->doc_per_file;
     r->text_key = opt->text_key ? opt->text_key : "text";
+    r->chat_template = opt->chat_template;
     r->first_detected = -1;
     for (int i = 0; i < opt->n_inputs; i++) {
         const char *in = opt->inputs[i];
@@ -209,8 +211,26 @@ char *prep_chat_prompt(const char *prompt, size_t n, size_t *len) {
     return s;
 }
 
+// A string field of a chat record: NULL when not a string; a NUL character in
+// it is refused as a NUL byte in a text file is (a role "user\u0000x" must
+// not read as "user").
+static enum status chat_string(struct doc_reader *r, json_t *v, const char *what, long i, const char *field,
+                               const char **s, size_t *n, struct error *err) {
+    *s = NULL, *n = 0;
+    if (!json_is_string(v)) return STATUS_OK;
+    *s = json_string_value(v), *n = json_string_length(v);
+    if (!memchr(*s, '\0', *n)) return STATUS_OK;
+    char name[96];
+    if (i >= 0) snprintf(name, sizeof name, "%s[%ld].%s", what, i, field);
+    else snprintf(name, sizeof name, "%s", what);
+    return error_set(err, STATUS_BAD_INPUT, "%s:%llu: %s holds a NUL character (\\u0000): not text, refused as a "
+                     "NUL byte in a text file is (--format chat)", r->paths[r->file], (unsigned long long)r->line_no,
+                     name);
+}
+
 // One chat record rendered with the default template (prep.h): segments
-// separated by PREP_CHAT_SEP, masked and trained on in turn, the first masked.
+// separated by PREP_CHAT_SEP, masked and trained on in turn, the first masked;
+// with chat_template llama3 or chatml, chat.h's pieces.
 static enum status chat_doc(struct doc_reader *r, const char *s, size_t n, struct error *err) {
     json_error_t jerr;
     json_t *obj = json_loadb(s, n, JSON_ALLOW_NUL, &jerr);
@@ -222,40 +242,62 @@ static enum status chat_doc(struct doc_reader *r, const char *s, size_t n, struc
     json_t *prompt = json_object_get(obj, "prompt"), *response = json_object_get(obj, "response");
     json_t *msgs = json_object_get(obj, "messages");
     char sep = PREP_CHAT_SEP;
+    struct chat_msg *m = NULL;
+    size_t nm = 0;
     if (json_is_string(prompt) && json_is_string(response)) {
-        size_t k;
-        char *head = prep_chat_prompt(json_string_value(prompt), json_string_length(prompt), &k);
-        st = chat_put(r, head, k, err);
-        free(head);
-        if (!st) {
-            doc_set(r, &sep, 1, 0);
-            if (!(st = chat_put(r, " ", 1, err)))
-                st = chat_put(r, json_string_value(response), json_string_length(response), err);
-        }
+        m = xcalloc(2, sizeof *m);
+        nm = 2;
+        m[0].role = "user", m[0].role_len = 4, m[1].role = "assistant", m[1].role_len = 9;
+        st = chat_string(r, prompt, "prompt", -1, NULL, &m[0].content, &m[0].content_len, err);
+        if (!st) st = chat_string(r, response, "response", -1, NULL, &m[1].content, &m[1].content_len, err);
     } else if (json_is_array(msgs) && json_array_size(msgs) > 0) {
-        int trained = 0; // the current segment is trained on
-        for (size_t i = 0; i < json_array_size(msgs) && !st; i++) {
-            json_t *m = json_array_get(msgs, i);
-            json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-            const char *rs = json_is_string(role) ? json_string_value(role) : "";
-            const char *head = !strcmp(rs, "system") ? "System:" : !strcmp(rs, "user") ? "User:"
-                               : !strcmp(rs, "assistant") ? "Assistant:" : NULL;
-            if (!head || !json_is_string(content)) {
+        nm = json_array_size(msgs);
+        m = xcalloc(nm, sizeof *m);
+        for (size_t i = 0; i < nm && !st; i++) {
+            json_t *mi = json_array_get(msgs, i);
+            st = chat_string(r, json_object_get(mi, "role"), "messages", (long)i, "role", &m[i].role, &m[i].role_len, err);
+            if (!st) st = chat_string(r, json_object_get(mi, "content"), "messages", (long)i, "content",
+                                      &m[i].content, &m[i].content_len, err);
+            const char *rs = m[i].role;
+            size_t rl = m[i].role_len;
+            if (!st && (!rs || !m[i].content || !((rl == 6 && !memcmp(rs, "system", 6)) ||
+                                                  (rl == 4 && !memcmp(rs, "user", 4)) ||
+                                                  (rl == 9 && !memcmp(rs, "assistant", 9)))))
                 st = error_set(err, STATUS_BAD_INPUT, "%s:%llu: messages[%zu] needs \"role\" (system, user or "
                                "assistant) and a string \"content\"", path, line, i);
-                break;
-            }
-            if (trained) doc_set(r, &sep, 1, 0), trained = 0;
-            if (i > 0 && (st = chat_put(r, "\n", 1, err))) break;
-            if ((st = chat_put(r, head, strlen(head), err))) break;
-            if (head[0] == 'A') doc_set(r, &sep, 1, 0), trained = 1;
-            if (!(st = chat_put(r, " ", 1, err)))
-                st = chat_put(r, json_string_value(content), json_string_length(content), err);
         }
     } else {
         st = error_set(err, STATUS_BAD_INPUT, "%s:%llu: expected {\"prompt\": string, \"response\": string} or "
                        "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (--format chat)", path, line);
     }
+    if (!st && r->chat_template != CHAT_TEMPLATE_PLAIN) {
+        st = chat_render(r->chat_template, m, nm, 0, &r->doc, &r->doc_len, &r->doc_cap, err);
+        if (st) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            st = error_set(err, STATUS_BAD_INPUT, "%s:%llu: %s", path, line, msg);
+        }
+    } else if (!st && json_is_string(prompt) && json_is_string(response)) {
+        size_t k;
+        char *head = prep_chat_prompt(m[0].content, m[0].content_len, &k);
+        st = chat_put(r, head, k, err);
+        free(head);
+        if (!st) {
+            doc_set(r, &sep, 1, 0);
+            if (!(st = chat_put(r, " ", 1, err))) st = chat_put(r, m[1].content, m[1].content_len, err);
+        }
+    } else if (!st) {
+        int trained = 0; // the current segment is trained on
+        for (size_t i = 0; i < nm && !st; i++) {
+            const char *head = m[i].role_len == 6 ? "System:" : m[i].role_len == 4 ? "User:" : "Assistant:";
+            if (trained) doc_set(r, &sep, 1, 0), trained = 0;
+            if (i > 0 && (st = chat_put(r, "\n", 1, err))) break;
+            if ((st = chat_put(r, head, strlen(head), err))) break;
+            if (head[0] == 'A') doc_set(r, &sep, 1, 0), trained = 1;
+            if (!(st = chat_put(r, " ", 1, err))) st = chat_put(r, m[i].content, m[i].content_len, err);
+        }
+    }
+    free(m);
     json_decref(obj);
     return st;
 }

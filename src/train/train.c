@@ -247,6 +247,12 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
     for (int k = 0; k < bs->n && !st; k++) {
         st = dataset_open(bs->paths[k], c->train.seq_len, k ? 0 : c->model.vocab_size, k ? NULL : tok_expected,
                           &d->sets[k], &err->err);
+        if (st && !k && strstr(err->err.msg, "but the run's tokenizer is")) { // say where the run's comes from
+            size_t n = strlen(err->err.msg);
+            snprintf(err->err.msg + n, sizeof err->err.msg - n, "; the run's tokenizer is %s (%s): set [data] "
+                     "tokenizer to the file the data was prepared with, or prepare the data with this one",
+                     tok_path, c->data.tokenizer[0] ? "[data] tokenizer" : "the dataset's own copy");
+        }
         if (st) break;
         d->weights[k] = bs->weights[k];
         d->n_sets = k + 1;

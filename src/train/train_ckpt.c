@@ -21,6 +21,21 @@
 static bool has_master(struct trainer *t) { return optimizer_master(t->m.opt).numel > 0; }
 
 // ZeRO-2/3: every DP rank saves the parameters of its ranges (optimizer_ranges).
+// Appends to checkpoint_check_tokenizer's mismatch message ("... but the
+// run's data uses ...", two identities) where the run's tokenizer comes from:
+// the dataset folder whose index.ini records it and the [data] tokenizer file
+// checked against it (or the folder's own tokenizer.json), so a user sees
+// which setting to change (configs/sft-tiny.ini names the KJV tokenizer).
+static void tokenizer_origin(const struct trainer *t, struct error *e) {
+    if (!strstr(e->msg, "but the run's data uses")) return;
+    const struct config *c = &t->cfg;
+    size_t k = strlen(e->msg);
+    snprintf(e->msg + k, sizeof e->msg - k, " (the run's data: %s, prepared with %s%s%s; the checkpoint was "
+             "trained with another tokenizer: prepare the data with that one, or start without init_from)",
+             t->data.ds->dir, c->data.tokenizer[0] ? "[data] tokenizer = " : "", c->data.tokenizer[0] ?
+             c->data.tokenizer : t->data.ds->dir, c->data.tokenizer[0] ? "" : "/tokenizer.json");
+}
+
 static bool units_sharded(const struct trainer *t) { return t->cfg.parallel.zero_stage >= 2; }
 // ZeRO-3 also reads only its ranges' parameters (into host_master): no host
 // copy of the whole model either.
@@ -551,6 +566,7 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
         snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", path);
         if (tokenizer_folder_identity(path, tok_id, sizeof tok_id, &err->err) ||
             checkpoint_check_tokenizer(tok_file, tok_id, t->data.ds->index.tokenizer, &err->err)) {
+            tokenizer_origin(t, &err->err);
             hf_close(h);
             return err->err.status;
         }
@@ -573,6 +589,7 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
                              "Face folder, config.json + *.safetensors, is also accepted)", path, why);
         }
         if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
+            tokenizer_origin(t, &err->err);
             checkpoint_close(r);
             return err->err.status;
         }
@@ -659,6 +676,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
         goto out;
     }
     if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
+        tokenizer_origin(t, &err->err);
         // Another model: say how to start fresh (resume = none is refused
         // for a dir holding checkpoints, trainer_resume).
         size_t k = strlen(err->err.msg);

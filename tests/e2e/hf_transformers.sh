@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hf_transformers.sh: a `trident ckpt export --format hf` folder is what
-# Hugging Face transformers (4.46.3 on Debian's CPU torch 1.13.1, .venv-hf
+# Hugging Face transformers (4.46.3 on torch 2.15.0, .venv-hf
 # made by `make deps`) loads and runs like trident (issue 16, acceptance 1's
 # export direction and 2), checked live by tests/e2e/lib/hf_transformers_check.py:
 # for an untied and a tied model with grouped-query attention (4 heads, 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference fixtures for trident's Hugging Face import of the four families
 (src/ckpt/hf.c, hf_config.c; issue 28 acceptance 1, 2 and 7), made by
-transformers itself. Run with .venv-hf (torch 1.13 + transformers 4.46.3):
+transformers itself. Run with .venv-hf (torch 2.15.0 + transformers 4.46.3):
 
     .venv-hf/bin/python tests/reference/hf_families_reference.py
 
@@ -37,8 +37,6 @@ vocab 264, random N(0, 0.5) weights so that logits are far from uniform):
            config_keys come from 4.51.3's Qwen3Config (configuration_qwen3.py, given as
            QWEN3_CONFIG=path, read without the rest of 4.51).
   mistral  MistralForCausalLM, GQA, sliding_window null, untied
-`generate()` of transformers 4.46.3 on Debian's torch 1.13 needs
-transformers.generation.utils.is_fsdp_managed_module patched (done here).
 """
 import copy
 import importlib.util
@@ -51,12 +49,9 @@ import tempfile
 import numpy as np
 import torch
 import transformers
-import transformers.generation.utils as gen_utils
 from safetensors.numpy import save_file
 from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
-
-gen_utils.is_fsdp_managed_module = lambda m: False  # torch 1.13 lacks what it calls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures", "hf_families")

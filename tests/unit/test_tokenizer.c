@@ -61,10 +61,11 @@ static int roundtrip(const struct tokenizer *tok, const char *x, size_t n) {
     return ok;
 }
 
-static void test_hf_ids(const char *json, const char *ids_path, int vocab, int eot, int check_roundtrip) {
+static void test_hf_ids_of(const char *json, const char *text_path, const char *ids_path, int vocab, int eot,
+                           int check_roundtrip) {
     struct tokenizer *tok = load_ok(json);
     size_t len, n_ref, n_ids;
-    char *text = read_file(FIX "tokenizer_test_text.txt", &len);
+    char *text = read_file(text_path, &len);
     int32_t *ref = read_ids(ids_path, &n_ref), *ids;
     struct error err = {0};
     for (int pass = 0; pass < 2; pass++) { // the second pass runs from the word cache
@@ -83,6 +84,10 @@ static void test_hf_ids(const char *json, const char *ids_path, int vocab, int e
     free(text);
     free(ref);
     tokenizer_free(tok);
+}
+
+static void test_hf_ids(const char *json, const char *ids_path, int vocab, int eot, int check_roundtrip) {
+    test_hf_ids_of(json, FIX "tokenizer_test_text.txt", ids_path, vocab, eot, check_roundtrip);
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -368,6 +373,12 @@ int main(void) {
     test_hf_ids(FIX "hf_bpe_tokenizer.json", FIX "hf_bpe_ids.txt", 1000, 999, 1);
     test_hf_ids(FIX "hf_bpe_prefix_tokenizer.json", FIX "hf_bpe_prefix_ids.txt", 1000, 999, 0);
     test_hf_ids(FIX "hf_llama3_tokenizer.json", FIX "hf_llama3_ids.txt", 1100, 1, 1);
+    // Llama 3.x and Qwen2/2.5/3 structured files (tests/reference/chat_reference.py) on a
+    // varied Unicode text; Qwen's NFC normalizer makes decode(encode(x)) != x there
+    test_hf_ids_of(FIX "chat_llama3_tokenizer.json", FIX "chat_unicode_text.txt", FIX "chat_llama3_unicode_ids.txt",
+                   1506, 1501, 1);
+    test_hf_ids_of(FIX "chat_qwen2_tokenizer.json", FIX "chat_unicode_text.txt", FIX "chat_qwen2_unicode_ids.txt",
+                   1505, 1500, 0);
     test_random_roundtrip(FIX "hf_bpe_tokenizer.json");
     test_random_roundtrip(FIX "hf_llama3_tokenizer.json");
     test_errors();

@@ -2,7 +2,7 @@
 """hf_transformers_check.py: loads a folder written by `trident ckpt export
 --format hf` with Hugging Face transformers itself (LlamaForCausalLM,
 AutoTokenizer) and compares it with trident, for tests/e2e/hf_transformers.sh.
-Runs in .venv-hf (Debian's CPU torch 1.13.1 + transformers 4.46.3 pinned in
+Runs in .venv-hf (torch 2.15.0 + transformers 4.46.3 pinned in
 tests/requirements-hf.txt, made by scripts/deps.sh); no trident code here.
 
   hf_transformers_check.py logits HF_DIR IDS.txt TRIDENT_LOGITS.safetensors
@@ -42,14 +42,8 @@ import sys
 
 import torch
 import transformers
-import transformers.generation.utils
 from safetensors.numpy import load_file
 from transformers import AutoTokenizer, LlamaForCausalLM
-
-# Debian's torch 1.13.1 on Python 3.11 cannot import torch.distributed.fsdp (a
-# dataclass with a mutable default, refused since Python 3.11); generate()
-# asks is_fsdp_managed_module, which imports it. No model here is FSDP-wrapped.
-transformers.generation.utils.is_fsdp_managed_module = lambda module: False
 
 torch.set_grad_enabled(False)
 transformers.logging.set_verbosity_error()  # no progress bars nor advice on stderr
