@@ -737,6 +737,19 @@ static bool poll_stop(void *ctx) {
     return flag != 0;
 }
 
+// poll_stop after a sleep of ms milliseconds (the sample test hook below).
+struct slow_poll {
+    struct stop_poll *poll;
+    int ms;
+};
+
+static bool poll_stop_slow(void *ctx) {
+    struct slow_poll *sp = ctx;
+    struct timespec ts = {sp->ms / 1000, (long)(sp->ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return poll_stop(sp->poll);
+}
+
 // *loss: the mean loss over eval_steps validation global batches, summed over
 // DP. Before each batch the stop flag is polled (poll_stop): a stop ends the
 // evaluation there, within one batch, with poll->signal set and *loss unset.
@@ -977,6 +990,13 @@ static void sample_step(struct trainer *t, int step, struct stop_poll *poll) {
     CHECK(!f || mem, "open_memstream failed");
     double s0 = time_now_s();
     struct sample_stop stop = {poll_stop, poll};
+    // Test hook: TRIDENT_TEST_SAMPLE_TOKEN_MS sleeps that long before each
+    // token's stop poll (train_watchdog.sh and train_stop_phases.sh need
+    // samples that last seconds; with the key/value cache a small model's
+    // tokens take microseconds and an end-of-text ends a sample early).
+    struct slow_poll slow = {poll, 0};
+    const char *slow_ms = getenv("TRIDENT_TEST_SAMPLE_TOKEN_MS");
+    if (slow_ms && atoi(slow_ms) > 0) slow.ms = atoi(slow_ms), stop = (struct sample_stop){poll_stop_slow, &slow};
     int n = sample_print(t->m.model, t->data.tok, c->train.sample_tokens, c->train.sample_temperature,
                          c->train.sample_top_k, c->train.sample_top_p, (uint64_t)c->train.seed + step - 1, mem,
                          t->watchdog, &stop);

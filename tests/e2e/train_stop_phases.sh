@@ -26,7 +26,8 @@ fail=0
 stop() {
     local name=$1 phase=$2 every=$3; shift 3
     mkdir -p "$tmp/run-$name"
-    ( rc=0; SMALL_TRAIN_TIMEOUT=200 small_train "$tmp/run-$name" "$tmp/ck-$name" 1 1 2 0 train.steps=100 \
+    # samples: 5 ms a token (test hook; the key/value cache made them fast)
+    ( rc=0; TRIDENT_TEST_SAMPLE_TOKEN_MS=5 SMALL_TRAIN_TIMEOUT=200 small_train "$tmp/run-$name" "$tmp/ck-$name" 1 1 2 0 train.steps=100 \
           checkpoint.every="$every" "$@" > "$tmp/$name.log" 2>&1 || rc=$?; echo "$rc" > "$tmp/$name.rc" ) &
     local bg=$! seen="" still=0
     for _ in $(seq 1 1200); do metrics_at_least "$tmp/run-$name" 2 && break; sleep 0.1; done
