@@ -241,19 +241,21 @@ static int export_hf(const struct ckpt_args *o) {
         fprintf(stderr, "trident: ckpt export: %s\n", err.msg);
         return err.status;
     }
-    char tok_file[4200] = "", *eos_text = NULL;
+    char tok_file[4200] = "", searched[4096] = "", *eos_text = NULL;
     struct tokenizer *tok = NULL;
     if (!tok_path) {
         // generate's search: import's copy, or the run folder's [data] tokenizer.
-        if (cli_checkpoint_tokenizer(o->dir, tok_file, sizeof tok_file)) tok_path = tok_file;
+        if (cli_checkpoint_tokenizer(o->dir, searched, sizeof searched)) tok_path = searched;
     }
     if (tok_path) {
         struct stat sb;
-        if (stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok_path);
-        else if (tok_path != tok_file) snprintf(tok_file, sizeof tok_file, "%s", tok_path);
+        bool dir = stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        int n = snprintf(tok_file, sizeof tok_file, "%s%s", tok_path, dir ? "/tokenizer.json" : "");
+        if (n < 0 || (size_t)n >= sizeof tok_file)
+            error_set(&err, STATUS_BAD_INPUT, "--tokenizer %.64s...: a path of %d bytes, expected under %zu",
+                      tok_path, n, sizeof tok_file);
         const char *want = checkpoint_info(r)->tokenizer_id;
-        if (tokenizer_load(tok_file, &tok, &err) == STATUS_OK && want[0] &&
+        if (!err.status && tokenizer_load(tok_file, &tok, &err) == STATUS_OK && want[0] &&
             strcmp(tokenizer_identity(tok), want))
             error_set(&err, STATUS_BAD_INPUT, "%s: tokenizer %s, the checkpoint was trained "
                       "with %s", tok_file, tokenizer_identity(tok), want);
