@@ -2,10 +2,12 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int g_log_rank = -1;
 static void (*fatal_hook)(int code);
@@ -98,4 +100,25 @@ int make_dirs(const char *path) {
     if (stat(buf, &st)) return -1;
     if (!S_ISDIR(st.st_mode)) return errno = ENOTDIR, -1;
     return 0;
+}
+
+int open_regular_file(const char *path, const char *what, bool *absent, uint64_t *size,
+                      struct error *err) {
+    if (absent) *absent = false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 && errno == ENOENT && absent) return *absent = true, -1;
+    if (fd < 0 || fstat(fd, &sb)) {
+        error_set(err, STATUS_BAD_INPUT, "%s: cannot open%s%s: %s", path, what ? " " : "",
+                  what ? what : "", strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        error_set(err, STATUS_BAD_INPUT, "%s: not a regular file", path);
+        return -1;
+    }
+    if (size) *size = (uint64_t)sb.st_size;
+    return fd;
 }

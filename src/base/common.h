@@ -4,6 +4,7 @@
 #define TRIDENT_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,6 +72,17 @@ uint64_t peak_rss_bytes(void);
 // is fine. Returns 0, or -1 with errno set by the mkdir that failed (ENOTDIR
 // when path exists and is not a folder; ENAMETOOLONG beyond 4095 bytes).
 int make_dirs(const char *path);
+
+// Opens path read-only for a reader that must never hang on it: O_NONBLOCK,
+// so a FIFO or a device opens at once (the flag does not change a regular
+// file's reads), then fstat refuses anything but a regular file. *size
+// (when not NULL) gets the file's length in bytes. absent: when not NULL, a
+// missing file (ENOENT) sets *absent and returns -1 with err untouched.
+// Returns the descriptor (the caller closes it), or -1 with
+// STATUS_BAD_INPUT naming path: "cannot open[ WHAT]: <errno text>" or
+// "not a regular file" (what: NULL, or a noun such as "tokenizer file").
+int open_regular_file(const char *path, const char *what, bool *absent, uint64_t *size,
+                      struct error *err);
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))

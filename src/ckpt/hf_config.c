@@ -195,21 +195,16 @@ const struct hf_key_row *hf_config_keys(int *n) {
 enum status hf_load_json(const char *path, size_t max_bytes, json_t **out, bool *absent,
                          struct error *err) {
     *out = NULL;
-    if (absent) *absent = false;
-    // O_NONBLOCK: a FIFO or a device opens at once, and is refused below.
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT && absent) return *absent = true, STATUS_OK;
-    if (fd < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
+    uint64_t size = 0;
+    int fd = open_regular_file(path, NULL, absent, &size, err);
+    if (fd < 0) return absent && *absent ? STATUS_OK : err->status;
     enum status st = STATUS_OK;
     char *buf = NULL;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode))
-        st = error_set(err, STATUS_BAD_INPUT, "%s: not a regular file", path);
-    else if ((uint64_t)sb.st_size > max_bytes)
-        st = error_set(err, STATUS_BAD_INPUT, "%s: %lld bytes, at most %zu for this file", path,
-                       (long long)sb.st_size, max_bytes);
+    if (size > max_bytes)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: %llu bytes, at most %zu for this file", path,
+                       (unsigned long long)size, max_bytes);
     if (!st) {
-        size_t n = (size_t)sb.st_size, got = 0;
+        size_t n = (size_t)size, got = 0;
         buf = xmalloc(n + 1);
         while (got < n) {
             ssize_t r = read(fd, buf + got, n - got);

@@ -112,23 +112,17 @@ enum status safetensors_open(const char *path, struct safetensors_file **out,
     *out = NULL;
     struct safetensors_file *f = xcalloc(1, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    // O_NONBLOCK: a FIFO or a device opens at once and is refused below, not
-    // waited on (reads of a regular file ignore the flag).
-    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    // A FIFO or a device is refused, not waited on (base/common.h).
+    uint64_t size = 0, n = 0;
+    f->fd = open_regular_file(path, NULL, NULL, &size, err);
     enum status st = STATUS_OK;
     char *hdr = NULL;
     json_t *root = NULL;
-    struct stat sb;
     unsigned char len8[8];
-    if (f->fd < 0 || fstat(f->fd, &sb)) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    if (f->fd < 0) {
+        st = err->status;
         goto done;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: not a regular file", path);
-        goto done;
-    }
-    uint64_t size = (uint64_t)sb.st_size, n = 0;
     if (size < 8 || pread(f->fd, len8, 8, 0) != 8) {
         st = error_set(err, STATUS_BAD_INPUT, "%s: %llu bytes, too short for the 8-byte header "
                        "length of a safetensors file", path, (unsigned long long)size);

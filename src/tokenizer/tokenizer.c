@@ -480,15 +480,10 @@ static enum status load_json(struct tokenizer *t, json_t *root, const char *path
 
 enum status tokenizer_load(const char *path, struct tokenizer **out, struct error *err) {
     *out = NULL;
-    // O_NONBLOCK and fstat: a FIFO or a device in a tokenizer.json's place
-    // (a Hugging Face folder's, say) is refused, not waited on.
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open tokenizer file: %m", path);
-    struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return error_set(err, STATUS_BAD_INPUT, "%s: not a regular file", path);
-    }
+    // A FIFO or a device in a tokenizer.json's place (a Hugging Face
+    // folder's, say) is refused, not waited on (base/common.h).
+    int fd = open_regular_file(path, "tokenizer file", NULL, NULL, err);
+    if (fd < 0) return err->status;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         close(fd);
