@@ -745,8 +745,7 @@ struct slow_poll {
 
 static bool poll_stop_slow(void *ctx) {
     struct slow_poll *sp = ctx;
-    struct timespec ts = {sp->ms / 1000, (long)(sp->ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    sleep_s(sp->ms / 1000.0);
     return poll_stop(sp->poll);
 }
 
