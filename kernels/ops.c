@@ -15,6 +15,8 @@ size_t dtype_size(enum dtype dtype) {
     case DTYPE_FP64: return 8;
     case DTYPE_I32: return 4;
     case DTYPE_I64: return 8;
+    case DTYPE_FP8_E4M3: return 1;
+    case DTYPE_FP8_E5M2: return 1;
     }
     return 0;
 }
@@ -27,6 +29,8 @@ const char *dtype_name(enum dtype dtype) {
     case DTYPE_FP64: return "fp64";
     case DTYPE_I32: return "i32";
     case DTYPE_I64: return "i64";
+    case DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case DTYPE_FP8_E5M2: return "fp8_e5m2";
     }
     return "?";
 }
@@ -110,7 +114,10 @@ static void same_dtype(const char *op, const char *arg, struct tensor t, enum dt
                    arg, dtype_name(t.dtype), dtype_name(dtype));
 }
 
-static bool is_float(enum dtype d) { return d != DTYPE_I32; }
+static bool is_fp8(enum dtype d) { return d == DTYPE_FP8_E4M3 || d == DTYPE_FP8_E5M2; }
+
+// A float dtype the ops compute in (FP8 is only fp8_cast's and matmul_fp8's storage).
+static bool is_float(enum dtype d) { return d != DTYPE_I32 && d != DTYPE_I64 && !is_fp8(d); }
 
 // The dtype of saved statistics (rstd, lse, row max) for activations of dtype d.
 static enum dtype stat_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
@@ -573,4 +580,79 @@ void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size
     need("copy", "dst", dst, n);
     need("copy", "src", src, n);
     PROFILED(be, "copy", be->ops->copy(be, dst, src, n));
+}
+
+// ---- FP8 ----------------------------------------------------------------------
+
+float fp8_max_finite(enum dtype fp8) {
+    CHECK(is_fp8(fp8), "fp8_max_finite: %s is not an FP8 dtype", dtype_name(fp8));
+    return fp8 == DTYPE_FP8_E4M3 ? 448.0f : 57344.0f;
+}
+
+static void need_fp8_input(const char *op, struct tensor x) {
+    if (x.dtype != DTYPE_FP32 && x.dtype != DTYPE_BF16 && x.dtype != DTYPE_FP16)
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s: tensor x is %s, expected fp32, bf16 or fp16",
+                   op, dtype_name(x.dtype));
+}
+
+void backend_fp8_amax(struct backend *be, struct tensor amax, struct tensor x, size_t n) {
+    need("fp8_amax", "amax", amax, 1);
+    same_dtype("fp8_amax", "amax", amax, DTYPE_FP32);
+    need("fp8_amax", "x", x, n);
+    need_fp8_input("fp8_amax", x);
+    PROFILED(be, "fp8_amax", be->ops->fp8_amax(be, amax, x, n));
+}
+
+void backend_fp8_cast(struct backend *be, struct tensor out, struct tensor amax,
+                      struct tensor saturated, struct tensor x, struct tensor scale, size_t n) {
+    need("fp8_cast", "out", out, n);
+    CHECK(is_fp8(out.dtype), "fp8_cast: tensor out is %s, expected fp8_e4m3 or fp8_e5m2",
+          dtype_name(out.dtype));
+    need("fp8_cast", "x", x, n);
+    need_fp8_input("fp8_cast", x);
+    need("fp8_cast", "scale", scale, 1);
+    same_dtype("fp8_cast", "scale", scale, DTYPE_FP32);
+    if (amax.numel) same_dtype("fp8_cast", "amax", amax, DTYPE_FP32);
+    if (saturated.numel) same_dtype("fp8_cast", "saturated", saturated, DTYPE_I64);
+    PROFILED(be, "fp8_cast", be->ops->fp8_cast(be, out, amax, saturated, x, scale, n));
+}
+
+void backend_fp8_update_scale(struct backend *be, struct tensor scale, struct tensor scale_inv,
+                              struct tensor history, struct tensor amax, int n, int len,
+                              float fp8_max, int margin, bool most_recent) {
+    CHECK(n >= 0 && len >= 0 && fp8_max > 0, "fp8_update_scale: n=%d len=%d fp8_max=%g", n, len,
+          (double)fp8_max);
+    need("fp8_update_scale", "scale", scale, (size_t)n);
+    need("fp8_update_scale", "scale_inv", scale_inv, (size_t)n);
+    need("fp8_update_scale", "amax", amax, (size_t)n);
+    need("fp8_update_scale", "history", history, (size_t)n * len);
+    same_dtype("fp8_update_scale", "scale", scale, DTYPE_FP32);
+    same_dtype("fp8_update_scale", "scale_inv", scale_inv, DTYPE_FP32);
+    same_dtype("fp8_update_scale", "amax", amax, DTYPE_FP32);
+    if (len) same_dtype("fp8_update_scale", "history", history, DTYPE_FP32);
+    PROFILED(be, "fp8_update_scale",
+             be->ops->fp8_update_scale(be, scale, scale_inv, history, amax, n, len, fp8_max, margin,
+                                       most_recent));
+}
+
+void backend_matmul_fp8(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
+                        struct tensor scale_inv_a, struct tensor scale_inv_b, int M, int N, int K,
+                        bool trans_a, bool trans_b, float beta) {
+    CHECK(M >= 0 && N >= 0 && K >= 0, "matmul_fp8: M=%d N=%d K=%d", M, N, K);
+    need("matmul_fp8", "out", out, (size_t)M * N);
+    need("matmul_fp8", "a", a, (size_t)M * K);
+    need("matmul_fp8", "b", b, (size_t)K * N);
+    CHECK(is_fp8(a.dtype) && is_fp8(b.dtype) &&
+              !(a.dtype == DTYPE_FP8_E5M2 && b.dtype == DTYPE_FP8_E5M2),
+          "matmul_fp8: a is %s and b is %s, expected FP8 operands, not both fp8_e5m2",
+          dtype_name(a.dtype), dtype_name(b.dtype));
+    CHECK(out.dtype == DTYPE_BF16 || out.dtype == DTYPE_FP32, "matmul_fp8: out is %s, expected bf16 or fp32",
+          dtype_name(out.dtype));
+    need("matmul_fp8", "scale_inv_a", scale_inv_a, 1);
+    need("matmul_fp8", "scale_inv_b", scale_inv_b, 1);
+    same_dtype("matmul_fp8", "scale_inv_a", scale_inv_a, DTYPE_FP32);
+    same_dtype("matmul_fp8", "scale_inv_b", scale_inv_b, DTYPE_FP32);
+    PROFILED(be, "matmul_fp8",
+             be->ops->matmul_fp8(be, out, a, b, scale_inv_a, scale_inv_b, M, N, K, trans_a, trans_b,
+                                 beta));
 }

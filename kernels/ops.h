@@ -39,11 +39,17 @@
 #include "ops_list.h"
 
 // DTYPE_I64: counters (tokens, steps) summed across ranks by src/parallel/comm.h.
-enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32, DTYPE_I64 };
+// DTYPE_FP8_E4M3 / DTYPE_FP8_E5M2: one byte each, the OCP 8-bit floating point
+// formats (OCP "8-bit Floating Point Specification (OFP8)" rev 1.0, 2023):
+// E4M3 has max 448, no infinities and one NaN pattern per sign (S.1111.111);
+// E5M2 is IEEE-like (max 57344, infinities, NaNs). Storage of FP8 training's
+// GEMM operands only (fp8_cast, matmul_fp8); no other op takes them.
+enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_FP16, DTYPE_FP64, DTYPE_I32, DTYPE_I64, DTYPE_FP8_E4M3,
+             DTYPE_FP8_E5M2 };
 
 // Bytes per element of dtype.
 size_t dtype_size(enum dtype dtype);
-// "fp32", "bf16", "fp16", "fp64", "i32", "i64".
+// "fp32", "bf16", "fp16", "fp64", "i32", "i64", "fp8_e4m3", "fp8_e5m2".
 const char *dtype_name(enum dtype dtype);
 
 // A view of n elements of one dtype in a backend's memory.
@@ -470,6 +476,60 @@ void backend_add(struct backend *be, struct tensor out, struct tensor a, struct 
 // CPU: any pair of FP32, FP64, BF16, FP16; CUDA: any pair of FP32, BF16, FP16
 // (through FP32, which holds BF16 and FP16 exactly: one rounding).
 void backend_copy(struct backend *be, struct tensor dst, struct tensor src, size_t n);
+
+// ---- FP8 (docs/design.md §5) -----------------------------------------------
+// FP8 training's linear layers in the manner of NVIDIA Transformer Engine:
+// each GEMM operand x gets a per-tensor scale s (FP32); it is cast as
+// q = fp8(x * s) and the GEMM multiplies the FP8 values with FP32
+// accumulation and scales the result by (1/s_a) * (1/s_b). Tensors' scales,
+// scale inverses and amaxes live in backend memory so that no op waits for
+// the host. The CPU backend is the reference: every FP8 value is exactly a
+// BF16 value, so it computes on those exactly; the CUDA backend uses
+// cuBLASLt's FP8 matmul and must match it within FP32 accumulation order.
+
+// Largest finite magnitude of an FP8 dtype: 448 (E4M3), 57344 (E5M2).
+float fp8_max_finite(enum dtype fp8);
+
+// amax (1,) FP32 = max(amax, max_i |x_i|) over x (n,) FP32, BF16 or FP16.
+// A NaN in x makes amax NaN; an infinity makes it inf. Stream-ordered.
+void backend_fp8_amax(struct backend *be, struct tensor amax, struct tensor x, size_t n);
+// out (n,) FP8_E4M3 or FP8_E5M2 = fp8(x_i * scale[0]): x (n,) FP32, BF16 or
+// FP16 loaded to FP32, the product rounded once in FP32, then rounded to the
+// format to nearest even, saturating: a finite value beyond the format's max
+// becomes +-max; NaN becomes NaN and +-inf becomes NaN (E4M3) or +-inf (E5M2)
+// so that the GEMM's output and the step's non-finite check see it.
+// scale (1,) FP32. amax (1,) FP32, optional (numel 0: skipped) = max(amax,
+// max_i |x_i|) as fp8_amax (the fused amax of delayed scaling). saturated
+// (1,) I64, optional (numel 0: skipped) += the number of finite x_i whose
+// |x_i * scale| exceeds the format's max. Stream-ordered.
+void backend_fp8_cast(struct backend *be, struct tensor out, struct tensor amax,
+                      struct tensor saturated, struct tensor x, struct tensor scale, size_t n);
+// Scales of n tensors from their amaxes (Transformer Engine's
+// DelayedScaling, transformer_engine/pytorch/fp8.py _default_sf_compute):
+// scale, scale_inv, amax (n,) FP32; history (n, len) FP32, row i tensor i's
+// amaxes, newest first. For each i: if len > 0, history row i shifts by one
+// (the oldest drops) and history[i][0] = amax[i]; a = amax[i] if len == 0 or
+// most_recent, else max over history row i. If a is finite and > 0,
+// scale[i] = (fp8_max / a) / 2^margin (FP32, in that order), else scale[i]
+// is kept; scale_inv[i] = 1 / scale[i]; amax[i] = 0 for the next
+// accumulation. fp8_max: fp8_max_finite of the tensors' format. len 0 is
+// current scaling (history unused, numel may be 0). Stream-ordered.
+void backend_fp8_update_scale(struct backend *be, struct tensor scale, struct tensor scale_inv,
+                              struct tensor history, struct tensor amax, int n, int len,
+                              float fp8_max, int margin, bool most_recent);
+// out (M, N) = (scale_inv_a[0] * scale_inv_b[0]) * (op(a) @ op(b)) + beta * out,
+// the FP8 GEMM: a (M, K) or its transpose, b (K, N) or its transpose, each
+// FP8_E4M3 or FP8_E5M2 (not both E5M2, as cuBLASLt), row-major as
+// backend_matmul; products and sums in FP32 (the CPU backend computes on the
+// FP8 values' exact BF16 images), the FP32 sum multiplied by the FP32 product
+// of the scale inverses, beta * out added, then rounded once to out's dtype
+// (BF16 or FP32; FP32 out with beta = 1: weight gradients). scale_inv_a,
+// scale_inv_b (1,) FP32 in backend memory. Reference: cuBLASLt's FP8 matmul
+// (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER), D = scale_a *
+// scale_b * (A @ B) + beta * C.
+void backend_matmul_fp8(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
+                        struct tensor scale_inv_a, struct tensor scale_inv_b, int M, int N, int K,
+                        bool trans_a, bool trans_b, float beta);
 
 // ---- profile ----------------------------------------------------------------
 

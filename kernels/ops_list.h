@@ -16,7 +16,8 @@
 // doc_start (plain causal). attention_block_forward / _backward are one
 // block (a rank's queries against one rank's keys) of context-parallel ring
 // attention. attention_decode is generation's attention against a key/value
-// cache (src/model, model_decode_chunk). The memory entries (alloc, to_device, ...) are written
+// cache (src/model, model_decode_chunk). fp8_* and matmul_fp8 are FP8
+// training's linear layers (docs/design.md §5). The memory entries (alloc, to_device, ...) are written
 // out in struct backend_ops. Valid C and C++ (the CUDA backend).
 #ifndef TRIDENT_OPS_LIST_H
 #define TRIDENT_OPS_LIST_H
@@ -79,6 +80,15 @@
     X(sum_into, void, (struct backend *be, struct tensor acc, struct tensor x, size_t n))         \
     X(add, void, (struct backend *be, struct tensor out, struct tensor a, struct tensor b,        \
       size_t n))                                                                                  \
-    X(copy, void, (struct backend *be, struct tensor dst, struct tensor src, size_t n))
+    X(copy, void, (struct backend *be, struct tensor dst, struct tensor src, size_t n))        \
+    X(fp8_amax, void, (struct backend *be, struct tensor amax, struct tensor x, size_t n))        \
+    X(fp8_cast, void, (struct backend *be, struct tensor out, struct tensor amax,                 \
+      struct tensor saturated, struct tensor x, struct tensor scale, size_t n))                   \
+    X(fp8_update_scale, void, (struct backend *be, struct tensor scale, struct tensor scale_inv,  \
+      struct tensor history, struct tensor amax, int n, int len, float fp8_max, int margin,       \
+      bool most_recent))                                                                          \
+    X(matmul_fp8, void, (struct backend *be, struct tensor out, struct tensor a, struct tensor b, \
+      struct tensor scale_inv_a, struct tensor scale_inv_b, int M, int N, int K, bool trans_a,    \
+      bool trans_b, float beta))
 
 #endif

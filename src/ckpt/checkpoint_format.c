@@ -16,6 +16,8 @@ hid_t ckpt_h5_type(enum dtype dtype) {
     case DTYPE_I64: return H5T_NATIVE_INT64;
     case DTYPE_BF16:
     case DTYPE_FP16: return H5T_NATIVE_UINT16;
+    case DTYPE_FP8_E4M3:
+    case DTYPE_FP8_E5M2: return H5T_NATIVE_UINT8;
     }
     return H5T_NATIVE_FLOAT;
 }
@@ -84,6 +86,15 @@ size_t ckpt_count_nonfinite(const void *data, enum dtype dtype, size_t n, size_t
     case DTYPE_FP16: return count_nonfinite16(data, 0x7c00, n, first);
     case DTYPE_I32:
     case DTYPE_I64: return 0;
+    case DTYPE_FP8_E4M3:
+    case DTYPE_FP8_E5M2: {
+        // E4M3: S.1111.111 is NaN; E5M2: exponent 11111 is inf or NaN.
+        const uint8_t *x = data;
+        uint8_t mask = dtype == DTYPE_FP8_E4M3 ? 0x7f : 0x7c;
+        for (size_t i = 0; i < n; i++)
+            if ((x[i] & mask) == mask && !bad++) *first = i;
+        return bad;
+    }
     }
     return 0;
 }

@@ -183,6 +183,8 @@ static bool stored_type_matches(hid_t type, enum dtype dtype) {
     case DTYPE_FP16: return cls == H5T_INTEGER && size == 2;
     case DTYPE_I32: return cls == H5T_INTEGER && size == 4;
     case DTYPE_I64: return cls == H5T_INTEGER && size == 8;
+    case DTYPE_FP8_E4M3:
+    case DTYPE_FP8_E5M2: return cls == H5T_INTEGER && size == 1;
     }
     return false;
 }

@@ -34,6 +34,13 @@ enum model_arch { MODEL_ARCH_LLAMA };
 enum device { DEVICE_CPU, DEVICE_CUDA };
 enum attention_impl { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE };
 enum loss_scale_mode { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC };
+// [precision] fp8: the block linear layers' GEMM operands in FP8 (docs/design.md §5):
+// none; hybrid: E4M3 forward, E5M2 output gradients (Transformer Engine's default); e4m3: E4M3 everywhere.
+enum fp8_mode { FP8_NONE, FP8_HYBRID, FP8_E4M3 };
+// [precision] fp8_scaling: each tensor's scale from its amax just before the cast, or from an amax history.
+enum fp8_scaling { FP8_SCALING_CURRENT, FP8_SCALING_DELAYED };
+// [precision] fp8_amax_compute: the delayed scale from the history's max or its newest entry.
+enum fp8_amax_compute { FP8_AMAX_MAX, FP8_AMAX_MOST_RECENT };
 // [train] loss_on: every target, or only those the shards' /loss_mask marks.
 enum loss_on { LOSS_ON_ALL, LOSS_ON_RESPONSE };
 // [data] packing: documents concatenated into the token stream, attending
@@ -134,6 +141,12 @@ struct precision_config {
     double loss_scale_backoff;      // 0.5: the factor on an overflow
     double loss_scale_growth;       // 2: the factor after growth_interval good steps
     int loss_scale_growth_interval; // 1000
+    // FP8 linear layers (issue 29; Transformer Engine's DelayedScaling defaults)
+    enum fp8_mode fp8;                     // FP8_NONE
+    enum fp8_scaling fp8_scaling;          // FP8_SCALING_DELAYED
+    int fp8_amax_history_len;              // 1024 steps
+    enum fp8_amax_compute fp8_amax_compute; // FP8_AMAX_MAX
+    int fp8_margin;                        // 0: scale = (fp8 max / amax) / 2^margin
 };
 
 struct checkpoint_config {

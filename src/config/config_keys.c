@@ -51,6 +51,12 @@ static const struct config_choice dtype_choices[] = {
 static const struct config_choice grad_dtype_choices[] = {
     {"fp32", DTYPE_FP32}, {"bf16", DTYPE_BF16}, {NULL, 0}};
 static const struct config_choice loss_scale_choices[] = {{"dynamic", LOSS_SCALE_DYNAMIC}, {NULL, 0}};
+static const struct config_choice fp8_choices[] = {
+    {"none", FP8_NONE}, {"hybrid", FP8_HYBRID}, {"e4m3", FP8_E4M3}, {NULL, 0}};
+static const struct config_choice fp8_scaling_choices[] = {
+    {"current", FP8_SCALING_CURRENT}, {"delayed", FP8_SCALING_DELAYED}, {NULL, 0}};
+static const struct config_choice fp8_amax_compute_choices[] = {
+    {"max", FP8_AMAX_MAX}, {"most_recent", FP8_AMAX_MOST_RECENT}, {NULL, 0}};
 static const struct config_choice resume_choices[] = {{"auto", RESUME_AUTO}, {"none", RESUME_NONE}, {NULL, 0}};
 static const struct config_choice device_choices[] = {{"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {NULL, 0}};
 static const struct config_choice attention_choices[] = {
@@ -261,6 +267,22 @@ const struct config_key config_keys[] = {
     KEY_INT("precision", "loss_scale_growth_interval", precision.loss_scale_growth_interval, "1000",
             1, INT_MAX, "steps", "fp16, dynamic: applied steps without an overflow before the "
             "scale grows"),
+    KEY_ENUM("precision", "fp8", precision.fp8, "none", fp8_choices,
+             "with dtype = bf16, the GEMMs of every block's linear layers (q, k, v, o, gate, up, "
+             "down) take FP8 operands: hybrid: activations and weights E4M3, output gradients E5M2 "
+             "(Transformer Engine's default); e4m3: E4M3 everywhere; embeddings, LM head, norms, "
+             "attention and the optimizer stay as they are"),
+    KEY_ENUM("precision", "fp8_scaling", precision.fp8_scaling, "delayed", fp8_scaling_choices,
+             "fp8: current: each tensor's scale from its amax measured just before its cast; "
+             "delayed: from the amax history of earlier steps (Transformer Engine's DelayedScaling)"),
+    KEY_INT("precision", "fp8_amax_history_len", precision.fp8_amax_history_len, "1024", 1,
+            1048576, "steps", "fp8_scaling = delayed: amaxes kept per tensor"),
+    KEY_ENUM("precision", "fp8_amax_compute", precision.fp8_amax_compute, "max",
+             fp8_amax_compute_choices,
+             "fp8_scaling = delayed: the amax a scale is computed from: the history's max or its "
+             "most recent entry"),
+    KEY_INT("precision", "fp8_margin", precision.fp8_margin, "0", 0, 32, "",
+            "fp8: scale = (FP8 max / amax) / 2^margin"),
 
     // [checkpoint] (docs/design.md §7)
     KEY_PATH("checkpoint", "dir", checkpoint.dir, "", CONFIG_OPTIONAL,

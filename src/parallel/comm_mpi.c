@@ -53,6 +53,8 @@ static MPI_Datatype mpi_dtype(enum dtype dtype) {
     case DTYPE_I64: return MPI_INT64_T;
     case DTYPE_BF16:
     case DTYPE_FP16: return MPI_UINT16_T;
+    case DTYPE_FP8_E4M3:
+    case DTYPE_FP8_E5M2: return MPI_UINT8_T; // moved, never summed
     }
     CHECK(0, "no MPI datatype for dtype %d", (int)dtype);
 }

@@ -191,6 +191,8 @@ static ncclDataType_t nccl_dtype(enum dtype dtype) {
     case DTYPE_I64: return ncclInt64;
     case DTYPE_BF16: return ncclBfloat16; // sums too (NCCL >= 2.10): grad_dtype = bf16
     case DTYPE_FP16: return ncclFloat16;
+    case DTYPE_FP8_E4M3:
+    case DTYPE_FP8_E5M2: return ncclUint8; // moved, never summed
     }
     CHECK(0, "no NCCL datatype for dtype %d", (int)dtype);
 }

@@ -80,6 +80,8 @@ static void fill(void *buf, enum dtype dt, size_t n, int rank, int seed) {
         case DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)(x >> 4) - ((int64_t)1 << 59); break;
         case DTYPE_BF16: ((uint16_t *)buf)[i] = bf16_from_f32((float)u); break;
         case DTYPE_FP16: ((uint16_t *)buf)[i] = fp16_from_f32((float)u); break;
+        case DTYPE_FP8_E4M3:
+        case DTYPE_FP8_E5M2: ((uint8_t *)buf)[i] = (uint8_t)(x >> 56); break; // not in all_dtypes
         }
     }
 }
