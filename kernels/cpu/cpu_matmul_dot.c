@@ -34,7 +34,9 @@
 
 #include "cpu.h"
 
-enum { TILE = 4 };
+// Tiles: up to TILE rows x TILE columns; a call of one row takes TILE1
+// columns at a time (more weight rows streamed at once).
+enum { TILE = 4, TILE1 = 8 };
 
 // Below this many multiply-adds one thread does the whole product.
 #define DOT_SERIAL_WORK (64.0 * 64 * 64)
@@ -106,7 +108,7 @@ static void tile_c(const struct dot_args *g, int i0, int j0, int mr, int nr, dou
                 for (int k0 = 0; k0 < K; k0 += 8)
                     for (int e = 0; e < 8 && k0 + e < K; e++)
                         l[e] = fma(a[(size_t)r * K + k0 + e], b[(size_t)c * K + k0 + e], l[e]);
-                res[r * TILE + c] = lanes8_sum(l);
+                res[r * TILE1 + c] = lanes8_sum(l);
             }
         return;
     }
@@ -123,7 +125,7 @@ static void tile_c(const struct dot_args *g, int i0, int j0, int mr, int nr, dou
                         x = ld16(g->a, g->dt, ar + k0 + e), y = ld16(g->b, g->dt, bc + k0 + e);
                     l[e] = fmaf(x, y, l[e]);
                 }
-            res[r * TILE + c] = lanes16_sum(l);
+            res[r * TILE1 + c] = lanes16_sum(l);
         }
 }
 
@@ -148,11 +150,11 @@ ALWAYS_INLINE void tile_fma(const struct dot_args *g, int i0, int j0, int MR, in
     int K = g->K;
     size_t es = dtype_size(g->dt);
     const char *a = (const char *)g->a + (size_t)i0 * K * es, *b = (const char *)g->b + (size_t)j0 * K * es;
-    __m512 acc[TILE][TILE];
+    __m512 acc[TILE][TILE1];
     for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 16) {
-        __m512 bv[TILE];
+        __m512 bv[TILE1];
         for (int c = 0; c < NR; c++) bv[c] = load16(b + ((size_t)c * K + k) * es, g->dt, K - k);
         for (int r = 0; r < MR; r++) {
             __m512 av = load16(a + ((size_t)r * K + k) * es, g->dt, K - k);
@@ -160,7 +162,7 @@ ALWAYS_INLINE void tile_fma(const struct dot_args *g, int i0, int j0, int MR, in
         }
     }
     for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) res[r * TILE + c] = _mm512_reduce_add_ps(acc[r][c]);
+        for (int c = 0; c < NR; c++) res[r * TILE1 + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
 #ifdef __AVX512BF16__
@@ -174,11 +176,11 @@ ALWAYS_INLINE __m512bh load32bh(const uint16_t *p, int n) {
 ALWAYS_INLINE void tile_dpbf16(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res) {
     int K = g->K;
     const uint16_t *a = (const uint16_t *)g->a + (size_t)i0 * K, *b = (const uint16_t *)g->b + (size_t)j0 * K;
-    __m512 acc[TILE][TILE];
+    __m512 acc[TILE][TILE1];
     for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
-        __m512bh bv[TILE];
+        __m512bh bv[TILE1];
         for (int c = 0; c < NR; c++) bv[c] = load32bh(b + (size_t)c * K + k, K - k);
         for (int r = 0; r < MR; r++) {
             __m512bh av = load32bh(a + (size_t)r * K + k, K - k);
@@ -186,7 +188,7 @@ ALWAYS_INLINE void tile_dpbf16(const struct dot_args *g, int i0, int j0, int MR,
         }
     }
     for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) res[r * TILE + c] = _mm512_reduce_add_ps(acc[r][c]);
+        for (int c = 0; c < NR; c++) res[r * TILE1 + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 #define TILE_BF16 tile_dpbf16
 #else
@@ -211,7 +213,11 @@ ALWAYS_INLINE void tile_dpbf16(const struct dot_args *g, int i0, int j0, int MR,
     case 32 + 1: F(g, i0, j0, 4, 1, res); break;                                \
     case 32 + 2: F(g, i0, j0, 4, 2, res); break;                                \
     case 32 + 3: F(g, i0, j0, 4, 3, res); break;                                \
-    default: F(g, i0, j0, 4, 4, res); break;                                    \
+    case 32 + 4: F(g, i0, j0, 4, 4, res); break;                                \
+    case 8 + 5: F(g, i0, j0, 1, 5, res); break;                                 \
+    case 8 + 6: F(g, i0, j0, 1, 6, res); break;                                 \
+    case 8 + 7: F(g, i0, j0, 1, 7, res); break;                                 \
+    default: F(g, i0, j0, 1, 8, res); break;                                    \
     }
 
 static void tile_avx512(const struct dot_args *g, int i0, int j0, int mr, int nr, double *res) {
@@ -230,16 +236,18 @@ static void tile_avx512(const struct dot_args *g, int i0, int j0, int mr, int nr
 
 // Tiles [t0, t1) of the (ceil(M / TILE) x ceil(N / TILE)) grid, column
 // blocks outer (consecutive tiles share op(b)'s columns).
+static int tile_cols(int M) { return M == 1 ? TILE1 : TILE; }
+
 static void run_tiles(const struct dot_args *g, long t0, long t1) {
-    int mt = (g->M + TILE - 1) / TILE;
-    double res[TILE * TILE];
+    int mt = (g->M + TILE - 1) / TILE, tn = tile_cols(g->M);
+    double res[TILE * TILE1];
     for (long t = t0; t < t1; t++) {
-        int i0 = (int)(t % mt) * TILE, j0 = (int)(t / mt) * TILE;
-        int mr = MIN(TILE, g->M - i0), nr = MIN(TILE, g->N - j0);
+        int i0 = (int)(t % mt) * TILE, j0 = (int)(t / mt) * tn;
+        int mr = MIN(TILE, g->M - i0), nr = MIN(tn, g->N - j0);
         TILE_FN(g, i0, j0, mr, nr, res);
         for (int r = 0; r < mr; r++)
             for (int c = 0; c < nr; c++)
-                store_out(g, (size_t)(i0 + r) * g->N + j0 + c, res[r * TILE + c]);
+                store_out(g, (size_t)(i0 + r) * g->N + j0 + c, res[r * TILE1 + c]);
     }
 }
 
@@ -264,7 +272,7 @@ void cpu_matmul_invariant(struct backend *be, struct tensor out, struct tensor a
     struct dot_args g = {a.data, b.data, out.data, a.dtype, out.dtype, M, N, K, alpha, beta};
     if (trans_a) transpose(scratch, a.data, K, M, es), g.a = scratch;
     if (!trans_b) transpose(scratch + (na + 63) / 64 * 64, b.data, K, N, es), g.b = scratch + (na + 63) / 64 * 64;
-    long tiles = (long)((M + TILE - 1) / TILE) * ((N + TILE - 1) / TILE);
+    long tiles = (long)((M + TILE - 1) / TILE) * ((N + tile_cols(M) - 1) / tile_cols(M));
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt == 1 || (double)M * N * K < DOT_SERIAL_WORK || tiles < 2) {
         run_tiles(&g, 0, tiles);
