@@ -133,6 +133,9 @@ static void tile_c(const struct dot_args *g, int i0, int j0, int mr, int nr, dou
 
 #ifdef __AVX512F__
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 1024 // software prefetch distance along each operand row
+#endif
 
 // Loads 16 elements of FP32 (or BF16/FP16 widened) at p, the lanes at or past
 // n zero.
@@ -155,8 +158,12 @@ ALWAYS_INLINE void tile_fma(const struct dot_args *g, int i0, int j0, int MR, in
         for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 16) {
         __m512 bv[TILE1];
-        for (int c = 0; c < NR; c++) bv[c] = load16(b + ((size_t)c * K + k) * es, g->dt, K - k);
+        for (int c = 0; c < NR; c++) {
+            _mm_prefetch(b + ((size_t)c * K + k) * es + PREFETCH_BYTES, _MM_HINT_T0);
+            bv[c] = load16(b + ((size_t)c * K + k) * es, g->dt, K - k);
+        }
         for (int r = 0; r < MR; r++) {
+            _mm_prefetch(a + ((size_t)r * K + k) * es + PREFETCH_BYTES, _MM_HINT_T0);
             __m512 av = load16(a + ((size_t)r * K + k) * es, g->dt, K - k);
             for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]);
         }
@@ -181,8 +188,12 @@ ALWAYS_INLINE void tile_dpbf16(const struct dot_args *g, int i0, int j0, int MR,
         for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
         __m512bh bv[TILE1];
-        for (int c = 0; c < NR; c++) bv[c] = load32bh(b + (size_t)c * K + k, K - k);
+        for (int c = 0; c < NR; c++) {
+            _mm_prefetch((const char *)(b + (size_t)c * K + k) + PREFETCH_BYTES, _MM_HINT_T0);
+            bv[c] = load32bh(b + (size_t)c * K + k, K - k);
+        }
         for (int r = 0; r < MR; r++) {
+            _mm_prefetch((const char *)(a + (size_t)r * K + k) + PREFETCH_BYTES, _MM_HINT_T0);
             __m512bh av = load32bh(a + (size_t)r * K + k, K - k);
             for (int c = 0; c < NR; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], av, bv[c]);
         }
