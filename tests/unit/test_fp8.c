@@ -112,6 +112,150 @@ static void test_roundtrip(enum dtype dt) {
     EXPECT(bad == 0, "%s: %d bytes do not round-trip", dtype_name(dt), bad);
 }
 
+// ---- the reference fixture (tests/reference/fp8_reference.py) ------------------
+
+#define FIXTURE_BIN "tests/reference/fixtures/fp8_bf16.bin"
+#define FIXTURE_TXT "tests/reference/fixtures/fp8_reference.txt"
+
+// The script's sample generator (its docstring): splitmix64, one draw per sample.
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// The FP32 bits of the midpoint between positive FP8 code c and c + 1.
+static uint32_t midpoint_bits(uint32_t c, int mbits, int bias) {
+    uint32_t e = c >> mbits, m = c & ((1u << mbits) - 1), sig = e == 0 ? m : (1u << mbits) + m;
+    return bits(ldexpf(2.0f * sig + 1, (int)(e > 1 ? e : 1) - bias - mbits - 1));
+}
+
+static uint32_t sample_bits(uint64_t *state) {
+    static const float anchors[] = {448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f, 65536.0f,
+                                    0x1p-6f, 0x1p-9f, 0x1p-10f, 0x1p-14f, 0x1p-16f, 0x1p-17f,
+                                    1.0f, 240.0f};
+    uint64_t r = splitmix64(state);
+    uint32_t kind = r & 15, sign = (uint32_t)(r >> 63) << 31;
+    if (kind < 4) return (uint32_t)(r >> 32);
+    if (kind < 8) return sign | (uint32_t)(127 - 26 + (r >> 4) % 46) << 23 | ((r >> 10) & 0x7fffff);
+    if (kind < 12) {
+        bool e4 = kind < 10;
+        uint32_t c = (uint32_t)((r >> 4) % (e4 ? 0x7e : 0x7b));
+        return sign | (midpoint_bits(c, e4 ? 3 : 2, e4 ? 7 : 15) + (uint32_t)((r >> 12) % 5) - 2);
+    }
+    if (kind == 12)
+        return sign | (bits(anchors[(r >> 4) % (sizeof anchors / sizeof anchors[0])]) +
+                       (uint32_t)((r >> 12) % 17) - 8);
+    if (kind == 13) {
+        uint32_t mant = ((r >> 40) & 3) == 0 ? 0 : (r >> 8) & 0x7fffff;
+        return sign | ((r >> 4) & 1 ? 255u : 0u) << 23 | mant;
+    }
+    return sign | (uint32_t)(127 - 26 + (r >> 4) % 46) << 23 | (uint32_t)((r >> 10) & 15) << 19 |
+           (uint32_t)((r >> 14) & 1);
+}
+
+static uint64_t fnv1a64(const uint8_t *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+// All 65,536 BF16 patterns narrowed, against the fixture's bytes.
+static void check_bf16_patterns(void) {
+    FILE *f = fopen(FIXTURE_BIN, "rb");
+    EXPECT(f, "cannot open %s (run from the repository root)", FIXTURE_BIN);
+    if (!f) return;
+    static uint8_t want[2][65536];
+    size_t got = fread(want, 1, sizeof want, f);
+    fclose(f);
+    EXPECT(got == sizeof want, "%s: %zu bytes, expected %zu", FIXTURE_BIN, got, sizeof want);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        int bad = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            float x = bf16_to_f32((uint16_t)h);
+            uint8_t b = fmt ? fp8_e5m2_from_f32(x) : fp8_e4m3_from_f32(x);
+            if (b != want[fmt][h] && bad++ < 5)
+                printf("bf16 %04x (%a) -> %s 0x%02x, reference 0x%02x\n", h, (double)x,
+                       fmt ? "e5m2" : "e4m3", b, want[fmt][h]);
+        }
+        EXPECT(bad == 0, "%s: %d of 65536 bf16 patterns differ from the reference",
+               fmt ? "e5m2" : "e4m3", bad);
+    }
+}
+
+// The fixture's widening tables, sample hashes and every 1000th sample.
+static void check_samples(void) {
+    FILE *f = fopen(FIXTURE_TXT, "r");
+    EXPECT(f, "cannot open %s (run from the repository root)", FIXTURE_TXT);
+    if (!f) return;
+    long n = 0, block = 0, every = 0;
+    unsigned long long seed = 0;
+    char line[256];
+    while (fgets(line, sizeof line, f) && line[0] == '#') {}
+    bool header = sscanf(line, "samples %ld block %ld every %ld seed %llx", &n, &block, &every,
+                         &seed) == 4 && n > 0 && block > 0 && n % block == 0 && every > 0;
+    EXPECT(header, "%s: bad header %s", FIXTURE_TXT, line);
+    if (!header) {
+        fclose(f);
+        return;
+    }
+    uint8_t *out[2] = {malloc((size_t)n), malloc((size_t)n)};
+    uint32_t *in = malloc((size_t)n * sizeof *in);
+    uint64_t state = seed;
+    for (long i = 0; i < n; i++) {
+        in[i] = sample_bits(&state);
+        out[0][i] = fp8_e4m3_from_f32(from_bits(in[i]));
+        out[1][i] = fp8_e5m2_from_f32(from_bits(in[i]));
+    }
+    int widen_bad = 0, widen_rows = 0, hash_bad = 0, hashes = 0, sample_bad = 0, samples = 0;
+    while (fgets(line, sizeof line, f)) {
+        char fmt[8];
+        unsigned row, w[8];
+        long at;
+        unsigned long long h;
+        unsigned x, e4, e5;
+        if (sscanf(line, "widen_%4s %x %x %x %x %x %x %x %x %x", fmt, &row, &w[0], &w[1], &w[2],
+                   &w[3], &w[4], &w[5], &w[6], &w[7]) == 10) {
+            bool e4m3 = strcmp(fmt, "e4m3") == 0;
+            widen_rows++;
+            for (unsigned k = 0; k < 8; k++) {
+                uint8_t b = (uint8_t)(row + k);
+                uint32_t got = bits(e4m3 ? fp8_e4m3_to_f32(b) : fp8_e5m2_to_f32(b));
+                if (got != w[k] && widen_bad++ < 5)
+                    printf("widen %s 0x%02x: %08x, reference %08x\n", fmt, b, got, w[k]);
+            }
+        } else if (sscanf(line, "hash_%4s %ld %llx", fmt, &at, &h) == 3) {
+            int k = strcmp(fmt, "e4m3") == 0 ? 0 : 1;
+            hashes++;
+            EXPECT(at >= 0 && at + block <= n, "hash at %ld", at);
+            if (at < 0 || at + block > n) continue;
+            uint64_t got = fnv1a64(out[k] + at, (size_t)block);
+            if (got != h && hash_bad++ < 5)
+                printf("%s samples %ld..%ld: hash %016llx, reference %016llx (see the samples "
+                       "listed below)\n", fmt, at, at + block - 1, (unsigned long long)got, h);
+        } else if (sscanf(line, "sample %ld %x %x %x", &at, &x, &e4, &e5) == 4) {
+            samples++;
+            EXPECT(at >= 0 && at < n && in[at] == x, "sample %ld: generated %08x, reference %08x",
+                   at, at >= 0 && at < n ? in[at] : 0, x);
+            if (at < 0 || at >= n) continue;
+            if ((out[0][at] != e4 || out[1][at] != e5) && sample_bad++ < 10)
+                printf("sample %ld %08x (%a): e4m3 0x%02x e5m2 0x%02x, reference 0x%02x 0x%02x\n",
+                       at, x, (double)from_bits(x), out[0][at], out[1][at], e4, e5);
+        }
+    }
+    fclose(f);
+    EXPECT(widen_rows == 64 && widen_bad == 0, "widening: %d rows, %d bytes differ", widen_rows,
+           widen_bad);
+    EXPECT(hashes == 2 * n / block && hash_bad == 0, "samples: %d of %d block hashes differ",
+           hash_bad, hashes);
+    EXPECT(samples == n / every && sample_bad == 0, "samples: %d of %d listed samples differ",
+           sample_bad, samples);
+    printf("fixture: 65536 bf16 patterns, %ld samples (%d hashes), 512 widenings compared\n", n,
+           hashes);
+    free(out[0]), free(out[1]), free(in);
+}
+
 // ---- ops ---------------------------------------------------------------------------
 
 static struct tensor alloc_t(enum dtype dt, size_t n) {
@@ -439,6 +583,8 @@ int main(void) {
     test_known_values();
     test_roundtrip(DTYPE_FP8_E4M3);
     test_roundtrip(DTYPE_FP8_E5M2);
+    check_bf16_patterns();
+    check_samples();
     be = backend_cpu_init(0);
     printf("matmul_fp8 through %s\n", ((struct cpu_backend *)be->impl)->bf16_gemm
                                          ? "oneDNN's BF16 matmul (CPU has AVX512_BF16)"
