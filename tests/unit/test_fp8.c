@@ -16,7 +16,8 @@
 //     E4M3 x E5M2, BF16 and FP32 out, against an FP64 sum of the same FP8
 //     values, element by element within the FP32 accumulation bound (at
 //     `matmul_bound`), BF16 outputs 98% equal to the FP64 result rounded;
-//     NaN and inf operands reaching their rows.
+//     NaN and inf operands reaching their rows; through oneDNN's BF16 GEMM
+//     and through the FP32 fallback of CPUs without BF16 instructions.
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -590,6 +591,11 @@ int main(void) {
                                          ? "oneDNN's BF16 matmul (CPU has AVX512_BF16)"
                                          : "the FP32 fallback of BF16 matmul");
     run_ops();
+    // BF16 matmul's FP32 fallback (no AVX512_BF16): it converts the BF16
+    // images again in the backend's scratch, which must not hold them
+    ((struct cpu_backend *)be->impl)->bf16_gemm = false;
+    test_matmul();
+    test_matmul_nonfinite();
     backend_free(be);
     be = backend_cpu_init(1); // the serial kernels
     run_ops();
