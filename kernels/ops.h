@@ -74,6 +74,10 @@ struct backend_bounds {
     int rows, cols;          // rows (N) and width (C) of the row-wise ops (rmsnorm)
     int B, T, H, Hkv, D;     // attention: batch, sequence, query and key/value heads, head size
     enum dtype dtype;        // the activations' storage dtype
+    // matmul_fp8: the largest M K + K N of a call, in elements (0: no FP8
+    // GEMMs). The CUDA backend keeps K-major copies of operands in its scratch
+    // (cuBLASLt's FP8 GEMMs take only that layout; docs/cuda.md "FP8").
+    size_t fp8_gemm;
 };
 
 // The table a backend fills. Every entry is required unless marked optional.
