@@ -337,8 +337,8 @@ static const struct cli_flag plan_flags[] = {
      P(gpus)},
     {"--gpus-per-node", CLI_INT, "N", "8", 1, 1 << 24, 0, NULL, "GPUs a node (with --gpus)", P(gpus_per_node)},
     {"--gpu", CLI_STRING, "SPEC", "H100-SXM", 0, 0, 0, NULL,
-     "the GPU (with --gpus): A100-80G, H100-SXM, H200, or tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, "
-     "optionally after a preset (H200,ib=25G)", P(gpu)},
+     "the GPU (with --gpus): A100-40G, A100-80G, H100-SXM, H100-PCIe, H800, H200, B200, or "
+     "tflops=989,fp8=1979,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset (H200,ib=25G)", P(gpu)},
     {"--gpu-mem", CLI_STRING, "SIZE", NULL, 0, 0, 0, NULL,
      "the GPU's memory, as --gpu's mem= (80G); default: --gpu's", P(gpu_mem)},
     {"--efficiency", CLI_FLOAT, "F", NULL, 0, 1, CLI_MIN_EXCLUSIVE, NULL,
