@@ -468,6 +468,14 @@ void model_decode_chunk(struct model *m, int chunk, const int32_t *pos, int Tq,
 // model_set_stage_messages_on_device says). Every rank of the pp and TP
 // groups calls it with the same arguments; tokens (rows, Tq) host ids.
 void model_decode(struct model *m, const int32_t *pos, int Tq, const int32_t *tokens);
+// Whether generation steps run their GEMMs batch-invariantly
+// (backend_matmul_invariant; default on): then a step computes each row with
+// the same bits whatever the step's shape (rows, Tq), so the cached steps'
+// logits equal, bit for bit on the CPU backend, those of one step over the
+// whole window from a fresh cache (the generation forward recomputed in
+// full: tests/unit/test_kv_decode.c). Off: backend_matmul (oneDNN's BF16
+// GEMM picks its kernel by shape; the rows agree within rounding only).
+void model_set_decode_invariant(struct model *m, bool on);
 // Logits (V,) of row b's t-th new token of the last step (t < Tq), as double,
 // gathered over the TP group and, under pipeline parallelism, broadcast from
 // the last stage over the pp group: every rank of both calls and gets them.

@@ -81,7 +81,41 @@ struct plan_rank_bytes {
                                                   // 0 when the whole stage stays gathered
     size_t grads_shard, grads_units, grads_recv, grads_transfer; // bytes, inside grads
     size_t opt_moments, opt_master;               // bytes, inside optimizer
+    // precision.fp8 != none only (0 otherwise; plan_fp8_bytes):
+    size_t fp8_weights;                           // bytes, inside params
+    size_t fp8_saved, fp8_work;                   // bytes, inside activations: the slots' FP8
+                                                  // GEMM inputs; recompute buffer + scratch +
+                                                  // scaling state
 };
+
+// What FP8 training (precision.fp8 = hybrid or e4m3, docs/planning.md §7)
+// adds to one rank of the config's layout, in bytes. The block linears (q,
+// k, v, o, gate, up, down) take FP8 operands; embeddings, the head, norms and
+// attention stay in the model dtype. Counted, with n_b = this rank's layers,
+// N = micro_batch_size x seq_len / cp rows (the gathered rows under
+// sequence parallelism: the GEMMs read all N), C, Hl D, Hkvl D, Fl the local
+// widths (tp slices; Hkvl at least 1):
+//  weights: 1 byte per block-linear weight element (E4M3), cast once per
+//    optimizer step and kept through every microbatch: n_b blocks, at ZeRO-3
+//    with reshard_after_forward only the 2 gathered units';
+//  saved: per activation slot and layer, 1 byte per element of each GEMM
+//    input the recompute mode keeps, for the weight-gradient GEMMs: ln1 (N
+//    C), att (N Hl D), ln2 (N C), act (N Fl) under none; att under
+//    selective; nothing under full;
+//  work: the inputs the recompute mode drops, once (the recompute buffer);
+//    2 N max(C, (Hl + 2 Hkvl) D, Fl) bytes of scratch (an output gradient
+//    cast to FP8 and one transposed operand: cuBLASLt's FP8 GEMMs take only
+//    the TN layout); the scaling state, 21 tensors a layer (input, weight
+//    and output gradient of 7 linears) of 3 FP32 (scale, scale inverse,
+//    amax) plus fp8_amax_history_len under delayed scaling.
+// The model's own allocation is the contract (plan == run); this is the
+// planner's count until src/model allocates FP8 buffers itself.
+struct plan_fp8 {
+    size_t weights, saved, work;
+};
+// Zeroes *out when c->precision.fp8 is none. Errors: as plan_shard.
+enum status plan_fp8_bytes(const struct config *c, const struct model_shard *shard, struct plan_fp8 *out,
+                           struct error *err);
 
 // Sum of a rank's four pools, in bytes.
 size_t plan_rank_total(const struct plan_rank_bytes *b);

@@ -194,6 +194,15 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
         return trainer_alone(err);
+    // FP8 GEMMs need a device with FP8 tensor cores (compute capability 8.9+):
+    // refused at start, naming the device, not at the first step.
+    if (c->precision.fp8 != FP8_NONE && backend_check_fp8(t->m.be, &err->err)) {
+        char why[sizeof err->err.msg];
+        snprintf(why, sizeof why, "%s", err->err.msg);
+        error_set(&err->err, err->err.status, "[precision] fp8 = %s: %s",
+                  c->precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3", why);
+        return trainer_alone(err);
+    }
     // Which attention path each shape takes: said once, by rank 0 (docs/cuda.md).
     backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
