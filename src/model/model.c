@@ -751,6 +751,7 @@ enum status model_kv_cache_init(struct model *m, int rows, int len, struct error
 void model_free(struct model *m) {
     if (!m) return;
     kv_free(m);
+    model_fp8_free(m);
     if (m->be) {
         backend_dealloc(m->be, m->param_arena.data);
         backend_dealloc(m->be, m->grad_arena.data);

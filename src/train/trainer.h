@@ -69,7 +69,10 @@ struct trainer_ckpt {
                               // master weights of a BF16/FP16 model on resume)
     float *host_master;       // (range,) this rank's FP32 master weights (BF16/FP16 save)
     float *host_m, *host_v;   // this rank's moment range
-    struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
+    struct ckpt_piece *pieces; // (3 n + L) for n parameter tensors and L local layers: what a save
+                               // writes or a resume reads (L: the FP8 scaling state's)
+    float *host_fp8;          // the FP8 scaling state of this rank's FP8 blocks (delayed scaling;
+                              // model_fp8_state_get), allocated on first save
     struct ckpt_async *inflight; // [checkpoint] async: the save being written; NULL none
     double inflight_begun_s;     // time_now_s() when its writer started
     double inflight_stall_s;     // the seconds it held training so far (snapshot, collectives)
@@ -115,6 +118,10 @@ struct trainer {
     struct loss_scaler scaler; // fp16 (par.ctx.scaler points here); else unused
     int fault_grad_inf_step;   // TRIDENT_FAULT=grad_inf:STEP[@RANK] on this rank; 0: none
 };
+
+// The model's FP8 settings from [precision] fp8, fp8_scaling,
+// fp8_amax_history_len, fp8_amax_compute, fp8_margin and fp8_skip_layers.
+struct model_fp8_config trainer_fp8_config(const struct config *c);
 
 // Resumes from [checkpoint] resume (auto: dir/latest) when there is one:
 // parameters, moments, optimizer step, loader state, progress. Sets
