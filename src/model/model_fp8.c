@@ -145,13 +145,6 @@ enum status model_fp8_init(struct model *m, const struct model_fp8_config *c, st
     return STATUS_OK;
 }
 
-void model_fp8_free(struct model *m) {
-    struct model_fp8 *f = &m->fp8;
-    if (f->base && m->be) backend_dealloc(m->be, f->base);
-    free(f->block), free(f->layer), free(f->w_fresh);
-    *f = (struct model_fp8){0};
-}
-
 bool model_fp8_on(const struct model *m) { return m->fp8.cfg.on; }
 
 // ---- scaling --------------------------------------------------------------------
@@ -181,6 +174,15 @@ static bool tp_split(const struct model *m, int s, enum fp8_kind kind) {
 
 static bool dp_first(const struct model *m) { return !m->groups.dp || m->groups.dp->rank == 0; }
 
+// t (amaxes, FP32) = their max over group g, in place; a no-op for one rank.
+// (Here rather than model_pass.c's model_tp_all_reduce: model_pass.c calls
+// this file, and the layering check wants no call cycle between objects.)
+static void all_max(struct model *m, struct comm_group *g, struct tensor t) {
+    if (!g || g->size <= 1) return;
+    comm_order_after_compute(g, m->be);
+    comm_all_reduce(g, t.data, t.numel, DTYPE_FP32, COMM_MAX);
+}
+
 // How a cast counts: a forward's first cast of x, the step's cast of a
 // weight, an output gradient's (counted), or a repeat (the backward's cast
 // of x, a recomputation: not counted, its amax already recorded).
@@ -200,7 +202,7 @@ static void cast_parts(struct model *m, int fb, int s, enum fp8_kind kind, struc
     struct tensor scale = at(f->scale, i), amax = at(f->amax, i), rec = none_of(DTYPE_FP32);
     if (!f->cfg.delayed) {
         for (int k = 0; k < n; k++) backend_fp8_amax(be, amax, parts[k], parts[k].numel);
-        if (split) model_tp_all_reduce(m, amax, COMM_MAX);
+        if (split) all_max(m, m->groups.tp, amax);
         backend_fp8_update_scale(be, scale, at(f->scale_inv, i), none_of(DTYPE_FP32), amax, 1, 0,
                                  fp8_max_finite(fmt), f->cfg.margin, false);
     } else if (f->training) {
@@ -258,12 +260,8 @@ void model_fp8_step_begin(struct model *m) {
 static void delayed_update(struct model *m) {
     struct model_fp8 *f = &m->fp8;
     struct backend *be = m->be;
-    model_tp_all_reduce(m, f->amax, COMM_MAX);
-    struct comm_group *dp = m->groups.dp;
-    if (dp && dp->size > 1) {
-        comm_order_after_compute(dp, be);
-        comm_all_reduce(dp, f->amax.data, f->amax.numel, DTYPE_FP32, COMM_MAX);
-    }
+    all_max(m, m->groups.tp, f->amax);
+    all_max(m, m->groups.dp, f->amax);
     int len = f->cfg.history_len, nb = f->n - f->n_fwd;
     backend_fp8_update_scale(be, tensor_slice(f->scale, 0, (size_t)f->n_fwd),
                              tensor_slice(f->scale_inv, 0, (size_t)f->n_fwd),

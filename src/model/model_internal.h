@@ -260,8 +260,6 @@ void model_fp8_qkv_backward(struct model *m, int blk, struct tensor dln, struct 
                             struct tensor dqkv, struct tensor dwqkv, struct tensor dq,
                             struct tensor dk, struct tensor dv, struct tensor dwq,
                             struct tensor dwk, struct tensor dwv);
-// Frees the FP8 state (model_free).
-void model_fp8_free(struct model *m);
 
 // Reports a unit event to the unit hook (model.h); a no-op without a hook or unit (-1).
 static inline void model_unit_event(struct model *m, int unit, enum model_unit_event ev) {
