@@ -179,6 +179,25 @@ void backend_matmul(struct backend *be, struct tensor out, struct tensor a, stru
     PROFILED(be, "matmul", be->ops->matmul(be, out, a, b, M, N, K, trans_a, trans_b, alpha, beta));
 }
 
+void backend_matmul_invariant(struct backend *be, struct tensor out, struct tensor a,
+                              struct tensor b, int M, int N, int K, bool trans_a, bool trans_b,
+                              float alpha, float beta) {
+    if (!be->ops->matmul_invariant) {
+        backend_matmul(be, out, a, b, M, N, K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    CHECK(M >= 0 && N >= 0 && K >= 0, "matmul_invariant: M=%d N=%d K=%d", M, N, K);
+    need("matmul_invariant", "out", out, (size_t)M * N);
+    need("matmul_invariant", "a", a, (size_t)M * K);
+    need("matmul_invariant", "b", b, (size_t)K * N);
+    need_float("matmul_invariant", "out", out);
+    same_dtype("matmul_invariant", "b", b, a.dtype);
+    if (!(out.dtype == DTYPE_FP32 && (a.dtype == DTYPE_BF16 || a.dtype == DTYPE_FP16)))
+        same_dtype("matmul_invariant", "a", a, out.dtype);
+    PROFILED(be, "matmul_invariant",
+             be->ops->matmul_invariant(be, out, a, b, M, N, K, trans_a, trans_b, alpha, beta));
+}
+
 void backend_embedding_forward(struct backend *be, struct tensor out, struct tensor wte,
                                struct tensor tokens, int N, int C, int vocab_start, int Vl) {
     need("embedding_forward", "out", out, (size_t)N * C);

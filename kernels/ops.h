@@ -74,6 +74,10 @@ struct backend_bounds {
     int rows, cols;          // rows (N) and width (C) of the row-wise ops (rmsnorm)
     int B, T, H, Hkv, D;     // attention: batch, sequence, query and key/value heads, head size
     enum dtype dtype;        // the activations' storage dtype
+    // matmul_fp8: the largest M K + K N of a call, in elements (0: no FP8
+    // GEMMs). The CUDA backend keeps K-major copies of operands in its scratch
+    // (cuBLASLt's FP8 GEMMs take only that layout; docs/cuda.md "FP8").
+    size_t fp8_gemm;
 };
 
 // The table a backend fills. Every entry is required unless marked optional.
@@ -97,6 +101,10 @@ struct backend_ops {
     // need up to bounds now, so that no op allocates later; keeps the largest
     // of several calls. STATUS_RUNTIME when the memory cannot be had.
     enum status (*reserve)(struct backend *be, const struct backend_bounds *bounds, struct error *err);
+    // Optional (NULL: matmul, whose row results may depend on the shape):
+    // backend_matmul_invariant below.
+    void (*matmul_invariant)(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
+                             int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
 
     // The compute ops, one entry per line of kernels/ops_list.h: e.g.
     // void (*matmul)(struct backend *be, struct tensor out, ...). What each
@@ -155,6 +163,23 @@ enum status backend_reserve(struct backend *be, const struct backend_bounds *bou
 // FP16 operands).
 void backend_matmul(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
                     int M, int N, int K, bool trans_a, bool trans_b, float alpha, float beta);
+
+// backend_matmul's product (same arguments, shapes and dtypes) computed
+// batch-invariantly: each element of out is one dot product of a row of
+// op(a) and a column of op(b) summed in an order that depends on K alone, so
+// a row of out (a column) has the same bits whatever M (N) is and whichever
+// other rows (columns) share the call: generation (model_decode_chunk) runs
+// its GEMMs through it, so that a one-token step gives the bits of the same
+// position in a step over the whole window. The CPU backend: FP32 lanes of
+// FMAs (BF16: vdpbf16ps where the CPU has AVX512_BF16) then a fixed
+// reduction tree (kernels/cpu/cpu_matmul_dot.c); fast for the few rows of a
+// step (it streams the weights once), slower than backend_matmul for many
+// rows. A backend without it (the CUDA backend: cuBLASLt picks its
+// algorithm per shape) runs backend_matmul: rows then agree within rounding
+// only. Math: as backend_matmul; the sum order is not BLAS's.
+void backend_matmul_invariant(struct backend *be, struct tensor out, struct tensor a,
+                              struct tensor b, int M, int N, int K, bool trans_a, bool trans_b,
+                              float alpha, float beta);
 
 // ---- embedding (vocab-parallel, Megatron VocabParallelEmbedding) ----------
 

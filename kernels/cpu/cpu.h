@@ -198,6 +198,10 @@ static inline void cpu_grad_add(void *dst, enum dtype d, size_t i, double v) {
 #define CPU_OP_PROTOTYPE(name, ret, params) ret cpu_##name params;
 #endif
 BACKEND_OPS(CPU_OP_PROTOTYPE)
+// The optional entry matmul_invariant (cpu_matmul_dot.c), named as the others.
+CPU_OP_PROTOTYPE(matmul_invariant, void, (struct backend *be, struct tensor out, struct tensor a,
+                 struct tensor b, int M, int N, int K, bool trans_a, bool trans_b, float alpha,
+                 float beta))
 #undef CPU_OP_PROTOTYPE
 
 #endif

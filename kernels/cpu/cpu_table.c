@@ -20,6 +20,7 @@ const struct backend_ops CPU_TABLE_NAME = {
     .memset0 = cpu_memset0,
     .synchronize = cpu_synchronize,
     .host_memory = true,
+    .matmul_invariant = cpu_matmul_invariant,
 #define CPU_TABLE_ENTRY(name, ret, params) .name = cpu_##name,
     BACKEND_OPS(CPU_TABLE_ENTRY)
 #undef CPU_TABLE_ENTRY

@@ -468,6 +468,14 @@ void model_decode_chunk(struct model *m, int chunk, const int32_t *pos, int Tq,
 // model_set_stage_messages_on_device says). Every rank of the pp and TP
 // groups calls it with the same arguments; tokens (rows, Tq) host ids.
 void model_decode(struct model *m, const int32_t *pos, int Tq, const int32_t *tokens);
+// Whether generation steps run their GEMMs batch-invariantly
+// (backend_matmul_invariant; default on): then a step computes each row with
+// the same bits whatever the step's shape (rows, Tq), so the cached steps'
+// logits equal, bit for bit on the CPU backend, those of one step over the
+// whole window from a fresh cache (the generation forward recomputed in
+// full: tests/unit/test_kv_decode.c). Off: backend_matmul (oneDNN's BF16
+// GEMM picks its kernel by shape; the rows agree within rounding only).
+void model_set_decode_invariant(struct model *m, bool on);
 // Logits (V,) of row b's t-th new token of the last step (t < Tq), as double,
 // gathered over the TP group and, under pipeline parallelism, broadcast from
 // the last stage over the pp group: every rank of both calls and gets them.
@@ -515,16 +523,22 @@ struct model_fp8_config {
 // Scaling tensors per FP8 block: the sites (q/k/v, o, gate/up, down) times (x, w, dy).
 enum { MODEL_FP8_TENSORS = 12 };
 
-// Bytes model_fp8_init allocates for this shard and microbatch (B, T): the
-// FP8 weight copies of the local FP8 blocks (1 byte per element of q, k, v,
-// o, gate, up, down), two FP8 scratch buffers (the largest GEMM input and
-// output gradient of a block: max(N C, N Hl D, N Fl) and max(N (Hl + 2 Hkvl)
-// D, N C, 2 N Fl) bytes, N = B T / cp) and the scaling state (12 x (3 +
-// history_len) FP32 per FP8 block, and the saturation count), each rounded
-// up to 256 bytes. 0 when c->on is false. Errors: as model_plan.
+// What model_fp8_init allocates for this shard and microbatch (B, T), in
+// bytes, each piece rounded up to 256 (N = B T / cp rows, local widths):
+// weights, the FP8 copies of the local FP8 blocks' weights (1 byte per q, k,
+// v, o, gate, up, down element); scratch, two FP8 buffers (the largest block
+// GEMM input, max(N C, N Hl D, N Fl), and output gradient, max(N (Hl + 2
+// Hkvl) D, N C, 2 N Fl)); state, the scaling state (scale, scale inverse,
+// amax of 12 tensors per FP8 block in FP32, their histories of
+// history_len under delayed scaling, and an I64 saturation count). No FP8
+// copy of an activation is kept between passes (x is cast again for the
+// weight gradient). All 0 when c->on is false. Errors: as model_plan.
+struct model_fp8_memory {
+    size_t weights, scratch, state;
+};
 enum status model_fp8_plan_bytes(const struct llama_config *cfg, const struct model_shard *shard,
-                                 const struct model_fp8_config *c, int B, int T, size_t *bytes,
-                                 struct error *err);
+                                 const struct model_fp8_config *c, int B, int T,
+                                 struct model_fp8_memory *out, struct error *err);
 // Turns FP8 on for m's blocks outside c's skipped ones (call once, after
 // model_init and before the first pass; c->on false: nothing). Scales start
 // at 1, amaxes and histories at 0. Errors: STATUS_BAD_INPUT for a model

@@ -55,16 +55,21 @@ static struct tensor fp8_carve(struct fp8_carver *c, enum dtype dtype, size_t nu
     return tensor_view(c->base ? c->base + at : NULL, dtype, numel);
 }
 
-static void fp8_layout(struct model_fp8 *f, const struct fp8_dims *d, struct fp8_carver *c) {
-    size_t len = f->cfg.delayed ? (size_t)f->cfg.history_len : 0;
+// Carves the FP8 state; mem (may be NULL): the bytes of each part.
+static void fp8_layout(struct model_fp8 *f, const struct fp8_dims *d, struct fp8_carver *c,
+                       struct model_fp8_memory *mem) {
+    size_t len = f->cfg.delayed ? (size_t)f->cfg.history_len : 0, at = c->bytes;
     f->w8 = fp8_carve(c, DTYPE_FP8_E4M3, (size_t)d->n_blocks * d->w_off[FP8_SITES]);
+    if (mem) mem->weights = c->bytes - at, at = c->bytes;
     f->x8 = fp8_carve(c, DTYPE_FP8_E4M3, d->x_numel);
     f->dy8 = fp8_carve(c, f->cfg.grad, d->dy_numel);
+    if (mem) mem->scratch = c->bytes - at, at = c->bytes;
     f->scale = fp8_carve(c, DTYPE_FP32, (size_t)d->n);
     f->scale_inv = fp8_carve(c, DTYPE_FP32, (size_t)d->n);
     f->amax = fp8_carve(c, DTYPE_FP32, (size_t)d->n);
     f->history = fp8_carve(c, DTYPE_FP32, (size_t)d->n * len);
     f->saturated = fp8_carve(c, DTYPE_I64, 1);
+    if (mem) mem->state = c->bytes - at;
 }
 
 static enum status fp8_config_check(const struct model_fp8_config *c, enum dtype dtype,
@@ -84,9 +89,9 @@ static enum status fp8_config_check(const struct model_fp8_config *c, enum dtype
 }
 
 enum status model_fp8_plan_bytes(const struct llama_config *cfg, const struct model_shard *shard,
-                                 const struct model_fp8_config *c, int B, int T, size_t *bytes,
-                                 struct error *err) {
-    *bytes = 0;
+                                 const struct model_fp8_config *c, int B, int T,
+                                 struct model_fp8_memory *out, struct error *err) {
+    *out = (struct model_fp8_memory){0};
     if (!c->on) return STATUS_OK;
     struct model m = {0};
     m.cfg = *cfg, m.shard = *shard;
@@ -102,8 +107,7 @@ enum status model_fp8_plan_bytes(const struct llama_config *cfg, const struct mo
     fp8_dims_of(&m, c, &d);
     struct model_fp8 f = {.cfg = *c};
     struct fp8_carver count = {0};
-    fp8_layout(&f, &d, &count);
-    *bytes = count.bytes;
+    fp8_layout(&f, &d, &count, out);
     return fp8_config_check(c, DTYPE_BF16, err);
 }
 
@@ -118,7 +122,7 @@ enum status model_fp8_init(struct model *m, const struct model_fp8_config *c, st
     *f = (struct model_fp8){.cfg = *c, .n_blocks = d.n_blocks, .n_fwd = 8 * d.n_blocks, .n = d.n};
     memcpy(f->w_off, d.w_off, sizeof f->w_off);
     struct fp8_carver count = {0};
-    fp8_layout(f, &d, &count);
+    fp8_layout(f, &d, &count, NULL);
     f->base = backend_alloc(m->be, count.bytes);
     if (!f->base) {
         f->cfg.on = false;
@@ -126,7 +130,7 @@ enum status model_fp8_init(struct model *m, const struct model_fp8_config *c, st
                          m->be->ops->name, count.bytes);
     }
     struct fp8_carver c2 = {f->base, 0};
-    fp8_layout(f, &d, &c2);
+    fp8_layout(f, &d, &c2, NULL);
     backend_memset0(m->be, tensor_view(f->base, DTYPE_I32, count.bytes / 4));
     f->block = xcalloc((size_t)MAX(1, m->n_local_layers), sizeof *f->block);
     f->layer = xcalloc((size_t)MAX(1, d.n_blocks), sizeof *f->layer);

@@ -165,6 +165,7 @@ struct model {
     struct kv_cache kv;            // generation's cache (kv.rows 0: none)
     bool decoding;                 // inside model_decode_chunk: the pass is a decode step
                                    // (shape (kv.rows, kv.Tq), attention against kv)
+    bool decode_variant;           // model_set_decode_invariant(m, false): steps use backend_matmul
     struct parallel_groups groups; // model_set_groups; groups.tp NULL: tp = 1
     bool messages_on_device;       // stage messages (in, out, dout, din) are backend memory
     int kv_head0, kv_replicas;

@@ -127,10 +127,22 @@ static struct tensor rope_docs_of(const struct model *m, const struct slot *S) {
     return m->cp > 1 ? S->rope_pos : docs_of(m, S);
 }
 
+// backend_matmul of the forward pass; in a generation step the
+// batch-invariant product (backend_matmul_invariant: each row's bits
+// independent of the step's shape), unless model_set_decode_invariant(m,
+// false).
+static void forward_matmul(struct model *m, struct tensor out, struct tensor a, struct tensor b,
+                           int M, int N, int K, bool trans_a, bool trans_b, float beta) {
+    if (m->decoding && !m->decode_variant)
+        backend_matmul_invariant(m->be, out, a, b, M, N, K, trans_a, trans_b, 1.0f, beta);
+    else
+        backend_matmul(m->be, out, a, b, M, N, K, trans_a, trans_b, 1.0f, beta);
+}
+
 // y (N, out) = x (N, in) @ W^T, W (out, in) in PyTorch's Linear layout.
 static void linear(struct model *m, struct tensor y, struct tensor x, struct tensor w, int out,
                    int in) {
-    backend_matmul(m->be, y, x, w, m->N, out, in, false, true, 1.0f, 0.0f);
+    forward_matmul(m, y, x, w, m->N, out, in, false, true, 0.0f);
 }
 
 // The norm that reads a block's output x[i+1] next in the same chunk: the
@@ -160,8 +172,7 @@ static struct tensor joined(struct tensor a, struct tensor b) {
 // y (R, n) += the bias b (n,) on every row: ones (R, 1) @ b (1, n), a GEMM of
 // depth 1 (one rounding of y + b in BF16/FP16, as a Linear's bias epilogue).
 static void bias_add(struct model *m, struct tensor y, struct tensor b, int R, int n) {
-    backend_matmul(m->be, y, tensor_slice(m->ones, 0, (size_t)R), b, R, n, 1, false, false, 1.0f,
-                   1.0f);
+    forward_matmul(m, y, tensor_slice(m->ones, 0, (size_t)R), b, R, n, 1, false, false, 1.0f);
 }
 
 // db (n,) += the column sums of dy (N, n): dy^T @ ones (N, 1).
@@ -320,8 +331,8 @@ static void gate_up_forward(struct model *m, struct block_acts *a, int blk, stru
         backend_matmul(m->be, gu, wgu, n2, 2 * Fl, N, C, false, true, 1.0f, 0.0f);
         return;
     }
-    backend_matmul(m->be, a->gate, w->wgate, n2, Fl, N, C, false, true, 1.0f, 0.0f);
-    backend_matmul(m->be, a->up, w->wup, n2, Fl, N, C, false, true, 1.0f, 0.0f);
+    forward_matmul(m, a->gate, w->wgate, n2, Fl, N, C, false, true, 0.0f);
+    forward_matmul(m, a->up, w->wup, n2, Fl, N, C, false, true, 0.0f);
 }
 
 // dln (N, C) = [dgate^T; dup^T]^T @ [Wgate; Wup]; d[Wgate; Wup] += [dgate^T;
@@ -383,7 +394,7 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     if (again) return; // the down projection's output is x[i+1], kept
     // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
     if (f8) model_fp8_down(m, blk, m->tmp, a->act);
-    else backend_matmul(be, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 1.0f, 0.0f);
+    else forward_matmul(m, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 0.0f);
     sp_reduce(m, m->tmp_s, m->tmp);
     if (next.y.data)
         backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
@@ -726,6 +737,8 @@ void model_backward(struct model *m, double loss_scale) {
 }
 
 // ---- generation with a key/value cache -------------------------------------------
+
+void model_set_decode_invariant(struct model *m, bool on) { m->decode_variant = !on; }
 
 int model_kv_cache_rows(const struct model *m) { return m->kv.rows; }
 int model_kv_cache_len(const struct model *m) { return m->kv.len; }

@@ -35,16 +35,6 @@ static struct optimizer_config optimizer_from(const struct config *c) {
     };
 }
 
-struct model_fp8_config trainer_fp8_config(const struct config *c) {
-    const struct precision_config *pc = &c->precision;
-    struct model_fp8_config f = {
-        .on = pc->fp8 != FP8_NONE, .grad = pc->fp8 == FP8_HYBRID ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3,
-        .delayed = pc->fp8_scaling == FP8_SCALING_DELAYED, .history_len = pc->fp8_amax_history_len,
-        .most_recent = pc->fp8_amax_compute == FP8_AMAX_MOST_RECENT, .margin = pc->fp8_margin};
-    config_fp8_skip(c, &f.skip_first, &f.skip_last);
-    return f;
-}
-
 // Features this build does not have yet are refused before any work.
 static enum status check_supported(const struct config *c, struct error *err) {
     (void)c;
@@ -204,6 +194,15 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
         return trainer_alone(err);
+    // FP8 GEMMs need a device with FP8 tensor cores (compute capability 8.9+):
+    // refused at start, naming the device, not at the first step.
+    if (c->precision.fp8 != FP8_NONE && backend_check_fp8(t->m.be, &err->err)) {
+        char why[sizeof err->err.msg];
+        snprintf(why, sizeof why, "%s", err->err.msg);
+        error_set(&err->err, err->err.status, "[precision] fp8 = %s: %s",
+                  c->precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3", why);
+        return trainer_alone(err);
+    }
     // Which attention path each shape takes: said once, by rank 0 (docs/cuda.md).
     backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
@@ -346,7 +345,7 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
                    T, (uint64_t)c->train.seed, &err->err)) // out of memory: this rank's stage alone
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     model_set_groups(m->model, &t->par.groups);
-    struct model_fp8_config fc = trainer_fp8_config(c);
+    struct model_fp8_config fc = plan_fp8_config(c);
     if (model_fp8_init(m->model, &fc, &err->err)) // out of memory: this rank alone
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     if (c->data.packing == PACKING_CONCAT_RESET) // index.ini's eot_id >= 0; ids are I32
@@ -370,11 +369,11 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
 
     t->log.flops_per_token = model_flops_per_token(&m->lc, T); // the whole model's
     const struct model_memory *mem = model_memory(m->model);
-    size_t fp8_bytes = 0;
-    if (model_fp8_plan_bytes(&m->lc, &shard, &fc, c->train.micro_batch_size, T, &fp8_bytes, &err->err))
+    struct model_fp8_memory f8;
+    if (model_fp8_plan_bytes(&m->lc, &shard, &fc, c->train.micro_batch_size, T, &f8, &err->err))
         return err->err.status;
     m->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
-                   optimizer_state_bytes(m->opt) + fp8_bytes;
+                   optimizer_state_bytes(m->opt) + f8.weights + f8.scratch + f8.state;
     if (t->par.fsdp) {
         size_t zp, zg;
         fsdp_bytes(t->par.fsdp, &zp, &zg);

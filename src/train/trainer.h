@@ -119,10 +119,6 @@ struct trainer {
     int fault_grad_inf_step;   // TRIDENT_FAULT=grad_inf:STEP[@RANK] on this rank; 0: none
 };
 
-// The model's FP8 settings from [precision] fp8, fp8_scaling,
-// fp8_amax_history_len, fp8_amax_compute, fp8_margin and fp8_skip_layers.
-struct model_fp8_config trainer_fp8_config(const struct config *c);
-
 // Resumes from [checkpoint] resume (auto: dir/latest) when there is one:
 // parameters, moments, optimizer step, loader state, progress. Sets
 // ckpt.start_step and ckpt.last.

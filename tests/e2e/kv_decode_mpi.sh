@@ -4,7 +4,8 @@
 #      sequence parallelism, then pipeline parallel 2 with 2 virtual stages:
 #      the cached logits at every position equal the same layout's
 #      full-window forward within 1e-5 (relative) in FP32 and 1e-2 in BF16,
-#      on every rank;
+#      and the same layout's full recompute of generation (one step over the
+#      whole window) within 1e-5 in both (measured 0), on every rank;
 #  (b) the training log's samples under (tp 2, pp 2, 2 virtual stages, sp)
 #      (before issue 28: none under pipeline parallelism): a greedy sample of
 #      24 tokens, read from metrics.jsonl's sample record, is what `trident

@@ -48,7 +48,8 @@ top = ["schema", "config", "gpus", "gpus_per_node", "gpu", "mem_bytes", "reserve
 lay = ["tp", "cp", "pp", "virtual_stages", "dp", "micro_batch_size", "recompute", "zero_stage", "dp_shard",
        "reshard_after_forward", "peak_bytes",
        "step_s", "compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_exposed_s",
-       "tokens_per_s", "tflops_per_gpu", "mfu", "hw_tflops_per_gpu"]
+       "tokens_per_s", "tflops_per_gpu", "mfu", "hw_tflops_per_gpu", "tokens_per_s_per_gpu", "mfu_full",
+       "global_batch_size"]
 assert o["schema"] == "trident.plan_search.v1", o["schema"]
 assert list(o) == top, list(o)
 assert 1 <= len(o["layouts"]) <= 5 and all(list(l) == lay for l in o["layouts"]), o["layouts"][0]
@@ -229,14 +230,16 @@ PY
 done
 # h. context parallelism: the long-context config on its cluster
 "$TRIDENT" plan configs/llama3-8b-128k.ini --gpus 64 --gpu H100-SXM --json > "$tmp/h.json"
+# (the ring and compute by hand: with every FLOP at efficiency 0.5, the model before issue 30)
+"$TRIDENT" plan configs/llama3-8b-128k.ini --gpus 64 --gpu H100-SXM --efficiency 0.5 --top 0 --json > "$tmp/hc.json"
 for cp in 1 4; do
     "$TRIDENT" plan configs/llama3-8b-128k.ini --world-size $((16 * cp)) parallel.cp=$cp --json > "$tmp/h$cp.json"
 done
-"$PY" - "$tmp/h.json" "$tmp/h1.json" "$tmp/h4.json" <<'PY' || fail "h: llama3-8b-128k on 64 H100"
+"$PY" - "$tmp/h.json" "$tmp/h1.json" "$tmp/h4.json" "$tmp/hc.json" <<'PY' || fail "h: llama3-8b-128k on 64 H100"
 import json, sys
-o, a1, a4 = (json.load(open(f)) for f in sys.argv[1:4])
+o, a1, a4, oc = (json.load(open(f)) for f in sys.argv[1:5])
 usable = o["mem_bytes"] - o["reserve_bytes"]
-best, c = o["layouts"][0], o["config_layout"]
+best, c = o["layouts"][0], oc["config_layout"]
 assert best["cp"] > 1 and best["peak_bytes"] <= usable, best
 assert c["fits"] and c["cp"] == 4 and c["peak_bytes"] <= usable, c
 # the ring by hand (tp 4 x cp 4 = 16 GPUs: the network), docs/planning.md §3

@@ -31,6 +31,24 @@ static double *kv_full_logits(struct model *full, const int32_t *tokens, int V) 
     return ref;
 }
 
+// The full recompute of generation: the logits (2, KVC_T, V) of one
+// generation step over the whole window, from position 0 of an empty cache
+// (model_decode with Tq = KVC_T: every position's keys, values and logits
+// computed from the tokens alone, nothing reused from an earlier step), by
+// ref, a model of microbatch rows >= 2 x KVC_T with a cache of 2 rows of
+// KVC_LEN. malloc'd. The same forward as kv_decode_vs's cached steps, so with
+// batch-invariant steps (model_set_decode_invariant) the two agree bit for
+// bit on the CPU backend, where model_forward's (the training pass's)
+// BF16 GEMMs round otherwise.
+static double *kv_recompute_logits(struct model *ref, const int32_t *tokens, int V) {
+    double *out = malloc(sizeof *out * 2 * KVC_T * V);
+    int32_t pos[2] = {0, 0};
+    model_decode(ref, pos, KVC_T, tokens);
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < KVC_T; t++) model_decode_logits_at(ref, b, t, out + ((size_t)b * KVC_T + t) * V);
+    return out;
+}
+
 // The largest relative error (L2 over the vocabulary) over every position of
 // both rows: dec's cached logits (a cache of 2 rows of KVC_LEN, steps of up
 // to 12 tokens) against ref (2, KVC_T, V), the full window's logits of

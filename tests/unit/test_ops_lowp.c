@@ -229,6 +229,8 @@ static void test_copy(void) {
 
 // ---- ops ----------------------------------------------------------------------------
 
+static bool use_invariant; // test_matmul runs backend_matmul_invariant on the dtype under test
+
 static void test_matmul(enum dtype dt, enum dtype out_dt, bool ta, bool tb, int M, int N, int K,
                         const char *path) {
     struct pair a = pair_rand(dt, (size_t)M * K, 1), b = pair_rand(dt, (size_t)K * N, 1);
@@ -236,7 +238,10 @@ static void test_matmul(enum dtype dt, enum dtype out_dt, bool ta, bool tb, int 
     for (int acc = 0; acc < 2; acc++) {
         struct pair out = acc ? pair_rand(out_dt, (size_t)M * N, 4) : pair_nan(out_dt, (size_t)M * N);
         float beta = acc ? 0.75f : 0;
-        backend_matmul(be, out.lo, a.lo, b.lo, M, N, K, ta, tb, 0.5f, beta);
+        if (use_invariant)
+            backend_matmul_invariant(be, out.lo, a.lo, b.lo, M, N, K, ta, tb, 0.5f, beta);
+        else
+            backend_matmul(be, out.lo, a.lo, b.lo, M, N, K, ta, tb, 0.5f, beta);
         backend_matmul(be, out.hi, a.hi, b.hi, M, N, K, ta, tb, 0.5f, beta);
         char what[128];
         snprintf(what, sizeof what, "matmul %s %dx%dx%d ta=%d tb=%d beta=%g", path, M, N, K, ta,
@@ -245,6 +250,56 @@ static void test_matmul(enum dtype dt, enum dtype out_dt, bool ta, bool tb, int 
         pair_free(out);
     }
     pair_free(a), pair_free(b);
+}
+
+// backend_matmul_invariant's batch invariance: the rows of op(a) @ op(b)
+// computed by calls of every M from 1 to 9 at every offset have the bits of
+// the same rows of one call over all Mt rows (the layouts of generation's
+// GEMMs: x @ W^T; W @ x^T, its columns; act^T^T @ W^T, a stored
+// transposed), and a 4-bit tail of K (K = 300 = 9 x 32 + 12). Fails with
+// backend_matmul on the oneDNN path (whose kernel depends on M).
+static void test_matmul_invariance(enum dtype dt, enum dtype out_dt) {
+    enum { Mt = 37, N = 45, K = 300 };
+    struct pair x = pair_rand(dt, (size_t)Mt * K, 1), w = pair_rand(dt, (size_t)N * K, 1);
+    struct tensor xt = alloc_t(dt, (size_t)K * Mt), full = alloc_t(out_dt, (size_t)Mt * N);
+    struct tensor part = alloc_t(out_dt, (size_t)Mt * N), sub = alloc_t(dt, (size_t)K * 9);
+    size_t es = dtype_size(dt), os = dtype_size(out_dt);
+    for (int i = 0; i < Mt; i++) // xt (K, Mt) = x^T
+        for (int k = 0; k < K; k++) set(xt, (size_t)k * Mt + i, get(x.lo, (size_t)i * K + k));
+    for (int layout = 0; layout < 3; layout++) {
+        // 0: out (M, N) = x (M, K) @ W^T; 1: out^T (N, M) = W @ x^T, compared by
+        // columns; 2: x stored transposed (K, M)
+        if (layout == 1)
+            backend_matmul_invariant(be, full, w.lo, x.lo, N, Mt, K, false, true, 1, 0);
+        else
+            backend_matmul_invariant(be, full, layout ? xt : x.lo, w.lo, Mt, N, K, layout == 2, true, 1, 0);
+        size_t bad = 0;
+        for (int M = 1; M <= 9; M++)
+            for (int i0 = 0; i0 + M <= Mt; i0 += 4) {
+                if (layout == 0)
+                    backend_matmul_invariant(be, part, tensor_slice(x.lo, (size_t)i0 * K, (size_t)M * K),
+                                             w.lo, M, N, K, false, true, 1, 0);
+                else if (layout == 1)
+                    backend_matmul_invariant(be, part, w.lo, tensor_slice(x.lo, (size_t)i0 * K, (size_t)M * K),
+                                             N, M, K, false, true, 1, 0);
+                else { // sub (K, M) = columns i0 .. i0 + M of xt
+                    for (int k = 0; k < K; k++)
+                        memcpy((char *)sub.data + (size_t)k * M * es, (char *)xt.data + ((size_t)k * Mt + i0) * es, M * es);
+                    backend_matmul_invariant(be, part, sub, w.lo, M, N, K, true, true, 1, 0);
+                }
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        size_t g = layout == 1 ? (size_t)j * M + i : (size_t)i * N + j;
+                        size_t f = layout == 1 ? (size_t)j * Mt + i0 + i : (size_t)(i0 + i) * N + j;
+                        bad += memcmp((char *)part.data + g * os, (char *)full.data + f * os, os) != 0;
+                    }
+            }
+        EXPECT(bad == 0, "matmul_invariant %s (out %s) layout %d: %zu elements differ from the "
+               "%d-row call's", dtype_name(dt), dtype_name(out_dt), layout, bad, Mt);
+    }
+    pair_free(x), pair_free(w);
+    backend_dealloc(be, xt.data), backend_dealloc(be, full.data);
+    backend_dealloc(be, part.data), backend_dealloc(be, sub.data);
 }
 
 static void test_embedding(enum dtype dt) {
@@ -469,6 +524,18 @@ static void run_all(enum dtype dt) {
         test_matmul(dt, dt, false, false, 5, 7, 0, name); // K = 0: out = beta * out
     }
     cpu->bf16_gemm = onednn;
+    // the batch-invariant product (generation's): the same checks, and its invariance
+    use_invariant = true;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_matmul(dt, dt, ta, tb, 33, 20, 17, "invariant");
+            test_matmul(dt, DTYPE_FP32, ta, tb, 40, 150, 70, "invariant");
+            test_matmul(dt, dt, ta, tb, 64, 48, 300, "invariant");
+        }
+    test_matmul(dt, dt, false, false, 5, 7, 0, "invariant");
+    use_invariant = false;
+    test_matmul_invariance(dt, dt);
+    test_matmul_invariance(dt, DTYPE_FP32);
     test_embedding(dt);
     test_rmsnorm(dt);
     test_rope(dt);
@@ -496,6 +563,14 @@ int main(void) {
     be = backend_cpu_init(1);
     run_all(DTYPE_BF16);
     run_all(DTYPE_FP16);
+    for (int d = 0; d < 2; d++) { // and the invariant product's FP32 and FP64 bodies
+        enum dtype dt = d ? DTYPE_FP64 : DTYPE_FP32;
+        test_matmul_invariance(dt, dt);
+        use_invariant = true;
+        test_matmul(dt, dt, true, false, 64, 48, 300, "invariant");
+        test_matmul(dt, dt, false, true, 33, 20, 17, "invariant");
+        use_invariant = false;
+    }
     backend_free(be);
     return test_finish("test_ops_lowp");
 }
