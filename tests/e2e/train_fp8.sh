@@ -17,7 +17,9 @@
 #     the small config in (2,1,2) with sequence parallelism, 8 steps straight
 #     against 4 + resume + 4: the same losses, grad norms and lrs, the same
 #     final parameters and FP8 scaling state (read from the rank files); the
-#     checkpoint holds the state (fp8_scaling/model.layers.<l>, both blocks).
+#     checkpoint holds the state (fp8_scaling/model.layers.<l>, both blocks);
+#     and `trident plan`'s bytes of that layout (the model's FP8 copies and
+#     state included) are the run's mem_bytes.
 #  4. A bf16 checkpoint resumes into fp8 (scale 1, empty histories: the log
 #     says so) and an fp8 one into bf16 (its FP8 tensors ignored; ckpt verify
 #     accepts them): both finish, steps 5-8 within 2% of the straight run of
@@ -85,6 +87,16 @@ train() {
 }
 F8=(precision.fp8=hybrid precision.fp8_scaling=delayed precision.fp8_amax_history_len=4)
 train straight 2 1 2 parallel.sequence_parallel=true "${F8[@]}"
+# plan == run: the plan's bytes of stage 0, tp rank 0 (the model's FP8 copies,
+# scratch and scaling state included) are the run's mem_bytes
+plan=$("$TRIDENT" plan "$SMALL_INI" data.path="$tmp/shards" parallel.tp=2 parallel.dp=2 \
+       parallel.sequence_parallel=true train.global_batch_size=16 precision.dtype=bf16 "${F8[@]}" --json |
+       jq '.groups[0].total_bytes, .groups[0].fp8_weight_bytes, .groups[0].fp8_work_bytes' | paste -sd' ')
+read -r want w8 work <<<"$plan"
+got=$(metrics "$tmp/run-straight" .mem_bytes | sed -n 1p)
+[ -n "$want" ] && [ "$want" = "$got" ] && [ "${w8:-0}" -gt 0 ] && [ "${work:-0}" -gt 0 ] ||
+    { echo "FAIL: (3) plan says '$plan' (total, FP8 weights, FP8 work), the fp8 run's mem_bytes '$got'"; fail=1; }
+echo "(3) plan == run in fp8 at (2,1,2)+sp: $got bytes on rank 0 (FP8 weight copies $w8, scratch + state $work)"
 train stop 2 1 2 parallel.sequence_parallel=true "${F8[@]}" train.exit_interval=4
 cp -r "$tmp/run-stop" "$tmp/run-stop.0"
 train stop 2 1 2 parallel.sequence_parallel=true "${F8[@]}"
