@@ -9,7 +9,8 @@
 #                  suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
-#   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16)
+#   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16;
+#                  in fp8 hybrid, current and delayed scaling, against bf16)
 #   make CUDA=1    also build the CUDA backend (kernels/cuda) with nvcc
 #   make EMU=1     the CUDA build run on CPUs (into build-emu): kernels/cuda/*.cu
 #                  as host C++ against tests/cuda_emu (emulated runtime, cuBLASLt

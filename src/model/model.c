@@ -752,6 +752,10 @@ enum status model_kv_cache_init(struct model *m, int rows, int len, struct error
 void model_free(struct model *m) {
     if (!m) return;
     kv_free(m);
+    // the FP8 state (model_fp8_init), freed here: model_fp8.c calls this file,
+    // not the other way round
+    if (m->fp8.base && m->be) backend_dealloc(m->be, m->fp8.base);
+    free(m->fp8.block), free(m->fp8.layer), free(m->fp8.w_fresh);
     if (m->be) {
         backend_dealloc(m->be, m->param_arena.data);
         backend_dealloc(m->be, m->grad_arena.data);

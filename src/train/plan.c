@@ -86,35 +86,26 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     return STATUS_OK;
 }
 
+struct model_fp8_config plan_fp8_config(const struct config *c) {
+    const struct precision_config *pc = &c->precision;
+    struct model_fp8_config f = {
+        .on = pc->fp8 != FP8_NONE, .grad = pc->fp8 == FP8_HYBRID ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3,
+        .delayed = pc->fp8_scaling == FP8_SCALING_DELAYED, .history_len = pc->fp8_amax_history_len,
+        .most_recent = pc->fp8_amax_compute == FP8_AMAX_MOST_RECENT, .margin = pc->fp8_margin};
+    config_fp8_skip(c, &f.skip_first, &f.skip_last);
+    return f;
+}
+
 enum status plan_fp8_bytes(const struct config *c, const struct model_shard *sh, struct plan_fp8 *out,
                            struct error *err) {
     *out = (struct plan_fp8){0};
     if (c->precision.fp8 == FP8_NONE) return STATUS_OK;
     struct llama_config lc = plan_llama(c);
-    int tp = MAX(1, sh->tp_size), cp = MAX(1, sh->cp_size);
-    if (lc.n_heads % tp || lc.ffn_dim % tp)
-        return error_set(err, STATUS_BAD_INPUT, "plan: fp8: tp %d must divide n_heads %d and ffn_dim %d", tp,
-                         lc.n_heads, lc.ffn_dim);
-    int n_b = 0, max_l = 0;
-    for (int k = 0; k < sh->n_chunks; k++) {
-        int l = sh->layer_end[k] - sh->layer_begin[k];
-        n_b += l, max_l = MAX(max_l, l);
-    }
-    size_t C = (size_t)lc.d_model, D = (size_t)llama_head_dim(&lc), HD = (size_t)(lc.n_heads / tp) * D;
-    size_t KD = (size_t)MAX(1, lc.n_kv_heads / tp) * D, F = (size_t)(lc.ffn_dim / tp);
-    size_t N = (size_t)c->train.micro_batch_size * (size_t)(c->train.seq_len / cp);
-    size_t lin = C * (HD + 2 * KD) + HD * C + 3 * C * F; // q, k, v, o, gate, up, down of one layer
-    struct plan_sharding z = plan_sharding_of(c);
-    out->weights = lin * (z.zero_stage == 3 && z.reshard_after_forward ? (size_t)MIN(n_b, z.prefetch + 1)
-                                                                       : (size_t)n_b);
-    enum recompute r = c->model.recompute;
-    size_t kept = r == RECOMPUTE_NONE ? N * (2 * C + HD + F) : r == RECOMPUTE_SELECTIVE ? N * HD : 0;
-    size_t dropped = N * (2 * C + HD + F) - kept;
-    out->saved = (size_t)MAX(1, sh->n_slots) * (size_t)max_l * kept;
-    size_t widest = MAX(MAX(C, HD + 2 * KD), F);
-    size_t per_tensor = 3 + (c->precision.fp8_scaling == FP8_SCALING_DELAYED
-                                 ? (size_t)c->precision.fp8_amax_history_len : 0);
-    out->work = dropped + 2 * N * widest + (size_t)n_b * 21 * per_tensor * sizeof(float);
+    struct model_fp8_config fc = plan_fp8_config(c);
+    struct model_fp8_memory mem;
+    enum status st = model_fp8_plan_bytes(&lc, sh, &fc, c->train.micro_batch_size, c->train.seq_len, &mem, err);
+    if (st) return st;
+    *out = (struct plan_fp8){.weights = mem.weights, .saved = 0, .work = mem.scratch + mem.state};
     return STATUS_OK;
 }
 

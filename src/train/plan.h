@@ -88,28 +88,24 @@ struct plan_rank_bytes {
                                                   // scaling state
 };
 
-// What FP8 training (precision.fp8 = hybrid or e4m3, docs/planning.md §7)
-// adds to one rank of the config's layout, in bytes. The block linears (q,
-// k, v, o, gate, up, down) take FP8 operands; embeddings, the head, norms and
-// attention stay in the model dtype. Counted, with n_b = this rank's layers,
-// N = micro_batch_size x seq_len / cp rows (the gathered rows under
-// sequence parallelism: the GEMMs read all N), C, Hl D, Hkvl D, Fl the local
-// widths (tp slices; Hkvl at least 1):
-//  weights: 1 byte per block-linear weight element (E4M3), cast once per
-//    optimizer step and kept through every microbatch: n_b blocks, at ZeRO-3
-//    with reshard_after_forward only the 2 gathered units';
-//  saved: per activation slot and layer, 1 byte per element of each GEMM
-//    input the recompute mode keeps, for the weight-gradient GEMMs: ln1 (N
-//    C), att (N Hl D), ln2 (N C), act (N Fl) under none; att under
-//    selective; nothing under full;
-//  work: the inputs the recompute mode drops, once (the recompute buffer);
-//    2 N max(C, (Hl + 2 Hkvl) D, Fl) bytes of scratch (an output gradient
-//    cast to FP8 and one transposed operand: cuBLASLt's FP8 GEMMs take only
-//    the TN layout); the scaling state, 21 tensors a layer (input, weight
-//    and output gradient of 7 linears) of 3 FP32 (scale, scale inverse,
-//    amax) plus fp8_amax_history_len under delayed scaling.
-// The model's own allocation is the contract (plan == run); this is the
-// planner's count until src/model allocates FP8 buffers itself.
+// The model's FP8 settings (model.h struct model_fp8_config) from
+// [precision] fp8, fp8_scaling, fp8_amax_history_len, fp8_amax_compute,
+// fp8_margin and fp8_skip_layers: what the trainer gives model_fp8_init.
+struct model_fp8_config plan_fp8_config(const struct config *c);
+
+// What FP8 training (precision.fp8 = hybrid or e4m3, docs/planning.md §7,
+// docs/design.md §5 "FP8 linear layers") adds to one rank of the config's
+// layout, in bytes: the model's own allocation (model_fp8_plan_bytes, plan
+// == run). weights: the FP8 copies of the rank's FP8 blocks' q, k, v, o,
+// gate, up, down weights (1 byte an element, cast once a step and kept
+// through its microbatches; every local FP8 block's, under ZeRO-3 too);
+// saved: FP8 copies of GEMM inputs kept per activation slot: none (the
+// model casts x again for the weight gradient); work: two FP8 scratch
+// buffers (the largest block GEMM input and output gradient of N =
+// micro_batch_size x seq_len / cp rows) and the scaling state (12 tensors a
+// FP8 block: scale, scale inverse, amax in FP32, plus fp8_amax_history_len
+// under delayed scaling; an I64 saturation count), each rounded up to 256
+// bytes. Blocks kept in bf16 (fp8_skip_layers) hold none.
 struct plan_fp8 {
     size_t weights, saved, work;
 };
