@@ -169,15 +169,21 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     // Ns rows of C, RoPE on q and k, SwiGLU on N rows of F.
     double ew_fwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm;
     double ew_bwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 5 * F)) / hbm;
-    // FP8 casts (bytes a element: amax read + cast read + write under current
-    // scaling, the fused cast + amax under delayed; + a transposed copy for
-    // the weight-gradient GEMM): the GEMM inputs forward, the output gradients backward.
+    // FP8 casts as src/model runs them (model_fp8.c), bytes an element: a
+    // cast reads 2 and writes 1, current scaling reads 2 more for the amax
+    // first (per = 5; delayed: the fused cast + amax, 3). Forward: the GEMM
+    // inputs x (ln1, att, ln2, act). Backward: the output gradients dy, the
+    // inputs again for the weight gradient (same scale: 3), and the K-major
+    // copies cuBLASLt's TN-only FP8 GEMMs need (read 1, write 1): x and dy
+    // for the weight gradient, the weights for the input gradient. The
+    // weights are cast once a step.
     double cast_fwd = 0, cast_bwd = 0, per = c->precision.fp8_scaling == FP8_SCALING_DELAYED ? 3 : 5;
     if (fp8) {
-        cast_fwd = (per + 2) * N * (2 * C + HD + F) / hbm;
-        cast_bwd = (per + 2) * N * ((HD + 2 * KD) + 2 * C + 2 * F) / hbm;
+        double x_in = N * (2 * C + HD + F), dy = N * ((HD + 2 * KD) + 2 * C + 2 * F);
         double lin = C * (HD + 2 * KD) + HD * C + 3 * C * F;
-        t.weight_casts = n_layers_rank * lin * (per + 2) / hbm;
+        cast_fwd = per * x_in / hbm;
+        cast_bwd = (per * dy + 3 * x_in + 2 * (x_in + dy) + 2 * lin) / hbm;
+        t.weight_casts = n_layers_rank * lin * per / hbm;
     }
     t.fwd = g_fwd + t.attn_fwd + ew_fwd + cast_fwd;
     t.bwd = g_bwd + attn_bwd + ew_bwd + cast_bwd;
