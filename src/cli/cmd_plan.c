@@ -405,6 +405,17 @@ int cmd_plan(int argc, char **argv) {
             return err.status;
         }
         free(over);
+        // What the trainer refuses whatever the layout (config_validate on
+        // one rank: e.g. precision.fp8 without precision.dtype = bf16) is
+        // refused here, not once per family.
+        struct config one = c;
+        one.parallel.tp = one.parallel.pp = one.parallel.cp = one.parallel.dp = 1;
+        one.parallel.virtual_stages = 1, one.parallel.zero_stage = 0, one.parallel.dp_shard = 0;
+        one.parallel.sequence_parallel = false, one.train.micro_batch_size = 1;
+        if (config_validate(&one, 1, true, &err)) {
+            fprintf(stderr, "trident plan: %s\n", err.msg);
+            return err.status;
+        }
         if (c.precision.fp8 != FP8_NONE && !(cl.gpu.fp8_flops > 0)) {
             fprintf(stderr, "trident plan: precision.fp8 = %s needs FP8 tensor cores: --gpu %s has none (a custom "
                     "GPU gives their peak with fp8=TFLOPS)\n", c.precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3",
