@@ -9,7 +9,8 @@
 #                  suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
-#   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16)
+#   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16;
+#                  in fp8 hybrid, current and delayed scaling, against bf16)
 #   make CUDA=1    also build the CUDA backend (kernels/cuda) with nvcc
 #   make EMU=1     the CUDA build run on CPUs (into build-emu): kernels/cuda/*.cu
 #                  as host C++ against tests/cuda_emu (emulated runtime, cuBLASLt
@@ -38,7 +39,10 @@ CLI_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cli/*.c))
 # -DTRIDENT_CUDA tells kernels/backend.c (only) that the CUDA backend exists.
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
-CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# Architectures: sm_80 (A100: everything but FP8), sm_89 (Ada: L4, L40S) and
+# sm_90 (H100, H200); FP8 training needs 8.9 or newer (backend_check_fp8).
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+              -gencode arch=compute_90,code=sm_90
 CU_OBJ    :=
 # cuDNN and NCCL outside CUDA_HOME (tests/gpu/probe.sh finds them there, in the
 # system or in Python wheels and prints these): folders of cudnn.h / nccl.h

@@ -51,6 +51,14 @@ struct backend *backend_init(enum backend_kind kind, int device, int threads, st
     return NULL;
 }
 
+enum status backend_check_fp8(struct backend *be, struct error *err) {
+#ifdef TRIDENT_CUDA
+    if (!strcmp(be->ops->name, "cuda")) return backend_cuda_check_fp8(be, err);
+#endif
+    (void)be, (void)err;
+    return STATUS_OK;
+}
+
 enum status backend_set_attention(struct backend *be, enum backend_attention mode, struct error *err) {
 #ifdef TRIDENT_CUDA
     if (!strcmp(be->ops->name, "cuda")) return backend_cuda_set_attention(be, mode, err);

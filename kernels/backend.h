@@ -31,6 +31,15 @@ int backend_device_bus_id(int device, char *out, size_t cap);
 // used.
 struct backend *backend_init(enum backend_kind kind, int device, int threads, struct error *err);
 
+// Whether be can run the FP8 ops (kernels/ops.h "FP8"; precision.fp8): the
+// CPU backend always (it emulates FP8 exactly); the CUDA backend when its
+// device has FP8 tensor cores, compute capability 8.9 or newer (Ada, Hopper
+// and later: cuBLASLt's FP8 matmuls). Else STATUS_BAD_INPUT with err naming
+// the device, e.g. "device 0 (NVIDIA A100-SXM4-80GB) has compute capability
+// 8.0; FP8 matmuls need 8.9 or newer (Ada, Hopper)". The trainer calls it at
+// start when precision.fp8 != none and prefixes the key.
+enum status backend_check_fp8(struct backend *be, struct error *err);
+
 // How a backend runs attention_forward/backward ([system] attention,
 // docs/config.md). AUTO: cuDNN's fused attention where the build has cuDNN,
 // the device takes it and cuDNN plans the shape (BF16/FP16 only), else the

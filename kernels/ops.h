@@ -74,6 +74,10 @@ struct backend_bounds {
     int rows, cols;          // rows (N) and width (C) of the row-wise ops (rmsnorm)
     int B, T, H, Hkv, D;     // attention: batch, sequence, query and key/value heads, head size
     enum dtype dtype;        // the activations' storage dtype
+    // matmul_fp8: the largest M K + K N of a call, in elements (0: no FP8
+    // GEMMs). The CUDA backend keeps K-major copies of operands in its scratch
+    // (cuBLASLt's FP8 GEMMs take only that layout; docs/cuda.md "FP8").
+    size_t fp8_gemm;
 };
 
 // The table a backend fills. Every entry is required unless marked optional.
@@ -516,9 +520,12 @@ float fp8_max_finite(enum dtype fp8);
 void backend_fp8_amax(struct backend *be, struct tensor amax, struct tensor x, size_t n);
 // out (n,) FP8_E4M3 or FP8_E5M2 = fp8(x_i * scale[0]): x (n,) FP32, BF16 or
 // FP16 loaded to FP32, the product rounded once in FP32, then rounded to the
-// format to nearest even, saturating: a finite value beyond the format's max
-// becomes +-max; NaN becomes NaN and +-inf becomes NaN (E4M3) or +-inf (E5M2)
-// so that the GEMM's output and the step's non-finite check see it.
+// format to nearest even, saturating: a finite product beyond the format's
+// max becomes +-max; NaN becomes NaN of its sign (S.1111.111 / S.11111.11)
+// and +-inf becomes NaN (E4M3, S.1111.111) or +-inf (E5M2) so that the
+// GEMM's output and the step's non-finite check see it (a product that
+// overflows FP32 is an inf). The scalar conversions: kernels/cpu/fp8.h,
+// checked bit for bit against torch's float8 types (tests/unit/test_fp8.c).
 // scale (1,) FP32. amax (1,) FP32, optional (numel 0: skipped) = max(amax,
 // max_i |x_i|) as fp8_amax (the fused amax of delayed scaling). saturated
 // (1,) I64, optional (numel 0: skipped) += the number of finite x_i whose
@@ -530,8 +537,10 @@ void backend_fp8_cast(struct backend *be, struct tensor out, struct tensor amax,
 // scale, scale_inv, amax (n,) FP32; history (n, len) FP32, row i tensor i's
 // amaxes, newest first. For each i: if len > 0, history row i shifts by one
 // (the oldest drops) and history[i][0] = amax[i]; a = amax[i] if len == 0 or
-// most_recent, else max over history row i. If a is finite and > 0,
-// scale[i] = (fp8_max / a) / 2^margin (FP32, in that order), else scale[i]
+// most_recent, else the max over history row i (as fmaxf: a NaN entry is
+// passed over unless all are NaN, as TE's kernel). If a is finite and > 0,
+// scale[i] = (fp8_max / a) / 2^margin (FP32, in that order; FLT_MAX where
+// that overflows, a tiny a, as TE's compute_scale_from_amax), else scale[i]
 // is kept; scale_inv[i] = 1 / scale[i]; amax[i] = 0 for the next
 // accumulation. fp8_max: fp8_max_finite of the tensors' format. len 0 is
 // current scaling (history unused, numel may be 0). Stream-ordered.
@@ -543,7 +552,8 @@ void backend_fp8_update_scale(struct backend *be, struct tensor scale, struct te
 // FP8_E4M3 or FP8_E5M2 (not both E5M2, as cuBLASLt), row-major as
 // backend_matmul; products and sums in FP32 (the CPU backend computes on the
 // FP8 values' exact BF16 images), the FP32 sum multiplied by the FP32 product
-// of the scale inverses, beta * out added, then rounded once to out's dtype
+// of the scale inverses, beta * out added (one FMA: fmaf(beta, out, s *
+// sum); out is not read when beta is 0), then rounded once to out's dtype
 // (BF16 or FP32; FP32 out with beta = 1: weight gradients). scale_inv_a,
 // scale_inv_b (1,) FP32 in backend memory. Reference: cuBLASLt's FP8 matmul
 // (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER), D = scale_a *

@@ -40,6 +40,12 @@ struct cpu_backend {
     // once it has run with its largest shapes.
     void *scratch;
     size_t scratch_bytes;
+    // A second scratch, grown the same way (cpu_scratch_staging), for an op
+    // that stages its operands and then calls another op that uses scratch:
+    // matmul_fp8's BF16 images of its FP8 operands and FP32 product around
+    // the backend's matmul (whose oneDNN scratchpad is scratch).
+    void *staging;
+    size_t staging_bytes;
     // BF16 matmuls through oneDNN's matmul primitive (cpu_matmul.c): set by
     // backend_cpu_init when the CPU has AVX512_BF16 (AMX CPUs have it too);
     // otherwise, or when cleared (tests of the fallback), BF16 operands are
@@ -73,6 +79,9 @@ bool cpu_dnnl_matmul_bf16(struct backend *be, void *out, enum dtype out_dtype, c
 // Returns backend scratch of at least bytes (64-byte aligned); reallocates only
 // when bytes exceeds every earlier request. Call outside parallel regions.
 void *cpu_scratch(struct backend *be, size_t bytes);
+// The same for cpu_backend.staging: not overwritten by the ops that use
+// cpu_scratch.
+void *cpu_scratch_staging(struct backend *be, size_t bytes);
 
 // Memory and lifetime entries of the table (cpu_memory.c), shared by both tables.
 void cpu_destroy(struct backend *be);

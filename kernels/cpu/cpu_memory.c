@@ -10,6 +10,7 @@ void cpu_destroy(struct backend *be) {
     struct cpu_backend *cpu = be->impl;
     if (cpu->dnnl_free) cpu->dnnl_free(cpu);
     free(cpu->scratch);
+    free(cpu->staging);
     free(cpu);
     free(be);
 }
@@ -29,13 +30,23 @@ void cpu_memset0(struct backend *be, void *dst, size_t bytes) { memset(dst, 0, b
 
 void cpu_synchronize(struct backend *be) {}
 
+// *buf of *have bytes grown to at least bytes (contents not kept).
+static void *scratch_grow(struct backend *be, void **buf, size_t *have, size_t bytes) {
+    if (bytes > *have) {
+        free(*buf);
+        *buf = cpu_alloc(be, bytes);
+        CHECK(*buf, "cpu backend: out of memory for %zu bytes of scratch", bytes);
+        *have = bytes;
+    }
+    return *buf;
+}
+
 void *cpu_scratch(struct backend *be, size_t bytes) {
     struct cpu_backend *cpu = be->impl;
-    if (bytes > cpu->scratch_bytes) {
-        free(cpu->scratch);
-        cpu->scratch = cpu_alloc(be, bytes);
-        CHECK(cpu->scratch, "cpu backend: out of memory for %zu bytes of scratch", bytes);
-        cpu->scratch_bytes = bytes;
-    }
-    return cpu->scratch;
+    return scratch_grow(be, &cpu->scratch, &cpu->scratch_bytes, bytes);
+}
+
+void *cpu_scratch_staging(struct backend *be, size_t bytes) {
+    struct cpu_backend *cpu = be->impl;
+    return scratch_grow(be, &cpu->staging, &cpu->staging_bytes, bytes);
 }

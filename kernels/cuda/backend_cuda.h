@@ -35,6 +35,10 @@ int backend_cuda_device_bus_id(int device, char *out, size_t cap);
 void *backend_cuda_stream(struct backend *be);
 int backend_cuda_device(struct backend *be);
 
+// backend_check_fp8 (kernels/backend.h) for a CUDA backend: its device's
+// compute capability (cudaDevAttrComputeCapabilityMajor/Minor) against 8.9.
+enum status backend_cuda_check_fp8(struct backend *be, struct error *err);
+
 // backend_set_attention and backend_attention_uses_cudnn (kernels/backend.h)
 // for a CUDA backend; cuDNN's side is kernels/cuda/cuda_attention_cudnn.cu.
 enum status backend_cuda_set_attention(struct backend *be, enum backend_attention mode, struct error *err);

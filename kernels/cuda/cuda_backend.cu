@@ -35,6 +35,7 @@ static void cuda_destroy(struct backend *be) {
     if (c->stream) cudaStreamSynchronize(c->stream); // best effort: also runs on init failure
     cuda_attention_cudnn_free(c);
     cuda_matmul_plans_free(c);
+    cuda_matmul_fp8_plans_free(c);
     stage_free(c);
     cudaFree(c->workspace);
     cudaFree(c->scratch);
@@ -95,6 +96,7 @@ static enum status cuda_reserve(struct backend *be, const struct backend_bounds 
     need = MAX(need, cuda_scratch_attention_backward(b->B, b->T, b->H));
     need = MAX(need, cuda_scratch_attention_block(b->B, b->T, b->T, b->H, true));
     need = MAX(need, cuda_attention_cudnn_scratch(be, b));
+    need = MAX(need, cuda_scratch_matmul_fp8(b->fp8_gemm));
     cudaError_t e = cuda_scratch_reserve(be, need);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -218,4 +220,20 @@ extern "C" void *backend_cuda_stream(struct backend *be) {
 extern "C" int backend_cuda_device(struct backend *be) {
     CHECK(be->ops == &cuda_ops, "backend_cuda_device: backend %s is not cuda", be->ops->name);
     return cuda_state(be)->device;
+}
+
+extern "C" enum status backend_cuda_check_fp8(struct backend *be, struct error *err) {
+    CHECK(be->ops == &cuda_ops, "backend_cuda_check_fp8: backend %s is not cuda", be->ops->name);
+    int device = cuda_state(be)->device, major = 0, minor = 0;
+    struct cudaDeviceProp prop;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaError_t e = cudaGetLastError();
+        return error_set(err, STATUS_RUNTIME, "device %d: reading its compute capability: %s", device,
+                         cudaGetErrorString(e));
+    }
+    if (major * 10 + minor >= 89) return STATUS_OK;
+    return error_set(err, STATUS_BAD_INPUT, "device %d (%s) has compute capability %d.%d; FP8 matmuls need 8.9 "
+                     "or newer (Ada, Hopper)", device, prop.name, major, minor);
 }

@@ -100,6 +100,7 @@ struct cuda_backend {
     int n_plans;
     enum backend_attention attention; // [system] attention (kernels/backend.h)
     struct cudnn_attention *cudnn;    // cuDNN handle and plans; NULL until first needed
+    struct fp8_plan *fp8_plans;       // matmul_fp8's cuBLASLt plans (cuda_fp8.cu); NULL until first needed
 };
 
 static inline struct cuda_backend *cuda_state(struct backend *be) {
@@ -163,6 +164,8 @@ void cuda_attention_block_native_backward(struct backend *be, struct tensor dq, 
 size_t cuda_attention_cudnn_scratch(struct backend *be, const struct backend_bounds *b);
 // Destroys the cached cuBLASLt plans (cuda_destroy).
 void cuda_matmul_plans_free(struct cuda_backend *c);
+// Destroys matmul_fp8's cached cuBLASLt plans (cuda_destroy).
+void cuda_matmul_fp8_plans_free(struct cuda_backend *c);
 // Frees the cuDNN plans and handle (cuda_destroy).
 void cuda_attention_cudnn_free(struct cuda_backend *c);
 
@@ -212,6 +215,10 @@ static inline size_t cuda_scratch_attention_block(int B, int Tq, int Tk, int H, 
     size_t ranges = sizeof(int) * (size_t)B * (4 * (size_t)((Tq + 15) / 16) + 2 * (size_t)((Tk + 15) / 16));
     return (ranges + 255) / 256 * 256 + (backward ? sizeof(float) * (size_t)B * H * Tq : 0);
 }
+// matmul_fp8's K-major copies of its operands (cuda_fp8.cu): at most M K +
+// K N bytes (fp8_gemm elements, struct backend_bounds), the first rounded up
+// to 256 bytes.
+static inline size_t cuda_scratch_matmul_fp8(size_t fp8_gemm) { return fp8_gemm ? fp8_gemm + 256 : 0; }
 static inline size_t cuda_scratch_cudnn_backward(size_t workspace, int B, int T, int H, int D) {
     size_t dsum = sizeof(float) * (size_t)B * H * T;
     return (workspace + 255) / 256 * 256 + (dsum + 255) / 256 * 256 + dsum * D;

@@ -237,9 +237,12 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
 // one), each of its global shape and fp32 or fp64, and nothing else
 // (coverage of each tensor's elements is checkpoint_open's). `ckpt verify`
 // and a resume call it (issue 18: a deleted or extra tensor passed verify).
+// Tensors named "<p>/..." for one of the n_optional prefixes in optional
+// (their owner's: the FP8 scaling state, model.h MODEL_FP8_STATE_PREFIX) may
+// be present or not, of any shape, fp32 or fp64: their owner judges them.
 // Errors: STATUS_BAD_INPUT naming the manifest and the tensor.
 enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *const *state_names, int n_state,
-                                     struct error *err);
+                                     const char *const *optional, int n_optional, struct error *err);
 
 // Fills want->data (caller's buffer, flat_end - flat_begin elements of
 // want->dtype) with the requested range of the requested block, gathered from

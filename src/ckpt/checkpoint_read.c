@@ -612,8 +612,17 @@ static int cmp_piece_name(const void *key, const void *elem) {
     return strcmp(key, ((const struct stored_piece *)elem)->p.name);
 }
 
+// Whether name is "<p>/..." for one of the n prefixes.
+static bool has_prefix(const char *name, const char *const *prefixes, int n) {
+    for (int k = 0; k < n; k++) {
+        size_t len = strlen(prefixes[k]);
+        if (!strncmp(name, prefixes[k], len) && name[len] == '/') return true;
+    }
+    return false;
+}
+
 enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *const *state_names, int n_state,
-                                     struct error *err) {
+                                     const char *const *optional, int n_optional, struct error *err) {
     struct param_info *params;
     int n;
     enum status st = model_param_table(&r->info.model, &params, &n, err);
@@ -642,12 +651,19 @@ enum status checkpoint_check_tensors(const struct ckpt_reader *r, const char *co
                                "manifest.ini has it (%d, %d) fp32", r->info.path, sp->file, name, sp->p.grows,
                                sp->p.gcols, dtype_name(sp->p.dtype), params[i].grows, params[i].gcols);
         }
-    // Every expected name is there: any other distinct name is one too many.
+    // Every expected name is there: any other distinct name is one too many
+    // (but the optional ones, fp32 or fp64).
     int distinct = 0;
-    for (int i = 0; i < r->n_pieces; i++)
-        distinct += i == 0 || strcmp(r->pieces[i].p.name, r->pieces[i - 1].p.name);
+    for (int i = 0; !st && i < r->n_pieces; i++) {
+        const struct stored_piece *sp = &r->pieces[i];
+        bool opt = has_prefix(sp->p.name, optional, n_optional);
+        if (opt && sp->p.dtype != DTYPE_FP32 && sp->p.dtype != DTYPE_FP64)
+            st = error_set(err, STATUS_BAD_INPUT, "%s/rank-%05d.h5: tensor %s is %s, expected fp32", r->info.path,
+                           sp->file, sp->p.name, dtype_name(sp->p.dtype));
+        distinct += !opt && (i == 0 || strcmp(sp->p.name, r->pieces[i - 1].p.name));
+    }
     for (int i = 0; !st && distinct != kinds * n && i < r->n_pieces; i++) { // name the first stranger
-        bool known = false;
+        bool known = has_prefix(r->pieces[i].p.name, optional, n_optional);
         for (int j = 0; !known && j < n; j++)
             for (int k = 0; !known && k < kinds; k++) {
                 snprintf(name, sizeof name, "%s/%s", prefixes[k], params[j].name);

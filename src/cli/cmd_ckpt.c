@@ -493,7 +493,8 @@ int cmd_ckpt(int argc, char **argv) {
         }
         const char *const *state_names;
         int n_state = optimizer_state_names(&state_names);
-        if (checkpoint_check_tensors(r, state_names, n_state, &err)) {
+        const char *const fp8_optional[] = {MODEL_FP8_STATE_PREFIX}; // the model's FP8 scaling state
+        if (checkpoint_check_tensors(r, state_names, n_state, fp8_optional, 1, &err)) {
             fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;

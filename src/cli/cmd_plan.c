@@ -63,6 +63,11 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         if (plan_cp(c) > 1) json_object_set_new(g, "cp_ring_bytes", json_integer((json_int_t)b->cp_bytes));
         if (b->kv_cache_bytes)
             json_object_set_new(g, "kv_cache_bytes", json_integer((json_int_t)b->kv_cache_bytes));
+        if (c->precision.fp8 != FP8_NONE) { // plan_fp8_bytes's parts
+            json_object_set_new(g, "fp8_weight_bytes", json_integer((json_int_t)b->fp8_weights));
+            json_object_set_new(g, "fp8_saved_bytes", json_integer((json_int_t)b->fp8_saved));
+            json_object_set_new(g, "fp8_work_bytes", json_integer((json_int_t)b->fp8_work));
+        }
         if (b->zero_stage >= 2) { // ZeRO-2/3's parts (plan.h)
             json_object_set_new(g, "shard_ranks", json_integer(b->shard_ranks));
             json_object_set_new(g, "unit_elems", json_integer((json_int_t)b->unit_elems));
@@ -115,7 +120,7 @@ static const char *recompute_name(enum recompute r) {
     return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
-static json_t *layout_json(const struct plan_layout *l) {
+static json_t *layout_json(const struct plan_layout *l, bool fp8) {
     json_t *o = json_object();
     json_object_set_new(o, "tp", json_integer(l->tp));
     json_object_set_new(o, "cp", json_integer(MAX(1, l->cp)));
@@ -140,18 +145,37 @@ static json_t *layout_json(const struct plan_layout *l) {
     json_object_set_new(o, "tflops_per_gpu", json_real(l->tflops_per_gpu));
     json_object_set_new(o, "mfu", json_real(l->mfu));
     json_object_set_new(o, "hw_tflops_per_gpu", json_real(l->hw_tflops_per_gpu));
+    json_object_set_new(o, "tokens_per_s_per_gpu", json_real(l->tokens_per_s_per_gpu));
+    json_object_set_new(o, "mfu_full", json_real(l->mfu_full));
+    json_object_set_new(o, "global_batch_size", json_integer(l->global_batch));
+    if (fp8) { // the same layout in bf16 (step 0: it does not fit)
+        json_object_set_new(o, "bf16_step_s", json_real(l->bf16_step_s));
+        json_object_set_new(o, "bf16_peak_bytes", json_integer((json_int_t)l->bf16_peak_bytes));
+    }
     return o;
 }
 
-static void print_layout(const char *tag, const struct plan_layout *l) {
+static void print_layout(const char *tag, const struct plan_layout *l, bool fp8) {
     char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
     if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
     printf("%-5s %3d %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f "
-           "%5.1f%% %7.1f\n",
+           "%5.1f%% %7.1f %6.1f%% %9.0f",
            tag, l->tp, MAX(1, l->cp), l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
            l->tp_comm_s, l->cp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu,
-           l->hw_tflops_per_gpu);
+           l->hw_tflops_per_gpu, 100 * l->mfu_full, l->tokens_per_s_per_gpu);
+    if (fp8 && l->bf16_step_s > 0) printf(" %8.2fx", l->bf16_step_s / l->step_s);
+    else if (fp8) printf(" %9s", "no fit");
+    printf("\n");
+}
+
+// The layouts whose batch was moved to the nearest that divides, one line each.
+static void print_batch_notes(const struct config *c, const char *tag, const struct plan_layout *l) {
+    int B = c->train.global_batch_size;
+    if (l->global_batch == B || !l->global_batch) return;
+    printf("%s: global_batch_size %d does not divide by micro_batch_size %d x dp %d: planned with %d, the nearest "
+           "(%d microbatches a replica; train.global_batch_size=%d runs it)\n", tag, B, l->mb, l->dp,
+           l->global_batch, l->global_batch / (l->mb * l->dp), l->global_batch);
 }
 
 // --gpus N: the layout search (plan_search.h) and the config's own layout.
@@ -172,6 +196,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
                               .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
     struct plan_sharding zs = plan_sharding_of(c);
     own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
+    bool fp8 = c->precision.fp8 != FP8_NONE;
     char own_why[400] = "";
     bool own_fits = false;
     struct grid_layout one = topology_layout(own.tp, own.pp, 1, 0, own.cp); // one data rank's GPUs
@@ -181,15 +206,18 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
                  cl->gpus);
     } else {
         own.dp = cl->gpus / model_ranks;
-        if (c->train.global_batch_size % (own.mb * own.dp))
-            snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d",
-                     own.mb, own.dp, c->train.global_batch_size);
+        // a batch that does not divide: the nearest that does (said below the table)
+        own.global_batch = plan_nearest_batch(c->train.global_batch_size, own.mb, own.dp);
+        if (!plan_batch_close(c->train.global_batch_size, own.global_batch))
+            snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d "
+                     "(the nearest multiple, %d, is more than 10%% away)", own.mb, own.dp,
+                     c->train.global_batch_size, own.global_batch);
         else
             own_fits = plan_predict(c, cl, &own, own_why, sizeof own_why);
     }
     int own_rank = 0; // 1-based place among the fitting layouts; 0: not among the top
     for (int i = 0; own_fits && i < MIN(n_top, n_fit); i++)
-        if (top[i].step_s >= own.step_s - 1e-12) { own_rank = i + 1; break; }
+        if (top[i].step_s / top[i].global_batch >= own.step_s / own.global_batch - 1e-15) { own_rank = i + 1; break; }
     size_t usable = cl->gpu.mem_bytes - cl->reserve_bytes;
     if (json) {
         json_t *o = json_object(), *a = json_array(), *r = json_array();
@@ -203,7 +231,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         json_object_set_new(o, "efficiency", json_real(cl->efficiency));
         json_object_set_new(o, "tried", json_integer(n_tried));
         json_object_set_new(o, "fit", json_integer(n_fit));
-        for (int i = 0; i < MIN(n_top, n_fit); i++) json_array_append_new(a, layout_json(&top[i]));
+        for (int i = 0; i < MIN(n_top, n_fit); i++) json_array_append_new(a, layout_json(&top[i], fp8));
         json_object_set_new(o, "layouts", a);
         for (int i = 0; i < n_rej; i++) {
             json_t *x = json_object();
@@ -214,7 +242,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
             json_array_append_new(r, x);
         }
         json_object_set_new(o, "rejected", r);
-        json_t *co = own_fits ? layout_json(&own) : json_object();
+        json_t *co = own_fits ? layout_json(&own, fp8) : json_object();
         json_object_set_new(co, "fits", json_boolean(own_fits));
         if (!own_fits) json_object_set_new(co, "why", json_string(own_why));
         else json_object_set_new(co, "rank", json_integer(own_rank));
@@ -225,27 +253,47 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         free(top);
         return STATUS_OK;
     }
+    char model[96];
+    if (cl->efficiency > 0) snprintf(model, sizeof model, "every FLOP at efficiency %.2f", cl->efficiency);
+    else snprintf(model, sizeof model, "kernel model");
+    char fp8s[64] = "";
+    if (cl->gpu.fp8_flops > 0) snprintf(fp8s, sizeof fp8s, ", %.0f FP8", cl->gpu.fp8_flops / 1e12);
     printf("search: %s on %d x %s (%d a node; %.1f GiB each, %.1f GiB usable after a %.1f GiB reserve; "
-           "%.0f TFLOP/s peak at efficiency %.2f; NVLink %.0f GB/s, network %.0f GB/s a GPU), "
-           "%d x %d tokens a step: %d layouts tried, %d fit\n",
+           "%.0f TFLOP/s bf16%s peak, %s; NVLink %.0f GB/s, network %.0f GB/s a GPU), "
+           "%d x %d tokens a step%s: %d layouts tried, %d fit\n",
            c->file, cl->gpus, cl->gpu.name, cl->gpus_per_node, cl->gpu.mem_bytes / 1073741824.0,
-           usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12,
-           cl->efficiency, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
-           c->train.seq_len, n_tried, n_fit);
-    printf("%-5s %3s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s\n", "rank", "tp",
-           "cp", "pp", "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute", "recomp", "bubble",
-           "tp comm", "cp comm", "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s");
+           usable / 1073741824.0, cl->reserve_bytes / 1073741824.0, cl->gpu.peak_flops / 1e12, fp8s,
+           model, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
+           c->train.seq_len, fp8 ? (c->precision.fp8 == FP8_HYBRID ? ", fp8 hybrid" : ", fp8 e4m3") : "",
+           n_tried, n_fit);
+    printf("%-5s %3s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s %9s%s\n",
+           "rank", "tp", "cp", "pp", "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute",
+           "recomp", "bubble", "tp comm", "cp comm", "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s", "MFU 12",
+           "tok/s/GPU", fp8 ? "  vs bf16" : "");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
         snprintf(tag, sizeof tag, "%d", i + 1);
-        print_layout(tag, &top[i]);
+        print_layout(tag, &top[i], fp8);
+    }
+    for (int i = 0; i < MIN(n_top, n_fit); i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "rank %d", i + 1);
+        print_batch_notes(c, tag, &top[i]);
     }
     if (own_fits) {
-        print_layout("config", &own);
+        print_layout("config", &own, fp8);
+        print_batch_notes(c, "config", &own);
+        if (fp8 && own.bf16_step_s > 0)
+            printf("fp8 %s against bf16, the config's layout: step %.3f s against %.3f s (%.2fx, %+.0f%% tokens/s), "
+                   "peak %.1f GiB against %.1f GiB (%+.1f GiB: the FP8 weight and activation copies)\n",
+                   c->precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3", own.step_s, own.bf16_step_s,
+                   own.bf16_step_s / own.step_s, 100 * (own.bf16_step_s / own.step_s - 1),
+                   own.peak_bytes / 1073741824.0, own.bf16_peak_bytes / 1073741824.0,
+                   ((double)own.peak_bytes - (double)own.bf16_peak_bytes) / 1073741824.0);
         if (own_rank) printf("config's layout fits: rank %d of %d\n", own_rank, n_fit);
         else if (!n_top) printf("config's layout fits (--top 0: not searched, not ranked)\n");
         else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
-                    100 * (own.step_s / top[0].step_s - 1));
+                    100 * (own.step_s / own.global_batch / (top[0].step_s / top[0].global_batch) - 1));
     } else {
         char cps[16] = ""; // cp only where the layout has it: the line reads as before without
         if (own.cp > 1) snprintf(cps, sizeof cps, "cp %d, ", own.cp);
@@ -276,6 +324,8 @@ static const struct cli_flag plan_flags[] = {
     {"CONFIG.ini", CLI_PATH, NULL, NULL, 0, 0, 0, NULL, "the run's config file", P(config)},
     {"section.key=value", CLI_LIST, NULL, NULL, 0, 0, CLI_OPTIONAL, NULL,
      "overrides of config keys, as `trident train` takes them (docs/config.md)", P(overrides)},
+    {"--set", CLI_LIST, "KEY=VALUE", NULL, 0, 0, 0, NULL,
+     "an override of a config key, the same as section.key=value (--set precision.fp8=hybrid)", P(overrides)},
     {"--world-size", CLI_INT, "N", NULL, 1, 1 << 24, 0, NULL,
      "the ranks the run will have (parallel.dp = 0 infers dp = N / (tp * cp * pp)); without it, dp = 0 "
      "means 1", P(world)},
@@ -288,12 +338,14 @@ static const struct cli_flag plan_flags[] = {
      P(gpus)},
     {"--gpus-per-node", CLI_INT, "N", "8", 1, 1 << 24, 0, NULL, "GPUs a node (with --gpus)", P(gpus_per_node)},
     {"--gpu", CLI_STRING, "SPEC", "H100-SXM", 0, 0, 0, NULL,
-     "the GPU (with --gpus): A100-80G, H100-SXM, H200, or tflops=989,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, "
-     "optionally after a preset (H200,ib=25G)", P(gpu)},
+     "the GPU (with --gpus): A100-40G, A100-80G, H100-SXM, H100-PCIe, H800, H200, B200, or "
+     "tflops=989,fp8=1979,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset (H200,ib=25G)", P(gpu)},
     {"--gpu-mem", CLI_STRING, "SIZE", NULL, 0, 0, 0, NULL,
      "the GPU's memory, as --gpu's mem= (80G); default: --gpu's", P(gpu_mem)},
-    {"--efficiency", CLI_FLOAT, "F", "0.5", 0, 1, CLI_MIN_EXCLUSIVE, NULL,
-     "the fraction of peak the FLOPs run at (with --gpus)", P(efficiency)},
+    {"--efficiency", CLI_FLOAT, "F", NULL, 0, 1, CLI_MIN_EXCLUSIVE, NULL,
+     "every FLOP at this fraction of peak (with --gpus; the model before issue 30); default: the kernel "
+     "model, each GEMM at its shape's rate, attention at a fused kernel's, the memory-bound kernels at HBM "
+     "speed (docs/planning.md §3)", P(efficiency)},
     {"--reserve", CLI_SIZE, "GIB", "4G", 0, INFINITY, CLI_SIZE_GIB, NULL,
      "memory kept free on each GPU (CUDA context, NCCL buffers, fragmentation; with --gpus)", P(reserve)},
     {"--top", CLI_INT, "N", "5", 0, 1 << 24, 0, NULL,
@@ -353,6 +405,23 @@ int cmd_plan(int argc, char **argv) {
             return err.status;
         }
         free(over);
+        // What the trainer refuses whatever the layout (config_validate on
+        // one rank: e.g. precision.fp8 without precision.dtype = bf16) is
+        // refused here, not once per family.
+        struct config one = c;
+        one.parallel.tp = one.parallel.pp = one.parallel.cp = one.parallel.dp = 1;
+        one.parallel.virtual_stages = 1, one.parallel.zero_stage = 0, one.parallel.dp_shard = 0;
+        one.parallel.sequence_parallel = false, one.train.micro_batch_size = 1;
+        if (config_validate(&one, 1, true, &err)) {
+            fprintf(stderr, "trident plan: %s\n", err.msg);
+            return err.status;
+        }
+        if (c.precision.fp8 != FP8_NONE && !(cl.gpu.fp8_flops > 0)) {
+            fprintf(stderr, "trident plan: precision.fp8 = %s needs FP8 tensor cores: --gpu %s has none (a custom "
+                    "GPU gives their peak with fp8=TFLOPS)\n", c.precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3",
+                    cl.gpu.name);
+            return STATUS_BAD_INPUT;
+        }
         return plan_search_main(&c, &cl, n_top, json);
     }
     enum status st = config_load(config_path, n_over, over, &c, &err);
@@ -424,11 +493,17 @@ int cmd_plan(int argc, char **argv) {
                b->grads, b->optimizer, b->activations);
         printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu",
                b->n_slots, b->slot_bytes, b->recompute_bytes,
-               b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes);
+               b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes - b->fp8_saved -
+                   b->fp8_work);
         if (b->cp_bytes) printf(" (of it the cp ring's travelling buffers and positions %zu)", b->cp_bytes);
         if (b->kv_cache_bytes) printf(" (of it the samples' key/value cache %zu)", b->kv_cache_bytes);
         printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
+        if (c.precision.fp8 != FP8_NONE)
+            printf("       fp8 (docs/planning.md §7): block-linear weight copies %zu (%.1f MiB, in params), saved GEMM "
+                   "inputs %zu (%.1f MiB), recompute, scratch and scaling state %zu (%.1f MiB, in activations)\n",
+                   b->fp8_weights, mib(b->fp8_weights), b->fp8_saved, mib(b->fp8_saved), b->fp8_work,
+                   mib(b->fp8_work));
         if (c.system.device == DEVICE_CPU && host[i].ckpt_save)
             printf("       host: MPI %zu, checkpoint buffers %zu (%.1f MiB: checkpoint.async's "
                    "snapshot; the first save allocates them, they stay), resident %zu (%.1f MiB: "

@@ -41,6 +41,10 @@ enum fp8_mode { FP8_NONE, FP8_HYBRID, FP8_E4M3 };
 enum fp8_scaling { FP8_SCALING_CURRENT, FP8_SCALING_DELAYED };
 // [precision] fp8_amax_compute: the delayed scale from the history's max or its newest entry.
 enum fp8_amax_compute { FP8_AMAX_MAX, FP8_AMAX_MOST_RECENT };
+// [precision] fp8_skip_layers: blocks kept in bf16 under fp8 (Megatron-LM's
+// --first-last-layers-bf16): none, the first block, the last, both, or a
+// count N (the first N and the last N blocks: FP8_SKIP_COUNT, fp8_skip_count).
+enum fp8_skip { FP8_SKIP_NONE, FP8_SKIP_FIRST, FP8_SKIP_LAST, FP8_SKIP_FIRST_LAST, FP8_SKIP_COUNT };
 // [train] loss_on: every target, or only those the shards' /loss_mask marks.
 enum loss_on { LOSS_ON_ALL, LOSS_ON_RESPONSE };
 // [data] packing: documents concatenated into the token stream, attending
@@ -147,6 +151,8 @@ struct precision_config {
     int fp8_amax_history_len;              // 1024 steps
     enum fp8_amax_compute fp8_amax_compute; // FP8_AMAX_MAX
     int fp8_margin;                        // 0: scale = (fp8 max / amax) / 2^margin
+    enum fp8_skip fp8_skip_layers;         // FP8_SKIP_NONE
+    double fp8_skip_count;                 // FP8_SKIP_COUNT: N (an integer >= 1), else 0
 };
 
 struct checkpoint_config {
@@ -266,6 +272,10 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 // checked by dataset_open, which reads index.ini.
 enum status config_validate(struct config *cfg, int world_size, bool has_cuda,
                             struct error *err);
+
+// The blocks [precision] fp8_skip_layers keeps in bf16: the first *first and
+// the last *last of the model's n_layers (0, 0 without fp8).
+void config_fp8_skip(const struct config *cfg, int *first, int *last);
 
 // parallel.dp = 0 means "infer it": dp = world_size / (tp * cp * pp); with
 // world_size <= 0 (no world: `trident plan` without --world-size), dp = 1.

@@ -57,6 +57,9 @@ static const struct config_choice fp8_scaling_choices[] = {
     {"current", FP8_SCALING_CURRENT}, {"delayed", FP8_SCALING_DELAYED}, {NULL, 0}};
 static const struct config_choice fp8_amax_compute_choices[] = {
     {"max", FP8_AMAX_MAX}, {"most_recent", FP8_AMAX_MOST_RECENT}, {NULL, 0}};
+static const struct config_choice fp8_skip_choices[] = {
+    {"none", FP8_SKIP_NONE}, {"first", FP8_SKIP_FIRST}, {"last", FP8_SKIP_LAST},
+    {"first,last", FP8_SKIP_FIRST_LAST}, {NULL, 0}};
 static const struct config_choice resume_choices[] = {{"auto", RESUME_AUTO}, {"none", RESUME_NONE}, {NULL, 0}};
 static const struct config_choice device_choices[] = {{"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {NULL, 0}};
 static const struct config_choice attention_choices[] = {
@@ -283,6 +286,13 @@ const struct config_key config_keys[] = {
              "most recent entry"),
     KEY_INT("precision", "fp8_margin", precision.fp8_margin, "0", 0, 32, "",
             "fp8: scale = (FP8 max / amax) / 2^margin"),
+    {.section = "precision", .key = "fp8_skip_layers", .type = CONFIG_ENUM, .def = "none", .min = 1,
+     .max = LLAMA_MAX_LAYERS, .unit = "",
+     .doc = "fp8: blocks whose linear layers stay bf16 (Megatron-LM's --first-last-layers-bf16): none, "
+            "first, last, first,last (the first and the last block), or a count N (the first N and the "
+            "last N blocks)",
+     .offset = F(precision.fp8_skip_layers), .choices = fp8_skip_choices, .has_alt = 1,
+     .alt_type = CONFIG_FLOAT, .alt_offset = F(precision.fp8_skip_count), .alt_value = FP8_SKIP_COUNT},
 
     // [checkpoint] (docs/design.md §7)
     KEY_PATH("checkpoint", "dir", checkpoint.dir, "", CONFIG_OPTIONAL,

@@ -48,6 +48,44 @@ static void batch_hint(long long g, int micro, int dp, int model, char *buf, siz
         snprintf(buf + k, n - k, "; or %d ranks (dp = %d)", (below + above) * model, below + above);
 }
 
+void config_fp8_skip(const struct config *cfg, int *first, int *last) {
+    const struct precision_config *pc = &cfg->precision;
+    *first = *last = 0;
+    if (pc->fp8 == FP8_NONE) return;
+    switch (pc->fp8_skip_layers) {
+    case FP8_SKIP_NONE: break;
+    case FP8_SKIP_FIRST: *first = 1; break;
+    case FP8_SKIP_LAST: *last = 1; break;
+    case FP8_SKIP_FIRST_LAST: *first = *last = 1; break;
+    case FP8_SKIP_COUNT: *first = *last = (int)pc->fp8_skip_count; break;
+    }
+}
+
+// [precision] fp8 (docs/design.md §5 "FP8"): on top of bf16 only (the FP8
+// GEMMs read BF16 activations and write BF16 outputs, and the scales assume
+// fp32's exponent range: no fp16 loss scale under them), a whole count of
+// blocks to keep in bf16, and at least one block left in FP8.
+static enum status check_fp8(const struct config *cfg, const char *file, struct error *err) {
+    const struct precision_config *pc = &cfg->precision;
+    const enum status bad = STATUS_BAD_INPUT;
+    if (pc->fp8 == FP8_NONE) return STATUS_OK;
+    if (pc->dtype != DTYPE_BF16)
+        return error_set(err, bad, "%s: %s needs precision.dtype = bf16 (FP8 linear layers read and write bf16 "
+                         "activations; fp32 and fp16 models have no FP8 path): %s", file, KT("precision", "fp8"),
+                         KT("precision", "dtype"));
+    if (pc->fp8_skip_layers == FP8_SKIP_COUNT && pc->fp8_skip_count != floor(pc->fp8_skip_count))
+        return error_set(err, bad, "%s: %s: a count of blocks must be a whole number (or none, first, last, "
+                         "first,last)", file, KT("precision", "fp8_skip_layers"));
+    int first, last;
+    config_fp8_skip(cfg, &first, &last);
+    if ((long long)first + last >= cfg->model.n_layers)
+        return error_set(err, bad, "%s: %s keeps the first %d and the last %d blocks in bf16: with %s no block "
+                         "is left in FP8 (set precision.fp8 = none instead, or skip fewer blocks); %s", file,
+                         KT("precision", "fp8_skip_layers"), first, last, KT("model", "n_layers"),
+                         KT("precision", "fp8"));
+    return STATUS_OK;
+}
+
 enum status config_resolve_dp(struct config *cfg, int world_size, struct error *err) {
     struct parallel_config *p = &cfg->parallel;
     const struct train_config *t = &cfg->train;
@@ -223,6 +261,8 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
     if (pc->loss_scale_min > pc->loss_scale_initial)
         return error_set(err, bad, "%s: the fp16 loss scale starts below its floor: %s; %s", file,
                          KT("precision", "loss_scale_initial"), KT("precision", "loss_scale_min"));
+    enum status f8 = check_fp8(cfg, file, err);
+    if (f8) return f8;
     if (m->n_heads % m->n_kv_heads)
         return error_set(err, bad, "%s: n_heads must be a multiple of n_kv_heads (grouped-query attention): %s; %s",
                          file, KT("model", "n_heads"), KT("model", "n_kv_heads"));

@@ -630,9 +630,10 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     backend_memset0(be, m->act_arena);
     // The kernels' working memory for this model's largest ops, now: a step
     // then allocates nothing on the device.
-    struct backend_bounds bounds = {m->N, m->C, B, m->T, m->Hl, m->Hkvl, m->D, dtype};
+    // fp8_gemm (0 here): the FP8 linear layers' largest matmul_fp8, M K + K N.
+    struct backend_bounds bounds = {m->N, m->C, B, m->T, m->Hl, m->Hkvl, m->D, dtype, 0};
     // qk_norm's RMSNorm runs over (N Hl, D) rows
-    struct backend_bounds qk = {m->N * m->Hl, m->D, B, m->T, m->Hl, m->Hkvl, m->D, dtype};
+    struct backend_bounds qk = {m->N * m->Hl, m->D, B, m->T, m->Hl, m->Hkvl, m->D, dtype, 0};
     if (backend_reserve(be, &bounds, err) || (cfg->qk_norm && backend_reserve(be, &qk, err))) {
         model_free(m);
         return err->status;
@@ -751,6 +752,10 @@ enum status model_kv_cache_init(struct model *m, int rows, int len, struct error
 void model_free(struct model *m) {
     if (!m) return;
     kv_free(m);
+    // the FP8 state (model_fp8_init), freed here: model_fp8.c calls this file,
+    // not the other way round
+    if (m->fp8.base && m->be) backend_dealloc(m->be, m->fp8.base);
+    free(m->fp8.block), free(m->fp8.layer), free(m->fp8.w_fresh);
     if (m->be) {
         backend_dealloc(m->be, m->param_arena.data);
         backend_dealloc(m->be, m->grad_arena.data);

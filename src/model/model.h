@@ -481,6 +481,110 @@ void model_set_decode_invariant(struct model *m, bool on);
 // the last stage over the pp group: every rank of both calls and gets them.
 void model_decode_logits_at(struct model *m, int b, int t, double *out);
 
+// ---- FP8 linear layers (model_fp8.c; docs/design.md §5 "FP8") --------------------
+//
+// In the manner of NVIDIA Transformer Engine (Micikevicius et al. 2022, "FP8
+// Formats for Deep Learning"; transformer_engine/pytorch/fp8.py): the GEMMs of
+// every block's linear layers (sites: q/k/v, o, gate/up, down) take FP8
+// operands. A site's input x and weight w are cast to E4M3 for the forward
+// GEMM (out = matmul_fp8 into the model dtype, BF16); its backward casts the
+// output gradient dy to E5M2 (hybrid) or E4M3 (e4m3) for the input gradient
+// (dy @ w, with the weight's FP8 copy) and the weight gradient (dy^T @ x,
+// into the FP32 gradient with beta 1, x cast again: the same bits as the
+// forward's). Each site's x, w and dy are one tensor each (q, k and v share
+// one x, one w over [Wq; Wk; Wv] and one dy, as Transformer Engine's fused
+// QKV weight; gate and up likewise), with its own FP32 scale, scale inverse
+// and amax (and amax history under delayed scaling) in backend memory: 12
+// per block. Embeddings, the LM head, norms, attention and the optimizer
+// keep the model dtype, and so does generation (model_decode: the blocks'
+// GEMMs in BF16).
+//
+// Scaling: current: before each cast the tensor's amax (fp8_amax, all-reduced
+// (max) over the TP group when the tensor is split over it: weights, the
+// attention output, the SwiGLU product, the q/k/v and gate/up gradients),
+// then its scale (fp8_update_scale, no history). Delayed: the casts use the
+// scales of the step before (1 at the start) and record their amaxes (the
+// fused amax of fp8_cast); model_fp8_step_end all-reduces (max) every amax
+// over the TP group and the gradient group (data x context), then pushes
+// them into the histories and computes the next scales. Every rank of a
+// stage's TP and gradient groups so holds the same scales. The weights are
+// cast once per step (the first forward that runs a block) and the copy
+// serves every microbatch, recomputation and backward of the step.
+struct model_fp8_config {
+    bool on;                   // false: no FP8 (the rest is ignored)
+    enum dtype grad;           // dy's format: DTYPE_FP8_E5M2 (hybrid) or DTYPE_FP8_E4M3 (e4m3)
+    bool delayed;              // scales from the amax history, else current scaling
+    int history_len;           // delayed: amaxes kept per tensor, >= 1
+    bool most_recent;          // delayed: the newest amax instead of the history's max
+    int margin;                // scale = (FP8 max / amax) / 2^margin, 0..32
+    int skip_first, skip_last; // global blocks [0, skip_first) and [L - skip_last, L) stay in
+                               // the model dtype ([precision] fp8_skip_layers)
+};
+// Scaling tensors per FP8 block: the sites (q/k/v, o, gate/up, down) times (x, w, dy).
+enum { MODEL_FP8_TENSORS = 12 };
+
+// What model_fp8_init allocates for this shard and microbatch (B, T), in
+// bytes, each piece rounded up to 256 (N = B T / cp rows, local widths):
+// weights, the FP8 copies of the local FP8 blocks' weights (1 byte per q, k,
+// v, o, gate, up, down element); scratch, two FP8 buffers (the largest block
+// GEMM input, max(N C, N Hl D, N Fl), and output gradient, max(N (Hl + 2
+// Hkvl) D, N C, 2 N Fl)); state, the scaling state (scale, scale inverse,
+// amax of 12 tensors per FP8 block in FP32, their histories of
+// history_len under delayed scaling, and an I64 saturation count). No FP8
+// copy of an activation is kept between passes (x is cast again for the
+// weight gradient). All 0 when c->on is false. Errors: as model_plan.
+struct model_fp8_memory {
+    size_t weights, scratch, state;
+};
+enum status model_fp8_plan_bytes(const struct llama_config *cfg, const struct model_shard *shard,
+                                 const struct model_fp8_config *c, int B, int T,
+                                 struct model_fp8_memory *out, struct error *err);
+// Turns FP8 on for m's blocks outside c's skipped ones (call once, after
+// model_init and before the first pass; c->on false: nothing). Scales start
+// at 1, amaxes and histories at 0. Errors: STATUS_BAD_INPUT for a model
+// dtype other than BF16 or a bad history_len / margin / grad format,
+// STATUS_RUNTIME when the backend is out of memory.
+enum status model_fp8_init(struct model *m, const struct model_fp8_config *c, struct error *err);
+// Whether m runs FP8 linear layers (model_fp8_init with c->on).
+bool model_fp8_on(const struct model *m);
+// A training step begins: the weights are cast again at their first use, the
+// casts record amaxes (delayed) and count saturations until model_fp8_step_end.
+// Outside a step (evaluation) casts record and count nothing.
+void model_fp8_step_begin(struct model *m);
+// A training step ends (after its last backward, before the optimizer
+// changes the weights; skipped: train_step_should_skip's verdict, the same
+// on every rank). Delayed: unless skipped, the amaxes are all-reduced (max)
+// over the TP and gradient groups (collective: every rank of both calls it)
+// and pushed into the histories, and the scales recomputed; a skipped step's
+// amaxes are dropped (its histories and scales stay). Returns the values the
+// step's casts saturated on this rank (each distinct tensor counted once
+// over the TP and gradient groups: a weight on the first rank of the
+// gradient group, a tensor replicated over TP on TP rank 0, recomputations
+// and the backward's second cast of x not at all); resets the count. One
+// device-to-host copy. 0 without FP8.
+int64_t model_fp8_step_end(struct model *m, bool skipped);
+
+// The delayed-scaling state as checkpoints hold it (train_ckpt.c): one FP32
+// tensor per FP8 block, MODEL_FP8_TENSORS rows (site-major: q/k/v x, w, dy,
+// o x, w, dy, gate/up ..., down ...) of 2 + history_len columns: scale, amax,
+// then the history, newest first. The same on every rank of the block's TP
+// and gradient groups. Prefix of its checkpoint name
+// "fp8_scaling/model.layers.<l>".
+#define MODEL_FP8_STATE_PREFIX "fp8_scaling"
+// FP8 blocks of this rank and the global layer of FP8 block i (in order).
+int model_fp8_blocks(const struct model *m);
+int model_fp8_block_layer(const struct model *m, int i);
+// Columns of a block's state tensor: 2 + history_len (2 under current scaling).
+int model_fp8_state_cols(const struct model *m);
+// Copies FP8 block i's state into host (MODEL_FP8_TENSORS, model_fp8_state_cols).
+void model_fp8_state_get(struct model *m, int i, float *host);
+// Restores FP8 block i's state from host (MODEL_FP8_TENSORS, cols), a
+// checkpoint's: its scales (scale_inv = 1 / scale) and amaxes, and the newest
+// min(cols - 2, history_len) history entries (the rest 0), so that a resume
+// with another history length keeps what fits. Non-finite or non-positive
+// scales are refused as STATUS_BAD_INPUT naming the block's layer.
+enum status model_fp8_state_set(struct model *m, int i, const float *host, int cols, struct error *err);
+
 // Logits of the last forward, (B, T, Vl) copied to host as double (tests,
 // sampling). Last stage only. Under recompute selective or full the backward
 // pass writes the logits' gradient over them: read them before it.

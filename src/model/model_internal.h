@@ -79,6 +79,29 @@ struct kv_cache {
     void *base;                // the backend allocation
 };
 
+// FP8 linear layers (model.h "FP8 linear layers", model_fp8.c). Tensor i
+// of the scaling arrays: the forward tensors (x, w) of FP8 block b, site s
+// at (b * FP8_SITES + s) * 2 + {0: x, 1: w}, then the output gradients at
+// n_fwd + b * FP8_SITES + s (two formats: fp8_update_scale runs on each range).
+enum { FP8_SITE_QKV, FP8_SITE_O, FP8_SITE_GATE_UP, FP8_SITE_DOWN, FP8_SITES };
+struct model_fp8 {
+    struct model_fp8_config cfg;    // cfg.on false: no FP8
+    int n_blocks;                   // FP8 blocks of this rank
+    int *block;                     // (n_local_layers) FP8 block index of each block, -1: none
+    int *layer;                     // (n_blocks) global layer of each
+    int n_fwd, n;                   // forward tensors (8 per block), all (12 per block)
+    size_t w_off[FP8_SITES + 1];    // element offsets of each site's weight in a block's copy
+    struct tensor w8;               // (n_blocks * w_off[FP8_SITES]) E4M3 weight copies
+    struct tensor x8, dy8;          // scratch: a GEMM input (E4M3), an output gradient
+    struct tensor scale, scale_inv, amax; // (n,) FP32
+    struct tensor history;          // (n, history_len) FP32 under delayed scaling, else empty
+    struct tensor saturated;        // (1,) I64: this step's count (fp8_cast)
+    bool *w_fresh;                  // (n_blocks) the copy holds this step's cast
+    bool training;                  // inside a training step (model_fp8_step_begin/_end)
+    bool recomputing;               // in block_recompute: casts repeat the forward's
+    void *base;                     // the backend allocation
+};
+
 struct model {
     struct llama_config cfg;
     struct model_shard shard;
@@ -138,6 +161,7 @@ struct model {
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
+    struct model_fp8 fp8;          // FP8 linear layers (model_fp8_init); fp8.cfg.on false: none
     struct kv_cache kv;            // generation's cache (kv.rows 0: none)
     bool decoding;                 // inside model_decode_chunk: the pass is a decode step
                                    // (shape (kv.rows, kv.Tq), attention against kv)
@@ -195,6 +219,48 @@ void model_attn_qkv_post(struct model *m, const struct block *w, struct tensor q
 // Sums (or maxes) a tensor-parallel partial result over the TP group, in place
 // (model_pass.c). A no-op for tp = 1.
 void model_tp_all_reduce(struct model *m, struct tensor t, enum comm_op op);
+
+// ---- FP8 sites of block blk (model_fp8.c), called by model_pass.c when
+// model_fp8_block(m, blk): the GEMMs of the model-dtype path with FP8 operands
+// (model.h). Shapes as the model-dtype GEMMs they replace; weights are the
+// block's copy (cast on first use in a step, model_fp8_weights).
+
+// Whether block blk (local index) runs FP8 GEMMs now (not while decoding).
+static inline bool model_fp8_block(const struct model *m, int blk) {
+    return m->fp8.cfg.on && !m->decoding && m->fp8.block[blk] >= 0;
+}
+// Casts the block's weights w into its copy unless this step's cast is there.
+void model_fp8_weights(struct model *m, int blk, const struct block *w);
+// qkv (N, Hl D + 2 Hkvl D) = n1 (N, C) @ [Wq; Wk; Wv]^T when qkv.numel, else
+// qp (N, Hl D), kp, v (N, Hkvl D) the three projections.
+void model_fp8_qkv(struct model *m, int blk, struct tensor n1, struct tensor qkv, struct tensor qp,
+                   struct tensor kp, struct tensor v);
+// y (N, C) = att (N, Hl D) @ Wo^T.
+void model_fp8_o(struct model *m, int blk, struct tensor y, struct tensor att);
+// [gate^T; up^T] (2 Fl, N) = [Wgate; Wup] @ n2^T: gu when gu.numel, else gate, up (Fl, N).
+void model_fp8_gate_up(struct model *m, int blk, struct tensor n2, struct tensor gu,
+                       struct tensor gate, struct tensor up);
+// y (N, C) = act^T @ Wdown^T, act stored (Fl, N).
+void model_fp8_down(struct model *m, int blk, struct tensor y, struct tensor act);
+// dact (Fl, N) = Wdown^T @ dy^T, dwdown (C, Fl) += dy^T @ act^T; dy (N, C).
+void model_fp8_down_backward(struct model *m, int blk, struct tensor dact, struct tensor dwdown,
+                             struct tensor dy, struct tensor act);
+// dln (N, C) = dgate^T-part @ Wgate + dup^T-part @ Wup; dwgate, dwup (Fl, C)
+// += dgate (Fl, N) @ n2, dup @ n2 (dwgu (2 Fl, C) at once when its numel is set).
+void model_fp8_gate_up_backward(struct model *m, int blk, struct tensor dln, struct tensor dwgu,
+                                struct tensor dwgate, struct tensor dwup, struct tensor dgate,
+                                struct tensor dup, struct tensor n2);
+// datt (N, Hl D) = dy (N, C) @ Wo; dwo (C, Hl D) += dy^T @ att.
+void model_fp8_o_backward(struct model *m, int blk, struct tensor datt, struct tensor dwo,
+                          struct tensor dy, struct tensor att);
+// dln (N, C) = the gradients dy of the projections through [Wq; Wk; Wv]; the
+// weights' gradients += dy^T @ n1: fused (dqkv (N, Hl D + 2 Hkvl D) and dwqkv
+// when dwqkv.numel) or per projection (dq (N, Hl D), dk, dv (N, Hkvl D) into
+// dwq, dwk, dwv).
+void model_fp8_qkv_backward(struct model *m, int blk, struct tensor dln, struct tensor n1,
+                            struct tensor dqkv, struct tensor dwqkv, struct tensor dq,
+                            struct tensor dk, struct tensor dv, struct tensor dwq,
+                            struct tensor dwk, struct tensor dwv);
 
 // Reports a unit event to the unit hook (model.h); a no-op without a hook or unit (-1).
 static inline void model_unit_event(struct model *m, int unit, enum model_unit_event ev) {

@@ -240,35 +240,47 @@ static void attn_qkv_post_backward(struct model *m, struct slot *S, const struct
 // added in one more GEMM when consecutive, and its RoPE split writes q and
 // k rotated and v (backend_rope_qkv_split: issue 24); with qk_norm, or
 // weights or biases not consecutive, three GEMMs into q (qr under qk_norm),
-// k (kr), v, then model_attn_qkv_post.
-static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, struct block *w,
+// k (kr), v, then model_attn_qkv_post. Block blk's GEMMs in FP8 when it has them.
+static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, int blk,
                         struct tensor n1) {
     struct backend *be = m->be;
+    struct block *w = &m->blocks[blk];
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     struct tensor ds = rope_docs_of(m, S), wqkv = joined(joined(w->wq, w->wk), w->wv);
     struct tensor bqkv = joined(joined(w->bq, w->bk), w->bv);
     bool fused = wqkv.numel && !m->cfg.qk_norm && (!m->cfg.qkv_bias || bqkv.numel);
+    bool f8 = model_fp8_block(m, blk);
+    struct tensor none = tensor_view(NULL, m->dtype, 0);
     if (fused) {
-        linear(m, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        if (f8) model_fp8_qkv(m, blk, n1, m->qkv, none, none, none);
+        else linear(m, m->qkv, n1, wqkv, HD + 2 * KD, C);
         if (m->cfg.qkv_bias) bias_add(m, m->qkv, bqkv, m->N, HD + 2 * KD);
         backend_rope_qkv_split(be, a->q, a->k, a->v, m->qkv, m->rope_cos, m->rope_sin, ds, m->B,
                                m->T, m->Hl, m->Hkvl, m->D);
         return;
     }
     struct tensor qp = m->cfg.qk_norm ? a->qr : a->q, kp = m->cfg.qk_norm ? a->kr : a->k;
-    linear(m, qp, n1, w->wq, HD, C);
-    linear(m, kp, n1, w->wk, KD, C);
-    linear(m, a->v, n1, w->wv, KD, C);
+    if (f8) {
+        model_fp8_qkv(m, blk, n1, none, qp, kp, a->v);
+    } else {
+        linear(m, qp, n1, w->wq, HD, C);
+        linear(m, kp, n1, w->wk, KD, C);
+        linear(m, a->v, n1, w->wv, KD, C);
+    }
     model_attn_qkv_post(m, w, qp, kp, a->v, a->q, a->k, a->rstdq, a->rstdk, ds, m->B, m->T, 0);
 }
 
 // dln (N, C) = the gradient through q, k, v from m->dq, m->dk, m->dv (before
 // RoPE's inverse); d[Wq; Wk; Wv] +=: the join (inverse RoPE and packing into
 // m->qkv), the biases' column sums and two GEMMs over the consecutive
-// weights and gradients, else attn_qkv_post_backward and six GEMMs.
-static void qkv_backward(struct model *m, struct slot *S, const struct block_acts *a,
-                         struct block *w, struct block *dw, struct tensor n1) {
+// weights and gradients, else attn_qkv_post_backward and six GEMMs (in FP8
+// for an FP8 block blk).
+static void qkv_backward(struct model *m, struct slot *S, const struct block_acts *a, int blk,
+                         struct tensor n1) {
     struct backend *be = m->be;
+    struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
+    bool f8 = model_fp8_block(m, blk);
+    struct tensor none = tensor_view(NULL, m->dtype, 0);
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     struct tensor ds = rope_docs_of(m, S);
     struct tensor wqkv = joined(joined(w->wq, w->wk), w->wv);
@@ -280,11 +292,20 @@ static void qkv_backward(struct model *m, struct slot *S, const struct block_act
         backend_rope_qkv_join(be, m->qkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, ds, m->B,
                               m->T, m->Hl, m->Hkvl, m->D);
         if (m->cfg.qkv_bias) bias_backward(m, dbqkv, m->qkv, HD + 2 * KD);
-        linear_backward(m, m->dln, 0.0f, dwqkv, m->qkv, n1, wqkv, HD + 2 * KD, C);
+        if (f8)
+            model_fp8_qkv_backward(m, blk, m->dln, n1, m->qkv, dwqkv, none, none, none, none, none,
+                                   none);
+        else
+            linear_backward(m, m->dln, 0.0f, dwqkv, m->qkv, n1, wqkv, HD + 2 * KD, C);
         return;
     }
     struct tensor dqp, dkp;
     attn_qkv_post_backward(m, S, a, w, dw, m->dq, m->dk, m->dv, &dqp, &dkp);
+    if (f8) {
+        struct tensor g = tensor_view(NULL, DTYPE_FP32, 0);
+        model_fp8_qkv_backward(m, blk, m->dln, n1, none, g, dqp, dkp, m->dv, dw->wq, dw->wk, dw->wv);
+        return;
+    }
     linear_backward(m, m->dln, 0.0f, dw->wq, dqp, n1, w->wq, HD, C);
     linear_backward(m, m->dln, 1.0f, dw->wk, dkp, n1, w->wk, KD, C);
     linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
@@ -296,10 +317,14 @@ static void qkv_backward(struct model *m, struct slot *S, const struct block_act
 // [Wgate; Wup] (2 Fl, C) @ n2^T is one GEMM over the consecutive weights
 // (issue 24), and its backward two (dx and dW) instead of four. SwiGLU is
 // elementwise, so it does not see the layout.
-static void gate_up_forward(struct model *m, struct block_acts *a, struct block *w,
-                            struct tensor n2) {
+static void gate_up_forward(struct model *m, struct block_acts *a, int blk, struct tensor n2) {
+    struct block *w = &m->blocks[blk];
     struct tensor wgu = joined(w->wgate, w->wup), gu = joined(a->gate, a->up);
     int Fl = m->Fl, C = m->C, N = m->N;
+    if (model_fp8_block(m, blk)) { // one GEMM when gate^T and up^T are consecutive
+        model_fp8_gate_up(m, blk, n2, gu, a->gate, a->up);
+        return;
+    }
     // A decode step's N rows are fewer than the slot's: gate^T (Fl, N) no
     // longer ends where up^T starts, so the two GEMMs.
     if (wgu.numel && gu.numel && !m->decoding) {
@@ -312,11 +337,15 @@ static void gate_up_forward(struct model *m, struct block_acts *a, struct block 
 
 // dln (N, C) = [dgate^T; dup^T]^T @ [Wgate; Wup]; d[Wgate; Wup] += [dgate^T;
 // dup^T] @ n2, from m->dgate, m->dup (Fl, N) each.
-static void gate_up_backward(struct model *m, struct block *w, struct block *dw,
-                             struct tensor n2) {
+static void gate_up_backward(struct model *m, int blk, struct tensor n2) {
+    struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct tensor wgu = joined(w->wgate, w->wup), dwgu = joined(dw->wgate, dw->wup);
     struct tensor dgu = joined(m->dgate, m->dup);
     int Fl = m->Fl, C = m->C, N = m->N;
+    if (model_fp8_block(m, blk)) {
+        model_fp8_gate_up_backward(m, blk, m->dln, dwgu, dw->wgate, dw->wup, m->dgate, m->dup, n2);
+        return;
+    }
     if (wgu.numel && dwgu.numel && dgu.numel) {
         backend_matmul(m->be, m->dln, dgu, wgu, N, C, 2 * Fl, true, false, 1.0f, 0.0f);
         backend_matmul(m->be, dwgu, dgu, n2, 2 * Fl, C, N, false, false, 1.0f, 1.0f);
@@ -341,8 +370,10 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     struct block_acts *a = &S->acts[i];
     int Ns = m->Ns, C = m->C, HD = m->Hl * m->D;
     float eps = m->cfg.norm_eps;
+    bool f8 = model_fp8_block(m, blk);
+    if (f8) model_fp8_weights(m, blk, w); // once per step
     if (!ln1_done) backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    qkv_forward(m, S, a, w, gathered(m, a->ln1));
+    qkv_forward(m, S, a, blk, gathered(m, a->ln1));
     if (m->decoding) { // generation: the new rows' k, v into the cache, q against it
         backend_attention_decode(be, a->att, a->q, a->k, a->v, m->kv.k[blk], m->kv.v[blk],
                                  m->kv.pos, m->B, m->T, m->kv.len, m->Hl, m->Hkvl, m->D);
@@ -353,15 +384,17 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
         backend_attention_forward_docs(be, a->att, a->lse, a->q, a->k, a->v, ds, m->B, m->T, m->Hl,
                                        m->Hkvl, m->D);
     }
-    linear(m, m->tmp, a->att, w->wo, C, HD);
+    if (f8) model_fp8_o(m, blk, m->tmp, a->att);
+    else linear(m, m->tmp, a->att, w->wo, C, HD);
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
                                 eps);
-    gate_up_forward(m, a, w, gathered(m, a->ln2));
+    gate_up_forward(m, a, blk, gathered(m, a->ln2));
     backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
     if (again) return; // the down projection's output is x[i+1], kept
     // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
-    forward_matmul(m, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 0.0f);
+    if (f8) model_fp8_down(m, blk, m->tmp, a->act);
+    else forward_matmul(m, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 0.0f);
     sp_reduce(m, m->tmp_s, m->tmp);
     if (next.y.data)
         backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
@@ -581,21 +614,26 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     struct block_acts *a = &S->acts[i];
     int Ns = m->Ns, C = m->C;
     float eps = m->cfg.norm_eps;
+    // FP8 casts repeat the forward's (the same weight copy and scales, the
+    // same bits; model_fp8.c counts no saturation twice).
+    m->fp8.recomputing = true;
     switch (m->shard.recompute) {
-    case RECOMPUTE_NONE: return;
+    case RECOMPUTE_NONE: break;
     case RECOMPUTE_FULL: {
         struct next_norm none = {{0}, {0}, {0}};
         block_forward(m, S, blk, i, true, false, none);
-        return;
+        break;
     }
-    case RECOMPUTE_SELECTIVE: break;
+    case RECOMPUTE_SELECTIVE:
+        backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
+        // the forward's GEMM and split (v rewritten with its kept bits), so that
+        // q and k have the bits of the first forward
+        qkv_forward(m, S, a, blk, gathered(m, a->ln1));
+        backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
+        backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+        break;
     }
-    backend_rmsnorm_forward(be, a->ln1, a->rstd1, S->x[i], w->ln1_w, Ns, C, eps);
-    // the forward's GEMM and split (v rewritten with its kept bits), so that
-    // q and k have the bits of the first forward
-    qkv_forward(m, S, a, w, gathered(m, a->ln1));
-    backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
-    backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+    m->fp8.recomputing = false;
 }
 
 // On entry m->dx (Ns, C) holds d x[i+1]; on exit d x[i].
@@ -604,19 +642,29 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct block_acts *a = &S->acts[i];
     int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, Fl = m->Fl;
+    bool f8 = model_fp8_block(m, blk);
+    if (f8) model_fp8_weights(m, blk, w); // cast by the forward already: a no-op
     // x[i+1] = xmid + down(act): d xmid += dx through the residual.
     // (transposed: dact^T (Fl, N) = Wdown^T @ dx^T; dWdown += dx^T @ act)
     sp_gather(m, m->dx_full, m->dx);
-    backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
-    backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, true, 1.0f, 1.0f);
+    if (f8) {
+        model_fp8_down_backward(m, blk, m->dact, dw->wdown, m->dx_full, a->act);
+    } else {
+        backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
+        backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, true, 1.0f, 1.0f);
+    }
     backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-    gate_up_backward(m, w, dw, gathered(m, a->ln2));
+    gate_up_backward(m, blk, gathered(m, a->ln2));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
     // xmid = x[i] + o(att)
     sp_gather(m, m->dx_full, m->dx);
-    backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
-    backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
+    if (f8) {
+        model_fp8_o_backward(m, blk, m->datt, dw->wo, m->dx_full, a->att);
+    } else {
+        backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
+        backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
+    }
     if (m->cp > 1) {
         ring_attention_backward(m, S, a, m->datt);
     } else {
@@ -624,7 +672,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i) {
         backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
                                         a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
     }
-    qkv_backward(m, S, a, w, dw, gathered(m, a->ln1));
+    qkv_backward(m, S, a, blk, gathered(m, a->ln1));
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }

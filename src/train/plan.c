@@ -86,6 +86,29 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     return STATUS_OK;
 }
 
+struct model_fp8_config plan_fp8_config(const struct config *c) {
+    const struct precision_config *pc = &c->precision;
+    struct model_fp8_config f = {
+        .on = pc->fp8 != FP8_NONE, .grad = pc->fp8 == FP8_HYBRID ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3,
+        .delayed = pc->fp8_scaling == FP8_SCALING_DELAYED, .history_len = pc->fp8_amax_history_len,
+        .most_recent = pc->fp8_amax_compute == FP8_AMAX_MOST_RECENT, .margin = pc->fp8_margin};
+    config_fp8_skip(c, &f.skip_first, &f.skip_last);
+    return f;
+}
+
+enum status plan_fp8_bytes(const struct config *c, const struct model_shard *sh, struct plan_fp8 *out,
+                           struct error *err) {
+    *out = (struct plan_fp8){0};
+    if (c->precision.fp8 == FP8_NONE) return STATUS_OK;
+    struct llama_config lc = plan_llama(c);
+    struct model_fp8_config fc = plan_fp8_config(c);
+    struct model_fp8_memory mem;
+    enum status st = model_fp8_plan_bytes(&lc, sh, &fc, c->train.micro_batch_size, c->train.seq_len, &mem, err);
+    if (st) return st;
+    *out = (struct plan_fp8){.weights = mem.weights, .saved = 0, .work = mem.scratch + mem.state};
+    return STATUS_OK;
+}
+
 size_t plan_rank_total(const struct plan_rank_bytes *b) {
     return b->params + b->grads + b->optimizer + b->activations;
 }
@@ -116,6 +139,11 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .n_slots = MAX(1, shard.n_slots),
         .n_params = mem.n_params,
     };
+    // FP8 (precision.fp8 != none): the copies plan_fp8_bytes counts
+    struct plan_fp8 f8;
+    if ((st = plan_fp8_bytes(c, &shard, &f8, err))) return st;
+    out->fp8_weights = f8.weights, out->fp8_saved = f8.saved, out->fp8_work = f8.work;
+    out->params += f8.weights, out->activations += f8.saved + f8.work;
     // The training log's samples (train.sample_every > 0; not under context
     // parallelism) run on a key/value cache of one row of seq_len positions,
     // allocated at start (train.c, setup_samples).

@@ -81,7 +81,37 @@ struct plan_rank_bytes {
                                                   // 0 when the whole stage stays gathered
     size_t grads_shard, grads_units, grads_recv, grads_transfer; // bytes, inside grads
     size_t opt_moments, opt_master;               // bytes, inside optimizer
+    // precision.fp8 != none only (0 otherwise; plan_fp8_bytes):
+    size_t fp8_weights;                           // bytes, inside params
+    size_t fp8_saved, fp8_work;                   // bytes, inside activations: the slots' FP8
+                                                  // GEMM inputs; recompute buffer + scratch +
+                                                  // scaling state
 };
+
+// The model's FP8 settings (model.h struct model_fp8_config) from
+// [precision] fp8, fp8_scaling, fp8_amax_history_len, fp8_amax_compute,
+// fp8_margin and fp8_skip_layers: what the trainer gives model_fp8_init.
+struct model_fp8_config plan_fp8_config(const struct config *c);
+
+// What FP8 training (precision.fp8 = hybrid or e4m3, docs/planning.md §7,
+// docs/design.md §5 "FP8 linear layers") adds to one rank of the config's
+// layout, in bytes: the model's own allocation (model_fp8_plan_bytes, plan
+// == run). weights: the FP8 copies of the rank's FP8 blocks' q, k, v, o,
+// gate, up, down weights (1 byte an element, cast once a step and kept
+// through its microbatches; every local FP8 block's, under ZeRO-3 too);
+// saved: FP8 copies of GEMM inputs kept per activation slot: none (the
+// model casts x again for the weight gradient); work: two FP8 scratch
+// buffers (the largest block GEMM input and output gradient of N =
+// micro_batch_size x seq_len / cp rows) and the scaling state (12 tensors a
+// FP8 block: scale, scale inverse, amax in FP32, plus fp8_amax_history_len
+// under delayed scaling; an I64 saturation count), each rounded up to 256
+// bytes. Blocks kept in bf16 (fp8_skip_layers) hold none.
+struct plan_fp8 {
+    size_t weights, saved, work;
+};
+// Zeroes *out when c->precision.fp8 is none. Errors: as plan_shard.
+enum status plan_fp8_bytes(const struct config *c, const struct model_shard *shard, struct plan_fp8 *out,
+                           struct error *err);
 
 // Sum of a rank's four pools, in bytes.
 size_t plan_rank_total(const struct plan_rank_bytes *b);

@@ -8,15 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Datasheet numbers (docs/planning.md cites them): dense bf16 tensor-core
-// peak, HBM bandwidth, NVLink per GPU one direction (half the quoted
-// bidirectional figure), one NIC per GPU (HDR 200 Gb/s on DGX A100, NDR
-// 400 Gb/s on DGX H100/H200), memory.
+// Datasheet numbers (docs/planning.md §3 cites them): dense bf16 and FP8
+// tensor-core peaks, HBM bandwidth, NVLink per GPU one direction (half the
+// quoted bidirectional figure; PCIe Gen5 x16 for H100-PCIe), one NIC per GPU
+// (HDR 200 Gb/s on DGX A100, NDR 400 Gb/s on DGX H100/H200/B200), memory,
+// multiprocessors; then the kernel efficiencies of the time model (gemm,
+// gemm fp8, attention forward, attention backward, HBM), from the published
+// measurements docs/planning.md §3 names.
+#define AMPERE 0.66, 0.0, 0.70, 0.55, 0.80
+#define HOPPER 0.62, 0.62, 0.65, 0.50, 0.80
 static const struct plan_gpu presets[] = {
-    {"A100-80G", 312e12, 2.039e12, 300e9, 25e9, (size_t)80 << 30},
-    {"H100-SXM", 989e12, 3.35e12, 450e9, 50e9, (size_t)80 << 30},
-    {"H200", 989e12, 4.8e12, 450e9, 50e9, (size_t)141 << 30},
+    {"A100-40G", 312e12, 0, 1.555e12, 300e9, 25e9, (size_t)40 << 30, 108, AMPERE},
+    {"A100-80G", 312e12, 0, 2.039e12, 300e9, 25e9, (size_t)80 << 30, 108, AMPERE},
+    {"H100-SXM", 989e12, 1979e12, 3.35e12, 450e9, 50e9, (size_t)80 << 30, 132, HOPPER},
+    {"H100-PCIe", 756e12, 1513e12, 2.0e12, 64e9, 50e9, (size_t)80 << 30, 114, HOPPER},
+    {"H800", 989e12, 1979e12, 3.35e12, 200e9, 50e9, (size_t)80 << 30, 132, HOPPER},
+    {"H200", 989e12, 1979e12, 4.8e12, 450e9, 50e9, (size_t)141 << 30, 132, HOPPER},
+    {"B200", 2250e12, 4500e12, 8.0e12, 900e9, 50e9, (size_t)180 << 30, 148, HOPPER},
 };
+#define N_PRESETS (int)(sizeof presets / sizeof presets[0])
+#define PRESET_DEFAULT 2 // H100-SXM
 
 // "3.35T", "450G", "450" (in unit), "80G" -> bytes or bytes/s.
 static bool parse_amount(const char *s, double unit, double *out) {
@@ -38,7 +49,7 @@ static bool parse_amount(const char *s, double unit, double *out) {
 }
 
 enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error *err) {
-    *gpu = presets[1];
+    *gpu = presets[PRESET_DEFAULT];
     char buf[256];
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL;
@@ -47,13 +58,14 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
         if (!eq) {
             char name[64]; // "A100-80GB" = "A100-80G"
             snprintf(name, sizeof name, "%s", tok);
-            size_t i = 0, len = strlen(name);
+            int i = 0;
+            size_t len = strlen(name);
             if (len > 2 && !strcasecmp(name + len - 2, "GB")) name[len - 1] = '\0';
-            while (i < (sizeof presets / sizeof presets[0]) && strcasecmp(presets[i].name, name)) i++;
-            if (i == (sizeof presets / sizeof presets[0]))
+            while (i < N_PRESETS && strcasecmp(presets[i].name, name)) i++;
+            if (i == N_PRESETS)
                 return error_set(err, STATUS_BAD_INPUT,
-                                 "--gpu: unknown preset '%s' (A100-80G, H100-SXM, H200, or "
-                                 "tflops=..,hbm=..,nvlink=..,ib=..,mem=..)", tok);
+                                 "--gpu: unknown preset '%s' (A100-40G, A100-80G, H100-SXM, H100-PCIe, H800, "
+                                 "H200, B200, or tflops=..,fp8=..,hbm=..,nvlink=..,ib=..,mem=..)", tok);
             *gpu = presets[i];
             continue;
         }
@@ -62,12 +74,14 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
         double x;
         bool ok;
         if (!strcmp(k, "tflops")) ok = parse_amount(v, 1e12, &x) && (gpu->peak_flops = x, true);
+        else if (!strcmp(k, "fp8")) ok = parse_amount(v, 1e12, &x) && (gpu->fp8_flops = x, true);
         else if (!strcmp(k, "hbm")) ok = parse_amount(v, 1e12, &x) && (gpu->hbm_bw = x, true);
         else if (!strcmp(k, "nvlink")) ok = parse_amount(v, 1e9, &x) && (gpu->nvlink_bw = x, true);
         else if (!strcmp(k, "ib")) ok = parse_amount(v, 1e9, &x) && (gpu->ib_bw = x, true);
         else if (!strcmp(k, "mem")) ok = parse_amount(v, 1e9, &x) && (gpu->mem_bytes = (size_t)(x / 1e9 * 1073741824.0), true);
         else
-            return error_set(err, STATUS_BAD_INPUT, "--gpu: unknown key '%s' (tflops, hbm, nvlink, ib, mem)", k);
+            return error_set(err, STATUS_BAD_INPUT, "--gpu: unknown key '%s' (tflops, fp8, hbm, nvlink, ib, mem)",
+                             k);
         if (!ok) return error_set(err, STATUS_BAD_INPUT, "--gpu: %s=%s is not a positive amount", k, v);
         snprintf(gpu->name, sizeof gpu->name, "custom");
     }
@@ -93,6 +107,94 @@ void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s
     *bwd_s = (cp - 1) * MAX(0, t_kv - 2 * t_block_fwd) + cp * t_kv;
 }
 
+int plan_nearest_batch(int B, int mb, int dp) {
+    long per = (long)mb * dp, m = (B + per / 2) / per; // round half up
+    return (int)(MAX(1, m) * per);
+}
+
+bool plan_batch_close(int B, int Bm) { return 10L * labs((long)Bm - B) <= B; }
+
+double plan_gemm_s(const struct plan_gpu *g, double M, double N, double K, bool fp8) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    double tiles = ceil(M / PLAN_TILE_M) * ceil(N / PLAN_TILE_N);
+    double waves = ceil(tiles / g->n_sm), wave_eff = tiles / (waves * g->n_sm);
+    double peak = fp8 ? g->fp8_flops * g->gemm_eff_fp8 : g->peak_flops * g->gemm_eff;
+    double t_compute = 2 * M * N * K / (peak * wave_eff);
+    double t_memory = ((M * K + K * N) * (fp8 ? 1 : 2) + M * N * 2) / (g->hbm_bw * g->hbm_eff);
+    return MAX(t_compute, t_memory);
+}
+
+double plan_attention_s(const struct plan_gpu *g, double flops_fwd, double block_len, double *bwd_s) {
+    double shape = block_len / (block_len + PLAN_ATTN_HALF_LEN);
+    *bwd_s = 2.5 * flops_fwd / (g->peak_flops * g->attn_bwd_eff * shape);
+    return flops_fwd / (g->peak_flops * g->attn_fwd_eff * shape);
+}
+
+// One microbatch through one layer (and the head) on one rank, seconds
+// (docs/planning.md §3, "Kernel model").
+struct layer_times {
+    double fwd, bwd;        // the whole layer: GEMMs, attention, memory-bound kernels, FP8 casts
+    double attn_fwd;        // of fwd: the attention kernel
+    double selective;       // what selective recompute reruns: norms, q and k GEMMs, RoPE, attention, SwiGLU
+    double head;            // the head's GEMMs and loss, forward and backward (last stage)
+    double block_attn_fwd;  // one context-parallel block's attention forward (T / cp x T / cp)
+    double weight_casts;    // casting this rank's block-linear weights to FP8, once a step
+};
+
+static struct layer_times kernel_times(const struct config *c, const struct llama_config *lc,
+                                       const struct plan_gpu *g, const struct plan_layout *l, int n_layers_rank) {
+    struct layer_times t = {0};
+    int tp = l->tp, cp = l->cp;
+    double C = lc->d_model, D = llama_head_dim(lc), Hl = lc->n_heads / tp, Hkvl = MAX(1, lc->n_kv_heads / tp);
+    double HD = Hl * D, KD = Hkvl * D, F = (double)lc->ffn_dim / tp, V = ceil((double)lc->vocab_size / tp);
+    double Tl = (double)c->train.seq_len / cp, T = c->train.seq_len, N = l->mb * Tl;
+    bool sp = tp > 1 && c->train.seq_len / cp % tp == 0;
+    double Ns = sp ? N / tp : N, dt = dtype_size(c->precision.dtype);
+    bool fp8 = c->precision.fp8 != FP8_NONE;
+    double hbm = g->hbm_bw * g->hbm_eff;
+    // The block's GEMMs (out = in (N, K) x W (K, Nout)): QKV, o, gate, up, down.
+    double gemm[5][2] = {{C, HD + 2 * KD}, {HD, C}, {C, F}, {C, F}, {F, C}};
+    double g_fwd = 0, g_bwd = 0;
+    for (int i = 0; i < 5; i++) {
+        double K = gemm[i][0], Nout = gemm[i][1];
+        g_fwd += plan_gemm_s(g, N, Nout, K, fp8);
+        g_bwd += plan_gemm_s(g, N, K, Nout, fp8) + plan_gemm_s(g, K, Nout, N, fp8); // dgrad, wgrad
+    }
+    // Attention: QK^T and AV of the rank's N queries against T keys, the causal half.
+    double attn_flops = 2.0 * l->mb * Tl * T * HD, attn_bwd;
+    t.attn_fwd = plan_attention_s(g, attn_flops, Tl, &attn_bwd);
+    double blk_bwd;
+    t.block_attn_fwd = plan_attention_s(g, 2.0 * l->mb * Tl * Tl * HD, Tl, &blk_bwd);
+    // Memory-bound kernels, elements through HBM: norms and residual adds on
+    // Ns rows of C, RoPE on q and k, SwiGLU on N rows of F.
+    double ew_fwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm;
+    double ew_bwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 5 * F)) / hbm;
+    // FP8 casts as src/model runs them (model_fp8.c), bytes an element: a
+    // cast reads 2 and writes 1, current scaling reads 2 more for the amax
+    // first (per = 5; delayed: the fused cast + amax, 3). Forward: the GEMM
+    // inputs x (ln1, att, ln2, act). Backward: the output gradients dy, the
+    // inputs again for the weight gradient (same scale: 3), and the K-major
+    // copies cuBLASLt's TN-only FP8 GEMMs need (read 1, write 1): x and dy
+    // for the weight gradient, the weights for the input gradient. The
+    // weights are cast once a step.
+    double cast_fwd = 0, cast_bwd = 0, per = c->precision.fp8_scaling == FP8_SCALING_DELAYED ? 3 : 5;
+    if (fp8) {
+        double x_in = N * (2 * C + HD + F), dy = N * ((HD + 2 * KD) + 2 * C + 2 * F);
+        double lin = C * (HD + 2 * KD) + HD * C + 3 * C * F;
+        cast_fwd = per * x_in / hbm;
+        cast_bwd = (per * dy + 3 * x_in + 2 * (x_in + dy) + 2 * lin) / hbm;
+        t.weight_casts = n_layers_rank * lin * per / hbm;
+    }
+    t.fwd = g_fwd + t.attn_fwd + ew_fwd + cast_fwd;
+    t.bwd = g_bwd + attn_bwd + ew_bwd + cast_bwd;
+    t.selective = plan_gemm_s(g, N, HD + KD, C, fp8) + t.attn_fwd +
+                  dt * (4 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm +
+                  (fp8 ? per * N * (C + F) / hbm : 0);
+    t.head = plan_gemm_s(g, N, V, C, false) + plan_gemm_s(g, N, C, V, false) + plan_gemm_s(g, C, V, N, false) +
+             dt * 4 * N * V / hbm;
+    return t;
+}
+
 bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct plan_layout *l,
                   char *why, size_t why_len) {
     struct config c = *c0;
@@ -106,6 +208,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     c.parallel.virtual_stages = l->v, c.parallel.zero_stage = l->zero;
     c.parallel.sequence_parallel = l->tp > 1 && c.train.seq_len / l->cp % l->tp == 0;
     c.train.micro_batch_size = l->mb;
+    if (l->global_batch > 0) c.train.global_batch_size = l->global_batch; // the nearest that divides
     c.model.recompute = l->recompute;
     struct error err = {0};
     // What the trainer refuses (config_validate: a combination it cannot run)
@@ -141,22 +244,48 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     struct grid_layout grid = config_grid(&c);
     int N = topology_world_size(&grid), T = c.train.seq_len, L = lc.n_layers;
     int m = c.train.global_batch_size / (l->mb * l->dp), cp = l->cp, G = l->dp * cp; // G: the gradient group
+    l->global_batch = c.train.global_batch_size;
     double tokens = (double)c.train.global_batch_size * T;
     // Model FLOPs per GPU per step. Under context parallelism each rank holds
     // T / cp tokens of every sequence in the load-balanced order (chunks r and
     // 2 cp - 1 - r), so its share of the causal attention is 1 / cp as well:
     // dividing by N (tp cp dp pp) is exact for every term.
     double flops = model_flops_per_token(&lc, T) * tokens / N;
+    double HD = (double)lc.n_heads * llama_head_dim(&lc); // the attention's width (d_model unless head_dim)
+    double attn_fwd = 2.0 * L * HD * (double)T * tokens / N; // QK^T and AV, forward
     double rate = cl->gpu.peak_flops * cl->efficiency;
+    bool fp8 = c.precision.fp8 != FP8_NONE;
     // The slowest stage sets the pace: ceil(L / (p v)) layers a chunk.
     int chunk_max = (L + l->pp * l->v - 1) / (l->pp * l->v);
     double imbalance = (double)chunk_max * l->pp * l->v / L;
-    l->compute_s = flops * imbalance / rate;
-    double HD = (double)lc.n_heads * llama_head_dim(&lc); // the attention's width (d_model unless head_dim)
-    double attn_fwd = 2.0 * L * HD * (double)T * tokens / N; // QK^T and AV, forward
-    double fwd = flops / 3;
-    l->recompute_s = (l->recompute == RECOMPUTE_FULL ? fwd : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd : 0) *
-                     imbalance / rate;
+    double recompute_flops, t_block; // hardware FLOPs recompute adds a GPU; one cp block's attention forward
+    double KD = (double)lc.n_kv_heads * llama_head_dim(&lc), Cm = lc.d_model;
+    if (cl->efficiency > 0) {
+        // Every FLOP at one efficiency of the peak (the FP8 peak for the
+        // block linears' 6 x params a token under precision.fp8).
+        double lin = L * (Cm * (HD + 2 * KD) + HD * Cm + 3.0 * Cm * lc.ffn_dim) * 6 * tokens / N;
+        double f8 = fp8 ? lin : 0;
+        l->compute_s = ((flops - f8) / rate + (fp8 ? f8 / (cl->gpu.fp8_flops * cl->efficiency) : 0)) * imbalance;
+        double fwd = flops / 3;
+        recompute_flops = l->recompute == RECOMPUTE_FULL ? fwd : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd : 0;
+        l->recompute_s = recompute_flops * imbalance / rate;
+        t_block = 2.0 * l->mb * ((double)T / cp) * ((double)T / cp) * HD / l->tp / rate;
+    } else {
+        // The kernel model (docs/planning.md §3): each GEMM at its shape's
+        // rate, attention at the fused kernel's, the memory-bound kernels at
+        // HBM speed; per microbatch and layer on one rank, m microbatches of
+        // L / pp layers (the slowest stage: x imbalance) and the head's share.
+        struct layer_times k = kernel_times(&c, &lc, &cl->gpu, l, chunk_max * l->v);
+        double per_mb = (L * (k.fwd + k.bwd) + k.head) / l->pp;
+        l->compute_s = (m * per_mb + k.weight_casts) * imbalance;
+        double rec = l->recompute == RECOMPUTE_FULL ? L * k.fwd / l->pp
+                     : l->recompute == RECOMPUTE_SELECTIVE ? L * k.selective / l->pp : 0;
+        l->recompute_s = m * rec * imbalance;
+        double qk = 2.0 * (HD + KD) * Cm * tokens / N * L; // selective: the q and k GEMMs again
+        recompute_flops = l->recompute == RECOMPUTE_FULL ? flops / 3
+                          : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd + qk : 0;
+        t_block = k.block_attn_fwd;
+    }
     l->bubble_s = (l->pp - 1) / (double)(l->v * m) * (l->compute_s + l->recompute_s);
     // TP: per layer and microbatch 2 all-reduce volumes forward, 2 backward
     // (with sequence parallelism an all-gather + reduce-scatter pair each),
@@ -183,7 +312,6 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         double Tl = (double)T / cp, D = llama_head_dim(&lc);
         double kv_heads = MAX(1, lc.n_kv_heads / l->tp);
         double kv_bytes = 2.0 * l->mb * Tl * kv_heads * D * dtype_size(c.precision.dtype);
-        double t_block = 2.0 * l->mb * Tl * Tl * HD / l->tp / rate;
         double fwd_x, bwd_x;
         plan_cp_ring_exposed(cp, t_block, a_cp + kv_bytes / bw_cp, &fwd_x, &bwd_x);
         int n_fwd = l->recompute == RECOMPUTE_FULL ? 2 : 1;
@@ -235,16 +363,29 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->cp_comm_s + l->pp_comm_s +
                 l->dp_exposed_s;
     l->tflops_per_gpu = flops / l->step_s / 1e12;
-    l->hw_tflops_per_gpu = (flops + l->recompute_s / imbalance * rate) / l->step_s / 1e12;
+    l->hw_tflops_per_gpu = (flops + recompute_flops) / l->step_s / 1e12;
     l->mfu = flops / l->step_s / cl->gpu.peak_flops;
+    l->mfu_full = (flops + attn_fwd * 3) / l->step_s / cl->gpu.peak_flops; // + the masked half: 12 L C T
     l->tokens_per_s = tokens / l->step_s;
+    l->tokens_per_s_per_gpu = l->tokens_per_s / N;
+    l->bf16_step_s = 0, l->bf16_peak_bytes = 0;
+    if (fp8) { // the same layout without FP8, for the ratio
+        struct config b = *c0;
+        b.precision.fp8 = FP8_NONE;
+        struct plan_layout lb = *l;
+        char w[160];
+        if (plan_predict(&b, cl, &lb, w, sizeof w)) l->bf16_step_s = lb.step_s;
+        l->bf16_peak_bytes = lb.peak_bytes;
+    }
     return true;
 }
 
-// Fastest first; of equal times, the one that needs less memory.
+// Fastest first (seconds a sequence: a batch moved to the nearest that
+// divides is not a faster step); of equal times, the one that needs less memory.
 static int cmp_layout(const void *a, const void *b) {
     const struct plan_layout *p = a, *q = b;
-    if (p->step_s != q->step_s) return p->step_s < q->step_s ? -1 : 1;
+    double tp = p->step_s / p->global_batch, tq = q->step_s / q->global_batch;
+    if (tp != tq) return tp < tq ? -1 : 1;
     return (p->peak_bytes > q->peak_bytes) - (p->peak_bytes < q->peak_bytes);
 }
 
@@ -253,15 +394,23 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err) {
     const struct model_config *mc = &c->model;
     int N = cl->gpus, B = c->train.global_batch_size, cap = 4096, n = 0;
-    if (N < 1 || cl->gpus_per_node < 1 || !(cl->efficiency > 0 && cl->efficiency <= 1))
+    if (N < 1 || cl->gpus_per_node < 1 || !(cl->efficiency >= 0 && cl->efficiency <= 1))
         return error_set(err, STATUS_BAD_INPUT,
-                         "plan search: %d GPUs, %d a node, efficiency %g: expected >= 1, >= 1, (0, 1]", N,
+                         "plan search: %d GPUs, %d a node, efficiency %g: expected >= 1, >= 1, [0, 1]", N,
                          cl->gpus_per_node, cl->efficiency);
     struct plan_layout *fit = xcalloc((size_t)cap, sizeof *fit);
     *n_fit = 0, *n_tried = 0, *n_rej = 0;
     int T = c->train.seq_len;
-    for (int tp = 1; tp <= N && tp <= 64; tp *= 2) {
-        if (N % tp) break;
+    for (int tp = 1; tp <= N && tp <= 64; tp++) {
+        if (N % tp) continue;
+        // Powers of two always (their rejections explain the families a
+        // reader expects); any other divisor of n_heads that fits a node and
+        // divides what tensor parallelism splits (n_kv_heads or a multiple of
+        // it, ffn_dim) as well.
+        bool pow2 = (tp & (tp - 1)) == 0;
+        if (!pow2 && (tp > cl->gpus_per_node || tp > mc->n_kv_heads || mc->n_heads % tp || mc->ffn_dim % tp ||
+                      mc->n_kv_heads % tp))
+            continue;
         // Context parallelism for long sequences: cp a power of two with T %
         // (2 cp) == 0 (the load-balanced split's 2 cp chunks), from
         // PLAN_CP_MIN_SEQ tokens on.
@@ -281,11 +430,12 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 snprintf(why, sizeof why, "tp %d does not divide n_heads %d or ffn_dim %d", tp, mc->n_heads, mc->ffn_dim);
             else if (pp > mc->n_layers)
                 snprintf(why, sizeof why, "pp %d > n_layers %d", pp, mc->n_layers);
-            else if (B % dp)
-                snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d", dp, B);
-            else if (B / dp < pp)
+            else if (!plan_batch_close(B, plan_nearest_batch(B, 1, dp)))
+                snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d (the nearest multiple, %d, is "
+                         "more than 10%% away)", dp, B, plan_nearest_batch(B, 1, dp));
+            else if (plan_nearest_batch(B, 1, dp) / dp < pp)
                 snprintf(why, sizeof why, "%d microbatches a replica at most (global_batch_size %d / dp %d) < pp %d: "
-                         "the pipeline never fills", B / dp, B, dp, pp);
+                         "the pipeline never fills", plan_nearest_batch(B, 1, dp) / dp, B, dp, pp);
             if (why[0]) {
                 // Only the families a reader would consider: skip pp beyond layers quietly.
                 if (*n_rej < max_rej && pp <= mc->n_layers && (pp == 1 || tp <= cl->gpus_per_node))
@@ -293,12 +443,18 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 continue;
             }
             char oom[400] = "";
-            for (int v = 1; v <= 8; v *= 2) {
+            // Virtual stages: every divisor of the layers a stage holds
+            // (ceil(L / pp)) up to the model's MODEL_MAX_CHUNKS chunks a rank.
+            int per_stage = (mc->n_layers + pp - 1) / pp;
+            for (int v = 1; v <= MIN(per_stage, MODEL_MAX_CHUNKS); v++) {
+                if (per_stage % v) continue;
                 if (v > 1 && pp == 1) break;
                 if (pp * v > mc->n_layers) break;
                 for (int mb = 1; mb <= 16; mb *= 2) {
-                    if (B % (mb * dp)) continue;
-                    int m = B / (mb * dp);
+                    // A batch that does not divide: the nearest multiple of mb dp (said with the layout).
+                    int Bm = plan_nearest_batch(B, mb, dp);
+                    if (!plan_batch_close(B, Bm)) continue;
+                    int m = Bm / (mb * dp);
                     if (m < pp || (v > 1 && m % pp)) continue;
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
                         for (int z = 0; z <= (G > 1 ? 3 : 0); z++)
@@ -309,7 +465,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                             if (dp % S || (z >= 2 && S * cp == 1)) continue;
                             struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
                                                   .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
-                                                  .recompute = (enum recompute)r};
+                                                  .recompute = (enum recompute)r, .global_batch = Bm};
                             char w[160];
                             ++*n_tried;
                             if (!plan_predict(c, cl, &l, w, sizeof w)) {

@@ -12,13 +12,22 @@
 
 #include "train/plan.h"
 
-// One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s, shown only),
-// per-GPU NVLink and inter-node bandwidths (bytes/s one direction, taken as
-// the achievable NCCL bus bandwidth) and memory (bytes).
+// One GPU (docs/planning.md §3, "GPU presets"): dense bf16 and FP8
+// tensor-core peaks (FLOP/s; fp8_flops 0: no FP8 tensor cores), HBM
+// bandwidth (bytes/s), per-GPU NVLink and inter-node bandwidths (bytes/s one
+// direction, taken as the achievable NCCL bus bandwidth), memory (bytes), and
+// what the time model needs of its kernels: n_sm streaming multiprocessors
+// (a GEMM's output tiles run in waves of n_sm), gemm_eff and gemm_eff_fp8 the
+// fractions of the bf16 / FP8 peak a large GEMM reaches, attn_fwd_eff and
+// attn_bwd_eff those of the bf16 peak a fused attention kernel reaches on
+// long sequences (causal FLOPs), hbm_eff the fraction of hbm_bw that
+// memory-bound kernels (norms, RoPE, SwiGLU, FP8 casts) reach.
 struct plan_gpu {
     char name[32];
-    double peak_flops, hbm_bw, nvlink_bw, ib_bw;
+    double peak_flops, fp8_flops, hbm_bw, nvlink_bw, ib_bw;
     size_t mem_bytes;
+    int n_sm;
+    double gemm_eff, gemm_eff_fp8, attn_fwd_eff, attn_bwd_eff, hbm_eff;
 };
 
 // The cluster and the model's knobs.
@@ -26,14 +35,51 @@ struct plan_cluster {
     int gpus, gpus_per_node;
     struct plan_gpu gpu;
     size_t reserve_bytes;     // kept free per GPU: CUDA context, NCCL buffers, fragmentation
-    double efficiency;        // achieved fraction of peak for the layout's FLOPs, (0, 1]
+    double efficiency;        // 0: the kernel model (plan_kernel_times); in (0, 1]: every FLOP at
+                              // this fraction of peak (the model before issue 30)
     double alpha_nvlink, alpha_ib; // seconds per collective step (latency term)
 };
 
-// Fills gpu from "A100-80G" (or "A100-80GB"), "H100-SXM", "H200" or a comma list of
-// name=value (tflops=, hbm= in TB/s or with a T/G suffix, nvlink=, ib= in
-// GB/s or with a G suffix, mem= with a G suffix) applied on top of H100-SXM
-// or on top of a preset named first ("H200,ib=25G").
+// The kernel model's constants (docs/planning.md §3): a GEMM's output is
+// computed in tiles of PLAN_TILE_M x PLAN_TILE_N (CUTLASS/cuBLAS's usual
+// 128 x 256 for bf16 and FP8 on Hopper), n_sm tiles a wave; a fused
+// attention kernel on blocks of Tb queries runs at Tb / (Tb +
+// PLAN_ATTN_HALF_LEN) of its long-sequence rate (a fit to FlashAttention-2's
+// published rates against sequence length).
+#define PLAN_TILE_M 128
+#define PLAN_TILE_N 256
+#define PLAN_ATTN_HALF_LEN 384
+
+// The global batch (sequences) a layout with micro-batch mb and dp data
+// ranks runs when B does not divide by mb dp: the nearest multiple of mb
+// dp, at least one microbatch a replica (docs/planning.md §2); B when it
+// divides.
+int plan_nearest_batch(int B, int mb, int dp);
+// Whether the search may plan batch Bm for the config's B: within 10% of it
+// (a batch is a training choice; the planner moves it only that far).
+bool plan_batch_close(int B, int Bm);
+
+// Seconds of one GEMM out (M, N) = a (M, K) b (K, N) on g, FP8 operands
+// (fp8) or bf16: the larger of its compute time, 2 M N K FLOPs at the
+// dtype's peak x its large-GEMM efficiency x the wave efficiency (tiles /
+// (waves x n_sm), tiles = ceil(M / 128) ceil(N / 256)), and its memory time
+// (operands and the bf16 output once through HBM at hbm_bw x hbm_eff).
+// Roofline: Williams et al. 2009; wave quantization: NVIDIA's "Matrix
+// Multiplication Background User's Guide".
+double plan_gemm_s(const struct plan_gpu *g, double M, double N, double K, bool fp8);
+// Seconds of a fused causal attention forward of flops_fwd FLOPs (QK^T and
+// AV, the causal half) on query blocks of block_len tokens, at the bf16 peak
+// x attn_fwd_eff x block_len / (block_len + PLAN_ATTN_HALF_LEN); *bwd_s its
+// backward, 2.5 x the forward's FLOPs (FlashAttention's count: the scores are
+// recomputed) at attn_bwd_eff.
+double plan_attention_s(const struct plan_gpu *g, double flops_fwd, double block_len, double *bwd_s);
+
+// Fills gpu from a preset name ("A100-40G", "A100-80G" (or "A100-80GB"),
+// "H100-SXM", "H100-PCIe", "H800", "H200", "B200") or a comma list of
+// name=value (tflops=, fp8= in TFLOP/s or with a T suffix, hbm= in TB/s or
+// with a T/G suffix, nvlink=, ib= in GB/s or with a G suffix, mem= with a G
+// suffix) applied on top of H100-SXM or on top of a preset named first
+// ("H200,ib=25G").
 // Errors: STATUS_BAD_INPUT naming the unknown preset or key.
 enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error *err);
 
@@ -54,6 +100,14 @@ struct plan_layout {
     double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_exposed_s;
     double tflops_per_gpu, mfu, tokens_per_s;
     double hw_tflops_per_gpu; // with recompute's FLOPs (what Megatron-LM reports)
+    double tokens_per_s_per_gpu;
+    double mfu_full;          // MFU with the papers' FLOPs: attention counted whole, 12 L C T a
+                              // token (mfu: trident's, its causal half, model_flops_per_token)
+    int global_batch;         // sequences a step: the config's, or the nearest multiple of mb dp
+                              // when it does not divide (docs/planning.md §2)
+    // precision.fp8 != none: the same layout in bf16 (its step and peak), for the ratio
+    double bf16_step_s;
+    size_t bf16_peak_bytes;
 };
 
 // Why a family (tp, cp, pp) has no layout that fits: the structural rule it

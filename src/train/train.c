@@ -194,6 +194,15 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         [ATTENTION_CUDNN] = BACKEND_ATTENTION_CUDNN, [ATTENTION_NATIVE] = BACKEND_ATTENTION_NATIVE};
     if (!t->m.be || backend_set_attention(t->m.be, attention[c->system.attention], &err->err))
         return trainer_alone(err);
+    // FP8 GEMMs need a device with FP8 tensor cores (compute capability 8.9+):
+    // refused at start, naming the device, not at the first step.
+    if (c->precision.fp8 != FP8_NONE && backend_check_fp8(t->m.be, &err->err)) {
+        char why[sizeof err->err.msg];
+        snprintf(why, sizeof why, "%s", err->err.msg);
+        error_set(&err->err, err->err.status, "[precision] fp8 = %s: %s",
+                  c->precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3", why);
+        return trainer_alone(err);
+    }
     // Which attention path each shape takes: said once, by rank 0 (docs/cuda.md).
     backend_set_attention_log(t->m.be, topo->world_rank == 0 ? stdout : NULL);
     if (cuda && topo->world_size > 1 && topology_init_device(topo, t->m.be, &err->err))
@@ -336,6 +345,9 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
                    T, (uint64_t)c->train.seed, &err->err)) // out of memory: this rank's stage alone
         return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     model_set_groups(m->model, &t->par.groups);
+    struct model_fp8_config fc = plan_fp8_config(c);
+    if (model_fp8_init(m->model, &fc, &err->err)) // out of memory: this rank alone
+        return err->err.status == STATUS_RUNTIME ? trainer_alone(err) : err->err.status;
     if (c->data.packing == PACKING_CONCAT_RESET) // index.ini's eot_id >= 0; ids are I32
         model_set_doc_eot(m->model, (int32_t)MIN(t->data.ds->index.eot_id, (int64_t)INT32_MAX));
     m->oc = optimizer_from(c);
@@ -357,8 +369,11 @@ static enum status setup_model(struct trainer *t, struct trainer_error *err) {
 
     t->log.flops_per_token = model_flops_per_token(&m->lc, T); // the whole model's
     const struct model_memory *mem = model_memory(m->model);
+    struct model_fp8_memory f8;
+    if (model_fp8_plan_bytes(&m->lc, &shard, &fc, c->train.micro_batch_size, T, &f8, &err->err))
+        return err->err.status;
     m->mem_bytes = mem->param_bytes + mem->grad_bytes + mem->activation_bytes +
-                   optimizer_state_bytes(m->opt);
+                   optimizer_state_bytes(m->opt) + f8.weights + f8.scratch + f8.state;
     if (t->par.fsdp) {
         size_t zp, zg;
         fsdp_bytes(t->par.fsdp, &zp, &zg);
@@ -812,6 +827,11 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     int32_t path[3] = {!!(mine & BACKEND_ATTENTION_PATH_CUDNN), !!(mine & BACKEND_ATTENTION_PATH_NATIVE),
                        !!(mine & BACKEND_ATTENTION_PATH_CPU)};
     comm_all_reduce(&t->par.topo.world, path, 3, DTYPE_I32, COMM_MAX);
+    // The values the step's FP8 casts saturated, over every rank (each
+    // distinct tensor counted once: model_fp8_step_end).
+    bool fp8 = model_fp8_on(t->m.model);
+    int64_t saturated = r->fp8_saturated;
+    if (fp8) comm_all_reduce(&t->par.topo.world, &saturated, 1, DTYPE_I64, COMM_SUM);
     if (!is_root(t)) return;
     const char *attention = path[2] ? "cpu" : path[0] && path[1] ? "mixed" : path[0] ? "cudnn" : path[1] ? "native"
                                                                                                      : "none";
@@ -856,6 +876,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
             eta, data_wait * 1e3);
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
+    if (fp8) fprintf(t->log.metrics, ", \"fp8_saturated\": %lld", (long long)saturated);
     fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
     const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
     for (int k = 0; k < (t->par.sync ? 4 : 3); k++) {
@@ -1213,6 +1234,7 @@ void trainer_close(struct trainer *t) {
     free(t->data.seqs), free(t->data.mask), free(t->data.tokens), free(t->data.targets), free(t->log.split_all);
     free(t->log.threads_all);
     free(t->ckpt.host_params), free(t->ckpt.host_master), free(t->ckpt.host_m), free(t->ckpt.host_v), free(t->ckpt.pieces);
+    free(t->ckpt.host_fp8);
     free(t);
     tee_stdio_close(); // rank 0's train.log (setup_train_log)
 }

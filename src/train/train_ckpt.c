@@ -41,11 +41,85 @@ static bool units_sharded(const struct trainer *t) { return t->cfg.parallel.zero
 // copy of the whole model either.
 static bool params_by_range(const struct trainer *t) { return t->cfg.parallel.zero_stage == 3; }
 
-// The table of pieces a save or a load fills (3 per parameter tensor at most).
+// The table of pieces a save or a load fills (3 per parameter tensor at
+// most, and one per FP8 block).
 static void piece_table(struct trainer *t) {
     int n;
     model_params(t->m.model, &n);
-    if (!t->ckpt.pieces) t->ckpt.pieces = xcalloc(3 * (size_t)n, sizeof *t->ckpt.pieces);
+    if (!t->ckpt.pieces)
+        t->ckpt.pieces = xcalloc(3 * (size_t)n + (size_t)model_fp8_blocks(t->m.model), sizeof *t->ckpt.pieces);
+}
+
+// The FP8 scaling state is the model's (model.h): checkpointed under delayed
+// scaling, where it carries from step to step (current scaling keeps none).
+static bool fp8_saves(const struct trainer *t) {
+    return model_fp8_blocks(t->m.model) > 0 && t->cfg.precision.fp8_scaling == FP8_SCALING_DELAYED;
+}
+
+static void fp8_piece_name(char *name, int layer) {
+    snprintf(name, CKPT_NAME_MAX, "%s/model.layers.%d", MODEL_FP8_STATE_PREFIX, layer);
+}
+
+// The pieces of the FP8 scaling state (one whole (MODEL_FP8_TENSORS, cols)
+// tensor per FP8 block of this rank), copied into host_fp8: written by TP
+// rank 0 of the gradient group's rank 0 (every rank of the TP and gradient
+// groups holds the same state, model_fp8_step_end). Returns how many.
+static int fp8_pieces(struct trainer *t, struct ckpt_piece *out) {
+    struct model *m = t->m.model;
+    if (!fp8_saves(t) || topology_rank_in(&t->par.topo, GROUP_TP) != 0 ||
+        topology_rank_in(&t->par.topo, GROUP_DP_CP) != 0)
+        return 0;
+    int nb = model_fp8_blocks(m), cols = model_fp8_state_cols(m);
+    size_t per = (size_t)MODEL_FP8_TENSORS * cols;
+    if (!t->ckpt.host_fp8) t->ckpt.host_fp8 = xcalloc((size_t)nb * per, sizeof *t->ckpt.host_fp8);
+    for (int i = 0; i < nb; i++) {
+        float *host = t->ckpt.host_fp8 + i * per;
+        model_fp8_state_get(m, i, host);
+        struct ckpt_piece *p = &out[i];
+        *p = (struct ckpt_piece){.grows = MODEL_FP8_TENSORS, .gcols = cols, .rows = MODEL_FP8_TENSORS,
+                                 .cols = cols, .flat_end = per, .dtype = DTYPE_FP32, .data = host};
+        fp8_piece_name(p->name, model_fp8_block_layer(m, i));
+    }
+    return nb;
+}
+
+// A resume of a run under delayed scaling: each FP8 block's state from the
+// checkpoint's tensor of its layer when there is one (a checkpoint of
+// another history length gives its newest entries); without one (a bf16 or
+// fp32 checkpoint, current scaling, a layer then skipped) the block starts
+// as a fresh run's: scale 1, empty history. Errors: STATUS_BAD_INPUT for a
+// tensor of another shape or invalid values (every rank reads the same).
+static enum status fp8_resume(struct trainer *t, struct ckpt_reader *r, int *restored, struct error *err) {
+    struct model *m = t->m.model;
+    *restored = 0;
+    if (!fp8_saves(t)) return STATUS_OK;
+    char name[CKPT_NAME_MAX];
+    for (int i = 0; i < model_fp8_blocks(m); i++) {
+        fp8_piece_name(name, model_fp8_block_layer(m, i));
+        const struct ckpt_piece *stored = NULL;
+        for (int k = 0; k < checkpoint_n_pieces(r) && !stored; k++) {
+            int file;
+            const struct ckpt_piece *p = checkpoint_piece_at(r, k, &file);
+            if (!strcmp(p->name, name)) stored = p;
+        }
+        if (!stored) continue;
+        if (stored->grows != MODEL_FP8_TENSORS || stored->gcols < 2)
+            return error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is (%d, %d); FP8 scaling state is (%d, 2 + "
+                             "history length)", checkpoint_info(r)->path, name, stored->grows, stored->gcols,
+                             MODEL_FP8_TENSORS);
+        int cols = stored->gcols;
+        size_t per = (size_t)MODEL_FP8_TENSORS * cols;
+        float *host = xcalloc(per, sizeof *host);
+        struct ckpt_piece want = {.grows = MODEL_FP8_TENSORS, .gcols = cols, .rows = MODEL_FP8_TENSORS,
+                                  .cols = cols, .flat_end = per, .dtype = DTYPE_FP32, .data = host};
+        snprintf(want.name, sizeof want.name, "%s", name);
+        enum status st = checkpoint_read_piece(r, &want, err);
+        if (!st) st = model_fp8_state_set(m, i, host, cols, err);
+        free(host);
+        if (st) return st;
+        (*restored)++;
+    }
+    return STATUS_OK;
 }
 
 // Host buffers for the parameter arena and this rank's moments (allocated on
@@ -187,6 +261,7 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct tr
     if (units_sharded(t)) first_replica = sharded, zero = sharded;
     int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
                       first_replica || zero);
+    n += fp8_pieces(t, t->ckpt.pieces + n);
     // Each owner's values (the trainer's progress is its own), then every
     // owner's entries over them.
     *sv = (struct trainer_saved){.step = steps_done};
@@ -646,7 +721,8 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
     int own = checkpoint_open(path, &r, &err->err);
     const char *const *state_names;
     int n_state = optimizer_state_names(&state_names);
-    if (!own && checkpoint_check_tensors(r, state_names, n_state, &err->err)) own = err->err.status;
+    const char *const fp8_optional[] = {MODEL_FP8_STATE_PREFIX}; // the model's FP8 scaling state, when saved
+    if (!own && checkpoint_check_tensors(r, state_names, n_state, fp8_optional, 1, &err->err)) own = err->err.status;
     // Every rank file's /state, judged by its owners.
     if (!own && trainer_state_verify(r, &err->err)) own = err->err.status;
     int verdict[2] = {own, root ? own : 0};
@@ -746,6 +822,15 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
     backend_to_device(t->m.be, m.data, t->ckpt.host_m, m.numel * sizeof(float));
     backend_to_device(t->m.be, v.data, t->ckpt.host_v, v.numel * sizeof(float));
     optimizer_saved_restore(t->m.opt, &sv->opt);
+    int fp8_restored;
+    if (fp8_resume(t, r, &fp8_restored, &err->err)) {
+        s = err->err.status;
+        goto out;
+    }
+    if (root && fp8_saves(t))
+        printf("resume: FP8 scaling state of %d of rank 0's %d FP8 blocks from the checkpoint%s\n", fp8_restored,
+               model_fp8_blocks(t->m.model), fp8_restored < model_fp8_blocks(t->m.model) ? " (the others start "
+               "with scale 1 and an empty amax history)" : "");
     const struct ckpt_info *info = checkpoint_info(r);
     if (root) {
         const struct loader_state *ls = &t->data.train_loader.state;

@@ -159,6 +159,7 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
                          c->fsdp};
 
     model_zero_grad(m);
+    model_fp8_step_begin(m);
     if (c->fsdp) fsdp_step_begin(c->fsdp);
     if (c->fault_grad_inf) {
         if (c->fsdp) fsdp_fault_grad_inf(c->fsdp);
@@ -195,6 +196,9 @@ enum status train_step_run(struct train_ctx *c, int lr_step, const int32_t *toke
     // see train_step_should_skip. A skipped step leaves the parameters, the
     // moments and AdamW's step counter as they were.
     bool skip = train_step_should_skip(loss, norm);
+    // FP8 scales for the next step from this one's amaxes (unless skipped),
+    // before AdamW changes the weights the amaxes are of.
+    out->fp8_saturated = model_fp8_step_end(m, skip);
     if (!skip) optimizer_step(c->opt, lr, coef / S);
     NVTX_POP();
     out->loss = loss, out->skipped = skip, out->loss_scale = S;

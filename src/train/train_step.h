@@ -29,6 +29,8 @@ struct train_step_result {
     double loss_scale; // the loss scale of this step's backward (1 without a scaler)
     bool overflow;    // skipped, and the dynamic loss scaler backed off for it (struct
                       // loss_scaler): an fp16 overflow, not counted toward max_skipped_steps
+    int64_t fp8_saturated; // values this rank's FP8 casts saturated in the step
+                           // (model_fp8_step_end); 0 without FP8
 };
 
 // The fp16 loss scale (Micikevicius et al. 2018, §3.2; Megatron-LM's
@@ -119,7 +121,10 @@ struct train_ctx {
 };
 
 // Runs forward and backward on n_micro microbatches and one AdamW step, or
-// none when train_step_should_skip says so (out->skipped). With a loss
+// none when train_step_should_skip says so (out->skipped). With FP8 linear
+// layers (model_fp8_on) the step is bracketed by model_fp8_step_begin and
+// model_fp8_step_end (after the verdict, before AdamW: delayed scaling's
+// amax reduction and scale update, dropped for a skipped step). With a loss
 // scaler, the backward runs on the loss times its scale, the norm and the
 // clip coefficient are of the unscaled gradients, AdamW takes them divided
 // by the scale, and the scaler is updated (loss_scaler_update).

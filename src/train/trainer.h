@@ -69,7 +69,10 @@ struct trainer_ckpt {
                               // master weights of a BF16/FP16 model on resume)
     float *host_master;       // (range,) this rank's FP32 master weights (BF16/FP16 save)
     float *host_m, *host_v;   // this rank's moment range
-    struct ckpt_piece *pieces; // (3 n) for n parameter tensors: what a save writes or a resume reads
+    struct ckpt_piece *pieces; // (3 n + L) for n parameter tensors and L local layers: what a save
+                               // writes or a resume reads (L: the FP8 scaling state's)
+    float *host_fp8;          // the FP8 scaling state of this rank's FP8 blocks (delayed scaling;
+                              // model_fp8_state_get), allocated on first save
     struct ckpt_async *inflight; // [checkpoint] async: the save being written; NULL none
     double inflight_begun_s;     // time_now_s() when its writer started
     double inflight_stall_s;     // the seconds it held training so far (snapshot, collectives)

@@ -322,6 +322,11 @@ int atomicAdd(int *p, int v) {
     *p = old + v;
     return old;
 }
+unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+    unsigned long long old = *p;
+    *p = old + v;
+    return old;
+}
 int atomicMax(int *p, int v) {
     int old = *p;
     *p = std::max(old, v);
@@ -434,7 +439,7 @@ extern "C" unsigned long long emu_stat(const char *name) {
                   {"d2h_copies", &emu_stats::d2h_copies},     {"syncs", &emu_stats::syncs},
                   {"mallocs", &emu_stats::mallocs},           {"frees", &emu_stats::frees},
                   {"pageable_h2d", &emu_stats::pageable_h2d}, {"lt_setups", &emu_stats::lt_setups},
-                  {"lt_unaligned", &emu_stats::lt_unaligned}};
+                  {"lt_unaligned", &emu_stats::lt_unaligned}, {"gemms", &emu_stats::gemms}};
     std::lock_guard<std::mutex> lock(stats_lock);
     for (const auto &f : fields)
         if (!strcmp(f.name, name)) return stats.*f.field;

@@ -34,6 +34,7 @@
 using std::max;
 using std::min;
 using std::isfinite;
+using std::isinf;
 
 #define __global__
 #define __device__
@@ -107,6 +108,7 @@ template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d
 }
 float atomicAdd(float *p, float v);
 int atomicAdd(int *p, int v);
+unsigned long long atomicAdd(unsigned long long *p, unsigned long long v);
 // Blocks of a launch run one after another: their writes are ordered already.
 static inline void __threadfence(void) {}
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -213,11 +215,20 @@ enum {
     CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_INVALID_VALUE = 7,
     CUBLAS_STATUS_NOT_SUPPORTED = 15
 };
-typedef enum { CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F } cudaDataType_t;
+// FP8 (CUDA_R_8F_E4M3, CUDA_R_8F_E5M2: OCP E4M3 and E5M2) as cuBLASLt takes
+// them on Ada and Hopper: A and B only, not both E5M2, the "TN" layout (A
+// transposed, B not), m, n and k multiples of 16, C = D of BF16, FP16 or
+// FP32; else the heuristic finds nothing and cublasLtMatmul returns
+// CUBLAS_STATUS_NOT_SUPPORTED. The A and B scale pointers (device FP32, read
+// when the stream reaches the matmul): D = alpha scale_a scale_b op(A) op(B)
+// + beta C, computed as (alpha scale_a scale_b) times the FP32 sum of exact
+// products. FAST_ACCUM is accepted (no effect: the sums are FP32 anyway).
+typedef enum { CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2 } cudaDataType_t;
 typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
 typedef enum { CUBLAS_COMPUTE_32F } cublasComputeType_t;
 enum {
-    CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+    CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_FAST_ACCUM, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
 };

@@ -54,7 +54,15 @@ enum cudaMemcpyKind {
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
 enum { cudaHostAllocDefault = 0 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr {
+    cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76
+};
+// The fields of the real struct that trident reads (the real one has many more).
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+};
 typedef enum cudaMemcpyKind cudaMemcpyKind_t;
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
@@ -64,11 +72,14 @@ const char *cudaGetErrorName(cudaError_t e);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 
-// Devices: TRIDENT_EMU_DEVICES of them (default 8), 4 "SMs" each.
+// Devices: TRIDENT_EMU_DEVICES of them (default 8), 4 "SMs" each, named
+// "emulated GPU", of compute capability TRIDENT_EMU_CC (major.minor, default
+// 9.0: an H100's; e.g. 8.0 to see what an A100 is refused).
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
 // "0000:XX:00.0", XX the device's physical index in hex: the device-th entry
 // of CUDA_VISIBLE_DEVICES when it lists numbers (as a per-task binding sets
 // it), else device; so ranks that see different GPUs get different ids.
@@ -145,7 +156,7 @@ void emu_count_lt_setup(void);
 // bytes (lt_unaligned: the heuristic then may not pick its best kernels).
 void emu_count_lt_unaligned(void);
 // The counter of that name so far (launches, copies, d2h_copies, syncs,
-// mallocs, frees, pageable_h2d, lt_setups, lt_unaligned), for checks that read it between
+// mallocs, frees, pageable_h2d, lt_setups, lt_unaligned, gemms), for checks that read it between
 // two calls (tests/cuda_emu/check_host_work.cpp); aborts on another name.
 unsigned long long emu_stat(const char *name);
 // Counts one NCCL operation (nccl_emu.cpp).

@@ -361,9 +361,35 @@ cudaError_t cudaGetDevice(int *device) {
     return cudaSuccess;
 }
 
+// TRIDENT_EMU_CC as (major, minor); 9.0 when unset or unreadable.
+static void emu_compute_capability(int *major, int *minor) {
+    *major = 9, *minor = 0;
+    const char *v = getenv("TRIDENT_EMU_CC");
+    int a, b;
+    if (v && sscanf(v, "%d.%d", &a, &b) == 2) *major = a, *minor = b;
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
-    if (attr != cudaDevAttrMultiProcessorCount) return fail(cudaErrorInvalidValue);
-    *value = 4;
+    int n, major, minor;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice);
+    emu_compute_capability(&major, &minor);
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = 4; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = minor; break;
+    default: return fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    int n;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "emulated GPU");
+    emu_compute_capability(&prop->major, &prop->minor);
     return cudaSuccess;
 }
 

@@ -65,10 +65,12 @@ refused "a hf-only flag of the HDF5 export" "--dtype, --max-shard-size and --tok
 refused "train: unknown flag before MPI" "unknown option '--bogus'" "$TRIDENT" train configs/tiny.ini --bogus
 echo "(c) bad command lines refused with exit 2 naming flag, value and range"
 # The table's defaults and a size's units reach the command: plan's search line
-# (no layout searched: --top 0) names its GPUs a node, reserve and efficiency.
+# (no layout searched: --top 0) names its GPUs a node, reserve and time model
+# (no --efficiency: the kernel model).
 line() { "$TRIDENT" plan configs/tiny.ini --gpus 8 --top 0 "$@" | head -n 1; }
-line | grep -q "(8 a node; 80.0 GiB each, 76.0 GiB usable after a 4.0 GiB reserve; .* at efficiency 0.50;" ||
+line | grep -q "(8 a node; 80.0 GiB each, 76.0 GiB usable after a 4.0 GiB reserve; .*, kernel model;" ||
     fail "(c) plan's defaults: $(line)"
+line --efficiency 0.5 | grep -q "peak, every FLOP at efficiency 0.50;" || fail "(c) plan --efficiency 0.5: $(line --efficiency 0.5)"
 for r in 0.5 0.5G 512M 524288K; do
     line --reserve "$r" | grep -q "79.5 GiB usable after a 0.5 GiB reserve" || fail "(c) --reserve $r: $(line --reserve "$r")"
 done

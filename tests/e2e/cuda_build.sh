@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cuda_build.sh: `make CUDA=1` compiles and links the CUDA backend (nvcc for
-# sm_80 and sm_90, cuBLASLt, cuDNN, NCCL) from scratch into a separate BUILD
+# sm_80, sm_89 and sm_90, cuBLASLt, cuDNN, NCCL) from scratch into a separate BUILD
 # dir with no warning at all; `ldd BUILD-cuda/trident` lists libcudnn and
 # libcublasLt and libnccl; test_ops_cuda of that build runs (it skips
 # without a device, exit 77, and must not fail); the CPU-only build's binary
@@ -32,10 +32,10 @@ fi
 for f in "$OUT"/kernels/cuda/cuda_backend.o "$OUT"/src/parallel/comm_nccl.o "$OUT"/trident; do
     [ -e "$f" ] || { echo "FAIL: $f not built"; fail=1; }
 done
-# Both architectures are in the fatbinary.
+# The three architectures are in the fatbinary.
 if command -v "$CUDA_HOME/bin/cuobjdump" >/dev/null; then
     archs=$("$CUDA_HOME/bin/cuobjdump" --list-elf "$OUT/kernels/cuda/cuda_norm.o" 2>/dev/null || true)
-    for sm in sm_80 sm_90; do
+    for sm in sm_80 sm_89 sm_90; do
         grep -q "$sm" <<<"$archs" || { echo "FAIL: cuda_norm.o has no $sm code"; fail=1; }
     done
 fi
