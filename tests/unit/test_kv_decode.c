@@ -1,20 +1,29 @@
 // test_kv_decode.c: generation with a key/value cache (model.h,
-// model_decode; kernels/ops.h, backend_attention_decode) against the full
-// window's forward (model_forward, the training pass), on the CPU backend
+// model_decode; kernels/ops.h, backend_attention_decode) on the CPU backend
 // and, in a build with the CUDA backend and a device (the emulated one under
-// make EMU=1), on CUDA: kv_decode_check.h's steps (two rows of different
-// lengths, a padded prefill, a 3-token step, then one token per step), whose
-// logits at every position must equal the full forward's: relative error (L2
-// over the vocabulary) <= 1e-5 in FP32, 1e-12 in FP64 (measured on the CPU:
-// 5e-7, 9e-16) and 1e-2 in BF16: measured 4.4e-3 on a CPU with AVX512_BF16,
-// where oneDNN's BF16 GEMM of a 2-row step sums in another order than that of
-// the 80-row window, so one cached key or value of row 0 is rounded to the
-// neighbouring BF16 value and every later position of that row reads it; 0
-// with the FP32 GEMM path (checked by hand with cpu_backend.bf16_gemm off).
-// A query
-// reading one key too few (checked by hand in the CPU kernel) fails every
-// dtype with ~0.85. (A shift of every position is invisible: RoPE scores
-// depend on position differences only.)
+// make EMU=1), on CUDA: kv_decode_check.h's cached steps (two rows of
+// different lengths, a padded prefill, a 3-token step, then one token per
+// step) give at every position the logits of
+//   - the full recompute (kv_recompute_logits): generation's forward over
+//     the whole window in one step from an empty cache, every position's
+//     keys, values and logits computed from the tokens alone. The steps are
+//     batch-invariant (model_set_decode_invariant: backend_matmul_invariant
+//     for the GEMMs, attention_decode's fixed order), so on the CPU backend
+//     the logits are the same bits in FP32, BF16 and FP64 (checked: equal);
+//     on the CUDA backend, which has no invariant matmul, within 1e-5
+//     (measured 0 on the emulated one). TEST_KV_DECODE_VARIANT=1 turns the
+//     invariance off (the GEMMs as the training pass's: oneDNN's BF16 kernel
+//     chosen by shape) and the check fails: 4.4e-3 and 6.7e-3 in BF16,
+//     ~5e-7 in FP32, ~1e-15 in FP64;
+//   - the training forward (model_forward over the window): relative error
+//     (L2 over the vocabulary) <= 1e-5 in FP32 (measured 5e-7), 1e-12 in
+//     FP64 (1e-15) and 1e-2 in BF16, where oneDNN's GEMM of the window's 80
+//     rows may sum in another order than the invariant product and round a
+//     cached key or value to the neighbouring BF16 value (measured 0 at these
+//     shapes, 4.4e-3 / 6.7e-3 before the steps were invariant).
+// A query reading one key too few (checked by hand in the CPU kernel) fails
+// every dtype with ~0.85. (A shift of every position is invisible: RoPE
+// scores depend on position differences only.)
 // The same with the attention options (qkv_bias, qk_norm, head_dim 24 !=
 // 64 / 4, llama3 RoPE scaling past its original 16 positions): the step runs
 // the model's own q/k/v code (qkv_forward), so they hold there too.
