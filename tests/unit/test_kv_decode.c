@@ -9,12 +9,12 @@
 //     keys, values and logits computed from the tokens alone. The steps are
 //     batch-invariant (model_set_decode_invariant: backend_matmul_invariant
 //     for the GEMMs, attention_decode's fixed order), so on the CPU backend
-//     the logits are the same bits in FP32, BF16 and FP64 (checked: equal);
-//     on the CUDA backend, which has no invariant matmul, within 1e-5
-//     (measured 0 on the emulated one). TEST_KV_DECODE_VARIANT=1 turns the
-//     invariance off (the GEMMs as the training pass's: oneDNN's BF16 kernel
-//     chosen by shape) and the check fails: 4.4e-3 and 6.7e-3 in BF16,
-//     ~5e-7 in FP32, ~1e-15 in FP64;
+//     the logits are the same bits in FP32, BF16 and FP64 (measured 0,
+//     checked <= 1e-5, issue 28's bound); on the CUDA backend, which has no
+//     invariant matmul, within 1e-5 (measured 0 on the emulated one).
+//     TEST_KV_DECODE_VARIANT=1 turns the invariance off (the GEMMs as the
+//     training pass's: oneDNN's BF16 kernel chosen by shape) and the BF16
+//     checks fail: 4.4e-3 and 6.7e-3 (FP32 ~5e-7, FP64 ~1e-15: within);
 //   - the training forward (model_forward over the window): relative error
 //     (L2 over the vocabulary) <= 1e-5 in FP32 (measured 5e-7), 1e-12 in
 //     FP64 (1e-15) and 1e-2 in BF16, where oneDNN's GEMM of the window's 80
@@ -172,11 +172,10 @@ int main(void) {
                 double et, e = decode_errors(bes[k], dts[d], &et);
                 printf("%s %s%s: cached logits against the full recompute: relative error %.3e; "
                        "against the training forward: %.3e\n", be_name, dtype_name(dts[d]), opts, e, et);
-                // the recompute: the same bits on the CPU backend (batch-invariant
-                // steps); 1e-5 where the backend has no invariant matmul
-                double tol_rec = k ? 1e-5 : 0;
-                EXPECT(e <= tol_rec, "%s %s%s: against the full recompute: relative error %.3e > %.0e",
-                       be_name, dtype_name(dts[d]), opts, e, tol_rec);
+                // the recompute: issue 28's 1e-5 (the CPU backend's batch-invariant
+                // steps give the same bits: 0; a BF16 value one ulp off gives ~1e-3)
+                EXPECT(e <= 1e-5, "%s %s%s: against the full recompute: relative error %.3e > 1e-5",
+                       be_name, dtype_name(dts[d]), opts, e);
                 EXPECT(et <= tol[d], "%s %s%s: against the training forward: relative error %.3e > %.1e",
                        be_name, dtype_name(dts[d]), opts, et, tol[d]);
             }
