@@ -17,7 +17,11 @@
 #     the small config in (2,1,2) with sequence parallelism, 8 steps straight
 #     against 4 + resume + 4: the same losses, grad norms and lrs, the same
 #     final parameters and FP8 scaling state (read from the rank files); the
-#     checkpoint holds the state (fp8_scaling/model.layers.<l>, both blocks);
+#     checkpoint holds the state (fp8_scaling/model.layers.<l>, both blocks).
+#     It fails when the resume leaves the FP8 state out, and when the
+#     amaxes are not all-reduced over the data-parallel group (the ranks'
+#     scales differ; the checkpoint holds rank 0's): all 20 final parameters
+#     differ (checked when written);
 #     and `trident plan`'s bytes of that layout (the model's FP8 copies and
 #     state included) are the run's mem_bytes.
 #  4. A bf16 checkpoint resumes into fp8 (scale 1, empty histories: the log
