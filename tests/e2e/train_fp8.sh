@@ -30,6 +30,9 @@
 #     the source precision.
 #  5. recompute = full in fp8 (delayed) gives the losses of recompute = none
 #     bit for bit (the recomputation casts again with the same scales).
+#  6. Delayed scaling: a skipped step (TRIDENT_FAULT=grad_inf: a non-finite
+#     gradient norm) pushes no amax into the histories: 8 steps, one
+#     skipped, leave 7 entries (8 when the rule is taken out).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT" "$PWD/$BUILD/mpi/test_fp8_tp"
@@ -122,6 +125,10 @@ grep -q "FP8 scaling state of 0 of rank 0's 2 FP8 blocks" "$tmp/to-fp8.log" ||
 # 5. recompute
 train re-none 1 1 1 "${F8[@]}"
 train re-full 1 1 1 "${F8[@]}" model.recompute=full
+# 6. a skipped step pushes no amax: an inf in the gradients at step 3 of 8
+# (the step skipped); the histories (length 10) hold 7 amaxes, not 8
+TRIDENT_FAULT=grad_inf:3 train skip 1 1 1 precision.fp8=hybrid precision.fp8_scaling=delayed \
+    precision.fp8_amax_history_len=10
 "$PY" - "$tmp" <<'PY' || fail=1
 import glob, json, sys, h5py, numpy as np
 tmp = sys.argv[1]
@@ -161,6 +168,12 @@ for src, dst in (("bf16", "to-fp8"), ("fp8", "to-bf16")):
     print(f"(4) {src} checkpoint resumed in {dst[3:]}: steps 5-8 within {100 * worst:.4f}% of straight {src}")
 check(steps("run-re-none") == steps("run-re-full"), "(5) recompute = full differs from none in fp8")
 print("(5) fp8 recompute = full: the losses of none, bit for bit")
+sk = [r.get("skipped") for r in map(json.loads, open(f"{tmp}/run-skip/metrics.jsonl")) if "loss" in r]
+check(sk == [0, 0, 1, 0, 0, 0, 0, 0], f"(6) skipped per step {sk}, expected step 3 alone")
+st = fp8_state(f"{tmp}/ck-skip/step-000008")
+pushed = sorted({int((v.reshape(12, 12)[:, 2:] != 0).sum(axis=1).max()) for v in st.values()})
+check(len(st) == 2 and pushed == [7], f"(6) amaxes in the histories: {pushed}, expected 7 (8 steps, 1 skipped)")
+print(f"(6) a skipped step pushes no amax: {pushed[0] if pushed else '?'} of 8 steps in the histories")
 sys.exit(bad)
 PY
 exit "$fail"
