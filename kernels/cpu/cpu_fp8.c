@@ -10,59 +10,85 @@
 #include "cpu.h"
 #include "fp8.h"
 
-// x[i] of a FP32, BF16 or FP16 tensor, as FP32 (exact).
-static inline float load_f32(const void *x, enum dtype dt, size_t i) {
-    switch (dt) {
-    case DTYPE_BF16: return bf16_to_f32(((const uint16_t *)x)[i]);
-    case DTYPE_FP16: return fp16_to_f32(((const uint16_t *)x)[i]);
-    default: return ((const float *)x)[i];
-    }
+// The loops below take |x| as FP32 bits: as unsigned integers they order
+// like the magnitudes, and every NaN is above inf (0x7F800000), so one
+// integer max is the amax and its NaN check, and it vectorizes.
+#define INF_BITS 0x7f800000u
+
+// max(amax, the magnitude of FP32 bits mbits), NaN if either is NaN.
+static float amax_merge(float amax, uint32_t mbits) {
+    if (isnan(amax) || mbits > INF_BITS) return NAN;
+    float m = fp8_float_of(mbits);
+    return amax > m ? amax : m;
 }
 
-// max(amax, max_i |x_i|), NaN if amax or any x_i is NaN.
-static float abs_max(float amax, const void *x, enum dtype dt, size_t n) {
-    float m = 0;
-    int nan = isnan(amax);
-#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : nan)
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(load_f32(x, dt, i));
-        m = a > m ? a : m;
-        nan |= a != a;
+// x[i] of x (FP32, BF16 or FP16) as FP32; LOADS(X) expands X once per dtype.
+#define LOAD_FP32(i) (((const float *)x)[i])
+#define LOAD_BF16(i) bf16_to_f32(((const uint16_t *)x)[i])
+#define LOAD_FP16(i) fp16_to_f32(((const uint16_t *)x)[i])
+#define LOADS(X)                                                                                   \
+    switch (dt) {                                                                                  \
+    case DTYPE_BF16: X(LOAD_BF16); break;                                                          \
+    case DTYPE_FP16: X(LOAD_FP16); break;                                                          \
+    default: X(LOAD_FP32); break;                                                                  \
     }
-    if (nan) return NAN;
-    return amax > m ? amax : m;
+
+// The largest |x[i]| of x (n,) of dtype dt, as FP32 bits.
+static uint32_t abs_max_bits(const void *x, enum dtype dt, size_t n) {
+    uint32_t mb = 0;
+#define ABS_MAX_LOOP(LOAD)                                                                         \
+    _Pragma("omp parallel for schedule(static) reduction(max : mb)")                               \
+    for (size_t i = 0; i < n; i++) {                                                               \
+        uint32_t a = fp8_bits_of(LOAD(i)) & 0x7fffffffu;                                           \
+        mb = a > mb ? a : mb;                                                                      \
+    }
+    LOADS(ABS_MAX_LOOP)
+#undef ABS_MAX_LOOP
+    return mb;
 }
 
 void cpu_fp8_amax(struct backend *be, struct tensor amax, struct tensor x, size_t n) {
     float *a = amax.data;
-    a[0] = abs_max(a[0], x.data, x.dtype, n);
+    a[0] = amax_merge(a[0], abs_max_bits(x.data, x.dtype, n));
 }
 
-// out[i] = fp8(x[i] * s) of format e4m3 (else E5M2); returns how many finite
-// x[i] had |x[i] * s| > max, and *amax = max(*amax, max_i |x[i]|) as
-// abs_max when amax is not NULL.
-static int64_t cast(uint8_t *out, float *amax, bool e4m3, const void *x, enum dtype dt, float s,
-                    size_t n) {
-    float max = e4m3 ? 448.0f : 57344.0f, m = 0;
+// out[i] = fp8(x[i] * s) of format e4m3 (else E5M2) for x (n,) of dtype dt;
+// returns how many finite x[i] had |x[i] * s| > max, and the largest |x[i]|
+// as FP32 bits in *mbits. One loop per dtype and format, each vectorized.
+static int64_t cast(uint8_t *out, uint32_t *mbits, bool e4m3, const void *x, enum dtype dt,
+                    float s, size_t n) {
+    float max = e4m3 ? 448.0f : 57344.0f;
     int64_t sat = 0;
-    int nan = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sat) reduction(max : m) reduction(| : nan)
-    for (size_t i = 0; i < n; i++) {
-        float v = load_f32(x, dt, i), y = v * s, a = fabsf(v);
-        out[i] = e4m3 ? fp8_e4m3_from_f32(y) : fp8_e5m2_from_f32(y);
-        sat += isfinite(v) && fabsf(y) > max;
-        m = a > m ? a : m;
-        nan |= a != a;
+    uint32_t mb = 0;
+#define CAST_LOOP(LOAD, CONV)                                                                      \
+    _Pragma("omp parallel for schedule(static) reduction(+ : sat) reduction(max : mb)")            \
+    for (size_t i = 0; i < n; i++) {                                                               \
+        float v = LOAD(i), y = v * s;                                                              \
+        uint32_t a = fp8_bits_of(v) & 0x7fffffffu;                                                 \
+        out[i] = CONV(y);                                                                          \
+        sat += (a < INF_BITS) & (fabsf(y) > max);                                                  \
+        mb = a > mb ? a : mb;                                                                      \
     }
-    if (amax) *amax = nan || isnan(*amax) ? NAN : *amax > m ? *amax : m;
+#define CAST_E4M3(LOAD) CAST_LOOP(LOAD, fp8_e4m3_from_f32)
+#define CAST_E5M2(LOAD) CAST_LOOP(LOAD, fp8_e5m2_from_f32)
+    if (e4m3) {
+        LOADS(CAST_E4M3)
+    } else {
+        LOADS(CAST_E5M2)
+    }
+#undef CAST_E4M3
+#undef CAST_E5M2
+#undef CAST_LOOP
+    *mbits = mb;
     return sat;
 }
 
 void cpu_fp8_cast(struct backend *be, struct tensor out, struct tensor amax,
                   struct tensor saturated, struct tensor x, struct tensor scale, size_t n) {
     float s = ((const float *)scale.data)[0];
-    int64_t sat = cast(out.data, amax.numel ? amax.data : NULL, out.dtype == DTYPE_FP8_E4M3,
-                       x.data, x.dtype, s, n);
+    uint32_t mbits;
+    int64_t sat = cast(out.data, &mbits, out.dtype == DTYPE_FP8_E4M3, x.data, x.dtype, s, n);
+    if (amax.numel) ((float *)amax.data)[0] = amax_merge(((float *)amax.data)[0], mbits);
     if (saturated.numel) ((int64_t *)saturated.data)[0] += sat;
 }
 

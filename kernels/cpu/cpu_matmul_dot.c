@@ -133,6 +133,9 @@ static void tile_c(const struct dot_args *g, int i0, int j0, int mr, int nr, dou
 
 #ifdef __AVX512F__
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 1024 // software prefetch distance along each operand row
+#endif
 
 // Loads 16 elements of FP32 (or BF16/FP16 widened) at p, the lanes at or past
 // n zero.
@@ -144,25 +147,50 @@ ALWAYS_INLINE __m512 load16(const void *p, enum dtype dt, int n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// The tiles below keep their accumulators in registers: every loop over
+// the tile's rows r and columns c is fully unrolled (MR, NR constants).
+#define UNROLL _Pragma("GCC unroll 8")
+
+// One chunk of k .. k + 16 (its elements at or past k + n zero) into the
+// tile's accumulators acc[r][c] (a macro: an array passed to a function stays
+// in memory).
+#define FMA_CHUNK(n)                                                                    \
+    do {                                                                                \
+        __m512 bv[TILE1];                                                               \
+        UNROLL for (int c = 0; c < NR; c++) {                                           \
+            _mm_prefetch(b + ((size_t)c * K + k) * es + PREFETCH_BYTES, _MM_HINT_T0);   \
+            bv[c] = load16(b + ((size_t)c * K + k) * es, dt, n);                        \
+        }                                                                               \
+        UNROLL for (int r = 0; r < MR; r++) {                                           \
+            _mm_prefetch(a + ((size_t)r * K + k) * es + PREFETCH_BYTES, _MM_HINT_T0);   \
+            __m512 av = load16(a + ((size_t)r * K + k) * es, dt, n);                    \
+            UNROLL for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]); \
+        }                                                                               \
+    } while (0)
+
 // The FMA tile: FP32 lanes over chunks of 16 (FP32, FP16, and BF16 without
-// AVX512_BF16). MR, NR constants after inlining.
-ALWAYS_INLINE void tile_fma(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res) {
-    int K = g->K;
-    size_t es = dtype_size(g->dt);
+// AVX512_BF16). MR, NR, dt constants after inlining.
+ALWAYS_INLINE void tile_fma(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res,
+                            enum dtype dt) {
+    int K = g->K, k = 0;
+    size_t es = dtype_size(dt);
     const char *a = (const char *)g->a + (size_t)i0 * K * es, *b = (const char *)g->b + (size_t)j0 * K * es;
     __m512 acc[TILE][TILE1];
-    for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 16) {
-        __m512 bv[TILE1];
-        for (int c = 0; c < NR; c++) bv[c] = load16(b + ((size_t)c * K + k) * es, g->dt, K - k);
-        for (int r = 0; r < MR; r++) {
-            __m512 av = load16(a + ((size_t)r * K + k) * es, g->dt, K - k);
-            for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]);
-        }
-    }
-    for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) res[r * TILE1 + c] = _mm512_reduce_add_ps(acc[r][c]);
+    UNROLL for (int r = 0; r < MR; r++)
+        UNROLL for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
+    for (; k + 16 <= K; k += 16) FMA_CHUNK(16);
+    if (k < K) FMA_CHUNK(K - k);
+    UNROLL for (int r = 0; r < MR; r++)
+        UNROLL for (int c = 0; c < NR; c++) res[r * TILE1 + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+ALWAYS_INLINE void tile_fma_f32(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res) {
+    tile_fma(g, i0, j0, MR, NR, res, DTYPE_FP32);
+}
+ALWAYS_INLINE void tile_fma_f16(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res) {
+    tile_fma(g, i0, j0, MR, NR, res, DTYPE_FP16);
+}
+ALWAYS_INLINE void tile_fma_bf16(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res) {
+    tile_fma(g, i0, j0, MR, NR, res, DTYPE_BF16);
 }
 
 #ifdef __AVX512BF16__
@@ -172,27 +200,35 @@ ALWAYS_INLINE __m512bh load32bh(const uint16_t *p, int n) {
     return (__m512bh)_mm512_maskz_loadu_epi16(m, p);
 }
 
+#define DPBF16_CHUNK(n)                                                                 \
+    do {                                                                                \
+        __m512bh bv[TILE1];                                                             \
+        UNROLL for (int c = 0; c < NR; c++) {                                           \
+            _mm_prefetch((const char *)(b + (size_t)c * K + k) + PREFETCH_BYTES, _MM_HINT_T0); \
+            bv[c] = load32bh(b + (size_t)c * K + k, n);                                 \
+        }                                                                               \
+        UNROLL for (int r = 0; r < MR; r++) {                                           \
+            _mm_prefetch((const char *)(a + (size_t)r * K + k) + PREFETCH_BYTES, _MM_HINT_T0); \
+            __m512bh av = load32bh(a + (size_t)r * K + k, n);                           \
+            UNROLL for (int c = 0; c < NR; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], av, bv[c]); \
+        }                                                                               \
+    } while (0)
+
 // The BF16 tile: vdpbf16ps over chunks of 32.
 ALWAYS_INLINE void tile_dpbf16(const struct dot_args *g, int i0, int j0, int MR, int NR, double *res) {
-    int K = g->K;
+    int K = g->K, k = 0;
     const uint16_t *a = (const uint16_t *)g->a + (size_t)i0 * K, *b = (const uint16_t *)g->b + (size_t)j0 * K;
     __m512 acc[TILE][TILE1];
-    for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 32) {
-        __m512bh bv[TILE1];
-        for (int c = 0; c < NR; c++) bv[c] = load32bh(b + (size_t)c * K + k, K - k);
-        for (int r = 0; r < MR; r++) {
-            __m512bh av = load32bh(a + (size_t)r * K + k, K - k);
-            for (int c = 0; c < NR; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], av, bv[c]);
-        }
-    }
-    for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) res[r * TILE1 + c] = _mm512_reduce_add_ps(acc[r][c]);
+    UNROLL for (int r = 0; r < MR; r++)
+        UNROLL for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
+    for (; k + 32 <= K; k += 32) DPBF16_CHUNK(32);
+    if (k < K) DPBF16_CHUNK(K - k);
+    UNROLL for (int r = 0; r < MR; r++)
+        UNROLL for (int c = 0; c < NR; c++) res[r * TILE1 + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 #define TILE_BF16 tile_dpbf16
 #else
-#define TILE_BF16 tile_fma
+#define TILE_BF16 tile_fma_bf16
 #endif
 
 // One instance per tile shape (MR, NR constant: the accumulators stay in registers).
@@ -225,8 +261,10 @@ static void tile_avx512(const struct dot_args *g, int i0, int j0, int mr, int nr
         TILE_CASES(TILE_BF16, g, i0, j0, mr, nr, res);
     } else if (g->dt == DTYPE_FP64) {
         tile_c(g, i0, j0, mr, nr, res);
+    } else if (g->dt == DTYPE_FP32) {
+        TILE_CASES(tile_fma_f32, g, i0, j0, mr, nr, res);
     } else {
-        TILE_CASES(tile_fma, g, i0, j0, mr, nr, res);
+        TILE_CASES(tile_fma_f16, g, i0, j0, mr, nr, res);
     }
 }
 #define TILE_FN tile_avx512
@@ -234,15 +272,17 @@ static void tile_avx512(const struct dot_args *g, int i0, int j0, int mr, int nr
 #define TILE_FN tile_c
 #endif
 
-// Tiles [t0, t1) of the (ceil(M / TILE) x ceil(N / TILE)) grid, column
-// blocks outer (consecutive tiles share op(b)'s columns).
+// Tiles [t0, t1) of the (ceil(M / TILE) x ceil(N / tile_cols)) grid, the
+// tiles of the larger operand outer (consecutive tiles share its rows: the
+// smaller operand is read again from cache, the larger one once).
 static int tile_cols(int M) { return M == 1 ? TILE1 : TILE; }
 
 static void run_tiles(const struct dot_args *g, long t0, long t1) {
-    int mt = (g->M + TILE - 1) / TILE, tn = tile_cols(g->M);
+    int tn = tile_cols(g->M), mt = (g->M + TILE - 1) / TILE, nt = (g->N + tn - 1) / tn;
+    bool rows_inner = g->M <= g->N; // the smaller operand's tiles inner (it stays in cache)
     double res[TILE * TILE1];
     for (long t = t0; t < t1; t++) {
-        int i0 = (int)(t % mt) * TILE, j0 = (int)(t / mt) * tn;
+        int i0 = (int)(rows_inner ? t % mt : t / nt) * TILE, j0 = (int)(rows_inner ? t / mt : t % nt) * tn;
         int mr = MIN(TILE, g->M - i0), nr = MIN(tn, g->N - j0);
         TILE_FN(g, i0, j0, mr, nr, res);
         for (int r = 0; r < mr; r++)

@@ -48,37 +48,39 @@ FP8_FN float fp8_float_of(uint32_t u) {
 
 // The FP8 code of |x| (abs: FP32 bits without the sign, finite, at most the
 // format's max) rounded to nearest even, for a format of mbits mantissa bits
-// and exponent bias `bias`. Exact integer rounding of the 24-bit significand.
+// and exponent bias `bias`: exact integer rounding of the 24-bit significand.
+// Branch-free (selects, not returns), so that the loops calling it vectorize.
 FP8_FN uint32_t fp8_round_abs(uint32_t abs, int mbits, int bias) {
-    int e = (int)(abs >> 23);          // FP32 biased exponent
-    if (e == 0) return 0;              // FP32 subnormal: < 2^-126, far below any FP8 subnormal
-    uint32_t sig = (abs & 0x7fffffu) | 0x800000u; // 24 bits, value sig * 2^(e - 150)
-    int ex = e - 127, emin = 1 - bias;  // unbiased exponent; the format's smallest normal's
-    int shift = 23 - mbits + (ex < emin ? emin - ex : 0); // bits dropped
-    if (shift > 25) return 0;           // below half the smallest subnormal
+    int ex = (int)(abs >> 23) - 127, emin = 1 - bias; // unbiased exponent; the smallest normal's
+    uint32_t sig = (abs & 0x7fffffu) | 0x800000u;     // value sig * 2^(ex - 23)
+    // bits dropped: 23 - mbits, more below emin (subnormal results); from 25
+    // on, the value is below half the smallest subnormal and rounds to 0 (so
+    // does an FP32 subnormal, ex = -127, whose sig has a wrong implicit one
+    // but stays below 2^24, the halfway point at shift 25).
+    int shift = 23 - mbits + (ex < emin ? emin - ex : 0);
+    shift = shift < 25 ? shift : 25;
     uint32_t q = sig >> shift, rem = sig & ((1u << shift) - 1), half = 1u << (shift - 1);
-    q += rem > half || (rem == half && (q & 1)); // ties to even
+    q += (rem > half) | ((rem == half) & q); // ties to even
     // Normal: q in [2^mbits, 2^(mbits+1)], the exponent field ex + bias minus
     // the implicit one q carries (q = 2^(mbits+1) carries into the exponent);
     // subnormal: q is the code (q = 2^mbits is the smallest normal's code).
-    return ex >= emin ? ((uint32_t)(ex + bias - 1) << mbits) + q : q;
+    return ((uint32_t)(ex >= emin ? ex + bias - 1 : 0) << mbits) + q;
 }
 
 // FP32 -> E4M3 (saturating; NaN and +-inf -> sign | 0x7F).
 FP8_FN uint8_t fp8_e4m3_from_f32(float f) {
     uint32_t u = fp8_bits_of(f), sign = (u >> 24) & 0x80, abs = u & 0x7fffffffu;
-    if (abs >= 0x7f800000u) return (uint8_t)(sign | 0x7f); // NaN, inf
-    if (abs > 0x43e00000u) return (uint8_t)(sign | 0x7e);  // > 448: +-448
-    return (uint8_t)(sign | fp8_round_abs(abs, 3, 7));
+    uint32_t sat = abs < 0x43e00000u ? abs : 0x43e00000u; // beyond 448: 448
+    uint32_t code = abs >= 0x7f800000u ? 0x7f : fp8_round_abs(sat, 3, 7); // NaN, inf: NaN
+    return (uint8_t)(sign | code);
 }
 
 // FP32 -> E5M2 (saturating; NaN -> sign | 0x7F, +-inf -> sign | 0x7C).
 FP8_FN uint8_t fp8_e5m2_from_f32(float f) {
     uint32_t u = fp8_bits_of(f), sign = (u >> 24) & 0x80, abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return (uint8_t)(sign | 0x7f);  // NaN
-    if (abs == 0x7f800000u) return (uint8_t)(sign | 0x7c); // inf
-    if (abs > 0x47600000u) return (uint8_t)(sign | 0x7b);  // > 57344: +-57344
-    return (uint8_t)(sign | fp8_round_abs(abs, 2, 15));
+    uint32_t sat = abs < 0x47600000u ? abs : 0x47600000u; // beyond 57344: 57344
+    uint32_t code = abs > 0x7f800000u ? 0x7f : abs == 0x7f800000u ? 0x7c : fp8_round_abs(sat, 2, 15);
+    return (uint8_t)(sign | code);
 }
 
 // FP8 code b of a format (mbits mantissa bits, bias; all-ones exponent

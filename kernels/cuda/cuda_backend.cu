@@ -127,6 +127,9 @@ static const struct backend_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .host_memory = false, // device memory: a reader copies it out
     .reserve = cuda_reserve,
+    // none: backend_matmul_invariant runs matmul (cuBLASLt picks its
+    // algorithm per shape, so a generation step's rows agree within rounding)
+    .matmul_invariant = nullptr,
 #define CUDA_TABLE_ENTRY(name, ret, params) .name = cuda_##name,
     BACKEND_OPS(CUDA_TABLE_ENTRY)
 #undef CUDA_TABLE_ENTRY

@@ -208,15 +208,16 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         own.dp = cl->gpus / model_ranks;
         // a batch that does not divide: the nearest that does (said below the table)
         own.global_batch = plan_nearest_batch(c->train.global_batch_size, own.mb, own.dp);
-        if (2L * c->train.global_batch_size < (long)own.mb * own.dp)
-            snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d is over twice global_batch_size %d",
-                     own.mb, own.dp, c->train.global_batch_size);
+        if (!plan_batch_close(c->train.global_batch_size, own.global_batch))
+            snprintf(own_why, sizeof own_why, "micro_batch_size %d x dp %d does not divide global_batch_size %d "
+                     "(the nearest multiple, %d, is more than 10%% away)", own.mb, own.dp,
+                     c->train.global_batch_size, own.global_batch);
         else
             own_fits = plan_predict(c, cl, &own, own_why, sizeof own_why);
     }
     int own_rank = 0; // 1-based place among the fitting layouts; 0: not among the top
     for (int i = 0; own_fits && i < MIN(n_top, n_fit); i++)
-        if (top[i].step_s >= own.step_s - 1e-12) { own_rank = i + 1; break; }
+        if (top[i].step_s / top[i].global_batch >= own.step_s / own.global_batch - 1e-15) { own_rank = i + 1; break; }
     size_t usable = cl->gpu.mem_bytes - cl->reserve_bytes;
     if (json) {
         json_t *o = json_object(), *a = json_array(), *r = json_array();
@@ -292,7 +293,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         if (own_rank) printf("config's layout fits: rank %d of %d\n", own_rank, n_fit);
         else if (!n_top) printf("config's layout fits (--top 0: not searched, not ranked)\n");
         else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
-                    100 * (own.step_s / top[0].step_s - 1));
+                    100 * (own.step_s / own.global_batch / (top[0].step_s / top[0].global_batch) - 1));
     } else {
         char cps[16] = ""; // cp only where the layout has it: the line reads as before without
         if (own.cp > 1) snprintf(cps, sizeof cps, "cp %d, ", own.cp);
@@ -404,6 +405,17 @@ int cmd_plan(int argc, char **argv) {
             return err.status;
         }
         free(over);
+        // What the trainer refuses whatever the layout (config_validate on
+        // one rank: e.g. precision.fp8 without precision.dtype = bf16) is
+        // refused here, not once per family.
+        struct config one = c;
+        one.parallel.tp = one.parallel.pp = one.parallel.cp = one.parallel.dp = 1;
+        one.parallel.virtual_stages = 1, one.parallel.zero_stage = 0, one.parallel.dp_shard = 0;
+        one.parallel.sequence_parallel = false, one.train.micro_batch_size = 1;
+        if (config_validate(&one, 1, true, &err)) {
+            fprintf(stderr, "trident plan: %s\n", err.msg);
+            return err.status;
+        }
         if (c.precision.fp8 != FP8_NONE && !(cl.gpu.fp8_flops > 0)) {
             fprintf(stderr, "trident plan: precision.fp8 = %s needs FP8 tensor cores: --gpu %s has none (a custom "
                     "GPU gives their peak with fp8=TFLOPS)\n", c.precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3",

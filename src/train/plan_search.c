@@ -112,6 +112,8 @@ int plan_nearest_batch(int B, int mb, int dp) {
     return (int)(MAX(1, m) * per);
 }
 
+bool plan_batch_close(int B, int Bm) { return 10L * labs((long)Bm - B) <= B; }
+
 double plan_gemm_s(const struct plan_gpu *g, double M, double N, double K, bool fp8) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     double tiles = ceil(M / PLAN_TILE_M) * ceil(N / PLAN_TILE_N);
@@ -167,15 +169,21 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     // Ns rows of C, RoPE on q and k, SwiGLU on N rows of F.
     double ew_fwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm;
     double ew_bwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 5 * F)) / hbm;
-    // FP8 casts (bytes a element: amax read + cast read + write under current
-    // scaling, the fused cast + amax under delayed; + a transposed copy for
-    // the weight-gradient GEMM): the GEMM inputs forward, the output gradients backward.
+    // FP8 casts as src/model runs them (model_fp8.c), bytes an element: a
+    // cast reads 2 and writes 1, current scaling reads 2 more for the amax
+    // first (per = 5; delayed: the fused cast + amax, 3). Forward: the GEMM
+    // inputs x (ln1, att, ln2, act). Backward: the output gradients dy, the
+    // inputs again for the weight gradient (same scale: 3), and the K-major
+    // copies cuBLASLt's TN-only FP8 GEMMs need (read 1, write 1): x and dy
+    // for the weight gradient, the weights for the input gradient. The
+    // weights are cast once a step.
     double cast_fwd = 0, cast_bwd = 0, per = c->precision.fp8_scaling == FP8_SCALING_DELAYED ? 3 : 5;
     if (fp8) {
-        cast_fwd = (per + 2) * N * (2 * C + HD + F) / hbm;
-        cast_bwd = (per + 2) * N * ((HD + 2 * KD) + 2 * C + 2 * F) / hbm;
+        double x_in = N * (2 * C + HD + F), dy = N * ((HD + 2 * KD) + 2 * C + 2 * F);
         double lin = C * (HD + 2 * KD) + HD * C + 3 * C * F;
-        t.weight_casts = n_layers_rank * lin * (per + 2) / hbm;
+        cast_fwd = per * x_in / hbm;
+        cast_bwd = (per * dy + 3 * x_in + 2 * (x_in + dy) + 2 * lin) / hbm;
+        t.weight_casts = n_layers_rank * lin * per / hbm;
     }
     t.fwd = g_fwd + t.attn_fwd + ew_fwd + cast_fwd;
     t.bwd = g_bwd + attn_bwd + ew_bwd + cast_bwd;
@@ -372,10 +380,12 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     return true;
 }
 
-// Fastest first; of equal times, the one that needs less memory.
+// Fastest first (seconds a sequence: a batch moved to the nearest that
+// divides is not a faster step); of equal times, the one that needs less memory.
 static int cmp_layout(const void *a, const void *b) {
     const struct plan_layout *p = a, *q = b;
-    if (p->step_s != q->step_s) return p->step_s < q->step_s ? -1 : 1;
+    double tp = p->step_s / p->global_batch, tq = q->step_s / q->global_batch;
+    if (tp != tq) return tp < tq ? -1 : 1;
     return (p->peak_bytes > q->peak_bytes) - (p->peak_bytes < q->peak_bytes);
 }
 
@@ -420,8 +430,9 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 snprintf(why, sizeof why, "tp %d does not divide n_heads %d or ffn_dim %d", tp, mc->n_heads, mc->ffn_dim);
             else if (pp > mc->n_layers)
                 snprintf(why, sizeof why, "pp %d > n_layers %d", pp, mc->n_layers);
-            else if (2L * B < dp)
-                snprintf(why, sizeof why, "global_batch_size %d < dp %d / 2: under half a sequence a data rank", B, dp);
+            else if (!plan_batch_close(B, plan_nearest_batch(B, 1, dp)))
+                snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d (the nearest multiple, %d, is "
+                         "more than 10%% away)", dp, B, plan_nearest_batch(B, 1, dp));
             else if (plan_nearest_batch(B, 1, dp) / dp < pp)
                 snprintf(why, sizeof why, "%d microbatches a replica at most (global_batch_size %d / dp %d) < pp %d: "
                          "the pipeline never fills", plan_nearest_batch(B, 1, dp) / dp, B, dp, pp);
@@ -442,7 +453,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 for (int mb = 1; mb <= 16; mb *= 2) {
                     // A batch that does not divide: the nearest multiple of mb dp (said with the layout).
                     int Bm = plan_nearest_batch(B, mb, dp);
-                    if (mb * dp > 2 * B) continue;
+                    if (!plan_batch_close(B, Bm)) continue;
                     int m = Bm / (mb * dp);
                     if (m < pp || (v > 1 && m % pp)) continue;
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)

@@ -55,6 +55,9 @@ struct plan_cluster {
 // dp, at least one microbatch a replica (docs/planning.md §2); B when it
 // divides.
 int plan_nearest_batch(int B, int mb, int dp);
+// Whether the search may plan batch Bm for the config's B: within 10% of it
+// (a batch is a training choice; the planner moves it only that far).
+bool plan_batch_close(int B, int Bm);
 
 // Seconds of one GEMM out (M, N) = a (M, K) b (K, N) on g, FP8 operands
 // (fp8) or bf16: the larger of its compute time, 2 M N K FLOPs at the

@@ -2,7 +2,8 @@
 // the GEMM of an MLP projection at the benchmark model's shapes, to check
 // that attention stays a small share of a training step; and the
 // (1024, 768) x (768, 3072) matmul in FP32 and BF16 side by side (issue 11's
-// goal: BF16 >= 1.8x FP32 on a CPU with BF16 instructions).
+// goal: BF16 >= 1.8x FP32 on a CPU with BF16 instructions); matmul_fp8
+// against BF16 in a linear layer's three layouts, and fp8_cast.
 // Usage: bench_ops [B T C H Hkv iters]   (default 4 256 768 12 12 5)
 #include <cblas.h>
 #include <stdlib.h>
@@ -50,6 +51,64 @@ static void bench_matmul_bf16(struct backend *be, int iters) {
            ((struct cpu_backend *)be->impl)->bf16_gemm ? "oneDNN" : "FP32 fallback");
     printf("matmul %dx%dx%d fp32 %8.2f ms %6.1f GFLOP/s | bf16 %8.2f ms %6.1f GFLOP/s | "
            "bf16/fp32 speedup %.2fx\n", M, K, N, 1e3 * t32, flop / t32 * 1e-9, 1e3 * t16, flop / t16 * 1e-9, t32 / t16);
+}
+
+// matmul_fp8 against the BF16 matmul at a 124M-model MLP shape in the three
+// layouts of a linear layer (issue 29): forward y (M, F) = x (M, C) @ w^T
+// (w (F, C)), dx (M, C) = dy (M, F) @ w, dw (F, C) += dy^T @ x (FP32, beta
+// 1); and the fp8_cast (with amax) of x. The CPU's FP8 GEMM converts its
+// operands to BF16 and runs the BF16 GEMM: it is the reference, not faster.
+static void bench_matmul_fp8(struct backend *be, int iters) {
+    int M = 1024, C = 768, F = 3072;
+    struct tensor f = tensor_view(filled(be, (size_t)F * C, 1), DTYPE_FP32, (size_t)F * C);
+    struct tensor one = tensor_view(filled(be, 1, 0), DTYPE_FP32, 1);
+    ((float *)one.data)[0] = 1;
+    struct tensor x16 = tensor_view(backend_alloc(be, (size_t)M * F * 2), DTYPE_BF16, (size_t)M * F);
+    struct tensor w16 = tensor_view(backend_alloc(be, (size_t)F * C * 2), DTYPE_BF16, (size_t)F * C);
+    struct tensor x8 = tensor_view(backend_alloc(be, (size_t)M * F), DTYPE_FP8_E4M3, (size_t)M * F);
+    struct tensor w8 = tensor_view(backend_alloc(be, (size_t)F * C), DTYPE_FP8_E4M3, (size_t)F * C);
+    struct tensor y16 = tensor_view(backend_alloc(be, (size_t)M * F * 2), DTYPE_BF16, (size_t)M * F);
+    struct tensor dw = tensor_view(filled(be, (size_t)F * C, 0), DTYPE_FP32, (size_t)F * C);
+    backend_copy(be, x16, tensor_slice(f, 0, (size_t)M * C), (size_t)M * C);
+    backend_copy(be, w16, f, (size_t)F * C);
+    struct tensor amax = tensor_view(filled(be, 1, 0), DTYPE_FP32, 1);
+    backend_fp8_cast(be, x8, amax, tensor_view(NULL, DTYPE_I64, 0), x16, one, (size_t)M * F);
+    backend_fp8_cast(be, w8, amax, tensor_view(NULL, DTYPE_I64, 0), w16, one, (size_t)F * C);
+    // the three layouts as (M, N, K, trans_a, trans_b, out FP32)
+    struct { const char *name; int m, n, k; bool ta, tb, f32; } l[] = {
+        {"forward x @ w^T", M, F, C, false, true, false},
+        {"dx = dy @ w", M, C, F, false, false, false},
+        {"dw += dy^T @ x", F, C, M, true, false, true},
+    };
+    for (int i = 0; i < 3; i++) {
+        double t8 = 1e30, t16 = 1e30;
+        size_t mn = (size_t)l[i].m * l[i].n, mk = (size_t)l[i].m * l[i].k, kn = (size_t)l[i].k * l[i].n;
+        struct tensor out = l[i].f32 ? tensor_slice(dw, 0, mn) : tensor_slice(y16, 0, mn);
+        for (int it = 0; it < iters + 1; it++) {
+            double t0 = time_now_s();
+            backend_matmul_fp8(be, out, tensor_slice(x8, 0, mk), tensor_slice(w8, 0, kn), one, one,
+                               l[i].m, l[i].n, l[i].k, l[i].ta, l[i].tb, l[i].f32 ? 1 : 0);
+            double t1 = time_now_s();
+            backend_matmul(be, out, tensor_slice(x16, 0, mk), tensor_slice(w16, 0, kn), l[i].m,
+                           l[i].n, l[i].k, l[i].ta, l[i].tb, 1, l[i].f32 ? 1 : 0);
+            double t2 = time_now_s();
+            if (it) t8 = MIN(t8, t1 - t0), t16 = MIN(t16, t2 - t1);
+        }
+        double flop = 2.0 * mn * l[i].k;
+        printf("matmul_fp8 %-16s %dx%dx%d: fp8 %7.2f ms %6.1f GFLOP/s | bf16 %7.2f ms %6.1f GFLOP/s | "
+               "fp8/bf16 time %.2fx\n", l[i].name, l[i].m, l[i].n, l[i].k, 1e3 * t8, flop / t8 * 1e-9,
+               1e3 * t16, flop / t16 * 1e-9, t8 / t16);
+    }
+    double tc = 1e30;
+    for (int it = 0; it < iters + 1; it++) {
+        double t0 = time_now_s();
+        backend_fp8_cast(be, x8, amax, tensor_view(NULL, DTYPE_I64, 0), x16, one, (size_t)M * F);
+        if (it) tc = MIN(tc, time_now_s() - t0);
+    }
+    printf("fp8_cast bf16 -> e4m3 with amax, %d elements: %.2f ms (%.2f GB/s read)\n", M * F, 1e3 * tc,
+           2.0 * M * F / tc * 1e-9);
+    struct tensor all[] = {f, one, x16, w16, x8, w8, y16, dw, amax};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) backend_dealloc(be, all[i].data);
 }
 
 int main(int argc, char **argv) {
@@ -128,6 +187,7 @@ int main(int argc, char **argv) {
     printf("attention share of a block's (GEMM + attention) time: %.1f%%\n",
            100 * att / (att + layer_mm));
     bench_matmul_bf16(be, iters);
+    bench_matmul_fp8(be, iters);
     backend_free(be);
     return 0;
 }

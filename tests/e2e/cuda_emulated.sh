@@ -51,7 +51,7 @@ TRIDENT_EMU_DELAY=2000:1 "$EMU_BUILD/tests/check_streams" || fail "check_streams
 # The CUDA backend where stream order differs from call order
 # (tests/cuda_emu/check_backend_async.cpp).
 "$EMU_BUILD/tests/check_backend_async" || fail "check_backend_async: the CUDA backend is wrong on asynchronous streams"
-# The five below are independent and each keeps one core busy (~5 s of CPU
+# The six below are independent and each keeps one core busy (~5 s of CPU
 # each): they run at once, their output shown in this order once all ended.
 bg() { # NAME COMMAND...: COMMAND in the background, output in $tmp/NAME.out
     local name=$1; shift
@@ -71,8 +71,11 @@ bg delay env TRIDENT_EMU_DELAY=30:5 TEST_OPS_SMALL=1 TEST_OPS_CUDNN_ABSENT=1 OMP
 # equal the full window's (fp32, bf16; with the attention options too) and
 # greedy tokens equal the window recomputed per token (tests/unit/test_kv_decode.c).
 bg kv env TEST_KV_CUDA_ONLY=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_kv_decode"
+# FP8 on a device of compute capability 8.0 (an A100): backend_check_fp8
+# must refuse it, naming the device (the FP8 op tests ran in ops0/ops1).
+bg fp8old env TRIDENT_EMU_CC=8.0 TEST_OPS_FP8_ONLY=1 TEST_OPS_CUDNN_ABSENT=1 OMP_NUM_THREADS=1 "$EMU_BUILD/tests/test_ops_cuda"
 wait
-for name in half ops1 ops0 delay kv; do
+for name in half ops1 ops0 delay kv fp8old; do
     cat "$tmp/$name.out"
     read -r rc secs < "$tmp/$name.rc"
     case $name in
@@ -80,6 +83,7 @@ for name in half ops1 ops0 delay kv; do
         ops*)  echo "== emulated test_ops_cuda (TRIDENT_EMU_CUBLASLT=${name#ops}): exit $rc in ${secs}s" ;;
         delay) echo "== emulated test_ops_cuda (TRIDENT_EMU_DELAY=30:5): exit $rc in ${secs}s" ;;
         kv)    echo "== emulated test_kv_decode (the CUDA backend): exit $rc in ${secs}s" ;;
+        fp8old) echo "== emulated test_ops_cuda, FP8 refused at compute capability 8.0: exit $rc in ${secs}s" ;;
     esac
     [ "$rc" -eq 0 ] || fail=1
 done

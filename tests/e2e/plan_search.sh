@@ -117,18 +117,39 @@ for bad in "--gpu Foo:unknown preset 'Foo'" "--gpu H200,bogus=1:unknown key 'bog
     rc=0; msg=$("$TRIDENT" plan configs/llama3-8b.ini --gpus 8 $a 2>&1) || rc=$?
     [ "$rc" = 2 ] && grep -qF -- "$want" <<<"$msg" || fail "d: plan $a: rc $rc, '$msg'"
 done
-# e. published runs: hardware TFLOP/s per GPU of the published layout within 25%
-for case in megatron-145b:1536:148 megatron-1t:3072:163 gpt3-175b:1024:140 opt-175b:992:147; do
-    IFS=: read -r name gpus pub <<<"$case"
+# e. published runs: hardware TFLOP/s per GPU of the published layout within
+#    15% (issue 30, acceptance 5; OPT-175B, not in that list, within 25%), and
+#    above 50% of the peak where the run reached it (Megatron 1T: 52%)
+for case in megatron-145b:1536:148:0.15 megatron-1t:3072:163:0.15 gpt3-175b:1024:140:0.15 opt-175b:992:147:0.25; do
+    IFS=: read -r name gpus pub tol <<<"$case"
     "$TRIDENT" plan configs/published/$name.ini --gpus "$gpus" --gpu A100-80G --top 0 --json > "$tmp/p.json"
-    "$PY" - "$tmp/p.json" "$pub" "$name" <<'PY' || fail "e: $name"
+    "$PY" - "$tmp/p.json" "$pub" "$name" "$tol" <<'PY' || fail "e: $name"
 import json, sys
-o, pub = json.load(open(sys.argv[1])), float(sys.argv[2])
+o, pub, tol = json.load(open(sys.argv[1])), float(sys.argv[2]), float(sys.argv[4])
 c = o["config_layout"]
 assert c["fits"], c
 err = c["hw_tflops_per_gpu"] / pub - 1
-print(f"e: {sys.argv[3]}: predicted {c['hw_tflops_per_gpu']:.1f} TFLOP/s a GPU, published {pub:.0f} ({100 * err:+.1f}%)")
-assert abs(err) <= 0.25
+print(f"e: {sys.argv[3]}: predicted {c['hw_tflops_per_gpu']:.1f} TFLOP/s a GPU ({100 * c['hw_tflops_per_gpu'] / 312:.1f}% "
+      f"of peak), published {pub:.0f} ({100 * pub / 312:.1f}%) ({100 * err:+.1f}%)")
+assert abs(err) <= tol
+assert pub / 312 <= 0.5 or c["hw_tflops_per_gpu"] / 312 > 0.5, "the run reached 50% of peak, the prediction does not"
+PY
+done
+# torchtitan's FSDP runs on 64 A100 (docs/planning.md §4; not fitted): tokens/s a GPU within 15%,
+# and the 70B's MFU (the papers' full attention FLOPs) above 50% as the run's 51.7%
+for case in llama3-8b:selective:2973 llama3-70b:full:331; do
+    IFS=: read -r name rec pub <<<"$case"
+    "$TRIDENT" plan configs/$name.ini --gpus 64 --gpu A100-80G --top 0 parallel.tp=1 parallel.pp=1 \
+        parallel.virtual_stages=1 parallel.zero_stage=3 model.recompute=$rec train.global_batch_size=64 \
+        train.micro_batch_size=1 --json > "$tmp/t.json"
+    "$PY" - "$tmp/t.json" "$pub" "$name" <<'PY' || fail "e: torchtitan $name"
+import json, sys
+c, pub = json.load(open(sys.argv[1]))["config_layout"], float(sys.argv[2])
+err = c["tokens_per_s_per_gpu"] / pub - 1
+print(f"e: torchtitan {sys.argv[3]} on 64 A100: predicted {c['tokens_per_s_per_gpu']:.0f} tokens/s a GPU, "
+      f"MFU {100 * c['mfu_full']:.1f}% (12 L C T), published {pub:.0f} ({100 * err:+.1f}%)")
+assert abs(err) <= 0.15
+assert sys.argv[3] != "llama3-70b" or c["mfu_full"] > 0.5
 PY
 done
 "$TRIDENT" plan configs/llama3-405b.ini --gpus 16384 train.global_batch_size=2048 --json > "$tmp/l.json"
@@ -141,7 +162,7 @@ best = next(l for l in o["layouts"] if (l["tp"], l["pp"]) == (8, 16))
 err = best["tflops_per_gpu"] / 400 - 1
 print(f"e: llama3-405b on 16384 H100: tp 8 x pp 16 at place {tops.index((8, 16)) + 1}, "
       f"{best['tflops_per_gpu']:.0f} TFLOP/s a GPU, published ~400 ({100 * err:+.1f}%)")
-assert abs(err) <= 0.25
+assert abs(err) <= 0.15
 PY
 # f. ZeRO-2/3 bytes by hand, and acceptance 6
 for z in "3 fp32" "2 bf16"; do
@@ -274,6 +295,64 @@ assert c["fits"] and (c["tp"], c["cp"], c["pp"], c["dp"]) == (8, 16, 16, 8), c
 err = c["tflops_per_gpu"] / 380 - 1
 print(f"h: llama3-405b at 131072 tokens, tp 8 x cp 16 x pp 16 x dp 8 on 16384 H100: {c['tflops_per_gpu']:.0f} "
       f"TFLOP/s a GPU ({c['peak_bytes'] / 2**30:.1f} GiB), published 380 ({100 * err:+.1f}%)")
-assert abs(err) <= 0.25
+assert abs(err) <= 0.15
 PY
+# i. issue 30's planner: tp any divisor of the heads within a node and virtual
+#    stages any divisor of a stage's layers (gpt2-small, 12 heads, 12 layers,
+#    ffn 2304, on 6 GPUs a node); a batch that does not divide runs the nearest
+#    (32 sequences on dp 6: 30 at micro-batch 1), said; the new presets; MFU in
+#    both conventions and tokens/s a GPU; the kernel model's GEMMs depend on
+#    their shapes (tp 8 slower per FLOP than tp 1) where one efficiency cannot
+"$TRIDENT" plan configs/gpt2-small.ini --gpus 6 --gpus-per-node 6 --top 100000 model.ffn_dim=2304 --json > "$tmp/i.json"
+"$TRIDENT" plan configs/gpt2-small.ini --gpus 6 --gpus-per-node 6 --top 1 model.ffn_dim=2304 parallel.tp=1 \
+    parallel.pp=1 train.micro_batch_size=1 > "$tmp/i.txt"
+"$TRIDENT" plan configs/published/opt-175b.ini --gpus 992 --gpu A100-80G --top 0 train.global_batch_size=1024 \
+    > "$tmp/i_opt.txt"
+for g in A100-40G H100-PCIe H800 H200 B200 H100-SXM; do
+    "$TRIDENT" plan configs/llama3-8b.ini --gpus 8 --gpu $g --top 0 --json > "$tmp/i_$g.json"
+done
+"$TRIDENT" plan configs/llama3-8b.ini --gpus 8 --top 5000 --json > "$tmp/i_k.json"
+"$TRIDENT" plan configs/llama3-8b.ini --gpus 8 --top 5000 --efficiency 0.5 --json > "$tmp/i_c.json"
+"$PY" - "$tmp" <<'PY' || fail "i: issue 30's planner"
+import json, sys
+d = sys.argv[1]
+o = json.load(open(f"{d}/i.json"))
+tps = {l["tp"] for l in o["layouts"]}
+vs = {l["virtual_stages"] for l in o["layouts"] if l["pp"] == 2}
+assert {1, 2, 3, 6} <= tps, tps
+assert {1, 2, 3, 6} <= vs, vs
+odd = [l for l in o["layouts"] if l["dp"] == 6 and l["micro_batch_size"] == 1]
+assert odd and all(l["global_batch_size"] == 30 for l in odd), [l["global_batch_size"] for l in odd]
+print(f"i: gpt2-small on 6 GPUs: tp {sorted(tps)}, virtual stages at pp 2 {sorted(vs)}; dp 6 runs 30 of 32 sequences")
+g = {k: json.load(open(f"{d}/i_{k}.json")) for k in ("A100-40G", "H100-PCIe", "H800", "H200", "B200", "H100-SXM")}
+mem = {k: v["mem_bytes"] / 2**30 for k, v in g.items()}
+assert mem == {"A100-40G": 40, "H100-PCIe": 80, "H800": 80, "H200": 141, "B200": 180, "H100-SXM": 80}, mem
+h, h8, b2 = (g[k]["config_layout"] for k in ("H100-SXM", "H800", "B200"))
+assert h8["tp_comm_s"] > 2 * h["tp_comm_s"] and h8["compute_s"] == h["compute_s"], (h8, h)  # NVLink 200 against 450 GB/s
+assert b2["compute_s"] < h["compute_s"] / 2, (b2["compute_s"], h["compute_s"])
+assert not g["A100-40G"]["config_layout"]["fits"]
+# MFU both ways: the papers' 6 N + 12 L C T against trident's 6 N + 6 L C T (causal)
+V, C, L, H, Hkv, F, T = 128256, 4096, 32, 32, 8, 14336, 8192
+n = L * (2 * C * C + 2 * C * Hkv * C // H + 3 * C * F) + V * C
+want = (6 * n + 12 * L * C * T) / (6 * n + 6 * L * C * T)
+assert abs(h["mfu_full"] / h["mfu"] - want) < 1e-9, (h["mfu_full"] / h["mfu"], want)
+assert abs(h["tokens_per_s_per_gpu"] * 8 - h["tokens_per_s"]) < 1e-6 * h["tokens_per_s"]
+print(f"i: presets {mem} GiB; H800's tp comm {h8['tp_comm_s']:.3f} s against H100-SXM's {h['tp_comm_s']:.3f} s; "
+      f"MFU {100 * h['mfu']:.1f}% causal, {100 * h['mfu_full']:.1f}% full (x{want:.4f}), "
+      f"{h['tokens_per_s_per_gpu']:.0f} tokens/s a GPU")
+# shape: the same FLOPs at tp 8 and tp 1 (pp 1, mb 1, no recompute) take longer at tp 8
+def pick(f, tp):
+    return next(l for l in json.load(open(f))["layouts"]
+                if (l["tp"], l["pp"], l["micro_batch_size"], l["recompute"]) == (tp, 1, 1, "none"))
+k1, k8, c1, c8 = pick(f"{d}/i_k.json", 1), pick(f"{d}/i_k.json", 8), pick(f"{d}/i_c.json", 1), pick(f"{d}/i_c.json", 8)
+assert abs(c8["compute_s"] / c1["compute_s"] - 1) < 1e-12, (c8["compute_s"], c1["compute_s"])
+assert k8["compute_s"] > 1.05 * k1["compute_s"], (k8["compute_s"], k1["compute_s"])
+print(f"i: 8B compute a step: tp 1 {k1['compute_s']:.3f} s, tp 8 {k8['compute_s']:.3f} s (one efficiency: "
+      f"{c1['compute_s']:.3f} s both)")
+PY
+grep -q "^config: global_batch_size 32 does not divide by micro_batch_size 1 x dp 6: planned with 30, the nearest (5 microbatches a replica" "$tmp/i.txt" ||
+    fail "i: no batch note: $(cat "$tmp/i.txt")"
+grep -q "^config: global_batch_size 1024 does not divide by micro_batch_size 8 x dp 124: planned with 992" "$tmp/i_opt.txt" ||
+    fail "i: OPT's batch: $(cat "$tmp/i_opt.txt")"
+echo "i: $(grep '^config:' "$tmp/i_opt.txt")"
 echo "plan_search: ok"

@@ -16,7 +16,8 @@
 //     E4M3 x E5M2, BF16 and FP32 out, against an FP64 sum of the same FP8
 //     values, element by element within the FP32 accumulation bound (at
 //     `matmul_bound`), BF16 outputs 98% equal to the FP64 result rounded;
-//     NaN and inf operands reaching their rows.
+//     NaN and inf operands reaching their rows; through oneDNN's BF16 GEMM
+//     and through the FP32 fallback of CPUs without BF16 instructions.
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -30,7 +31,6 @@
 #include "kernels/ops.h"
 #include "test.h"
 
-static struct backend *be;
 static uint64_t rng = 0x3c6ef372fe94f82bull;
 
 static double rnd(void) { // uniform in [-1, 1)
@@ -114,6 +114,9 @@ static void test_roundtrip(enum dtype dt) {
 
 // ---- the reference fixture (tests/reference/fp8_reference.py) ------------------
 
+static struct backend *be;
+static struct tensor alloc_t(enum dtype dt, size_t n);
+
 #define FIXTURE_BIN "tests/reference/fixtures/fp8_bf16.bin"
 #define FIXTURE_TXT "tests/reference/fixtures/fp8_reference.txt"
 
@@ -182,6 +185,39 @@ static void check_bf16_patterns(void) {
         EXPECT(bad == 0, "%s: %d of 65536 bf16 patterns differ from the reference",
                fmt ? "e5m2" : "e4m3", bad);
     }
+}
+
+// The same through the fp8_cast op (its vectorized loops), BF16 x, scale 1,
+// and the ops' saturated count against the reference bytes.
+static void check_bf16_patterns_op(void) {
+    FILE *f = fopen(FIXTURE_BIN, "rb");
+    if (!f) return; // reported by check_bf16_patterns
+    static uint8_t want[2][65536];
+    size_t got = fread(want, 1, sizeof want, f);
+    fclose(f);
+    if (got != sizeof want) return;
+    struct tensor x = alloc_t(DTYPE_BF16, 65536), one = alloc_t(DTYPE_FP32, 1),
+                  sat = alloc_t(DTYPE_I64, 1), out = alloc_t(DTYPE_FP8_E4M3, 65536);
+    for (uint32_t h = 0; h < 65536; h++) ((uint16_t *)x.data)[h] = (uint16_t)h;
+    ((float *)one.data)[0] = 1;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        out.dtype = fmt ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3;
+        ((int64_t *)sat.data)[0] = 0;
+        backend_fp8_cast(be, out, tensor_view(NULL, DTYPE_FP32, 0), sat, x, one, 65536);
+        int bad = 0;
+        int64_t n_sat = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            bad += ((uint8_t *)out.data)[h] != want[fmt][h];
+            float v = fabsf(bf16_to_f32((uint16_t)h));
+            n_sat += v > fp8_max_finite(out.dtype) && v < INFINITY;
+        }
+        EXPECT(bad == 0, "fp8_cast of every bf16 pattern to %s: %d differ from the reference",
+               dtype_name(out.dtype), bad);
+        EXPECT(((int64_t *)sat.data)[0] == n_sat, "fp8_cast saturated %" PRId64 ", expected %" PRId64,
+               ((int64_t *)sat.data)[0], n_sat);
+    }
+    backend_dealloc(be, x.data), backend_dealloc(be, one.data), backend_dealloc(be, sat.data);
+    backend_dealloc(be, out.data);
 }
 
 // The fixture's widening tables, sample hashes and every 1000th sample.
@@ -572,6 +608,7 @@ static void test_matmul_nonfinite(void) {
 }
 
 static void run_ops(void) {
+    check_bf16_patterns_op();
     test_cast();
     test_amax();
     test_update_scale();
@@ -590,6 +627,11 @@ int main(void) {
                                          ? "oneDNN's BF16 matmul (CPU has AVX512_BF16)"
                                          : "the FP32 fallback of BF16 matmul");
     run_ops();
+    // BF16 matmul's FP32 fallback (no AVX512_BF16): it converts the BF16
+    // images again in the backend's scratch, which must not hold them
+    ((struct cpu_backend *)be->impl)->bf16_gemm = false;
+    test_matmul();
+    test_matmul_nonfinite();
     backend_free(be);
     be = backend_cpu_init(1); // the serial kernels
     run_ops();

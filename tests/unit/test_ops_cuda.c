@@ -32,6 +32,12 @@
 // declining the chunk pairs; the log names why). The block ops run against
 // the CPU's at cp 2 and 4 (test_attention_block).
 //
+// FP8 (test_fp8, before the dtype runs; TEST_OPS_FP8_ONLY=1 runs only it):
+// fp8_cast, fp8_amax and fp8_update_scale bit for bit against the CPU
+// backend, matmul_fp8 within FP32 summation order, backend_check_fp8
+// (TRIDENT_EMU_CC=8.0: the emulated device is refused, naming it); skipped
+// with a line on a device below compute capability 8.9.
+//
 // Built always: in a build without the CUDA backend it checks that the
 // run-time selection refuses device = cuda with the documented message, then
 // skips (exit 77); with the backend but no device it skips too.
@@ -46,6 +52,9 @@
 #include "kernels/cpu/half.h"
 #ifdef TRIDENT_CUDA
 #include "kernels/cuda/backend_cuda.h" // backend_cuda_attention_check_graph
+#endif
+#ifdef TRIDENT_CUDA_EMU
+#include <cuda_runtime_api.h> // emu_stat: which path matmul_fp8 took
 #endif
 #include "kernels/ops.h"
 #include "test.h"
@@ -1108,6 +1117,284 @@ static void run_all(enum dtype dt, bool small) {
     test_elementwise(dt, 4096);                  // 16-byte vectors
 }
 
+// ---- FP8 (kernels/ops.h "FP8") ------------------------------------------------------
+// The CUDA backend's FP8 ops against the CPU backend's: fp8_cast's bytes,
+// amax and saturation count, fp8_amax and fp8_update_scale bit for bit (a NaN
+// equals any NaN), matmul_fp8 within FP32 summation order (FP32 out 1e-5,
+// BF16 out tol_of). Inputs: every BF16 and FP16 bit pattern (NaN, inf,
+// subnormals included), FP32 values over 50 binades with exact E4M3/E5M2
+// ties, zeros, infinities, NaN, FP32 subnormals; scales 1, small, large and
+// one that overflows FP32 (x * scale = inf for a finite x); the 16-byte
+// vector path and the scalar one (odd n, x one element off). matmul_fp8: the
+// four transposes (three need K-major copies: the transpose kernel), E4M3 x
+// E4M3, E4M3 x E5M2, E5M2 x E4M3, BF16 and FP32 out, beta 0 and not; shapes
+// multiples of 16 (cuBLASLt's FP8 path: the emulated cuBLASLt counts a GEMM
+// unless TRIDENT_EMU_CUBLASLT=0) and not (the fallback kernel).
+
+static uint32_t rnd_u32(void) {
+    rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+    return (uint32_t)((rng * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+// n elements of dtype dt of raw bits h (NULL: 0xa5 bytes, a poison) on both backends.
+struct rpair {
+    struct tensor c, g;
+};
+static struct rpair rpair_make(const void *h, enum dtype dt, size_t n) {
+    size_t bytes = n * dtype_size(dt);
+    struct rpair p = {tensor_view(backend_alloc(cpu, bytes + 64), dt, n),
+                      tensor_view(backend_alloc(gpu, bytes + 64), dt, n)};
+    void *tmp = xmalloc(bytes + 1);
+    if (h) memcpy(tmp, h, bytes);
+    else memset(tmp, 0xa5, bytes);
+    memcpy(p.c.data, tmp, bytes);
+    backend_to_device(gpu, p.g.data, tmp, bytes);
+    backend_synchronize(gpu);
+    free(tmp);
+    return p;
+}
+static void rpair_free(struct rpair p) {
+    backend_dealloc(cpu, p.c.data);
+    backend_dealloc(gpu, p.g.data);
+}
+// The GPU's bytes equal the CPU's; FP32 tensors: a NaN equals any NaN.
+static void expect_same_bits(struct rpair p, const char *what) {
+    size_t es = dtype_size(p.c.dtype), bytes = p.c.numel * es, bad = 0, first = 0;
+    unsigned char *got = xmalloc(bytes + 1);
+    backend_to_host(gpu, got, p.g.data, bytes);
+    backend_synchronize(gpu);
+    const unsigned char *want = p.c.data;
+    for (size_t i = 0; i < p.c.numel; i++) {
+        bool same = !memcmp(got + i * es, want + i * es, es);
+        if (!same && p.c.dtype == DTYPE_FP32) {
+            float a, b;
+            memcpy(&a, got + i * es, 4), memcpy(&b, want + i * es, 4);
+            same = isnan(a) && isnan(b);
+        }
+        if (!same && !bad++) first = i;
+    }
+    if (bad && es == 1)
+        EXPECT(!bad, "%s: %zu of %zu bytes differ, first [%zu] gpu 0x%02x cpu 0x%02x", what, bad, p.c.numel, first,
+               got[first], want[first]);
+    else if (bad && es == 4) {
+        float a, b;
+        memcpy(&a, got + first * 4, 4), memcpy(&b, want + first * 4, 4);
+        EXPECT(!bad, "%s: %zu of %zu differ, first [%zu] gpu %a cpu %a", what, bad, p.c.numel, first, (double)a,
+               (double)b);
+    } else EXPECT(!bad, "%s: %zu of %zu elements differ, first [%zu]", what, bad, p.c.numel, first);
+    free(got);
+}
+
+// x (n,) of dtype dt: every bit pattern (BF16, FP16: n = 65536) or FP32
+// samples (random binades 2^-30 .. 2^20, a quarter exact ties of E4M3 or
+// E5M2, and the special values).
+static void *fp8_inputs(enum dtype dt, size_t n, bool finite) {
+    void *h = xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) {
+        if (dt != DTYPE_FP32) { // 16-bit: every pattern (finite: random finite ones)
+            uint16_t v = (uint16_t)i;
+            if (finite) {
+                float f = (float)(rnd() * ldexp(1, (int)(rnd_u32() % 16) - 8));
+                v = dt == DTYPE_BF16 ? f2bf(f) : fp16_from_f32(f);
+            }
+            ((uint16_t *)h)[i] = v;
+            continue;
+        }
+        uint32_t r = rnd_u32(), sign = r & 0x80000000u, e = 127 - 30 + (rnd_u32() % 51), m = rnd_u32() & 0x7fffffu;
+        if (r % 4 == 1) m = (m & 0x700000u) | 0x080000u; // an E4M3 tie at scale 1
+        if (r % 4 == 2) m = (m & 0x600000u) | 0x100000u; // an E5M2 tie
+        uint32_t u = sign | e << 23 | m;
+        static const uint32_t special[] = {0, 0x80000000u, 0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u,
+                                           0x00000123u, 0x43e00000u /* 448 */, 0x43e80000u /* 464 */,
+                                           0x47600000u /* 57344 */, 0x47700000u /* 61440 */, 0x3b000000u,
+                                           0x3a800000u /* 2^-10 */, 0x37800000u /* 2^-16 */};
+        if (!finite && i < sizeof special / sizeof special[0]) u = special[i];
+        if (finite && ((u >> 23) & 0xff) == 0xff) u = 0;
+        memcpy((char *)h + i * 4, &u, 4);
+    }
+    return h;
+}
+
+static void test_fp8_cast_case(enum dtype dt, size_t n, bool finite, bool offset) {
+    static const float scales[] = {1.0f, 0.0123f, 300.0f, 1e30f};
+    void *h = fp8_inputs(dt, n, finite);
+    struct rpair x = rpair_make(h, dt, n);
+    struct tensor xc = x.c, xg = x.g;
+    size_t m = n;
+    if (offset) { // the scalar path: x not 16-byte aligned, odd count
+        m = n - 2;
+        xc = tensor_slice(x.c, 1, m), xg = tensor_slice(x.g, 1, m);
+    }
+    char what[160];
+    for (int f = 0; f < 2; f++) {
+        enum dtype fd = f ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3;
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            float a0 = 0.5f;
+            int64_t s0 = 7;
+            struct rpair out = rpair_make(NULL, fd, m), amax = rpair_make(&a0, DTYPE_FP32, 1);
+            struct rpair sat = rpair_make(&s0, DTYPE_I64, 1), sc = rpair_make(&scales[si], DTYPE_FP32, 1);
+            bool opt = si != 1; // one scale without the optional outputs
+            struct tensor none = tensor_view(NULL, DTYPE_FP32, 0), nonei = tensor_view(NULL, DTYPE_I64, 0);
+            backend_fp8_cast(cpu, out.c, opt ? amax.c : none, opt ? sat.c : nonei, xc, sc.c, m);
+            backend_fp8_cast(gpu, out.g, opt ? amax.g : none, opt ? sat.g : nonei, xg, sc.g, m);
+            snprintf(what, sizeof what, "fp8_cast %s -> %s n=%zu%s%s scale %g", dtype_name(dt), dtype_name(fd), m,
+                     finite ? " finite" : "", offset ? " offset" : "", (double)scales[si]);
+            expect_same_bits(out, what);
+            char w2[200];
+            snprintf(w2, sizeof w2, "%s: amax", what), expect_same_bits(amax, w2);
+            snprintf(w2, sizeof w2, "%s: saturated", what), expect_same_bits(sat, w2);
+            if (getenv("TEST_VERBOSE"))
+                printf("  %s: amax %g saturated %lld\n", what, (double)*(float *)amax.c.data,
+                       (long long)*(int64_t *)sat.c.data);
+            rpair_free(out), rpair_free(amax), rpair_free(sat), rpair_free(sc);
+        }
+    }
+    float a0 = 0.25f;
+    struct rpair amax = rpair_make(&a0, DTYPE_FP32, 1);
+    backend_fp8_amax(cpu, amax.c, xc, m);
+    backend_fp8_amax(gpu, amax.g, xg, m);
+    snprintf(what, sizeof what, "fp8_amax %s n=%zu%s%s", dtype_name(dt), m, finite ? " finite" : "",
+             offset ? " offset" : "");
+    expect_same_bits(amax, what);
+    rpair_free(amax), rpair_free(x);
+    free(h);
+}
+
+static void test_fp8_cast(void) {
+    for (int d = 0; d < 3; d++) {
+        enum dtype dt = d == 0 ? DTYPE_FP32 : d == 1 ? DTYPE_BF16 : DTYPE_FP16;
+        test_fp8_cast_case(dt, 65536, false, false);
+        test_fp8_cast_case(dt, 65536, false, true);
+        test_fp8_cast_case(dt, 4096, true, false);
+        test_fp8_cast_case(dt, 1003, true, true);
+    }
+}
+
+// Two steps of the scale update for 6 tensors: amax 0 (scale kept), NaN,
+// inf, a tiny one (FLT_MAX scale), normal ones; histories holding a NaN.
+static void test_fp8_update_scale(void) {
+    enum { n = 6 };
+    const float amax0[n] = {0.0f, NAN, INFINITY, 1e-40f, 3.5f, 1234.5f};
+    const float amax1[n] = {2.0f, 0.0f, 7.0f, 0.125f, NAN, 0.001f};
+    for (int len = 0; len <= 5; len += 5)
+        for (int mr = 0; mr < 2; mr++)
+            for (int margin = 0; margin <= 2; margin += 2) {
+                float scale[n], hist[n * 5];
+                for (int i = 0; i < n; i++) scale[i] = (float)(1 + i);
+                for (int i = 0; i < n * 5; i++) hist[i] = i % 7 == 3 ? NAN : (float)fabs(rnd()) * 100;
+                struct rpair sc = rpair_make(scale, DTYPE_FP32, n), si = rpair_make(NULL, DTYPE_FP32, n);
+                struct rpair h = rpair_make(hist, DTYPE_FP32, (size_t)n * len);
+                for (int step = 0; step < 2; step++) {
+                    struct rpair am = rpair_make(step ? amax1 : amax0, DTYPE_FP32, n);
+                    backend_fp8_update_scale(cpu, sc.c, si.c, h.c, am.c, n, len, 448.0f, margin, mr);
+                    backend_fp8_update_scale(gpu, sc.g, si.g, h.g, am.g, n, len, 448.0f, margin, mr);
+                    char what[128];
+                    snprintf(what, sizeof what, "fp8_update_scale len=%d most_recent=%d margin=%d step %d", len, mr,
+                             margin, step);
+                    char w2[160];
+                    snprintf(w2, sizeof w2, "%s scale", what), expect_same_bits(sc, w2);
+                    snprintf(w2, sizeof w2, "%s scale_inv", what), expect_same_bits(si, w2);
+                    snprintf(w2, sizeof w2, "%s amax", what), expect_same_bits(am, w2);
+                    if (len) snprintf(w2, sizeof w2, "%s history", what), expect_same_bits(h, w2);
+                    rpair_free(am);
+                }
+                rpair_free(sc), rpair_free(si), rpair_free(h);
+            }
+}
+
+// Random finite FP8 codes of dtype fd (n,), magnitudes up to 2^4 (E5M2: a
+// few beyond E4M3's range), a tenth zeros.
+static uint8_t *fp8_codes(enum dtype fd, size_t n) {
+    uint8_t *c = xmalloc(n + 1);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = rnd_u32();
+        uint8_t b = (uint8_t)(r & 0xff);
+        if (fd == DTYPE_FP8_E4M3 && (b & 0x7f) > 0x5f) b &= 0xbf;     // |x| < 2^5 (no NaN)
+        if (fd == DTYPE_FP8_E5M2 && (b & 0x7f) > 0x4f) b &= 0xbf;     // |x| < 2^5 (no inf, NaN)
+        c[i] = (r >> 8) % 10 ? b : 0;
+    }
+    return c;
+}
+
+static void test_fp8_matmul_case(enum dtype da, enum dtype db, enum dtype od, bool ta, bool tb, int M, int N, int K,
+                                 float beta) {
+    uint8_t *ha = fp8_codes(da, (size_t)M * K), *hb = fp8_codes(db, (size_t)K * N);
+    struct rpair a = rpair_make(ha, da, (size_t)M * K), b = rpair_make(hb, db, (size_t)K * N);
+    const float sa_v = 0.0625f * 1.1f, sb_v = 3.0f;
+    struct rpair sa = rpair_make(&sa_v, DTYPE_FP32, 1), sb = rpair_make(&sb_v, DTYPE_FP32, 1);
+    struct pair out = beta != 0 ? pair_rand((size_t)M * N, 1, od) : pair_nan((size_t)M * N, od);
+#ifdef TRIDENT_CUDA_EMU
+    unsigned long long g0 = emu_stat("gemms");
+#endif
+    backend_matmul_fp8(cpu, out.c, a.c, b.c, sa.c, sb.c, M, N, K, ta, tb, beta);
+    backend_matmul_fp8(gpu, out.g, a.g, b.g, sa.g, sb.g, M, N, K, ta, tb, beta);
+    char what[160];
+    snprintf(what, sizeof what, "matmul_fp8 %dx%dx%d ta=%d tb=%d %s x %s -> %s beta=%g", M, N, K, ta, tb,
+             dtype_name(da), dtype_name(db), dtype_name(od), (double)beta);
+    // The CPU side's out.c is FP32 (its sum not rounded to BF16): a BF16 out
+    // differs by the device's one rounding (tol_of). FP32 out: the emulated
+    // cuBLASLt sums exactly in FP32 (1e-5: summation order); a GPU's FP8
+    // tensor cores accumulate with fewer bits between promotions to FP32
+    // (DeepSeek-V3 report, sec. 3.3.2: ~14 bits on H800), hence 2e-4 there.
+#ifdef TRIDENT_CUDA_EMU
+    expect_match(out, what);
+#else
+    expect_match_tol(out, od == DTYPE_FP32 ? 2e-4 : tol_of(od), what);
+#endif
+#ifdef TRIDENT_CUDA_EMU
+    backend_synchronize(gpu);
+    bool lt = !getenv("TRIDENT_EMU_CUBLASLT") || strcmp(getenv("TRIDENT_EMU_CUBLASLT"), "0");
+    bool want = lt && M % 16 == 0 && N % 16 == 0 && K % 16 == 0;
+    EXPECT((emu_stat("gemms") - g0 == 1) == want, "%s: %llu cuBLASLt GEMMs, expected %d", what,
+           emu_stat("gemms") - g0, want);
+#endif
+    rpair_free(a), rpair_free(b), rpair_free(sa), rpair_free(sb), pair_free(out);
+    free(ha), free(hb);
+}
+
+static void test_fp8_matmul(void) {
+    static const enum dtype ab[3][2] = {{DTYPE_FP8_E4M3, DTYPE_FP8_E4M3},
+                                        {DTYPE_FP8_E4M3, DTYPE_FP8_E5M2},
+                                        {DTYPE_FP8_E5M2, DTYPE_FP8_E4M3}};
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        test_fp8_matmul_case(DTYPE_FP8_E4M3, DTYPE_FP8_E4M3, DTYPE_BF16, ta, tb, 32, 48, 64, 0);
+        test_fp8_matmul_case(DTYPE_FP8_E4M3, DTYPE_FP8_E5M2, DTYPE_FP32, ta, tb, 48, 16, 96, 1);
+        test_fp8_matmul_case(DTYPE_FP8_E5M2, DTYPE_FP8_E4M3, DTYPE_BF16, ta, tb, 33, 20, 17, 0.5f);
+    }
+    for (int i = 0; i < 3; i++) {
+        test_fp8_matmul_case(ab[i][0], ab[i][1], DTYPE_BF16, false, true, 64, 32, 160, 0.5f);
+        test_fp8_matmul_case(ab[i][0], ab[i][1], DTYPE_FP32, true, false, 16, 80, 48, 0);
+    }
+    test_fp8_matmul_case(DTYPE_FP8_E4M3, DTYPE_FP8_E4M3, DTYPE_FP32, false, true, 5, 7, 0, 0.75f); // K = 0
+}
+
+// backend_check_fp8: the emulated device's compute capability is
+// TRIDENT_EMU_CC (default 9.0); below 8.9 it must be refused, naming the
+// device; the CPU backend always passes.
+static void test_fp8_check(void) {
+    struct error err = {0};
+    EXPECT(backend_check_fp8(cpu, &err) == STATUS_OK, "backend_check_fp8(cpu): %s", err.msg);
+    const char *cc = getenv("TRIDENT_EMU_CC");
+    int major = 9, minor = 0;
+    if (cc) sscanf(cc, "%d.%d", &major, &minor);
+    bool old = major * 10 + minor < 89;
+    enum status st = backend_check_fp8(gpu, &err);
+    if (old)
+        EXPECT(st == STATUS_BAD_INPUT && strstr(err.msg, "device 0 (") && strstr(err.msg, "8.9 or newer"),
+               "an old device (TRIDENT_EMU_CC=%s) must be refused naming it: status %d '%s'", cc, st, err.msg);
+    else if (cc)
+        EXPECT(st == STATUS_OK, "backend_check_fp8(cuda): status %d '%s'", st, err.msg);
+    if (getenv("TEST_VERBOSE")) printf("  backend_check_fp8(cuda): %d %s\n", st, err.msg);
+}
+
+static void test_fp8(void) {
+    test_fp8_check();
+    test_fp8_cast();
+    test_fp8_update_scale();
+    test_fp8_matmul();
+}
+
 // cuDNN's attention graphs, built and finalised without a device against the
 // cuDNN the build links (its own validation of every tensor and op): BF16 and
 // FP16, forward and backward, H = Hkv and GQA; a head count that does not
@@ -1198,6 +1485,16 @@ int main(void) {
         return test_finish("test_ops_cuda");
     }
     test_uploads();
+    // FP8 (ops.h "FP8"): needs a device of compute capability 8.9 or newer
+    // for the GEMMs (the emulation is one unless TRIDENT_EMU_CC says otherwise).
+    struct error ferr = {0};
+    if (!backend_check_fp8(gpu, &ferr)) test_fp8();
+    else test_fp8_check(), printf("  FP8 ops not tested: %s\n", ferr.msg);
+    if (getenv("TEST_OPS_FP8_ONLY")) {
+        backend_free(gpu);
+        backend_free(cpu);
+        return test_finish("test_ops_cuda");
+    }
     run_all(DTYPE_FP32, small);
     run_all(DTYPE_BF16, small);
     run_all(DTYPE_FP16, small);
