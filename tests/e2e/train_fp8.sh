@@ -33,6 +33,9 @@
 #  6. Delayed scaling: a skipped step (TRIDENT_FAULT=grad_inf: a non-finite
 #     gradient norm) pushes no amax into the histories: 8 steps, one
 #     skipped, leave 7 entries (8 when the rule is taken out).
+#  7. fp8 = e4m3 (E4M3 gradients) with current scaling and fp8_skip_layers =
+#     first at (1,1,2): 8 steps within 2% of bf16 (and not bf16's); no FP8
+#     state in its checkpoint (current scaling carries none).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT" "$PWD/$BUILD/mpi/test_fp8_tp"
@@ -125,6 +128,8 @@ grep -q "FP8 scaling state of 0 of rank 0's 2 FP8 blocks" "$tmp/to-fp8.log" ||
 # 5. recompute
 train re-none 1 1 1 "${F8[@]}"
 train re-full 1 1 1 "${F8[@]}" model.recompute=full
+# 7. e4m3 with current scaling, the first block in bf16
+train e4m3 1 1 2 precision.fp8=e4m3 precision.fp8_scaling=current precision.fp8_skip_layers=first
 # 6. a skipped step pushes no amax: an inf in the gradients at step 3 of 8
 # (the step skipped); the histories (length 10) hold 7 amaxes, not 8
 TRIDENT_FAULT=grad_inf:3 train skip 1 1 1 precision.fp8=hybrid precision.fp8_scaling=delayed \
@@ -174,6 +179,13 @@ st = fp8_state(f"{tmp}/ck-skip/step-000008")
 pushed = sorted({int((v.reshape(12, 12)[:, 2:] != 0).sum(axis=1).max()) for v in st.values()})
 check(len(st) == 2 and pushed == [7], f"(6) amaxes in the histories: {pushed}, expected 7 (8 steps, 1 skipped)")
 print(f"(6) a skipped step pushes no amax: {pushed[0] if pushed else '?'} of 8 steps in the histories")
+ref, got = steps("run-bf16"), steps("run-e4m3")
+worst = max(abs(got[k][0] - ref[k][0]) / ref[k][0] for k in ref) if sorted(got) == sorted(ref) else 1
+sat = [r.get("fp8_saturated") for r in map(json.loads, open(f"{tmp}/run-e4m3/metrics.jsonl")) if "loss" in r]
+check(worst <= 0.02 and got != ref, f"(7) e4m3: {100 * worst:.2f}% off bf16 (limit 2%), or bf16's losses")
+check(all(isinstance(x, int) for x in sat), f"(7) e4m3: fp8_saturated {sat}")
+check(fp8_state(f"{tmp}/ck-e4m3/step-000008") == {}, "(7) current scaling saved FP8 state")
+print(f"(7) e4m3, current scaling, first block bf16: 8 steps within {100 * worst:.3f}% of bf16; no FP8 state saved")
 sys.exit(bad)
 PY
 exit "$fail"
