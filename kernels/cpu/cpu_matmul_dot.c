@@ -292,11 +292,15 @@ static void run_tiles(const struct dot_args *g, long t0, long t1) {
     }
 }
 
-// dst (cols, rows) = src (rows, cols)^T, elements of es bytes.
+// dst (cols, rows) = src (rows, cols)^T, elements of es (2, 4 or 8) bytes.
+#define TRANSPOSE_AS(type)                                                                  \
+    for (int r = 0; r < rows; r++)                                                          \
+        for (int c = 0; c < cols; c++)                                                      \
+            ((type *)dst)[(size_t)c * rows + r] = ((const type *)src)[(size_t)r * cols + c]
 static void transpose(void *dst, const void *src, int rows, int cols, size_t es) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            memcpy((char *)dst + ((size_t)c * rows + r) * es, (const char *)src + ((size_t)r * cols + c) * es, es);
+    if (es == 2) TRANSPOSE_AS(uint16_t);
+    else if (es == 4) TRANSPOSE_AS(uint32_t);
+    else TRANSPOSE_AS(uint64_t);
 }
 
 void cpu_matmul_invariant(struct backend *be, struct tensor out, struct tensor a, struct tensor b,
