@@ -140,6 +140,14 @@ enum status model_fp8_init(struct model *m, const struct model_fp8_config *c, st
             f->block[b] = skipped_layer(c, m->cfg.n_layers, l) ? -1 : k;
             if (f->block[b] >= 0) f->layer[k++] = l;
         }
+    // The backend's working memory for matmul_fp8 (backend_bounds.fp8_gemm:
+    // the CUDA backend's K-major copies of operands, docs/cuda.md "FP8"):
+    // a call's two operands are two of x8, dy8 and a weight slice.
+    size_t w_max = 0;
+    for (int s = 0; s < FP8_SITES; s++) w_max = MAX(w_max, d.w_off[s + 1] - d.w_off[s]);
+    struct backend_bounds bounds = {m->N, m->C, m->B, m->T, m->Hl, m->Hkvl, m->D, m->dtype,
+                                    d.x_numel + d.dy_numel + w_max};
+    if ((st = backend_reserve(m->be, &bounds, err))) return st; // the state is model_free's
     // Scales start at 1 (Transformer Engine's initial scale), scale_inv too.
     float *one = xmalloc((size_t)MAX(1, f->n) * sizeof *one);
     for (int i = 0; i < f->n; i++) one[i] = 1.0f;

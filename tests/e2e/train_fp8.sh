@@ -17,7 +17,11 @@
 #     the small config in (2,1,2) with sequence parallelism, 8 steps straight
 #     against 4 + resume + 4: the same losses, grad norms and lrs, the same
 #     final parameters and FP8 scaling state (read from the rank files); the
-#     checkpoint holds the state (fp8_scaling/model.layers.<l>, both blocks);
+#     checkpoint holds the state (fp8_scaling/model.layers.<l>, both blocks).
+#     It fails when the resume leaves the FP8 state out, and when the
+#     amaxes are not all-reduced over the data-parallel group (the ranks'
+#     scales differ; the checkpoint holds rank 0's): all 20 final parameters
+#     differ (checked when written);
 #     and `trident plan`'s bytes of that layout (the model's FP8 copies and
 #     state included) are the run's mem_bytes.
 #  4. A bf16 checkpoint resumes into fp8 (scale 1, empty histories: the log
@@ -26,6 +30,15 @@
 #     the source precision.
 #  5. recompute = full in fp8 (delayed) gives the losses of recompute = none
 #     bit for bit (the recomputation casts again with the same scales).
+#  6. Delayed scaling: a skipped step (TRIDENT_FAULT=grad_inf: a non-finite
+#     gradient norm) pushes no amax into the histories: 8 steps, one
+#     skipped, leave 7 entries (8 when the rule is taken out).
+#  7. fp8 = e4m3 (E4M3 gradients) with current scaling and fp8_skip_layers =
+#     first at (1,1,2): 8 steps within 2% of bf16 (and not bf16's); no FP8
+#     state in its checkpoint (current scaling carries none).
+#  8. fp8 delayed under pipeline parallelism (1,2,1) and ZeRO-3 (1,1,2): every
+#     step's loss within 1e-3 relative of (1,1,1) and of (1,1,2) ZeRO-0 (the
+#     same GEMMs and casts; only sums in another order differ).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT" "$PWD/$BUILD/mpi/test_fp8_tp"
@@ -81,7 +94,7 @@ small_dataset "$tmp"
 # train NAME TP PP DP [overrides...] into $tmp/run-NAME, checkpoints $tmp/ck-NAME
 train() {
     local name=$1 tp=$2 pp=$3 dp=$4 rc=0; shift 4
-    small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" "$dp" 0 train.steps=8 train.warmup_steps=2 \
+    small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" "$dp" "${ZERO:-0}" train.steps=8 train.warmup_steps=2 \
         checkpoint.every=0 checkpoint.keep_last=0 precision.dtype=bf16 "$@" > "$tmp/$name.log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -5 "$tmp/$name.log"; echo "FAIL: $name exited $rc"; fail=1; }
 }
@@ -118,6 +131,15 @@ grep -q "FP8 scaling state of 0 of rank 0's 2 FP8 blocks" "$tmp/to-fp8.log" ||
 # 5. recompute
 train re-none 1 1 1 "${F8[@]}"
 train re-full 1 1 1 "${F8[@]}" model.recompute=full
+# 8. pipeline (1,2,1) and ZeRO-3 (1,1,2) against (1,1,1) and (1,1,2)
+train pp 1 2 1 "${F8[@]}"
+ZERO=3 train z3 1 1 2 "${F8[@]}"
+# 7. e4m3 with current scaling, the first block in bf16
+train e4m3 1 1 2 precision.fp8=e4m3 precision.fp8_scaling=current precision.fp8_skip_layers=first
+# 6. a skipped step pushes no amax: an inf in the gradients at step 3 of 8
+# (the step skipped); the histories (length 10) hold 7 amaxes, not 8
+TRIDENT_FAULT=grad_inf:3 train skip 1 1 1 precision.fp8=hybrid precision.fp8_scaling=delayed \
+    precision.fp8_amax_history_len=10
 "$PY" - "$tmp" <<'PY' || fail=1
 import glob, json, sys, h5py, numpy as np
 tmp = sys.argv[1]
@@ -157,6 +179,24 @@ for src, dst in (("bf16", "to-fp8"), ("fp8", "to-bf16")):
     print(f"(4) {src} checkpoint resumed in {dst[3:]}: steps 5-8 within {100 * worst:.4f}% of straight {src}")
 check(steps("run-re-none") == steps("run-re-full"), "(5) recompute = full differs from none in fp8")
 print("(5) fp8 recompute = full: the losses of none, bit for bit")
+sk = [r.get("skipped") for r in map(json.loads, open(f"{tmp}/run-skip/metrics.jsonl")) if "loss" in r]
+check(sk == [0, 0, 1, 0, 0, 0, 0, 0], f"(6) skipped per step {sk}, expected step 3 alone")
+st = fp8_state(f"{tmp}/ck-skip/step-000008")
+pushed = sorted({int((v.reshape(12, 12)[:, 2:] != 0).sum(axis=1).max()) for v in st.values()})
+check(len(st) == 2 and pushed == [7], f"(6) amaxes in the histories: {pushed}, expected 7 (8 steps, 1 skipped)")
+print(f"(6) a skipped step pushes no amax: {pushed[0] if pushed else '?'} of 8 steps in the histories")
+ref, got = steps("run-bf16"), steps("run-e4m3")
+worst = max(abs(got[k][0] - ref[k][0]) / ref[k][0] for k in ref) if sorted(got) == sorted(ref) else 1
+sat = [r.get("fp8_saturated") for r in map(json.loads, open(f"{tmp}/run-e4m3/metrics.jsonl")) if "loss" in r]
+check(worst <= 0.02 and got != ref, f"(7) e4m3: {100 * worst:.2f}% off bf16 (limit 2%), or bf16's losses")
+check(all(isinstance(x, int) for x in sat), f"(7) e4m3: fp8_saturated {sat}")
+check(fp8_state(f"{tmp}/ck-e4m3/step-000008") == {}, "(7) current scaling saved FP8 state")
+print(f"(7) e4m3, current scaling, first block bf16: 8 steps within {100 * worst:.3f}% of bf16; no FP8 state saved")
+for ref, got in (("re-none", "pp"), ("fp8", "z3")):
+    a, b = steps(f"run-{ref}"), steps(f"run-{got}")
+    worst = max(abs(b[k][0] - a[k][0]) / a[k][0] for k in a) if sorted(a) == sorted(b) else 1
+    check(worst <= 1e-3, f"(8) {got}: {worst:.2e} off {ref} (limit 1e-3)")
+    print(f"(8) fp8 delayed {got} against {ref}: losses within {worst:.1e}")
 sys.exit(bad)
 PY
 exit "$fail"
