@@ -15,11 +15,11 @@
 // goal: the cache at least 20x faster. Prints; asserts nothing.
 //
 // What bounds the one-prompt ratio: a one-token step reads every weight once
-// (FP32: 365 MB) and is memory bound (~14 GB/s for one core here: ~26 ms a
-// token), while the full window's 257 positions run sgemm near the core's
-// FLOP rate (~0.4 s a token): about 16x on one core of this machine
-// (docs/performance.md), whatever the code around them; rows decoded
-// together share the weights' reading.
+// (FP32: 365 MB) and is memory bound (~17 GB/s for one core here through 2
+// MiB pages: ~21 ms a token), while the full window's 257 positions run
+// sgemm near the core's FLOP rate (~0.35 s a token): about 16x on one core
+// of this machine (docs/performance.md), whatever the code around them; rows
+// decoded together share the weights' reading.
 //
 // Usage: bench_generate [threads] (default 1: a one-token step is a few
 // hundred small ops, and on a machine other jobs load, each OpenMP region of
