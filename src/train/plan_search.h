@@ -128,8 +128,12 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
 
 // Predicts one layout (its fields tp, cp, pp, v, dp, mb, zero, dp_shard,
-// keep_gathered, recompute set): fills peak_bytes and the times. Returns false with why set when it does not
-// fit or the schedule refuses it.
+// keep_gathered, recompute set; global_batch: the batch it runs, 0 = the
+// config's): fills peak_bytes, the times (seconds a step: the kernel model,
+// or every FLOP at cl->efficiency of the peak when that is > 0), the
+// throughputs and, under precision.fp8, the same layout's bf16 step and
+// peak. Returns false with why set when it does not fit or the schedule
+// refuses it.
 
 // Context parallelism's ring (docs/planning.md §3) as src/model/
 // ring_attention.c runs it, per microbatch and layer on one rank: cp blocks
