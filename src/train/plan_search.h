@@ -1,8 +1,10 @@
 // plan_search.h: which layout of a config fits N GPUs and which is fastest
 // (docs/planning.md): enumerates (tp, cp, pp, virtual stages, dp, micro-batch,
 // recompute, ZeRO stage 0-3 and its shard group), takes each one's peak bytes from plan.h (what a run
-// allocates) and predicts its step time with an analytic model (compute at
-// an efficiency of the GPU's peak, interleaved-1F1B bubble, recompute,
+// allocates) and predicts its step time with an analytic model (compute
+// from a kernel model: each GEMM at its shape's and dtype's rate, FP8 under
+// precision.fp8, attention at a fused kernel's rate, memory-bound kernels at
+// HBM speed; interleaved-1F1B bubble, recompute,
 // tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
 // on the inter-node network, alpha-beta; ZeRO-2/3's per-unit all-gathers and
 // reduce-scatters against the compute they overlap; context parallelism's
