@@ -39,6 +39,10 @@
 #  8. fp8 delayed under pipeline parallelism (1,2,1) and ZeRO-3 (1,1,2): every
 #     step's loss within 1e-3 relative of (1,1,1) and of (1,1,2) ZeRO-0 (the
 #     same GEMMs and casts; only sums in another order differ).
+#  9. The FP8 state reshards by layer and adapts its history length: the
+#     (2,1,2)+sp checkpoint of step 4 (history 4) resumed in (1,2,1) with
+#     history 6: after 4 more steps each history holds those 4 amaxes, then
+#     the checkpoint's 2 newest.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT" "$PWD/$BUILD/mpi/test_fp8_tp"
@@ -131,6 +135,9 @@ grep -q "FP8 scaling state of 0 of rank 0's 2 FP8 blocks" "$tmp/to-fp8.log" ||
 # 5. recompute
 train re-none 1 1 1 "${F8[@]}"
 train re-full 1 1 1 "${F8[@]}" model.recompute=full
+# 9. the (2,1,2)+sp checkpoint of step 4 (history 4) resumed in (1,2,1) with history 6
+train relayout 1 2 1 precision.fp8=hybrid precision.fp8_scaling=delayed precision.fp8_amax_history_len=6 \
+    checkpoint.resume="$tmp/ck-stop/step-000004"
 # 8. pipeline (1,2,1) and ZeRO-3 (1,1,2) against (1,1,1) and (1,1,2)
 train pp 1 2 1 "${F8[@]}"
 ZERO=3 train z3 1 1 2 "${F8[@]}"
@@ -192,6 +199,13 @@ check(worst <= 0.02 and got != ref, f"(7) e4m3: {100 * worst:.2f}% off bf16 (lim
 check(all(isinstance(x, int) for x in sat), f"(7) e4m3: fp8_saturated {sat}")
 check(fp8_state(f"{tmp}/ck-e4m3/step-000008") == {}, "(7) current scaling saved FP8 state")
 print(f"(7) e4m3, current scaling, first block bf16: 8 steps within {100 * worst:.3f}% of bf16; no FP8 state saved")
+old, new = fp8_state(f"{tmp}/ck-stop/step-000004"), fp8_state(f"{tmp}/ck-relayout/step-000008")
+check(sorted(steps("run-relayout")) == [5, 6, 7, 8], "(9) the relayout resume did not run steps 5-8")
+check(sorted(old) == sorted(new) and all(
+    np.array_equal(new[k].reshape(12, 8)[:, 6:], old[k].reshape(12, 6)[:, 2:4]) for k in old),
+    "(9) the resumed histories do not end with the checkpoint's newest amaxes")
+print(f"(9) FP8 state of (2,1,2)+sp, history 4, resumed in (1,2,1) with history 6: each history ends "
+      f"with the checkpoint's 2 newest amaxes, after the 4 new steps'")
 for ref, got in (("re-none", "pp"), ("fp8", "z3")):
     a, b = steps(f"run-{ref}"), steps(f"run-{got}")
     worst = max(abs(b[k][0] - a[k][0]) / a[k][0] for k in a) if sorted(a) == sorted(b) else 1
