@@ -35,7 +35,8 @@
 #     skipped, leave 7 entries (8 when the rule is taken out).
 #  7. fp8 = e4m3 (E4M3 gradients) with current scaling and fp8_skip_layers =
 #     first at (1,1,2): 8 steps within 2% of bf16 (and not bf16's); no FP8
-#     state in its checkpoint (current scaling carries none).
+#     state in its checkpoint (current scaling carries none); the Prometheus
+#     file's trident_fp8_saturated is the last step record's fp8_saturated.
 #  8. fp8 delayed under pipeline parallelism (1,2,1) and ZeRO-3 (1,1,2): every
 #     step's loss within 1e-3 relative of (1,1,1) and of (1,1,2) ZeRO-0 (the
 #     same GEMMs and casts; only sums in another order differ).
@@ -142,7 +143,11 @@ train relayout 1 2 1 precision.fp8=hybrid precision.fp8_scaling=delayed precisio
 train pp 1 2 1 "${F8[@]}"
 ZERO=3 train z3 1 1 2 "${F8[@]}"
 # 7. e4m3 with current scaling, the first block in bf16
-train e4m3 1 1 2 precision.fp8=e4m3 precision.fp8_scaling=current precision.fp8_skip_layers=first
+train e4m3 1 1 2 precision.fp8=e4m3 precision.fp8_scaling=current precision.fp8_skip_layers=first \
+    log.prometheus_file="$tmp/e4m3.prom"
+last=$(metrics "$tmp/run-e4m3" .fp8_saturated | tail -1)
+grep -Eq "^trident_fp8_saturated\{[^}]*\} $last\$" "$tmp/e4m3.prom" ||
+    { echo "FAIL: (7) $tmp/e4m3.prom has no trident_fp8_saturated $last: $(grep fp8 "$tmp/e4m3.prom")"; fail=1; }
 # 6. a skipped step pushes no amax: an inf in the gradients at step 3 of 8
 # (the step skipped); the histories (length 10) hold 7 amaxes, not 8
 TRIDENT_FAULT=grad_inf:3 train skip 1 1 1 precision.fp8=hybrid precision.fp8_scaling=delayed \
