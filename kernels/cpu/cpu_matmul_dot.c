@@ -133,9 +133,10 @@ static void tile_c(const struct dot_args *g, int i0, int j0, int mr, int nr, dou
 
 #ifdef __AVX512F__
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-#ifndef PREFETCH_BYTES
-#define PREFETCH_BYTES 1024 // software prefetch distance along each operand row
-#endif
+// Prefetch: each chunk of a tile reads one line (64 bytes) of each of its
+// rows and prefetches as many consecutive lines of the memory after the
+// tile's rows (the next tile's rows, when they follow), so a tile's reads
+// bring in the next one's, one tile ahead.
 
 // Loads 16 elements of FP32 (or BF16/FP16 widened) at p, the lanes at or past
 // n zero.
@@ -158,11 +159,11 @@ ALWAYS_INLINE __m512 load16(const void *p, enum dtype dt, int n) {
     do {                                                                                \
         __m512 bv[TILE1];                                                               \
         UNROLL for (int c = 0; c < NR; c++) {                                           \
-            _mm_prefetch(b + ((size_t)c * K + k) * es + PREFETCH_BYTES, _MM_HINT_T0);   \
+            _mm_prefetch(b + ((size_t)NR * K + (size_t)k * NR + c * 16) * es, _MM_HINT_T0);   \
             bv[c] = load16(b + ((size_t)c * K + k) * es, dt, n);                        \
         }                                                                               \
         UNROLL for (int r = 0; r < MR; r++) {                                           \
-            _mm_prefetch(a + ((size_t)r * K + k) * es + PREFETCH_BYTES, _MM_HINT_T0);   \
+            _mm_prefetch(a + ((size_t)MR * K + (size_t)k * MR + r * 16) * es, _MM_HINT_T0);   \
             __m512 av = load16(a + ((size_t)r * K + k) * es, dt, n);                    \
             UNROLL for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]); \
         }                                                                               \
@@ -204,11 +205,11 @@ ALWAYS_INLINE __m512bh load32bh(const uint16_t *p, int n) {
     do {                                                                                \
         __m512bh bv[TILE1];                                                             \
         UNROLL for (int c = 0; c < NR; c++) {                                           \
-            _mm_prefetch((const char *)(b + (size_t)c * K + k) + PREFETCH_BYTES, _MM_HINT_T0); \
+            _mm_prefetch((const char *)(b + (size_t)NR * K + (size_t)k * NR + c * 32), _MM_HINT_T0); \
             bv[c] = load32bh(b + (size_t)c * K + k, n);                                 \
         }                                                                               \
         UNROLL for (int r = 0; r < MR; r++) {                                           \
-            _mm_prefetch((const char *)(a + (size_t)r * K + k) + PREFETCH_BYTES, _MM_HINT_T0); \
+            _mm_prefetch((const char *)(a + (size_t)MR * K + (size_t)k * MR + r * 32), _MM_HINT_T0); \
             __m512bh av = load32bh(a + (size_t)r * K + k, n);                           \
             UNROLL for (int c = 0; c < NR; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], av, bv[c]); \
         }                                                                               \

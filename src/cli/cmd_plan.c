@@ -285,7 +285,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         print_batch_notes(c, "config", &own);
         if (fp8 && own.bf16_step_s > 0)
             printf("fp8 %s against bf16, the config's layout: step %.3f s against %.3f s (%.2fx, %+.0f%% tokens/s), "
-                   "peak %.1f GiB against %.1f GiB (%+.1f GiB: the FP8 weight and activation copies)\n",
+                   "peak %.1f GiB against %.1f GiB (%+.1f GiB: the FP8 weight copies, scratch and scaling state)\n",
                    c->precision.fp8 == FP8_HYBRID ? "hybrid" : "e4m3", own.step_s, own.bf16_step_s,
                    own.bf16_step_s / own.step_s, 100 * (own.bf16_step_s / own.step_s - 1),
                    own.peak_bytes / 1073741824.0, own.bf16_peak_bytes / 1073741824.0,
@@ -500,9 +500,8 @@ int cmd_plan(int argc, char **argv) {
         printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
         if (c.precision.fp8 != FP8_NONE)
-            printf("       fp8 (docs/planning.md §7): block-linear weight copies %zu (%.1f MiB, in params), saved GEMM "
-                   "inputs %zu (%.1f MiB), recompute, scratch and scaling state %zu (%.1f MiB, in activations)\n",
-                   b->fp8_weights, mib(b->fp8_weights), b->fp8_saved, mib(b->fp8_saved), b->fp8_work,
+            printf("       fp8 (docs/planning.md §7): block-linear weight copies %zu (%.1f MiB, in params), scratch and "
+                   "scaling state %zu (%.1f MiB, in activations)\n", b->fp8_weights, mib(b->fp8_weights), b->fp8_work,
                    mib(b->fp8_work));
         if (c.system.device == DEVICE_CPU && host[i].ckpt_save)
             printf("       host: MPI %zu, checkpoint buffers %zu (%.1f MiB: checkpoint.async's "

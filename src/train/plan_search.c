@@ -263,7 +263,10 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     if (cl->efficiency > 0) {
         // Every FLOP at one efficiency of the peak (the FP8 peak for the
         // block linears' 6 x params a token under precision.fp8).
-        double lin = L * (Cm * (HD + 2 * KD) + HD * Cm + 3.0 * Cm * lc.ffn_dim) * 6 * tokens / N;
+        int skip_first = 0, skip_last = 0; // precision.fp8_skip_layers: those blocks in bf16
+        config_fp8_skip(&c, &skip_first, &skip_last);
+        double n8 = MAX(0, L - skip_first - skip_last);
+        double lin = n8 * (Cm * (HD + 2 * KD) + HD * Cm + 3.0 * Cm * lc.ffn_dim) * 6 * tokens / N;
         double f8 = fp8 ? lin : 0;
         l->compute_s = ((flops - f8) / rate + (fp8 ? f8 / (cl->gpu.fp8_flops * cl->efficiency) : 0)) * imbalance;
         double fwd = flops / 3;
@@ -275,11 +278,22 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         // rate, attention at the fused kernel's, the memory-bound kernels at
         // HBM speed; per microbatch and layer on one rank, m microbatches of
         // L / pp layers (the slowest stage: x imbalance) and the head's share.
-        struct layer_times k = kernel_times(&c, &lc, &cl->gpu, l, chunk_max * l->v);
-        double per_mb = (L * (k.fwd + k.bwd) + k.head) / l->pp;
+        struct layer_times k = kernel_times(&c, &lc, &cl->gpu, l, chunk_max * l->v), kb = k;
+        // precision.fp8_skip_layers: those blocks run in bf16 (their share of the weight casts too)
+        int skip_first = 0, skip_last = 0;
+        config_fp8_skip(&c, &skip_first, &skip_last);
+        double n8 = fp8 ? MAX(0, L - skip_first - skip_last) : L; // the FP8 blocks (all of them in bf16)
+        if (fp8 && n8 < L) {
+            struct config b = c;
+            b.precision.fp8 = FP8_NONE;
+            kb = kernel_times(&b, &lc, &cl->gpu, l, chunk_max * l->v);
+            k.weight_casts *= n8 / L;
+        }
+        double per_mb = (n8 * (k.fwd + k.bwd) + (L - n8) * (kb.fwd + kb.bwd) + k.head) / l->pp;
         l->compute_s = (m * per_mb + k.weight_casts) * imbalance;
-        double rec = l->recompute == RECOMPUTE_FULL ? L * k.fwd / l->pp
-                     : l->recompute == RECOMPUTE_SELECTIVE ? L * k.selective / l->pp : 0;
+        double rec = l->recompute == RECOMPUTE_FULL ? (n8 * k.fwd + (L - n8) * kb.fwd) / l->pp
+                     : l->recompute == RECOMPUTE_SELECTIVE ? (n8 * k.selective + (L - n8) * kb.selective) / l->pp
+                                                           : 0;
         l->recompute_s = m * rec * imbalance;
         double qk = 2.0 * (HD + KD) * Cm * tokens / N * L; // selective: the q and k GEMMs again
         recompute_flops = l->recompute == RECOMPUTE_FULL ? flops / 3

@@ -15,7 +15,11 @@
 #     scaling state (12 tensors a layer, history 1024); params and
 #     activations grow by exactly those and nothing else changes;
 #  c. refusals: FP8 on a GPU without FP8 tensor cores (A100) exits 2 naming
-#     precision.fp8 and the GPU.
+#     precision.fp8 and the GPU; precision.fp8 with precision.dtype fp32 exits
+#     2 naming both keys, in the search (--gpus) and the memory plan
+#     (--world-size): the trainer's own rule (config_validate);
+#  d. precision.fp8_skip_layers = first,last: at one efficiency 30 of the 32
+#     blocks' linears at the FP8 peak, by hand.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -88,4 +92,25 @@ rc=0; msg=$("$TRIDENT" plan $cfg --gpus 8 --gpu A100-80G --set precision.fp8=hyb
 [ "$rc" = 2 ] && grep -q "precision.fp8 = hybrid needs FP8 tensor cores: --gpu A100-80G has none" <<<"$msg" ||
     fail "c: fp8 on A100: rc $rc, '$msg'"
 echo "c: $msg"
+for mode in "--gpus 8" "--world-size 8"; do
+    rc=0; msg=$("$TRIDENT" plan $cfg $mode --set precision.fp8=hybrid precision.dtype=fp32 2>&1) || rc=$?
+    [ "$rc" = 2 ] && grep -q "precision.fp8 = hybrid" <<<"$msg" && grep -q "precision.dtype = fp32" <<<"$msg" ||
+        fail "c: fp8 on fp32 ($mode): rc $rc, '$msg'"
+done
+echo "c: $msg"
+# d. skipped blocks stay bf16 in the time model
+"$TRIDENT" plan $cfg --gpus 8 --gpu H100-SXM --top 0 --efficiency 0.5 --set precision.fp8=hybrid \
+    precision.fp8_skip_layers=first,last --json > "$tmp/d.json"
+"$PY" - "$tmp/d.json" <<'PY' || fail "d: fp8_skip_layers"
+import json, sys
+c = json.load(open(sys.argv[1]))["config_layout"]
+V, C, L, H, Hkv, F, T, B, N = 128256, 4096, 32, 32, 8, 14336, 8192, 64, 8
+D = C // H
+layer = C * (H * D + 2 * Hkv * D) + H * D * C + 3 * C * F
+flops = (6 * (L * layer + V * C) + 6 * L * C * T) * B * T / N
+f8 = 6 * (L - 2) * layer * B * T / N  # the first and the last block in bf16
+want = (flops - f8) / (989e12 * 0.5) + f8 / (1979e12 * 0.5)
+assert abs(c["compute_s"] / want - 1) < 1e-9, (c["compute_s"], want)
+print(f"d: fp8_skip_layers = first,last: compute {c['compute_s']:.4f} s = {want:.4f} s by hand (30 FP8 blocks)")
+PY
 echo "plan_fp8: ok"
