@@ -4,20 +4,22 @@
 // depends on K alone, so a row of out has the same bits whatever M and N are
 // and whichever other rows share the call. Generation uses it (src/model,
 // model_decode_chunk): a one-token step then computes each row exactly as the
-// full window's step does, where oneDNN's BF16 GEMM (cpu_matmul.c) picks its
-// kernel and blocking by shape (AMX tiles for a long window, other code for
-// one row) and sums in another order.
+// full window's step does, where oneDNN's BF16 GEMM (cpu_matmul.c) chooses
+// its kernel and blocking by shape and sums a step's few rows in another
+// order than the window's.
 //
-// The dot product: LANES FP32 (FP64: 8) partial sums, lane l taking the
-// elements k = l, l + LANES, ... in increasing k (one vector FMA per chunk of
-// LANES; BF16 with AVX512_BF16: one vdpbf16ps per chunk of 32, each lane
+// The dot product: 16 FP32 (FP64: 8) partial sums, lane l taking the
+// elements k = l, l + 16, ... in increasing k (one vector FMA per chunk of
+// 16; BF16 with AVX512_BF16: one vdpbf16ps per chunk of 32, each lane
 // summing an even-odd pair per step), the last chunk zero-padded, then the
 // lanes added by one fixed tree (_mm512_reduce_add_ps, or its C twin). Then
 // out = alpha * dot, + beta * out (one FMA) when beta != 0, rounded once to
-// out's dtype. Tiles of up to 4 x 4 elements share their operand loads (4
-// rows of op(a) and 4 columns of op(b) per chunk); a tile's shape changes
-// which elements share a loop, never an element's sums. Threads split the
-// tiles; each element is computed by one thread.
+// out's dtype. The build picks one kernel (AVX-512 with or without
+// AVX512_BF16, or portable C; their bits differ, each is invariant). Tiles
+// of up to 4 x 4 elements (1 x 8 for a one-row call) share their operand
+// loads (their rows of op(a) and columns of op(b) per chunk); a tile's shape
+// changes which elements share a loop, never an element's sums. Threads
+// split the tiles; each element is computed by one thread.
 //
 // Operand layout: op(a)'s rows and op(b)'s columns must be contiguous in K:
 // a stored (M, K) and b stored (N, K) (trans_b) are read in place (a linear
@@ -292,11 +294,15 @@ static void run_tiles(const struct dot_args *g, long t0, long t1) {
     }
 }
 
-// dst (cols, rows) = src (rows, cols)^T, elements of es bytes.
+// dst (cols, rows) = src (rows, cols)^T, elements of es (2, 4 or 8) bytes.
+#define TRANSPOSE_AS(type)                                                                  \
+    for (int r = 0; r < rows; r++)                                                          \
+        for (int c = 0; c < cols; c++)                                                      \
+            ((type *)dst)[(size_t)c * rows + r] = ((const type *)src)[(size_t)r * cols + c]
 static void transpose(void *dst, const void *src, int rows, int cols, size_t es) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            memcpy((char *)dst + ((size_t)c * rows + r) * es, (const char *)src + ((size_t)r * cols + c) * es, es);
+    if (es == 2) TRANSPOSE_AS(uint16_t);
+    else if (es == 4) TRANSPOSE_AS(uint32_t);
+    else TRANSPOSE_AS(uint64_t);
 }
 
 void cpu_matmul_invariant(struct backend *be, struct tensor out, struct tensor a, struct tensor b,

@@ -630,8 +630,7 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     backend_memset0(be, m->act_arena);
     // The kernels' working memory for this model's largest ops, now: a step
     // then allocates nothing on the device.
-    // fp8_gemm (0 here): model_fp8_init reserves the FP8 linear layers' largest
-    // matmul_fp8 (M K + K N) when it turns FP8 on.
+    // fp8_gemm 0 here: model_fp8_init reserves the FP8 GEMMs' bound.
     struct backend_bounds bounds = {m->N, m->C, B, m->T, m->Hl, m->Hkvl, m->D, dtype, 0};
     // qk_norm's RMSNorm runs over (N Hl, D) rows
     struct backend_bounds qk = {m->N * m->Hl, m->D, B, m->T, m->Hl, m->Hkvl, m->D, dtype, 0};

@@ -140,17 +140,14 @@ enum status model_fp8_init(struct model *m, const struct model_fp8_config *c, st
             f->block[b] = skipped_layer(c, m->cfg.n_layers, l) ? -1 : k;
             if (f->block[b] >= 0) f->layer[k++] = l;
         }
-    // The backend's working memory for the largest FP8 GEMM (M K + K N over
-    // every matmul_fp8 call of the sites below: the CUDA backend's K-major
-    // copies, kernels/ops.h struct backend_bounds), now: a step allocates nothing.
-    size_t N = (size_t)m->N, C = m->C, HD = (size_t)m->Hl * m->D, W = HD + 2 * (size_t)m->Hkvl * m->D;
-    size_t F2 = 2 * (size_t)m->Fl, shapes[][3] = {
-        {N, W, C}, {N, C, W}, {W, C, N}, {N, C, HD}, {N, HD, C}, {C, HD, N},
-        {F2, N, C}, {N, C, F2}, {F2, C, N}, {N, C, F2 / 2}, {F2 / 2, N, C}, {C, F2 / 2, N}};
-    struct backend_bounds bounds = {m->N, m->C, m->B, m->T, m->Hl, m->Hkvl, m->D, m->dtype, 0};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) // (M, N, K) of each call
-        bounds.fp8_gemm = MAX(bounds.fp8_gemm, shapes[i][0] * shapes[i][2] + shapes[i][2] * shapes[i][1]);
-    if (backend_reserve(m->be, &bounds, err)) return err->status; // model_free frees the rest
+    // The backend's working memory for matmul_fp8 (backend_bounds.fp8_gemm:
+    // the CUDA backend's K-major copies of operands, docs/cuda.md "FP8"):
+    // a call's two operands are two of x8, dy8 and a weight slice.
+    size_t w_max = 0;
+    for (int s = 0; s < FP8_SITES; s++) w_max = MAX(w_max, d.w_off[s + 1] - d.w_off[s]);
+    struct backend_bounds bounds = {m->N, m->C, m->B, m->T, m->Hl, m->Hkvl, m->D, m->dtype,
+                                    d.x_numel + d.dy_numel + w_max};
+    if ((st = backend_reserve(m->be, &bounds, err))) return st; // the state is model_free's
     // Scales start at 1 (Transformer Engine's initial scale), scale_inv too.
     float *one = xmalloc((size_t)MAX(1, f->n) * sizeof *one);
     for (int i = 0; i < f->n; i++) one[i] = 1.0f;

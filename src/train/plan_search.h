@@ -1,8 +1,10 @@
 // plan_search.h: which layout of a config fits N GPUs and which is fastest
 // (docs/planning.md): enumerates (tp, cp, pp, virtual stages, dp, micro-batch,
 // recompute, ZeRO stage 0-3 and its shard group), takes each one's peak bytes from plan.h (what a run
-// allocates) and predicts its step time with an analytic model (compute at
-// an efficiency of the GPU's peak, interleaved-1F1B bubble, recompute,
+// allocates) and predicts its step time with an analytic model (compute
+// from a kernel model: each GEMM at its shape's and dtype's rate, FP8 under
+// precision.fp8, attention at a fused kernel's rate, memory-bound kernels at
+// HBM speed; interleaved-1F1B bubble, recompute,
 // tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
 // on the inter-node network, alpha-beta; ZeRO-2/3's per-unit all-gathers and
 // reduce-scatters against the compute they overlap; context parallelism's
@@ -128,8 +130,12 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
 
 // Predicts one layout (its fields tp, cp, pp, v, dp, mb, zero, dp_shard,
-// keep_gathered, recompute set): fills peak_bytes and the times. Returns false with why set when it does not
-// fit or the schedule refuses it.
+// keep_gathered, recompute set; global_batch: the batch it runs, 0 = the
+// config's): fills peak_bytes, the times (seconds a step: the kernel model,
+// or every FLOP at cl->efficiency of the peak when that is > 0), the
+// throughputs and, under precision.fp8, the same layout's bf16 step and
+// peak. Returns false with why set when it does not fit or the schedule
+// refuses it.
 
 // Context parallelism's ring (docs/planning.md §3) as src/model/
 // ring_attention.c runs it, per microbatch and layer on one rank: cp blocks

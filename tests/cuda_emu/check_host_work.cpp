@@ -17,8 +17,10 @@
 //  4. scratch is sized at model_init: no cudaMalloc or cudaFree during any
 //     step, the first included (before: grown at first use);
 // in fp32, with every step's loss and gradient norm within 1e-5 of the CPU
-// backend's, and in bf16 (counters only). Exit 1 on a failed check. Run by
-// tests/e2e/cuda_host_work.sh.
+// backend's, in bf16 and in bf16 with FP8 linear layers (hybrid, delayed
+// scaling: the FP8 GEMMs' plans and their transposed operands' scratch
+// made before or in the first step; counters only). Exit 1 on a failed
+// check. Run by tests/e2e/cuda_host_work.sh.
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -65,7 +67,7 @@ static struct optimizer_config opt_config(void) {
     return o;
 }
 
-static struct run open_run(enum backend_kind kind, enum dtype dtype) {
+static struct run open_run(enum backend_kind kind, enum dtype dtype, bool fp8) {
     struct run r;
     struct error err;
     memset(&err, 0, sizeof err);
@@ -74,6 +76,12 @@ static struct run open_run(enum backend_kind kind, enum dtype dtype) {
     struct llama_config cfg = config();
     struct model_shard shard = model_shard_full(&cfg);
     CHECK(!model_init(&r.m, r.be, &cfg, &shard, dtype, B, T, 1, &err), "model_init: %s", err.msg);
+    if (fp8) {
+        struct model_fp8_config fc;
+        memset(&fc, 0, sizeof fc);
+        fc.on = true, fc.grad = DTYPE_FP8_E5M2, fc.delayed = true, fc.history_len = 16;
+        CHECK(!model_fp8_init(r.m, &fc, &err), "model_fp8_init: %s", err.msg);
+    }
     struct optimizer_config oc = opt_config();
     CHECK(!optimizer_init(&r.opt, r.be, r.m, &oc, NULL, &err), "optimizer_init: %s", err.msg);
     return r;
@@ -108,7 +116,7 @@ static void print(const char *what, struct counts c) {
 
 // Steps of 4, 1, 4, 1, 4 microbatches on the CUDA backend (against the CPU
 // backend's losses when compare): the checks of the header.
-static void check(enum dtype dtype, bool compare) {
+static void check(enum dtype dtype, bool compare, bool fp8) {
     int32_t tokens[MAX_MICRO * B * T], targets[MAX_MICRO * B * T];
     for (int i = 0; i < MAX_MICRO * B * T; i++) tokens[i] = (i * 37) % V, targets[i] = (i * 11) % V;
     targets[5] = IGNORE_INDEX;
@@ -116,17 +124,17 @@ static void check(enum dtype dtype, bool compare) {
     static const int n_micro[] = {4, 1, 4, 1, 4};
     enum { STEPS = sizeof n_micro / sizeof n_micro[0] };
     struct train_step_result ref[STEPS], got[STEPS];
-    const char *dt = dtype_name(dtype);
+    const char *dt = fp8 ? "bf16 + fp8" : dtype_name(dtype);
     printf("== %s\n", dt);
 
     if (compare) {
-        struct run cpu = open_run(BACKEND_CPU, dtype);
+        struct run cpu = open_run(BACKEND_CPU, dtype, fp8);
         for (int s = 0; s < STEPS; s++)
             train_step(cpu.m, cpu.opt, &oc, NULL, NULL, s, tokens, targets, n_micro[s], B, T, &ref[s]);
         close_run(&cpu);
     }
 
-    struct run gpu = open_run(BACKEND_CUDA, dtype);
+    struct run gpu = open_run(BACKEND_CUDA, dtype, fp8);
     struct counts start = snapshot(), per_step[STEPS];
     for (int s = 0; s < STEPS; s++) {
         struct counts before = snapshot();
@@ -171,8 +179,9 @@ static void check(enum dtype dtype, bool compare) {
 }
 
 int main() {
-    check(DTYPE_FP32, true);
-    check(DTYPE_BF16, false);
+    check(DTYPE_FP32, true, false);
+    check(DTYPE_BF16, false, false);
+    check(DTYPE_BF16, false, true);
     printf("check_host_work: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

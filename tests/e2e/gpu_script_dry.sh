@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # gpu_script_dry.sh: tests/gpu/run.sh, the one-shot GPU script (docs/cuda.md),
 # dry-run through the emulated build on its quick steps:
-#   1. STEPS="compare_selftest plan_1b throughput_1b" with cuDNN and NCCL
-#      found by the probe: the probe runs first; plan_1b and throughput_1b
-#      (measured first) come before compare_selftest (the rest) in the
-#      summary;
+#   1. STEPS="compare_selftest plan_1b throughput_1b fp8_throughput_1b" with
+#      cuDNN and NCCL found by the probe: the probe runs first; plan_1b,
+#      throughput_1b and fp8_throughput_1b (measured first) come before
+#      compare_selftest (the rest) in the summary;
 #      - compare_selftest: the comparators must fail a 1.4e-5 difference at
 #        1e-5, a missing step, a null loss and a flat curve; the attention
 #        check a native or missing record; the build check trident's own
@@ -13,7 +13,10 @@
 #      - throughput_1b: the 1B config shrunk (d 128, 2 layers, seq 128) trains
 #        5 steps on the emulated device; the MFU the script computes from the
 #        config must agree within 2% with the trainer's; every step record
-#        says "attention": "native" (the emulated cuDNN has no engine).
+#        says "attention": "native" (the emulated cuDNN has no engine);
+#      - fp8_throughput_1b: the same with precision.fp8 = hybrid: FP8 ran
+#        (fp8_saturated in every record), no FP8 GEMM fell back, the loss
+#        within 5% of throughput_1b's, the tokens/s ratio printed.
 #      Then the summary's lines and $OUT/perf.md are checked.
 #   2. the same throughput_1b with EXPECT_ATTENTION=cudnn (what the GPU run
 #      demands): the step FAILS, and so does the run.
@@ -70,19 +73,20 @@ dry() {
 }
 
 # 1. the quick steps, cuDNN and NCCL where this machine has them
-echo "== 1. STEPS=\"compare_selftest plan_1b throughput_1b\""
-dry quick STEPS="compare_selftest plan_1b throughput_1b"
+echo "== 1. STEPS=\"compare_selftest plan_1b throughput_1b fp8_throughput_1b\""
+dry quick STEPS="compare_selftest plan_1b throughput_1b fp8_throughput_1b"
 s="$tmp/quick-out/summary.txt"
 cat "$s"
 [ "$rc" -eq 0 ] || { cat "$tmp/quick.log"; fail "tests/gpu/run.sh exited $rc"; }
 for want in "^probe ok" "^compare_selftest ok" "^plan_1b ok" "^throughput_1b ok" "the two MFUs agree" "fits" \
             "^result ok" "attention of 5 step records: native 5; all native" \
-            "attention_paths fails a native or missing record; build_warnings fails trident's warnings only"; do
+            "attention_paths fails a native or missing record; build_warnings fails trident's warnings only" \
+            "^fp8_throughput_1b ok" "5 of 5 step records carry fp8_saturated" "fp8 hybrid median .* tokens/s"; do
     grep -q "$want" "$s" || fail "summary lacks '$want'"
 done
 ! grep -q "^attention_cudnn" "$s" || fail "STEPS ran attention_cudnn"
-order=$(awk '$1 ~ /^(probe|build|plan_1b|throughput_1b|compare_selftest)$/ { print $1 }' "$s" | paste -sd' ' -)
-[ "$order" = "probe build plan_1b throughput_1b compare_selftest" ] ||
+order=$(awk '$1 ~ /^(probe|build|plan_1b|throughput_1b|fp8_throughput_1b|compare_selftest)$/ { print $1 }' "$s" | paste -sd' ' -)
+[ "$order" = "probe build plan_1b throughput_1b fp8_throughput_1b compare_selftest" ] ||
     fail "steps in the order '$order', expected the probe, the build, then the 1B measured before the rest"
 grep -q "^| throughput_1b | ok" "$tmp/quick-out/perf.md" || fail "perf.md lacks the throughput_1b row"
 grep -q "^DRY RUN" "$tmp/quick-out/perf.md" || fail "perf.md does not say it is a dry run"
