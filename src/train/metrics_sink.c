@@ -128,6 +128,9 @@ static void prom_write(struct metrics_sink *s, const struct metrics_step *m) {
         if (isfinite(m->loss_scale))
             prom_metric(f, l, "trident_loss_scale", "gauge", "fp16 loss scale of the last logged step.",
                         m->loss_scale);
+        if (!isnan(m->fp8_saturated))
+            prom_metric(f, l, "trident_fp8_saturated", "gauge",
+                        "Values the last logged step's FP8 casts saturated, over all ranks.", m->fp8_saturated);
         if (s->saved_s >= 0)
             prom_metric(f, l, "trident_checkpoint_age_seconds", "gauge",
                         "Seconds since this process last saved a checkpoint.", time_now_s() - s->saved_s);
@@ -146,7 +149,7 @@ static void prom_write(struct metrics_sink *s, const struct metrics_step *m) {
 
 void metrics_sink_step(struct metrics_sink *s, const struct metrics_step *m) {
     if (!s) return;
-    struct tb_scalar v[11] = {
+    struct tb_scalar v[12] = {
         {"lm loss", m->loss},
         {"learning-rate", m->lr},
         {"grad-norm", m->grad_norm},
@@ -157,9 +160,11 @@ void metrics_sink_step(struct metrics_sink *s, const struct metrics_step *m) {
         {"data-wait-ms", m->data_wait_s * 1e3},
         {"skipped", m->skipped},
         {"skipped-steps", m->skipped_steps},
-        {"loss-scale", m->loss_scale},
     };
-    tb_write(s, m->step, v, isnan(m->loss_scale) ? 10 : 11);
+    int n = 10; // the optional ones when they exist
+    if (!isnan(m->loss_scale)) v[n++] = (struct tb_scalar){"loss-scale", m->loss_scale};
+    if (!isnan(m->fp8_saturated)) v[n++] = (struct tb_scalar){"fp8-saturated", m->fp8_saturated};
+    tb_write(s, m->step, v, n);
     prom_write(s, m);
 }
 

@@ -25,6 +25,7 @@ struct metrics_step {
     int skipped;         // 1: the step was skipped (no update)
     int skipped_steps;   // steps skipped in the whole run
     double loss_scale;   // fp16 loss scale the step used; NaN: no scaler
+    double fp8_saturated; // values the step's FP8 casts saturated, all ranks; NaN: no FP8
 };
 
 struct metrics_sink_args {

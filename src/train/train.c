@@ -858,8 +858,9 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     else if (r->n_targets == 0)
         snprintf(skipped, sizeof skipped, " | no target in the loss (loss_on = response and no response "
                  "token in the global batch): zero gradient, weight decay only");
-    char scale[48] = "";
+    char scale[80] = "";
     if (t->par.ctx.scaler) snprintf(scale, sizeof scale, " | loss scale %g", r->loss_scale);
+    else if (fp8) snprintf(scale, sizeof scale, " | fp8 saturated %lld", (long long)saturated);
     printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.6f%s%s | %.0f tok/s | MFU %.2f%% | "
            "mem %.1f MiB | %.1f ms/step | ETA %s | rank 0: data wait %.1f ms, compute %.1f ms, comm %.1f ms, "
            "pipeline wait %.1f ms (max over ranks %.1f ms)\n", step + 1, c->train.steps, r->loss,
@@ -897,7 +898,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
         .step = step + 1, .loss = r->loss, .lr = r->lr, .grad_norm = r->grad_norm,
         .tokens_per_s = tps, .mfu = mfu, .mem_bytes = (double)t->m.mem_bytes, .step_time_s = dt,
         .data_wait_s = data_wait, .skipped = r->skipped ? 1 : 0, .skipped_steps = pg->skipped_steps,
-        .loss_scale = t->par.ctx.scaler ? r->loss_scale : NAN});
+        .loss_scale = t->par.ctx.scaler ? r->loss_scale : NAN, .fp8_saturated = fp8 ? (double)saturated : NAN});
 }
 
 // The closing record of metrics.jsonl (rank 0), the summary tools read: how

@@ -35,10 +35,15 @@
 #     skipped, leave 7 entries (8 when the rule is taken out).
 #  7. fp8 = e4m3 (E4M3 gradients) with current scaling and fp8_skip_layers =
 #     first at (1,1,2): 8 steps within 2% of bf16 (and not bf16's); no FP8
-#     state in its checkpoint (current scaling carries none).
+#     state in its checkpoint (current scaling carries none); the Prometheus
+#     file's trident_fp8_saturated is the last step record's fp8_saturated.
 #  8. fp8 delayed under pipeline parallelism (1,2,1) and ZeRO-3 (1,1,2): every
 #     step's loss within 1e-3 relative of (1,1,1) and of (1,1,2) ZeRO-0 (the
 #     same GEMMs and casts; only sums in another order differ).
+#  9. The FP8 state reshards by layer and adapts its history length: the
+#     (2,1,2)+sp checkpoint of step 4 (history 4) resumed in (1,2,1) with
+#     history 6: after 4 more steps each history holds those 4 amaxes, then
+#     the checkpoint's 2 newest.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT" "$PWD/$BUILD/mpi/test_fp8_tp"
@@ -131,11 +136,18 @@ grep -q "FP8 scaling state of 0 of rank 0's 2 FP8 blocks" "$tmp/to-fp8.log" ||
 # 5. recompute
 train re-none 1 1 1 "${F8[@]}"
 train re-full 1 1 1 "${F8[@]}" model.recompute=full
+# 9. the (2,1,2)+sp checkpoint of step 4 (history 4) resumed in (1,2,1) with history 6
+train relayout 1 2 1 precision.fp8=hybrid precision.fp8_scaling=delayed precision.fp8_amax_history_len=6 \
+    checkpoint.resume="$tmp/ck-stop/step-000004"
 # 8. pipeline (1,2,1) and ZeRO-3 (1,1,2) against (1,1,1) and (1,1,2)
 train pp 1 2 1 "${F8[@]}"
 ZERO=3 train z3 1 1 2 "${F8[@]}"
 # 7. e4m3 with current scaling, the first block in bf16
-train e4m3 1 1 2 precision.fp8=e4m3 precision.fp8_scaling=current precision.fp8_skip_layers=first
+train e4m3 1 1 2 precision.fp8=e4m3 precision.fp8_scaling=current precision.fp8_skip_layers=first \
+    log.prometheus_file="$tmp/e4m3.prom"
+last=$(metrics "$tmp/run-e4m3" .fp8_saturated | tail -1)
+grep -Eq "^trident_fp8_saturated\{[^}]*\} $last\$" "$tmp/e4m3.prom" ||
+    { echo "FAIL: (7) $tmp/e4m3.prom has no trident_fp8_saturated $last: $(grep fp8 "$tmp/e4m3.prom")"; fail=1; }
 # 6. a skipped step pushes no amax: an inf in the gradients at step 3 of 8
 # (the step skipped); the histories (length 10) hold 7 amaxes, not 8
 TRIDENT_FAULT=grad_inf:3 train skip 1 1 1 precision.fp8=hybrid precision.fp8_scaling=delayed \
@@ -192,6 +204,13 @@ check(worst <= 0.02 and got != ref, f"(7) e4m3: {100 * worst:.2f}% off bf16 (lim
 check(all(isinstance(x, int) for x in sat), f"(7) e4m3: fp8_saturated {sat}")
 check(fp8_state(f"{tmp}/ck-e4m3/step-000008") == {}, "(7) current scaling saved FP8 state")
 print(f"(7) e4m3, current scaling, first block bf16: 8 steps within {100 * worst:.3f}% of bf16; no FP8 state saved")
+old, new = fp8_state(f"{tmp}/ck-stop/step-000004"), fp8_state(f"{tmp}/ck-relayout/step-000008")
+check(sorted(steps("run-relayout")) == [5, 6, 7, 8], "(9) the relayout resume did not run steps 5-8")
+check(sorted(old) == sorted(new) and all(
+    np.array_equal(new[k].reshape(12, 8)[:, 6:], old[k].reshape(12, 6)[:, 2:4]) for k in old),
+    "(9) the resumed histories do not end with the checkpoint's newest amaxes")
+print(f"(9) FP8 state of (2,1,2)+sp, history 4, resumed in (1,2,1) with history 6: each history ends "
+      f"with the checkpoint's 2 newest amaxes, after the 4 new steps'")
 for ref, got in (("re-none", "pp"), ("fp8", "z3")):
     a, b = steps(f"run-{ref}"), steps(f"run-{got}")
     worst = max(abs(b[k][0] - a[k][0]) / a[k][0] for k in a) if sorted(a) == sorted(b) else 1
