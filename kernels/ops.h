@@ -528,8 +528,12 @@ void backend_fp8_amax(struct backend *be, struct tensor amax, struct tensor x, s
 // checked bit for bit against torch's float8 types (tests/unit/test_fp8.c).
 // scale (1,) FP32. amax (1,) FP32, optional (numel 0: skipped) = max(amax,
 // max_i |x_i|) as fp8_amax (the fused amax of delayed scaling). saturated
-// (1,) I64, optional (numel 0: skipped) += the number of finite x_i whose
-// |x_i * scale| exceeds the format's max. Stream-ordered.
+// (1,) I64, optional (numel 0: skipped) += the number of finite x_i that
+// saturation clipped: whose |x_i * scale| rounds (to nearest even, as if the
+// format went on) beyond the format's max: > 464 for E4M3 (480 - 16: the tie
+// rounds to even 448), >= 61440 for E5M2 (the tie rounds to even 65536);
+// fp8_clips in kernels/cpu/fp8.h. A product that rounds to max itself is not
+// counted (current scaling maps the amax to about max). Stream-ordered.
 void backend_fp8_cast(struct backend *be, struct tensor out, struct tensor amax,
                       struct tensor saturated, struct tensor x, struct tensor scale, size_t n);
 // Scales of n tensors from their amaxes (Transformer Engine's

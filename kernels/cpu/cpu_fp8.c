@@ -53,11 +53,10 @@ void cpu_fp8_amax(struct backend *be, struct tensor amax, struct tensor x, size_
 }
 
 // out[i] = fp8(x[i] * s) of format e4m3 (else E5M2) for x (n,) of dtype dt;
-// returns how many finite x[i] had |x[i] * s| > max, and the largest |x[i]|
+// returns how many finite x[i] were clipped (fp8_clips), and the largest |x[i]|
 // as FP32 bits in *mbits. One loop per dtype and format, each vectorized.
 static int64_t cast(uint8_t *out, uint32_t *mbits, bool e4m3, const void *x, enum dtype dt,
                     float s, size_t n) {
-    float max = e4m3 ? 448.0f : 57344.0f;
     int64_t sat = 0;
     uint32_t mb = 0;
 #define CAST_LOOP(LOAD, CONV)                                                                      \
@@ -66,7 +65,7 @@ static int64_t cast(uint8_t *out, uint32_t *mbits, bool e4m3, const void *x, enu
         float v = LOAD(i), y = v * s;                                                              \
         uint32_t a = fp8_bits_of(v) & 0x7fffffffu;                                                 \
         out[i] = CONV(y);                                                                          \
-        sat += (a < INF_BITS) & (fabsf(y) > max);                                                  \
+        sat += (a < INF_BITS) & fp8_clips(fabsf(y), e4m3);                                         \
         mb = a > mb ? a : mb;                                                                      \
     }
 #define CAST_E4M3(LOAD) CAST_LOOP(LOAD, fp8_e4m3_from_f32)

@@ -97,6 +97,16 @@ FP8_FN float fp8_widen(uint8_t b, int mbits, int bias) {
     return fp8_float_of(sign | (e + 127 - (uint32_t)bias) << 23 | m << (23 - mbits));
 }
 
+// Whether saturation clips a magnitude ay = |x * scale| (>= 0, finite or
+// inf): whether rounding to nearest even, as if the format went on past its
+// max, would give more than max. E4M3: above 464, the midpoint of 448 and
+// 480, whose tie goes to the even 448; E5M2: 61440 and above, the midpoint
+// of 57344 and 65536, whose tie goes to the even 65536. FP8_CLIP_E5M2 is the
+// FP32 just below 61440, so both read "ay > clip" (the CUDA kernel's form).
+#define FP8_CLIP_E4M3 464.0f
+#define FP8_CLIP_E5M2 0x1.dffffep+15f
+FP8_FN int fp8_clips(float ay, int e4m3) { return ay > (e4m3 ? FP8_CLIP_E4M3 : FP8_CLIP_E5M2); }
+
 // E4M3 -> FP32 (exact; 0x7F/0xFF -> NaN of that sign).
 FP8_FN float fp8_e4m3_to_f32(uint8_t b) { return fp8_widen(b, 3, 7); }
 // E5M2 -> FP32 (exact; +-inf; NaNs keep sign and mantissa).

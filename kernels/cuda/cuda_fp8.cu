@@ -119,14 +119,16 @@ template <int V> __device__ __forceinline__ void fp8_store(uint8_t *out, unsigne
 }
 
 // out (n,) = fp8(x * scale) when out != NULL; amax = max(amax, max |x|) when
-// amax != NULL; *sat += #{finite x_i : |x_i * scale| > fmax} when sat != NULL.
+// amax != NULL; *sat += #{finite x_i : |x_i * scale| > clip} when sat != NULL
+// (clip: the magnitude above which saturation changes the rounded value,
+// fp8_clip of kernels/ops.h's fp8_cast doc: 464 E4M3, just below 61440 E5M2).
 // Grid-stride over groups of V elements (V = VEC(T) 16-byte vectors, or 1);
 // one atomic per block for each of amax and sat. amax's atomicMax on the
 // float's bits: for values >= +0 (|x|, and a NaN made the positive quiet
 // NaN 0x7fc00000) integer order is float order, inf < NaN included.
 template <typename T, int V>
 __global__ void fp8_cast_kernel(uint8_t *out, float *amax, unsigned long long *sat, const T *x,
-                                const float *scale, float fmax, bool e4m3, size_t n) {
+                                const float *scale, float clip, bool e4m3, size_t n) {
     __shared__ float sm[32];
     __shared__ unsigned long long sc[32];
     float s = scale ? *scale : 1.0f;
@@ -143,7 +145,7 @@ __global__ void fp8_cast_kernel(uint8_t *out, float *amax, unsigned long long *s
             if (out) {
                 float y = v[e] * s; // rounded once in FP32
                 packed |= (unsigned long long)fp8_encode(y, e4m3) << (8 * e);
-                cnt += isfinite(v[e]) && fabsf(y) > fmax;
+                cnt += isfinite(v[e]) && fabsf(y) > clip;
             }
         }
         if (out) fp8_store<V>(out + i, packed);
@@ -158,7 +160,7 @@ __global__ void fp8_cast_kernel(uint8_t *out, float *amax, unsigned long long *s
 // The launch of fp8_cast_kernel for x's storage type, 16-byte vectors when n
 // and the pointers allow (out then V-byte aligned too).
 static void fp8_cast_launch(struct backend *be, const char *op, uint8_t *out, float *amax,
-                            unsigned long long *sat, struct tensor x, const float *scale, float fmax,
+                            unsigned long long *sat, struct tensor x, const float *scale, float clip,
                             bool e4m3, size_t n) {
     struct cuda_backend *c = cuda_state(be);
     dptr_of(op, "x", x);
@@ -174,10 +176,10 @@ static void fp8_cast_launch(struct backend *be, const char *op, uint8_t *out, fl
         constexpr int W = VEC(T);
         if (vec)
             fp8_cast_kernel<T, W><<<blocks, FP8_THREADS, 0, c->stream>>>(out, amax, sat, (const T *)x.data,
-                                                                        scale, fmax, e4m3, n);
+                                                                        scale, clip, e4m3, n);
         else
             fp8_cast_kernel<T, 1><<<blocks, FP8_THREADS, 0, c->stream>>>(out, amax, sat, (const T *)x.data,
-                                                                        scale, fmax, e4m3, n);
+                                                                        scale, clip, e4m3, n);
     });
     CHECK_LAUNCH();
 }
@@ -192,7 +194,9 @@ void cuda_fp8_cast(struct backend *be, struct tensor out, struct tensor amax,
     if (!n) return;
     fp8_cast_launch(be, "fp8_cast", (uint8_t *)out.data, amax.numel ? (float *)amax.data : NULL,
                     saturated.numel ? (unsigned long long *)saturated.data : NULL, x,
-                    (const float *)scale.data, fp8_max_finite(out.dtype), out.dtype == DTYPE_FP8_E4M3, n);
+                    (const float *)scale.data,
+                    out.dtype == DTYPE_FP8_E4M3 ? 464.0f : 0x1.dffffep+15f, // fp8_clips, kernels/cpu/fp8.h
+                    out.dtype == DTYPE_FP8_E4M3, n);
 }
 
 // ---- scale update ----------------------------------------------------------------------
