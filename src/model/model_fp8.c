@@ -267,24 +267,26 @@ void model_fp8_step_begin(struct model *m) {
     f->training = true;
 }
 
+// Scales of tensors [first, first + count) of format fmt from their amaxes
+// and histories (fp8_update_scale).
+static void update_scales(struct model *m, int first, int count, enum dtype fmt) {
+    struct model_fp8 *f = &m->fp8;
+    size_t o = (size_t)first, n = (size_t)count, len = (size_t)f->cfg.history_len;
+    backend_fp8_update_scale(m->be, tensor_slice(f->scale, o, n), tensor_slice(f->scale_inv, o, n),
+                             tensor_slice(f->history, o * len, n * len), tensor_slice(f->amax, o, n),
+                             count, f->cfg.history_len, fp8_max_finite(fmt), f->cfg.margin,
+                             f->cfg.most_recent);
+}
+
 // Under delayed scaling: the step's amaxes, all-reduced (max) over TP and
-// the gradient group, into the histories and the next scales; per format.
+// the gradient group, into the histories and the next scales; per format
+// (the forward's E4M3 tensors first, then the output gradients').
 static void delayed_update(struct model *m) {
     struct model_fp8 *f = &m->fp8;
-    struct backend *be = m->be;
     all_max(m, m->groups.tp, f->amax);
     all_max(m, m->groups.dp, f->amax);
-    int len = f->cfg.history_len, nb = f->n - f->n_fwd;
-    backend_fp8_update_scale(be, tensor_slice(f->scale, 0, (size_t)f->n_fwd),
-                             tensor_slice(f->scale_inv, 0, (size_t)f->n_fwd),
-                             tensor_slice(f->history, 0, (size_t)f->n_fwd * len),
-                             tensor_slice(f->amax, 0, (size_t)f->n_fwd), f->n_fwd, len,
-                             fp8_max_finite(DTYPE_FP8_E4M3), f->cfg.margin, f->cfg.most_recent);
-    backend_fp8_update_scale(be, tensor_slice(f->scale, (size_t)f->n_fwd, (size_t)nb),
-                             tensor_slice(f->scale_inv, (size_t)f->n_fwd, (size_t)nb),
-                             tensor_slice(f->history, (size_t)f->n_fwd * len, (size_t)nb * len),
-                             tensor_slice(f->amax, (size_t)f->n_fwd, (size_t)nb), nb, len,
-                             fp8_max_finite(f->cfg.grad), f->cfg.margin, f->cfg.most_recent);
+    update_scales(m, 0, f->n_fwd, DTYPE_FP8_E4M3);
+    update_scales(m, f->n_fwd, f->n - f->n_fwd, f->cfg.grad);
 }
 
 int64_t model_fp8_step_end(struct model *m, bool skipped) {
