@@ -25,6 +25,7 @@
 #include "ckpt/checkpoint.h" // enum resume_mode
 #include "kernels/ops.h"     // enum dtype
 #include "model/optimizer.h" // enum lr_schedule, enum recompute (model.h)
+#include "parallel/pipeline.h" // enum pp_schedule
 #include "parallel/topology.h" // struct grid_layout
 
 #define CONFIG_PATH_MAX 512
@@ -128,6 +129,7 @@ struct parallel_config {
     int dp_shard; // 0: dp (one shard group of every data rank); dp_replicate = dp / dp_shard
     int cp;       // context parallel: each sequence's tokens over cp ranks (ring attention)
     int virtual_stages;
+    enum pp_schedule pp_schedule; // 1f1b (interleaved when virtual_stages > 1), zb-h1, zbv
     bool sequence_parallel;
     int zero_stage; // 0 to 3
     bool reshard_after_forward; // zero_stage 3

@@ -60,6 +60,9 @@ static const struct config_choice fp8_amax_compute_choices[] = {
 static const struct config_choice fp8_skip_choices[] = {
     {"none", FP8_SKIP_NONE}, {"first", FP8_SKIP_FIRST}, {"last", FP8_SKIP_LAST},
     {"first,last", FP8_SKIP_FIRST_LAST}, {NULL, 0}};
+static const struct config_choice pp_schedule_choices[] = {
+    {"1f1b", PP_SCHEDULE_1F1B}, {"interleaved", PP_SCHEDULE_INTERLEAVED},
+    {"zb-h1", PP_SCHEDULE_ZB_H1}, {"zbv", PP_SCHEDULE_ZBV}, {NULL, 0}};
 static const struct config_choice resume_choices[] = {{"auto", RESUME_AUTO}, {"none", RESUME_NONE}, {NULL, 0}};
 static const struct config_choice device_choices[] = {{"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {NULL, 0}};
 static const struct config_choice attention_choices[] = {
@@ -228,7 +231,12 @@ const struct config_key config_keys[] = {
             "is derived); must divide dp; 0: dp (one shard group); zero_stage 0 and 1 reduce over "
             "all of dp whatever it is"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
-            "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B"),
+            "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B; zbv needs 2"),
+    KEY_ENUM("parallel", "pp_schedule", parallel.pp_schedule, "1f1b", pp_schedule_choices,
+             "pipeline schedule: 1f1b (interleaved when virtual_stages > 1), interleaved (needs "
+             "virtual_stages > 1), zb-h1 (zero bubble, 1F1B's activation memory; backward split into "
+             "input and weight gradients, W deferred into the bubble), zbv (zero bubble V: "
+             "virtual_stages = 2, chunk 1 runs the stages back; Qi et al. 2024)"),
     KEY_BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false",
              "shard norms and dropout-free regions along T over the TP group"),
     KEY_INT("parallel", "zero_stage", parallel.zero_stage, "0", 0, 3, "",

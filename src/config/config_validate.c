@@ -294,6 +294,25 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          "%s; %s; %s",
                          file, chunks, KT("model", "n_layers"), KT("parallel", "pp"),
                          KT("parallel", "virtual_stages"));
+    // Pipeline schedules (src/parallel/pipeline.h): the chunk counts each needs.
+    if (p->pp_schedule != PP_SCHEDULE_1F1B && p->pp < 2)
+        return error_set(err, bad, "%s: parallel.pp_schedule = %s needs pp >= 2 (a schedule of pipeline "
+                         "stages): %s; %s", file, pipeline_schedule_name(p->pp_schedule),
+                         KT("parallel", "pp_schedule"), KT("parallel", "pp"));
+    if ((p->pp_schedule == PP_SCHEDULE_INTERLEAVED && p->virtual_stages < 2) ||
+        (p->pp_schedule == PP_SCHEDULE_ZB_H1 && p->virtual_stages != 1) ||
+        (p->pp_schedule == PP_SCHEDULE_ZBV && p->virtual_stages != 2))
+        return error_set(err, bad, "%s: parallel.pp_schedule = %s needs virtual_stages %s: %s; %s", file,
+                         pipeline_schedule_name(p->pp_schedule),
+                         p->pp_schedule == PP_SCHEDULE_INTERLEAVED ? ">= 2"
+                         : p->pp_schedule == PP_SCHEDULE_ZB_H1   ? "= 1 (one chunk per stage)"
+                                                                 : "= 2 (the V's two chunks per stage)",
+                         KT("parallel", "pp_schedule"), KT("parallel", "virtual_stages"));
+    if (pipeline_schedule_splits(p->pp_schedule) && cfg->precision.fp8 != FP8_NONE)
+        return error_set(err, bad, "%s: parallel.pp_schedule = %s splits the backward into input and weight "
+                         "gradients, which the FP8 GEMMs do not yet: %s; %s", file,
+                         pipeline_schedule_name(p->pp_schedule), KT("parallel", "pp_schedule"),
+                         KT("precision", "fp8"));
     long long per_step = (long long)t->micro_batch_size * p->dp;
     if (loader_microbatches(t->global_batch_size, t->micro_batch_size, p->dp) == 0) {
         char hint[256];

@@ -463,14 +463,16 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
 }
 
 struct model_shard model_shard_full(const struct llama_config *cfg) {
-    return model_shard_pipeline(cfg, 1, 0, 1);
+    return model_shard_pipeline(cfg, PP_SCHEDULE_1F1B, 1, 0, 1);
 }
 
-struct model_shard model_shard_pipeline(const struct llama_config *cfg, int p, int s, int v) {
-    struct model_shard sh = {.n_chunks = v, .tp_rank = 0, .tp_size = 1, .n_slots = 1};
+struct model_shard model_shard_pipeline(const struct llama_config *cfg, enum pp_schedule kind,
+                                        int p, int s, int v) {
+    struct model_shard sh = {.n_chunks = v, .tp_rank = 0, .tp_size = 1, .n_slots = 1,
+                             .split_backward = pipeline_schedule_splits(kind)};
     int L = cfg->n_layers, pv = p * v;
     for (int c = 0; c < v && c < MODEL_MAX_CHUNKS; c++) {
-        int u = c * p + s; // virtual stage
+        int u = pipeline_virtual_stage(kind, p, s, c);
         sh.layer_begin[c] = (int)((long)u * L / pv);
         sh.layer_end[c] = (int)((long)(u + 1) * L / pv);
     }

@@ -23,6 +23,7 @@
 #include "base/common.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"
+#include "parallel/pipeline.h"
 
 // Upper bounds of the model's and the layout's integers, wherever they are
 // read (the config's key table, a checkpoint's manifest.ini): products the
@@ -137,6 +138,8 @@ struct model_shard {
     bool no_param_arena;        // ZeRO-3: no parameter arena; each unit's parameters live
                                 // where model_unit_bind points them (the trainer's buffers)
     bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
+    bool split_backward;        // zero-bubble schedules (pipeline.h): each slot also keeps
+                                // what its deferred W reads (model_backward_chunk_input)
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
     enum recompute recompute;   // what the activation slots keep
@@ -144,10 +147,14 @@ struct model_shard {
 
 // The single-rank shard: every layer, tp = 1, one slot.
 struct model_shard model_shard_full(const struct llama_config *cfg);
-// Stage s of p with v chunks (Narayanan et al. 2021 §2.2): chunk c is virtual
-// stage u = c p + s and holds layers [u L / (p v), (u + 1) L / (p v)). tp = 1
-// and one slot: the caller sets tp_rank, tp_size and n_slots.
-struct model_shard model_shard_pipeline(const struct llama_config *cfg, int p, int s, int v);
+// Stage s of p with v chunks under schedule kind (Narayanan et al. 2021 §2.2;
+// ZB-V: Qi et al. 2024 §6): chunk c is virtual stage u =
+// pipeline_virtual_stage(kind, p, s, c) (c p + s; ZB-V: s and 2 p - 1 - s)
+// and holds layers [u L / (p v), (u + 1) L / (p v)); split_backward set for
+// the split schedules. tp = 1 and one slot: the caller sets tp_rank, tp_size
+// and n_slots.
+struct model_shard model_shard_pipeline(const struct llama_config *cfg, enum pp_schedule kind,
+                                        int p, int s, int v);
 
 // One parameter tensor of this rank, in the parameter arena. Its local block
 // (rows, cols) sits at (row_offset, col_offset) of the global (grows, gcols).
@@ -178,6 +185,8 @@ struct model_memory {
     size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
+    size_t w_stash_bytes;    // of activation_bytes: the n_slots stashes of what a deferred W
+                             // reads (shard.split_backward; 0 otherwise)
     size_t cp_bytes;         // of the scratch: the context-parallel ring's two travelling
                              // buffers and position table (0 at cp = 1; model.c acts_layout)
     size_t n_params;         // elements of this rank's parameters
@@ -335,6 +344,22 @@ double model_loss_sum_take(struct model *m);
 // (ignored on the first virtual stage). Accumulates into the gradient arena.
 void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
                           const void *dout, void *din);
+// The backward of model_backward_chunk split in two, for the zero-bubble
+// schedules (Qi et al. 2024 §2; shard.split_backward): B, the input
+// gradient, then W, the weight gradients, later. B takes the same arguments
+// and fills din as model_backward_chunk does, with every gradient that is
+// not a weight-gradient GEMM (norm gains, biases, the CE backward) computed
+// in it; each weight-gradient GEMM's operands (its output gradient, and its
+// input where the slot does not keep it) are copied into the slot's stash.
+// W runs those GEMMs (the same calls, beta = 1, in the same order within
+// the chunk) and frees the slot. A B then W of every microbatch in order
+// leaves the gradient arena bit-identical to model_backward_chunk's, in
+// every dtype, recompute mode and under tp, sp and cp. Under ZeRO-2/3 the
+// unit's gradients are final (MODEL_UNIT_BACKWARD_DONE, the reduce-scatter)
+// when its W is done.
+void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
+                                const void *dout, void *din);
+void model_backward_chunk_weight(struct model *m, int chunk, int slot);
 // Where in, out, dout and din of the chunk passes live: host memory (false,
 // the default: the passes copy to and from the backend) or the backend's
 // own memory (true: device-to-device copies; the pipeline's message buffers

@@ -730,6 +730,17 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
     NVTX_POP();
 }
 
+void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
+                                const void *dout, void *din) {
+    (void)m, (void)chunk, (void)slot, (void)loss_scale, (void)dout, (void)din;
+    CHECK(false, "model_backward_chunk_input: not built yet (issue 30)");
+}
+
+void model_backward_chunk_weight(struct model *m, int chunk, int slot) {
+    (void)m, (void)chunk, (void)slot;
+    CHECK(false, "model_backward_chunk_weight: not built yet (issue 30)");
+}
+
 void model_backward(struct model *m, double loss_scale) {
     CHECK(m->shard.n_chunks == 1 && m->first && m->last,
           "model_backward runs a whole model; a pipeline stage uses model_backward_chunk");

@@ -11,6 +11,15 @@
 // ops apart, never in flight together.
 enum { PIPELINE_TAG_SPAN = 32768 };
 
+const char *pipeline_schedule_name(enum pp_schedule kind) {
+    static const char *const names[PP_SCHEDULE_COUNT] = {"1f1b", "interleaved", "zb-h1", "zbv"};
+    return (unsigned)kind < PP_SCHEDULE_COUNT ? names[kind] : "?";
+}
+
+bool pipeline_schedule_splits(enum pp_schedule kind) {
+    return kind == PP_SCHEDULE_ZB_H1 || kind == PP_SCHEDULE_ZBV;
+}
+
 static enum status check_args(int p, int s, int m, int v, struct error *err) {
     if (p < 1) return error_set(err, STATUS_BAD_INPUT, "pipeline: %d stages, expected >= 1", p);
     if (s < 0 || s >= p)
@@ -46,13 +55,22 @@ static int warmup_count(int p, int s, int m, int v) {
     return MIN(2 * (p - s - 1) + (v - 1) * p, m * v);
 }
 
-int pipeline_max_in_flight(int p, int s, int m, int v) {
+int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v) {
+    if (pipeline_schedule_splits(kind)) return 0; // TODO(issue 30)
     if (check_args(p, s, m, v, NULL) != STATUS_OK) return 0;
     int w = warmup_count(p, s, m, v);
     return w < m * v ? w + 1 : m * v;
 }
 
-int pipeline_virtual_stage(int p, int s, int chunk) { return chunk * p + s; }
+int pipeline_virtual_stage(enum pp_schedule kind, int p, int s, int chunk) {
+    if (kind == PP_SCHEDULE_ZBV) return chunk == 0 ? s : 2 * p - 1 - s;
+    return chunk * p + s;
+}
+
+int pipeline_op_count(enum pp_schedule kind, int p, int s, int m, int v) {
+    if (check_args(p, s, m, v, NULL) != STATUS_OK) return 0;
+    return (pipeline_schedule_splits(kind) ? 3 : 2) * m * v;
+}
 
 // The k-th forward (or backward) of a stage in Megatron's order
 // (get_model_chunk_id, get_microbatch_id_in_model_chunk): microbatches go
@@ -65,7 +83,10 @@ static struct pp_op op_of(enum pp_op_kind kind, int k, int p, int v) {
     return op;
 }
 
-enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, struct error *err) {
+enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v, struct pp_op *ops,
+                              struct error *err) {
+    if (pipeline_schedule_splits(kind))
+        return error_set(err, STATUS_BAD_INPUT, "pipeline: %s not built yet", pipeline_schedule_name(kind));
     enum status st = check_args(p, s, m, v, err);
     if (st != STATUS_OK) return st;
     int total = m * v, w = warmup_count(p, s, m, v), n = 0, nf = 0, nb = 0;
@@ -82,7 +103,7 @@ enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, str
     for (int i = 0; i < n; i++) ops[i].last = ops[i].kind == PP_BACKWARD && ops[i].micro == m - 1;
 
     // Slots: lowest free first. owner[slot] = micro * v + chunk, or -1.
-    int slots = pipeline_max_in_flight(p, s, m, v), *owner = xmalloc(sizeof(int) * slots);
+    int slots = pipeline_max_in_flight(kind, p, s, m, v), *owner = xmalloc(sizeof(int) * slots);
     for (int i = 0; i < slots; i++) owner[i] = -1;
     for (int i = 0; i < n; i++) {
         int id = ops[i].micro * v + ops[i].chunk, want = ops[i].kind == PP_FORWARD ? -1 : id;
@@ -187,7 +208,7 @@ static void simulate(int p, int m, int v, int tf, int tb, const struct pp_op *op
         for (int s = 0; s < p; s++) {
             if (idx[s] == n) continue;
             const struct pp_op *op = &ops[(size_t)s * n + idx[s]];
-            int u = pipeline_virtual_stage(p, s, op->chunk), ready = 0;
+            int u = pipeline_virtual_stage(PP_SCHEDULE_1F1B, p, s, op->chunk), ready = 0;
             if (op->kind == PP_FORWARD && u > 0) ready = fin[(0 * V + u - 1) * m + op->micro];
             if (op->kind == PP_BACKWARD && u < V - 1) ready = fin[(1 * V + u + 1) * m + op->micro];
             if (ready < 0) continue;
@@ -230,19 +251,19 @@ static int stream_peak(int p, int m, int v, const int *fin, int a, int gradient)
 // layer), so that in those runs no op waits for a buffer, plus one spare for
 // ops that run late. Any ring >= 1 is deadlock-free (see above); a smaller
 // one only adds waits.
-static void ring_sizes(int p, int s, int m, int v, int rings[PP_STREAM_COUNT]) {
+static void ring_sizes(enum pp_schedule kind, int p, int s, int m, int v, int rings[PP_STREAM_COUNT]) {
     int n = 2 * m * v, V = p * v;
     struct pp_op *ops = xmalloc(sizeof(struct pp_op) * (size_t)p * n);
     int *fin = xmalloc(sizeof(int) * 2 * (size_t)V * m);
     for (int a = 0; a < p; a++)
-        CHECK(pipeline_schedule(p, a, m, v, ops + (size_t)a * n, NULL) == STATUS_OK,
+        CHECK(pipeline_schedule(kind, p, a, m, v, ops + (size_t)a * n, NULL) == STATUS_OK,
               "schedule refused after its arguments were checked");
     for (int k = 0; k < PP_STREAM_COUNT; k++) rings[k] = 0;
     for (int tb = 1; tb <= 2; tb++) {
         simulate(p, m, v, 1, tb, ops, fin);
         // (stage sending the stream, gradient?) for each stream of stage s
-        int from[PP_STREAM_COUNT][2] = {{(s + p - 1) % p, 0}, {(s + 1) % p, 1}, {s, 0}, {s, 1}};
-        for (int k = 0; k < PP_STREAM_COUNT; k++)
+        int from[4][2] = {{(s + p - 1) % p, 0}, {(s + 1) % p, 1}, {s, 0}, {s, 1}};
+        for (int k = 0; k < 4; k++)
             rings[k] = MAX(rings[k], stream_peak(p, m, v, fin, from[k][0], from[k][1]));
     }
     for (int k = 0; k < PP_STREAM_COUNT; k++) rings[k] += rings[k] > 0; // one spare
@@ -250,17 +271,19 @@ static void ring_sizes(int p, int s, int m, int v, int rings[PP_STREAM_COUNT]) {
     free(fin);
 }
 
-int pipeline_ring_size(int p, int s, int m, int v, enum pp_stream_kind stream) {
+int pipeline_ring_size(enum pp_schedule kind, int p, int s, int m, int v,
+                       enum pp_stream_kind stream) {
     int rings[PP_STREAM_COUNT];
     if (check_args(p, s, m, v, NULL) != STATUS_OK || (unsigned)stream >= PP_STREAM_COUNT) return 0;
-    ring_sizes(p, s, m, v, rings);
+    ring_sizes(kind, p, s, m, v, rings);
     return rings[stream];
 }
 
-size_t pipeline_buffer_bytes(int p, int s, int m, int v, size_t count, enum dtype dtype) {
+size_t pipeline_buffer_bytes(enum pp_schedule kind, int p, int s, int m, int v, size_t count,
+                             enum dtype dtype) {
     size_t total = 0;
     for (int k = 0; k < PP_STREAM_COUNT; k++)
-        total += (size_t)pipeline_ring_size(p, s, m, v, (enum pp_stream_kind)k);
+        total += (size_t)pipeline_ring_size(kind, p, s, m, v, (enum pp_stream_kind)k);
     return total * count * dtype_size(dtype);
 }
 
@@ -278,16 +301,18 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
                          "pipeline: message of %zu elements, ring %d, callbacks %s: expected a "
                          "non-empty message, ring >= 0 and both callbacks", x->count, x->ring,
                          x->forward && x->backward ? "set" : "missing");
+    if (x->kind != PP_SCHEDULE_1F1B && x->kind != PP_SCHEDULE_INTERLEAVED)
+        return error_set(err, STATUS_BAD_INPUT, "pipeline: %s not built yet", pipeline_schedule_name(x->kind));
     struct pipeline_state *state = xcalloc(1, sizeof *state);
     state->n_ops = 2 * x->m * x->v;
     state->ops = xmalloc(sizeof(struct pp_op) * state->n_ops);
-    CHECK(pipeline_schedule(x->p, x->s, x->m, x->v, state->ops, err) == STATUS_OK,
+    CHECK(pipeline_schedule(x->kind, x->p, x->s, x->m, x->v, state->ops, err) == STATUS_OK,
           "schedule refused after its arguments were checked");
     int rings[PP_STREAM_COUNT]; // 0 for a stream without messages
     if (x->ring)
         for (int k = 0; k < PP_STREAM_COUNT; k++) rings[k] = x->ring;
     else
-        ring_sizes(x->p, x->s, x->m, x->v, rings);
+        ring_sizes(x->kind, x->p, x->s, x->m, x->v, rings);
     state->bytes = x->count * dtype_size(x->dtype);
     int prev = (x->s + x->p - 1) % x->p, next = (x->s + 1) % x->p;
     int peers[PP_STREAM_COUNT] = {prev, next, next, prev};
@@ -419,7 +444,7 @@ void pipeline_poll(const struct pipeline_exec *x) {
         }
 }
 
-enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
+enum status pipeline_run(struct pipeline_exec *x, struct error *err) {
     struct pipeline_state *st = x->state;
     if (!st) return error_set(err, STATUS_RUNTIME, "pipeline_run before pipeline_exec_init");
     for (int k = 0; k < PP_STREAM_COUNT; k++) st->streams[k].done = 0;
@@ -434,7 +459,7 @@ enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
         if (op->kind == PP_FORWARD)
             x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst);
         else
-            x->backward(x->ctx, op->micro, op->chunk, op->slot, op->last, src, dst);
+            x->backward(x->ctx, op->micro, op->chunk, op->slot, op->last, false, src, dst);
         send_output(x, out, op);
         release_input(x, in);
     }
@@ -447,4 +472,17 @@ enum status pipeline_run(const struct pipeline_exec *x, struct error *err) {
                 wait_message(x, &q->req[i % q->ring]);
     }
     return STATUS_OK;
+}
+
+enum status pipeline_simulate(enum pp_schedule kind, int p, int m, int v,
+                              const struct pp_costs *costs, struct pp_sim *out, struct error *err) {
+    (void)kind, (void)p, (void)m, (void)v, (void)costs, (void)out; // TODO(issue 30)
+    return error_set(err, STATUS_BAD_INPUT, "pipeline_simulate: not built yet");
+}
+
+enum status pipeline_print_timeline(FILE *f, enum pp_schedule kind, int p, int m, int v,
+                                    const struct pp_costs *costs, double unit, struct error *err) {
+    (void)f, (void)unit;
+    struct pp_sim sim;
+    return pipeline_simulate(kind, p, m, v, costs, &sim, err);
 }

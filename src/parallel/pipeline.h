@@ -31,46 +31,89 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "base/common.h"
 #include "comm.h"
 #include "kernels/ops.h"
 
-enum pp_op_kind { PP_FORWARD, PP_BACKWARD };
+// The schedule a pp group runs ([parallel] pp_schedule).
+//  PP_SCHEDULE_1F1B: v == 1 the 1F1B of §2.2.1, v > 1 the interleaved 1F1B of
+//    §2.2.2 (PP_SCHEDULE_INTERLEAVED is the same table; it requires v > 1).
+//  PP_SCHEDULE_ZB_H1: Qi et al. 2024 (arXiv 2401.10241) §3, ZB-H1: v == 1; each
+//    backward split into B (input gradient, sent upstream at once) and W
+//    (weight gradients, deferred to fill the bubble); the activation memory
+//    of 1F1B (at most p - s microbatches whose F ran and B did not, on
+//    stage s); bubble (p - 1)(F + B - W) against 1F1B's (p - 1)(F + B + W).
+//  PP_SCHEDULE_ZBV: Qi et al. 2024 §6 (ZB-V; torchtitan's ZBVZeroBubble):
+//    v == 2 in a V: chunk 0 of stage s is virtual stage s, chunk 1 is virtual
+//    stage 2 p - 1 - s, so stage 0 holds the first and the last virtual
+//    stage and stage p - 1's chunk 0 feeds its own chunk 1; B and W split.
+enum pp_schedule {
+    PP_SCHEDULE_1F1B,
+    PP_SCHEDULE_INTERLEAVED,
+    PP_SCHEDULE_ZB_H1,
+    PP_SCHEDULE_ZBV,
+    PP_SCHEDULE_COUNT,
+};
+
+// The config spelling: "1f1b", "interleaved", "zb-h1", "zbv".
+const char *pipeline_schedule_name(enum pp_schedule kind);
+// Whether the schedule splits the backward into B and W ops.
+bool pipeline_schedule_splits(enum pp_schedule kind);
+
+// PP_BACKWARD: the whole backward of (micro, chunk) (1F1B, interleaved).
+// PP_BACKWARD_INPUT (B): its input gradient only: reads the output gradient,
+// writes and sends the input gradient; the weight-gradient GEMMs' operands
+// are kept for PP_BACKWARD_WEIGHT (W), which accumulates the weight
+// gradients and frees the slot. The split schedules use B and W, never
+// PP_BACKWARD.
+enum pp_op_kind { PP_FORWARD, PP_BACKWARD, PP_BACKWARD_INPUT, PP_BACKWARD_WEIGHT };
 
 // One op of a stage's schedule. slot in [0, pipeline_max_in_flight): the
 // activation storage the forward of (micro, chunk) fills and its backward
-// reads; it is free again after that backward (lowest free slot first).
-// last: a backward that is its chunk's last in the schedule (micro m - 1).
-// In both orders the chunks' last backwards come chunk v - 1 first and chunk
+// (split schedules: its W) frees (lowest free slot first).
+// last: the op that makes its chunk's weight gradients final: the backward
+// (split schedules: the W) of the chunk's last microbatch in the schedule.
+// In every schedule the chunks' last ones come chunk v - 1 first and chunk
 // 0 last, i.e. from the end of the stage's layers to their start, the order
 // in which a gradient arena laid out in forward order becomes final.
+// (ZB-V: chunk 1 holds the later layers on every stage, so the same holds.)
 struct pp_op {
     enum pp_op_kind kind;
     int micro; // [0, m)
-    int chunk; // [0, v): virtual stage chunk * p + s
+    int chunk; // [0, v): virtual stage pipeline_virtual_stage(kind, p, s, chunk)
     int slot;
     bool last;
 };
 
-// Fills ops (2 m v entries) with the schedule of stage s. Refused with
-// STATUS_BAD_INPUT and a message naming the value: p < 1, s outside [0, p),
-// v < 1, m < p (fewer microbatches than stages: the pipeline never fills),
-// v > 1 with m % p != 0 (Megatron's requirement for the interleaved order),
-// v > 1 with p == 1 (interleaving needs a second stage).
-enum status pipeline_schedule(int p, int s, int m, int v, struct pp_op *ops, struct error *err);
+// Ops of stage s in one step: 2 m v (PP_SCHEDULE_1F1B, INTERLEAVED) or 3 m v
+// (the split schedules); 0 when pipeline_schedule would refuse.
+int pipeline_op_count(enum pp_schedule kind, int p, int s, int m, int v);
 
-// The peak number of ops of stage s whose forward has run and backward has
-// not: the activation slots the model allocates (each holds one chunk's
-// activations of one microbatch). v == 1: p - s. v > 1:
-// min(m v, 2 (p - s - 1) + (v - 1) p + 1), the warmup forwards plus the one
-// forward of the steady state before its first backward. 0 when
-// pipeline_schedule would refuse the arguments.
-int pipeline_max_in_flight(int p, int s, int m, int v);
+// Fills ops (pipeline_op_count entries) with the schedule of stage s,
+// deterministic and the same table on every rank that asks for stage s.
+// Refused with STATUS_BAD_INPUT and a message naming the value: p < 1, s
+// outside [0, p), v < 1, m < p (fewer microbatches than stages: the pipeline
+// never fills), v > 1 with m % p != 0 (Megatron's requirement for the
+// interleaved order), v > 1 with p == 1 (interleaving needs a second stage),
+// INTERLEAVED with v == 1, ZB_H1 with v != 1, ZBV with v != 2.
+enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v, struct pp_op *ops,
+                              struct error *err);
 
-// The virtual stage (0 .. p v - 1) of chunk on stage s: chunk * p + s.
+// The peak number of (micro, chunk) of stage s whose forward has run and
+// whose slot is not yet free (backward, or W, not yet run): the activation
+// slots the model allocates (each holds one chunk's activations of one
+// microbatch, and under a split schedule the operands its W reads). 1F1B
+// (v == 1): p - s. Interleaved: min(m v, 2 (p - s - 1) + (v - 1) p + 1).
+// Others: their tables' peak. 0 when pipeline_schedule would refuse.
+int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
+
+// The virtual stage (0 .. p v - 1) of chunk on stage s: chunk * p + s, or
+// under ZBV s (chunk 0) and 2 p - 1 - s (chunk 1).
 // Virtual stage u holds layers [u L / (p v), (u + 1) L / (p v)).
-int pipeline_virtual_stage(int p, int s, int chunk);
+int pipeline_virtual_stage(enum pp_schedule kind, int p, int s, int chunk);
 
 // Forward of (micro, chunk) into activation slot. in: (count,) the previous
 // virtual stage's output, NULL on virtual stage 0 (the model reads the
@@ -79,29 +122,41 @@ int pipeline_virtual_stage(int p, int s, int chunk);
 // that needs it in the backward copies it into the slot.
 typedef void (*pipeline_forward_fn)(void *ctx, int micro, int chunk, int slot, const void *in,
                                     void *out);
-// Backward of (micro, chunk) from activation slot. dout: (count,) the
-// gradient of this chunk's output, NULL on the last virtual stage (the loss
-// is the start); din: (count,) the gradient of its input, to fill, NULL on
-// virtual stage 0. The slot is free again when this returns. last: this is
-// the chunk's last backward of the run (pp_op.last), so the chunk's
-// parameter gradients are final as each of its layers is done, and every
-// chunk above it is already final: data parallelism starts their reduction
-// here, while the stages before go on with their backwards.
+// Backward of (micro, chunk) from activation slot: PP_BACKWARD, and with
+// split = true its B half (PP_BACKWARD_INPUT). dout: (count,) the gradient
+// of this chunk's output, NULL on the last virtual stage (the loss is the
+// start); din: (count,) the gradient of its input, to fill, NULL on virtual
+// stage 0. split = false: the whole backward; the slot is free again when
+// this returns. split = true: the input gradient only; the slot stays taken
+// until the W op (pipeline_weight_fn) of the same (micro, chunk, slot).
+// last: this op makes the chunk's weight gradients final (pp_op.last; never
+// for a B), so every chunk above it is already final: data parallelism
+// starts their reduction here, while the stages before go on with theirs.
 typedef void (*pipeline_backward_fn)(void *ctx, int micro, int chunk, int slot, bool last,
-                                     const void *dout, void *din);
+                                     bool split, const void *dout, void *din);
+// W (PP_BACKWARD_WEIGHT) of (micro, chunk): the weight gradients its B left
+// pending, accumulated; the slot is free when this returns. last as above.
+// No messages.
+typedef void (*pipeline_weight_fn)(void *ctx, int micro, int chunk, int slot, bool last);
 // Optional: called over and over while the executor waits for a message,
 // so that the caller's own non-blocking operations progress (MPI moves data
 // only inside MPI calls, comm.h): e.g. comm_test on the data-parallel
 // gradient buckets that the last backwards started.
 typedef void (*pipeline_progress_fn)(void *ctx);
 
-// The four message streams of a stage: activations from the previous virtual
-// stage and to the next, gradients from the next and to the previous.
+// The message streams of a stage, by what they carry and which way they go:
+// activations in and out, gradients in and out, each from or to the
+// previous virtual stage's rank, the next one's, or (ZB-V's turn at stage
+// p - 1) this rank itself. The 1F1B schedules use the first four.
 enum pp_stream_kind {
-    PP_STREAM_ACT_IN,
-    PP_STREAM_GRAD_IN,
-    PP_STREAM_ACT_OUT,
-    PP_STREAM_GRAD_OUT,
+    PP_STREAM_ACT_IN,       // activations from the rank of virtual stage u - 1
+    PP_STREAM_GRAD_IN,      // gradients from the rank of u + 1
+    PP_STREAM_ACT_OUT,      // activations to the rank of u + 1
+    PP_STREAM_GRAD_OUT,     // gradients to the rank of u - 1
+    PP_STREAM_ACT_IN_V,     // ZB-V chunk 1: activations from stage s + 1 (or self at p - 1)
+    PP_STREAM_GRAD_IN_V,    // ZB-V chunk 1: gradients from stage s - 1 (none at s = 0)
+    PP_STREAM_ACT_OUT_V,    // ZB-V chunk 1: activations to stage s - 1 (none at s = 0)
+    PP_STREAM_GRAD_OUT_V,   // ZB-V chunk 1: gradients to stage s + 1 (or self at p - 1)
     PP_STREAM_COUNT,
 };
 
@@ -112,17 +167,59 @@ enum pp_stream_kind {
 // op waits for a buffer), plus one spare. 0 for a stream without messages or
 // refused arguments. Any ring >= 1 is free of deadlock; a smaller one adds
 // waits.
-int pipeline_ring_size(int p, int s, int m, int v, enum pp_stream_kind stream);
+int pipeline_ring_size(enum pp_schedule kind, int p, int s, int m, int v,
+                       enum pp_stream_kind stream);
 
 // Bytes of message buffers pipeline_exec_init allocates with the default
 // ring, for messages of count elements of dtype. Not yet part of the memory
 // plan (model_plan counts the arenas only).
-size_t pipeline_buffer_bytes(int p, int s, int m, int v, size_t count, enum dtype dtype);
+size_t pipeline_buffer_bytes(enum pp_schedule kind, int p, int s, int m, int v, size_t count,
+                             enum dtype dtype);
+
+// ---- simulator ------------------------------------------------------------------
+//
+// Every stage's table run together (pipeline_schedule for s = 0 .. p - 1),
+// each op starting once its stage is free and its input has arrived (the
+// producing op finished, plus comm for a message between two ranks), so the
+// timeline is exactly the order the trainer executes, with costs instead of
+// kernels.
+
+// Cost of one op in any unit (seconds, or 1 for unit time). backward: the
+// whole PP_BACKWARD; b: B (PP_BACKWARD_INPUT), w: W (PP_BACKWARD_WEIGHT);
+// comm: the time a message takes between two ranks (0 on the same rank).
+struct pp_costs {
+    double f, b, w, comm;
+};
+
+enum { PIPELINE_SIM_MAX_STAGES = 64 };
+
+struct pp_sim {
+    double makespan;                      // first op's start to the last op's end
+    double busy[PIPELINE_SIM_MAX_STAGES]; // per stage: sum of its ops' costs
+    double idle[PIPELINE_SIM_MAX_STAGES]; // per stage: makespan - busy
+    double bubble;                        // sum(idle) / (p makespan): the step's bubble fraction
+    int peak_in_flight[PIPELINE_SIM_MAX_STAGES]; // per stage: pipeline_max_in_flight
+};
+
+// Simulates schedule kind on p stages (p <= PIPELINE_SIM_MAX_STAGES) with m
+// microbatches and v chunks per stage. Unit costs F = B = W = 1 (PP_BACKWARD
+// = B + W = 2), comm 0, give 1F1B's (p - 1) / (m + p - 1) and ZB-H1's
+// (p - 1) / (3 m + p - 1). Errors: pipeline_schedule's (STATUS_BAD_INPUT).
+enum status pipeline_simulate(enum pp_schedule kind, int p, int m, int v,
+                              const struct pp_costs *costs, struct pp_sim *out, struct error *err);
+
+// Writes the simulated timeline to f: one line per stage, one character per
+// time unit of width `unit` (F forward, B input backward or whole backward,
+// W weight backward, '.' idle; lowercase for chunk 1 of 2), then each
+// stage's idle time and the bubble fraction. Errors: pipeline_simulate's.
+enum status pipeline_print_timeline(FILE *f, enum pp_schedule kind, int p, int m, int v,
+                                    const struct pp_costs *costs, double unit, struct error *err);
 
 struct pipeline_state; // message buffers and requests, owned (pipeline.c)
 
 // What the caller sets before pipeline_exec_init; state is filled there.
 struct pipeline_exec {
+    enum pp_schedule kind;
     int p, s, m, v;
     struct comm_group *group; // the pp group: size p, this rank s
     size_t count;             // elements in one activation message, e.g. B * T * C
@@ -130,8 +227,15 @@ struct pipeline_exec {
     void *ctx;                // passed to the callbacks
     pipeline_forward_fn forward;
     pipeline_backward_fn backward;
+    pipeline_weight_fn weight;     // required by the split schedules
     pipeline_progress_fn progress; // NULL: the executor blocks in comm_wait
     int ring; // buffers per stream; 0: pipeline_ring_size's (1 gives the fewest)
+    uint64_t delay_seed; // tests (TRIDENT_FAULT=pp_delay:SEED): nonzero sleeps a random
+                         // 0 to 2 ms, drawn from (seed, stage, message), before every
+                         // send and receive this executor starts
+    double idle_s;       // out, set by pipeline_run: seconds this stage waited on its
+                         // messages in the run (receives and the sends whose buffer it
+                         // needed again, the end's included): the stage's measured bubble
     struct pipeline_state *state;
     struct backend *be; // the message buffers are this backend's memory (device
                         // buffers for a NCCL group); NULL: host memory
@@ -143,7 +247,7 @@ struct pipeline_exec {
 enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 
 // Runs stage s's schedule once (one optimizer step's forwards and backwards):
-// every rank of the pp group calls it with the same p, m, v. Activations go
+// every rank of the pp group calls it with the same kind, p, m, v. Activations go
 // to the next stage and gradients to the previous one with non-blocking
 // sends; receives are posted ahead into the rings and a send is waited on
 // only before its buffer is reused, an order free of deadlock (the argument
@@ -151,7 +255,7 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 // p <= 8, m <= 3p + 4, v <= 3). While it waits for a message it calls
 // x->progress, when set, between comm_test's of that message (the wait
 // still counts in the pp group's busy_s). No allocation.
-enum status pipeline_run(const struct pipeline_exec *x, struct error *err);
+enum status pipeline_run(struct pipeline_exec *x, struct error *err);
 
 // Lets pending messages progress (MPI moves data only inside MPI calls): a
 // callback that computes for long calls it now and then, e.g. between layers.

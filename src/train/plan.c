@@ -62,7 +62,8 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     struct llama_config lc = plan_llama(c);
     int pp = c->parallel.pp, v = MAX(1, c->parallel.virtual_stages), s = coord.at[AXIS_PP];
     int m = plan_microbatches(c);
-    struct model_shard shard = model_shard_pipeline(&lc, pp, s, v);
+    enum pp_schedule kind = c->parallel.pp_schedule;
+    struct model_shard shard = model_shard_pipeline(&lc, kind, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.cp_rank = coord.at[AXIS_CP], shard.cp_size = MAX(1, c->parallel.cp);
     struct plan_sharding z = plan_sharding_of(c);
@@ -70,16 +71,16 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     shard.sequence_parallel = c->parallel.sequence_parallel;
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
-        shard.n_slots = pipeline_max_in_flight(pp, s, m, v);
+        shard.n_slots = pipeline_max_in_flight(kind, pp, s, m, v);
         if (shard.n_slots < 1) { // refused: the schedule says why
             struct error why = {0};
-            struct pp_op *probe = xcalloc(2 * (size_t)m * v, sizeof *probe);
-            pipeline_schedule(pp, s, m, v, probe, &why);
+            struct pp_op *probe = xcalloc(3 * (size_t)m * v, sizeof *probe);
+            pipeline_schedule(kind, pp, s, m, v, probe, &why);
             free(probe);
             return error_set(err, STATUS_BAD_INPUT,
-                             "%s: [parallel] pp = %d, virtual_stages = %d with %d microbatches "
-                             "per step (global_batch_size / (micro_batch_size * dp)): %s",
-                             c->file, pp, v, m, why.msg);
+                             "%s: [parallel] pp = %d, virtual_stages = %d, pp_schedule = %s with %d "
+                             "microbatches per step (global_batch_size / (micro_batch_size * dp)): %s",
+                             c->file, pp, v, pipeline_schedule_name(kind), m, why.msg);
         }
     }
     *out = shard;

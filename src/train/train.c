@@ -403,7 +403,7 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
         // them in send order (comm_nccl.h); the MPI group (host buffers, the
         // model copying) keeps them apart by tag.
         bool device = par->topo.has_device_groups && !(pp == 2 && v > 1);
-        par->pipe = (struct pipeline_exec){.p = pp, .s = topology_rank_in(&par->topo, GROUP_PP), .m = t->data.accum,
+        par->pipe = (struct pipeline_exec){.kind = c->parallel.pp_schedule, .p = pp, .s = topology_rank_in(&par->topo, GROUP_PP), .m = t->data.accum,
                                            .v = v,
                                            .group = device ? topology_device_group(&par->topo, GROUP_PP)
                                                            : topology_group(&par->topo, GROUP_PP),

@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
         if (tp) {
             part.tp_rank = rank, part.tp_size = 2, part.sequence_parallel = true;
         } else {
-            part = model_shard_pipeline(&cfg, 2, rank, 2);
+            part = model_shard_pipeline(&cfg, PP_SCHEDULE_1F1B, 2, rank, 2);
         }
         struct model *full, *dec;
         struct parallel_groups g = {0};

@@ -38,7 +38,7 @@ static int run_layout(int p, int m, int v, int ring) {
         mpi_exit_all(err.status, err.msg);
     int s = topology_group(&topo, GROUP_PP)->rank;
     struct toy toy;
-    toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(p, s, m, v));
+    toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v));
     struct pipeline_exec x = {.p = p, .s = s, .m = m, .v = v, .group = topology_group(&topo, GROUP_PP),
                               .count = COUNT, .dtype = DTYPE_FP32, .ctx = &toy,
                               .forward = toy_forward, .backward = toy_backward,
@@ -50,7 +50,7 @@ static int run_layout(int p, int m, int v, int ring) {
     for (int step = 0; step < 2 && toy.bad == 0; step++) {
         if (step) {
             toy_free(&toy);
-            toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(p, s, m, v));
+            toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v));
             toy.poll = &x;
         }
         if (pipeline_run(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);

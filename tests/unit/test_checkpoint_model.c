@@ -42,7 +42,7 @@ static float *moments_of(const struct param_info *p, int n, size_t len, int whic
 }
 
 static struct model *init_model(struct backend *be, int t, int tp, int s, int pp, uint64_t seed) {
-    struct model_shard shard = model_shard_pipeline(&cfg, pp, s, 1);
+    struct model_shard shard = model_shard_pipeline(&cfg, PP_SCHEDULE_1F1B, pp, s, 1);
     shard.tp_rank = t, shard.tp_size = tp;
     struct model *m = NULL;
     struct error err = {0};

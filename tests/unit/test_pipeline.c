@@ -32,7 +32,7 @@ static int in_flight_bound(int p, int s, int m, int v) {
 
 static void check_stage(int p, int s, int m, int v, const struct pp_op *ops) {
     int n = 2 * m * v, fwd_at[28 * 3], bwd_at[28 * 3], slot_of[28 * 3];
-    int max = pipeline_max_in_flight(p, s, m, v), owner[64], live = 0, peak = 0, bad = 0;
+    int max = pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v), owner[64], live = 0, peak = 0, bad = 0;
     for (int i = 0; i < m * v; i++) fwd_at[i] = bwd_at[i] = -1;
     for (int i = 0; i < 64; i++) owner[i] = -1;
     for (int i = 0; i < n; i++) {
@@ -97,7 +97,7 @@ static int simulate(int p, int m, int v, struct pp_op ops[][MAX_OPS]) {
         for (int s = 0; s < p; s++) {
             if (idx[s] == n) continue;
             const struct pp_op *op = &ops[s][idx[s]];
-            int u = pipeline_virtual_stage(p, s, op->chunk), ready = 0;
+            int u = pipeline_virtual_stage(PP_SCHEDULE_1F1B, p, s, op->chunk), ready = 0;
             if (op->kind == PP_FORWARD && u > 0) ready = fin[PP_FORWARD][u - 1][op->micro];
             if (op->kind == PP_BACKWARD && u < V - 1) ready = fin[PP_BACKWARD][u + 1][op->micro];
             if (ready < 0) continue;
@@ -122,7 +122,7 @@ static void test_schedules(void) {
             for (int v = 1; v <= 3; v++) {
                 if (v > 1 && (p == 1 || m % p)) continue;
                 for (int s = 0; s < p; s++) {
-                    EXPECT(pipeline_schedule(p, s, m, v, ops[s], &err) == STATUS_OK,
+                    EXPECT(pipeline_schedule(PP_SCHEDULE_1F1B, p, s, m, v, ops[s], &err) == STATUS_OK,
                            "p=%d s=%d m=%d v=%d refused: %s", p, s, m, v, err.msg);
                     check_stage(p, s, m, v, ops[s]);
                 }
@@ -159,7 +159,7 @@ static void test_literal_1f1b(void) {
     for (int s = 0; s < 4; s++) {
         struct pp_op ops[16];
         char got[128] = "";
-        EXPECT(pipeline_schedule(4, s, 8, 1, ops, NULL) == STATUS_OK, "p=4 m=8 refused");
+        EXPECT(pipeline_schedule(PP_SCHEDULE_1F1B, 4, s, 8, 1, ops, NULL) == STATUS_OK, "p=4 m=8 refused");
         for (int i = 0; i < 16; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%c%d", i ? " " : "",
                      ops[i].kind == PP_FORWARD ? 'F' : 'B', ops[i].micro);
@@ -181,11 +181,11 @@ static void test_refused(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct error err = {0};
         enum status st =
-            pipeline_schedule(cases[i].p, cases[i].s, cases[i].m, cases[i].v, ops, &err);
+            pipeline_schedule(PP_SCHEDULE_1F1B, cases[i].p, cases[i].s, cases[i].m, cases[i].v, ops, &err);
         EXPECT(st == STATUS_BAD_INPUT && strstr(err.msg, cases[i].says),
                "p=%d s=%d m=%d v=%d: status %d, message '%s', expected '%s'", cases[i].p,
                cases[i].s, cases[i].m, cases[i].v, st, err.msg, cases[i].says);
-        EXPECT(pipeline_max_in_flight(cases[i].p, cases[i].s, cases[i].m, cases[i].v) == 0,
+        EXPECT(pipeline_max_in_flight(PP_SCHEDULE_1F1B, cases[i].p, cases[i].s, cases[i].m, cases[i].v) == 0,
                "max_in_flight of a refused schedule");
     }
     // A pp group of the wrong size.
@@ -209,20 +209,20 @@ static void test_rings(void) {
             for (int v = 1; v <= 3; v++) {
                 if (v > 1 && (p == 1 || m % p)) continue;
                 for (int s = 0; s < p; s++) {
-                    pipeline_schedule(p, s, m, v, ops, NULL);
+                    pipeline_schedule(PP_SCHEDULE_1F1B, p, s, m, v, ops, NULL);
                     int msgs[PP_STREAM_COUNT] = {0}, ring[PP_STREAM_COUNT], sum = 0, bad = 0;
                     for (int i = 0; i < 2 * m * v; i++) {
-                        int u = pipeline_virtual_stage(p, s, ops[i].chunk), V = p * v;
+                        int u = pipeline_virtual_stage(PP_SCHEDULE_1F1B, p, s, ops[i].chunk), V = p * v;
                         bool f = ops[i].kind == PP_FORWARD;
                         msgs[f ? PP_STREAM_ACT_IN : PP_STREAM_GRAD_IN] += f ? u > 0 : u < V - 1;
                         msgs[f ? PP_STREAM_ACT_OUT : PP_STREAM_GRAD_OUT] += f ? u < V - 1 : u > 0;
                     }
                     for (int k = 0; k < PP_STREAM_COUNT; k++) {
-                        ring[k] = pipeline_ring_size(p, s, m, v, (enum pp_stream_kind)k);
+                        ring[k] = pipeline_ring_size(PP_SCHEDULE_1F1B, p, s, m, v, (enum pp_stream_kind)k);
                         bad += (ring[k] > 0) != (msgs[k] > 0) || ring[k] > msgs[k] + 1;
                         sum += ring[k];
                     }
-                    EXPECT(bad == 0 && pipeline_buffer_bytes(p, s, m, v, 10, DTYPE_BF16) ==
+                    EXPECT(bad == 0 && pipeline_buffer_bytes(PP_SCHEDULE_1F1B, p, s, m, v, 10, DTYPE_BF16) ==
                                            (size_t)sum * 20,
                            "p=%d s=%d m=%d v=%d: rings %d %d %d %d for %d %d %d %d messages", p, s,
                            m, v, ring[0], ring[1], ring[2], ring[3], msgs[0], msgs[1], msgs[2],
@@ -230,7 +230,7 @@ static void test_rings(void) {
                     if (p >= 4 && m == 2 * p && (s == 0 || s == p - 1))
                         printf("    p=%d m=%2d v=%d s=%d: %d %d %d %d  max in flight %d\n", p, m, v,
                                s, ring[0], ring[1], ring[2], ring[3],
-                               pipeline_max_in_flight(p, s, m, v));
+                               pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v));
                 }
             }
 }
@@ -369,9 +369,11 @@ static int run_threads(int p, int m, int v, int ring) {
         struct mock_rank *r = &ranks[s];
         r->net = &net, r->done = 0, net.alive[s] = true;
         r->g = (struct comm_group){.rank = s, .size = p, .ops = &mock_ops, .impl = &net};
-        toy_init(&r->toy, p, s, m, v, N, pipeline_max_in_flight(p, s, m, v));
-        r->x = (struct pipeline_exec){p, s, m, v, &r->g, N, DTYPE_FP32, &r->toy, toy_forward,
-                                      toy_backward, NULL, ring, NULL, NULL};
+        toy_init(&r->toy, p, s, m, v, N, pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v));
+        r->x = (struct pipeline_exec){.kind = PP_SCHEDULE_1F1B, .p = p, .s = s, .m = m, .v = v,
+                                      .group = &r->g, .count = N, .dtype = DTYPE_FP32,
+                                      .ctx = &r->toy, .forward = toy_forward,
+                                      .backward = toy_backward, .ring = ring};
         r->toy.poll = m % 2 ? &r->x : NULL; // pipeline_poll inside the callbacks
     }
     for (int s = 0; s < p; s++) pthread_create(&th[s], NULL, mock_rank_main, &ranks[s]);

@@ -85,7 +85,7 @@ static struct outcome run_whole(struct backend *be, const struct llama_config *c
 // in reverse).
 static struct outcome run_chunks(struct backend *be, const struct llama_config *cfg,
                                  enum dtype dt, enum recompute r, int B, int T) {
-    struct model_shard shard = model_shard_pipeline(cfg, 1, 0, 2);
+    struct model_shard shard = model_shard_pipeline(cfg, PP_SCHEDULE_1F1B, 1, 0, 2);
     shard.recompute = r, shard.n_slots = 4;
     struct model *m;
     struct error err;
