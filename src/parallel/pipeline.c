@@ -31,36 +31,35 @@ enum { PIPELINE_TAG_SPAN = 32768 };
 // the same rank, sized to the table's own peak so that it never waits.
 //
 // Why this does not deadlock. A rank blocks only (a) on receive i, which
-// completes once the peer has run the op producing message i, or (b) on its
-// own send i - ring before reusing that buffer, which completes once the peer
+// completes once the peer has run the op producing message i, (b) on its own
+// send i - ring before reusing that buffer, which completes once the peer
 // has posted receive i - ring, i.e. consumed message i - ring - ring' (ring'
-// its own ring of the stream). B and W ops change nothing here: a B sends and
-// receives exactly as a whole backward does, and a W neither sends nor
-// receives, so it only delays its stage. (a) is the schedule's own data
-// dependency, acyclic: the unit-time simulation in tests/unit/test_pipeline.c
-// runs every stage of every schedule to the end. (b) adds an edge from the
-// peer's consumption of an earlier message of a stream to our production of
-// a later message of the same stream. Such an edge closes a cycle only if the
-// peer's consumption of message j waits, through a chain of (a) and (b)
-// edges, on our production of message j' > j. In every schedule here both
-// ends of a stream handle its messages in the same order (microbatch order
-// per chunk), and a stage consumes message j of a stream before it needs any
-// output that depends on our message j' > j: the chain from our later
-// production back to the peer's earlier consumption would need the peer to
-// use, before consuming j, something computed from a microbatch we produce
-// after j' — i.e. the peer runs an op of a later microbatch ahead of an
-// earlier one on a stream in the opposite direction, which the tables do not
-// do: each stream's messages leave and arrive in microbatch order, and for
-// the pair (stage s, stage s + 1) the forward stream runs ahead of the
-// backward one in every table (a microbatch's gradient comes back only after
-// its activation went out). Each rank's progress is monotone in the others'
-// (requests only ever get posted), so whether a run ends does not depend on
-// timing, and a larger ring only posts receives earlier. This is checked,
-// not only argued: tests/unit/test_pipeline.c runs this executor on threads
-// whose sends complete only on a matching receive (rendezvous, the worst case
-// of MPI) with ring = 1 for every schedule, p <= 8, m <= 3p + 4, v <= 3, and
-// detects a deadlock when every live thread waits, also with random delays
-// before every send and receive (delay_seed).
+// its own ring of the stream), or (c) at the end on its last sends, which
+// complete once the peer has posted their receives. B and W ops add nothing
+// new: a B receives and sends exactly as a whole backward does, a W neither
+// sends nor receives (it only delays its stage), and ZB-V's local turn at
+// stage p - 1 never waits (its ring holds the table's peak of messages
+// written and not yet read, and the producer runs before the consumer in
+// the table). Three facts make the whole argument:
+//  1. Determinacy. Each rank runs a fixed sequence of posts and waits, and a
+//     wait's condition, once true, stays true (requests only ever get posted
+//     and completed). So whether every rank reaches its end does not depend
+//     on timing, message sizes, eager or rendezvous delivery, or the delays
+//     of delay_seed (the executors form a monotone network of processes in
+//     the sense of Kahn 1974: their furthest progress is unique).
+//  2. Rings. With a larger ring each wait of (b) is on an earlier message,
+//     and receives are posted earlier: every condition is implied by the
+//     ring-1 one at the same point, so ring 1 ending implies every ring >= 1
+//     ends.
+//  3. Ring 1 ends. (a) alone is the tables' own data dependency, acyclic
+//     when every stage's table runs to its end in the unit-time simulation
+//     (tests/unit/test_pipeline.c, every schedule). With (b) and (c) it is
+//     checked, not argued: tests/unit/test_pipeline.c runs this executor on
+//     threads whose sends complete only on a matching receive (rendezvous,
+//     the worst case of MPI) with ring = 1 and with the default rings, for
+//     every schedule, p <= 8, m <= 3p + 4, v <= 3, and detects a deadlock
+//     when every live thread waits; by 1. one run decides each case.
+// tests/mpi/test_pipeline_mpi.c runs the same over MPI, with delays too.
 //
 // Progress: MPI moves a large message only inside MPI calls, and the
 // executor makes them between ops; a model calls pipeline_poll between

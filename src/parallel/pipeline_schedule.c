@@ -109,17 +109,117 @@ static int order_1f1b(int p, int s, int m, int v, struct pp_op *ops) {
 }
 
 // ---- ZB-H1 ------------------------------------------------------------------------
-
+//
+// Qi et al. 2024 §3 (ZB-H1), the op order of PaddlePaddle's ZBH1 pass
+// (pipeline_zero_bubble.py) with the W's in microbatch order. Stage s runs:
+//   warmup    F_0 .. F_{p-s-1}                 (1F1B's p - s - 1, and its first steady F)
+//   s times   B_j, F                           (W deferred: the bubble 1F1B has here)
+//   m - p     B_j, W, F                        (steady)
+//   p - s     B_j, W                           (cooldown)
+//   s times   W                                (the deferred ones)
+// where each W is the oldest pending one, so every stage accumulates its
+// weight gradients in microbatch order 0 .. m - 1, as 1F1B does (the
+// trainer's runs are bit-identical across schedules), and the W of
+// microbatch m - 1 is the last op. With unit costs F = B = W every stage
+// idles p - 1 units before its first B (s at the start, p - s - 1 waiting for
+// it) and never after: makespan 3 m + p - 1, bubble (p - 1) / (3 m + p - 1)
+// for every m >= p (tests/unit/test_pipeline.c, p <= 8, m <= 3p + 4).
+// Memory: at most p - s microbatches between F and B (1F1B's activations),
+// and the s deferred W's keep their operands: p slots on every stage against
+// 1F1B's p - s. A stage needs at least max(p - s, s + 1) for this makespan
+// (stage s must end with s + 1 W's after its last B for stage 0 to finish in
+// time).
 static int order_zb_h1(int p, int s, int m, struct pp_op *ops) {
-    (void)p, (void)s, (void)m, (void)ops;
-    return 0; // TODO(issue 30)
+    int n = 0, nf = 0, nb = 0, nw = 0;
+#define ZB_OP(k, mb) (ops[n++] = (struct pp_op){(k), (mb), 0, -1, false})
+    while (nf < p - s) ZB_OP(PP_FORWARD, nf++);
+    for (int j = 0; j < s; j++) {
+        ZB_OP(PP_BACKWARD_INPUT, nb++);
+        ZB_OP(PP_FORWARD, nf++);
+    }
+    for (int j = 0; j < m - p; j++) {
+        ZB_OP(PP_BACKWARD_INPUT, nb++);
+        ZB_OP(PP_BACKWARD_WEIGHT, nw++);
+        ZB_OP(PP_FORWARD, nf++);
+    }
+    for (int j = 0; j < p - s; j++) {
+        ZB_OP(PP_BACKWARD_INPUT, nb++);
+        ZB_OP(PP_BACKWARD_WEIGHT, nw++);
+    }
+    while (nw < m) ZB_OP(PP_BACKWARD_WEIGHT, nw++);
+#undef ZB_OP
+    CHECK(nf == m && nb == m, "zb-h1 stage %d: %d forwards, %d B of %d", s, nf, nb, m);
+    return n;
 }
 
 // ---- ZB-V -------------------------------------------------------------------------
-
+//
+// Qi et al. 2024 §6 (ZB-V): two chunks per stage in a V, chunk 0 = virtual
+// stage s, chunk 1 = virtual stage 2 p - 1 - s, so the forward goes down the
+// stages on chunk 0 and back up on chunk 1, and stage 0 holds the first and
+// the last virtual stage. The op order of each stage is that of PyTorch's
+// ScheduleZBVZeroBubble (torch/distributed/pipelining/schedules.py), which
+// builds it for max(m, 2 p - 1) microbatches and drops the ops of those
+// beyond m; with F^c, B^c, W^c the ops of chunk c:
+//   2 (p - s) - 1     F^0
+//   s times           F^1, F^0
+//   p - s times       F^1, B^1, W^1
+//   steady            [F^0 while any is left], B^0, W^0, F^1, B^1, W^1
+//                     (until every F^1 has run)
+//   s times           B^0, B^1                         (cooldown, W's deferred)
+//   p - s times       B^0, W^0
+//   the rest          W^1 .. , then W^0 ..
+// Each chunk's W's run in microbatch order (bit-identical accumulation), and
+// chunk 1's last W comes before chunk 0's (the last-op rule of pp_op).
+// With unit costs F = B = W = 1 per chunk op (a chunk op is half a stage's
+// work) every stage idles p - 1 units once m >= 3 p / 2 (p - 1 waiting for
+// the first forward on stage p - 1, the same at the end on stage 0):
+// makespan 6 m + p - 1, bubble (p - 1) / (6 m + p - 1); p = 4, m = 8: 3 / 51
+// = 0.0588 against ZB-H1's 3 / 27 = 0.111 and 1F1B's 3 / 11. Fewer
+// microbatches (p <= m < 3 p / 2) run correctly with a larger bubble. Slots:
+// 2 p chunk slots on every stage, i.e. the activations of p microbatches of
+// a whole stage, ZB-H1's.
 static int order_zbv(int p, int s, int m, struct pp_op *ops) {
-    (void)p, (void)s, (void)m, (void)ops;
-    return 0; // TODO(issue 30)
+    int total = MAX(m, 2 * p - 1), n = 0, f[2] = {0, 0}, b[2] = {0, 0}, w[2] = {0, 0};
+    // Appends the next op of kind on chunk c (its counters number the
+    // microbatches), unless that microbatch is beyond m.
+#define ZBV_OP(k, c, cnt)                                                                 \
+    do {                                                                                  \
+        int mb_ = (cnt)[c]++;                                                             \
+        if (mb_ < m) ops[n++] = (struct pp_op){(k), mb_, (c), -1, false};                 \
+    } while (0)
+    for (int j = 0; j < 2 * (p - s) - 1; j++) ZBV_OP(PP_FORWARD, 0, f);
+    for (int j = 0; j < s; j++) {
+        ZBV_OP(PP_FORWARD, 1, f);
+        ZBV_OP(PP_FORWARD, 0, f);
+    }
+    for (int j = 0; j < p - s; j++) {
+        ZBV_OP(PP_FORWARD, 1, f);
+        ZBV_OP(PP_BACKWARD_INPUT, 1, b);
+        ZBV_OP(PP_BACKWARD_WEIGHT, 1, w);
+    }
+    while (f[1] < f[0] || f[0] < total) {
+        if (f[0] < total) ZBV_OP(PP_FORWARD, 0, f);
+        ZBV_OP(PP_BACKWARD_INPUT, 0, b);
+        ZBV_OP(PP_BACKWARD_WEIGHT, 0, w);
+        ZBV_OP(PP_FORWARD, 1, f);
+        ZBV_OP(PP_BACKWARD_INPUT, 1, b);
+        ZBV_OP(PP_BACKWARD_WEIGHT, 1, w);
+    }
+    for (int j = 0; j < s; j++) {
+        ZBV_OP(PP_BACKWARD_INPUT, 0, b);
+        ZBV_OP(PP_BACKWARD_INPUT, 1, b);
+    }
+    for (int j = 0; j < p - s; j++) {
+        ZBV_OP(PP_BACKWARD_INPUT, 0, b);
+        ZBV_OP(PP_BACKWARD_WEIGHT, 0, w);
+    }
+    while (w[1] < b[1]) ZBV_OP(PP_BACKWARD_WEIGHT, 1, w);
+    while (w[0] < b[0]) ZBV_OP(PP_BACKWARD_WEIGHT, 0, w);
+#undef ZBV_OP
+    CHECK(f[0] == total && f[1] == total && b[0] == total && b[1] == total,
+          "zbv stage %d: F %d %d, B %d %d of %d", s, f[0], f[1], b[0], b[1], total);
+    return n;
 }
 
 // ---- tables -----------------------------------------------------------------------
@@ -175,9 +275,6 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
     enum status st = check_args(kind, p, s, m, v, err);
     if (st != STATUS_OK) return st;
     int n = build_order(kind, p, s, m, v, ops), want = pipeline_op_count(kind, p, s, m, v);
-    if (n == 0) // TODO(issue 30)
-        return error_set(err, STATUS_BAD_INPUT, "pipeline: %s not built yet",
-                         pipeline_schedule_name(kind));
     CHECK(n == want, "%s schedule of %d ops, expected %d", pipeline_schedule_name(kind), n, want);
     // Slots: lowest free first. owner[slot] = micro * v + chunk, or -1.
     int slots = pipeline_max_in_flight(kind, p, s, m, v), *owner = xmalloc(sizeof(int) * slots);
