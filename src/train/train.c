@@ -313,14 +313,15 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
         setvbuf(d->sample_log, NULL, _IOLBF, 0);
         loader_set_log(&d->train_loader, d->sample_log);
     }
-    // Inputs are read on the first pipeline stage, labels on the last. With
+    // Inputs are read on the first pipeline stage, labels on the last (stage
+    // 0 too under ZB-V). With
     // packing = concat_reset every stage reads the inputs too and derives the
     // document starts itself (model_set_doc_eot): a few hundred bytes of
     // hyperslab reads per microbatch instead of a (B, T) message beside each
     // activation message of the pipeline.
     int s = topology_rank_in(&t->par.topo, GROUP_PP), T = c->train.seq_len;
     d->reads_tokens = s == 0 || c->data.packing == PACKING_CONCAT_RESET;
-    d->reads_targets = s == c->parallel.pp - 1;
+    d->reads_targets = s == pipeline_last_stage(c->parallel.pp_schedule, c->parallel.pp);
     d->accum = plan_microbatches(c);
     d->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
     d->mask = xmalloc((size_t)B * (T + 1));
