@@ -235,6 +235,78 @@ static void test_rings(void) {
             }
 }
 
+// pipeline_simulate with unit costs F = B = W = 1 (a whole backward 2),
+// comm 0: the closed forms of Narayanan et al. 2021 §2.2 for every (p, m, v),
+// with a backward as long as a forward (1, 0.5, 0.5) too; p = 4, m = 8 to
+// the digit; the timeline of 1F1B p = 4, m = 8 (Fig. 4) written out by hand;
+// a message cost on p = 2, m = 2 worked out by hand; refused inputs.
+static void test_simulator(void) {
+    struct pp_sim sim;
+    struct error err = {0};
+    struct pp_costs unit = {1, 1, 1, 0}, even = {1, 0.5, 0.5, 0};
+    EXPECT(pipeline_simulate(PP_SCHEDULE_1F1B, 4, 8, 1, &unit, &sim, &err) == STATUS_OK, "%s",
+           err.msg);
+    EXPECT(fabs(sim.bubble - 3.0 / 11.0) < 1e-12 && sim.makespan == 33,
+           "1F1B p=4 m=8: bubble %.15f, makespan %g, expected 3/11 and 33", sim.bubble,
+           sim.makespan);
+    for (int s = 0; s < 4; s++)
+        EXPECT(sim.idle[s] == 9 && sim.busy[s] == 24 && sim.peak_in_flight[s] == 4 - s,
+               "1F1B p=4 m=8 stage %d: idle %g busy %g peak %d", s, sim.idle[s], sim.busy[s],
+               sim.peak_in_flight[s]);
+    EXPECT(pipeline_simulate(PP_SCHEDULE_INTERLEAVED, 4, 8, 2, &unit, &sim, &err) == STATUS_OK,
+           "%s", err.msg);
+    EXPECT(fabs(sim.bubble - 3.0 / 19.0) < 1e-12 && sim.makespan == 57,
+           "interleaved p=4 m=8 v=2: bubble %.15f, makespan %g, expected 3/19 and 57", sim.bubble,
+           sim.makespan);
+    int wrong = 0, runs = 0;
+    for (int p = 1; p <= 8; p++)
+        for (int m = p; m <= 3 * p + 4; m++)
+            for (int v = 1; v <= 3; v++) {
+                if (v > 1 && (p == 1 || m % p)) continue;
+                for (int c = 0; c < 2; c++, runs++) {
+                    const struct pp_costs *costs = c ? &even : &unit;
+                    double work = costs->f + costs->b + costs->w;
+                    bool ok = pipeline_simulate(PP_SCHEDULE_1F1B, p, m, v, costs, &sim, &err) ==
+                              STATUS_OK;
+                    ok = ok && sim.makespan == work * (v * m + p - 1) &&
+                         fabs(sim.bubble - (double)(p - 1) / (v * m + p - 1)) < 1e-12;
+                    if (!ok && wrong++ < 5)
+                        fprintf(stderr, "  p=%d m=%d v=%d costs %d: makespan %g, bubble %.6f\n", p,
+                                m, v, c, sim.makespan, sim.bubble);
+                }
+            }
+    EXPECT(wrong == 0, "%d of %d simulations off the closed form (p-1)/(vm+p-1)", wrong, runs);
+
+    // p = 2, m = 2, messages of 0.25: stage 1 gets F0 at 1.25, F1 at 2.25;
+    // B0 back on stage 0 at 4.5; B1 at 7.5 after stage 1's F1 (4.25 .. 5.25)
+    // and B1 (.. 7.25): 9.5 = 3 (m + p - 1) + 2 (p - 1) comm.
+    struct pp_costs slow = {1, 1, 1, 0.25};
+    EXPECT(pipeline_simulate(PP_SCHEDULE_1F1B, 2, 2, 1, &slow, &sim, &err) == STATUS_OK &&
+               sim.makespan == 9.5 && sim.idle[0] == 3.5 && sim.idle[1] == 3.5,
+           "1F1B p=2 m=2 comm 0.25: makespan %g idle %g %g, expected 9.5, 3.5, 3.5", sim.makespan,
+           sim.idle[0], sim.idle[1]);
+
+    char text[4096] = "";
+    FILE *f = fmemopen(text, sizeof text - 1, "w");
+    EXPECT(pipeline_print_timeline(f, PP_SCHEDULE_1F1B, 4, 8, 1, &unit, 1, &err) == STATUS_OK,
+           "%s", err.msg);
+    fclose(f);
+    const char *want = "stage  0 FFFF......BBFBBFBBFBBFBB.BB.BB.BB  idle 9\n"
+                       "stage  1 .FFF....BBFBBFBBFBBFBBFBB.BB.BB..  idle 9\n"
+                       "stage  2 ..FF..BBFBBFBBFBBFBBFBBFBB.BB....  idle 9\n"
+                       "stage  3 ...FBBFBBFBBFBBFBBFBBFBBFBB......  idle 9\n"
+                       "makespan 33, bubble 0.2727\n";
+    EXPECT(strstr(text, want), "timeline of 1F1B p=4 m=8:\n%s\nexpected\n%s", text, want);
+
+    struct pp_costs bad = {1, -1, 1, 0};
+    EXPECT(pipeline_simulate(PP_SCHEDULE_1F1B, 4, 8, 1, &bad, &sim, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "b=-1"), "negative cost: '%s'", err.msg);
+    EXPECT(pipeline_simulate(PP_SCHEDULE_1F1B, 4, 3, 1, &unit, &sim, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "m=3 microbatches for p=4"), "m < p: '%s'", err.msg);
+    EXPECT(pipeline_simulate(PP_SCHEDULE_1F1B, 65, 65, 1, &unit, &sim, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "p=65"), "p=65: '%s'", err.msg);
+}
+
 // ---- a rendezvous network of threads --------------------------------------------
 
 struct mock_rec { // one posted send or receive
@@ -411,6 +483,7 @@ int main(void) {
     test_literal_1f1b();
     test_schedules();
     test_rings();
+    test_simulator();
     test_executor_threads();
     return test_finish("test_pipeline");
 }
