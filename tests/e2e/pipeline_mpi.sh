@@ -6,7 +6,8 @@
 # then (8,16,1) and (8,8,2) on 8 ranks. The zero-bubble schedules: zb-h1 at
 # (2,4,1), (4,8,1), (4,5,1) and zbv at (2,4,2), (4,8,2), (4,4,2) on 4 ranks,
 # (8,16,1) and (8,12,2) on 8, each also with 2 delay seeds (random 0-2 ms
-# sleeps before every send and receive). Every rank checks its activations,
+# sleeps before every send and receive); then (4,8,1) zb-h1 and (4,8,2) zbv
+# under 50 delay seeds each (issue 30's acceptance 2 for the executor). Every rank checks its activations,
 # gradients, weight gradients and outputs against closed forms; a deadlock
 # shows as a run still going after 60 s. No process may be left alive.
 set -euo pipefail
@@ -25,9 +26,9 @@ run() {
     if [ "${1:-}" = "--schedule" ]; then
         opts=("$1" "$2" "$3" "$4"); want=$((2 * ($4 + 1))); tail=" \\[$2"; shift 4
     fi
-    timeout -k 2 60 "${MPIRUN[@]}" -np "$np" "$BIN" "${opts[@]}" "$@" >"$log" 2>&1 || rc=$?
+    timeout -k 2 "${limit:-60}" "${MPIRUN[@]}" -np "$np" "$BIN" "${opts[@]}" "$@" >"$log" 2>&1 || rc=$?
     echo "== $name: exit $rc"; cat "$log"
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "FAIL $name: still running after 60 s (deadlock?)"; fail=1; fi
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "FAIL $name: still running after ${limit:-60} s (deadlock?)"; fail=1; fi
     if [ "$rc" -ne 0 ]; then echo "FAIL $name: exit $rc"; fail=1; fi
     while [ $# -ge 3 ]; do
         local n
@@ -44,6 +45,8 @@ run "4 ranks zb-h1" 4 --schedule zb-h1 --seeds 2 2 4 1  4 8 1  4 5 1
 run "4 ranks zbv" 4 --schedule zbv --seeds 2 2 4 2  4 8 2  4 4 2
 run "8 ranks zb-h1" 8 --schedule zb-h1 --seeds 2 8 16 1
 run "8 ranks zbv" 8 --schedule zbv --seeds 2 8 12 2
+limit=150 run "zb-h1 50 seeds" 4 --schedule zb-h1 --seeds 50 4 8 1
+limit=150 run "zbv 50 seeds" 4 --schedule zbv --seeds 50 4 8 2
 
 if [ "$fail" -eq 0 ]; then echo "pipeline_mpi: all passed"; fi
 exit "$fail"
