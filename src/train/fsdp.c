@@ -248,6 +248,14 @@ static void on_unit(void *ctx, int u, enum model_unit_event ev) {
         if (f->tied && u == f->head && !f->embed_pass) rs_start(f, &f->tied_gb, f->embed);
         if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
         break;
+    case MODEL_UNIT_INPUT_DONE:
+    case MODEL_UNIT_WEIGHT:
+    case MODEL_UNIT_WEIGHT_DONE:
+        // A unit's gradients would have to stay bound from its B to its W
+        // and be reduce-scattered after the step's last W: not built.
+        CHECK(false, "fsdp: the backward split of the zero-bubble schedules under zero_stage %d is "
+              "not built (config_validate refuses parallel.pp_schedule = zb-h1 | zbv with "
+              "parallel.zero_stage >= 2)", f->cfg.stage);
     }
     fsdp_poll(f);
 }
