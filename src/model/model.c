@@ -281,27 +281,39 @@ static void block_acts_layout(struct model *m, struct block_acts *b, struct carv
 #undef ACT
 }
 
-// Elements (model dtype) of one slot's W stash under split_backward (model.h,
-// model_memory.w_stash_bytes; model_pass.c, wgrad), 0 otherwise: what the
-// weight-gradient GEMMs of the slot's largest chunk read and the slot does
-// not keep until the W, each piece padded to TENSOR_ALIGN bytes as the walk
-// takes them. Per block: the output gradients, d x[i+1] (N, C) of down,
-// dgate and dup (N, Fl) each, d xmid (N, C) of o, dq (N, Hl D), dk, dv (N,
-// Hkvl D) (q, k, v joined or not); the inputs the slot does not keep: act
-// (N, Fl) and the norm outputs ln2, ln1 (N, C) under recompute selective or
-// full, ln2 and ln1 (N, C) as all-gathered under sequence parallelism, att
-// (N, Hl D) under full. The head (last stage): the final norm's output (N,
-// C) under recompute or sequence parallelism (dlogits stays in the slot).
-static size_t wstash_numel(const struct model *m) {
+// Bytes of one slot's W stash under split_backward (model.h,
+// model_memory.w_stash_bytes; model_pass.c, wgrad and unit_input_grads), 0
+// otherwise: what the weight-gradient GEMMs of the slot's largest chunk read
+// and the slot does not keep until the W, each piece padded to TENSOR_ALIGN
+// bytes as the walk takes them. Per block, in the model dtype: the output
+// gradients, d x[i+1] (N, C) of down, dgate and dup (N, Fl) each, d xmid (N,
+// C) of o, dq (N, Hl D), dk, dv (N, Hkvl D) (q, k, v joined or not); the
+// inputs the slot does not keep: act (N, Fl) and the norm outputs ln2, ln1
+// (N, C) under recompute selective or full, ln2 and ln1 (N, C) as
+// all-gathered under sequence parallelism, att (N, Hl D) under full. The
+// head (last stage): the final norm's output (N, C) under recompute or
+// sequence parallelism (dlogits stays in the slot). Without a gradient
+// arena (ZeRO-2/3) also the gradients B computes, in the gradient dtype:
+// per block ln1, ln2 (C), the biases (Hl D, Hkvl D x2) and qk_norm's gains
+// (D x2); the head's final norm (C).
+static size_t wstash_bytes(const struct model *m) {
     if (!m->shard.split_backward) return 0;
-    size_t es = dtype_size(m->dtype), N = m->N, C = m->C, HD = (size_t)m->Hl * m->D;
-    size_t KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
-#define PIECE(n) (((n) * es + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN / es)
+    size_t es = dtype_size(m->dtype), gs = dtype_size(grad_dtype(m->dtype));
+    size_t N = m->N, C = m->C, HD = (size_t)m->Hl * m->D, KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
+#define PIECE(n, size) (((n) * (size) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN)
     bool none = m->shard.recompute == RECOMPUTE_NONE, full = m->shard.recompute == RECOMPUTE_FULL;
     bool ln = !none || m->sp;
-    size_t block = 2 * PIECE(N * C) + 2 * PIECE(N * Fl) + PIECE(N * HD) + 2 * PIECE(N * KD);
-    block += (none ? 0 : PIECE(N * Fl)) + (ln ? 2 * PIECE(N * C) : 0) + (full ? PIECE(N * HD) : 0);
-    size_t head = m->last && ln ? PIECE(N * C) : 0;
+    size_t block = 2 * PIECE(N * C, es) + 2 * PIECE(N * Fl, es) + PIECE(N * HD, es) +
+                   2 * PIECE(N * KD, es);
+    block += (none ? 0 : PIECE(N * Fl, es)) + (ln ? 2 * PIECE(N * C, es) : 0) +
+             (full ? PIECE(N * HD, es) : 0);
+    size_t head = m->last && ln ? PIECE(N * C, es) : 0;
+    if (m->shard.no_grad_arena) {
+        block += 2 * PIECE(C, gs);
+        if (m->cfg.qkv_bias) block += PIECE(HD, gs) + 2 * PIECE(KD, gs);
+        if (m->cfg.qk_norm) block += 2 * PIECE((size_t)m->D, gs);
+        head += m->last ? PIECE(C, gs) : 0;
+    }
 #undef PIECE
     return (size_t)m->max_layers * block + head;
 }
@@ -329,8 +341,7 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     S->targets = carve(c, DTYPE_I32, N);
     S->doc_start = carve(c, DTYPE_I32, N);
     S->rope_pos = m->cp > 1 ? carve(c, DTYPE_I32, N) : tensor_view(NULL, DTYPE_I32, 0);
-    size_t ws = wstash_numel(m);
-    S->wstash = ws ? carve(c, a, ws) : tensor_view(NULL, a, 0);
+    S->wstash = carve(c, DTYPE_I32, wstash_bytes(m) / 4); // bytes, as 4-byte words
 }
 
 // Carves the activation arena: the recompute buffer, the slots, then the
@@ -349,9 +360,7 @@ static void acts_layout(struct model *m, struct carver *c) {
         slot_layout(m, &m->slots[i], c);
         m->mem.slot_bytes = c->bytes - before;
     }
-    m->mem.w_stash_bytes = (size_t)m->shard.n_slots *
-                           ((wstash_numel(m) * dtype_size(a) + TENSOR_ALIGN - 1) / TENSOR_ALIGN *
-                            TENSOR_ALIGN);
+    m->mem.w_stash_bytes = (size_t)m->shard.n_slots * wstash_bytes(m);
     m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->loss_acc = carve(c, DTYPE_FP64, 1); // zeroed with the arena

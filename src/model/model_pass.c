@@ -166,23 +166,42 @@ struct next_norm {
 enum bwd_mode { BWD_FUSED, BWD_INPUT, BWD_WEIGHT };
 struct bwd {
     enum bwd_mode mode;
-    struct tensor stash; // the slot's W stash (model dtype; model.c, slot_layout)
-    size_t at;           // elements of it used so far by this walk
+    char *stash;          // the slot's W stash (model.c, slot_layout), cap bytes
+    size_t cap, at;       // bytes of it, and used so far by this walk
     struct tensor last_x; // the previous weight-gradient GEMM's x (a stash piece under split)
 };
 
 // The walk runs the input half: everything but the weight-gradient GEMMs.
 static bool bwd_input(const struct bwd *b) { return b->mode != BWD_WEIGHT; }
 
-// The next n elements of the stash: B copies src there, W reads them.
+// The next n elements (src's dtype) of the stash, TENSOR_ALIGN-aligned: B
+// copies src there, W reads them (src's data unused).
 static struct tensor stash_piece(struct model *m, struct bwd *b, struct tensor src, size_t n) {
-    size_t es = dtype_size(m->dtype), step = ((n * es + TENSOR_ALIGN - 1) / TENSOR_ALIGN) * TENSOR_ALIGN / es;
-    CHECK(b->at + n <= b->stash.numel, "W stash: %zu + %zu elements of %zu (model.c, wstash_numel)",
-          b->at, n, b->stash.numel);
-    struct tensor t = tensor_slice(b->stash, b->at, n);
-    b->at += step;
+    size_t bytes = n * dtype_size(src.dtype);
+    CHECK(b->at + bytes <= b->cap, "W stash: %zu + %zu bytes of %zu (model.c, wstash_bytes)", b->at,
+          bytes, b->cap);
+    struct tensor t = tensor_view(b->stash + b->at, src.dtype, n);
+    b->at += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
     if (b->mode == BWD_INPUT) backend_copy(m->be, t, src, n);
     return t;
+}
+
+// Without a gradient arena (ZeRO-2/3) the unit's gradient views B wrote
+// (fsdp's buffer, reused before the W) are not those the W writes: at the
+// end of B the unit's gradients that are no GEMM's (the vectors: norm
+// gains, biases) go to the stash, and at the end of the W come back into
+// the views bound for it, which then hold the fused pass's gradients of
+// the microbatch (zero-initialised buffers both: the same bits).
+static void unit_input_grads(struct model *m, struct bwd *b, int u) {
+    if (b->mode == BWD_FUSED || !m->shard.no_grad_arena || u < 0) return;
+    const struct model_unit *un = &m->units[u];
+    for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+        const struct param_info *p = &m->params[i];
+        if (p->cols != 1) continue;
+        struct tensor g = tensor_slice(m->unit_grads[u], p->offset - un->begin, p->numel);
+        struct tensor t = stash_piece(m, b, g, p->numel);
+        if (b->mode == BWD_WEIGHT) backend_copy(m->be, g, t, p->numel);
+    }
 }
 
 // A weight-gradient GEMM dw (M, Nn) += op(dy) (M, K) @ op(x) (K, Nn)
@@ -754,10 +773,11 @@ static void unit_begin(struct model *m, const struct bwd *b, int unit) {
 
 // A unit's part of the pass has ended; its gradients from arena offset
 // `from` on are final (fused, W: grads_ready) or wait for the W (B).
-static void unit_end(struct model *m, const struct bwd *b, int unit, size_t from) {
+static void unit_end(struct model *m, struct bwd *b, int unit, size_t from) {
     static const enum model_unit_event done[] = {
         [BWD_FUSED] = MODEL_UNIT_BACKWARD_DONE, [BWD_INPUT] = MODEL_UNIT_INPUT_DONE,
         [BWD_WEIGHT] = MODEL_UNIT_WEIGHT_DONE};
+    unit_input_grads(m, b, unit);
     model_unit_event(m, unit, done[b->mode]);
     if (b->mode != BWD_INPUT) grads_ready(m, from);
 }
@@ -778,7 +798,7 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
     else
         CHECK(S->w_chunk < 0, "backward of chunk %d on slot %d before the W of its last B (chunk %d)",
               chunk, slot, S->w_chunk);
-    b->stash = S->wstash;
+    b->stash = S->wstash.data, b->cap = S->wstash.numel * dtype_size(S->wstash.dtype);
     if (model_chunk_last(m, chunk)) {
         // Under recompute, dlogits is the logits' own storage (model.c) and
         // the final norm's output is recomputed.
@@ -812,20 +832,24 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
         unit_end(m, b, m->block_unit[b0 + i], m->block_offset[b0 + i]);
     }
     if (model_chunk_first(m, chunk)) {
-        // The embedding's gradient is no GEMM: B runs it (W only reports it final).
-        unit_begin(m, b, m->embed_unit);
+        // The embedding's gradient is no GEMM: B runs it whole, with the
+        // fused pass's unit events (final at its end); its W has no work
+        // and no event, only the gradient-ready report (every block's W
+        // precedes it).
         if (in) {
+            model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD);
             sp_gather(m, m->dx_full, m->dx);
             backend_embedding_backward(be, m->dwte, m->dx_full, S->tokens, N, C, m->vocab_start,
                                        m->Vl);
+            model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD_DONE);
         }
-        unit_end(m, b, m->embed_unit, 0);
+        if (b->mode != BWD_INPUT) grads_ready(m, 0);
     } else if (in) {
         message_out(m, din, m->dx);
     }
     if (b->mode == BWD_INPUT) S->w_chunk = chunk, S->w_used = b->at;
     if (b->mode == BWD_WEIGHT) {
-        CHECK(b->at == S->w_used, "W of chunk %d read %zu stash elements, its B wrote %zu", chunk,
+        CHECK(b->at == S->w_used, "W of chunk %d read %zu stash bytes, its B wrote %zu", chunk,
               b->at, S->w_used);
         S->w_chunk = -1;
     }
