@@ -41,6 +41,10 @@
 //   nccl:N          not a storage fault: the emulated NCCL's (make EMU=1;
 //                   tests/cuda_emu/nccl_fault.h): the Nth NCCL operation of
 //                   the process fails asynchronously; no storage call fails
+//   pp_delay:SEED   not a storage fault: the pipeline executor's (src/parallel/
+//                   pipeline.h, delay_seed): a random 0 to 2 ms sleep before
+//                   every pipeline send and receive, drawn from SEED, the
+//                   stage and the message; no storage call fails
 //   @RANK           only on world rank RANK (g_log_rank); else every rank
 // durable_fault_set replaces the setting at run time (unit tests).
 #ifndef TRIDENT_DURABLE_H
@@ -60,6 +64,9 @@ enum status durable_fault_set(const char *spec, struct error *err);
 // unset; *rank = RANK or -1 for every rank. Errors: a bad TRIDENT_FAULT
 // (STATUS_BAD_INPUT naming it).
 enum status durable_fault_grad_inf(long *step, int *rank, struct error *err);
+// TRIDENT_FAULT's pp_delay:SEED[@RANK] setting: *seed = SEED (>= 1) or 0 when
+// the setting is another kind or unset; *rank as above. Errors: as above.
+enum status durable_fault_pp_delay(long *seed, int *rank, struct error *err);
 // Storage calls made since start (or the last durable_fault_set).
 long durable_calls(void);
 

@@ -115,6 +115,12 @@ int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
 // Virtual stage u holds layers [u L / (p v), (u + 1) L / (p v)).
 int pipeline_virtual_stage(enum pp_schedule kind, int p, int s, int chunk);
 
+// The stage holding the last virtual stage (the head and the loss): p - 1,
+// or 0 under ZB-V.
+static inline int pipeline_last_stage(enum pp_schedule kind, int p) {
+    return kind == PP_SCHEDULE_ZBV ? 0 : p - 1;
+}
+
 // Forward of (micro, chunk) into activation slot. in: (count,) the previous
 // virtual stage's output, NULL on virtual stage 0 (the model reads the
 // batch); out: (count,) this chunk's output, NULL on the last virtual stage

@@ -242,7 +242,9 @@ enum status plan_groups(const struct config *c, struct plan_group *out, int *n_o
     int tp = c->parallel.tp, pp = c->parallel.pp, dp = plan_grad_ranks(c), n = 0; // dp: data x context ranks
     *peak = 0, *sum = 0;
     for (int p = 0; p < pp; p++) {
-        const char *role = pp == 1 ? "only" : p == 0 ? "first" : p == pp - 1 ? "last" : "middle";
+        int last = pipeline_last_stage(c->parallel.pp_schedule, pp);
+        const char *role = pp == 1 ? "only" : p == 0 && last == 0 ? "ends" // ZB-V: both ends
+                         : p == 0 ? "first" : p == last ? "last" : "middle";
         for (int t = 0; t < tp; t++) {
             struct plan_rank_bytes b;
             struct grid_coord at = {{0}}; // data and context rank 0: every one holds the same

@@ -313,14 +313,15 @@ static enum status setup_data(struct trainer *t, struct trainer_error *err) {
         setvbuf(d->sample_log, NULL, _IOLBF, 0);
         loader_set_log(&d->train_loader, d->sample_log);
     }
-    // Inputs are read on the first pipeline stage, labels on the last. With
+    // Inputs are read on the first pipeline stage, labels on the last (stage
+    // 0 too under ZB-V). With
     // packing = concat_reset every stage reads the inputs too and derives the
     // document starts itself (model_set_doc_eot): a few hundred bytes of
     // hyperslab reads per microbatch instead of a (B, T) message beside each
     // activation message of the pipeline.
     int s = topology_rank_in(&t->par.topo, GROUP_PP), T = c->train.seq_len;
     d->reads_tokens = s == 0 || c->data.packing == PACKING_CONCAT_RESET;
-    d->reads_targets = s == c->parallel.pp - 1;
+    d->reads_targets = s == pipeline_last_stage(c->parallel.pp_schedule, c->parallel.pp);
     d->accum = plan_microbatches(c);
     d->seqs = xmalloc(sizeof(int32_t) * B * (T + 1));
     d->mask = xmalloc((size_t)B * (T + 1));
@@ -402,8 +403,11 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
         // gradients) share one direction, and NCCL, without tags, would match
         // them in send order (comm_nccl.h); the MPI group (host buffers, the
         // model copying) keeps them apart by tag.
-        bool device = par->topo.has_device_groups && !(pp == 2 && v > 1);
-        par->pipe = (struct pipeline_exec){.kind = c->parallel.pp_schedule, .p = pp, .s = topology_rank_in(&par->topo, GROUP_PP), .m = t->data.accum,
+        // ZB-V sends activations and gradients both ways and to itself
+        // (stage p - 1's turn): the MPI group, by tag, as for pp = 2 above.
+        enum pp_schedule kind = c->parallel.pp_schedule;
+        bool device = par->topo.has_device_groups && !(pp == 2 && v > 1) && kind != PP_SCHEDULE_ZBV;
+        par->pipe = (struct pipeline_exec){.kind = kind, .p = pp, .s = topology_rank_in(&par->topo, GROUP_PP), .m = t->data.accum,
                                            .v = v,
                                            .group = device ? topology_device_group(&par->topo, GROUP_PP)
                                                            : topology_group(&par->topo, GROUP_PP),
@@ -416,7 +420,9 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     }
     par->ctx = (struct train_ctx){m->model, m->opt, &m->oc, &par->groups, par->sync,
                                   m->whole_model ? NULL : &par->pipe,
-                                  m->lc.tie_embeddings && pp > 1
+                                  // ZB-V: the embedding and the head on stage 0, their
+                                  // gradients summed there (model_finish_grads)
+                                  m->lc.tie_embeddings && pp > 1 && c->parallel.pp_schedule != PP_SCHEDULE_ZBV
                                       ? topology_device_group(&par->topo, GROUP_EMBED) : NULL,
                                   NULL, false, par->fsdp};
     // fp16 scales the loss (docs/design.md §5); bf16 has fp32's exponent range
@@ -437,12 +443,17 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
 // TRIDENT_FAULT=grad_inf:STEP[@RANK] (tests only; parsed with the storage
 // faults, src/ckpt/durable.h): an inf in the gradients of world rank RANK
 // (every rank without @RANK) at step STEP (1-based, as logged).
+// TRIDENT_FAULT=pp_delay:SEED[@RANK]: random delays in every pipeline send and
+// receive of those ranks (pipeline_exec.delay_seed).
 // Errors: STATUS_BAD_INPUT for a malformed TRIDENT_FAULT.
 static enum status setup_faults(struct trainer *t, struct error *err) {
     long step;
     int rank;
     enum status st = durable_fault_grad_inf(&step, &rank, err);
     if (!st && (rank < 0 || rank == t->par.topo.world_rank)) t->fault_grad_inf_step = (int)step;
+    long seed;
+    if (!st) st = durable_fault_pp_delay(&seed, &rank, err);
+    if (!st && (rank < 0 || rank == t->par.topo.world_rank)) t->par.pipe.delay_seed = (uint64_t)seed;
     return st;
 }
 
@@ -534,7 +545,7 @@ static enum status setup_train_log(struct trainer *t, struct trainer_error *err)
 static enum status setup_log(struct trainer *t, long long started, struct trainer_error *err) {
     const struct config *c = &t->cfg;
     int W = t->par.topo.world_size;
-    t->log.split_all = xcalloc(4 * (size_t)W, sizeof *t->log.split_all);
+    t->log.split_all = xcalloc(SPLIT_N * (size_t)W, sizeof *t->log.split_all);
     int32_t threads = t->m.be->threads, *all = xcalloc((size_t)W, sizeof *all);
     comm_all_gather(&t->par.topo.world, &threads, all, 1, DTYPE_I32);
     if (!is_root(t)) {
@@ -811,16 +822,18 @@ static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
 }
 
 // split: this rank's (compute, communication, pipeline wait) seconds of the
-// step and the DP gradient buckets it started before the flush
-// (grad_sync_started_early: the overlap with the backward). Gathered from
+// step, the DP gradient buckets it started before the flush
+// (grad_sync_started_early: the overlap with the backward), and the seconds
+// its pipeline stage sat idle inside the schedule (pipeline_exec.idle_s:
+// waiting for its input messages and send buffers; 0 without a pipeline). Gathered from
 // every rank (a collective: every rank calls log_step at the same steps);
 // rank 0 prints its own and the largest pipeline wait, and writes every
 // rank's to metrics.jsonl (the buckets only when there is a DP gradient sync).
 static void log_step(struct trainer *t, int step, const struct train_step_result *r, double dt,
-                     double data_wait, double elapsed, const double split[4]) {
+                     double data_wait, double elapsed, const double split[SPLIT_N]) {
     int W = t->par.topo.world_size;
     double *all = t->log.split_all;
-    comm_all_gather(&t->par.topo.world, split, all, 4, DTYPE_FP64);
+    comm_all_gather(&t->par.topo.world, split, all, SPLIT_N, DTYPE_FP64);
     // The attention paths of every rank's calls since the previous record
     // (evaluations included): cudnn, native, mixed (both), none, cpu.
     unsigned mine = backend_attention_take_path(t->m.be);
@@ -836,7 +849,7 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     const char *attention = path[2] ? "cpu" : path[0] && path[1] ? "mixed" : path[0] ? "cudnn" : path[1] ? "native"
                                                                                                      : "none";
     double worst_wait = 0;
-    for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[4 * i + 2]);
+    for (int i = 0; i < W; i++) worst_wait = MAX(worst_wait, all[SPLIT_N * i + 2]);
     const struct config *c = &t->cfg;
     double tokens = (double)c->train.global_batch_size * c->train.seq_len;
     double tps = tokens / dt, mfu = t->log.flops_per_token * tps / t->log.peak_flops;
@@ -879,11 +892,12 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
     if (fp8) fprintf(t->log.metrics, ", \"fp8_saturated\": %lld", (long long)saturated);
     fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
-    const char *keys[4] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early"};
-    for (int k = 0; k < (t->par.sync ? 4 : 3); k++) {
+    const char *keys[SPLIT_N] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early", "pp_idle_s"};
+    for (int k = 0; k < SPLIT_N; k++) {
+        if ((k == 3 && !t->par.sync) || (k == 4 && t->m.whole_model)) continue;
         fprintf(t->log.metrics, ", \"%s\": [", keys[k]);
         for (int i = 0; i < W; i++)
-            fprintf(t->log.metrics, k == 3 ? "%s%.0f" : "%s%.4f", i ? ", " : "", all[4 * i + k]);
+            fprintf(t->log.metrics, k == 3 ? "%s%.0f" : "%s%.4f", i ? ", " : "", all[SPLIT_N * i + k]);
         fprintf(t->log.metrics, "]");
     }
     if (t->par.fsdp) { // ZeRO-2/3, rank 0's step (fsdp.h): prefetch and overlap
@@ -1104,8 +1118,9 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         snprintf(phase, sizeof phase, "step %d: logging and agreeing on stops (collectives)", step + 1);
         watchdog_phase(t->watchdog, phase, 1, 1);
         comm_busy(t, &coll1, &pipe1);
-        double split[4] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0,
-                           t->par.sync ? grad_sync_started_early(t->par.sync) : 0};
+        double split[SPLIT_N] = {dt - (coll1 - coll0) - (pipe1 - pipe0), coll1 - coll0, pipe1 - pipe0,
+                                 t->par.sync ? grad_sync_started_early(t->par.sync) : 0,
+                                 t->m.whole_model ? 0 : t->par.pipe.idle_s};
         tokens_seen += (double)c->train.global_batch_size * T;
         // Any rank's signal stops every rank after this step, with a save;
         // so does the wall-clock budget as any rank judges it: the time

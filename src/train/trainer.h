@@ -85,7 +85,7 @@ struct trainer_log {
     struct metrics_sink *sink; // rank 0: TensorBoard and Prometheus (metrics_sink.h); NULL none
     double flops_per_token;   // 6 N + attention (docs/design.md §9)
     double peak_flops;        // all ranks together, FLOP/s
-    double *split_all;        // (world, 3) per-rank time split, gathered for the log
+    double *split_all;        // (world, SPLIT_N) per-rank time split, gathered for the log
     double open_s;            // time_now_s() when trainer_open began: [train] exit_duration_mins counts from it
     int *threads_all;         // (world, 2): each rank's OpenMP threads and enum
                               // threads_source (base/threads.h), gathered on rank 0
@@ -103,6 +103,9 @@ struct trainer_log {
 // init_from folder) also gets 1 x watchdog_s per WATCHDOG_READ_BYTES_PER_S x
 // watchdog_s bytes of its files (each rank checksums every rank file of a
 // checkpoint), and kicks per tensor piece read (docs/design.md §8).
+// Values per rank in the step record's time split (train.c log_step): compute_s,
+// comm_s, pipeline_wait_s, dp_buckets_early, pp_idle_s.
+enum { SPLIT_N = 5 };
 enum { WATCHDOG_FIRST_STEP = 5 };
 #define WATCHDOG_READ_BYTES_PER_S 50e6
 

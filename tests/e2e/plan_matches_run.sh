@@ -22,7 +22,12 @@
 # mem_bytes that world rank 0 writes to metrics.jsonl when the layout runs.
 # The grouped rows cover every rank once (their "ranks" add up to
 # tp*cp*pp*dp) and `plan --json` gives the same bytes for stage 0 and the
-# same peak. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
+# same peak. Issue 30's zero-bubble schedules (the tenth field:
+# pp_schedule; slots held from F to W, each with its W stash, and ZB-V's stage
+# 0 holding the embedding and the head with the head's own gradient of a tied
+# embedding): zb-h1 at (1,2,1), (1,4,1), (2,2,2)+ZeRO-1 and (1,2,2)+ZeRO-3 and
+# zbv at (1,2,1) in fp32, zb-h1 with recompute selective, zbv with recompute
+# full in bf16. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -38,15 +43,19 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # context parallelism (the ninth field: cp)
 [ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,2 1,1,1,0,0,true,0,1,4 2,1,2,0,1,true,0,1,2 1,2,1,0,0,true,0,1,2 1,1,2,1,0,true,0,1,2 1,1,2,3,0,true,0,1,2"
 [ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,4"
+# zero-bubble schedules (the tenth field: pp_schedule)
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,2,1,0,0,true,0,1,1,zb-h1 1,4,1,0,0,true,0,1,1,zb-h1 2,2,2,1,0,true,0,1,1,zb-h1 1,2,2,3,0,true,0,1,1,zb-h1 1,2,1,0,0,true,0,2,1,zbv"
+[ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,2,1,0,0,true,0,1,1,zb-h1"
+[ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,2,1,0,0,true,0,2,1,zbv"
 [ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1 1,1,1,0,0,true,0,1,2"
 for l in $layouts; do
-    IFS=, read -r tp pp dp z sp keep shard v cp <<<"$l"
-    keep=${keep:-true} shard=${shard:-0} v=${v:-1} cp=${cp:-1} # reshard_after_forward, dp_shard, virtual_stages
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$mode-$dtype-$grad"
+    IFS=, read -r tp pp dp z sp keep shard v cp sched <<<"$l"
+    keep=${keep:-true} shard=${shard:-0} v=${v:-1} cp=${cp:-1} sched=${sched:-1f1b} # reshard_after_forward, dp_shard, virtual_stages
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$sched-$mode-$dtype-$grad"
     l="$l $mode $dtype grad $grad"
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
-          parallel.cp=$cp train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
+          parallel.cp=$cp parallel.pp_schedule=$sched train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     [ "$v" = 1 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
