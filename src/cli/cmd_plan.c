@@ -232,17 +232,17 @@ static enum status schedule_show(const struct config *c, const struct plan_clust
     // most 160 characters a line and at least 2 for the shortest op.
     double w = 1, shortest = MIN(costs.f, MIN(costs.b, costs.w));
     if (!unit) w = MAX(shortest > 0 ? shortest / 2 : 0, sim.makespan / 160);
-    double scale = unit ? 1 : 1e3; // printed in op units, or ms
-    const char *u = unit ? "" : " ms";
     size_t len = 0;
     FILE *f = open_memstream(text, &len);
     CHECK(f, "open_memstream");
-    fprintf(f, "schedule: %s, pp %d, virtual_stages %d, %d microbatches; %s costs of one microbatch through one "
-            "chunk: F %.4g%s, B %.4g%s, W %.4g%s (a whole backward: B + W), a message between stages %.4g%s%s\n",
-            pipeline_schedule_name(kind), p, v, m, unit ? "unit" : cl0->gpu.name, costs.f * scale, u,
-            costs.b * scale, u, costs.w * scale, u, costs.comm * scale, u,
-            unit ? "" : " (the planner's time model, docs/planning.md §3)");
-    if (!unit) fprintf(f, "one character = %.4g ms\n", w * 1e3);
+    if (unit)
+        fprintf(f, "schedule: %s, unit costs (F = B = W = 1, a whole backward B + W = 2, messages free)\n",
+                pipeline_schedule_name(kind));
+    else
+        fprintf(f, "schedule: %s, costs in seconds on %s (the planner's time model, docs/planning.md §3): F %.4g ms "
+                "the forward of one microbatch through one chunk, B %.4g ms its input gradient (with recompute), "
+                "W %.4g ms its weight gradients, a message between stages %.4g ms\n", pipeline_schedule_name(kind),
+                cl0->gpu.name, costs.f * 1e3, costs.b * 1e3, costs.w * 1e3, costs.comm * 1e3);
     st = pipeline_print_timeline(f, kind, p, m, v, &costs, w, err);
     fclose(f);
     if (st) {
