@@ -240,7 +240,7 @@ static enum status schedule_show(const struct config *c, const struct plan_clust
                 pipeline_schedule_name(kind));
     else
         fprintf(f, "schedule: %s, costs in seconds on %s (the planner's time model, docs/planning.md §3): F %.4g ms "
-                "the forward of one microbatch through one chunk, B %.4g ms its input gradient (with recompute), "
+                "the forward of one microbatch through one chunk, B %.4g ms its input gradient (and the recomputed forward under recompute), "
                 "W %.4g ms its weight gradients, a message between stages %.4g ms\n", pipeline_schedule_name(kind),
                 cl0->gpu.name, costs.f * 1e3, costs.b * 1e3, costs.w * 1e3, costs.comm * 1e3);
     st = pipeline_print_timeline(f, kind, p, m, v, &costs, w, err);

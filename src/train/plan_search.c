@@ -421,8 +421,11 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
     double bw_dp = dp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_dp = dp_ib ? cl->alpha_ib : cl->alpha_nvlink;
     double gbytes = (double)n_params * dtype_size(c.precision.grad_dtype);
     double pbytes = (double)n_params * dtype_size(c.precision.dtype);
-    // The buckets reduce during the last microbatch's backward (2/3 of its compute).
-    double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
+    // The buckets reduce during the last microbatch's backward (2/3 of its
+    // compute); under a split schedule during its W ops (the weight
+    // gradients are final only there: B leaves them pending).
+    double window = pipeline_schedule_splits(l->schedule) ? l->v * l->op.w
+                                                          : (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
     if (l->zero <= 1) {
         double reduce = l->zero ? t_half(gbytes, G, bw_dp, a_dp) : t_all_reduce(gbytes, G, bw_dp, a_dp);
         double gather = l->zero ? t_half(pbytes, G, bw_dp, a_dp) : 0;
