@@ -161,6 +161,62 @@ static struct tensor expert(struct tensor w, int e, int a, int b) {
     return tensor_slice(w, (size_t)e * a * b, (size_t)a * b);
 }
 
+void moe_experts_forward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
+                         struct tensor yp, struct tensor hg, struct tensor hu, struct tensor h,
+                         struct tensor xp, struct tensor gate, struct tensor up,
+                         struct tensor down) {
+    int M = 0;
+    for (int e = 0; e < n; e++) M += rows_of[e];
+    for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
+        int m = rows_of[e];
+        if (!m) continue;
+        struct tensor xe = rows(xp, o, m, C);
+        backend_matmul(be, rows(hg, o, m, F), xe, expert(gate, e, F, C), m, F, C, false, true, 1.0f,
+                       0.0f);
+        backend_matmul(be, rows(hu, o, m, F), xe, expert(up, e, F, C), m, F, C, false, true, 1.0f,
+                       0.0f);
+    }
+    backend_swiglu_forward(be, h, hg, hu, (size_t)M * F);
+    for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
+        int m = rows_of[e];
+        if (!m) continue;
+        backend_matmul(be, rows(yp, o, m, C), rows(h, o, m, F), expert(down, e, C, F), m, C, F,
+                       false, true, 1.0f, 0.0f);
+    }
+}
+
+void moe_experts_backward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
+                          struct tensor dxp, struct tensor dgate, struct tensor dup,
+                          struct tensor ddown, struct tensor dh, struct tensor dhg,
+                          struct tensor dhu, struct tensor dyp, struct tensor xp, struct tensor hg,
+                          struct tensor hu, struct tensor h, struct tensor gate, struct tensor up,
+                          struct tensor down) {
+    int M = 0;
+    for (int e = 0; e < n; e++) M += rows_of[e];
+    // down: dh = dyp Wd_e, dWd_e += dyp^T h
+    for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
+        int m = rows_of[e];
+        if (!m) continue;
+        struct tensor dye = rows(dyp, o, m, C);
+        backend_matmul(be, rows(dh, o, m, F), dye, expert(down, e, C, F), m, F, C, false, false,
+                       1.0f, 0.0f);
+        backend_matmul(be, expert(ddown, e, C, F), dye, rows(h, o, m, F), C, F, m, true, false,
+                       1.0f, 1.0f);
+    }
+    backend_swiglu_backward(be, dhg, dhu, dh, hg, hu, (size_t)M * F);
+    // gate and up: dxp = dhg Wg_e + dhu Wu_e, dWg_e += dhg^T xp, dWu_e += dhu^T xp
+    for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
+        int m = rows_of[e];
+        if (!m) continue;
+        struct tensor xe = rows(xp, o, m, C), dxe = rows(dxp, o, m, C);
+        struct tensor dhge = rows(dhg, o, m, F), dhue = rows(dhu, o, m, F);
+        backend_matmul(be, dxe, dhge, expert(gate, e, F, C), m, C, F, false, false, 1.0f, 0.0f);
+        backend_matmul(be, dxe, dhue, expert(up, e, F, C), m, C, F, false, false, 1.0f, 1.0f);
+        backend_matmul(be, expert(dgate, e, F, C), dhge, xe, F, C, m, true, false, 1.0f, 1.0f);
+        backend_matmul(be, expert(dup, e, F, C), dhue, xe, F, C, m, true, false, 1.0f, 1.0f);
+    }
+}
+
 void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y, struct tensor x,
                  const struct moe_weights *w, int N, void *acts, void *scratch,
                  struct moe_stats *st) {
@@ -201,25 +257,9 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
     st->z_loss = st->z_sum / n;
     st->z_grad = c->z_coeff / n;
 
-    // the experts over their rows: gate and up per expert, one SwiGLU over
-    // all rows, down per expert
+    // the experts over their rows
     backend_moe_permute(be, a.xp, x, a.src, st->M, C, k);
-    for (int e = 0, o = 0; e < E; o += st->kept[e], e++) {
-        int m = st->kept[e];
-        if (!m) continue;
-        struct tensor xe = rows(a.xp, o, m, C);
-        backend_matmul(be, rows(a.hg, o, m, F), xe, expert(w->gate, e, F, C), m, F, C, false, true,
-                       1.0f, 0.0f);
-        backend_matmul(be, rows(a.hu, o, m, F), xe, expert(w->up, e, F, C), m, F, C, false, true,
-                       1.0f, 0.0f);
-    }
-    backend_swiglu_forward(be, a.h, a.hg, a.hu, (size_t)st->M * F);
-    for (int e = 0, o = 0; e < E; o += st->kept[e], e++) {
-        int m = st->kept[e];
-        if (!m) continue;
-        backend_matmul(be, rows(a.yp, o, m, C), rows(a.h, o, m, F), expert(w->down, e, C, F), m, C,
-                       F, false, true, 1.0f, 0.0f);
-    }
+    moe_experts_forward(be, E, st->kept, C, F, a.yp, a.hg, a.hu, a.h, a.xp, w->gate, w->up, w->down);
     backend_moe_combine(be, y, a.yp, a.topk_w, a.dest, N, C, k, false, false);
 
     if (c->shared_F > 0) { // y += [sigmoid(x Ws^T)] down(silu(gate x) * up x)
@@ -251,7 +291,7 @@ void moe_backward(struct backend *be, const struct moe_config *c, struct tensor 
                   const struct moe_weights *w, int N, void *acts, void *scratch,
                   const struct moe_stats *st) {
     enum dtype dt = x.dtype, sdt = stat_of(dt);
-    int C = c->C, E = c->E, k = c->k, F = c->F, M = st->M;
+    int C = c->C, E = c->E, k = c->k, F = c->F;
     size_t unused;
     struct moe_acts a = acts_layout(c, N, dt, acts, &unused);
     struct moe_scratch s = scratch_layout(c, N, dt, scratch, &unused);
@@ -260,28 +300,8 @@ void moe_backward(struct backend *be, const struct moe_config *c, struct tensor 
 
     // the combine: dyp (M, C) and the weights' gradient dtopk_w (N, k)
     backend_moe_combine_backward(be, s.dyp, s.dtopk_w, dy, a.yp, a.topk_w, a.dest, N, C, k, false);
-    // down: dh = dyp Wd_e, dWd_e += dyp^T h
-    for (int e = 0, o = 0; e < E; o += st->kept[e], e++) {
-        int m = st->kept[e];
-        if (!m) continue;
-        struct tensor dye = rows(s.dyp, o, m, C);
-        backend_matmul(be, rows(s.dh, o, m, F), dye, expert(w->down, e, C, F), m, F, C, false,
-                       false, 1.0f, 0.0f);
-        backend_matmul(be, expert(dw->down, e, C, F), dye, rows(a.h, o, m, F), C, F, m, true,
-                       false, 1.0f, 1.0f);
-    }
-    backend_swiglu_backward(be, s.dhg, s.dhu, s.dh, a.hg, a.hu, (size_t)M * F);
-    // gate and up: dxp = dhg Wg_e + dhu Wu_e, dWg_e += dhg^T xp, dWu_e += dhu^T xp
-    for (int e = 0, o = 0; e < E; o += st->kept[e], e++) {
-        int m = st->kept[e];
-        if (!m) continue;
-        struct tensor xe = rows(a.xp, o, m, C), dxe = rows(s.dxp, o, m, C);
-        struct tensor dhg = rows(s.dhg, o, m, F), dhu = rows(s.dhu, o, m, F);
-        backend_matmul(be, dxe, dhg, expert(w->gate, e, F, C), m, C, F, false, false, 1.0f, 0.0f);
-        backend_matmul(be, dxe, dhu, expert(w->up, e, F, C), m, C, F, false, false, 1.0f, 1.0f);
-        backend_matmul(be, expert(dw->gate, e, F, C), dhg, xe, F, C, m, true, false, 1.0f, 1.0f);
-        backend_matmul(be, expert(dw->up, e, F, C), dhu, xe, F, C, m, true, false, 1.0f, 1.0f);
-    }
+    moe_experts_backward(be, E, st->kept, C, F, s.dxp, dw->gate, dw->up, dw->down, s.dh, s.dhg, s.dhu,
+                         s.dyp, a.xp, a.hg, a.hu, a.h, w->gate, w->up, w->down);
     backend_moe_permute_backward(be, dx, s.dxp, a.dest, N, C, k);
 
     // the router: through the weights, the load-balancing and the z terms

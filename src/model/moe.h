@@ -145,6 +145,26 @@ size_t moe_activation_bytes(const struct moe_config *c, int N, enum dtype dt);
 // shared_F) dt, ds (N,) st (and dt when dt != st); each rounded up to 256.
 size_t moe_scratch_bytes(const struct moe_config *c, int N, enum dtype dt);
 
+// The grouped expert GEMMs, Megatron-Core's GroupedMLP as a loop of
+// backend_matmul: n experts (gate, up (n, F, C), down (n, C, F): all E, or
+// a rank's range under expert parallelism), expert e's rows_of[e] rows (host)
+// consecutive in expert order in xp (M, C), M = sum rows_of. hg, hu, h (M,
+// F) = the gate and up projections and silu(hg) * hu, yp (M, C) = h down_e^T
+// (an expert with no rows costs no call). Every tensor of one storage dtype.
+void moe_experts_forward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
+                         struct tensor yp, struct tensor hg, struct tensor hu, struct tensor h,
+                         struct tensor xp, struct tensor gate, struct tensor up,
+                         struct tensor down);
+// Its backward given dyp (M, C): dxp (M, C) =; dgate, dup, ddown += (the
+// gradients' dtype, or FP32 for BF16/FP16 rows); dh, dhg, dhu (M, F):
+// working memory, overwritten. Six GEMMs per expert with rows.
+void moe_experts_backward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
+                          struct tensor dxp, struct tensor dgate, struct tensor dup,
+                          struct tensor ddown, struct tensor dh, struct tensor dhg,
+                          struct tensor dhu, struct tensor dyp, struct tensor xp, struct tensor hg,
+                          struct tensor hu, struct tensor h, struct tensor gate, struct tensor up,
+                          struct tensor down);
+
 // y (N, C) = the layer on x (N, C), both of storage dtype dt (FP32, BF16,
 // FP16; FP64 on the CPU backend). acts: moe_activation_bytes(c, N, dt)
 // bytes of backend memory, kept for moe_backward; scratch:
