@@ -75,7 +75,8 @@ __global__ void moe_route_stats_kernel(double *stats, const float *probs, const 
 
 void cuda_moe_route(struct backend *be, struct tensor probs, struct tensor lse,
                     struct tensor topk_idx, struct tensor topk_w, struct tensor stats,
-                    struct tensor logits, struct tensor sel_bias, int N, int E, int k, bool renorm) {
+                    struct tensor logits, struct tensor sel_bias, int N, int E, int k,
+                    bool renorm) {
     CUDA_CHECK_SAME("moe_route", "logits", logits, DTYPE_FP32);
     if (N > 0) {
         CUDA_TRAFFIC(sizeof(float) * (size_t)N * (2 * E + 1 + k) + sizeof(int) * (size_t)N * k);
@@ -290,7 +291,8 @@ __global__ void moe_combine_dw_kernel(float *dw, struct dptr dy, struct dptr yp,
         int r = dest ? dest[a] : (int)a;
         float s = 0;
         if (r >= 0)
-            for (int c = lane; c < C; c += 32) s += ld(dy, (a / k) * C + c) * ld(yp, (size_t)r * C + c);
+            for (int c = lane; c < C; c += 32)
+                s += ld(dy, (a / k) * C + c) * ld(yp, (size_t)r * C + c);
         s = warp_sum(s);
         if (lane == 0) {
             float g = moe_gate(w[a], sigmoid);

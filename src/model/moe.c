@@ -102,13 +102,15 @@ static struct moe_scratch scratch_layout(const struct moe_config *c, int N, enum
 }
 
 enum status moe_config_check(const struct moe_config *c, struct error *err) {
-    if (c->C <= 0) return error_set(err, STATUS_BAD_INPUT, "moe: model width C=%d, expected > 0", c->C);
+    if (c->C <= 0)
+        return error_set(err, STATUS_BAD_INPUT, "moe: model width C=%d, expected > 0", c->C);
     if (c->E <= 0 || c->E > MOE_MAX_EXPERTS)
         return error_set(err, STATUS_BAD_INPUT, "moe: experts E=%d, expected 1..%d", c->E,
                          MOE_MAX_EXPERTS);
     if (c->k < 1 || c->k > c->E)
         return error_set(err, STATUS_BAD_INPUT, "moe: top_k k=%d, expected 1..E=%d", c->k, c->E);
-    if (c->F <= 0) return error_set(err, STATUS_BAD_INPUT, "moe: expert width F=%d, expected > 0", c->F);
+    if (c->F <= 0)
+        return error_set(err, STATUS_BAD_INPUT, "moe: expert width F=%d, expected > 0", c->F);
     if (c->shared_F < 0)
         return error_set(err, STATUS_BAD_INPUT, "moe: shared width shared_F=%d, expected >= 0",
                          c->shared_F);
@@ -116,7 +118,8 @@ enum status moe_config_check(const struct moe_config *c, struct error *err) {
         return error_set(err, STATUS_BAD_INPUT,
                          "moe: shared_gate set with shared_F=0: a gate needs a shared expert");
     if (!(c->capacity_factor >= 0) || !isfinite(c->capacity_factor))
-        return error_set(err, STATUS_BAD_INPUT, "moe: capacity_factor=%g, expected 0 (dropless) or > 0",
+        return error_set(err, STATUS_BAD_INPUT,
+                         "moe: capacity_factor=%g, expected 0 (dropless) or > 0",
                          c->capacity_factor);
     return STATUS_OK;
 }
@@ -259,7 +262,8 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
 
     // the experts over their rows
     backend_moe_permute(be, a.xp, x, a.src, st->M, C, k);
-    moe_experts_forward(be, E, st->kept, C, F, a.yp, a.hg, a.hu, a.h, a.xp, w->gate, w->up, w->down);
+    moe_experts_forward(be, E, st->kept, C, F, a.yp, a.hg, a.hu, a.h, a.xp, w->gate, w->up,
+                        w->down);
     backend_moe_combine(be, y, a.yp, a.topk_w, a.dest, N, C, k, false, false);
 
     if (c->shared_F > 0) { // y += [sigmoid(x Ws^T)] down(silu(gate x) * up x)
@@ -300,8 +304,8 @@ void moe_backward(struct backend *be, const struct moe_config *c, struct tensor 
 
     // the combine: dyp (M, C) and the weights' gradient dtopk_w (N, k)
     backend_moe_combine_backward(be, s.dyp, s.dtopk_w, dy, a.yp, a.topk_w, a.dest, N, C, k, false);
-    moe_experts_backward(be, E, st->kept, C, F, s.dxp, dw->gate, dw->up, dw->down, s.dh, s.dhg, s.dhu,
-                         s.dyp, a.xp, a.hg, a.hu, a.h, w->gate, w->up, w->down);
+    moe_experts_backward(be, E, st->kept, C, F, s.dxp, dw->gate, dw->up, dw->down, s.dh, s.dhg,
+                         s.dhu, s.dyp, a.xp, a.hg, a.hu, a.h, w->gate, w->up, w->down);
     backend_moe_permute_backward(be, dx, s.dxp, a.dest, N, C, k);
 
     // the router: through the weights, the load-balancing and the z terms
@@ -337,4 +341,23 @@ void moe_backward(struct backend *be, const struct moe_config *c, struct tensor 
         backend_matmul(be, dw->sh_gate, s.dsg, x, Fs, C, N, true, false, 1.0f, 1.0f);
         backend_matmul(be, dw->sh_up, s.dsu, x, Fs, C, N, true, false, 1.0f, 1.0f);
     }
+}
+
+double moe_aux_loss_layers(struct moe_stats *const *layers, int L, double coeff) {
+    CHECK(L > 0, "moe_aux_loss_layers: L=%d", L);
+    int N = layers[0]->N, E = layers[0]->E;
+    double n = (double)L * (N > 0 ? N : 1), f[MOE_MAX_EXPERTS] = {0}, loss = 0;
+    for (int l = 0; l < L; l++)
+        CHECK(layers[l]->N == N && layers[l]->E == E,
+              "moe_aux_loss_layers: layer %d has N=%d E=%d, layer 0 N=%d E=%d", l, layers[l]->N,
+              layers[l]->E, N, E);
+    for (int e = 0; e < E; e++) {
+        double routed = 0, psum = 0;
+        for (int l = 0; l < L; l++) routed += layers[l]->routed[e], psum += layers[l]->prob_sum[e];
+        f[e] = routed / n;
+        loss += E * f[e] * (psum / n);
+    }
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < E; e++) layers[l]->aux_grad[e] = coeff * E * f[e] / n;
+    return loss;
 }

@@ -175,6 +175,16 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
                  const struct moe_weights *w, int N, void *acts, void *scratch,
                  struct moe_stats *st);
 
+// transformers' load-balancing loss of a model (MixtralForCausalLM /
+// Qwen2MoeForCausalLM's aux_loss, load_balancing_loss_func over the L MoE
+// layers' router logits concatenated, no attention mask): E sum_e f_e P_e
+// with f_e = sum_l routed_l[e] / (L N) and P_e = sum_l prob_sum_l[e] / (L N),
+// from the L layers' forwards (one N and E). Returns it and sets each
+// layer's aux_grad[e] = coeff E f_e / (L N), its gradient times coeff
+// (moe_backward then adds coeff times this loss's gradient, in place of the
+// per-layer default). L = 1 is the layer's own aux_loss and aux_grad.
+double moe_aux_loss_layers(struct moe_stats *const *layers, int L, double coeff);
+
 // Views of the routing a forward left in acts (for logs, tests and expert
 // parallelism's dispatch): topk_idx (N, k) I32 and topk_w (N, k) st as
 // backend_moe_route made them; dest and src (N k,) I32 and counts (2 E,) I32

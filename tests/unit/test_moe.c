@@ -63,7 +63,8 @@ static float *read_group(hid_t f, const char *group, const char *name, size_t wa
     snprintf(path, sizeof path, "/%s/%s", group, name);
     struct h5fixture_shape sh;
     float *p = h5fixture_read_f32(f, path, &sh);
-    if (sh.numel != want) h5fixture_fail(f, "%s has %zu elements, expected %zu", path, sh.numel, want);
+    if (sh.numel != want)
+        h5fixture_fail(f, "%s has %zu elements, expected %zu", path, sh.numel, want);
     return p;
 }
 
@@ -84,8 +85,8 @@ static struct ref ref_load(hid_t f, const char *group) {
     r.aux_loss = h5fixture_attr_f64(f, obj, "aux_loss");
     r.z_loss = h5fixture_attr_f64(f, obj, "z_loss");
     int N = r.N, C = r.c.C, E = r.c.E, k = r.c.k, F = r.c.F, Fs = r.c.shared_F;
-    size_t wn[W_COUNT] = {(size_t)E * C, (size_t)E * F * C, (size_t)E * F * C, (size_t)E * C * F,
-                          (size_t)Fs * C, (size_t)Fs * C, (size_t)C * Fs, Fs ? (size_t)C : 0};
+    size_t wn[W_COUNT] = {(size_t)E * C,  (size_t)E * F * C, (size_t)E * F * C, (size_t)E * C * F,
+                          (size_t)Fs * C, (size_t)Fs * C,    (size_t)C * Fs,    Fs ? (size_t)C : 0};
     memcpy(r.wn, wn, sizeof wn);
     r.x = read_group(f, group, "x", (size_t)N * C);
     r.dy = read_group(f, group, "dy", (size_t)N * C);
@@ -171,7 +172,7 @@ struct run {
 };
 
 static struct tensor *wfield(struct moe_weights *w, int i) {
-    struct tensor *f[W_COUNT] = {&w->router, &w->gate, &w->up, &w->down,
+    struct tensor *f[W_COUNT] = {&w->router,  &w->gate,  &w->up,      &w->down,
                                  &w->sh_gate, &w->sh_up, &w->sh_down, &w->sh_router};
     return f[i];
 }
@@ -225,11 +226,13 @@ static void run_free(struct run *u) {
 static void run_guards(struct run *u, const char *what) {
     unsigned char g[GUARD];
     for (int s = 0; s < 2; s++) {
-        backend_to_host(u->be, g, (s ? u->scratch + u->scratch_bytes : u->acts + u->acts_bytes), GUARD);
+        backend_to_host(u->be, g, (s ? u->scratch + u->scratch_bytes : u->acts + u->acts_bytes),
+                        GUARD);
         backend_synchronize(u->be);
         size_t bad = 0;
         for (size_t i = 0; i < GUARD; i++) bad += g[i] != POISON;
-        EXPECT(bad == 0, "%s: %zu bytes written past moe_%s_bytes", what, bad, s ? "scratch" : "activation");
+        EXPECT(bad == 0, "%s: %zu bytes written past moe_%s_bytes", what, bad,
+               s ? "scratch" : "activation");
     }
 }
 
@@ -242,7 +245,8 @@ static void run_backward(struct run *u, bool with_dy) {
     backend_memset0(u->be, u->dx);
     for (int i = 0; i < W_COUNT; i++) backend_memset0(u->be, *wfield(&u->dw, i));
     if (!with_dy) backend_memset0(u->be, u->dy);
-    moe_backward(u->be, &u->c, u->dx, &u->dw, u->dy, u->x, &u->w, u->N, u->acts, u->scratch, &u->st);
+    moe_backward(u->be, &u->c, u->dx, &u->dw, u->dy, u->x, &u->w, u->N, u->acts, u->scratch,
+                 &u->st);
 }
 
 static double rel_err(const double *a, const float *b, size_t n) {
@@ -260,7 +264,8 @@ static void expect_rel(const char *what, const char *group, struct backend *be, 
     double e = rel_err(h, ref, n);
     EXPECT(e <= tol, "%s %s (%s): relative error %.3e > %.1e", group, what, be->ops->name, e, tol);
     if (getenv("TEST_VERBOSE"))
-        printf("  %-9s %-5s %-4s %-14s rel err %.3e\n", group, be->ops->name, dtype_name(t.dtype), what, e);
+        printf("  %-9s %-5s %-4s %-14s rel err %.3e\n", group, be->ops->name, dtype_name(t.dtype),
+               what, e);
     free(h);
 }
 
@@ -271,7 +276,8 @@ static void expect_rel(const char *what, const char *group, struct backend *be, 
 // (output 2e-2, gradients 3e-2; choices compared where the margin is wide).
 static void test_fixture(struct backend *be, const struct ref *r, enum dtype dt) {
     bool lowp = dt != DTYPE_FP32;
-    double tol_out = lowp ? 1e-2 : 1e-5, tol_grad = lowp ? 1e-2 : 1e-5, tol_loss = lowp ? 1e-4 : 1e-6;
+    double tol_out = lowp ? 1e-2 : 1e-5, tol_grad = lowp ? 1e-2 : 1e-5,
+           tol_loss = lowp ? 1e-4 : 1e-6;
     int N = r->N, C = r->c.C, E = r->c.E, k = r->c.k;
     size_t NC = (size_t)N * C;
     struct run u = run_init(be, r, &r->c, dt);
@@ -286,15 +292,16 @@ static void test_fixture(struct backend *be, const struct ref *r, enum dtype dt)
     if (!lowp) {
         EXPECT(differ == 0, "%s (%s): %d of %d choices differ from transformers'", r->group,
                be->ops->name, differ, N * k);
-        EXPECT(rel_err(tw, r->topk_w, (size_t)N * k) <= 1e-6, "%s: topk weights rel err %.3e", r->group,
-               rel_err(tw, r->topk_w, (size_t)N * k));
+        EXPECT(rel_err(tw, r->topk_w, (size_t)N * k) <= 1e-6, "%s: topk weights rel err %.3e",
+               r->group, rel_err(tw, r->topk_w, (size_t)N * k));
     } else if (getenv("TEST_VERBOSE")) {
         printf("  %-9s %-5s bf16 choices differing from fp32 transformers: %d of %d\n", r->group,
                be->ops->name, differ, N * k);
     }
     free(idx);
     free(tw);
-    double ea = fabs(u.st.aux_loss - r->aux_loss) / r->aux_loss, ez = fabs(u.st.z_loss - r->z_loss) / r->z_loss;
+    double ea = fabs(u.st.aux_loss - r->aux_loss) / r->aux_loss,
+           ez = fabs(u.st.z_loss - r->z_loss) / r->z_loss;
     EXPECT(ea <= tol_loss, "%s (%s %s): aux loss %.9f, transformers %.9f", r->group, be->ops->name,
            dtype_name(dt), u.st.aux_loss, r->aux_loss);
     EXPECT(ez <= tol_loss, "%s (%s %s): z loss %.9f, reference %.9f", r->group, be->ops->name,
@@ -302,8 +309,24 @@ static void test_fixture(struct backend *be, const struct ref *r, enum dtype dt)
     if (getenv("TEST_VERBOSE"))
         printf("  %-9s %-5s %-4s aux rel err %.3e, z rel err %.3e\n", r->group, be->ops->name,
                dtype_name(dt), ea, ez);
+    // the model-level form over layers: one layer is the layer's own; two
+    // equal layers keep f and P (the same loss) and halve each gradient
+    struct moe_stats one = u.st, two[2] = {u.st, u.st};
+    struct moe_stats *p1[1] = {&one}, *p2[2] = {&two[0], &two[1]};
+    double l1 = moe_aux_loss_layers(p1, 1, r->c.aux_coeff),
+           l2 = moe_aux_loss_layers(p2, 2, r->c.aux_coeff);
+    bool grads_ok = true;
+    for (int e = 0; e < E; e++)
+        grads_ok &=
+            fabs(one.aux_grad[e] - u.st.aux_grad[e]) <= 1e-15 * fabs(u.st.aux_grad[e]) &&
+            fabs(2 * two[1].aux_grad[e] - u.st.aux_grad[e]) <= 1e-15 * fabs(u.st.aux_grad[e]);
+    EXPECT(fabs(l1 - u.st.aux_loss) <= 1e-15 * u.st.aux_loss &&
+               fabs(l2 - u.st.aux_loss) <= 1e-15 * u.st.aux_loss && grads_ok,
+           "%s: moe_aux_loss_layers %.17g (L 1), %.17g (L 2), the layer's %.17g; gradients %s",
+           r->group, l1, l2, u.st.aux_loss, grads_ok ? "ok" : "differ");
     EXPECT(u.st.dropped == 0 && u.st.M == N * k && u.st.capacity == 0,
-           "%s dropless: dropped %lld, M %d of %d", r->group, (long long)u.st.dropped, u.st.M, N * k);
+           "%s dropless: dropped %lld, M %d of %d", r->group, (long long)u.st.dropped, u.st.M,
+           N * k);
 
     run_backward(&u, true);
     expect_rel("grad x", r->group, be, u.dx, r->gx, NC, tol_grad);
@@ -320,14 +343,15 @@ static void test_fixture(struct backend *be, const struct ref *r, enum dtype dt)
             u.c.aux_coeff = !z, u.c.z_coeff = z;
             run_forward(&u);
             run_backward(&u, false);
-            expect_rel(z ? "grad_z x" : "grad_aux x", r->group, be, u.dx, z ? r->gz_x : r->gaux_x, NC,
-                       1e-5);
+            expect_rel(z ? "grad_z x" : "grad_aux x", r->group, be, u.dx, z ? r->gz_x : r->gaux_x,
+                       NC, 1e-5);
             expect_rel(z ? "grad_z router" : "grad_aux router", r->group, be, u.dw.router,
                        z ? r->gz_router : r->gaux_router, (size_t)E * C, 1e-5);
             double *gd = get(be, u.dw.down, r->wn[W_DOWN]);
             double s = 0;
             for (size_t i = 0; i < r->wn[W_DOWN]; i++) s += fabs(gd[i]);
-            EXPECT(s == 0, "%s: with dy = 0 the experts' gradients are 0, |grad down| = %g", r->group, s);
+            EXPECT(s == 0, "%s: with dy = 0 the experts' gradients are 0, |grad down| = %g",
+                   r->group, s);
             free(gd);
         }
     }
@@ -353,7 +377,9 @@ static void host_layer(const struct ref *r, int k, const double *idx, const doub
             const float *D = r->w[W_DOWN] + (size_t)e * C * F;
             for (int f = 0; f < F; f++) {
                 double g = 0, u = 0;
-                for (int c = 0; c < C; c++) g += (double)G[f * C + c] * r->x[t * C + c], u += (double)U[f * C + c] * r->x[t * C + c];
+                for (int c = 0; c < C; c++)
+                    g += (double)G[f * C + c] * r->x[t * C + c],
+                        u += (double)U[f * C + c] * r->x[t * C + c];
                 h[f] = silu(g) * u;
             }
             for (int c = 0; c < C; c++) {
@@ -377,14 +403,15 @@ static void test_capacity(struct backend *be, const struct ref *r, int forced) {
     struct run u = run_init(be, r, &c, DTYPE_FP32);
     if (forced) {
         float bias[MOE_MAX_EXPERTS] = {0};
-        for (int e = 0; e < forced; e++) bias[e] = 10.0f * (forced - e); // above any probability, in order
+        for (int e = 0; e < forced; e++)
+            bias[e] = 10.0f * (forced - e); // above any probability, in order
         u.w.expert_bias = alloc_t(be, DTYPE_FP32, E);
         put(be, u.w.expert_bias, bias, E);
     }
     run_forward(&u);
     int cap = (int)ceil(1.0 * N * k / E);
-    EXPECT(u.st.capacity == cap && moe_capacity(&c, N) == cap, "capacity %d, expected ceil(N k / E) = %d",
-           u.st.capacity, cap);
+    EXPECT(u.st.capacity == cap && moe_capacity(&c, N) == cap,
+           "capacity %d, expected ceil(N k / E) = %d", u.st.capacity, cap);
     struct moe_routing rt = moe_routing_view(&c, N, DTYPE_FP32, u.acts);
     double *idx = get(be, rt.topk_idx, (size_t)N * k), *wts = get(be, rt.topk_w, (size_t)N * k);
     double *dest = get(be, rt.dest, (size_t)N * k);
@@ -394,21 +421,25 @@ static void test_capacity(struct backend *be, const struct ref *r, int forced) {
     long want = 0;
     for (int e = 0; e < E; e++) want += routed[e] > cap ? routed[e] - cap : 0;
     if (forced) {
-        EXPECT(want == (long)k * (N - cap), "forced to %d experts: formula %ld, expected k (N - capacity) = %ld",
-               forced, want, (long)k * (N - cap));
+        EXPECT(want == (long)k * (N - cap),
+               "forced to %d experts: formula %ld, expected k (N - capacity) = %ld", forced, want,
+               (long)k * (N - cap));
         for (int t = 0; t < N; t++)
             for (int j = 0; j < k; j++)
-                EXPECT(idx[t * k + j] == j, "forced routing: token %d slot %d chose %g", t, j, idx[t * k + j]);
+                EXPECT(idx[t * k + j] == j, "forced routing: token %d slot %d chose %g", t, j,
+                       idx[t * k + j]);
     }
-    EXPECT(u.st.dropped == want, "k=%d forced=%d: dropped %lld, formula sum_e max(0, routed_e - %d) = %ld", k,
-           forced, (long long)u.st.dropped, cap, want);
+    EXPECT(u.st.dropped == want,
+           "k=%d forced=%d: dropped %lld, formula sum_e max(0, routed_e - %d) = %ld", k, forced,
+           (long long)u.st.dropped, cap, want);
     // kept: an expert's first `cap` assignments in token order
     bool order_ok = true;
     for (int a = 0; a < N * k; a++) {
         int e = (int)idx[a];
         order_ok &= (rank[e]++ < cap) == (dest[a] >= 0);
     }
-    EXPECT(order_ok, "k=%d forced=%d: kept assignments are not each expert's first %d in token order", k,
+    EXPECT(order_ok,
+           "k=%d forced=%d: kept assignments are not each expert's first %d in token order", k,
            forced, cap);
     double *y = get(be, u.y, (size_t)N * C), *want_y = xmalloc(sizeof(double) * N * C);
     host_layer(r, k, idx, wts, dest, want_y);
@@ -422,18 +453,22 @@ static void test_capacity(struct backend *be, const struct ref *r, int forced) {
             if (all_dropped) dropped_rows += fabs(y[t * C + c2]);
         }
     }
-    EXPECT(sqrt(num / den) <= 1e-5, "k=%d forced=%d: output against the host evaluation: rel err %.3e", k,
-           forced, sqrt(num / den));
-    EXPECT(dropped_rows == 0, "k=%d forced=%d: tokens with every slot dropped must give 0, |y| = %g", k, forced,
+    EXPECT(sqrt(num / den) <= 1e-5,
+           "k=%d forced=%d: output against the host evaluation: rel err %.3e", k, forced,
+           sqrt(num / den));
+    EXPECT(dropped_rows == 0,
+           "k=%d forced=%d: tokens with every slot dropped must give 0, |y| = %g", k, forced,
            dropped_rows);
     if (forced) {
         int all = 0;
         for (int t = cap; t < N; t++) all += dest[t * k] < 0 && (k < 2 || dest[t * k + 1] < 0);
-        EXPECT(all == N - cap, "forced: %d tokens past the capacity dropped, expected %d", all, N - cap);
+        EXPECT(all == N - cap, "forced: %d tokens past the capacity dropped, expected %d", all,
+               N - cap);
     }
     if (getenv("TEST_VERBOSE"))
-        printf("  capacity k=%d forced=%d: capacity %d dropped %lld (formula %ld), out rel err %.3e\n", k, forced,
-               cap, (long long)u.st.dropped, want, sqrt(num / den));
+        printf(
+            "  capacity k=%d forced=%d: capacity %d dropped %lld (formula %ld), out rel err %.3e\n",
+            k, forced, cap, (long long)u.st.dropped, want, sqrt(num / den));
     free(idx), free(wts), free(dest), free(y), free(want_y);
     run_guards(&u, "capacity");
     run_free(&u);
@@ -485,7 +520,8 @@ static void test_fd(struct backend *be, const struct ref *r, double cf) {
             double h = 1e-5;
             nudge(be, t, j, h);
             double lp = fd_loss(&u);
-            bool same = !memcmp(u.st.kept, st0.kept, sizeof st0.kept) && !memcmp(u.st.routed, st0.routed, sizeof st0.routed);
+            bool same = !memcmp(u.st.kept, st0.kept, sizeof st0.kept) &&
+                        !memcmp(u.st.routed, st0.routed, sizeof st0.routed);
             nudge(be, t, j, -2 * h);
             double lm = fd_loss(&u);
             same &= !memcmp(u.st.kept, st0.kept, sizeof st0.kept);
@@ -493,15 +529,16 @@ static void test_fd(struct backend *be, const struct ref *r, double cf) {
             if (!same) continue; // a step that flips a choice: not differentiable there
             double e = fabs((lp - lm) / (2 * h) - ga[j]) / (gmax > 0 ? gmax : 1);
             worst = fmax(worst, e);
-            EXPECT(e <= 1e-6, "%s cf=%g: d/d %s[%zu]: finite difference %.10g, backward %.10g", r->group, cf,
-                   i < 0 ? "x" : W_NAMES[i], j, (lp - lm) / (2 * h), ga[j]);
+            EXPECT(e <= 1e-6, "%s cf=%g: d/d %s[%zu]: finite difference %.10g, backward %.10g",
+                   r->group, cf, i < 0 ? "x" : W_NAMES[i], j, (lp - lm) / (2 * h), ga[j]);
         }
         free(ga);
     }
     if (getenv("TEST_VERBOSE"))
         printf("  %-9s fp64 finite differences cf=%g (dropped %lld): worst %.3e\n", r->group, cf,
                (long long)st0.dropped, worst);
-    if (cf > 0) EXPECT(st0.dropped > 0, "%s cf=%g: the case must drop tokens to test them", r->group, cf);
+    if (cf > 0)
+        EXPECT(st0.dropped > 0, "%s cf=%g: the case must drop tokens to test them", r->group, cf);
     run_free(&u);
 }
 
@@ -516,21 +553,26 @@ static void test_memory(const struct ref *r) {
         c.capacity_factor = cfi ? 1.25 : 0;
         for (int d = 0; d < 2; d++) {
             enum dtype dt = d ? DTYPE_BF16 : DTYPE_FP32;
-            size_t s = dtype_size(dt), N = r->N, C = c.C, E = c.E, k = c.k, F = c.F, Fs = c.shared_F;
+            size_t s = dtype_size(dt), N = r->N, C = c.C, E = c.E, k = c.k, F = c.F,
+                   Fs = c.shared_F;
             size_t cap = cfi ? (size_t)ceil(1.25 * N * k / E) : 0;
             size_t M = cfi && E * cap < N * k ? E * cap : N * k;
-            size_t acts = al(N * E * 4) + al(N * 4) + 4 * al(N * k * 4) + al((E + 1) * 8) + al(2 * E * 4) +
-                          2 * al(M * C * s) + 3 * al(M * F * s);
+            size_t acts = al(N * E * 4) + al(N * 4) + 4 * al(N * k * 4) + al((E + 1) * 8) +
+                          al(2 * E * 4) + 2 * al(M * C * s) + 3 * al(M * F * s);
             if (Fs) acts += (c.shared_gate ? al(N * 4) : 0) + 3 * al(N * Fs * s) + al(N * C * s);
             size_t scr = 2 * al(M * C * s) + 3 * al(M * F * s) + al(N * k * 4) + al(N * E * 4) +
                          (s != 4 ? al(N * E * s) : 0) + al(E * 4);
-            if (Fs) scr += al(N * C * s) + 3 * al(N * Fs * s) + (c.shared_gate ? al(N * 4) + (s != 4 ? al(N * s) : 0) : 0);
-            EXPECT(moe_rows_max(&c, (int)N) == (int)M, "%s cf=%g: rows max %d, expected %zu", r->group,
-                   c.capacity_factor, moe_rows_max(&c, (int)N), M);
-            EXPECT(moe_activation_bytes(&c, (int)N, dt) == acts, "%s cf=%g %s: activation bytes %zu, expected %zu",
-                   r->group, c.capacity_factor, dtype_name(dt), moe_activation_bytes(&c, (int)N, dt), acts);
-            EXPECT(moe_scratch_bytes(&c, (int)N, dt) == scr, "%s cf=%g %s: scratch bytes %zu, expected %zu",
-                   r->group, c.capacity_factor, dtype_name(dt), moe_scratch_bytes(&c, (int)N, dt), scr);
+            if (Fs)
+                scr += al(N * C * s) + 3 * al(N * Fs * s) +
+                       (c.shared_gate ? al(N * 4) + (s != 4 ? al(N * s) : 0) : 0);
+            EXPECT(moe_rows_max(&c, (int)N) == (int)M, "%s cf=%g: rows max %d, expected %zu",
+                   r->group, c.capacity_factor, moe_rows_max(&c, (int)N), M);
+            EXPECT(moe_activation_bytes(&c, (int)N, dt) == acts,
+                   "%s cf=%g %s: activation bytes %zu, expected %zu", r->group, c.capacity_factor,
+                   dtype_name(dt), moe_activation_bytes(&c, (int)N, dt), acts);
+            EXPECT(moe_scratch_bytes(&c, (int)N, dt) == scr,
+                   "%s cf=%g %s: scratch bytes %zu, expected %zu", r->group, c.capacity_factor,
+                   dtype_name(dt), moe_scratch_bytes(&c, (int)N, dt), scr);
         }
     }
     struct error err = {0};
@@ -539,7 +581,8 @@ static void test_memory(const struct ref *r) {
     EXPECT(moe_config_check(&bad, &err) == STATUS_BAD_INPUT && strstr(err.msg, "top_k k=9"),
            "k > E must be refused naming k: '%s'", err.msg);
     bad = r->c, bad.capacity_factor = -1;
-    EXPECT(moe_config_check(&bad, &err) == STATUS_BAD_INPUT && strstr(err.msg, "capacity_factor=-1"),
+    EXPECT(moe_config_check(&bad, &err) == STATUS_BAD_INPUT &&
+               strstr(err.msg, "capacity_factor=-1"),
            "a negative capacity factor must be refused: '%s'", err.msg);
 }
 
@@ -550,11 +593,16 @@ static void test_cuda_vs_cpu(struct backend *cpu, struct backend *gpu, const str
     run_forward(&a), run_forward(&b);
     run_backward(&a, true), run_backward(&b, true);
     size_t NC = (size_t)r->N * r->c.C;
-    struct { struct tensor ta, tb; size_t n; const char *what; } outs[W_COUNT + 2] = {
-        {a.y, b.y, NC, "out"}, {a.dx, b.dx, NC, "grad x"}};
+    struct {
+        struct tensor ta, tb;
+        size_t n;
+        const char *what;
+    } outs[W_COUNT + 2] = {{a.y, b.y, NC, "out"}, {a.dx, b.dx, NC, "grad x"}};
     int n = 2;
     for (int i = 0; i < W_COUNT; i++)
-        if (r->wn[i]) outs[n++] = (typeof(outs[0])){*wfield(&a.dw, i), *wfield(&b.dw, i), r->wn[i], W_NAMES[i]};
+        if (r->wn[i])
+            outs[n++] =
+                (typeof(outs[0])){*wfield(&a.dw, i), *wfield(&b.dw, i), r->wn[i], W_NAMES[i]};
     for (int i = 0; i < n; i++) {
         double *ha = get(cpu, outs[i].ta, outs[i].n);
         float *fa = xmalloc(sizeof(float) * outs[i].n);
@@ -564,8 +612,8 @@ static void test_cuda_vs_cpu(struct backend *cpu, struct backend *gpu, const str
     }
     EXPECT(fabs(a.st.aux_loss - b.st.aux_loss) <= 1e-6 * a.st.aux_loss &&
                fabs(a.st.z_loss - b.st.z_loss) <= 1e-6 * a.st.z_loss,
-           "%s: aux %.9f / %.9f, z %.9f / %.9f (cpu / cuda)", r->group, a.st.aux_loss, b.st.aux_loss,
-           a.st.z_loss, b.st.z_loss);
+           "%s: aux %.9f / %.9f, z %.9f / %.9f (cpu / cuda)", r->group, a.st.aux_loss,
+           b.st.aux_loss, a.st.z_loss, b.st.z_loss);
     run_free(&a), run_free(&b);
 }
 
