@@ -114,6 +114,14 @@ static struct ref ref_load(hid_t f, const char *group) {
     return r;
 }
 
+static void ref_free(struct ref *r) {
+    float *p[] = {r->x,  r->dy,      r->out,         r->topk_w, r->gx,
+                  r->gaux_x, r->gaux_router, r->gz_x, r->gz_router};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    for (int i = 0; i < W_COUNT; i++) free(r->w[i]), free(r->g[i]);
+    free(r->topk_idx);
+}
+
 // ---- host <-> backend in any dtype --------------------------------------------------
 
 static void put(struct backend *be, struct tensor t, const float *h, size_t n) {
@@ -658,5 +666,6 @@ int main(void) {
         printf("  no CUDA backend or device: the CPU backend only\n");
     }
     backend_free(cpu);
+    ref_free(&refs[0]), ref_free(&refs[1]);
     return test_finish("test_moe");
 }
