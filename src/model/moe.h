@@ -170,7 +170,7 @@ void moe_experts_backward(struct backend *be, int n, const int32_t *rows_of, int
 // bytes of backend memory, kept for moe_backward; scratch:
 // moe_scratch_bytes(c, N, dt). Fills *st on the host (one synchronisation,
 // after the dispatch). c checked by moe_config_check; N <= the N the
-// buffers were sized for.
+// buffers were sized for; y does not alias x.
 void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y, struct tensor x,
                  const struct moe_weights *w, int N, void *acts, void *scratch,
                  struct moe_stats *st);
@@ -198,7 +198,9 @@ struct moe_routing moe_routing_view(const struct moe_config *c, int N, enum dtyp
 // of dw += its gradient (expert_bias has none), of sum(dy * y) plus the
 // auxiliary terms st->aux_grad and st->z_grad describe (as moe_forward set
 // them: aux_coeff aux + z_coeff z). x, w, acts, st: as the forward left
-// them; scratch: moe_scratch_bytes(c, N, dt), overwritten.
+// them; scratch: moe_scratch_bytes(c, N, dt), overwritten. dx does not
+// alias dy (dy is read after dx is first added to). Gradients of BF16/FP16
+// layers: FP32 (or dt) weight gradients; dx, dy of dt.
 void moe_backward(struct backend *be, const struct moe_config *c, struct tensor dx,
                   const struct moe_weights *dw, struct tensor dy, struct tensor x,
                   const struct moe_weights *w, int N, void *acts, void *scratch,
