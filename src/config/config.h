@@ -29,7 +29,7 @@
 #include "parallel/topology.h" // struct grid_layout
 
 #define CONFIG_PATH_MAX 512
-#define CONFIG_MAX_KEYS 104 // >= number of rows in the key table (checked)
+#define CONFIG_MAX_KEYS 128 // >= number of rows in the key table (checked)
 
 enum model_arch { MODEL_ARCH_LLAMA };
 enum device { DEVICE_CPU, DEVICE_CUDA };
@@ -75,6 +75,11 @@ struct model_config {
     double init_std;
     enum recompute recompute;
     char init_from[CONFIG_PATH_MAX]; // HF folder or trident checkpoint for a fresh run; "" unset
+    // Mixture of experts (moe_experts 0: dense); see config_keys.c
+    int moe_experts, moe_top_k, moe_ffn_dim, moe_shared_experts, moe_shared_ffn_dim;
+    bool moe_shared_gate, moe_norm_topk;
+    double moe_capacity_factor, moe_aux_loss_coeff, moe_z_loss_coeff;
+    int moe_first_dense_layers;
 };
 
 // The head size D of m: head_dim, or d_model / n_heads when it is 0.

@@ -128,6 +128,43 @@ const struct config_key config_keys[] = {
              "outputs, RoPE'd q/k and SwiGLU product, full keeps only each block's input "
              "(bit-identical results; docs/design.md §5)"),
 
+    // [model] moe_*: mixture-of-experts feed-forward layers (issue 31; src/model/moe.h,
+    // docs/design.md §3 "The mixture-of-experts ops")
+    KEY_INT("model", "moe_experts", model.moe_experts, "0", 0, 256, "",
+            "routed experts E per MoE layer; 0: a dense model (every block a SwiGLU MLP of ffn_dim). "
+            "With E > 0 every block from moe_first_dense_layers on holds a router (E, d_model), E "
+            "SwiGLU experts of moe_ffn_dim and the shared expert instead of the dense MLP "
+            "(Mixtral's num_local_experts, Qwen2-MoE's num_experts)"),
+    KEY_INT("model", "moe_top_k", model.moe_top_k, "2", 1, 256, "",
+            "experts k each token is routed to, k <= moe_experts (num_experts_per_tok)"),
+    KEY_INT("model", "moe_ffn_dim", model.moe_ffn_dim, "0", 0, LLAMA_MAX_FFN, "",
+            "each routed expert's SwiGLU width; 0: ffn_dim (Qwen2-MoE's moe_intermediate_size; "
+            "Mixtral's intermediate_size)"),
+    KEY_INT("model", "moe_shared_experts", model.moe_shared_experts, "0", 0, 1, "",
+            "always-active shared experts per MoE layer: 0 or 1 (Qwen2-MoE's shared_expert)"),
+    KEY_INT("model", "moe_shared_ffn_dim", model.moe_shared_ffn_dim, "0", 0, LLAMA_MAX_FFN, "",
+            "the shared expert's SwiGLU width; 0: moe_ffn_dim (Qwen2-MoE's "
+            "shared_expert_intermediate_size)"),
+    KEY_BOOL("model", "moe_shared_gate", model.moe_shared_gate, "true",
+             "the shared expert's output is scaled by sigmoid(x Ws^T), Ws (1, d_model) "
+             "(Qwen2-MoE's shared_expert_gate); false: added as is (DeepSeek)"),
+    KEY_BOOL("model", "moe_norm_topk", model.moe_norm_topk, "true",
+             "renormalise the k routing weights to sum to 1 (Mixtral: true; Qwen2-MoE's "
+             "norm_topk_prob, false in its released models)"),
+    KEY_FLOAT("model", "moe_capacity_factor", model.moe_capacity_factor, "0", 0, NOMAX, 0, "",
+              "expert capacity ceil(f N k / E) tokens per expert and microbatch, the rest dropped "
+              "(Switch Transformer); 0: dropless"),
+    KEY_FLOAT("model", "moe_aux_loss_coeff", model.moe_aux_loss_coeff, "0.001", 0, NOMAX, 0, "",
+              "coefficient of the load-balancing loss added to the training loss (transformers' "
+              "router_aux_loss_coef; its loss over all MoE layers' router logits)"),
+    KEY_FLOAT("model", "moe_z_loss_coeff", model.moe_z_loss_coeff, "0", 0, NOMAX, 0, "",
+              "coefficient of the router z-loss mean(logsumexp(logits)^2) per MoE layer, summed "
+              "over layers (ST-MoE; Megatron's moe_z_loss_coeff, 1e-3 there)"),
+    KEY_INT("model", "moe_first_dense_layers", model.moe_first_dense_layers, "0", 0,
+            LLAMA_MAX_LAYERS, "",
+            "the first blocks keep the dense MLP of ffn_dim, the others are MoE (DeepSeek's "
+            "first_k_dense_replace); must be < n_layers"),
+
     // [train]: batch terms as in Megatron (docs/design.md §4)
     KEY_INT("train", "seq_len", train.seq_len, "128", 1, LLAMA_MAX_SEQ_LEN, "tokens", "training sequence length T"),
     KEY_INT("train", "micro_batch_size", train.micro_batch_size, "8", 1, LLAMA_MAX_MICRO_BATCH, "sequences",

@@ -61,6 +61,50 @@ void config_fp8_skip(const struct config *cfg, int *first, int *last) {
     }
 }
 
+// [model] moe_* (src/model/moe.h): the layer's own shape rules, and what the
+// MoE decoder does not compose with yet. Expert parallelism (the experts
+// split over ranks, an all-to-all dispatch) and the MoE layer under TP, PP,
+// CP, ZeRO-2/3, FP8 and recomputation come later: refused by name here.
+static enum status check_moe(const struct config *cfg, const char *file, struct error *err) {
+    const struct model_config *m = &cfg->model;
+    const struct parallel_config *p = &cfg->parallel;
+    const enum status bad = STATUS_BAD_INPUT;
+    if (m->moe_experts == 0) return STATUS_OK;
+    const char *later = "the mixture-of-experts decoder runs on one model replica per rank for now "
+                        "(expert parallelism and its composition with the other layouts come later)";
+    if (m->moe_top_k > m->moe_experts)
+        return error_set(err, bad, "%s: moe_top_k must be at most moe_experts: %s; %s", file,
+                         KT("model", "moe_top_k"), KT("model", "moe_experts"));
+    if (m->moe_first_dense_layers >= m->n_layers)
+        return error_set(err, bad, "%s: moe_first_dense_layers must leave at least one MoE block "
+                         "(< n_layers; else set moe_experts = 0): %s; %s", file,
+                         KT("model", "moe_first_dense_layers"), KT("model", "n_layers"));
+    if (m->moe_shared_experts == 0 && m->moe_shared_ffn_dim)
+        return error_set(err, bad, "%s: moe_shared_ffn_dim is set without a shared expert: %s; %s",
+                         file, KT("model", "moe_shared_ffn_dim"), KT("model", "moe_shared_experts"));
+    const char *const keys[][2] = {{"parallel", "tp"}, {"parallel", "pp"}, {"parallel", "cp"}};
+    const int vals[] = {p->tp, p->pp, MAX(1, p->cp)};
+    for (int i = 0; i < 3; i++)
+        if (vals[i] > 1)
+            return error_set(err, bad, "%s: %s with %s: %s", file, KT("model", "moe_experts"),
+                             KT(keys[i][0], keys[i][1]), later);
+    if (p->pp_schedule != PP_SCHEDULE_1F1B)
+        return error_set(err, bad, "%s: %s with %s (the split B/W backward is not built for the "
+                         "MoE layer): %s", file, KT("model", "moe_experts"),
+                         KT("parallel", "pp_schedule"), later);
+    if (p->zero_stage >= 2)
+        return error_set(err, bad, "%s: %s with %s: %s", file, KT("model", "moe_experts"),
+                         KT("parallel", "zero_stage"), later);
+    if (cfg->precision.fp8 != FP8_NONE)
+        return error_set(err, bad, "%s: %s with %s (the expert GEMMs have no FP8 path): %s", file,
+                         KT("model", "moe_experts"), KT("precision", "fp8"), later);
+    if (m->recompute != RECOMPUTE_NONE)
+        return error_set(err, bad, "%s: %s with %s: the MoE layer keeps all its activations "
+                         "(recompute = none) for now", file, KT("model", "moe_experts"),
+                         KT("model", "recompute"));
+    return STATUS_OK;
+}
+
 // [precision] fp8 (docs/design.md §5 "FP8"): on top of bf16 only (the FP8
 // GEMMs read BF16 activations and write BF16 outputs, and the scales assume
 // fp32's exponent range: no fp16 loss scale under them), a whole count of
@@ -263,6 +307,8 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          KT("precision", "loss_scale_initial"), KT("precision", "loss_scale_min"));
     enum status f8 = check_fp8(cfg, file, err);
     if (f8) return f8;
+    enum status moe = check_moe(cfg, file, err);
+    if (moe) return moe;
     if (m->n_heads % m->n_kv_heads)
         return error_set(err, bad, "%s: n_heads must be a multiple of n_kv_heads (grouped-query attention): %s; %s",
                          file, KT("model", "n_heads"), KT("model", "n_kv_heads"));
