@@ -60,6 +60,16 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
         return error_set(err, STATUS_BAD_INPUT,
                          "model: tp %d must divide n_heads %d and ffn_dim %d, and divide or be a "
                          "multiple of n_kv_heads %d", tp, cfg->n_heads, cfg->ffn_dim, cfg->n_kv_heads);
+    if (cfg->moe_experts) {
+        struct moe_config mc;
+        model_moe_config(cfg, &mc);
+        enum status ms = moe_config_check(&mc, err);
+        if (ms) return ms;
+        if (tp > 1 || cfg->moe_first_dense_layers < 0 || cfg->moe_first_dense_layers >= cfg->n_layers)
+            return error_set(err, STATUS_BAD_INPUT, "model: moe_experts %d needs tp = 1 (found %d) and "
+                             "moe_first_dense_layers %d in [0, n_layers %d)", cfg->moe_experts, tp,
+                             cfg->moe_first_dense_layers, cfg->n_layers);
+    }
     if (s->n_chunks < 1 || s->n_chunks > MODEL_MAX_CHUNKS)
         return error_set(err, STATUS_BAD_INPUT, "model: %d model chunks, expected 1 to %d",
                          s->n_chunks, MODEL_MAX_CHUNKS);
@@ -93,12 +103,31 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
     return STATUS_OK;
 }
 
+void model_moe_config(const struct llama_config *cfg, struct moe_config *out) {
+    int Fs = llama_moe_shared_ffn(cfg);
+    *out = (struct moe_config){.C = cfg->d_model, .E = cfg->moe_experts, .k = cfg->moe_top_k,
+                               .F = llama_moe_ffn(cfg), .shared_F = Fs,
+                               .shared_gate = Fs > 0 && cfg->moe_shared_gate,
+                               .norm_topk = cfg->moe_norm_topk,
+                               .capacity_factor = cfg->moe_capacity_factor,
+                               .aux_coeff = cfg->moe_aux_loss_coeff, .z_coeff = cfg->moe_z_loss_coeff};
+}
+
+// A MoE block counts its active parameters: the router, k routed experts and
+// the shared expert (with its gate), not the E - k idle experts.
 double model_flops_per_token(const struct llama_config *cfg, int T) {
     double C = cfg->d_model, F = cfg->ffn_dim, L = cfg->n_layers, V = cfg->vocab_size;
     double HD = (double)cfg->n_heads * llama_head_dim(cfg);
     double kv = (double)cfg->n_kv_heads * llama_head_dim(cfg);
-    double per_layer = HD * C + 2 * kv * C + C * HD + 3 * C * F; // q, k, v, o; gate, up, down
-    return 6.0 * (L * per_layer + V * C) + 6.0 * L * HD * T;
+    double attn = HD * C + 2 * kv * C + C * HD; // q, k, v, o
+    double mlp = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        if (!llama_layer_moe(cfg, l)) { mlp += 3 * C * F; continue; } // gate, up, down
+        double Fs = llama_moe_shared_ffn(cfg);
+        mlp += C * cfg->moe_experts + 3 * C * (cfg->moe_top_k * (double)llama_moe_ffn(cfg) + Fs) +
+               (Fs > 0 && cfg->moe_shared_gate ? C : 0);
+    }
+    return 6.0 * (L * attn + mlp + V * C) + 6.0 * L * HD * T;
 }
 
 // Appends one parameter to the table (params may be NULL: count only).
@@ -169,12 +198,34 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
                   tr * d->Hl * D, C, true, false, out_std);
         param_add(params, &n, &off, NAME("post_attention_layernorm.weight"), C, 1, C, 1, 0, 0, C,
                   false, true, 0);
-        param_add(params, &n, &off, NAME("mlp.gate_proj.weight"), d->Fl, C, F, C, tr * d->Fl, 0,
-                  d->Fl, true, false, std);
-        param_add(params, &n, &off, NAME("mlp.up_proj.weight"), d->Fl, C, F, C, tr * d->Fl, 0,
-                  d->Fl, true, false, std);
-        param_add(params, &n, &off, NAME("mlp.down_proj.weight"), C, d->Fl, C, F, 0, tr * d->Fl,
-                  C, true, false, out_std);
+        if (llama_layer_moe(cfg, l)) { // tp = 1 (dims_compute): no sharding
+            int E = cfg->moe_experts, Fe = llama_moe_ffn(cfg), Fs = llama_moe_shared_ffn(cfg);
+            param_add(params, &n, &off, NAME("mlp.gate.weight"), E, C, E, C, 0, 0, E, true, false, std);
+            param_add(params, &n, &off, NAME("mlp.experts.gate_proj.weight"), E * Fe, C, E * Fe, C,
+                      0, 0, E * Fe, true, false, std);
+            param_add(params, &n, &off, NAME("mlp.experts.up_proj.weight"), E * Fe, C, E * Fe, C, 0,
+                      0, E * Fe, true, false, std);
+            param_add(params, &n, &off, NAME("mlp.experts.down_proj.weight"), E * C, Fe, E * C, Fe,
+                      0, 0, E * C, true, false, out_std);
+            if (Fs) {
+                param_add(params, &n, &off, NAME("mlp.shared_expert.gate_proj.weight"), Fs, C, Fs,
+                          C, 0, 0, Fs, true, false, std);
+                param_add(params, &n, &off, NAME("mlp.shared_expert.up_proj.weight"), Fs, C, Fs, C,
+                          0, 0, Fs, true, false, std);
+                param_add(params, &n, &off, NAME("mlp.shared_expert.down_proj.weight"), C, Fs, C,
+                          Fs, 0, 0, C, true, false, out_std);
+                if (cfg->moe_shared_gate)
+                    param_add(params, &n, &off, NAME("mlp.shared_expert_gate.weight"), 1, C, 1, C,
+                              0, 0, 1, true, false, std);
+            }
+        } else {
+            param_add(params, &n, &off, NAME("mlp.gate_proj.weight"), d->Fl, C, F, C, tr * d->Fl,
+                      0, d->Fl, true, false, std);
+            param_add(params, &n, &off, NAME("mlp.up_proj.weight"), d->Fl, C, F, C, tr * d->Fl, 0,
+                      d->Fl, true, false, std);
+            param_add(params, &n, &off, NAME("mlp.down_proj.weight"), C, d->Fl, C, F, 0,
+                      tr * d->Fl, C, true, false, out_std);
+        }
         unit_pad(&off, s);
 #undef NAME
     }
@@ -252,10 +303,22 @@ static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64
 // input (the slot's x[i]). Carves b's kept tensors (shared false: b is in a
 // slot, the others are views of m->re) or its recomputed ones (shared true:
 // b is m->re, the kept ones are empty).
+// Whether the i-th block of some chunk is dense (the slot's acts[i] then
+// holds the SwiGLU's) and whether that of some chunk is a MoE block.
+static void slot_layer_kinds(const struct model *m, int i, bool *dense, bool *moe) {
+    *dense = *moe = false;
+    for (int c = 0; c < m->shard.n_chunks; c++) {
+        int l = m->shard.layer_begin[c] + i;
+        if (l >= m->shard.layer_end[c]) continue;
+        if (llama_layer_moe(&m->cfg, l)) *moe = true;
+        else *dense = true;
+    }
+}
+
 static void block_acts_layout(struct model *m, struct block_acts *b, struct carver *c,
-                              bool shared) {
+                              bool shared, bool dense) {
     size_t N = m->N, Ns = m->Ns, C = m->C, HD = (size_t)m->Hl * m->D, KD = (size_t)m->Hkvl * m->D;
-    size_t Fl = m->Fl;
+    size_t Fl = dense ? m->Fl : 0;
     enum dtype a = m->dtype, s = m->stat;
     bool all = m->shard.recompute == RECOMPUTE_NONE, most = m->shard.recompute != RECOMPUTE_FULL;
 #define ACT(f, keep, dt, n) \
@@ -279,6 +342,7 @@ static void block_acts_layout(struct model *m, struct block_acts *b, struct carv
     ACT(up, most, a, N * Fl);
     ACT(act, all, a, N * Fl);
 #undef ACT
+    b->moe = tensor_view(NULL, DTYPE_I32, 0);
 }
 
 // Bytes of one slot's W stash under split_backward (model.h,
@@ -326,7 +390,16 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     enum dtype a = m->dtype, s = m->stat;
     bool all = m->shard.recompute == RECOMPUTE_NONE;
     for (int l = 0; l <= m->max_layers; l++) S->x[l] = carve(c, a, (size_t)Ns * C);
-    for (int l = 0; l < m->max_layers; l++) block_acts_layout(m, &S->acts[l], c, false);
+    for (int l = 0; l < m->max_layers; l++) {
+        bool dense, moe;
+        slot_layer_kinds(m, l, &dense, &moe);
+        block_acts_layout(m, &S->acts[l], c, false, dense);
+        if (moe) {
+            size_t bytes = moe_activation_bytes(&m->moe, m->N, a);
+            S->acts[l].moe = carve(c, DTYPE_I32, (bytes + 3) / 4);
+            m->mem.moe_bytes += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+        }
+    }
     if (m->last) {
         S->lnf = all ? carve(c, a, (size_t)Ns * C) : m->re_lnf;
         S->rstdf = carve(c, s, Ns);
@@ -351,7 +424,8 @@ static void acts_layout(struct model *m, struct carver *c) {
     int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D, Fl = m->Fl;
     enum dtype a = m->dtype, s = m->stat;
     size_t before = c->bytes;
-    block_acts_layout(m, &m->re, c, true);
+    m->mem.moe_bytes = 0;
+    block_acts_layout(m, &m->re, c, true, true);
     bool re_lnf = m->last && m->shard.recompute != RECOMPUTE_NONE;
     m->re_lnf = re_lnf ? carve(c, a, (size_t)Ns * C) : tensor_view(NULL, a, 0);
     m->mem.recompute_bytes = c->bytes - before;
@@ -379,6 +453,10 @@ static void acts_layout(struct model *m, struct carver *c) {
         m->ring[0] = m->ring[1] = tensor_view(NULL, a, 0);
     }
     m->mem.cp_bytes = c->bytes - before;
+    before = c->bytes;
+    m->moe_scratch = carve(c, DTYPE_I32, m->cfg.moe_experts
+                                             ? (moe_scratch_bytes(&m->moe, N, a) + 3) / 4 : 0);
+    m->mem.moe_bytes += c->bytes - before;
     m->tmp = carve(c, a, (size_t)N * C);
     m->dx = carve(c, a, (size_t)Ns * C);
     m->dln = carve(c, a, (size_t)N * C);
@@ -455,6 +533,14 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
         shard->recompute != RECOMPUTE_FULL)
         return error_set(err, STATUS_BAD_INPUT, "model: recompute mode %d, expected none, "
                          "selective or full", (int)shard->recompute);
+    if (cfg->moe_experts) {
+        model_moe_config(cfg, &m->moe);
+        if (shard->recompute != RECOMPUTE_NONE || cp > 1 || shard->split_backward)
+            return error_set(err, STATUS_BAD_INPUT, "model: the mixture-of-experts blocks need "
+                             "recompute none (found %d), cp 1 (found %d) and no split backward "
+                             "(found %d) for now", (int)shard->recompute, cp,
+                             (int)shard->split_backward);
+    }
     m->sp = shard->sequence_parallel && shard->tp_size > 1;
     if (m->sp && m->N % shard->tp_size)
         return error_set(err, STATUS_BAD_INPUT, "model: sequence parallel needs B*T = %d rows "
@@ -527,6 +613,14 @@ struct model_shard model_shard_pipeline(const struct llama_config *cfg, enum pp_
     return sh;
 }
 
+// The global layer of the rank's block blk.
+static int block_layer(const struct model *m, int blk) {
+    for (int c = 0; c < m->shard.n_chunks; c++)
+        if (blk < m->block0[c] + model_chunk_layers(m, c))
+            return m->shard.layer_begin[c] + blk - m->block0[c];
+    CHECK(0, "block %d of %d", blk, m->n_local_layers);
+}
+
 // Points unit u's tensors (parameters, or with grads its gradients) at base
 // (end - begin elements laid out as the unit's range of the arena).
 static void unit_bind(struct model *m, int u, struct tensor base, bool grads) {
@@ -546,7 +640,19 @@ static void unit_bind(struct model *m, int u, struct tensor base, bool grads) {
         if (m->cfg.qkv_bias) { b->bq = NEXT(); b->bk = NEXT(); b->bv = NEXT(); }
         if (m->cfg.qk_norm) { b->qn_w = NEXT(); b->kn_w = NEXT(); }
         b->wo = NEXT();
-        b->ln2_w = NEXT(); b->wgate = NEXT(); b->wup = NEXT(); b->wdown = NEXT();
+        b->ln2_w = NEXT();
+        b->is_moe = llama_layer_moe(&m->cfg, block_layer(m, un->block));
+        if (b->is_moe) {
+            struct moe_weights *mw = &b->moe;
+            b->wgate = b->wup = b->wdown = none;
+            mw->router = NEXT(); mw->gate = NEXT(); mw->up = NEXT(); mw->down = NEXT();
+            mw->sh_gate = mw->sh_up = mw->sh_down = mw->sh_router = none;
+            if (m->moe.shared_F) { mw->sh_gate = NEXT(); mw->sh_up = NEXT(); mw->sh_down = NEXT(); }
+            if (m->moe.shared_gate) mw->sh_router = NEXT();
+            mw->expert_bias = tensor_view(NULL, m->stat, 0);
+        } else {
+            b->wgate = NEXT(); b->wup = NEXT(); b->wdown = NEXT();
+        }
         break;
     }
     case MODEL_UNIT_HEAD:
@@ -646,6 +752,7 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     for (int i = 0; i < m->shard.n_slots; i++) {
         m->slots[i].x = xcalloc(m->max_layers + 1, sizeof *m->slots[i].x);
         m->slots[i].acts = xcalloc(m->max_layers, sizeof *m->slots[i].acts);
+        if (cfg->moe_experts) m->slots[i].moe_st = xcalloc(m->max_layers, sizeof *m->slots[i].moe_st);
     }
     m->block_offset = xcalloc(m->n_local_layers, sizeof *m->block_offset);
     m->block_unit = xcalloc(m->n_local_layers, sizeof *m->block_unit);
@@ -683,6 +790,12 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     acts_layout(m, &c);
     for (int i = 0; i < m->shard.n_slots; i++) m->slots[i].w_chunk = -1;
     blocks_bind(m);
+    if (cfg->moe_experts) {
+        m->moe_layer = xcalloc((size_t)m->n_local_layers, sizeof *m->moe_layer);
+        for (int b = 0; b < m->n_local_layers; b++)
+            if (llama_layer_moe(cfg, block_layer(m, b))) m->moe_layer[m->n_moe++] = block_layer(m, b);
+        m->moe_log = xcalloc(model_moe_stats_numel(m), sizeof *m->moe_log);
+    }
     if (pa) backend_memset0(be, m->param_arena);
     if (ga) backend_memset0(be, m->grad_arena);
     backend_memset0(be, m->act_arena);
@@ -819,7 +932,9 @@ void model_free(struct model *m) {
         backend_dealloc(m->be, m->grad_arena.data);
         backend_dealloc(m->be, m->act_arena.data);
     }
-    for (int i = 0; m->slots && i < m->shard.n_slots; i++) free(m->slots[i].x), free(m->slots[i].acts);
+    for (int i = 0; m->slots && i < m->shard.n_slots; i++)
+        free(m->slots[i].x), free(m->slots[i].acts), free(m->slots[i].moe_st);
+    free(m->moe_layer), free(m->moe_log);
     free(m->params), free(m->blocks), free(m->dblocks), free(m->slots);
     free(m->block_offset), free(m->block_unit), free(m->units);
     free(m->unit_params), free(m->unit_grads);
@@ -827,6 +942,22 @@ void model_free(struct model *m) {
     free(m->host_doc);
     free(m->host_tok), free(m->host_tgt), free(m->host_pos);
     free(m);
+}
+
+size_t model_moe_stats_numel(const struct model *m) {
+    return m->cfg.moe_experts ? 4 + (size_t)m->n_moe * m->cfg.moe_experts : 0;
+}
+
+int model_moe_layers(const struct model *m, const int **layers) {
+    if (layers) *layers = m->moe_layer;
+    return m->n_moe;
+}
+
+void model_moe_stats_take(struct model *m, double *out) {
+    size_t n = model_moe_stats_numel(m);
+    if (!n) return;
+    memcpy(out, m->moe_log, n * sizeof *out);
+    memset(m->moe_log, 0, n * sizeof *out);
 }
 
 const struct param_info *model_params(const struct model *m, int *n) {

@@ -97,7 +97,37 @@ struct llama_config {
     bool tie_embeddings; // lm_head shares model.embed_tokens.weight
     float init_std;      // std of the normal init of every matrix
     float label_smoothing;
+    // Mixture of experts ([model] moe_*; src/model/moe.h): moe_experts 0 is a
+    // dense model. Blocks moe_first_dense_layers.. hold, instead of the dense
+    // MLP, mlp.gate.weight (E, C), the stacked experts mlp.experts.gate_proj.weight
+    // and up_proj (E moe_ffn_dim, C), down_proj (E C, moe_ffn_dim) (expert e's
+    // rows e F.. of each), and with a shared expert mlp.shared_expert.{gate,up,
+    // down}_proj.weight (Fs, C), (Fs, C), (C, Fs) and mlp.shared_expert_gate.weight
+    // (1, C): Qwen2-MoE's names (hf.c maps Mixtral's block_sparse_moe.*).
+    int moe_experts, moe_top_k, moe_ffn_dim; // moe_ffn_dim 0: ffn_dim
+    int moe_shared_experts, moe_shared_ffn_dim; // 0 or 1; width 0: moe_ffn_dim
+    bool moe_shared_gate, moe_norm_topk;
+    double moe_capacity_factor, moe_aux_loss_coeff, moe_z_loss_coeff;
+    int moe_first_dense_layers;
 };
+
+// Whether global layer l of cfg is a mixture-of-experts block.
+static inline bool llama_layer_moe(const struct llama_config *cfg, int l) {
+    return cfg->moe_experts > 0 && l >= cfg->moe_first_dense_layers;
+}
+// Each routed expert's SwiGLU width, and the shared expert's (0: none).
+static inline int llama_moe_ffn(const struct llama_config *cfg) {
+    return cfg->moe_ffn_dim ? cfg->moe_ffn_dim : cfg->ffn_dim;
+}
+static inline int llama_moe_shared_ffn(const struct llama_config *cfg) {
+    if (!cfg->moe_shared_experts) return 0;
+    return cfg->moe_shared_ffn_dim ? cfg->moe_shared_ffn_dim : llama_moe_ffn(cfg);
+}
+
+// The MoE layer (moe.h) of cfg's MoE blocks: widths from the moe_* fields
+// (shared_gate only with a shared expert), its coefficients.
+struct moe_config;
+void model_moe_config(const struct llama_config *cfg, struct moe_config *out);
 
 // The head size D of cfg: head_dim, or d_model / n_heads when it is 0.
 static inline int llama_head_dim(const struct llama_config *cfg) {
@@ -205,6 +235,9 @@ struct model_memory {
                              // biases, qk_norm gains) and the final norm's (C). N = B T / cp.
     size_t cp_bytes;         // of the scratch: the context-parallel ring's two travelling
                              // buffers and position table (0 at cp = 1; model.c acts_layout)
+    size_t moe_bytes;        // of activation_bytes: the MoE blocks' saved routing and expert
+                             // activations (moe_activation_bytes per MoE block of each slot)
+                             // and their one shared scratch (moe_scratch_bytes); 0 when dense
     size_t n_params;         // elements of this rank's parameters
     int n_units;             // units of this rank (model_units)
     size_t max_unit_numel;   // elements of its largest unit (padding included)
@@ -234,6 +267,18 @@ enum status model_param_table(const struct llama_config *cfg, struct param_info 
 // the causal mask skips half the scores). Recomputation is not counted
 // (model FLOPs, not hardware FLOPs). T: sequence length in tokens.
 double model_flops_per_token(const struct llama_config *cfg, int T);
+
+// Mixture of experts: what the training backward passes (model_backward_chunk)
+// routed since the last take, summed over their microbatches, as doubles:
+// [0] microbatches, [1] the load-balancing loss (transformers' over the
+// rank's MoE blocks, moe_aux_loss_layers), [2] the z-losses summed over
+// blocks, [3] assignments dropped by the capacity, then (n_moe, E) tokens
+// routed to each expert of each MoE block (top-k choices before the
+// capacity). numel 0 for a dense model. Take reads and zeroes them.
+size_t model_moe_stats_numel(const struct model *m);
+void model_moe_stats_take(struct model *m, double *out);
+// The rank's MoE blocks (their global layer indices into *layers; may be NULL).
+int model_moe_layers(const struct model *m, const int **layers);
 
 // Computes the parameter table and pool sizes without allocating.
 // Errors: STATUS_BAD_INPUT when the shapes do not divide (H % Hkv, H % tp,

@@ -4,6 +4,7 @@
 #define TRIDENT_MODEL_INTERNAL_H
 
 #include "model.h"
+#include "moe.h"
 
 // Every tensor of the arenas starts at a multiple of TENSOR_ALIGN bytes from
 // the arena's base (a backend allocation, 256-byte aligned on CUDA): cuBLASLt
@@ -27,6 +28,11 @@ struct block {
     struct tensor wgate;  // (Fl, C)
     struct tensor wup;    // (Fl, C)
     struct tensor wdown;  // (C, Fl)
+    // A mixture-of-experts block (llama_layer_moe): wgate, wup, wdown are
+    // empty and moe holds the router, the stacked experts and the shared
+    // expert (moe.h; expert_bias empty).
+    bool is_moe;
+    struct moe_weights moe;
 };
 
 // Activations of one block for the backward pass. A slot holds those its
@@ -43,7 +49,8 @@ struct block_acts {
     struct tensor att, lse;       // (B, T, Hl, D), (B, Hl, T)
     struct tensor xmid;           // (Ns, C) residual after attention
     struct tensor ln2, rstd2;     // (Ns, C), (Ns,)
-    struct tensor gate, up, act;  // (N, Fl) each
+    struct tensor gate, up, act;  // (N, Fl) each; empty for a MoE block
+    struct tensor moe;            // MoE block: moe_activation_bytes (as I32 words), else empty
 };
 
 // What one microbatch in flight keeps between its forward and its backward
@@ -68,6 +75,9 @@ struct slot {
     struct tensor wstash;
     int w_chunk;
     size_t w_used;
+    // (max_layers) the routing each MoE block's forward left for its
+    // backward (moe.h; unused for dense blocks), host memory
+    struct moe_stats *moe_st;
 };
 
 // Generation's key/value cache (model_kv_cache_init, model_decode_chunk):
@@ -175,6 +185,16 @@ struct model {
     struct tensor kv_grad;         // (Hkv*D, C) when key/value heads are replicated over TP
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
+    // Mixture of experts (cfg.moe_experts > 0): the layer's shape, the one
+    // scratch every MoE block's forward and backward share, and what the
+    // training backward passes routed since model_moe_stats_take (n_moe MoE
+    // blocks of this rank, moe_layer[j] the global layer of the j-th):
+    // [microbatches, aux loss sum, z loss sum, dropped, routed (n_moe, E)].
+    struct moe_config moe;
+    struct tensor moe_scratch;
+    int n_moe;
+    int *moe_layer;
+    double *moe_log;
     struct model_fp8 fp8;          // FP8 linear layers (model_fp8_init); fp8.cfg.on false: none
     struct kv_cache kv;            // generation's cache (kv.rows 0: none)
     bool decoding;                 // inside model_decode_chunk: the pass is a decode step

@@ -467,12 +467,21 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     sp_reduce(m, m->tmp_s, m->tmp);
     backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
                                 eps);
-    gate_up_forward(m, a, blk, gathered(m, a->ln2));
-    backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
-    if (again) return; // the down projection's output is x[i+1], kept
-    // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
-    if (f8) model_fp8_down(m, blk, m->tmp, a->act);
-    else forward_matmul(m, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 0.0f);
+    if (w->is_moe) {
+        // tp = 1, recompute none (model_setup): tmp (N, C) = the MoE layer on
+        // ln2, its routing into the slot's acts and moe_st for the backward
+        CHECK(!m->decoding && !again, "block %d: generation and recomputation are not built for "
+              "MoE blocks", blk);
+        moe_forward(be, &m->moe, m->tmp, a->ln2, &w->moe, m->N, a->moe.data, m->moe_scratch.data,
+                    &S->moe_st[i]);
+    } else {
+        gate_up_forward(m, a, blk, gathered(m, a->ln2));
+        backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+        if (again) return; // the down projection's output is x[i+1], kept
+        // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
+        if (f8) model_fp8_down(m, blk, m->tmp, a->act);
+        else forward_matmul(m, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 0.0f);
+    }
     sp_reduce(m, m->tmp_s, m->tmp);
     if (next.y.data)
         backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
@@ -732,14 +741,26 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
     // x[i+1] = xmid + down(act): d xmid += dx through the residual.
     // (transposed: dact^T (Fl, N) = Wdown^T @ dx^T; dWdown += dx^T @ act)
     if (in) sp_gather(m, m->dx_full, m->dx);
-    if (f8) {
-        model_fp8_down_backward(m, blk, m->dact, dw->wdown, m->dx_full, a->act);
+    if (w->is_moe) {
+        // dln (N, C) = the MoE layer's input gradient (moe_backward adds into
+        // it), its parameter gradients += (the aux and z terms included:
+        // backward_chunk set moe_st's aux_grad, z_grad); fused only (model_setup)
+        CHECK(b->mode == BWD_FUSED, "block %d: the split backward is not built for MoE blocks", blk);
+        backend_memset0(be, m->dln);
+        moe_backward(be, &m->moe, m->dln, &dw->moe, m->dx_full, a->ln2, &w->moe, N, a->moe.data,
+                     m->moe_scratch.data, &S->moe_st[i]);
     } else {
-        if (in) backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
-        wgrad(m, b, dw->wdown, m->dx_full, false, a->act, none, false, C, Fl, N, true, true);
+        if (f8) {
+            model_fp8_down_backward(m, blk, m->dact, dw->wdown, m->dx_full, a->act);
+        } else {
+            if (in)
+                backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
+            wgrad(m, b, dw->wdown, m->dx_full, false, a->act, none, false, C, Fl, N, true, true);
+        }
+        if (in)
+            backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
+        gate_up_backward(m, blk, b, in ? gathered(m, a->ln2) : a->ln2, ln_kept);
     }
-    if (in) backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-    gate_up_backward(m, blk, b, in ? gathered(m, a->ln2) : a->ln2, ln_kept);
     if (in) {
         sp_reduce(m, m->dln_s, m->dln);
         backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
@@ -780,6 +801,42 @@ static void unit_end(struct model *m, struct bwd *b, int unit, size_t from) {
     unit_input_grads(m, b, unit);
     model_unit_event(m, unit, done[b->mode]);
     if (b->mode != BWD_INPUT) grads_ready(m, from);
+}
+
+// The MoE blocks' auxiliary losses of the microbatch in slot S, before its
+// backward through chunk `chunk`: transformers' load-balancing loss over the
+// chunk's MoE blocks (moe_aux_loss_layers: MixtralForCausalLM's aux_loss,
+// coefficient moe_aux_loss_coeff) and each block's z-loss (coefficient
+// moe_z_loss_coeff, summed over blocks), each weighted in the step's loss
+// as its microbatch's N tokens are in the LM loss: the gradients are scaled
+// by loss_scale N (loss_scale = the LM loss's d loss / d token loss, times
+// the fp16 loss scale), so the aux term of a step is the mean over its
+// microbatches when no target is ignored. Logs them (model_moe_stats_take).
+static void moe_losses(struct model *m, struct slot *S, int chunk, double loss_scale) {
+    struct moe_stats *layers[LLAMA_MAX_LAYERS];
+    int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk], L = 0, E = m->moe.E;
+    double *log = m->moe_log;
+    for (int i = 0; i < nl; i++) {
+        if (!m->blocks[b0 + i].is_moe) continue;
+        CHECK(L < LLAMA_MAX_LAYERS, "%d MoE blocks in a chunk", L + 1);
+        layers[L++] = &S->moe_st[i];
+    }
+    if (!L) return;
+    log[0] += 1;
+    log[1] += moe_aux_loss_layers(layers, L, m->moe.aux_coeff);
+    int j0 = 0; // the chunk's first MoE block among the rank's
+    for (int b = 0; b < b0; b++) j0 += m->blocks[b].is_moe;
+    double w = loss_scale * m->N;
+    for (int j = 0; j < L; j++) {
+        struct moe_stats *st = layers[j];
+        log[2] += st->z_loss;
+        log[3] += (double)st->dropped;
+        for (int e = 0; e < E; e++) {
+            log[4 + (size_t)(j0 + j) * E + e] += st->routed[e];
+            st->aux_grad[e] *= w;
+        }
+        st->z_grad *= w;
+    }
 }
 
 // The backward of chunk `chunk` on slot `slot` in b's mode (fused: all of it;
@@ -825,6 +882,7 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
     } else if (in) {
         message_in(m, m->dx, dout);
     }
+    if (in && m->n_moe) moe_losses(m, S, chunk, loss_scale);
     for (int i = nl - 1; i >= 0; i--) {
         unit_begin(m, b, m->block_unit[b0 + i]);
         if (in) block_recompute(m, S, b0 + i, i);

@@ -24,6 +24,14 @@ struct llama_config plan_llama(const struct config *c) {
         .head_dim = c->model.head_dim, .qkv_bias = c->model.qkv_bias, .qk_norm = c->model.qk_norm,
         .norm_eps = (float)c->model.norm_eps, .tie_embeddings = c->model.tie_embeddings,
         .init_std = (float)c->model.init_std, .label_smoothing = (float)c->train.label_smoothing,
+        .moe_experts = c->model.moe_experts, .moe_top_k = c->model.moe_top_k,
+        .moe_ffn_dim = c->model.moe_ffn_dim, .moe_shared_experts = c->model.moe_shared_experts,
+        .moe_shared_ffn_dim = c->model.moe_shared_ffn_dim,
+        .moe_shared_gate = c->model.moe_shared_gate, .moe_norm_topk = c->model.moe_norm_topk,
+        .moe_capacity_factor = c->model.moe_capacity_factor,
+        .moe_aux_loss_coeff = c->model.moe_aux_loss_coeff,
+        .moe_z_loss_coeff = c->model.moe_z_loss_coeff,
+        .moe_first_dense_layers = c->model.moe_first_dense_layers,
     };
 }
 

@@ -829,6 +829,37 @@ static void comm_busy(struct trainer *t, double *collective, double *pipeline) {
 // every rank (a collective: every rank calls log_step at the same steps);
 // rank 0 prints its own and the largest pipeline wait, and writes every
 // rank's to metrics.jsonl (the buckets only when there is a DP gradient sync).
+// The step record's mixture-of-experts fields from moe (model_moe_stats_take,
+// summed over ranks): moe_aux_loss and moe_z_loss, the means over the
+// microbatches since the previous record of transformers' load-balancing
+// loss and of the z-losses summed over MoE blocks (unscaled by their
+// coefficients; `loss` stays the LM loss); moe_dropped, the assignments the
+// capacity dropped; and per MoE block (moe_layers: their layer indices) the
+// tokens routed to its experts, min, max and coefficient of variation
+// (population std / mean) over the experts.
+static void log_moe(struct trainer *t, const double *moe) {
+    const int *layers;
+    int L = model_moe_layers(t->m.model, &layers), E = t->cfg.model.moe_experts;
+    double micro = moe[0] > 0 ? moe[0] : 1;
+    fprintf(t->log.metrics, ", \"moe_aux_loss\": %.6f, \"moe_z_loss\": %.6f, \"moe_dropped\": %.0f",
+            moe[1] / micro, moe[2] / micro, moe[3]);
+    const char *names[4] = {"moe_layers", "moe_load_min", "moe_load_max", "moe_load_cv"};
+    for (int k = 0; k < 4; k++) {
+        fprintf(t->log.metrics, ", \"%s\": [", names[k]);
+        for (int j = 0; j < L; j++) {
+            const double *n = moe + 4 + (size_t)j * E;
+            double lo = n[0], hi = n[0], sum = 0, sq = 0;
+            for (int e = 0; e < E; e++) lo = MIN(lo, n[e]), hi = MAX(hi, n[e]), sum += n[e];
+            double mean = sum / E;
+            for (int e = 0; e < E; e++) sq += (n[e] - mean) * (n[e] - mean);
+            double cv = mean > 0 ? sqrt(sq / E) / mean : 0;
+            if (k == 0) fprintf(t->log.metrics, "%s%d", j ? ", " : "", layers[j]);
+            else fprintf(t->log.metrics, k == 3 ? "%s%.4f" : "%s%.0f", j ? ", " : "", k == 1 ? lo : k == 2 ? hi : cv);
+        }
+        fprintf(t->log.metrics, "]");
+    }
+}
+
 static void log_step(struct trainer *t, int step, const struct train_step_result *r, double dt,
                      double data_wait, double elapsed, const double split[SPLIT_N]) {
     int W = t->par.topo.world_size;
@@ -845,7 +876,19 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     bool fp8 = model_fp8_on(t->m.model);
     int64_t saturated = r->fp8_saturated;
     if (fp8) comm_all_reduce(&t->par.topo.world, &saturated, 1, DTYPE_I64, COMM_SUM);
-    if (!is_root(t)) return;
+    // Mixture of experts: what every rank's backward passes routed since the
+    // previous record (model_moe_stats_take), summed over the ranks (the MoE
+    // decoder runs without pp and tp: every rank holds the same MoE blocks).
+    size_t n_moe = model_moe_stats_numel(t->m.model);
+    double *moe = n_moe ? xcalloc(n_moe, sizeof *moe) : NULL;
+    if (n_moe) {
+        model_moe_stats_take(t->m.model, moe);
+        comm_all_reduce(&t->par.topo.world, moe, n_moe, DTYPE_FP64, COMM_SUM);
+    }
+    if (!is_root(t)) {
+        free(moe);
+        return;
+    }
     const char *attention = path[2] ? "cpu" : path[0] && path[1] ? "mixed" : path[0] ? "cudnn" : path[1] ? "native"
                                                                                                      : "none";
     double worst_wait = 0;
@@ -891,6 +934,8 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
     if (fp8) fprintf(t->log.metrics, ", \"fp8_saturated\": %lld", (long long)saturated);
+    if (n_moe) log_moe(t, moe);
+    free(moe);
     fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
     const char *keys[SPLIT_N] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early", "pp_idle_s"};
     for (int k = 0; k < SPLIT_N; k++) {
