@@ -291,10 +291,10 @@ static void test_refused(void) {
         {PP_SCHEDULE_1F1B, 4, 0, 3, 1, "fewer microbatches than stages: m=3 microbatches for p=4"},
         {PP_SCHEDULE_1F1B, 4, 1, 6, 2, "multiple of pp: m=6, p=4"},
         {PP_SCHEDULE_1F1B, 1, 0, 4, 2, "virtual_stages=2 needs pp >= 2"},
-        {PP_SCHEDULE_INTERLEAVED, 4, 0, 8, 1, "interleaved schedule needs virtual_stages >= 2, got 1"},
+        {PP_SCHEDULE_INTERLEAVED, 4, 0, 8, 1, "needs virtual_stages >= 2, got 1"},
         {PP_SCHEDULE_ZB_H1, 4, 0, 8, 2, "zb-h1 runs one model chunk per stage: virtual_stages=2"},
         {PP_SCHEDULE_ZB_H1, 4, 0, 3, 1, "m=3 microbatches for p=4"},
-        {PP_SCHEDULE_ZBV, 4, 0, 8, 1, "zbv runs two model chunks per stage in a V: virtual_stages=1"},
+        {PP_SCHEDULE_ZBV, 4, 0, 8, 1, "two model chunks per stage in a V: virtual_stages=1"},
         {PP_SCHEDULE_ZBV, 4, 0, 8, 3, "virtual_stages=3, expected 2"},
         {PP_SCHEDULE_ZBV, 1, 0, 4, 2, "zbv needs pp >= 2, got p=1"},
         {PP_SCHEDULE_ZBV, 4, 0, 3, 2, "m=3 microbatches for p=4"},
@@ -311,10 +311,10 @@ static void test_refused(void) {
                "%s p=%d s=%d m=%d v=%d: status %d, message '%s', expected '%s'",
                pipeline_schedule_name(cases[i].kind), cases[i].p, cases[i].s, cases[i].m,
                cases[i].v, st, err.msg, cases[i].says);
-        EXPECT(pipeline_max_in_flight(cases[i].kind, cases[i].p, cases[i].s, cases[i].m, cases[i].v) == 0 &&
-                   pipeline_op_count(cases[i].kind, cases[i].p, cases[i].s, cases[i].m, cases[i].v) == 0 &&
-                   pipeline_ring_size(cases[i].kind, cases[i].p, cases[i].s, cases[i].m, cases[i].v,
-                                      PP_STREAM_ACT_IN) == 0,
+        enum pp_schedule k = cases[i].kind;
+        int p = cases[i].p, s = cases[i].s, m = cases[i].m, v = cases[i].v;
+        EXPECT(pipeline_max_in_flight(k, p, s, m, v) == 0 && pipeline_op_count(k, p, s, m, v) == 0 &&
+                   pipeline_ring_size(k, p, s, m, v, PP_STREAM_ACT_IN) == 0,
                "max_in_flight, op_count or ring of a refused schedule");
         if (cases[i].s == 0) {
             err.msg[0] = 0;
@@ -392,7 +392,7 @@ static void test_rings(void) {
                                ring[7], msgs[0], msgs[1], msgs[2], msgs[3], msgs[4], msgs[5],
                                msgs[6], msgs[7]);
                         if (p >= 4 && m == 2 * p && (s == 0 || s == p - 1)) {
-                            printf("    %-11s p=%d m=%2d v=%d s=%d: %d %d %d %d", 
+                            printf("    %-11s p=%d m=%2d v=%d s=%d: %d %d %d %d",
                                    pipeline_schedule_name(kind), p, m, v, s, ring[0], ring[1],
                                    ring[2], ring[3]);
                             if (kind == PP_SCHEDULE_ZBV)
@@ -496,8 +496,8 @@ static void test_simulator(void) {
     wrong = runs = 0;
     for (int p = 2; p <= 8; p++)
         for (int m = p; m <= 3 * p + 4; m++, runs++) {
-            bool ok = pipeline_simulate(PP_SCHEDULE_ZB_H1, p, m, 1, &layer, &h1, &err) == STATUS_OK &&
-                      pipeline_simulate(PP_SCHEDULE_1F1B, p, m, 1, &layer, &f1, &err) == STATUS_OK &&
+            bool ok = !pipeline_simulate(PP_SCHEDULE_ZB_H1, p, m, 1, &layer, &h1, &err) &&
+                      !pipeline_simulate(PP_SCHEDULE_1F1B, p, m, 1, &layer, &f1, &err) &&
                       h1.bubble < f1.bubble;
             wrong += !ok;
         }
@@ -688,7 +688,7 @@ static int run_threads(enum pp_schedule kind, int p, int m, int v, int ring, uin
     for (int s = 0; s < p; s++) {
         pthread_join(th[s], NULL);
         int b = ranks[s].done ? toy_finish(&ranks[s].toy) : 0;
-        if (b) fprintf(stderr, "  %s p=%d m=%d v=%d ring=%d seed=%llu stage %d: %d wrong, first: %s\n",
+        if (b) fprintf(stderr, "  %s p=%d m=%d v=%d ring=%d seed=%llu stage %d: %d wrong, %s\n",
                        pipeline_schedule_name(kind), p, m, v, ring, (unsigned long long)seed, s, b,
                        ranks[s].toy.first);
         bad += b;
