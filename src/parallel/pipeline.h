@@ -62,8 +62,8 @@
 //    F = B = W = 1 per chunk op every stage idles p - 1 units once
 //    m >= 3 p / 2: bubble (p - 1) / (6 m + p - 1), p = 4, m = 8: 3/51 =
 //    0.059 against ZB-H1's 3/27 = 0.111 (fewer microbatches: a larger
-//    one). Slots: 2 p chunk slots on every stage (p microbatches of a whole
-//    stage's activations).
+//    one). Slots: at most 2 p chunk slots (p microbatches of a whole
+//    stage's activations), 2 p on every stage once m >= 2 p - 1.
 // Every split schedule runs each chunk's B's and W's in microbatch order,
 // so the weight gradients accumulate in 1F1B's order (bit-identical sums).
 enum pp_schedule {
@@ -125,7 +125,8 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
 // slots the model allocates (each holds one chunk's activations of one
 // microbatch, and under a split schedule the operands its W reads). 1F1B
 // (v == 1): p - s. Interleaved: min(m v, 2 (p - s - 1) + (v - 1) p + 1).
-// ZB-H1: p. ZB-V: 2 p (its tables' peaks, tests/unit/test_pipeline.c).
+// ZB-H1: p. ZB-V: at most 2 p, 2 p once m >= 2 p - 1 (the tables' peaks,
+// tests/unit/test_pipeline.c).
 // 0 when pipeline_schedule would refuse.
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
 

@@ -177,8 +177,8 @@ static int order_zb_h1(int p, int s, int m, struct pp_op *ops) {
 // makespan 6 m + p - 1, bubble (p - 1) / (6 m + p - 1); p = 4, m = 8: 3 / 51
 // = 0.0588 against ZB-H1's 3 / 27 = 0.111 and 1F1B's 3 / 11. Fewer
 // microbatches (p <= m < 3 p / 2) run correctly with a larger bubble. Slots:
-// 2 p chunk slots on every stage, i.e. the activations of p microbatches of
-// a whole stage, ZB-H1's.
+// at most 2 p chunk slots, 2 p on every stage once m >= 2 p - 1, i.e. the
+// activations of p microbatches of a whole stage, ZB-H1's.
 static int order_zbv(int p, int s, int m, struct pp_op *ops) {
     int total = MAX(m, 2 * p - 1), n = 0, f[2] = {0, 0}, b[2] = {0, 0}, w[2] = {0, 0};
     // Appends the next op of kind on chunk c (its counters number the

@@ -12,7 +12,7 @@
 //    microbatch order (the weight gradients sum in 1F1B's order);
 //  - the peak in flight equals pipeline_max_in_flight and is <= p - s for
 //    1F1B, <= min(m v, 2 (p - s - 1) + (v - 1) p + 1) interleaved, p for
-//    zb-h1 and 2 p (chunks) for zbv;
+//    zb-h1 (exactly) and 2 p (chunks) for zbv (exactly once m >= 2p - 1);
 //  - the last flag: on the op freeing each chunk's slot for the last time,
 //    chunk v - 1's first and chunk 0's last;
 //  - v == 1: warmup forwards, then F/B alternation, then cooldown (and a
@@ -118,7 +118,9 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
            pipeline_schedule_name(kind), p, s, m, v, bad);
     EXPECT(order == 0, "%s p=%d s=%d m=%d v=%d: %d B or W out of microbatch order",
            pipeline_schedule_name(kind), p, s, m, v, order);
-    EXPECT(peak == max && peak <= in_flight_bound(kind, p, s, m, v),
+    bool tight = kind == PP_SCHEDULE_ZB_H1 || (kind == PP_SCHEDULE_ZBV && m >= 2 * p - 1);
+    EXPECT(peak == max && peak <= in_flight_bound(kind, p, s, m, v) &&
+               (!tight || peak == in_flight_bound(kind, p, s, m, v)),
            "%s p=%d s=%d m=%d v=%d: peak in flight %d, max_in_flight %d, bound %d",
            pipeline_schedule_name(kind), p, s, m, v, peak, max, in_flight_bound(kind, p, s, m, v));
     if (kind == PP_SCHEDULE_1F1B && v == 1) { // §2.2.1: warmup, steady 1F1B, cooldown
