@@ -29,7 +29,8 @@
 //    activations, gradients and weight gradients (the split runs equal the
 //    fused 1F1B run's), no deadlock (detected when every live thread waits);
 //    zb-h1 and zbv again with random delays before every send and receive
-//    (delay_seed, 5 seeds).
+//    (delay_seed, 5 seeds); with ops that sleep, idle_s (the stages' waits)
+//    is below 1F1B's under zb-h1.
 // And refused inputs.
 #include <pthread.h>
 #include <string.h>
@@ -667,7 +668,7 @@ enum { TOY_N = 8 };
 // (0: default) and delay seed; grads (p v, 2, TOY_N), when given, receives
 // each virtual stage's da and db. Returns 0, or the failed checks.
 static int run_threads(enum pp_schedule kind, int p, int m, int v, int ring, uint64_t seed,
-                       float *grads, double *idle_sum) {
+                       float *grads, double *idle_sum, double op_s) {
     struct mock_net net = {.p = p};
     pthread_mutex_init(&net.mu, NULL);
     pthread_cond_init(&net.cv, NULL);
@@ -684,6 +685,7 @@ static int run_threads(enum pp_schedule kind, int p, int m, int v, int ring, uin
                                       .backward = toy_backward, .weight = toy_weight,
                                       .ring = ring, .delay_seed = seed};
         r->toy.poll = m % 2 ? &r->x : NULL; // pipeline_poll inside the callbacks
+        r->toy.op_s = op_s;
     }
     for (int s = 0; s < p; s++) pthread_create(&th[s], NULL, mock_rank_main, &ranks[s]);
     int bad = 0;
@@ -727,7 +729,7 @@ static void test_executor_threads(void) {
                     if (!layout_valid(kind, p, m, v)) continue;
                     for (int ring = 0; ring <= 1; ring++, runs++) {
                         float *out = kind == PP_SCHEDULE_1F1B ? fused[v - 1] : got;
-                        failed += run_threads(kind, p, m, v, ring, 0, out, NULL) != 0;
+                        failed += run_threads(kind, p, m, v, ring, 0, out, NULL, 0) != 0;
                         // The split runs against the fused 1F1B run of the same
                         // virtual stages (interleaved v = 2 for zbv), bit for bit.
                         if (kind == PP_SCHEDULE_1F1B || (v == 2 && m % p)) continue;
@@ -751,12 +753,27 @@ static void test_executor_threads(void) {
                 for (int ring = 0; ring <= 1; ring++, delayed++) {
                     enum pp_schedule kind = z ? PP_SCHEDULE_ZBV : PP_SCHEDULE_ZB_H1;
                     int p = layout ? 4 : 3, m = layout ? 8 : 5;
-                    failed += run_threads(kind, p, m, z + 1, ring, seed, NULL, &idle) != 0;
+                    failed += run_threads(kind, p, m, z + 1, ring, seed, NULL, &idle, 0) != 0;
                 }
     EXPECT(failed == 0 && idle > 0,
            "%d of %d delayed runs failed; the stages waited %g s in all", failed, delayed, idle);
     printf("  %d threaded runs of zb-h1 and zbv with delay seeds 1..5: stages waited %.3f s\n",
            delayed, idle);
+
+    // idle_s measures the bubble: ops that sleep 3 ms (F, B, W; a whole
+    // backward 6 ms), p = 4, m = 8. Unit-time idle per stage: 1F1B 3 (p - 1)
+    // units = 27 ms, ZB-H1 p - 1 = 9 ms (the simulator's). idle_s counts
+    // the waits, not the time after a stage's last op (1F1B: 2 s units on
+    // stage s, 36 ms in all; ZB-H1: none), so the sums over the 4 stages are
+    // about 72 ms and 36 ms plus the threads' overheads: ZB-H1 must be below.
+    double idle_1f1b = 0, idle_h1 = 0;
+    failed = run_threads(PP_SCHEDULE_1F1B, 4, 8, 1, 0, 0, NULL, &idle_1f1b, 3e-3) != 0;
+    failed += run_threads(PP_SCHEDULE_ZB_H1, 4, 8, 1, 0, 0, NULL, &idle_h1, 3e-3) != 0;
+    EXPECT(failed == 0 && idle_h1 < idle_1f1b && idle_1f1b > 0.05,
+           "ops of 3 ms, p=4 m=8: idle_s summed over stages 1f1b %.3f s, zb-h1 %.3f s, expected "
+           "about 0.072 and 0.036", idle_1f1b, idle_h1);
+    printf("  ops of 3 ms, p=4 m=8: idle_s summed over the stages: 1f1b %.3f s (0.072 in waits "
+           "simulated), zb-h1 %.3f s (0.036)\n", idle_1f1b, idle_h1);
 }
 
 int main(void) {
