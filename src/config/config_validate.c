@@ -313,6 +313,11 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
                          "gradients, which the FP8 GEMMs do not yet: %s; %s", file,
                          pipeline_schedule_name(p->pp_schedule), KT("parallel", "pp_schedule"),
                          KT("precision", "fp8"));
+    if (p->pp_schedule == PP_SCHEDULE_ZBV && p->zero_stage >= 2 && m->tie_embeddings)
+        return error_set(err, bad, "%s: parallel.pp_schedule = zbv puts the embedding and the head on stage 0, "
+                         "where ZeRO-2/3 do not yet sum a tied embedding's two gradients (use "
+                         "tie_embeddings = false, zero_stage 0 or 1, or another schedule): %s; %s; %s", file,
+                         KT("parallel", "pp_schedule"), KT("parallel", "zero_stage"), KT("model", "tie_embeddings"));
     long long per_step = (long long)t->micro_batch_size * p->dp;
     if (loader_microbatches(t->global_batch_size, t->micro_batch_size, p->dp) == 0) {
         char hint[256];

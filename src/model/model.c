@@ -281,6 +281,43 @@ static void block_acts_layout(struct model *m, struct block_acts *b, struct carv
 #undef ACT
 }
 
+// Bytes of one slot's W stash under split_backward (model.h,
+// model_memory.w_stash_bytes; model_pass.c, wgrad and unit_input_grads), 0
+// otherwise: what the weight-gradient GEMMs of the slot's largest chunk read
+// and the slot does not keep until the W, each piece padded to TENSOR_ALIGN
+// bytes as the walk takes them. Per block, in the model dtype: the output
+// gradients, d x[i+1] (N, C) of down, dgate and dup (N, Fl) each, d xmid (N,
+// C) of o, dq (N, Hl D), dk, dv (N, Hkvl D) (q, k, v joined or not); the
+// inputs the slot does not keep: act (N, Fl) and the norm outputs ln2, ln1
+// (N, C) under recompute selective or full, ln2 and ln1 (N, C) as
+// all-gathered under sequence parallelism, att (N, Hl D) under full. The
+// head (last stage): the final norm's output (N, C) under recompute or
+// sequence parallelism (dlogits stays in the slot). Without a gradient
+// arena (ZeRO-2/3) also the gradients B computes, in the gradient dtype:
+// per block ln1, ln2 (C), the biases (Hl D, Hkvl D x2) and qk_norm's gains
+// (D x2); the head's final norm (C).
+static size_t wstash_bytes(const struct model *m) {
+    if (!m->shard.split_backward) return 0;
+    size_t es = dtype_size(m->dtype), gs = dtype_size(grad_dtype(m->dtype));
+    size_t N = m->N, C = m->C, HD = (size_t)m->Hl * m->D, KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
+#define PIECE(n, size) (((n) * (size) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN)
+    bool none = m->shard.recompute == RECOMPUTE_NONE, full = m->shard.recompute == RECOMPUTE_FULL;
+    bool ln = !none || m->sp;
+    size_t block = 2 * PIECE(N * C, es) + 2 * PIECE(N * Fl, es) + PIECE(N * HD, es) +
+                   2 * PIECE(N * KD, es);
+    block += (none ? 0 : PIECE(N * Fl, es)) + (ln ? 2 * PIECE(N * C, es) : 0) +
+             (full ? PIECE(N * HD, es) : 0);
+    size_t head = m->last && ln ? PIECE(N * C, es) : 0;
+    if (m->shard.no_grad_arena) {
+        block += 2 * PIECE(C, gs);
+        if (m->cfg.qkv_bias) block += PIECE(HD, gs) + 2 * PIECE(KD, gs);
+        if (m->cfg.qk_norm) block += 2 * PIECE((size_t)m->D, gs);
+        head += m->last ? PIECE(C, gs) : 0;
+    }
+#undef PIECE
+    return (size_t)m->max_layers * block + head;
+}
+
 // Carves one activation slot (base NULL: counts only). Under recompute the
 // final norm's output is recomputed too, and the logits' gradient is
 // written over the logits (ce_backward is elementwise).
@@ -304,6 +341,7 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     S->targets = carve(c, DTYPE_I32, N);
     S->doc_start = carve(c, DTYPE_I32, N);
     S->rope_pos = m->cp > 1 ? carve(c, DTYPE_I32, N) : tensor_view(NULL, DTYPE_I32, 0);
+    S->wstash = carve(c, DTYPE_I32, wstash_bytes(m) / 4); // bytes, as 4-byte words
 }
 
 // Carves the activation arena: the recompute buffer, the slots, then the
@@ -322,6 +360,7 @@ static void acts_layout(struct model *m, struct carver *c) {
         slot_layout(m, &m->slots[i], c);
         m->mem.slot_bytes = c->bytes - before;
     }
+    m->mem.w_stash_bytes = (size_t)m->shard.n_slots * wstash_bytes(m);
     m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->loss_acc = carve(c, DTYPE_FP64, 1); // zeroed with the arena
@@ -384,6 +423,12 @@ static void acts_layout(struct model *m, struct carver *c) {
     }
 }
 
+// Whether the head's dW of a tied embedding gets its own buffer
+// (model.tied_dhead): split_backward on a rank running both passes.
+static bool model_tied_head_split(const struct model *m, const struct llama_config *cfg) {
+    return m->shard.split_backward && cfg->tie_embeddings && m->first && m->last;
+}
+
 // Fills the fields of m that the size table needs (no allocation).
 static enum status model_setup(struct model *m, const struct llama_config *cfg,
                                const struct model_shard *shard, enum dtype dtype, int B, int T,
@@ -428,6 +473,9 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     m->mem.n_params = total;
     m->mem.param_bytes = shard->no_param_arena ? 0 : total * dtype_size(dtype);
     m->mem.grad_bytes = shard->no_grad_arena ? 0 : total * dtype_size(grad_dtype(dtype));
+    if (model_tied_head_split(m, cfg) && m->mem.grad_bytes) // model.tied_dhead, after the arena
+        m->mem.grad_bytes = (m->mem.grad_bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN +
+                            (size_t)d.Vl * d.C * dtype_size(grad_dtype(dtype));
     struct param_info *p = xcalloc((size_t)m->n_params, sizeof *p);
     params_layout(cfg, shard, &d, p, &total);
     m->mem.n_units = units_layout(p, m->n_params, total, shard, NULL);
@@ -503,7 +551,8 @@ static void unit_bind(struct model *m, int u, struct tensor base, bool grads) {
     }
     case MODEL_UNIT_HEAD:
         *(grads ? &m->dnorm_w : &m->norm_w) = NEXT();
-        if (m->cfg.tie_embeddings) *(grads ? &m->dhead : &m->head) = grads ? m->dwte : m->wte;
+        if (m->cfg.tie_embeddings)
+            *(grads ? &m->dhead : &m->head) = !grads ? m->wte : m->tied_dhead.numel ? m->tied_dhead : m->dwte;
         else *(grads ? &m->dhead : &m->head) = NEXT();
         break;
     }
@@ -623,9 +672,16 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     }
     m->param_arena = tensor_view(pa, dtype, total);
     m->grad_arena = tensor_view(ga, grad_dtype(dtype), total);
+    m->tied_dhead = tensor_view(NULL, grad_dtype(dtype), 0);
+    if (ga && model_tied_head_split(m, cfg)) {
+        size_t at = (total * dtype_size(grad_dtype(dtype)) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+        m->tied_dhead = tensor_view((char *)ga + at, grad_dtype(dtype), (size_t)m->Vl * m->C);
+        backend_memset0(be, m->tied_dhead);
+    }
     m->act_arena = tensor_view(aa, DTYPE_I32, m->mem.activation_bytes / 4); // bytes, as 4-byte words
     struct carver c = {aa, 0};
     acts_layout(m, &c);
+    for (int i = 0; i < m->shard.n_slots; i++) m->slots[i].w_chunk = -1;
     blocks_bind(m);
     if (pa) backend_memset0(be, m->param_arena);
     if (ga) backend_memset0(be, m->grad_arena);
@@ -858,5 +914,6 @@ void model_set_grad_ready_hook(struct model *m, void (*fn)(void *ctx, size_t rea
 
 void model_zero_grad(struct model *m) {
     if (m->grad_arena.data) backend_memset0(m->be, m->grad_arena);
+    if (m->tied_dhead.numel) backend_memset0(m->be, m->tied_dhead);
 }
 

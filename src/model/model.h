@@ -139,7 +139,8 @@ struct model_shard {
                                 // where model_unit_bind points them (the trainer's buffers)
     bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
     bool split_backward;        // zero-bubble schedules (pipeline.h): each slot also keeps
-                                // what its deferred W reads (model_backward_chunk_input)
+                                // what its deferred W reads (model_backward_chunk_input;
+                                // model_memory.w_stash_bytes)
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
     enum recompute recompute;   // what the activation slots keep
@@ -181,12 +182,27 @@ struct param_info {
 // allocation): what model_init allocates, and what `trident plan` prints.
 struct model_memory {
     size_t param_bytes;      // weights in the model dtype
-    size_t grad_bytes;       // gradients (fp32, fp64 for an fp64 model)
+    size_t grad_bytes;       // gradients (fp32, fp64 for an fp64 model); with split_backward
+                             // on a rank holding the embedding's pass and a tied head (ZB-V's
+                             // stage 0) also a (Vl, C) buffer for the head's share
+                             // (model_finish_grads), after the arena's n_params (aligned)
     size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
-    size_t w_stash_bytes;    // of activation_bytes: the n_slots stashes of what a deferred W
-                             // reads (shard.split_backward; 0 otherwise)
+    size_t w_stash_bytes;    // of activation_bytes (and of slot_bytes, once): the n_slots
+                             // stashes of what a deferred W reads (shard.split_backward; 0
+                             // otherwise). Per block of the slot's largest chunk, in the
+                             // model dtype, each piece padded to 256 bytes: the weight
+                             // GEMMs' output gradients, d x[i+1] and d xmid (N, C), dgate
+                             // and dup (N, Fl), dq (N, Hl D), dk, dv (N, Hkvl D); the inputs
+                             // the slot does not keep: act (N, Fl), ln1 and ln2 (N, C) under
+                             // recompute selective or full, ln1 and ln2 (N, C) as
+                             // all-gathered under sequence parallelism, att (N, Hl D) under
+                             // full. The head: the final norm's output (N, C) under
+                             // recompute or sequence parallelism (dlogits stays in the slot).
+                             // Without a gradient arena (ZeRO-2/3) also, in the gradient
+                             // dtype, B's gradients of each block's vectors (ln1, ln2 (C),
+                             // biases, qk_norm gains) and the final norm's (C). N = B T / cp.
     size_t cp_bytes;         // of the scratch: the context-parallel ring's two travelling
                              // buffers and position table (0 at cp = 1; model.c acts_layout)
     size_t n_params;         // elements of this rank's parameters
@@ -280,7 +296,12 @@ void model_set_groups(struct model *m, const struct parallel_groups *groups);
 // After the last microbatch's backward: sums over the TP group the partial
 // gradients of tensors that several TP ranks hold: key/value heads copied
 // when tp > n_kv_heads, and the norm gains under sequence parallelism (each
-// rank saw only its rows). A no-op otherwise.
+// rank saw only its rows). With split_backward on a rank that runs both the
+// embedding's pass and a tied head's (ZB-V's stage 0), the head's share of
+// the embedding's gradient accumulated apart (model_memory.grad_bytes) and
+// is added now: dwte = embedding's + head's, the fp32 sum that 1F1B's
+// all-reduce of its two copies (first and last stage) makes; the buffer is
+// zeroed after. A no-op otherwise.
 void model_finish_grads(struct model *m);
 
 // Zeroes the gradient arena (start of a global batch).
@@ -354,9 +375,20 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
 // W runs those GEMMs (the same calls, beta = 1, in the same order within
 // the chunk) and frees the slot. A B then W of every microbatch in order
 // leaves the gradient arena bit-identical to model_backward_chunk's, in
-// every dtype, recompute mode and under tp, sp and cp. Under ZeRO-2/3 the
-// unit's gradients are final (MODEL_UNIT_BACKWARD_DONE, the reduce-scatter)
-// when its W is done.
+// every dtype, recompute mode and under tp, sp and cp; so does any order in
+// which, per chunk, the B's run in microbatch order and the W's too (B of
+// microbatch k + 1 may come before W of k): each gradient tensor sees the
+// same accumulations in the same order (a tensor is written by B or by W,
+// never both; a tied head's dW on the embedding's rank goes apart:
+// model_finish_grads). A slot's B then W must be of the same chunk; another
+// backward of the slot before its W aborts (CHECK). Unit events (enum
+// model_unit_event): B reports BACKWARD / INPUT_DONE per unit, W WEIGHT /
+// WEIGHT_DONE, and grads_ready fires in W where the fused pass fires it;
+// the embedding, whose gradient is no GEMM, runs whole in B with
+// BACKWARD / BACKWARD_DONE (its W reports grads_ready(0) only). Without a
+// gradient arena (ZeRO-2/3, fsdp.h) the unit's non-GEMM gradients go through
+// the stash so that its W's buffer holds the microbatch's whole gradient
+// when WEIGHT_DONE reduce-scatters it. Not for FP8 blocks (CHECK).
 void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
                                 const void *dout, void *din);
 void model_backward_chunk_weight(struct model *m, int chunk, int slot);
@@ -413,8 +445,18 @@ void model_unit_bind(struct model *m, int u, void *params, void *grads);
 // the hook the passes do not fuse a block's last residual add with the
 // next unit's norm (the bits are the same: backend_add_rmsnorm_forward), so
 // a unit's pass reads only its own parameters.
+// With the backward split (model_backward_chunk_input / _weight) a unit's B
+// runs between BACKWARD (parameters and gradient views needed: B writes the
+// gradients that are no GEMM, the norm gains, biases, the embedding's) and
+// INPUT_DONE (its parameters are no longer needed; its gradient views must
+// stay where B wrote until its W), and its W between WEIGHT (its gradient
+// views needed, as bound for its B; no parameter is read) and WEIGHT_DONE
+// (its gradients are final for the microbatch: what BACKWARD_DONE says of
+// the fused pass; grads_ready fires after it). The embedding's W has no
+// work, only the two events.
 enum model_unit_event {
-    MODEL_UNIT_FORWARD, MODEL_UNIT_FORWARD_DONE, MODEL_UNIT_BACKWARD, MODEL_UNIT_BACKWARD_DONE
+    MODEL_UNIT_FORWARD, MODEL_UNIT_FORWARD_DONE, MODEL_UNIT_BACKWARD, MODEL_UNIT_BACKWARD_DONE,
+    MODEL_UNIT_INPUT_DONE, MODEL_UNIT_WEIGHT, MODEL_UNIT_WEIGHT_DONE
 };
 void model_set_unit_hook(struct model *m, void (*fn)(void *ctx, int unit, enum model_unit_event ev),
                          void *ctx);

@@ -61,6 +61,13 @@ struct slot {
                                    // under cp > 1 their global positions (ring_attention.h)
     struct tensor rope_pos;        // (N,) I32 under cp > 1: RoPE's doc_start argument,
                                    // t - (global position - document start); else empty
+    // shard.split_backward (model.h, model_memory.w_stash_bytes): what the
+    // deferred W of this slot's B reads, in the model dtype (model.c,
+    // wstash_numel); else empty. w_chunk: the chunk whose W is pending (-1:
+    // none); w_used: the stash elements its B wrote.
+    struct tensor wstash;
+    int w_chunk;
+    size_t w_used;
 };
 
 // Generation's key/value cache (model_kv_cache_init, model_decode_chunk):
@@ -128,6 +135,13 @@ struct model {
     struct tensor wte, dwte;       // (Vl, C) embedding, when held
     struct tensor norm_w, dnorm_w; // (C,) final norm (last stage)
     struct tensor head, dhead;     // (Vl, C) lm_head or the tied embedding
+    // (Vl, C) gradient dtype: with split_backward on a rank that runs both the
+    // embedding's and the tied head's pass (ZB-V's stage 0), the head's dW of
+    // the tied weight accumulates here (dhead points at it), and
+    // model_finish_grads adds it to dwte: the sum 1F1B's two copies make
+    // (model.h, model_finish_grads). Lives past the gradient arena's
+    // n_params elements, in the same allocation; else empty.
+    struct tensor tied_dhead;
     struct block *blocks, *dblocks;
 
     struct slot *slots;            // (n_slots)

@@ -107,6 +107,10 @@ void model_finish_unit_grads(struct model *m, int u) {
 
 void model_finish_grads(struct model *m) {
     for (int u = 0; u < m->n_units; u++) model_finish_unit_grads(m, u);
+    if (m->tied_dhead.numel) { // the embedding's gradient + the head's, then the buffer emptied
+        backend_add(m->be, m->dwte, m->dwte, m->tied_dhead, m->tied_dhead.numel);
+        backend_memset0(m->be, m->tied_dhead);
+    }
 }
 
 // ---- forward ---------------------------------------------------------------------
@@ -154,11 +158,76 @@ struct next_norm {
     struct tensor y, rstd, w;
 };
 
-// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in).
-static void linear_backward(struct model *m, struct tensor dx, float beta_dx, struct tensor dw,
-                            struct tensor dy, struct tensor x, struct tensor w, int out, int in) {
-    backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
-    backend_matmul(m->be, dw, dy, x, out, in, m->N, true, false, 1.0f, 1.0f);
+// Which part of a backward pass runs (model.h): all of it (model_backward_chunk),
+// B (model_backward_chunk_input: every op but the weight-gradient GEMMs, whose
+// operands it stashes) or W (model_backward_chunk_weight: only those GEMMs,
+// from the stash). One walk over the same code in every mode, so B and W of a
+// microbatch issue exactly the fused pass's ops (Qi et al. 2024 §2).
+enum bwd_mode { BWD_FUSED, BWD_INPUT, BWD_WEIGHT };
+struct bwd {
+    enum bwd_mode mode;
+    char *stash;          // the slot's W stash (model.c, slot_layout), cap bytes
+    size_t cap, at;       // bytes of it, and used so far by this walk
+    struct tensor last_x; // the previous weight-gradient GEMM's x (a stash piece under split)
+};
+
+// The walk runs the input half: everything but the weight-gradient GEMMs.
+static bool bwd_input(const struct bwd *b) { return b->mode != BWD_WEIGHT; }
+
+// The next n elements (src's dtype) of the stash, TENSOR_ALIGN-aligned: B
+// copies src there, W reads them (src's data unused).
+static struct tensor stash_piece(struct model *m, struct bwd *b, struct tensor src, size_t n) {
+    size_t bytes = n * dtype_size(src.dtype);
+    CHECK(b->at + bytes <= b->cap, "W stash: %zu + %zu bytes of %zu (model.c, wstash_bytes)", b->at,
+          bytes, b->cap);
+    struct tensor t = tensor_view(b->stash + b->at, src.dtype, n);
+    b->at += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+    if (b->mode == BWD_INPUT) backend_copy(m->be, t, src, n);
+    return t;
+}
+
+// Without a gradient arena (ZeRO-2/3) the unit's gradient views B wrote
+// (fsdp's buffer, reused before the W) are not those the W writes: at the
+// end of B the unit's gradients that are no GEMM's (the vectors: norm
+// gains, biases) go to the stash, and at the end of the W come back into
+// the views bound for it, which then hold the fused pass's gradients of
+// the microbatch (zero-initialised buffers both: the same bits).
+static void unit_input_grads(struct model *m, struct bwd *b, int u) {
+    if (b->mode == BWD_FUSED || !m->shard.no_grad_arena || u < 0) return;
+    const struct model_unit *un = &m->units[u];
+    for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+        const struct param_info *p = &m->params[i];
+        if (p->cols != 1) continue;
+        struct tensor g = tensor_slice(m->unit_grads[u], p->offset - un->begin, p->numel);
+        struct tensor t = stash_piece(m, b, g, p->numel);
+        if (b->mode == BWD_WEIGHT) backend_copy(m->be, g, t, p->numel);
+    }
+}
+
+// A weight-gradient GEMM dw (M, Nn) += op(dy) (M, K) @ op(x) (K, Nn)
+// (backend_matmul, beta 1): run now (fused), its operands stashed (B) or run
+// from the stash (W). dy_kept / x_kept: the operand lives in the slot until
+// the W (not stashed; W reads the slot's tensor, which it must be given);
+// same_x: x is the previous GEMM's x, stashed once.
+static void wgrad(struct model *m, struct bwd *b, struct tensor dw, struct tensor dy, bool dy_kept,
+                  struct tensor x, bool x_kept, bool same_x, int M, int Nn, int K, bool ta,
+                  bool tb) {
+    if (b->mode != BWD_FUSED) {
+        if (!dy_kept) dy = stash_piece(m, b, dy, (size_t)M * K);
+        if (!x_kept) x = same_x ? b->last_x : stash_piece(m, b, x, (size_t)K * Nn);
+        b->last_x = x;
+        if (b->mode == BWD_INPUT) return;
+    }
+    backend_matmul(m->be, dw, dy, x, M, Nn, K, ta, tb, 1.0f, 1.0f);
+}
+
+// dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in)
+// (the latter through wgrad, with its flags).
+static void linear_backward(struct model *m, struct bwd *b, struct tensor dx, float beta_dx,
+                            struct tensor dw, struct tensor dy, bool dy_kept, struct tensor x,
+                            bool x_kept, bool same_x, struct tensor w, int out, int in) {
+    if (bwd_input(b)) backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
+    wgrad(m, b, dw, dy, dy_kept, x, x_kept, same_x, out, in, m->N, true, false);
 }
 
 // a and b as one tensor when b follows a in memory (a numel 0 view otherwise):
@@ -274,12 +343,13 @@ static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, i
 // RoPE's inverse); d[Wq; Wk; Wv] +=: the join (inverse RoPE and packing into
 // m->qkv), the biases' column sums and two GEMMs over the consecutive
 // weights and gradients, else attn_qkv_post_backward and six GEMMs (in FP8
-// for an FP8 block blk).
+// for an FP8 block blk). The weight GEMMs through wgrad (b's mode; n1_kept:
+// the slot keeps n1 until the W); under W only they run.
 static void qkv_backward(struct model *m, struct slot *S, const struct block_acts *a, int blk,
-                         struct tensor n1) {
+                         struct bwd *b, struct tensor n1, bool n1_kept) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
-    bool f8 = model_fp8_block(m, blk);
+    bool f8 = model_fp8_block(m, blk), in = bwd_input(b);
     struct tensor none = tensor_view(NULL, m->dtype, 0);
     int C = m->C, HD = m->Hl * m->D, KD = m->Hkvl * m->D;
     struct tensor ds = rope_docs_of(m, S);
@@ -289,26 +359,29 @@ static void qkv_backward(struct model *m, struct slot *S, const struct block_act
     bool fused = wqkv.numel && dwqkv.numel && !m->cfg.qk_norm &&
                  (!m->cfg.qkv_bias || dbqkv.numel);
     if (fused) {
-        backend_rope_qkv_join(be, m->qkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, ds, m->B,
-                              m->T, m->Hl, m->Hkvl, m->D);
-        if (m->cfg.qkv_bias) bias_backward(m, dbqkv, m->qkv, HD + 2 * KD);
+        if (in) {
+            backend_rope_qkv_join(be, m->qkv, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, ds,
+                                  m->B, m->T, m->Hl, m->Hkvl, m->D);
+            if (m->cfg.qkv_bias) bias_backward(m, dbqkv, m->qkv, HD + 2 * KD);
+        }
         if (f8)
             model_fp8_qkv_backward(m, blk, m->dln, n1, m->qkv, dwqkv, none, none, none, none, none,
                                    none);
         else
-            linear_backward(m, m->dln, 0.0f, dwqkv, m->qkv, n1, wqkv, HD + 2 * KD, C);
+            linear_backward(m, b, m->dln, 0.0f, dwqkv, m->qkv, false, n1, n1_kept, false, wqkv,
+                            HD + 2 * KD, C);
         return;
     }
-    struct tensor dqp, dkp;
-    attn_qkv_post_backward(m, S, a, w, dw, m->dq, m->dk, m->dv, &dqp, &dkp);
+    struct tensor dqp = m->dq, dkp = m->dk; // W reads them from the stash
+    if (in) attn_qkv_post_backward(m, S, a, w, dw, m->dq, m->dk, m->dv, &dqp, &dkp);
     if (f8) {
         struct tensor g = tensor_view(NULL, DTYPE_FP32, 0);
         model_fp8_qkv_backward(m, blk, m->dln, n1, none, g, dqp, dkp, m->dv, dw->wq, dw->wk, dw->wv);
         return;
     }
-    linear_backward(m, m->dln, 0.0f, dw->wq, dqp, n1, w->wq, HD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wk, dkp, n1, w->wk, KD, C);
-    linear_backward(m, m->dln, 1.0f, dw->wv, m->dv, n1, w->wv, KD, C);
+    linear_backward(m, b, m->dln, 0.0f, dw->wq, dqp, false, n1, n1_kept, false, w->wq, HD, C);
+    linear_backward(m, b, m->dln, 1.0f, dw->wk, dkp, false, n1, n1_kept, true, w->wk, KD, C);
+    linear_backward(m, b, m->dln, 1.0f, dw->wv, m->dv, false, n1, n1_kept, true, w->wv, KD, C);
 }
 
 // The MLP's gate and up projections are stored transposed, gate^T and up^T
@@ -336,25 +409,30 @@ static void gate_up_forward(struct model *m, struct block_acts *a, int blk, stru
 }
 
 // dln (N, C) = [dgate^T; dup^T]^T @ [Wgate; Wup]; d[Wgate; Wup] += [dgate^T;
-// dup^T] @ n2, from m->dgate, m->dup (Fl, N) each.
-static void gate_up_backward(struct model *m, int blk, struct tensor n2) {
+// dup^T] @ n2, from m->dgate, m->dup (Fl, N) each; the weight GEMMs through
+// wgrad (b's mode; n2_kept as qkv_backward's n1_kept).
+static void gate_up_backward(struct model *m, int blk, struct bwd *b, struct tensor n2,
+                             bool n2_kept) {
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct tensor wgu = joined(w->wgate, w->wup), dwgu = joined(dw->wgate, dw->wup);
     struct tensor dgu = joined(m->dgate, m->dup);
     int Fl = m->Fl, C = m->C, N = m->N;
+    bool in = bwd_input(b);
     if (model_fp8_block(m, blk)) {
         model_fp8_gate_up_backward(m, blk, m->dln, dwgu, dw->wgate, dw->wup, m->dgate, m->dup, n2);
         return;
     }
     if (wgu.numel && dwgu.numel && dgu.numel) {
-        backend_matmul(m->be, m->dln, dgu, wgu, N, C, 2 * Fl, true, false, 1.0f, 0.0f);
-        backend_matmul(m->be, dwgu, dgu, n2, 2 * Fl, C, N, false, false, 1.0f, 1.0f);
+        if (in) backend_matmul(m->be, m->dln, dgu, wgu, N, C, 2 * Fl, true, false, 1.0f, 0.0f);
+        wgrad(m, b, dwgu, dgu, false, n2, n2_kept, false, 2 * Fl, C, N, false, false);
         return;
     }
-    backend_matmul(m->be, m->dln, m->dgate, w->wgate, N, C, Fl, true, false, 1.0f, 0.0f);
-    backend_matmul(m->be, m->dln, m->dup, w->wup, N, C, Fl, true, false, 1.0f, 1.0f);
-    backend_matmul(m->be, dw->wgate, m->dgate, n2, Fl, C, N, false, false, 1.0f, 1.0f);
-    backend_matmul(m->be, dw->wup, m->dup, n2, Fl, C, N, false, false, 1.0f, 1.0f);
+    if (in) {
+        backend_matmul(m->be, m->dln, m->dgate, w->wgate, N, C, Fl, true, false, 1.0f, 0.0f);
+        backend_matmul(m->be, m->dln, m->dup, w->wup, N, C, Fl, true, false, 1.0f, 1.0f);
+    }
+    wgrad(m, b, dw->wgate, m->dgate, false, n2, n2_kept, false, Fl, C, N, false, false);
+    wgrad(m, b, dw->wup, m->dup, false, n2, n2_kept, true, Fl, C, N, false, false);
 }
 
 // Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
@@ -636,109 +714,174 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     m->fp8.recomputing = false;
 }
 
-// On entry m->dx (Ns, C) holds d x[i+1]; on exit d x[i].
-static void block_backward(struct model *m, struct slot *S, int blk, int i) {
+// On entry m->dx (Ns, C) holds d x[i+1]; on exit d x[i] (B and fused). The
+// weight GEMMs through wgrad: an operand is kept by the slot until the W
+// when its recompute mode keeps it there and no sequence-parallel gather
+// (m->ln_full, shared) produced it; else B stashes it.
+static void block_backward(struct model *m, struct slot *S, int blk, int i, struct bwd *b) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct block_acts *a = &S->acts[i];
     int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, Fl = m->Fl;
-    bool f8 = model_fp8_block(m, blk);
+    bool f8 = model_fp8_block(m, blk), in = bwd_input(b);
+    bool none = m->shard.recompute == RECOMPUTE_NONE, full = m->shard.recompute == RECOMPUTE_FULL;
+    bool ln_kept = none && !m->sp; // the GEMMs read the slot's own ln1, ln2
+    CHECK(!f8 || b->mode == BWD_FUSED, "FP8 block %d: the backward split is not built for FP8 "
+          "GEMMs (config_validate refuses precision.fp8 with a split schedule)", blk);
     if (f8) model_fp8_weights(m, blk, w); // cast by the forward already: a no-op
     // x[i+1] = xmid + down(act): d xmid += dx through the residual.
     // (transposed: dact^T (Fl, N) = Wdown^T @ dx^T; dWdown += dx^T @ act)
-    sp_gather(m, m->dx_full, m->dx);
+    if (in) sp_gather(m, m->dx_full, m->dx);
     if (f8) {
         model_fp8_down_backward(m, blk, m->dact, dw->wdown, m->dx_full, a->act);
     } else {
-        backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
-        backend_matmul(be, dw->wdown, m->dx_full, a->act, C, Fl, N, true, true, 1.0f, 1.0f);
+        if (in) backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
+        wgrad(m, b, dw->wdown, m->dx_full, false, a->act, none, false, C, Fl, N, true, true);
     }
-    backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-    gate_up_backward(m, blk, gathered(m, a->ln2));
-    sp_reduce(m, m->dln_s, m->dln);
-    backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
-    // xmid = x[i] + o(att)
-    sp_gather(m, m->dx_full, m->dx);
+    if (in) backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
+    gate_up_backward(m, blk, b, in ? gathered(m, a->ln2) : a->ln2, ln_kept);
+    if (in) {
+        sp_reduce(m, m->dln_s, m->dln);
+        backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
+        // xmid = x[i] + o(att)
+        sp_gather(m, m->dx_full, m->dx);
+    }
     if (f8) {
         model_fp8_o_backward(m, blk, m->datt, dw->wo, m->dx_full, a->att);
     } else {
-        backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
-        backend_matmul(be, dw->wo, m->dx_full, a->att, C, HD, N, true, false, 1.0f, 1.0f);
+        if (in) backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
+        wgrad(m, b, dw->wo, m->dx_full, false, a->att, !full, false, C, HD, N, true, false);
     }
-    if (m->cp > 1) {
+    if (in && m->cp > 1) {
         ring_attention_backward(m, S, a, m->datt);
-    } else {
+    } else if (in) {
         struct tensor ds = docs_of(m, S);
         backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
                                         a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
     }
-    qkv_backward(m, S, a, blk, gathered(m, a->ln1));
+    qkv_backward(m, S, a, blk, b, in ? gathered(m, a->ln1) : a->ln1, ln_kept);
+    if (!in) return;
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
 }
 
+// A unit's part of the pass begins: its parameters (B, fused) or its
+// gradient views (W) are needed (model.h, enum model_unit_event).
+static void unit_begin(struct model *m, const struct bwd *b, int unit) {
+    model_unit_event(m, unit, b->mode == BWD_WEIGHT ? MODEL_UNIT_WEIGHT : MODEL_UNIT_BACKWARD);
+}
+
+// A unit's part of the pass has ended; its gradients from arena offset
+// `from` on are final (fused, W: grads_ready) or wait for the W (B).
+static void unit_end(struct model *m, struct bwd *b, int unit, size_t from) {
+    static const enum model_unit_event done[] = {
+        [BWD_FUSED] = MODEL_UNIT_BACKWARD_DONE, [BWD_INPUT] = MODEL_UNIT_INPUT_DONE,
+        [BWD_WEIGHT] = MODEL_UNIT_WEIGHT_DONE};
+    unit_input_grads(m, b, unit);
+    model_unit_event(m, unit, done[b->mode]);
+    if (b->mode != BWD_INPUT) grads_ready(m, from);
+}
+
+// The backward of chunk `chunk` on slot `slot` in b's mode (fused: all of it;
+// B: all but the weight GEMMs, whose operands go to the slot's stash; W:
+// those GEMMs). The head's dlogits stays in the slot (no stash).
 static void backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
-                           const void *dout, void *din) {
+                           const void *dout, void *din, struct bwd *b) {
     struct backend *be = m->be;
     struct slot *S = slot_of(m, slot);
     int N = m->N, C = m->C, nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
+    bool in = bwd_input(b);
+    if (b->mode == BWD_WEIGHT)
+        CHECK(S->w_chunk == chunk, "model_backward_chunk_weight(chunk %d, slot %d): %s", chunk,
+              slot, S->w_chunk < 0 ? "no B of that slot waits for its W"
+                                   : "the slot's B was of another chunk");
+    else
+        CHECK(S->w_chunk < 0, "backward of chunk %d on slot %d before the W of its last B (chunk %d)",
+              chunk, slot, S->w_chunk);
+    b->stash = S->wstash.data, b->cap = S->wstash.numel * dtype_size(S->wstash.dtype);
     if (model_chunk_last(m, chunk)) {
         // Under recompute, dlogits is the logits' own storage (model.c) and
         // the final norm's output is recomputed.
-        model_unit_event(m, m->head_unit, MODEL_UNIT_BACKWARD);
-        backend_ce_backward(be, S->dlogits, S->logits, S->lse, S->targets, N, m->Vl, m->Vvalid,
-                            m->vocab_start, m->cfg.vocab_size, m->cfg.label_smoothing,
-                            IGNORE_INDEX, loss_scale);
-        if (m->shard.recompute != RECOMPUTE_NONE)
-            backend_rmsnorm_forward(be, S->lnf, S->rstdf, S->x[nl], m->norm_w, m->Ns, C,
-                                    m->cfg.norm_eps);
-        linear_backward(m, m->dln, 0.0f, m->dhead, S->dlogits, gathered(m, S->lnf), m->head,
-                        m->Vl, C);
-        sp_reduce(m, m->dln_s, m->dln);
-        backend_memset0(be, m->dx);
-        backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln_s, S->x[nl], m->norm_w, S->rstdf,
-                                 m->Ns, C);
-        model_unit_event(m, m->head_unit, MODEL_UNIT_BACKWARD_DONE);
+        unit_begin(m, b, m->head_unit);
+        if (in) {
+            backend_ce_backward(be, S->dlogits, S->logits, S->lse, S->targets, N, m->Vl, m->Vvalid,
+                                m->vocab_start, m->cfg.vocab_size, m->cfg.label_smoothing,
+                                IGNORE_INDEX, loss_scale);
+            if (m->shard.recompute != RECOMPUTE_NONE)
+                backend_rmsnorm_forward(be, S->lnf, S->rstdf, S->x[nl], m->norm_w, m->Ns, C,
+                                        m->cfg.norm_eps);
+        }
+        bool lnf_kept = m->shard.recompute == RECOMPUTE_NONE && !m->sp;
+        linear_backward(m, b, m->dln, 0.0f, m->dhead, S->dlogits, true,
+                        in ? gathered(m, S->lnf) : S->lnf, lnf_kept, false, m->head, m->Vl, C);
+        if (in) {
+            sp_reduce(m, m->dln_s, m->dln);
+            backend_memset0(be, m->dx);
+            backend_rmsnorm_backward(be, m->dx, m->dnorm_w, m->dln_s, S->x[nl], m->norm_w, S->rstdf,
+                                     m->Ns, C);
+        }
         // A tied embedding sits at offset 0, so it is not final before the end.
-        grads_ready(m, m->head_offset);
-    } else {
+        unit_end(m, b, m->head_unit, m->head_offset);
+    } else if (in) {
         message_in(m, m->dx, dout);
     }
     for (int i = nl - 1; i >= 0; i--) {
-        model_unit_event(m, m->block_unit[b0 + i], MODEL_UNIT_BACKWARD);
-        block_recompute(m, S, b0 + i, i);
-        block_backward(m, S, b0 + i, i);
-        model_unit_event(m, m->block_unit[b0 + i], MODEL_UNIT_BACKWARD_DONE);
-        grads_ready(m, m->block_offset[b0 + i]);
+        unit_begin(m, b, m->block_unit[b0 + i]);
+        if (in) block_recompute(m, S, b0 + i, i);
+        block_backward(m, S, b0 + i, i, b);
+        unit_end(m, b, m->block_unit[b0 + i], m->block_offset[b0 + i]);
     }
     if (model_chunk_first(m, chunk)) {
-        sp_gather(m, m->dx_full, m->dx);
-        model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD);
-        backend_embedding_backward(be, m->dwte, m->dx_full, S->tokens, N, C, m->vocab_start, m->Vl);
-        model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD_DONE);
-        grads_ready(m, 0);
-    } else {
+        // The embedding's gradient is no GEMM: B runs it whole, with the
+        // fused pass's unit events (final at its end); its W has no work
+        // and no event, only the gradient-ready report (every block's W
+        // precedes it).
+        if (in) {
+            model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD);
+            sp_gather(m, m->dx_full, m->dx);
+            backend_embedding_backward(be, m->dwte, m->dx_full, S->tokens, N, C, m->vocab_start,
+                                       m->Vl);
+            model_unit_event(m, m->embed_unit, MODEL_UNIT_BACKWARD_DONE);
+        }
+        if (b->mode != BWD_INPUT) grads_ready(m, 0);
+    } else if (in) {
         message_out(m, din, m->dx);
+    }
+    if (b->mode == BWD_INPUT) S->w_chunk = chunk, S->w_used = b->at;
+    if (b->mode == BWD_WEIGHT) {
+        CHECK(b->at == S->w_used, "W of chunk %d read %zu stash bytes, its B wrote %zu", chunk,
+              b->at, S->w_used);
+        S->w_chunk = -1;
     }
 }
 
-// The pass inside an NVTX range "backward" (src/base/nvtx.h).
+// The passes inside NVTX ranges "backward", "backward_input", "backward_weight"
+// (src/base/nvtx.h).
 void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
                           const void *dout, void *din) {
+    struct bwd b = {.mode = BWD_FUSED};
     NVTX_PUSH("backward");
-    backward_chunk(m, chunk, slot, loss_scale, dout, din);
+    backward_chunk(m, chunk, slot, loss_scale, dout, din, &b);
     NVTX_POP();
 }
 
 void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
                                 const void *dout, void *din) {
-    (void)m, (void)chunk, (void)slot, (void)loss_scale, (void)dout, (void)din;
-    CHECK(false, "model_backward_chunk_input: not built yet (issue 30)");
+    CHECK(m->shard.split_backward, "model_backward_chunk_input on a model without "
+          "model_shard.split_backward (no W stash)");
+    struct bwd b = {.mode = BWD_INPUT};
+    NVTX_PUSH("backward_input");
+    backward_chunk(m, chunk, slot, loss_scale, dout, din, &b);
+    NVTX_POP();
 }
 
 void model_backward_chunk_weight(struct model *m, int chunk, int slot) {
-    (void)m, (void)chunk, (void)slot;
-    CHECK(false, "model_backward_chunk_weight: not built yet (issue 30)");
+    CHECK(m->shard.split_backward, "model_backward_chunk_weight on a model without "
+          "model_shard.split_backward (no W stash)");
+    struct bwd b = {.mode = BWD_WEIGHT};
+    NVTX_PUSH("backward_weight");
+    backward_chunk(m, chunk, slot, 0.0, NULL, NULL, &b);
+    NVTX_POP();
 }
 
 void model_backward(struct model *m, double loss_scale) {

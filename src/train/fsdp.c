@@ -194,6 +194,14 @@ static void grads_reduce(struct fsdp *f, int u) {
     rs_start(f, k, u);
 }
 
+// After unit u's B (the split backward): its buffer, bound at its BACKWARD,
+// holds nothing the W needs (model_pass.c stashed it): free for the next bind.
+static void grads_drop(struct fsdp *f, int u) {
+    struct grad_buf *k = f->gb[0].unit == u && !f->gb[0].pending ? &f->gb[0] : &f->gb[1];
+    CHECK(k->unit == u && !k->pending, "fsdp: unit %d has no gradient buffer", u);
+    k->unit = -1;
+}
+
 // Before the head's backward with a tied embedding: the embedding's
 // gradients bound to their own buffer, zeroed (after its previous
 // reduce-scatter), to which the head and then the embedding's pass add.
@@ -248,6 +256,28 @@ static void on_unit(void *ctx, int u, enum model_unit_event ev) {
         if (f->tied && u == f->head && !f->embed_pass) rs_start(f, &f->tied_gb, f->embed);
         if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
         break;
+    // The split backward (model.h: B between BACKWARD and INPUT_DONE, W
+    // between WEIGHT and WEIGHT_DONE). B's gradients that are no GEMM's went
+    // to the model's stash at INPUT_DONE, so its buffer is free again; the W
+    // gets a zeroed one, the model puts them back at its end, and the
+    // reduce-scatter starts then: per microbatch, as the fused pass does.
+    case MODEL_UNIT_INPUT_DONE:
+        grads_drop(f, u);
+        if (z3 && f->cfg.reshard_after_forward) params_release(f, u);
+        break;
+    case MODEL_UNIT_WEIGHT:
+        CHECK(!tied_embed, "fsdp: a W of the embedding unit (the model reports none)");
+        if (f->tied && u == f->head) {
+            CHECK(!f->embed_pass, "fsdp: a tied embedding with the split backward on the rank of "
+                  "its pass (ZB-V's stage 0) is not built: config_validate refuses it");
+            tied_bind(f);
+        }
+        grads_bind(f, u);
+        break;
+    case MODEL_UNIT_WEIGHT_DONE:
+        grads_reduce(f, u);
+        if (f->tied && u == f->head) rs_start(f, &f->tied_gb, f->embed);
+        break;
     }
     fsdp_poll(f);
 }
@@ -270,7 +300,9 @@ void fsdp_step_begin(struct fsdp *f) {
 void fsdp_fault_grad_inf(struct fsdp *f) { f->fault_grad_inf = true; }
 
 void fsdp_step_end(struct fsdp *f) {
-    for (int k = 0; k < 2; k++) rs_complete(f, &f->gb[k]);
+    // the older first (next_gb is bound next: the least recently bound), so
+    // a unit's results add into its shard in the order of its backwards
+    for (int k = 0; k < 2; k++) rs_complete(f, &f->gb[f->next_gb ^ k]);
     rs_complete(f, &f->tied_gb);
     f->kept = -1;
     for (int u = 0; u < f->n_units; u++) gather_release(f, u);
