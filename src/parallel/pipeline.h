@@ -130,6 +130,18 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
 // 0 when pipeline_schedule would refuse.
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
 
+// Split schedules: the peak number of (micro, chunk) of stage s whose B has
+// run and whose W has not (the W stashes alive at once), and of those whose
+// F has run and whose B has not (the activations a B still reads). ZB-H1:
+// s + 1 and p - s (1F1B's activations), for every m >= p; ZB-V: 2 s + 1
+// and 2 p chunks once m >= 2 p - 1. A model that keeps W's operands apart
+// from the activations needs pipeline_max_w_pending stashes beside
+// pipeline_max_b_pending activation slots, not pipeline_max_in_flight slots
+// of both (ZB-H1 stage 0: p + 1 instead of 2 p). 0 for the other schedules
+// and for refused arguments. (Tables' peaks, tests/unit/test_pipeline.c.)
+int pipeline_max_w_pending(enum pp_schedule kind, int p, int s, int m, int v);
+int pipeline_max_b_pending(enum pp_schedule kind, int p, int s, int m, int v);
+
 // The virtual stage (0 .. p v - 1) of chunk on stage s: chunk * p + s, or
 // under ZBV s (chunk 0) and 2 p - 1 - s (chunk 1).
 // Virtual stage u holds layers [u L / (p v), (u + 1) L / (p v)).

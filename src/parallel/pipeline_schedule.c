@@ -258,6 +258,38 @@ static int order_peak(const struct pp_op *ops, int n) {
     return peak;
 }
 
+// The peak number of (micro, chunk) between an op of kind `from` and one of
+// kind `to`.
+static int order_peak_between(const struct pp_op *ops, int n, enum pp_op_kind from,
+                              enum pp_op_kind to) {
+    int live = 0, peak = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].kind == from) {
+            live++;
+            peak = MAX(peak, live);
+        }
+        if (ops[i].kind == to) live--;
+    }
+    return peak;
+}
+
+static int split_peak(enum pp_schedule kind, int p, int s, int m, int v, enum pp_op_kind from,
+                      enum pp_op_kind to) {
+    if (!pipeline_schedule_splits(kind) || check_args(kind, p, s, m, v, NULL) != STATUS_OK) return 0;
+    struct pp_op *ops = xmalloc(sizeof(struct pp_op) * 3 * (size_t)m * v);
+    int peak = order_peak_between(ops, build_order(kind, p, s, m, v, ops), from, to);
+    free(ops);
+    return peak;
+}
+
+int pipeline_max_w_pending(enum pp_schedule kind, int p, int s, int m, int v) {
+    return split_peak(kind, p, s, m, v, PP_BACKWARD_INPUT, PP_BACKWARD_WEIGHT);
+}
+
+int pipeline_max_b_pending(enum pp_schedule kind, int p, int s, int m, int v) {
+    return split_peak(kind, p, s, m, v, PP_FORWARD, PP_BACKWARD_INPUT);
+}
+
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v) {
     if (check_args(kind, p, s, m, v, NULL) != STATUS_OK) return 0;
     if (!pipeline_schedule_splits(kind)) {

@@ -66,6 +66,7 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
     int w_at[MAX_M * MAX_V], slot_of[MAX_M * MAX_V];
     int max = pipeline_max_in_flight(kind, p, s, m, v), owner[64], live = 0, peak = 0, bad = 0;
     int next_b[MAX_V] = {0}, next_w[MAX_V] = {0}, order = 0;
+    int b_live = 0, b_peak = 0, w_live = 0, w_peak = 0; // F to B, B to W
     EXPECT(pipeline_op_count(kind, p, s, m, v) == n, "%s p=%d s=%d m=%d: %d ops, expected %d",
            pipeline_schedule_name(kind), p, s, m, pipeline_op_count(kind, p, s, m, v), n);
     for (int i = 0; i < m * v; i++) fwd_at[i] = bwd_at[i] = w_at[i] = -1;
@@ -86,17 +87,25 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
             fwd_at[id] = i, slot_of[id] = op->slot, owner[op->slot] = id;
             live++;
             peak = MAX(peak, live);
+            b_live++;
+            b_peak = MAX(b_peak, b_live);
         } else if (op->kind == PP_BACKWARD_WEIGHT) {
             bad += w_at[id] != -1 || bwd_at[id] == -1 || slot_of[id] != op->slot ||
                    owner[op->slot] != id;
             order += op->micro != next_w[op->chunk]++;
             w_at[id] = i, owner[op->slot] = -1;
             live--;
+            w_live--;
         } else {
             bad += bwd_at[id] != -1 || fwd_at[id] == -1 || slot_of[id] != op->slot ||
                    owner[op->slot] != id;
             if (split) order += op->micro != next_b[op->chunk]++;
             bwd_at[id] = i;
+            b_live--;
+            if (split) {
+                w_live++;
+                w_peak = MAX(w_peak, w_live);
+            }
             if (op->kind == PP_BACKWARD) owner[op->slot] = -1, live--;
         }
     }
@@ -124,6 +133,21 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
                (!tight || peak == in_flight_bound(kind, p, s, m, v)),
            "%s p=%d s=%d m=%d v=%d: peak in flight %d, max_in_flight %d, bound %d",
            pipeline_schedule_name(kind), p, s, m, v, peak, max, in_flight_bound(kind, p, s, m, v));
+    // The split schedules' two pools: stashes B to W, activations F to B
+    // (ZB-H1: s + 1 and 1F1B's p - s; ZB-V: 2 s + 1 and 2 p once m >= 2p - 1).
+    int want_w = kind == PP_SCHEDULE_ZB_H1 ? s + 1 : 2 * s + 1;
+    int want_b = kind == PP_SCHEDULE_ZB_H1 ? p - s : 2 * p;
+    bool exact = kind == PP_SCHEDULE_ZB_H1 || (kind == PP_SCHEDULE_ZBV && m >= 2 * p - 1);
+    EXPECT(!split || (pipeline_max_w_pending(kind, p, s, m, v) == w_peak &&
+                      pipeline_max_b_pending(kind, p, s, m, v) == b_peak &&
+                      (!exact || (w_peak == want_w && b_peak == want_b))),
+           "%s p=%d s=%d m=%d: B to W peak %d (api %d, expected %d), F to B %d (api %d, "
+           "expected %d)", pipeline_schedule_name(kind), p, s, m, w_peak,
+           pipeline_max_w_pending(kind, p, s, m, v), want_w, b_peak,
+           pipeline_max_b_pending(kind, p, s, m, v), want_b);
+    EXPECT(split || (pipeline_max_w_pending(kind, p, s, m, v) == 0 &&
+                     pipeline_max_b_pending(kind, p, s, m, v) == 0),
+           "%s: pending counts of a fused schedule", pipeline_schedule_name(kind));
     if (kind == PP_SCHEDULE_1F1B && v == 1) { // §2.2.1: warmup, steady 1F1B, cooldown
         int w = MIN(p - s - 1, m), k = 0, wrong = 0;
         for (int i = 0; i < w; i++, k++) wrong += ops[k].kind != PP_FORWARD || ops[k].micro != i;
