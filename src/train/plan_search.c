@@ -532,6 +532,9 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 snprintf(why, sizeof why, "tp %d does not divide n_heads %d or ffn_dim %d", tp, mc->n_heads, mc->ffn_dim);
             else if (pp > mc->n_layers)
                 snprintf(why, sizeof why, "pp %d > n_layers %d", pp, mc->n_layers);
+            else if (pp > PIPELINE_SIM_MAX_STAGES) // its bubble comes from the simulator
+                snprintf(why, sizeof why, "pp %d: the schedule simulator takes at most %d stages", pp,
+                         PIPELINE_SIM_MAX_STAGES);
             else if (!plan_batch_close(B, plan_nearest_batch(B, 1, dp)))
                 snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d (the nearest multiple, %d, is "
                          "more than 10%% away)", dp, B, plan_nearest_batch(B, 1, dp));
