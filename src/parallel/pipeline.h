@@ -147,6 +147,13 @@ int pipeline_max_b_pending(enum pp_schedule kind, int p, int s, int m, int v);
 // Virtual stage u holds layers [u L / (p v), (u + 1) L / (p v)).
 int pipeline_virtual_stage(enum pp_schedule kind, int p, int s, int chunk);
 
+// The stage holding virtual stage u (0 .. p v - 1): u % p, or under ZB-V u
+// (u < p) and 2 p - 1 - u (u >= p).
+static inline int pipeline_stage_of(enum pp_schedule kind, int p, int u) {
+    if (kind == PP_SCHEDULE_ZBV) return u < p ? u : 2 * p - 1 - u;
+    return u % p;
+}
+
 // The stage holding the last virtual stage (the head and the loss): p - 1,
 // or 0 under ZB-V.
 static inline int pipeline_last_stage(enum pp_schedule kind, int p) {
