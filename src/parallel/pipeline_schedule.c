@@ -337,12 +337,6 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
 // final once known. A stage whose next op's input never comes is stuck: the
 // tables deadlock (the executor would hang the same way).
 
-// The rank that holds virtual stage u (the inverse of pipeline_virtual_stage).
-static int stage_of_virtual(enum pp_schedule kind, int p, int u) {
-    if (kind == PP_SCHEDULE_ZBV) return u < p ? u : 2 * p - 1 - u;
-    return u % p;
-}
-
 // F 0, B or the whole backward 1, W 2: the index of an op's finish time.
 static int op_class(enum pp_op_kind kind) {
     return kind == PP_FORWARD ? 0 : kind == PP_BACKWARD_WEIGHT ? 2 : 1;
@@ -410,7 +404,7 @@ static double sim_ready(const struct sim *S, int s, const struct pp_op *op,
         return 0;
     int from = cls == 0 ? u - 1 : u + 1;
     if ((d = *sim_fin(S, cls, from, op->micro)) < 0) return -1;
-    d += stage_of_virtual(S->kind, S->p, from) != s ? c->comm : 0;
+    d += pipeline_stage_of(S->kind, S->p, from) != s ? c->comm : 0;
     return MAX(ready, d);
 }
 
