@@ -27,7 +27,7 @@ static size_t resident(const struct config *c, const struct plan_rank_bytes *b,
 // --json: the grouped plan as one object (schema in docs/planning.md).
 static void print_json(const struct config *c, const struct plan_group *rows,
                        const struct plan_host_bytes *host, int n_rows, size_t peak,
-                       size_t peak_resident, double total, const char *recompute) {
+                       size_t peak_resident, double total, const char *recompute, json_t *schedule) {
     json_t *o = json_object(), *groups = json_array();
     json_object_set_new(o, "schema", json_string("trident.plan.v1"));
     json_object_set_new(o, "config", json_string(c->file));
@@ -37,6 +37,7 @@ static void print_json(const struct config *c, const struct plan_group *rows,
     int sizes[GROUP_COUNT], n_sizes = topology_layout_sizes(&grid, false, names, sizes);
     for (int i = 0; i < n_sizes; i++) json_object_set_new(o, names[i], json_integer(sizes[i]));
     json_object_set_new(o, "virtual_stages", json_integer(MAX(1, c->parallel.virtual_stages)));
+    json_object_set_new(o, "pp_schedule", json_string(pipeline_schedule_name(c->parallel.pp_schedule)));
     json_object_set_new(o, "zero_stage", json_integer(c->parallel.zero_stage));
     json_object_set_new(o, "ranks", json_integer(topology_world_size(&grid)));
     json_object_set_new(o, "microbatches", json_integer(plan_microbatches(c)));
@@ -86,6 +87,7 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         json_array_append_new(groups, g);
     }
     json_object_set_new(o, "groups", groups);
+    if (schedule) json_object_set(o, "schedule", schedule);
     json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(o);
@@ -126,6 +128,7 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
     json_object_set_new(o, "cp", json_integer(MAX(1, l->cp)));
     json_object_set_new(o, "pp", json_integer(l->pp));
     json_object_set_new(o, "virtual_stages", json_integer(l->v));
+    json_object_set_new(o, "pp_schedule", json_string(pipeline_schedule_name(l->schedule)));
     json_object_set_new(o, "dp", json_integer(l->dp));
     json_object_set_new(o, "micro_batch_size", json_integer(l->mb));
     json_object_set_new(o, "recompute", json_string(recompute_name(l->recompute)));
@@ -137,6 +140,7 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
     json_object_set_new(o, "compute_s", json_real(l->compute_s));
     json_object_set_new(o, "recompute_s", json_real(l->recompute_s));
     json_object_set_new(o, "bubble_s", json_real(l->bubble_s));
+    json_object_set_new(o, "bubble", json_real(l->bubble));
     json_object_set_new(o, "tp_comm_s", json_real(l->tp_comm_s));
     json_object_set_new(o, "cp_comm_s", json_real(l->cp_comm_s));
     json_object_set_new(o, "pp_comm_s", json_real(l->pp_comm_s));
@@ -148,6 +152,12 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
     json_object_set_new(o, "tokens_per_s_per_gpu", json_real(l->tokens_per_s_per_gpu));
     json_object_set_new(o, "mfu_full", json_real(l->mfu_full));
     json_object_set_new(o, "global_batch_size", json_integer(l->global_batch));
+    json_t *op = json_object(); // seconds of one op of the pipeline (plan_layout.op)
+    json_object_set_new(op, "f", json_real(l->op.f));
+    json_object_set_new(op, "b", json_real(l->op.b));
+    json_object_set_new(op, "w", json_real(l->op.w));
+    json_object_set_new(op, "comm", json_real(l->op.comm));
+    json_object_set_new(o, "op_seconds", op);
     if (fp8) { // the same layout in bf16 (step 0: it does not fit)
         json_object_set_new(o, "bf16_step_s", json_real(l->bf16_step_s));
         json_object_set_new(o, "bf16_peak_bytes", json_integer((json_int_t)l->bf16_peak_bytes));
@@ -158,9 +168,10 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
 static void print_layout(const char *tag, const struct plan_layout *l, bool fp8) {
     char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
     if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
-    printf("%-5s %3d %3d %3d %2d %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.1f "
-           "%5.1f%% %7.1f %6.1f%% %9.0f",
-           tag, l->tp, MAX(1, l->cp), l->pp, l->v, l->dp, l->mb, recompute_name(l->recompute), l->zero, shard,
+    printf("%-5s %3d %3d %3d %2d %-11s %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f "
+           "%7.1f %5.1f%% %7.1f %6.1f%% %9.0f",
+           tag, l->tp, MAX(1, l->cp), l->pp, l->v, l->pp > 1 ? pipeline_schedule_name(l->schedule) : "-", l->dp,
+           l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
            l->tp_comm_s, l->cp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu,
            l->hw_tflops_per_gpu, 100 * l->mfu_full, l->tokens_per_s_per_gpu);
@@ -178,8 +189,89 @@ static void print_batch_notes(const struct config *c, const char *tag, const str
            l->global_batch, l->global_batch / (l->mb * l->dp), l->global_batch);
 }
 
+// The config's own layout as plan_predict takes it (dp, global_batch: the caller's).
+static struct plan_layout config_layout(const struct config *c) {
+    struct plan_layout l = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp,
+                            .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
+                            .zero = c->parallel.zero_stage, .recompute = c->model.recompute,
+                            .schedule = c->parallel.pp_schedule};
+    struct plan_sharding zs = plan_sharding_of(c);
+    l.keep_gathered = !zs.reshard_after_forward, l.dp_shard = c->parallel.dp_shard; // 0: dp
+    return l;
+}
+
+// --show-schedule: the config's pipeline schedule (c->parallel.dp resolved)
+// as the simulator lays it out (pipeline_simulate, pipeline_print_timeline),
+// its ops costing what the planner's time model charges them on cl's GPU
+// (plan_layout.op: F, B, W of one microbatch through one chunk of the
+// slowest stage, comm one message between stages), or 1 each with free
+// messages (unit). *text: the lines to print (malloc'd); *obj: the same as
+// JSON (costs, makespan and idle in seconds, or in op units). Errors:
+// STATUS_BAD_INPUT with plan_predict's reason or the schedule's refusal.
+static enum status schedule_show(const struct config *c, const struct plan_cluster *cl0, bool unit, char **text,
+                                 json_t **obj, struct error *err) {
+    struct plan_layout l = config_layout(c);
+    l.dp = MAX(1, c->parallel.dp);
+    int p = l.pp, v = l.v, m = plan_microbatches(c);
+    enum pp_schedule kind = c->parallel.pp_schedule;
+    struct pp_costs costs = {1, 1, 1, 0};
+    if (!unit) {
+        // The op costs do not depend on memory: a GPU without a memory limit.
+        struct plan_cluster cl = *cl0;
+        struct grid_layout grid = config_grid(c);
+        cl.gpus = topology_world_size(&grid), cl.reserve_bytes = 0, cl.gpu.mem_bytes = SIZE_MAX / 2;
+        char why[400];
+        if (!plan_predict(c, &cl, &l, why, sizeof why))
+            return error_set(err, STATUS_BAD_INPUT, "--show-schedule: %s", why);
+        costs = l.op;
+    }
+    struct pp_sim sim;
+    enum status st = pipeline_simulate(kind, p, m, v, &costs, &sim, err);
+    if (st) return st;
+    // One character: a unit, or (model costs) a share of the makespan, at
+    // most 160 characters a line and at least 2 for the shortest op.
+    double w = 1, shortest = MIN(costs.f, MIN(costs.b, costs.w));
+    if (!unit) w = MAX(shortest > 0 ? shortest / 2 : 0, sim.makespan / 160);
+    size_t len = 0;
+    FILE *f = open_memstream(text, &len);
+    CHECK(f, "open_memstream");
+    if (unit)
+        fprintf(f, "schedule: %s, unit costs (F = B = W = 1, a whole backward B + W = 2, messages free)\n",
+                pipeline_schedule_name(kind));
+    else
+        fprintf(f, "schedule: %s, costs in seconds on %s (the planner's time model, docs/planning.md §3): F %.4g ms "
+                "the forward of one microbatch through one chunk, B %.4g ms its input gradient (and the recomputed forward under recompute), "
+                "W %.4g ms its weight gradients, a message between stages %.4g ms\n", pipeline_schedule_name(kind),
+                cl0->gpu.name, costs.f * 1e3, costs.b * 1e3, costs.w * 1e3, costs.comm * 1e3);
+    st = pipeline_print_timeline(f, kind, p, m, v, &costs, w, err);
+    fclose(f);
+    if (st) {
+        free(*text), *text = NULL;
+        return st;
+    }
+    json_t *o = json_object(), *idle = json_array();
+    json_object_set_new(o, "pp_schedule", json_string(pipeline_schedule_name(kind)));
+    json_object_set_new(o, "pp", json_integer(p));
+    json_object_set_new(o, "virtual_stages", json_integer(v));
+    json_object_set_new(o, "microbatches", json_integer(m));
+    json_object_set_new(o, "costs", json_string(unit ? "unit" : "model"));
+    json_object_set_new(o, "time_unit", json_string(unit ? "op" : "s"));
+    json_object_set_new(o, "f", json_real(costs.f));
+    json_object_set_new(o, "b", json_real(costs.b));
+    json_object_set_new(o, "w", json_real(costs.w));
+    json_object_set_new(o, "comm", json_real(costs.comm));
+    json_object_set_new(o, "makespan", json_real(sim.makespan));
+    for (int s = 0; s < p; s++) json_array_append_new(idle, json_real(sim.idle[s]));
+    json_object_set_new(o, "idle", idle);
+    json_object_set_new(o, "bubble", json_real(sim.bubble));
+    json_object_set_new(o, "timeline", json_string(*text));
+    *obj = o;
+    return STATUS_OK;
+}
+
 // --gpus N: the layout search (plan_search.h) and the config's own layout.
-static int plan_search_main(const struct config *c, const struct plan_cluster *cl, int n_top, bool json) {
+static int plan_search_main(const struct config *c, const struct plan_cluster *cl, int n_top, bool json,
+                            bool show, bool unit) {
     struct plan_layout *top = xcalloc((size_t)MAX(1, n_top), sizeof *top);
     struct plan_reject rej[64];
     int n_fit = 0, n_tried = 0, n_rej = 0;
@@ -191,11 +283,7 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         return err.status;
     }
     // The config's own layout, when it is one for this cluster.
-    struct plan_layout own = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp,
-                              .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
-                              .zero = c->parallel.zero_stage, .recompute = c->model.recompute};
-    struct plan_sharding zs = plan_sharding_of(c);
-    own.keep_gathered = !zs.reshard_after_forward, own.dp_shard = c->parallel.dp_shard; // 0: dp
+    struct plan_layout own = config_layout(c);
     bool fp8 = c->precision.fp8 != FP8_NONE;
     char own_why[400] = "";
     bool own_fits = false;
@@ -219,6 +307,19 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     for (int i = 0; own_fits && i < MIN(n_top, n_fit); i++)
         if (top[i].step_s / top[i].global_batch >= own.step_s / own.global_batch - 1e-15) { own_rank = i + 1; break; }
     size_t usable = cl->gpu.mem_bytes - cl->reserve_bytes;
+    // --show-schedule: the config's layout on this cluster (its dp, its batch)
+    char *sched_text = NULL;
+    json_t *sched = NULL;
+    if (show) {
+        struct config cs = *c;
+        cs.parallel.dp = own.dp, cs.train.global_batch_size = own.global_batch;
+        if (!own.dp) error_set(&err, STATUS_BAD_INPUT, "--show-schedule: %s", own_why);
+        if (!own.dp || schedule_show(&cs, cl, unit, &sched_text, &sched, &err)) {
+            fprintf(stderr, "trident plan: %s\n", err.msg);
+            free(top);
+            return err.status;
+        }
+    }
     if (json) {
         json_t *o = json_object(), *a = json_array(), *r = json_array();
         json_object_set_new(o, "schema", json_string("trident.plan_search.v1"));
@@ -247,10 +348,11 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         if (!own_fits) json_object_set_new(co, "why", json_string(own_why));
         else json_object_set_new(co, "rank", json_integer(own_rank));
         json_object_set_new(o, "config_layout", co);
+        if (sched) json_object_set_new(o, "schedule", sched);
         json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         fputc('\n', stdout);
         json_decref(o);
-        free(top);
+        free(top), free(sched_text);
         return STATUS_OK;
     }
     char model[96];
@@ -266,8 +368,9 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            model, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, fp8 ? (c->precision.fp8 == FP8_HYBRID ? ", fp8 hybrid" : ", fp8 e4m3") : "",
            n_tried, n_fit);
-    printf("%-5s %3s %3s %3s %2s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s %9s%s\n",
-           "rank", "tp", "cp", "pp", "v", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute",
+    printf("%-5s %3s %3s %3s %2s %-11s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s "
+           "%9s%s\n",
+           "rank", "tp", "cp", "pp", "v", "schedule", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute",
            "recomp", "bubble", "tp comm", "cp comm", "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s", "MFU 12",
            "tok/s/GPU", fp8 ? "  vs bf16" : "");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
@@ -297,15 +400,19 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
     } else {
         char cps[16] = ""; // cp only where the layout has it: the line reads as before without
         if (own.cp > 1) snprintf(cps, sizeof cps, "cp %d, ", own.cp);
-        printf("config's layout (tp %d, %spp %d, v %d, mb %d, recompute %s, zero %d) does not fit: %s\n",
-               own.tp, cps, own.pp, own.v, own.mb, recompute_name(own.recompute), own.zero, own_why);
+        char sch[32] = ""; // the schedule where it is not the default
+        if (own.schedule != PP_SCHEDULE_1F1B) snprintf(sch, sizeof sch, ", %s", pipeline_schedule_name(own.schedule));
+        printf("config's layout (tp %d, %spp %d, v %d%s, mb %d, recompute %s, zero %d) does not fit: %s\n",
+               own.tp, cps, own.pp, own.v, sch, own.mb, recompute_name(own.recompute), own.zero, own_why);
     }
     if (n_rej) printf("rejected families:\n");
     for (int i = 0; i < n_rej; i++) {
         if (rej[i].cp > 1) printf("  tp %d x cp %d x pp %d: %s\n", rej[i].tp, rej[i].cp, rej[i].pp, rej[i].why);
         else printf("  tp %d x pp %d: %s\n", rej[i].tp, rej[i].pp, rej[i].why);
     }
-    free(top);
+    if (sched_text) fputs(sched_text, stdout);
+    json_decref(sched);
+    free(top), free(sched_text);
     return STATUS_OK;
 }
 
@@ -316,7 +423,8 @@ struct plan_args {
     const char *gpu, *gpu_mem;
     double efficiency;
     int64_t reserve;
-    bool json;
+    bool json, show_schedule, unit_costs;
+    const char *schedule;
 };
 
 #define P(field) offsetof(struct plan_args, field)
@@ -350,6 +458,18 @@ static const struct cli_flag plan_flags[] = {
      "memory kept free on each GPU (CUDA context, NCCL buffers, fragmentation; with --gpus)", P(reserve)},
     {"--top", CLI_INT, "N", "5", 0, 1 << 24, 0, NULL,
      "layouts printed (with --gpus); 0: no search, the config's own layout alone", P(top)},
+    {"--schedule", CLI_STRING, "NAME", NULL, 0, 0, 0, NULL,
+     "the pipeline schedule, overriding [parallel] pp_schedule with the config key's checks: 1f1b, "
+     "interleaved, zb-h1, zbv (src/parallel/pipeline.h; docs/planning.md §3)", P(schedule)},
+    {"--show-schedule", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "print the config's pipeline schedule as the simulator lays it out: each stage's timeline (F forward, "
+     "B input-gradient backward or whole backward, W weight-gradient backward, . idle), the ops' costs in the "
+     "planner's time model on --gpu (ms of one microbatch through one chunk), each stage's idle time and the "
+     "bubble fraction; with --json a \"schedule\" object; with --gpus the config's layout on that cluster",
+     P(show_schedule)},
+    {"--unit-costs", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
+     "with --show-schedule (implied): F = B = W = 1 and free messages, the schedule's shape alone",
+     P(unit_costs)},
 };
 #undef P
 
@@ -378,14 +498,33 @@ int cmd_plan(int argc, char **argv) {
         return err.status;
     }
     int world = o.world, n_top = o.top, n_over = o.overrides.n;
-    bool json = o.json;
+    bool json = o.json, unit = o.unit_costs, show = o.show_schedule || o.unit_costs;
     char **over = xmalloc(sizeof(char *) * (size_t)(n_over + 1));
     for (int i = 0; i < n_over; i++) over[i] = (char *)o.overrides.values[i];
+    // --schedule NAME: the override parallel.pp_schedule=NAME after the others
+    // (config_load and config_validate check it as the config key)
+    char sched_over[64];
+    if (o.schedule) {
+        int k = 0;
+        char names[80] = "";
+        for (int i = 0; i < PP_SCHEDULE_COUNT; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     pipeline_schedule_name((enum pp_schedule)i));
+        while (k < PP_SCHEDULE_COUNT && strcmp(o.schedule, pipeline_schedule_name((enum pp_schedule)k))) k++;
+        if (k == PP_SCHEDULE_COUNT) {
+            fprintf(stderr, "trident plan: --schedule '%s': expected one of: %s\n", o.schedule, names);
+            cli_free(&cli_plan, &o);
+            free(over);
+            return STATUS_BAD_INPUT;
+        }
+        snprintf(sched_over, sizeof sched_over, "parallel.pp_schedule=%s", o.schedule);
+        over[n_over++] = sched_over;
+    }
     struct plan_cluster cl = {.gpus = o.gpus, .gpus_per_node = o.gpus_per_node, .reserve_bytes = (size_t)o.reserve,
                               .efficiency = o.efficiency, .alpha_nvlink = 5e-6, .alpha_ib = 10e-6};
     const char *gpu_spec = o.gpu, *mem_spec = o.gpu_mem, *config_path = o.config;
     cli_free(&cli_plan, &o);
-    if (cl.gpus) {
+    if (cl.gpus || show) {
         enum status st = plan_gpu_parse(gpu_spec, &cl.gpu, &err);
         if (!st && mem_spec) {
             char spec[80];
@@ -399,6 +538,8 @@ int cmd_plan(int argc, char **argv) {
             free(over);
             return STATUS_BAD_INPUT;
         }
+    }
+    if (cl.gpus) {
         if (config_load(config_path, n_over, over, &c, &err)) {
             fprintf(stderr, "trident plan: %s\n", err.msg);
             free(over);
@@ -412,6 +553,7 @@ int cmd_plan(int argc, char **argv) {
         one.parallel.tp = one.parallel.pp = one.parallel.cp = one.parallel.dp = 1;
         one.parallel.virtual_stages = 1, one.parallel.zero_stage = 0, one.parallel.dp_shard = 0;
         one.parallel.sequence_parallel = false, one.train.micro_batch_size = 1;
+        one.parallel.pp_schedule = PP_SCHEDULE_1F1B; // the schedules need pp > 1: each layout is checked
         if (config_validate(&one, 1, true, &err)) {
             fprintf(stderr, "trident plan: %s\n", err.msg);
             return err.status;
@@ -422,7 +564,7 @@ int cmd_plan(int argc, char **argv) {
                     cl.gpu.name);
             return STATUS_BAD_INPUT;
         }
-        return plan_search_main(&c, &cl, n_top, json);
+        return plan_search_main(&c, &cl, n_top, json, show, unit);
     }
     enum status st = config_load(config_path, n_over, over, &c, &err);
     free(over);
@@ -455,10 +597,18 @@ int cmd_plan(int argc, char **argv) {
         }
         peak_resident = MAX(peak_resident, resident(&c, &rows[i].bytes, &host[i]));
     }
+    char *sched_text = NULL; // --show-schedule
+    json_t *sched = NULL;
+    if (show && schedule_show(&c, &cl, unit, &sched_text, &sched, &err)) {
+        fprintf(stderr, "trident plan: %s\n", err.msg);
+        free(rows), free(host);
+        return err.status;
+    }
     if (json) {
         print_json(&c, rows, host, n_rows, peak, peak_resident, total,
-                   recompute_names[c.model.recompute]);
-        free(rows), free(host);
+                   recompute_names[c.model.recompute], sched);
+        json_decref(sched);
+        free(rows), free(host), free(sched_text);
         return STATUS_OK;
     }
     struct grid_layout grid = config_grid(&c);
@@ -472,9 +622,11 @@ int cmd_plan(int argc, char **argv) {
     if (plan_cp(&c) > 1)
         snprintf(cps, sizeof cps, " (each of its %d cp ranks %d x %d of them)", plan_cp(&c),
                  c.train.micro_batch_size, c.train.seq_len / plan_cp(&c));
-    printf("plan: %s, %s = %d ranks, zero_stage %d%s, %d microbatches of %d x %d "
+    char sch[48] = ""; // the pipeline's schedule
+    if (pp > 1) snprintf(sch, sizeof sch, ", pp_schedule %s", pipeline_schedule_name(c.parallel.pp_schedule));
+    printf("plan: %s, %s = %d ranks%s, zero_stage %d%s, %d microbatches of %d x %d "
            "tokens per %srank per step%s, %s, recompute %s\n", c.file,
-           topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid),
+           topology_layout_text(&grid, true, " ", " x ", layout, sizeof layout), topology_world_size(&grid), sch,
            c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, plan_cp(&c) > 1 ? "data " : "", cps, dtype_name(c.precision.dtype),
            recompute_names[c.model.recompute]);
@@ -531,6 +683,8 @@ int cmd_plan(int argc, char **argv) {
                c.parallel.zero_stage >= 2 && plan_grad_ranks(&c) > 1 ? ", two units' gradient reduce-scatters "
                                                                        "in flight" : "",
                mib(peak_resident), peak_resident / 1073741824.0);
-    free(rows), free(host);
+    if (sched_text) fputs(sched_text, stdout);
+    json_decref(sched);
+    free(rows), free(host), free(sched_text);
     return STATUS_OK;
 }

@@ -25,7 +25,11 @@
 // Terms: p stages (the pp group's size), s this stage (its rank), m
 // microbatches per optimizer step (gradient accumulation), v model chunks per
 // stage ([parallel] virtual_stages). An op is the forward or the backward of
-// one (microbatch, chunk); a stage runs 2 m v ops.
+// one (microbatch, chunk); a stage runs 2 m v ops (3 m v under the split
+// schedules, whose backward is two ops, B and W).
+//
+// The tables, the simulator and the streams: src/parallel/pipeline_schedule.c;
+// the executor: src/parallel/pipeline.c.
 #ifndef TRIDENT_PIPELINE_H
 #define TRIDENT_PIPELINE_H
 
@@ -45,11 +49,23 @@
 //    backward split into B (input gradient, sent upstream at once) and W
 //    (weight gradients, deferred to fill the bubble); the activation memory
 //    of 1F1B (at most p - s microbatches whose F ran and B did not, on
-//    stage s); bubble (p - 1)(F + B - W) against 1F1B's (p - 1)(F + B + W).
+//    stage s); bubble (p - 1)(F + B - W) against 1F1B's (p - 1)(F + B + W):
+//    with F = B = W = 1, (p - 1) / (3 m + p - 1) of the step for every
+//    m >= p (1F1B: (p - 1) / (m + p - 1)). Op order: PaddlePaddle's ZBH1
+//    pass with the W's in microbatch order. Slots (F to W): p on every
+//    stage, against 1F1B's p - s (stage s defers s W's).
 //  PP_SCHEDULE_ZBV: Qi et al. 2024 §6 (ZB-V; torchtitan's ZBVZeroBubble):
 //    v == 2 in a V: chunk 0 of stage s is virtual stage s, chunk 1 is virtual
 //    stage 2 p - 1 - s, so stage 0 holds the first and the last virtual
 //    stage and stage p - 1's chunk 0 feeds its own chunk 1; B and W split.
+//    Op order: PyTorch's ScheduleZBVZeroBubble. Any m >= p (p >= 2); with
+//    F = B = W = 1 per chunk op every stage idles p - 1 units once
+//    m >= 3 p / 2: bubble (p - 1) / (6 m + p - 1), p = 4, m = 8: 3/51 =
+//    0.059 against ZB-H1's 3/27 = 0.111 (fewer microbatches: a larger
+//    one). Slots: 2 p chunk slots on every stage (p microbatches of a whole
+//    stage's activations).
+// Every split schedule runs each chunk's B's and W's in microbatch order,
+// so the weight gradients accumulate in 1F1B's order (bit-identical sums).
 enum pp_schedule {
     PP_SCHEDULE_1F1B,
     PP_SCHEDULE_INTERLEAVED,
@@ -75,7 +91,8 @@ enum pp_op_kind { PP_FORWARD, PP_BACKWARD, PP_BACKWARD_INPUT, PP_BACKWARD_WEIGHT
 // activation storage the forward of (micro, chunk) fills and its backward
 // (split schedules: its W) frees (lowest free slot first).
 // last: the op that makes its chunk's weight gradients final: the backward
-// (split schedules: the W) of the chunk's last microbatch in the schedule.
+// (split schedules: the W) of the chunk's last microbatch in the schedule
+// (microbatch m - 1 in every schedule here).
 // In every schedule the chunks' last ones come chunk v - 1 first and chunk
 // 0 last, i.e. from the end of the stage's layers to their start, the order
 // in which a gradient arena laid out in forward order becomes final.
@@ -97,8 +114,9 @@ int pipeline_op_count(enum pp_schedule kind, int p, int s, int m, int v);
 // Refused with STATUS_BAD_INPUT and a message naming the value: p < 1, s
 // outside [0, p), v < 1, m < p (fewer microbatches than stages: the pipeline
 // never fills), v > 1 with m % p != 0 (Megatron's requirement for the
-// interleaved order), v > 1 with p == 1 (interleaving needs a second stage),
-// INTERLEAVED with v == 1, ZB_H1 with v != 1, ZBV with v != 2.
+// interleaved order; not ZBV), v > 1 with p == 1 (interleaving needs a
+// second stage), INTERLEAVED with v == 1, ZB_H1 with v != 1, ZBV with v != 2
+// or p == 1, an unknown kind.
 enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v, struct pp_op *ops,
                               struct error *err);
 
@@ -107,7 +125,8 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
 // slots the model allocates (each holds one chunk's activations of one
 // microbatch, and under a split schedule the operands its W reads). 1F1B
 // (v == 1): p - s. Interleaved: min(m v, 2 (p - s - 1) + (v - 1) p + 1).
-// Others: their tables' peak. 0 when pipeline_schedule would refuse.
+// ZB-H1: p. ZB-V: 2 p (its tables' peaks, tests/unit/test_pipeline.c).
+// 0 when pipeline_schedule would refuse.
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
 
 // The virtual stage (0 .. p v - 1) of chunk on stage s: chunk * p + s, or
@@ -153,7 +172,10 @@ typedef void (*pipeline_progress_fn)(void *ctx);
 // The message streams of a stage, by what they carry and which way they go:
 // activations in and out, gradients in and out, each from or to the
 // previous virtual stage's rank, the next one's, or (ZB-V's turn at stage
-// p - 1) this rank itself. The 1F1B schedules use the first four.
+// p - 1) this rank itself. The 1F1B schedules and ZB-H1 use the first four.
+// ZB-V's turn goes through no message: on stage p - 1 chunk 0's forward
+// (ACT_OUT) writes straight into ACT_IN_V's ring and chunk 1's B
+// (GRAD_OUT_V) into GRAD_IN's.
 enum pp_stream_kind {
     PP_STREAM_ACT_IN,       // activations from the rank of virtual stage u - 1
     PP_STREAM_GRAD_IN,      // gradients from the rank of u + 1
@@ -171,8 +193,10 @@ enum pp_stream_kind {
 // the end of the consuming op, when all stages run their schedules with
 // backward ops as long as forward ones and twice as long (so in such runs no
 // op waits for a buffer), plus one spare. 0 for a stream without messages or
-// refused arguments. Any ring >= 1 is free of deadlock; a smaller one adds
-// waits.
+// refused arguments, and for ZB-V's two local outputs on stage p - 1 (the
+// ring they feed holds their messages). The split schedules are simulated
+// with B = W = half the backward. Any ring >= 1 is free of deadlock; a
+// smaller one adds waits.
 int pipeline_ring_size(enum pp_schedule kind, int p, int s, int m, int v,
                        enum pp_stream_kind stream);
 
@@ -209,15 +233,21 @@ struct pp_sim {
 
 // Simulates schedule kind on p stages (p <= PIPELINE_SIM_MAX_STAGES) with m
 // microbatches and v chunks per stage. Unit costs F = B = W = 1 (PP_BACKWARD
-// = B + W = 2), comm 0, give 1F1B's (p - 1) / (m + p - 1) and ZB-H1's
-// (p - 1) / (3 m + p - 1). Errors: pipeline_schedule's (STATUS_BAD_INPUT).
+// = B + W = 2), comm 0, give 1F1B's (p - 1) / (m + p - 1), interleaved's
+// (p - 1) / (v m + p - 1), ZB-H1's (p - 1) / (3 m + p - 1) and ZB-V's
+// (p - 1) / (6 m + p - 1) (m >= 3 p / 2). The costs are per op: a chunk's
+// op under v > 1 is the cost of that chunk. Errors: pipeline_schedule's
+// (STATUS_BAD_INPUT), costs not f, b, w > 0 and comm >= 0 (STATUS_BAD_INPUT),
+// p > PIPELINE_SIM_MAX_STAGES; STATUS_RUNTIME if the tables deadlock (never
+// for the schedules here).
 enum status pipeline_simulate(enum pp_schedule kind, int p, int m, int v,
                               const struct pp_costs *costs, struct pp_sim *out, struct error *err);
 
 // Writes the simulated timeline to f: one line per stage, one character per
 // time unit of width `unit` (F forward, B input backward or whole backward,
-// W weight backward, '.' idle; lowercase for chunk 1 of 2), then each
-// stage's idle time and the bubble fraction. Errors: pipeline_simulate's.
+// W weight backward, '.' idle; lowercase for odd chunks, i.e. chunk 1 of
+// ZB-V's 2), each line ending in the stage's idle time, then the makespan
+// and the bubble fraction. Errors: pipeline_simulate's, unit <= 0.
 enum status pipeline_print_timeline(FILE *f, enum pp_schedule kind, int p, int m, int v,
                                     const struct pp_costs *costs, double unit, struct error *err);
 
@@ -237,8 +267,9 @@ struct pipeline_exec {
     pipeline_progress_fn progress; // NULL: the executor blocks in comm_wait
     int ring; // buffers per stream; 0: pipeline_ring_size's (1 gives the fewest)
     uint64_t delay_seed; // tests (TRIDENT_FAULT=pp_delay:SEED): nonzero sleeps a random
-                         // 0 to 2 ms, drawn from (seed, stage, message), before every
-                         // send and receive this executor starts
+                         // 0 to 2 ms, drawn from (seed, stage, stream, message index)
+                         // by splitmix64, before every send and receive this
+                         // executor starts
     double idle_s;       // out, set by pipeline_run: seconds this stage waited on its
                          // messages in the run (receives and the sends whose buffer it
                          // needed again, the end's included): the stage's measured bubble
@@ -247,9 +278,11 @@ struct pipeline_exec {
                         // buffers for a NCCL group); NULL: host memory
 };
 
-// Checks x (STATUS_BAD_INPUT for a refused schedule or a group that is not
-// p ranks with this rank s) and allocates, once, the message buffers of the
-// four streams (pipeline_buffer_bytes of them with the default ring).
+// Checks x (STATUS_BAD_INPUT for a refused schedule, a group that is not
+// p ranks with this rank s, a missing callback: weight is required by the
+// split schedules) and allocates, once, the message buffers of the streams
+// (pipeline_buffer_bytes of them with the default ring; with x->ring set,
+// ZB-V's local ring on stage p - 1 still holds its table's peak).
 enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 
 // Runs stage s's schedule once (one optimizer step's forwards and backwards):
@@ -258,9 +291,12 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err);
 // sends; receives are posted ahead into the rings and a send is waited on
 // only before its buffer is reused, an order free of deadlock (the argument
 // in pipeline.c; checked on threads with rendezvous messages for every
-// p <= 8, m <= 3p + 4, v <= 3). While it waits for a message it calls
-// x->progress, when set, between comm_test's of that message (the wait
-// still counts in the pp group's busy_s). No allocation.
+// schedule, p <= 8, m <= 3p + 4, v <= 3). Ops: PP_FORWARD -> x->forward,
+// PP_BACKWARD -> x->backward(split = false), B -> x->backward(split = true,
+// last = false; its input gradient sent as PP_BACKWARD's), W -> x->weight
+// (no messages). While it waits for a message it calls x->progress, when
+// set, between comm_test's of that message (the wait still counts in the pp
+// group's busy_s); x->idle_s gets the run's waiting seconds. No allocation.
 enum status pipeline_run(struct pipeline_exec *x, struct error *err);
 
 // Lets pending messages progress (MPI moves data only inside MPI calls): a

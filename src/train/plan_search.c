@@ -134,9 +134,11 @@ double plan_attention_s(const struct plan_gpu *g, double flops_fwd, double block
 // (docs/planning.md §3, "Kernel model").
 struct layer_times {
     double fwd, bwd;        // the whole layer: GEMMs, attention, memory-bound kernels, FP8 casts
+    double bwd_w;           // of bwd: the weight-gradient GEMMs (a split schedule's W; the rest is B)
     double attn_fwd;        // of fwd: the attention kernel
     double selective;       // what selective recompute reruns: norms, q and k GEMMs, RoPE, attention, SwiGLU
     double head;            // the head's GEMMs and loss, forward and backward (last stage)
+    double head_fwd, head_w; // of head: its forward GEMM and half the loss's traffic; its weight gradient
     double block_attn_fwd;  // one context-parallel block's attention forward (T / cp x T / cp)
     double weight_casts;    // casting this rank's block-linear weights to FP8, once a step
 };
@@ -154,12 +156,14 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     double hbm = g->hbm_bw * g->hbm_eff;
     // The block's GEMMs (out = in (N, K) x W (K, Nout)): QKV, o, gate, up, down.
     double gemm[5][2] = {{C, HD + 2 * KD}, {HD, C}, {C, F}, {C, F}, {F, C}};
-    double g_fwd = 0, g_bwd = 0;
+    double g_fwd = 0, g_bwd = 0, g_w = 0;
     for (int i = 0; i < 5; i++) {
         double K = gemm[i][0], Nout = gemm[i][1];
         g_fwd += plan_gemm_s(g, N, Nout, K, fp8);
-        g_bwd += plan_gemm_s(g, N, K, Nout, fp8) + plan_gemm_s(g, K, Nout, N, fp8); // dgrad, wgrad
+        g_bwd += plan_gemm_s(g, N, K, Nout, fp8); // dgrad (B)
+        g_w += plan_gemm_s(g, K, Nout, N, fp8);   // wgrad (W)
     }
+    g_bwd += g_w;
     // Attention: QK^T and AV of the rank's N queries against T keys, the causal half.
     double attn_flops = 2.0 * l->mb * Tl * T * HD, attn_bwd;
     t.attn_fwd = plan_attention_s(g, attn_flops, Tl, &attn_bwd);
@@ -187,16 +191,65 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     }
     t.fwd = g_fwd + t.attn_fwd + ew_fwd + cast_fwd;
     t.bwd = g_bwd + attn_bwd + ew_bwd + cast_bwd;
+    t.bwd_w = g_w; // the FP8 casts stay in B (a split schedule refuses FP8: config_validate)
     t.selective = plan_gemm_s(g, N, HD + KD, C, fp8) + t.attn_fwd +
                   dt * (4 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm +
                   (fp8 ? per * N * (C + F) / hbm : 0);
-    t.head = plan_gemm_s(g, N, V, C, false) + plan_gemm_s(g, N, C, V, false) + plan_gemm_s(g, C, V, N, false) +
-             dt * 4 * N * V / hbm;
+    t.head_fwd = plan_gemm_s(g, N, V, C, false) + dt * 2 * N * V / hbm;
+    t.head_w = plan_gemm_s(g, C, V, N, false);
+    t.head = t.head_fwd + plan_gemm_s(g, N, C, V, false) + t.head_w + dt * 2 * N * V / hbm;
     return t;
 }
 
-bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct plan_layout *l,
-                  char *why, size_t why_len) {
+// The last pipeline simulated and its terms: plan_search's variants of one
+// layout that differ in their ZeRO stage alone have the same ops.
+struct sim_memo {
+    bool valid;
+    enum pp_schedule kind;
+    int p, m, v;
+    struct pp_costs op;
+    double bubble_s, comm_s, bubble;
+};
+
+// The pipeline terms of kind on p stages, m microbatches, v chunks a stage,
+// ops costing op (seconds): the schedule simulated with comm 0 gives the
+// bubble (*bubble_s = makespan - the busiest stage's op time; *bubble its
+// fraction, pp_sim.bubble), and again with op->comm the point-to-point time
+// that stays exposed (*comm_s = the makespan it adds). False with why set
+// when the simulator refuses.
+static bool pipeline_terms(enum pp_schedule kind, int p, int m, int v, const struct pp_costs *op,
+                           struct sim_memo *memo, double *bubble_s, double *comm_s, double *bubble, char *why,
+                           size_t why_len) {
+    if (memo && memo->valid && memo->kind == kind && memo->p == p && memo->m == m && memo->v == v &&
+        !memcmp(&memo->op, op, sizeof *op)) {
+        *bubble_s = memo->bubble_s, *comm_s = memo->comm_s, *bubble = memo->bubble;
+        return true;
+    }
+    if (p > PIPELINE_SIM_MAX_STAGES) {
+        snprintf(why, why_len, "pp %d: the schedule simulator takes at most %d stages", p, PIPELINE_SIM_MAX_STAGES);
+        return false;
+    }
+    struct pp_sim s0, s1;
+    struct pp_costs c0 = *op;
+    c0.comm = 0;
+    struct error err = {0};
+    if (pipeline_simulate(kind, p, m, v, &c0, &s0, &err) ||
+        (op->comm > 0 && pipeline_simulate(kind, p, m, v, op, &s1, &err))) {
+        snprintf(why, why_len, "%.150s", err.msg);
+        return false;
+    }
+    double busy = 0;
+    for (int i = 0; i < p; i++) busy = MAX(busy, s0.busy[i]);
+    *bubble_s = s0.makespan - busy, *bubble = s0.bubble;
+    *comm_s = op->comm > 0 ? s1.makespan - s0.makespan : 0;
+    if (memo)
+        *memo = (struct sim_memo){.valid = true, .kind = kind, .p = p, .m = m, .v = v, .op = *op,
+                                  .bubble_s = *bubble_s, .comm_s = *comm_s, .bubble = *bubble};
+    return true;
+}
+
+static bool predict(const struct config *c0, const struct plan_cluster *cl, struct plan_layout *l, char *why,
+                    size_t why_len, struct sim_memo *memo) {
     struct config c = *c0;
     if (l->cp < 1) l->cp = 1;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
@@ -210,6 +263,7 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     c.train.micro_batch_size = l->mb;
     if (l->global_batch > 0) c.train.global_batch_size = l->global_batch; // the nearest that divides
     c.model.recompute = l->recompute;
+    c.parallel.pp_schedule = l->schedule;
     struct error err = {0};
     // What the trainer refuses (config_validate: a combination it cannot run)
     // the search does not offer.
@@ -273,6 +327,16 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         recompute_flops = l->recompute == RECOMPUTE_FULL ? fwd : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd : 0;
         l->recompute_s = recompute_flops * imbalance / rate;
         t_block = 2.0 * l->mb * ((double)T / cp) * ((double)T / cp) * HD / l->tp / rate;
+        // The ops: the forward a third of the FLOPs, W the weight gradients'
+        // 2 x matmul params a token (the block linears' at the FP8 peak under
+        // precision.fp8), B the rest with the recompute.
+        double w_flops = 2.0 * (L * (Cm * (HD + 2 * KD) + HD * Cm + 3.0 * Cm * lc.ffn_dim) +
+                                (double)lc.vocab_size * Cm) * tokens / N;
+        double w_s = ((w_flops - f8 / 3) / rate + (fp8 ? f8 / 3 / (cl->gpu.fp8_flops * cl->efficiency) : 0)) *
+                     imbalance;
+        double ops = (double)m * l->v;
+        l->op = (struct pp_costs){.f = l->compute_s / 3 / ops, .w = w_s / ops,
+                                  .b = (l->compute_s * 2 / 3 - w_s + l->recompute_s) / ops};
     } else {
         // The kernel model (docs/planning.md §3): each GEMM at its shape's
         // rate, attention at the fused kernel's, the memory-bound kernels at
@@ -295,12 +359,17 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
                      : l->recompute == RECOMPUTE_SELECTIVE ? (n8 * k.selective + (L - n8) * kb.selective) / l->pp
                                                            : 0;
         l->recompute_s = m * rec * imbalance;
+        // The ops (one microbatch through one chunk): F the forward, W the
+        // weight-gradient GEMMs, B the rest of the backward and the recompute.
+        double f_mb = (n8 * k.fwd + (L - n8) * kb.fwd + k.head_fwd) / l->pp;
+        double w_mb = (n8 * k.bwd_w + (L - n8) * kb.bwd_w + k.head_w) / l->pp;
+        l->op = (struct pp_costs){.f = f_mb * imbalance / l->v, .w = w_mb * imbalance / l->v,
+                                  .b = (per_mb - f_mb - w_mb + rec) * imbalance / l->v};
         double qk = 2.0 * (HD + KD) * Cm * tokens / N * L; // selective: the q and k GEMMs again
         recompute_flops = l->recompute == RECOMPUTE_FULL ? flops / 3
                           : l->recompute == RECOMPUTE_SELECTIVE ? attn_fwd + qk : 0;
         t_block = k.block_attn_fwd;
     }
-    l->bubble_s = (l->pp - 1) / (double)(l->v * m) * (l->compute_s + l->recompute_s);
     // TP: per layer and microbatch 2 all-reduce volumes forward, 2 backward
     // (with sequence parallelism an all-gather + reduce-scatter pair each),
     // 2 more when full recompute reruns the forward. Activations (mb, T / cp, C):
@@ -331,11 +400,19 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
         int n_fwd = l->recompute == RECOMPUTE_FULL ? 2 : 1;
         l->cp_comm_s = (double)chunk_max * l->v * m * (n_fwd * fwd_x + bwd_x);
     }
-    // PP: each microbatch crosses each chunk boundary forward and backward
-    // (v times more often interleaved); activations scattered over tp.
+    // PP (docs/planning.md §3, "Pipeline schedules"): the schedule simulated
+    // with the ops' costs, once without messages (the bubble) and once with
+    // each message between stages taking alpha + its bytes (a microbatch's
+    // activations or their gradient, scattered over tp) / bandwidth.
     bool pp_ib = (long)l->tp * G >= cl->gpus_per_node;
     double bw_pp = pp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_pp = pp_ib ? cl->alpha_ib : cl->alpha_nvlink;
-    l->pp_comm_s = l->pp > 1 ? 2.0 * l->v * m * (a_pp + act / l->tp / bw_pp) : 0;
+    l->bubble_s = l->pp_comm_s = l->bubble = 0;
+    l->op.comm = l->pp > 1 ? a_pp + act / l->tp / bw_pp : 0;
+    if (l->pp > 1 && !pipeline_terms(l->schedule, l->pp, m, l->v, &l->op, memo, &l->bubble_s, &l->pp_comm_s,
+                                     &l->bubble, why, why_len)) {
+        l->peak_bytes = 0; // refused, not out of memory
+        return false;
+    }
     // DP: the gradient all-reduce (ZeRO-1: reduce-scatter of the gradients,
     // all-gather of the bf16 weights after the step) of the largest shard,
     // over the G = dp cp ranks of the gradient group (parameters are
@@ -344,8 +421,11 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     double bw_dp = dp_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_dp = dp_ib ? cl->alpha_ib : cl->alpha_nvlink;
     double gbytes = (double)n_params * dtype_size(c.precision.grad_dtype);
     double pbytes = (double)n_params * dtype_size(c.precision.dtype);
-    // The buckets reduce during the last microbatch's backward (2/3 of its compute).
-    double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
+    // The buckets reduce during the last microbatch's backward (2/3 of its
+    // compute); under a split schedule during its W ops (the weight
+    // gradients are final only there: B leaves them pending).
+    double window = pipeline_schedule_splits(l->schedule) ? l->v * l->op.w
+                                                          : (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
     if (l->zero <= 1) {
         double reduce = l->zero ? t_half(gbytes, G, bw_dp, a_dp) : t_all_reduce(gbytes, G, bw_dp, a_dp);
         double gather = l->zero ? t_half(pbytes, G, bw_dp, a_dp) : 0;
@@ -394,6 +474,11 @@ bool plan_predict(const struct config *c0, const struct plan_cluster *cl, struct
     return true;
 }
 
+bool plan_predict(const struct config *c, const struct plan_cluster *cl, struct plan_layout *l, char *why,
+                  size_t why_len) {
+    return predict(c, cl, l, why, why_len, NULL);
+}
+
 // Fastest first (seconds a sequence: a batch moved to the nearest that
 // divides is not a faster step); of equal times, the one that needs less memory.
 static int cmp_layout(const void *a, const void *b) {
@@ -413,6 +498,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                          "plan search: %d GPUs, %d a node, efficiency %g: expected >= 1, >= 1, [0, 1]", N,
                          cl->gpus_per_node, cl->efficiency);
     struct plan_layout *fit = xcalloc((size_t)cap, sizeof *fit);
+    struct sim_memo memo = {0};
     *n_fit = 0, *n_tried = 0, *n_rej = 0;
     int T = c->train.seq_len;
     for (int tp = 1; tp <= N && tp <= 64; tp++) {
@@ -470,6 +556,14 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                     if (!plan_batch_close(B, Bm)) continue;
                     int m = Bm / (mb * dp);
                     if (m < pp || (v > 1 && m % pp)) continue;
+                    // The schedules of this v (docs/planning.md §2): 1F1B (v 1) or the
+                    // interleaved 1F1B (v > 1), and from pp 2 their zero-bubble
+                    // counterparts, ZB-H1 (v 1) and ZB-V (v 2).
+                    enum pp_schedule kinds[2] = {v > 1 ? PP_SCHEDULE_INTERLEAVED : PP_SCHEDULE_1F1B};
+                    int n_kinds = 1;
+                    if (pp > 1 && v == 1) kinds[n_kinds++] = PP_SCHEDULE_ZB_H1;
+                    if (pp > 1 && v == 2) kinds[n_kinds++] = PP_SCHEDULE_ZBV;
+                    for (int ki = 0; ki < n_kinds; ki++)
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
                         for (int z = 0; z <= (G > 1 ? 3 : 0); z++)
                         for (int S = z >= 2 ? 1 : dp; S <= dp; S++)
@@ -479,15 +573,17 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                             if (dp % S || (z >= 2 && S * cp == 1)) continue;
                             struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
                                                   .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
-                                                  .recompute = (enum recompute)r, .global_batch = Bm};
+                                                  .recompute = (enum recompute)r, .global_batch = Bm,
+                                                  .schedule = kinds[ki]};
                             char w[160];
                             ++*n_tried;
-                            if (!plan_predict(c, cl, &l, w, sizeof w)) {
+                            if (!predict(c, cl, &l, w, sizeof w, &memo)) {
                                 double over = (double)l.peak_bytes;
                                 if (l.peak_bytes && over < best_over) {
                                     best_over = over;
-                                    snprintf(oom, sizeof oom, "out of memory at best (v %d, mb %d, recompute %s, zero %d): %s",
-                                             v, mb, r == 0 ? "none" : r == 1 ? "selective" : "full", z, w);
+                                    snprintf(oom, sizeof oom, "out of memory at best (%s, v %d, mb %d, recompute %s, zero "
+                                             "%d): %s", pipeline_schedule_name(kinds[ki]), v, mb,
+                                             r == 0 ? "none" : r == 1 ? "selective" : "full", z, w);
                                 } else if (!l.peak_bytes && !oom[0]) snprintf(oom, sizeof oom, "%s", w);
                                 continue;
                             }

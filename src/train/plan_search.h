@@ -4,7 +4,9 @@
 // allocates) and predicts its step time with an analytic model (compute
 // from a kernel model: each GEMM at its shape's and dtype's rate, FP8 under
 // precision.fp8, attention at a fused kernel's rate, memory-bound kernels at
-// HBM speed; interleaved-1F1B bubble, recompute,
+// HBM speed; the pipeline's bubble and exposed point-to-point time from the
+// schedule's simulator (pipeline_simulate: 1F1B, interleaved, ZB-H1, ZB-V,
+// with the backward split into B and W), recompute,
 // tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
 // on the inter-node network, alpha-beta; ZeRO-2/3's per-unit all-gathers and
 // reduce-scatters against the compute they overlap; context parallelism's
@@ -12,6 +14,7 @@
 #ifndef TRIDENT_PLAN_SEARCH_H
 #define TRIDENT_PLAN_SEARCH_H
 
+#include "parallel/pipeline.h"
 #include "train/plan.h"
 
 // One GPU (docs/planning.md §3, "GPU presets"): dense bf16 and FP8
@@ -95,11 +98,22 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
 // model FLOPs, without recompute, per GPU).
 struct plan_layout {
     int tp, cp, pp, v, dp, mb, zero; // cp: context-parallel ranks (0 is read as 1)
+    enum pp_schedule schedule;  // [parallel] pp_schedule (1F1B, the zero value, is also the
+                                // interleaved table when v > 1); the search sets INTERLEAVED for v > 1
     int dp_shard;               // ZeRO-2/3: ranks a shard spans (divides dp; dp: no replication); 0 = dp
     bool keep_gathered;         // ZeRO-3: reshard_after_forward = false
     enum recompute recompute;
     size_t peak_bytes;
     double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_exposed_s;
+    // The pipeline as plan_pipeline simulates it (pp > 1; zeros at pp 1): the
+    // seconds of one op on the slowest stage (op.f: the forward of one
+    // microbatch through one chunk; op.b: its B, the input-gradient GEMMs,
+    // attention backward, memory-bound kernels and recompute; op.w: its W, the
+    // weight-gradient GEMMs; a whole backward is b + w; op.comm: one
+    // point-to-point message), and bubble, the step's bubble fraction
+    // (pp_sim.bubble with comm 0: bubble_s over the pipeline's makespan).
+    struct pp_costs op;
+    double bubble;
     double tflops_per_gpu, mfu, tokens_per_s;
     double hw_tflops_per_gpu; // with recompute's FLOPs (what Megatron-LM reports)
     double tokens_per_s_per_gpu;
@@ -129,14 +143,6 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                         struct plan_layout *top, int n_top, int *n_fit, int *n_tried,
                         struct plan_reject *rej, int max_rej, int *n_rej, struct error *err);
 
-// Predicts one layout (its fields tp, cp, pp, v, dp, mb, zero, dp_shard,
-// keep_gathered, recompute set; global_batch: the batch it runs, 0 = the
-// config's): fills peak_bytes, the times (seconds a step: the kernel model,
-// or every FLOP at cl->efficiency of the peak when that is > 0), the
-// throughputs and, under precision.fp8, the same layout's bf16 step and
-// peak. Returns false with why set when it does not fit or the schedule
-// refuses it.
-
 // Context parallelism's ring (docs/planning.md §3) as src/model/
 // ring_attention.c runs it, per microbatch and layer on one rank: cp blocks
 // of attention each way. Inputs: cp ranks, the seconds of one block's
@@ -151,6 +157,21 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
 // home): cp dK/dV transfers, none hidden. *fwd_s, *bwd_s: the exposed
 // seconds (0 when cp <= 1).
 void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s, double *bwd_s);
+
+// Predicts one layout (its fields tp, cp, pp, v, dp, mb, zero, dp_shard,
+// keep_gathered, recompute, schedule set; global_batch: the batch it runs, 0 = the
+// config's): fills peak_bytes, the times (seconds a step: the kernel model,
+// or every FLOP at cl->efficiency of the peak when that is > 0), the
+// throughputs and, under precision.fp8, the same layout's bf16 step and
+// peak. Returns false with why set when it does not fit or the schedule
+// refuses it (config_validate's message: e.g. zb-h1 with v != 1, or a
+// split schedule under precision.fp8), or pp exceeds the simulator's
+// PIPELINE_SIM_MAX_STAGES.
+// The pipeline terms (docs/planning.md §3, "Pipeline schedules"): the ops'
+// costs l->op go to pipeline_simulate twice, with comm 0 (bubble_s =
+// makespan - the stage's busy time, i.e. the idle of a stage, all stages
+// being equally loaded) and with comm the message time (pp_comm_s = the
+// makespan it adds: the point-to-point time the schedule does not hide).
 bool plan_predict(const struct config *c, const struct plan_cluster *cl, struct plan_layout *l,
                   char *why, size_t why_len);
 

@@ -56,7 +56,7 @@ for l in $layouts; do
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
           parallel.cp=$cp parallel.pp_schedule=$sched train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
-    [ "$v" = 1 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
+    [ "$v" = 1 ] && [ "$pp" -le 2 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
     rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
     # The row "0 ROLE ..." (stage 0), then its "bytes: params P, grads G, optimizer O, activations A".

@@ -45,11 +45,11 @@ import json, sys
 o = json.load(open(sys.argv[1]))
 top = ["schema", "config", "gpus", "gpus_per_node", "gpu", "mem_bytes", "reserve_bytes", "efficiency",
        "tried", "fit", "layouts", "rejected", "config_layout"]
-lay = ["tp", "cp", "pp", "virtual_stages", "dp", "micro_batch_size", "recompute", "zero_stage", "dp_shard",
-       "reshard_after_forward", "peak_bytes",
-       "step_s", "compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_exposed_s",
-       "tokens_per_s", "tflops_per_gpu", "mfu", "hw_tflops_per_gpu", "tokens_per_s_per_gpu", "mfu_full",
-       "global_batch_size"]
+lay = ["tp", "cp", "pp", "virtual_stages", "pp_schedule", "dp", "micro_batch_size", "recompute", "zero_stage",
+       "dp_shard", "reshard_after_forward", "peak_bytes",
+       "step_s", "compute_s", "recompute_s", "bubble_s", "bubble", "tp_comm_s", "cp_comm_s", "pp_comm_s",
+       "dp_exposed_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hw_tflops_per_gpu", "tokens_per_s_per_gpu",
+       "mfu_full", "global_batch_size", "op_seconds"]
 assert o["schema"] == "trident.plan_search.v1", o["schema"]
 assert list(o) == top, list(o)
 assert 1 <= len(o["layouts"]) <= 5 and all(list(l) == lay for l in o["layouts"]), o["layouts"][0]

@@ -26,12 +26,12 @@ source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
 need_py h5py numpy
 small_dataset "$tmp"
-common=(data.path="$tmp/shards" train.global_batch_size=16 train.steps=10 train.lr=2e-3
+common=(data.path="$tmp/shards" train.global_batch_size=16 train.lr=2e-3
         train.min_lr=2e-4 train.eval_every=0)
 run() { # name np extra-settings...
     local name=$1 np=$2 rc=0
     shift 2
-    timeout 300 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" "${common[@]}" "$@" \
+    timeout 300 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" "${common[@]}" train.steps=10 "$@" \
         checkpoint.dir="$tmp/ck-$name" log.run_dir="$tmp/run-$name" > "$tmp/log-$name" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -20 "$tmp/log-$name"; fail "$name run exited $rc"; }
     "$TRIDENT" ckpt export "$tmp/ck-$name" "$tmp/final-$name.h5" > /dev/null || fail "$name: ckpt export"
@@ -145,6 +145,10 @@ ok = True
 for sched in ("zb-h1", "zbv"):
     a, b = steps(f"run-emu-{sched}"), steps(f"run-cpu-{sched}")
     assert sorted(a) == sorted(b) == list(range(1, 6)), (sorted(a), sorted(b))
+    paths = {a[s].get("attention") for s in a}
+    if paths - {"native", "cudnn", "mixed"}:  # the CUDA backend's kernels, not the CPU's
+        ok = False
+        print(f"FAIL: {sched}: the emulated run's attention paths {paths}: not the CUDA backend")
     worst = max(abs(a[s][k] - b[s][k]) / abs(b[s][k]) for s in a for k in ("loss", "grad_norm"))
     print(f"emulated CUDA pp 2 {sched} vs CPU, 5 steps: worst relative difference {worst:.1e}")
     if worst > 1e-5:

@@ -10,8 +10,13 @@
 // runs with the default ring of buffers and with a ring of 1, two steps each,
 // the callbacks calling pipeline_poll; with the ring of 1 the executor also
 // waits through its progress callback (comm_test loops instead of comm_wait).
+// --schedule runs zb-h1 or zbv (B and W split; the toy's weight gradients
+// are checked too), --seeds N repeats every layout with delay_seed 1..N
+// (random 0 to 2 ms sleeps before every send and receive) after the
+// undelayed run.
 //
-//   test_pipeline_mpi P M V [P M V ...]   exit 0 pass, 1 fail, 2 bad arguments
+//   test_pipeline_mpi [--schedule 1f1b|zb-h1|zbv] [--seeds N] P M V [P M V ...]
+//   exit 0 pass, 1 fail, 2 bad arguments
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +29,7 @@
 enum { COUNT = 4096 };
 
 // Runs one layout; returns the failed checks summed over the world.
-static int run_layout(int p, int m, int v, int ring) {
+static int run_layout(enum pp_schedule kind, int p, int m, int v, int ring, uint64_t seed) {
     int size;
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
     struct topology topo;
@@ -38,11 +43,13 @@ static int run_layout(int p, int m, int v, int ring) {
         mpi_exit_all(err.status, err.msg);
     int s = topology_group(&topo, GROUP_PP)->rank;
     struct toy toy;
-    toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v));
-    struct pipeline_exec x = {.p = p, .s = s, .m = m, .v = v, .group = topology_group(&topo, GROUP_PP),
-                              .count = COUNT, .dtype = DTYPE_FP32, .ctx = &toy,
-                              .forward = toy_forward, .backward = toy_backward,
-                              .progress = ring ? toy_progress : NULL, .ring = ring};
+    toy_init(&toy, kind, p, s, m, v, COUNT, pipeline_max_in_flight(kind, p, s, m, v));
+    struct pipeline_exec x = {.kind = kind, .p = p, .s = s, .m = m, .v = v,
+                              .group = topology_group(&topo, GROUP_PP), .count = COUNT,
+                              .dtype = DTYPE_FP32, .ctx = &toy, .forward = toy_forward,
+                              .backward = toy_backward, .weight = toy_weight,
+                              .progress = ring ? toy_progress : NULL, .ring = ring,
+                              .delay_seed = seed};
     if (pipeline_exec_init(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
     toy.poll = &x;
     double t0 = MPI_Wtime();
@@ -50,21 +57,27 @@ static int run_layout(int p, int m, int v, int ring) {
     for (int step = 0; step < 2 && toy.bad == 0; step++) {
         if (step) {
             toy_free(&toy);
-            toy_init(&toy, p, s, m, v, COUNT, pipeline_max_in_flight(PP_SCHEDULE_1F1B, p, s, m, v));
+            toy_init(&toy, kind, p, s, m, v, COUNT, pipeline_max_in_flight(kind, p, s, m, v));
             toy.poll = &x;
         }
         if (pipeline_run(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);
         toy_finish(&toy);
+        if (!(x.idle_s >= 0 && x.idle_s < 60) && !toy.bad++)
+            snprintf(toy.first, sizeof toy.first, "idle_s %g after the run", x.idle_s);
     }
     double secs = MPI_Wtime() - t0;
     if (toy.bad)
-        fprintf(stderr, "FAIL [rank %d] (p,m,v)=(%d,%d,%d) ring=%d stage %d: %d failed checks, "
-                "first: %s\n", topo.world_rank, p, m, v, ring, s, toy.bad, toy.first);
+        fprintf(stderr, "FAIL [rank %d] %s (p,m,v)=(%d,%d,%d) ring=%d seed=%llu stage %d: %d failed "
+                "checks, first: %s\n", topo.world_rank, pipeline_schedule_name(kind), p, m, v, ring,
+                (unsigned long long)seed, s, toy.bad, toy.first);
     int total = 0;
     CHECK_MPI(MPI_Allreduce(&toy.bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     if (topo.world_rank == 0)
-        printf("(p,m,v)=(%d,%d,%d) ring=%s dp=%d: %s (%d failed checks, %.3f s)\n", p, m, v,
-               ring ? "1" : "default", size / p, total ? "FAIL" : "ok", total, secs);
+        printf("(p,m,v)=(%d,%d,%d) ring=%s dp=%d: %s (%d failed checks, %.3f s)%s%s%s\n", p, m, v,
+               ring ? "1" : "default", size / p, total ? "FAIL" : "ok", total, secs,
+               kind != PP_SCHEDULE_1F1B || seed ? " [" : "",
+               kind != PP_SCHEDULE_1F1B || seed ? pipeline_schedule_name(kind) : "",
+               kind != PP_SCHEDULE_1F1B || seed ? (seed ? " delayed]" : "]") : "");
     pipeline_exec_free(&x);
     toy_free(&toy);
     topology_free(&topo);
@@ -75,13 +88,28 @@ int main(int argc, char **argv) {
     struct error start_err = {0};
     CHECK(!mpi_util_start(&argc, &argv, &start_err), "%s", start_err.msg);
     mpi_util_init(MPI_COMM_WORLD);
-    if (argc < 4 || (argc - 1) % 3 != 0)
-        mpi_exit_all(STATUS_BAD_INPUT, "usage: test_pipeline_mpi P M V [P M V ...]");
+    enum pp_schedule kind = PP_SCHEDULE_1F1B;
+    int seeds = 0, a = 1;
+    for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
+        if (!strcmp(argv[a], "--seeds")) {
+            seeds = atoi(argv[a + 1]);
+            continue;
+        }
+        if (strcmp(argv[a], "--schedule")) break;
+        for (kind = 0; kind < PP_SCHEDULE_COUNT; kind++)
+            if (!strcmp(argv[a + 1], pipeline_schedule_name(kind))) break;
+        if (kind == PP_SCHEDULE_COUNT) mpi_exit_all(STATUS_BAD_INPUT, "unknown --schedule");
+    }
+    if (argc - a < 3 || (argc - a) % 3 != 0 || seeds < 0)
+        mpi_exit_all(STATUS_BAD_INPUT, "usage: test_pipeline_mpi [--schedule 1f1b|zb-h1|zbv] "
+                                       "[--seeds N] P M V [P M V ...]");
     int total = 0;
-    for (int a = 1; a + 2 < argc; a += 3) {
+    for (; a + 2 < argc; a += 3) {
         int p = atoi(argv[a]), m = atoi(argv[a + 1]), v = atoi(argv[a + 2]);
-        total += run_layout(p, m, v, 0);
-        total += run_layout(p, m, v, 1);
+        for (int seed = 0; seed <= seeds; seed++) {
+            total += run_layout(kind, p, m, v, 0, (uint64_t)seed);
+            total += run_layout(kind, p, m, v, 1, (uint64_t)seed);
+        }
     }
     MPI_Finalize();
     return total ? 1 : 0;

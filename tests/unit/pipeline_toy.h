@@ -12,6 +12,12 @@
 // forward saved (a slot shared by two ops in flight shows up here); a
 // backward flagged last must be its chunk's last one, chunk v - 1 first and
 // chunk 0 last, and every chunk gets exactly one.
+// Weights: the gradients of a_u and b_u, per element i,
+//   da_u[i] = sum_micro dh_{u+1}[i] h_u[i]      db_u[i] = sum_micro dh_{u+1}[i]
+// accumulated in the order the ops run. Split schedules: B computes dh_u and
+// keeps dh_{u+1} in the slot beside h_u; W (toy_weight) accumulates and frees
+// the slot, and carries the last flag. toy_grad_expected gives the sums in
+// microbatch order from the closed forms.
 #ifndef TRIDENT_PIPELINE_TOY_H
 #define TRIDENT_PIPELINE_TOY_H
 
@@ -23,10 +29,13 @@
 #include "parallel/pipeline.h"
 
 struct toy {
+    enum pp_schedule kind;
     int p, s, m, v, n, slots;
-    float *saved;             // (slots, n) the input each in-flight forward saved
+    float *saved;             // (slots, 2 n) the input each in-flight forward saved, then the
+                              // output gradient its B kept for W
     int *owner;               // (slots,) micro * v + chunk, or -1 when free
-    int *fwd, *bwd;           // (m * v,) times each op ran
+    int *fwd, *bwd, *wgt;     // (m * v,) times each op ran (bwd: B or the whole backward)
+    float *da, *db;           // (v, n) weight gradients of each chunk's a and b
     int next_last;            // the chunk whose last backward comes next (v - 1 down to 0)
     float *dx;                // (m, n) gradient of virtual stage 0's input
     float *y;                 // (m, n) output of the last virtual stage
@@ -63,28 +72,48 @@ static double toy_dh(int u, int V, int micro, int i) {
         }                                                                      \
     } while (0)
 
-static void toy_init(struct toy *t, int p, int s, int m, int v, int n, int slots) {
+// The weight gradients of virtual stage u summed over the microbatches in
+// order 0 .. m - 1 in fp32 from the closed forms: da (n,), db (n,).
+static void toy_grad_expected(int u, int V, int m, int n, float *da, float *db) {
+    for (int i = 0; i < n; i++) {
+        da[i] = db[i] = 0;
+        for (int micro = 0; micro < m; micro++) {
+            float d = (float)toy_dh(u + 1, V, micro, i);
+            da[i] += d * (float)toy_h(u, micro, i);
+            db[i] += d;
+        }
+    }
+}
+
+static void toy_init(struct toy *t, enum pp_schedule kind, int p, int s, int m, int v, int n,
+                     int slots) {
     memset(t, 0, sizeof *t);
+    t->kind = kind;
     t->p = p, t->s = s, t->m = m, t->v = v, t->n = n, t->slots = slots;
     t->next_last = v - 1;
-    t->saved = xcalloc((size_t)slots * n, sizeof(float));
+    t->saved = xcalloc((size_t)slots * 2 * n, sizeof(float));
     t->owner = xmalloc(sizeof(int) * slots);
     for (int k = 0; k < slots; k++) t->owner[k] = -1;
     t->fwd = xcalloc((size_t)m * v, sizeof(int));
     t->bwd = xcalloc((size_t)m * v, sizeof(int));
+    t->wgt = xcalloc((size_t)m * v, sizeof(int));
+    t->da = xcalloc((size_t)v * n, sizeof(float));
+    t->db = xcalloc((size_t)v * n, sizeof(float));
     t->dx = xcalloc((size_t)m * n, sizeof(float));
     t->y = xcalloc((size_t)m * n, sizeof(float));
 }
 
 static void toy_free(struct toy *t) {
-    free(t->saved), free(t->owner), free(t->fwd), free(t->bwd), free(t->dx), free(t->y);
+    free(t->saved), free(t->owner), free(t->fwd), free(t->bwd), free(t->wgt), free(t->da);
+    free(t->db), free(t->dx), free(t->y);
 }
 
 static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *in_, void *out_) {
     struct toy *t = ctx;
     const float *in = in_;
     float *out = out_;
-    int u = chunk * t->p + t->s, V = t->p * t->v, id = micro * t->v + chunk;
+    int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), V = t->p * t->v;
+    int id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
     TOY_EXPECT(t, (in == NULL) == (u == 0), "F(%d,%d): in %s on virtual stage %d", micro, chunk,
                in ? "given" : "NULL", u);
@@ -97,7 +126,7 @@ static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *i
                slot >= 0 && slot < t->slots ? t->owner[slot] : -2);
     if (slot < 0 || slot >= t->slots) return;
     t->owner[slot] = id;
-    float *save = t->saved + (size_t)slot * t->n, *y = out ? out : t->y + (size_t)micro * t->n;
+    float *save = t->saved + (size_t)slot * 2 * t->n, *y = out ? out : t->y + (size_t)micro * t->n;
     int wrong = 0;
     for (int i = 0; i < t->n; i++) {
         double h = toy_h(u, micro, i);
@@ -109,14 +138,40 @@ static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *i
                chunk, wrong);
 }
 
+// The last flag of the op that frees (micro, chunk)'s slot: its chunk's last
+// one, chunk v - 1 first.
+static void toy_check_last(struct toy *t, int micro, int chunk, const int *done) {
+    int left = 0;
+    for (int k = 0; k < t->m; k++) left += done[k * t->v + chunk] != 1;
+    TOY_EXPECT(t, left == 0 && chunk == t->next_last,
+               "(%d,%d) flagged last with %d of the chunk's ops to come, chunk %d's last "
+               "expected next", micro, chunk, left, t->next_last);
+    t->next_last--;
+}
+
+// W, or the weight half of a whole backward: accumulates the gradients of
+// a_u and b_u from the slot's input and dh (n,), then poisons and frees it.
+static void toy_accumulate(struct toy *t, int u, int chunk, int slot, const float *dh) {
+    float *save = t->saved + (size_t)slot * 2 * t->n;
+    for (int i = 0; i < t->n; i++) {
+        t->da[(size_t)chunk * t->n + i] += dh[i] * save[i];
+        t->db[(size_t)chunk * t->n + i] += dh[i];
+        save[i] = save[t->n + i] = NAN; // a later reader of this slot sees the poison
+    }
+    (void)u;
+    t->owner[slot] = -1;
+}
+
 static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, bool split,
                          const void *dout_, void *din_) {
     struct toy *t = ctx;
-    (void)split; // TODO(issue 30): the toy has no weights to defer
     const float *dout = dout_;
     float *din = din_;
-    int u = chunk * t->p + t->s, V = t->p * t->v, id = micro * t->v + chunk;
+    int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), V = t->p * t->v;
+    int id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
+    TOY_EXPECT(t, split == pipeline_schedule_splits(t->kind), "B(%d,%d): split=%d under %s",
+               micro, chunk, split, pipeline_schedule_name(t->kind));
     TOY_EXPECT(t, (dout == NULL) == (u == V - 1), "B(%d,%d): dout %s on virtual stage %d of %d",
                micro, chunk, dout ? "given" : "NULL", u, V);
     TOY_EXPECT(t, (din == NULL) == (u == 0), "B(%d,%d): din %s on virtual stage %d", micro, chunk,
@@ -125,17 +180,10 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
                chunk);
     TOY_EXPECT(t, slot >= 0 && slot < t->slots && t->owner[slot] == id,
                "B(%d,%d): slot %d not the one its forward filled", micro, chunk, slot);
-    if (last) {
-        int left = 0;
-        for (int k = 0; k < t->m; k++) left += t->bwd[k * t->v + chunk] != 1;
-        TOY_EXPECT(t, left == 0 && chunk == t->next_last,
-                   "B(%d,%d) flagged last with %d backwards of the chunk to come, chunk %d's "
-                   "last expected next", micro, chunk, left, t->next_last);
-        t->next_last--;
-    }
+    TOY_EXPECT(t, !(split && last), "B(%d,%d) of a split schedule flagged last", micro, chunk);
+    if (last) toy_check_last(t, micro, chunk, t->bwd);
     if (slot < 0 || slot >= t->slots) return;
-    t->owner[slot] = -1;
-    float *save = t->saved + (size_t)slot * t->n;
+    float *save = t->saved + (size_t)slot * 2 * t->n, *keep = save + t->n;
     float *dh = din ? din : t->dx + (size_t)micro * t->n;
     int wrong_saved = 0, wrong_dout = 0, wrong_y = 0;
     for (int i = 0; i < t->n; i++) {
@@ -144,7 +192,7 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
         if (dout) wrong_dout += dout[i] != (float)toy_dh(u + 1, V, micro, i), d = dout[i];
         if (u == V - 1) wrong_y += t->y[(size_t)micro * t->n + i] != (float)toy_h(V, micro, i);
         dh[i] = (float)(toy_a(u) * d);
-        save[i] = NAN; // a later reader of this slot sees the poison
+        keep[i] = (float)d; // dh_{u+1}, for the weight gradients
     }
     TOY_EXPECT(t, wrong_saved + wrong_dout + wrong_y == 0,
                "B(%d,%d) on virtual stage %d: %d saved, %d dout, %d output elements wrong", micro,
@@ -155,6 +203,30 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
         TOY_EXPECT(t, wrong == 0, "B(%d,0): %d elements of dx differ from g * prod a", micro,
                    wrong);
     }
+    if (!split) toy_accumulate(t, u, chunk, slot, keep);
+}
+
+// W (pipeline_exec.weight): after its B, from the slot the B left taken.
+static void toy_weight(void *ctx, int micro, int chunk, int slot, bool last) {
+    struct toy *t = ctx;
+    int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), id = micro * t->v + chunk;
+    if (t->poll) pipeline_poll(t->poll);
+    TOY_EXPECT(t, pipeline_schedule_splits(t->kind), "W(%d,%d) under %s", micro, chunk,
+               pipeline_schedule_name(t->kind));
+    TOY_EXPECT(t, t->bwd[id] == 1 && t->wgt[id]++ == 0, "W(%d,%d) before B or twice", micro,
+               chunk);
+    TOY_EXPECT(t, slot >= 0 && slot < t->slots && t->owner[slot] == id,
+               "W(%d,%d): slot %d not the one its forward filled", micro, chunk, slot);
+    if (last) toy_check_last(t, micro, chunk, t->wgt);
+    if (slot < 0 || slot >= t->slots) return;
+    const float *save = t->saved + (size_t)slot * 2 * t->n;
+    int wrong = 0;
+    for (int i = 0; i < t->n; i++)
+        wrong += save[i] != (float)toy_h(u, micro, i) ||
+                 save[t->n + i] != (float)toy_dh(u + 1, t->p * t->v, micro, i);
+    TOY_EXPECT(t, wrong == 0, "W(%d,%d): %d elements of the slot changed since F and B", micro,
+               chunk, wrong);
+    toy_accumulate(t, u, chunk, slot, save + t->n);
 }
 
 // The executor's progress callback (pipeline_exec.progress): counts its calls
@@ -164,9 +236,20 @@ static inline void toy_progress(void *ctx) { ((struct toy *)ctx)->progress_calls
 // After a run: every op ran exactly once. Returns the failed checks.
 static int toy_finish(struct toy *t) {
     for (int id = 0; id < t->m * t->v; id++)
-        TOY_EXPECT(t, t->fwd[id] == 1 && t->bwd[id] == 1,
-                   "(micro %d, chunk %d) ran F %d, B %d times", id / t->v, id % t->v, t->fwd[id],
-                   t->bwd[id]);
+        TOY_EXPECT(t, t->fwd[id] == 1 && t->bwd[id] == 1 &&
+                          t->wgt[id] == pipeline_schedule_splits(t->kind),
+                   "(micro %d, chunk %d) ran F %d, B %d, W %d times", id / t->v, id % t->v,
+                   t->fwd[id], t->bwd[id], t->wgt[id]);
+    float *da = xmalloc(sizeof(float) * 2 * t->n), *db = da + t->n;
+    for (int c = 0; c < t->v; c++) {
+        int u = pipeline_virtual_stage(t->kind, t->p, t->s, c), wrong = 0;
+        toy_grad_expected(u, t->p * t->v, t->m, t->n, da, db);
+        for (int i = 0; i < t->n; i++)
+            wrong += t->da[(size_t)c * t->n + i] != da[i] || t->db[(size_t)c * t->n + i] != db[i];
+        TOY_EXPECT(t, wrong == 0, "chunk %d (virtual stage %d): %d weight-gradient elements "
+                   "differ from the sums in microbatch order", c, u, wrong);
+    }
+    free(da);
     TOY_EXPECT(t, t->next_last == -1, "%d chunks had no backward flagged last", t->next_last + 1);
     return t->bad;
 }
