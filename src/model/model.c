@@ -835,6 +835,7 @@ const struct param_info *model_params(const struct model *m, int *n) {
 }
 struct tensor model_param_arena(struct model *m) { return m->param_arena; }
 struct tensor model_grad_arena(struct model *m) { return m->grad_arena; }
+struct tensor model_tied_head_grad(struct model *m) { return m->tied_dhead; }
 const struct model_memory *model_memory(const struct model *m) { return &m->mem; }
 struct backend *model_backend(const struct model *m) { return m->be; }
 bool model_is_last_stage(const struct model *m) { return m->last; }

@@ -306,6 +306,13 @@ void model_set_groups(struct model *m, const struct parallel_groups *groups);
 // zeroed after. A no-op otherwise.
 void model_finish_grads(struct model *m);
 
+// The buffer of a tied head's share of the embedding's gradient (model_finish_grads):
+// (Vl, C) in the gradient dtype on a split_backward rank running both passes
+// (ZB-V's stage 0), else empty (numel 0). Data parallelism sums it over the DP
+// group as it sums the arena (grad_sync.c), before model_finish_grads, so that
+// the embedding's gradient is sum(E) + sum(H) as 1F1B's two stages make it.
+struct tensor model_tied_head_grad(struct model *m);
+
 // Zeroes the gradient arena (start of a global batch).
 void model_zero_grad(struct model *m);
 
