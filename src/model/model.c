@@ -603,7 +603,7 @@ struct model_shard model_shard_full(const struct llama_config *cfg) {
 struct model_shard model_shard_pipeline(const struct llama_config *cfg, enum pp_schedule kind,
                                         int p, int s, int v) {
     struct model_shard sh = {.n_chunks = v, .tp_rank = 0, .tp_size = 1, .n_slots = 1,
-                             .split_backward = pipeline_schedule_splits(kind)};
+                             .schedule = kind, .split_backward = pipeline_schedule_splits(kind)};
     int L = cfg->n_layers, pv = p * v;
     for (int c = 0; c < v && c < MODEL_MAX_CHUNKS; c++) {
         int u = pipeline_virtual_stage(kind, p, s, c);
@@ -966,6 +966,7 @@ const struct param_info *model_params(const struct model *m, int *n) {
 }
 struct tensor model_param_arena(struct model *m) { return m->param_arena; }
 struct tensor model_grad_arena(struct model *m) { return m->grad_arena; }
+struct tensor model_tied_head_grad(struct model *m) { return m->tied_dhead; }
 const struct model_memory *model_memory(const struct model *m) { return &m->mem; }
 struct backend *model_backend(const struct model *m) { return m->be; }
 bool model_is_last_stage(const struct model *m) { return m->last; }

@@ -168,6 +168,8 @@ struct model_shard {
     bool no_param_arena;        // ZeRO-3: no parameter arena; each unit's parameters live
                                 // where model_unit_bind points them (the trainer's buffers)
     bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
+    enum pp_schedule schedule;  // the pipeline's (model_shard_pipeline): where each chunk's
+                                // neighbours live (generation's stage messages)
     bool split_backward;        // zero-bubble schedules (pipeline.h): each slot also keeps
                                 // what its deferred W reads (model_backward_chunk_input;
                                 // model_memory.w_stash_bytes)
@@ -348,6 +350,13 @@ void model_set_groups(struct model *m, const struct parallel_groups *groups);
 // all-reduce of its two copies (first and last stage) makes; the buffer is
 // zeroed after. A no-op otherwise.
 void model_finish_grads(struct model *m);
+
+// The buffer of a tied head's share of the embedding's gradient (model_finish_grads):
+// (Vl, C) in the gradient dtype on a split_backward rank running both passes
+// (ZB-V's stage 0), else empty (numel 0). Data parallelism sums it over the DP
+// group as it sums the arena (grad_sync.c), before model_finish_grads, so that
+// the embedding's gradient is sum(E) + sum(H) as 1F1B's two stages make it.
+struct tensor model_tied_head_grad(struct model *m);
 
 // Zeroes the gradient arena (start of a global batch).
 void model_zero_grad(struct model *m);

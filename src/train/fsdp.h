@@ -25,6 +25,23 @@
 // rounding, bit for bit with one microbatch. grad_dtype = bf16 rounds the
 // buffer for the transfer (comm.h's BF16 sum) and widens the result.
 //
+// The split backward of the zero-bubble schedules (model.h,
+// model_backward_chunk_input / _weight): a unit's B gets a zeroed buffer as
+// above and the model stashes what B wrote there (the vectors' gradients)
+// at its end (MODEL_UNIT_INPUT_DONE), which frees the buffer; its W gets
+// another zeroed buffer (MODEL_UNIT_WEIGHT), into which the model puts them
+// back after the weight GEMMs, and the reduce-scatter starts at
+// MODEL_UNIT_WEIGHT_DONE: per microbatch, the fused pass's buffer, bit for
+// bit. The W's of a unit run in microbatch order and the results are added
+// into the shard in the order their buffers were bound (fsdp_step_end
+// completes the older first), so a step equals 1F1B's at the same stage.
+// Stage 3's B gathers the unit's parameters (released at INPUT_DONE under
+// reshard_after_forward); its W reads none. The embedding's pass runs whole
+// in B (BACKWARD ... BACKWARD_DONE). A tied embedding's buffer is bound at
+// the head's W and reduce-scattered after it, as after the fused pass; with
+// the embedding's pass on the same rank (ZB-V's stage 0) it is not built
+// (config_validate refuses zbv + tie_embeddings at zero_stage >= 2).
+//
 // Parameters (stage 3): no parameter arena; the optimizer's parameter shard
 // holds this rank's slices in the model dtype. Before a unit's forward its
 // slices are all-gathered (model dtype: the compute dtype) into a gather

@@ -110,7 +110,22 @@ void grad_sync_finish(struct grad_sync *s) {
     s->armed = false, s->final = false;
     while (s->next < s->n_buckets) bucket_start(s, &s->buckets[s->next++]);
     for (int k = 0; k < s->n_buckets; k++) comm_all_reduce_wait(&s->buckets[k].req);
-    if (s->low.numel) backend_copy(model_backend(s->model), s->grads, s->low, s->grads.numel);
+    struct backend *be = model_backend(s->model);
+    if (s->low.numel) backend_copy(be, s->grads, s->low, s->grads.numel);
+    // ZB-V's stage 0 with a tied embedding (model_tied_head_grad): the head's
+    // share, summed as the arena is (1F1B's last stage sums it in its arena;
+    // model_finish_grads adds it after). Under BF16 through s->low, free now.
+    struct tensor tied = model_tied_head_grad(s->model), t = tied;
+    if (!tied.numel) return;
+    if (s->low.numel) {
+        CHECK(s->low.numel >= tied.numel, "grad_sync: %zu bf16 elements for a head of %zu",
+              s->low.numel, tied.numel);
+        t = tensor_slice(s->low, 0, tied.numel);
+        backend_copy(be, t, tied, tied.numel);
+    }
+    comm_order_after_compute(s->dp, be);
+    comm_all_reduce(s->dp, t.data, t.numel, t.dtype, COMM_SUM);
+    if (s->low.numel) backend_copy(be, tied, t, tied.numel);
 }
 
 int grad_sync_buckets(const struct grad_sync *s) { return s->n_buckets; }

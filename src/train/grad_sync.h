@@ -23,6 +23,11 @@
 // the results are those of reducing every bucket after the flush, bit for
 // bit.
 //
+// ZB-V's stage 0 with a tied embedding keeps the head's share of the
+// embedding's gradient apart (model_tied_head_grad); grad_sync_finish sums
+// it over dp after the buckets (in grad_dtype, through the BF16 copy then
+// free), so model_finish_grads adds sum(E) + sum(H) as 1F1B's stages do.
+//
 // [precision] grad_dtype = bf16 halves the bytes on the wire: each bucket's
 // FP32 gradients are rounded into a BF16 copy of the arena, all-reduced with
 // comm.h's BF16 sum (each pair of operands added in FP32 and rounded once)

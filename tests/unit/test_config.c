@@ -378,6 +378,9 @@ static const struct bad_case bad_cases[] = {
      {"command line argument 2 'train.lr=abc'", "train.lr = 'abc'", "expected a number"}},
     {"override empty value", NULL, {"train.lr="}, 1, {"argument 1", "train.lr = ''", "empty value"}},
     {"override twice", NULL, {"train.lr=0.1", "train.lr=0.2"}, 1, {"train.lr", "arguments 1 and 2"}},
+    {"zbv tied zero 3", "[model]\ntie_embeddings = true\n[parallel]\npp = 2\ndp = 2\nvirtual_stages = 2\n"
+     "pp_schedule = zbv\nzero_stage = 3\n", {0}, 4,
+     {"parallel.pp_schedule = zbv (@:7)", "parallel.zero_stage = 3 (@:8)", "model.tie_embeddings = true (@:2)"}},
     {"unknown device", "[system]\ndevice = tpu\n", {0}, 1, {"@:2", "system.device = 'tpu'", "one of: cpu, cuda"}},
     {"unknown dtype", "[precision]\ndtype = fp8\n", {0}, 1,
      {"@:2", "precision.dtype = 'fp8'", "one of: fp32, bf16, fp16"}},
