@@ -278,6 +278,14 @@ static char *manifest_text(const struct ckpt_save_args *a, const struct ckpt_fil
                  "rope_high_freq_factor = %.17g\nrope_original_max_pos = %d\n",
                  m->rope_scaling.factor, m->rope_scaling.low_freq_factor,
                  m->rope_scaling.high_freq_factor, m->rope_scaling.original_max_pos);
+    // issue 31: the mixture-of-experts shape, only for a MoE model (older
+    // readers see the manifests they know); the widths resolved (model.h)
+    if (m->moe_experts)
+        text_add(&t, "moe_experts = %d\nmoe_top_k = %d\nmoe_ffn_dim = %d\nmoe_shared_experts = %d\n"
+                 "moe_shared_ffn_dim = %d\nmoe_shared_gate = %d\nmoe_norm_topk = %d\n"
+                 "moe_first_dense_layers = %d\n", m->moe_experts, m->moe_top_k, llama_moe_ffn(m),
+                 m->moe_shared_experts, llama_moe_shared_ffn(m), m->moe_shared_gate ? 1 : 0,
+                 m->moe_norm_topk ? 1 : 0, m->moe_first_dense_layers);
     text_add(&t, "\n[files]\n");
     for (int r = 0; r < world; r++)
         text_add(&t, "rank-%05d.h5 = xxh3-64:%016llx %llu\n", r, (unsigned long long)sums[r].xxh3,

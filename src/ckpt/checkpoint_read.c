@@ -13,6 +13,7 @@
 #include "base/checksum.h"
 #include "base/h5util.h"
 #include "base/watchdog.h"
+#include "model/moe.h"
 #include "durable.h"
 
 struct stored_piece {
@@ -100,6 +101,14 @@ static int manifest_handler(void *user, const char *section, const char *key, co
     INT_KEY("model", "head_dim", in->model.head_dim, 0, LLAMA_MAX_HEAD_DIM)
     INT_KEY("model", "qkv_bias", in->model.qkv_bias, 0, 1)
     INT_KEY("model", "qk_norm", in->model.qk_norm, 0, 1)
+    INT_KEY("model", "moe_experts", in->model.moe_experts, 0, MOE_MAX_EXPERTS)
+    INT_KEY("model", "moe_top_k", in->model.moe_top_k, 1, MOE_MAX_EXPERTS)
+    INT_KEY("model", "moe_ffn_dim", in->model.moe_ffn_dim, 1, LLAMA_MAX_FFN)
+    INT_KEY("model", "moe_shared_experts", in->model.moe_shared_experts, 0, 1)
+    INT_KEY("model", "moe_shared_ffn_dim", in->model.moe_shared_ffn_dim, 0, LLAMA_MAX_FFN)
+    INT_KEY("model", "moe_shared_gate", in->model.moe_shared_gate, 0, 1)
+    INT_KEY("model", "moe_norm_topk", in->model.moe_norm_topk, 0, 1)
+    INT_KEY("model", "moe_first_dense_layers", in->model.moe_first_dense_layers, 0, LLAMA_MAX_LAYERS)
     INT_KEY("model", "rope_original_max_pos", in->model.rope_scaling.original_max_pos, 1,
             LLAMA_MAX_SEQ_LEN)
 #undef INT_KEY
@@ -579,6 +588,16 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] head_dim = %d, but the run has %d", path,
                          llama_head_dim(c), llama_head_dim(m));
     SAME_INT(qkv_bias) SAME_INT(qk_norm)
+    SAME_INT(moe_experts)
+    if (m->moe_experts) {
+        SAME_INT(moe_top_k) SAME_INT(moe_shared_experts) SAME_INT(moe_first_dense_layers)
+        if (llama_moe_ffn(c) != llama_moe_ffn(m) || llama_moe_shared_ffn(c) != llama_moe_shared_ffn(m) ||
+            (llama_moe_shared_ffn(m) && c->moe_shared_gate != m->moe_shared_gate))
+            return error_set(err, STATUS_BAD_INPUT, "%s: [model] moe_ffn_dim = %d, moe_shared_ffn_dim "
+                             "= %d, moe_shared_gate = %d, but the run has %d, %d, %d", path,
+                             llama_moe_ffn(c), llama_moe_shared_ffn(c), (int)c->moe_shared_gate,
+                             llama_moe_ffn(m), llama_moe_shared_ffn(m), (int)m->moe_shared_gate);
+    }
 #undef SAME_INT
     const struct rope_scaling *rc = &c->rope_scaling, *rm = &m->rope_scaling;
     if (rc->type != rm->type ||
