@@ -80,6 +80,10 @@ static enum status export_family(const struct llama_config *m, const struct hf_e
                        : m->qkv_bias                  ? HF_QWEN2
                        : a->meta                      ? a->meta->family
                                                       : HF_LLAMA;
+    if (m->moe_experts) // issue 31: MixtralForCausalLM / Qwen2MoeForCausalLM are to come
+        return error_set(err, STATUS_BAD_INPUT, "the checkpoint is a mixture-of-experts model "
+                         "(moe_experts = %d); export to Hugging Face's MixtralForCausalLM and "
+                         "Qwen2MoeForCausalLM is not built yet", m->moe_experts);
     if (f == HF_QWEN2 && !m->qkv_bias) f = HF_LLAMA; // Qwen2 always has the biases
     if (f == HF_QWEN3 && !m->qk_norm) f = HF_LLAMA;  // Qwen3 always has the norms
     const char *why = m->qkv_bias && m->qk_norm ? "both q/k/v biases and q/k norms"

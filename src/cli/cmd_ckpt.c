@@ -47,6 +47,12 @@ static void print_info(const struct ckpt_reader *r) {
            m->n_kv_heads, m->ffn_dim, m->tie_embeddings ? 1 : 0);
     printf("  head_dim=%d qkv_bias=%d qk_norm=%d rope_scaling=%s\n", llama_head_dim(m),
            m->qkv_bias ? 1 : 0, m->qk_norm ? 1 : 0, ckpt_rope_scaling_name(m->rope_scaling.type));
+    if (m->moe_experts)
+        printf("  moe_experts=%d moe_top_k=%d moe_ffn_dim=%d moe_shared_experts=%d "
+               "moe_shared_ffn_dim=%d moe_shared_gate=%d moe_norm_topk=%d moe_first_dense_layers=%d\n",
+               m->moe_experts, m->moe_top_k, m->moe_ffn_dim, m->moe_shared_experts,
+               m->moe_shared_ffn_dim, m->moe_shared_gate ? 1 : 0, m->moe_norm_topk ? 1 : 0,
+               m->moe_first_dense_layers);
     printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
     if (in->weights_only)
         printf("  weights only (use as model.init_from): no optimizer state, not a checkpoint to resume\n");

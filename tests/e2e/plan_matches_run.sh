@@ -27,7 +27,8 @@
 # 0 holding the embedding and the head with the head's own gradient of a tied
 # embedding): zb-h1 at (1,2,1), (1,4,1), (2,2,2)+ZeRO-1 and (1,2,2)+ZeRO-3 and
 # zbv at (1,2,1) in fp32, zb-h1 with recompute selective, zbv with recompute
-# full in bf16. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
+# full in bf16. Issue 31's MoE decoder (tests/e2e/configs/moe.ini) at (1,1,1)
+# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -48,29 +49,35 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 [ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,2,1,0,0,true,0,1,1,zb-h1"
 [ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,2,1,0,0,true,0,2,1,zbv"
 [ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1 1,1,1,0,0,true,0,1,2"
+# Issue 31's mixture-of-experts decoder (the eleventh field: moe runs
+# tests/e2e/configs/moe.ini: each MoE block's routing and expert activations
+# per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16.
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe"
+[ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 for l in $layouts; do
-    IFS=, read -r tp pp dp z sp keep shard v cp sched <<<"$l"
+    IFS=, read -r tp pp dp z sp keep shard v cp sched moe <<<"$l"
     keep=${keep:-true} shard=${shard:-0} v=${v:-1} cp=${cp:-1} sched=${sched:-1f1b} # reshard_after_forward, dp_shard, virtual_stages
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$sched-$mode-$dtype-$grad"
+    ini=$SMALL_INI; [ "${moe:-}" = moe ] && ini=tests/e2e/configs/moe.ini
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$sched-${moe:-dense}-$mode-$dtype-$grad"
     l="$l $mode $dtype grad $grad"
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
           parallel.cp=$cp parallel.pp_schedule=$sched train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     [ "$v" = 1 ] && [ "$pp" -le 2 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
-    rc=0; plan=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}") || rc=$?
+    rc=0; plan=$("$TRIDENT" plan "$ini" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }
     # The row "0 ROLE ..." (stage 0), then its "bytes: params P, grads G, optimizer O, activations A".
     want=$(awk '/^0 +[a-z]+ /{getline; print; exit}' <<<"$plan" |
            sed -n 's/.*params \([0-9]*\), grads \([0-9]*\), optimizer \([0-9]*\), activations \([0-9]*\).*/\1 + \2 + \3 + \4/p')
     covered=$(awk '/^[0-9]+(-[0-9]+)? +[a-z]+ /{n += $3} END{print n + 0}' <<<"$plan")
     [ "$covered" = $((tp * cp * pp * dp)) ] || { echo "FAIL: $l: grouped rows cover $covered ranks, not $((tp * cp * pp * dp))"; fail=1; }
-    js=$("$TRIDENT" plan "$SMALL_INI" "${args[@]}" --json |
+    js=$("$TRIDENT" plan "$ini" "${args[@]}" --json |
          "$PY" -c 'import json,sys; o=json.load(sys.stdin); print(o["groups"][0]["total_bytes"], o["peak_bytes"] == max(g["total_bytes"] for g in o["groups"]), sum(g["ranks"] for g in o["groups"]) == o["ranks"], o["cp"], o["groups"][0]["activation_bytes"])')
     read -r js_total js_peak js_ranks js_cp js_act <<<"$js"
     [ "$js_total $js_peak $js_ranks $js_cp" = "$((want)) True True $cp" ] ||
         { echo "FAIL: $l: --json says '$js', text plan $((want)), cp $cp"; fail=1; }
     [ "$tp,$pp,$dp,$z $mode $dtype $grad" = "1,1,1,0 none fp32 fp32" ] && act[$cp]=$js_act # acceptance 3
-    rc=0; timeout 120 "${MPIRUN[@]}" -np $((tp * cp * pp * dp)) "$TRIDENT" train "$SMALL_INI" "${args[@]}" \
+    rc=0; timeout 120 "${MPIRUN[@]}" -np $((tp * cp * pp * dp)) "$TRIDENT" train "$ini" "${args[@]}" \
         > "$tmp/log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -5 "$tmp/log"; echo "FAIL: run $l exited $rc"; fail=1; continue; }
     got=$(metrics "$run_dir" .mem_bytes | sed -n 1p)
