@@ -9,6 +9,8 @@
 #     three times log the straight run's loss and lr at every step, and end
 #     with byte-identical parameters (trident ckpt export); the bf16 run's
 #     losses are not the fp32 run's.
+#     dp 2 with ZeRO-1 logs 1 rank's losses and aux losses (steps 1-5, 1e-5;
+#     the MoE counts summed over ranks).
 #  3. A capacity factor drops assignments (moe_dropped > 0 at cf 0.5).
 #  4. Refused with exit 2 naming model.moe_experts: tp = 2, recompute = full.
 set -euo pipefail
@@ -34,6 +36,10 @@ for dt in fp32 bf16; do
         "$TRIDENT" ckpt export "$tmp/ck-$r-$dt" "$tmp/$r-$dt.h5" > /dev/null || { echo "FAIL: export $r-$dt"; fail=1; }
     done
 done
+# 1 rank against dp 2 with ZeRO-1 (steps 1-5, the warmup): the same losses, aux losses and loads
+mkdir -p "$tmp/run-dp2.0"
+small_train "$tmp/run-dp2.0" "$tmp/ck-dp2" 1 1 2 1 train.steps=6 checkpoint.every=0 \
+    > "$tmp/dp2.log" 2>&1 || { echo "FAIL: dp 2 run"; tail -3 "$tmp/dp2.log"; fail=1; }
 train "capacity" fp32 model.moe_capacity_factor=0.5 train.steps=2 train.warmup_steps=1 || fail=1
 
 "$PY" - "$tmp" <<'PY' || fail=1
@@ -70,6 +76,11 @@ for dt in ("fp32", "bf16"):
     else: print(f"{dt}: 20 steps straight == 3 resumes (loss, lr, aux loss each step), {len(fa)} tensors byte-identical")
 a, b = steps("straight-fp32"), steps("straight-bf16")
 if all(a[k]["loss"] == b.get(k, {}).get("loss") for k in a): ok = False; print("FAIL: the bf16 run logged the fp32 run's losses (dtype not applied?)")
+d2 = steps("dp2")
+bad = [k for k in range(1, 6) if k not in d2 or abs(d2[k]["loss"] - a[k]["loss"]) > 1e-5 * a[k]["loss"]
+       or abs(d2[k]["moe_aux_loss"] - a[k]["moe_aux_loss"]) > 1e-5 * a[k]["moe_aux_loss"]]
+if bad: ok = False; print(f"FAIL: dp 2 + ZeRO-1 differs from 1 rank at steps {bad}")
+else: print("dp 2 + ZeRO-1: steps 1-5 (the warmup: the same lr) give 1 rank's losses and aux losses (1e-5)")
 c = steps("capacity")
 if not c or not all(x["moe_dropped"] > 0 for x in c.values()): ok = False; print(f"FAIL: capacity 0.5 dropped {[x.get('moe_dropped') for x in c.values()]}")
 else: print(f"capacity factor 0.5: dropped {[x['moe_dropped'] for x in c.values()]} assignments")
