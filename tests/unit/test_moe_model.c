@@ -5,8 +5,9 @@
 //   gives its logits, loss and every gradient (FP64, <= 1e-12 relative), and
 //   the router's gradient is 0 (its weight is p = 1 whatever it is);
 // - finite differences in FP64 of the training objective, LM loss +
-//   moe_aux_loss_coeff * transformers' load-balancing loss + moe_z_loss_coeff
-//   * the blocks' z-losses (read back through model_moe_stats_take), against
+//   (N / targets) (moe_aux_loss_coeff * transformers' load-balancing loss +
+//   moe_z_loss_coeff * the blocks' z-losses) (read back through
+//   model_moe_stats_take; two targets ignored), against
 //   the analytic gradient of every parameter tensor, in a model with a dense
 //   block then two MoE blocks (8 experts, top-2, a gated shared expert);
 // - the FLOPs per token count the active parameters (closed form);
@@ -115,7 +116,9 @@ static void test_one_expert_is_dense(struct backend *be) {
     model_free(d), model_free(m);
 }
 
-// The objective the backward differentiates: LM loss (mean) + the MoE terms.
+// The objective the backward differentiates: LM loss (mean over the count
+// targets) + the MoE terms, weighted N / count (the microbatch's N tokens in
+// the loss: model_pass.c, moe_losses).
 static double objective(struct model *m, const struct llama_config *c, const int32_t *tok,
                         const int32_t *tgt) {
     double sum, moe[4 + 8 * 8];
@@ -124,7 +127,10 @@ static double objective(struct model *m, const struct llama_config *c, const int
     model_backward(m, 1.0 / count);
     CHECK(model_moe_stats_numel(m) <= sizeof moe / sizeof *moe, "stats");
     model_moe_stats_take(m, moe);
-    return sum / count + c->moe_aux_loss_coeff * moe[1] + c->moe_z_loss_coeff * moe[2];
+    int B, T, V;
+    model_microbatch_shape(m, &B, &T, &V);
+    return sum / count + (double)B * T / count *
+                             (c->moe_aux_loss_coeff * moe[1] + c->moe_z_loss_coeff * moe[2]);
 }
 
 static void test_finite_differences(struct backend *be) {
@@ -137,6 +143,7 @@ static void test_finite_differences(struct backend *be) {
     struct model *m = new_model(be, &c, DTYPE_FP64, B, T, 9);
     int32_t tok[16], tgt[16];
     for (int i = 0; i < N; i++) tok[i] = rand_u32() % 64, tgt[i] = rand_u32() % 64;
+    tgt[3] = tgt[11] = IGNORE_INDEX; // loss scale 1 / 14: the MoE terms weigh 16 / 14
     model_zero_grad(m);
     double J0 = objective(m, &c, tok, tgt);
     int n;
