@@ -43,7 +43,7 @@ struct tensor tensor_slice(struct tensor t, size_t offset, size_t numel) {
 
 // ---- profile ----------------------------------------------------------------
 
-enum { PROFILE_MAX_OPS = 32 };
+enum { PROFILE_MAX_OPS = 48 };
 struct backend_profile {
     bool on;
     int n;
@@ -674,4 +674,141 @@ void backend_matmul_fp8(struct backend *be, struct tensor out, struct tensor a, 
     PROFILED(be, "matmul_fp8",
              be->ops->matmul_fp8(be, out, a, b, scale_inv_a, scale_inv_b, M, N, K, trans_a, trans_b,
                                  beta));
+}
+
+// ---- mixture of experts -------------------------------------------------------
+
+// The route ops' float tensors: the statistics dtype of some storage dtype.
+static void need_stat(const char *op, const char *arg, struct tensor t) {
+    if (t.dtype != DTYPE_FP32 && t.dtype != DTYPE_FP64)
+        fatal_exit(STATUS_RUNTIME, __FILE__, __LINE__, "%s: tensor %s is %s, expected fp32 or fp64",
+                   op, arg, dtype_name(t.dtype));
+}
+
+void backend_moe_route(struct backend *be, struct tensor probs, struct tensor lse,
+                       struct tensor topk_idx, struct tensor topk_w, struct tensor stats,
+                       struct tensor logits, struct tensor sel_bias, int N, int E, int k,
+                       bool renorm) {
+    const char *op = "moe_route";
+    CHECK(N >= 0 && E > 0 && k >= 1 && k <= E, "%s: N=%d E=%d k=%d", op, N, E, k);
+    need(op, "logits", logits, (size_t)N * E);
+    need(op, "probs", probs, (size_t)N * E);
+    need(op, "lse", lse, N);
+    need(op, "topk_idx", topk_idx, (size_t)N * k);
+    need(op, "topk_w", topk_w, (size_t)N * k);
+    need(op, "stats", stats, (size_t)E + 1);
+    need_stat(op, "logits", logits);
+    same_dtype(op, "probs", probs, logits.dtype);
+    same_dtype(op, "lse", lse, logits.dtype);
+    same_dtype(op, "topk_w", topk_w, logits.dtype);
+    same_dtype(op, "topk_idx", topk_idx, DTYPE_I32);
+    same_dtype(op, "stats", stats, DTYPE_FP64);
+    if (sel_bias.numel) {
+        need(op, "sel_bias", sel_bias, E);
+        same_dtype(op, "sel_bias", sel_bias, logits.dtype);
+    }
+    PROFILED(be, op,
+             be->ops->moe_route(be, probs, lse, topk_idx, topk_w, stats, logits, sel_bias, N, E, k,
+                                renorm));
+}
+
+void backend_moe_route_backward(struct backend *be, struct tensor dlogits, struct tensor dtopk_w,
+                                struct tensor probs, struct tensor lse, struct tensor topk_idx,
+                                struct tensor aux_w, int N, int E, int k, bool renorm,
+                                float z_scale) {
+    const char *op = "moe_route_backward";
+    CHECK(N >= 0 && E > 0 && k >= 1 && k <= E, "%s: N=%d E=%d k=%d", op, N, E, k);
+    need(op, "dlogits", dlogits, (size_t)N * E);
+    need(op, "dtopk_w", dtopk_w, (size_t)N * k);
+    need(op, "probs", probs, (size_t)N * E);
+    need(op, "lse", lse, N);
+    need(op, "topk_idx", topk_idx, (size_t)N * k);
+    need_stat(op, "probs", probs);
+    same_dtype(op, "dlogits", dlogits, probs.dtype);
+    same_dtype(op, "dtopk_w", dtopk_w, probs.dtype);
+    same_dtype(op, "lse", lse, probs.dtype);
+    same_dtype(op, "topk_idx", topk_idx, DTYPE_I32);
+    if (aux_w.numel) {
+        need(op, "aux_w", aux_w, E);
+        same_dtype(op, "aux_w", aux_w, probs.dtype);
+    }
+    PROFILED(be, op,
+             be->ops->moe_route_backward(be, dlogits, dtopk_w, probs, lse, topk_idx, aux_w, N, E,
+                                         k, renorm, z_scale));
+}
+
+void backend_moe_dispatch(struct backend *be, struct tensor counts, struct tensor dest,
+                          struct tensor src, struct tensor topk_idx, int N, int E, int k,
+                          int capacity) {
+    const char *op = "moe_dispatch";
+    CHECK(N >= 0 && E > 0 && k >= 1 && k <= E, "%s: N=%d E=%d k=%d", op, N, E, k);
+    need(op, "counts", counts, 2 * (size_t)E);
+    need(op, "dest", dest, (size_t)N * k);
+    need(op, "src", src, (size_t)N * k);
+    need(op, "topk_idx", topk_idx, (size_t)N * k);
+    same_dtype(op, "counts", counts, DTYPE_I32);
+    same_dtype(op, "dest", dest, DTYPE_I32);
+    same_dtype(op, "src", src, DTYPE_I32);
+    same_dtype(op, "topk_idx", topk_idx, DTYPE_I32);
+    PROFILED(be, op, be->ops->moe_dispatch(be, counts, dest, src, topk_idx, N, E, k, capacity));
+}
+
+void backend_moe_permute(struct backend *be, struct tensor xp, struct tensor x, struct tensor src,
+                         int M, int C, int k) {
+    const char *op = "moe_permute";
+    CHECK(M >= 0 && C > 0 && k >= 1, "%s: M=%d C=%d k=%d", op, M, C, k);
+    need(op, "xp", xp, (size_t)M * C);
+    need(op, "src", src, M);
+    need_float(op, "x", x);
+    same_dtype(op, "xp", xp, x.dtype);
+    same_dtype(op, "src", src, DTYPE_I32);
+    PROFILED(be, op, be->ops->moe_permute(be, xp, x, src, M, C, k));
+}
+
+void backend_moe_permute_backward(struct backend *be, struct tensor dx, struct tensor dxp,
+                                  struct tensor dest, int N, int C, int k) {
+    const char *op = "moe_permute_backward";
+    CHECK(N >= 0 && C > 0 && k >= 1, "%s: N=%d C=%d k=%d", op, N, C, k);
+    need(op, "dx", dx, (size_t)N * C);
+    need(op, "dest", dest, (size_t)N * k);
+    need_float(op, "dx", dx);
+    same_dtype(op, "dxp", dxp, dx.dtype);
+    same_dtype(op, "dest", dest, DTYPE_I32);
+    PROFILED(be, op, be->ops->moe_permute_backward(be, dx, dxp, dest, N, C, k));
+}
+
+// The combine's shapes: dest (N k,) I32 or empty, when empty yp has N k rows.
+static void combine_checks(const char *op, struct tensor y, struct tensor yp, struct tensor w,
+                           struct tensor dest, int N, int C, int k) {
+    CHECK(N >= 0 && C > 0 && k >= 1, "%s: N=%d C=%d k=%d", op, N, C, k);
+    need(op, "y", y, (size_t)N * C);
+    need(op, "w", w, (size_t)N * k);
+    need_float(op, "y", y);
+    need_stat(op, "w", w);
+    same_dtype(op, "yp", yp, y.dtype);
+    if (dest.numel) {
+        need(op, "dest", dest, (size_t)N * k);
+        same_dtype(op, "dest", dest, DTYPE_I32);
+    } else {
+        need(op, "yp", yp, (size_t)N * k * C);
+    }
+}
+
+void backend_moe_combine(struct backend *be, struct tensor y, struct tensor yp, struct tensor w,
+                         struct tensor dest, int N, int C, int k, bool sigmoid, bool accumulate) {
+    const char *op = "moe_combine";
+    combine_checks(op, y, yp, w, dest, N, C, k);
+    PROFILED(be, op, be->ops->moe_combine(be, y, yp, w, dest, N, C, k, sigmoid, accumulate));
+}
+
+void backend_moe_combine_backward(struct backend *be, struct tensor dyp, struct tensor dw,
+                                  struct tensor dy, struct tensor yp, struct tensor w,
+                                  struct tensor dest, int N, int C, int k, bool sigmoid) {
+    const char *op = "moe_combine_backward";
+    combine_checks(op, dy, yp, w, dest, N, C, k);
+    need(op, "dw", dw, (size_t)N * k);
+    same_dtype(op, "dyp", dyp, dy.dtype);
+    same_dtype(op, "dw", dw, w.dtype);
+    if (!dest.numel) need(op, "dyp", dyp, (size_t)N * k * C);
+    PROFILED(be, op, be->ops->moe_combine_backward(be, dyp, dw, dy, yp, w, dest, N, C, k, sigmoid));
 }

@@ -566,6 +566,93 @@ void backend_matmul_fp8(struct backend *be, struct tensor out, struct tensor a, 
                         struct tensor scale_inv_a, struct tensor scale_inv_b, int M, int N, int K,
                         bool trans_a, bool trans_b, float beta);
 
+// ---- mixture of experts (src/model/moe.h) -----------------------------------
+// The pieces of a token-choice MoE layer around its expert GEMMs (which are
+// backend_matmul calls, one per expert over its contiguous rows): routing,
+// the stable counting sort of (token, slot) assignments by expert
+// (dispatch), the gather of token rows into expert order (permute) and the
+// weighted sum back into token order (combine), each with its backward.
+// Shapes: N tokens, C width, E experts, k experts per token; an assignment
+// a = t k + j is token t's j-th choice. "st" below is the statistics dtype
+// of the layer's storage dtype (ops.h conventions: FP32, FP64 for FP64).
+// Reference implementations: transformers 4.46.3 MixtralSparseMoeBlock and
+// Qwen2MoeSparseMoeBlock (softmax in FP32, top-k, optional renormalisation,
+// index_add_ of the weighted expert outputs); Megatron-Core's
+// moe_utils.permute / unpermute for the sorted layout and token dropping.
+// Index tensors (topk_idx, dest, src) live in backend memory and are
+// trusted (values not checked).
+
+// Softmax top-k routing of N tokens (Mixtral, arXiv 2401.04088 §2.1; Shazeer
+// et al. 2017): logits (N, E) st ->
+//   probs (N, E) st   = softmax over E, computed as exp(l - max) / sum;
+//   lse (N,) st       = logsumexp of the row (the router z-loss's term);
+//   topk_idx (N, k) I32 = the k experts of largest key probs[t, e] +
+//                       sel_bias[e], in descending key order, ties to the
+//                       lower index (torch.topk's order on distinct values);
+//   topk_w (N, k) st  = probs[t, topk_idx[t, j]], divided by their sum when
+//                       renorm (Mixtral; Qwen2-MoE norm_topk_prob);
+//   stats (E + 1,) FP64 = [e] sum_t probs[t, e], [E] sum_t lse[t]^2 (the
+//                       load-balancing loss's P and the z-loss's sum; each
+//                       in a fixed order: the same bits run to run).
+// sel_bias (E,) st, optional (numel 0: none): biases the choice, not the
+// weights (DeepSeek-V3's auxiliary-loss-free balancing bias, arXiv
+// 2412.19437 §2.1.2; also trident's test hook that forces routing).
+// 1 <= k <= E.
+void backend_moe_route(struct backend *be, struct tensor probs, struct tensor lse,
+                       struct tensor topk_idx, struct tensor topk_w, struct tensor stats,
+                       struct tensor logits, struct tensor sel_bias, int N, int E, int k,
+                       bool renorm);
+// dlogits (N, E) st = the gradient through the softmax of
+//   sum_{t,j} dtopk_w[t, j] topk_w[t, j]  +  sum_{t,e} aux_w[e] probs[t, e]
+//   + (z_scale / 2) sum_t lse[t]^2,
+// topk_w as backend_moe_route made it from probs and topk_idx (renorm: the
+// quotient's gradient, ds_j = (dw_j - sum_m dw_m w_m) / sum_m s_m). With
+// dp = d/dprobs: dlogits = p (dp - sum_e p_e dp_e) + z_scale lse p.
+// aux_w (E,) st, optional (numel 0: no term): the load-balancing loss's
+// d/dprobs[t, e] (src/model/moe.h: coeff E f_e / N); z_scale: d(loss)/d(sum
+// lse^2) * 2 (coeff 2 / N for the z-loss's mean). dtopk_w (N, k) st.
+void backend_moe_route_backward(struct backend *be, struct tensor dlogits, struct tensor dtopk_w,
+                                struct tensor probs, struct tensor lse, struct tensor topk_idx,
+                                struct tensor aux_w, int N, int E, int k, bool renorm,
+                                float z_scale);
+// The dispatch plan: a stable counting sort of the N k assignments by expert
+// (token order within an expert), with an optional capacity per expert
+// (Switch Transformer, arXiv 2101.03961 §2.2: an expert's tokens past its
+// capacity are dropped, in token order; capacity <= 0: dropless).
+// topk_idx (N k,) I32 -> counts (2 E,) I32: [e] the assignments expert e
+// keeps (min(routed, capacity)), [E + e] those routed to it; dest (N k,)
+// I32: the row of assignment a in expert order (experts one after another,
+// rows offset_e = sum_{e' < e} counts[e']), -1 when dropped; src (N k,) I32:
+// for a row r < M = sum_e counts[e], the assignment there (dest[src[r]] =
+// r), -1 for r >= M.
+void backend_moe_dispatch(struct backend *be, struct tensor counts, struct tensor dest,
+                          struct tensor src, struct tensor topk_idx, int N, int E, int k,
+                          int capacity);
+// xp (M, C) row r = x (N, C) row src[r] / k: the tokens in expert order.
+// x, xp: one float storage dtype.
+void backend_moe_permute(struct backend *be, struct tensor xp, struct tensor x, struct tensor src,
+                         int M, int C, int k);
+// dx (N, C) += row t: the sum over the kept j of dxp row dest[t k + j] (the
+// permute's gradient, gathered per token: no atomics, one order). BF16/FP16
+// dx: the sum in FP32, added and rounded once.
+void backend_moe_permute_backward(struct backend *be, struct tensor dx, struct tensor dxp,
+                                  struct tensor dest, int N, int C, int k);
+// y (N, C) =, or += when accumulate, row t: sum over the kept j of g(w[t k +
+// j]) yp row r(t k + j), in slot order, summed in FP32 and rounded once;
+// r(a) = dest[a] (skipped when -1), or a itself when dest is empty (numel 0:
+// yp has N k rows). g: the identity (routing weights), or the logistic
+// sigmoid when sigmoid (Qwen2-MoE's shared-expert gate, k = 1). A token
+// with every slot dropped gets 0 (=) or is left as it was (+=). w (N k,) st;
+// y, yp: one float storage dtype.
+void backend_moe_combine(struct backend *be, struct tensor y, struct tensor yp, struct tensor w,
+                         struct tensor dest, int N, int C, int k, bool sigmoid, bool accumulate);
+// The combine's gradients given dy (N, C): dyp row r(a) = g(w[a]) dy row
+// a / k for every kept a (rows no kept a names are not written);
+// dw (N k,) st = g'(w[a]) sum_c dy[a / k, c] yp[r(a), c], 0 for a dropped a.
+void backend_moe_combine_backward(struct backend *be, struct tensor dyp, struct tensor dw,
+                                  struct tensor dy, struct tensor yp, struct tensor w,
+                                  struct tensor dest, int N, int C, int k, bool sigmoid);
+
 // ---- profile ----------------------------------------------------------------
 
 // When on, every op wrapper synchronizes the backend and adds its wall time and

@@ -17,7 +17,9 @@
 // block (a rank's queries against one rank's keys) of context-parallel ring
 // attention. attention_decode is generation's attention against a key/value
 // cache (src/model, model_decode_chunk). fp8_* and matmul_fp8 are FP8
-// training's linear layers (docs/design.md §5). The memory entries (alloc, to_device, ...) are written
+// training's linear layers (docs/design.md §5). moe_* are the
+// mixture-of-experts layer's routing, dispatch and combine (src/model/moe.h).
+// The memory entries (alloc, to_device, ...) are written
 // out in struct backend_ops. Valid C and C++ (the CUDA backend).
 #ifndef TRIDENT_OPS_LIST_H
 #define TRIDENT_OPS_LIST_H
@@ -89,6 +91,23 @@
       bool most_recent))                                                                          \
     X(matmul_fp8, void, (struct backend *be, struct tensor out, struct tensor a, struct tensor b, \
       struct tensor scale_inv_a, struct tensor scale_inv_b, int M, int N, int K, bool trans_a,    \
-      bool trans_b, float beta))
+      bool trans_b, float beta))                                                                  \
+    X(moe_route, void, (struct backend *be, struct tensor probs, struct tensor lse,               \
+      struct tensor topk_idx, struct tensor topk_w, struct tensor stats, struct tensor logits,    \
+      struct tensor sel_bias, int N, int E, int k, bool renorm))                                  \
+    X(moe_route_backward, void, (struct backend *be, struct tensor dlogits, struct tensor dtopk_w,\
+      struct tensor probs, struct tensor lse, struct tensor topk_idx, struct tensor aux_w, int N, \
+      int E, int k, bool renorm, float z_scale))                                                  \
+    X(moe_dispatch, void, (struct backend *be, struct tensor counts, struct tensor dest,          \
+      struct tensor src, struct tensor topk_idx, int N, int E, int k, int capacity))              \
+    X(moe_permute, void, (struct backend *be, struct tensor xp, struct tensor x, struct tensor src,\
+      int M, int C, int k))                                                                       \
+    X(moe_permute_backward, void, (struct backend *be, struct tensor dx, struct tensor dxp,       \
+      struct tensor dest, int N, int C, int k))                                                   \
+    X(moe_combine, void, (struct backend *be, struct tensor y, struct tensor yp, struct tensor w,  \
+      struct tensor dest, int N, int C, int k, bool sigmoid, bool accumulate))                    \
+    X(moe_combine_backward, void, (struct backend *be, struct tensor dyp, struct tensor dw,       \
+      struct tensor dy, struct tensor yp, struct tensor w, struct tensor dest, int N, int C,      \
+      int k, bool sigmoid))
 
 #endif

@@ -446,12 +446,12 @@ static const struct cli_flag plan_flags[] = {
      P(gpus)},
     {"--gpus-per-node", CLI_INT, "N", "8", 1, 1 << 24, 0, NULL, "GPUs a node (with --gpus)", P(gpus_per_node)},
     {"--gpu", CLI_STRING, "SPEC", "H100-SXM", 0, 0, 0, NULL,
-     "the GPU (with --gpus): A100-40G, A100-80G, H100-SXM, H100-PCIe, H800, H200, B200, or "
+     "the GPU (with --gpus or --show-schedule): A100-40G, A100-80G, H100-SXM, H100-PCIe, H800, H200, B200, or "
      "tflops=989,fp8=1979,hbm=3.35T,nvlink=450G,ib=50G,mem=80G, optionally after a preset (H200,ib=25G)", P(gpu)},
     {"--gpu-mem", CLI_STRING, "SIZE", NULL, 0, 0, 0, NULL,
      "the GPU's memory, as --gpu's mem= (80G); default: --gpu's", P(gpu_mem)},
     {"--efficiency", CLI_FLOAT, "F", NULL, 0, 1, CLI_MIN_EXCLUSIVE, NULL,
-     "every FLOP at this fraction of peak (with --gpus; the model before issue 30); default: the kernel "
+     "every FLOP at this fraction of peak (with --gpus or --show-schedule; the model before issue 30); default: the kernel "
      "model, each GEMM at its shape's rate, attention at a fused kernel's, the memory-bound kernels at HBM "
      "speed (docs/planning.md §3)", P(efficiency)},
     {"--reserve", CLI_SIZE, "GIB", "4G", 0, INFINITY, CLI_SIZE_GIB, NULL,

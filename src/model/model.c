@@ -517,7 +517,7 @@ struct model_shard model_shard_full(const struct llama_config *cfg) {
 struct model_shard model_shard_pipeline(const struct llama_config *cfg, enum pp_schedule kind,
                                         int p, int s, int v) {
     struct model_shard sh = {.n_chunks = v, .tp_rank = 0, .tp_size = 1, .n_slots = 1,
-                             .split_backward = pipeline_schedule_splits(kind)};
+                             .schedule = kind, .split_backward = pipeline_schedule_splits(kind)};
     int L = cfg->n_layers, pv = p * v;
     for (int c = 0; c < v && c < MODEL_MAX_CHUNKS; c++) {
         int u = pipeline_virtual_stage(kind, p, s, c);

@@ -138,6 +138,8 @@ struct model_shard {
     bool no_param_arena;        // ZeRO-3: no parameter arena; each unit's parameters live
                                 // where model_unit_bind points them (the trainer's buffers)
     bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
+    enum pp_schedule schedule;  // the pipeline's (model_shard_pipeline): where each chunk's
+                                // neighbours live (generation's stage messages)
     bool split_backward;        // zero-bubble schedules (pipeline.h): each slot also keeps
                                 // what its deferred W reads (model_backward_chunk_input;
                                 // model_memory.w_stash_bytes)

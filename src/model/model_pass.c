@@ -971,14 +971,29 @@ void model_decode(struct model *m, const int32_t *pos, int Tq, const int32_t *to
     struct comm_group *pp = decode_pp(m, msg);
     CHECK(pp && pp->size > 1, "model_decode: a pipeline stage without a pp group (model_set_groups)");
     int p = pp->size, s = pp->rank;
+    enum pp_schedule kind = m->shard.schedule;
     size_t n = model_decode_message_numel(m, Tq);
+    // Chunk c's neighbours hold virtual stages u - 1 and u + 1 (ZB-V: the
+    // next stage, the previous one, or this one at the V's turn, where the
+    // message is a copy).
+    bool self_in = false;
     for (int c = 0; c < m->shard.n_chunks; c++) {
         bool first = model_chunk_first(m, c), last = model_chunk_last(m, c);
-        if (!first) comm_recv(pp, msg[0], n, m->dtype, (s + p - 1) % p, DECODE_TAG);
+        int u = pipeline_virtual_stage(kind, p, s, c);
+        if (!first && !self_in)
+            comm_recv(pp, msg[0], n, m->dtype, pipeline_stage_of(kind, p, u - 1), DECODE_TAG);
         model_decode_chunk(m, c, pos, Tq, tokens, first ? NULL : msg[0], last ? NULL : msg[1]);
+        self_in = false;
         if (last) continue;
+        int next = pipeline_stage_of(kind, p, u + 1);
+        if (next == s) { // the next chunk is this rank's: its input is this output
+            if (m->messages_on_device) backend_copy(m->be, m->kv.msg[0], m->kv.msg[1], n);
+            else memcpy(msg[0], msg[1], n * dtype_size(m->dtype));
+            self_in = true;
+            continue;
+        }
         if (m->messages_on_device) comm_order_after_compute(pp, m->be);
-        comm_send(pp, msg[1], n, m->dtype, (s + 1) % p, DECODE_TAG);
+        comm_send(pp, msg[1], n, m->dtype, next, DECODE_TAG);
     }
 }
 
@@ -990,5 +1005,6 @@ void model_decode_logits_at(struct model *m, int b, int t, double *out) {
     if (m->shard.n_chunks == 1 && m->first && m->last) return;
     struct comm_group *pp = parallel_host_group(m->groups.pp, m->groups.host_pp);
     CHECK(pp && pp->size > 1, "model_decode_logits_at: a pipeline stage without a pp group");
-    comm_broadcast(pp, out, (size_t)m->cfg.vocab_size, DTYPE_FP64, pp->size - 1);
+    comm_broadcast(pp, out, (size_t)m->cfg.vocab_size, DTYPE_FP64,
+                   pipeline_last_stage(m->shard.schedule, pp->size));
 }

@@ -124,7 +124,8 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
     if (pipeline_schedule_splits(x->kind) && !x->weight)
         return error_set(err, STATUS_BAD_INPUT,
                          "pipeline: schedule %s splits the backward into B and W, and the weight "
-                         "callback (pipeline_exec.weight) is NULL", pipeline_schedule_name(x->kind));
+                         "callback (pipeline_exec.weight) is NULL",
+                         pipeline_schedule_name(x->kind));
     struct pp_op *ops = xmalloc(sizeof(struct pp_op) * n_ops);
     enum status st = pipeline_schedule(x->kind, x->p, x->s, x->m, x->v, ops, err);
     if (st != STATUS_OK) {
@@ -146,8 +147,10 @@ enum status pipeline_exec_init(struct pipeline_exec *x, struct error *err) {
         q->ring = MAX(1, rings[k]);
         q->local = pipeline_stream_local_target(x->kind, x->p, x->s, k);
     }
-    for (int k = 0; k < PP_STREAM_COUNT; k++)
-        if (state->streams[k].local >= 0) state->streams[state->streams[k].local].fed_locally = true;
+    for (int k = 0; k < PP_STREAM_COUNT; k++) {
+        int t = state->streams[k].local;
+        if (t >= 0) state->streams[t].fed_locally = true;
+    }
     // Messages per stream; a locally fed ring holds the table's peak of
     // messages written and not yet consumed, so its producer never waits.
     int pending[PP_STREAM_COUNT] = {0}, peak[PP_STREAM_COUNT] = {0};
@@ -330,6 +333,7 @@ enum status pipeline_run(struct pipeline_exec *x, struct error *err) {
         int in = stream_in(x, op), out = stream_out(x, op);
         const void *src = take_input(x, in);
         void *dst = claim_output(x, out);
+        if (x->op_pad_s > 0) sleep_s(x->op_pad_s * (op->kind == PP_BACKWARD ? 2 : 1));
         switch (op->kind) {
         case PP_FORWARD: x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst); break;
         case PP_BACKWARD:

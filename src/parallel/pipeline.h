@@ -62,8 +62,8 @@
 //    F = B = W = 1 per chunk op every stage idles p - 1 units once
 //    m >= 3 p / 2: bubble (p - 1) / (6 m + p - 1), p = 4, m = 8: 3/51 =
 //    0.059 against ZB-H1's 3/27 = 0.111 (fewer microbatches: a larger
-//    one). Slots: 2 p chunk slots on every stage (p microbatches of a whole
-//    stage's activations).
+//    one). Slots: at most 2 p chunk slots (p microbatches of a whole
+//    stage's activations), 2 p on every stage once m >= 2 p - 1.
 // Every split schedule runs each chunk's B's and W's in microbatch order,
 // so the weight gradients accumulate in 1F1B's order (bit-identical sums).
 enum pp_schedule {
@@ -125,14 +125,34 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
 // slots the model allocates (each holds one chunk's activations of one
 // microbatch, and under a split schedule the operands its W reads). 1F1B
 // (v == 1): p - s. Interleaved: min(m v, 2 (p - s - 1) + (v - 1) p + 1).
-// ZB-H1: p. ZB-V: 2 p (its tables' peaks, tests/unit/test_pipeline.c).
+// ZB-H1: p. ZB-V: at most 2 p, 2 p once m >= 2 p - 1 (the tables' peaks,
+// tests/unit/test_pipeline.c).
 // 0 when pipeline_schedule would refuse.
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
+
+// Split schedules: the peak number of (micro, chunk) of stage s whose B has
+// run and whose W has not (the W stashes alive at once), and of those whose
+// F has run and whose B has not (the activations a B still reads). ZB-H1:
+// s + 1 and p - s (1F1B's activations), for every m >= p; ZB-V: 2 s + 1
+// and 2 p chunks once m >= 2 p - 1. A model that keeps W's operands apart
+// from the activations needs pipeline_max_w_pending stashes beside
+// pipeline_max_b_pending activation slots, not pipeline_max_in_flight slots
+// of both (ZB-H1 stage 0: p + 1 instead of 2 p). 0 for the other schedules
+// and for refused arguments. (Tables' peaks, tests/unit/test_pipeline.c.)
+int pipeline_max_w_pending(enum pp_schedule kind, int p, int s, int m, int v);
+int pipeline_max_b_pending(enum pp_schedule kind, int p, int s, int m, int v);
 
 // The virtual stage (0 .. p v - 1) of chunk on stage s: chunk * p + s, or
 // under ZBV s (chunk 0) and 2 p - 1 - s (chunk 1).
 // Virtual stage u holds layers [u L / (p v), (u + 1) L / (p v)).
 int pipeline_virtual_stage(enum pp_schedule kind, int p, int s, int chunk);
+
+// The stage holding virtual stage u (0 .. p v - 1): u % p, or under ZB-V u
+// (u < p) and 2 p - 1 - u (u >= p).
+static inline int pipeline_stage_of(enum pp_schedule kind, int p, int u) {
+    if (kind == PP_SCHEDULE_ZBV) return u < p ? u : 2 * p - 1 - u;
+    return u % p;
+}
 
 // The stage holding the last virtual stage (the head and the loss): p - 1,
 // or 0 under ZB-V.
@@ -270,6 +290,10 @@ struct pipeline_exec {
                          // 0 to 2 ms, drawn from (seed, stage, stream, message index)
                          // by splitmix64, before every send and receive this
                          // executor starts
+    double op_pad_s;     // tests (TRIDENT_FAULT=pp_op_ms:N): each F, B and W op first
+                         // sleeps this long (a whole backward twice): stages of equal
+                         // cost that leave the CPU free, so that idle_s shows the
+                         // schedule's bubble on an oversubscribed machine
     double idle_s;       // out, set by pipeline_run: seconds this stage waited on its
                          // messages in the run (receives and the sends whose buffer it
                          // needed again, the end's included): the stage's measured bubble

@@ -177,8 +177,8 @@ static int order_zb_h1(int p, int s, int m, struct pp_op *ops) {
 // makespan 6 m + p - 1, bubble (p - 1) / (6 m + p - 1); p = 4, m = 8: 3 / 51
 // = 0.0588 against ZB-H1's 3 / 27 = 0.111 and 1F1B's 3 / 11. Fewer
 // microbatches (p <= m < 3 p / 2) run correctly with a larger bubble. Slots:
-// 2 p chunk slots on every stage, i.e. the activations of p microbatches of
-// a whole stage, ZB-H1's.
+// at most 2 p chunk slots, 2 p on every stage once m >= 2 p - 1, i.e. the
+// activations of p microbatches of a whole stage, ZB-H1's.
 static int order_zbv(int p, int s, int m, struct pp_op *ops) {
     int total = MAX(m, 2 * p - 1), n = 0, f[2] = {0, 0}, b[2] = {0, 0}, w[2] = {0, 0};
     // Appends the next op of kind on chunk c (its counters number the
@@ -258,6 +258,38 @@ static int order_peak(const struct pp_op *ops, int n) {
     return peak;
 }
 
+// The peak number of (micro, chunk) between an op of kind `from` and one of
+// kind `to`.
+static int order_peak_between(const struct pp_op *ops, int n, enum pp_op_kind from,
+                              enum pp_op_kind to) {
+    int live = 0, peak = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].kind == from) {
+            live++;
+            peak = MAX(peak, live);
+        }
+        if (ops[i].kind == to) live--;
+    }
+    return peak;
+}
+
+static int split_peak(enum pp_schedule kind, int p, int s, int m, int v, enum pp_op_kind from,
+                      enum pp_op_kind to) {
+    if (!pipeline_schedule_splits(kind) || check_args(kind, p, s, m, v, NULL) != STATUS_OK) return 0;
+    struct pp_op *ops = xmalloc(sizeof(struct pp_op) * 3 * (size_t)m * v);
+    int peak = order_peak_between(ops, build_order(kind, p, s, m, v, ops), from, to);
+    free(ops);
+    return peak;
+}
+
+int pipeline_max_w_pending(enum pp_schedule kind, int p, int s, int m, int v) {
+    return split_peak(kind, p, s, m, v, PP_BACKWARD_INPUT, PP_BACKWARD_WEIGHT);
+}
+
+int pipeline_max_b_pending(enum pp_schedule kind, int p, int s, int m, int v) {
+    return split_peak(kind, p, s, m, v, PP_FORWARD, PP_BACKWARD_INPUT);
+}
+
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v) {
     if (check_args(kind, p, s, m, v, NULL) != STATUS_OK) return 0;
     if (!pipeline_schedule_splits(kind)) {
@@ -304,12 +336,6 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
 // visited: an op's start is max(its stage's clock, its input's arrival), both
 // final once known. A stage whose next op's input never comes is stuck: the
 // tables deadlock (the executor would hang the same way).
-
-// The rank that holds virtual stage u (the inverse of pipeline_virtual_stage).
-static int stage_of_virtual(enum pp_schedule kind, int p, int u) {
-    if (kind == PP_SCHEDULE_ZBV) return u < p ? u : 2 * p - 1 - u;
-    return u % p;
-}
 
 // F 0, B or the whole backward 1, W 2: the index of an op's finish time.
 static int op_class(enum pp_op_kind kind) {
@@ -378,7 +404,7 @@ static double sim_ready(const struct sim *S, int s, const struct pp_op *op,
         return 0;
     int from = cls == 0 ? u - 1 : u + 1;
     if ((d = *sim_fin(S, cls, from, op->micro)) < 0) return -1;
-    d += stage_of_virtual(S->kind, S->p, from) != s ? c->comm : 0;
+    d += pipeline_stage_of(S->kind, S->p, from) != s ? c->comm : 0;
     return MAX(ready, d);
 }
 

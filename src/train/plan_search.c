@@ -422,14 +422,16 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
     double gbytes = (double)n_params * dtype_size(c.precision.grad_dtype);
     double pbytes = (double)n_params * dtype_size(c.precision.dtype);
     // The buckets reduce during the last microbatch's backward (2/3 of its
-    // compute); under a split schedule during its W ops (the weight
-    // gradients are final only there: B leaves them pending).
-    double window = pipeline_schedule_splits(l->schedule) ? l->v * l->op.w
-                                                          : (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
+    // compute; window); under a split schedule during its W ops alone
+    // (last_window: B leaves the weight gradients pending and the step's
+    // last ops are Ws). Between two microbatches' reductions (ZeRO-2/3) a
+    // split schedule runs as much compute as 1F1B: window.
+    double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
+    double last_window = pipeline_schedule_splits(l->schedule) ? l->v * l->op.w : window;
     if (l->zero <= 1) {
         double reduce = l->zero ? t_half(gbytes, G, bw_dp, a_dp) : t_all_reduce(gbytes, G, bw_dp, a_dp);
         double gather = l->zero ? t_half(pbytes, G, bw_dp, a_dp) : 0;
-        l->dp_exposed_s = (reduce > window ? reduce - window : 0) + gather;
+        l->dp_exposed_s = (reduce > last_window ? reduce - last_window : 0) + gather;
     } else {
         // ZeRO-2/3 (docs/planning.md §3): per-unit collectives within the
         // shard group of S ranks (cp x dp_shard; the network once tp S spans
@@ -452,7 +454,7 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
             if (!l->keep_gathered) bwd_comm += ag; // gathered again for the backward
         }
         l->dp_exposed_s = m * per_mb_fwd + (m - 1) * MAX(0, bwd_comm - window) +
-                          MAX(0, bwd_comm + ar - window) + (l->zero == 2 ? ag : 0);
+                          MAX(0, bwd_comm + ar - last_window) + (l->zero == 2 ? ag : 0);
     }
     l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->cp_comm_s + l->pp_comm_s +
                 l->dp_exposed_s;
@@ -530,6 +532,9 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                 snprintf(why, sizeof why, "tp %d does not divide n_heads %d or ffn_dim %d", tp, mc->n_heads, mc->ffn_dim);
             else if (pp > mc->n_layers)
                 snprintf(why, sizeof why, "pp %d > n_layers %d", pp, mc->n_layers);
+            else if (pp > PIPELINE_SIM_MAX_STAGES) // its bubble comes from the simulator
+                snprintf(why, sizeof why, "pp %d: the schedule simulator takes at most %d stages", pp,
+                         PIPELINE_SIM_MAX_STAGES);
             else if (!plan_batch_close(B, plan_nearest_batch(B, 1, dp)))
                 snprintf(why, sizeof why, "dp %d does not divide global_batch_size %d (the nearest multiple, %d, is "
                          "more than 10%% away)", dp, B, plan_nearest_batch(B, 1, dp));

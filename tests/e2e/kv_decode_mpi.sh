@@ -3,10 +3,12 @@
 #  (a) tests/mpi/test_kv_decode_mpi.c on 2 ranks: tensor parallel 2 with
 #      sequence parallelism, then pipeline parallel 2 with 2 virtual stages:
 #      the cached logits at every position equal the same layout's
-#      full-window forward within 1e-5 (relative) in FP32 and 1e-2 in BF16,
+#      full-window forward within 1e-5 (relative) in FP32 and 1e-2 in BF16
+#      (and pp 2 in ZB-V's placement, issue 30: stage 0 holds both ends),
 #      and the same layout's full recompute of generation (one step over the
 #      whole window) within 1e-5 in both (measured 0), on every rank;
 #  (b) the training log's samples under (tp 2, pp 2, 2 virtual stages, sp)
+#      and under (pp 2, zbv)
 #      (before issue 28: none under pipeline parallelism): a greedy sample of
 #      24 tokens, read from metrics.jsonl's sample record, is what `trident
 #      generate --no-kv-cache` (one process, the window recomputed per token)
@@ -16,26 +18,31 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 BIN="$PWD/$BUILD/mpi/test_kv_decode_mpi"
 need_built "$BIN"
-for mode in tp pp; do
+for mode in tp pp zbv; do
     timeout -k 2 60 "${MPIRUN[@]}" -np 2 "$BIN" "$mode" > "$tmp/$mode.log" 2>&1 ||
         { cat "$tmp/$mode.log"; fail "$mode: exit non-zero"; }
     cat "$tmp/$mode.log"
     n=$(grep -c "relative error" "$tmp/$mode.log" || true)
     [ "$n" -eq 4 ] || fail "$mode: $n result lines, expected 4 (2 ranks x fp32, bf16)"
 done
-echo "(a) cached logits = full window at tp 2 + sp and pp 2 (2 virtual stages), fp32 and bf16"
+echo "(a) cached logits = full window at tp 2 + sp, pp 2 (2 virtual stages) and pp 2 zbv, fp32 and bf16"
 
 need_built "$TRIDENT"
 need_py tokenizers
 small_dataset "$tmp"
-small_train "$tmp/run" "$tmp/ck" 2 2 1 0 model.n_layers=4 parallel.virtual_stages=2 \
-    parallel.sequence_parallel=true model.tie_embeddings=false train.steps=40 train.sample_every=40 train.sample_temperature=0 \
-    train.sample_tokens=24 > "$tmp/train.log" 2>&1 || { tail -20 "$tmp/train.log"; fail "(b) training exited non-zero"; }
-[ "$(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run/metrics.jsonl")" -eq 1 ] ||
-    fail "(b) $(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run/metrics.jsonl") sample records, expected 1"
-sample=$(jq -j 'select(.event == "sample") | .text' "$tmp/run/metrics.jsonl")
-[ -n "$sample" ] || fail "(b) an empty sample"
-first=$("$PY" - "$tmp/shards/tokenizer.json" "$sample" <<'PY'
+# The (tp 2, pp 2, 2 virtual stages, sp) run, and (tp 1, pp 2) under ZB-V
+# (issue 30: the head on stage 0, stage 1's chunks back to back).
+for layout in "2 parallel.sequence_parallel=true" "1 parallel.pp_schedule=zbv"; do
+    read -r tp extra <<<"$layout"
+    sfx=""; [ "$tp" = 1 ] && sfx="-zbv"
+    small_train "$tmp/run$sfx" "$tmp/ck$sfx" $tp 2 1 0 model.n_layers=4 parallel.virtual_stages=2 $extra \
+        model.tie_embeddings=false train.steps=40 train.sample_every=40 train.sample_temperature=0 \
+        train.sample_tokens=24 > "$tmp/train.log" 2>&1 || { tail -20 "$tmp/train.log"; fail "(b) training exited non-zero"; }
+    [ "$(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run$sfx/metrics.jsonl")" -eq 1 ] ||
+        fail "(b) $(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run$sfx/metrics.jsonl") sample records, expected 1"
+    sample=$(jq -j 'select(.event == "sample") | .text' "$tmp/run$sfx/metrics.jsonl")
+    [ -n "$sample" ] || fail "(b) an empty sample"
+    first=$("$PY" - "$tmp/shards/tokenizer.json" "$sample" <<'PY'
 import sys
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
@@ -44,13 +51,14 @@ t = tok.decode(ids[:1])
 assert tok.encode(t).ids == ids[:1], f"{t!r} does not encode back to {ids[:1]}"
 print(t, end="")
 PY
-) || fail "(b) the sample's first token"
-for cache in --no-kv-cache ""; do
-    "$TRIDENT" generate "$tmp/ck" --tokenizer "$tmp/shards" --prompt "$first" --max-new-tokens 23 --json \
-        $cache > "$tmp/g.jsonl" 2> "$tmp/g.err" || { cat "$tmp/g.err"; fail "(b) generate $cache exited non-zero"; }
-    got=$(jq -j '.prompt + .text + (if .ended then " <|endoftext|>" else "" end)' "$tmp/g.jsonl")
-    [ "$got" = "$sample" ] || fail "(b) generate $cache: '$got', the (tp 2, pp 2) training sample: '$sample'"
-    grep -q "tokens/s" "$tmp/g.err" || fail "(b) generate $cache printed no tokens/s"
+    ) || fail "(b) the sample's first token"
+    for cache in --no-kv-cache ""; do
+        "$TRIDENT" generate "$tmp/ck$sfx" --tokenizer "$tmp/shards" --prompt "$first" --max-new-tokens 23 --json \
+            $cache > "$tmp/g.jsonl" 2> "$tmp/g.err" || { cat "$tmp/g.err"; fail "(b) generate $cache exited non-zero"; }
+        got=$(jq -j '.prompt + .text + (if .ended then " <|endoftext|>" else "" end)' "$tmp/g.jsonl")
+        [ "$got" = "$sample" ] || fail "(b) generate $cache: '$got', the (tp $tp, pp 2$sfx) training sample: '$sample'"
+        grep -q "tokens/s" "$tmp/g.err" || fail "(b) generate $cache printed no tokens/s"
+    done
+    echo "(b) the (tp $tp, pp 2$sfx) training sample = generate's continuation, with and without the cache"
 done
-echo "(b) the (tp 2, pp 2) training sample = generate's continuation, with and without the cache"
 echo PASS

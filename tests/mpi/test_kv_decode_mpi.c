@@ -10,13 +10,16 @@
 //       off: every rank computes all rows, Megatron's all-reduces);
 //   pp: pipeline parallel 2 with 2 virtual stages (4 layers; the step's
 //       activations passed stage to stage, rank 1 -> rank 0 between chunks;
-//       the logits broadcast from the last stage).
+//       the logits broadcast from the last stage);
+//   zbv: the same under the ZB-V placement (pipeline.h: virtual stages 0 1 2 3
+//       on stages 0 1 1 0: stage 1's chunk 0 feeds its own chunk 1, stage 0
+//       holds the embedding and the head, the logits broadcast from it).
 // And against the full recompute of generation (kv_recompute_logits: one
 // step over the whole window from an empty cache, the same layout): <= 1e-5
 // in both dtypes (measured 0: the steps are batch-invariant).
 // Every rank prints "<mode> <dtype>: relative error E" and checks it.
 //
-//   test_kv_decode_mpi tp|pp   exit 0 pass, 1 fail
+//   test_kv_decode_mpi tp|pp|zbv   exit 0 pass, 1 fail
 #include <string.h>
 
 #include "base/mpi_util.h"
@@ -39,7 +42,7 @@ static struct llama_config config(void) {
 // microbatch (2, KVC_T) on the world's 2 ranks: each chunk in virtual-stage
 // order, activations sent to the next stage, the last stage's logits
 // broadcast from rank 1. malloc'd.
-static double *pipeline_logits(struct model *m, int rank, const int32_t *tokens) {
+static double *pipeline_logits(struct model *m, enum pp_schedule kind, int rank, const int32_t *tokens) {
     int32_t targets[2 * KVC_T];
     for (int i = 0; i < 2 * KVC_T; i++) targets[i] = IGNORE_INDEX;
     size_t n = model_stage_message_numel(m);
@@ -48,17 +51,24 @@ static double *pipeline_logits(struct model *m, int rank, const int32_t *tokens)
     void *in = malloc(n * esz), *out = malloc(n * esz);
     double loss;
     long cnt;
-    for (int c = 0; c < 2; c++) {
-        bool first = c == 0 && rank == 0, last = c == 1 && rank == 1;
-        if (!first) MPI_Recv(in, (int)n, mt, 1 - rank, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        model_forward_chunk(m, c, 0, tokens, first ? NULL : in, targets, last ? NULL : out, &loss, &cnt);
-        if (!last) MPI_Send(out, (int)n, mt, 1 - rank, 5, MPI_COMM_WORLD);
+    // The four virtual stages in order, each on its stage (1F1B's 0 1 1 0
+    // chunks 0 0 1 1; ZB-V's stages 0 1 1 0), the message passed on by hand.
+    for (int u = 0; u < 4; u++) {
+        int at = pipeline_stage_of(kind, 2, u), c = u / 2;
+        if (at != rank) continue;
+        int from = u > 0 ? pipeline_stage_of(kind, 2, u - 1) : -1;
+        if (from >= 0 && from != rank) MPI_Recv(in, (int)n, mt, from, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (from == rank) memcpy(in, out, n * esz);
+        model_forward_chunk(m, c, 0, tokens, u == 0 ? NULL : in, targets, u == 3 ? NULL : out, &loss, &cnt);
+        int to = u < 3 ? pipeline_stage_of(kind, 2, u + 1) : -1;
+        if (to >= 0 && to != rank) MPI_Send(out, (int)n, mt, to, 5, MPI_COMM_WORLD);
     }
+    int last = pipeline_last_stage(kind, 2);
     double *ref = malloc(sizeof *ref * 2 * KVC_T * V);
-    if (rank == 1)
+    if (rank == last)
         for (int b = 0; b < 2; b++)
             for (int t = 0; t < KVC_T; t++) model_get_logits_at(m, b, t, ref + ((size_t)b * KVC_T + t) * V);
-    MPI_Bcast(ref, 2 * KVC_T * V, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+    MPI_Bcast(ref, 2 * KVC_T * V, MPI_DOUBLE, last, MPI_COMM_WORLD);
     free(in), free(out);
     return ref;
 }
@@ -70,8 +80,10 @@ int main(int argc, char **argv) {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    bool tp = argc == 2 && !strcmp(argv[1], "tp"), pp = argc == 2 && !strcmp(argv[1], "pp");
-    if ((!tp && !pp) || size != 2) mpi_exit_all(STATUS_BAD_INPUT, "usage: mpirun -np 2 test_kv_decode_mpi tp|pp");
+    bool tp = argc == 2 && !strcmp(argv[1], "tp"), zbv = argc == 2 && !strcmp(argv[1], "zbv");
+    bool pp = zbv || (argc == 2 && !strcmp(argv[1], "pp"));
+    enum pp_schedule kind = zbv ? PP_SCHEDULE_ZBV : PP_SCHEDULE_1F1B;
+    if ((!tp && !pp) || size != 2) mpi_exit_all(STATUS_BAD_INPUT, "usage: mpirun -np 2 test_kv_decode_mpi tp|pp|zbv");
     struct comm_group world;
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
@@ -87,7 +99,7 @@ int main(int argc, char **argv) {
         if (tp) {
             part.tp_rank = rank, part.tp_size = 2, part.sequence_parallel = true;
         } else {
-            part = model_shard_pipeline(&cfg, PP_SCHEDULE_1F1B, 2, rank, 2);
+            part = model_shard_pipeline(&cfg, kind, 2, rank, 2);
         }
         struct model *full, *dec;
         struct parallel_groups g = {0};
@@ -110,7 +122,7 @@ int main(int argc, char **argv) {
             model_set_groups(rec, &g);
         }
         CHECK(!model_kv_cache_init(rec, 2, KVC_LEN, &err), "%s", err.msg);
-        double *ref = tp ? kv_full_logits(full, tokens, V) : pipeline_logits(full, rank, tokens);
+        double *ref = tp ? kv_full_logits(full, tokens, V) : pipeline_logits(full, kind, rank, tokens);
         double e = kv_decode_vs(ref, dec, tokens, V);
         free(ref);
         // and the full recompute (one generation step over the window): the
@@ -120,7 +132,7 @@ int main(int argc, char **argv) {
         double e_rec = kv_decode_vs(ref, dec, tokens, V);
         free(ref);
         printf("rank %d: %s %s: cached logits against the full window: relative error %.3e; "
-               "against the full recompute: %.3e\n", rank, tp ? "tp 2 + sp" : "pp 2 (2 virtual stages)",
+               "against the full recompute: %.3e\n", rank, tp ? "tp 2 + sp" : zbv ? "pp 2 (ZB-V: stage 0 holds both ends)" : "pp 2 (2 virtual stages)",
                dtype_name(dts[d]), e, e_rec);
         double tol = dts[d] == DTYPE_BF16 ? 1e-2 : 1e-5;
         EXPECT(e <= tol, "rank %d %s: relative error %.3e > %.0e", rank, dtype_name(dts[d]), e, tol);

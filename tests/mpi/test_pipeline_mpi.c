@@ -67,9 +67,9 @@ static int run_layout(enum pp_schedule kind, int p, int m, int v, int ring, uint
     }
     double secs = MPI_Wtime() - t0;
     if (toy.bad)
-        fprintf(stderr, "FAIL [rank %d] %s (p,m,v)=(%d,%d,%d) ring=%d seed=%llu stage %d: %d failed "
-                "checks, first: %s\n", topo.world_rank, pipeline_schedule_name(kind), p, m, v, ring,
-                (unsigned long long)seed, s, toy.bad, toy.first);
+        fprintf(stderr, "FAIL [rank %d] %s (p,m,v)=(%d,%d,%d) ring=%d seed=%llu stage %d: %d "
+                "failed checks, first: %s\n", topo.world_rank, pipeline_schedule_name(kind), p, m,
+                v, ring, (unsigned long long)seed, s, toy.bad, toy.first);
     int total = 0;
     CHECK_MPI(MPI_Allreduce(&toy.bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     if (topo.world_rank == 0)

@@ -40,6 +40,7 @@ struct toy {
     float *dx;                // (m, n) gradient of virtual stage 0's input
     float *y;                 // (m, n) output of the last virtual stage
     const struct pipeline_exec *poll; // when set, each callback calls pipeline_poll
+    double op_s;              // seconds each F, B and W sleeps (a whole backward twice that)
     long progress_calls;      // toy_progress calls (the executor's waits)
     int bad;                  // failed checks
     char first[256];          // the first of them
@@ -115,6 +116,7 @@ static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *i
     int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), V = t->p * t->v;
     int id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
+    if (t->op_s) sleep_s(t->op_s);
     TOY_EXPECT(t, (in == NULL) == (u == 0), "F(%d,%d): in %s on virtual stage %d", micro, chunk,
                in ? "given" : "NULL", u);
     TOY_EXPECT(t, (out == NULL) == (u == V - 1), "F(%d,%d): out %s on virtual stage %d of %d",
@@ -170,6 +172,7 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
     int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), V = t->p * t->v;
     int id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
+    if (t->op_s) sleep_s(split ? t->op_s : 2 * t->op_s);
     TOY_EXPECT(t, split == pipeline_schedule_splits(t->kind), "B(%d,%d): split=%d under %s",
                micro, chunk, split, pipeline_schedule_name(t->kind));
     TOY_EXPECT(t, (dout == NULL) == (u == V - 1), "B(%d,%d): dout %s on virtual stage %d of %d",
@@ -211,6 +214,7 @@ static void toy_weight(void *ctx, int micro, int chunk, int slot, bool last) {
     struct toy *t = ctx;
     int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
+    if (t->op_s) sleep_s(t->op_s);
     TOY_EXPECT(t, pipeline_schedule_splits(t->kind), "W(%d,%d) under %s", micro, chunk,
                pipeline_schedule_name(t->kind));
     TOY_EXPECT(t, t->bwd[id] == 1 && t->wgt[id]++ == 0, "W(%d,%d) before B or twice", micro,

@@ -38,6 +38,12 @@
 // (TRIDENT_EMU_CC=8.0: the emulated device is refused, naming it); skipped
 // with a line on a device below compute capability 8.9.
 //
+// The mixture-of-experts ops (test_moe_ops, in each dtype run): routing and
+// its backward (FP32) within 1e-5 and the same choices, the dispatch plan
+// (counts, dest, src) equal, permute / combine and their backward within the
+// dtype's tolerance (combine_backward's FP32 weight gradient of 16-bit rows:
+// 1e-4); tests/unit/test_moe.c runs the whole layer on both backends.
+//
 // Built always: in a build without the CUDA backend it checks that the
 // run-time selection refuses device = cuda with the documented message, then
 // skips (exit 77); with the backend but no device it skips too.
@@ -60,6 +66,7 @@
 #include "test.h"
 
 static struct backend *cpu, *gpu;
+enum { MOE_TEST_MAX_E = 8 }; // test_moe_ops's experts
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static double rnd(void) { // uniform in [-1, 1)
@@ -1039,6 +1046,125 @@ static void test_uploads(void) {
     free(big), free(big_back);
 }
 
+// ---- mixture of experts (kernels/ops.h "mixture of experts") -------------------------
+
+// A device int tensor of n elements on both backends, NaN-free: -7 poisoned.
+static struct ipair ipair_poison(size_t n) {
+    int32_t *v = xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) v[i] = -7;
+    struct ipair p = ipair_make(v, n);
+    free(v);
+    return p;
+}
+
+// The GPU's integers equal the CPU's.
+static void expect_same_ints(struct ipair p, size_t n, const char *what) {
+    int32_t *g = xmalloc(n * 4 + 4);
+    backend_to_host(gpu, g, p.g.data, n * 4);
+    backend_synchronize(gpu);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += g[i] != ((int32_t *)p.c.data)[i];
+    EXPECT(bad == 0, "%s: %zu of %zu integers differ", what, bad, n);
+    free(g);
+}
+
+// Routing (with and without a selection bias, renormalised or not), its
+// statistics and backward, in FP32 (the routing dtype); the dispatch plan
+// (dropless and with a capacity) bit for bit; permute, combine (routing
+// weights and the sigmoid gate, = and +=) and their backward in dt. N odd, C
+// not a multiple of the vector widths.
+static void test_moe_ops(enum dtype dt) {
+    const int N = 37, E = 8, k = 2, C = 24;
+    size_t nk = (size_t)N * k;
+    char what[128];
+    struct pair logits = pair_rand((size_t)N * E, 3, DTYPE_FP32), bias = pair_rand(E, 0.2, DTYPE_FP32);
+    struct tensor none = tensor_view(NULL, DTYPE_FP32, 0);
+    for (int v = 0; v < 2; v++) { // v 0: Mixtral (renorm, no bias); 1: Qwen2-MoE style, biased choice
+        bool renorm = v == 0;
+        struct pair probs = pair_nan((size_t)N * E, DTYPE_FP32), lse = pair_nan(N, DTYPE_FP32);
+        struct pair tw = pair_nan(nk, DTYPE_FP32);
+        struct ipair idx = ipair_poison(nk);
+        struct tensor st_c = tensor_view(backend_alloc(cpu, 8 * (E + 1)), DTYPE_FP64, E + 1);
+        struct tensor st_g = tensor_view(backend_alloc(gpu, 8 * (E + 1)), DTYPE_FP64, E + 1);
+        backend_moe_route(cpu, probs.c, lse.c, idx.c, tw.c, st_c, logits.c, v ? bias.c : none, N, E, k, renorm);
+        backend_moe_route(gpu, probs.g, lse.g, idx.g, tw.g, st_g, logits.g, v ? bias.g : none, N, E, k, renorm);
+        snprintf(what, sizeof what, "moe_route renorm=%d bias=%d", renorm, v);
+        expect_match(probs, what), expect_match(lse, what), expect_match(tw, what);
+        expect_same_ints(idx, nk, what);
+        double sg[MOE_TEST_MAX_E + 1];
+        backend_to_host(gpu, sg, st_g.data, 8 * (E + 1));
+        backend_synchronize(gpu);
+        EXPECT_REL(E + 1, sg, (double *)st_c.data, 1e-6, "moe_route stats");
+
+        // backward: the weights' gradient, an aux term, a z term
+        struct pair dtw = pair_rand(nk, 1, DTYPE_FP32), aux = pair_rand(E, 0.1, DTYPE_FP32);
+        struct pair dl = pair_nan((size_t)N * E, DTYPE_FP32);
+        backend_moe_route_backward(cpu, dl.c, dtw.c, probs.c, lse.c, idx.c, aux.c, N, E, k, renorm, 0.05f);
+        backend_moe_route_backward(gpu, dl.g, dtw.g, probs.g, lse.g, idx.g, aux.g, N, E, k, renorm, 0.05f);
+        snprintf(what, sizeof what, "moe_route_backward renorm=%d", renorm);
+        expect_match(dl, what);
+
+        // dispatch on the CPU's choices (both sides hold them: idx.c, idx.g)
+        for (int capacity = 0; capacity <= 7; capacity += 7) {
+            struct ipair counts = ipair_poison(2 * E), dest = ipair_poison(nk), src = ipair_poison(nk);
+            backend_moe_dispatch(cpu, counts.c, dest.c, src.c, idx.c, N, E, k, capacity);
+            backend_moe_dispatch(gpu, counts.g, dest.g, src.g, idx.g, N, E, k, capacity);
+            snprintf(what, sizeof what, "moe_dispatch capacity=%d bias=%d", capacity, v);
+            expect_same_ints(counts, 2 * E, what), expect_same_ints(dest, nk, what);
+            expect_same_ints(src, nk, what);
+            int M = 0;
+            for (int e = 0; e < E; e++) M += ((int32_t *)counts.c.data)[e];
+            EXPECT(capacity == 0 ? M == (int)nk : M < (int)nk, "%s: M=%d of %zu", what, M, nk);
+
+            struct pair x = pair_rand((size_t)N * C, 1, dt), xp = pair_nan((size_t)M * C, dt);
+            backend_moe_permute(cpu, xp.c, x.c, src.c, M, C, k);
+            backend_moe_permute(gpu, xp.g, x.g, src.g, M, C, k);
+            snprintf(what, sizeof what, "moe_permute capacity=%d", capacity);
+            expect_match(xp, what);
+            struct pair dx = pair_rand((size_t)N * C, 1, dt), dxp = pair_rand((size_t)M * C, 1, dt);
+            backend_moe_permute_backward(cpu, dx.c, dxp.c, dest.c, N, C, k);
+            backend_moe_permute_backward(gpu, dx.g, dxp.g, dest.g, N, C, k);
+            snprintf(what, sizeof what, "moe_permute_backward capacity=%d", capacity);
+            expect_match(dx, what);
+            for (int acc = 0; acc < 2; acc++) {
+                struct pair y = acc ? pair_rand((size_t)N * C, 1, dt) : pair_nan((size_t)N * C, dt);
+                backend_moe_combine(cpu, y.c, xp.c, tw.c, dest.c, N, C, k, false, acc);
+                backend_moe_combine(gpu, y.g, xp.g, tw.g, dest.g, N, C, k, false, acc);
+                snprintf(what, sizeof what, "moe_combine capacity=%d accumulate=%d", capacity, acc);
+                expect_match(y, what);
+                pair_free(y);
+            }
+            struct pair dyp = pair_nan((size_t)M * C, dt), dw = pair_nan(nk, DTYPE_FP32);
+            struct pair dy = pair_rand((size_t)N * C, 1, dt);
+            backend_moe_combine_backward(cpu, dyp.c, dw.c, dy.c, xp.c, tw.c, dest.c, N, C, k, false);
+            backend_moe_combine_backward(gpu, dyp.g, dw.g, dy.g, xp.g, tw.g, dest.g, N, C, k, false);
+            snprintf(what, sizeof what, "moe_combine_backward capacity=%d", capacity);
+            expect_match(dyp, what);
+            expect_match_tol(dw, dt == DTYPE_FP32 ? 1e-5 : 1e-4, what); // FP32 sums of dt values
+            pair_free(x), pair_free(xp), pair_free(dx), pair_free(dxp), pair_free(dyp), pair_free(dw);
+            pair_free(dy);
+            ipair_free(counts), ipair_free(dest), ipair_free(src);
+        }
+        pair_free(probs), pair_free(lse), pair_free(tw), pair_free(dtw), pair_free(aux), pair_free(dl);
+        ipair_free(idx);
+        backend_dealloc(cpu, st_c.data), backend_dealloc(gpu, st_g.data);
+    }
+    // the shared expert's sigmoid gate: k = 1, no dest (row t of yp), +=
+    struct tensor no_dest = tensor_view(NULL, DTYPE_I32, 0);
+    struct pair s = pair_rand(N, 2, DTYPE_FP32), yp = pair_rand((size_t)N * C, 1, dt);
+    struct pair y = pair_rand((size_t)N * C, 1, dt), dy = pair_rand((size_t)N * C, 1, dt);
+    struct pair dyp = pair_nan((size_t)N * C, dt), ds = pair_nan(N, DTYPE_FP32);
+    backend_moe_combine(cpu, y.c, yp.c, s.c, no_dest, N, C, 1, true, true);
+    backend_moe_combine(gpu, y.g, yp.g, s.g, no_dest, N, C, 1, true, true);
+    expect_match(y, "moe_combine sigmoid gate");
+    backend_moe_combine_backward(cpu, dyp.c, ds.c, dy.c, yp.c, s.c, no_dest, N, C, 1, true);
+    backend_moe_combine_backward(gpu, dyp.g, ds.g, dy.g, yp.g, s.g, no_dest, N, C, 1, true);
+    expect_match(dyp, "moe_combine_backward sigmoid gate");
+    expect_match_tol(ds, dt == DTYPE_FP32 ? 1e-5 : 1e-4, "moe_combine_backward sigmoid gate ds");
+    pair_free(s), pair_free(yp), pair_free(y), pair_free(dy), pair_free(dyp), pair_free(ds);
+    pair_free(logits), pair_free(bias);
+}
+
 // small: the shapes the CPU emulation of the kernels can afford
 // (tests/e2e/cuda_emulated.sh sets TEST_OPS_SMALL=1): one launch there is an
 // OS thread per CUDA thread and a barrier per warp shuffle.
@@ -1115,6 +1241,7 @@ static void run_all(enum dtype dt, bool small) {
     test_adamw(dt);
     test_elementwise(dt, small ? 3001 : 100003); // more than one block, not a multiple of 256
     test_elementwise(dt, 4096);                  // 16-byte vectors
+    test_moe_ops(dt);
 }
 
 // ---- FP8 (kernels/ops.h "FP8") ------------------------------------------------------

@@ -12,7 +12,7 @@
 //    microbatch order (the weight gradients sum in 1F1B's order);
 //  - the peak in flight equals pipeline_max_in_flight and is <= p - s for
 //    1F1B, <= min(m v, 2 (p - s - 1) + (v - 1) p + 1) interleaved, p for
-//    zb-h1 and 2 p (chunks) for zbv;
+//    zb-h1 (exactly) and 2 p (chunks) for zbv (exactly once m >= 2p - 1);
 //  - the last flag: on the op freeing each chunk's slot for the last time,
 //    chunk v - 1's first and chunk 0's last;
 //  - v == 1: warmup forwards, then F/B alternation, then cooldown (and a
@@ -29,7 +29,8 @@
 //    activations, gradients and weight gradients (the split runs equal the
 //    fused 1F1B run's), no deadlock (detected when every live thread waits);
 //    zb-h1 and zbv again with random delays before every send and receive
-//    (delay_seed, 5 seeds).
+//    (delay_seed, 5 seeds); with ops that sleep, idle_s (the stages' waits)
+//    is below 1F1B's under zb-h1.
 // And refused inputs.
 #include <pthread.h>
 #include <string.h>
@@ -65,6 +66,7 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
     int w_at[MAX_M * MAX_V], slot_of[MAX_M * MAX_V];
     int max = pipeline_max_in_flight(kind, p, s, m, v), owner[64], live = 0, peak = 0, bad = 0;
     int next_b[MAX_V] = {0}, next_w[MAX_V] = {0}, order = 0;
+    int b_live = 0, b_peak = 0, w_live = 0, w_peak = 0; // F to B, B to W
     EXPECT(pipeline_op_count(kind, p, s, m, v) == n, "%s p=%d s=%d m=%d: %d ops, expected %d",
            pipeline_schedule_name(kind), p, s, m, pipeline_op_count(kind, p, s, m, v), n);
     for (int i = 0; i < m * v; i++) fwd_at[i] = bwd_at[i] = w_at[i] = -1;
@@ -85,17 +87,25 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
             fwd_at[id] = i, slot_of[id] = op->slot, owner[op->slot] = id;
             live++;
             peak = MAX(peak, live);
+            b_live++;
+            b_peak = MAX(b_peak, b_live);
         } else if (op->kind == PP_BACKWARD_WEIGHT) {
             bad += w_at[id] != -1 || bwd_at[id] == -1 || slot_of[id] != op->slot ||
                    owner[op->slot] != id;
             order += op->micro != next_w[op->chunk]++;
             w_at[id] = i, owner[op->slot] = -1;
             live--;
+            w_live--;
         } else {
             bad += bwd_at[id] != -1 || fwd_at[id] == -1 || slot_of[id] != op->slot ||
                    owner[op->slot] != id;
             if (split) order += op->micro != next_b[op->chunk]++;
             bwd_at[id] = i;
+            b_live--;
+            if (split) {
+                w_live++;
+                w_peak = MAX(w_peak, w_live);
+            }
             if (op->kind == PP_BACKWARD) owner[op->slot] = -1, live--;
         }
     }
@@ -118,9 +128,26 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
            pipeline_schedule_name(kind), p, s, m, v, bad);
     EXPECT(order == 0, "%s p=%d s=%d m=%d v=%d: %d B or W out of microbatch order",
            pipeline_schedule_name(kind), p, s, m, v, order);
-    EXPECT(peak == max && peak <= in_flight_bound(kind, p, s, m, v),
+    bool tight = kind == PP_SCHEDULE_ZB_H1 || (kind == PP_SCHEDULE_ZBV && m >= 2 * p - 1);
+    EXPECT(peak == max && peak <= in_flight_bound(kind, p, s, m, v) &&
+               (!tight || peak == in_flight_bound(kind, p, s, m, v)),
            "%s p=%d s=%d m=%d v=%d: peak in flight %d, max_in_flight %d, bound %d",
            pipeline_schedule_name(kind), p, s, m, v, peak, max, in_flight_bound(kind, p, s, m, v));
+    // The split schedules' two pools: stashes B to W, activations F to B
+    // (ZB-H1: s + 1 and 1F1B's p - s; ZB-V: 2 s + 1 and 2 p once m >= 2p - 1).
+    int want_w = kind == PP_SCHEDULE_ZB_H1 ? s + 1 : 2 * s + 1;
+    int want_b = kind == PP_SCHEDULE_ZB_H1 ? p - s : 2 * p;
+    bool exact = kind == PP_SCHEDULE_ZB_H1 || (kind == PP_SCHEDULE_ZBV && m >= 2 * p - 1);
+    EXPECT(!split || (pipeline_max_w_pending(kind, p, s, m, v) == w_peak &&
+                      pipeline_max_b_pending(kind, p, s, m, v) == b_peak &&
+                      (!exact || (w_peak == want_w && b_peak == want_b))),
+           "%s p=%d s=%d m=%d: B to W peak %d (api %d, expected %d), F to B %d (api %d, "
+           "expected %d)", pipeline_schedule_name(kind), p, s, m, w_peak,
+           pipeline_max_w_pending(kind, p, s, m, v), want_w, b_peak,
+           pipeline_max_b_pending(kind, p, s, m, v), want_b);
+    EXPECT(split || (pipeline_max_w_pending(kind, p, s, m, v) == 0 &&
+                     pipeline_max_b_pending(kind, p, s, m, v) == 0),
+           "%s: pending counts of a fused schedule", pipeline_schedule_name(kind));
     if (kind == PP_SCHEDULE_1F1B && v == 1) { // §2.2.1: warmup, steady 1F1B, cooldown
         int w = MIN(p - s - 1, m), k = 0, wrong = 0;
         for (int i = 0; i < w; i++, k++) wrong += ops[k].kind != PP_FORWARD || ops[k].micro != i;
@@ -291,10 +318,10 @@ static void test_refused(void) {
         {PP_SCHEDULE_1F1B, 4, 0, 3, 1, "fewer microbatches than stages: m=3 microbatches for p=4"},
         {PP_SCHEDULE_1F1B, 4, 1, 6, 2, "multiple of pp: m=6, p=4"},
         {PP_SCHEDULE_1F1B, 1, 0, 4, 2, "virtual_stages=2 needs pp >= 2"},
-        {PP_SCHEDULE_INTERLEAVED, 4, 0, 8, 1, "interleaved schedule needs virtual_stages >= 2, got 1"},
+        {PP_SCHEDULE_INTERLEAVED, 4, 0, 8, 1, "needs virtual_stages >= 2, got 1"},
         {PP_SCHEDULE_ZB_H1, 4, 0, 8, 2, "zb-h1 runs one model chunk per stage: virtual_stages=2"},
         {PP_SCHEDULE_ZB_H1, 4, 0, 3, 1, "m=3 microbatches for p=4"},
-        {PP_SCHEDULE_ZBV, 4, 0, 8, 1, "zbv runs two model chunks per stage in a V: virtual_stages=1"},
+        {PP_SCHEDULE_ZBV, 4, 0, 8, 1, "two model chunks per stage in a V: virtual_stages=1"},
         {PP_SCHEDULE_ZBV, 4, 0, 8, 3, "virtual_stages=3, expected 2"},
         {PP_SCHEDULE_ZBV, 1, 0, 4, 2, "zbv needs pp >= 2, got p=1"},
         {PP_SCHEDULE_ZBV, 4, 0, 3, 2, "m=3 microbatches for p=4"},
@@ -311,10 +338,10 @@ static void test_refused(void) {
                "%s p=%d s=%d m=%d v=%d: status %d, message '%s', expected '%s'",
                pipeline_schedule_name(cases[i].kind), cases[i].p, cases[i].s, cases[i].m,
                cases[i].v, st, err.msg, cases[i].says);
-        EXPECT(pipeline_max_in_flight(cases[i].kind, cases[i].p, cases[i].s, cases[i].m, cases[i].v) == 0 &&
-                   pipeline_op_count(cases[i].kind, cases[i].p, cases[i].s, cases[i].m, cases[i].v) == 0 &&
-                   pipeline_ring_size(cases[i].kind, cases[i].p, cases[i].s, cases[i].m, cases[i].v,
-                                      PP_STREAM_ACT_IN) == 0,
+        enum pp_schedule k = cases[i].kind;
+        int p = cases[i].p, s = cases[i].s, m = cases[i].m, v = cases[i].v;
+        EXPECT(pipeline_max_in_flight(k, p, s, m, v) == 0 && pipeline_op_count(k, p, s, m, v) == 0 &&
+                   pipeline_ring_size(k, p, s, m, v, PP_STREAM_ACT_IN) == 0,
                "max_in_flight, op_count or ring of a refused schedule");
         if (cases[i].s == 0) {
             err.msg[0] = 0;
@@ -392,7 +419,7 @@ static void test_rings(void) {
                                ring[7], msgs[0], msgs[1], msgs[2], msgs[3], msgs[4], msgs[5],
                                msgs[6], msgs[7]);
                         if (p >= 4 && m == 2 * p && (s == 0 || s == p - 1)) {
-                            printf("    %-11s p=%d m=%2d v=%d s=%d: %d %d %d %d", 
+                            printf("    %-11s p=%d m=%2d v=%d s=%d: %d %d %d %d",
                                    pipeline_schedule_name(kind), p, m, v, s, ring[0], ring[1],
                                    ring[2], ring[3]);
                             if (kind == PP_SCHEDULE_ZBV)
@@ -496,8 +523,8 @@ static void test_simulator(void) {
     wrong = runs = 0;
     for (int p = 2; p <= 8; p++)
         for (int m = p; m <= 3 * p + 4; m++, runs++) {
-            bool ok = pipeline_simulate(PP_SCHEDULE_ZB_H1, p, m, 1, &layer, &h1, &err) == STATUS_OK &&
-                      pipeline_simulate(PP_SCHEDULE_1F1B, p, m, 1, &layer, &f1, &err) == STATUS_OK &&
+            bool ok = !pipeline_simulate(PP_SCHEDULE_ZB_H1, p, m, 1, &layer, &h1, &err) &&
+                      !pipeline_simulate(PP_SCHEDULE_1F1B, p, m, 1, &layer, &f1, &err) &&
                       h1.bubble < f1.bubble;
             wrong += !ok;
         }
@@ -665,7 +692,7 @@ enum { TOY_N = 8 };
 // (0: default) and delay seed; grads (p v, 2, TOY_N), when given, receives
 // each virtual stage's da and db. Returns 0, or the failed checks.
 static int run_threads(enum pp_schedule kind, int p, int m, int v, int ring, uint64_t seed,
-                       float *grads, double *idle_sum) {
+                       float *grads, double *idle_sum, double op_s) {
     struct mock_net net = {.p = p};
     pthread_mutex_init(&net.mu, NULL);
     pthread_cond_init(&net.cv, NULL);
@@ -682,13 +709,14 @@ static int run_threads(enum pp_schedule kind, int p, int m, int v, int ring, uin
                                       .backward = toy_backward, .weight = toy_weight,
                                       .ring = ring, .delay_seed = seed};
         r->toy.poll = m % 2 ? &r->x : NULL; // pipeline_poll inside the callbacks
+        r->toy.op_s = op_s;
     }
     for (int s = 0; s < p; s++) pthread_create(&th[s], NULL, mock_rank_main, &ranks[s]);
     int bad = 0;
     for (int s = 0; s < p; s++) {
         pthread_join(th[s], NULL);
         int b = ranks[s].done ? toy_finish(&ranks[s].toy) : 0;
-        if (b) fprintf(stderr, "  %s p=%d m=%d v=%d ring=%d seed=%llu stage %d: %d wrong, first: %s\n",
+        if (b) fprintf(stderr, "  %s p=%d m=%d v=%d ring=%d seed=%llu stage %d: %d wrong, %s\n",
                        pipeline_schedule_name(kind), p, m, v, ring, (unsigned long long)seed, s, b,
                        ranks[s].toy.first);
         bad += b;
@@ -725,7 +753,7 @@ static void test_executor_threads(void) {
                     if (!layout_valid(kind, p, m, v)) continue;
                     for (int ring = 0; ring <= 1; ring++, runs++) {
                         float *out = kind == PP_SCHEDULE_1F1B ? fused[v - 1] : got;
-                        failed += run_threads(kind, p, m, v, ring, 0, out, NULL) != 0;
+                        failed += run_threads(kind, p, m, v, ring, 0, out, NULL, 0) != 0;
                         // The split runs against the fused 1F1B run of the same
                         // virtual stages (interleaved v = 2 for zbv), bit for bit.
                         if (kind == PP_SCHEDULE_1F1B || (v == 2 && m % p)) continue;
@@ -749,12 +777,27 @@ static void test_executor_threads(void) {
                 for (int ring = 0; ring <= 1; ring++, delayed++) {
                     enum pp_schedule kind = z ? PP_SCHEDULE_ZBV : PP_SCHEDULE_ZB_H1;
                     int p = layout ? 4 : 3, m = layout ? 8 : 5;
-                    failed += run_threads(kind, p, m, z + 1, ring, seed, NULL, &idle) != 0;
+                    failed += run_threads(kind, p, m, z + 1, ring, seed, NULL, &idle, 0) != 0;
                 }
     EXPECT(failed == 0 && idle > 0,
            "%d of %d delayed runs failed; the stages waited %g s in all", failed, delayed, idle);
     printf("  %d threaded runs of zb-h1 and zbv with delay seeds 1..5: stages waited %.3f s\n",
            delayed, idle);
+
+    // idle_s measures the bubble: ops that sleep 3 ms (F, B, W; a whole
+    // backward 6 ms), p = 4, m = 8. Unit-time idle per stage: 1F1B 3 (p - 1)
+    // units = 27 ms, ZB-H1 p - 1 = 9 ms (the simulator's). idle_s counts
+    // the waits, not the time after a stage's last op (1F1B: 2 s units on
+    // stage s, 36 ms in all; ZB-H1: none), so the sums over the 4 stages are
+    // about 72 ms and 36 ms plus the threads' overheads: ZB-H1 must be below.
+    double idle_1f1b = 0, idle_h1 = 0;
+    failed = run_threads(PP_SCHEDULE_1F1B, 4, 8, 1, 0, 0, NULL, &idle_1f1b, 3e-3) != 0;
+    failed += run_threads(PP_SCHEDULE_ZB_H1, 4, 8, 1, 0, 0, NULL, &idle_h1, 3e-3) != 0;
+    EXPECT(failed == 0 && idle_h1 < idle_1f1b && idle_1f1b > 0.05,
+           "ops of 3 ms, p=4 m=8: idle_s summed over stages 1f1b %.3f s, zb-h1 %.3f s, expected "
+           "about 0.072 and 0.036", idle_1f1b, idle_h1);
+    printf("  ops of 3 ms, p=4 m=8: idle_s summed over the stages: 1f1b %.3f s (0.072 in waits "
+           "simulated), zb-h1 %.3f s (0.036)\n", idle_1f1b, idle_h1);
 }
 
 int main(void) {
