@@ -279,6 +279,10 @@ double model_flops_per_token(const struct llama_config *cfg, int T);
 // capacity). numel 0 for a dense model. Take reads and zeroes them.
 size_t model_moe_stats_numel(const struct model *m);
 void model_moe_stats_take(struct model *m, double *out);
+// The routing the last forward of slot `slot` left for the rank's MoE block
+// `block` (local index): out (N, k) I32 = each token's k experts in
+// descending probability (moe_routing_view's topk_idx), for tests and logs.
+void model_moe_topk(struct model *m, int slot, int block, int32_t *out);
 // The rank's MoE blocks (their global layer indices into *layers; may be NULL).
 int model_moe_layers(const struct model *m, const int **layers);
 

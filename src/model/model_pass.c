@@ -803,6 +803,16 @@ static void unit_end(struct model *m, struct bwd *b, int unit, size_t from) {
     if (b->mode != BWD_INPUT) grads_ready(m, from);
 }
 
+void model_moe_topk(struct model *m, int slot, int block, int32_t *out) {
+    CHECK(block >= 0 && block < m->n_local_layers && m->blocks[block].is_moe,
+          "model_moe_topk: block %d is not a MoE block", block);
+    int chunk = 0;
+    while (chunk + 1 < m->shard.n_chunks && block >= m->block0[chunk + 1]) chunk++;
+    struct slot *S = slot_of(m, slot);
+    struct moe_routing r = moe_routing_view(&m->moe, m->N, m->dtype, S->acts[block - m->block0[chunk]].moe.data);
+    backend_to_host(m->be, out, r.topk_idx.data, (size_t)m->N * m->moe.k * sizeof *out);
+}
+
 // The MoE blocks' auxiliary losses of the microbatch in slot S, before its
 // backward through chunk `chunk`: transformers' load-balancing loss over the
 // chunk's MoE blocks (moe_aux_loss_layers: MixtralForCausalLM's aux_loss,
