@@ -140,9 +140,10 @@ struct model_shard {
     bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
     enum pp_schedule schedule;  // the pipeline's (model_shard_pipeline): where each chunk's
                                 // neighbours live (generation's stage messages)
-    bool split_backward;        // zero-bubble schedules (pipeline.h): each slot also keeps
-                                // what its deferred W reads (model_backward_chunk_input;
-                                // model_memory.w_stash_bytes)
+    bool split_backward;        // zero-bubble schedules (pipeline.h): n_wstash W stashes
+                                // keep what a deferred W reads (model_backward_chunk_input;
+                                // model_memory.w_stash_bytes); a slot is free after B
+    int n_wstash;               // split_backward: W stashes (pipeline_max_w_pending)
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
     enum recompute recompute;   // what the activation slots keep
@@ -398,9 +399,9 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
 // gradient arena (ZeRO-2/3, fsdp.h) the unit's non-GEMM gradients go through
 // the stash so that its W's buffer holds the microbatch's whole gradient
 // when WEIGHT_DONE reduce-scatters it. Not for FP8 blocks (CHECK).
-void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
+void model_backward_chunk_input(struct model *m, int chunk, int slot, int wslot, double loss_scale,
                                 const void *dout, void *din);
-void model_backward_chunk_weight(struct model *m, int chunk, int slot);
+void model_backward_chunk_weight(struct model *m, int chunk, int wslot);
 // Where in, out, dout and din of the chunk passes live: host memory (false,
 // the default: the passes copy to and from the backend) or the backend's
 // own memory (true: device-to-device copies; the pipeline's message buffers

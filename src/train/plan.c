@@ -72,6 +72,7 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
         shard.n_slots = pipeline_max_in_flight(kind, pp, s, m, v);
+        shard.n_wstash = pipeline_max_w_pending(kind, pp, s, m, v); // 0 without the split
         if (shard.n_slots < 1) { // refused: the schedule says why
             struct error why = {0};
             struct pp_op *probe = xcalloc(3 * (size_t)m * v, sizeof *probe);
