@@ -91,7 +91,7 @@ static int warmup_count(int p, int s, int m, int v) {
 // last chunk first. v == 1: micro = k, chunk = 0.
 static struct pp_op op_of(enum pp_op_kind kind, int k, int p, int v) {
     int in_group = k % (p * v), chunk = in_group / p;
-    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1, false};
+    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1, -1, false};
     if (kind == PP_BACKWARD) op.chunk = v - 1 - chunk;
     return op;
 }
@@ -131,7 +131,7 @@ static int order_1f1b(int p, int s, int m, int v, struct pp_op *ops) {
 // time).
 static int order_zb_h1(int p, int s, int m, struct pp_op *ops) {
     int n = 0, nf = 0, nb = 0, nw = 0;
-#define ZB_OP(k, mb) (ops[n++] = (struct pp_op){(k), (mb), 0, -1, false})
+#define ZB_OP(k, mb) (ops[n++] = (struct pp_op){(k), (mb), 0, -1, -1, false})
     while (nf < p - s) ZB_OP(PP_FORWARD, nf++);
     for (int j = 0; j < s; j++) {
         ZB_OP(PP_BACKWARD_INPUT, nb++);
@@ -186,7 +186,7 @@ static int order_zbv(int p, int s, int m, struct pp_op *ops) {
 #define ZBV_OP(k, c, cnt)                                                                 \
     do {                                                                                  \
         int mb_ = (cnt)[c]++;                                                             \
-        if (mb_ < m) ops[n++] = (struct pp_op){(k), mb_, (c), -1, false};                 \
+        if (mb_ < m) ops[n++] = (struct pp_op){(k), mb_, (c), -1, -1, false};             \
     } while (0)
     for (int j = 0; j < 2 * (p - s) - 1; j++) ZBV_OP(PP_FORWARD, 0, f);
     for (int j = 0; j < s; j++) {
