@@ -11,7 +11,7 @@
 
 enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_KILL_NAMED, FAULT_HANG_NAMED, FAULT_STALL_NAMED, FAULT_SHORT_WRITE,
                   FAULT_FSYNC, FAULT_ENOSPC, FAULT_GRAD_INF, FAULT_NCCL,
-                  FAULT_PP_DELAY };
+                  FAULT_PP_DELAY, FAULT_PP_OP_MS };
 
 // Process-wide, like the file descriptor table it guards: the fault setting
 // and the call counters. Only tests set a fault.
@@ -67,6 +67,7 @@ static enum status fault_parse(const char *spec, struct error *err) {
     else if (!strcmp(what, "grad_inf")) fault.kind = FAULT_GRAD_INF; // the trainer's: no storage call fails
     else if (!strcmp(what, "nccl")) fault.kind = FAULT_NCCL; // the emulated NCCL's (tests/cuda_emu/nccl_fault.h)
     else if (!strcmp(what, "pp_delay")) fault.kind = FAULT_PP_DELAY; // the pipeline executor's: delays only
+    else if (!strcmp(what, "pp_op_ms")) fault.kind = FAULT_PP_OP_MS; // the pipeline executor's: op padding
     else goto bad;
     if (fault.n < 1) goto bad;
     return STATUS_OK;
@@ -74,7 +75,7 @@ bad:
     fault.kind = FAULT_NONE;
     return error_set(err, STATUS_BAD_INPUT,
                      "TRIDENT_FAULT='%s': expected kill:N, kill:NAME[:K], hang:NAME[:K], stall:NAME[:K], "
-                     "short_write:N, fsync:N, enospc:N, grad_inf:N, nccl:N or pp_delay:SEED, optionally followed by @RANK",
+                     "short_write:N, fsync:N, enospc:N, grad_inf:N, nccl:N, pp_delay:SEED or pp_op_ms:N, optionally followed by @RANK",
                      spec);
 }
 
@@ -107,6 +108,13 @@ enum status durable_fault_grad_inf(long *step, int *rank, struct error *err) {
 enum status durable_fault_pp_delay(long *seed, int *rank, struct error *err) {
     enum status st = fault_load(err);
     *seed = !st && fault.kind == FAULT_PP_DELAY ? fault.n : 0;
+    *rank = fault.rank;
+    return st;
+}
+
+enum status durable_fault_pp_op_ms(long *ms, int *rank, struct error *err) {
+    enum status st = fault_load(err);
+    *ms = !st && fault.kind == FAULT_PP_OP_MS ? fault.n : 0;
     *rank = fault.rank;
     return st;
 }

@@ -45,6 +45,9 @@
 //                   pipeline.h, delay_seed): a random 0 to 2 ms sleep before
 //                   every pipeline send and receive, drawn from SEED, the
 //                   stage and the message; no storage call fails
+//   pp_op_ms:N      not a storage fault: each pipeline op sleeps N ms first
+//                   (pipeline.h, op_pad_s; equal stages for measuring the
+//                   bubble); no storage call fails
 //   @RANK           only on world rank RANK (g_log_rank); else every rank
 // durable_fault_set replaces the setting at run time (unit tests).
 #ifndef TRIDENT_DURABLE_H
@@ -67,6 +70,8 @@ enum status durable_fault_grad_inf(long *step, int *rank, struct error *err);
 // TRIDENT_FAULT's pp_delay:SEED[@RANK] setting: *seed = SEED (>= 1) or 0 when
 // the setting is another kind or unset; *rank as above. Errors: as above.
 enum status durable_fault_pp_delay(long *seed, int *rank, struct error *err);
+// TRIDENT_FAULT's pp_op_ms:N[@RANK] setting: *ms = N or 0; *rank as above.
+enum status durable_fault_pp_op_ms(long *ms, int *rank, struct error *err);
 // Storage calls made since start (or the last durable_fault_set).
 long durable_calls(void);
 

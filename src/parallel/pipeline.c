@@ -333,6 +333,7 @@ enum status pipeline_run(struct pipeline_exec *x, struct error *err) {
         int in = stream_in(x, op), out = stream_out(x, op);
         const void *src = take_input(x, in);
         void *dst = claim_output(x, out);
+        if (x->op_pad_s > 0) sleep_s(x->op_pad_s * (op->kind == PP_BACKWARD ? 2 : 1));
         switch (op->kind) {
         case PP_FORWARD: x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst); break;
         case PP_BACKWARD:

@@ -296,6 +296,10 @@ struct pipeline_exec {
                          // 0 to 2 ms, drawn from (seed, stage, stream, message index)
                          // by splitmix64, before every send and receive this
                          // executor starts
+    double op_pad_s;     // tests (TRIDENT_FAULT=pp_op_ms:N): each F, B and W op first
+                         // sleeps this long (a whole backward twice): stages of equal
+                         // cost that leave the CPU free, so that idle_s shows the
+                         // schedule's bubble on an oversubscribed machine
     double idle_s;       // out, set by pipeline_run: seconds this stage waited on its
                          // messages in the run (receives and the sends whose buffer it
                          // needed again, the end's included): the stage's measured bubble

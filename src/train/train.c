@@ -444,7 +444,8 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
 // faults, src/ckpt/durable.h): an inf in the gradients of world rank RANK
 // (every rank without @RANK) at step STEP (1-based, as logged).
 // TRIDENT_FAULT=pp_delay:SEED[@RANK]: random delays in every pipeline send and
-// receive of those ranks (pipeline_exec.delay_seed).
+// receive of those ranks (pipeline_exec.delay_seed); pp_op_ms:N[@RANK]: N ms
+// of sleep before each pipeline op (pipeline_exec.op_pad_s).
 // Errors: STATUS_BAD_INPUT for a malformed TRIDENT_FAULT.
 static enum status setup_faults(struct trainer *t, struct error *err) {
     long step;
@@ -454,6 +455,9 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
     long seed;
     if (!st) st = durable_fault_pp_delay(&seed, &rank, err);
     if (!st && (rank < 0 || rank == t->par.topo.world_rank)) t->par.pipe.delay_seed = (uint64_t)seed;
+    long ms;
+    if (!st) st = durable_fault_pp_op_ms(&ms, &rank, err);
+    if (!st && (rank < 0 || rank == t->par.topo.world_rank)) t->par.pipe.op_pad_s = ms * 1e-3;
     return st;
 }
 
