@@ -286,25 +286,28 @@ static void block_acts_layout(struct model *m, struct block_acts *b, struct carv
 // otherwise: everything the weight-gradient GEMMs of the largest chunk read,
 // since B frees the activation slot and W reads only the stash; each piece
 // padded to TENSOR_ALIGN bytes as the walk takes them. Per block, in the
-// model dtype, the output gradients: d x[i+1] (N, C) of down, dgate and dup
-// (N, Fl) each (one piece when joined), d xmid (N, C) of o, dq (N, Hl D),
+// model dtype, the output gradients: d x[i+1] (Ns, C) of down, dgate and dup
+// (N, Fl) each (one piece when joined), d xmid (Ns, C) of o, dq (N, Hl D),
 // dk, dv (N, Hkvl D) each (one piece when q, k, v are joined); and the
-// inputs: act (N, Fl) of down, ln2 (N, C) of gate and up, att (N, Hl D) of
-// o, ln1 (N, C) of q, k, v (ln1 and ln2 as all-gathered under sequence
-// parallelism; each once for the GEMMs sharing it). The head (last virtual
-// stage): dlogits (N, Vl) and the final norm's output (N, C). Without a
+// inputs: act (N, Fl) of down, ln2 (Ns, C) of gate and up, att (N, Hl D) of
+// o, ln1 (Ns, C) of q, k, v (each once for the GEMMs sharing it). The head
+// (last virtual stage): dlogits (N, Vl) and the final norm's output (Ns, C).
+// Under sequence parallelism the (Ns, C) pieces are this rank's rows of
+// what the GEMMs read, all-gathered again by W (model_pass.c,
+// stash_operand): a stash is then no larger than a slot. Without a
 // gradient arena (ZeRO-2/3) also the gradients B computes, in the gradient
 // dtype: per block ln1, ln2 (C), the biases (Hl D, Hkvl D x2) and qk_norm's
 // gains (D x2); the head's final norm (C).
 static size_t wstash_bytes(const struct model *m) {
     if (!m->shard.split_backward) return 0;
     size_t es = dtype_size(m->dtype), gs = dtype_size(grad_dtype(m->dtype));
-    size_t N = m->N, C = m->C, HD = (size_t)m->Hl * m->D, KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
+    size_t N = m->N, Ns = m->Ns, C = m->C, HD = (size_t)m->Hl * m->D;
+    size_t KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
 #define PIECE(n, size) (((n) * (size) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN)
-    size_t block = 2 * PIECE(N * C, es) + 2 * PIECE(N * Fl, es) + PIECE(N * HD, es) +
+    size_t block = 2 * PIECE(Ns * C, es) + 2 * PIECE(N * Fl, es) + PIECE(N * HD, es) +
                    2 * PIECE(N * KD, es);                                      // dy
-    block += PIECE(N * Fl, es) + 2 * PIECE(N * C, es) + PIECE(N * HD, es);    // x
-    size_t head = m->last ? PIECE(N * (size_t)m->Vl, es) + PIECE(N * C, es) : 0;
+    block += PIECE(N * Fl, es) + 2 * PIECE(Ns * C, es) + PIECE(N * HD, es);   // x
+    size_t head = m->last ? PIECE(N * (size_t)m->Vl, es) + PIECE(Ns * C, es) : 0;
     if (m->shard.no_grad_arena) {
         block += 2 * PIECE(C, gs);
         if (m->cfg.qkv_bias) block += PIECE(HD, gs) + 2 * PIECE(KD, gs);

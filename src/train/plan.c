@@ -139,6 +139,8 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .recompute_bytes = mem.recompute_bytes,
         .cp_bytes = mem.cp_bytes,
         .n_slots = MAX(1, shard.n_slots),
+        .w_stash_bytes = mem.w_stash_bytes,
+        .n_wstash = mem.w_stash_bytes ? MAX(1, shard.n_wstash) : 0,
         .n_params = mem.n_params,
     };
     // FP8 (precision.fp8 != none): the copies plan_fp8_bytes counts
