@@ -190,7 +190,8 @@ struct model_memory {
                              // on a rank holding the embedding's pass and a tied head (ZB-V's
                              // stage 0) also a (Vl, C) buffer for the head's share
                              // (model_finish_grads), after the arena's n_params (aligned)
-    size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
+    size_t activation_bytes; // n_slots saved-activation slots, n_wstash W stashes (split only)
+                             // + backward scratch for (B, T)
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
     size_t w_stash_bytes;    // of activation_bytes (not of slot_bytes): the n_wstash W

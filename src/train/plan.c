@@ -237,6 +237,7 @@ static bool rank_bytes_equal(const struct plan_rank_bytes *a, const struct plan_
     return a->params == b->params && a->grads == b->grads && a->optimizer == b->optimizer &&
            a->activations == b->activations && a->slot_bytes == b->slot_bytes &&
            a->recompute_bytes == b->recompute_bytes && a->n_slots == b->n_slots &&
+           a->w_stash_bytes == b->w_stash_bytes && a->n_wstash == b->n_wstash &&
            a->unit_elems == b->unit_elems && a->params_gathered == b->params_gathered;
 }
 
