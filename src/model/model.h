@@ -461,15 +461,18 @@ void model_unit_bind(struct model *m, int u, void *params, void *grads);
 // the hook the passes do not fuse a block's last residual add with the
 // next unit's norm (the bits are the same: backend_add_rmsnorm_forward), so
 // a unit's pass reads only its own parameters.
-// With the backward split (model_backward_chunk_input / _weight) a unit's B
-// runs between BACKWARD (parameters and gradient views needed: B writes the
-// gradients that are no GEMM, the norm gains, biases, the embedding's) and
-// INPUT_DONE (its parameters are no longer needed; its gradient views must
-// stay where B wrote until its W), and its W between WEIGHT (its gradient
-// views needed, as bound for its B; no parameter is read) and WEIGHT_DONE
-// (its gradients are final for the microbatch: what BACKWARD_DONE says of
-// the fused pass; grads_ready fires after it). The embedding's W has no
-// work, only the two events.
+// With the backward split (model_backward_chunk_input / _weight) a block's
+// or the head's B runs between BACKWARD (parameters and gradient views
+// needed: B writes the gradients that are no GEMM's, the norm gains and
+// biases) and INPUT_DONE (its parameters are no longer needed; without a
+// gradient arena the model has copied what B wrote into the slot's stash,
+// so the views may be bound elsewhere until the W), and its W between
+// WEIGHT (gradient views needed: the arena's, or a zeroed buffer the hook
+// binds without one, into which the W adds the GEMMs' and puts back B's;
+// no parameter is read) and WEIGHT_DONE (its gradients are final for the
+// microbatch: what BACKWARD_DONE says of the fused pass; grads_ready fires
+// after it). The embedding's backward, no GEMM, runs whole in B between
+// BACKWARD and BACKWARD_DONE; its W reports no event.
 enum model_unit_event {
     MODEL_UNIT_FORWARD, MODEL_UNIT_FORWARD_DONE, MODEL_UNIT_BACKWARD, MODEL_UNIT_BACKWARD_DONE,
     MODEL_UNIT_INPUT_DONE, MODEL_UNIT_WEIGHT, MODEL_UNIT_WEIGHT_DONE

@@ -318,6 +318,17 @@ void pipeline_poll(const struct pipeline_exec *x) {
         }
 }
 
+// The test hook op_pad_s: sleeps seconds in 1 ms pieces, letting the
+// pending messages progress between them as a model's pipeline_poll between
+// layers does (MPI moves a large message only inside MPI calls).
+static void pad_op(const struct pipeline_exec *x, double seconds) {
+    double end = time_now_s() + seconds;
+    for (double now = time_now_s(); now < end; now = time_now_s()) {
+        sleep_s(MIN(1e-3, end - now));
+        pipeline_poll(x);
+    }
+}
+
 enum status pipeline_run(struct pipeline_exec *x, struct error *err) {
     struct pipeline_state *st = x->state;
     if (!st) return error_set(err, STATUS_RUNTIME, "pipeline_run before pipeline_exec_init");
@@ -333,7 +344,7 @@ enum status pipeline_run(struct pipeline_exec *x, struct error *err) {
         int in = stream_in(x, op), out = stream_out(x, op);
         const void *src = take_input(x, in);
         void *dst = claim_output(x, out);
-        if (x->op_pad_s > 0) sleep_s(x->op_pad_s * (op->kind == PP_BACKWARD ? 2 : 1));
+        if (x->op_pad_s > 0) pad_op(x, x->op_pad_s * (op->kind == PP_BACKWARD ? 2 : 1));
         switch (op->kind) {
         case PP_FORWARD: x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst); break;
         case PP_BACKWARD:

@@ -13,7 +13,8 @@
 #     with several microbatches each unit is reduce-scattered per
 #     microbatch), and the final parameters (trident ckpt export of each
 #     run's last checkpoint: ZeRO-2/3 ranks save their slice of every unit)
-#     within 1e-6 relative per tensor.
+#     within 1e-6 relative per tensor (3e-6 for the hybrid layout, whose
+#     two-level sum differs from ZeRO-1's order: 2.0e-6 on an AMD EPYC).
 #  2. bf16 with recompute = full in (1,1,4) and fp16 (static loss scale
 #     1024) with recompute = selective in (2,1,2)+SP: zero 3's losses within
 #     2e-3 relative of zero 1's (a norm summed in another order moves the
@@ -111,7 +112,11 @@ while read -r tag pp tied tp dp rest; do
         zz=${z%k}; keep=(); [ "$z" = "$zz" ] || keep=(parallel.reshard_after_forward=false)
         PP=$pp TIED=$tied train "f$tag-$z" $tp $dp $zz "${extra[@]}" "${keep[@]}"
         export_final "f$tag-$z"
-        [ "$z" = 1 ] || compare "f$tag-1" "f$tag-$z" 2e-6 1e-6
+        # hybrid sharding sums in two levels (a slice's reduce-scatter, then the
+        # replicas' all-reduce), ZeRO-1 in one over all 4: measured 2.0e-6 on
+        # an AMD EPYC (2026-12-02), under 1e-6 on the Intel Xeons before
+        prel=1e-6; [ "$tag" = 114h ] && prel=3e-6
+        [ "$z" = 1 ] || compare "f$tag-1" "f$tag-$z" 2e-6 $prel
     done
 done <<'LAYOUTS'
 114 1 false 1 4 1 2 3 3k
