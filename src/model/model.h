@@ -465,7 +465,7 @@ void model_unit_bind(struct model *m, int u, void *params, void *grads);
 // or the head's B runs between BACKWARD (parameters and gradient views
 // needed: B writes the gradients that are no GEMM's, the norm gains and
 // biases) and INPUT_DONE (its parameters are no longer needed; without a
-// gradient arena the model has copied what B wrote into the slot's stash,
+// gradient arena the model has copied what B wrote into the W stash,
 // so the views may be bound elsewhere until the W), and its W between
 // WEIGHT (gradient views needed: the arena's, or a zeroed buffer the hook
 // binds without one, into which the W adds the GEMMs' and puts back B's;
