@@ -61,6 +61,10 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         json_object_set_new(g, "activation_bytes", json_integer((json_int_t)b->activations));
         json_object_set_new(g, "total_bytes", json_integer((json_int_t)plan_rank_total(b)));
         json_object_set_new(g, "slots", json_integer(b->n_slots));
+        if (b->n_wstash) {
+            json_object_set_new(g, "w_stashes", json_integer(b->n_wstash));
+            json_object_set_new(g, "w_stash_bytes", json_integer((json_int_t)b->w_stash_bytes));
+        }
         if (plan_cp(c) > 1) json_object_set_new(g, "cp_ring_bytes", json_integer((json_int_t)b->cp_bytes));
         if (b->kv_cache_bytes)
             json_object_set_new(g, "kv_cache_bytes", json_integer((json_int_t)b->kv_cache_bytes));
@@ -643,10 +647,12 @@ int cmd_plan(int argc, char **argv) {
                mib(plan_rank_total(b)), b->n_slots);
         printf("       bytes: params %zu, grads %zu, optimizer %zu, activations %zu\n", b->params,
                b->grads, b->optimizer, b->activations);
-        printf("       activations: %d slots of %zu bytes, recompute buffer %zu, scratch %zu",
-               b->n_slots, b->slot_bytes, b->recompute_bytes,
-               b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes - b->fp8_saved -
-                   b->fp8_work);
+        printf("       activations: %d slots of %zu bytes, ", b->n_slots, b->slot_bytes);
+        if (b->n_wstash)
+            printf("%d W stashes of %zu bytes, ", b->n_wstash, b->w_stash_bytes / b->n_wstash);
+        printf("recompute buffer %zu, scratch %zu", b->recompute_bytes,
+               b->activations - b->recompute_bytes - (size_t)b->n_slots * b->slot_bytes -
+                   b->w_stash_bytes - b->fp8_saved - b->fp8_work);
         if (b->cp_bytes) printf(" (of it the cp ring's travelling buffers and positions %zu)", b->cp_bytes);
         if (b->kv_cache_bytes) printf(" (of it the samples' key/value cache %zu)", b->kv_cache_bytes);
         printf("\n");

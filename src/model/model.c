@@ -345,33 +345,33 @@ static void block_acts_layout(struct model *m, struct block_acts *b, struct carv
     b->moe = tensor_view(NULL, DTYPE_I32, 0);
 }
 
-// Bytes of one slot's W stash under split_backward (model.h,
+// Bytes of one W stash under split_backward (model.h,
 // model_memory.w_stash_bytes; model_pass.c, wgrad and unit_input_grads), 0
-// otherwise: what the weight-gradient GEMMs of the slot's largest chunk read
-// and the slot does not keep until the W, each piece padded to TENSOR_ALIGN
-// bytes as the walk takes them. Per block, in the model dtype: the output
-// gradients, d x[i+1] (N, C) of down, dgate and dup (N, Fl) each, d xmid (N,
-// C) of o, dq (N, Hl D), dk, dv (N, Hkvl D) (q, k, v joined or not); the
-// inputs the slot does not keep: act (N, Fl) and the norm outputs ln2, ln1
-// (N, C) under recompute selective or full, ln2 and ln1 (N, C) as
-// all-gathered under sequence parallelism, att (N, Hl D) under full. The
-// head (last stage): the final norm's output (N, C) under recompute or
-// sequence parallelism (dlogits stays in the slot). Without a gradient
-// arena (ZeRO-2/3) also the gradients B computes, in the gradient dtype:
-// per block ln1, ln2 (C), the biases (Hl D, Hkvl D x2) and qk_norm's gains
-// (D x2); the head's final norm (C).
+// otherwise: everything the weight-gradient GEMMs of the largest chunk read,
+// since B frees the activation slot and W reads only the stash; each piece
+// padded to TENSOR_ALIGN bytes as the walk takes them. Per block, in the
+// model dtype, the output gradients: d x[i+1] (Ns, C) of down, dgate and dup
+// (N, Fl) each (one piece when joined), d xmid (Ns, C) of o, dq (N, Hl D),
+// dk, dv (N, Hkvl D) each (one piece when q, k, v are joined); and the
+// inputs: act (N, Fl) of down, ln2 (Ns, C) of gate and up, att (N, Hl D) of
+// o, ln1 (Ns, C) of q, k, v (each once for the GEMMs sharing it). The head
+// (last virtual stage): dlogits (N, Vl) and the final norm's output (Ns, C).
+// Under sequence parallelism the (Ns, C) pieces are this rank's rows of
+// what the GEMMs read, all-gathered again by W (model_pass.c,
+// stash_operand): a stash is then no larger than a slot. Without a
+// gradient arena (ZeRO-2/3) also the gradients B computes, in the gradient
+// dtype: per block ln1, ln2 (C), the biases (Hl D, Hkvl D x2) and qk_norm's
+// gains (D x2); the head's final norm (C).
 static size_t wstash_bytes(const struct model *m) {
     if (!m->shard.split_backward) return 0;
     size_t es = dtype_size(m->dtype), gs = dtype_size(grad_dtype(m->dtype));
-    size_t N = m->N, C = m->C, HD = (size_t)m->Hl * m->D, KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
+    size_t N = m->N, Ns = m->Ns, C = m->C, HD = (size_t)m->Hl * m->D;
+    size_t KD = (size_t)m->Hkvl * m->D, Fl = m->Fl;
 #define PIECE(n, size) (((n) * (size) + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN)
-    bool none = m->shard.recompute == RECOMPUTE_NONE, full = m->shard.recompute == RECOMPUTE_FULL;
-    bool ln = !none || m->sp;
-    size_t block = 2 * PIECE(N * C, es) + 2 * PIECE(N * Fl, es) + PIECE(N * HD, es) +
-                   2 * PIECE(N * KD, es);
-    block += (none ? 0 : PIECE(N * Fl, es)) + (ln ? 2 * PIECE(N * C, es) : 0) +
-             (full ? PIECE(N * HD, es) : 0);
-    size_t head = m->last && ln ? PIECE(N * C, es) : 0;
+    size_t block = 2 * PIECE(Ns * C, es) + 2 * PIECE(N * Fl, es) + PIECE(N * HD, es) +
+                   2 * PIECE(N * KD, es);                                      // dy
+    block += PIECE(N * Fl, es) + 2 * PIECE(Ns * C, es) + PIECE(N * HD, es);   // x
+    size_t head = m->last ? PIECE(N * (size_t)m->Vl, es) + PIECE(Ns * C, es) : 0;
     if (m->shard.no_grad_arena) {
         block += 2 * PIECE(C, gs);
         if (m->cfg.qkv_bias) block += PIECE(HD, gs) + 2 * PIECE(KD, gs);
@@ -414,7 +414,6 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
     S->targets = carve(c, DTYPE_I32, N);
     S->doc_start = carve(c, DTYPE_I32, N);
     S->rope_pos = m->cp > 1 ? carve(c, DTYPE_I32, N) : tensor_view(NULL, DTYPE_I32, 0);
-    S->wstash = carve(c, DTYPE_I32, wstash_bytes(m) / 4); // bytes, as 4-byte words
 }
 
 // Carves the activation arena: the recompute buffer, the slots, then the
@@ -434,7 +433,14 @@ static void acts_layout(struct model *m, struct carver *c) {
         slot_layout(m, &m->slots[i], c);
         m->mem.slot_bytes = c->bytes - before;
     }
-    m->mem.w_stash_bytes = (size_t)m->shard.n_slots * wstash_bytes(m);
+    // The W stashes (split_backward): a pool of their own, B to W, beside
+    // the slots (F to B or to the backward).
+    size_t ws = wstash_bytes(m);
+    for (int i = 0; i < m->shard.n_wstash; i++) {
+        struct tensor t = carve(c, DTYPE_I32, ws / 4); // bytes, as 4-byte words
+        if (m->wstash) m->wstash[i].t = t;
+    }
+    m->mem.w_stash_bytes = (size_t)m->shard.n_wstash * ws;
     m->rope_cos = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->rope_sin = carve(c, s, (size_t)m->cfg.max_seq_len * (m->D / 2));
     m->loss_acc = carve(c, DTYPE_FP64, 1); // zeroed with the arena
@@ -553,6 +559,8 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
     for (int c = 0, b = 0; c < shard->n_chunks; b += shard->layer_end[c] - shard->layer_begin[c], c++)
         m->block0[c] = b;
     if (m->shard.n_slots < 1) m->shard.n_slots = 1;
+    if (!m->shard.split_backward) m->shard.n_wstash = 0;
+    else if (m->shard.n_wstash < 1) m->shard.n_wstash = 1;
     m->kv_head0 = d.kv_head0, m->kv_replicas = d.kv_replicas;
     size_t total;
     m->n_params = params_layout(cfg, shard, &d, NULL, &total);
@@ -589,6 +597,7 @@ enum status model_plan(const struct llama_config *cfg, const struct model_shard 
     struct block_acts acts[m.shard.n_slots][m.max_layers];
     for (int i = 0; i < m.shard.n_slots; i++) slots[i].x = xs[i], slots[i].acts = acts[i];
     m.slots = slots;
+    m.wstash = NULL; // counted only
     struct carver c = {0};
     acts_layout(&m, &c);
     m.mem.activation_bytes = c.bytes;
@@ -602,8 +611,9 @@ struct model_shard model_shard_full(const struct llama_config *cfg) {
 
 struct model_shard model_shard_pipeline(const struct llama_config *cfg, enum pp_schedule kind,
                                         int p, int s, int v) {
+    bool split = pipeline_schedule_splits(kind);
     struct model_shard sh = {.n_chunks = v, .tp_rank = 0, .tp_size = 1, .n_slots = 1,
-                             .schedule = kind, .split_backward = pipeline_schedule_splits(kind)};
+                             .schedule = kind, .split_backward = split, .n_wstash = split};
     int L = cfg->n_layers, pv = p * v;
     for (int c = 0; c < v && c < MODEL_MAX_CHUNKS; c++) {
         int u = pipeline_virtual_stage(kind, p, s, c);
@@ -754,6 +764,7 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
         m->slots[i].acts = xcalloc(m->max_layers, sizeof *m->slots[i].acts);
         if (cfg->moe_experts) m->slots[i].moe_st = xcalloc(m->max_layers, sizeof *m->slots[i].moe_st);
     }
+    m->wstash = m->shard.n_wstash ? xcalloc(m->shard.n_wstash, sizeof *m->wstash) : NULL;
     m->block_offset = xcalloc(m->n_local_layers, sizeof *m->block_offset);
     m->block_unit = xcalloc(m->n_local_layers, sizeof *m->block_unit);
     m->n_units = units_layout(m->params, m->n_params, total, &m->shard, NULL);
@@ -788,7 +799,7 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     m->act_arena = tensor_view(aa, DTYPE_I32, m->mem.activation_bytes / 4); // bytes, as 4-byte words
     struct carver c = {aa, 0};
     acts_layout(m, &c);
-    for (int i = 0; i < m->shard.n_slots; i++) m->slots[i].w_chunk = -1;
+    for (int i = 0; i < m->shard.n_wstash; i++) m->wstash[i].chunk = -1;
     blocks_bind(m);
     if (cfg->moe_experts) {
         m->moe_layer = xcalloc((size_t)m->n_local_layers, sizeof *m->moe_layer);
@@ -941,6 +952,7 @@ void model_free(struct model *m) {
         free(m->slots[i].x), free(m->slots[i].acts), free(m->slots[i].moe_st);
     free(m->moe_layer), free(m->moe_log);
     free(m->params), free(m->blocks), free(m->dblocks), free(m->slots);
+    free(m->wstash);
     free(m->block_offset), free(m->block_unit), free(m->units);
     free(m->unit_params), free(m->unit_grads);
     free(m->host_loss);

@@ -170,9 +170,11 @@ struct model_shard {
     bool no_grad_arena;         // ZeRO-2/3: no gradient arena; likewise for the gradients
     enum pp_schedule schedule;  // the pipeline's (model_shard_pipeline): where each chunk's
                                 // neighbours live (generation's stage messages)
-    bool split_backward;        // zero-bubble schedules (pipeline.h): each slot also keeps
-                                // what its deferred W reads (model_backward_chunk_input;
-                                // model_memory.w_stash_bytes)
+    bool split_backward;        // zero-bubble schedules (pipeline.h): n_wstash W stashes
+                                // keep what a deferred W reads (model_backward_chunk_input;
+                                // model_memory.w_stash_bytes); a slot is free after B
+    int n_wstash;               // split_backward: W stashes (pipeline_max_w_pending; < 1
+                                // means 1); 0 (forced) without it
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
     enum recompute recompute;   // what the activation slots keep
@@ -218,23 +220,24 @@ struct model_memory {
                              // on a rank holding the embedding's pass and a tied head (ZB-V's
                              // stage 0) also a (Vl, C) buffer for the head's share
                              // (model_finish_grads), after the arena's n_params (aligned)
-    size_t activation_bytes; // n_slots saved-activation slots + backward scratch for (B, T)
+    size_t activation_bytes; // n_slots saved-activation slots, n_wstash W stashes (split only)
+                             // + backward scratch for (B, T)
     size_t slot_bytes;       // one slot: the activations one microbatch keeps in flight
     size_t recompute_bytes;  // of the scratch: what the blocks recompute (0 for none)
-    size_t w_stash_bytes;    // of activation_bytes (and of slot_bytes, once): the n_slots
-                             // stashes of what a deferred W reads (shard.split_backward; 0
-                             // otherwise). Per block of the slot's largest chunk, in the
-                             // model dtype, each piece padded to 256 bytes: the weight
-                             // GEMMs' output gradients, d x[i+1] and d xmid (N, C), dgate
-                             // and dup (N, Fl), dq (N, Hl D), dk, dv (N, Hkvl D); the inputs
-                             // the slot does not keep: act (N, Fl), ln1 and ln2 (N, C) under
-                             // recompute selective or full, ln1 and ln2 (N, C) as
-                             // all-gathered under sequence parallelism, att (N, Hl D) under
-                             // full. The head: the final norm's output (N, C) under
-                             // recompute or sequence parallelism (dlogits stays in the slot).
-                             // Without a gradient arena (ZeRO-2/3) also, in the gradient
-                             // dtype, B's gradients of each block's vectors (ln1, ln2 (C),
-                             // biases, qk_norm gains) and the final norm's (C). N = B T / cp.
+    size_t w_stash_bytes;    // of activation_bytes (not of slot_bytes): the n_wstash W
+                             // stashes (shard.split_backward; 0 otherwise), each holding
+                             // every operand a deferred W reads (B frees the slot). Per
+                             // block of the largest chunk, in the model dtype, each piece
+                             // padded to 256 bytes: the weight GEMMs' output gradients,
+                             // d x[i+1] and d xmid (Ns, C), dgate and dup (N, Fl), dq (N,
+                             // Hl D), dk, dv (N, Hkvl D); their inputs act (N, Fl), att (N,
+                             // Hl D), ln1 and ln2 (Ns, C) (sequence parallelism: this rank's
+                             // rows, which W all-gathers again). The head: dlogits (N, Vl)
+                             // and the final norm's output (Ns, C). The same in every
+                             // recompute mode. Without a
+                             // gradient arena (ZeRO-2/3) also, in the gradient dtype, B's
+                             // gradients of each block's vectors (ln1, ln2 (C), biases,
+                             // qk_norm gains) and the final norm's (C). N = B T / cp.
     size_t cp_bytes;         // of the scratch: the context-parallel ring's two travelling
                              // buffers and position table (0 at cp = 1; model.c acts_layout)
     size_t moe_bytes;        // of activation_bytes: the MoE blocks' saved routing and expert
@@ -428,18 +431,22 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
 // gradient, then W, the weight gradients, later. B takes the same arguments
 // and fills din as model_backward_chunk does, with every gradient that is
 // not a weight-gradient GEMM (norm gains, biases, the CE backward) computed
-// in it; each weight-gradient GEMM's operands (its output gradient, and its
-// input where the slot does not keep it) are copied into the slot's stash.
-// W runs those GEMMs (the same calls, beta = 1, in the same order within
-// the chunk) and frees the slot. A B then W of every microbatch in order
+// in it; both operands of each weight-gradient GEMM (its output gradient
+// and its input: model_memory.w_stash_bytes lists them) are copied into W
+// stash wslot in [0, shard.n_wstash), so the activation slot is free when B
+// returns (a forward may refill it before the W). W (model_backward_chunk_
+// weight) reads only stash wslot, runs those GEMMs (the same calls, beta =
+// 1, in the same order within the chunk) and frees the stash: the same
+// GEMMs on copied bits. A B then W of every microbatch in order
 // leaves the gradient arena bit-identical to model_backward_chunk's, in
 // every dtype, recompute mode and under tp, sp and cp; so does any order in
 // which, per chunk, the B's run in microbatch order and the W's too (B of
 // microbatch k + 1 may come before W of k): each gradient tensor sees the
 // same accumulations in the same order (a tensor is written by B or by W,
 // never both; a tied head's dW on the embedding's rank goes apart:
-// model_finish_grads). A slot's B then W must be of the same chunk; another
-// backward of the slot before its W aborts (CHECK). Unit events (enum
+// model_finish_grads). A stash's B then W must be of the same chunk; a W of
+// a stash no B filled, or a B into a stash whose W has not run, aborts
+// (CHECK), as does wslot outside [0, n_wstash). Unit events (enum
 // model_unit_event): B reports BACKWARD / INPUT_DONE per unit, W WEIGHT /
 // WEIGHT_DONE, and grads_ready fires in W where the fused pass fires it;
 // the embedding, whose gradient is no GEMM, runs whole in B with
@@ -447,9 +454,9 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
 // gradient arena (ZeRO-2/3, fsdp.h) the unit's non-GEMM gradients go through
 // the stash so that its W's buffer holds the microbatch's whole gradient
 // when WEIGHT_DONE reduce-scatters it. Not for FP8 blocks (CHECK).
-void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
+void model_backward_chunk_input(struct model *m, int chunk, int slot, int wslot, double loss_scale,
                                 const void *dout, void *din);
-void model_backward_chunk_weight(struct model *m, int chunk, int slot);
+void model_backward_chunk_weight(struct model *m, int chunk, int wslot);
 // Where in, out, dout and din of the chunk passes live: host memory (false,
 // the default: the passes copy to and from the backend) or the backend's
 // own memory (true: device-to-device copies; the pipeline's message buffers
@@ -507,7 +514,7 @@ void model_unit_bind(struct model *m, int u, void *params, void *grads);
 // or the head's B runs between BACKWARD (parameters and gradient views
 // needed: B writes the gradients that are no GEMM's, the norm gains and
 // biases) and INPUT_DONE (its parameters are no longer needed; without a
-// gradient arena the model has copied what B wrote into the slot's stash,
+// gradient arena the model has copied what B wrote into the W stash,
 // so the views may be bound elsewhere until the W), and its W between
 // WEIGHT (gradient views needed: the arena's, or a zeroed buffer the hook
 // binds without one, into which the W adds the GEMMs' and puts back B's;

@@ -68,16 +68,19 @@ struct slot {
                                    // under cp > 1 their global positions (ring_attention.h)
     struct tensor rope_pos;        // (N,) I32 under cp > 1: RoPE's doc_start argument,
                                    // t - (global position - document start); else empty
-    // shard.split_backward (model.h, model_memory.w_stash_bytes): what the
-    // deferred W of this slot's B reads, in the model dtype (model.c,
-    // wstash_numel); else empty. w_chunk: the chunk whose W is pending (-1:
-    // none); w_used: the stash elements its B wrote.
-    struct tensor wstash;
-    int w_chunk;
-    size_t w_used;
     // (max_layers) the routing each MoE block's forward left for its
     // backward (moe.h; unused for dense blocks), host memory
     struct moe_stats *moe_st;
+};
+
+// shard.split_backward (model.h, model_memory.w_stash_bytes): one of the
+// shard.n_wstash W stashes, everything the deferred W of a B reads (the
+// slot is reused after the B), model.c wstash_bytes. chunk: the chunk whose
+// W is pending (-1: none); used: the stash bytes its B wrote.
+struct wstash {
+    struct tensor t; // wstash_bytes / 4 I32 words
+    int chunk;
+    size_t used;
 };
 
 // Generation's key/value cache (model_kv_cache_init, model_decode_chunk):
@@ -155,6 +158,7 @@ struct model {
     struct block *blocks, *dblocks;
 
     struct slot *slots;            // (n_slots)
+    struct wstash *wstash;         // (n_wstash) under split_backward, else NULL
     int slots_used;                // high-water mark: 1 + the largest slot index used
     struct tensor rope_cos, rope_sin; // (max_seq_len, D/2)
     struct tensor loss_acc;           // (1,) FP64: the device loss sum (model_loss_sum_take)

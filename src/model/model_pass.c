@@ -166,7 +166,7 @@ struct next_norm {
 enum bwd_mode { BWD_FUSED, BWD_INPUT, BWD_WEIGHT };
 struct bwd {
     enum bwd_mode mode;
-    char *stash;          // the slot's W stash (model.c, slot_layout), cap bytes
+    char *stash;          // the W stash (model.c, wstash_bytes; split only), cap bytes
     size_t cap, at;       // bytes of it, and used so far by this walk
     struct tensor last_x; // the previous weight-gradient GEMM's x (a stash piece under split)
 };
@@ -204,17 +204,31 @@ static void unit_input_grads(struct model *m, struct bwd *b, int u) {
     }
 }
 
+// A GEMM operand t of n elements into the stash (B) or back from it (W).
+// part: under sequence parallelism t is the all-gather (N, C) of part (Ns,
+// C) (m->ln_full of a norm output, m->dx_full of m->dx): the stash keeps
+// part, and W gathers it again into t (the same bits; t is W's buffer: the
+// scratch m->ln_full or m->dx_full); else NULL, or ignored without it.
+static struct tensor stash_operand(struct model *m, struct bwd *b, struct tensor t, size_t n,
+                                   const struct tensor *part) {
+    if (!m->sp || !part) return stash_piece(m, b, t, n);
+    struct tensor piece = stash_piece(m, b, *part, (size_t)m->Ns * m->C);
+    if (b->mode == BWD_WEIGHT) sp_gather(m, t, piece);
+    return t;
+}
+
 // A weight-gradient GEMM dw (M, Nn) += op(dy) (M, K) @ op(x) (K, Nn)
-// (backend_matmul, beta 1): run now (fused), its operands stashed (B) or run
-// from the stash (W). dy_kept / x_kept: the operand lives in the slot until
-// the W (not stashed; W reads the slot's tensor, which it must be given);
-// same_x: x is the previous GEMM's x, stashed once.
-static void wgrad(struct model *m, struct bwd *b, struct tensor dw, struct tensor dy, bool dy_kept,
-                  struct tensor x, bool x_kept, bool same_x, int M, int Nn, int K, bool ta,
-                  bool tb) {
+// (backend_matmul, beta 1): run now (fused), both operands copied into the
+// stash (B: the slot is reused after it, the scratch sooner) or run from the
+// stash (W: dy and x give only their dtypes, or are the gather buffers).
+// dy_part, x_part as stash_operand's part; same_x: x is the previous GEMM's
+// x, stashed once.
+static void wgrad(struct model *m, struct bwd *b, struct tensor dw, struct tensor dy,
+                  const struct tensor *dy_part, struct tensor x, const struct tensor *x_part,
+                  bool same_x, int M, int Nn, int K, bool ta, bool tb) {
     if (b->mode != BWD_FUSED) {
-        if (!dy_kept) dy = stash_piece(m, b, dy, (size_t)M * K);
-        if (!x_kept) x = same_x ? b->last_x : stash_piece(m, b, x, (size_t)K * Nn);
+        dy = stash_operand(m, b, dy, (size_t)M * K, dy_part);
+        x = same_x ? b->last_x : stash_operand(m, b, x, (size_t)K * Nn, x_part);
         b->last_x = x;
         if (b->mode == BWD_INPUT) return;
     }
@@ -222,12 +236,13 @@ static void wgrad(struct model *m, struct bwd *b, struct tensor dw, struct tenso
 }
 
 // dx (N, in) = dy (N, out) @ W (out, in); dW (out, in) += dy^T @ x (N, in)
-// (the latter through wgrad, with its flags).
+// (the latter through wgrad, x_part and same_x as there).
 static void linear_backward(struct model *m, struct bwd *b, struct tensor dx, float beta_dx,
-                            struct tensor dw, struct tensor dy, bool dy_kept, struct tensor x,
-                            bool x_kept, bool same_x, struct tensor w, int out, int in) {
+                            struct tensor dw, struct tensor dy, struct tensor x,
+                            const struct tensor *x_part, bool same_x, struct tensor w, int out,
+                            int in) {
     if (bwd_input(b)) backend_matmul(m->be, dx, dy, w, m->N, in, out, false, false, 1.0f, beta_dx);
-    wgrad(m, b, dw, dy, dy_kept, x, x_kept, same_x, out, in, m->N, true, false);
+    wgrad(m, b, dw, dy, NULL, x, x_part, same_x, out, in, m->N, true, false);
 }
 
 // a and b as one tensor when b follows a in memory (a numel 0 view otherwise):
@@ -343,10 +358,10 @@ static void qkv_forward(struct model *m, struct slot *S, struct block_acts *a, i
 // RoPE's inverse); d[Wq; Wk; Wv] +=: the join (inverse RoPE and packing into
 // m->qkv), the biases' column sums and two GEMMs over the consecutive
 // weights and gradients, else attn_qkv_post_backward and six GEMMs (in FP8
-// for an FP8 block blk). The weight GEMMs through wgrad (b's mode; n1_kept:
-// the slot keeps n1 until the W); under W only they run.
+// for an FP8 block blk). The weight GEMMs through wgrad (b's mode; n1_part:
+// the norm output n1 gathers, as wgrad's x_part); under W only they run.
 static void qkv_backward(struct model *m, struct slot *S, const struct block_acts *a, int blk,
-                         struct bwd *b, struct tensor n1, bool n1_kept) {
+                         struct bwd *b, struct tensor n1, const struct tensor *n1_part) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     bool f8 = model_fp8_block(m, blk), in = bwd_input(b);
@@ -368,7 +383,7 @@ static void qkv_backward(struct model *m, struct slot *S, const struct block_act
             model_fp8_qkv_backward(m, blk, m->dln, n1, m->qkv, dwqkv, none, none, none, none, none,
                                    none);
         else
-            linear_backward(m, b, m->dln, 0.0f, dwqkv, m->qkv, false, n1, n1_kept, false, wqkv,
+            linear_backward(m, b, m->dln, 0.0f, dwqkv, m->qkv, n1, n1_part, false, wqkv,
                             HD + 2 * KD, C);
         return;
     }
@@ -379,9 +394,9 @@ static void qkv_backward(struct model *m, struct slot *S, const struct block_act
         model_fp8_qkv_backward(m, blk, m->dln, n1, none, g, dqp, dkp, m->dv, dw->wq, dw->wk, dw->wv);
         return;
     }
-    linear_backward(m, b, m->dln, 0.0f, dw->wq, dqp, false, n1, n1_kept, false, w->wq, HD, C);
-    linear_backward(m, b, m->dln, 1.0f, dw->wk, dkp, false, n1, n1_kept, true, w->wk, KD, C);
-    linear_backward(m, b, m->dln, 1.0f, dw->wv, m->dv, false, n1, n1_kept, true, w->wv, KD, C);
+    linear_backward(m, b, m->dln, 0.0f, dw->wq, dqp, n1, n1_part, false, w->wq, HD, C);
+    linear_backward(m, b, m->dln, 1.0f, dw->wk, dkp, n1, n1_part, true, w->wk, KD, C);
+    linear_backward(m, b, m->dln, 1.0f, dw->wv, m->dv, n1, n1_part, true, w->wv, KD, C);
 }
 
 // The MLP's gate and up projections are stored transposed, gate^T and up^T
@@ -410,9 +425,9 @@ static void gate_up_forward(struct model *m, struct block_acts *a, int blk, stru
 
 // dln (N, C) = [dgate^T; dup^T]^T @ [Wgate; Wup]; d[Wgate; Wup] += [dgate^T;
 // dup^T] @ n2, from m->dgate, m->dup (Fl, N) each; the weight GEMMs through
-// wgrad (b's mode; n2_kept as qkv_backward's n1_kept).
+// wgrad (b's mode; n2_part as qkv_backward's n1_part).
 static void gate_up_backward(struct model *m, int blk, struct bwd *b, struct tensor n2,
-                             bool n2_kept) {
+                             const struct tensor *n2_part) {
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct tensor wgu = joined(w->wgate, w->wup), dwgu = joined(dw->wgate, dw->wup);
     struct tensor dgu = joined(m->dgate, m->dup);
@@ -424,15 +439,15 @@ static void gate_up_backward(struct model *m, int blk, struct bwd *b, struct ten
     }
     if (wgu.numel && dwgu.numel && dgu.numel) {
         if (in) backend_matmul(m->be, m->dln, dgu, wgu, N, C, 2 * Fl, true, false, 1.0f, 0.0f);
-        wgrad(m, b, dwgu, dgu, false, n2, n2_kept, false, 2 * Fl, C, N, false, false);
+        wgrad(m, b, dwgu, dgu, NULL, n2, n2_part, false, 2 * Fl, C, N, false, false);
         return;
     }
     if (in) {
         backend_matmul(m->be, m->dln, m->dgate, w->wgate, N, C, Fl, true, false, 1.0f, 0.0f);
         backend_matmul(m->be, m->dln, m->dup, w->wup, N, C, Fl, true, false, 1.0f, 1.0f);
     }
-    wgrad(m, b, dw->wgate, m->dgate, false, n2, n2_kept, false, Fl, C, N, false, false);
-    wgrad(m, b, dw->wup, m->dup, false, n2, n2_kept, true, Fl, C, N, false, false);
+    wgrad(m, b, dw->wgate, m->dgate, NULL, n2, n2_part, false, Fl, C, N, false, false);
+    wgrad(m, b, dw->wup, m->dup, NULL, n2, n2_part, true, Fl, C, N, false, false);
 }
 
 // Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
@@ -723,18 +738,24 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
     m->fp8.recomputing = false;
 }
 
+// The (N, C) rows the GEMMs read of a norm output (Ns, C) in b's mode: its
+// gather (gathered) in B and fused; in W the buffer the stash is gathered
+// into under sequence parallelism (m->ln_full), else norm (its dtype only).
+static struct tensor norm_operand(struct model *m, const struct bwd *b, struct tensor norm) {
+    if (b->mode == BWD_WEIGHT) return m->sp ? m->ln_full : norm;
+    return gathered(m, norm);
+}
+
 // On entry m->dx (Ns, C) holds d x[i+1]; on exit d x[i] (B and fused). The
-// weight GEMMs through wgrad: an operand is kept by the slot until the W
-// when its recompute mode keeps it there and no sequence-parallel gather
-// (m->ln_full, shared) produced it; else B stashes it.
+// weight GEMMs through wgrad: B stashes both operands of each (the slot is
+// free after B; under sequence parallelism the Ns rows of a gathered one);
+// W reads only the stash (S's tensors give dtypes only).
 static void block_backward(struct model *m, struct slot *S, int blk, int i, struct bwd *b) {
     struct backend *be = m->be;
     struct block *w = &m->blocks[blk], *dw = &m->dblocks[blk];
     struct block_acts *a = &S->acts[i];
     int N = m->N, Ns = m->Ns, C = m->C, HD = m->Hl * m->D, Fl = m->Fl;
     bool f8 = model_fp8_block(m, blk), in = bwd_input(b);
-    bool none = m->shard.recompute == RECOMPUTE_NONE, full = m->shard.recompute == RECOMPUTE_FULL;
-    bool ln_kept = none && !m->sp; // the GEMMs read the slot's own ln1, ln2
     CHECK(!f8 || b->mode == BWD_FUSED, "FP8 block %d: the backward split is not built for FP8 "
           "GEMMs (config_validate refuses precision.fp8 with a split schedule)", blk);
     if (f8) model_fp8_weights(m, blk, w); // cast by the forward already: a no-op
@@ -755,11 +776,11 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
         } else {
             if (in)
                 backend_matmul(be, m->dact, w->wdown, m->dx_full, Fl, N, C, true, true, 1.0f, 0.0f);
-            wgrad(m, b, dw->wdown, m->dx_full, false, a->act, none, false, C, Fl, N, true, true);
+            wgrad(m, b, dw->wdown, m->dx_full, &m->dx, a->act, NULL, false, C, Fl, N, true, true);
         }
         if (in)
             backend_swiglu_backward(be, m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * Fl);
-        gate_up_backward(m, blk, b, in ? gathered(m, a->ln2) : a->ln2, ln_kept);
+        gate_up_backward(m, blk, b, norm_operand(m, b, a->ln2), &a->ln2);
     }
     if (in) {
         sp_reduce(m, m->dln_s, m->dln);
@@ -771,7 +792,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
         model_fp8_o_backward(m, blk, m->datt, dw->wo, m->dx_full, a->att);
     } else {
         if (in) backend_matmul(be, m->datt, m->dx_full, w->wo, N, HD, C, false, false, 1.0f, 0.0f);
-        wgrad(m, b, dw->wo, m->dx_full, false, a->att, !full, false, C, HD, N, true, false);
+        wgrad(m, b, dw->wo, m->dx_full, &m->dx, a->att, NULL, false, C, HD, N, true, false);
     }
     if (in && m->cp > 1) {
         ring_attention_backward(m, S, a, m->datt);
@@ -780,7 +801,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
         backend_attention_backward_docs(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
                                         a->lse, ds, m->B, m->T, m->Hl, m->Hkvl, m->D);
     }
-    qkv_backward(m, S, a, blk, b, in ? gathered(m, a->ln1) : a->ln1, ln_kept);
+    qkv_backward(m, S, a, blk, b, norm_operand(m, b, a->ln1), &a->ln1);
     if (!in) return;
     sp_reduce(m, m->dln_s, m->dln);
     backend_rmsnorm_backward(be, m->dx, dw->ln1_w, m->dln_s, S->x[i], w->ln1_w, a->rstd1, Ns, C);
@@ -849,23 +870,30 @@ static void moe_losses(struct model *m, struct slot *S, int chunk, double loss_s
     }
 }
 
-// The backward of chunk `chunk` on slot `slot` in b's mode (fused: all of it;
-// B: all but the weight GEMMs, whose operands go to the slot's stash; W:
-// those GEMMs). The head's dlogits stays in the slot (no stash).
-static void backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
+// The backward of chunk `chunk` in b's mode: fused, all of it from
+// activation slot `slot`; B, all but the weight GEMMs from the slot, whose
+// operands go to W stash `wslot`; W, those GEMMs from the stash alone (slot
+// unused: slot 0's tensors stand for the operands' dtypes, no data read).
+static void backward_chunk(struct model *m, int chunk, int slot, int wslot, double loss_scale,
                            const void *dout, void *din, struct bwd *b) {
     struct backend *be = m->be;
-    struct slot *S = slot_of(m, slot);
+    struct slot *S = b->mode == BWD_WEIGHT ? &m->slots[0] : slot_of(m, slot);
     int N = m->N, C = m->C, nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk];
     bool in = bwd_input(b);
+    struct wstash *ws = NULL;
+    if (b->mode != BWD_FUSED) {
+        CHECK(wslot >= 0 && wslot < m->shard.n_wstash, "W stash %d of %d (chunk %d)", wslot,
+              m->shard.n_wstash, chunk);
+        ws = &m->wstash[wslot];
+        b->stash = ws->t.data, b->cap = ws->t.numel * dtype_size(ws->t.dtype);
+    }
     if (b->mode == BWD_WEIGHT)
-        CHECK(S->w_chunk == chunk, "model_backward_chunk_weight(chunk %d, slot %d): %s", chunk,
-              slot, S->w_chunk < 0 ? "no B of that slot waits for its W"
-                                   : "the slot's B was of another chunk");
-    else
-        CHECK(S->w_chunk < 0, "backward of chunk %d on slot %d before the W of its last B (chunk %d)",
-              chunk, slot, S->w_chunk);
-    b->stash = S->wstash.data, b->cap = S->wstash.numel * dtype_size(S->wstash.dtype);
+        CHECK(ws->chunk == chunk, "model_backward_chunk_weight(chunk %d, W stash %d): %s", chunk,
+              wslot, ws->chunk < 0 ? "no B filled that stash"
+                                   : "the stash's B was of another chunk");
+    else if (ws)
+        CHECK(ws->chunk < 0, "B of chunk %d into W stash %d before the W of its last B (chunk %d)",
+              chunk, wslot, ws->chunk);
     if (model_chunk_last(m, chunk)) {
         // Under recompute, dlogits is the logits' own storage (model.c) and
         // the final norm's output is recomputed.
@@ -878,9 +906,8 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
                 backend_rmsnorm_forward(be, S->lnf, S->rstdf, S->x[nl], m->norm_w, m->Ns, C,
                                         m->cfg.norm_eps);
         }
-        bool lnf_kept = m->shard.recompute == RECOMPUTE_NONE && !m->sp;
-        linear_backward(m, b, m->dln, 0.0f, m->dhead, S->dlogits, true,
-                        in ? gathered(m, S->lnf) : S->lnf, lnf_kept, false, m->head, m->Vl, C);
+        linear_backward(m, b, m->dln, 0.0f, m->dhead, S->dlogits, norm_operand(m, b, S->lnf),
+                        &S->lnf, false, m->head, m->Vl, C);
         if (in) {
             sp_reduce(m, m->dln_s, m->dln);
             backend_memset0(be, m->dx);
@@ -915,11 +942,11 @@ static void backward_chunk(struct model *m, int chunk, int slot, double loss_sca
     } else if (in) {
         message_out(m, din, m->dx);
     }
-    if (b->mode == BWD_INPUT) S->w_chunk = chunk, S->w_used = b->at;
+    if (b->mode == BWD_INPUT) ws->chunk = chunk, ws->used = b->at;
     if (b->mode == BWD_WEIGHT) {
-        CHECK(b->at == S->w_used, "W of chunk %d read %zu stash bytes, its B wrote %zu", chunk,
-              b->at, S->w_used);
-        S->w_chunk = -1;
+        CHECK(b->at == ws->used, "W of chunk %d read %zu stash bytes, its B wrote %zu", chunk,
+              b->at, ws->used);
+        ws->chunk = -1;
     }
 }
 
@@ -929,26 +956,26 @@ void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scal
                           const void *dout, void *din) {
     struct bwd b = {.mode = BWD_FUSED};
     NVTX_PUSH("backward");
-    backward_chunk(m, chunk, slot, loss_scale, dout, din, &b);
+    backward_chunk(m, chunk, slot, -1, loss_scale, dout, din, &b);
     NVTX_POP();
 }
 
-void model_backward_chunk_input(struct model *m, int chunk, int slot, double loss_scale,
+void model_backward_chunk_input(struct model *m, int chunk, int slot, int wslot, double loss_scale,
                                 const void *dout, void *din) {
     CHECK(m->shard.split_backward, "model_backward_chunk_input on a model without "
           "model_shard.split_backward (no W stash)");
     struct bwd b = {.mode = BWD_INPUT};
     NVTX_PUSH("backward_input");
-    backward_chunk(m, chunk, slot, loss_scale, dout, din, &b);
+    backward_chunk(m, chunk, slot, wslot, loss_scale, dout, din, &b);
     NVTX_POP();
 }
 
-void model_backward_chunk_weight(struct model *m, int chunk, int slot) {
+void model_backward_chunk_weight(struct model *m, int chunk, int wslot) {
     CHECK(m->shard.split_backward, "model_backward_chunk_weight on a model without "
           "model_shard.split_backward (no W stash)");
     struct bwd b = {.mode = BWD_WEIGHT};
     NVTX_PUSH("backward_weight");
-    backward_chunk(m, chunk, slot, 0.0, NULL, NULL, &b);
+    backward_chunk(m, chunk, -1, wslot, 0.0, NULL, NULL, &b);
     NVTX_POP();
 }
 

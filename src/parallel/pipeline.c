@@ -348,12 +348,12 @@ enum status pipeline_run(struct pipeline_exec *x, struct error *err) {
         switch (op->kind) {
         case PP_FORWARD: x->forward(x->ctx, op->micro, op->chunk, op->slot, src, dst); break;
         case PP_BACKWARD:
-            x->backward(x->ctx, op->micro, op->chunk, op->slot, op->last, false, src, dst);
+            x->backward(x->ctx, op->micro, op->chunk, op->slot, -1, op->last, src, dst);
             break;
         case PP_BACKWARD_INPUT:
-            x->backward(x->ctx, op->micro, op->chunk, op->slot, false, true, src, dst);
+            x->backward(x->ctx, op->micro, op->chunk, op->slot, op->wslot, false, src, dst);
             break;
-        case PP_BACKWARD_WEIGHT: x->weight(x->ctx, op->micro, op->chunk, op->slot, op->last); break;
+        case PP_BACKWARD_WEIGHT: x->weight(x->ctx, op->micro, op->chunk, op->wslot, op->last); break;
         }
         send_output(x, out, op);
         release_input(x, in);

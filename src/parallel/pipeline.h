@@ -83,13 +83,17 @@ bool pipeline_schedule_splits(enum pp_schedule kind);
 // PP_BACKWARD_INPUT (B): its input gradient only: reads the output gradient,
 // writes and sends the input gradient; the weight-gradient GEMMs' operands
 // are kept for PP_BACKWARD_WEIGHT (W), which accumulates the weight
-// gradients and frees the slot. The split schedules use B and W, never
-// PP_BACKWARD.
+// gradients and frees the stash (B freed the activation slot). The split
+// schedules use B and W, never PP_BACKWARD.
 enum pp_op_kind { PP_FORWARD, PP_BACKWARD, PP_BACKWARD_INPUT, PP_BACKWARD_WEIGHT };
 
 // One op of a stage's schedule. slot in [0, pipeline_max_in_flight): the
 // activation storage the forward of (micro, chunk) fills and its backward
-// (split schedules: its W) frees (lowest free slot first).
+// (split schedules: its B) frees (lowest free slot first); -1 on a W.
+// wslot in [0, pipeline_max_w_pending), split schedules' B and W only (-1
+// otherwise): the W stash B fills with what W reads (the weight-gradient
+// GEMMs' operands) and W frees (lowest free first). Activations and stashes
+// are two pools so that ZB-H1 keeps 1F1B's p - s activation slots.
 // last: the op that makes its chunk's weight gradients final: the backward
 // (split schedules: the W) of the chunk's last microbatch in the schedule
 // (microbatch m - 1 in every schedule here).
@@ -102,6 +106,7 @@ struct pp_op {
     int micro; // [0, m)
     int chunk; // [0, v): virtual stage pipeline_virtual_stage(kind, p, s, chunk)
     int slot;
+    int wslot;
     bool last;
 };
 
@@ -121,12 +126,12 @@ enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v,
                               struct error *err);
 
 // The peak number of (micro, chunk) of stage s whose forward has run and
-// whose slot is not yet free (backward, or W, not yet run): the activation
+// whose slot is not yet free (backward, or B, not yet run): the activation
 // slots the model allocates (each holds one chunk's activations of one
-// microbatch, and under a split schedule the operands its W reads). 1F1B
-// (v == 1): p - s. Interleaved: min(m v, 2 (p - s - 1) + (v - 1) p + 1).
-// ZB-H1: p. ZB-V: at most 2 p, 2 p once m >= 2 p - 1 (the tables' peaks,
-// tests/unit/test_pipeline.c).
+// microbatch). 1F1B (v == 1): p - s. Interleaved: min(m v, 2 (p - s - 1) +
+// (v - 1) p + 1). ZB-H1: p - s, 1F1B's. ZB-V: 2 p once m >= 2 p - 1 (the
+// tables' peaks, tests/unit/test_pipeline.c; = pipeline_max_b_pending for
+// the split schedules, which also need pipeline_max_w_pending W stashes).
 // 0 when pipeline_schedule would refuse.
 int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v);
 
@@ -167,22 +172,23 @@ static inline int pipeline_last_stage(enum pp_schedule kind, int p) {
 // that needs it in the backward copies it into the slot.
 typedef void (*pipeline_forward_fn)(void *ctx, int micro, int chunk, int slot, const void *in,
                                     void *out);
-// Backward of (micro, chunk) from activation slot: PP_BACKWARD, and with
-// split = true its B half (PP_BACKWARD_INPUT). dout: (count,) the gradient
-// of this chunk's output, NULL on the last virtual stage (the loss is the
-// start); din: (count,) the gradient of its input, to fill, NULL on virtual
-// stage 0. split = false: the whole backward; the slot is free again when
-// this returns. split = true: the input gradient only; the slot stays taken
-// until the W op (pipeline_weight_fn) of the same (micro, chunk, slot).
+// Backward of (micro, chunk) from activation slot: PP_BACKWARD (wslot -1),
+// or its B half (PP_BACKWARD_INPUT, wslot >= 0). dout: (count,) the
+// gradient of this chunk's output, NULL on the last virtual stage (the loss
+// is the start); din: (count,) the gradient of its input, to fill, NULL on
+// virtual stage 0. The slot is free again when this returns. wslot -1: the
+// whole backward. wslot >= 0: the input gradient only; what the weight
+// gradients need goes into W stash wslot, taken until the W op
+// (pipeline_weight_fn) of the same (micro, chunk, wslot).
 // last: this op makes the chunk's weight gradients final (pp_op.last; never
 // for a B), so every chunk above it is already final: data parallelism
 // starts their reduction here, while the stages before go on with theirs.
-typedef void (*pipeline_backward_fn)(void *ctx, int micro, int chunk, int slot, bool last,
-                                     bool split, const void *dout, void *din);
+typedef void (*pipeline_backward_fn)(void *ctx, int micro, int chunk, int slot, int wslot,
+                                     bool last, const void *dout, void *din);
 // W (PP_BACKWARD_WEIGHT) of (micro, chunk): the weight gradients its B left
-// pending, accumulated; the slot is free when this returns. last as above.
-// No messages.
-typedef void (*pipeline_weight_fn)(void *ctx, int micro, int chunk, int slot, bool last);
+// in W stash wslot, accumulated; the stash is free when this returns. last
+// as above. No messages.
+typedef void (*pipeline_weight_fn)(void *ctx, int micro, int chunk, int wslot, bool last);
 // Optional: called over and over while the executor waits for a message,
 // so that the caller's own non-blocking operations progress (MPI moves data
 // only inside MPI calls, comm.h): e.g. comm_test on the data-parallel

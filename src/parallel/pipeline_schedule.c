@@ -91,7 +91,7 @@ static int warmup_count(int p, int s, int m, int v) {
 // last chunk first. v == 1: micro = k, chunk = 0.
 static struct pp_op op_of(enum pp_op_kind kind, int k, int p, int v) {
     int in_group = k % (p * v), chunk = in_group / p;
-    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1, false};
+    struct pp_op op = {kind, (k / (p * v)) * p + k % p, chunk, -1, -1, false};
     if (kind == PP_BACKWARD) op.chunk = v - 1 - chunk;
     return op;
 }
@@ -131,7 +131,7 @@ static int order_1f1b(int p, int s, int m, int v, struct pp_op *ops) {
 // time).
 static int order_zb_h1(int p, int s, int m, struct pp_op *ops) {
     int n = 0, nf = 0, nb = 0, nw = 0;
-#define ZB_OP(k, mb) (ops[n++] = (struct pp_op){(k), (mb), 0, -1, false})
+#define ZB_OP(k, mb) (ops[n++] = (struct pp_op){(k), (mb), 0, -1, -1, false})
     while (nf < p - s) ZB_OP(PP_FORWARD, nf++);
     for (int j = 0; j < s; j++) {
         ZB_OP(PP_BACKWARD_INPUT, nb++);
@@ -186,7 +186,7 @@ static int order_zbv(int p, int s, int m, struct pp_op *ops) {
 #define ZBV_OP(k, c, cnt)                                                                 \
     do {                                                                                  \
         int mb_ = (cnt)[c]++;                                                             \
-        if (mb_ < m) ops[n++] = (struct pp_op){(k), mb_, (c), -1, false};                 \
+        if (mb_ < m) ops[n++] = (struct pp_op){(k), mb_, (c), -1, -1, false};             \
     } while (0)
     for (int j = 0; j < 2 * (p - s) - 1; j++) ZBV_OP(PP_FORWARD, 0, f);
     for (int j = 0; j < s; j++) {
@@ -224,7 +224,14 @@ static int order_zbv(int p, int s, int m, struct pp_op *ops) {
 
 // ---- tables -----------------------------------------------------------------------
 
+// The op after which (micro, chunk)'s activation slot is free: its backward,
+// or in the split schedules its B (W reads only its stash, pp_op.wslot).
 static bool frees_slot(enum pp_op_kind kind) {
+    return kind == PP_BACKWARD || kind == PP_BACKWARD_INPUT;
+}
+
+// The op after which (micro, chunk)'s weight gradients are accumulated.
+static bool ends_weights(enum pp_op_kind kind) {
     return kind == PP_BACKWARD || kind == PP_BACKWARD_WEIGHT;
 }
 
@@ -234,12 +241,13 @@ static int build_order(enum pp_schedule kind, int p, int s, int m, int v, struct
     int n = kind == PP_SCHEDULE_ZB_H1 ? order_zb_h1(p, s, m, ops)
           : kind == PP_SCHEDULE_ZBV   ? order_zbv(p, s, m, ops)
                                       : order_1f1b(p, s, m, v, ops);
-    // last: the op that frees a chunk's slot (its backward, or W) for the
-    // last time in the table.
+    // last: the op that ends a chunk's weight gradients (its backward, or W)
+    // for the last time in the table.
     bool *seen = xcalloc((size_t)v, sizeof(bool));
     for (int i = n - 1; i >= 0; i--) {
-        ops[i].last = frees_slot(ops[i].kind) && !seen[ops[i].chunk];
-        if (frees_slot(ops[i].kind)) seen[ops[i].chunk] = true;
+        ops[i].last = ends_weights(ops[i].kind) && !seen[ops[i].chunk];
+        if (ends_weights(ops[i].kind)) seen[ops[i].chunk] = true;
+        ops[i].slot = ops[i].wslot = -1;
     }
     free(seen);
     return n;
@@ -302,26 +310,39 @@ int pipeline_max_in_flight(enum pp_schedule kind, int p, int s, int m, int v) {
     return peak;
 }
 
+// Lowest free first: the index in owner[0 .. count) that holds want (-1:
+// a free one), set to now. CHECKs that there is one.
+static int take_index(int *owner, int count, int want, int now, int s, int i) {
+    int k = 0;
+    while (k < count && owner[k] != want) k++;
+    CHECK(k < count, "stage %d op %d: no free index among %d", s, i, count);
+    owner[k] = now;
+    return k;
+}
+
 enum status pipeline_schedule(enum pp_schedule kind, int p, int s, int m, int v, struct pp_op *ops,
                               struct error *err) {
     enum status st = check_args(kind, p, s, m, v, err);
     if (st != STATUS_OK) return st;
     int n = build_order(kind, p, s, m, v, ops), want = pipeline_op_count(kind, p, s, m, v);
     CHECK(n == want, "%s schedule of %d ops, expected %d", pipeline_schedule_name(kind), n, want);
-    // Slots: lowest free first. owner[slot] = micro * v + chunk, or -1.
-    int slots = pipeline_max_in_flight(kind, p, s, m, v), *owner = xmalloc(sizeof(int) * slots);
+    // Slots (F to the backward, or to B) and W stashes (B to W): lowest free
+    // first. owner[k] = micro * v + chunk, or -1.
+    int slots = pipeline_max_in_flight(kind, p, s, m, v);
+    int stashes = pipeline_max_w_pending(kind, p, s, m, v);
+    int *owner = xmalloc(sizeof(int) * slots), *wowner = xmalloc(sizeof(int) * MAX(1, stashes));
     for (int i = 0; i < slots; i++) owner[i] = -1;
+    for (int i = 0; i < stashes; i++) wowner[i] = -1;
     for (int i = 0; i < n; i++) {
-        int id = ops[i].micro * v + ops[i].chunk, want_owner = ops[i].kind == PP_FORWARD ? -1 : id;
-        int slot = 0;
-        while (slot < slots && owner[slot] != want_owner) slot++;
-        CHECK(slot < slots, "stage %d op %d: no slot among %d (p=%d m=%d v=%d)", s, i, slots, p,
-              m, v);
-        if (ops[i].kind == PP_FORWARD) owner[slot] = id;
-        if (frees_slot(ops[i].kind)) owner[slot] = -1;
-        ops[i].slot = slot;
+        int id = ops[i].micro * v + ops[i].chunk;
+        enum pp_op_kind k = ops[i].kind;
+        if (k == PP_FORWARD) ops[i].slot = take_index(owner, slots, -1, id, s, i);
+        else if (frees_slot(k)) ops[i].slot = take_index(owner, slots, id, -1, s, i);
+        if (k == PP_BACKWARD_INPUT) ops[i].wslot = take_index(wowner, stashes, -1, id, s, i);
+        if (k == PP_BACKWARD_WEIGHT) ops[i].wslot = take_index(wowner, stashes, id, -1, s, i);
     }
     free(owner);
+    free(wowner);
     return STATUS_OK;
 }
 

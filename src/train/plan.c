@@ -80,6 +80,7 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     shard.recompute = c->model.recompute;
     if (pp > 1 || v > 1) {
         shard.n_slots = pipeline_max_in_flight(kind, pp, s, m, v);
+        shard.n_wstash = pipeline_max_w_pending(kind, pp, s, m, v); // 0 without the split
         if (shard.n_slots < 1) { // refused: the schedule says why
             struct error why = {0};
             struct pp_op *probe = xcalloc(3 * (size_t)m * v, sizeof *probe);
@@ -146,6 +147,8 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .recompute_bytes = mem.recompute_bytes,
         .cp_bytes = mem.cp_bytes,
         .n_slots = MAX(1, shard.n_slots),
+        .w_stash_bytes = mem.w_stash_bytes,
+        .n_wstash = mem.w_stash_bytes ? MAX(1, shard.n_wstash) : 0,
         .n_params = mem.n_params,
     };
     // FP8 (precision.fp8 != none): the copies plan_fp8_bytes counts
@@ -242,6 +245,7 @@ static bool rank_bytes_equal(const struct plan_rank_bytes *a, const struct plan_
     return a->params == b->params && a->grads == b->grads && a->optimizer == b->optimizer &&
            a->activations == b->activations && a->slot_bytes == b->slot_bytes &&
            a->recompute_bytes == b->recompute_bytes && a->n_slots == b->n_slots &&
+           a->w_stash_bytes == b->w_stash_bytes && a->n_wstash == b->n_wstash &&
            a->unit_elems == b->unit_elems && a->params_gathered == b->params_gathered;
 }
 

@@ -67,6 +67,10 @@ struct plan_sharding plan_sharding_of(const struct config *c);
 struct plan_rank_bytes {
     size_t params, grads, optimizer, activations; // bytes
     size_t slot_bytes, recompute_bytes;           // bytes, inside activations
+    size_t w_stash_bytes;                         // bytes, inside activations: the zero-bubble
+                                                  // schedules' n_wstash W stashes, all of them
+                                                  // (model_memory.w_stash_bytes; 0 otherwise)
+    int n_wstash;                                 // W stashes (pipeline_max_w_pending)
     size_t cp_bytes;                              // bytes, inside activations: the cp ring's
                                                   // travelling buffers and positions (0 at cp 1)
     size_t kv_cache_bytes;                        // bytes, inside activations: the samples'

@@ -42,13 +42,13 @@ static void pp_forward(void *ctx, int micro, int chunk, int slot, const void *in
 
 // The chunk's last backward (last) finalises its gradients: the DP buckets
 // they complete start during it (grad_sync.h).
-static void pp_backward(void *ctx, int micro, int chunk, int slot, bool last, bool split,
+static void pp_backward(void *ctx, int micro, int chunk, int slot, int wslot, bool last,
                         const void *dout, void *din) {
     struct pp_step *p = ctx;
-    NVTX_PUSH("microbatch %d chunk %d backward%s", micro, chunk, split ? " (input)" : "");
+    NVTX_PUSH("microbatch %d chunk %d backward%s", micro, chunk, wslot >= 0 ? " (input)" : "");
     if (p->sync && last) grad_sync_arm(p->sync);
-    if (split)
-        model_backward_chunk_input(p->model, chunk, slot, p->scale, dout, din);
+    if (wslot >= 0)
+        model_backward_chunk_input(p->model, chunk, slot, wslot, p->scale, dout, din);
     else
         model_backward_chunk(p->model, chunk, slot, p->scale, dout, din);
     if (p->sync && last) grad_sync_pause(p->sync);
@@ -57,11 +57,11 @@ static void pp_backward(void *ctx, int micro, int chunk, int slot, bool last, bo
 
 // W of a split schedule: the chunk's deferred weight gradients; its last
 // one finalises them, so the DP buckets start during it.
-static void pp_weight(void *ctx, int micro, int chunk, int slot, bool last) {
+static void pp_weight(void *ctx, int micro, int chunk, int wslot, bool last) {
     struct pp_step *p = ctx;
     NVTX_PUSH("microbatch %d chunk %d backward (weight)", micro, chunk);
     if (p->sync && last) grad_sync_arm(p->sync);
-    model_backward_chunk_weight(p->model, chunk, slot);
+    model_backward_chunk_weight(p->model, chunk, wslot);
     if (p->sync && last) grad_sync_pause(p->sync);
     NVTX_POP();
 }
@@ -98,7 +98,7 @@ static enum status run_microbatches(struct train_ctx *c, struct pp_step *ps, int
     }
     for (int k = 0; k < n_micro; k++) {
         pp_forward(ps, k, 0, 0, NULL, NULL);
-        if (backward) pp_backward(ps, k, 0, 0, k == n_micro - 1, false, NULL, NULL);
+        if (backward) pp_backward(ps, k, 0, 0, -1, k == n_micro - 1, NULL, NULL);
     }
     return STATUS_OK;
 }

@@ -2,7 +2,7 @@
 // split of the zero-bubble schedules (model.h, model_backward_chunk_input /
 // _weight), under mpirun on 2 ranks (tests/e2e/fsdp_split_mpi.sh). Each rank
 // runs three microbatches of its own tokens forward into three slots, then
-// the split backward B0 B1 W0 B2 W1 W2 on one model and the fused backward in
+// the split backward B0 B1 W0 B2 W1 W2 (W stashes 0 1 0) on one model and the fused backward in
 // order on a second model from the same seed, each with its optimizer and
 // fsdp over the same group: the optimizer's gradient shards (per-unit,
 // per-microbatch reduce-scatters added in order) are bit-identical (memcmp),
@@ -30,7 +30,7 @@ static char *run(struct backend *be, struct comm_group *dp, int stage, enum dtyp
         .tie_embeddings = false, .init_std = 0.05f, .qkv_bias = true,
     };
     struct model_shard shard = model_shard_full(&cfg);
-    shard.n_slots = MICRO, shard.recompute = r, shard.split_backward = split;
+    shard.n_slots = MICRO, shard.recompute = r, shard.split_backward = split, shard.n_wstash = 2;
     shard.unit_multiple = 128 * dp->size, shard.no_grad_arena = true;
     shard.no_param_arena = stage == 3;
     struct model *m;
@@ -59,12 +59,12 @@ static char *run(struct backend *be, struct comm_group *dp, int stage, enum dtyp
     }
     double s = 1.0 / (MICRO * n * dp->size);
     if (split) {
-        model_backward_chunk_input(m, 0, 0, s, NULL, NULL);
-        model_backward_chunk_input(m, 0, 1, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 0, 0, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 1, 1, s, NULL, NULL);
         model_backward_chunk_weight(m, 0, 0);
-        model_backward_chunk_input(m, 0, 2, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 2, 0, s, NULL, NULL);
         model_backward_chunk_weight(m, 0, 1);
-        model_backward_chunk_weight(m, 0, 2);
+        model_backward_chunk_weight(m, 0, 0);
     } else {
         for (int k = 0; k < MICRO; k++) model_backward_chunk(m, 0, k, s, NULL, NULL);
     }

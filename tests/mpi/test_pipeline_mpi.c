@@ -43,7 +43,8 @@ static int run_layout(enum pp_schedule kind, int p, int m, int v, int ring, uint
         mpi_exit_all(err.status, err.msg);
     int s = topology_group(&topo, GROUP_PP)->rank;
     struct toy toy;
-    toy_init(&toy, kind, p, s, m, v, COUNT, pipeline_max_in_flight(kind, p, s, m, v));
+    toy_init(&toy, kind, p, s, m, v, COUNT, pipeline_max_in_flight(kind, p, s, m, v),
+             pipeline_max_w_pending(kind, p, s, m, v));
     struct pipeline_exec x = {.kind = kind, .p = p, .s = s, .m = m, .v = v,
                               .group = topology_group(&topo, GROUP_PP), .count = COUNT,
                               .dtype = DTYPE_FP32, .ctx = &toy, .forward = toy_forward,
@@ -57,7 +58,8 @@ static int run_layout(enum pp_schedule kind, int p, int m, int v, int ring, uint
     for (int step = 0; step < 2 && toy.bad == 0; step++) {
         if (step) {
             toy_free(&toy);
-            toy_init(&toy, kind, p, s, m, v, COUNT, pipeline_max_in_flight(kind, p, s, m, v));
+            toy_init(&toy, kind, p, s, m, v, COUNT, pipeline_max_in_flight(kind, p, s, m, v),
+                     pipeline_max_w_pending(kind, p, s, m, v));
             toy.poll = &x;
         }
         if (pipeline_run(&x, &err) != STATUS_OK) mpi_exit_all(err.status, err.msg);

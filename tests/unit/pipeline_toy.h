@@ -14,10 +14,12 @@
 // chunk 0 last, and every chunk gets exactly one.
 // Weights: the gradients of a_u and b_u, per element i,
 //   da_u[i] = sum_micro dh_{u+1}[i] h_u[i]      db_u[i] = sum_micro dh_{u+1}[i]
-// accumulated in the order the ops run. Split schedules: B computes dh_u and
-// keeps dh_{u+1} in the slot beside h_u; W (toy_weight) accumulates and frees
-// the slot, and carries the last flag. toy_grad_expected gives the sums in
-// microbatch order from the closed forms.
+// accumulated in the order the ops run. Split schedules (two pools): B
+// computes dh_u, copies h_u and dh_{u+1} into its W stash (wslot) and frees
+// (poisons) the activation slot; W (toy_weight) accumulates from the stash
+// alone, frees (poisons) it, and carries the last flag. The peaks of slots
+// and stashes taken are recorded (toy.peak, toy.wpeak). toy_grad_expected
+// gives the sums in microbatch order from the closed forms.
 #ifndef TRIDENT_PIPELINE_TOY_H
 #define TRIDENT_PIPELINE_TOY_H
 
@@ -30,10 +32,13 @@
 
 struct toy {
     enum pp_schedule kind;
-    int p, s, m, v, n, slots;
-    float *saved;             // (slots, 2 n) the input each in-flight forward saved, then the
-                              // output gradient its B kept for W
+    int p, s, m, v, n, slots, wslots;
+    float *saved;             // (slots, n) the input each in-flight forward saved
     int *owner;               // (slots,) micro * v + chunk, or -1 when free
+    float *wsaved;            // (wslots, 2 n) split: the input and output gradient B
+                              // stashed for W
+    int *wowner;              // (wslots,) micro * v + chunk, or -1 when free
+    int live, peak, wlive, wpeak; // slots (F to B) and stashes (B to W) taken: now, peak
     int *fwd, *bwd, *wgt;     // (m * v,) times each op ran (bwd: B or the whole backward)
     float *da, *db;           // (v, n) weight gradients of each chunk's a and b
     int next_last;            // the chunk whose last backward comes next (v - 1 down to 0)
@@ -86,15 +91,19 @@ static void toy_grad_expected(int u, int V, int m, int n, float *da, float *db) 
     }
 }
 
+// slots activation slots, wslots W stashes (split schedules; 0 otherwise).
 static void toy_init(struct toy *t, enum pp_schedule kind, int p, int s, int m, int v, int n,
-                     int slots) {
+                     int slots, int wslots) {
     memset(t, 0, sizeof *t);
     t->kind = kind;
-    t->p = p, t->s = s, t->m = m, t->v = v, t->n = n, t->slots = slots;
+    t->p = p, t->s = s, t->m = m, t->v = v, t->n = n, t->slots = slots, t->wslots = wslots;
     t->next_last = v - 1;
-    t->saved = xcalloc((size_t)slots * 2 * n, sizeof(float));
+    t->saved = xcalloc((size_t)slots * n, sizeof(float));
     t->owner = xmalloc(sizeof(int) * slots);
     for (int k = 0; k < slots; k++) t->owner[k] = -1;
+    t->wsaved = xcalloc((size_t)MAX(1, wslots) * 2 * n, sizeof(float));
+    t->wowner = xmalloc(sizeof(int) * MAX(1, wslots));
+    for (int k = 0; k < wslots; k++) t->wowner[k] = -1;
     t->fwd = xcalloc((size_t)m * v, sizeof(int));
     t->bwd = xcalloc((size_t)m * v, sizeof(int));
     t->wgt = xcalloc((size_t)m * v, sizeof(int));
@@ -105,7 +114,7 @@ static void toy_init(struct toy *t, enum pp_schedule kind, int p, int s, int m, 
 }
 
 static void toy_free(struct toy *t) {
-    free(t->saved), free(t->owner), free(t->fwd), free(t->bwd), free(t->wgt), free(t->da);
+    free(t->saved), free(t->owner), free(t->wsaved), free(t->wowner), free(t->fwd), free(t->bwd), free(t->wgt), free(t->da);
     free(t->db), free(t->dx), free(t->y);
 }
 
@@ -128,7 +137,9 @@ static void toy_forward(void *ctx, int micro, int chunk, int slot, const void *i
                slot >= 0 && slot < t->slots ? t->owner[slot] : -2);
     if (slot < 0 || slot >= t->slots) return;
     t->owner[slot] = id;
-    float *save = t->saved + (size_t)slot * 2 * t->n, *y = out ? out : t->y + (size_t)micro * t->n;
+    t->live++;
+    t->peak = MAX(t->peak, t->live);
+    float *save = t->saved + (size_t)slot * t->n, *y = out ? out : t->y + (size_t)micro * t->n;
     int wrong = 0;
     for (int i = 0; i < t->n; i++) {
         double h = toy_h(u, micro, i);
@@ -152,19 +163,17 @@ static void toy_check_last(struct toy *t, int micro, int chunk, const int *done)
 }
 
 // W, or the weight half of a whole backward: accumulates the gradients of
-// a_u and b_u from the slot's input and dh (n,), then poisons and frees it.
-static void toy_accumulate(struct toy *t, int u, int chunk, int slot, const float *dh) {
-    float *save = t->saved + (size_t)slot * 2 * t->n;
+// a_u and b_u from the input h (n,) and dh (n,).
+static void toy_accumulate(struct toy *t, int chunk, const float *h, const float *dh) {
     for (int i = 0; i < t->n; i++) {
-        t->da[(size_t)chunk * t->n + i] += dh[i] * save[i];
+        t->da[(size_t)chunk * t->n + i] += dh[i] * h[i];
         t->db[(size_t)chunk * t->n + i] += dh[i];
-        save[i] = save[t->n + i] = NAN; // a later reader of this slot sees the poison
     }
-    (void)u;
-    t->owner[slot] = -1;
 }
 
-static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, bool split,
+// wslot -1: the whole backward; else B, which fills W stash wslot. Either
+// frees the activation slot.
+static void toy_backward(void *ctx, int micro, int chunk, int slot, int wslot, bool last,
                          const void *dout_, void *din_) {
     struct toy *t = ctx;
     const float *dout = dout_;
@@ -172,9 +181,14 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
     int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), V = t->p * t->v;
     int id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
+    bool split = wslot >= 0;
     if (t->op_s) sleep_s(split ? t->op_s : 2 * t->op_s);
-    TOY_EXPECT(t, split == pipeline_schedule_splits(t->kind), "B(%d,%d): split=%d under %s",
-               micro, chunk, split, pipeline_schedule_name(t->kind));
+    TOY_EXPECT(t, split == pipeline_schedule_splits(t->kind), "B(%d,%d): wslot %d under %s",
+               micro, chunk, wslot, pipeline_schedule_name(t->kind));
+    TOY_EXPECT(t, !split || (wslot < t->wslots && t->wowner[wslot] == -1),
+               "B(%d,%d): W stash %d of %d is taken by %d", micro, chunk, wslot, t->wslots,
+               split && wslot < t->wslots ? t->wowner[wslot] : -2);
+    if (split && wslot >= t->wslots) return;
     TOY_EXPECT(t, (dout == NULL) == (u == V - 1), "B(%d,%d): dout %s on virtual stage %d of %d",
                micro, chunk, dout ? "given" : "NULL", u, V);
     TOY_EXPECT(t, (din == NULL) == (u == 0), "B(%d,%d): din %s on virtual stage %d", micro, chunk,
@@ -186,7 +200,7 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
     TOY_EXPECT(t, !(split && last), "B(%d,%d) of a split schedule flagged last", micro, chunk);
     if (last) toy_check_last(t, micro, chunk, t->bwd);
     if (slot < 0 || slot >= t->slots) return;
-    float *save = t->saved + (size_t)slot * 2 * t->n, *keep = save + t->n;
+    float *save = t->saved + (size_t)slot * t->n, h[t->n], keep[t->n];
     float *dh = din ? din : t->dx + (size_t)micro * t->n;
     int wrong_saved = 0, wrong_dout = 0, wrong_y = 0;
     for (int i = 0; i < t->n; i++) {
@@ -196,7 +210,10 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
         if (u == V - 1) wrong_y += t->y[(size_t)micro * t->n + i] != (float)toy_h(V, micro, i);
         dh[i] = (float)(toy_a(u) * d);
         keep[i] = (float)d; // dh_{u+1}, for the weight gradients
+        h[i] = save[i];
+        save[i] = NAN; // the slot is free: a later reader sees the poison
     }
+    t->owner[slot] = -1, t->live--;
     TOY_EXPECT(t, wrong_saved + wrong_dout + wrong_y == 0,
                "B(%d,%d) on virtual stage %d: %d saved, %d dout, %d output elements wrong", micro,
                chunk, u, wrong_saved, wrong_dout, wrong_y);
@@ -206,11 +223,20 @@ static void toy_backward(void *ctx, int micro, int chunk, int slot, bool last, b
         TOY_EXPECT(t, wrong == 0, "B(%d,0): %d elements of dx differ from g * prod a", micro,
                    wrong);
     }
-    if (!split) toy_accumulate(t, u, chunk, slot, keep);
+    if (!split) {
+        toy_accumulate(t, chunk, h, keep);
+        return;
+    }
+    float *stash = t->wsaved + (size_t)wslot * 2 * t->n;
+    memcpy(stash, h, sizeof h);
+    memcpy(stash + t->n, keep, sizeof keep);
+    t->wowner[wslot] = id;
+    t->wlive++;
+    t->wpeak = MAX(t->wpeak, t->wlive);
 }
 
-// W (pipeline_exec.weight): after its B, from the slot the B left taken.
-static void toy_weight(void *ctx, int micro, int chunk, int slot, bool last) {
+// W (pipeline_exec.weight): after its B, from the W stash the B filled.
+static void toy_weight(void *ctx, int micro, int chunk, int wslot, bool last) {
     struct toy *t = ctx;
     int u = pipeline_virtual_stage(t->kind, t->p, t->s, chunk), id = micro * t->v + chunk;
     if (t->poll) pipeline_poll(t->poll);
@@ -219,18 +245,20 @@ static void toy_weight(void *ctx, int micro, int chunk, int slot, bool last) {
                pipeline_schedule_name(t->kind));
     TOY_EXPECT(t, t->bwd[id] == 1 && t->wgt[id]++ == 0, "W(%d,%d) before B or twice", micro,
                chunk);
-    TOY_EXPECT(t, slot >= 0 && slot < t->slots && t->owner[slot] == id,
-               "W(%d,%d): slot %d not the one its forward filled", micro, chunk, slot);
+    TOY_EXPECT(t, wslot >= 0 && wslot < t->wslots && t->wowner[wslot] == id,
+               "W(%d,%d): W stash %d not the one its B filled", micro, chunk, wslot);
     if (last) toy_check_last(t, micro, chunk, t->wgt);
-    if (slot < 0 || slot >= t->slots) return;
-    const float *save = t->saved + (size_t)slot * 2 * t->n;
+    if (wslot < 0 || wslot >= t->wslots) return;
+    float *stash = t->wsaved + (size_t)wslot * 2 * t->n;
     int wrong = 0;
     for (int i = 0; i < t->n; i++)
-        wrong += save[i] != (float)toy_h(u, micro, i) ||
-                 save[t->n + i] != (float)toy_dh(u + 1, t->p * t->v, micro, i);
-    TOY_EXPECT(t, wrong == 0, "W(%d,%d): %d elements of the slot changed since F and B", micro,
+        wrong += stash[i] != (float)toy_h(u, micro, i) ||
+                 stash[t->n + i] != (float)toy_dh(u + 1, t->p * t->v, micro, i);
+    TOY_EXPECT(t, wrong == 0, "W(%d,%d): %d elements of the W stash changed since B", micro,
                chunk, wrong);
-    toy_accumulate(t, u, chunk, slot, save + t->n);
+    toy_accumulate(t, chunk, stash, stash + t->n);
+    for (int i = 0; i < 2 * t->n; i++) stash[i] = NAN; // free: a later reader sees the poison
+    t->wowner[wslot] = -1, t->wlive--;
 }
 
 // The executor's progress callback (pipeline_exec.progress): counts its calls
@@ -255,6 +283,9 @@ static int toy_finish(struct toy *t) {
     }
     free(da);
     TOY_EXPECT(t, t->next_last == -1, "%d chunks had no backward flagged last", t->next_last + 1);
+    TOY_EXPECT(t, t->peak == t->slots && t->wpeak == t->wslots,
+               "peaks of %d slots and %d W stashes taken, expected %d and %d", t->peak, t->wpeak,
+               t->slots, t->wslots);
     return t->bad;
 }
 

@@ -8,13 +8,17 @@
 //  - each stage runs each (micro, chunk) forward once and backward once (split
 //    schedules: B then W, once each), after the forward; slots are never
 //    shared by two (micro, chunk) in flight (taken by F, freed by the
-//    backward or W); the split schedules run each chunk's B's and W's in
-//    microbatch order (the weight gradients sum in 1F1B's order);
-//  - the peak in flight equals pipeline_max_in_flight and is <= p - s for
-//    1F1B, <= min(m v, 2 (p - s - 1) + (v - 1) p + 1) interleaved, p for
-//    zb-h1 (exactly) and 2 p (chunks) for zbv (exactly once m >= 2p - 1);
-//  - the last flag: on the op freeing each chunk's slot for the last time,
-//    chunk v - 1's first and chunk 0's last;
+//    backward or B; -1 on a W), nor W stashes (wslot: taken by B, freed by
+//    W; -1 on F and a whole backward); the split schedules run each chunk's
+//    B's and W's in microbatch order (the weight gradients sum in 1F1B's
+//    order);
+//  - the peak in flight (slots) equals pipeline_max_in_flight and is <= p - s
+//    for 1F1B, <= min(m v, 2 (p - s - 1) + (v - 1) p + 1) interleaved, p - s
+//    for zb-h1 (exactly: 1F1B's) and 2 p (chunks) for zbv (exactly once m >=
+//    2p - 1); the peak of stashes taken equals pipeline_max_w_pending (zb-h1
+//    s + 1, zbv 2 s + 1);
+//  - the last flag: on the op ending each chunk's weight gradients (the
+//    backward, or W) for the last time, chunk v - 1's first and chunk 0's last;
 //  - v == 1: warmup forwards, then F/B alternation, then cooldown (and a
 //    literal sequence for p = 4, m = 8); zb-h1 p = 4 m = 8 written out too;
 //  - all stages together, ops of unit time, start as soon as their input
@@ -52,32 +56,38 @@ static bool layout_valid(enum pp_schedule kind, int p, int m, int v) {
 }
 
 static int in_flight_bound(enum pp_schedule kind, int p, int s, int m, int v) {
-    if (kind == PP_SCHEDULE_ZB_H1) return p;
+    if (kind == PP_SCHEDULE_ZB_H1) return p - s;
     if (kind == PP_SCHEDULE_ZBV) return 2 * p;
     return v == 1 ? p - s : MIN(m * v, 2 * (p - s - 1) + (v - 1) * p + 1);
 }
 
+// The op after which a chunk's weight gradients of the microbatch are summed.
 static bool frees(enum pp_op_kind k) { return k == PP_BACKWARD || k == PP_BACKWARD_WEIGHT; }
 
 static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
                         const struct pp_op *ops) {
     bool split = pipeline_schedule_splits(kind);
     int n = (split ? 3 : 2) * m * v, fwd_at[MAX_M * MAX_V], bwd_at[MAX_M * MAX_V];
-    int w_at[MAX_M * MAX_V], slot_of[MAX_M * MAX_V];
+    int w_at[MAX_M * MAX_V], slot_of[MAX_M * MAX_V], wslot_of[MAX_M * MAX_V], wowner[64];
     int max = pipeline_max_in_flight(kind, p, s, m, v), owner[64], live = 0, peak = 0, bad = 0;
+    int wmax = pipeline_max_w_pending(kind, p, s, m, v);
     int next_b[MAX_V] = {0}, next_w[MAX_V] = {0}, order = 0;
     int b_live = 0, b_peak = 0, w_live = 0, w_peak = 0; // F to B, B to W
     EXPECT(pipeline_op_count(kind, p, s, m, v) == n, "%s p=%d s=%d m=%d: %d ops, expected %d",
            pipeline_schedule_name(kind), p, s, m, pipeline_op_count(kind, p, s, m, v), n);
     for (int i = 0; i < m * v; i++) fwd_at[i] = bwd_at[i] = w_at[i] = -1;
-    for (int i = 0; i < 64; i++) owner[i] = -1;
+    for (int i = 0; i < 64; i++) owner[i] = wowner[i] = -1;
     for (int i = 0; i < n; i++) {
         const struct pp_op *op = &ops[i];
         bool kind_ok = op->kind == PP_FORWARD ||
                        (split ? op->kind == PP_BACKWARD_INPUT || op->kind == PP_BACKWARD_WEIGHT
                               : op->kind == PP_BACKWARD);
+        bool is_w = op->kind == PP_BACKWARD_WEIGHT;
+        bool has_w = op->kind == PP_BACKWARD_INPUT || is_w;
+        bool slot_ok = is_w ? op->slot == -1 : op->slot >= 0 && op->slot < max;
+        bool wslot_ok = has_w ? op->wslot >= 0 && op->wslot < wmax : op->wslot == -1;
         if (!kind_ok || op->micro < 0 || op->micro >= m || op->chunk < 0 || op->chunk >= v ||
-            op->slot < 0 || op->slot >= max) {
+            !slot_ok || !wslot_ok) {
             bad++;
             continue;
         }
@@ -90,11 +100,10 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
             b_live++;
             b_peak = MAX(b_peak, b_live);
         } else if (op->kind == PP_BACKWARD_WEIGHT) {
-            bad += w_at[id] != -1 || bwd_at[id] == -1 || slot_of[id] != op->slot ||
-                   owner[op->slot] != id;
+            bad += w_at[id] != -1 || bwd_at[id] == -1 || wslot_of[id] != op->wslot ||
+                   wowner[op->wslot] != id;
             order += op->micro != next_w[op->chunk]++;
-            w_at[id] = i, owner[op->slot] = -1;
-            live--;
+            w_at[id] = i, wowner[op->wslot] = -1;
             w_live--;
         } else {
             bad += bwd_at[id] != -1 || fwd_at[id] == -1 || slot_of[id] != op->slot ||
@@ -103,16 +112,18 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
             bwd_at[id] = i;
             b_live--;
             if (split) {
+                bad += wowner[op->wslot] != -1;
+                wowner[op->wslot] = id, wslot_of[id] = op->wslot;
                 w_live++;
                 w_peak = MAX(w_peak, w_live);
             }
-            if (op->kind == PP_BACKWARD) owner[op->slot] = -1, live--;
+            owner[op->slot] = -1, live--; // the slot is free after the backward, or B
         }
     }
     for (int i = 0; i < m * v; i++)
         bad += fwd_at[i] < 0 || bwd_at[i] < fwd_at[i] || (split && w_at[i] < bwd_at[i]);
-    // last: one per chunk, on the op that frees the chunk's slot for the
-    // last time, the chunks' in the order v - 1, ..., 0 (grad_sync relies on it).
+    // last: one per chunk, on the op that ends the chunk's weight gradients
+    // (backward or W) for the last time, the chunks' in the order v - 1, ..., 0 (grad_sync relies on it).
     int next_last = v - 1, wrong_last = 0;
     for (int i = 0; i < n; i++) {
         if (!ops[i].last) continue;
@@ -138,7 +149,7 @@ static void check_stage(enum pp_schedule kind, int p, int s, int m, int v,
     int want_w = kind == PP_SCHEDULE_ZB_H1 ? s + 1 : 2 * s + 1;
     int want_b = kind == PP_SCHEDULE_ZB_H1 ? p - s : 2 * p;
     bool exact = kind == PP_SCHEDULE_ZB_H1 || (kind == PP_SCHEDULE_ZBV && m >= 2 * p - 1);
-    EXPECT(!split || (pipeline_max_w_pending(kind, p, s, m, v) == w_peak &&
+    EXPECT(!split || (wmax == w_peak && b_peak == peak &&
                       pipeline_max_b_pending(kind, p, s, m, v) == b_peak &&
                       (!exact || (w_peak == want_w && b_peak == want_b))),
            "%s p=%d s=%d m=%d: B to W peak %d (api %d, expected %d), F to B %d (api %d, "
@@ -303,9 +314,11 @@ static void test_literal_zb_h1(void) {
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%c%d", i ? " " : "",
                      "FBBW"[ops[i].kind], ops[i].micro);
         EXPECT(!strcmp(got, want[s]), "zb-h1 stage %d: %s, expected %s", s, got, want[s]);
-        EXPECT(ops[23].last && pipeline_max_in_flight(PP_SCHEDULE_ZB_H1, 4, s, 8, 1) == 4,
-               "zb-h1 stage %d: last op not flagged, or %d slots, expected p = 4", s,
-               pipeline_max_in_flight(PP_SCHEDULE_ZB_H1, 4, s, 8, 1));
+        EXPECT(ops[23].last && pipeline_max_in_flight(PP_SCHEDULE_ZB_H1, 4, s, 8, 1) == 4 - s &&
+                   pipeline_max_w_pending(PP_SCHEDULE_ZB_H1, 4, s, 8, 1) == s + 1,
+               "zb-h1 stage %d: last op not flagged, or %d slots and %d W stashes, expected "
+               "p - s = %d and s + 1", s, pipeline_max_in_flight(PP_SCHEDULE_ZB_H1, 4, s, 8, 1),
+               pipeline_max_w_pending(PP_SCHEDULE_ZB_H1, 4, s, 8, 1), 4 - s);
     }
 }
 
@@ -512,10 +525,10 @@ static void test_simulator(void) {
            "p=4 m=8 bubbles: zbv %.4f, zb-h1 %.4f, 1f1b %.4f, expected decreasing", zbv.bubble,
            h1.bubble, f1.bubble);
     for (int s = 0; s < 4; s++)
-        EXPECT(h1.idle[s] == 3 && zbv.idle[s] == 3 && h1.peak_in_flight[s] == 4 &&
+        EXPECT(h1.idle[s] == 3 && zbv.idle[s] == 3 && h1.peak_in_flight[s] == 4 - s &&
                    zbv.peak_in_flight[s] == 8,
-               "stage %d: zb-h1 idle %g peak %d, zbv idle %g peak %d, expected 3, 4, 3, 8", s,
-               h1.idle[s], h1.peak_in_flight[s], zbv.idle[s], zbv.peak_in_flight[s]);
+               "stage %d: zb-h1 idle %g peak %d, zbv idle %g peak %d, expected 3, %d, 3, 8", s,
+               h1.idle[s], h1.peak_in_flight[s], zbv.idle[s], zbv.peak_in_flight[s], 4 - s);
     printf("  unit costs p=4 m=8: bubble 1f1b %.4f (3/11), zb-h1 %.4f (3/27), zbv %.4f (3/51)\n",
            f1.bubble, h1.bubble, zbv.bubble);
     // ZB-H1 is below 1F1B for every p > 1, m >= p, also with B longer than W.
@@ -702,7 +715,8 @@ static int run_threads(enum pp_schedule kind, int p, int m, int v, int ring, uin
         struct mock_rank *r = &ranks[s];
         r->net = &net, r->done = 0, net.alive[s] = true;
         r->g = (struct comm_group){.rank = s, .size = p, .ops = &mock_ops, .impl = &net};
-        toy_init(&r->toy, kind, p, s, m, v, TOY_N, pipeline_max_in_flight(kind, p, s, m, v));
+        toy_init(&r->toy, kind, p, s, m, v, TOY_N, pipeline_max_in_flight(kind, p, s, m, v),
+                 pipeline_max_w_pending(kind, p, s, m, v));
         r->x = (struct pipeline_exec){.kind = kind, .p = p, .s = s, .m = m, .v = v,
                                       .group = &r->g, .count = TOY_N, .dtype = DTYPE_FP32,
                                       .ctx = &r->toy, .forward = toy_forward,

@@ -3,14 +3,16 @@
 // the fused backward (model_backward_chunk) of a second model from the same
 // seed, bit for bit (memcmp):
 // - a whole-model shard, three microbatches forward into three slots, then
-//   B0 B1 W0 B2 W1 W2 (the reference: the three fused backwards in order):
+//   B0 B1 W0 B2 W1 W2 into two W stashes (0 1 0), each slot overwritten by
+//   another microbatch's forward right after its B (the W must read only
+//   its stash; the reference: the three fused backwards in order):
 //   the gradient arena, in fp32 and bf16, recompute none, selective and
 //   full, for the plain model, issue 28's options (head_dim 24, qkv_bias,
 //   qk_norm: q, k, v not joined) and an odd-sized model (d_model 40, ffn 100:
 //   neither q/k/v nor gate/up consecutive without padding, biases), each
 //   with and without packed-document masks (model_set_doc_eot);
-// - two chunks on one rank (six slots; chunk 1's B before chunk 0's, W's
-//   interleaved), untied and tied (the tied head's share goes apart:
+// - two chunks on one rank (six slots, four W stashes; chunk 1's B before
+//   chunk 0's, W's interleaved), untied and tied (the tied head's share goes apart:
 //   model_finish_grads adds it; reference: the same split shard's fused
 //   pass);
 // - ZB-V (pipeline stage 0 holding virtual stages 0 and 3, stage 1 holding
@@ -24,8 +26,9 @@
 //   of fsdp.c: a zeroed buffer per unit event, poisoned after B, summed per
 //   microbatch): the split's per-unit sums equal the fused pass's;
 // - model_plan's activation and gradient bytes equal what model_init
-//   allocates with split_backward, and w_stash_bytes has the closed form of
-//   model.h for recompute none.
+//   allocates with split_backward, the split adds exactly w_stash_bytes,
+//   which is n_wstash stashes of the closed form of model.h (recompute none;
+//   the same in every recompute mode: the stash holds every W operand).
 #include <math.h>
 #include <string.h>
 
@@ -78,12 +81,25 @@ static void expect_bytes(const char *a, const char *b, size_t n, const char *wha
 
 // ---- a whole-model shard -------------------------------------------------------------
 
-// Three microbatches forward into slots 0..2, then split (B0 B1 W0 B2 W1 W2)
-// or fused backwards in order; returns the gradient arena's bytes.
+// After the B of the microbatch in `slot`: another microbatch's forward into
+// the slot (B frees it; its W must read only the W stash).
+static void clobber_slot(struct model *m, const struct llama_config *cfg, int slot) {
+    int n = B_ * T_;
+    int32_t tokens[n], targets[n];
+    double loss;
+    long count;
+    tokens_for(slot + 7, n, cfg->vocab_size, tokens, targets);
+    model_forward_chunk(m, 0, slot, tokens, NULL, targets, NULL, &loss, &count);
+}
+
+// Three microbatches forward into slots 0..2, then split (B0 B1 W0 B2 W1 W2,
+// W stashes 0 1 0, each slot clobbered after its B) or fused backwards in
+// order; returns the gradient arena's bytes.
 static char *run_whole(struct backend *be, const struct llama_config *cfg, enum dtype dt,
                        enum recompute r, bool docs, bool split, size_t *bytes, double loss[MICRO]) {
     struct model_shard shard = model_shard_full(cfg);
     shard.recompute = r, shard.n_slots = MICRO, shard.split_backward = split;
+    shard.n_wstash = 2;
     struct model *m;
     struct error err;
     CHECK(!model_init(&m, be, cfg, &shard, dt, B_, T_, 9, &err), "%s", err.msg);
@@ -98,12 +114,15 @@ static char *run_whole(struct backend *be, const struct llama_config *cfg, enum 
     }
     double s = 1.0 / (MICRO * n);
     if (split) {
-        model_backward_chunk_input(m, 0, 0, s, NULL, NULL);
-        model_backward_chunk_input(m, 0, 1, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 0, 0, s, NULL, NULL);
+        clobber_slot(m, cfg, 0);
+        model_backward_chunk_input(m, 0, 1, 1, s, NULL, NULL);
+        clobber_slot(m, cfg, 1);
         model_backward_chunk_weight(m, 0, 0);
-        model_backward_chunk_input(m, 0, 2, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 2, 0, s, NULL, NULL);
+        clobber_slot(m, cfg, 2);
         model_backward_chunk_weight(m, 0, 1);
-        model_backward_chunk_weight(m, 0, 2);
+        model_backward_chunk_weight(m, 0, 0);
     } else {
         for (int k = 0; k < MICRO; k++) model_backward_chunk(m, 0, k, s, NULL, NULL);
     }
@@ -138,11 +157,13 @@ static void test_whole(struct backend *be) {
 // ---- two chunks on one rank ------------------------------------------------------------
 
 // Chunk 0 of microbatch k in slot 2k, chunk 1 in 2k + 1; backwards chunk 1
-// then chunk 0 per microbatch, fused or with the W's one microbatch behind.
+// then chunk 0 per microbatch, fused or with the W's one microbatch behind
+// (chunk c of microbatch k in W stash 2 (k % 2) + c).
 static char *run_chunks(struct backend *be, const struct llama_config *cfg, enum dtype dt,
                         enum recompute r, bool split_shard, bool split, size_t *bytes) {
     struct model_shard shard = model_shard_pipeline(cfg, PP_SCHEDULE_1F1B, 1, 0, 2);
     shard.recompute = r, shard.n_slots = 2 * MICRO, shard.split_backward = split_shard;
+    shard.n_wstash = 4;
     struct model *m;
     struct error err;
     CHECK(!model_init(&m, be, cfg, &shard, dt, B_, T_, 9, &err), "%s", err.msg);
@@ -166,15 +187,17 @@ static char *run_chunks(struct backend *be, const struct llama_config *cfg, enum
             model_backward_chunk(m, 0, 2 * k, s, back, NULL);
             continue;
         }
-        model_backward_chunk_input(m, 1, 2 * k + 1, s, NULL, grad);
-        if (k > 0) model_backward_chunk_weight(m, 1, 2 * k - 1);
+        int w = 2 * (k % 2), prev = 2 * ((k + 1) % 2); // this microbatch's, the one before's
+        model_backward_chunk_input(m, 1, 2 * k + 1, w + 1, s, NULL, grad);
+        if (k > 0) model_backward_chunk_weight(m, 1, prev + 1);
         memcpy(back, grad, msg);
-        model_backward_chunk_input(m, 0, 2 * k, s, back, NULL);
-        if (k > 0) model_backward_chunk_weight(m, 0, 2 * k - 2);
+        model_backward_chunk_input(m, 0, 2 * k, w, s, back, NULL);
+        if (k > 0) model_backward_chunk_weight(m, 0, prev);
     }
     if (split) {
-        model_backward_chunk_weight(m, 1, 2 * MICRO - 1);
-        model_backward_chunk_weight(m, 0, 2 * MICRO - 2);
+        int last = 2 * ((MICRO - 1) % 2);
+        model_backward_chunk_weight(m, 1, last + 1);
+        model_backward_chunk_weight(m, 0, last);
     }
     model_finish_grads(m);
     char *g = arena_bytes(m, bytes);
@@ -215,6 +238,7 @@ static struct model *stage_model(struct backend *be, const struct llama_config *
                                  enum recompute r) {
     struct model_shard shard = model_shard_pipeline(cfg, kind, 2, s, v);
     shard.recompute = r, shard.n_slots = v * MICRO;
+    if (shard.split_backward) shard.n_wstash = 4; // two chunks, two microbatches pending
     struct model *m;
     struct error err;
     CHECK(!model_init(&m, be, cfg, &shard, dt, B_, T_, 9, &err), "%s", err.msg);
@@ -247,7 +271,8 @@ static void run_1f1b(struct backend *be, const struct llama_config *cfg, enum dt
 
 // ZB-V at p = 2: stage 0 chunks (virtual stages) 0 and 3, stage 1 chunks 1
 // and 2; forward 0 -> 1 -> 2 -> 3 (the loss on stage 0), B back down, and
-// each microbatch's W's after the next microbatch's B's (the last at the end).
+// each microbatch's W's after the next microbatch's B's (the last at the end);
+// chunk c of microbatch k in W stash 2 (k % 2) + c.
 static void run_zbv(struct backend *be, const struct llama_config *cfg, enum dtype dt,
                     enum recompute r, struct stage_run *out) {
     for (int s = 0; s < 2; s++) out->m[s] = stage_model(be, cfg, PP_SCHEDULE_ZBV, s, 2, dt, r);
@@ -274,17 +299,18 @@ static void run_zbv(struct backend *be, const struct llama_config *cfg, enum dty
                                 acc ? NULL : &count);
             if (acc) out->loss[k] = model_loss_sum_take(z0);
             EXPECT(model_loss_sum_take(z1) == 0, "ZB-V stage 1 has no loss");
-            model_backward_chunk_input(z0, 1, 2 * k + 1, s, NULL, g);
-            model_backward_chunk_input(z1, 1, 2 * k + 1, s, g, h);
-            model_backward_chunk_input(z1, 0, 2 * k, s, h, g);
-            model_backward_chunk_input(z0, 0, 2 * k, s, g, NULL);
+            int w = 2 * (k % 2);
+            model_backward_chunk_input(z0, 1, 2 * k + 1, w + 1, s, NULL, g);
+            model_backward_chunk_input(z1, 1, 2 * k + 1, w + 1, s, g, h);
+            model_backward_chunk_input(z1, 0, 2 * k, w, s, h, g);
+            model_backward_chunk_input(z0, 0, 2 * k, w, s, g, NULL);
         }
         if (k == 0) continue;
-        int j = k - 1; // the W's of the microbatch before
-        model_backward_chunk_weight(z0, 1, 2 * j + 1);
-        model_backward_chunk_weight(z1, 1, 2 * j + 1);
-        model_backward_chunk_weight(z1, 0, 2 * j);
-        model_backward_chunk_weight(z0, 0, 2 * j);
+        int j = 2 * ((k - 1) % 2); // the W's of the microbatch before
+        model_backward_chunk_weight(z0, 1, j + 1);
+        model_backward_chunk_weight(z1, 1, j + 1);
+        model_backward_chunk_weight(z1, 0, j);
+        model_backward_chunk_weight(z0, 0, j);
     }
     for (int i = 0; i < 2; i++) model_finish_grads(out->m[i]);
     free(a), free(b), free(g), free(h);
@@ -395,7 +421,7 @@ static char *run_unbound(struct backend *be, const struct llama_config *cfg, enu
                          enum recompute r, bool split, size_t *bytes) {
     struct model_shard shard = model_shard_full(cfg);
     shard.recompute = r, shard.n_slots = MICRO, shard.split_backward = split;
-    shard.no_grad_arena = true;
+    shard.no_grad_arena = true, shard.n_wstash = 2;
     struct model *m;
     struct error err;
     CHECK(!model_init(&m, be, cfg, &shard, dt, B_, T_, 9, &err), "%s", err.msg);
@@ -420,13 +446,13 @@ static char *run_unbound(struct backend *be, const struct llama_config *cfg, enu
         model_forward_chunk(m, 0, k, tokens[k], NULL, targets[k], NULL, &loss, &count);
     }
     double s = 1.0 / (MICRO * n);
-    if (split) {
-        model_backward_chunk_input(m, 0, 0, s, NULL, NULL);
-        model_backward_chunk_input(m, 0, 1, s, NULL, NULL);
+    if (split) { // W stashes 0 1 0
+        model_backward_chunk_input(m, 0, 0, 0, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 1, 1, s, NULL, NULL);
         model_backward_chunk_weight(m, 0, 0);
-        model_backward_chunk_input(m, 0, 2, s, NULL, NULL);
+        model_backward_chunk_input(m, 0, 2, 0, s, NULL, NULL);
         model_backward_chunk_weight(m, 0, 1);
-        model_backward_chunk_weight(m, 0, 2);
+        model_backward_chunk_weight(m, 0, 0);
     } else {
         for (int k = 0; k < MICRO; k++) model_backward_chunk(m, 0, k, s, NULL, NULL);
     }
@@ -474,7 +500,7 @@ static void test_plan(struct backend *be) {
                 shards[1].split_backward = true;
                 for (int k = 0; k < 2; k++) {
                     struct model_shard sh = shards[k];
-                    sh.recompute = r, sh.n_slots = 5, sh.no_grad_arena = !arena;
+                    sh.recompute = r, sh.n_slots = 5, sh.n_wstash = 3, sh.no_grad_arena = !arena;
                     struct model_memory plan, plain;
                     CHECK(!model_plan(&cfg, &sh, DTYPE_BF16, B_, T_, &plan, &err), "%s", err.msg);
                     struct model *m;
@@ -501,16 +527,22 @@ static void test_plan(struct backend *be) {
                     model_free(m);
                 }
             }
-    // model.h's closed form, recompute none, fp32, every piece a multiple of
-    // 256 bytes: per layer 2 N C + 2 N Fl + N H D + 2 N Hkv D floats.
+    // model.h's closed form, fp32, every piece a multiple of 256 bytes, per
+    // stash: per layer the output gradients 2 N C + 2 N Fl + N H D + 2 N Hkv
+    // D and the inputs N Fl + 2 N C + N H D floats, the head N V + N C; two
+    // stashes (not the five slots), in every recompute mode.
     struct llama_config cfg = config_of(PLAIN, false, 3);
-    struct model_shard sh = model_shard_full(&cfg);
-    sh.split_backward = true, sh.n_slots = 2;
-    struct model_memory mem;
-    CHECK(!model_plan(&cfg, &sh, DTYPE_FP32, B_, T_, &mem, &err), "%s", err.msg);
-    size_t N = B_ * T_, C = cfg.d_model, F = cfg.ffn_dim, HD = C, KD = C / 2;
-    size_t want = 2 * 3 * (2 * N * C + 2 * N * F + N * HD + 2 * N * KD) * 4;
-    EXPECT(mem.w_stash_bytes == want, "w_stash_bytes %zu, expected %zu", mem.w_stash_bytes, want);
+    size_t N = B_ * T_, C = cfg.d_model, F = cfg.ffn_dim, HD = C, KD = C / 2, V = cfg.vocab_size;
+    size_t block = 2 * N * C + 2 * N * F + N * HD + 2 * N * KD + N * F + 2 * N * C + N * HD;
+    size_t want = 2 * (3 * block + N * V + N * C) * 4;
+    for (enum recompute r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+        struct model_shard sh = model_shard_full(&cfg);
+        sh.split_backward = true, sh.n_slots = 5, sh.n_wstash = 2, sh.recompute = r;
+        struct model_memory mem;
+        CHECK(!model_plan(&cfg, &sh, DTYPE_FP32, B_, T_, &mem, &err), "%s", err.msg);
+        EXPECT(mem.w_stash_bytes == want, "recompute %s: w_stash_bytes %zu, expected %zu",
+               mode_name[r], mem.w_stash_bytes, want);
+    }
 }
 
 int main(void) {
