@@ -68,7 +68,7 @@ cases=(
 "fewer microbatches than stages|set model.n_layers=4|parallel.pp=2 parallel.dp=1 train.global_batch_size=2|pp = 2.*1 microbatches.*fewer microbatches"
 "heads vs tp|set model.n_heads=1|parallel.tp=2 parallel.dp=1 model.n_kv_heads=1|n_heads.*1.*tp.*2|tp.*2.*n_heads.*1"
 "layers < pp * virtual_stages|set parallel.virtual_stages=2|parallel.pp=2 parallel.dp=1|n_layers.*pp \\* virtual_stages = 4"
-"interleaved needs m % p == 0|set model.n_layers=4|parallel.pp=2 parallel.dp=1 parallel.virtual_stages=2 train.global_batch_size=6|virtual_stages = 2 with 3 microbatches"
+"interleaved needs m % p == 0|set model.n_layers=4|parallel.pp=2 parallel.dp=1 parallel.virtual_stages=2 train.global_batch_size=6|virtual_stages = 2, pp_schedule = 1f1b with 3 microbatches"
 "negative override||train.micro_batch_size=-2|train.micro_batch_size.*-2"
 "zero_stage out of range||parallel.zero_stage=4|parallel.zero_stage.*4"
 "zero 3 tied with two chunks on one rank|set parallel.virtual_stages=2|parallel.zero_stage=3 model.n_layers=4|parallel.zero_stage = 3.*tie_embeddings = true.*virtual_stages = 1 when pp = 1"

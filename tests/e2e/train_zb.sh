@@ -13,15 +13,15 @@
 #  2. The same at (2,2,2) (8 ranks, 4-layer model) with ZeRO-1 and with
 #     ZeRO-3 (untied: the tied embedding under ZeRO-2/3 takes its own path).
 #  3. zb-h1 and zbv at pp 4 under TRIDENT_FAULT=pp_delay:SEED (a random 0-2 ms
-#     sleep before every pipeline send and receive) for 3 seeds: the same
+#     sleep before every pipeline send and receive) for 2 seeds: the same
 #     numbers as without, no hang (tests/mpi/test_pipeline_mpi.c runs the
 #     executor under 50 seeds).
 #  4. Every step record of a pipeline run carries pp_idle_s (one value per
 #     rank). With equal stages (TRIDENT_FAULT=pp_op_ms:100: each F, B and W
 #     op first sleeps 100 ms, so compute is the same on every stage and leaves
 #     the 2 cores free; unpadded, 4 ranks on 2 cores measure who got a core,
-#     not the bubble), 5 steps at pp 4 and m = 8: the zb-h1 run's idle time,
-#     summed over ranks in its quietest step of 2..5 (other load only adds
+#     not the bubble), 4 steps at pp 4 and m = 8: the zb-h1 run's idle time,
+#     summed over ranks in its quietest step of 2..4 (other load only adds
 #     waiting), is below 0.7 x the 1f1b run's (the
 #     simulator: 3 x 100 ms against 3 x 300 ms a stage; at 30 ms, ~0.39 s
 #     against ~0.77 s a step).
@@ -45,6 +45,7 @@ run() { # name np extra-settings...
 names=()
 for tied in true false; do
     for pp in 2 4; do
+        [ "$tied $pp" = "false 2" ] && continue # pp 2 untied: covered at (2,2,2)
         for sched in 1f1b zb-h1 zbv; do
             v=1; [ "$sched" = zbv ] && v=2
             name="$tied-1-$pp-1-0-$sched"
@@ -63,7 +64,7 @@ for zero in 1 3; do
         names+=("$name")
     done
 done
-for seed in 3 17 101; do
+for seed in 3 17; do
     for sched in zb-h1 zbv; do
         v=1; [ "$sched" = zbv ] && v=2
         name="true-1-4-1-0-$sched-delay$seed"
@@ -74,7 +75,7 @@ for seed in 3 17 101; do
 done
 for sched in 1f1b zb-h1; do
     TRIDENT_FAULT=pp_op_ms:100 timeout 300 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "$SMALL_INI" "${common[@]}" \
-        train.steps=5 train.warmup_steps=1 model.n_layers=4 parallel.pp=4 parallel.pp_schedule=$sched \
+        train.steps=4 train.warmup_steps=1 model.n_layers=4 parallel.pp=4 parallel.pp_schedule=$sched \
         log.run_dir="$tmp/run-pad-$sched" > "$tmp/log-pad-$sched" 2>&1 ||
         { tail -20 "$tmp/log-pad-$sched"; fail "padded $sched run"; }
 done
@@ -129,9 +130,9 @@ for name in names:
             f"{name} step {s}: pp_idle_s = {v}"
 def idle(name):
     run = {r["step"]: r for r in map(json.loads, open(f"{tmp}/run-{name}/metrics.jsonl")) if "grad_norm" in r}
-    assert sorted(run) == [1, 2, 3, 4, 5], f"{name}: steps {sorted(run)}"
+    assert sorted(run) == [1, 2, 3, 4], f"{name}: steps {sorted(run)}"
     # the quietest step: other load only ever adds waiting
-    return min(sum(run[s]["pp_idle_s"]) for s in (2, 3, 4, 5))
+    return min(sum(run[s]["pp_idle_s"]) for s in (2, 3, 4))
 i1, iz = idle("pad-1f1b"), idle("pad-zb-h1")
 print(f"pp 4, m 8, every op padded by 100 ms: idle in the quietest step, summed over the 4 ranks: 1f1b {i1:.3f} s, zb-h1 {iz:.3f} s")
 if not iz < 0.7 * i1:
