@@ -52,8 +52,8 @@
 //    stage s); bubble (p - 1)(F + B - W) against 1F1B's (p - 1)(F + B + W):
 //    with F = B = W = 1, (p - 1) / (3 m + p - 1) of the step for every
 //    m >= p (1F1B: (p - 1) / (m + p - 1)). Op order: PaddlePaddle's ZBH1
-//    pass with the W's in microbatch order. Slots (F to W): p on every
-//    stage, against 1F1B's p - s (stage s defers s W's).
+//    pass with the W's in microbatch order. Activation slots (F to B): p - s,
+//    1F1B's; W stashes (B to W): s + 1 (stage s defers s W's).
 //  PP_SCHEDULE_ZBV: Qi et al. 2024 §6 (ZB-V; torchtitan's ZBVZeroBubble):
 //    v == 2 in a V: chunk 0 of stage s is virtual stage s, chunk 1 is virtual
 //    stage 2 p - 1 - s, so stage 0 holds the first and the last virtual
@@ -62,8 +62,8 @@
 //    F = B = W = 1 per chunk op every stage idles p - 1 units once
 //    m >= 3 p / 2: bubble (p - 1) / (6 m + p - 1), p = 4, m = 8: 3/51 =
 //    0.059 against ZB-H1's 3/27 = 0.111 (fewer microbatches: a larger
-//    one). Slots: at most 2 p chunk slots (p microbatches of a whole
-//    stage's activations), 2 p on every stage once m >= 2 p - 1.
+//    one). Activation slots: at most 2 p chunk slots (p microbatches of a
+//    whole stage's activations), 2 p once m >= 2 p - 1; W stashes 2 s + 1.
 // Every split schedule runs each chunk's B's and W's in microbatch order,
 // so the weight gradients accumulate in 1F1B's order (bit-identical sums).
 enum pp_schedule {
