@@ -98,25 +98,25 @@ static enum status fault_load(struct error *err) {
     return STATUS_OK;
 }
 
-enum status durable_fault_grad_inf(long *step, int *rank, struct error *err) {
+// The setting's N when it is of kind (0 otherwise) and its @RANK: the
+// trainer's faults, which no storage call acts on.
+static enum status fault_value(enum fault_kind kind, long *n, int *rank, struct error *err) {
     enum status st = fault_load(err);
-    *step = !st && fault.kind == FAULT_GRAD_INF ? fault.n : 0;
+    *n = !st && fault.kind == kind ? fault.n : 0;
     *rank = fault.rank;
     return st;
+}
+
+enum status durable_fault_grad_inf(long *step, int *rank, struct error *err) {
+    return fault_value(FAULT_GRAD_INF, step, rank, err);
 }
 
 enum status durable_fault_pp_delay(long *seed, int *rank, struct error *err) {
-    enum status st = fault_load(err);
-    *seed = !st && fault.kind == FAULT_PP_DELAY ? fault.n : 0;
-    *rank = fault.rank;
-    return st;
+    return fault_value(FAULT_PP_DELAY, seed, rank, err);
 }
 
 enum status durable_fault_pp_op_ms(long *ms, int *rank, struct error *err) {
-    enum status st = fault_load(err);
-    *ms = !st && fault.kind == FAULT_PP_OP_MS ? fault.n : 0;
-    *rank = fault.rank;
-    return st;
+    return fault_value(FAULT_PP_OP_MS, ms, rank, err);
 }
 
 static int fault_here(void) { return fault.rank < 0 || fault.rank == g_log_rank; }
