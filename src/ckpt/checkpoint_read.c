@@ -456,8 +456,8 @@ static enum status open_files(struct ckpt_reader *rd, struct manifest_file *file
 
 // The grid of the manifest's layout lines (sizes by group kind, 0 absent;
 // tp, pp and dp are required keys): those of tp, pp, dp, dp_shard (absent
-// before dp_shard existed: dp, one shard group) and cp (absent before cp
-// existed: 1), then every line present
+// before dp_shard existed: dp, one shard group), cp (absent before cp
+// existed: 1) and ep (absent before ep existed: 1), then every line present
 // must be that layout's size and their world the manifest's world_size.
 static enum status manifest_layout(const char *manifest, const int *sizes, struct ckpt_info *in,
                                    struct error *err) {
@@ -465,7 +465,12 @@ static enum status manifest_layout(const char *manifest, const int *sizes, struc
     if (dp_shard && dp % dp_shard)
         return error_set(err, STATUS_BAD_INPUT, "%s: dp_shard = %d does not divide dp = %d",
                          manifest, dp_shard, dp);
-    in->layout = topology_layout(sizes[GROUP_TP], sizes[GROUP_PP], dp, dp_shard, MAX(1, sizes[GROUP_CP]));
+    int ep = MAX(1, sizes[GROUP_EP]); // absent before ep existed: 1
+    if ((dp_shard ? dp_shard : dp) % ep)
+        return error_set(err, STATUS_BAD_INPUT, "%s: ep = %d does not divide dp_shard = %d",
+                         manifest, ep, dp_shard ? dp_shard : dp);
+    in->layout = topology_layout_ep(sizes[GROUP_TP], sizes[GROUP_PP], dp, dp_shard,
+                                    MAX(1, sizes[GROUP_CP]), ep);
     char text[256];
     for (int k = 0; k < GROUP_COUNT; k++)
         if (sizes[k] && sizes[k] != topology_group_size(&in->layout, (enum group_kind)k))

@@ -661,7 +661,7 @@ static void print_keys(const struct config *cfg, FILE *f, bool origins) {
 
 struct grid_layout config_grid(const struct config *cfg) {
     const struct parallel_config *p = &cfg->parallel;
-    return topology_layout(p->tp, p->pp, p->dp, p->dp_shard, p->cp);
+    return topology_layout_ep(p->tp, p->pp, p->dp, p->dp_shard, p->cp, MAX(1, p->ep));
 }
 
 void config_print(const struct config *cfg, FILE *f) { print_keys(cfg, f, false); }

@@ -133,6 +133,7 @@ struct parallel_config {
     int dp;
     int dp_shard; // 0: dp (one shard group of every data rank); dp_replicate = dp / dp_shard
     int cp;       // context parallel: each sequence's tokens over cp ranks (ring attention)
+    int ep;       // expert parallel: the routed experts over ep data ranks (all-to-all)
     int virtual_stages;
     enum pp_schedule pp_schedule; // 1f1b (interleaved when virtual_stages > 1), zb-h1, zbv
     bool sequence_parallel;

@@ -267,6 +267,11 @@ const struct config_key config_keys[] = {
             "dp_shard consecutive data ranks, replicated dp / dp_shard = dp_replicate times, which "
             "is derived); must divide dp; 0: dp (one shard group); zero_stage 0 and 1 reduce over "
             "all of dp whatever it is"),
+    KEY_INT("parallel", "ep", parallel.ep, "1", 1, LLAMA_MAX_PARALLEL, "ranks",
+            "expert-parallel size: the MoE layers' routed experts split over ep data ranks "
+            "(Megatron-Core's expert_model_parallel_size; consecutive data ranks), each token sent "
+            "to its experts' ranks and back by all-to-all; must divide dp (and dp_shard when set) "
+            "and moe_experts; dense layers and the router stay replicated over the data ranks"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B; zbv needs 2"),
     KEY_ENUM("parallel", "pp_schedule", parallel.pp_schedule, "1f1b", pp_schedule_choices,

@@ -69,7 +69,20 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
     const struct model_config *m = &cfg->model;
     const struct parallel_config *p = &cfg->parallel;
     const enum status bad = STATUS_BAD_INPUT;
-    if (m->moe_experts == 0) return STATUS_OK;
+    if (m->moe_experts == 0) {
+        if (p->ep > 1)
+            return error_set(err, bad, "%s: %s splits experts, but the model is dense: %s", file,
+                             KT("parallel", "ep"), KT("model", "moe_experts"));
+        return STATUS_OK;
+    }
+    if (p->ep > 1 && m->moe_experts % p->ep)
+        return error_set(err, bad, "%s: ep must divide moe_experts (each ep rank holds "
+                         "moe_experts / ep experts): %s; %s", file, KT("parallel", "ep"),
+                         KT("model", "moe_experts"));
+    if (p->ep > 1 && p->zero_stage >= 1)
+        return error_set(err, bad, "%s: %s with %s: ZeRO's shards of the expert tensors (over the "
+                         "expert data-parallel group) are not built yet; use zero_stage = 0",
+                         file, KT("parallel", "ep"), KT("parallel", "zero_stage"));
     const char *later = "the mixture-of-experts decoder runs on one model replica per rank for now "
                         "(expert parallelism and its composition with the other layouts come later)";
     if (m->moe_top_k > m->moe_experts)
@@ -283,6 +296,11 @@ enum status config_validate(struct config *cfg, int world_size, bool has_cuda, s
         return error_set(err, bad, "%s: dp_shard must divide dp (dp_replicate = dp / dp_shard "
                          "replicas of each shard group): %s; %s", file, KT("parallel", "dp_shard"),
                          KT("parallel", "dp"));
+    if (p->ep > 1 && (p->dp_shard ? p->dp_shard : p->dp) % p->ep && p->dp)
+        return error_set(err, bad, "%s: ep must divide the data-parallel ranks (dp, or dp_shard "
+                         "when set: the expert-parallel ranks are consecutive data ranks inside "
+                         "a shard group): %s; %s; %s", file, KT("parallel", "ep"),
+                         KT("parallel", "dp"), KT("parallel", "dp_shard"));
     struct grid_layout grid = config_grid(cfg);
     if (world_size > 0 && topology_world_size(&grid) != world_size) {
         // Every size of the layout and every [parallel] key among them.

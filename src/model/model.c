@@ -70,6 +70,10 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
                              "moe_first_dense_layers %d in [0, n_layers %d)", cfg->moe_experts, tp,
                              cfg->moe_first_dense_layers, cfg->n_layers);
     }
+    int ep = MAX(1, s->ep_size);
+    if (ep > 1 && (!cfg->moe_experts || cfg->moe_experts % ep || s->ep_rank < 0 || s->ep_rank >= ep))
+        return error_set(err, STATUS_BAD_INPUT, "model: ep %d (rank %d) must divide moe_experts %d "
+                         "(> 0)", ep, s->ep_rank, cfg->moe_experts);
     if (s->n_chunks < 1 || s->n_chunks > MODEL_MAX_CHUNKS)
         return error_set(err, STATUS_BAD_INPUT, "model: %d model chunks, expected 1 to %d",
                          s->n_chunks, MODEL_MAX_CHUNKS);
@@ -198,15 +202,21 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
                   tr * d->Hl * D, C, true, false, out_std);
         param_add(params, &n, &off, NAME("post_attention_layernorm.weight"), C, 1, C, 1, 0, 0, C,
                   false, true, 0);
-        if (llama_layer_moe(cfg, l)) { // tp = 1 (dims_compute): no sharding
+        if (llama_layer_moe(cfg, l)) { // tp = 1 (dims_compute): no sharding but ep's
+            // The routed experts split over ep: this rank's El of E, rows of the
+            // stacked (E F, C) and (E C, F) tensors (param_info.expert).
             int E = cfg->moe_experts, Fe = llama_moe_ffn(cfg), Fs = llama_moe_shared_ffn(cfg);
+            int ep = MAX(1, s->ep_size), El = E / ep, e0 = s->ep_rank * El;
             param_add(params, &n, &off, NAME("mlp.gate.weight"), E, C, E, C, 0, 0, E, true, false, std);
-            param_add(params, &n, &off, NAME("mlp.experts.gate_proj.weight"), E * Fe, C, E * Fe, C,
-                      0, 0, E * Fe, true, false, std);
-            param_add(params, &n, &off, NAME("mlp.experts.up_proj.weight"), E * Fe, C, E * Fe, C, 0,
-                      0, E * Fe, true, false, std);
-            param_add(params, &n, &off, NAME("mlp.experts.down_proj.weight"), E * C, Fe, E * C, Fe,
-                      0, 0, E * C, true, false, out_std);
+            param_add(params, &n, &off, NAME("mlp.experts.gate_proj.weight"), El * Fe, C, E * Fe, C,
+                      e0 * Fe, 0, El * Fe, true, false, std);
+            if (params) params[n - 1].expert = true;
+            param_add(params, &n, &off, NAME("mlp.experts.up_proj.weight"), El * Fe, C, E * Fe, C,
+                      e0 * Fe, 0, El * Fe, true, false, std);
+            if (params) params[n - 1].expert = true;
+            param_add(params, &n, &off, NAME("mlp.experts.down_proj.weight"), El * C, Fe, E * C, Fe,
+                      e0 * C, 0, El * C, true, false, out_std);
+            if (params) params[n - 1].expert = true;
             if (Fs) {
                 param_add(params, &n, &off, NAME("mlp.shared_expert.gate_proj.weight"), Fs, C, Fs,
                           C, 0, 0, Fs, true, false, std);

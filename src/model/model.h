@@ -66,6 +66,7 @@ struct parallel_groups {
     struct comm_group *dp_shard, *dp_replicate;
     struct comm_group *host_dp_shard, *host_dp_replicate;
     struct comm_group *cp, *host_cp;
+    struct comm_group *ep, *host_ep, *expert_dp, *host_expert_dp;
 };
 
 // The group of g's ranks that takes host buffers: host, else g (see
@@ -175,6 +176,9 @@ struct model_shard {
                                 // model_memory.w_stash_bytes); a slot is free after B
     int n_wstash;               // split_backward: W stashes (pipeline_max_w_pending; < 1
                                 // means 1); 0 (forced) without it
+    int ep_rank, ep_size;       // expert-parallel position (ep_size 0 or 1: none): the rank
+                                // holds routed experts [ep_rank E / ep, (ep_rank + 1) E / ep)
+                                // of every MoE block (param_info.expert)
     bool sequence_parallel;     // Korthikanti et al. 2022: norms and residuals hold
                                 // N / tp rows; all-gather / reduce-scatter over TP
     enum recompute recompute;   // what the activation slots keep
@@ -210,6 +214,9 @@ struct param_info {
                              // over TP by model_finish_grads in every layout
     float init_std;          // 0: initialised to ones (norm gains)
     bool init_zero;          // initialised to zeros (biases, as HF's _init_weights)
+    bool expert;             // a routed-expert tensor (E_l = E / ep experts stacked; rows split
+                             // over ep): gradients summed over parallel_groups.expert_dp, not
+                             // dp; its norm share summed over ep
 };
 
 // Sizes in bytes of every pool, from the config and layout alone (no

@@ -21,16 +21,22 @@
 //   name: as printed and written (manifest, JSON);
 //   key:  the [parallel] key that sets the axis' size, "" when derived from
 //         other keys (topology_layout says how from the keys).
-// Room for more, not built: ep (expert parallel, a split of the data axes
-// for the experts' layers) would be a row here.
+// ep is the part of data parallelism that the MoE layers split their experts
+// over (Megatron-Core's expert-model-parallel ranks, inside the data ranks):
+// the fastest part of data, so an ep group is ep consecutive data ranks; the
+// data ranks are ep x dp_shard' x dp_replicate, where dp_shard' (the axis
+// row below) is the [parallel] dp_shard / ep.
 #define GRID_AXES(X)                                                                            \
     X(TP, "tp", "tp", "tensor parallel: a layer's heads and FFN columns split over tp ranks")     \
     X(CP, "cp", "cp",                                                                             \
       "context parallel: every sequence's tokens split over cp ranks (2 cp load-balanced causal " \
       "chunks, rank r holding chunks r and 2 cp - 1 - r), ring attention over them")               \
+    X(EP, "ep", "ep",                                                                             \
+      "expert parallel: the MoE layers' experts split over ep data ranks, tokens sent to their "  \
+      "experts' ranks and back with all-to-all (dense layers replicated as over any data axis)")  \
     X(DP_SHARD, "dp_shard", "dp_shard",                                                           \
-      "data parallel, the sharded part: optimizer state (ZeRO) split over dp_shard ranks "        \
-      "(parallel.dp_shard, 0 = dp)")                                                             \
+      "data parallel, the sharded part beside ep: optimizer state (ZeRO) split over dp_shard "    \
+      "ranks (parallel.dp_shard, 0 = dp; this axis is dp_shard / ep of them)")                    \
     X(DP_REPLICATE, "dp_replicate", "",                                                           \
       "data parallel, the replicated part: dp / dp_shard copies of each shard (derived)")         \
     X(PP, "pp", "pp", "pipeline parallel: consecutive layers on pp stages")
@@ -65,21 +71,29 @@
     X(CP, "cp", GRID_AXIS_BIT(CP), 0, 1, 1,                                                       \
       "the ring of context parallelism: each attention's key/value blocks (forward, recomputation " \
       "and backward) and their gradients (backward)")                                             \
-    X(DP, "dp", GRID_AXIS_BIT(DP_SHARD) | GRID_AXIS_BIT(DP_REPLICATE), 0, 1, 0,                   \
+    X(DP, "dp", GRID_AXIS_BIT(EP) | GRID_AXIS_BIT(DP_SHARD) | GRID_AXIS_BIT(DP_REPLICATE), 0, 1, 0,                   \
       "the data ranks: the loader's data rank (every cp rank of a data rank reads the same "      \
       "sequences); the records' data-parallel size")                                              \
-    X(DP_CP, "dp_cp", GRID_AXIS_BIT(CP) | GRID_AXIS_BIT(DP_SHARD) | GRID_AXIS_BIT(DP_REPLICATE),  \
+    X(DP_CP, "dp_cp",                                                                            \
+      GRID_AXIS_BIT(CP) | GRID_AXIS_BIT(EP) | GRID_AXIS_BIT(DP_SHARD) | GRID_AXIS_BIT(DP_REPLICATE), \
       0, 0, 0,                                                                                    \
       "the gradient group (data x context): bucket all-reduces (zero 0), ZeRO-1's reduce-scatter " \
       "and all-gather; loss sums and target counts; the grad norm's sum under ZeRO-1"            \
       )                                                               \
-    X(DP_SHARD, "dp_shard", GRID_AXIS_BIT(DP_SHARD), 0, 1, 0,                                     \
+    X(DP_SHARD, "dp_shard", GRID_AXIS_BIT(EP) | GRID_AXIS_BIT(DP_SHARD), 0, 1, 0,                                     \
       "the data ranks of one shard group (the records' dp_shard)")                                \
-    X(DP_SHARD_CP, "dp_shard_cp", GRID_AXIS_BIT(CP) | GRID_AXIS_BIT(DP_SHARD), 0, 0, 0,           \
+    X(DP_SHARD_CP, "dp_shard_cp", GRID_AXIS_BIT(CP) | GRID_AXIS_BIT(EP) | GRID_AXIS_BIT(DP_SHARD), 0, 0, 0,           \
       "ZeRO-2/3's shard group (shard x context; data x context without hybrid sharding): "      \
       "the units' reduce-scatters and all-gathers, the grad norm's sum")                                                                 \
     X(DP_REPLICATE, "dp_replicate", GRID_AXIS_BIT(DP_REPLICATE), 0, 1, 0,                         \
       "the replicas of one shard under hybrid sharding: the shards' all-reduce across them")      \
+    X(EP, "ep", GRID_AXIS_BIT(EP), 0, 1, 1,                                                       \
+      "the MoE layers' token all-to-alls (dispatch and combine, forward and backward) and their " \
+      "row counts; the expert gradients' share of the grad norm")                                 \
+    X(EXPERT_DP, "expert_dp", GRID_AXIS_BIT(CP) | GRID_AXIS_BIT(DP_SHARD) | GRID_AXIS_BIT(DP_REPLICATE), \
+      0, 0, 0,                                                                                    \
+      "the expert gradient group (data x context without ep: the ranks holding the same "        \
+      "experts): the expert tensors' bucket all-reduces")                                         \
     X(PP, "pp", GRID_AXIS_BIT(PP), 0, 1, 1,                                                       \
       "stage messages (activations forward, their gradients backward); loss and norm sums")      \
     X(EMBED, "embed", GRID_AXIS_BIT(PP), 1, 0, 0,                                                 \

@@ -216,6 +216,32 @@ void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype d
     STARTED("comm_recv_start", count, dtype, g->ops->recv_start(g, buf, count, dtype, peer, tag, req));
 }
 
+void comm_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts,
+                       const size_t *send_displs, void *recv, const size_t *recv_counts,
+                       const size_t *recv_displs, enum dtype dtype) {
+    check_group(g, "comm_all_to_all_v");
+    check_dtype(dtype, false, "comm_all_to_all_v");
+    CHECK(send_counts && send_displs && recv_counts && recv_displs,
+          "comm_all_to_all_v: NULL count or offset array");
+    size_t es = dtype_size(dtype), sent = 0, got = 0, send_end = 0, recv_end = 0;
+    for (int r = 0; r < g->size; r++) {
+        sent += send_counts[r], got += recv_counts[r];
+        send_end = MAX(send_end, send_displs[r] + send_counts[r]);
+        recv_end = MAX(recv_end, recv_displs[r] + recv_counts[r]);
+    }
+    check_buf(send, sent, "comm_all_to_all_v");
+    check_buf(recv, got, "comm_all_to_all_v");
+    CHECK(send_counts[g->rank] == recv_counts[g->rank],
+          "comm_all_to_all_v: %zu elements to itself but %zu expected from itself",
+          send_counts[g->rank], recv_counts[g->rank]);
+    CHECK(!send_end || !recv_end || !ranges_overlap(send, send_end * es, recv, recv_end * es),
+          "comm_all_to_all_v: send and recv overlap");
+    CHECK(g->ops->all_to_all_v, "comm_all_to_all_v: not implemented by %s", g->ops->name);
+    TIMED(g, "comm_all_to_all_v", sent, dtype,
+          g->ops->all_to_all_v(g, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                               dtype));
+}
+
 void comm_barrier(struct comm_group *g) {
     check_group(g, "comm_barrier");
     NVTX_PUSH("comm_barrier");
@@ -304,6 +330,15 @@ static void self_recv_start(struct comm_group *g, void *buf, size_t count, enum 
 
 static void self_barrier(struct comm_group *g) {}
 
+static void self_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts,
+                              const size_t *send_displs, void *recv, const size_t *recv_counts,
+                              const size_t *recv_displs, enum dtype dtype) {
+    size_t es = dtype_size(dtype);
+    if (send_counts[0])
+        memcpy((char *)recv + recv_displs[0] * es, (const char *)send + send_displs[0] * es,
+               send_counts[0] * es);
+}
+
 static void self_free(struct comm_group *g) {}
 
 static const struct comm_ops comm_self_ops = {
@@ -322,6 +357,7 @@ static const struct comm_ops comm_self_ops = {
     .send_start = self_send_start,
     .recv_start = self_recv_start,
     .barrier = self_barrier,
+    .all_to_all_v = self_all_to_all_v,
     .free = self_free,
 };
 

@@ -96,6 +96,17 @@ struct comm_ops {
     void (*recv_start)(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                        int tag, struct comm_request *req);
     void (*barrier)(struct comm_group *g);
+    // All-to-all with per-peer counts (MPI_Alltoallv; NCCL: grouped sends
+    // and receives): send_counts[r] elements from send + send_displs[r] go
+    // to group rank r, which receives them at recv + recv_displs[me]; this
+    // rank receives recv_counts[r] elements from rank r at recv +
+    // recv_displs[r]. Counts and offsets in elements, host arrays of size
+    // entries; recv_counts[r] must equal rank r's send_counts[me] (the
+    // caller exchanges the counts first: expert parallelism's row counts).
+    // The chunk to itself is copied. send and recv do not overlap. Any dtype.
+    void (*all_to_all_v)(struct comm_group *g, const void *send, const size_t *send_counts,
+                         const size_t *send_displs, void *recv, const size_t *recv_counts,
+                         const size_t *recv_displs, enum dtype dtype);
     // Releases impl (and the communicator it owns); the group struct stays.
     void (*free)(struct comm_group *g);
     // Optional, default none (never fails): polls for an asynchronous failure
@@ -176,6 +187,9 @@ void comm_send_start(struct comm_group *g, const void *buf, size_t count, enum d
 void comm_recv_start(struct comm_group *g, void *buf, size_t count, enum dtype dtype, int peer,
                      int tag, struct comm_request *req);
 void comm_barrier(struct comm_group *g);
+void comm_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts,
+                       const size_t *send_displs, void *recv, const size_t *recv_counts,
+                       const size_t *recv_displs, enum dtype dtype);
 
 // Agrees over g (host buffers: an MPI or self group) on whether any member
 // failed, and tells every member why. Collective: each member passes its own

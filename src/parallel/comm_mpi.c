@@ -347,6 +347,22 @@ static void mpi_free(struct comm_group *g) {
     g->impl = NULL;
 }
 
+// MPI_Alltoallv takes int counts and offsets: elements of dtype, each
+// below 2^31 (mpi_count checks).
+static void mpi_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts,
+                             const size_t *send_displs, void *recv, const size_t *recv_counts,
+                             const size_t *recv_displs, enum dtype dtype) {
+    int n = g->size, *v = xmalloc(4 * (size_t)n * sizeof *v);
+    for (int r = 0; r < n; r++) {
+        v[r] = mpi_count(send_counts[r]), v[n + r] = mpi_count(send_displs[r]);
+        v[2 * n + r] = mpi_count(recv_counts[r]), v[3 * n + r] = mpi_count(recv_displs[r]);
+    }
+    q_flush(impl_of(g));
+    CHECK_MPI(MPI_Alltoallv(send, v, v + n, mpi_dtype(dtype), recv, v + 2 * n, v + 3 * n,
+                            mpi_dtype(dtype), group_comm(g)));
+    free(v);
+}
+
 static const struct comm_ops comm_mpi_ops = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
@@ -363,6 +379,7 @@ static const struct comm_ops comm_mpi_ops = {
     .send_start = mpi_send_start,
     .recv_start = mpi_recv_start,
     .barrier = mpi_barrier,
+    .all_to_all_v = mpi_all_to_all_v,
     .free = mpi_free,
 };
 

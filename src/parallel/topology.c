@@ -73,13 +73,19 @@ static int ends_axis(enum group_kind kind) {
 }
 
 struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard, int cp) {
+    return topology_layout_ep(tp, pp, dp, dp_shard, cp, 1);
+}
+
+struct grid_layout topology_layout_ep(int tp, int pp, int dp, int dp_shard, int cp, int ep) {
     if (dp_shard == 0) dp_shard = dp;
-    CHECK(tp >= 1 && pp >= 1 && dp >= 1 && dp_shard >= 1 && dp % dp_shard == 0 && cp >= 1,
-          "layout tp %d pp %d dp %d dp_shard %d cp %d", tp, pp, dp, dp_shard, cp);
+    CHECK(tp >= 1 && pp >= 1 && dp >= 1 && dp_shard >= 1 && dp % dp_shard == 0 && cp >= 1 &&
+              ep >= 1 && dp_shard % ep == 0,
+          "layout tp %d pp %d dp %d dp_shard %d cp %d ep %d", tp, pp, dp, dp_shard, cp, ep);
     struct grid_layout g;
     g.size[AXIS_TP] = tp;
     g.size[AXIS_CP] = cp;
-    g.size[AXIS_DP_SHARD] = dp_shard;
+    g.size[AXIS_EP] = ep;
+    g.size[AXIS_DP_SHARD] = dp_shard / ep;
     g.size[AXIS_DP_REPLICATE] = dp / dp_shard;
     g.size[AXIS_PP] = pp;
     return g;

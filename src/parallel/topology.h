@@ -1,5 +1,5 @@
 // topology.h: the grid of parallel ranks, a list of named axes
-// (parallel/axes_list.h: tp, cp, dp_shard, dp_replicate, pp), the groups they
+// (parallel/axes_list.h: tp, cp, ep, dp_shard, dp_replicate, pp), the groups they
 // form and the communication groups of this rank (docs/design.md §2).
 //
 // Rank order is Megatron's, the axes' order in axes_list.h, first fastest:
@@ -67,6 +67,11 @@ bool topology_group_is_ends(enum group_kind kind);
 // Sizes must be >= 1 and dp_shard divide dp (config_validate refuses others;
 // a CHECK here).
 struct grid_layout topology_layout(int tp, int pp, int dp, int dp_shard, int cp);
+// The same with ep expert-parallel ranks (parallel.ep, >= 1, dividing
+// dp_shard, i.e. dp when dp_shard is 0): the axes ep = ep and dp_shard =
+// dp_shard / ep; every group's size and members at ep = 1 are
+// topology_layout's (the data rank d = e + ep * s' + dp_shard * r).
+struct grid_layout topology_layout_ep(int tp, int pp, int dp, int dp_shard, int cp, int ep);
 // The product of the sizes of kind's axes (GROUP_EMBED: min(pp, 2)), and
 // the world: the product of every axis' size.
 int topology_group_size(const struct grid_layout *g, enum group_kind kind);

@@ -216,7 +216,9 @@ static enum status setup_device(struct trainer *t, struct trainer_error *err) {
         .host_tp = HOST(GROUP_TP), .host_pp = HOST(GROUP_PP), .host_dp = HOST(GROUP_DP_CP),
         .dp_shard = DEVICE(GROUP_DP_SHARD_CP), .dp_replicate = DEVICE(GROUP_DP_REPLICATE),
         .host_dp_shard = HOST(GROUP_DP_SHARD_CP), .host_dp_replicate = HOST(GROUP_DP_REPLICATE),
-        .cp = DEVICE(GROUP_CP), .host_cp = HOST(GROUP_CP)};
+        .cp = DEVICE(GROUP_CP), .host_cp = HOST(GROUP_CP),
+        .ep = DEVICE(GROUP_EP), .host_ep = HOST(GROUP_EP),
+        .expert_dp = DEVICE(GROUP_EXPERT_DP), .host_expert_dp = HOST(GROUP_EXPERT_DP)};
 #undef DEVICE
 #undef HOST
     return STATUS_OK;
