@@ -68,6 +68,12 @@ static void print_json(const struct config *c, const struct plan_group *rows,
         if (plan_cp(c) > 1) json_object_set_new(g, "cp_ring_bytes", json_integer((json_int_t)b->cp_bytes));
         if (b->kv_cache_bytes)
             json_object_set_new(g, "kv_cache_bytes", json_integer((json_int_t)b->kv_cache_bytes));
+        if (c->model.moe_experts) { // mixture of experts: the rank's experts and their buffers
+            json_object_set_new(g, "moe_blocks", json_integer(b->moe_blocks));
+            json_object_set_new(g, "experts_local", json_integer(b->experts_local));
+            json_object_set_new(g, "expert_params", json_integer((json_int_t)b->expert_params));
+            json_object_set_new(g, "moe_activation_bytes", json_integer((json_int_t)b->moe_bytes));
+        }
         if (c->precision.fp8 != FP8_NONE) { // plan_fp8_bytes's parts
             json_object_set_new(g, "fp8_weight_bytes", json_integer((json_int_t)b->fp8_weights));
             json_object_set_new(g, "fp8_saved_bytes", json_integer((json_int_t)b->fp8_saved));
@@ -122,6 +128,33 @@ static void print_zero_lines(const struct config *c, const struct plan_rank_byte
     printf("\n");
 }
 
+// Mixture of experts ([model] moe_experts > 0): the model's parameters, its
+// routed experts' share, and the matmul parameters a token meets (the router,
+// k routed experts, the shared expert: what model_flops_per_token, MFU's
+// numerator, counts: 6 x those + the attention scores).
+static void print_moe_params(const struct config *c) {
+    if (!c->model.moe_experts) return;
+    struct llama_config lc = plan_llama(c);
+    struct param_info *tab = NULL;
+    int n = 0;
+    struct error err = {0};
+    if (model_param_table(&lc, &tab, &n, &err)) return;
+    double total = 0, experts = 0;
+    for (int i = 0; i < n; i++) {
+        total += (double)tab[i].numel;
+        if (tab[i].expert) experts += (double)tab[i].numel;
+    }
+    free(tab);
+    int T = c->train.seq_len;
+    double HD = (double)lc.n_heads * llama_head_dim(&lc);
+    double active = (model_flops_per_token(&lc, T) - 6.0 * lc.n_layers * HD * T) / 6;
+    double u = total >= 1e9 ? 1e9 : 1e6; // billions, or millions for a small model
+    const char *us = u == 1e9 ? "B" : "M";
+    printf("moe: %d experts top-%d a block: %.2f%s parameters, %.2f%s of them routed experts; %.2f%s matmul "
+           "parameters active a token (the FLOPs and MFU count these: 6 x active + attention)\n",
+           lc.moe_experts, lc.moe_top_k, total / u, us, experts / u, us, active / u, us);
+}
+
 static const char *recompute_name(enum recompute r) {
     return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
@@ -134,6 +167,7 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
     json_object_set_new(o, "virtual_stages", json_integer(l->v));
     json_object_set_new(o, "pp_schedule", json_string(pipeline_schedule_name(l->schedule)));
     json_object_set_new(o, "dp", json_integer(l->dp));
+    json_object_set_new(o, "ep", json_integer(MAX(1, l->ep)));
     json_object_set_new(o, "micro_batch_size", json_integer(l->mb));
     json_object_set_new(o, "recompute", json_string(recompute_name(l->recompute)));
     json_object_set_new(o, "zero_stage", json_integer(l->zero));
@@ -147,6 +181,7 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
     json_object_set_new(o, "bubble", json_real(l->bubble));
     json_object_set_new(o, "tp_comm_s", json_real(l->tp_comm_s));
     json_object_set_new(o, "cp_comm_s", json_real(l->cp_comm_s));
+    json_object_set_new(o, "ep_comm_s", json_real(l->ep_comm_s));
     json_object_set_new(o, "pp_comm_s", json_real(l->pp_comm_s));
     json_object_set_new(o, "dp_exposed_s", json_real(l->dp_exposed_s));
     json_object_set_new(o, "tokens_per_s", json_real(l->tokens_per_s));
@@ -172,13 +207,13 @@ static json_t *layout_json(const struct plan_layout *l, bool fp8) {
 static void print_layout(const char *tag, const struct plan_layout *l, bool fp8) {
     char shard[16] = "-"; // ZeRO-2/3: the shard group's ranks; "g" after it: kept gathered
     if (l->zero >= 2) snprintf(shard, sizeof shard, "%d%s", l->dp_shard, l->keep_gathered ? "g" : "");
-    printf("%-5s %3d %3d %3d %2d %-11s %5d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f "
-           "%7.1f %5.1f%% %7.1f %6.1f%% %9.0f",
+    printf("%-5s %3d %3d %3d %2d %-11s %5d %3d %3d %-9s %4d %5s %7.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f "
+           "%8.3f %8.3f %7.1f %5.1f%% %7.1f %6.1f%% %9.0f",
            tag, l->tp, MAX(1, l->cp), l->pp, l->v, l->pp > 1 ? pipeline_schedule_name(l->schedule) : "-", l->dp,
-           l->mb, recompute_name(l->recompute), l->zero, shard,
+           MAX(1, l->ep), l->mb, recompute_name(l->recompute), l->zero, shard,
            l->peak_bytes / 1073741824.0, l->step_s, l->compute_s, l->recompute_s, l->bubble_s,
-           l->tp_comm_s, l->cp_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu, 100 * l->mfu,
-           l->hw_tflops_per_gpu, 100 * l->mfu_full, l->tokens_per_s_per_gpu);
+           l->tp_comm_s, l->cp_comm_s, l->ep_comm_s, l->pp_comm_s, l->dp_exposed_s, l->tflops_per_gpu,
+           100 * l->mfu, l->hw_tflops_per_gpu, 100 * l->mfu_full, l->tokens_per_s_per_gpu);
     if (fp8 && l->bf16_step_s > 0) printf(" %8.2fx", l->bf16_step_s / l->step_s);
     else if (fp8) printf(" %9s", "no fit");
     printf("\n");
@@ -195,7 +230,7 @@ static void print_batch_notes(const struct config *c, const char *tag, const str
 
 // The config's own layout as plan_predict takes it (dp, global_batch: the caller's).
 static struct plan_layout config_layout(const struct config *c) {
-    struct plan_layout l = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp,
+    struct plan_layout l = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp, .ep = MAX(1, c->parallel.ep),
                             .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                             .zero = c->parallel.zero_stage, .recompute = c->model.recompute,
                             .schedule = c->parallel.pp_schedule};
@@ -372,11 +407,12 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
            model, cl->gpu.nvlink_bw / 1e9, cl->gpu.ib_bw / 1e9, c->train.global_batch_size,
            c->train.seq_len, fp8 ? (c->precision.fp8 == FP8_HYBRID ? ", fp8 hybrid" : ", fp8 e4m3") : "",
            n_tried, n_fit);
-    printf("%-5s %3s %3s %3s %2s %-11s %5s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s "
-           "%9s%s\n",
-           "rank", "tp", "cp", "pp", "v", "schedule", "dp", "mb", "recompute", "zero", "shard", "GiB", "step s", "compute",
-           "recomp", "bubble", "tp comm", "cp comm", "pp comm", "dp exp", "TFLOP/s", "MFU", "hw TF/s", "MFU 12",
-           "tok/s/GPU", fp8 ? "  vs bf16" : "");
+    print_moe_params(c);
+    printf("%-5s %3s %3s %3s %2s %-11s %5s %3s %3s %-9s %4s %5s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %7s %6s "
+           "%7s %7s %9s%s\n",
+           "rank", "tp", "cp", "pp", "v", "schedule", "dp", "ep", "mb", "recompute", "zero", "shard", "GiB", "step s",
+           "compute", "recomp", "bubble", "tp comm", "cp comm", "ep a2a", "pp comm", "dp exp", "TFLOP/s", "MFU",
+           "hw TF/s", "MFU 12", "tok/s/GPU", fp8 ? "  vs bf16" : "");
     for (int i = 0; i < MIN(n_top, n_fit); i++) {
         char tag[16];
         snprintf(tag, sizeof tag, "%d", i + 1);
@@ -402,8 +438,9 @@ static int plan_search_main(const struct config *c, const struct plan_cluster *c
         else printf("config's layout fits: slower than the top %d (%.1f%% slower than the best)\n", n_top,
                     100 * (own.step_s / own.global_batch / (top[0].step_s / top[0].global_batch) - 1));
     } else {
-        char cps[16] = ""; // cp only where the layout has it: the line reads as before without
+        char cps[32] = ""; // cp and ep only where the layout has them: the line reads as before without
         if (own.cp > 1) snprintf(cps, sizeof cps, "cp %d, ", own.cp);
+        if (own.ep > 1) snprintf(cps + strlen(cps), sizeof cps - strlen(cps), "ep %d, ", own.ep);
         char sch[32] = ""; // the schedule where it is not the default
         if (own.schedule != PP_SCHEDULE_1F1B) snprintf(sch, sizeof sch, ", %s", pipeline_schedule_name(own.schedule));
         printf("config's layout (tp %d, %spp %d, v %d%s, mb %d, recompute %s, zero %d) does not fit: %s\n",
@@ -554,7 +591,7 @@ int cmd_plan(int argc, char **argv) {
         // one rank: e.g. precision.fp8 without precision.dtype = bf16) is
         // refused here, not once per family.
         struct config one = c;
-        one.parallel.tp = one.parallel.pp = one.parallel.cp = one.parallel.dp = 1;
+        one.parallel.tp = one.parallel.pp = one.parallel.cp = one.parallel.dp = one.parallel.ep = 1;
         one.parallel.virtual_stages = 1, one.parallel.zero_stage = 0, one.parallel.dp_shard = 0;
         one.parallel.sequence_parallel = false, one.train.micro_batch_size = 1;
         one.parallel.pp_schedule = PP_SCHEDULE_1F1B; // the schedules need pp > 1: each layout is checked
@@ -634,6 +671,7 @@ int cmd_plan(int argc, char **argv) {
            c.parallel.zero_stage, zero, plan_microbatches(&c), c.train.micro_batch_size,
            c.train.seq_len, plan_cp(&c) > 1 ? "data " : "", cps, dtype_name(c.precision.dtype),
            recompute_names[c.model.recompute]);
+    print_moe_params(&c);
     printf("%-7s %-7s %6s %12s %12s %12s %14s %12s %6s\n", "stages", "role", "ranks", "params MiB",
            "grads MiB", "AdamW MiB", "activ. MiB", "total MiB", "slots");
     for (int i = 0; i < n_rows; i++) {
@@ -657,6 +695,12 @@ int cmd_plan(int argc, char **argv) {
         if (b->kv_cache_bytes) printf(" (of it the samples' key/value cache %zu)", b->kv_cache_bytes);
         printf("\n");
         if (b->zero_stage >= 2) print_zero_lines(&c, b);
+        if (c.model.moe_experts)
+            printf("       moe: %d MoE blocks holding %d of %d experts each (ep %d): expert weights %zu (%.1f MiB, in "
+                   "params; their gradients and AdamW state likewise), routing and expert activations %zu (%.1f MiB, "
+                   "in activations)\n", b->moe_blocks, b->experts_local, c.model.moe_experts, MAX(1, c.parallel.ep),
+                   b->expert_params * dtype_size(c.precision.dtype), mib(b->expert_params * dtype_size(c.precision.dtype)),
+                   b->moe_bytes, mib(b->moe_bytes));
         if (c.precision.fp8 != FP8_NONE)
             printf("       fp8 (docs/planning.md §7): block-linear weight copies %zu (%.1f MiB, in params), scratch and "
                    "scaling state %zu (%.1f MiB, in activations)\n", b->fp8_weights, mib(b->fp8_weights), b->fp8_work,

@@ -74,6 +74,8 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     struct model_shard shard = model_shard_pipeline(&lc, kind, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.cp_rank = coord.at[AXIS_CP], shard.cp_size = MAX(1, c->parallel.cp);
+    // Expert parallelism: this rank's E / ep routed experts of every MoE block (param_info.expert)
+    shard.ep_rank = coord.at[AXIS_EP], shard.ep_size = MAX(1, c->parallel.ep);
     struct plan_sharding z = plan_sharding_of(c);
     shard_zero(&shard, c, &z);
     shard.sequence_parallel = c->parallel.sequence_parallel;
@@ -150,7 +152,17 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .w_stash_bytes = mem.w_stash_bytes,
         .n_wstash = mem.w_stash_bytes ? MAX(1, shard.n_wstash) : 0,
         .n_params = mem.n_params,
+        .moe_bytes = mem.moe_bytes,
     };
+    // Mixture of experts: the routed experts this rank holds (E / ep of every MoE block
+    // among its layers, each gate, up (F, C) and down (C, F): model.c params_layout)
+    if (lc.moe_experts) {
+        int ep = MAX(1, shard.ep_size), n_moe = 0;
+        for (int k = 0; k < shard.n_chunks; k++)
+            for (int l = shard.layer_begin[k]; l < shard.layer_end[k]; l++) n_moe += llama_layer_moe(&lc, l);
+        out->moe_blocks = n_moe, out->experts_local = lc.moe_experts / ep;
+        out->expert_params = (size_t)n_moe * out->experts_local * 3 * (size_t)llama_moe_ffn(&lc) * lc.d_model;
+    }
     // FP8 (precision.fp8 != none): the copies plan_fp8_bytes counts
     struct plan_fp8 f8;
     if ((st = plan_fp8_bytes(c, &shard, &f8, err))) return st;

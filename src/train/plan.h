@@ -90,6 +90,16 @@ struct plan_rank_bytes {
     size_t fp8_saved, fp8_work;                   // bytes, inside activations: the slots' FP8
                                                   // GEMM inputs; recompute buffer + scratch +
                                                   // scaling state
+    // Mixture of experts ([model] moe_experts > 0 only; 0 otherwise):
+    int moe_blocks;                               // MoE blocks among the rank's layers
+    int experts_local;                            // routed experts it holds of each: E / ep
+    size_t expert_params;                         // elements, inside n_params: those experts'
+                                                  // gate, up, down (3 F C each)
+    size_t moe_bytes;                             // bytes, inside activations: the MoE blocks'
+                                                  // routing and expert buffers in every slot
+                                                  // and their scratch (model_memory.moe_bytes;
+                                                  // under ep the rows a rank receives, as
+                                                  // model_plan sizes them)
 };
 
 // The model's FP8 settings (model.h struct model_fp8_config) from

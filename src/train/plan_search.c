@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/moe.h"
+
 // Datasheet numbers (docs/planning.md §3 cites them): dense bf16 and FP8
 // tensor-core peaks, HBM bandwidth, NVLink per GPU one direction (half the
 // quoted bidirectional figure; PCIe Gen5 x16 for H100-PCIe), one NIC per GPU
@@ -143,8 +145,46 @@ struct layer_times {
     double weight_casts;    // casting this rank's block-linear weights to FP8, once a step
 };
 
-static struct layer_times kernel_times(const struct config *c, const struct llama_config *lc,
-                                       const struct plan_gpu *g, const struct plan_layout *l, int n_layers_rank) {
+// Mixture of experts (docs/planning.md §3, "Mixture of experts"): the shape
+// of one MoE block's work on a rank routing Nm token rows (its own; N / tp
+// under sequence parallelism, as Megatron-Core routes the sequence-parallel
+// rows with the experts unsplit over tp) at layout l: rows = the (token,
+// expert) assignments it keeps, moe_rows_max (N k dropless, min(N k, E
+// capacity) with a capacity factor); a uniform router spreads them evenly,
+// so each of its E / ep experts computes ep rows / E received rows and the
+// rank rows in all; sent = the rows that leave the rank in one all-to-all,
+// rows (ep - 1) / ep.
+struct moe_shape {
+    double Nm, rows, per_expert, sent;
+    int local; // E / ep
+};
+
+static struct moe_shape moe_shape_of(const struct config *c, const struct llama_config *lc,
+                                     const struct plan_layout *l) {
+    struct moe_shape m = {0};
+    if (!lc->moe_experts) return m;
+    int tp = l->tp, cp = MAX(1, l->cp), ep = MAX(1, l->ep);
+    int N = l->mb * (c->train.seq_len / cp);
+    bool sp = tp > 1 && c->train.seq_len / cp % tp == 0;
+    int Nm = sp ? N / tp : N;
+    struct moe_config mc;
+    model_moe_config(lc, &mc);
+    m.Nm = Nm, m.rows = moe_rows_max(&mc, Nm), m.local = lc->moe_experts / ep;
+    m.per_expert = m.rows * ep / lc->moe_experts;
+    m.sent = m.rows * (ep - 1) / ep;
+    return m;
+}
+
+// moe: the times of a MoE block (its MLP replaced by the router, the rank's
+// E / ep experts over their received rows (moe_shape_of), the shared expert
+// over the Nm rows; permute and combine through HBM), in bf16 (the expert
+// GEMMs have no FP8 path).
+static struct layer_times kernel_times(const struct config *c0, const struct llama_config *lc,
+                                       const struct plan_gpu *g, const struct plan_layout *l, int n_layers_rank,
+                                       bool moe) {
+    struct config cm;
+    const struct config *c = c0;
+    if (moe) cm = *c0, cm.precision.fp8 = FP8_NONE, c = &cm;
     struct layer_times t = {0};
     int tp = l->tp, cp = l->cp;
     double C = lc->d_model, D = llama_head_dim(lc), Hl = lc->n_heads / tp, Hkvl = MAX(1, lc->n_kv_heads / tp);
@@ -157,11 +197,33 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     // The block's GEMMs (out = in (N, K) x W (K, Nout)): QKV, o, gate, up, down.
     double gemm[5][2] = {{C, HD + 2 * KD}, {HD, C}, {C, F}, {C, F}, {F, C}};
     double g_fwd = 0, g_bwd = 0, g_w = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < (moe ? 2 : 5); i++) { // a MoE block: attention's two here, its MLP below
         double K = gemm[i][0], Nout = gemm[i][1];
         g_fwd += plan_gemm_s(g, N, Nout, K, fp8);
         g_bwd += plan_gemm_s(g, N, K, Nout, fp8); // dgrad (B)
         g_w += plan_gemm_s(g, K, Nout, N, fp8);   // wgrad (W)
+    }
+    // The MoE block's MLP: router (Nm, E) = x Wr^T; each local expert's gate,
+    // up (r, Fe) and down (r, C) over its r received rows; the shared expert
+    // (Nm rows, width Fs). Elementwise: SwiGLU over the kept rows' Fe (and
+    // Nm rows' Fs), and the permute and combine (rows of C gathered and
+    // scattered: read + write twice each way).
+    double moe_ew = 0, moe_ew_b = 0, moe_act = 0; // elements through HBM; SwiGLU's rows x width
+    if (moe) {
+        struct moe_shape ms = moe_shape_of(c, lc, l);
+        double E = lc->moe_experts, Fe = llama_moe_ffn(lc), Fs = llama_moe_shared_ffn(lc), r = ms.per_expert;
+        double eg[4][4] = {{ms.Nm, C, E, 1}, {r, C, Fe, 2 * ms.local}, {r, Fe, C, ms.local}, // N, K, Nout, count
+                           {ms.Nm, C, Fs, Fs > 0 ? 2 : 0}};
+        double sh_down[4] = {ms.Nm, Fs, C, Fs > 0 ? 1 : 0};
+        for (int i = 0; i < 5; i++) {
+            const double *e = i < 4 ? eg[i] : sh_down;
+            if (!e[3]) continue;
+            g_fwd += e[3] * plan_gemm_s(g, e[0], e[2], e[1], false);
+            g_bwd += e[3] * plan_gemm_s(g, e[0], e[1], e[2], false);
+            g_w += e[3] * plan_gemm_s(g, e[1], e[2], e[0], false);
+        }
+        moe_act = ms.rows * Fe + ms.Nm * Fs;
+        moe_ew = 4 * ms.rows * C, moe_ew_b = moe_ew;
     }
     g_bwd += g_w;
     // Attention: QK^T and AV of the rank's N queries against T keys, the causal half.
@@ -171,8 +233,9 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     t.block_attn_fwd = plan_attention_s(g, 2.0 * l->mb * Tl * Tl * HD, Tl, &blk_bwd);
     // Memory-bound kernels, elements through HBM: norms and residual adds on
     // Ns rows of C, RoPE on q and k, SwiGLU on N rows of F.
-    double ew_fwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm;
-    double ew_bwd = dt * (10 * C * Ns + N * (2 * (HD + KD) + 5 * F)) / hbm;
+    double act_fwd = moe ? 3 * moe_act : 3 * N * F, act_bwd = moe ? 5 * moe_act : 5 * N * F; // SwiGLU
+    double ew_fwd = dt * (10 * C * Ns + N * 2 * (HD + KD) + act_fwd + moe_ew) / hbm;
+    double ew_bwd = dt * (10 * C * Ns + N * 2 * (HD + KD) + act_bwd + moe_ew_b) / hbm;
     // FP8 casts as src/model runs them (model_fp8.c), bytes an element: a
     // cast reads 2 and writes 1, current scaling reads 2 more for the amax
     // first (per = 5; delayed: the fused cast + amax, 3). Forward: the GEMM
@@ -193,7 +256,7 @@ static struct layer_times kernel_times(const struct config *c, const struct llam
     t.bwd = g_bwd + attn_bwd + ew_bwd + cast_bwd;
     t.bwd_w = g_w; // the FP8 casts stay in B (a split schedule refuses FP8: config_validate)
     t.selective = plan_gemm_s(g, N, HD + KD, C, fp8) + t.attn_fwd +
-                  dt * (4 * C * Ns + N * (2 * (HD + KD) + 3 * F)) / hbm +
+                  dt * (4 * C * Ns + N * 2 * (HD + KD) + act_fwd) / hbm +
                   (fp8 ? per * N * (C + F) / hbm : 0);
     t.head_fwd = plan_gemm_s(g, N, V, C, false) + dt * 2 * N * V / hbm;
     t.head_w = plan_gemm_s(g, C, V, N, false);
@@ -254,6 +317,8 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
     if (l->cp < 1) l->cp = 1;
     c.parallel.tp = l->tp, c.parallel.pp = l->pp, c.parallel.dp = l->dp;
     c.parallel.cp = l->cp;
+    if (l->ep < 1) l->ep = 1;
+    c.parallel.ep = l->ep;
     if (l->zero >= 2 && l->dp_shard <= 0) l->dp_shard = l->dp; // 0: the whole of dp
     // ZeRO-2/3's shard group (hybrid sharding below dp) and reshard policy
     c.parallel.dp_shard = l->zero >= 2 && l->dp_shard < l->dp ? l->dp_shard : 0;
@@ -272,7 +337,7 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         snprintf(why, why_len, "%.150s", err.msg);
         return false;
     }
-    size_t peak = 0, n_params = 0, unit = 0;
+    size_t peak = 0, n_params = 0, unit = 0, n_expert = 0;
     int S = plan_sharding_of(&c).shard_ranks;
     // Tensor-parallel ranks of a stage hold the same bytes (tp <= n_kv_heads): rank 0 of each stage.
     for (int p = 0; p < l->pp; p++) {
@@ -285,6 +350,7 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         }
         if (plan_rank_total(&b) > peak) peak = plan_rank_total(&b);
         n_params = MAX(n_params, b.n_params);
+        n_expert = MAX(n_expert, b.expert_params);
         unit = MAX(unit, b.unit_elems);
     }
     l->peak_bytes = peak;
@@ -311,6 +377,8 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
     bool fp8 = c.precision.fp8 != FP8_NONE;
     // The slowest stage sets the pace: ceil(L / (p v)) layers a chunk.
     int chunk_max = (L + l->pp * l->v - 1) / (l->pp * l->v);
+    int n_moe_blocks = 0; // [model] moe_experts: the MoE blocks of the model
+    for (int i = 0; i < L; i++) n_moe_blocks += llama_layer_moe(&lc, i);
     double imbalance = (double)chunk_max * l->pp * l->v / L;
     double recompute_flops, t_block; // hardware FLOPs recompute adds a GPU; one cp block's attention forward
     double KD = (double)lc.n_kv_heads * llama_head_dim(&lc), Cm = lc.d_model;
@@ -330,8 +398,8 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         // The ops: the forward a third of the FLOPs, W the weight gradients'
         // 2 x matmul params a token (the block linears' at the FP8 peak under
         // precision.fp8), B the rest with the recompute.
-        double w_flops = 2.0 * (L * (Cm * (HD + 2 * KD) + HD * Cm + 3.0 * Cm * lc.ffn_dim) +
-                                (double)lc.vocab_size * Cm) * tokens / N;
+        // (2 x the matmul parameters a token meets: a MoE block's active ones, model_flops_per_token)
+        double w_flops = (model_flops_per_token(&lc, T) - 6.0 * L * HD * T) / 3 * tokens / N;
         double w_s = ((w_flops - f8 / 3) / rate + (fp8 ? f8 / 3 / (cl->gpu.fp8_flops * cl->efficiency) : 0)) *
                      imbalance;
         double ops = (double)m * l->v;
@@ -342,7 +410,7 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         // rate, attention at the fused kernel's, the memory-bound kernels at
         // HBM speed; per microbatch and layer on one rank, m microbatches of
         // L / pp layers (the slowest stage: x imbalance) and the head's share.
-        struct layer_times k = kernel_times(&c, &lc, &cl->gpu, l, chunk_max * l->v), kb = k;
+        struct layer_times k = kernel_times(&c, &lc, &cl->gpu, l, chunk_max * l->v, false), kb = k, km = k;
         // precision.fp8_skip_layers: those blocks run in bf16 (their share of the weight casts too)
         int skip_first = 0, skip_last = 0;
         config_fp8_skip(&c, &skip_first, &skip_last);
@@ -350,19 +418,24 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         if (fp8 && n8 < L) {
             struct config b = c;
             b.precision.fp8 = FP8_NONE;
-            kb = kernel_times(&b, &lc, &cl->gpu, l, chunk_max * l->v);
+            kb = kernel_times(&b, &lc, &cl->gpu, l, chunk_max * l->v, false);
             k.weight_casts *= n8 / L;
         }
-        double per_mb = (n8 * (k.fwd + k.bwd) + (L - n8) * (kb.fwd + kb.bwd) + k.head) / l->pp;
+        // Mixture of experts: n_moe MoE blocks at km (bf16), the FP8 ones among the nd dense
+        double n_moe = n_moe_blocks, nd = L - n_moe, n8d = MIN(n8, nd);
+        if (n_moe > 0) km = kernel_times(&c, &lc, &cl->gpu, l, chunk_max * l->v, true);
+#define BLOCKS(f) (n8d * k.f + (nd - n8d) * kb.f + n_moe * km.f)
+        double per_mb = (BLOCKS(fwd) + BLOCKS(bwd) + k.head) / l->pp;
         l->compute_s = (m * per_mb + k.weight_casts) * imbalance;
-        double rec = l->recompute == RECOMPUTE_FULL ? (n8 * k.fwd + (L - n8) * kb.fwd) / l->pp
-                     : l->recompute == RECOMPUTE_SELECTIVE ? (n8 * k.selective + (L - n8) * kb.selective) / l->pp
+        double rec = l->recompute == RECOMPUTE_FULL ? BLOCKS(fwd) / l->pp
+                     : l->recompute == RECOMPUTE_SELECTIVE ? BLOCKS(selective) / l->pp
                                                            : 0;
         l->recompute_s = m * rec * imbalance;
         // The ops (one microbatch through one chunk): F the forward, W the
         // weight-gradient GEMMs, B the rest of the backward and the recompute.
-        double f_mb = (n8 * k.fwd + (L - n8) * kb.fwd + k.head_fwd) / l->pp;
-        double w_mb = (n8 * k.bwd_w + (L - n8) * kb.bwd_w + k.head_w) / l->pp;
+        double f_mb = (BLOCKS(fwd) + k.head_fwd) / l->pp;
+        double w_mb = (BLOCKS(bwd_w) + k.head_w) / l->pp;
+#undef BLOCKS
         l->op = (struct pp_costs){.f = f_mb * imbalance / l->v, .w = w_mb * imbalance / l->v,
                                   .b = (per_mb - f_mb - w_mb + rec) * imbalance / l->v};
         double qk = 2.0 * (HD + KD) * Cm * tokens / N * L; // selective: the q and k GEMMs again
@@ -400,6 +473,27 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         int n_fwd = l->recompute == RECOMPUTE_FULL ? 2 : 1;
         l->cp_comm_s = (double)chunk_max * l->v * m * (n_fwd * fwd_x + bwd_x);
     }
+    // EP (docs/planning.md §3, "Mixture of experts"): in every MoE block of
+    // every microbatch, the dispatch and the combine all-to-all forward,
+    // their gradients' two backward (two more under full recompute), not
+    // overlapped (Megatron-Core's alltoall dispatcher without its batch-level
+    // overlap). Each moves the rows a rank keeps (moe_shape_of) that belong
+    // to another rank of its ep group: (ep - 1) / ep of them under a uniform
+    // router, rows x C in the model dtype, sent and received at once at the
+    // link's per-GPU bandwidth, ep - 1 latency steps (one message a peer). The
+    // ep group is ep consecutive data ranks (rank order tp, cp, ep, ...): on
+    // NVLink while tp cp ep fits a node, else across the network.
+    l->ep_comm_s = 0;
+    if (l->ep > 1 && n_moe_blocks > 0) {
+        struct moe_shape ms = moe_shape_of(&c, &lc, l);
+        bool ep_ib = (long)l->tp * cp * l->ep > cl->gpus_per_node;
+        double bw_ep = ep_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_ep = ep_ib ? cl->alpha_ib : cl->alpha_nvlink;
+        double t_a2a = ms.sent * lc.d_model * dtype_size(c.precision.dtype) / bw_ep + (l->ep - 1) * a_ep;
+        int n_a2a = 4 + (l->recompute == RECOMPUTE_FULL ? 2 : 0);
+        // the slowest stage's MoE blocks: its chunk_max v blocks, the model's MoE share of them
+        double moe_blocks = (double)chunk_max * l->v * n_moe_blocks / L;
+        l->ep_comm_s = n_a2a * moe_blocks * m * t_a2a;
+    }
     // PP (docs/planning.md §3, "Pipeline schedules"): the schedule simulated
     // with the ops' costs, once without messages (the bubble) and once with
     // each message between stages taking alpha + its bytes (a microbatch's
@@ -429,8 +523,16 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
     double window = (2.0 / 3.0) * (l->compute_s + l->recompute_s) / m;
     double last_window = pipeline_schedule_splits(l->schedule) ? l->v * l->op.w : window;
     if (l->zero <= 1) {
-        double reduce = l->zero ? t_half(gbytes, G, bw_dp, a_dp) : t_all_reduce(gbytes, G, bw_dp, a_dp);
-        double gather = l->zero ? t_half(pbytes, G, bw_dp, a_dp) : 0;
+        // Under ep the routed experts' share (n_expert of n_params) reduces
+        // over the G / ep ranks that hold the same experts (expert_dp).
+        double xf = l->ep > 1 ? (double)n_expert / (double)n_params : 0;
+        int Gx = MAX(1, G / l->ep);
+        double reduce = l->zero ? t_half(gbytes * (1 - xf), G, bw_dp, a_dp) : t_all_reduce(gbytes * (1 - xf), G, bw_dp, a_dp);
+        double gather = l->zero ? t_half(pbytes * (1 - xf), G, bw_dp, a_dp) : 0;
+        if (xf > 0) {
+            reduce += l->zero ? t_half(gbytes * xf, Gx, bw_dp, a_dp) : t_all_reduce(gbytes * xf, Gx, bw_dp, a_dp);
+            gather += l->zero ? t_half(pbytes * xf, Gx, bw_dp, a_dp) : 0;
+        }
         l->dp_exposed_s = (reduce > last_window ? reduce - last_window : 0) + gather;
     } else {
         // ZeRO-2/3 (docs/planning.md §3): per-unit collectives within the
@@ -456,8 +558,8 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         l->dp_exposed_s = m * per_mb_fwd + (m - 1) * MAX(0, bwd_comm - window) +
                           MAX(0, bwd_comm + ar - last_window) + (l->zero == 2 ? ag : 0);
     }
-    l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->cp_comm_s + l->pp_comm_s +
-                l->dp_exposed_s;
+    l->step_s = l->compute_s + l->recompute_s + l->bubble_s + l->tp_comm_s + l->cp_comm_s + l->ep_comm_s +
+                l->pp_comm_s + l->dp_exposed_s;
     l->tflops_per_gpu = flops / l->step_s / 1e12;
     l->hw_tflops_per_gpu = (flops + recompute_flops) / l->step_s / 1e12;
     l->mfu = flops / l->step_s / cl->gpu.peak_flops;
@@ -572,11 +674,15 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
                         for (int z = 0; z <= (G > 1 ? 3 : 0); z++)
                         for (int S = z >= 2 ? 1 : dp; S <= dp; S++)
-                        for (int keep = 0; keep <= (z == 3); keep++) {
+                        for (int keep = 0; keep <= (z == 3); keep++)
+                        for (int ep = 1; ep <= (mc->moe_experts ? MIN(dp, mc->moe_experts) : 1); ep++) {
                             // ZeRO-2/3's shard group: cp x a divisor of dp (hybrid
                             // below dp), more than one rank
                             if (dp % S || (z >= 2 && S * cp == 1)) continue;
-                            struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .mb = mb, .zero = z,
+                            // Expert parallelism (MoE configs): ep divides the experts and
+                            // the data ranks it spans (the shard group's under ZeRO-2/3)
+                            if (mc->moe_experts % ep || (z >= 2 ? S : dp) % ep) continue;
+                            struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .ep = ep, .mb = mb, .zero = z,
                                                   .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
                                                   .recompute = (enum recompute)r, .global_batch = Bm,
                                                   .schedule = kinds[ki]};
@@ -586,9 +692,11 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                                 double over = (double)l.peak_bytes;
                                 if (l.peak_bytes && over < best_over) {
                                     best_over = over;
+                                    char eps[16] = ""; // MoE configs: the layout's ep
+                                    if (mc->moe_experts) snprintf(eps, sizeof eps, ", ep %d", ep);
                                     snprintf(oom, sizeof oom, "out of memory at best (%s, v %d, mb %d, recompute %s, zero "
-                                             "%d): %s", pipeline_schedule_name(kinds[ki]), v, mb,
-                                             r == 0 ? "none" : r == 1 ? "selective" : "full", z, w);
+                                             "%d%s): %s", pipeline_schedule_name(kinds[ki]), v, mb,
+                                             r == 0 ? "none" : r == 1 ? "selective" : "full", z, eps, w);
                                 } else if (!l.peak_bytes && !oom[0]) snprintf(oom, sizeof oom, "%s", w);
                                 continue;
                             }

@@ -98,6 +98,8 @@ enum status plan_gpu_parse(const char *spec, struct plan_gpu *gpu, struct error 
 // model FLOPs, without recompute, per GPU).
 struct plan_layout {
     int tp, cp, pp, v, dp, mb, zero; // cp: context-parallel ranks (0 is read as 1)
+    int ep;                     // expert-parallel ranks (parallel.ep; 0 is read as 1): divides dp
+                                // (dp_shard under ZeRO-2/3) and moe_experts
     enum pp_schedule schedule;  // [parallel] pp_schedule (1F1B, the zero value, is also the
                                 // interleaved table when v > 1); the search sets INTERLEAVED for v > 1
     int dp_shard;               // ZeRO-2/3: ranks a shard spans (divides dp; dp: no replication); 0 = dp
@@ -105,6 +107,7 @@ struct plan_layout {
     enum recompute recompute;
     size_t peak_bytes;
     double step_s, compute_s, recompute_s, bubble_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_exposed_s;
+    double ep_comm_s;           // the MoE blocks' all-to-alls (0 at ep 1 or dense), in step_s
     // The pipeline as plan_pipeline simulates it (pp > 1; zeros at pp 1): the
     // seconds of one op on the slowest stage (op.f: the forward of one
     // microbatch through one chunk; op.b: its B, the input-gradient GEMMs,
