@@ -230,7 +230,8 @@ static void print_batch_notes(const struct config *c, const char *tag, const str
 
 // The config's own layout as plan_predict takes it (dp, global_batch: the caller's).
 static struct plan_layout config_layout(const struct config *c) {
-    struct plan_layout l = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp, .ep = MAX(1, c->parallel.ep),
+    struct plan_layout l = {.tp = c->parallel.tp, .cp = plan_cp(c), .pp = c->parallel.pp,
+                            .ep = MAX(1, c->parallel.ep),
                             .v = MAX(1, c->parallel.virtual_stages), .mb = c->train.micro_batch_size,
                             .zero = c->parallel.zero_stage, .recompute = c->model.recompute,
                             .schedule = c->parallel.pp_schedule};
@@ -481,7 +482,8 @@ static const struct cli_flag plan_flags[] = {
     {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL, "the same as one JSON object", P(json)},
     {"--gpus", CLI_INT, "N", NULL, 1, 1 << 24, 0, NULL,
      "search the layouts of N GPUs (tp within a node and <= n_kv_heads, cp for sequences of 16K tokens or "
-     "more, pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3) that fit the memory less --reserve, "
+     "more, pp, virtual stages, micro-batch, recompute, ZeRO stage 0-3, and ep for a mixture-of-experts model) "
+     "that fit the memory less --reserve, "
      "ranked by predicted step time (docs/planning.md; shard: the ranks a ZeRO-2/3 shard spans, g: kept "
      "gathered), saying why each rejected (tp, pp) family failed and where the config's own layout stands",
      P(gpus)},
@@ -699,8 +701,8 @@ int cmd_plan(int argc, char **argv) {
             printf("       moe: %d MoE blocks holding %d of %d experts each (ep %d): expert weights %zu (%.1f MiB, in "
                    "params; their gradients and AdamW state likewise), routing and expert activations %zu (%.1f MiB, "
                    "in activations)\n", b->moe_blocks, b->experts_local, c.model.moe_experts, MAX(1, c.parallel.ep),
-                   b->expert_params * dtype_size(c.precision.dtype), mib(b->expert_params * dtype_size(c.precision.dtype)),
-                   b->moe_bytes, mib(b->moe_bytes));
+                   b->expert_params * dtype_size(c.precision.dtype),
+                   mib(b->expert_params * dtype_size(c.precision.dtype)), b->moe_bytes, mib(b->moe_bytes));
         if (c.precision.fp8 != FP8_NONE)
             printf("       fp8 (docs/planning.md §7): block-linear weight copies %zu (%.1f MiB, in params), scratch and "
                    "scaling state %zu (%.1f MiB, in activations)\n", b->fp8_weights, mib(b->fp8_weights), b->fp8_work,

@@ -145,7 +145,7 @@ struct layer_times {
     double weight_casts;    // casting this rank's block-linear weights to FP8, once a step
 };
 
-// Mixture of experts (docs/planning.md §3, "Mixture of experts"): the shape
+// Mixture of experts (docs/planning.md §3 and §8, issue 31): the shape
 // of one MoE block's work on a rank routing Nm token rows (its own; N / tp
 // under sequence parallelism, as Megatron-Core routes the sequence-parallel
 // rows with the experts unsplit over tp) at layout l: rows = the (token,
@@ -473,7 +473,7 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         int n_fwd = l->recompute == RECOMPUTE_FULL ? 2 : 1;
         l->cp_comm_s = (double)chunk_max * l->v * m * (n_fwd * fwd_x + bwd_x);
     }
-    // EP (docs/planning.md §3, "Mixture of experts"): in every MoE block of
+    // EP (docs/planning.md §3, "EP comm"; §8): in every MoE block of
     // every microbatch, the dispatch and the combine all-to-all forward,
     // their gradients' two backward (two more under full recompute), not
     // overlapped (Megatron-Core's alltoall dispatcher without its batch-level
@@ -527,7 +527,8 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
         // over the G / ep ranks that hold the same experts (expert_dp).
         double xf = l->ep > 1 ? (double)n_expert / (double)n_params : 0;
         int Gx = MAX(1, G / l->ep);
-        double reduce = l->zero ? t_half(gbytes * (1 - xf), G, bw_dp, a_dp) : t_all_reduce(gbytes * (1 - xf), G, bw_dp, a_dp);
+        double reduce = l->zero ? t_half(gbytes * (1 - xf), G, bw_dp, a_dp)
+                                : t_all_reduce(gbytes * (1 - xf), G, bw_dp, a_dp);
         double gather = l->zero ? t_half(pbytes * (1 - xf), G, bw_dp, a_dp) : 0;
         if (xf > 0) {
             reduce += l->zero ? t_half(gbytes * xf, Gx, bw_dp, a_dp) : t_all_reduce(gbytes * xf, Gx, bw_dp, a_dp);
@@ -682,7 +683,8 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
                             // Expert parallelism (MoE configs): ep divides the experts and
                             // the data ranks it spans (the shard group's under ZeRO-2/3)
                             if (mc->moe_experts % ep || (z >= 2 ? S : dp) % ep) continue;
-                            struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .ep = ep, .mb = mb, .zero = z,
+                            struct plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .v = v, .dp = dp, .ep = ep,
+                                                  .mb = mb, .zero = z,
                                                   .dp_shard = z >= 2 ? S : 0, .keep_gathered = keep,
                                                   .recompute = (enum recompute)r, .global_batch = Bm,
                                                   .schedule = kinds[ki]};

@@ -1,6 +1,7 @@
 // plan_search.h: which layout of a config fits N GPUs and which is fastest
 // (docs/planning.md): enumerates (tp, cp, pp, virtual stages, dp, micro-batch,
-// recompute, ZeRO stage 0-3 and its shard group), takes each one's peak bytes from plan.h (what a run
+// recompute, ZeRO stage 0-3 and its shard group, and for a mixture-of-experts
+// model the expert-parallel size ep), takes each one's peak bytes from plan.h (what a run
 // allocates) and predicts its step time with an analytic model (compute
 // from a kernel model: each GEMM at its shape's and dtype's rate, FP8 under
 // precision.fp8, attention at a fused kernel's rate, memory-bound kernels at
@@ -10,7 +11,8 @@
 // tensor-parallel collectives on NVLink, pipeline and data-parallel traffic
 // on the inter-node network, alpha-beta; ZeRO-2/3's per-unit all-gathers and
 // reduce-scatters against the compute they overlap; context parallelism's
-// ring of key/value blocks against the attention blocks it overlaps).
+// ring of key/value blocks against the attention blocks it overlaps; expert
+// parallelism's all-to-alls, not overlapped, docs/planning.md §8).
 #ifndef TRIDENT_PLAN_SEARCH_H
 #define TRIDENT_PLAN_SEARCH_H
 
@@ -161,7 +163,7 @@ enum status plan_search(const struct config *c, const struct plan_cluster *cl,
 // seconds (0 when cp <= 1).
 void plan_cp_ring_exposed(int cp, double t_block_fwd, double t_kv, double *fwd_s, double *bwd_s);
 
-// Predicts one layout (its fields tp, cp, pp, v, dp, mb, zero, dp_shard,
+// Predicts one layout (its fields tp, cp, pp, v, dp, ep (0: 1), mb, zero, dp_shard,
 // keep_gathered, recompute, schedule set; global_batch: the batch it runs, 0 = the
 // config's): fills peak_bytes, the times (seconds a step: the kernel model,
 // or every FLOP at cl->efficiency of the peak when that is > 0), the

@@ -355,7 +355,7 @@ grep -q "^config: global_batch_size 32 does not divide by micro_batch_size 1 x d
 grep -q "^config: global_batch_size 1024 does not divide by micro_batch_size 8 x dp 124: planned with 992" "$tmp/i_opt.txt" ||
     fail "i: OPT's batch: $(cat "$tmp/i_opt.txt")"
 echo "i: $(grep '^config:' "$tmp/i_opt.txt")"
-# j. mixture of experts (issue 31; docs/planning.md §3, "Mixture of
+# j. mixture of experts (issue 31; docs/planning.md §3 and §8, "Mixture of
 #    experts"), on tests/e2e/configs/moe.ini (8 experts of width 64, top-2, a
 #    gated shared expert of width 128, 2 blocks, fp32): a rank at ep 4 holds
 #    2 of the 8 experts, so its parameters, gradients and AdamW state shrink by
