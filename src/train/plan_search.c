@@ -146,9 +146,10 @@ struct layer_times {
 };
 
 // Mixture of experts (docs/planning.md §3 and §8, issue 31): the shape
-// of one MoE block's work on a rank routing Nm token rows (its own; N / tp
-// under sequence parallelism, as Megatron-Core routes the sequence-parallel
-// rows with the experts unsplit over tp) at layout l: rows = the (token,
+// of one MoE block's work on a rank routing Nm token rows (its N = mb T /
+// cp: under tp every TP rank runs the whole layer on all N rows, the experts
+// unsplit and the work replicated, as src/model runs it; Megatron-Core
+// instead routes each rank's N / tp sequence-parallel rows) at layout l: rows = the (token,
 // expert) assignments it keeps, moe_rows_max (N k dropless, min(N k, E
 // capacity) with a capacity factor); a uniform router spreads them evenly,
 // so each of its E / ep experts computes ep rows / E received rows and the
@@ -163,10 +164,8 @@ static struct moe_shape moe_shape_of(const struct config *c, const struct llama_
                                      const struct plan_layout *l) {
     struct moe_shape m = {0};
     if (!lc->moe_experts) return m;
-    int tp = l->tp, cp = MAX(1, l->cp), ep = MAX(1, l->ep);
-    int N = l->mb * (c->train.seq_len / cp);
-    bool sp = tp > 1 && c->train.seq_len / cp % tp == 0;
-    int Nm = sp ? N / tp : N;
+    int cp = MAX(1, l->cp), ep = MAX(1, l->ep);
+    int Nm = l->mb * (c->train.seq_len / cp);
     struct moe_config mc;
     model_moe_config(lc, &mc);
     m.Nm = Nm, m.rows = moe_rows_max(&mc, Nm), m.local = lc->moe_experts / ep;
