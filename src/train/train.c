@@ -393,8 +393,9 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     struct trainer_model *m = &t->m;
     int pp = c->parallel.pp;
     if (c->parallel.zero_stage == 0) {
-        par->sync = grad_sync_init(m->model, topology_device_group(&par->topo, GROUP_DP_CP),
-                                   (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
+        par->sync = grad_sync_init_ep(m->model, topology_device_group(&par->topo, GROUP_DP_CP),
+                                      topology_device_group(&par->topo, GROUP_EXPERT_DP),
+                                      (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
         m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
     }
     if (!m->whole_model) {
