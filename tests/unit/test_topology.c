@@ -6,11 +6,13 @@
 // the axes outside the group, differ in the group's, count the product of
 // its axes' sizes, come in group-rank order, and the group's index is the
 // same for all); tables written out by hand for (2,2,2), a hybrid-sharded
-// layout and one with context parallelism; the comm_self group and topology_init_self, device selection.
+// layout and one with context parallelism; the comm_self group (all-to-all-v:
+// tests/unit/all_to_all_case.h's cases on one rank) and topology_init_self, device selection.
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "all_to_all_case.h"
 #include "config/config.h"
 #include "parallel/comm.h"
 #include "parallel/topology.h"
@@ -300,6 +302,14 @@ static void test_comm_self(void) {
     comm_broadcast(g, x, 3, DTYPE_FP64, 0);
     comm_barrier(g);
     EXPECT(x[2] == 3, "self broadcast");
+    // All-to-all-v: the chunk to itself lands at its displacement, gaps stay poison.
+    const enum dtype a2a_dtypes[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_I32};
+    for (int v = 0; v < A2A_VARIANTS; v++)
+        for (int k = 0; k < 3; k++)
+            if (a2a_takes((enum a2a_variant)v, a2a_dtypes[k]))
+                EXPECT(a2a_run_host(g, (enum a2a_variant)v, a2a_dtypes[k]) == 0,
+                       "self all_to_all_v %s %s: wrong elements", a2a_variant_names[v],
+                       dtype_name(a2a_dtypes[k]));
     topology_free(&topo);
     EXPECT(topo.host[GROUP_TP].ops == NULL && topo.host[GROUP_TP].size == 0, "free zeroes groups");
 }
@@ -308,8 +318,9 @@ static void test_comm_self(void) {
 // Each case runs in a child process; its message goes to the test log.
 static void test_wrapper_checks(void) {
     const char *cases[] = {"root out of range", "fp16 reduction", "send to self",
-                           "not a member", "reduce_scatter overlap", "bf16 max"};
-    for (int c = 0; c < 6; c++) {
+                           "not a member", "reduce_scatter overlap", "bf16 max",
+                           "all_to_all_v own counts differ", "all_to_all_v overlap"};
+    for (int c = 0; c < 8; c++) {
         pid_t pid = fork();
         if (pid == 0) {
             struct comm_group self, none;
@@ -324,6 +335,16 @@ static void test_wrapper_checks(void) {
             case 3: comm_all_reduce(&none, x, 4, DTYPE_FP32, COMM_SUM); break;
             case 4: comm_reduce_scatter(&self, x, x + 1, 2, DTYPE_FP32, COMM_SUM); break;
             case 5: comm_all_reduce(&self, x, 2, DTYPE_BF16, COMM_MAX); break; // sums only
+            case 6: { // 2 elements to itself, 1 expected from itself
+                size_t two = 2, one = 1, zero = 0;
+                comm_all_to_all_v(&self, x, &two, &zero, x + 2, &one, &zero, DTYPE_FP32);
+                break;
+            }
+            case 7: { // recv [1, 3) inside send [0, 2)
+                size_t two = 2, zero = 0;
+                comm_all_to_all_v(&self, x, &two, &zero, x + 1, &two, &zero, DTYPE_FP32);
+                break;
+            }
             }
             _exit(0); // the check did not fire
         }
