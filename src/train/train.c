@@ -621,8 +621,8 @@ static void print_banner(const struct trainer *t) {
                 "with exit 3 and nothing saved, and a requeued job starts again from step 0; set "
                 "checkpoint.dir=FOLDER or leave it unset (the run folder's)\n", job);
     if (t->par.topo.has_device_groups)
-        printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
-               "messages %s), MPI for host scalars\n",
+        printf("communication: NCCL for device buffers (tensor, context, data, expert, embedding "
+               "groups; pipeline messages %s), MPI for host scalars\n",
                t->par.pipe.be ? "over NCCL" : t->m.whole_model ? "none" : "over MPI");
     printf("---- resolved config (also in %s/config.ini) ----\n", c->log.run_dir);
     config_print(c, stdout);
