@@ -1,7 +1,8 @@
-// moe.h: the mixture-of-experts feed-forward layer (issue 31), standalone:
-// a token-choice router over E routed experts, each a SwiGLU MLP, plus
+// moe.h: the mixture-of-experts feed-forward layer (issue 31): a
+// token-choice router over E routed experts, each a SwiGLU MLP, plus
 // optional always-active shared experts, forward and backward on any backend
-// through kernels/ops.h. Not yet wired into the decoder (model_pass.c).
+// through kernels/ops.h, the experts optionally split over ranks (expert
+// parallelism, struct moe_ep). The decoder's MoE blocks (model_pass.c) call it.
 //
 // Math (per token row x of N rows, width C):
 //   logits = x Wr^T (E,); p = softmax(logits), in the statistics dtype (FP32;
