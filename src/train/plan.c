@@ -152,10 +152,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .w_stash_bytes = mem.w_stash_bytes,
         .n_wstash = mem.w_stash_bytes ? MAX(1, shard.n_wstash) : 0,
         .n_params = mem.n_params,
-        // TODO(issue 31, ep runtime): model_plan sizes each MoE block's expert buffers for
-        // the rows the rank keeps (moe_rows_max of its N); under ep they will hold the rows it
-        // receives (up to ep N k dropless, E capacity with a capacity factor: moe.h's count of
-        // them), and this follows model_plan then with no change here.
+        // under ep the expert buffers hold the rows the rank may receive (moe_rows_recv_max)
         .moe_bytes = mem.moe_bytes,
     };
     // Mixture of experts: the routed experts this rank holds (E / ep of every MoE block

@@ -98,8 +98,8 @@ struct plan_rank_bytes {
     size_t moe_bytes;                             // bytes, inside activations: the MoE blocks'
                                                   // routing and expert buffers in every slot
                                                   // and their scratch (model_memory.moe_bytes;
-                                                  // under ep the rows a rank receives, as
-                                                  // model_plan sizes them)
+                                                  // under ep sized for the rows a rank may
+                                                  // receive, moe_rows_recv_max)
 };
 
 // The model's FP8 settings (model.h struct model_fp8_config) from

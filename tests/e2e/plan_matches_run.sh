@@ -28,7 +28,9 @@
 # embedding): zb-h1 at (1,2,1), (1,4,1), (2,2,2)+ZeRO-1 and (1,2,2)+ZeRO-3 and
 # zbv at (1,2,1) in fp32, zb-h1 with recompute selective, zbv with recompute
 # full in bf16. Issue 31's MoE decoder (tests/e2e/configs/moe.ini) at (1,1,1)
-# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
+# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16, and at (1,1,4) with ep 4
+# in fp32 (the twelfth field: each rank's 2 of the 8 experts, its expert
+# buffers sized for the ep N k rows it may receive). Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -51,18 +53,19 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 [ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1 1,1,1,0,0,true,0,1,2"
 # Issue 31's mixture-of-experts decoder (the eleventh field: moe runs
 # tests/e2e/configs/moe.ini: each MoE block's routing and expert activations
-# per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe"
+# per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16;
+# expert parallelism (the twelfth field: ep) at (1,1,4), ep 4, in fp32.
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 for l in $layouts; do
-    IFS=, read -r tp pp dp z sp keep shard v cp sched moe <<<"$l"
-    keep=${keep:-true} shard=${shard:-0} v=${v:-1} cp=${cp:-1} sched=${sched:-1f1b} # reshard_after_forward, dp_shard, virtual_stages
+    IFS=, read -r tp pp dp z sp keep shard v cp sched moe ep <<<"$l"
+    keep=${keep:-true} shard=${shard:-0} v=${v:-1} cp=${cp:-1} sched=${sched:-1f1b} ep=${ep:-1} # reshard_after_forward, dp_shard, virtual_stages
     ini=$SMALL_INI; [ "${moe:-}" = moe ] && ini=tests/e2e/configs/moe.ini
-    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$sched-${moe:-dense}-$mode-$dtype-$grad"
+    run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$sched-${moe:-dense}-$ep-$mode-$dtype-$grad"
     l="$l $mode $dtype grad $grad"
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
           parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
-          parallel.cp=$cp parallel.pp_schedule=$sched train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
+          parallel.cp=$cp parallel.pp_schedule=$sched parallel.ep=$ep train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     [ "$v" = 1 ] && [ "$pp" -le 2 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
     rc=0; plan=$("$TRIDENT" plan "$ini" "${args[@]}") || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: plan $l exited $rc"; fail=1; continue; }

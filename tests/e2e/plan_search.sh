@@ -389,10 +389,18 @@ assert a1["expert_params"] == L * E * 3 * Fe * C and a4["expert_params"] == L * 
 want = {"params_bytes": 4 * gone, "grads_bytes": 4 * gone, "optimizer_bytes": 8 * gone}  # fp32; AdamW m, v
 got = {key: a1[key] - a4[key] for key in want}
 assert got == want, (got, want)
-# TODO(issue 31, ep runtime): the expert buffers at ep > 1 hold the rows a rank receives
-# (moe.h); checked here once model_plan sizes them so. Until then they do not move with ep.
+# the expert buffers hold the rows a rank receives (moe.h moe_rows_recv_max): dropless, up to
+# ep N k = 512 against the N k = 128 it keeps at ep 1: hg, hu, h (R, Fe) and, under ep, the
+# received and returned rows xr, yr (R, C) in each block's slot, and their backward twins in
+# the one scratch (dh, dhg, dhu, dyr, dxr), fp32
+N = mb * T
+R, Mx = 4 * N * k, N * k
+grow = (L + 1) * (3 * (R - Mx) * Fe + 2 * R * C) * 4
+assert a4["moe_activation_bytes"] - a1["moe_activation_bytes"] == grow, (a1["moe_activation_bytes"], a4["moe_activation_bytes"], grow)
+assert a4["activation_bytes"] - a1["activation_bytes"] == grow
 print(f"j: moe.ini at ep 4: {a4['experts_local']} of {E} experts a rank, {got['params_bytes'] + got['grads_bytes'] + got['optimizer_bytes']} "
-      f"bytes fewer (parameters, gradients, AdamW) = 6 experts x 3 x {Fe} x {C} x 16 bytes by hand")
+      f"bytes fewer (parameters, gradients, AdamW) = 6 experts x 3 x {Fe} x {C} x 16 bytes by hand; expert buffers "
+      f"{grow} bytes more (ep N k = {R} received rows) by hand")
 eps = {l["ep"] for l in json.load(open(f"{d}/js.json"))["layouts"]}
 assert eps == {1, 2, 4}, eps
 # the compute term: active parameters (router, k routed experts, the shared expert and its gate)
