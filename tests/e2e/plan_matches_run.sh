@@ -28,7 +28,9 @@
 # embedding): zb-h1 at (1,2,1), (1,4,1), (2,2,2)+ZeRO-1 and (1,2,2)+ZeRO-3 and
 # zbv at (1,2,1) in fp32, zb-h1 with recompute selective, zbv with recompute
 # full in bf16. Issue 31's MoE decoder (tests/e2e/configs/moe.ini) at (1,1,1)
-# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16. Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
+# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16, (2,1,1) with sequence
+# parallelism and (1,2,1) in fp32 (the experts unsplit over TP).
+# Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -51,8 +53,10 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 [ "$mode $dtype $grad" = "full bf16 fp32" ] && layouts="$layouts 1,1,4,3,0 2,1,2,2,1 1,1,1,0,0,true,0,1,2"
 # Issue 31's mixture-of-experts decoder (the eleventh field: moe runs
 # tests/e2e/configs/moe.ini: each MoE block's routing and expert activations
-# per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe"
+# per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16;
+# (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
+# whole MoE layer and its activations for all N rows).
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 for l in $layouts; do
     IFS=, read -r tp pp dp z sp keep shard v cp sched moe <<<"$l"
