@@ -294,7 +294,9 @@ double model_flops_per_token(const struct llama_config *cfg, int T);
 // [0] and [1] on the last virtual stage (which has the whole model's
 // routing: the pipeline's messages carry it), and only TP rank 0 counts
 // (every TP rank runs the same MoE layers on the same rows): the sum over
-// every rank is the model's, as on one rank. Take reads and zeroes them.
+// every rank is the model's, as on one rank. A backward with loss_scale 0
+// (a pipeline's evaluation runs its backward so) counts nothing. Take
+// reads and zeroes them.
 size_t model_moe_stats_numel(const struct model *m);
 void model_moe_stats_take(struct model *m, double *out);
 // The routing the last forward of slot `slot` left for the rank's MoE block

@@ -938,11 +938,13 @@ void model_moe_topk(struct model *m, int slot, int block, int32_t *out) {
 // aux term of a step is the mean over its microbatches when no target is
 // ignored. Logs them (model_moe_stats_take): the loss and the microbatch on
 // the last virtual stage, each chunk its blocks' z-losses, drops and
-// routing; on TP rank 0 only (the TP ranks run the same MoE layers).
+// routing; on TP rank 0 only (the TP ranks run the same MoE layers); not
+// for a loss scale of 0 (the backward of a pipeline's evaluation pass,
+// train_step.c, or a step with no target: the terms add nothing).
 static void moe_losses(struct model *m, struct slot *S, int chunk,
                        const struct moe_route_sum *all) {
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk], E = m->moe.E;
-    double *log = m->shard.tp_rank == 0 ? m->moe_log : NULL;
+    double *log = m->shard.tp_rank == 0 && all->loss_scale != 0 ? m->moe_log : NULL;
     struct moe_stats model_st = {0}, *one = &model_st; // the model's MoE blocks as one layer
     one->N = m->n_moe_model * m->N, one->E = E;
     for (int e = 0; e < E; e++) one->routed[e] = (int32_t)all->routed[e], one->prob_sum[e] = all->prob_sum[e];

@@ -14,7 +14,9 @@
 # peak lr of 2e-3: a tied embedding's two gradients sum in another order
 # under pp, and at moe.ini's 3e-3 the loss spikes near step 9, where such
 # fp32 reorderings (and TP's sums) grow past 1e-6 (train_layouts.sh).
-# Under pp the MoE path itself reorders nothing: pp logs 1 rank's digits. The experts are unsplit over TP (every
+# Under pp the MoE path itself reorders nothing: pp logs 1 rank's digits.
+# An evaluation after steps 5 and 10 (a pipeline runs its backward passes
+# with loss scale 0, which must log no routing): the same val_loss. The experts are unsplit over TP (every
 # TP rank runs the whole layer: a sum over TP of its output or input
 # gradient would double them); under pp the stage messages carry the
 # routing sums of transformers' load-balancing loss over all the model's
@@ -32,7 +34,7 @@ SMALL_INI=tests/e2e/configs/moe.ini
 fail=0
 run() { # NAME TP PP [overrides]: 10 fp32 steps into $tmp/run-NAME
     local name=$1 tp=$2 pp=$3; shift 3
-    small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" 1 0 train.steps=10 \
+    SMALL_EVAL_EVERY=5 small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" 1 0 train.steps=10 \
         train.micro_batch_size=4 train.lr=2e-3 train.min_lr=2e-4 model.tie_embeddings=false model.n_layers=4 model.moe_first_dense_layers=1 \
         precision.dtype=fp32 checkpoint.every=0 checkpoint.keep_last=0 "$@" > "$tmp/$name.log" 2>&1 ||
         { echo "FAIL: $name exited $?"; grep -m3 "trident:" "$tmp/$name.log" || tail -3 "$tmp/$name.log"; fail=1; }
@@ -48,9 +50,9 @@ run tp2-sp-pp2-cf 2 2 parallel.sequence_parallel=true model.moe_capacity_factor=
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys
 tmp = sys.argv[1]
-def steps(name):
+def steps(name, key="loss"):
     try:
-        return {r["step"]: r for r in map(json.loads, open(f"{tmp}/run-{name}/metrics.jsonl")) if "loss" in r}
+        return {r["step"]: r for r in map(json.loads, open(f"{tmp}/run-{name}/metrics.jsonl")) if key in r}
     except OSError as e:
         print(f"FAIL: {name}: {e}"); return {}
 ok = True
@@ -70,6 +72,9 @@ for ref, runs in (("one", ("tp2", "tp2-sp", "pp2", "pp2-v2")), ("one-cf", ("tp2-
             bad += [f"step {k} {f} {x[f]} vs {y.get(f)}" for f in close
                     if y.get(f) is None or abs(y[f] - x[f]) > 1e-6 * abs(x[f]) + 1e-6]
             bad += [f"step {k} {f} {x[f]} vs {y.get(f)}" for f in equal if y.get(f) != x[f]]
+        ea, eb = steps(ref, "val_loss"), steps(name, "val_loss")
+        if sorted(ea) != [5, 10] or any(abs(eb.get(k, {}).get("val_loss", 0) - v["val_loss"]) > 1e-4 for k, v in ea.items()):
+            bad.append(f"val_loss {[(k, v['val_loss']) for k, v in ea.items()]} vs {[(k, v['val_loss']) for k, v in eb.items()]}")
         worst = max(abs(b[k][f] - a[k][f]) / abs(a[k][f]) for k in b for f in close if b[k].get(f) is not None)
         if bad: ok = False; print(f"FAIL: {name} differs from {ref}: {bad[:4]}")
         else: print(f"{name}: 10 steps of {ref}'s loss, grad norm, aux and z losses (worst {worst:.1e}) and loads")
