@@ -209,7 +209,8 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
             // (model_pass.c), each tensor replicated with its whole gradient.
             int E = cfg->moe_experts, Fe = llama_moe_ffn(cfg), Fs = llama_moe_shared_ffn(cfg);
             int ep = MAX(1, s->ep_size), El = E / ep, e0 = s->ep_rank * El, first = n;
-            param_add(params, &n, &off, NAME("mlp.gate.weight"), E, C, E, C, 0, 0, E, true, true, std);
+            param_add(params, &n, &off, NAME("mlp.gate.weight"), E, C, E, C, 0, 0, E, true, true,
+                      std);
             param_add(params, &n, &off, NAME("mlp.experts.gate_proj.weight"), El * Fe, C, E * Fe, C,
                       e0 * Fe, 0, El * Fe, true, true, std);
             if (params) params[n - 1].expert = true;

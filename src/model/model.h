@@ -428,9 +428,10 @@ void model_set_doc_eot(struct model *m, int32_t eot);
 // sequence parallelism, else B*T); the last virtual stage reads targets (B,
 // T) and returns the loss sum and count (as model_forward), the others write
 // `out` (Ns, C) (in and out of a MoE model: model_stage_message_numel
-// elements, the routing's tail after the (Ns, C)). loss_sum NULL: the loss sum is not read back but added to a
-// device accumulator (backend_sum_into) that model_loss_sum_take reads, so a
-// step of many microbatches copies its loss back once; n_targets may be NULL.
+// elements, the routing's tail after the (Ns, C)). loss_sum NULL: the loss
+// sum is not read back but added to a device accumulator (backend_sum_into)
+// that model_loss_sum_take reads, so a step of many microbatches copies its
+// loss back once; n_targets may be NULL.
 void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
                          const void *in, const int32_t *targets, void *out, double *loss_sum,
                          long *n_targets);

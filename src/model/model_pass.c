@@ -947,7 +947,8 @@ static void moe_losses(struct model *m, struct slot *S, int chunk,
     double *log = m->shard.tp_rank == 0 && all->loss_scale != 0 ? m->moe_log : NULL;
     struct moe_stats model_st = {0}, *one = &model_st; // the model's MoE blocks as one layer
     one->N = m->n_moe_model * m->N, one->E = E;
-    for (int e = 0; e < E; e++) one->routed[e] = (int32_t)all->routed[e], one->prob_sum[e] = all->prob_sum[e];
+    for (int e = 0; e < E; e++)
+        one->routed[e] = (int32_t)all->routed[e], one->prob_sum[e] = all->prob_sum[e];
     double aux = moe_aux_loss_layers(&one, 1, m->moe.aux_coeff);
     if (log && model_chunk_last(m, chunk)) log[0] += 1, log[1] += aux;
     int l0 = m->shard.layer_begin[chunk], j = 0; // the chunk's first MoE block among the model's
@@ -1022,8 +1023,12 @@ static void backward_chunk(struct model *m, int chunk, int slot, int wslot, doub
     // scale of their auxiliary terms: the last virtual stage's.
     struct moe_route_sum all;
     if (in && m->cfg.moe_experts) {
-        if (model_chunk_last(m, chunk)) moe_route_add(m, S, chunk, &all), all.loss_scale = loss_scale;
-        else moe_tail_in(m, &all, dout);
+        if (model_chunk_last(m, chunk)) {
+            moe_route_add(m, S, chunk, &all);
+            all.loss_scale = loss_scale;
+        } else {
+            moe_tail_in(m, &all, dout);
+        }
         moe_losses(m, S, chunk, &all);
     }
     for (int i = nl - 1; i >= 0; i--) {
