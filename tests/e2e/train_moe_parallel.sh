@@ -6,7 +6,8 @@
 # first chunk has no MoE block), 10 steps in fp32, global batch 16 in
 # microbatches of 4, at
 #   tp 2; tp 2 with sequence parallelism; pp 2 (1f1b); pp 2 with
-#   virtual_stages 2 (interleaved)
+#   virtual_stages 2 (interleaved); and with expert parallelism (dp 2, ep 2:
+#   each rank 4 experts) tp 2 with sequence parallelism, and pp 2
 # logs the 1-rank run's loss, grad_norm, moe_aux_loss and moe_z_loss at
 # every step within 1e-6 relative (plus 1e-6 absolute: metrics.jsonl's 6
 # decimals round each value by up to 5e-7), and the same moe_dropped,
@@ -32,20 +33,22 @@ need_py numpy
 small_dataset "$tmp"
 SMALL_INI=tests/e2e/configs/moe.ini
 fail=0
-run() { # NAME TP PP [overrides]: 10 fp32 steps into $tmp/run-NAME
-    local name=$1 tp=$2 pp=$3; shift 3
-    SMALL_EVAL_EVERY=5 small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" 1 0 train.steps=10 \
+run() { # NAME TP PP [DP [overrides]]: 10 fp32 steps into $tmp/run-NAME
+    local name=$1 tp=$2 pp=$3 dp=${4:-1}; shift $(($# < 4 ? 3 : 4))
+    SMALL_EVAL_EVERY=5 small_train "$tmp/run-$name" "$tmp/ck-$name" "$tp" "$pp" "$dp" 0 train.steps=10 \
         train.micro_batch_size=4 train.lr=2e-3 train.min_lr=2e-4 model.tie_embeddings=false model.n_layers=4 model.moe_first_dense_layers=1 \
         precision.dtype=fp32 checkpoint.every=0 checkpoint.keep_last=0 "$@" > "$tmp/$name.log" 2>&1 ||
         { echo "FAIL: $name exited $?"; grep -m3 "trident:" "$tmp/$name.log" || tail -3 "$tmp/$name.log"; fail=1; }
 }
 run one 1 1
 run tp2 2 1
-run tp2-sp 2 1 parallel.sequence_parallel=true
+run tp2-sp 2 1 1 parallel.sequence_parallel=true
 run pp2 1 2
-run pp2-v2 1 2 parallel.virtual_stages=2
-run one-cf 1 1 model.moe_capacity_factor=1.0
-run tp2-sp-pp2-cf 2 2 parallel.sequence_parallel=true model.moe_capacity_factor=1.0
+run pp2-v2 1 2 1 parallel.virtual_stages=2
+run ep2-tp2-sp 2 1 2 parallel.ep=2 parallel.sequence_parallel=true
+run ep2-pp2 1 2 2 parallel.ep=2
+run one-cf 1 1 1 model.moe_capacity_factor=1.0
+run tp2-sp-pp2-cf 2 2 1 parallel.sequence_parallel=true model.moe_capacity_factor=1.0
 
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys
@@ -58,7 +61,8 @@ def steps(name, key="loss"):
 ok = True
 close = ("loss", "grad_norm", "moe_aux_loss", "moe_z_loss")
 equal = ("moe_dropped", "moe_layers", "moe_load_min", "moe_load_max", "moe_load_cv")
-for ref, runs in (("one", ("tp2", "tp2-sp", "pp2", "pp2-v2")), ("one-cf", ("tp2-sp-pp2-cf",))):
+for ref, runs in (("one", ("tp2", "tp2-sp", "pp2", "pp2-v2", "ep2-tp2-sp", "ep2-pp2")),
+                  ("one-cf", ("tp2-sp-pp2-cf",))):
     a = steps(ref)
     if sorted(a) != list(range(1, 11)) or a[1].get("moe_layers") != [1, 2, 3]:
         print(f"FAIL: {ref}: steps {sorted(a)}, moe_layers {a.get(1, {}).get('moe_layers')}"); ok = False; continue
