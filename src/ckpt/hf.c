@@ -50,6 +50,48 @@ static const char *torch_dtype(enum dtype d) {
     return d == DTYPE_BF16 ? "bfloat16" : d == DTYPE_FP16 ? "float16" : "float32";
 }
 
+// ---- trident's tensor names and the folder's ----
+
+// The folder's tensors that make trident's tensor `name` (a row of the
+// parameter table): moe_experts of them for the stacked routed experts
+// (model.layers.L.mlp.experts.{gate,up,down}_proj.weight: expert e's matrix
+// is rows [e grows / E, (e + 1) grows / E) of trident's), else 1.
+static int moe_parts(const struct llama_config *lc, const char *name) {
+    return lc->moe_experts > 0 && strstr(name, ".mlp.experts.") ? lc->moe_experts : 1;
+}
+
+// The folder's name of part e of trident's tensor `name` (parts:
+// moe_parts) in family f, into out (cap bytes). Qwen2-MoE: the stacked
+// mlp.experts.X.weight is mlp.experts.e.X.weight; Mixtral
+// (MixtralSparseMoeBlock): mlp.gate is block_sparse_moe.gate and the
+// experts block_sparse_moe.experts.e.w1 (gate_proj), w3 (up_proj), w2
+// (down_proj). Every other name is the same in every family.
+static void moe_part_name(enum hf_family f, const char *name, int parts, int e, char *out,
+                          size_t cap) {
+    int l = -1, at = -1;
+    sscanf(name, "model.layers.%d.%n", &l, &at);
+    const char *rest = at > 0 ? name + at : "";
+    bool mix = f == HF_MIXTRAL;
+    static const char *const ours[] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+    static const char *const w[] = {"w1.weight", "w3.weight", "w2.weight"};
+    if (mix && !strcmp(rest, "mlp.gate.weight")) {
+        snprintf(out, cap, "model.layers.%d.block_sparse_moe.gate.weight", l);
+    } else if (parts > 1 && !strncmp(rest, "mlp.experts.", 12)) {
+        const char *leaf = rest + 12;
+        for (int i = 0; i < 3 && mix; i++)
+            if (!strcmp(leaf, ours[i])) {
+                leaf = w[i];
+                break;
+            }
+        snprintf(out, cap, "model.layers.%d.%s.experts.%d.%s", l, mix ? "block_sparse_moe" : "mlp",
+                 e, leaf);
+    } else {
+        snprintf(out, cap, "%s", name);
+    }
+}
+
+static bool family_moe(enum hf_family f) { return f == HF_MIXTRAL || f == HF_QWEN2_MOE; }
+
 // An id list as JSON: null (none), one integer, or a list.
 static json_t *ids_json(const int *ids, int n) {
     if (n <= 0) return json_null();
@@ -80,10 +122,30 @@ static enum status export_family(const struct llama_config *m, const struct hf_e
                        : m->qkv_bias                  ? HF_QWEN2
                        : a->meta                      ? a->meta->family
                                                       : HF_LLAMA;
-    if (m->moe_experts) // issue 31: MixtralForCausalLM / Qwen2MoeForCausalLM are to come
-        return error_set(err, STATUS_BAD_INPUT, "the checkpoint is a mixture-of-experts model "
-                         "(moe_experts = %d); export to Hugging Face's MixtralForCausalLM and "
-                         "Qwen2MoeForCausalLM is not built yet", m->moe_experts);
+    if (m->moe_experts) {
+        // Qwen2-MoE: q/k/v biases and a gated shared expert; Mixtral: neither,
+        // renormalised top-k, every layer sparse, no rope_scaling.
+        f = m->qkv_bias ? HF_QWEN2_MOE : HF_MIXTRAL;
+        bool mix = f == HF_MIXTRAL;
+        const char *why =
+            m->qk_norm ? "q/k norms"
+            : m->head_dim && m->head_dim * m->n_heads != m->d_model
+                ? "a head_dim other than hidden_size / heads"
+            : mix && m->moe_shared_experts
+                ? "a shared expert and no q/k/v biases (Qwen2MoeForCausalLM has both)"
+            : mix && !m->moe_norm_topk ? "moe_norm_topk = false (Mixtral renormalises the top k)"
+            : mix && m->moe_first_dense_layers ? "dense layers (moe_first_dense_layers > 0)"
+            : mix && m->rope_scaling.type != ROPE_SCALING_NONE ? "rope_scaling"
+            : !mix && !m->moe_shared_experts
+                ? "q/k/v biases and no shared expert (Qwen2MoeForCausalLM has both, Mixtral neither)"
+            : !mix && !m->moe_shared_gate ? "an ungated shared expert (moe_shared_gate = false)"
+                                          : NULL;
+        if (why)
+            return error_set(err, STATUS_BAD_INPUT, "%s cannot hold a mixture-of-experts model "
+                             "with %s", hf_family_arch(f), why);
+        return *out = f, STATUS_OK;
+    }
+    if (family_moe(f)) f = m->qkv_bias ? HF_QWEN2 : HF_LLAMA; // a dense model: no experts
     if (f == HF_QWEN2 && !m->qkv_bias) f = HF_LLAMA; // Qwen2 always has the biases
     if (f == HF_QWEN3 && !m->qk_norm) f = HF_LLAMA;  // Qwen3 always has the norms
     const char *why = m->qkv_bias && m->qk_norm ? "both q/k/v biases and q/k norms"
@@ -108,14 +170,18 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
     json_object_set_new(j, "model_type", json_string(hf_family_model_type(f)));
     json_object_set_new(j, "vocab_size", json_integer(m->vocab_size));
     json_object_set_new(j, "hidden_size", json_integer(m->d_model));
-    json_object_set_new(j, "intermediate_size", json_integer(m->ffn_dim));
+    // Mixtral's intermediate_size is its experts' width; Qwen2-MoE's the dense layers'
+    json_object_set_new(j, "intermediate_size",
+                        json_integer(f == HF_MIXTRAL ? llama_moe_ffn(m) : m->ffn_dim));
     json_object_set_new(j, "num_hidden_layers", json_integer(m->n_layers));
     json_object_set_new(j, "num_attention_heads", json_integer(m->n_heads));
     json_object_set_new(j, "num_key_value_heads", json_integer(m->n_kv_heads));
-    if (f != HF_QWEN2) json_object_set_new(j, "head_dim", json_integer(D));
+    if (f == HF_LLAMA || f == HF_QWEN3 || f == HF_MISTRAL)
+        json_object_set_new(j, "head_dim", json_integer(D)); // the others: hidden / heads
     json_object_set_new(j, "max_position_embeddings", json_integer(m->max_seq_len));
     json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
-    if (f != HF_MISTRAL) json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
+    if (f != HF_MISTRAL && f != HF_MIXTRAL)
+        json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
     json_object_set_new(j, "rms_norm_eps", json_real(shortest_float(m->norm_eps)));
     json_object_set_new(j, "hidden_act", json_string("silu"));
     if (f == HF_LLAMA || f == HF_QWEN3) json_object_set_new(j, "attention_bias", json_false());
@@ -125,9 +191,29 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
         json_object_set_new(j, "pretraining_tp", json_integer(1));
     }
     if (f != HF_LLAMA) json_object_set_new(j, "sliding_window", json_null());
-    if (f == HF_QWEN2 || f == HF_QWEN3) {
+    if (f == HF_QWEN2 || f == HF_QWEN3 || f == HF_QWEN2_MOE) {
         json_object_set_new(j, "use_sliding_window", json_false());
         json_object_set_new(j, "max_window_layers", json_integer(m->n_layers));
+    }
+    if (f == HF_MIXTRAL) {
+        json_object_set_new(j, "num_local_experts", json_integer(m->moe_experts));
+        json_object_set_new(j, "router_jitter_noise", json_real(0.0));
+    }
+    if (f == HF_QWEN2_MOE) {
+        json_object_set_new(j, "num_experts", json_integer(m->moe_experts));
+        json_object_set_new(j, "moe_intermediate_size", json_integer(llama_moe_ffn(m)));
+        json_object_set_new(j, "shared_expert_intermediate_size",
+                            json_integer(llama_moe_shared_ffn(m)));
+        json_object_set_new(j, "norm_topk_prob", json_boolean(m->moe_norm_topk));
+        json_object_set_new(j, "decoder_sparse_step", json_integer(1));
+        json_t *dense = json_array(); // the first moe_first_dense_layers layers
+        for (int l = 0; l < m->moe_first_dense_layers; l++) json_array_append_new(dense, json_integer(l));
+        json_object_set_new(j, "mlp_only_layers", dense);
+    }
+    if (family_moe(f)) {
+        json_object_set_new(j, "num_experts_per_tok", json_integer(m->moe_top_k));
+        json_object_set_new(j, "router_aux_loss_coef", json_real(m->moe_aux_loss_coeff));
+        json_object_set_new(j, "output_router_logits", json_false());
     }
     json_object_set_new(j, "tie_word_embeddings", json_boolean(m->tie_embeddings));
     json_object_set_new(j, "torch_dtype", json_string(torch_dtype(d)));
@@ -162,7 +248,37 @@ struct hf_tensor {
     int rows, cols;
     void *data; // (rows * cols,) of the export dtype
     uint64_t bytes;
+    bool view;  // data is inside another entry's (an expert of a stacked tensor): not freed
 };
+
+static int cmp_tensor(const void *a, const void *b) {
+    return strcmp(((const struct hf_tensor *)a)->name, ((const struct hf_tensor *)b)->name);
+}
+
+// t (n, trident's names) as family f's tensors in name order: each stacked
+// expert tensor split into its experts' (views into its data), Mixtral's
+// names (moe_part_name). Frees t; *out: xmalloc'd.
+static void to_family_names(const struct llama_config *m, enum hf_family f, struct hf_tensor *t,
+                            int n, enum dtype d, struct hf_tensor **out, int *n_out) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += moe_parts(m, t[i].name);
+    struct hf_tensor *o = xcalloc((size_t)total + 1, sizeof *o);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int parts = moe_parts(m, t[i].name), rows = t[i].rows / parts;
+        for (int e = 0; e < parts; e++) {
+            struct hf_tensor *q = &o[k++];
+            *q = t[i];
+            moe_part_name(f, t[i].name, parts, e, q->name, sizeof q->name);
+            q->rows = rows, q->bytes = (uint64_t)rows * t[i].cols * dtype_size(d);
+            q->data = (char *)t[i].data + (size_t)e * q->bytes;
+            q->view = e > 0;
+        }
+    }
+    qsort(o, (size_t)k, sizeof *o, cmp_tensor);
+    free(t);
+    *out = o, *n_out = k;
+}
 
 static enum status read_params(struct ckpt_reader *r, int want_dtype, enum dtype *out_dtype,
                                struct hf_tensor **out, int *n_out, struct error *err) {
@@ -287,6 +403,7 @@ enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, str
     }
     enum status st = export_family(m, a, &fam, err);
     if (!st) st = read_params(r, a->dtype, &d, &t, &n, err);
+    if (!st) to_family_names(m, fam, t, n, d, &t, &n);
     if (!st) st = write_weights(&w, t, n, d, a->max_shard_bytes, err);
     if (!st) st = write_json(&w, "config.json", config_json(m, fam, d, bos, eos, n_eos, pad), err);
     if (!st) {
@@ -317,7 +434,8 @@ enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, str
             st = write_json(&w, "tokenizer_config.json", tc, err);
         }
     }
-    for (int i = 0; i < n; i++) free(t[i].data);
+    for (int i = 0; i < n; i++)
+        if (!t[i].view) free(t[i].data);
     free(t);
     if (!st && rename(w.dir, a->out_dir))
         st = error_set(err, STATUS_RUNTIME, "%s: cannot rename to %s: %s", w.dir, a->out_dir,
@@ -342,12 +460,22 @@ struct hf_entry {
     int file;
 };
 
+// A tensor of the folder the model needs: part `part` of trident's
+// parameter `param` (moe_parts).
+struct hf_want {
+    char name[CKPT_NAME_MAX]; // the folder's name (moe_part_name)
+    int64_t rows, cols;       // its shape (cols 1: a vector)
+    int param, part;
+};
+
 struct hf_model {
     char dir[CKPT_PATH_MAX];
     struct llama_config lc;
     struct hf_meta meta;
-    struct param_info *params; // (n_params,) the model's tensors, sorted by name
+    struct param_info *params; // (n_params,) the model's tensors (trident's names), sorted by name
     int n_params;
+    struct hf_want *want;      // (n_want,) the folder's tensors they are made of, sorted by name
+    int n_want;
     int n_files;
     struct safetensors_file *files[HF_READ_FILES];
     char file_names[HF_READ_FILES][256];
@@ -364,6 +492,7 @@ void hf_close(struct hf_model *h) {
     for (int i = 0; i < h->n_files; i++) safetensors_close(h->files[i]);
     free(h->e);
     free(h->params);
+    free(h->want);
     free(h);
 }
 
@@ -390,18 +519,42 @@ static int cmp_param(const void *a, const void *b) {
     return strcmp(((const struct param_info *)a)->name, ((const struct param_info *)b)->name);
 }
 
-// The shape the model of config.json gives a parameter name (its parameter
-// table: the names are Hugging Face's), or ndim 0 for a name it does not have.
-static int expected_shape(const struct hf_model *h, const char *name, int64_t *shape) {
-    struct param_info key;
+static int cmp_want(const void *a, const void *b) {
+    return strcmp(((const struct hf_want *)a)->name, ((const struct hf_want *)b)->name);
+}
+
+// h->want from h->params: every parameter's parts under the family's names.
+static void want_table(struct hf_model *h) {
+    int n = 0;
+    for (int i = 0; i < h->n_params; i++) n += moe_parts(&h->lc, h->params[i].name);
+    h->want = xcalloc((size_t)n + 1, sizeof *h->want);
+    for (int i = 0; i < h->n_params; i++) {
+        const struct param_info *p = &h->params[i];
+        int parts = moe_parts(&h->lc, p->name);
+        for (int e = 0; e < parts; e++) {
+            struct hf_want *w = &h->want[h->n_want++];
+            moe_part_name(h->meta.family, p->name, parts, e, w->name, sizeof w->name);
+            w->rows = p->grows / parts, w->cols = p->gcols, w->param = i, w->part = e;
+        }
+    }
+    qsort(h->want, (size_t)h->n_want, sizeof *h->want, cmp_want);
+}
+
+static const struct hf_want *want_find(const struct hf_model *h, const char *name) {
+    struct hf_want key;
     size_t len = strlen(name);
-    if (len >= sizeof key.name) return 0;
+    if (len >= sizeof key.name) return NULL;
     memcpy(key.name, name, len + 1);
-    const struct param_info *p =
-        bsearch(&key, h->params, (size_t)h->n_params, sizeof *h->params, cmp_param);
-    if (!p) return 0;
-    shape[0] = p->grows, shape[1] = p->gcols;
-    return p->gcols == 1 ? 1 : 2;
+    return bsearch(&key, h->want, (size_t)h->n_want, sizeof *h->want, cmp_want);
+}
+
+// The shape the model of config.json gives a tensor name of the folder (its
+// parameter table through want_table), or ndim 0 for a name it does not have.
+static int expected_shape(const struct hf_model *h, const char *name, int64_t *shape) {
+    const struct hf_want *w = want_find(h, name);
+    if (!w) return 0;
+    shape[0] = w->rows, shape[1] = w->cols;
+    return w->cols == 1 ? 1 : 2;
 }
 
 static const struct hf_entry *hf_find(const struct hf_model *h, const char *name);
@@ -412,11 +565,11 @@ static void missing_tensors(const struct hf_model *h, char *buf, size_t cap, int
     size_t used = 0;
     buf[0] = '\0';
     *n_missing = 0;
-    for (int i = 0; i < h->n_params; i++) {
-        if (hf_find(h, h->params[i].name)) continue;
+    for (int i = 0; i < h->n_want; i++) {
+        if (hf_find(h, h->want[i].name)) continue;
         if (*n_missing < 3 && used < cap)
             used += (size_t)snprintf(buf + used, cap - used, "%s%s", *n_missing ? ", " : "",
-                                     h->params[i].name);
+                                     h->want[i].name);
         else if (*n_missing == 3 && used < cap) used += (size_t)snprintf(buf + used, cap - used, ", ...");
         (*n_missing)++;
     }
@@ -445,6 +598,7 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
         st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: not a model trident builds: %s", dir, why);
     }
     if (!st) qsort(h->params, (size_t)h->n_params, sizeof *h->params, cmp_param);
+    if (!st) want_table(h);
     const char *arch = hf_family_arch(h->meta.family);
     char idx[CKPT_PATH_MAX + 40];
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
@@ -526,9 +680,9 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
     char names[400];
     int n_missing = 0;
     if (!st) missing_tensors(h, names, sizeof names, &n_missing);
-    if (!st && want != h->n_params)
+    if (!st && want != h->n_want)
         st = error_set(err, STATUS_BAD_INPUT, "%s: %d of the %d tensors %s needs are present; "
-                       "missing: %s", dir, h->n_params - n_missing, h->n_params, arch, names);
+                       "missing: %s", dir, h->n_want - n_missing, h->n_want, arch, names);
     if (st) hf_close(h);
     else *out = h;
     return st;
@@ -544,22 +698,43 @@ static const struct hf_entry *hf_find(const struct hf_model *h, const char *name
 enum status hf_check_model(const struct hf_model *h, const struct llama_config *m,
                            struct error *err) {
     const struct llama_config *f = &h->lc;
+    // ffn_dim is the dense layers' width: compared where the folder has them
+    // (Mixtral's intermediate_size is its experts', compared as moe_ffn_dim).
+    bool dense = !f->moe_experts || f->moe_first_dense_layers > 0, moe = f->moe_experts > 0;
     struct {
         const char *hf, *ours;
         int a, b;
-    } ints[] = {{"hidden_size", "d_model", f->d_model, m->d_model},
-                {"intermediate_size", "ffn_dim", f->ffn_dim, m->ffn_dim},
-                {"num_attention_heads", "n_heads", f->n_heads, m->n_heads},
-                {"num_key_value_heads", "n_kv_heads", f->n_kv_heads, m->n_kv_heads},
-                {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers},
-                {"vocab_size", "vocab_size", f->vocab_size, m->vocab_size},
-                {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings},
+        bool used;
+    } ints[] = {{"hidden_size", "d_model", f->d_model, m->d_model, true},
+                {"intermediate_size", "ffn_dim", f->ffn_dim, m->ffn_dim, dense},
+                {"num_local_experts / num_experts (0: a dense model)", "moe_experts",
+                 f->moe_experts, m->moe_experts, true},
+                {"num_experts_per_tok", "moe_top_k", f->moe_top_k, m->moe_top_k, moe},
+                {"the experts' width (Mixtral intermediate_size, Qwen2-MoE moe_intermediate_size)",
+                 "moe_ffn_dim (0: ffn_dim)", llama_moe_ffn(f), llama_moe_ffn(m), moe},
+                {"shared_expert_intermediate_size (Mixtral: none)",
+                 "moe_shared_ffn_dim (0: moe_ffn_dim) with moe_shared_experts",
+                 llama_moe_shared_ffn(f), llama_moe_shared_ffn(m), moe},
+                {"architectures (Qwen2-MoE: the shared expert's sigmoid gate)", "moe_shared_gate",
+                 llama_moe_shared_ffn(f) > 0 && f->moe_shared_gate,
+                 llama_moe_shared_ffn(m) > 0 && m->moe_shared_gate, moe},
+                {"norm_topk_prob (Mixtral: true)", "moe_norm_topk", f->moe_norm_topk,
+                 m->moe_norm_topk, moe},
+                {"decoder_sparse_step, mlp_only_layers (the dense layers first)",
+                 "moe_first_dense_layers", f->moe_first_dense_layers, m->moe_first_dense_layers,
+                 moe},
+                {"num_attention_heads", "n_heads", f->n_heads, m->n_heads, true},
+                {"num_key_value_heads", "n_kv_heads", f->n_kv_heads, m->n_kv_heads, true},
+                {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers, true},
+                {"vocab_size", "vocab_size", f->vocab_size, m->vocab_size, true},
+                {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings, true},
                 {"head_dim", "head_dim", f->head_dim ? f->head_dim : f->d_model / f->n_heads,
-                 m->head_dim ? m->head_dim : m->d_model / m->n_heads},
-                {"architectures (Qwen2: q/k/v biases)", "qkv_bias", f->qkv_bias, m->qkv_bias},
-                {"architectures (Qwen3: q/k norms)", "qk_norm", f->qk_norm, m->qk_norm}};
+                 m->head_dim ? m->head_dim : m->d_model / m->n_heads, true},
+                {"architectures (Qwen2, Qwen2-MoE: q/k/v biases)", "qkv_bias", f->qkv_bias,
+                 m->qkv_bias, true},
+                {"architectures (Qwen3: q/k norms)", "qk_norm", f->qk_norm, m->qk_norm, true}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (ints[i].a != ints[i].b)
+        if (ints[i].used && ints[i].a != ints[i].b)
             return error_set(err, STATUS_BAD_INPUT, "%s/config.json: %s = %d, the run's [model] "
                              "%s = %d", h->dir, ints[i].hf, ints[i].a, ints[i].ours, ints[i].b);
     if (f->rope_theta != m->rope_theta)
@@ -587,28 +762,45 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
 
 enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct error *err) {
     const char *name = strncmp(want->name, "param/", 6) ? want->name : want->name + 6;
-    const struct hf_entry *e = hf_find(h, name);
-    if (!e)
-        return error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s", h->dir, name);
-    const struct safetensors_tensor *t = e->t;
-    int64_t cols = t->ndim > 1 ? t->shape[1] : 1;
-    if (t->shape[0] != want->grows || cols != want->gcols || want->dtype != DTYPE_FP32)
-        return error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is (%lld, %lld), the model's is "
-                         "(%d, %d)", h->dir, name, (long long)t->shape[0], (long long)cols,
-                         want->grows, want->gcols);
-    size_t es = dtype_size(t->dtype);
+    // The folder's tensors of this one: trident's stacked experts are E of
+    // them, each prow rows (want_table).
+    int parts = moe_parts(&h->lc, name), prow = want->grows / parts;
+    const struct hf_entry **src = xcalloc((size_t)parts, sizeof *src);
+    char pname[CKPT_NAME_MAX];
+    enum status st = want->dtype != DTYPE_FP32 || want->grows % parts
+                         ? error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: read as F32 in %d "
+                                     "parts of equal rows, (%d, %d) asked", h->dir, name, parts,
+                                     want->grows, want->gcols)
+                         : STATUS_OK;
+    for (int e = 0; e < parts && !st; e++) {
+        moe_part_name(h->meta.family, name, parts, e, pname, sizeof pname);
+        src[e] = hf_find(h, pname);
+        if (!src[e]) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s", h->dir, pname);
+            break;
+        }
+        const struct safetensors_tensor *t = src[e]->t;
+        int64_t cols = t->ndim > 1 ? t->shape[1] : 1;
+        if (t->shape[0] != prow || cols != want->gcols)
+            st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is (%lld, %lld), the model's is "
+                           "(%d, %d)", h->dir, pname, (long long)t->shape[0], (long long)cols,
+                           prow, want->gcols);
+    }
     float *dst = want->data;
-    uint16_t *row = xmalloc((size_t)want->cols * es);
-    enum status st = STATUS_OK;
+    uint32_t *row = xmalloc((size_t)want->cols * sizeof *row); // F32, BF16, F16: <= 4 bytes each
     for (size_t i = want->flat_begin; i < want->flat_end && !st;) {
         size_t br = i / (size_t)want->cols, bc = i % (size_t)want->cols;
         size_t run = MIN((size_t)want->cols - bc, want->flat_end - i);
-        uint64_t at = ((uint64_t)(want->row_offset + br) * (uint64_t)cols + want->col_offset + bc) * es;
+        size_t R = (size_t)want->row_offset + br; // the row of trident's whole tensor
+        const struct hf_entry *e = src[R / (size_t)prow];
+        const struct safetensors_tensor *t = e->t;
+        size_t es = dtype_size(t->dtype);
+        uint64_t at = ((uint64_t)(R % (size_t)prow) * (uint64_t)want->gcols + want->col_offset + bc) * es;
         st = safetensors_read(h->files[e->file], t, at, run * es, row, err);
         for (size_t k = 0; k < run && !st; k++) {
             float v = t->dtype == DTYPE_FP32   ? ((float *)row)[k]
-                      : t->dtype == DTYPE_BF16 ? bf16_to_f32(row[k])
-                                               : fp16_to_f32(row[k]);
+                      : t->dtype == DTYPE_BF16 ? bf16_to_f32(((uint16_t *)row)[k])
+                                               : fp16_to_f32(((uint16_t *)row)[k]);
             dst[i - want->flat_begin + k] = v;
         }
         i += run;
@@ -619,13 +811,16 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
     size_t first = 0, bad = st ? 0 : ckpt_count_nonfinite(dst, DTYPE_FP32,
                                                           want->flat_end - want->flat_begin, &first);
     if (bad) {
-        size_t f = want->flat_begin + first;
-        size_t r = want->row_offset + f / (size_t)want->cols, c = want->col_offset + f % (size_t)want->cols;
+        size_t f = want->flat_begin + first, cols = (size_t)want->gcols;
+        size_t R = want->row_offset + f / (size_t)want->cols, c = want->col_offset + f % (size_t)want->cols;
+        size_t r = R % (size_t)prow;
+        const struct hf_entry *e = src[R / (size_t)prow];
         st = error_set(err, STATUS_BAD_INPUT, "%s/%s: tensor %s holds %zu non-finite values in "
                        "the part read; the first at element %zu (row %zu, column %zu): %g",
-                       h->dir, h->file_names[e->file], name, bad, r * (size_t)cols + c, r, c,
+                       h->dir, h->file_names[e->file], e->t->name, bad, r * cols + c, r, c,
                        (double)dst[first]);
     }
+    free(src);
     return st;
 }
 
@@ -653,20 +848,17 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     if (access(latest, F_OK) == 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: holds checkpoints (%s); import writes into "
                          "a new dir", dir, latest);
-    struct ckpt_piece *p = xcalloc((size_t)h->n + 1, sizeof *p);
+    // Every parameter of the model whole, under trident's names (the
+    // stacked experts assembled by hf_read_piece).
+    struct ckpt_piece *p = xcalloc((size_t)h->n_params + 1, sizeof *p);
     int n = 0;
     enum status st = STATUS_OK;
-    for (int i = 0; i < h->n && !st; i++) {
-        const struct safetensors_tensor *t = h->e[i].t;
-        int64_t shape[2];
-        if (!expected_shape(h, t->name, shape)) continue; // a tied model's lm_head copy
+    for (int i = 0; i < h->n_params && !st; i++) {
+        const struct param_info *pi = &h->params[i];
         struct ckpt_piece *q = &p[n++];
-        size_t len = MIN(strlen(t->name), sizeof q->name - 7); // a known name: it fits
-        memcpy(q->name, "param/", 6);
-        memcpy(q->name + 6, t->name, len);
-        q->name[6 + len] = '\0';
-        q->grows = q->rows = (int)t->shape[0];
-        q->gcols = q->cols = t->ndim > 1 ? (int)t->shape[1] : 1;
+        snprintf(q->name, sizeof q->name, "param/%s", pi->name);
+        q->grows = q->rows = pi->grows;
+        q->gcols = q->cols = pi->gcols;
         q->flat_end = (size_t)q->rows * q->cols, q->dtype = DTYPE_FP32;
         q->data = xmalloc(q->flat_end * sizeof(float));
         st = hf_read_piece(h, q, err);

@@ -25,8 +25,12 @@
 #include "safetensors.h"
 
 // The families read and written: transformers' class names in config.json's
-// `architectures` and their model_type.
-enum hf_family { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_N_FAMILIES };
+// `architectures` and their model_type. Mixtral and Qwen2-MoE are the
+// mixture-of-experts ones ([model] moe_*; docs/formats.md "Hugging Face
+// export and import"): their per-expert tensors are trident's stacked ones
+// (hf_moe_name).
+enum hf_family { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_MIXTRAL, HF_QWEN2_MOE,
+                 HF_N_FAMILIES };
 const char *hf_family_arch(enum hf_family f);       // "LlamaForCausalLM", ...
 const char *hf_family_model_type(enum hf_family f); // "llama", ...
 

@@ -403,6 +403,14 @@ static int logits_cmd(const struct ckpt_args *o) {
     int32_t *targets = xmalloc((size_t)T * sizeof *targets);
     double *row = xmalloc((size_t)V * sizeof *row);
     for (int t = 0; t < T; t++) targets[t] = IGNORE_INDEX;
+    // A mixture-of-experts model's routing too: each MoE layer's top-k
+    // experts of every token, and the load-balancing loss of each sequence
+    // (moe_aux_loss_layers over its MoE layers, taken after a backward).
+    const int *moe_layers;
+    int n_moe = g.lc.moe_experts ? model_moe_layers(m, &moe_layers) : 0, k = g.lc.moe_top_k;
+    int32_t *topk = n_moe ? xmalloc((size_t)N * n_moe * T * k * sizeof *topk) : NULL;
+    double *aux = n_moe ? xmalloc((size_t)N * sizeof *aux) : NULL;
+    double *stats = n_moe ? xmalloc(model_moe_stats_numel(m) * sizeof *stats) : NULL;
     for (int s = 0; s < N; s++) {
         double loss;
         long count;
@@ -412,12 +420,26 @@ static int logits_cmd(const struct ckpt_args *o) {
             float *dst = logits + ((size_t)s * T + t) * V;
             for (int j = 0; j < V; j++) dst[j] = (float)row[j]; // FP32 values: exact
         }
+        for (int b = 0; b < n_moe; b++) // one rank: local block b is layer moe_layers[b]
+            model_moe_topk(m, 0, moe_layers[b], topk + ((size_t)s * n_moe + b) * T * k);
+        if (n_moe) {
+            model_zero_grad(m);
+            model_backward(m, 1.0); // every target ignored: only the routing statistics
+            model_moe_stats_take(m, stats);
+            aux[s] = stats[1];
+        }
     }
-    free(targets), free(row);
-    struct safetensors_entry e = {.name = "logits", .dtype = DTYPE_FP32, .ndim = 3,
-                                  .shape = {N, T, V}, .data = logits};
-    const char *meta[] = {"format", "trident-logits", "version", "1", "source", o->dir};
-    safetensors_write(out, &e, 1, meta, 3, &err);
+    free(targets), free(row), free(stats);
+    struct safetensors_entry e[3] = {
+        {.name = "logits", .dtype = DTYPE_FP32, .ndim = 3, .shape = {N, T, V}, .data = logits},
+        {.name = "moe_topk", .dtype = DTYPE_I32, .ndim = 4, .shape = {N, n_moe, T, k}, .data = topk},
+        {.name = "moe_aux_loss", .dtype = DTYPE_FP64, .ndim = 1, .shape = {N}, .data = aux}};
+    char coeff[32];
+    snprintf(coeff, sizeof coeff, "%.17g", g.lc.moe_aux_loss_coeff);
+    const char *meta[] = {"format", "trident-logits", "version", "1", "source", o->dir,
+                          "moe_aux_loss_coeff", coeff};
+    safetensors_write(out, e, n_moe ? 3 : 1, meta, n_moe ? 4 : 3, &err);
+    free(topk), free(aux);
 done:
     generator_close(&g);
     free(ids), free(logits);
