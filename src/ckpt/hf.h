@@ -13,7 +13,11 @@
 // trident's parameter names, shapes and q/k row order are those of
 // LlamaForCausalLM (rotate_half RoPE pairs (i, i + D/2) of each head), so
 // tensors are copied, not permuted; tests/e2e/hf_export.sh checks that with an
-// independent forward pass.
+// independent forward pass. The other families (enum hf_family) are read and
+// written the same way; a mixture-of-experts model's stacked experts (model.h)
+// are split into and read from the family's per-expert tensors by rows
+// (MixtralForCausalLM's block_sparse_moe names, Qwen2MoeForCausalLM's
+// mlp.experts.e; tests/e2e/hf_moe.sh against transformers).
 #ifndef TRIDENT_HF_H
 #define TRIDENT_HF_H
 
@@ -100,7 +104,7 @@ struct hf_export_args {
 // STATUS_RUNTIME on a write failure; each names the path.
 enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, struct error *err);
 
-// A Hugging Face LlamaForCausalLM folder opened for reading: config.json and
+// A Hugging Face folder of one of the families opened for reading: config.json and
 // its safetensors (model.safetensors, or the files model.safetensors.index.json
 // names), every header validated on open (safetensors_open).
 struct hf_model;
@@ -133,7 +137,9 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
 
 // Fills want->data (flat_end - flat_begin elements of want->dtype, which must
 // be DTYPE_FP32) with the wanted range of the wanted block of the tensor
-// "param/<HF name>", reading only those bytes (one pread per block row);
+// "param/<trident name>" (a MoE model's stacked experts: each block row from
+// the expert tensor that holds it), reading only those bytes (one pread per
+// block row);
 // BF16 and F16 values are widened exactly. Errors: STATUS_BAD_INPUT when the
 // tensor is absent, its shape is not (grows, gcols) or the range read holds a
 // NaN or an infinity ("DIR/FILE: tensor NAME holds K non-finite values ...;

@@ -200,7 +200,8 @@ static const struct cli_flag ckpt_logits_flags[] = {
 };
 static const struct cli_flag import_flags[] = {
     {"HF_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
-     "a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM folder "
+     "a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
+     "MixtralForCausalLM or Qwen2MoeForCausalLM folder "
      "(config.json, safetensors; every config key read as docs/formats.md's table says); refused (exit 2, nothing written) "
      "for a NaN or an infinity in a tensor, a missing tensor or a bad file", C(dir)},
     {"OUT_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
@@ -224,16 +225,19 @@ const struct cli_command cli_ckpt_verify = {
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_export = {
     .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
-    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2 or Qwen3).",
+    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2, Qwen3,\n"
+               "Mixtral or Qwen2-MoE).",
     .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
 const struct cli_command cli_ckpt_logits = {
     .name = "ckpt logits", .synopsis = "DIR --tokens IDS.txt --out OUT.safetensors",
     .summary = "The FP32 logits (N, T, V) of the N lines of T token ids of IDS.txt, one forward each on one\n"
-               "rank, as the tensor \"logits\" of a safetensors file (for checks against other implementations).",
+               "rank, as the tensor \"logits\" of a safetensors file (for checks against other implementations);\n"
+               "a mixture-of-experts model's routing too (moe_topk (N, MoE layers, T, k), moe_aux_loss (N,)).",
     .flags = ckpt_logits_flags, .n_flags = CLI_N(ckpt_logits_flags)};
 const struct cli_command cli_import = {
     .name = "import", .synopsis = "HF_DIR OUT_DIR",
-    .summary = "A Hugging Face Llama, Qwen2, Qwen3 or Mistral folder as a trident checkpoint (weights only).",
+    .summary = "A Hugging Face Llama, Qwen2, Qwen3, Mistral, Mixtral or Qwen2-MoE folder as a trident checkpoint\n"
+               "(weights only).",
     .flags = import_flags, .n_flags = CLI_N(import_flags)};
 
 // `ckpt export DIR OUT --format hf ...`. Returns the exit code.
