@@ -1,4 +1,5 @@
-// hf.h: a checkpoint as a Hugging Face LlamaForCausalLM folder, the one
+// hf.h (hf.c reads, hf_export.c writes): a checkpoint as a Hugging Face
+// LlamaForCausalLM folder (or another family's, enum hf_family), the one
 // transformers' from_pretrained loads (docs/formats.md "Hugging Face export"):
 //
 //   config.json                      LlamaForCausalLM: sizes, rope_theta,
