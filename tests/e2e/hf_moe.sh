@@ -24,7 +24,10 @@
 #      16 != 32 / 4, Mixtral rope_scaling, mlp_only_layers [0, 2] and
 #      decoder_sparse_step 2 (a dense layer after a sparse one),
 #      shared_expert_intermediate_size 0, num_experts 0; init_from with a run
-#      of another moe_top_k, naming num_experts_per_tok.
+#      of another moe_top_k, naming num_experts_per_tok;
+#  (e) `ckpt export --format hf` of trident MoE models neither class holds (a
+#      shared expert without q/k/v biases; q/k/v biases without a shared
+#      expert) exits 2 naming the class and what it lacks, writing nothing.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -72,4 +75,20 @@ small_train "$tmp/runT" "$tmp/ckT" 1 1 1 0 $(sed 's/moe_top_k=2/moe_top_k=1/' "$
     model.init_from="$tmp/mixtral/hf" train.steps=1 train.warmup_steps=0 > "$tmp/logT" 2>&1 || rc=$?
 [ $rc -eq 2 ] && grep -q "num_experts_per_tok = 2, the run's \[model\] moe_top_k = 1" "$tmp/logT" ||
     { grep -m3 trident "$tmp/logT"; fail "(d) init_from with another moe_top_k: exit $rc"; }
-echo "ok: MixtralForCausalLM and Qwen2MoeForCausalLM: logits, router choices and aux loss = transformers' through the folder, import and export; exports load in transformers with no missing or unexpected key; init_from in ep 2 and dp_shard 2; 10 config refusals by key"
+# (e) export refusals: trident MoE models neither class holds (tests/e2e/configs/moe.ini:
+# a shared expert without q/k/v biases; q/k/v biases without a shared expert)
+for case in "moe_shared_experts=1 Mixtral.*shared expert" "qkv_bias=true Qwen2Moe.*no shared expert"; do
+    set -- $case
+    k=${1%%=*}
+    rc=0
+    SMALL_INI=tests/e2e/configs/moe.ini small_train "$tmp/run-$k" "$tmp/ck-$k" 1 1 1 0 model.vocab_size=264 \
+        model.moe_shared_experts="$([ "$k" = qkv_bias ] && echo 0 || echo 1)" \
+        model.moe_shared_ffn_dim="$([ "$k" = qkv_bias ] && echo 0 || echo 128)" \
+        model.qkv_bias="$([ "$k" = qkv_bias ] && echo true || echo false)" \
+        train.steps=1 train.warmup_steps=0 > "$tmp/log-$k" 2>&1 || { tail -3 "$tmp/log-$k"; fail "(e) $k: training"; }
+    "$TRIDENT" ckpt export "$tmp/ck-$k" "$tmp/hf-$k" --format hf > /dev/null 2> "$tmp/err-$k" || rc=$?
+    [ $rc -eq 2 ] && grep -q "$2" "$tmp/err-$k" && [ ! -e "$tmp/hf-$k" ] ||
+        fail "(e) export of a MoE model with $1: exit $rc, '$(cat "$tmp/err-$k")' (expected exit 2 matching '$2')"
+    echo "ok: (e) refused: $(cat "$tmp/err-$k")"
+done
+echo "ok: MixtralForCausalLM and Qwen2MoeForCausalLM: logits, router choices and aux loss = transformers' through the folder, import and export; exports load in transformers with no missing or unexpected key; init_from in ep 2 and dp_shard 2; 10 config refusals by key, 2 export refusals"
