@@ -71,8 +71,11 @@ struct hf_key_row {
 const struct hf_key_row *hf_config_keys(int *n);
 
 // Reads dir/config.json (and dir/generation_config.json when present) into
-// *lc (sizes, head_dim 0 when hidden_size / heads, qkv_bias for Qwen2,
-// qk_norm for Qwen3, rope_scaling, max_seq_len = max_position_embeddings)
+// *lc (sizes, head_dim 0 when hidden_size / heads, qkv_bias for Qwen2 and
+// Qwen2-MoE, qk_norm for Qwen3, rope_scaling, max_seq_len =
+// max_position_embeddings; Mixtral and Qwen2-MoE: the moe_* fields, the
+// sparse layers as moe_first_dense_layers, router_aux_loss_coef as
+// moe_aux_loss_coeff)
 // and *meta. Only regular files are opened. Every number is checked for its
 // JSON type (a string is not a number, a number not a boolean) and range
 // (the [model] INI keys' bounds, 64-bit arithmetic) before use. Errors:
@@ -113,11 +116,11 @@ struct hf_model;
 // Opens dir. expect: the run's model, compared with config.json
 // (hf_check_model) before any shape, or NULL. Errors: STATUS_BAD_INPUT naming
 // the file (and tensor or key) for a missing or bad config.json, index or
-// safetensors file, an architecture other than LlamaForCausalLM (hidden_act
-// silu, no biases, no rope_scaling), a config.json other than expect's, a
-// tensor in two files or in another shard than the index says, a tensor of
-// LlamaForCausalLM missing (the first three named) or of another shape than
-// config.json implies.
+// safetensors file, an architecture other than the families' (hf_read_config's
+// refusals), a config.json other than expect's, a tensor in two files or in
+// another shard than the index says, a tensor of the family's class missing
+// (the first three named: a MoE folder's per-expert names) or of another
+// shape than config.json implies.
 enum status hf_open(const char *dir, const struct llama_config *expect, struct hf_model **out,
                     struct error *err);
 void hf_close(struct hf_model *h);
