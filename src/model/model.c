@@ -551,6 +551,9 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
                          "selective or full", (int)shard->recompute);
     if (cfg->moe_experts) {
         model_moe_config(cfg, &m->moe);
+        // expert parallelism: the buffers' row bounds (moe_rows_recv_max);
+        // the groups come with model_set_groups
+        m->moe.ep = (struct moe_ep){.size = MAX(1, shard->ep_size), .rank = shard->ep_rank};
         if (shard->recompute != RECOMPUTE_NONE || cp > 1 || shard->split_backward)
             return error_set(err, STATUS_BAD_INPUT, "model: the mixture-of-experts blocks need "
                              "recompute none (found %d), cp 1 (found %d) and no split backward "

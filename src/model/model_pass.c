@@ -19,6 +19,11 @@ void model_set_groups(struct model *m, const struct parallel_groups *groups) {
     CHECK(m->cp == 1 || (g.cp && g.cp->size == m->cp), "CP group of %d ranks for cp %d",
           g.cp ? g.cp->size : 0, m->cp);
     m->groups = g;
+    if (m->cfg.moe_experts) { // expert parallelism's all-to-alls (moe.h, struct moe_ep)
+        CHECK(m->moe.ep.size <= 1 || (g.ep && g.ep->size == m->moe.ep.size),
+              "EP group of %d ranks for ep %d", g.ep ? g.ep->size : 0, m->moe.ep.size);
+        m->moe.ep.group = g.ep, m->moe.ep.host = g.host_ep;
+    }
 }
 
 // The host waits for the compute stream before a TP collective, unless the

@@ -28,6 +28,7 @@ static struct tensor take(struct carve *cv, enum dtype dt, size_t numel) {
 struct moe_acts {
     struct tensor probs, lse, topk_idx, topk_w, stats, counts, dest, src;
     struct tensor xp, hg, hu, h, yp;
+    struct tensor xr, yr; // expert parallelism: the rows received (xp, yp without it)
     struct tensor s, sg, su, sh, sy;
 };
 
@@ -37,6 +38,7 @@ static struct moe_acts acts_layout(const struct moe_config *c, int N, enum dtype
     struct moe_acts a = {0};
     enum dtype st = stat_of(dt);
     size_t Mx = (size_t)moe_rows_max(c, N), nk = (size_t)N * c->k;
+    size_t Rx = (size_t)moe_rows_recv_max(c, N);
     a.probs = take(&cv, st, (size_t)N * c->E);
     a.lse = take(&cv, st, N);
     a.topk_idx = take(&cv, DTYPE_I32, nk);
@@ -46,10 +48,12 @@ static struct moe_acts acts_layout(const struct moe_config *c, int N, enum dtype
     a.dest = take(&cv, DTYPE_I32, nk);
     a.src = take(&cv, DTYPE_I32, nk);
     a.xp = take(&cv, dt, Mx * c->C);
-    a.hg = take(&cv, dt, Mx * c->F);
-    a.hu = take(&cv, dt, Mx * c->F);
-    a.h = take(&cv, dt, Mx * c->F);
+    a.hg = take(&cv, dt, Rx * c->F);
+    a.hu = take(&cv, dt, Rx * c->F);
+    a.h = take(&cv, dt, Rx * c->F);
     a.yp = take(&cv, dt, Mx * c->C);
+    a.xr = a.xp, a.yr = a.yp;
+    if (c->ep.size > 1) a.xr = take(&cv, dt, Rx * c->C), a.yr = take(&cv, dt, Rx * c->C);
     if (c->shared_F > 0) {
         size_t ns = (size_t)N * c->shared_F;
         if (c->shared_gate) a.s = take(&cv, st, N);
@@ -65,6 +69,7 @@ static struct moe_acts acts_layout(const struct moe_config *c, int N, enum dtype
 // The backward's working memory (moe_scratch_bytes lists it); the forward
 // uses only logits, at the start of the same region.
 struct moe_scratch {
+    struct tensor dyr, dxr; // expert parallelism: the rows received (dyp, dxp without it)
     struct tensor dyp, dxp, dh, dhg, dhu, dtopk_w, dlogits, dlogits_dt, aux_w;
     struct tensor dsy, dsh, dsg, dsu, ds, ds_dt;
 };
@@ -74,12 +79,14 @@ static struct moe_scratch scratch_layout(const struct moe_config *c, int N, enum
     struct carve cv = {base, 0};
     struct moe_scratch s = {0};
     enum dtype st = stat_of(dt);
-    size_t Mx = (size_t)moe_rows_max(c, N);
+    size_t Mx = (size_t)moe_rows_max(c, N), Rx = (size_t)moe_rows_recv_max(c, N);
     s.dyp = take(&cv, dt, Mx * c->C);
     s.dxp = take(&cv, dt, Mx * c->C);
-    s.dh = take(&cv, dt, Mx * c->F);
-    s.dhg = take(&cv, dt, Mx * c->F);
-    s.dhu = take(&cv, dt, Mx * c->F);
+    s.dh = take(&cv, dt, Rx * c->F);
+    s.dhg = take(&cv, dt, Rx * c->F);
+    s.dhu = take(&cv, dt, Rx * c->F);
+    s.dyr = s.dyp, s.dxr = s.dxp;
+    if (c->ep.size > 1) s.dyr = take(&cv, dt, Rx * c->C), s.dxr = take(&cv, dt, Rx * c->C);
     s.dtopk_w = take(&cv, st, (size_t)N * c->k);
     s.dlogits = take(&cv, st, (size_t)N * c->E);
     s.dlogits_dt = dt != st ? take(&cv, dt, (size_t)N * c->E) : s.dlogits;
@@ -121,6 +128,10 @@ enum status moe_config_check(const struct moe_config *c, struct error *err) {
         return error_set(err, STATUS_BAD_INPUT,
                          "moe: capacity_factor=%g, expected 0 (dropless) or > 0",
                          c->capacity_factor);
+    int ep = MAX(1, c->ep.size);
+    if (c->E % ep || c->ep.rank < 0 || c->ep.rank >= ep)
+        return error_set(err, STATUS_BAD_INPUT, "moe: ep size %d (rank %d) must divide E=%d",
+                         ep, c->ep.rank, c->E);
     return STATUS_OK;
 }
 
@@ -133,6 +144,13 @@ int moe_rows_max(const struct moe_config *c, int N) {
     long nk = (long)N * c->k, cap = moe_capacity(c, N);
     if (cap > 0 && (long)c->E * cap < nk) return (int)(c->E * cap);
     return (int)nk;
+}
+
+int moe_rows_recv_max(const struct moe_config *c, int N) {
+    if (c->ep.size <= 1) return moe_rows_max(c, N);
+    long all = (long)c->ep.size * N * c->k, cap = moe_capacity(c, N);
+    if (cap > 0 && (long)c->E * cap < all) return (int)(c->E * cap);
+    return (int)all;
 }
 
 size_t moe_activation_bytes(const struct moe_config *c, int N, enum dtype dt) {
@@ -220,6 +238,47 @@ void moe_experts_backward(struct backend *be, int n, const int32_t *rows_of, int
     }
 }
 
+// Expert parallelism's counts (moe_ep): every ep rank's kept counts,
+// all-gathered, give the rows this rank receives from each source for each
+// of its experts (st->recv_rows, st->R). A collective over c->ep.host.
+static void ep_counts(const struct moe_config *c, struct moe_stats *st) {
+    int P = c->ep.size, E = c->E, El = E / P, me = c->ep.rank;
+    struct comm_group *g = c->ep.host ? c->ep.host : c->ep.group;
+    CHECK(g && g->size == P, "moe: ep = %d but the ep group has %d ranks", P, g ? g->size : 0);
+    int32_t *all = xmalloc((size_t)P * E * sizeof *all);
+    comm_all_gather(g, st->kept, all, (size_t)E, DTYPE_I32);
+    st->R = 0;
+    for (int i = 0; i < P; i++)
+        for (int j = 0; j < El; j++)
+            st->R += st->recv_rows[i * El + j] = all[(size_t)i * E + me * El + j];
+    free(all);
+}
+
+// Moves rows of width w between this rank's tokens' order (local: st->M rows
+// sorted by expert, each destination's experts contiguous) and the rows its
+// experts received (st->R rows, by source then local expert): to_experts
+// sends local -> received, else received -> local. One all-to-all over
+// c->ep.group, after the compute queued so far.
+static void ep_exchange(struct backend *be, const struct moe_config *c, const struct moe_stats *st,
+                        struct tensor local, struct tensor received, int w, bool to_experts) {
+    int P = c->ep.size, El = c->E / P;
+    size_t *v = xcalloc(4 * (size_t)P, sizeof *v); // local counts, offsets, received ...
+    for (int j = 0, lo = 0, ro = 0; j < P; j++) {
+        size_t nl = 0, nr = 0;
+        for (int e = 0; e < El; e++) nl += st->kept[j * El + e], nr += st->recv_rows[j * El + e];
+        v[j] = nl * w, v[P + j] = (size_t)lo * w, v[2 * P + j] = nr * w, v[3 * P + j] = (size_t)ro * w;
+        lo += (int)nl, ro += (int)nr;
+    }
+    comm_order_after_compute(c->ep.group, be);
+    if (to_experts)
+        comm_all_to_all_v(c->ep.group, local.data, v, v + P, received.data, v + 2 * P, v + 3 * P,
+                          local.dtype);
+    else
+        comm_all_to_all_v(c->ep.group, received.data, v + 2 * P, v + 3 * P, local.data, v, v + P,
+                          local.dtype);
+    free(v);
+}
+
 void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y, struct tensor x,
                  const struct moe_weights *w, int N, void *acts, void *scratch,
                  struct moe_stats *st) {
@@ -260,10 +319,28 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
     st->z_loss = st->z_sum / n;
     st->z_grad = c->z_coeff / n;
 
-    // the experts over their rows
+    // the experts over their rows (under ep: this rank's experts over the
+    // rows every source sent, source by source)
     backend_moe_permute(be, a.xp, x, a.src, st->M, C, k);
-    moe_experts_forward(be, E, st->kept, C, F, a.yp, a.hg, a.hu, a.h, a.xp, w->gate, w->up,
-                        w->down);
+    if (c->ep.size > 1) {
+        int El = E / c->ep.size;
+        ep_counts(c, st);
+        ep_exchange(be, c, st, a.xp, a.xr, C, true);
+        for (int i = 0, o = 0; i < c->ep.size; i++) {
+            const int32_t *rows_of = st->recv_rows + i * El;
+            int m = 0;
+            for (int j = 0; j < El; j++) m += rows_of[j];
+            moe_experts_forward(be, El, rows_of, C, F, rows(a.yr, o, m, C), rows(a.hg, o, m, F),
+                                rows(a.hu, o, m, F), rows(a.h, o, m, F), rows(a.xr, o, m, C),
+                                w->gate, w->up, w->down);
+            o += m;
+        }
+        ep_exchange(be, c, st, a.yp, a.yr, C, false);
+    } else {
+        st->R = st->M;
+        moe_experts_forward(be, E, st->kept, C, F, a.yp, a.hg, a.hu, a.h, a.xp, w->gate, w->up,
+                            w->down);
+    }
     backend_moe_combine(be, y, a.yp, a.topk_w, a.dest, N, C, k, false, false);
 
     if (c->shared_F > 0) { // y += [sigmoid(x Ws^T)] down(silu(gate x) * up x)
@@ -304,8 +381,25 @@ void moe_backward(struct backend *be, const struct moe_config *c, struct tensor 
 
     // the combine: dyp (M, C) and the weights' gradient dtopk_w (N, k)
     backend_moe_combine_backward(be, s.dyp, s.dtopk_w, dy, a.yp, a.topk_w, a.dest, N, C, k, false);
-    moe_experts_backward(be, E, st->kept, C, F, s.dxp, dw->gate, dw->up, dw->down, s.dh, s.dhg,
-                         s.dhu, s.dyp, a.xp, a.hg, a.hu, a.h, w->gate, w->up, w->down);
+    if (c->ep.size > 1) { // the output gradients to the experts' ranks and back (moe_ep)
+        int El = E / c->ep.size;
+        ep_exchange(be, c, st, s.dyp, s.dyr, C, true);
+        for (int i = 0, o = 0; i < c->ep.size; i++) {
+            const int32_t *rows_of = st->recv_rows + i * El;
+            int m = 0;
+            for (int j = 0; j < El; j++) m += rows_of[j];
+            moe_experts_backward(be, El, rows_of, C, F, rows(s.dxr, o, m, C), dw->gate, dw->up,
+                                 dw->down, rows(s.dh, o, m, F), rows(s.dhg, o, m, F),
+                                 rows(s.dhu, o, m, F), rows(s.dyr, o, m, C), rows(a.xr, o, m, C),
+                                 rows(a.hg, o, m, F), rows(a.hu, o, m, F), rows(a.h, o, m, F),
+                                 w->gate, w->up, w->down);
+            o += m;
+        }
+        ep_exchange(be, c, st, s.dxp, s.dxr, C, false);
+    } else {
+        moe_experts_backward(be, E, st->kept, C, F, s.dxp, dw->gate, dw->up, dw->down, s.dh,
+                             s.dhg, s.dhu, s.dyp, a.xp, a.hg, a.hu, a.h, w->gate, w->up, w->down);
+    }
     backend_moe_permute_backward(be, dx, s.dxp, a.dest, N, C, k);
 
     // the router: through the weights, the load-balancing and the z terms

@@ -1,7 +1,8 @@
-// moe.h: the mixture-of-experts feed-forward layer (issue 31), standalone:
-// a token-choice router over E routed experts, each a SwiGLU MLP, plus
+// moe.h: the mixture-of-experts feed-forward layer (issue 31): a
+// token-choice router over E routed experts, each a SwiGLU MLP, plus
 // optional always-active shared experts, forward and backward on any backend
-// through kernels/ops.h. Not yet wired into the decoder (model_pass.c).
+// through kernels/ops.h, the experts optionally split over ranks (expert
+// parallelism, struct moe_ep). The decoder's MoE blocks (model_pass.c) call it.
 //
 // Math (per token row x of N rows, width C):
 //   logits = x Wr^T (E,); p = softmax(logits), in the statistics dtype (FP32;
@@ -54,11 +55,32 @@
 
 #include "base/common.h"
 #include "kernels/ops.h"
+#include "parallel/comm.h"
 
 // Most routed experts per layer (DeepSeek-V3 has 256): moe_stats holds them inline.
 #define MOE_MAX_EXPERTS 256
 
-// The layer's shape and options ([model] moe_* keys, to come).
+// Expert parallelism (parallel.ep; Lepikhin et al. 2020, GShard §2.2;
+// Megatron-Core's token dispatcher): the E routed experts split over `size`
+// ranks, rank r holding El = E / size experts [r El, (r + 1) El) (the
+// weights of moe_weights gate, up, down are those El). Each rank routes its
+// own N tokens over all E experts as without ep, then (1) the kept row
+// counts per expert are all-gathered over `host` (E int32 per rank), (2)
+// the permuted rows of each destination's experts (contiguous: they are
+// sorted by expert) are sent to it with one all-to-all over `group`, (3)
+// each rank runs its El experts on the rows it received, source by source
+// (rows of source i for local expert j consecutive, sources in rank order:
+// the same rows, in the same order, as source i's own GEMM at ep 1), (4) a
+// second all-to-all returns the outputs to their tokens' ranks, which
+// combine them. The backward sends the output gradients the same way and
+// returns the input gradients. size 1 (or 0): no communication.
+struct moe_ep {
+    int size, rank;
+    struct comm_group *group; // backend buffers (NCCL under CUDA)
+    struct comm_group *host;  // the same ranks over host buffers (the counts); NULL: group
+};
+
+// The layer's shape and options ([model] moe_* keys).
 struct moe_config {
     int C;                  // model width
     int E;                  // routed experts
@@ -70,6 +92,7 @@ struct moe_config {
     double capacity_factor; // 0: dropless; else capacity = ceil(cf N k / E) per expert
     double aux_coeff;       // load-balancing loss coefficient (transformers' router_aux_loss_coef)
     double z_coeff;         // router z-loss coefficient (ST-MoE: 1e-3)
+    struct moe_ep ep;       // expert parallelism (size 0 or 1: none); E % size == 0
 };
 
 // Parameters (or their gradients: the same shapes) of one layer, in the
@@ -98,7 +121,12 @@ struct moe_weights {
 struct moe_stats {
     int N, E, capacity; // capacity 0: dropless
     int M;              // rows kept, sum_e kept[e] (the expert GEMMs' total rows)
-    int32_t kept[MOE_MAX_EXPERTS];   // assignments expert e kept
+    int32_t kept[MOE_MAX_EXPERTS];   // assignments expert e kept (this rank's tokens)
+    // Expert parallelism (c->ep.size > 1): rows this rank received for its
+    // experts, recv_rows[i El + j] from source rank i for local expert j
+    // (E entries), R their sum (the expert GEMMs' rows; M without ep).
+    int32_t recv_rows[MOE_MAX_EXPERTS];
+    int R;
     int32_t routed[MOE_MAX_EXPERTS]; // assignments routed to e before the capacity
     int64_t dropped;                 // sum_e routed[e] - kept[e]
     double prob_sum[MOE_MAX_EXPERTS]; // sum_t p[t, e]
@@ -117,7 +145,8 @@ struct moe_stats {
 
 // STATUS_OK, or STATUS_BAD_INPUT naming the field and its value: C, E, k, F
 // positive, E <= MOE_MAX_EXPERTS, k <= E, shared_F >= 0, shared_gate only
-// with shared_F > 0, capacity_factor >= 0 and finite.
+// with shared_F > 0, capacity_factor >= 0 and finite, ep.size dividing E
+// and 0 <= ep.rank < ep.size.
 enum status moe_config_check(const struct moe_config *c, struct error *err);
 
 // The capacity of each expert for N tokens: ceil(capacity_factor N k / E)
@@ -128,19 +157,27 @@ int moe_capacity(const struct moe_config *c, int N);
 // min(N k, E capacity). The expert buffers' row count.
 int moe_rows_max(const struct moe_config *c, int N);
 
+// The most rows one rank's experts receive under expert parallelism (the
+// expert GEMMs' and their activations' row count): without ep moe_rows_max;
+// else dropless every source may send all its N k assignments here: ep N k;
+// with a capacity each source sends at most capacity rows per expert: ep El
+// capacity = E capacity (at most ep N k). Buffers are sized for this bound.
+int moe_rows_recv_max(const struct moe_config *c, int N);
+
 // Backend bytes one layer keeps from its forward for its backward at N
 // tokens in storage dtype dt (the `acts` of moe_forward / moe_backward;
 // st: FP32, FP64 for FP64 dt; Mx = moe_rows_max; every buffer rounded up to
 // 256 bytes): probs (N, E) st, lse (N,) st, topk_idx (N, k) I32, topk_w
 // (N, k) st, stats (E + 1,) FP64, counts (2 E,) I32, dest and src (N k,)
-// I32, xp (Mx, C), hg, hu, h (Mx, F), yp (Mx, C) dt; with shared experts
+// I32, xp (Mx, C), hg, hu, h (Rx, F), yp (Mx, C) dt, and under expert
+// parallelism xr, yr (Rx, C) dt (Rx = moe_rows_recv_max); with shared experts
 // sg, su, sh (N, shared_F), sy (N, C) dt and with their gate s (N,) st.
 size_t moe_activation_bytes(const struct moe_config *c, int N, enum dtype dt);
 
 // Backend bytes of the working memory of one forward or backward (the
 // `scratch`, free between calls: layers may share it): the larger of the
 // forward's logits (N, E) st and the backward's dyp, dxp (Mx, C), dh, dhg,
-// dhu (Mx, F) dt, dtopk_w (N, k) st, dlogits (N, E) st (and dt when dt !=
+// dhu (Rx, F) dt (under expert parallelism also dyr, dxr (Rx, C) dt), dtopk_w (N, k) st, dlogits (N, E) st (and dt when dt !=
 // st), aux_w (E,) st, and with shared experts dsy (N, C), dsh, dsg, dsu (N,
 // shared_F) dt, ds (N,) st (and dt when dt != st); each rounded up to 256.
 size_t moe_scratch_bytes(const struct moe_config *c, int N, enum dtype dt);
@@ -170,7 +207,9 @@ void moe_experts_backward(struct backend *be, int n, const int32_t *rows_of, int
 // bytes of backend memory, kept for moe_backward; scratch:
 // moe_scratch_bytes(c, N, dt). Fills *st on the host (one synchronisation,
 // after the dispatch). c checked by moe_config_check; N <= the N the
-// buffers were sized for; y does not alias x.
+// buffers were sized for; y does not alias x. Under expert parallelism
+// (c->ep.size > 1) a collective over c->ep: every ep rank calls it for the
+// same layer (with its own N tokens); moe_backward likewise.
 void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y, struct tensor x,
                  const struct moe_weights *w, int N, void *acts, void *scratch,
                  struct moe_stats *st);

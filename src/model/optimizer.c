@@ -313,6 +313,34 @@ static void sync_for_dp(struct optimizer *o) {
     comm_order_after_compute(o->groups.dp, o->be);
 }
 
+// The sum of squares of the gradients counted in the norm (not norm_skip)
+// among the routed-expert tensors (experts) or the others. One
+// backend_sum_squares (one device round trip under CUDA) per run of
+// adjacent counted parameters, not one per tensor: the arena is contiguous,
+// and only tensors not counted here (TP replicas, the other kind) break a
+// run. A run spans the alignment padding between its tensors
+// (model_internal.h), which no pass writes: zeros, as model_zero_grad left them.
+static double sum_squares(struct optimizer *o, const struct param_info *p, int n, bool experts) {
+    double sum = 0;
+    for (int k = 0; k < o->n_ranges; k++) {
+        size_t run_lo = 0, run_hi = 0;
+        for (int i = 0; i <= n; i++) {
+            size_t lo = 0, hi = 0;
+            bool counted = i < n && !p[i].norm_skip && p[i].expert == experts &&
+                           overlap(o, k, &p[i], &lo, &hi);
+            if (counted && lo >= run_hi && run_hi > run_lo) {
+                run_hi = hi;
+                continue;
+            }
+            if (run_hi > run_lo)
+                sum += backend_sum_squares(o->be, grads_of_range(o, k, run_lo, run_hi),
+                                           run_hi - run_lo);
+            run_lo = counted ? lo : 0, run_hi = counted ? hi : 0;
+        }
+    }
+    return sum;
+}
+
 double optimizer_prepare(struct optimizer *o) {
     struct tensor g = model_grad_arena(o->model);
     if (zero1(o)) {
@@ -328,29 +356,14 @@ double optimizer_prepare(struct optimizer *o) {
                                 COMM_SUM);
         }
     }
-    // One backend_sum_squares (one device round trip under CUDA) per run of
-    // adjacent counted parameters, not one per tensor: the arena is
-    // contiguous, and only norm_skip tensors (TP replicas) break a run. A run
-    // spans the alignment padding between its tensors (model_internal.h),
-    // which no pass writes: zeros, as model_zero_grad left them.
     int n;
     const struct param_info *p = model_params(o->model, &n);
-    double sum = 0;
-    for (int k = 0; k < o->n_ranges; k++) {
-        size_t run_lo = 0, run_hi = 0;
-        for (int i = 0; i <= n; i++) {
-            size_t lo = 0, hi = 0;
-            bool counted = i < n && !p[i].norm_skip && overlap(o, k, &p[i], &lo, &hi);
-            if (counted && lo >= run_hi && run_hi > run_lo) {
-                run_hi = hi;
-                continue;
-            }
-            if (run_hi > run_lo)
-                sum += backend_sum_squares(o->be, grads_of_range(o, k, run_lo, run_hi),
-                                           run_hi - run_lo);
-            run_lo = counted ? lo : 0, run_hi = counted ? hi : 0;
-        }
-    }
+    double sum = sum_squares(o, p, n, false), experts = sum_squares(o, p, n, true);
+    // Expert parallelism: the ep ranks hold different experts (their squares
+    // add up), the same dense tensors.
+    struct comm_group *ep = parallel_host_group(o->groups.ep, o->groups.host_ep);
+    if (group_size(ep) > 1) comm_all_reduce(ep, &experts, 1, DTYPE_FP64, COMM_SUM);
+    sum += experts;
     // The norm's pieces are host scalars: the host twins of the groups.
     struct comm_group *dp = parallel_host_group(o->groups.dp, o->groups.host_dp);
     struct comm_group *tp = parallel_host_group(o->groups.tp, o->groups.host_tp);

@@ -403,6 +403,51 @@ static void nccl_recv(struct comm_group *g, void *buf, size_t count, enum dtype 
     end(c);
 }
 
+// ---- all-to-all ----------------------------------------------------------------------
+
+// NCCL has no all-to-all-v: one group of a send and a receive per peer with
+// a non-zero count, NCCL's own all-to-all pattern (NCCL user guide,
+// "Point-to-point communication", all-to-all; PyTorch's ProcessGroupNCCL
+// alltoall_base does the same), whose operations progress together, so no
+// order of the peers deadlocks. A zero count is skipped on both sides
+// (recv_counts[r] is rank r's send_counts[me]). The chunk to itself is a
+// device copy on the communication stream ahead of the group (NCCL also
+// takes a send to itself, but a copy needs no NCCL channel). Ordered as the
+// blocking collectives are (begin, end): after the compute enqueued so far,
+// before the compute enqueued after it; the host does not wait. Messages
+// match a peer's in call order (no tags), so a deferred point-to-point
+// operation of this group not yet enqueued would take the all-to-all's
+// messages or give its own: a caller waits on its started sends and
+// receives first (a bug otherwise: CHECK; comm_nccl.h).
+static void nccl_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts,
+                              const size_t *send_displs, void *recv, const size_t *recv_counts,
+                              const size_t *recv_displs, enum dtype dtype) {
+    struct comm_nccl *c = impl_of(g);
+    CHECK(c->n_deferred == 0,
+          "comm_all_to_all_v on the %s group with %d started send/recv not yet waited on "
+          "(NCCL matches a peer's messages in order, not by tag)", c->name, c->n_deferred);
+    size_t es = dtype_size(dtype);
+    ncclDataType_t t = nccl_dtype(dtype);
+    int me = g->rank;
+    begin(c);
+    if (send_counts[me])
+        CHECK_CUDA(cudaMemcpyAsync((char *)recv + recv_displs[me] * es,
+                                   (const char *)send + send_displs[me] * es, send_counts[me] * es,
+                                   cudaMemcpyDeviceToDevice, c->stream));
+    NCCL_TRY(c, g, ncclGroupStart());
+    for (int r = 0; r < g->size; r++) {
+        if (r == me) continue;
+        if (send_counts[r])
+            NCCL_TRY(c, g, ncclSend((const char *)send + send_displs[r] * es, send_counts[r], t, r,
+                                    c->comm, c->stream));
+        if (recv_counts[r])
+            NCCL_TRY(c, g, ncclRecv((char *)recv + recv_displs[r] * es, recv_counts[r], t, r,
+                                    c->comm, c->stream));
+    }
+    NCCL_TRY(c, g, ncclGroupEnd());
+    end(c);
+}
+
 static void nccl_barrier(struct comm_group *g) {
     struct comm_nccl *c = impl_of(g);
     host_wait(c, g, c->stream, "comm_barrier (the communication stream)");
@@ -441,6 +486,7 @@ static const struct comm_ops comm_nccl_ops = {
     .send = nccl_send,
     .recv = nccl_recv,
     .barrier = nccl_barrier,
+    .all_to_all_v = nccl_all_to_all_v,
     .free = nccl_free,
     .check = nccl_check,
     .stream_ordered = true, // begin() and end(): events between the two streams

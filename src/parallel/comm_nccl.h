@@ -34,6 +34,12 @@
 // order that peer sent them, i.e. one stream of messages per pair of ranks
 // and direction (the trainer keeps pp = 2 with virtual stages, where
 // activations and gradients share a direction, on MPI).
+// all_to_all_v (expert parallelism's token exchange): one NCCL group of a
+// send and a receive per peer with a non-zero count, the chunk to itself a
+// device copy on the communication stream; ordered and blocking as the
+// other blocking collectives (the host does not wait). Since NCCL matches
+// each peer's messages in order, a rank must not call it while it has
+// started send/recv on the same group not yet waited on (CHECK: exit 1).
 // Requests: one pair of events per operation in flight, from a pool that
 // grows (doubling) when all are in use: any number may be in flight.
 //

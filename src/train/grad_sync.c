@@ -3,6 +3,7 @@
 
 struct bucket {
     size_t begin, end; // element range of the gradient arena
+    struct comm_group *group; // dp, or expert_dp for a bucket of routed-expert tensors
     bool started;
     struct comm_request req;
 };
@@ -22,24 +23,65 @@ struct grad_sync {
 
 struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes,
                                  enum dtype grad_dtype) {
+    return grad_sync_init_ep(m, dp, NULL, bucket_bytes, grad_dtype);
+}
+
+// Whether arena element i lies in a routed-expert tensor (param_info.expert)
+// or in the alignment padding after one.
+static bool in_expert(const struct param_info *p, int n, size_t i) {
+    for (int k = 0; k < n; k++)
+        if (p[k].expert && i >= p[k].offset && (k + 1 == n ? i < p[k].offset + p[k].numel
+                                                            : i < p[k + 1].offset))
+            return true;
+    return false;
+}
+
+// The start of the run of elements of i's kind (expert or not) that ends at
+// i + 1: where a bucket ending at i + 1 must begin at the latest.
+static size_t kind_start(const struct param_info *p, int n, size_t i) {
+    bool ex = in_expert(p, n, i);
+    size_t b = 0;
+    for (int k = 0; k < n; k++) { // the last tensor boundary <= i where the kind changes
+        size_t at = p[k].offset;
+        if (at > i) break;
+        if (at > 0 && in_expert(p, n, at - 1) != ex) b = at;
+    }
+    return b;
+}
+
+struct grad_sync *grad_sync_init_ep(struct model *m, struct comm_group *dp,
+                                    struct comm_group *expert_dp, size_t bucket_bytes,
+                                    enum dtype grad_dtype) {
     CHECK(grad_dtype == DTYPE_FP32 || grad_dtype == DTYPE_BF16, "grad_sync: grad_dtype %s",
           dtype_name(grad_dtype));
     struct grad_sync *s = xcalloc(1, sizeof *s);
     s->model = m, s->dp = dp, s->grads = model_grad_arena(m);
     size_t n = s->grads.numel, per = bucket_bytes / dtype_size(s->grads.dtype);
     if (per < 1) per = 1;
-    s->n_buckets = dp && dp->size > 1 && n ? (int)((n + per - 1) / per) : 0;
+    int np;
+    const struct param_info *p = model_params(m, &np);
+    bool any_expert = false;
+    for (int k = 0; k < np; k++) any_expert |= p[k].expert;
+    CHECK(!any_expert || expert_dp, "grad_sync: routed-expert tensors but no expert_dp group");
+    // Buckets from the arena's end, at most per elements, cut where the
+    // tensors change between dense (summed over dp) and routed experts
+    // (summed over expert_dp: the ranks holding the same experts).
+    s->buckets = xcalloc(n / per + 2 * (size_t)np + 2, sizeof *s->buckets);
+    if (dp && dp->size > 1)
+        for (size_t end = n; end > 0;) {
+            size_t begin = end > per ? end - per : 0;
+            bool ex = any_expert && in_expert(p, np, end - 1);
+            if (any_expert) begin = MAX(begin, kind_start(p, np, end - 1));
+            s->buckets[s->n_buckets++] = (struct bucket){.begin = begin, .end = end,
+                                                         .group = ex ? expert_dp : dp};
+            end = begin;
+        }
     s->low = tensor_view(NULL, DTYPE_BF16, 0);
     if (s->n_buckets && grad_dtype == DTYPE_BF16 && s->grads.dtype == DTYPE_FP32) {
-        void *p = backend_alloc(model_backend(m), n * sizeof(uint16_t));
-        CHECK(p, "grad_sync: no memory for %zu bytes of bf16 gradient buckets",
+        void *q = backend_alloc(model_backend(m), n * sizeof(uint16_t));
+        CHECK(q, "grad_sync: no memory for %zu bytes of bf16 gradient buckets",
               n * sizeof(uint16_t));
-        s->low = tensor_view(p, DTYPE_BF16, n);
-    }
-    s->buckets = xcalloc(s->n_buckets ? s->n_buckets : 1, sizeof *s->buckets);
-    for (int k = 0; k < s->n_buckets; k++) {
-        s->buckets[k].end = n - (size_t)k * per;
-        s->buckets[k].begin = s->buckets[k].end > per ? s->buckets[k].end - per : 0;
+        s->low = tensor_view(q, DTYPE_BF16, n);
     }
     return s;
 }
@@ -66,10 +108,15 @@ static void bucket_start(struct grad_sync *s, struct bucket *b) {
         struct tensor l = tensor_slice(s->low, b->begin, t.numel);
         struct backend *be = model_backend(s->model);
         backend_copy(be, l, t, t.numel);
-        comm_order_after_compute(s->dp, be); // NCCL orders itself
+        comm_order_after_compute(b->group, be); // NCCL orders itself
         t = l;
     }
-    comm_all_reduce_start(s->dp, t.data, t.numel, t.dtype, COMM_SUM, &b->req);
+    if (b->group->size <= 1) { // an expert bucket with ep = dp: nothing to sum
+        b->req = (struct comm_request){.group = b->group, .done = true};
+        b->started = true;
+        return;
+    }
+    comm_all_reduce_start(b->group, t.data, t.numel, t.dtype, COMM_SUM, &b->req);
     b->started = true;
 }
 

@@ -49,6 +49,14 @@ struct grad_sync;
 // Allocates once; out of memory is fatal.
 struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t bucket_bytes,
                                  enum dtype grad_dtype);
+// The same under expert parallelism: buckets never mix routed-expert tensors
+// (param_info.expert) with the others; an expert bucket is summed over
+// expert_dp (the ranks of dp holding the same experts; size 1 when ep = dp:
+// nothing to sum) instead of dp. expert_dp may be NULL when m has no
+// expert tensors.
+struct grad_sync *grad_sync_init_ep(struct model *m, struct comm_group *dp,
+                                    struct comm_group *expert_dp, size_t bucket_bytes,
+                                    enum dtype grad_dtype);
 void grad_sync_free(struct grad_sync *s);
 
 // Arms the hook for the next backward: its gradient-ready reports are final

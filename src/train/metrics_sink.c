@@ -149,7 +149,7 @@ static void prom_write(struct metrics_sink *s, const struct metrics_step *m) {
 
 void metrics_sink_step(struct metrics_sink *s, const struct metrics_step *m) {
     if (!s) return;
-    struct tb_scalar v[12] = {
+    struct tb_scalar v[15] = {
         {"lm loss", m->loss},
         {"learning-rate", m->lr},
         {"grad-norm", m->grad_norm},
@@ -164,6 +164,11 @@ void metrics_sink_step(struct metrics_sink *s, const struct metrics_step *m) {
     int n = 10; // the optional ones when they exist
     if (!isnan(m->loss_scale)) v[n++] = (struct tb_scalar){"loss-scale", m->loss_scale};
     if (!isnan(m->fp8_saturated)) v[n++] = (struct tb_scalar){"fp8-saturated", m->fp8_saturated};
+    if (!isnan(m->moe_aux_loss)) { // Megatron-Core's MoE tags: load_balancing_loss, z_loss
+        v[n++] = (struct tb_scalar){"load_balancing_loss", m->moe_aux_loss};
+        v[n++] = (struct tb_scalar){"z_loss", m->moe_z_loss};
+        v[n++] = (struct tb_scalar){"moe-dropped-tokens", m->moe_dropped};
+    }
     tb_write(s, m->step, v, n);
     prom_write(s, m);
 }

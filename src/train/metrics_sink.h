@@ -26,6 +26,9 @@ struct metrics_step {
     int skipped_steps;   // steps skipped in the whole run
     double loss_scale;   // fp16 loss scale the step used; NaN: no scaler
     double fp8_saturated; // values the step's FP8 casts saturated, all ranks; NaN: no FP8
+    double moe_aux_loss;  // mixture of experts (metrics.jsonl's moe_aux_loss, moe_z_loss,
+    double moe_z_loss;    // moe_dropped: unscaled losses, assignments dropped); NaN: a
+    double moe_dropped;   // dense model
 };
 
 struct metrics_sink_args {

@@ -74,6 +74,7 @@ enum status plan_shard(const struct config *c, struct grid_coord coord, struct m
     struct model_shard shard = model_shard_pipeline(&lc, kind, pp, s, v);
     shard.tp_rank = coord.at[AXIS_TP], shard.tp_size = c->parallel.tp;
     shard.cp_rank = coord.at[AXIS_CP], shard.cp_size = MAX(1, c->parallel.cp);
+    shard.ep_rank = coord.at[AXIS_EP], shard.ep_size = MAX(1, c->parallel.ep);
     struct plan_sharding z = plan_sharding_of(c);
     shard_zero(&shard, c, &z);
     shard.sequence_parallel = c->parallel.sequence_parallel;

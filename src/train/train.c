@@ -393,8 +393,9 @@ static enum status setup_parallel(struct trainer *t, struct trainer_error *err) 
     struct trainer_model *m = &t->m;
     int pp = c->parallel.pp;
     if (c->parallel.zero_stage == 0) {
-        par->sync = grad_sync_init(m->model, topology_device_group(&par->topo, GROUP_DP_CP),
-                                   (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
+        par->sync = grad_sync_init_ep(m->model, topology_device_group(&par->topo, GROUP_DP_CP),
+                                      topology_device_group(&par->topo, GROUP_EXPERT_DP),
+                                      (size_t)c->parallel.bucket_mb << 20, c->precision.grad_dtype);
         m->mem_bytes += grad_sync_bytes(par->sync); // the BF16 buckets of grad_dtype = bf16
     }
     if (!m->whole_model) {
@@ -620,8 +621,8 @@ static void print_banner(const struct trainer *t) {
                 "with exit 3 and nothing saved, and a requeued job starts again from step 0; set "
                 "checkpoint.dir=FOLDER or leave it unset (the run folder's)\n", job);
     if (t->par.topo.has_device_groups)
-        printf("communication: NCCL for device buffers (tensor, data, embedding groups; pipeline "
-               "messages %s), MPI for host scalars\n",
+        printf("communication: NCCL for device buffers (tensor, context, data, expert, embedding "
+               "groups; pipeline messages %s), MPI for host scalars\n",
                t->par.pipe.be ? "over NCCL" : t->m.whole_model ? "none" : "over MPI");
     printf("---- resolved config (also in %s/config.ini) ----\n", c->log.run_dir);
     config_print(c, stdout);
@@ -940,7 +941,12 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     // The fp16 loss scale this step's backward used (a number or a power of 2: %.17g is exact).
     if (t->par.ctx.scaler) fprintf(t->log.metrics, ", \"loss_scale\": %.17g", r->loss_scale);
     if (fp8) fprintf(t->log.metrics, ", \"fp8_saturated\": %lld", (long long)saturated);
-    if (n_moe) log_moe(t, moe);
+    double moe_tb[3] = {NAN, NAN, NAN}; // aux, z, dropped for TensorBoard and Prometheus
+    if (n_moe) {
+        log_moe(t, moe);
+        double micro = moe[0] > 0 ? moe[0] : 1;
+        moe_tb[0] = moe[1] / micro, moe_tb[1] = moe[2] / micro, moe_tb[2] = moe[3];
+    }
     free(moe);
     fprintf(t->log.metrics, ", \"attention\": \"%s\"", attention);
     const char *keys[SPLIT_N] = {"compute_s", "comm_s", "pipeline_wait_s", "dp_buckets_early", "pp_idle_s"};
@@ -959,11 +965,13 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
                 z.live_max);
     }
     fprintf(t->log.metrics, "}\n");
-    fflush(stdout), fflush(t->log.metrics);    metrics_sink_step(t->log.sink, &(struct metrics_step){
+    fflush(stdout), fflush(t->log.metrics);
+    metrics_sink_step(t->log.sink, &(struct metrics_step){
         .step = step + 1, .loss = r->loss, .lr = r->lr, .grad_norm = r->grad_norm,
         .tokens_per_s = tps, .mfu = mfu, .mem_bytes = (double)t->m.mem_bytes, .step_time_s = dt,
         .data_wait_s = data_wait, .skipped = r->skipped ? 1 : 0, .skipped_steps = pg->skipped_steps,
-        .loss_scale = t->par.ctx.scaler ? r->loss_scale : NAN, .fp8_saturated = fp8 ? (double)saturated : NAN});
+        .loss_scale = t->par.ctx.scaler ? r->loss_scale : NAN, .fp8_saturated = fp8 ? (double)saturated : NAN,
+        .moe_aux_loss = moe_tb[0], .moe_z_loss = moe_tb[1], .moe_dropped = moe_tb[2]});
 }
 
 // The closing record of metrics.jsonl (rank 0), the summary tools read: how

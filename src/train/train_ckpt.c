@@ -228,6 +228,21 @@ static struct piece_src snapshot_to_host(struct trainer *t) {
     return src;
 }
 
+// Keeps the pieces of routed-expert tensors (param_info.expert) among the n
+// pieces, in order; returns how many.
+static int keep_expert_pieces(struct trainer *t, struct ckpt_piece *pc, int n) {
+    int np, k = 0;
+    const struct param_info *p = model_params(t->m.model, &np);
+    for (int i = 0; i < n; i++) {
+        const char *slash = strchr(pc[i].name, '/');
+        const char *name = slash ? slash + 1 : pc[i].name;
+        bool expert = false;
+        for (int j = 0; j < np && !expert; j++) expert = p[j].expert && !strcmp(p[j].name, name);
+        if (expert) pc[k++] = pc[i];
+    }
+    return k;
+}
+
 // The pieces and named state entries of a save of steps_done (into
 // t->ckpt.pieces, *sv and e: every owner's, trainer_state_entries; *a). A synchronous save reads the arenas themselves where the backend's
 // memory is host memory (the CPU backend: no copy of the model,
@@ -261,6 +276,14 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct tr
     if (units_sharded(t)) first_replica = sharded, zero = sharded;
     int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
                       first_replica || zero);
+    // Expert parallelism (ZeRO 0): the ranks of an ep group hold different
+    // experts; the first of each expert_dp group writes its experts' values
+    // (parameters and moments) and, unless it is also dp rank 0, nothing else.
+    if (!first_replica && !zero && topology_group_size(&t->par.topo.layout, GROUP_EP) > 1 &&
+        topology_rank_in(&t->par.topo, GROUP_EXPERT_DP) == 0) {
+        n = pieces_of(t, src, true, master, true);
+        n = keep_expert_pieces(t, t->ckpt.pieces, n);
+    }
     n += fp8_pieces(t, t->ckpt.pieces + n);
     // Each owner's values (the trainer's progress is its own), then every
     // owner's entries over them.

@@ -45,10 +45,10 @@ grep -qF '  tp           groups: [0 1] [2 3] [4 5] [6 7]' "$log" || { echo "FAIL
 run "1 rank without mpirun" 0 '^\(tp,pp,dp\)=\(1,1,1\): ok' "$BIN"
 
 # Every rank detects the bad layout; rank 0 reports it with the sizes and N.
-run "tp*pp*dp != N" 2 'rank 0\] \[parallel\] tp=3 \* cp=1 \* dp_shard=3 \* dp_replicate=1 \* pp=1 = 9 ranks, but the job has N=8 ranks' \
+run "tp*pp*dp != N" 2 'rank 0\] \[parallel\] tp=3 \* cp=1 \* ep=1 \* dp_shard=3 \* dp_replicate=1 \* pp=1 = 9 ranks, but the job has N=8 ranks' \
     "${MPIRUN[@]}" -np 8 "$BIN" --layout 3 1 3
 [ "$(grep -c 'but the job has' "$log")" -eq 1 ] || { echo "FAIL: the bad layout was reported by more than rank 0"; fail=1; }
-run "tp*pp*dp != N, one rank" 2 'tp=2 \* cp=1 \* dp_shard=1 \* dp_replicate=1 \* pp=1 = 2 ranks, but the job has N=1 ranks' \
+run "tp*pp*dp != N, one rank" 2 'tp=2 \* cp=1 \* ep=1 \* dp_shard=1 \* dp_replicate=1 \* pp=1 = 2 ranks, but the job has N=1 ranks' \
     "$BIN" --layout 2 1 1
 
 # Only rank 5 detects bad input while the others block in a barrier.

@@ -8,7 +8,9 @@
 # byte (BF16 sums rounded per combine as comm.h specifies), and the NCCL API
 # directly: communicators of sub-groups made in different orders, in-place
 # reduce-scatter, a group whose receives precede their sends; 200 all-reduces
-# in flight on one group before any wait (the old ring of 64 events failed).
+# in flight on one group before any wait (the old ring of 64 events failed);
+# all-to-all-v with uneven, zero and large counts against closed forms and,
+# in every dtype, against MPI_Alltoallv.
 # Then `test_comm_nccl --streams` at 2 and 3 ranks (orderings of the streams
 # per kind of traffic, below) and tests/mpi/test_grad_sync.c at 2 ranks on the
 # CUDA backend over NCCL: ~140 gradient buckets of 1 KiB started during one

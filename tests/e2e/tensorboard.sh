@@ -83,6 +83,31 @@ print(f"tensorboard: {checked} values of {len(tags)} tags checked against metric
 sys.exit(1 if bad or checked < 90 else 0)
 EOF
 
+# 2b. A mixture-of-experts run: its aux loss, z loss and dropped count
+# (metrics.jsonl's moe_aux_loss, moe_z_loss, moe_dropped) under Megatron-Core's
+# tags; the dense run above has none of them (its tag set is exact).
+timeout 300 "${MPIRUN[@]}" -np 1 "$TRIDENT" train tests/e2e/configs/moe.ini data.path="$tmp/shards" \
+    train.steps=3 train.warmup_steps=1 train.eval_every=0 checkpoint.every=0 \
+    checkpoint.dir="$tmp/ck-moe" log.run_dir="$tmp/run-moe" >> "$tmp/train.log" 2>&1 ||
+    { tail -20 "$tmp/train.log"; fail "the MoE run exited non-zero"; }
+"$PY" - "$tmp/run-moe" <<'EOF2' || fail "TensorBoard's MoE scalars disagree with metrics.jsonl"
+import json, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+run = sys.argv[1]
+acc = ea.EventAccumulator(run, size_guidance={ea.SCALARS: 0})
+acc.Reload()
+recs = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if "loss" in r]
+bad = 0
+for key, tag in (("moe_aux_loss", "load_balancing_loss"), ("moe_z_loss", "z_loss"),
+                 ("moe_dropped", "moe-dropped-tokens")):
+    tb = {e.step: e.value for e in acc.Scalars(tag)} if tag in acc.Tags()["scalars"] else {}
+    js = {r["step"]: r[key] for r in recs}
+    if sorted(tb) != sorted(js) or any(abs(tb[s] - v) > 5e-7 + abs(v) * 2**-23 for s, v in js.items()):
+        print(f"FAIL: {tag}: TensorBoard {tb}, metrics.jsonl {js}"); bad = 1
+print(f"tensorboard: MoE scalars of {len(recs)} steps checked")
+sys.exit(bad)
+EOF2
+
 rm -rf "$run" "$ck"
 train train.steps=5 log.tensorboard=false
 ! ls "$run" | grep -q tfevents || fail "log.tensorboard=false wrote an event file"

@@ -49,7 +49,7 @@ cases=(
 "fp8 skipping every block||precision.dtype=bf16 precision.fp8=e4m3 precision.fp8_skip_layers=first,last|fp8_skip_layers = first,last.*model.n_layers = 2.*precision.fp8 = e4m3"
 "fp8_skip_layers not a whole count||precision.dtype=bf16 precision.fp8=hybrid precision.fp8_skip_layers=1.5|fp8_skip_layers = 1.5.*whole number"
 "bad bool|set model.tie_embeddings=maybe||model.tie_embeddings.*maybe"
-"world size|set parallel.dp=3||tp = 1 x cp = 1 x dp_shard = 3 x dp_replicate = 1 x pp = 1 give 3.*N = 2"
+"world size|set parallel.dp=3||tp = 1 x cp = 1 x ep = 1 x dp_shard = 3 x dp_replicate = 1 x pp = 1 give 3.*N = 2"
 "dp_shard not dividing dp|set parallel.dp_shard=3||dp_shard must divide dp.*parallel.dp_shard = 3.*parallel.dp = 2"
 "heads vs kv heads|set model.n_kv_heads=3||n_kv_heads.*3"
 "layers < pp|set model.n_layers=1|parallel.pp=2 parallel.dp=1|n_layers.*1.*pp.*2|pp.*2.*n_layers.*1"

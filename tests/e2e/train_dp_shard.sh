@@ -41,7 +41,7 @@ for line in "tp = 1" "dp = 4" "dp_shard = 2" "dp_replicate = 2" "pp = 1"; do
 done
 # --print-config names the derived axis.
 "$TRIDENT" train --print-config "$SMALL_INI" parallel.dp=4 parallel.dp_shard=2 train.global_batch_size=16 |
-    grep -q '^# derived: the grid.s axes tp = 1, cp = 1, dp_shard = 2, dp_replicate = 2, pp = 1 (4 ranks)$' ||
+    grep -q '^# derived: the grid.s axes tp = 1, cp = 1, ep = 1, dp_shard = 2, dp_replicate = 2, pp = 1 (4 ranks)$' ||
     fail "--print-config does not give the derived dp_replicate"
 # The emulated CUDA build, NCCL groups of every kind, against the CPU build.
 need_emu trident

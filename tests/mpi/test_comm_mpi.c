@@ -5,7 +5,8 @@
 // (1,2,4,2), (2,1,4,2); with N other ranks: (N,1,1), (1,N,1), (1,1,N). Every
 // group kind of parallel/axes_list.h is checked in each. The collectives run
 // twice: whole, and split into MPI calls of 256 bytes (comm_mpi_set_limits),
-// which must give the same values.
+// which must give the same values; all-to-all-v once, with chunked
+// non-blocking all-reduces in flight across it.
 // Expected values come from the pure layout functions and closed-form sums
 // over the members, never from the collective under test.
 //
@@ -23,6 +24,7 @@
 
 #include <unistd.h>
 
+#include "../unit/all_to_all_case.h"
 #include "base/mpi_util.h"
 #include "kernels/cpu/half.h"
 #include "parallel/comm_mpi.h"
@@ -150,6 +152,35 @@ static void check_collectives(struct topology *topo, enum group_kind kind, const
     bad = 0;
     for (int i = 0; i < COUNT; i++) bad += f64[i] != value_of(members[root], i);
     EXPECT(bad == 0, "%s %s broadcast: %d wrong elements", layout, name, bad);
+}
+
+// All-to-all-v (tests/unit/all_to_all_case.h: uneven counts with zeros, a
+// rank sending nothing and one receiving nothing, 80 KB chunks, gaps between
+// the chunks on both sides) in FP32, BF16 and I32, each against the buffer
+// its formulas give. A non-blocking all-reduce is in flight across them
+// (chunked by comm_mpi_set_limits: pieces queued behind the window) and
+// must still give its sum.
+static void check_all_to_all_v(struct topology *topo, enum group_kind kind, const char *layout) {
+    struct comm_group *g = topology_group(topo, kind);
+    if (g->size == 0) return;
+    enum { COUNT = 1000 };
+    int64_t acc[COUNT];
+    for (int i = 0; i < COUNT; i++) acc[i] = (int64_t)g->rank * i;
+    struct comm_request req;
+    comm_all_reduce_start(g, acc, COUNT, DTYPE_I64, COMM_SUM, &req);
+    const enum dtype dts[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_I32};
+    for (int v = 0; v < A2A_VARIANTS; v++)
+        for (int k = 0; k < 3; k++) {
+            if (!a2a_takes((enum a2a_variant)v, dts[k])) continue;
+            size_t bad = a2a_run_host(g, (enum a2a_variant)v, dts[k]);
+            EXPECT(bad == 0, "%s %s all_to_all_v %s %s: %zu wrong elements", layout,
+                   topology_group_name(kind), a2a_variant_names[v], dtype_name(dts[k]), bad);
+        }
+    comm_wait(&req);
+    int bad = 0;
+    for (int i = 0; i < COUNT; i++) bad += acc[i] != (int64_t)g->size * (g->size - 1) / 2 * i;
+    EXPECT(bad == 0, "%s %s all_reduce_start across all_to_all_v: %d wrong", layout,
+           topology_group_name(kind), bad);
 }
 
 // Send/recv around the pipeline ring: stage p sends to p+1 and receives from
@@ -317,6 +348,7 @@ static int run_layout(int tp, int pp, int dp, int dp_shard) {
     char chunked[80];
     snprintf(chunked, sizeof chunked, "%s chunked", layout);
     for (int k = 0; k < GROUP_COUNT; k++) check_collectives(&topo, (enum group_kind)k, chunked);
+    for (int k = 0; k < GROUP_COUNT; k++) check_all_to_all_v(&topo, (enum group_kind)k, chunked);
     check_bf16_sum(&topo, GROUP_DP, chunked);
     check_bf16_sum(&topo, GROUP_TP, chunked);
     check_ring(&topo, layout);

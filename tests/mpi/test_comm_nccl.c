@@ -5,8 +5,9 @@
 //  1. Known values: each rank fills device buffers with rank-dependent values,
 //     runs every collective (sum and max all-reduce, the non-blocking
 //     start/test/wait, reduce-scatter, all-gather in and out of place,
-//     broadcast, a send/recv ring when G > 1, barrier) and compares with the
-//     values computed on the host. Kernels enqueued after a collective must
+//     broadcast, a send/recv ring when G > 1, barrier, all-to-all-v with
+//     uneven, zero and large counts: tests/unit/all_to_all_case.h) and
+//     compares with the values computed on the host. Kernels enqueued after a collective must
 //     see its result (stream ordering): the checks read back through the
 //     compute stream without any explicit wait.
 //  2. Against MPI: every collective x every dtype trident passes to comm
@@ -36,6 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../unit/all_to_all_case.h"
 #include "../unit/test.h"
 #include "base/common.h"
 #include "base/mpi_util.h"
@@ -233,6 +235,85 @@ static void against_mpi(struct comm_group *g, struct comm_group *mpi) {
             }
             free(h), free(ref), free(out);
         }
+    }
+}
+
+// ---- all-to-all-v ----------------------------------------------------------------------
+
+// The cases of tests/unit/all_to_all_case.h on device buffers (uneven counts
+// with zeros, a rank sending nothing and one receiving nothing, 80 KB
+// chunks, gaps between the chunks on both sides), FP32, BF16 and I32, each
+// against the buffer its formulas give. Stream ordering: the send buffer is
+// written on the compute stream just before the call and overwritten with
+// poison just after it, and the result is read back through the compute
+// stream, all without a host wait; a DP-style all-reduce started before
+// the all-to-alls is waited on after them. Then every dtype of all_dtypes
+// on pseudo-random bytes with the large case's counts: NCCL's result byte
+// for byte against MPI_Alltoallv's (comm_mpi.c) on host copies.
+static void all_to_all_v(struct comm_group *g, struct comm_group *mpi) {
+    int rank = g->rank, size = g->size;
+    enum { N = 4096 };
+    float *hacc = xmalloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) hacc[i] = (float)rank + (float)i;
+    float *dacc = dev_floats(hacc, N);
+    struct comm_request req;
+    comm_all_reduce_start(g, dacc, N, DTYPE_FP32, COMM_SUM, &req);
+    const enum dtype dts[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_I32};
+    struct a2a_layout l;
+    for (int v = 0; v < A2A_VARIANTS; v++)
+        for (int k = 0; k < 3; k++) {
+            enum dtype dt = dts[k];
+            if (!a2a_takes((enum a2a_variant)v, dt)) continue;
+            a2a_layout(&l, (enum a2a_variant)v, rank, size);
+            size_t es = dtype_size(dt);
+            char *hs = xmalloc(l.send_len * es), *want = xmalloc(l.recv_len * es);
+            char *got = xmalloc(l.recv_len * es);
+            memset(got, 0xff, l.recv_len * es);
+            void *ds = backend_alloc(be, l.send_len * es + 4), *dr = dev_copy(got, l.recv_len * es);
+            CHECK(ds, "out of device memory");
+            a2a_fill_send(hs, dt, &l, rank, size);
+            backend_to_device(be, ds, hs, l.send_len * es); // the producer, on the compute stream
+            comm_all_to_all_v(g, ds, l.send_counts, l.send_displs, dr, l.recv_counts, l.recv_displs,
+                              dt);
+            memset(hs, 0xff, l.send_len * es);
+            backend_to_device(be, ds, hs, l.send_len * es); // later compute: unseen by the call
+            backend_to_host(be, got, dr, l.recv_len * es);
+            a2a_expected(want, dt, &l, (enum a2a_variant)v, rank, size);
+            size_t bad = a2a_wrong(got, want, l.recv_len, dt);
+            EXPECT(bad == 0, "all_to_all_v %s %s: %zu of %zu elements wrong", a2a_variant_names[v],
+                   dtype_name(dt), bad, l.recv_len);
+            backend_dealloc(be, ds), backend_dealloc(be, dr);
+            free(hs), free(want), free(got);
+        }
+    comm_wait(&req);
+    read_back(hacc, dacc, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += hacc[i] != (float)size * (size - 1) / 2 + (float)size * (float)i;
+    EXPECT(bad == 0, "all_reduce_start in flight across all_to_all_v: %d of %d wrong", bad, N);
+    backend_dealloc(be, dacc);
+    free(hacc);
+    // Against MPI, every dtype.
+    a2a_layout(&l, A2A_LARGE, rank, size);
+    for (size_t k = 0; k < sizeof all_dtypes / sizeof *all_dtypes; k++) {
+        enum dtype dt = all_dtypes[k];
+        size_t es = dtype_size(dt);
+        char *hs = xmalloc(l.send_len * es), *ref = xmalloc(l.recv_len * es);
+        char *got = xmalloc(l.recv_len * es);
+        fill(hs, dt, l.send_len, rank, 60);
+        fill(ref, dt, l.recv_len, rank, 61); // the gaps: the same on both sides, untouched
+        memcpy(got, ref, l.recv_len * es);
+        void *ds = dev_copy(hs, l.send_len * es), *dr = dev_copy(got, l.recv_len * es);
+        comm_all_to_all_v(g, ds, l.send_counts, l.send_displs, dr, l.recv_counts, l.recv_displs,
+                          dt);
+        comm_all_to_all_v(mpi, hs, l.send_counts, l.send_displs, ref, l.recv_counts,
+                          l.recv_displs, dt);
+        backend_to_host(be, got, dr, l.recv_len * es);
+        size_t nbad = differ(got, ref, l.recv_len, es);
+        EXPECT(nbad == 0, "all_to_all_v %s: %zu of %zu elements differ from MPI's", dtype_name(dt),
+               nbad, l.recv_len);
+        backend_dealloc(be, ds), backend_dealloc(be, dr);
+        free(hs), free(ref), free(got);
     }
 }
 
@@ -568,6 +649,7 @@ static void run(int rank, int size) {
     backend_dealloc(be, d), backend_dealloc(be, send), backend_dealloc(be, recv), backend_dealloc(be, all);
     free(send_h);
     against_mpi(&g, &mpi);
+    all_to_all_v(&g, &mpi);
     comm_group_free(&g);
     comm_group_free(&mpi);
     nccl_api(rank, size);

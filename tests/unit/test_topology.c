@@ -6,11 +6,13 @@
 // the axes outside the group, differ in the group's, count the product of
 // its axes' sizes, come in group-rank order, and the group's index is the
 // same for all); tables written out by hand for (2,2,2), a hybrid-sharded
-// layout and one with context parallelism; the comm_self group and topology_init_self, device selection.
+// layout and one with context parallelism; the comm_self group (all-to-all-v:
+// tests/unit/all_to_all_case.h's cases on one rank) and topology_init_self, device selection.
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "all_to_all_case.h"
 #include "config/config.h"
 #include "parallel/comm.h"
 #include "parallel/topology.h"
@@ -28,9 +30,9 @@ static int same_members(const int *a, int na, const int *b, int nb) {
 // group's axes a non-empty subset, the named sizes the groups the records
 // print, the gradient groups data x context.
 static void test_lists(void) {
-    const char *order[] = {"tp", "cp", "dp_shard", "dp_replicate", "pp"};
-    EXPECT(AXIS_COUNT == 5, "%d axes", AXIS_COUNT);
-    for (int a = 0; a < AXIS_COUNT && a < 5; a++) {
+    const char *order[] = {"tp", "cp", "ep", "dp_shard", "dp_replicate", "pp"};
+    EXPECT(AXIS_COUNT == 6, "%d axes", AXIS_COUNT);
+    for (int a = 0; a < AXIS_COUNT && a < 6; a++) {
         EXPECT(!strcmp(topology_axis_name((enum grid_axis)a), order[a]), "axis %d is %s", a,
                topology_axis_name((enum grid_axis)a));
         const char *key = topology_axis_key((enum grid_axis)a);
@@ -44,20 +46,24 @@ static void test_lists(void) {
             EXPECT(strcmp(topology_group_name(k), topology_group_name(j)), "two groups named %s",
                    topology_group_name(k));
     }
-    unsigned data = 1u << AXIS_DP_SHARD | 1u << AXIS_DP_REPLICATE;
+    unsigned data = 1u << AXIS_EP | 1u << AXIS_DP_SHARD | 1u << AXIS_DP_REPLICATE;
     EXPECT(topology_group_axes(GROUP_DP) == data, "the data ranks span the data axes");
     EXPECT(topology_group_axes(GROUP_DP_CP) == (data | 1u << AXIS_CP),
            "the gradient group spans the data axes and cp");
-    EXPECT(topology_group_axes(GROUP_DP_SHARD_CP) == (1u << AXIS_DP_SHARD | 1u << AXIS_CP),
-           "the shard group spans dp_shard and cp");
+    EXPECT(topology_group_axes(GROUP_DP_SHARD_CP) ==
+               (1u << AXIS_EP | 1u << AXIS_DP_SHARD | 1u << AXIS_CP),
+           "the shard group spans ep, dp_shard and cp");
+    EXPECT(topology_group_axes(GROUP_EP) == 1u << AXIS_EP, "the ep group spans ep");
+    EXPECT(topology_group_axes(GROUP_EXPERT_DP) == ((data & ~(1u << AXIS_EP)) | 1u << AXIS_CP),
+           "the expert gradient group spans the data axes but ep, and cp");
     EXPECT(topology_group_axes(GROUP_CP) == 1u << AXIS_CP, "the ring spans cp");
     EXPECT(!topology_group_is_size(GROUP_EMBED) && topology_group_is_ends(GROUP_EMBED) &&
                topology_group_is_size(GROUP_DP) && topology_group_is_size(GROUP_CP) &&
                !topology_group_is_size(GROUP_DP_CP) && !topology_group_is_size(GROUP_DP_SHARD_CP),
            "sizes");
     // The [parallel] size keys the config has are sized groups of the list.
-    const char *keys[] = {"tp", "cp", "pp", "dp", "dp_shard"};
-    for (int i = 0; i < 5; i++) {
+    const char *keys[] = {"tp", "cp", "pp", "dp", "dp_shard", "ep"};
+    for (int i = 0; i < 6; i++) {
         int found = 0;
         for (int k = 0; k < GROUP_COUNT; k++)
             found += !strcmp(topology_group_name(k), keys[i]) && topology_group_is_size(k);
@@ -70,8 +76,9 @@ static void test_lists(void) {
 // pipeline, first fastest.
 static int megatron_rank(const int *size, struct grid_coord c) {
     int t = c.at[AXIS_TP], x = c.at[AXIS_CP], s = c.at[AXIS_DP_SHARD], r = c.at[AXIS_DP_REPLICATE];
-    int p = c.at[AXIS_PP];
-    int d = s + size[AXIS_DP_SHARD] * r, dp = size[AXIS_DP_SHARD] * size[AXIS_DP_REPLICATE];
+    int p = c.at[AXIS_PP], e = c.at[AXIS_EP], ep = size[AXIS_EP];
+    int d = e + ep * (s + size[AXIS_DP_SHARD] * r);
+    int dp = ep * size[AXIS_DP_SHARD] * size[AXIS_DP_REPLICATE];
     return t + size[AXIS_TP] * (x + size[AXIS_CP] * (d + dp * p));
 }
 
@@ -120,32 +127,39 @@ static int check_group(const struct grid_layout *g, enum group_kind kind, int r,
     return bad;
 }
 
-// Every layout of N = 1..64 ranks over (tp, cp, dp_shard, dp_replicate, pp).
+// Every layout of N = 1..64 ranks over (tp, cp, dp_shard, dp_replicate, pp),
+// and with ep = 2 where the shard part is even (ep x dp_shard' = dp_shard).
 static void test_layouts(void) {
-    int members[64], layouts = 0, with_cp = 0;
+    int members[64], layouts = 0, with_cp = 0, with_ep = 0;
     for (int N = 1; N <= 64; N++)
         for (int tp = 1; tp <= N; tp++)
             for (int cp = 1; tp * cp <= N; cp++)
                 for (int ds = 1; tp * cp * ds <= N; ds++)
-                    for (int dr = 1; tp * cp * ds * dr <= N; dr++) {
-                        if (N % (tp * cp * ds * dr)) continue;
+                    for (int dr = 1; tp * cp * ds * dr <= N; dr++)
+                    for (int ep = 1; ep <= 2; ep++) {
+                        if (N % (tp * cp * ds * dr) || ds % ep) continue;
                         int pp = N / (tp * cp * ds * dr), bad = 0;
-                        struct grid_layout g = topology_layout(tp, pp, ds * dr, ds, cp);
-                        layouts++, with_cp += cp > 1;
+                        struct grid_layout g = topology_layout_ep(tp, pp, ds * dr, ds, cp, ep);
+                        layouts++, with_cp += cp > 1, with_ep += ep > 1;
                         bad += topology_world_size(&g) != N || g.size[AXIS_TP] != tp ||
-                               g.size[AXIS_CP] != cp || g.size[AXIS_DP_SHARD] != ds ||
+                               g.size[AXIS_CP] != cp || g.size[AXIS_DP_SHARD] != ds / ep ||
+                               g.size[AXIS_EP] != ep ||
                                g.size[AXIS_DP_REPLICATE] != dr || g.size[AXIS_PP] != pp;
                         bad += topology_group_size(&g, GROUP_DP_CP) != cp * ds * dr ||
-                               topology_group_size(&g, GROUP_DP) != ds * dr;
+                               topology_group_size(&g, GROUP_DP) != ds * dr ||
+                               topology_group_size(&g, GROUP_DP_SHARD) != ds ||
+                               topology_group_size(&g, GROUP_EP) != ep ||
+                               topology_group_size(&g, GROUP_EXPERT_DP) != cp * ds * dr / ep;
                         for (int r = 0; r < N; r++) {
                             struct grid_coord c = topology_coord_of(&g, r);
                             for (int a = 0; a < AXIS_COUNT; a++) bad += c.at[a] < 0 || c.at[a] >= g.size[a];
                             bad += topology_rank_of(&g, c) != r || megatron_rank(g.size, c) != r;
                             for (int k = 0; k < GROUP_COUNT; k++) bad += check_group(&g, k, r, members);
                         }
-                        EXPECT(bad == 0, "layout tp=%d cp=%d dp_shard=%d dp_replicate=%d pp=%d: %d "
-                               "violations", tp, cp, ds, dr, pp, bad);
+                        EXPECT(bad == 0, "layout tp=%d cp=%d dp_shard=%d dp_replicate=%d ep=%d pp=%d: "
+                               "%d violations", tp, cp, ds, dr, ep, pp, bad);
                     }
+    EXPECT(with_ep > 1000, "only %d layouts with ep", with_ep);
     EXPECT(layouts > 3000 && with_cp > 1500, "only %d layouts (%d with cp)", layouts, with_cp);
 }
 
@@ -212,13 +226,13 @@ static void test_describe(void) {
     g = topology_layout(2, 1, 4, 2, 1);
     topology_describe(f, &g);
     fclose(f);
-    EXPECT(strstr(buf, "grid: tp=2 cp=1 dp_shard=2 dp_replicate=2 pp=1 (8 ranks)"), "describe: %s", buf);
+    EXPECT(strstr(buf, "grid: tp=2 cp=1 ep=1 dp_shard=2 dp_replicate=2 pp=1 (8 ranks)"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp           groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_shard     groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_replicate groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
     char text[128];
     EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
-                   "tp=2 cp=1 dp=4 dp_shard=2 dp_replicate=2 pp=1"), "sizes: %s", text);
+                   "tp=2 cp=1 dp=4 dp_shard=2 dp_replicate=2 ep=1 pp=1"), "sizes: %s", text);
     // Context parallelism, (tp, cp, dp, pp) = (2, 2, 2, 1), by hand: rank = t +
     // 2 * (c + 2 * d). The ring is the ranks of one tensor rank and data rank,
     // the data ranks exclude cp, the gradient group spans both.
@@ -227,14 +241,14 @@ static void test_describe(void) {
     g = topology_layout(2, 1, 2, 0, 2);
     topology_describe(f, &g);
     fclose(f);
-    EXPECT(strstr(buf, "grid: tp=2 cp=2 dp_shard=2 dp_replicate=1 pp=1 (8 ranks)"), "describe: %s", buf);
+    EXPECT(strstr(buf, "grid: tp=2 cp=2 ep=1 dp_shard=2 dp_replicate=1 pp=1 (8 ranks)"), "describe: %s", buf);
     EXPECT(strstr(buf, "tp           groups: [0 1] [2 3] [4 5] [6 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "cp           groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp           groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_cp        groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_shard_cp  groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
     EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
-                   "tp=2 cp=2 dp=2 dp_shard=2 dp_replicate=1 pp=1"), "sizes: %s", text);
+                   "tp=2 cp=2 dp=2 dp_shard=2 dp_replicate=1 ep=1 pp=1"), "sizes: %s", text);
     // Hybrid sharding with cp, (tp, cp, dp_shard, dp_replicate) = (1, 2, 2, 2):
     // rank = c + 2 * (s + 2 * r); the shard group is shard x context.
     memset(buf, 0, sizeof buf);
@@ -245,6 +259,20 @@ static void test_describe(void) {
     EXPECT(strstr(buf, "dp_shard_cp  groups: [0 1 2 3] [4 5 6 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp_replicate groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
     EXPECT(strstr(buf, "dp           groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
+    // Expert parallelism, (tp, dp, ep) = (2, 4, 2), by hand: rank = t + 2 * (e
+    // + 2 * s); the ep group is consecutive data ranks, the expert gradient
+    // group the data ranks of one ep coordinate.
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    g = topology_layout_ep(2, 1, 4, 0, 1, 2);
+    topology_describe(f, &g);
+    fclose(f);
+    EXPECT(strstr(buf, "grid: tp=2 cp=1 ep=2 dp_shard=2 dp_replicate=1 pp=1 (8 ranks)"), "describe: %s", buf);
+    EXPECT(strstr(buf, "dp           groups: [0 2 4 6] [1 3 5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "ep           groups: [0 2] [1 3] [4 6] [5 7]\n"), "describe: %s", buf);
+    EXPECT(strstr(buf, "expert_dp    groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
+    EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
+                   "tp=2 cp=1 dp=4 dp_shard=4 dp_replicate=1 ep=2 pp=1"), "sizes: %s", text);
 }
 
 // comm_self: reductions leave data, scatter/gather copy, requests complete.
@@ -274,6 +302,14 @@ static void test_comm_self(void) {
     comm_broadcast(g, x, 3, DTYPE_FP64, 0);
     comm_barrier(g);
     EXPECT(x[2] == 3, "self broadcast");
+    // All-to-all-v: the chunk to itself lands at its displacement, gaps stay poison.
+    const enum dtype a2a_dtypes[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_I32};
+    for (int v = 0; v < A2A_VARIANTS; v++)
+        for (int k = 0; k < 3; k++)
+            if (a2a_takes((enum a2a_variant)v, a2a_dtypes[k]))
+                EXPECT(a2a_run_host(g, (enum a2a_variant)v, a2a_dtypes[k]) == 0,
+                       "self all_to_all_v %s %s: wrong elements", a2a_variant_names[v],
+                       dtype_name(a2a_dtypes[k]));
     topology_free(&topo);
     EXPECT(topo.host[GROUP_TP].ops == NULL && topo.host[GROUP_TP].size == 0, "free zeroes groups");
 }
@@ -282,8 +318,9 @@ static void test_comm_self(void) {
 // Each case runs in a child process; its message goes to the test log.
 static void test_wrapper_checks(void) {
     const char *cases[] = {"root out of range", "fp16 reduction", "send to self",
-                           "not a member", "reduce_scatter overlap", "bf16 max"};
-    for (int c = 0; c < 6; c++) {
+                           "not a member", "reduce_scatter overlap", "bf16 max",
+                           "all_to_all_v own counts differ", "all_to_all_v overlap"};
+    for (int c = 0; c < 8; c++) {
         pid_t pid = fork();
         if (pid == 0) {
             struct comm_group self, none;
@@ -298,6 +335,16 @@ static void test_wrapper_checks(void) {
             case 3: comm_all_reduce(&none, x, 4, DTYPE_FP32, COMM_SUM); break;
             case 4: comm_reduce_scatter(&self, x, x + 1, 2, DTYPE_FP32, COMM_SUM); break;
             case 5: comm_all_reduce(&self, x, 2, DTYPE_BF16, COMM_MAX); break; // sums only
+            case 6: { // 2 elements to itself, 1 expected from itself
+                size_t two = 2, one = 1, zero = 0;
+                comm_all_to_all_v(&self, x, &two, &zero, x + 2, &one, &zero, DTYPE_FP32);
+                break;
+            }
+            case 7: { // recv [1, 3) inside send [0, 2)
+                size_t two = 2, zero = 0;
+                comm_all_to_all_v(&self, x, &two, &zero, x + 1, &two, &zero, DTYPE_FP32);
+                break;
+            }
             }
             _exit(0); // the check did not fire
         }
