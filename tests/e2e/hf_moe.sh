@@ -14,7 +14,11 @@
 #      transformers' router_aux_loss_coef * aux_loss within 1e-6;
 #  (b) the export names the class and model_type, loads in transformers with
 #      no missing or unexpected key, gives the original folder's logits and
-#      carries its router_aux_loss_coef;
+#      carries its router_aux_loss_coef; a BF16 export in 40 KB shards
+#      (model.safetensors.index.json over the per-expert names) loads too,
+#      every tensor the FP32 export's rounded to BF16, and transformers' logits
+#      of it equal `trident ckpt logits` of it (the BF16 experts read back
+#      across shards) within 1e-5;
 #  (c) `model.init_from` of the folder in 2-rank layouts that split the
 #      stacked expert tensors (Mixtral: ep 2, each rank reading its experts'
 #      rows; Qwen2-MoE: dp_shard 2, flat ranges across experts) trains a step
@@ -49,6 +53,9 @@ for fam in mixtral qwen2moe; do
     logits "$w/ck" "$w/import.safetensors"
     "$TRIDENT" ckpt export "$w/ck" "$w/export" --format hf > /dev/null || fail "$fam: export"
     logits "$w/export" "$w/export.safetensors"
+    "$TRIDENT" ckpt export "$w/ck" "$w/export-bf16" --format hf --dtype bf16 --max-shard-size 40K > /dev/null ||
+        fail "$fam: export in bf16 shards"
+    logits "$w/export-bf16" "$w/export-bf16.safetensors"
     # (c)
     layout=(parallel.ep=2) && [ $fam = qwen2moe ] && layout=(parallel.dp_shard=2)
     # shellcheck disable=SC2046

@@ -188,6 +188,25 @@ def check(out, fams):
                    f"original folder: {r:.2e} relative")
             expect(abs(o.aux_loss.item() * m.config.router_aux_loss_coef - term) <= 1e-6 * abs(term),
                    f"{fam} {exp}: its router_aux_loss_coef * aux_loss is the original's")
+            if exp == "export":
+                fp32 = m.state_dict()
+        # the BF16 export in shards: transformers' reading of it against trident's
+        e = os.path.join(d, "export-bf16")
+        m, info = cls.from_pretrained(e, torch_dtype=torch.float32, attn_implementation="eager",
+                                      output_loading_info=True)
+        expect(not info["missing_keys"] and not info["unexpected_keys"] and
+               os.path.exists(os.path.join(e, "model.safetensors.index.json")),
+               f"{fam} export-bf16: loads from its shards with missing {info['missing_keys']}, "
+               f"unexpected {info['unexpected_keys']}")
+        sd = m.state_dict()
+        same = [k for k in fp32 if torch.equal(sd[k], fp32[k].to(torch.bfloat16).float())]
+        expect(len(same) == len(fp32), f"{fam} export-bf16: {len(same)} of {len(fp32)} tensors "
+               "are the FP32 export's rounded to BF16")
+        with torch.no_grad():
+            lg = m.eval()(torch.tensor([ids])).logits[0].float().numpy()
+        with safe_open(os.path.join(d, "export-bf16.safetensors"), "np") as f:
+            r = rel(f.get_tensor("logits")[0], lg)
+        expect(r < 1e-5, f"{fam} export-bf16: trident's logits of it vs transformers': {r:.2e} relative")
     return bad
 
 
