@@ -22,7 +22,11 @@ of trident's logits, router choices, auxiliary loss and exports against them.
       router_aux_loss_coef * aux_loss within 1e-6 relative; the exports
       OUT/FAMILY/export and OUT/FAMILY/export-init (a run started with init_from
       of the folder) name the class, load with no missing or unexpected key, and
-      give transformers' logits of the folder within 1e-5 relative.
+      give transformers' logits of the folder within 1e-5 relative;
+      OUT/FAMILY/export-bf16 (BF16, 40 KB shards) loads with no missing or
+      unexpected key, each tensor the FP32 export's rounded to BF16, and its
+      transformers logits equal trident's (OUT/FAMILY/export-bf16.safetensors)
+      within 1e-5.
 
 Models (weights N(0, 0.2), routers N(0, 0.5) so that no top-k choice is near a
 tie, biases N(0, 0.1), norm gains 1 + N(0, 0.1); vocab 264, hidden 32, 4 heads,
