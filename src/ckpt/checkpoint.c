@@ -286,6 +286,9 @@ static char *manifest_text(const struct ckpt_save_args *a, const struct ckpt_fil
                  "moe_first_dense_layers = %d\n", m->moe_experts, m->moe_top_k, llama_moe_ffn(m),
                  m->moe_shared_experts, llama_moe_shared_ffn(m), m->moe_shared_gate ? 1 : 0,
                  m->moe_norm_topk ? 1 : 0, m->moe_first_dense_layers);
+    // the run's load-balancing coefficient (a training setting, not compared
+    // on resume or init_from): a Hugging Face export's router_aux_loss_coef
+    if (m->moe_experts) text_add(&t, "moe_aux_loss_coeff = %.17g\n", m->moe_aux_loss_coeff);
     text_add(&t, "\n[files]\n");
     for (int r = 0; r < world; r++)
         text_add(&t, "rank-%05d.h5 = xxh3-64:%016llx %llu\n", r, (unsigned long long)sums[r].xxh3,

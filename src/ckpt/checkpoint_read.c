@@ -137,6 +137,17 @@ static int manifest_handler(void *user, const char *section, const char *key, co
                 *rope_fields[k] = d;
             return 1;
         }
+    // The load-balancing coefficient a MoE model was trained (or imported)
+    // with: what a Hugging Face export writes as router_aux_loss_coef.
+    if (!strcmp(section, "model") && !strcmp(key, "moe_aux_loss_coeff")) {
+        double d = strtod(value, &end);
+        if (end == value || *end || !(d >= 0) || !isfinite(d))
+            snprintf(mp->bad, sizeof mp->bad, "[model] moe_aux_loss_coeff = '%s' is not a number "
+                     ">= 0", value);
+        else
+            in->model.moe_aux_loss_coeff = d;
+        return 1;
+    }
     if (!strcmp(section, "checkpoint") && !strcmp(key, "world_size")) {
         if (!is_int || v < 1 || v > 1 << 20 || mp->files) {
             snprintf(mp->bad, sizeof mp->bad, "[checkpoint] world_size = '%s' is not valid", value);

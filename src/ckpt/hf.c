@@ -1,4 +1,5 @@
-// hf.c: a checkpoint written as a Hugging Face LlamaForCausalLM folder (hf.h).
+// hf.c: a Hugging Face folder of one of the families read (hf_open,
+// hf_read_piece, hf_import: hf.h), and what the writer (hf_export.c) shares.
 #include "hf.h"
 
 #include <errno.h>
@@ -14,44 +15,37 @@
 #include "kernels/cpu/half.h"
 #include "safetensors.h"
 
-enum { HF_MAX_FILES = 64 };
+// ---- what hf_export.c shares (hf_internal.h) ----
 
-// The file names written so far under the .tmp folder (removed on failure).
-struct written {
-    char dir[CKPT_PATH_MAX];
-    char names[HF_MAX_FILES + 8][64];
-    int n;
-};
-
-static void written_path(struct written *w, const char *name, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s", w->dir, name);
-    if (w->n < HF_MAX_FILES + 8) snprintf(w->names[w->n++], sizeof w->names[0], "%s", name);
+int hf_moe_parts(const struct llama_config *lc, const char *name) {
+    return lc->moe_experts > 0 && strstr(name, ".mlp.experts.") ? lc->moe_experts : 1;
 }
 
-static enum status write_json(struct written *w, const char *name, json_t *j, struct error *err) {
-    char path[CKPT_PATH_MAX + 64];
-    written_path(w, name, path, sizeof path);
-    int bad = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(16));
-    json_decref(j);
-    return bad ? error_set(err, STATUS_RUNTIME, "%s: cannot write", path) : STATUS_OK;
-}
-
-// The shortest decimal that reads back as the float f (1e-05, not 9.99999975e-06).
-static double shortest_float(float f) {
-    char buf[32];
-    for (int digits = 1; digits <= 9; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
-        if (strtof(buf, NULL) == f) break;
+void hf_moe_part_name(enum hf_family f, const char *name, int parts, int e, char *out,
+                      size_t cap) {
+    int l = -1, at = -1;
+    sscanf(name, "model.layers.%d.%n", &l, &at);
+    const char *rest = at > 0 ? name + at : "";
+    bool mix = f == HF_MIXTRAL;
+    static const char *const ours[] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+    static const char *const w[] = {"w1.weight", "w3.weight", "w2.weight"};
+    if (mix && !strcmp(rest, "mlp.gate.weight")) {
+        snprintf(out, cap, "model.layers.%d.block_sparse_moe.gate.weight", l);
+    } else if (parts > 1 && !strncmp(rest, "mlp.experts.", 12)) {
+        const char *leaf = rest + 12;
+        for (int i = 0; i < 3 && mix; i++)
+            if (!strcmp(leaf, ours[i])) {
+                leaf = w[i];
+                break;
+            }
+        snprintf(out, cap, "model.layers.%d.%s.experts.%d.%s", l, mix ? "block_sparse_moe" : "mlp",
+                 e, leaf);
+    } else {
+        snprintf(out, cap, "%s", name);
     }
-    return strtod(buf, NULL);
 }
 
-static const char *torch_dtype(enum dtype d) {
-    return d == DTYPE_BF16 ? "bfloat16" : d == DTYPE_FP16 ? "float16" : "float32";
-}
-
-// An id list as JSON: null (none), one integer, or a list.
-static json_t *ids_json(const int *ids, int n) {
+json_t *hf_ids_json(const int *ids, int n) {
     if (n <= 0) return json_null();
     if (n == 1) return json_integer(ids[0]);
     json_t *l = json_array();
@@ -59,86 +53,7 @@ static json_t *ids_json(const int *ids, int n) {
     return l;
 }
 
-static json_t *rope_scaling_json(const struct rope_scaling *r) {
-    if (r->type == ROPE_SCALING_LINEAR)
-        return json_pack("{s:s, s:f}", "rope_type", "linear", "factor", r->factor);
-    if (r->type == ROPE_SCALING_LLAMA3)
-        return json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", r->factor,
-                         "low_freq_factor", r->low_freq_factor, "high_freq_factor",
-                         r->high_freq_factor, "original_max_position_embeddings",
-                         r->original_max_pos);
-    return json_null();
-}
-
-// The family a->family asks for, else the one the model needs (Qwen3 for q/k
-// norms, Qwen2 for q/k/v biases), else meta's, else Llama. Errors: a model
-// the family's transformers class cannot hold, naming both.
-static enum status export_family(const struct llama_config *m, const struct hf_export_args *a,
-                                 enum hf_family *out, struct error *err) {
-    enum hf_family f = a->family >= 0                 ? (enum hf_family)a->family
-                       : m->qk_norm                   ? HF_QWEN3
-                       : m->qkv_bias                  ? HF_QWEN2
-                       : a->meta                      ? a->meta->family
-                                                      : HF_LLAMA;
-    if (m->moe_experts) // issue 31: MixtralForCausalLM / Qwen2MoeForCausalLM are to come
-        return error_set(err, STATUS_BAD_INPUT, "the checkpoint is a mixture-of-experts model "
-                         "(moe_experts = %d); export to Hugging Face's MixtralForCausalLM and "
-                         "Qwen2MoeForCausalLM is not built yet", m->moe_experts);
-    if (f == HF_QWEN2 && !m->qkv_bias) f = HF_LLAMA; // Qwen2 always has the biases
-    if (f == HF_QWEN3 && !m->qk_norm) f = HF_LLAMA;  // Qwen3 always has the norms
-    const char *why = m->qkv_bias && m->qk_norm ? "both q/k/v biases and q/k norms"
-                      : f == HF_QWEN2 && m->head_dim && m->head_dim * m->n_heads != m->d_model
-                          ? "a head_dim other than hidden_size / heads"
-                      : f == HF_MISTRAL && m->rope_scaling.type != ROPE_SCALING_NONE ? "rope_scaling"
-                      : (f == HF_LLAMA || f == HF_MISTRAL) && (m->qkv_bias || m->qk_norm)
-                          ? "q/k/v biases or q/k norms"
-                          : NULL;
-    if (why)
-        return error_set(err, STATUS_BAD_INPUT, "%s cannot hold a model with %s", hf_family_arch(f), why);
-    return *out = f, STATUS_OK;
-}
-
-// config.json: the keys the family's config class reads (transformers'
-// models/{llama,qwen2,qwen3,mistral}/configuration_*.py; docs/formats.md).
-static json_t *config_json(const struct llama_config *m, enum hf_family f, enum dtype d,
-                           int bos, const int *eos, int n_eos, int pad) {
-    json_t *j = json_object();
-    int D = m->head_dim ? m->head_dim : m->d_model / m->n_heads;
-    json_object_set_new(j, "architectures", json_pack("[s]", hf_family_arch(f)));
-    json_object_set_new(j, "model_type", json_string(hf_family_model_type(f)));
-    json_object_set_new(j, "vocab_size", json_integer(m->vocab_size));
-    json_object_set_new(j, "hidden_size", json_integer(m->d_model));
-    json_object_set_new(j, "intermediate_size", json_integer(m->ffn_dim));
-    json_object_set_new(j, "num_hidden_layers", json_integer(m->n_layers));
-    json_object_set_new(j, "num_attention_heads", json_integer(m->n_heads));
-    json_object_set_new(j, "num_key_value_heads", json_integer(m->n_kv_heads));
-    if (f != HF_QWEN2) json_object_set_new(j, "head_dim", json_integer(D));
-    json_object_set_new(j, "max_position_embeddings", json_integer(m->max_seq_len));
-    json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
-    if (f != HF_MISTRAL) json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
-    json_object_set_new(j, "rms_norm_eps", json_real(shortest_float(m->norm_eps)));
-    json_object_set_new(j, "hidden_act", json_string("silu"));
-    if (f == HF_LLAMA || f == HF_QWEN3) json_object_set_new(j, "attention_bias", json_false());
-    json_object_set_new(j, "attention_dropout", json_real(0.0));
-    if (f == HF_LLAMA) {
-        json_object_set_new(j, "mlp_bias", json_false());
-        json_object_set_new(j, "pretraining_tp", json_integer(1));
-    }
-    if (f != HF_LLAMA) json_object_set_new(j, "sliding_window", json_null());
-    if (f == HF_QWEN2 || f == HF_QWEN3) {
-        json_object_set_new(j, "use_sliding_window", json_false());
-        json_object_set_new(j, "max_window_layers", json_integer(m->n_layers));
-    }
-    json_object_set_new(j, "tie_word_embeddings", json_boolean(m->tie_embeddings));
-    json_object_set_new(j, "torch_dtype", json_string(torch_dtype(d)));
-    json_object_set_new(j, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
-    json_object_set_new(j, "eos_token_id", ids_json(eos, n_eos));
-    if (pad >= 0) json_object_set_new(j, "pad_token_id", json_integer(pad));
-    json_object_set_new(j, "use_cache", json_true());
-    return j;
-}
-
-static enum status copy_file(const char *from, const char *to, struct error *err) {
+enum status hf_copy_file(const char *from, const char *to, struct error *err) {
     FILE *in = fopen(from, "rb");
     if (!in) return error_set(err, STATUS_BAD_INPUT, "%s: cannot open: %s", from, strerror(errno));
     FILE *out = fopen(to, "wb");
@@ -156,198 +71,31 @@ static enum status copy_file(const char *from, const char *to, struct error *err
     return ok ? STATUS_OK : error_set(err, STATUS_RUNTIME, "%s: cannot copy to %s", from, to);
 }
 
-// One parameter read whole and converted to the export dtype.
-struct hf_tensor {
-    char name[CKPT_NAME_MAX];
-    int rows, cols;
-    void *data; // (rows * cols,) of the export dtype
-    uint64_t bytes;
-};
-
-static enum status read_params(struct ckpt_reader *r, int want_dtype, enum dtype *out_dtype,
-                               struct hf_tensor **out, int *n_out, struct error *err) {
-    int n = checkpoint_n_pieces(r), k = 0;
-    struct hf_tensor *t = xcalloc((size_t)n + 1, sizeof *t);
-    enum status st = STATUS_OK;
-    enum dtype d = DTYPE_FP32;
-    for (int i = 0; i < n && !st; i++) {
-        const struct ckpt_piece *p = checkpoint_piece_at(r, i, NULL);
-        if (strncmp(p->name, "param/", 6)) continue;
-        if (i > 0 && !strcmp(checkpoint_piece_at(r, i - 1, NULL)->name, p->name)) continue;
-        if (k == 0) d = want_dtype >= 0 ? (enum dtype)want_dtype : p->dtype;
-        if (d != DTYPE_FP32 && d != DTYPE_BF16 && d != DTYPE_FP16) d = DTYPE_FP32;
-        struct ckpt_piece want = *p;
-        want.row_offset = want.col_offset = 0, want.rows = p->grows, want.cols = p->gcols;
-        want.flat_begin = 0, want.flat_end = (size_t)p->grows * p->gcols;
-        // Read as stored (fp32 as fp32, bf16 as bf16), then convert.
-        want.dtype = (p->dtype == DTYPE_FP64) ? DTYPE_FP32 : p->dtype;
-        want.data = xmalloc(want.flat_end * dtype_size(want.dtype));
-        st = checkpoint_read_piece(r, &want, err);
-        size_t numel = want.flat_end;
-        void *conv = want.data;
-        if (!st && want.dtype != d) {
-            conv = xmalloc(numel * dtype_size(d));
-            for (size_t e = 0; e < numel; e++) {
-                float v = want.dtype == DTYPE_FP32   ? ((float *)want.data)[e]
-                          : want.dtype == DTYPE_BF16 ? bf16_to_f32(((uint16_t *)want.data)[e])
-                                                     : fp16_to_f32(((uint16_t *)want.data)[e]);
-                if (d == DTYPE_FP32) ((float *)conv)[e] = v;
-                else if (d == DTYPE_BF16) ((uint16_t *)conv)[e] = bf16_from_f32(v);
-                else ((uint16_t *)conv)[e] = fp16_from_f32(v);
-            }
-            free(want.data);
-        }
-        if (st) {
-            free(want.data);
-            break;
-        }
-        snprintf(t[k].name, sizeof t[k].name, "%s", p->name + 6);
-        t[k].rows = p->grows, t[k].cols = p->gcols, t[k].data = conv;
-        t[k].bytes = numel * dtype_size(d);
-        k++;
-    }
-    if (!st && k == 0)
-        st = error_set(err, STATUS_BAD_INPUT, "%s: holds no parameters", checkpoint_info(r)->path);
-    if (st) {
-        for (int i = 0; i < k; i++) free(t[i].data);
-        free(t);
-        return st;
-    }
-    *out = t, *n_out = k, *out_dtype = d;
-    return STATUS_OK;
-}
-
-static enum status write_weights(struct written *w, const struct hf_tensor *t, int n,
-                                 enum dtype d, uint64_t max_shard, struct error *err) {
-    // Greedy shards in name order: a new file when the next tensor would pass
-    // max_shard (a tensor larger than max_shard gets a file of its own).
-    int shard_of[n > 0 ? n : 1], n_shards = 0;
-    uint64_t in_shard = 0, total = 0;
-    for (int i = 0; i < n; i++) {
-        if (i == 0 || (max_shard && in_shard > 0 && in_shard + t[i].bytes > max_shard))
-            n_shards++, in_shard = 0;
-        shard_of[i] = n_shards - 1;
-        in_shard += t[i].bytes;
-        total += t[i].bytes;
-    }
-    if (n_shards > HF_MAX_FILES)
-        return error_set(err, STATUS_BAD_INPUT, "%s: --max-shard-size %llu makes %d files, at "
-                         "most %d", w->dir, (unsigned long long)max_shard, n_shards, HF_MAX_FILES);
-    const char *meta[] = {"format", "pt"};
-    json_t *map = json_object();
-    enum status st = STATUS_OK;
-    for (int s = 0; s < n_shards && !st; s++) {
-        char name[64], path[CKPT_PATH_MAX + 64];
-        if (n_shards == 1) snprintf(name, sizeof name, "model.safetensors");
-        else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
-        struct safetensors_entry *e = xcalloc((size_t)n, sizeof *e);
-        int m = 0;
-        for (int i = 0; i < n; i++) {
-            if (shard_of[i] != s) continue;
-            e[m] = (struct safetensors_entry){.name = t[i].name, .dtype = d, .data = t[i].data};
-            e[m].ndim = t[i].cols == 1 ? 1 : 2;
-            e[m].shape[0] = t[i].rows, e[m].shape[1] = t[i].cols;
-            json_object_set_new(map, t[i].name, json_string(name));
-            m++;
-        }
-        written_path(w, name, path, sizeof path);
-        st = safetensors_write(path, e, m, meta, 1, err);
-        free(e);
-    }
-    if (!st && n_shards > 1) {
-        json_t *idx = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
-                                "weight_map", map);
-        return write_json(w, "model.safetensors.index.json", idx, err);
-    }
-    json_decref(map);
-    return st;
-}
-
-enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, struct error *err) {
-    struct stat sb;
-    if (stat(a->out_dir, &sb) == 0)
-        return error_set(err, STATUS_BAD_INPUT, "%s: exists; export writes a new folder (remove "
-                         "it or choose another name)", a->out_dir);
-    struct written w = {.n = 0};
-    snprintf(w.dir, sizeof w.dir, "%s.tmp", a->out_dir);
-    if (stat(w.dir, &sb) == 0)
-        return error_set(err, STATUS_BAD_INPUT, "%s: exists (a failed export?); remove it",
-                         w.dir);
-    if (mkdir(w.dir, 0777))
-        return error_set(err, STATUS_BAD_INPUT, "%s: cannot create: %s", w.dir, strerror(errno));
-    struct hf_tensor *t = NULL;
-    int n = 0;
-    enum dtype d;
-    const struct llama_config *m = &checkpoint_info(r)->model;
-    enum hf_family fam = HF_LLAMA;
-    int bos = a->bos_id, pad = -1, n_eos = a->eos_id >= 0, eos[HF_MAX_STOP_IDS] = {a->eos_id};
-    if (a->meta) {
-        bos = a->meta->bos_id, pad = a->meta->pad_id, n_eos = a->meta->n_eos;
-        memcpy(eos, a->meta->eos_ids, sizeof eos);
-    }
-    enum status st = export_family(m, a, &fam, err);
-    if (!st) st = read_params(r, a->dtype, &d, &t, &n, err);
-    if (!st) st = write_weights(&w, t, n, d, a->max_shard_bytes, err);
-    if (!st) st = write_json(&w, "config.json", config_json(m, fam, d, bos, eos, n_eos, pad), err);
-    if (!st) {
-        // What transformers' generate() reads: its stop ids are every eos id.
-        json_t *g = json_object();
-        json_object_set_new(g, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
-        json_object_set_new(g, "eos_token_id", ids_json(eos, n_eos));
-        if (pad >= 0) json_object_set_new(g, "pad_token_id", json_integer(pad));
-        st = write_json(&w, "generation_config.json", g, err);
-    }
-    if (!st && a->tokenizer_json) {
-        char path[CKPT_PATH_MAX + 64];
-        written_path(&w, "tokenizer.json", path, sizeof path);
-        st = copy_file(a->tokenizer_json, path, err);
-        if (!st) {
-            json_t *tc = json_object();
-            json_object_set_new(tc, "tokenizer_class", json_string("PreTrainedTokenizerFast"));
-            if (a->eos_token) {
-                json_object_set_new(tc, "bos_token", json_string(a->eos_token));
-                json_object_set_new(tc, "eos_token", json_string(a->eos_token));
-            }
-            json_object_set_new(tc, "model_max_length", json_integer(m->max_seq_len));
-            json_object_set_new(tc, "clean_up_tokenization_spaces", json_false());
-            // what transformers' generate(**tok(text, return_tensors="pt")) accepts:
-            // no token_type_ids (PreTrainedTokenizerFast's default returns them)
-            json_object_set_new(tc, "model_input_names", json_pack("[s, s]", "input_ids", "attention_mask"));
-            if (a->chat_template) json_object_set_new(tc, "chat_template", json_string(a->chat_template));
-            st = write_json(&w, "tokenizer_config.json", tc, err);
-        }
-    }
-    for (int i = 0; i < n; i++) free(t[i].data);
-    free(t);
-    if (!st && rename(w.dir, a->out_dir))
-        st = error_set(err, STATUS_RUNTIME, "%s: cannot rename to %s: %s", w.dir, a->out_dir,
-                       strerror(errno));
-    if (st) {
-        char path[CKPT_PATH_MAX + 80];
-        for (int i = 0; i < w.n; i++) {
-            snprintf(path, sizeof path, "%s/%s", w.dir, w.names[i]);
-            unlink(path);
-        }
-        rmdir(w.dir);
-    }
-    return st;
-}
-
 // ---- reading a Hugging Face folder ----
 
-enum { HF_READ_FILES = HF_MAX_FILES };
+enum { HF_READ_FILES = HF_MAX_SHARDS };
 
 struct hf_entry {
     const struct safetensors_tensor *t;
     int file;
 };
 
+// A tensor of the folder the model needs: part `part` of trident's
+// parameter `param` (moe_parts).
+struct hf_want {
+    char name[CKPT_NAME_MAX]; // the folder's name (moe_part_name)
+    int64_t rows, cols;       // its shape (cols 1: a vector)
+    int param, part;
+};
+
 struct hf_model {
     char dir[CKPT_PATH_MAX];
     struct llama_config lc;
     struct hf_meta meta;
-    struct param_info *params; // (n_params,) the model's tensors, sorted by name
+    struct param_info *params; // (n_params,) the model's tensors (trident's names), sorted by name
     int n_params;
+    struct hf_want *want;      // (n_want,) the folder's tensors they are made of, sorted by name
+    int n_want;
     int n_files;
     struct safetensors_file *files[HF_READ_FILES];
     char file_names[HF_READ_FILES][256];
@@ -364,6 +112,7 @@ void hf_close(struct hf_model *h) {
     for (int i = 0; i < h->n_files; i++) safetensors_close(h->files[i]);
     free(h->e);
     free(h->params);
+    free(h->want);
     free(h);
 }
 
@@ -390,18 +139,42 @@ static int cmp_param(const void *a, const void *b) {
     return strcmp(((const struct param_info *)a)->name, ((const struct param_info *)b)->name);
 }
 
-// The shape the model of config.json gives a parameter name (its parameter
-// table: the names are Hugging Face's), or ndim 0 for a name it does not have.
-static int expected_shape(const struct hf_model *h, const char *name, int64_t *shape) {
-    struct param_info key;
+static int cmp_want(const void *a, const void *b) {
+    return strcmp(((const struct hf_want *)a)->name, ((const struct hf_want *)b)->name);
+}
+
+// h->want from h->params: every parameter's parts under the family's names.
+static void want_table(struct hf_model *h) {
+    int n = 0;
+    for (int i = 0; i < h->n_params; i++) n += hf_moe_parts(&h->lc, h->params[i].name);
+    h->want = xcalloc((size_t)n + 1, sizeof *h->want);
+    for (int i = 0; i < h->n_params; i++) {
+        const struct param_info *p = &h->params[i];
+        int parts = hf_moe_parts(&h->lc, p->name);
+        for (int e = 0; e < parts; e++) {
+            struct hf_want *w = &h->want[h->n_want++];
+            hf_moe_part_name(h->meta.family, p->name, parts, e, w->name, sizeof w->name);
+            w->rows = p->grows / parts, w->cols = p->gcols, w->param = i, w->part = e;
+        }
+    }
+    qsort(h->want, (size_t)h->n_want, sizeof *h->want, cmp_want);
+}
+
+static const struct hf_want *want_find(const struct hf_model *h, const char *name) {
+    struct hf_want key;
     size_t len = strlen(name);
-    if (len >= sizeof key.name) return 0;
+    if (len >= sizeof key.name) return NULL;
     memcpy(key.name, name, len + 1);
-    const struct param_info *p =
-        bsearch(&key, h->params, (size_t)h->n_params, sizeof *h->params, cmp_param);
-    if (!p) return 0;
-    shape[0] = p->grows, shape[1] = p->gcols;
-    return p->gcols == 1 ? 1 : 2;
+    return bsearch(&key, h->want, (size_t)h->n_want, sizeof *h->want, cmp_want);
+}
+
+// The shape the model of config.json gives a tensor name of the folder (its
+// parameter table through want_table), or ndim 0 for a name it does not have.
+static int expected_shape(const struct hf_model *h, const char *name, int64_t *shape) {
+    const struct hf_want *w = want_find(h, name);
+    if (!w) return 0;
+    shape[0] = w->rows, shape[1] = w->cols;
+    return w->cols == 1 ? 1 : 2;
 }
 
 static const struct hf_entry *hf_find(const struct hf_model *h, const char *name);
@@ -412,11 +185,11 @@ static void missing_tensors(const struct hf_model *h, char *buf, size_t cap, int
     size_t used = 0;
     buf[0] = '\0';
     *n_missing = 0;
-    for (int i = 0; i < h->n_params; i++) {
-        if (hf_find(h, h->params[i].name)) continue;
+    for (int i = 0; i < h->n_want; i++) {
+        if (hf_find(h, h->want[i].name)) continue;
         if (*n_missing < 3 && used < cap)
             used += (size_t)snprintf(buf + used, cap - used, "%s%s", *n_missing ? ", " : "",
-                                     h->params[i].name);
+                                     h->want[i].name);
         else if (*n_missing == 3 && used < cap) used += (size_t)snprintf(buf + used, cap - used, ", ...");
         (*n_missing)++;
     }
@@ -445,6 +218,7 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
         st = error_set(err, STATUS_BAD_INPUT, "%s/config.json: not a model trident builds: %s", dir, why);
     }
     if (!st) qsort(h->params, (size_t)h->n_params, sizeof *h->params, cmp_param);
+    if (!st) want_table(h);
     const char *arch = hf_family_arch(h->meta.family);
     char idx[CKPT_PATH_MAX + 40];
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
@@ -526,9 +300,9 @@ enum status hf_open(const char *dir, const struct llama_config *expect, struct h
     char names[400];
     int n_missing = 0;
     if (!st) missing_tensors(h, names, sizeof names, &n_missing);
-    if (!st && want != h->n_params)
+    if (!st && want != h->n_want)
         st = error_set(err, STATUS_BAD_INPUT, "%s: %d of the %d tensors %s needs are present; "
-                       "missing: %s", dir, h->n_params - n_missing, h->n_params, arch, names);
+                       "missing: %s", dir, h->n_want - n_missing, h->n_want, arch, names);
     if (st) hf_close(h);
     else *out = h;
     return st;
@@ -544,22 +318,43 @@ static const struct hf_entry *hf_find(const struct hf_model *h, const char *name
 enum status hf_check_model(const struct hf_model *h, const struct llama_config *m,
                            struct error *err) {
     const struct llama_config *f = &h->lc;
+    // ffn_dim is the dense layers' width: compared where the folder has them
+    // (Mixtral's intermediate_size is its experts', compared as moe_ffn_dim).
+    bool dense = !f->moe_experts || f->moe_first_dense_layers > 0, moe = f->moe_experts > 0;
     struct {
         const char *hf, *ours;
         int a, b;
-    } ints[] = {{"hidden_size", "d_model", f->d_model, m->d_model},
-                {"intermediate_size", "ffn_dim", f->ffn_dim, m->ffn_dim},
-                {"num_attention_heads", "n_heads", f->n_heads, m->n_heads},
-                {"num_key_value_heads", "n_kv_heads", f->n_kv_heads, m->n_kv_heads},
-                {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers},
-                {"vocab_size", "vocab_size", f->vocab_size, m->vocab_size},
-                {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings},
+        bool used;
+    } ints[] = {{"hidden_size", "d_model", f->d_model, m->d_model, true},
+                {"intermediate_size", "ffn_dim", f->ffn_dim, m->ffn_dim, dense},
+                {"num_local_experts / num_experts (0: a dense model)", "moe_experts",
+                 f->moe_experts, m->moe_experts, true},
+                {"num_experts_per_tok", "moe_top_k", f->moe_top_k, m->moe_top_k, moe},
+                {"the experts' width (Mixtral intermediate_size, Qwen2-MoE moe_intermediate_size)",
+                 "moe_ffn_dim (0: ffn_dim)", llama_moe_ffn(f), llama_moe_ffn(m), moe},
+                {"shared_expert_intermediate_size (Mixtral: none)",
+                 "moe_shared_ffn_dim (0: moe_ffn_dim) with moe_shared_experts",
+                 llama_moe_shared_ffn(f), llama_moe_shared_ffn(m), moe},
+                {"architectures (Qwen2-MoE: the shared expert's sigmoid gate)", "moe_shared_gate",
+                 llama_moe_shared_ffn(f) > 0 && f->moe_shared_gate,
+                 llama_moe_shared_ffn(m) > 0 && m->moe_shared_gate, moe},
+                {"norm_topk_prob (Mixtral: true)", "moe_norm_topk", f->moe_norm_topk,
+                 m->moe_norm_topk, moe},
+                {"decoder_sparse_step, mlp_only_layers (the dense layers first)",
+                 "moe_first_dense_layers", f->moe_first_dense_layers, m->moe_first_dense_layers,
+                 moe},
+                {"num_attention_heads", "n_heads", f->n_heads, m->n_heads, true},
+                {"num_key_value_heads", "n_kv_heads", f->n_kv_heads, m->n_kv_heads, true},
+                {"num_hidden_layers", "n_layers", f->n_layers, m->n_layers, true},
+                {"vocab_size", "vocab_size", f->vocab_size, m->vocab_size, true},
+                {"tie_word_embeddings", "tie_embeddings", f->tie_embeddings, m->tie_embeddings, true},
                 {"head_dim", "head_dim", f->head_dim ? f->head_dim : f->d_model / f->n_heads,
-                 m->head_dim ? m->head_dim : m->d_model / m->n_heads},
-                {"architectures (Qwen2: q/k/v biases)", "qkv_bias", f->qkv_bias, m->qkv_bias},
-                {"architectures (Qwen3: q/k norms)", "qk_norm", f->qk_norm, m->qk_norm}};
+                 m->head_dim ? m->head_dim : m->d_model / m->n_heads, true},
+                {"architectures (Qwen2, Qwen2-MoE: q/k/v biases)", "qkv_bias", f->qkv_bias,
+                 m->qkv_bias, true},
+                {"architectures (Qwen3: q/k norms)", "qk_norm", f->qk_norm, m->qk_norm, true}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (ints[i].a != ints[i].b)
+        if (ints[i].used && ints[i].a != ints[i].b)
             return error_set(err, STATUS_BAD_INPUT, "%s/config.json: %s = %d, the run's [model] "
                              "%s = %d", h->dir, ints[i].hf, ints[i].a, ints[i].ours, ints[i].b);
     if (f->rope_theta != m->rope_theta)
@@ -587,28 +382,45 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
 
 enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct error *err) {
     const char *name = strncmp(want->name, "param/", 6) ? want->name : want->name + 6;
-    const struct hf_entry *e = hf_find(h, name);
-    if (!e)
-        return error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s", h->dir, name);
-    const struct safetensors_tensor *t = e->t;
-    int64_t cols = t->ndim > 1 ? t->shape[1] : 1;
-    if (t->shape[0] != want->grows || cols != want->gcols || want->dtype != DTYPE_FP32)
-        return error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is (%lld, %lld), the model's is "
-                         "(%d, %d)", h->dir, name, (long long)t->shape[0], (long long)cols,
-                         want->grows, want->gcols);
-    size_t es = dtype_size(t->dtype);
+    // The folder's tensors of this one: trident's stacked experts are E of
+    // them, each prow rows (want_table).
+    int parts = hf_moe_parts(&h->lc, name), prow = want->grows / parts;
+    const struct hf_entry **src = xcalloc((size_t)parts, sizeof *src);
+    char pname[CKPT_NAME_MAX];
+    enum status st = want->dtype != DTYPE_FP32 || want->grows % parts
+                         ? error_set(err, STATUS_BAD_INPUT, "%s: tensor %s: read as F32 in %d "
+                                     "parts of equal rows, (%d, %d) asked", h->dir, name, parts,
+                                     want->grows, want->gcols)
+                         : STATUS_OK;
+    for (int e = 0; e < parts && !st; e++) {
+        hf_moe_part_name(h->meta.family, name, parts, e, pname, sizeof pname);
+        src[e] = hf_find(h, pname);
+        if (!src[e]) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: no tensor %s", h->dir, pname);
+            break;
+        }
+        const struct safetensors_tensor *t = src[e]->t;
+        int64_t cols = t->ndim > 1 ? t->shape[1] : 1;
+        if (t->shape[0] != prow || cols != want->gcols)
+            st = error_set(err, STATUS_BAD_INPUT, "%s: tensor %s is (%lld, %lld), the model's is "
+                           "(%d, %d)", h->dir, pname, (long long)t->shape[0], (long long)cols,
+                           prow, want->gcols);
+    }
     float *dst = want->data;
-    uint16_t *row = xmalloc((size_t)want->cols * es);
-    enum status st = STATUS_OK;
+    uint32_t *row = xmalloc((size_t)want->cols * sizeof *row); // F32, BF16, F16: <= 4 bytes each
     for (size_t i = want->flat_begin; i < want->flat_end && !st;) {
         size_t br = i / (size_t)want->cols, bc = i % (size_t)want->cols;
         size_t run = MIN((size_t)want->cols - bc, want->flat_end - i);
-        uint64_t at = ((uint64_t)(want->row_offset + br) * (uint64_t)cols + want->col_offset + bc) * es;
+        size_t R = (size_t)want->row_offset + br; // the row of trident's whole tensor
+        const struct hf_entry *e = src[R / (size_t)prow];
+        const struct safetensors_tensor *t = e->t;
+        size_t es = dtype_size(t->dtype);
+        uint64_t at = ((uint64_t)(R % (size_t)prow) * (uint64_t)want->gcols + want->col_offset + bc) * es;
         st = safetensors_read(h->files[e->file], t, at, run * es, row, err);
         for (size_t k = 0; k < run && !st; k++) {
             float v = t->dtype == DTYPE_FP32   ? ((float *)row)[k]
-                      : t->dtype == DTYPE_BF16 ? bf16_to_f32(row[k])
-                                               : fp16_to_f32(row[k]);
+                      : t->dtype == DTYPE_BF16 ? bf16_to_f32(((uint16_t *)row)[k])
+                                               : fp16_to_f32(((uint16_t *)row)[k]);
             dst[i - want->flat_begin + k] = v;
         }
         i += run;
@@ -619,13 +431,16 @@ enum status hf_read_piece(struct hf_model *h, struct ckpt_piece *want, struct er
     size_t first = 0, bad = st ? 0 : ckpt_count_nonfinite(dst, DTYPE_FP32,
                                                           want->flat_end - want->flat_begin, &first);
     if (bad) {
-        size_t f = want->flat_begin + first;
-        size_t r = want->row_offset + f / (size_t)want->cols, c = want->col_offset + f % (size_t)want->cols;
+        size_t f = want->flat_begin + first, cols = (size_t)want->gcols;
+        size_t R = want->row_offset + f / (size_t)want->cols, c = want->col_offset + f % (size_t)want->cols;
+        size_t r = R % (size_t)prow;
+        const struct hf_entry *e = src[R / (size_t)prow];
         st = error_set(err, STATUS_BAD_INPUT, "%s/%s: tensor %s holds %zu non-finite values in "
                        "the part read; the first at element %zu (row %zu, column %zu): %g",
-                       h->dir, h->file_names[e->file], name, bad, r * (size_t)cols + c, r, c,
+                       h->dir, h->file_names[e->file], e->t->name, bad, r * cols + c, r, c,
                        (double)dst[first]);
     }
+    free(src);
     return st;
 }
 
@@ -633,7 +448,7 @@ enum status hf_write_generation_config(const char *path, const struct hf_meta *m
                                        struct error *err) {
     json_t *g = json_object();
     json_object_set_new(g, "bos_token_id", meta->bos_id >= 0 ? json_integer(meta->bos_id) : json_null());
-    json_object_set_new(g, "eos_token_id", ids_json(meta->eos_ids, meta->n_eos));
+    json_object_set_new(g, "eos_token_id", hf_ids_json(meta->eos_ids, meta->n_eos));
     if (meta->pad_id >= 0) json_object_set_new(g, "pad_token_id", json_integer(meta->pad_id));
     char tmp[CKPT_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -653,20 +468,17 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     if (access(latest, F_OK) == 0)
         return error_set(err, STATUS_BAD_INPUT, "%s: holds checkpoints (%s); import writes into "
                          "a new dir", dir, latest);
-    struct ckpt_piece *p = xcalloc((size_t)h->n + 1, sizeof *p);
+    // Every parameter of the model whole, under trident's names (the
+    // stacked experts assembled by hf_read_piece).
+    struct ckpt_piece *p = xcalloc((size_t)h->n_params + 1, sizeof *p);
     int n = 0;
     enum status st = STATUS_OK;
-    for (int i = 0; i < h->n && !st; i++) {
-        const struct safetensors_tensor *t = h->e[i].t;
-        int64_t shape[2];
-        if (!expected_shape(h, t->name, shape)) continue; // a tied model's lm_head copy
+    for (int i = 0; i < h->n_params && !st; i++) {
+        const struct param_info *pi = &h->params[i];
         struct ckpt_piece *q = &p[n++];
-        size_t len = MIN(strlen(t->name), sizeof q->name - 7); // a known name: it fits
-        memcpy(q->name, "param/", 6);
-        memcpy(q->name + 6, t->name, len);
-        q->name[6 + len] = '\0';
-        q->grows = q->rows = (int)t->shape[0];
-        q->gcols = q->cols = t->ndim > 1 ? (int)t->shape[1] : 1;
+        snprintf(q->name, sizeof q->name, "param/%s", pi->name);
+        q->grows = q->rows = pi->grows;
+        q->gcols = q->cols = pi->gcols;
         q->flat_end = (size_t)q->rows * q->cols, q->dtype = DTYPE_FP32;
         q->data = xmalloc(q->flat_end * sizeof(float));
         st = hf_read_piece(h, q, err);
@@ -682,7 +494,7 @@ enum status hf_import(struct hf_model *h, const char *dir, const char *tokenizer
     char tok_from[CKPT_PATH_MAX + 16], tok_to[CKPT_PATH_MAX + 16];
     snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", h->dir);
     snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", dir);
-    if (!st && access(tok_from, F_OK) == 0) st = copy_file(tok_from, tok_to, err);
+    if (!st && access(tok_from, F_OK) == 0) st = hf_copy_file(tok_from, tok_to, err);
     // Its token ids, for generate's stop ids and the export's config.
     if (!st) {
         char gc[CKPT_PATH_MAX + 40];

@@ -1,4 +1,5 @@
-// hf.h: a checkpoint as a Hugging Face LlamaForCausalLM folder, the one
+// hf.h (hf.c reads, hf_export.c writes): a checkpoint as a Hugging Face
+// LlamaForCausalLM folder (or another family's, enum hf_family), the one
 // transformers' from_pretrained loads (docs/formats.md "Hugging Face export"):
 //
 //   config.json                      LlamaForCausalLM: sizes, rope_theta,
@@ -13,7 +14,11 @@
 // trident's parameter names, shapes and q/k row order are those of
 // LlamaForCausalLM (rotate_half RoPE pairs (i, i + D/2) of each head), so
 // tensors are copied, not permuted; tests/e2e/hf_export.sh checks that with an
-// independent forward pass.
+// independent forward pass. The other families (enum hf_family) are read and
+// written the same way; a mixture-of-experts model's stacked experts (model.h)
+// are split into and read from the family's per-expert tensors by rows
+// (MixtralForCausalLM's block_sparse_moe names, Qwen2MoeForCausalLM's
+// mlp.experts.e; tests/e2e/hf_moe.sh against transformers).
 #ifndef TRIDENT_HF_H
 #define TRIDENT_HF_H
 
@@ -25,8 +30,12 @@
 #include "safetensors.h"
 
 // The families read and written: transformers' class names in config.json's
-// `architectures` and their model_type.
-enum hf_family { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_N_FAMILIES };
+// `architectures` and their model_type. Mixtral and Qwen2-MoE are the
+// mixture-of-experts ones ([model] moe_*; docs/formats.md "Hugging Face
+// export and import"): their per-expert tensors are trident's stacked ones
+// (hf_moe_name).
+enum hf_family { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_MIXTRAL, HF_QWEN2_MOE,
+                 HF_N_FAMILIES };
 const char *hf_family_arch(enum hf_family f);       // "LlamaForCausalLM", ...
 const char *hf_family_model_type(enum hf_family f); // "llama", ...
 
@@ -62,8 +71,11 @@ struct hf_key_row {
 const struct hf_key_row *hf_config_keys(int *n);
 
 // Reads dir/config.json (and dir/generation_config.json when present) into
-// *lc (sizes, head_dim 0 when hidden_size / heads, qkv_bias for Qwen2,
-// qk_norm for Qwen3, rope_scaling, max_seq_len = max_position_embeddings)
+// *lc (sizes, head_dim 0 when hidden_size / heads, qkv_bias for Qwen2 and
+// Qwen2-MoE, qk_norm for Qwen3, rope_scaling, max_seq_len =
+// max_position_embeddings; Mixtral and Qwen2-MoE: the moe_* fields, the
+// sparse layers as moe_first_dense_layers, router_aux_loss_coef as
+// moe_aux_loss_coeff)
 // and *meta. Only regular files are opened. Every number is checked for its
 // JSON type (a string is not a number, a number not a boolean) and range
 // (the [model] INI keys' bounds, 64-bit arithmetic) before use. Errors:
@@ -96,7 +108,7 @@ struct hf_export_args {
 // STATUS_RUNTIME on a write failure; each names the path.
 enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, struct error *err);
 
-// A Hugging Face LlamaForCausalLM folder opened for reading: config.json and
+// A Hugging Face folder of one of the families opened for reading: config.json and
 // its safetensors (model.safetensors, or the files model.safetensors.index.json
 // names), every header validated on open (safetensors_open).
 struct hf_model;
@@ -104,11 +116,11 @@ struct hf_model;
 // Opens dir. expect: the run's model, compared with config.json
 // (hf_check_model) before any shape, or NULL. Errors: STATUS_BAD_INPUT naming
 // the file (and tensor or key) for a missing or bad config.json, index or
-// safetensors file, an architecture other than LlamaForCausalLM (hidden_act
-// silu, no biases, no rope_scaling), a config.json other than expect's, a
-// tensor in two files or in another shard than the index says, a tensor of
-// LlamaForCausalLM missing (the first three named) or of another shape than
-// config.json implies.
+// safetensors file, an architecture other than the families' (hf_read_config's
+// refusals), a config.json other than expect's, a tensor in two files or in
+// another shard than the index says, a tensor of the family's class missing
+// (the first three named: a MoE folder's per-expert names) or of another
+// shape than config.json implies.
 enum status hf_open(const char *dir, const struct llama_config *expect, struct hf_model **out,
                     struct error *err);
 void hf_close(struct hf_model *h);
@@ -129,7 +141,9 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
 
 // Fills want->data (flat_end - flat_begin elements of want->dtype, which must
 // be DTYPE_FP32) with the wanted range of the wanted block of the tensor
-// "param/<HF name>", reading only those bytes (one pread per block row);
+// "param/<trident name>" (a MoE model's stacked experts: each block row from
+// the expert tensor that holds it), reading only those bytes (one pread per
+// block row);
 // BF16 and F16 values are widened exactly. Errors: STATUS_BAD_INPUT when the
 // tensor is absent, its shape is not (grows, gcols) or the range read holds a
 // NaN or an infinity ("DIR/FILE: tensor NAME holds K non-finite values ...;

@@ -17,12 +17,14 @@
 #include "hf_internal.h"
 
 enum { L = 1 << HF_LLAMA, Q2 = 1 << HF_QWEN2, Q3 = 1 << HF_QWEN3, M = 1 << HF_MISTRAL,
-       ALL = L | Q2 | Q3 | M };
+       X = 1 << HF_MIXTRAL, QM = 1 << HF_QWEN2_MOE, ALL = L | Q2 | Q3 | M | X | QM };
 
 static const struct {
     const char *arch, *model_type;
 } families[HF_N_FAMILIES] = {{"LlamaForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
-                             {"Qwen3ForCausalLM", "qwen3"}, {"MistralForCausalLM", "mistral"}};
+                             {"Qwen3ForCausalLM", "qwen3"}, {"MistralForCausalLM", "mistral"},
+                             {"MixtralForCausalLM", "mixtral"},
+                             {"Qwen2MoeForCausalLM", "qwen2_moe"}};
 
 const char *hf_family_arch(enum hf_family f) { return families[f].arch; }
 const char *hf_family_model_type(enum hf_family f) { return families[f].model_type; }
@@ -50,8 +52,8 @@ static const struct hf_key_row rows[] = {
     {C, "max_position_embeddings", ALL, "model", NULL},
     {C, "rms_norm_eps", ALL, "model", NULL},
     {C, "rope_theta", ALL, "model", NULL},
-    {C, "rope_scaling", L | Q2 | Q3, "model", NULL},
-    {C, "rope_scaling", M, "refused", "null"},
+    {C, "rope_scaling", L | Q2 | Q3 | QM, "model", NULL},
+    {C, "rope_scaling", M | X, "refused", "null"},
     {C, "tie_word_embeddings", ALL, "model", NULL},
     {C, "bos_token_id", ALL, "ids", NULL},
     {C, "eos_token_id", ALL, "ids", NULL},
@@ -62,9 +64,21 @@ static const struct hf_key_row rows[] = {
     {C, "add_cross_attention", ALL, "refused", "false"},
     {C, "is_encoder_decoder", ALL, "refused", "false"},
     {C, "pruned_heads", ALL, "refused", "{}"},
-    {C, "sliding_window", Q2 | Q3 | M, "window", NULL},
-    {C, "use_sliding_window", Q2 | Q3, "window", NULL},
-    {C, "max_window_layers", Q2 | Q3, "window", NULL},
+    {C, "sliding_window", Q2 | Q3 | M | X | QM, "window", NULL},
+    {C, "use_sliding_window", Q2 | Q3 | QM, "window", NULL},
+    {C, "max_window_layers", Q2 | Q3 | QM, "window", NULL},
+    // mixture of experts (get_moe)
+    {C, "num_local_experts", X, "model", NULL},
+    {C, "num_experts", QM, "model", NULL},
+    {C, "num_experts_per_tok", X | QM, "model", NULL},
+    {C, "moe_intermediate_size", QM, "model", NULL},
+    {C, "shared_expert_intermediate_size", QM, "model", NULL},
+    {C, "norm_topk_prob", QM, "model", NULL},
+    {C, "decoder_sparse_step", QM, "model", NULL},
+    {C, "mlp_only_layers", QM, "model", NULL},
+    {C, "router_aux_loss_coef", X | QM, "model", NULL},
+    {C, "router_jitter_noise", X, "refused", "0"},
+    {C, "output_router_logits", X | QM, "no effect", NULL},
     {C, "_attn_implementation_autoset", ALL, "no effect", NULL},
     {C, "_name_or_path", ALL, "no effect", NULL},
     {C, "chunk_size_feed_forward", ALL, "no effect", NULL},
@@ -381,16 +395,97 @@ static enum status get_rope_scaling(const char *path, json_t *j, struct llama_co
 }
 
 // The class defaults for an absent key (transformers 4.46.3's LlamaConfig,
-// Qwen2Config, MistralConfig; 4.51's Qwen3Config).
+// Qwen2Config, MistralConfig, MixtralConfig, Qwen2MoeConfig; 4.51's Qwen3Config).
 static const struct {
     long long vocab, hidden, inter, layers, heads, kv_heads, max_pos, head_dim, sliding_window;
     int bos, eos; // -1: none
+    double rope_theta, eps;
 } dflt[HF_N_FAMILIES] = {
-    [HF_LLAMA] = {32000, 4096, 11008, 32, 32, 0, 2048, 0, 0, 1, 2},
-    [HF_QWEN2] = {151936, 4096, 22016, 32, 32, 32, 32768, 0, 4096, -1, -1},
-    [HF_QWEN3] = {151936, 4096, 22016, 32, 32, 32, 32768, 128, 4096, -1, -1},
-    [HF_MISTRAL] = {32000, 4096, 14336, 32, 32, 8, 131072, 0, 4096, 1, 2},
+    [HF_LLAMA] = {32000, 4096, 11008, 32, 32, 0, 2048, 0, 0, 1, 2, 1e4, 1e-6},
+    [HF_QWEN2] = {151936, 4096, 22016, 32, 32, 32, 32768, 0, 4096, -1, -1, 1e4, 1e-6},
+    [HF_QWEN3] = {151936, 4096, 22016, 32, 32, 32, 32768, 128, 4096, -1, -1, 1e4, 1e-6},
+    [HF_MISTRAL] = {32000, 4096, 14336, 32, 32, 8, 131072, 0, 4096, 1, 2, 1e4, 1e-6},
+    [HF_MIXTRAL] = {32000, 4096, 14336, 32, 32, 8, 131072, 0, 0, 1, 2, 1e6, 1e-5},
+    [HF_QWEN2_MOE] = {151936, 2048, 5632, 24, 16, 16, 32768, 0, 4096, -1, -1, 1e4, 1e-6},
 };
+
+// A number >= 0 (integer or real), finite.
+static enum status get_nonneg(const char *path, json_t *j, const char *key, double dflt_v,
+                              double *out, struct error *err) {
+    json_t *v = json_object_get(j, key);
+    char b[80];
+    if (!v) return *out = dflt_v, STATUS_OK;
+    if (!json_is_number(v) || !(json_number_value(v) >= 0) || !(json_number_value(v) <= DBL_MAX))
+        return error_set(err, STATUS_BAD_INPUT, "%s: %s = %s is not a finite number >= 0", path,
+                         key, show(v, b, sizeof b));
+    return *out = json_number_value(v), STATUS_OK;
+}
+
+// The mixture-of-experts keys of MixtralConfig / Qwen2MoeConfig (transformers
+// 4.46.3) into lc's moe_* fields: num_local_experts / num_experts,
+// num_experts_per_tok (<= the experts), the experts' width (Mixtral:
+// intermediate_size F; Qwen2-MoE: moe_intermediate_size, intermediate_size
+// being the dense layers'), Qwen2-MoE's gated shared expert of
+// shared_expert_intermediate_size (> 0: trident's Qwen2-MoE has one),
+// norm_topk_prob (Mixtral: always renormalised), router_aux_loss_coef. Which
+// layers are sparse (Qwen2MoeDecoderLayer: l not in mlp_only_layers and
+// (l + 1) % decoder_sparse_step == 0) must be "all from some d on":
+// moe_first_dense_layers = d; another pattern is refused naming both keys.
+static enum status get_moe(const char *path, json_t *j, enum hf_family f, long long Ly,
+                           long long F, struct llama_config *lc, struct error *err) {
+    bool mix = f == HF_MIXTRAL;
+    const char *ek = mix ? "num_local_experts" : "num_experts";
+    long long E = 0, k = 0, Fe = F, Fs = 0, step = 1;
+    bool norm = true;
+    double coef = 0;
+    char b[120];
+    enum status st = get_int(path, j, ek, 1, 256, mix ? 8 : 60, &E, err);
+    if (!st) st = get_int(path, j, "num_experts_per_tok", 1, E, mix ? 2 : 4, &k, err);
+    if (!st && !mix) st = get_int(path, j, "moe_intermediate_size", 1, LLAMA_MAX_FFN, 1408, &Fe, err);
+    if (!st && !mix)
+        st = get_int(path, j, "shared_expert_intermediate_size", 0, LLAMA_MAX_FFN, 5632, &Fs, err);
+    if (!st && !mix && Fs == 0)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: shared_expert_intermediate_size = 0: trident's "
+                       "Qwen2MoeForCausalLM has its gated shared expert (> 0)", path);
+    if (!st && !mix) st = get_bool(path, j, "norm_topk_prob", false, &norm, err);
+    if (!st && !mix) st = get_int(path, j, "decoder_sparse_step", 1, INT64_MAX, 1, &step, err);
+    if (!st) st = get_nonneg(path, j, "router_aux_loss_coef", 0.001, &coef, err);
+    // The sparse layers: a suffix [d, Ly) of the layers.
+    json_t *mo = mix ? NULL : json_object_get(j, "mlp_only_layers");
+    if (!st && mo && !json_is_null(mo) && !json_is_array(mo))
+        st = error_set(err, STATUS_BAD_INPUT, "%s: mlp_only_layers = %s is not a list of layer "
+                       "indices", path, show(mo, b, sizeof b));
+    size_t i;
+    json_t *v;
+    if (!st && json_is_array(mo)) json_array_foreach(mo, i, v) {
+        if (!json_is_integer(v)) {
+            st = error_set(err, STATUS_BAD_INPUT, "%s: mlp_only_layers = %s is not a list of "
+                           "layer indices (integers)", path, show(mo, b, sizeof b));
+            break;
+        }
+    }
+    long long d = -1;
+    for (long long l = 0; l < Ly && !st; l++) {
+        bool dense = (l + 1) % step != 0;
+        if (json_is_array(mo)) json_array_foreach(mo, i, v) dense |= json_integer_value(v) == l;
+        if (!dense && d < 0) d = l;
+        if (dense && d >= 0)
+            st = error_set(err, STATUS_BAD_INPUT, "%s: decoder_sparse_step = %lld, mlp_only_layers "
+                           "= %s make layer %lld dense after the sparse layer %lld: trident's dense "
+                           "layers come first (moe_first_dense_layers)", path, step,
+                           mo ? show(mo, b, sizeof b) : "[]", l, d);
+    }
+    if (!st && d < 0)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: decoder_sparse_step = %lld, mlp_only_layers = "
+                       "%s leave no sparse layer among the %lld", path, step,
+                       mo ? show(mo, b, sizeof b) : "[]", Ly);
+    if (st) return st;
+    lc->moe_experts = (int)E, lc->moe_top_k = (int)k, lc->moe_ffn_dim = (int)Fe;
+    lc->moe_shared_experts = Fs > 0, lc->moe_shared_ffn_dim = (int)Fs;
+    lc->moe_shared_gate = true, lc->moe_norm_topk = norm;
+    lc->moe_aux_loss_coeff = coef, lc->moe_first_dense_layers = (int)d;
+    return STATUS_OK;
+}
 
 static enum status read_ids(const char *path, json_t *j, int vocab, struct hf_meta *meta,
                             bool defaults_from_class, struct error *err) {
@@ -444,8 +539,9 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
         if (!strcmp(a0, families[i].arch)) f = i;
     if (f < 0 || json_array_size(arch) != 1)
         st = error_set(err, STATUS_BAD_INPUT, "%s: architectures = %s; trident reads "
-                       "[\"LlamaForCausalLM\"], [\"Qwen2ForCausalLM\"], [\"Qwen3ForCausalLM\"] or "
-                       "[\"MistralForCausalLM\"]", path, arch ? show(arch, b, sizeof b) : "(absent)");
+                       "[\"LlamaForCausalLM\"], [\"Qwen2ForCausalLM\"], [\"Qwen3ForCausalLM\"], "
+                       "[\"MistralForCausalLM\"], [\"MixtralForCausalLM\"] or "
+                       "[\"Qwen2MoeForCausalLM\"]", path, arch ? show(arch, b, sizeof b) : "(absent)");
     meta->family = f < 0 ? HF_LLAMA : (enum hf_family)f;
     json_t *mt = json_object_get(j, "model_type");
     if (!st && mt && (!json_is_string(mt) || strcmp(json_string_value(mt), families[f].model_type)))
@@ -489,9 +585,11 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
     json_t *hd = json_object_get(j, "head_dim");
     if (!st) st = get_int(path, j, "head_dim", 1, LLAMA_MAX_HEAD_DIM,
                           dflt[f].head_dim && !hd ? dflt[f].head_dim : Cm / H, &D, err);
-    if (!st && f == HF_QWEN2 && hd && !json_is_null(hd) && D != Cm / H)
-        st = error_set(err, STATUS_BAD_INPUT, "%s: head_dim = %lld: Qwen2ForCausalLM uses "
-                       "hidden_size / num_attention_heads = %lld", path, D, Cm / H);
+    // Qwen2, Mixtral, Qwen2-MoE (4.46.3) have no head_dim: hidden / heads.
+    bool no_head_dim = f == HF_QWEN2 || f == HF_MIXTRAL || f == HF_QWEN2_MOE;
+    if (!st && no_head_dim && hd && !json_is_null(hd) && D != Cm / H)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: head_dim = %lld: %s uses "
+                       "hidden_size / num_attention_heads = %lld", path, D, families[f].arch, Cm / H);
     if (!st && H % Hkv)
         st = error_set(err, STATUS_BAD_INPUT, "%s: num_key_value_heads = %lld does not divide "
                        "num_attention_heads = %lld", path, Hkv, H);
@@ -502,35 +600,37 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
         st = error_set(err, STATUS_BAD_INPUT, "%s: hidden_size = %lld is not a multiple of "
                        "num_attention_heads = %lld and head_dim is not given", path, Cm, H);
     double theta = 0, eps = 0;
-    if (!st) st = get_pos(path, j, "rope_theta", DBL_MAX, 10000.0, &theta, err);
-    if (!st) st = get_pos(path, j, "rms_norm_eps", FLT_MAX, 1e-6, &eps, err);
+    if (!st) st = get_pos(path, j, "rope_theta", DBL_MAX, dflt[f].rope_theta, &theta, err);
+    if (!st) st = get_pos(path, j, "rms_norm_eps", FLT_MAX, dflt[f].eps, &eps, err);
     if (!st) st = get_bool(path, j, "tie_word_embeddings", false, &lc->tie_embeddings, err);
-    if (!st && f != HF_MISTRAL) st = get_rope_scaling(path, j, lc, err);
+    bool mistral_like = f == HF_MISTRAL || f == HF_MIXTRAL; // the window always used
+    if (!st && !mistral_like) st = get_rope_scaling(path, j, lc, err);
     // Sliding-window attention: refused where it takes effect, i.e. where a
     // sequence of max_position_embeddings tokens reaches past the window in
-    // some layer (Mistral: every layer; Qwen2/3: with use_sliding_window,
-    // the layers from max_window_layers on).
+    // some layer (Mistral, Mixtral: every layer; Qwen2/3, Qwen2-MoE: with
+    // use_sliding_window, the layers from max_window_layers on).
     if (!st && f != HF_LLAMA) {
         long long w = 0, mwl = 0;
-        bool use = f == HF_MISTRAL;
+        bool use = mistral_like;
         json_t *sw = json_object_get(j, "sliding_window");
-        if (f != HF_MISTRAL) st = get_bool(path, j, "use_sliding_window", false, &use, err);
+        if (!mistral_like) st = get_bool(path, j, "use_sliding_window", false, &use, err);
         if (!st) st = get_int(path, j, "sliding_window", 1, INT64_MAX, dflt[f].sliding_window, &w, err);
         if (!st && sw && json_is_null(sw)) w = 0;
-        if (!st && f != HF_MISTRAL)
+        if (!st && !mistral_like)
             st = get_int(path, j, "max_window_layers", 0, INT64_MAX, 28, &mwl, err);
         if (!st && use && w > 0 && w < P && mwl < Ly)
             st = error_set(err, STATUS_BAD_INPUT, "%s: sliding_window = %lld (below "
                            "max_position_embeddings = %lld%s): trident has no sliding-window "
-                           "attention", path, w, P, f == HF_MISTRAL ? "" : ", use_sliding_window "
+                           "attention", path, w, P, mistral_like ? "" : ", use_sliding_window "
                            "true");
     }
+    if (!st && (f == HF_MIXTRAL || f == HF_QWEN2_MOE)) st = get_moe(path, j, f, Ly, F, lc, err);
     if (!st) {
         lc->vocab_size = (int)V, lc->d_model = (int)Cm, lc->ffn_dim = (int)F;
         lc->n_layers = (int)Ly, lc->n_heads = (int)H, lc->n_kv_heads = (int)Hkv;
         lc->max_seq_len = (int)P, lc->rope_theta = theta, lc->norm_eps = (float)eps;
         lc->head_dim = D * H == Cm ? 0 : (int)D; // 0: the default, d_model / n_heads
-        lc->qkv_bias = f == HF_QWEN2;
+        lc->qkv_bias = f == HF_QWEN2 || f == HF_QWEN2_MOE;
         lc->qk_norm = f == HF_QWEN3;
         lc->init_std = 0.02f;
         if (dflt[f].bos >= 0) meta->bos_id = dflt[f].bos < V ? dflt[f].bos : -1;

@@ -200,7 +200,8 @@ static const struct cli_flag ckpt_logits_flags[] = {
 };
 static const struct cli_flag import_flags[] = {
     {"HF_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
-     "a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM folder "
+     "a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
+     "MixtralForCausalLM or Qwen2MoeForCausalLM folder "
      "(config.json, safetensors; every config key read as docs/formats.md's table says); refused (exit 2, nothing written) "
      "for a NaN or an infinity in a tensor, a missing tensor or a bad file", C(dir)},
     {"OUT_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
@@ -224,16 +225,19 @@ const struct cli_command cli_ckpt_verify = {
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_export = {
     .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
-    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2 or Qwen3).",
+    .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2, Qwen3,\n"
+               "Mixtral or Qwen2-MoE).",
     .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
 const struct cli_command cli_ckpt_logits = {
     .name = "ckpt logits", .synopsis = "DIR --tokens IDS.txt --out OUT.safetensors",
     .summary = "The FP32 logits (N, T, V) of the N lines of T token ids of IDS.txt, one forward each on one\n"
-               "rank, as the tensor \"logits\" of a safetensors file (for checks against other implementations).",
+               "rank, as the tensor \"logits\" of a safetensors file (for checks against other implementations);\n"
+               "a mixture-of-experts model's routing too (moe_topk (N, MoE layers, T, k), moe_aux_loss (N,)).",
     .flags = ckpt_logits_flags, .n_flags = CLI_N(ckpt_logits_flags)};
 const struct cli_command cli_import = {
     .name = "import", .synopsis = "HF_DIR OUT_DIR",
-    .summary = "A Hugging Face Llama, Qwen2, Qwen3 or Mistral folder as a trident checkpoint (weights only).",
+    .summary = "A Hugging Face Llama, Qwen2, Qwen3, Mistral, Mixtral or Qwen2-MoE folder as a trident checkpoint\n"
+               "(weights only).",
     .flags = import_flags, .n_flags = CLI_N(import_flags)};
 
 // `ckpt export DIR OUT --format hf ...`. Returns the exit code.
@@ -403,6 +407,14 @@ static int logits_cmd(const struct ckpt_args *o) {
     int32_t *targets = xmalloc((size_t)T * sizeof *targets);
     double *row = xmalloc((size_t)V * sizeof *row);
     for (int t = 0; t < T; t++) targets[t] = IGNORE_INDEX;
+    // A mixture-of-experts model's routing too: each MoE layer's top-k
+    // experts of every token, and the load-balancing loss of each sequence
+    // (moe_aux_loss_layers over its MoE layers, taken after a backward).
+    const int *moe_layers;
+    int n_moe = g.lc.moe_experts ? model_moe_layers(m, &moe_layers) : 0, k = g.lc.moe_top_k;
+    int32_t *topk = n_moe ? xmalloc((size_t)N * n_moe * T * k * sizeof *topk) : NULL;
+    double *aux = n_moe ? xmalloc((size_t)N * sizeof *aux) : NULL;
+    double *stats = n_moe ? xmalloc(model_moe_stats_numel(m) * sizeof *stats) : NULL;
     for (int s = 0; s < N; s++) {
         double loss;
         long count;
@@ -412,12 +424,26 @@ static int logits_cmd(const struct ckpt_args *o) {
             float *dst = logits + ((size_t)s * T + t) * V;
             for (int j = 0; j < V; j++) dst[j] = (float)row[j]; // FP32 values: exact
         }
+        for (int b = 0; b < n_moe; b++) // one rank: local block b is layer moe_layers[b]
+            model_moe_topk(m, 0, moe_layers[b], topk + ((size_t)s * n_moe + b) * T * k);
+        if (n_moe) {
+            model_zero_grad(m);
+            model_backward(m, 1.0); // every target ignored: only the routing statistics
+            model_moe_stats_take(m, stats);
+            aux[s] = stats[1];
+        }
     }
-    free(targets), free(row);
-    struct safetensors_entry e = {.name = "logits", .dtype = DTYPE_FP32, .ndim = 3,
-                                  .shape = {N, T, V}, .data = logits};
-    const char *meta[] = {"format", "trident-logits", "version", "1", "source", o->dir};
-    safetensors_write(out, &e, 1, meta, 3, &err);
+    free(targets), free(row), free(stats);
+    struct safetensors_entry e[3] = {
+        {.name = "logits", .dtype = DTYPE_FP32, .ndim = 3, .shape = {N, T, V}, .data = logits},
+        {.name = "moe_topk", .dtype = DTYPE_I32, .ndim = 4, .shape = {N, n_moe, T, k}, .data = topk},
+        {.name = "moe_aux_loss", .dtype = DTYPE_FP64, .ndim = 1, .shape = {N}, .data = aux}};
+    char coeff[32];
+    snprintf(coeff, sizeof coeff, "%.17g", g.lc.moe_aux_loss_coeff);
+    const char *meta[] = {"format", "trident-logits", "version", "1", "source", o->dir,
+                          "moe_aux_loss_coeff", coeff};
+    safetensors_write(out, e, n_moe ? 3 : 1, meta, n_moe ? 4 : 3, &err);
+    free(topk), free(aux);
 done:
     generator_close(&g);
     free(ids), free(logits);

@@ -65,9 +65,9 @@ static enum status dims_compute(const struct llama_config *cfg, const struct mod
         model_moe_config(cfg, &mc);
         enum status ms = moe_config_check(&mc, err);
         if (ms) return ms;
-        if (tp > 1 || cfg->moe_first_dense_layers < 0 || cfg->moe_first_dense_layers >= cfg->n_layers)
-            return error_set(err, STATUS_BAD_INPUT, "model: moe_experts %d needs tp = 1 (found %d) and "
-                             "moe_first_dense_layers %d in [0, n_layers %d)", cfg->moe_experts, tp,
+        if (cfg->moe_first_dense_layers < 0 || cfg->moe_first_dense_layers >= cfg->n_layers)
+            return error_set(err, STATUS_BAD_INPUT, "model: moe_experts %d needs "
+                             "moe_first_dense_layers %d in [0, n_layers %d)", cfg->moe_experts,
                              cfg->moe_first_dense_layers, cfg->n_layers);
     }
     int ep = MAX(1, s->ep_size);
@@ -202,32 +202,36 @@ static int params_layout(const struct llama_config *cfg, const struct model_shar
                   tr * d->Hl * D, C, true, false, out_std);
         param_add(params, &n, &off, NAME("post_attention_layernorm.weight"), C, 1, C, 1, 0, 0, C,
                   false, true, 0);
-        if (llama_layer_moe(cfg, l)) { // tp = 1 (dims_compute): no sharding but ep's
+        if (llama_layer_moe(cfg, l)) {
             // The routed experts split over ep: this rank's El of E, rows of the
-            // stacked (E F, C) and (E C, F) tensors (param_info.expert).
+            // stacked (E F, C) and (E C, F) tensors (param_info.expert). No TP
+            // split: every TP rank runs the whole layer on all N rows
+            // (model_pass.c), each tensor replicated with its whole gradient.
             int E = cfg->moe_experts, Fe = llama_moe_ffn(cfg), Fs = llama_moe_shared_ffn(cfg);
-            int ep = MAX(1, s->ep_size), El = E / ep, e0 = s->ep_rank * El;
-            param_add(params, &n, &off, NAME("mlp.gate.weight"), E, C, E, C, 0, 0, E, true, false, std);
+            int ep = MAX(1, s->ep_size), El = E / ep, e0 = s->ep_rank * El, first = n;
+            param_add(params, &n, &off, NAME("mlp.gate.weight"), E, C, E, C, 0, 0, E, true, true,
+                      std);
             param_add(params, &n, &off, NAME("mlp.experts.gate_proj.weight"), El * Fe, C, E * Fe, C,
-                      e0 * Fe, 0, El * Fe, true, false, std);
+                      e0 * Fe, 0, El * Fe, true, true, std);
             if (params) params[n - 1].expert = true;
             param_add(params, &n, &off, NAME("mlp.experts.up_proj.weight"), El * Fe, C, E * Fe, C,
-                      e0 * Fe, 0, El * Fe, true, false, std);
+                      e0 * Fe, 0, El * Fe, true, true, std);
             if (params) params[n - 1].expert = true;
             param_add(params, &n, &off, NAME("mlp.experts.down_proj.weight"), El * C, Fe, E * C, Fe,
-                      e0 * C, 0, El * C, true, false, out_std);
+                      e0 * C, 0, El * C, true, true, out_std);
             if (params) params[n - 1].expert = true;
             if (Fs) {
                 param_add(params, &n, &off, NAME("mlp.shared_expert.gate_proj.weight"), Fs, C, Fs,
-                          C, 0, 0, Fs, true, false, std);
+                          C, 0, 0, Fs, true, true, std);
                 param_add(params, &n, &off, NAME("mlp.shared_expert.up_proj.weight"), Fs, C, Fs, C,
-                          0, 0, Fs, true, false, std);
+                          0, 0, Fs, true, true, std);
                 param_add(params, &n, &off, NAME("mlp.shared_expert.down_proj.weight"), C, Fs, C,
-                          Fs, 0, 0, C, true, false, out_std);
+                          Fs, 0, 0, C, true, true, out_std);
                 if (cfg->moe_shared_gate)
                     param_add(params, &n, &off, NAME("mlp.shared_expert_gate.weight"), 1, C, 1, C,
-                              0, 0, 1, true, false, std);
+                              0, 0, 1, true, true, std);
             }
+            for (int i = first; params && i < n; i++) params[i].tp_whole_grad = true;
         } else {
             param_add(params, &n, &off, NAME("mlp.gate_proj.weight"), d->Fl, C, F, C, tr * d->Fl,
                       0, d->Fl, true, false, std);
@@ -815,9 +819,10 @@ enum status model_init(struct model **out, struct backend *be, const struct llam
     for (int i = 0; i < m->shard.n_wstash; i++) m->wstash[i].chunk = -1;
     blocks_bind(m);
     if (cfg->moe_experts) {
-        m->moe_layer = xcalloc((size_t)m->n_local_layers, sizeof *m->moe_layer);
-        for (int b = 0; b < m->n_local_layers; b++)
-            if (llama_layer_moe(cfg, block_layer(m, b))) m->moe_layer[m->n_moe++] = block_layer(m, b);
+        m->moe_layer = xcalloc((size_t)cfg->n_layers, sizeof *m->moe_layer);
+        for (int l = 0; l < cfg->n_layers; l++)
+            if (llama_layer_moe(cfg, l)) m->moe_layer[m->n_moe_model++] = l;
+        for (int b = 0; b < m->n_local_layers; b++) m->n_moe += m->blocks[b].is_moe;
         m->moe_log = xcalloc(model_moe_stats_numel(m), sizeof *m->moe_log);
     }
     if (pa) backend_memset0(be, m->param_arena);
@@ -975,12 +980,12 @@ void model_free(struct model *m) {
 }
 
 size_t model_moe_stats_numel(const struct model *m) {
-    return m->cfg.moe_experts ? 4 + (size_t)m->n_moe * m->cfg.moe_experts : 0;
+    return m->cfg.moe_experts ? 4 + (size_t)m->n_moe_model * m->cfg.moe_experts : 0;
 }
 
 int model_moe_layers(const struct model *m, const int **layers) {
     if (layers) *layers = m->moe_layer;
-    return m->n_moe;
+    return m->n_moe_model;
 }
 
 void model_moe_stats_take(struct model *m, double *out) {

@@ -206,12 +206,15 @@ struct param_info {
     size_t offset;           // element offset in the parameter and gradient arenas
     size_t numel;            // rows * cols
     bool decay;              // weight decay applies (matrices, not norm gains)
-    bool tp_replicated;      // the same on every TP rank (norm gains)
+    bool tp_replicated;      // the same on every TP rank (norm gains, the MoE layer's tensors)
     bool kv_shared;          // a key/value head copied on several TP ranks (tp > n_kv_heads)
     bool norm_skip;          // another rank counts this tensor in the global gradient norm
     bool tp_sum_grad;        // replicated over TP with a partial gradient on each TP rank
                              // (qk_norm's q_norm, k_norm: each rank sees its heads), summed
                              // over TP by model_finish_grads in every layout
+    bool tp_whole_grad;      // tp_replicated with its whole gradient on every TP rank, also
+                             // under sequence parallelism (the MoE layer's tensors: each TP
+                             // rank runs the layer on all N rows): never summed over TP
     float init_std;          // 0: initialised to ones (norm gains)
     bool init_zero;          // initialised to zeros (biases, as HF's _init_weights)
     bool expert;             // a routed-expert tensor (E_l = E / ep experts stacked; rows split
@@ -283,17 +286,25 @@ double model_flops_per_token(const struct llama_config *cfg, int T);
 // Mixture of experts: what the training backward passes (model_backward_chunk)
 // routed since the last take, summed over their microbatches, as doubles:
 // [0] microbatches, [1] the load-balancing loss (transformers' over the
-// rank's MoE blocks, moe_aux_loss_layers), [2] the z-losses summed over
-// blocks, [3] assignments dropped by the capacity, then (n_moe, E) tokens
-// routed to each expert of each MoE block (top-k choices before the
-// capacity). numel 0 for a dense model. Take reads and zeroes them.
+// model's MoE blocks, moe_aux_loss_layers), [2] the z-losses summed over
+// blocks, [3] assignments dropped by the capacity, then (L, E) tokens
+// routed to each expert of each of the model's L MoE blocks
+// (model_moe_layers; top-k choices before the capacity). numel 0 for a
+// dense model. Each rank counts its own blocks (zeros in the other rows),
+// [0] and [1] on the last virtual stage (which has the whole model's
+// routing: the pipeline's messages carry it), and only TP rank 0 counts
+// (every TP rank runs the same MoE layers on the same rows): the sum over
+// every rank is the model's, as on one rank. A backward with loss_scale 0
+// (a pipeline's evaluation runs its backward so) counts nothing. Take
+// reads and zeroes them.
 size_t model_moe_stats_numel(const struct model *m);
 void model_moe_stats_take(struct model *m, double *out);
 // The routing the last forward of slot `slot` left for the rank's MoE block
 // `block` (local index): out (N, k) I32 = each token's k experts in
 // descending probability (moe_routing_view's topk_idx), for tests and logs.
 void model_moe_topk(struct model *m, int slot, int block, int32_t *out);
-// The rank's MoE blocks (their global layer indices into *layers; may be NULL).
+// The model's MoE blocks, every stage's (their layer indices into *layers;
+// may be NULL): the rows of model_moe_stats_take's routed counts.
 int model_moe_layers(const struct model *m, const int **layers);
 
 // Computes the parameter table and pool sizes without allocating.
@@ -416,9 +427,11 @@ void model_set_doc_eot(struct model *m, int32_t eot);
 // C) in the model dtype (the previous stage's output, Ns = B*T/tp under
 // sequence parallelism, else B*T); the last virtual stage reads targets (B,
 // T) and returns the loss sum and count (as model_forward), the others write
-// `out` (Ns, C). loss_sum NULL: the loss sum is not read back but added to a
-// device accumulator (backend_sum_into) that model_loss_sum_take reads, so a
-// step of many microbatches copies its loss back once; n_targets may be NULL.
+// `out` (Ns, C) (in and out of a MoE model: model_stage_message_numel
+// elements, the routing's tail after the (Ns, C)). loss_sum NULL: the loss
+// sum is not read back but added to a device accumulator (backend_sum_into)
+// that model_loss_sum_take reads, so a step of many microbatches copies its
+// loss back once; n_targets may be NULL.
 void model_forward_chunk(struct model *m, int chunk, int slot, const int32_t *tokens,
                          const void *in, const int32_t *targets, void *out, double *loss_sum,
                          long *n_targets);
@@ -430,7 +443,11 @@ double model_loss_sum_take(struct model *m);
 // Backward of that forward (same chunk and slot): dout (Ns, C) the gradient of
 // the chunk's output (ignored on the last virtual stage, which starts from the
 // loss times loss_scale); din (Ns, C) receives the gradient of its input
-// (ignored on the first virtual stage). Accumulates into the gradient arena.
+// (ignored on the first virtual stage); a MoE model's dout and din hold
+// model_stage_message_numel elements, as the forward's messages, and its
+// chunks before the last scale the MoE blocks' auxiliary losses by the last
+// chunk's loss_scale (dout's tail), not their own. Accumulates into the
+// gradient arena.
 void model_backward_chunk(struct model *m, int chunk, int slot, double loss_scale,
                           const void *dout, void *din);
 // The backward of model_backward_chunk split in two, for the zero-bubble
@@ -469,7 +486,12 @@ void model_backward_chunk_weight(struct model *m, int chunk, int wslot);
 // own memory (true: device-to-device copies; the pipeline's message buffers
 // under NCCL, pipeline_exec.be).
 void model_set_stage_messages_on_device(struct model *m, bool on_device);
-// Elements of one activation message between stages: Ns * C.
+// Elements of one activation message between stages: Ns * C, and for a
+// mixture-of-experts model a tail of 2 E + 1 doubles (in as many elements
+// as hold their bytes): the microbatch's routing summed over the MoE blocks
+// before the stage (forward) or over all of them (backward), for the
+// load-balancing loss over the model's blocks, and the backward's loss
+// scale (model_pass.c).
 size_t model_stage_message_numel(const struct model *m);
 // High-water mark of activation slots used since model_init (1 + largest index).
 int model_slots_used(const struct model *m);

@@ -53,6 +53,16 @@ struct block_acts {
     struct tensor moe;            // MoE block: moe_activation_bytes (as I32 words), else empty
 };
 
+// The routing of a microbatch summed over some MoE blocks, in block order:
+// what transformers' load-balancing loss over the model's blocks needs
+// (moe_aux_loss_layers), carried from stage to stage in the tail of the
+// pipeline's messages (model_pass.c), with the backward's loss scale.
+struct moe_route_sum {
+    double routed[MOE_MAX_EXPERTS];   // tokens routed to expert e (top-k, before the capacity)
+    double prob_sum[MOE_MAX_EXPERTS]; // sum over tokens of p[t, e]
+    double loss_scale;                // backward: the last virtual stage's loss_scale (forward: 0)
+};
+
 // What one microbatch in flight keeps between its forward and its backward
 // through one model chunk: a pipeline stage holds up to n_slots of these.
 struct slot {
@@ -71,6 +81,9 @@ struct slot {
     // (max_layers) the routing each MoE block's forward left for its
     // backward (moe.h; unused for dense blocks), host memory
     struct moe_stats *moe_st;
+    // MoE models: the routing of the model's MoE blocks before this chunk
+    // (the stage message's tail, model_pass.c), host memory
+    struct moe_route_sum moe_in;
 };
 
 // shard.split_backward (model.h, model_memory.w_stash_bytes): one of the
@@ -190,13 +203,14 @@ struct model {
     struct tensor red, red_s;      // (N, C), (Ns, C) FP32: TP sums of BF16/FP16 activations
 
     // Mixture of experts (cfg.moe_experts > 0): the layer's shape, the one
-    // scratch every MoE block's forward and backward share, and what the
-    // training backward passes routed since model_moe_stats_take (n_moe MoE
-    // blocks of this rank, moe_layer[j] the global layer of the j-th):
-    // [microbatches, aux loss sum, z loss sum, dropped, routed (n_moe, E)].
+    // scratch every MoE block's forward and backward share, the rank's MoE
+    // blocks (n_moe), the model's (n_moe_model, moe_layer[j] the layer of the
+    // j-th) and what the training backward passes routed since
+    // model_moe_stats_take: [microbatches, aux loss sum, z loss sum, dropped,
+    // routed (n_moe_model, E)] (model.h).
     struct moe_config moe;
     struct tensor moe_scratch;
-    int n_moe;
+    int n_moe, n_moe_model;
     int *moe_layer;
     double *moe_log;
     struct model_fp8 fp8;          // FP8 linear layers (model_fp8_init); fp8.cfg.on false: none

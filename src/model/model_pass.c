@@ -82,6 +82,16 @@ static struct tensor gathered(struct model *m, struct tensor norm) {
     return m->ln_full;
 }
 
+// part (Ns, C) = this rank's rows of full (N, C) under sequence parallelism
+// (the rows its reduce-scatter would give it: rank r's Ns from r Ns), of a
+// result every TP rank computed whole (the MoE layer); without it part
+// aliases full.
+static void own_rows(struct model *m, struct tensor part, struct tensor full) {
+    if (!m->sp) return;
+    size_t np = (size_t)m->Ns * m->C;
+    backend_copy(m->be, part, tensor_slice(full, (size_t)m->shard.tp_rank * np, np), np);
+}
+
 static void grads_ready(struct model *m, size_t from) {
     if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, from);
 }
@@ -91,7 +101,8 @@ void model_finish_unit_grads(struct model *m, int u) {
     if (m->shard.tp_size > 1) // under SP each rank's norm-gain gradient covers only its rows;
                               // qk_norm's gains' only its heads
         for (int i = un->first_param; i < un->first_param + un->n_params; i++)
-            if ((m->sp && m->params[i].tp_replicated) || m->params[i].tp_sum_grad) {
+            if ((m->sp && m->params[i].tp_replicated && !m->params[i].tp_whole_grad) ||
+                m->params[i].tp_sum_grad) {
                 const struct param_info *p = &m->params[i];
                 tp_sum(m, tensor_slice(m->unit_grads[u], p->offset - un->begin, p->numel));
             }
@@ -488,12 +499,17 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
                                 eps);
     if (w->is_moe) {
-        // tp = 1, recompute none (model_setup): tmp (N, C) = the MoE layer on
-        // ln2, its routing into the slot's acts and moe_st for the backward
+        // Recompute none (model_setup): tmp (N, C) = the MoE layer on ln2,
+        // its routing into the slot's acts and moe_st for the backward. The
+        // experts are not split over TP: every TP rank runs the whole layer
+        // on all N rows (under sequence parallelism ln2's all-gather), so tmp
+        // is complete, the same on each (no TP sum, unlike the row-parallel
+        // down projection), and the rank keeps its rows of it.
         CHECK(!m->decoding && !again, "block %d: generation and recomputation are not built for "
               "MoE blocks", blk);
-        moe_forward(be, &m->moe, m->tmp, a->ln2, &w->moe, m->N, a->moe.data, m->moe_scratch.data,
-                    &S->moe_st[i]);
+        moe_forward(be, &m->moe, m->tmp, gathered(m, a->ln2), &w->moe, m->N, a->moe.data,
+                    m->moe_scratch.data, &S->moe_st[i]);
+        own_rows(m, m->tmp_s, m->tmp);
     } else {
         gate_up_forward(m, a, blk, gathered(m, a->ln2));
         backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
@@ -501,8 +517,8 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
         // tmp (N, C) = act (N, Fl) @ Wdown^T, act stored transposed
         if (f8) model_fp8_down(m, blk, m->tmp, a->act);
         else forward_matmul(m, m->tmp, a->act, w->wdown, m->N, C, m->Fl, true, true, 0.0f);
+        sp_reduce(m, m->tmp_s, m->tmp);
     }
-    sp_reduce(m, m->tmp_s, m->tmp);
     if (next.y.data)
         backend_add_rmsnorm_forward(be, S->x[i + 1], next.y, next.rstd, a->xmid, m->tmp_s, next.w,
                                     Ns, C, eps);
@@ -566,6 +582,62 @@ static void message_out(struct model *m, void *dst, struct tensor src) {
         backend_to_host(m->be, dst, src.data, n * dtype_size(src.dtype));
 }
 
+// ---- the routing in the stage messages (mixture of experts) ----
+//
+// A MoE model's load-balancing loss is transformers' over all its MoE
+// blocks (moe_aux_loss_layers: their routing concatenated), not a sum of
+// per-block terms, and its gradient in every block reads the tokens routed
+// to each expert over all of them. Under pipeline parallelism the stage
+// messages carry those sums after their (Ns, C) rows (model.h,
+// model_stage_message_numel): E routed counts then E probability sums,
+// doubles. Forward: over the MoE blocks before the receiving chunk (a chunk
+// adds its blocks' to what it received, in block order: the sums of one
+// rank's pass, bit for bit); backward: over all of them (the last virtual
+// stage completes them), and then the last stage's loss_scale (the other
+// stages' backward passes need not know the step's target count: the
+// auxiliary terms' gradients are scaled by it). Every TP rank of a stage
+// runs the same MoE layers on the same rows, so its messages carry the
+// same sums.
+
+static size_t moe_tail_bytes(const struct model *m) {
+    return m->cfg.moe_experts ? (2 * (size_t)m->moe.E + 1) * sizeof(double) : 0;
+}
+
+// *r = the tail of stage message msg (host or backend memory).
+static void moe_tail_in(struct model *m, struct moe_route_sum *r, const void *msg) {
+    size_t E = (size_t)m->moe.E, bytes = moe_tail_bytes(m);
+    double t[2 * MOE_MAX_EXPERTS + 1];
+    const char *src = (const char *)msg + (size_t)m->Ns * m->C * dtype_size(m->dtype);
+    if (m->messages_on_device) backend_to_host(m->be, t, src, bytes);
+    else memcpy(t, src, bytes);
+    memcpy(r->routed, t, E * sizeof *t);
+    memcpy(r->prob_sum, t + E, E * sizeof *t);
+    r->loss_scale = t[2 * E];
+}
+
+// The tail of stage message msg (host or backend memory) = *r.
+static void moe_tail_out(struct model *m, void *msg, const struct moe_route_sum *r) {
+    size_t E = (size_t)m->moe.E, bytes = moe_tail_bytes(m);
+    double t[2 * MOE_MAX_EXPERTS + 1];
+    memcpy(t, r->routed, E * sizeof *t);
+    memcpy(t + E, r->prob_sum, E * sizeof *t);
+    t[2 * E] = r->loss_scale;
+    char *dst = (char *)msg + (size_t)m->Ns * m->C * dtype_size(m->dtype);
+    if (m->messages_on_device) backend_to_device(m->be, dst, t, bytes);
+    else memcpy(dst, t, bytes);
+}
+
+// *r = S->moe_in plus the routing of chunk `chunk`'s MoE blocks (their forward's
+// moe_st), in block order.
+static void moe_route_add(const struct model *m, const struct slot *S, int chunk,
+                          struct moe_route_sum *r) {
+    *r = S->moe_in;
+    for (int i = 0, b0 = m->block0[chunk]; i < model_chunk_layers(m, chunk); i++)
+        if (m->blocks[b0 + i].is_moe)
+            for (int e = 0; e < m->moe.E; e++)
+                r->routed[e] += S->moe_st[i].routed[e], r->prob_sum[e] += S->moe_st[i].prob_sum[e];
+}
+
 static struct slot *slot_of(struct model *m, int slot) {
     CHECK(slot >= 0 && slot < m->shard.n_slots, "activation slot %d of %d", slot, m->shard.n_slots);
     m->slots_used = MAX(m->slots_used, slot + 1);
@@ -601,6 +673,10 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     } else {
         message_in(m, S->x[0], in);
     }
+    if (m->cfg.moe_experts) { // the routing of the blocks before the chunk
+        if (model_chunk_first(m, chunk)) memset(&S->moe_in, 0, sizeof S->moe_in);
+        else moe_tail_in(m, &S->moe_in, in);
+    }
     bool last = model_chunk_last(m, chunk);
     // Under the unit hook each unit reads only its own parameters: no fusion
     // with the next unit's norm (the same bits, model.h).
@@ -618,6 +694,11 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     }
     if (!last) {
         message_out(m, out, S->x[nl]);
+        if (m->cfg.moe_experts) {
+            struct moe_route_sum r;
+            moe_route_add(m, S, chunk, &r);
+            moe_tail_out(m, out, &r);
+        }
         return;
     }
     if (!m->decoding)
@@ -670,7 +751,10 @@ void model_microbatch_shape(const struct model *m, int *B, int *T, int *V) {
     *B = m->B, *T = m->T, *V = m->cfg.vocab_size;
 }
 
-size_t model_stage_message_numel(const struct model *m) { return (size_t)m->Ns * m->C; }
+size_t model_stage_message_numel(const struct model *m) {
+    size_t es = dtype_size(m->dtype);
+    return (size_t)m->Ns * m->C + (moe_tail_bytes(m) + es - 1) / es;
+}
 
 int model_slots_used(const struct model *m) { return m->slots_used; }
 
@@ -770,11 +854,14 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
     if (w->is_moe) {
         // dln (N, C) = the MoE layer's input gradient (moe_backward adds into
         // it), its parameter gradients += (the aux and z terms included:
-        // backward_chunk set moe_st's aux_grad, z_grad); fused only (model_setup)
+        // backward_chunk set moe_st's aux_grad, z_grad); fused only (model_setup).
+        // Every TP rank runs it on the whole d x[i+1] (N, C) (all-gathered
+        // above under sequence parallelism) and ln2's N rows: the same whole
+        // gradients on each (param_info.tp_whole_grad) and a complete dln.
         CHECK(b->mode == BWD_FUSED, "block %d: the split backward is not built for MoE blocks", blk);
         backend_memset0(be, m->dln);
-        moe_backward(be, &m->moe, m->dln, &dw->moe, m->dx_full, a->ln2, &w->moe, N, a->moe.data,
-                     m->moe_scratch.data, &S->moe_st[i]);
+        moe_backward(be, &m->moe, m->dln, &dw->moe, m->dx_full, gathered(m, a->ln2), &w->moe, N,
+                     a->moe.data, m->moe_scratch.data, &S->moe_st[i]);
     } else {
         if (f8) {
             model_fp8_down_backward(m, blk, m->dact, dw->wdown, m->dx_full, a->act);
@@ -788,7 +875,10 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
         gate_up_backward(m, blk, b, norm_operand(m, b, a->ln2), &a->ln2);
     }
     if (in) {
-        sp_reduce(m, m->dln_s, m->dln);
+        // the column-parallel gate and up leave dln partial over TP (Megatron's
+        // f: its sum); the MoE layer's is whole on every TP rank, summed by none
+        if (w->is_moe) own_rows(m, m->dln_s, m->dln);
+        else sp_reduce(m, m->dln_s, m->dln);
         backend_rmsnorm_backward(be, m->dx, dw->ln2_w, m->dln_s, a->xmid, w->ln2_w, a->rstd2, Ns, C);
         // xmid = x[i] + o(att)
         sp_gather(m, m->dx_full, m->dx);
@@ -840,38 +930,48 @@ void model_moe_topk(struct model *m, int slot, int block, int32_t *out) {
 }
 
 // The MoE blocks' auxiliary losses of the microbatch in slot S, before its
-// backward through chunk `chunk`: transformers' load-balancing loss over the
-// chunk's MoE blocks (moe_aux_loss_layers: MixtralForCausalLM's aux_loss,
-// coefficient moe_aux_loss_coeff) and each block's z-loss (coefficient
-// moe_z_loss_coeff, summed over blocks), each weighted in the step's loss
-// as its microbatch's N tokens are in the LM loss: the gradients are scaled
-// by loss_scale N (loss_scale = the LM loss's d loss / d token loss, times
-// the fp16 loss scale), so the aux term of a step is the mean over its
-// microbatches when no target is ignored. Logs them (model_moe_stats_take).
-static void moe_losses(struct model *m, struct slot *S, int chunk, double loss_scale) {
-    struct moe_stats *layers[LLAMA_MAX_LAYERS];
-    int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk], L = 0, E = m->moe.E;
-    double *log = m->moe_log;
+// backward through chunk `chunk`, given `all`: its routing summed over the
+// model's MoE blocks and the last virtual stage's loss_scale (the stage
+// messages' tail). transformers' load-balancing
+// loss over the model's L MoE blocks (MixtralForCausalLM's aux_loss,
+// coefficient moe_aux_loss_coeff) is one layer's over their L N rows, the
+// router logits concatenated (moe_aux_loss_layers on a moe_stats of those
+// sums); each block's z-loss has coefficient moe_z_loss_coeff, summed over
+// blocks. Each is weighted in the step's loss as its microbatch's N tokens
+// are in the LM loss: the gradients are scaled by loss_scale N (loss_scale
+// = the LM loss's d loss / d token loss, times the fp16 loss scale), so the
+// aux term of a step is the mean over its microbatches when no target is
+// ignored. Logs them (model_moe_stats_take): the loss and the microbatch on
+// the last virtual stage, each chunk its blocks' z-losses, drops and
+// routing; on TP rank 0 only (the TP ranks run the same MoE layers); not
+// for a loss scale of 0 (the backward of a pipeline's evaluation pass,
+// train_step.c, or a step with no target: the terms add nothing).
+static void moe_losses(struct model *m, struct slot *S, int chunk,
+                       const struct moe_route_sum *all) {
+    int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk], E = m->moe.E;
+    double *log = m->shard.tp_rank == 0 && all->loss_scale != 0 ? m->moe_log : NULL;
+    struct moe_stats model_st = {0}, *one = &model_st; // the model's MoE blocks as one layer
+    one->N = m->n_moe_model * m->N, one->E = E;
+    for (int e = 0; e < E; e++)
+        one->routed[e] = (int32_t)all->routed[e], one->prob_sum[e] = all->prob_sum[e];
+    double aux = moe_aux_loss_layers(&one, 1, m->moe.aux_coeff);
+    if (log && model_chunk_last(m, chunk)) log[0] += 1, log[1] += aux;
+    int l0 = m->shard.layer_begin[chunk], j = 0; // the chunk's first MoE block among the model's
+    while (j < m->n_moe_model && m->moe_layer[j] < l0) j++;
+    double w = all->loss_scale * m->N;
     for (int i = 0; i < nl; i++) {
         if (!m->blocks[b0 + i].is_moe) continue;
-        CHECK(L < LLAMA_MAX_LAYERS, "%d MoE blocks in a chunk", L + 1);
-        layers[L++] = &S->moe_st[i];
-    }
-    if (!L) return;
-    log[0] += 1;
-    log[1] += moe_aux_loss_layers(layers, L, m->moe.aux_coeff);
-    int j0 = 0; // the chunk's first MoE block among the rank's
-    for (int b = 0; b < b0; b++) j0 += m->blocks[b].is_moe;
-    double w = loss_scale * m->N;
-    for (int j = 0; j < L; j++) {
-        struct moe_stats *st = layers[j];
-        log[2] += st->z_loss;
-        log[3] += (double)st->dropped;
-        for (int e = 0; e < E; e++) {
-            log[4 + (size_t)(j0 + j) * E + e] += st->routed[e];
-            st->aux_grad[e] *= w;
+        struct moe_stats *st = &S->moe_st[i];
+        CHECK(j < m->n_moe_model && m->moe_layer[j] == l0 + i,
+              "MoE block %d: layer %d is not the model's MoE block %d", b0 + i, l0 + i, j);
+        if (log) {
+            log[2] += st->z_loss;
+            log[3] += (double)st->dropped;
+            for (int e = 0; e < E; e++) log[4 + (size_t)j * E + e] += st->routed[e];
         }
+        for (int e = 0; e < E; e++) st->aux_grad[e] = one->aux_grad[e] * w;
         st->z_grad *= w;
+        j++;
     }
 }
 
@@ -924,7 +1024,18 @@ static void backward_chunk(struct model *m, int chunk, int slot, int wslot, doub
     } else if (in) {
         message_in(m, m->dx, dout);
     }
-    if (in && m->n_moe) moe_losses(m, S, chunk, loss_scale);
+    // The microbatch's routing over the model's MoE blocks and the loss
+    // scale of their auxiliary terms: the last virtual stage's.
+    struct moe_route_sum all;
+    if (in && m->cfg.moe_experts) {
+        if (model_chunk_last(m, chunk)) {
+            moe_route_add(m, S, chunk, &all);
+            all.loss_scale = loss_scale;
+        } else {
+            moe_tail_in(m, &all, dout);
+        }
+        moe_losses(m, S, chunk, &all);
+    }
     for (int i = nl - 1; i >= 0; i--) {
         unit_begin(m, b, m->block_unit[b0 + i]);
         if (in) block_recompute(m, S, b0 + i, i);
@@ -946,6 +1057,7 @@ static void backward_chunk(struct model *m, int chunk, int slot, int wslot, doub
         if (b->mode != BWD_INPUT) grads_ready(m, 0);
     } else if (in) {
         message_out(m, din, m->dx);
+        if (m->cfg.moe_experts) moe_tail_out(m, din, &all);
     }
     if (b->mode == BWD_INPUT) ws->chunk = chunk, ws->used = b->at;
     if (b->mode == BWD_WEIGHT) {

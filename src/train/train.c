@@ -884,8 +884,10 @@ static void log_step(struct trainer *t, int step, const struct train_step_result
     int64_t saturated = r->fp8_saturated;
     if (fp8) comm_all_reduce(&t->par.topo.world, &saturated, 1, DTYPE_I64, COMM_SUM);
     // Mixture of experts: what every rank's backward passes routed since the
-    // previous record (model_moe_stats_take), summed over the ranks (the MoE
-    // decoder runs without pp and tp: every rank holds the same MoE blocks).
+    // previous record (model_moe_stats_take), summed over the ranks: each
+    // rank counts its own MoE blocks' rows (pp), TP rank 0 alone (tp), and
+    // the last stage the load-balancing loss and the microbatches, so the
+    // sum is one rank's over the data-parallel ranks' microbatches.
     size_t n_moe = model_moe_stats_numel(t->m.model);
     double *moe = n_moe ? xcalloc(n_moe, sizeof *moe) : NULL;
     if (n_moe) {

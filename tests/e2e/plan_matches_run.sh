@@ -28,9 +28,11 @@
 # embedding): zb-h1 at (1,2,1), (1,4,1), (2,2,2)+ZeRO-1 and (1,2,2)+ZeRO-3 and
 # zbv at (1,2,1) in fp32, zb-h1 with recompute selective, zbv with recompute
 # full in bf16. Issue 31's MoE decoder (tests/e2e/configs/moe.ini) at (1,1,1)
-# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16, and at (1,1,4) with ep 4
-# in fp32 (the twelfth field: each rank's 2 of the 8 experts, its expert
-# buffers sized for the ep N k rows it may receive). Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
+# and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16, (2,1,1) with sequence
+# parallelism and (1,2,1) in fp32 (the experts unsplit over TP), and at
+# (1,1,4) with ep 4 in fp32 (the twelfth field: each rank's 2 of the 8
+# experts, its expert buffers sized for the ep N k rows it may receive).
+# Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -54,8 +56,10 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # Issue 31's mixture-of-experts decoder (the eleventh field: moe runs
 # tests/e2e/configs/moe.ini: each MoE block's routing and expert activations
 # per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16;
-# expert parallelism (the twelfth field: ep) at (1,1,4), ep 4, in fp32.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4"
+# (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
+# whole MoE layer and its activations for all N rows); expert parallelism (the
+# twelfth field: ep) at (1,1,4), ep 4, in fp32.
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 for l in $layouts; do
     IFS=, read -r tp pp dp z sp keep shard v cp sched moe ep <<<"$l"

@@ -18,7 +18,8 @@ Writes tests/reference/fixtures/hf_families/:
                         `variants`: config.json edits ("set", "drop") with their logits
                         (variant_K in reference.safetensors, 24 positions): each value
                         changes the model as transformers reads it.
-  config_keys.json      each family's default config's to_dict() and GenerationConfig's
+  config_keys.json      each family's default config's to_dict() (also MixtralConfig and
+                        Qwen2MoeConfig, tests/e2e/hf_moe.sh's families) and GenerationConfig's
                         (key: default), for tests/unit/test_hf_keys.c (the table of
                         src/ckpt/hf_config.c and docs/formats.md against it); `keys` as the
                         only argument writes just this file
@@ -274,6 +275,8 @@ def config_keys():
     out = {"transformers": transformers.__version__,
            "llama": keys(LlamaConfig().to_dict()), "qwen2": keys(Qwen2Config().to_dict()),
            "mistral": keys(MistralConfig().to_dict()),
+           "mixtral": keys(transformers.MixtralConfig().to_dict()),
+           "qwen2_moe": keys(transformers.Qwen2MoeConfig().to_dict()),
            "generation_config": keys(GenerationConfig().to_dict())}
     q3 = os.environ.get("QWEN3_CONFIG")
     if q3:

@@ -30,7 +30,8 @@
 #define KEYS "tests/reference/fixtures/hf_families/config_keys.json"
 #define DOCS "docs/formats.md"
 
-static const char *fam_names[HF_N_FAMILIES] = {"llama", "qwen2", "qwen3", "mistral"};
+static const char *fam_names[HF_N_FAMILIES] = {"llama", "qwen2", "qwen3", "mistral", "mixtral",
+                                               "qwen2_moe"};
 
 struct doc_row {
     char file[32], key[64], action[16];
@@ -98,7 +99,7 @@ static char dir[] = "/tmp/test_hf_keys.XXXXXX";
 
 static json_t *base_config(int f) {
     static const char *arch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                 "MistralForCausalLM"};
+                                 "MistralForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"};
     json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "architectures",
                           arch[f], "model_type", fam_names[f], "vocab_size", 264, "hidden_size", 32,
                           "intermediate_size", 48, "num_hidden_layers", 2, "num_attention_heads", 4,
@@ -188,13 +189,27 @@ int main(void) {
         enum status st = read_with(c, NULL, &base, &bmeta, &err);
         EXPECT(!st, "%s: the base config: %s", fam_names[f], err.msg);
         // Absent keys take the class's defaults: untied (acceptance 7), head_dim
-        // hidden / heads (Qwen3: given), rope_theta 10000, rms_norm_eps 1e-6,
-        // Llama and Mistral's bos 1 and eos 2, none for Qwen.
-        EXPECT(!st && !base.tie_embeddings && base.head_dim == 0 && base.rope_theta == 10000.0 &&
-               base.norm_eps == 1e-6f && base.rope_scaling.type == ROPE_SCALING_NONE &&
-               base.qkv_bias == (f == HF_QWEN2) && base.qk_norm == (f == HF_QWEN3),
+        // hidden / heads (Qwen3: given), rope_theta 10000 (Mixtral 1e6),
+        // rms_norm_eps 1e-6 (Mixtral 1e-5), Llama, Mistral and Mixtral's bos 1
+        // and eos 2, none for Qwen; Mixtral's 8 experts of intermediate_size,
+        // top-2, renormalised; Qwen2-MoE's 60 of 1408, top-4, not
+        // renormalised, a gated shared expert of 5632; router_aux_loss_coef 0.001.
+        bool mix = f == HF_MIXTRAL, qm = f == HF_QWEN2_MOE;
+        EXPECT(!st && !base.tie_embeddings && base.head_dim == 0 &&
+               base.rope_theta == (mix ? 1e6 : 10000.0) && base.norm_eps == (mix ? 1e-5f : 1e-6f) &&
+               base.rope_scaling.type == ROPE_SCALING_NONE &&
+               base.qkv_bias == (f == HF_QWEN2 || qm) && base.qk_norm == (f == HF_QWEN3),
                "%s: the defaults of absent keys", fam_names[f]);
-        bool bos_eos = f == HF_LLAMA || f == HF_MISTRAL;
+        EXPECT(!st && (mix || qm ? base.moe_experts == (mix ? 8 : 60) &&
+                                       base.moe_top_k == (mix ? 2 : 4) &&
+                                       base.moe_ffn_dim == (mix ? 48 : 1408) &&
+                                       base.moe_shared_experts == qm &&
+                                       base.moe_shared_ffn_dim == (mix ? 0 : 5632) &&
+                                       base.moe_norm_topk == mix && base.moe_aux_loss_coeff == 0.001 &&
+                                       base.moe_first_dense_layers == 0
+                                 : base.moe_experts == 0),
+               "%s: the mixture-of-experts defaults of absent keys", fam_names[f]);
+        bool bos_eos = f == HF_LLAMA || f == HF_MISTRAL || mix;
         EXPECT(!st && bmeta.bos_id == (bos_eos ? 1 : -1) && bmeta.n_eos == (bos_eos ? 1 : 0) &&
                (!bos_eos || bmeta.eos_ids[0] == 2) && bmeta.pad_id == -1 && (int)bmeta.family == f,
                "%s: the default ids", fam_names[f]);
@@ -251,7 +266,7 @@ int main(void) {
         if (f != HF_LLAMA) {
             json_t *cc = json_deep_copy(c);
             json_object_set_new(cc, "sliding_window", json_integer(16));
-            if (f != HF_MISTRAL) {
+            if (f != HF_MISTRAL && f != HF_MIXTRAL) {
                 json_object_set_new(cc, "use_sliding_window", json_true());
                 json_object_set_new(cc, "max_window_layers", json_integer(0));
             }

@@ -9,8 +9,8 @@
 //  - every layer routes every token to transformers' top-2 experts, in order;
 //  - the load-balancing loss of the step (model_moe_stats_take) equals
 //    transformers' aux_loss (both layers' router logits, no mask) within 1e-5.
-// (The Hugging Face folder reader and writer for these classes are not built
-// yet; this checks the decoder's math they will feed.)
+// (tests/e2e/hf_moe.sh checks models of both classes through the Hugging Face
+// folders trident reads and writes: init_from, import, ckpt logits, export.)
 #include <math.h>
 #include <string.h>
 
