@@ -101,7 +101,8 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
     if (MAX(1, p->cp) > 1)
         return error_set(err, bad, "%s: %s with %s: %s", file, KT("model", "moe_experts"),
                          KT("parallel", "cp"), later);
-    if (p->pp_schedule != PP_SCHEDULE_1F1B)
+    // the interleaved schedule is 1f1b's table at virtual_stages > 1 (pipeline.h), which runs
+    if (pipeline_schedule_splits(p->pp_schedule))
         return error_set(err, bad, "%s: %s with %s (the split B/W backward is not built for the "
                          "MoE layer): %s", file, KT("model", "moe_experts"),
                          KT("parallel", "pp_schedule"), later);

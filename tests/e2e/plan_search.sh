@@ -33,6 +33,12 @@
 #     T (acceptance 3); Llama 3 405B's 131K stage in its published layout (tp
 #     8, cp 16, pp 16, dp 8 on 16,384 H100) fits and its predicted TFLOP/s
 #     a GPU is within 25% of the published 380.
+#  j. mixture of experts (issue 31, acceptance 5): what ep takes from a rank
+#     (the other experts) and adds (the rows it may receive), written out
+#     from the shapes; the search offers every ep that divides dp and the
+#     experts; the compute term counts the active parameters; the all-to-all
+#     term by hand (0 at ep 1; NVLink and the network; a capacity factor);
+#     Mixtral 8x7B on 64 H100: the best layout fits with ep > 1.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -421,5 +427,24 @@ for case in ("1:8:0", "2:8:0", "4:8:0", "2:1:0", "2:8:0.5"):
     assert abs(parts - c["step_s"]) < 1e-9 * c["step_s"], (parts, c["step_s"])
     print(f"j: moe.ini ep {ep}, {gpn} GPUs a node, capacity factor {cf}: all-to-all {1e6 * c['ep_comm_s']:.2f} us "
           f"= {1e6 * want:.2f} us by hand ({rows} rows kept a rank)")
+PY
+# Mixtral 8x7B on 64 H100 (acceptance 5; b checks its own layout fits): the
+# search's best fits with ep > 1, and the compute term counts the active
+# parameters (2 of 8 experts), written out from the shapes
+"$TRIDENT" plan configs/mixtral-8x7b.ini --gpus 64 --gpu H100-SXM --json > "$tmp/jm.json"
+"$TRIDENT" plan configs/mixtral-8x7b.ini --gpus 64 --gpu H100-SXM --efficiency 0.5 --top 0 --json > "$tmp/jme.json"
+"$PY" - "$tmp/jm.json" "$tmp/jme.json" <<'PY' || fail "j: Mixtral 8x7B on 64 H100"
+import json, sys
+o, e = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+best, c = o["layouts"][0], e["config_layout"]
+assert best["ep"] > 1 and best["peak_bytes"] + o["reserve_bytes"] <= o["mem_bytes"], best
+V, C, L, H, Hkv, E, k, F, T, B = 32000, 4096, 32, 32, 8, 8, 2, 14336, 4096, 256
+D = C // H
+active = L * (2 * C * C + 2 * C * Hkv * D + C * E + 3 * C * F * k) + V * C
+flops = (6 * active + 6 * L * C * T) * B * T / 64
+assert abs(c["compute_s"] / (flops / (989e12 * 0.5)) - 1) < 1e-9, (c["compute_s"], flops / (989e12 * 0.5))
+print(f"j: mixtral-8x7b on 64 H100: best tp {best['tp']} x ep {best['ep']} x pp {best['pp']} x v {best['virtual_stages']} "
+      f"({best['peak_bytes'] / 2**30:.1f} GiB, {best['tflops_per_gpu']:.0f} TFLOP/s a GPU, {best['mfu_full'] * 989:.0f} in "
+      f"Megatron's count) of {o['fit']} fitting; {active / 1e9:.2f}B active parameters a token in the compute term")
 PY
 echo "plan_search: ok"

@@ -487,6 +487,21 @@ static void test_fp32_edges(void) {
            "lr 3e4 refused: %s", err.msg);
 }
 
+// issue 31: the MoE decoder under the interleaved schedule (1f1b's table at
+// virtual_stages > 1, which it runs) validates, as 1f1b with virtual_stages 2
+// does; the split schedules stay refused (bad_cases' "moe with zb-h1").
+static void test_moe_interleaved(void) {
+    const char *ov[] = {"model.moe_experts=4", "parallel.pp=2", "parallel.virtual_stages=2",
+                        "parallel.pp_schedule=interleaved"};
+    struct config c;
+    struct error err = {0};
+    EXPECT(config_load(NULL, 4, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 2, false, &err) == STATUS_OK,
+           "moe with the interleaved schedule refused: %s", err.msg);
+    ov[3] = "parallel.pp_schedule=1f1b";
+    EXPECT(config_load(NULL, 4, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 2, false, &err) == STATUS_OK,
+           "moe with 1f1b at virtual_stages 2 refused: %s", err.msg);
+}
+
 // issue 28's options: a valid set loads, validates and reaches the model's
 // llama_config through plan_llama (head_dim 24 with d_model 100 % n_heads 8
 // != 0: only head_dim's size matters then).
@@ -622,6 +637,7 @@ int main(int argc, char **argv) {
     test_bad_inputs();
     test_fp32_edges();
     test_model_options();
+    test_moe_interleaved();
     unlink(tmp_path);
     return test_finish("test_config");
 }
