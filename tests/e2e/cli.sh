@@ -45,8 +45,8 @@ rc=0; "$TRIDENT" ckpt verify > /dev/null 2>&1 || rc=$?
 # trident plan: dp = 0 inferred from --world-size, else 1.
 p4=$("$TRIDENT" plan configs/tiny.ini parallel.dp=0 parallel.tp=2 --world-size 4 | head -n 1)
 p1=$("$TRIDENT" plan configs/tiny.ini parallel.dp=0 | head -n 1)
-grep -q "tp 2 x cp 1 x dp_shard 2 x dp_replicate 1 x pp 1 = 4 ranks" <<<"$p4" || { echo "FAIL: plan --world-size 4 with tp 2: $p4"; fail=1; }
-grep -q "tp 1 x cp 1 x dp_shard 1 x dp_replicate 1 x pp 1 = 1 ranks" <<<"$p1" || { echo "FAIL: plan without --world-size: $p1"; fail=1; }
+grep -q "tp 2 x cp 1 x ep 1 x dp_shard 2 x dp_replicate 1 x pp 1 = 4 ranks" <<<"$p4" || { echo "FAIL: plan --world-size 4 with tp 2: $p4"; fail=1; }
+grep -q "tp 1 x cp 1 x ep 1 x dp_shard 1 x dp_replicate 1 x pp 1 = 1 ranks" <<<"$p1" || { echo "FAIL: plan without --world-size: $p1"; fail=1; }
 rc=0; msg=$("$TRIDENT" plan configs/tiny.ini parallel.dp=0 parallel.tp=2 --world-size 3 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q "run on 2 or 4 ranks" <<<"$msg" || { echo "FAIL: plan --world-size 3, tp 2: exit $rc: $msg"; fail=1; }
 echo "plan: $p4"
