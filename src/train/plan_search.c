@@ -485,7 +485,10 @@ static bool predict(const struct config *c0, const struct plan_cluster *cl, stru
     l->ep_comm_s = 0;
     if (l->ep > 1 && n_moe_blocks > 0) {
         struct moe_shape ms = moe_shape_of(&c, &lc, l);
-        bool ep_ib = (long)l->tp * cp * l->ep > cl->gpus_per_node;
+        // rank 0's ep group: its last member's rank, from the grid's rank order
+        int members[LLAMA_MAX_PARALLEL];
+        int n_ep = topology_group_members(&grid, GROUP_EP, topology_coord_of(&grid, 0), members);
+        bool ep_ib = members[n_ep - 1] >= cl->gpus_per_node;
         double bw_ep = ep_ib ? cl->gpu.ib_bw : cl->gpu.nvlink_bw, a_ep = ep_ib ? cl->alpha_ib : cl->alpha_nvlink;
         double t_a2a = ms.sent * lc.d_model * dtype_size(c.precision.dtype) / bw_ep + (l->ep - 1) * a_ep;
         int n_a2a = 4 + (l->recompute == RECOMPUTE_FULL ? 2 : 0);

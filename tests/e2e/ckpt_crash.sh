@@ -127,7 +127,7 @@ rc=0; TRIDENT_FAULT=fsync:2@1 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" asave 
 # (W = q_proj, (8, 8) fp32: 4 pieces of 64 bytes each for the moments, ZeRO
 # halves of two TP blocks; param/W twice per block, once per DP rank).
 out=$("$TRIDENT" ckpt info "$root/clean" 2>&1) || fail "ckpt info: $out"
-grep -q 'layout tp=2 cp=1 dp=2 dp_shard=2 dp_replicate=1 pp=1 (world 4), zero_stage=1' <<<"$out" &&
+grep -q 'layout tp=2 cp=1 dp=2 dp_shard=2 dp_replicate=1 ep=1 pp=1 (world 4), zero_stage=1' <<<"$out" &&
     grep -Eq '^  adam_m/model.layers.0.self_attn.q_proj.weight +\(8, 8\) +fp32 +4 +256$' <<<"$out" &&
     grep -Eq '^  param/model.layers.0.self_attn.q_proj.weight +\(8, 8\) +fp32 +4 +512$' <<<"$out" ||
     { echo "$out"; echo "FAIL: ckpt info"; fail=1; }

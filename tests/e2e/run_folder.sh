@@ -78,7 +78,7 @@ for f in config.ini config-0.ini config-5.ini config-5-2.ini; do
     "$TRIDENT" plan "$run/$f" > "$tmp/plan.out" 2>&1 || fail "$f does not load: $(tail -2 "$tmp/plan.out")"
 done
 [ ! -e "$run/config-5-3.ini" ] && [ ! -e "$run/config-12.ini" ] || fail "unexpected configs: $(ls "$run")"
-grep -q '^# .*attempt 3) at step 5, world size 2 = tp 1 x cp 1 x dp_shard 2 x dp_replicate 1 x pp 1$' "$run/config.ini" || fail "config.ini is not attempt 3's: $(head -3 "$run/config.ini")"
+grep -q '^# .*attempt 3) at step 5, world size 2 = tp 1 x cp 1 x ep 1 x dp_shard 2 x dp_replicate 1 x pp 1$' "$run/config.ini" || fail "config.ini is not attempt 3's: $(head -3 "$run/config.ini")"
 grep -q '(attempt 1) at step 0' "$run/config-0.ini" && grep -q '(attempt 2) at step 5' "$run/config-5.ini" &&
     grep -q '(attempt 3) at step 5' "$run/config-5-2.ini" || fail "config-<step>.ini headers name other attempts"
 echo "configs: config.ini, config-0.ini, config-5.ini, config-5-2.ini; each loads"

@@ -92,7 +92,7 @@ static void test_resume(void) {
     char start[512];
     snprintf(start, sizeof start, "{\"event\": \"start\", \"step\": 5, \"attempt\": 3, \"time\": 1700000000, "
              "\"version\": \"%s\", \"git\": \"%s\", \"world_size\": 2, \"tp\": 1, \"cp\": 1, \"dp\": 2, \"dp_shard\": 2, "
-             "\"dp_replicate\": 1, \"pp\": 1, "
+             "\"dp_replicate\": 1, \"ep\": 1, \"pp\": 1, "
              "\"threads\": [3, 1], \"flops_per_token\": 24772608, \"peak_flops\": 2e+12}\n",
              version_release(), version_git());
     snprintf(expect, sizeof expect, "%s%s%s{\"step\": 6, \"loss\": 6.5}\n", history, other, start);
@@ -163,10 +163,10 @@ static void test_configs(void) {
     const char *names[3] = {"config-5.ini", "config-5-2.ini", "config.ini"};
     const int steps[3] = {77, 78, 78};
     for (int i = 0; i < 3; i++) {
-        char path[400], first[128];
+        char path[400], first[256];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         snprintf(first, sizeof first, "# %s\n# started 1970-01-01T00:00:00Z (attempt %d) at step 5, "
-                 "world size 4 = tp 2 x cp 1 x dp_shard 2 x dp_replicate 1 x pp 1\n", version_string(), i ? 3 : 2);
+                 "world size 4 = tp 2 x cp 1 x ep 1 x dp_shard 2 x dp_replicate 1 x pp 1\n", version_string(), i ? 3 : 2);
         char *text = slurp(path);
         EXPECT(!strncmp(text, first, strlen(first)), "%s begins:\n%.200s\nexpected\n%s", names[i], text, first);
         free(text);
