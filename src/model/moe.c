@@ -182,12 +182,18 @@ static struct tensor expert(struct tensor w, int e, int a, int b) {
     return tensor_slice(w, (size_t)e * a * b, (size_t)a * b);
 }
 
+// The rows of n consecutive experts (or sources' experts) of a count array.
+static int sum_rows(const int32_t *rows_of, int n) {
+    int m = 0;
+    for (int j = 0; j < n; j++) m += rows_of[j];
+    return m;
+}
+
 void moe_experts_forward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
                          struct tensor yp, struct tensor hg, struct tensor hu, struct tensor h,
                          struct tensor xp, struct tensor gate, struct tensor up,
                          struct tensor down) {
-    int M = 0;
-    for (int e = 0; e < n; e++) M += rows_of[e];
+    int M = sum_rows(rows_of, n);
     for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
         int m = rows_of[e];
         if (!m) continue;
@@ -212,8 +218,7 @@ void moe_experts_backward(struct backend *be, int n, const int32_t *rows_of, int
                           struct tensor dhu, struct tensor dyp, struct tensor xp, struct tensor hg,
                           struct tensor hu, struct tensor h, struct tensor gate, struct tensor up,
                           struct tensor down) {
-    int M = 0;
-    for (int e = 0; e < n; e++) M += rows_of[e];
+    int M = sum_rows(rows_of, n);
     // down: dh = dyp Wd_e, dWd_e += dyp^T h
     for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
         int m = rows_of[e];
@@ -264,8 +269,8 @@ static void ep_exchange(struct backend *be, const struct moe_config *c, const st
     int P = c->ep.size, El = c->E / P;
     size_t *v = xcalloc(4 * (size_t)P, sizeof *v); // local counts, offsets, received ...
     for (int j = 0, lo = 0, ro = 0; j < P; j++) {
-        size_t nl = 0, nr = 0;
-        for (int e = 0; e < El; e++) nl += st->kept[j * El + e], nr += st->recv_rows[j * El + e];
+        size_t nl = (size_t)sum_rows(st->kept + j * El, El);
+        size_t nr = (size_t)sum_rows(st->recv_rows + j * El, El);
         v[j] = nl * w, v[P + j] = (size_t)lo * w, v[2 * P + j] = nr * w, v[3 * P + j] = (size_t)ro * w;
         lo += (int)nl, ro += (int)nr;
     }
@@ -328,8 +333,7 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
         ep_exchange(be, c, st, a.xp, a.xr, C, true);
         for (int i = 0, o = 0; i < c->ep.size; i++) {
             const int32_t *rows_of = st->recv_rows + i * El;
-            int m = 0;
-            for (int j = 0; j < El; j++) m += rows_of[j];
+            int m = sum_rows(rows_of, El);
             moe_experts_forward(be, El, rows_of, C, F, rows(a.yr, o, m, C), rows(a.hg, o, m, F),
                                 rows(a.hu, o, m, F), rows(a.h, o, m, F), rows(a.xr, o, m, C),
                                 w->gate, w->up, w->down);
@@ -386,8 +390,7 @@ void moe_backward(struct backend *be, const struct moe_config *c, struct tensor 
         ep_exchange(be, c, st, s.dyp, s.dyr, C, true);
         for (int i = 0, o = 0; i < c->ep.size; i++) {
             const int32_t *rows_of = st->recv_rows + i * El;
-            int m = 0;
-            for (int j = 0; j < El; j++) m += rows_of[j];
+            int m = sum_rows(rows_of, El);
             moe_experts_backward(be, El, rows_of, C, F, rows(s.dxr, o, m, C), dw->gate, dw->up,
                                  dw->down, rows(s.dh, o, m, F), rows(s.dhg, o, m, F),
                                  rows(s.dhu, o, m, F), rows(s.dyr, o, m, C), rows(a.xr, o, m, C),

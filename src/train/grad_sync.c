@@ -26,29 +26,6 @@ struct grad_sync *grad_sync_init(struct model *m, struct comm_group *dp, size_t 
     return grad_sync_init_ep(m, dp, NULL, bucket_bytes, grad_dtype);
 }
 
-// Whether arena element i lies in a routed-expert tensor (param_info.expert)
-// or in the alignment padding after one.
-static bool in_expert(const struct param_info *p, int n, size_t i) {
-    for (int k = 0; k < n; k++)
-        if (p[k].expert && i >= p[k].offset && (k + 1 == n ? i < p[k].offset + p[k].numel
-                                                            : i < p[k + 1].offset))
-            return true;
-    return false;
-}
-
-// The start of the run of elements of i's kind (expert or not) that ends at
-// i + 1: where a bucket ending at i + 1 must begin at the latest.
-static size_t kind_start(const struct param_info *p, int n, size_t i) {
-    bool ex = in_expert(p, n, i);
-    size_t b = 0;
-    for (int k = 0; k < n; k++) { // the last tensor boundary <= i where the kind changes
-        size_t at = p[k].offset;
-        if (at > i) break;
-        if (at > 0 && in_expert(p, n, at - 1) != ex) b = at;
-    }
-    return b;
-}
-
 struct grad_sync *grad_sync_init_ep(struct model *m, struct comm_group *dp,
                                     struct comm_group *expert_dp, size_t bucket_bytes,
                                     enum dtype grad_dtype) {
@@ -65,13 +42,21 @@ struct grad_sync *grad_sync_init_ep(struct model *m, struct comm_group *dp,
     CHECK(!any_expert || expert_dp, "grad_sync: routed-expert tensors but no expert_dp group");
     // Buckets from the arena's end, at most per elements, cut where the
     // tensors change between dense (summed over dp) and routed experts
-    // (summed over expert_dp: the ranks holding the same experts).
+    // (summed over expert_dp: the ranks holding the same experts). A tensor's
+    // range reaches to the next one's offset (its alignment padding); the
+    // parameter table is in arena order.
     s->buckets = xcalloc(n / per + 2 * (size_t)np + 2, sizeof *s->buckets);
     if (dp && dp->size > 1)
-        for (size_t end = n; end > 0;) {
+        for (size_t end = n, k = np; end > 0;) {
             size_t begin = end > per ? end - per : 0;
-            bool ex = any_expert && in_expert(p, np, end - 1);
-            if (any_expert) begin = MAX(begin, kind_start(p, np, end - 1));
+            bool ex = false;
+            if (any_expert) { // the tensor holding element end - 1, and where its kind's run starts
+                while (k > 1 && p[k - 1].offset >= end) k--;
+                ex = p[k - 1].expert;
+                size_t j = k - 1;
+                while (j > 0 && p[j - 1].expert == ex) j--;
+                begin = MAX(begin, j > 0 ? p[j].offset : 0);
+            }
             s->buckets[s->n_buckets++] = (struct bucket){.begin = begin, .end = end,
                                                          .group = ex ? expert_dp : dp};
             end = begin;

@@ -274,16 +274,16 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct tr
     // Hybrid sharding: the replicas of a shard group hold the same slices; the first writes them.
     bool sharded = units_sharded(t) && topology_rank_in(&t->par.topo, GROUP_DP_REPLICATE) == 0;
     if (units_sharded(t)) first_replica = sharded, zero = sharded;
-    int n = pieces_of(t, src, first_replica || (master && zero) || sharded, master || sharded,
-                      first_replica || zero);
     // Expert parallelism (ZeRO 0): the ranks of an ep group hold different
     // experts; the first of each expert_dp group writes its experts' values
     // (parameters and moments) and, unless it is also dp rank 0, nothing else.
-    if (!first_replica && !zero && topology_group_size(&t->par.topo.layout, GROUP_EP) > 1 &&
-        topology_rank_in(&t->par.topo, GROUP_EXPERT_DP) == 0) {
-        n = pieces_of(t, src, true, master, true);
-        n = keep_expert_pieces(t, t->ckpt.pieces, n);
-    }
+    bool experts_only = !first_replica && !zero &&
+                        topology_group_size(&t->par.topo.layout, GROUP_EP) > 1 &&
+                        topology_rank_in(&t->par.topo, GROUP_EXPERT_DP) == 0;
+    int n = experts_only
+                ? keep_expert_pieces(t, t->ckpt.pieces, pieces_of(t, src, true, master, true))
+                : pieces_of(t, src, first_replica || (master && zero) || sharded,
+                            master || sharded, first_replica || zero);
     n += fp8_pieces(t, t->ckpt.pieces + n);
     // Each owner's values (the trainer's progress is its own), then every
     // owner's entries over them.
