@@ -329,12 +329,13 @@ const struct config_key config_keys[] = {
     KEY_ENUM("precision", "fp8_scaling", precision.fp8_scaling, "delayed", fp8_scaling_choices,
              "fp8: current: each tensor's scale from its amax measured just before its cast; "
              "delayed: from the amax history of earlier steps (Transformer Engine's DelayedScaling)"),
-    KEY_INT("precision", "fp8_amax_history_len", precision.fp8_amax_history_len, "1024", 1,
-            1048576, "steps", "fp8_scaling = delayed: amaxes kept per tensor"),
-    KEY_ENUM("precision", "fp8_amax_compute", precision.fp8_amax_compute, "max",
+    KEY_INT("precision", "fp8_amax_history_len", precision.fp8_amax_history_len, "1", 1,
+            1048576, "steps", "fp8_scaling = delayed: amaxes kept per tensor (Megatron-LM's default "
+            "1; Transformer Engine's is 1024)"),
+    KEY_ENUM("precision", "fp8_amax_compute", precision.fp8_amax_compute, "most_recent",
              fp8_amax_compute_choices,
              "fp8_scaling = delayed: the amax a scale is computed from: the history's max or its "
-             "most recent entry"),
+             "most recent entry (Megatron-LM's default most_recent; Transformer Engine's is max)"),
     KEY_INT("precision", "fp8_margin", precision.fp8_margin, "0", 0, 32, "",
             "fp8: scale = (FP8 max / amax) / 2^margin"),
     {.section = "precision", .key = "fp8_skip_layers", .type = CONFIG_ENUM, .def = "none", .min = 1,

@@ -12,7 +12,7 @@
 #     block-linear element of the rank's 32 layers; no GEMM input kept per
 #     slot (the model casts x again for the weight gradient), under recompute
 #     none and full alike; work: the two FP8 scratch buffers and the delayed
-#     scaling state (12 tensors a layer, history 1024); params and
+#     scaling state (12 tensors a layer, history 1: Megatron-LM's default); params and
 #     activations grow by exactly those and nothing else changes;
 #  c. refusals: FP8 on a GPU without FP8 tensor cores (A100) exits 2 naming
 #     precision.fp8 and the GPU; precision.fp8 with precision.dtype fp32 exits
@@ -77,7 +77,7 @@ for r in ("none", "full"):
     assert f["fp8_saved_bytes"] == 0, (r, f["fp8_saved_bytes"])
     scratch = a256(N * max(C, HD, Fl)) + a256(N * max(HD + 2 * KD, C, 2 * Fl))  # x8, dy8
     n = 12 * L  # scaling tensors: x, w, dy of 4 sites a layer
-    state = 3 * a256(4 * n) + a256(4 * n * 1024) + a256(8)  # scale, scale_inv, amax; history; count
+    state = 3 * a256(4 * n) + a256(4 * n * 1) + a256(8)  # scale, scale_inv, amax; history; count
     work = scratch + state
     assert f["fp8_work_bytes"] == work, (r, f["fp8_work_bytes"], work)
     assert f["params_bytes"] - b["params_bytes"] == f["fp8_weight_bytes"]

@@ -2,7 +2,7 @@
 # tiny_fp8.sh (`make test-long`; issue 29, acceptance 3): configs/tiny.ini on
 # 2 data-parallel ranks for its 300 steps in bf16 and with FP8 linear layers
 # (precision.fp8 = hybrid) under current and under delayed scaling (the
-# defaults: Transformer Engine's history of 1024 amaxes, their max), same seed:
+# defaults: Megatron-LM's history of 1 amax, the most recent), same seed:
 #   - each fp8 run's validation loss at step 300 within 3% of bf16's;
 #   - every fp8 step record carries fp8_saturated;
 #   - every run ends with its closing record ("done": true, "completed").
