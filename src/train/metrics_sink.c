@@ -131,6 +131,17 @@ static void prom_write(struct metrics_sink *s, const struct metrics_step *m) {
         if (!isnan(m->fp8_saturated))
             prom_metric(f, l, "trident_fp8_saturated", "gauge",
                         "Values the last logged step's FP8 casts saturated, over all ranks.", m->fp8_saturated);
+        if (!isnan(m->moe_aux_loss)) { // metrics.jsonl's moe_aux_loss, moe_z_loss, moe_dropped
+            prom_metric(f, l, "trident_moe_aux_loss", "gauge",
+                        "Load-balancing loss of the last logged step (unscaled, summed over MoE blocks).",
+                        m->moe_aux_loss);
+            prom_metric(f, l, "trident_moe_z_loss", "gauge",
+                        "Router z-loss of the last logged step (unscaled, summed over MoE blocks).",
+                        m->moe_z_loss);
+            prom_metric(f, l, "trident_moe_dropped_tokens", "gauge",
+                        "Token-to-expert assignments the capacity dropped since the previous log line.",
+                        m->moe_dropped);
+        }
         if (s->saved_s >= 0)
             prom_metric(f, l, "trident_checkpoint_age_seconds", "gauge",
                         "Seconds since this process last saved a checkpoint.", time_now_s() - s->saved_s);

@@ -16,7 +16,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
-need_py tensorboard
+need_py tensorboard prometheus_client
 small_dataset "$tmp"
 run=$tmp/run ck=$tmp/ck
 train() {
@@ -85,9 +85,12 @@ EOF
 
 # 2b. A mixture-of-experts run: its aux loss, z loss and dropped count
 # (metrics.jsonl's moe_aux_loss, moe_z_loss, moe_dropped) under Megatron-Core's
-# tags; the dense run above has none of them (its tag set is exact).
+# tags; the dense run above has none of them (its tag set is exact). The same
+# three in its Prometheus file (trident_moe_aux_loss, trident_moe_z_loss,
+# trident_moe_dropped_tokens) equal the last step record's.
 timeout 300 "${MPIRUN[@]}" -np 1 "$TRIDENT" train tests/e2e/configs/moe.ini data.path="$tmp/shards" \
     train.steps=3 train.warmup_steps=1 train.eval_every=0 checkpoint.every=0 \
+    log.prometheus_file="$tmp/moe.prom" \
     checkpoint.dir="$tmp/ck-moe" log.run_dir="$tmp/run-moe" >> "$tmp/train.log" 2>&1 ||
     { tail -20 "$tmp/train.log"; fail "the MoE run exited non-zero"; }
 "$PY" - "$tmp/run-moe" <<'EOF2' || fail "TensorBoard's MoE scalars disagree with metrics.jsonl"
@@ -107,6 +110,20 @@ for key, tag in (("moe_aux_loss", "load_balancing_loss"), ("moe_z_loss", "z_loss
 print(f"tensorboard: MoE scalars of {len(recs)} steps checked")
 sys.exit(bad)
 EOF2
+"$PY" - "$tmp/run-moe" "$tmp/moe.prom" <<'EOF3' || fail "the Prometheus file's MoE gauges disagree with metrics.jsonl"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+last = [r for r in map(json.loads, open(f"{sys.argv[1]}/metrics.jsonl")) if "loss" in r][-1]
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[2]).read())}
+bad = 0
+for key, name in (("moe_aux_loss", "trident_moe_aux_loss"), ("moe_z_loss", "trident_moe_z_loss"),
+                  ("moe_dropped", "trident_moe_dropped_tokens")):
+    got = fams[name].samples[0].value if name in fams else None
+    if got is None or fams[name].type != "gauge" or abs(got - last[key]) > 5e-7 + abs(last[key]) * 1e-12:
+        print(f"FAIL: {name} = {got}, metrics.jsonl step {last['step']} {key} = {last[key]}"); bad = 1
+print(f"prometheus: MoE gauges of step {last['step']} checked")
+sys.exit(bad)
+EOF3
 
 rm -rf "$run" "$ck"
 train train.steps=5 log.tensorboard=false
