@@ -101,7 +101,8 @@ for c in cases:
             ok = False
             print(f"FAIL: {dt} ({l}) {mode}: final parameters differ from none's: {differ[:5]}")
         else:
-            print(f"{dt} (tp, pp, dp, zero, sp, v) = ({l}) {mode}: {len(base)} records and "
+            axes = "tp, pp, dp, zero, sp, v" + (", ep" if l.count(",") == 6 else "")
+            print(f"{dt} ({axes}) = ({l}) {mode}: {len(base)} records and "
                   f"{len(fa)} final tensors bit-identical to none")
     print(f"{dt} ({l}): rank 0 holds {mems[0]} / {mems[1]} / {mems[2]} bytes (none / selective / full)")
     if not mems[0] > mems[1] > mems[2]:
