@@ -64,9 +64,10 @@ void config_fp8_skip(const struct config *cfg, int *first, int *last) {
 // [model] moe_* (src/model/moe.h): the layer's own shape rules, and what the
 // MoE decoder does not compose with yet. Under tp the experts are not split
 // (every TP rank runs the whole MoE layer: model_pass.c) and under pp the
-// stage messages carry the routing for the load-balancing loss; CP, the
-// split-backward schedules, ZeRO-2/3, FP8 and recomputation come later:
-// refused by name here.
+// stage messages carry the routing for the load-balancing loss; recompute
+// = selective | full re-runs what it does for dense blocks (full: the MoE
+// layer too, model_pass.c moe_recompute). CP, the split-backward schedules,
+// ZeRO-2/3 and FP8 come later: refused by name here.
 static enum status check_moe(const struct config *cfg, const char *file, struct error *err) {
     const struct model_config *m = &cfg->model;
     const struct parallel_config *p = &cfg->parallel;
@@ -86,8 +87,8 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
                          "expert data-parallel group) are not built yet; use zero_stage = 0",
                          file, KT("parallel", "ep"), KT("parallel", "zero_stage"));
     const char *later = "the mixture-of-experts decoder runs under dp, ep, tp (with or without "
-                        "sequence parallelism) and pp (1f1b, interleaved or not) for now; this "
-                        "comes later";
+                        "sequence parallelism), pp (1f1b, interleaved or not) and any recompute "
+                        "for now; this comes later";
     if (m->moe_top_k > m->moe_experts)
         return error_set(err, bad, "%s: moe_top_k must be at most moe_experts: %s; %s", file,
                          KT("model", "moe_top_k"), KT("model", "moe_experts"));
@@ -112,10 +113,6 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
     if (cfg->precision.fp8 != FP8_NONE)
         return error_set(err, bad, "%s: %s with %s (the expert GEMMs have no FP8 path): %s", file,
                          KT("model", "moe_experts"), KT("precision", "fp8"), later);
-    if (m->recompute != RECOMPUTE_NONE)
-        return error_set(err, bad, "%s: %s with %s: the MoE layer keeps all its activations "
-                         "(recompute = none) for now", file, KT("model", "moe_experts"),
-                         KT("model", "recompute"));
     return STATUS_OK;
 }
 

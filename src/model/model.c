@@ -316,7 +316,9 @@ static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64
 // norms, the q and k GEMMs, RoPE and a SwiGLU); full keeps only the block's
 // input (the slot's x[i]). Carves b's kept tensors (shared false: b is in a
 // slot, the others are views of m->re) or its recomputed ones (shared true:
-// b is m->re, the kept ones are empty).
+// b is m->re, the kept ones are empty). A MoE block's own activations
+// (b->moe: moe_activation_bytes) are carved by the callers: in the slot
+// under none and selective, once in m->re under full (moe_in_slot).
 // Whether the i-th block of some chunk is dense (the slot's acts[i] then
 // holds the SwiGLU's) and whether that of some chunk is a MoE block.
 static void slot_layer_kinds(const struct model *m, int i, bool *dense, bool *moe) {
@@ -328,6 +330,13 @@ static void slot_layer_kinds(const struct model *m, int i, bool *dense, bool *mo
         else *dense = true;
     }
 }
+
+// Whether a MoE block's routing and expert activations stay in its slot
+// from the forward to the backward (none, selective: selective recomputes
+// the norms and q, k around the layer, not the layer) or are recomputed by
+// the backward's re-run of the block's forward into the one m->re.moe
+// (full: they then exist for the block being back-propagated only).
+static bool moe_in_slot(const struct model *m) { return m->shard.recompute != RECOMPUTE_FULL; }
 
 static void block_acts_layout(struct model *m, struct block_acts *b, struct carver *c,
                               bool shared, bool dense) {
@@ -408,7 +417,9 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
         bool dense, moe;
         slot_layer_kinds(m, l, &dense, &moe);
         block_acts_layout(m, &S->acts[l], c, false, dense);
-        if (moe) {
+        if (moe && !moe_in_slot(m)) {
+            S->acts[l].moe = m->re.moe;
+        } else if (moe) {
             size_t bytes = moe_activation_bytes(&m->moe, m->N, a);
             S->acts[l].moe = carve(c, DTYPE_I32, (bytes + 3) / 4);
             m->mem.moe_bytes += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
@@ -439,6 +450,17 @@ static void acts_layout(struct model *m, struct carver *c) {
     size_t before = c->bytes;
     m->mem.moe_bytes = 0;
     block_acts_layout(m, &m->re, c, true, true);
+    bool any_moe = false; // a MoE block among the rank's: under full its layer's buffer here
+    for (int l = 0; l < m->max_layers; l++) {
+        bool dense, moe;
+        slot_layer_kinds(m, l, &dense, &moe);
+        any_moe |= moe;
+    }
+    if (any_moe && !moe_in_slot(m)) {
+        size_t bytes = moe_activation_bytes(&m->moe, m->N, a);
+        m->re.moe = carve(c, DTYPE_I32, (bytes + 3) / 4);
+        m->mem.moe_bytes += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+    }
     bool re_lnf = m->last && m->shard.recompute != RECOMPUTE_NONE;
     m->re_lnf = re_lnf ? carve(c, a, (size_t)Ns * C) : tensor_view(NULL, a, 0);
     m->mem.recompute_bytes = c->bytes - before;
@@ -558,10 +580,9 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
         // expert parallelism: the buffers' row bounds (moe_rows_recv_max);
         // the groups come with model_set_groups
         m->moe.ep = (struct moe_ep){.size = MAX(1, shard->ep_size), .rank = shard->ep_rank};
-        if (shard->recompute != RECOMPUTE_NONE || cp > 1 || shard->split_backward)
+        if (cp > 1 || shard->split_backward)
             return error_set(err, STATUS_BAD_INPUT, "model: the mixture-of-experts blocks need "
-                             "recompute none (found %d), cp 1 (found %d) and no split backward "
-                             "(found %d) for now", (int)shard->recompute, cp,
+                             "cp 1 (found %d) and no split backward (found %d) for now", cp,
                              (int)shard->split_backward);
     }
     m->sp = shard->sequence_parallel && shard->tp_size > 1;

@@ -302,6 +302,8 @@ void model_moe_stats_take(struct model *m, double *out);
 // The routing the last forward of slot `slot` left for the rank's MoE block
 // `block` (local index): out (N, k) I32 = each token's k experts in
 // descending probability (moe_routing_view's topk_idx), for tests and logs.
+// Not under recompute = full (the routing is then kept for no block: a
+// CHECK).
 void model_moe_topk(struct model *m, int slot, int block, int32_t *out);
 // The model's MoE blocks, every stage's (their layer indices into *layers;
 // may be NULL): the rows of model_moe_stats_take's routed counts.

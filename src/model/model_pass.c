@@ -466,6 +466,36 @@ static void gate_up_backward(struct model *m, int blk, struct bwd *b, struct ten
     wgrad(m, b, dw->wup, m->dup, NULL, n2, n2_part, true, Fl, C, N, false, false);
 }
 
+// recompute = full, MoE block blk (the chunk's i-th of slot S): the
+// layer's forward again on the recomputed ln2, refilling a->moe (m->re.moe)
+// for its backward; its output (m->tmp) is dropped, x[i+1] being kept.
+// Same kernels, same input, same routing: the same bits, and under expert
+// parallelism the same collectives (the counts' all-gather and the two
+// all-to-alls), which pair up because every rank of the ep group runs the
+// same schedule (the data-parallel ranks of one pipeline stage), so it
+// re-runs this block of this microbatch at the same point of its backward.
+// The statistics go to a scratch moe_stats: the slot's moe_st[i] already
+// holds the forward's routing, which the step's logs and the auxiliary
+// losses used (moe_losses: before the recompute, so nothing counts twice
+// and the aux and z gradients it set stay). The recomputation must route
+// as the forward did: a difference is a bug (a nondeterministic kernel),
+// caught here.
+static void moe_recompute(struct model *m, struct slot *S, struct block_acts *a, int blk, int i) {
+    struct moe_stats again;
+    const struct moe_stats *st = &S->moe_st[i];
+    moe_forward(m->be, &m->moe, m->tmp, gathered(m, a->ln2), &m->blocks[blk].moe, m->N,
+                a->moe.data, m->moe_scratch.data, &again);
+    size_t E = (size_t)m->moe.E;
+    CHECK(again.M == st->M && again.R == st->R && again.dropped == st->dropped &&
+              !memcmp(again.kept, st->kept, E * sizeof *st->kept) &&
+              !memcmp(again.routed, st->routed, E * sizeof *st->routed) &&
+              !memcmp(again.recv_rows, st->recv_rows, E * sizeof *st->recv_rows) &&
+              !memcmp(again.prob_sum, st->prob_sum, E * sizeof *st->prob_sum) &&
+              again.z_sum == st->z_sum,
+          "block %d: the recomputed MoE layer routed otherwise than its forward (rows %d vs %d, "
+          "z sum %.17g vs %.17g)", blk, again.M, st->M, again.z_sum, st->z_sum);
+}
+
 // Block `blk` of the rank (weights) on the chunk's i-th activations of slot S.
 // ln1_done: a->ln1 and a->rstd1 already hold the input norm (the previous
 // block's fused residual add); next: the norm after x[i+1] (above).
@@ -499,14 +529,18 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
     backend_add_rmsnorm_forward(be, a->xmid, a->ln2, a->rstd2, S->x[i], m->tmp_s, w->ln2_w, Ns, C,
                                 eps);
     if (w->is_moe) {
-        // Recompute none (model_setup): tmp (N, C) = the MoE layer on ln2,
-        // its routing into the slot's acts and moe_st for the backward. The
-        // experts are not split over TP: every TP rank runs the whole layer
-        // on all N rows (under sequence parallelism ln2's all-gather), so tmp
-        // is complete, the same on each (no TP sum, unlike the row-parallel
-        // down projection), and the rank keeps its rows of it.
-        CHECK(!m->decoding && !again, "block %d: generation and recomputation are not built for "
-              "MoE blocks", blk);
+        // tmp (N, C) = the MoE layer on ln2, its routing and expert
+        // activations into a->moe (the slot's; m->re's under full) and its
+        // statistics into moe_st for the backward. The experts are not split
+        // over TP: every TP rank runs the whole layer on all N rows (under
+        // sequence parallelism ln2's all-gather), so tmp is complete, the
+        // same on each (no TP sum, unlike the row-parallel down projection),
+        // and the rank keeps its rows of it.
+        CHECK(!m->decoding, "block %d: generation is not built for MoE blocks", blk);
+        if (again) { // recompute = full: the layer again, its output unused
+            moe_recompute(m, S, a, blk, i);
+            return;
+        }
         moe_forward(be, &m->moe, m->tmp, gathered(m, a->ln2), &w->moe, m->N, a->moe.data,
                     m->moe_scratch.data, &S->moe_st[i]);
         own_rows(m, m->tmp_s, m->tmp);
@@ -795,8 +829,10 @@ void model_get_logits(struct model *m, double *out) {
 // Refills what block i of slot S did not keep (model.c, block_acts_layout)
 // before its backward: selective recomputes the two norm outputs from x[i]
 // and xmid (rewriting their kept rstd with the same values), q and k from
-// the first (two GEMMs and RoPE) and the SwiGLU product from gate and up;
-// full re-runs the block's forward from x[i]. The same kernels on the same
+// the first (two GEMMs and RoPE) and, in a dense block, the SwiGLU product
+// from gate and up (a MoE block keeps its layer's activations); full re-runs
+// the block's forward from x[i], a MoE block's layer included
+// (moe_recompute). The same kernels on the same
 // inputs give the bits of the first forward, so every mode's gradients are
 // those of recompute = none.
 static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
@@ -821,7 +857,7 @@ static void block_recompute(struct model *m, struct slot *S, int blk, int i) {
         // q and k have the bits of the first forward
         qkv_forward(m, S, a, blk, gathered(m, a->ln1));
         backend_rmsnorm_forward(be, a->ln2, a->rstd2, a->xmid, w->ln2_w, Ns, C, eps);
-        backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
+        if (!w->is_moe) backend_swiglu_forward(be, a->act, a->gate, a->up, (size_t)m->N * m->Fl);
         break;
     }
     m->fp8.recomputing = false;
@@ -855,6 +891,7 @@ static void block_backward(struct model *m, struct slot *S, int blk, int i, stru
         // dln (N, C) = the MoE layer's input gradient (moe_backward adds into
         // it), its parameter gradients += (the aux and z terms included:
         // backward_chunk set moe_st's aux_grad, z_grad); fused only (model_setup).
+        // a->moe: the forward's, or under full block_recompute's (moe_recompute).
         // Every TP rank runs it on the whole d x[i+1] (N, C) (all-gathered
         // above under sequence parallelism) and ln2's N rows: the same whole
         // gradients on each (param_info.tp_whole_grad) and a complete dln.
@@ -922,6 +959,8 @@ static void unit_end(struct model *m, struct bwd *b, int unit, size_t from) {
 void model_moe_topk(struct model *m, int slot, int block, int32_t *out) {
     CHECK(block >= 0 && block < m->n_local_layers && m->blocks[block].is_moe,
           "model_moe_topk: block %d is not a MoE block", block);
+    CHECK(m->shard.recompute != RECOMPUTE_FULL, "model_moe_topk: under recompute = full no "
+          "block keeps its routing");
     int chunk = 0;
     while (chunk + 1 < m->shard.n_chunks && block >= m->block0[chunk + 1]) chunk++;
     struct slot *S = slot_of(m, slot);

@@ -138,7 +138,7 @@ struct layer_times {
     double fwd, bwd;        // the whole layer: GEMMs, attention, memory-bound kernels, FP8 casts
     double bwd_w;           // of bwd: the weight-gradient GEMMs (a split schedule's W; the rest is B)
     double attn_fwd;        // of fwd: the attention kernel
-    double selective;       // what selective recompute reruns: norms, q and k GEMMs, RoPE, attention, SwiGLU
+    double selective;       // what selective recompute reruns: norms, q and k GEMMs, RoPE, attention, SwiGLU (dense)
     double head;            // the head's GEMMs and loss, forward and backward (last stage)
     double head_fwd, head_w; // of head: its forward GEMM and half the loss's traffic; its weight gradient
     double block_attn_fwd;  // one context-parallel block's attention forward (T / cp x T / cp)
@@ -254,8 +254,9 @@ static struct layer_times kernel_times(const struct config *c0, const struct lla
     t.fwd = g_fwd + t.attn_fwd + ew_fwd + cast_fwd;
     t.bwd = g_bwd + attn_bwd + ew_bwd + cast_bwd;
     t.bwd_w = g_w; // the FP8 casts stay in B (a split schedule refuses FP8: config_validate)
+    // selective: a MoE block keeps its layer's activations (its experts' SwiGLU not rerun)
     t.selective = plan_gemm_s(g, N, HD + KD, C, fp8) + t.attn_fwd +
-                  dt * (4 * C * Ns + N * 2 * (HD + KD) + act_fwd) / hbm +
+                  dt * (4 * C * Ns + N * 2 * (HD + KD) + (moe ? 0 : act_fwd)) / hbm +
                   (fp8 ? per * N * (C + F) / hbm : 0);
     t.head_fwd = plan_gemm_s(g, N, V, C, false) + dt * 2 * N * V / hbm;
     t.head_w = plan_gemm_s(g, C, V, N, false);

@@ -426,8 +426,6 @@ static const struct bad_case bad_cases[] = {
      {"with parallel.zero_stage = 2 (@:5)"}},
     {"moe with fp8", "[model]\nmoe_experts = 4\n[precision]\ndtype = bf16\nfp8 = hybrid\n", {0}, 1,
      {"with precision.fp8 = hybrid (@:5)", "no FP8 path"}},
-    {"moe with recompute", "[model]\nmoe_experts = 4\nrecompute = selective\n", {0}, 1,
-     {"with model.recompute = selective (@:3)", "recompute = none"}},
     {"layers < pp", "[model]\nn_layers = 2\n[parallel]\npp = 4\n", {0}, 4,
      {"n_layers must be at least pp * virtual_stages = 4", "model.n_layers = 2 (@:2)", "parallel.pp = 4 (@:4)"}},
     {"layers < pp * virtual", "[parallel]\npp = 2\nvirtual_stages = 4\n", {0}, 2,
@@ -489,7 +487,8 @@ static void test_fp32_edges(void) {
 
 // issue 31: the MoE decoder under the interleaved schedule (1f1b's table at
 // virtual_stages > 1, which it runs) validates, as 1f1b with virtual_stages 2
-// does; the split schedules stay refused (bad_cases' "moe with zb-h1").
+// does, and so do recompute = selective and full (model_pass.c recomputes
+// MoE blocks); the split schedules stay refused (bad_cases' "moe with zb-h1").
 static void test_moe_interleaved(void) {
     const char *ov[] = {"model.moe_experts=4", "parallel.pp=2", "parallel.virtual_stages=2",
                         "parallel.pp_schedule=interleaved"};
@@ -500,6 +499,11 @@ static void test_moe_interleaved(void) {
     ov[3] = "parallel.pp_schedule=1f1b";
     EXPECT(config_load(NULL, 4, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 2, false, &err) == STATUS_OK,
            "moe with 1f1b at virtual_stages 2 refused: %s", err.msg);
+    const char *rc[] = {"model.moe_experts=4", "parallel.dp=2", "parallel.ep=2", "model.recompute=full"};
+    for (int i = 0; i < 2; i++, rc[3] = "model.recompute=selective")
+        EXPECT(config_load(NULL, 4, (char **)rc, &c, &err) == STATUS_OK &&
+                   config_validate(&c, 2, false, &err) == STATUS_OK,
+               "moe at ep 2 with %s refused: %s", rc[3], err.msg);
 }
 
 // issue 28's options: a valid set loads, validates and reaches the model's

@@ -12,7 +12,9 @@
 //   block then two MoE blocks (8 experts, top-2, a gated shared expert);
 // - the FLOPs per token count the active parameters (closed form);
 // - model_memory.moe_bytes = the slots' moe_activation_bytes per MoE block
-//   plus one moe_scratch_bytes, and model_plan gives model_init's sizes;
+//   plus one moe_scratch_bytes under recompute none and selective, one
+//   moe_activation_bytes (the recompute buffer's) plus the scratch under
+//   full, and model_plan gives model_init's sizes;
 // - with a CUDA backend (or the emulated build), its MoE decoder against the
 //   CPU's: logits, gradients (1e-4), the same routing.
 #include <math.h>
@@ -199,27 +201,30 @@ static void test_flops_and_bytes(struct backend *be) {
     double got = model_flops_per_token(&c, (int)T);
     EXPECT(fabs(got - want) <= 1e-12 * want, "MoE flops per token %.17g, expected %.17g", got, want);
     int B = 2, Tm = 8;
-    struct model_shard sh = model_shard_full(&c);
-    sh.n_slots = 3;
-    struct model_memory plan;
-    struct error err;
-    CHECK(!model_plan(&c, &sh, DTYPE_BF16, B, Tm, &plan, &err), "%s", err.msg);
-    struct model *m;
-    CHECK(!model_init(&m, be, &c, &sh, DTYPE_BF16, B, Tm, 1, &err), "%s", err.msg);
-    const struct model_memory *mem = model_memory(m);
-    EXPECT(plan.activation_bytes == mem->activation_bytes && plan.moe_bytes == mem->moe_bytes &&
-           plan.param_bytes == mem->param_bytes,
-           "model_plan %zu / %zu activation / MoE bytes, model_init %zu / %zu",
-           plan.activation_bytes, plan.moe_bytes, mem->activation_bytes, mem->moe_bytes);
-    struct moe_config mc;
-    model_moe_config(&c, &mc);
+    for (enum recompute r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+        struct model_shard sh = model_shard_full(&c);
+        sh.n_slots = 3, sh.recompute = r;
+        struct model_memory plan;
+        struct error err;
+        CHECK(!model_plan(&c, &sh, DTYPE_BF16, B, Tm, &plan, &err), "%s", err.msg);
+        struct model *m;
+        CHECK(!model_init(&m, be, &c, &sh, DTYPE_BF16, B, Tm, 1, &err), "%s", err.msg);
+        const struct model_memory *mem = model_memory(m);
+        EXPECT(plan.activation_bytes == mem->activation_bytes && plan.moe_bytes == mem->moe_bytes &&
+               plan.param_bytes == mem->param_bytes,
+               "model_plan %zu / %zu activation / MoE bytes, model_init %zu / %zu",
+               plan.activation_bytes, plan.moe_bytes, mem->activation_bytes, mem->moe_bytes);
+        struct moe_config mc;
+        model_moe_config(&c, &mc);
 #define UP(x) (((x) + 255) / 256 * 256)
-    size_t want_moe = 3 * 2 * UP(moe_activation_bytes(&mc, B * Tm, DTYPE_BF16)) +
-                      UP(moe_scratch_bytes(&mc, B * Tm, DTYPE_BF16));
+        int kept = r == RECOMPUTE_FULL ? 1 : 3 * 2; // full: the recompute buffer's one
+        size_t want_moe = kept * UP(moe_activation_bytes(&mc, B * Tm, DTYPE_BF16)) +
+                          UP(moe_scratch_bytes(&mc, B * Tm, DTYPE_BF16));
 #undef UP
-    EXPECT(mem->moe_bytes == want_moe, "moe_bytes %zu, expected %zu (3 slots x 2 MoE blocks + scratch)",
-           mem->moe_bytes, want_moe);
-    model_free(m);
+        EXPECT(mem->moe_bytes == want_moe, "recompute %d: moe_bytes %zu, expected %zu (%d MoE "
+               "layers' activations + scratch)", (int)r, mem->moe_bytes, want_moe, kept);
+        model_free(m);
+    }
 }
 
 // The CUDA backend's MoE decoder against the CPU's (when one is there, or

@@ -2,11 +2,15 @@
 // - whole model, fp32, fp64, bf16 and fp16, untied and tied embeddings,
 //   grouped-query heads, label smoothing, an ignored target, and with
 //   issue 28's options (head_dim 24 != d_model / n_heads, qkv_bias, qk_norm,
-//   llama3 rope_scaling; fp32 and bf16): the logits, the
+//   llama3 rope_scaling; fp32 and bf16), and as a mixture-of-experts model
+//   (issue 31: a dense block then two MoE blocks, 8 experts top-2, a gated
+//   shared expert, aux and z losses; every dtype): the logits, the
 //   loss of each of two accumulated microbatches, and the whole gradient
 //   arena are bit-identical (memcmp) to recompute = none (under recompute
 //   the logits' gradient is written over the logits: in bf16 and fp16 this
-//   caught ce_backward re-reading a logit it had overwritten);
+//   caught ce_backward re-reading a logit it had overwritten), and the MoE
+//   statistics (model_moe_stats_take: aux and z losses, drops, tokens per
+//   expert) equal none's: the recomputed MoE layer counts nothing twice;
 // - two model chunks (virtual stages) and four activation slots (one per
 //   microbatch and chunk), both microbatches' forwards before either
 //   backward (so the shared recompute buffer holds another microbatch's
@@ -37,11 +41,15 @@ struct outcome {
     double *logits;
     char *grads;
     size_t grad_bytes;
+    double moe[4 + 3 * 8]; // model_moe_stats_take after both microbatches (MoE models)
 };
 
 static void outcome_free(struct outcome *o) { free(o->logits), free(o->grads); }
 
 static void grads_of(struct model *m, struct backend *be, struct outcome *o) {
+    size_t n_moe = model_moe_stats_numel(m);
+    CHECK(n_moe <= sizeof o->moe / sizeof *o->moe, "%zu MoE statistics", n_moe);
+    if (n_moe) model_moe_stats_take(m, o->moe);
     struct tensor g = model_grad_arena(m);
     o->grad_bytes = g.numel * dtype_size(g.dtype);
     o->grads = malloc(o->grad_bytes);
@@ -126,6 +134,9 @@ static void expect_same(const struct outcome *a, const struct outcome *ref, size
                "%s: logits differ from none", what);
     EXPECT(a->grad_bytes == ref->grad_bytes && !memcmp(a->grads, ref->grads, ref->grad_bytes),
            "%s: gradient arena differs from none", what);
+    EXPECT(!memcmp(a->moe, ref->moe, sizeof a->moe), "%s: MoE statistics (microbatches %g, aux "
+           "%.17g, z %.17g, dropped %g) differ from none's (%g, %.17g, %.17g, %g)", what, a->moe[0],
+           a->moe[1], a->moe[2], a->moe[3], ref->moe[0], ref->moe[1], ref->moe[2], ref->moe[3]);
     if (a->grad_bytes == ref->grad_bytes) { // where, for the log
         size_t i = 0;
         while (i < ref->grad_bytes && a->grads[i] == ref->grads[i]) i++;
@@ -137,26 +148,39 @@ static void test_bit_identical(struct backend *be) {
     int B = 2, T = 16;
     enum dtype dts[] = {DTYPE_FP32, DTYPE_FP64, DTYPE_BF16, DTYPE_FP16};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
-        for (int tied = 0; tied < 3; tied++) { // 2: untied with issue 28's options (fp32, bf16)
+        for (int tied = 0; tied < 4; tied++) { // 2: untied with issue 28's options (fp32,
+                                                 // bf16); 3: tied, mixture of experts
             if (tied == 2 && dts[d] != DTYPE_FP32 && dts[d] != DTYPE_BF16) continue;
-            struct llama_config cfg = small_config(tied == 1);
+            struct llama_config cfg = small_config(tied == 1 || tied == 3);
             if (tied == 2) {
                 cfg.head_dim = 24, cfg.qkv_bias = cfg.qk_norm = true;
                 cfg.rope_scaling = (struct rope_scaling){ROPE_SCALING_LLAMA3, 4.0, 1.0, 4.0, 8};
             }
+            if (tied == 3) {
+                cfg.moe_experts = 8, cfg.moe_top_k = 2, cfg.moe_ffn_dim = 24;
+                cfg.moe_first_dense_layers = 1, cfg.moe_norm_topk = true;
+                cfg.moe_shared_experts = 1, cfg.moe_shared_ffn_dim = 40, cfg.moe_shared_gate = true;
+                cfg.moe_aux_loss_coeff = 0.3, cfg.moe_z_loss_coeff = 0.05;
+            }
+            const char *kind = (const char *[]){"untied embeddings", "tied embeddings",
+                                                "options", "MoE"}[tied];
             size_t n_logits = (size_t)B * T * cfg.vocab_size;
             struct outcome ref = run_whole(be, &cfg, dts[d], RECOMPUTE_NONE, B, T);
             struct outcome ref_c = run_chunks(be, &cfg, dts[d], RECOMPUTE_NONE, B, T);
             EXPECT(ref.loss[0] > 0 && ref.count[0] == B * T - 1, "none ran: loss %g", ref.loss[0]);
+            if (tied == 3)
+                EXPECT(ref.moe[0] == 2 && ref.moe[1] > 0 && ref.moe[2] > 0 && ref_c.moe[0] == 2,
+                       "MoE none logged %g microbatches, aux %g, z %g (chunks: %g microbatches)",
+                       ref.moe[0], ref.moe[1], ref.moe[2], ref_c.moe[0]);
             for (enum recompute r = RECOMPUTE_SELECTIVE; r <= RECOMPUTE_FULL; r++) {
                 char what[96];
-                snprintf(what, sizeof what, "%s, %s, %s embeddings, whole model", mode_name[r],
-                         dtype_name(dts[d]), tied == 2 ? "options" : tied ? "tied" : "untied");
+                snprintf(what, sizeof what, "%s, %s, %s, whole model", mode_name[r],
+                         dtype_name(dts[d]), kind);
                 struct outcome o = run_whole(be, &cfg, dts[d], r, B, T);
                 expect_same(&o, &ref, n_logits, what);
                 outcome_free(&o);
-                snprintf(what, sizeof what, "%s, %s, %s embeddings, 2 chunks x 2 microbatches",
-                         mode_name[r], dtype_name(dts[d]), tied == 2 ? "options" : tied ? "tied" : "untied");
+                snprintf(what, sizeof what, "%s, %s, %s, 2 chunks x 2 microbatches",
+                         mode_name[r], dtype_name(dts[d]), kind);
                 o = run_chunks(be, &cfg, dts[d], r, B, T);
                 expect_same(&o, &ref_c, 0, what);
                 outcome_free(&o);
