@@ -31,7 +31,9 @@
 # and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16, (2,1,1) with sequence
 # parallelism and (1,2,1) in fp32 (the experts unsplit over TP), and at
 # (1,1,4) with ep 4 in fp32 (the twelfth field: each rank's 2 of the 8
-# experts, its expert buffers sized for the ep N k rows it may receive).
+# experts, its expert buffers sized for the ep N k rows it may receive), and
+# (1,1,4) with ep 2 and ZeRO-1 (the dense tensors' optimizer state over dp,
+# the experts' over the 2 ranks of expert_dp).
 # Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
@@ -58,8 +60,8 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16;
 # (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
 # whole MoE layer and its activations for all N rows); expert parallelism (the
-# twelfth field: ep) at (1,1,4), ep 4, in fp32.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4"
+# twelfth field: ep) at (1,1,4), ep 4, in fp32, and ep 2 with ZeRO-1.
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 for l in $layouts; do
     IFS=, read -r tp pp dp z sp keep shard v cp sched moe ep <<<"$l"
