@@ -28,7 +28,10 @@
 #     (ep 1, zero 0), (ep 4, zero 1) and (ep 2, zero 0), and the (ep 2, zero
 #     0) one at (ep 2, zero 1), steps 6-10 within 1e-6 of the straight runs
 #     and final parameters within 1e-6, and at (ep 2, zero 1) its final
-#     parameters bit for bit those of the straight run; in bf16 (FP32 master weights
+#     parameters bit for bit those of the straight run; at dp 6 (groups of
+#     6 and 3 ranks that leave a rest of some runs to the group's last rank)
+#     (ep 2, zero 1) logs (ep 1, zero 0)'s losses within 1e-6 and resumes in
+#     its layout bit for bit; in bf16 (FP32 master weights
 #     sharded with the moments) (ep 2, zero 1) logs (ep 1, zero 0)'s losses
 #     within 1e-3 over 4 steps.
 #  5. Refused with exit 2, naming the key: ep 3 (does not divide 8 experts),
@@ -41,10 +44,10 @@ small_dataset "$tmp"
 SMALL_INI=tests/e2e/configs/moe.ini
 fail=0
 train() { # NAME NP [overrides]: one run into $tmp/run-NAME, checkpoints in $tmp/ck-NAME
-    # (STEPS, default 10; EVERY: checkpoint.every, default 5)
+    # (STEPS, default 10; EVERY: checkpoint.every, default 5; GBS: global batch, default 16)
     local name=$1 np=$2 rc=0; shift 2
     timeout 300 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
-        train.global_batch_size=16 train.warmup_steps=2 train.eval_every=0 train.steps="${STEPS:-10}" \
+        train.global_batch_size="${GBS:-16}" train.warmup_steps=2 train.eval_every=0 train.steps="${STEPS:-10}" \
         checkpoint.every="${EVERY:-5}" checkpoint.dir="$tmp/ck-$name" log.run_dir="$tmp/run-$name" "$@" \
         > "$tmp/$name.log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: run $name exited $rc"; grep trident: "$tmp/$name.log" | tail -3; }
@@ -76,6 +79,18 @@ done
 "$TRIDENT" ckpt export "$tmp/ck-ep2/step-000010" "$tmp/straight-2.h5" > /dev/null || fail=1
 for r in ep2 ep4 z1-ep2 z1-ep4; do # each rank's optimizer bytes, from the banner
     sed -n 's/.*optimizer [0-9.]* MiB (\([0-9]*\) bytes.*/\1/p' "$tmp/$r.log" > "$tmp/opt-$r"
+done
+# dp 6 (groups of 6 and 3 ranks, which do not divide every run of the arena:
+# the group's last rank keeps the rest, all-reduced and broadcast)
+train6() { STEPS=6 EVERY=3 GBS=24 train "$@"; }
+train6 d6-ep1 6 parallel.dp=6 parallel.ep=1 || fail=1
+train6 d6-z1-ep2 6 parallel.dp=6 parallel.ep=2 parallel.zero_stage=1 || fail=1
+mkdir -p "$tmp/ck-d6-again"
+cp -r "$tmp/ck-d6-z1-ep2/step-000003" "$tmp/ck-d6-again/"
+echo step-000003 > "$tmp/ck-d6-again/latest"
+train6 d6-again 6 parallel.dp=6 parallel.ep=2 parallel.zero_stage=1 || fail=1
+for r in d6-z1-ep2 d6-again; do
+    "$TRIDENT" ckpt export "$tmp/ck-$r/step-000006" "$tmp/final-$r.h5" > /dev/null || fail=1
 done
 STEPS=4 EVERY=0 train bf16-ep1 4 parallel.dp=4 parallel.ep=1 precision.dtype=bf16 || fail=1
 STEPS=4 EVERY=0 train bf16-z1-ep2 4 parallel.dp=4 parallel.ep=2 parallel.zero_stage=1 precision.dtype=bf16 || fail=1
@@ -189,6 +204,13 @@ print(f"(ep 2, zero 1) step 5 resumed at (ep 2, zero 1): {len(b) - len(diff)} of
       "bit-identical to the straight run")
 if diff:
     print(f"FAIL: (ep 2, zero 1) resumed in its own layout: {diff[:3]} differ"); ok = False
+same("d6-z1-ep2", "d6-ep1", 1, 6, "dp 6: (ep 2, zero 1) vs (ep 1, zero 0)")
+a, b = tensors(f"{tmp}/final-d6-again.h5"), tensors(f"{tmp}/final-d6-z1-ep2.h5")
+diff = [n for n in b if n not in a or not np.array_equal(a[n], b[n])]
+print(f"dp 6: (ep 2, zero 1) step 3 resumed in its layout: {len(b) - len(diff)} of {len(b)} final tensors "
+      "bit-identical to the straight run")
+if diff:
+    print(f"FAIL: dp 6 resumed: {diff[:3]} differ"); ok = False
 # optimizer bytes per rank: zero 0 holds m and v (FP32) of the rank's arena,
 # 8 (dense + experts) bytes; zero 1 m, v and the gradient shard of its
 # dense / dp and experts / expert_dp elements. Experts per rank: 2 MoE
