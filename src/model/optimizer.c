@@ -11,7 +11,7 @@ struct optimizer {
     struct backend *be;
     struct model *model;
     size_t begin, end;  // ZeRO-0/1: this rank's range of the parameter arena (ZeRO-1 with
-                        // expert parallelism: unused, the runs below)
+                        // expert parallelism: its first range of several, the runs below)
     // The ranges of the arena this rank updates, concatenated in m, v, master,
     // gshard (and pshard): range k is [rb[k], re[k]) at element rat[k] of them.
     // ZeRO-0/1: one, [begin, end) at 0; ZeRO-2/3: this rank's 1/S slice of each unit.
