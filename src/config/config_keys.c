@@ -272,7 +272,9 @@ const struct config_key config_keys[] = {
             "expert-parallel size: the MoE layers' routed experts split over ep data ranks "
             "(Megatron-Core's expert_model_parallel_size; consecutive data ranks), each token sent "
             "to its experts' ranks and back by all-to-all; must divide dp (and dp_shard when set) "
-            "and moe_experts; dense layers and the router stay replicated over the data ranks"),
+            "and moe_experts; dense layers and the router stay replicated over the data ranks; "
+            "with zero_stage 1 the experts' optimizer state is sharded over the dp / ep ranks "
+            "holding the same experts (zero_stage 2 and 3 refused)"),
     KEY_INT("parallel", "virtual_stages", parallel.virtual_stages, "1", 1, LLAMA_MAX_LAYERS, "",
             "model chunks per pipeline rank (interleaved schedule); 1 is plain 1F1B; zbv needs 2"),
     KEY_ENUM("parallel", "pp_schedule", parallel.pp_schedule, "1f1b", pp_schedule_choices,

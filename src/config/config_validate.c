@@ -66,8 +66,9 @@ void config_fp8_skip(const struct config *cfg, int *first, int *last) {
 // (every TP rank runs the whole MoE layer: model_pass.c) and under pp the
 // stage messages carry the routing for the load-balancing loss; recompute
 // = selective | full re-runs what it does for dense blocks (full: the MoE
-// layer too, model_pass.c moe_recompute). CP, the split-backward schedules,
-// ZeRO-2/3 and FP8 come later: refused by name here.
+// layer too, model_pass.c moe_recompute); ZeRO-1 composes with ep (the
+// experts' optimizer state over expert_dp, optimizer.h). CP, the
+// split-backward schedules, ZeRO-2/3 and FP8 come later: refused by name here.
 static enum status check_moe(const struct config *cfg, const char *file, struct error *err) {
     const struct model_config *m = &cfg->model;
     const struct parallel_config *p = &cfg->parallel;
@@ -82,10 +83,14 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
         return error_set(err, bad, "%s: ep must divide moe_experts (each ep rank holds "
                          "moe_experts / ep experts): %s; %s", file, KT("parallel", "ep"),
                          KT("model", "moe_experts"));
-    if (p->ep > 1 && p->zero_stage >= 1)
-        return error_set(err, bad, "%s: %s with %s: ZeRO's shards of the expert tensors (over the "
-                         "expert data-parallel group) are not built yet; use zero_stage = 0",
-                         file, KT("parallel", "ep"), KT("parallel", "zero_stage"));
+    // ZeRO-1 shards the experts' optimizer state over expert_dp (optimizer.h);
+    // ZeRO-2/3's per-unit reduce-scatters and gathers run over one shard group
+    // (fsdp.h), which cannot hold the dense and the expert tensors of a block
+    if (p->ep > 1 && p->zero_stage >= 2)
+        return error_set(err, bad, "%s: %s with %s: ZeRO-2/3 shard each block's tensors over one "
+                         "group, but under ep the expert tensors' replicas are the expert_dp ranks, "
+                         "not the data ranks; use zero_stage = 0 or 1", file, KT("parallel", "ep"),
+                         KT("parallel", "zero_stage"));
     const char *later = "the mixture-of-experts decoder runs under dp, ep, tp (with or without "
                         "sequence parallelism), pp (1f1b, interleaved or not) and any recompute "
                         "for now; this comes later";

@@ -10,13 +10,21 @@ struct optimizer {
     struct parallel_groups groups;
     struct backend *be;
     struct model *model;
-    size_t begin, end;  // ZeRO-0/1: this rank's range of the parameter arena
+    size_t begin, end;  // ZeRO-0/1: this rank's range of the parameter arena (ZeRO-1 with
+                        // expert parallelism: its first range of several, the runs below)
     // The ranges of the arena this rank updates, concatenated in m, v, master,
     // gshard (and pshard): range k is [rb[k], re[k]) at element rat[k] of them.
     // ZeRO-0/1: one, [begin, end) at 0; ZeRO-2/3: this rank's 1/S slice of each unit.
     int n_ranges;
     size_t *rb, *re, *rat;
     size_t n;           // elements of the ranges together
+    // ZeRO-1: run k of the arena, [run_b[k], run_e[k]), reduce-scattered and
+    // gathered over run_g[k] in blocks of run_per[k] (range k is this rank's
+    // block; the group's last rank also owns the run's last len % S elements).
+    // One run [0, numel) over dp, or with expert parallelism the alternating
+    // runs of dense tensors (over dp) and routed-expert tensors (over expert_dp).
+    size_t *run_b, *run_e, *run_per;
+    struct comm_group **run_g;
     struct tensor m, v; // (n,) first and second moments
     struct tensor gshard; // (n,) reduce-scattered gradients (ZeRO-1; ZeRO-2/3: summed into by
                           // the trainer's per-unit reduce-scatters)
@@ -69,11 +77,69 @@ static struct comm_group *shard_host_group(const struct optimizer *o) {
 }
 static bool zero3(const struct optimizer *o) { return o->groups.zero_stage == 3; }
 
+// ZeRO-1 with expert parallelism splits the routed-expert tensors' state over
+// expert_dp (the ranks holding the same experts), the rest over dp: the ep
+// ranks of a dp group hold different experts, so sharding them over dp would
+// give each expert's state to ranks that do not hold it.
+static bool zero1_split(const struct optimizer *o) {
+    if (group_size(o->groups.ep) <= 1) return false;
+    int n;
+    const struct param_info *p = model_params(o->model, &n);
+    for (int i = 0; i < n; i++)
+        if (p[i].expert) return true;
+    return false;
+}
+
+// ZeRO-1's runs (struct optimizer) and this rank's range of each. A tensor's
+// run reaches to the next tensor's offset (its alignment padding), the last
+// to the arena's end (its padding: model_shard.arena_multiple), as
+// grad_sync's buckets cut them. Without the split one run over dp, which
+// must divide it. Errors: STATUS_BAD_INPUT for an arena that does not divide.
+static enum status zero1_runs_init(struct optimizer *o, struct error *err) {
+    size_t numel = model_grad_arena(o->model).numel;
+    int np;
+    const struct param_info *p = model_params(o->model, &np);
+    bool split = zero1_split(o);
+    CHECK(!split || o->groups.expert_dp, "optimizer: routed-expert tensors but no expert_dp group");
+    int cap = split ? np + 1 : 1;
+    o->rb = xcalloc((size_t)cap, sizeof *o->rb), o->re = xcalloc((size_t)cap, sizeof *o->re);
+    o->rat = xcalloc((size_t)cap, sizeof *o->rat);
+    o->run_b = xcalloc((size_t)cap, sizeof *o->run_b), o->run_e = xcalloc((size_t)cap, sizeof *o->run_e);
+    o->run_per = xcalloc((size_t)cap, sizeof *o->run_per);
+    o->run_g = xcalloc((size_t)cap, sizeof *o->run_g);
+    int k = 0;
+    if (!split) {
+        if (numel % o->groups.dp->size)
+            return error_set(err, STATUS_BAD_INPUT, "optimizer: ZeRO-1 needs the parameter arena "
+                             "(%zu elements) padded to a multiple of dp = %d", numel, o->groups.dp->size);
+        o->run_b[0] = 0, o->run_e[0] = numel, o->run_g[0] = o->groups.dp, k = 1;
+    } else {
+        for (int i = 0; i < np; i++) { // parameter table in arena order
+            size_t b = i ? p[i].offset : 0, e = i + 1 < np ? p[i + 1].offset : numel;
+            struct comm_group *g = p[i].expert ? o->groups.expert_dp : o->groups.dp;
+            if (k && o->run_g[k - 1] == g && o->run_e[k - 1] == b) o->run_e[k - 1] = e;
+            else o->run_b[k] = b, o->run_e[k] = e, o->run_g[k] = g, k++;
+        }
+    }
+    o->n_ranges = k, o->n = 0;
+    for (int r = 0; r < k; r++) {
+        int S = group_size(o->run_g[r]), d = S > 1 ? o->run_g[r]->rank : 0;
+        size_t len = o->run_e[r] - o->run_b[r];
+        o->run_per[r] = len / S;
+        o->rb[r] = o->run_b[r] + o->run_per[r] * d;
+        o->re[r] = d == S - 1 ? o->run_e[r] : o->rb[r] + o->run_per[r];
+        o->rat[r] = o->n, o->n += o->re[r] - o->rb[r];
+    }
+    o->begin = o->rb[0], o->end = o->re[0];
+    return STATUS_OK;
+}
+
 // The ranges of struct optimizer: one [begin, end), or (ZeRO-2/3) shard rank
 // d's slice of every unit of the model, each unit padded to a multiple of S
 // elements (model_shard.unit_multiple). Errors: STATUS_BAD_INPUT for a unit
 // that does not divide.
 static enum status ranges_init(struct optimizer *o, struct error *err) {
+    if (zero1(o)) return zero1_runs_init(o, err);
     if (!units_sharded(o)) {
         o->n_ranges = 1;
         o->rb = xcalloc(1, sizeof *o->rb), o->re = xcalloc(1, sizeof *o->re);
@@ -100,7 +166,10 @@ static enum status ranges_init(struct optimizer *o, struct error *err) {
     return STATUS_OK;
 }
 
-static void ranges_free(struct optimizer *o) { free(o->rb), free(o->re), free(o->rat); }
+static void ranges_free(struct optimizer *o) {
+    free(o->rb), free(o->re), free(o->rat);
+    free(o->run_b), free(o->run_e), free(o->run_per), free(o->run_g);
+}
 
 enum status optimizer_init(struct optimizer **out, struct backend *be, struct model *model,
                            const struct optimizer_config *cfg, const struct parallel_groups *groups,
@@ -109,17 +178,7 @@ enum status optimizer_init(struct optimizer **out, struct backend *be, struct mo
     o->cfg = *cfg, o->be = be, o->model = model;
     if (groups) o->groups = *groups;
     struct tensor g = model_grad_arena(model);
-    o->begin = 0, o->end = g.numel;
-    if (zero1(o)) {
-        int dp = o->groups.dp->size, d = o->groups.dp->rank;
-        if (g.numel % dp) {
-            free(o);
-            return error_set(err, STATUS_BAD_INPUT, "optimizer: ZeRO-1 needs the parameter arena "
-                             "(%zu elements) padded to a multiple of dp = %d", g.numel, dp);
-        }
-        size_t per = g.numel / dp;
-        o->begin = per * d, o->end = per * (d + 1);
-    }
+    o->begin = 0, o->end = g.numel; // ZeRO-1: ranges_init's runs
     if (ranges_init(o, err)) {
         ranges_free(o), free(o);
         return err->status;
@@ -188,10 +247,12 @@ void optimizer_free(struct optimizer *o) {
     free(o);
 }
 
-size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage,
-                            enum dtype grad_dtype) {
+size_t optimizer_plan_bytes(size_t n_params, size_t n_expert, enum dtype dtype, int dp, int ep,
+                            int zero_stage, enum dtype grad_dtype) {
     bool z1 = zero_stage == 1 && dp > 1;
     size_t n = z1 || zero_stage >= 2 ? n_params / dp : n_params;
+    if (z1 && ep > 1 && n_expert) // dense state over dp, the experts' over expert_dp (dp / ep)
+        n = (n_params - n_expert) / dp + n_expert / (dp / ep);
     size_t master = low_precision(dtype) ? n * sizeof(float) : 0;
     size_t bf16_rs = z1 && grad_dtype == DTYPE_BF16 ? (n_params + n) * sizeof(uint16_t) : 0;
     size_t es = dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32); // moments, gradients
@@ -215,8 +276,8 @@ int optimizer_state_names(const char *const **names) {
 }
 
 void optimizer_shard_range(const struct optimizer *o, size_t *begin, size_t *end) {
-    CHECK(!units_sharded(o), "optimizer_shard_range under ZeRO-%d: use optimizer_ranges",
-          o->groups.zero_stage);
+    CHECK(o->n_ranges == 1, "optimizer_shard_range over %d ranges (ZeRO-%d%s): use optimizer_ranges",
+          o->n_ranges, o->groups.zero_stage, o->groups.zero_stage == 1 ? " with ep" : "");
     *begin = o->begin, *end = o->end;
 }
 
@@ -341,28 +402,64 @@ static double sum_squares(struct optimizer *o, const struct param_info *p, int n
     return sum;
 }
 
+// Before ZeRO-1's collectives over the runs' groups (dp, expert_dp).
+static void sync_for_runs(struct optimizer *o) {
+    sync_for_dp(o);
+    for (int r = 0; r < o->n_ranges; r++)
+        if (o->run_g[r] != o->groups.dp) {
+            comm_order_after_compute(o->run_g[r], o->be);
+            break;
+        }
+}
+
+// ZeRO-1: the gradients of each run reduce-scattered over its group into
+// this rank's range of the shard: send (numel,) the arena's gradients (or
+// their BF16 rounding), recv (n,) the shard (or its BF16 twin). The last
+// len % S elements of a run are all-reduced in place and kept by the
+// group's last rank, which owns them.
+static void zero1_reduce_scatter(struct optimizer *o, struct tensor send, struct tensor recv) {
+    size_t es = dtype_size(send.dtype);
+    for (int r = 0; r < o->n_ranges; r++) {
+        struct comm_group *g = o->run_g[r];
+        int S = group_size(g);
+        size_t b = o->run_b[r], per = o->run_per[r], rem = o->run_e[r] - b - per * S;
+        char *from = (char *)send.data + b * es, *to = (char *)recv.data + o->rat[r] * es;
+        if (S == 1) { // expert_dp of one rank (ep = dp): nothing to sum
+            backend_copy(o->be, tensor_slice(recv, o->rat[r], per), tensor_slice(send, b, per), per);
+            continue;
+        }
+        if (per) comm_reduce_scatter(g, from, to, per, send.dtype, COMM_SUM);
+        if (rem) {
+            comm_all_reduce(g, from + per * S * es, rem, send.dtype, COMM_SUM);
+            if (g->rank == S - 1)
+                backend_copy(o->be, tensor_slice(recv, o->rat[r] + per, rem),
+                             tensor_slice(send, b + per * S, rem), rem);
+        }
+    }
+}
+
 double optimizer_prepare(struct optimizer *o) {
     struct tensor g = model_grad_arena(o->model);
     if (zero1(o)) {
-        sync_for_dp(o);
+        sync_for_runs(o);
         if (o->gsend16.numel) { // grad_dtype BF16: round, reduce-scatter, widen (comm.h)
             backend_copy(o->be, o->gsend16, g, g.numel);
-            sync_for_dp(o);
-            comm_reduce_scatter(o->groups.dp, o->gsend16.data, o->grecv16.data, o->grecv16.numel,
-                                DTYPE_BF16, COMM_SUM);
+            sync_for_runs(o);
+            zero1_reduce_scatter(o, o->gsend16, o->grecv16);
             backend_copy(o->be, o->gshard, o->grecv16, o->gshard.numel);
         } else {
-            comm_reduce_scatter(o->groups.dp, g.data, o->gshard.data, o->gshard.numel, g.dtype,
-                                COMM_SUM);
+            zero1_reduce_scatter(o, g, o->gshard);
         }
     }
     int n;
     const struct param_info *p = model_params(o->model, &n);
     double sum = sum_squares(o, p, n, false), experts = sum_squares(o, p, n, true);
     // Expert parallelism: the ep ranks hold different experts (their squares
-    // add up), the same dense tensors.
+    // add up), the same dense tensors. Under ZeRO-1 the sum over dp below
+    // adds them: dp is ep x expert_dp, each expert element in one rank's
+    // range of its expert_dp group, each dense one in one dp rank's range.
     struct comm_group *ep = parallel_host_group(o->groups.ep, o->groups.host_ep);
-    if (group_size(ep) > 1) comm_all_reduce(ep, &experts, 1, DTYPE_FP64, COMM_SUM);
+    if (group_size(ep) > 1 && !zero1(o)) comm_all_reduce(ep, &experts, 1, DTYPE_FP64, COMM_SUM);
     sum += experts;
     // The norm's pieces are host scalars: the host twins of the groups.
     struct comm_group *dp = parallel_host_group(o->groups.dp, o->groups.host_dp);
@@ -396,10 +493,18 @@ void optimizer_step(struct optimizer *o, double lr, double grad_scale) {
                           o->cfg.beta2, o->cfg.eps, p[i].decay ? o->cfg.weight_decay : 0.0,
                           grad_scale, o->step);
         }
-    if (zero1(o)) { // every rank gets the updated shards of the others
-        sync_for_dp(o);
-        void *mine = tensor_slice(w, o->begin, o->end - o->begin).data;
-        comm_all_gather(o->groups.dp, mine, w.data, o->end - o->begin, w.dtype);
+    if (zero1(o)) { // every rank gets the updated shards of the others, run by run
+        sync_for_runs(o);
+        for (int r = 0; r < o->n_ranges; r++) {
+            struct comm_group *g = o->run_g[r];
+            int S = group_size(g);
+            size_t b = o->run_b[r], per = o->run_per[r], rem = o->run_e[r] - b - per * S;
+            if (S == 1) continue;
+            if (per)
+                comm_all_gather(g, tensor_slice(w, b + per * g->rank, per).data,
+                                tensor_slice(w, b, per * S).data, per, w.dtype);
+            if (rem) comm_broadcast(g, tensor_slice(w, b + per * S, rem).data, rem, w.dtype, S - 1);
+        }
     }
     struct comm_group *sg = shard_group(o);
     if (units_sharded(o) && !zero3(o) && group_size(sg) > 1) { // ZeRO-2: unit by unit

@@ -66,7 +66,12 @@ struct optimizer;
 // Allocates fp32 (fp64 for an fp64 model) moments m and v, and for a BF16 /
 // FP16 model FP32 master weights initialised from its parameters: for the whole
 // parameter arena, or with zero_stage 1 for this DP rank's 1/dp of it (the
-// arena must then be padded to a multiple of dp: model_shard.arena_multiple),
+// arena must then be padded to a multiple of dp: model_shard.arena_multiple;
+// with expert parallelism, groups->ep of more than one rank and routed-expert
+// tensors (param_info.expert), the arena's runs of dense tensors are each
+// split over dp and its runs of expert tensors each over expert_dp, the
+// ranks holding the same experts, the group's last rank taking a run's
+// len % S last elements: one range per run, optimizer_ranges),
 // or with zero_stage 2 or 3 for its 1/dp slice of every unit (each padded to
 // a multiple of dp: model_shard.unit_multiple), with the gradient shard and
 // under ZeRO-3 the parameter shard (whose master weights wait for
@@ -86,34 +91,45 @@ void optimizer_free(struct optimizer *opt);
 size_t optimizer_state_bytes(const struct optimizer *opt);
 // The same from sizes alone (trident plan): moments (and for a BF16/FP16
 // model master weights) for n_params arena elements of a model of dtype,
-// divided over dp ranks under zero_stage 1, plus under ZeRO-1 with dp > 1
-// the gradient shard (the gradient arena's dtype) and, when grad_dtype is
-// DTYPE_BF16, the BF16 reduce-scatter buffers.
-size_t optimizer_plan_bytes(size_t n_params, enum dtype dtype, int dp, int zero_stage,
-                            enum dtype grad_dtype);
+// divided over dp ranks under zero_stage 1 (ZeRO-1 with ep > 1 expert-
+// parallel ranks among them: the n_expert elements of routed-expert
+// tensors, alignment padding included, over dp / ep ranks, the rest over
+// dp), plus under ZeRO-1 with dp > 1 the gradient shard (the gradient
+// arena's dtype) and, when grad_dtype is DTYPE_BF16, the BF16 reduce-scatter
+// buffers. Exact when every run of the arena (optimizer_init) divides by its
+// group's size, as it does for groups dividing 128 (tensors start 128
+// elements apart); else the group's last rank holds up to S - 1 more
+// elements per run than this says.
+size_t optimizer_plan_bytes(size_t n_params, size_t n_expert, enum dtype dtype, int dp, int ep,
+                            int zero_stage, enum dtype grad_dtype);
 
 // Makes the gradients final and returns the global L2 norm over the whole
 // model, each parameter counted once (param_info.norm_skip), accumulated in
 // double and summed over TP and PP (and over DP shards under ZeRO-1/2/3;
-// ZeRO-1 first reduce-scatters the gradients over DP here; ZeRO-2/3 find
-// them reduce-scattered in the gradient shard). Without ZeRO the gradients
-// must already be summed over DP (grad_sync).
+// ZeRO-1 first reduce-scatters the gradients over DP here, with expert
+// parallelism each run over its group (optimizer_init), the squares summed
+// over dp = ep x expert_dp; ZeRO-2/3 find them reduce-scattered in the
+// gradient shard; the routed experts' squares otherwise summed over ep).
+// Without ZeRO the gradients must already be summed over DP (grad_sync).
 double optimizer_prepare(struct optimizer *opt);
 
 // One AdamW step on this rank's parameters (its shard under ZeRO-1, then the
-// all-gather over DP; ZeRO-2: its slice of each unit, then an all-gather per
+// all-gather over DP, or with expert parallelism one per run over its group; ZeRO-2: its slice of each unit, then an all-gather per
 // unit; ZeRO-3: its parameter shard, no gather) with the gradients times grad_scale (the clip
 // coefficient) at learning rate lr. Advances the bias-correction step.
 void optimizer_step(struct optimizer *opt, double lr, double grad_scale);
 
 // Optimizer steps taken so far; and the element range [begin, end) of the
-// parameter arena whose moments this rank holds (zero_stage 0 and 1 only).
+// parameter arena whose moments this rank holds (one range only: zero_stage
+// 0, and 1 without expert parallelism).
 int optimizer_steps_done(const struct optimizer *opt);
 void optimizer_shard_range(const struct optimizer *opt, size_t *begin, size_t *end);
 // The ranges of the arena this rank updates, any stage: range k is elements
 // [begin[k], end[k]) of the arena, stored from element at[k] of the moments,
 // the master weights, the gradient shard and the ZeRO-3 parameter shard
-// (optimizer_numel elements in all). Zero 0/1: one range; ZeRO-2/3: shard
+// (optimizer_numel elements in all). Zero 0/1: one range (ZeRO-1 with
+// expert parallelism: one per run of dense or expert tensors, this rank's
+// block of it, optimizer_init); ZeRO-2/3: shard
 // rank d of S's slice [b + d len / S, b + (d + 1) len / S) of each unit [b,
 // b + len) (model_units), in unit order. Returns the count.
 int optimizer_ranges(const struct optimizer *opt, const size_t **begin, const size_t **end,

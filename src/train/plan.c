@@ -142,8 +142,6 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         // grad_dtype = bf16 without ZeRO-1: the BF16 copy the buckets all-reduce
         .grads = mem.grad_bytes + grad_sync_plan_bytes(mem.n_params, grad_ranks, z->zero_stage,
                                                        c->precision.grad_dtype),
-        .optimizer = optimizer_plan_bytes(mem.n_params, c->precision.dtype, grad_ranks, z->zero_stage,
-                                          c->precision.grad_dtype),
         .activations = mem.activation_bytes,
         .slot_bytes = mem.slot_bytes,
         .recompute_bytes = mem.recompute_bytes,
@@ -164,6 +162,12 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         out->moe_blocks = n_moe, out->experts_local = lc.moe_experts / ep;
         out->expert_params = (size_t)n_moe * out->experts_local * 3 * (size_t)llama_moe_ffn(&lc) * lc.d_model;
     }
+    // ZeRO-1 under ep splits the experts' state over expert_dp: their arena
+    // elements, each tensor padded to 128 (model.c's ALIGN_ELEMS)
+    size_t per_expert_tensor = out->expert_params / MAX(1, 3 * out->moe_blocks);
+    size_t n_expert = (size_t)out->moe_blocks * 3 * ((per_expert_tensor + 127) / 128 * 128);
+    out->optimizer = optimizer_plan_bytes(mem.n_params, n_expert, c->precision.dtype, grad_ranks,
+                                          MAX(1, c->parallel.ep), z->zero_stage, c->precision.grad_dtype);
     // FP8 (precision.fp8 != none): the copies plan_fp8_bytes counts
     struct plan_fp8 f8;
     if ((st = plan_fp8_bytes(c, &shard, &f8, err))) return st;
@@ -193,7 +197,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     out->grads_shard = nS * G, out->grads_units = (2 * U + tied) * G, out->grads_recv = (2 * (U / S) + tied / S) * G;
     out->grads_transfer = zg - out->grads_shard - out->grads_units - out->grads_recv; // their bf16 twins
     out->grads += zg;
-    out->optimizer = optimizer_plan_bytes(n, c->precision.dtype, S, z->zero_stage, c->precision.grad_dtype);
+    out->optimizer = optimizer_plan_bytes(n, 0, c->precision.dtype, S, 1, z->zero_stage, c->precision.grad_dtype);
     out->opt_master = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16 ? nS * sizeof(float) : 0;
     out->opt_moments = out->optimizer - out->opt_master;
     if (z->zero_stage == 3) {

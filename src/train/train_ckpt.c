@@ -277,13 +277,25 @@ static void save_args(struct trainer *t, int steps_done, bool to_host, struct tr
     // Expert parallelism (ZeRO 0): the ranks of an ep group hold different
     // experts; the first of each expert_dp group writes its experts' values
     // (parameters and moments) and, unless it is also dp rank 0, nothing else.
-    bool experts_only = !first_replica && !zero &&
-                        topology_group_size(&t->par.topo.layout, GROUP_EP) > 1 &&
-                        topology_rank_in(&t->par.topo, GROUP_EXPERT_DP) == 0;
+    // (ZeRO-1: below.)
+    bool expert_writer = !first_replica && topology_group_size(&t->par.topo.layout, GROUP_EP) > 1 &&
+                         topology_rank_in(&t->par.topo, GROUP_EXPERT_DP) == 0;
+    bool experts_only = expert_writer && !zero;
     int n = experts_only
                 ? keep_expert_pieces(t, t->ckpt.pieces, pieces_of(t, src, true, master, true))
                 : pieces_of(t, src, first_replica || (master && zero) || sharded,
                             master || sharded, first_replica || zero);
+    // ZeRO-1 of an FP32 model under ep: each rank writes its ranges' moments
+    // (the experts' over expert_dp, optimizer_init), and the parameters come
+    // from the arena, whose experts are this ep rank's: the first of each
+    // expert_dp group writes them beside dp rank 0's whole arena.
+    if (expert_writer && zero && !master && !units_sharded(t)) {
+        int np;
+        const struct param_info *p = model_params(t->m.model, &np);
+        int k = checkpoint_pieces_from_params(p, np, "param", src.params, DTYPE_FP32, 0, SIZE_MAX,
+                                              t->ckpt.pieces + n);
+        n += keep_expert_pieces(t, t->ckpt.pieces + n, k);
+    }
     n += fp8_pieces(t, t->ckpt.pieces + n);
     // Each owner's values (the trainer's progress is its own), then every
     // owner's entries over them.

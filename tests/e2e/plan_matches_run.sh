@@ -31,12 +31,13 @@
 # and (1,1,2)+ZeRO-1 in fp32 and (1,1,1) in bf16, (2,1,1) with sequence
 # parallelism and (1,2,1) in fp32 (the experts unsplit over TP), and at
 # (1,1,4) with ep 4 in fp32 (the twelfth field: each rank's 2 of the 8
-# experts, its expert buffers sized for the ep N k rows it may receive);
-# under recompute (MoE blocks recompute their norms and q, k; full also the
-# MoE layer, whose routing and expert activations then live once in the
-# recompute buffer, not per block and slot): selective at (1,1,1) and
-# (1,2,1), full at (1,1,1), (2,1,1)+SP, (1,2,2) with ep 2 and (1,1,4) with
-# ep 4 in fp32, full at (1,1,1) in bf16.
+# experts, its expert buffers sized for the ep N k rows it may receive), and
+# (1,1,4) with ep 2 and ZeRO-1 (the dense tensors' optimizer state over dp,
+# the experts' over the 2 ranks of expert_dp); under recompute (MoE blocks
+# recompute their norms and q, k; full also the MoE layer, whose routing and
+# expert activations then live once in the recompute buffer, not per block
+# and slot): selective at (1,1,1) and (1,2,1), full at (1,1,1), (2,1,1)+SP,
+# (1,2,2) with ep 2 and (1,1,4) with ep 4 in fp32, full at (1,1,1) in bf16.
 # Acceptance 3 of issue 26: at cp 4 a rank's activation bytes
 # (plan == run) are at most 30% of cp 1's at the same T.
 set -euo pipefail
@@ -63,8 +64,8 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16;
 # (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
 # whole MoE layer and its activations for all N rows); expert parallelism (the
-# twelfth field: ep) at (1,1,4), ep 4, in fp32.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4"
+# twelfth field: ep) at (1,1,4), ep 4, in fp32, and ep 2 with ZeRO-1.
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "full fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,2,0,0,true,0,1,1,1f1b,moe,2 1,1,4,0,0,true,0,1,1,1f1b,moe,4"

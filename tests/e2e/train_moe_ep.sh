@@ -13,8 +13,29 @@
 #  3. The resharding is exact: the ep 2 checkpoint loaded at ep 4 and at
 #     ep 1 and saved again after a step at lr 1e-30 (Adam moves no weight)
 #     exports the same parameters, bit for bit.
-#  4. Refused with exit 2, naming the key: ep 3 (does not divide 8 experts),
-#     ep 2 with zero_stage 1, ep 2 with a dense model.
+#  4. ZeRO-1 with ep (the dense tensors' optimizer state sharded over dp, the
+#     routed experts' over expert_dp): (ep 2, zero 1) and (ep 4, zero 1)
+#     train ep 1's (zero 0) per-step losses, grad norms, aux and z losses
+#     within 1e-6 and end with its parameters within 1e-6 (||a - b|| / ||b||
+#     per tensor; not bit for bit: the reduce-scatters sum in another order
+#     than the all-reduce, and Adam turns that into differences of a few
+#     1e-6 of a tensor's largest value on elements whose gradient is near
+#     zero, as zero 1 at ep 1 and ep 2 at zero 0 already show against ep 1,
+#     zero 0); each rank's optimizer bytes are
+#     12 x (dense / dp + experts / expert_dp) (m, v, gradient shard in FP32),
+#     from the zero-0 run's 8 x (dense + experts) at the same ep and the
+#     config's expert shape; the (ep 2, zero 1) step-5 checkpoint resumes at
+#     (ep 1, zero 0), (ep 4, zero 1) and (ep 2, zero 0), and the (ep 2, zero
+#     0) one at (ep 2, zero 1), steps 6-10 within 1e-6 of the straight runs
+#     and final parameters within 1e-6, and at (ep 2, zero 1) its final
+#     parameters bit for bit those of the straight run; at dp 6 (groups of
+#     6 and 3 ranks that leave a rest of some runs to the group's last rank)
+#     (ep 2, zero 1) logs (ep 1, zero 0)'s losses within 1e-6 and resumes in
+#     its layout bit for bit; in bf16 (FP32 master weights
+#     sharded with the moments) (ep 2, zero 1) logs (ep 1, zero 0)'s losses
+#     within 1e-3 over 4 steps.
+#  5. Refused with exit 2, naming the key: ep 3 (does not divide 8 experts),
+#     ep 2 with zero_stage 2, ep 2 with a dense model.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -23,10 +44,10 @@ small_dataset "$tmp"
 SMALL_INI=tests/e2e/configs/moe.ini
 fail=0
 train() { # NAME NP [overrides]: one run into $tmp/run-NAME, checkpoints in $tmp/ck-NAME
-    # (STEPS, default 10; EVERY: checkpoint.every, default 5)
+    # (STEPS, default 10; EVERY: checkpoint.every, default 5; GBS: global batch, default 16)
     local name=$1 np=$2 rc=0; shift 2
     timeout 300 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" \
-        train.global_batch_size=16 train.warmup_steps=2 train.eval_every=0 train.steps="${STEPS:-10}" \
+        train.global_batch_size="${GBS:-16}" train.warmup_steps=2 train.eval_every=0 train.steps="${STEPS:-10}" \
         checkpoint.every="${EVERY:-5}" checkpoint.dir="$tmp/ck-$name" log.run_dir="$tmp/run-$name" "$@" \
         > "$tmp/$name.log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { echo "FAIL: run $name exited $rc"; grep trident: "$tmp/$name.log" | tail -3; }
@@ -37,6 +58,42 @@ for ep in 1 4; do
     STEPS=4 EVERY=0 train "cap-ep$ep" 4 parallel.dp=4 parallel.ep=$ep model.moe_capacity_factor=1.0 \
         || fail=1
 done
+# 4. ZeRO-1 with ep (z1-epN), straight and resumed (from z1-ep2 at step 5,
+# and from ep2, zero 0, back to zero 1)
+for ep in 2 4; do train "z1-ep$ep" 4 parallel.dp=4 parallel.ep=$ep parallel.zero_stage=1 || fail=1; done
+resume() { # NAME FROM OVERRIDES...: FROM's step 5 into $tmp/ck-NAME, trained to step 10
+    local name=$1 from=$2; shift 2
+    mkdir -p "$tmp/ck-$name"
+    cp -r "$tmp/ck-$from/step-000005" "$tmp/ck-$name/"
+    echo step-000005 > "$tmp/ck-$name/latest"
+    train "$name" 4 parallel.dp=4 "$@"
+}
+resume z1from2-ep1 z1-ep2 parallel.ep=1 || fail=1
+resume z1from2-z1ep4 z1-ep2 parallel.ep=4 parallel.zero_stage=1 || fail=1
+resume z1from2-ep2 z1-ep2 parallel.ep=2 || fail=1
+resume from2-z1ep2 ep2 parallel.ep=2 parallel.zero_stage=1 || fail=1
+resume z1from2-z1ep2 z1-ep2 parallel.ep=2 parallel.zero_stage=1 || fail=1
+for r in z1-ep2 z1-ep4 z1from2-ep1 z1from2-z1ep4 z1from2-ep2 from2-z1ep2 z1from2-z1ep2; do
+    "$TRIDENT" ckpt export "$tmp/ck-$r/step-000010" "$tmp/final-$r.h5" > /dev/null || fail=1
+done
+"$TRIDENT" ckpt export "$tmp/ck-ep2/step-000010" "$tmp/straight-2.h5" > /dev/null || fail=1
+for r in ep2 ep4 z1-ep2 z1-ep4; do # each rank's optimizer bytes, from the banner
+    sed -n 's/.*optimizer [0-9.]* MiB (\([0-9]*\) bytes.*/\1/p' "$tmp/$r.log" > "$tmp/opt-$r"
+done
+# dp 6 (groups of 6 and 3 ranks, which do not divide every run of the arena:
+# the group's last rank keeps the rest, all-reduced and broadcast)
+train6() { STEPS=6 EVERY=3 GBS=24 train "$@"; }
+train6 d6-ep1 6 parallel.dp=6 parallel.ep=1 || fail=1
+train6 d6-z1-ep2 6 parallel.dp=6 parallel.ep=2 parallel.zero_stage=1 || fail=1
+mkdir -p "$tmp/ck-d6-again"
+cp -r "$tmp/ck-d6-z1-ep2/step-000003" "$tmp/ck-d6-again/"
+echo step-000003 > "$tmp/ck-d6-again/latest"
+train6 d6-again 6 parallel.dp=6 parallel.ep=2 parallel.zero_stage=1 || fail=1
+for r in d6-z1-ep2 d6-again; do
+    "$TRIDENT" ckpt export "$tmp/ck-$r/step-000006" "$tmp/final-$r.h5" > /dev/null || fail=1
+done
+STEPS=4 EVERY=0 train bf16-ep1 4 parallel.dp=4 parallel.ep=1 precision.dtype=bf16 || fail=1
+STEPS=4 EVERY=0 train bf16-z1-ep2 4 parallel.dp=4 parallel.ep=2 parallel.zero_stage=1 precision.dtype=bf16 || fail=1
 # 2. resume the ep 2 run's step 5 at ep 1 and ep 4
 for ep in 1 4; do
     mkdir -p "$tmp/ck-from2-ep$ep"
@@ -115,6 +172,70 @@ for ep in (1, 4):
     print(f"resumed at ep {ep} vs straight: final parameters within {worst:.2e}")
     if worst > 1e-4:
         print(f"FAIL: final parameters {worst:.2e} > 1e-4"); ok = False
+# 4. ZeRO-1 with ep
+def close(a, b, what, tol=1e-6):
+    global ok
+    worst, elem, same_bits = 0.0, 0.0, 0
+    for n in b:
+        if n not in a or a[n].shape != b[n].shape:
+            print(f"FAIL: {what}: tensor {n} missing or reshaped"); ok = False; return
+        worst = max(worst, float(np.linalg.norm(a[n] - b[n]) / (np.linalg.norm(b[n]) + 1e-30)))
+        elem = max(elem, float(np.abs(a[n] - b[n]).max() / (np.abs(b[n]).max() + 1e-30)))
+        same_bits += bool(np.array_equal(a[n], b[n]))
+    print(f"{what}: final parameters within {worst:.2e} (||a - b|| / ||b|| per tensor; largest element "
+          f"{elem:.2e} of the tensor's largest; {same_bits} of {len(b)} tensors bit-identical)")
+    if worst > tol:
+        print(f"FAIL: {what}: final parameters {worst:.2e} > {tol:g}"); ok = False
+straight = {ep: tensors(f"{tmp}/straight-{ep}.h5") for ep in (1, 2, 4)}
+for ep in (2, 4):
+    same(f"z1-ep{ep}", "ep1", 1, 10, f"(ep {ep}, zero 1) vs (ep 1, zero 0)")
+    close(tensors(f"{tmp}/final-z1-ep{ep}.h5"), straight[1], f"(ep {ep}, zero 1) vs (ep 1, zero 0)")
+for name, ref, what in (("z1from2-ep1", "ep1", "(ep 2, zero 1) step 5 resumed at (ep 1, zero 0)"),
+                        ("z1from2-z1ep4", "z1-ep4", "(ep 2, zero 1) step 5 resumed at (ep 4, zero 1)"),
+                        ("z1from2-ep2", "ep2", "(ep 2, zero 1) step 5 resumed at (ep 2, zero 0)"),
+                        ("from2-z1ep2", "z1-ep2", "(ep 2, zero 0) step 5 resumed at (ep 2, zero 1)")):
+    same(name, ref, 6, 10, what)
+    refp = tensors(f"{tmp}/final-{ref}.h5") if ref.startswith("z1") else straight[int(ref[2:])]
+    close(tensors(f"{tmp}/final-{name}.h5"), refp, what)
+# the sharded state's round trip in one layout: bit for bit (the same sums)
+a, b = tensors(f"{tmp}/final-z1from2-z1ep2.h5"), tensors(f"{tmp}/final-z1-ep2.h5")
+diff = [n for n in b if n not in a or not np.array_equal(a[n], b[n])]
+print(f"(ep 2, zero 1) step 5 resumed at (ep 2, zero 1): {len(b) - len(diff)} of {len(b)} final tensors "
+      "bit-identical to the straight run")
+if diff:
+    print(f"FAIL: (ep 2, zero 1) resumed in its own layout: {diff[:3]} differ"); ok = False
+same("d6-z1-ep2", "d6-ep1", 1, 6, "dp 6: (ep 2, zero 1) vs (ep 1, zero 0)")
+a, b = tensors(f"{tmp}/final-d6-again.h5"), tensors(f"{tmp}/final-d6-z1-ep2.h5")
+diff = [n for n in b if n not in a or not np.array_equal(a[n], b[n])]
+print(f"dp 6: (ep 2, zero 1) step 3 resumed in its layout: {len(b) - len(diff)} of {len(b)} final tensors "
+      "bit-identical to the straight run")
+if diff:
+    print(f"FAIL: dp 6 resumed: {diff[:3]} differ"); ok = False
+# optimizer bytes per rank: zero 0 holds m and v (FP32) of the rank's arena,
+# 8 (dense + experts) bytes; zero 1 m, v and the gradient shard of its
+# dense / dp and experts / expert_dp elements. Experts per rank: 2 MoE
+# blocks x 3 tensors of (8 / ep) x 64 x 64 (moe.ini).
+dp = 4
+for ep in (2, 4):
+    try:
+        z0 = int(open(f"{tmp}/opt-ep{ep}").read())
+        z1 = int(open(f"{tmp}/opt-z1-ep{ep}").read())
+    except ValueError:
+        print(f"FAIL: no optimizer bytes in the ep {ep} banners"); ok = False; continue
+    experts = 2 * 3 * (8 // ep) * 64 * 64
+    dense = z0 // 8 - experts
+    want = 12 * (dense // dp + experts // (dp // ep))
+    print(f"ep {ep}: optimizer bytes per rank {z1} at zero 1 (expected {want}), {z0} at zero 0: "
+          f"{z0 - z1} saved")
+    if z1 != want:
+        print(f"FAIL: ep {ep}, zero 1: {z1} optimizer bytes, expected {want}"); ok = False
+# bf16: FP32 master weights and moments sharded alike; the rounding of the
+# weights to bf16 turns the summation-order differences into ~1e-4
+a, b = steps("bf16-z1-ep2"), steps("bf16-ep1")
+worst = max(rel(a[s][k], b[s][k]) for s in range(1, 5) for k in ("loss", "grad_norm"))
+print(f"bf16 (ep 2, zero 1) vs (ep 1, zero 0): steps 1-4, worst relative difference {worst:.2e}")
+if worst > 1e-3:
+    print(f"FAIL: bf16: {worst:.2e} > 1e-3"); ok = False
 sys.exit(0 if ok else 1)
 PY
 
@@ -128,7 +249,8 @@ refused() { # WHAT KEY NP overrides...: exit 2 naming KEY
     fi
 }
 refused "ep 3 of 8 experts" parallel.ep 3 parallel.dp=3 parallel.ep=3 train.global_batch_size=12
-refused "ep 2 with ZeRO-1" parallel.zero_stage 2 parallel.dp=2 parallel.ep=2 parallel.zero_stage=1
+refused "ep 2 with ZeRO-2 (zero_stage)" parallel.zero_stage 2 parallel.dp=2 parallel.ep=2 parallel.zero_stage=2
+refused "ep 2 with ZeRO-2 (ep)" parallel.ep 2 parallel.dp=2 parallel.ep=2 parallel.zero_stage=2
 refused "ep 2, dense model" model.moe_experts 2 parallel.dp=2 parallel.ep=2 model.moe_experts=0
 [ "$fail" -eq 0 ] || exit 1
 echo "train_moe_ep: ok"

@@ -424,6 +424,8 @@ static const struct bad_case bad_cases[] = {
      {"with parallel.cp = 2 (@:4)"}},
     {"moe with zero 2", "[model]\nmoe_experts = 4\n[parallel]\ndp = 2\nzero_stage = 2\n", {0}, 2,
      {"with parallel.zero_stage = 2 (@:5)"}},
+    {"ep with zero 3", "[model]\nmoe_experts = 4\n[parallel]\ndp = 2\nep = 2\nzero_stage = 3\n", {0}, 2,
+     {"parallel.ep = 2 (@:5) with parallel.zero_stage = 3 (@:6)", "expert_dp", "zero_stage = 0 or 1"}},
     {"moe with fp8", "[model]\nmoe_experts = 4\n[precision]\ndtype = bf16\nfp8 = hybrid\n", {0}, 1,
      {"with precision.fp8 = hybrid (@:5)", "no FP8 path"}},
     {"layers < pp", "[model]\nn_layers = 2\n[parallel]\npp = 4\n", {0}, 4,
@@ -504,6 +506,15 @@ static void test_moe_interleaved(void) {
         EXPECT(config_load(NULL, 4, (char **)rc, &c, &err) == STATUS_OK &&
                    config_validate(&c, 2, false, &err) == STATUS_OK,
                "moe at ep 2 with %s refused: %s", rc[3], err.msg);
+}
+
+// ZeRO-1 composes with expert parallelism (the experts' state over expert_dp).
+static void test_ep_zero1(void) {
+    const char *ov[] = {"model.moe_experts=4", "parallel.dp=2", "parallel.ep=2", "parallel.zero_stage=1"};
+    struct config c;
+    struct error err = {0};
+    EXPECT(config_load(NULL, 4, (char **)ov, &c, &err) == STATUS_OK && config_validate(&c, 2, false, &err) == STATUS_OK,
+           "ep 2 with zero_stage 1 refused: %s", err.msg);
 }
 
 // issue 28's options: a valid set loads, validates and reaches the model's
@@ -642,6 +653,7 @@ int main(int argc, char **argv) {
     test_fp32_edges();
     test_model_options();
     test_moe_interleaved();
+    test_ep_zero1();
     unlink(tmp_path);
     return test_finish("test_config");
 }
