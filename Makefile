@@ -205,9 +205,21 @@ deps:
 ASAN_MAKE := BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
              LDFLAGS="-fopenmp -fsanitize=address,undefined"
 
-test: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory $(ASAN_MAKE) build-asan/trident
+# make test: the Debian packages first (the builds need their headers), then
+# the venvs (downloads, mostly network and disk; log in $(BUILD)/deps-venvs.log)
+# in the background while the builds run: all, build-asan/trident and
+# $(BUILD)-emu/trident (the emulated CUDA build the tests' need_emu would
+# otherwise build in the middle of the suite), each on every CPU unless
+# make was given -j (TEST_JOBS).
+TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+test:
+	@scripts/deps.sh packages
+	@log=$(BUILD)/deps-venvs.log; scripts/deps.sh venvs >$$log 2>&1 & venvs=$$!; rc=0; \
+	$(MAKE) --no-print-directory $(TEST_JOBS) all && \
+	$(MAKE) --no-print-directory $(TEST_JOBS) $(ASAN_MAKE) build-asan/trident && \
+	$(MAKE) --no-print-directory $(TEST_JOBS) EMU=1 BUILD=$(BUILD)-emu $(BUILD)-emu/trident || rc=$$?; \
+	vrc=0; wait $$venvs || vrc=$$?; cat $$log; \
+	[ $$vrc -eq 0 ] || { echo "scripts/deps.sh venvs: exit $$vrc"; exit $$vrc; }; exit $$rc
 	@BUILD=$(BUILD) tests/run.sh
 
 test-long: deps
