@@ -5,8 +5,9 @@
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
 #   make sft       fine-tune make run's model on KJV instruction pairs (configs/sft-tiny.ini):
 #                  held-out answers and response validation loss before and after (jobs/sft_example.sh)
-#   make test      deps, build (and build-asan/trident for the fuzz test), run the test
-#                  suite (last line: N passed, N failed, N skipped)
+#   make test      deps, build (and build-asan/trident for the fuzz test, build-emu/trident
+#                  for the emulated CUDA tests; the venvs install meanwhile), run the
+#                  test suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
 #   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16;
