@@ -26,7 +26,7 @@ what=${1:-all}
 case $what in all|packages|venvs) ;; *) echo "usage: scripts/deps.sh [packages|venvs]" >&2; exit 2 ;; esac
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libdnnl-dev libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev libisal-dev bible-kjv
-      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox)
+      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox ccache)
 # dpkg-query exits 1 when it knows none of a name (a fresh machine): not an error here
 installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}' || true)
 missing=()
