@@ -58,7 +58,9 @@ make_venv() {
     echo "deps: making $venv with $(/usr/bin/python3 --version) and $req"
     rm -rf "$venv"
     /usr/bin/python3 -m venv "$@" "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: -r "$req"
+    # --no-compile: no .pyc for the thousands of modules never imported (torch's:
+    # ~19 CPU s); Python writes those of the modules the tests import on first use
+    "$venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check --only-binary :all: -r "$req"
     "$venv/bin/python" -c "$imports"
     cp "$req" "$venv/trident-requirements.txt"
 }
