@@ -225,7 +225,8 @@ test:
 	export CCACHE_DIR="$(CURDIR)/build-ccache"; \
 	$(MAKE) --no-print-directory $(TEST_JOBS) CC="$(TEST_CC)" all && \
 	$(MAKE) --no-print-directory $(TEST_JOBS) $(ASAN_MAKE) build-asan/trident && \
-	$(MAKE) --no-print-directory $(TEST_JOBS) CC="$(TEST_CC)" EMU=1 BUILD=$(BUILD)-emu $(BUILD)-emu/trident || rc=$$?; \
+	$(MAKE) --no-print-directory $(TEST_JOBS) CC="$(TEST_CC)" EMU=1 BUILD=$(BUILD)-emu \
+	    $(BUILD)-emu/trident || rc=$$?; \
 	vrc=0; wait $$venvs || vrc=$$?; cat $$log; \
 	[ $$vrc -eq 0 ] || { echo "scripts/deps.sh venvs: exit $$vrc"; exit $$vrc; }; exit $$rc
 	@BUILD=$(BUILD) tests/run.sh

@@ -23,14 +23,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
-case $what in all|packages|venvs) ;; *) echo "usage: scripts/deps.sh [packages|venvs]" >&2; exit 2 ;; esac
+case $what in
+    all|packages|venvs) ;;
+    *) echo "usage: scripts/deps.sh [packages|venvs]" >&2; exit 2 ;;
+esac
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libdnnl-dev libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev libisal-dev bible-kjv
-      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox ccache)
+      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox
+      ccache)
 # dpkg-query exits 1 when it knows none of a name (a fresh machine): not an error here
 installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}' || true)
 missing=()
-[ "$what" = venvs ] || for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done
+[ "$what" = venvs ] ||
+    for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         echo "deps: installing ${missing[*]}"
@@ -60,7 +65,8 @@ make_venv() {
     /usr/bin/python3 -m venv "$@" "$venv"
     # --no-compile: no .pyc for the thousands of modules never imported (torch's:
     # ~19 CPU s); Python writes those of the modules the tests import on first use
-    "$venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check --only-binary :all: -r "$req"
+    "$venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check --only-binary :all: \
+        -r "$req"
     "$venv/bin/python" -c "$imports"
     cp "$req" "$venv/trident-requirements.txt"
 }

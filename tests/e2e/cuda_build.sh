@@ -25,8 +25,11 @@ sed 's/^result: /    probe: /' "$log"
 mapfile -t deps < <(sed 's/ := /=/; s/ *$//' "$OUT/cuda_deps/cuda_deps.mk")
 start=$(date +%s)
 cc=${CC:-cc}
-if command -v ccache >/dev/null; then cc="ccache $cc"; export CCACHE_DIR=${CCACHE_DIR:-$PWD/build-ccache}; fi
-rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" CC="$cc" "${deps[@]}" all >"$log" 2>&1 || rc=$?
+if command -v ccache >/dev/null; then
+    cc="ccache $cc"; export CCACHE_DIR=${CCACHE_DIR:-$PWD/build-ccache}
+fi
+rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" CC="$cc" "${deps[@]}" all >"$log" 2>&1 ||
+    rc=$?
 echo "== make CUDA=1 BUILD=$OUT: exit $rc in $(( $(date +%s) - start ))s"
 [ "$rc" -eq 0 ] || { tail -n 40 "$log"; fail "make CUDA=1 exit $rc"; }
 if grep -qiE "warning|remark" "$log"; then
