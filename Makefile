@@ -5,8 +5,9 @@
 #   make run       deps, build, prepare the default corpus, train configs/tiny.ini
 #   make sft       fine-tune make run's model on KJV instruction pairs (configs/sft-tiny.ini):
 #                  held-out answers and response validation loss before and after (jobs/sft_example.sh)
-#   make test      deps, build (and build-asan/trident for the fuzz test), run the test
-#                  suite (last line: N passed, N failed, N skipped)
+#   make test      deps, build (and build-asan/trident for the fuzz test, build-emu/trident
+#                  for the emulated CUDA tests; the venvs install meanwhile), run the
+#                  test suite (last line: N passed, N failed, N skipped)
 #   make test-asan the unit tests under AddressSanitizer + UBSan
 #   make bench     benchmarks (tokens/s, MFU against measured sgemm, memory)
 #   make test-long the long checks (tests/long/*.sh: tiny.ini 300 steps in fp32, bf16, fp16;
@@ -205,9 +206,29 @@ deps:
 ASAN_MAKE := BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
              LDFLAGS="-fopenmp -fsanitize=address,undefined"
 
-test: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory $(ASAN_MAKE) build-asan/trident
+# make test: the Debian packages first (the builds need their headers), then
+# the venvs (downloads, mostly network and disk; log in $(BUILD)/deps-venvs.log)
+# in the background while the builds run: all, build-asan/trident and
+# $(BUILD)-emu/trident (the emulated CUDA build the tests' need_emu would
+# otherwise build in the middle of the suite), each on every CPU unless
+# make was given -j (TEST_JOBS). all and the emulated build compile through
+# ccache when it is installed (scripts/deps.sh installs it; cache in
+# build-ccache/): most C files are the same text once preprocessed with the
+# emulated build's flags as with the CPU build's (TRIDENT_CUDA changes a
+# few), and ccache's preprocessor mode gives them the CPU build's objects and
+# warnings; tests/e2e/cuda_build.sh's CUDA build does the same.
+TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+TEST_CC = $(if $(shell command -v ccache 2>/dev/null),ccache )$(CC)
+test:
+	@scripts/deps.sh packages
+	@log=$(BUILD)/deps-venvs.log; scripts/deps.sh venvs >$$log 2>&1 & venvs=$$!; rc=0; \
+	export CCACHE_DIR="$(CURDIR)/build-ccache"; \
+	$(MAKE) --no-print-directory $(TEST_JOBS) CC="$(TEST_CC)" all && \
+	$(MAKE) --no-print-directory $(TEST_JOBS) $(ASAN_MAKE) build-asan/trident && \
+	$(MAKE) --no-print-directory $(TEST_JOBS) CC="$(TEST_CC)" EMU=1 BUILD=$(BUILD)-emu \
+	    $(BUILD)-emu/trident || rc=$$?; \
+	vrc=0; wait $$venvs || vrc=$$?; cat $$log; \
+	[ $$vrc -eq 0 ] || { echo "scripts/deps.sh venvs: exit $$vrc"; exit $$vrc; }; exit $$rc
 	@BUILD=$(BUILD) tests/run.sh
 
 test-long: deps
@@ -234,4 +255,4 @@ sft: $(BUILD)/trident
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 clean:
-	rm -rf build build-asan build-cuda build-gpu build-emu
+	rm -rf build build-asan build-cuda build-gpu build-emu build-ccache

@@ -17,15 +17,25 @@
 #     Debian's python3-torch, which tests/reference scripts still use).
 # Quick and silent when everything is present: one dpkg-query, and each
 # venv's record of the requirements it was built from compared with the file.
+# Usage: scripts/deps.sh [packages|venvs] (default: both, 1 then 2 and 3).
+# `make test` runs `packages` first (the builds need their headers), then
+# `venvs` (downloads: mostly network and disk) while it builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+what=${1:-all}
+case $what in
+    all|packages|venvs) ;;
+    *) echo "usage: scripts/deps.sh [packages|venvs]" >&2; exit 2 ;;
+esac
 pkgs=(build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
       libinih-dev libopenblas-openmp-dev libdnnl-dev libpcre2-dev libjansson-dev libxxhash-dev libutf8proc-dev libisal-dev bible-kjv
-      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox)
+      python3 python3-venv python3-torch jq procps slurmctld slurmd slurm-client munge gnuplot-nox
+      ccache)
 # dpkg-query exits 1 when it knows none of a name (a fresh machine): not an error here
 installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ install ok installed$/ {print $1}' || true)
 missing=()
-for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done
+[ "$what" = venvs ] ||
+    for p in "${pkgs[@]}"; do grep -qx -- "$p" <<<"$installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         echo "deps: installing ${missing[*]}"
@@ -53,10 +63,14 @@ make_venv() {
     echo "deps: making $venv with $(/usr/bin/python3 --version) and $req"
     rm -rf "$venv"
     /usr/bin/python3 -m venv "$@" "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: -r "$req"
+    # --no-compile: no .pyc for the thousands of modules never imported (torch's:
+    # ~19 CPU s); Python writes those of the modules the tests import on first use
+    "$venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check --only-binary :all: \
+        -r "$req"
     "$venv/bin/python" -c "$imports"
     cp "$req" "$venv/trident-requirements.txt"
 }
+[ "$what" = packages ] && exit 0
 make_venv .venv tests/requirements.txt "import h5py, numpy, tokenizers, tensorboard, prometheus_client"
 make_venv .venv-hf tests/requirements-hf.txt "import torch, transformers, safetensors, tokenizers; \
 torch.from_numpy(__import__('numpy').zeros(2))"

@@ -8,7 +8,9 @@
 # tests/gpu/probe.sh finds them (CUDA_HOME, the system or Python wheels; its
 # make variables passed to make, as tests/gpu/run.sh does); the probe failing
 # fails the test. Skips (77) when nvcc is missing. Takes ~1-2 minutes on 2
-# cores.
+# cores. With ccache installed (make test's cache, build-ccache/, or
+# CCACHE_DIR), the C files whose text once preprocessed is the CPU build's
+# (most: TRIDENT_CUDA changes a few) take that build's objects and warnings.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -22,7 +24,12 @@ CUDA_HOME="$CUDA_HOME" tests/gpu/probe.sh "$OUT/cuda_deps" >"$log" 2>&1 || { cat
 sed 's/^result: /    probe: /' "$log"
 mapfile -t deps < <(sed 's/ := /=/; s/ *$//' "$OUT/cuda_deps/cuda_deps.mk")
 start=$(date +%s)
-rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" "${deps[@]}" all >"$log" 2>&1 || rc=$?
+cc=${CC:-cc}
+if command -v ccache >/dev/null; then
+    cc="ccache $cc"; export CCACHE_DIR=${CCACHE_DIR:-$PWD/build-ccache}
+fi
+rc=0; make -j2 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD="$OUT" CC="$cc" "${deps[@]}" all >"$log" 2>&1 ||
+    rc=$?
 echo "== make CUDA=1 BUILD=$OUT: exit $rc in $(( $(date +%s) - start ))s"
 [ "$rc" -eq 0 ] || { tail -n 40 "$log"; fail "make CUDA=1 exit $rc"; }
 if grep -qiE "warning|remark" "$log"; then

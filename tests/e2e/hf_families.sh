@@ -32,7 +32,7 @@ source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
 need_py numpy
 HFPY="$PWD/.venv-hf/bin/python"
-[ -x "$HFPY" ] && "$HFPY" -c "import torch, transformers" 2>/dev/null ||
+[ -x "$HFPY" ] && "$HFPY" -c "import importlib.util as u; assert u.find_spec('torch') and u.find_spec('transformers')" 2>/dev/null ||
     fail "$HFPY with torch and transformers missing: run make deps"
 FIX=tests/reference/fixtures/hf_families
 check="$PY tests/e2e/lib/hf_families_check.py"

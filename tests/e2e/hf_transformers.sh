@@ -21,14 +21,20 @@
 #  (d) AutoTokenizer.from_pretrained of the export encodes three documents of
 #      the dataset (decoded by `trident tokenize --decode`) to the shard's ids.
 # The numpy checks of the same exports are tests/e2e/hf_export.sh.
+# The transformers checks run at the end, in one process (check: importing
+# torch and transformers takes seconds each time), each named on failure.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
 need_py h5py numpy
 HFPY="$PWD/.venv-hf/bin/python"
-[ -x "$HFPY" ] && "$HFPY" -c "import torch, transformers" 2>/dev/null ||
+[ -x "$HFPY" ] && "$HFPY" -c "import importlib.util as u; assert u.find_spec('torch') and u.find_spec('transformers')" 2>/dev/null ||
     fail "$HFPY with torch and transformers missing: run make deps (it makes .venv-hf with tests/requirements-hf.txt)"
-check="$HFPY tests/e2e/lib/hf_transformers_check.py"
+# check LABEL CMD ARGS...: queues hf_transformers_check.py CMD ARGS, run by check_all
+check() { local IFS=$'\t'; echo "$*" >> "$tmp/checks"; }
+check_all() {
+    "$HFPY" tests/e2e/lib/hf_transformers_check.py batch "$tmp/checks" || fail "transformers checks (above)"
+}
 small_dataset "$tmp"
 
 # Three sequences of 64 ids: two from the train split's token stream, one random.
@@ -63,11 +69,11 @@ for kind in untied tied; do
     # (a)
     "$TRIDENT" ckpt logits "$ck" --tokens "$tmp/seqs.txt" --out "$tmp/logits-$kind.safetensors" \
         > /dev/null || fail "$kind: trident ckpt logits"
-    $check logits "$hf" "$tmp/seqs.txt" "$tmp/logits-$kind.safetensors" || fail "(a) $kind: logits"
+    check "(a) $kind: logits" logits "$hf" "$tmp/seqs.txt" "$tmp/logits-$kind.safetensors"
     "$TRIDENT" ckpt logits "$hf" --tokens "$tmp/seqs.txt" --out "$tmp/logitsH-$kind.safetensors" \
         > /dev/null || fail "$kind: trident ckpt logits of the HF folder"
-    $check same "$tmp/logits-$kind.safetensors" "$tmp/logitsH-$kind.safetensors" ||
-        fail "(a) $kind: trident's logits of the checkpoint and of its export"
+    check "(a) $kind: trident's logits of the checkpoint and of its export" \
+        same "$tmp/logits-$kind.safetensors" "$tmp/logitsH-$kind.safetensors"
     # (b)
     small_train "$tmp/runS-$kind" "$tmp/ckS-$kind" 1 1 1 0 model.tie_embeddings=$tie train.seq_len=64 \
         train.steps=1 train.warmup_steps=0 train.lr=1e-30 train.min_lr=1e-30 train.sample_every=1 \
@@ -78,7 +84,7 @@ for kind in untied tied; do
     for f in "$hf"/*.safetensors; do
         cmp -s "$f" "$tmp/hfS-$kind/$(basename "$f")" || fail "(b) $kind: lr 1e-30 changed $(basename "$f")"
     done
-    $check generate "$hf" 32 "$tmp/logS-$kind" || fail "(b) $kind: greedy generation"
+    check "(b) $kind: greedy generation" generate "$hf" 32 "$tmp/logS-$kind"
 done
 
 # (a) refused token files: exit 2 naming the file and line, nothing written
@@ -99,7 +105,8 @@ rc=0; "$TRIDENT" ckpt logits "$tmp/ck-tied" --tokens "$tmp/seqs.txt" --out "$tmp
 # (c)
 "$TRIDENT" ckpt export "$tmp/ck-untied" "$tmp/hf16" --format hf --dtype bf16 > /dev/null ||
     fail "(c) bf16 export"
-$check bf16 "$tmp/hf16" "$tmp/hf-untied" || fail "(c) bf16 export"
+check "(c) bf16 export" bf16 "$tmp/hf16" "$tmp/hf-untied"
 # (d)
-$check tokenizer "$tmp/hf-tied" "$tmp/doc" 3 || fail "(d) tokenizer"
-echo "ok: transformers $("$HFPY" -c 'import transformers; print(transformers.__version__)'): from_pretrained logits = trident's (untied, tied, GQA, trained in (2,2,1), sharded), greedy generate = trident's temperature-0 sample for 32 tokens, bf16 export loads as bfloat16 = RNE, AutoTokenizer encodes the dataset's documents to its ids"
+check "(d) tokenizer" tokenizer "$tmp/hf-tied" "$tmp/doc" 3
+check_all
+echo "ok: transformers $("$HFPY" -c 'import importlib.metadata as m; print(m.version("transformers"))'): from_pretrained logits = trident's (untied, tied, GQA, trained in (2,2,1), sharded), greedy generate = trident's temperature-0 sample for 32 tokens, bf16 export loads as bfloat16 = RNE, AutoTokenizer encodes the dataset's documents to its ids"

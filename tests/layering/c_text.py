@@ -1,6 +1,10 @@
 """c_text.py: C source text with its comments blanked, for the layering
 checks (check_layering.py, check_grid.py). Newlines are kept, so line
 numbers hold."""
+import re
+
+# what can start a literal or a comment; the text between two is copied whole
+SPECIAL = re.compile(r'["\'/]')
 
 
 def blank_comments(text, blank_strings=False):
@@ -25,6 +29,8 @@ def blank_comments(text, blank_strings=False):
             out.append('\n' * text.count('\n', i, j))
             i = j
         else:
-            out.append(c)
-            i += 1
+            m = SPECIAL.search(text, i + 1)
+            j = m.start() if m else n
+            out.append(text[i:j])
+            i = j
     return ''.join(out)

@@ -39,14 +39,16 @@ def check(root):
     files = list(code_files(root))
     for op in ops(root):
         for prefix, folder, ext in (('cpu', 'kernels/cpu/', '.c'), ('cuda', 'kernels/cuda/', '.cu')):
-            sym = re.compile(r'\b%s_%s\b' % (prefix, op))
-            where = [p for p, code in files if sym.search(code)]
+            name = '%s_%s' % (prefix, op)
+            sym = re.compile(r'\b%s\b' % name)
+            # the substring test first: the same files, the regex only where it can match
+            where = [p for p, code in files if name in code and sym.search(code)]
             if len(where) != 1 or not (where[0].startswith(folder) and where[0].endswith(ext)):
                 errors.append('%s_%s is named in %s; expected only its definition in one %s*%s'
                               % (prefix, op, where or 'no file', folder, ext))
         entry = re.compile(r'\.%s\s*=' % op)
         for p, code in files:
-            if entry.search(code):
+            if '.' + op in code and entry.search(code):
                 errors.append('%s: a hand-written table entry .%s = (tables come from ops_list.h)' % (p, op))
     return errors
 

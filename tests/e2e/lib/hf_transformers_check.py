@@ -34,6 +34,11 @@ tests/requirements-hf.txt, made by scripts/deps.sh); no trident code here.
       `trident prep` encoded it) and DOCS_PREFIX.i.txt trident's decoding of
       them: HF encodes the text to the same ids and decodes the ids to the
       same text.
+  hf_transformers_check.py batch FILE
+      Each line of FILE is LABEL, a command above and its arguments, separated
+      by tabs: runs them all in this one process (torch and transformers
+      imported once: seconds each time), printing "FAIL: LABEL: why" for each
+      that fails; exit 1 when one did.
 """
 import json
 import os
@@ -141,8 +146,7 @@ def check_tokenizer(d, prefix, k):
           f"to the shard's ids and decodes them to trident's text")
 
 
-if __name__ == "__main__":
-    cmd, a = sys.argv[1], sys.argv[2:]
+def run(cmd, a):
     if cmd == "logits":
         check_logits(*a)
     elif cmd == "same":
@@ -155,3 +159,23 @@ if __name__ == "__main__":
         check_tokenizer(a[0], a[1], int(a[2]))
     else:
         sys.exit(__doc__)
+
+
+def batch(path):
+    failed = 0
+    for line in open(path, encoding="utf-8"):
+        if not line.strip():
+            continue
+        label, cmd, *a = line.rstrip("\n").split("\t")
+        try:
+            run(cmd, a)
+        except Exception as e:  # AssertionError and the loaders' errors: this check fails, go on
+            failed += 1
+            print(f"FAIL: {label}: {type(e).__name__}: {e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "batch":
+        sys.exit(batch(sys.argv[2]))
+    run(sys.argv[1], sys.argv[2:])
