@@ -198,19 +198,16 @@ for name, ref, what in (("z1from2-ep1", "ep1", "(ep 2, zero 1) step 5 resumed at
     refp = tensors(f"{tmp}/final-{ref}.h5") if ref.startswith("z1") else straight[int(ref[2:])]
     close(tensors(f"{tmp}/final-{name}.h5"), refp, what)
 # the sharded state's round trip in one layout: bit for bit (the same sums)
-a, b = tensors(f"{tmp}/final-z1from2-z1ep2.h5"), tensors(f"{tmp}/final-z1-ep2.h5")
-diff = [n for n in b if n not in a or not np.array_equal(a[n], b[n])]
-print(f"(ep 2, zero 1) step 5 resumed at (ep 2, zero 1): {len(b) - len(diff)} of {len(b)} final tensors "
-      "bit-identical to the straight run")
-if diff:
-    print(f"FAIL: (ep 2, zero 1) resumed in its own layout: {diff[:3]} differ"); ok = False
+def bit_identical(resumed, straight, what):
+    global ok
+    a, b = tensors(f"{tmp}/final-{resumed}.h5"), tensors(f"{tmp}/final-{straight}.h5")
+    diff = [n for n in b if n not in a or not np.array_equal(a[n], b[n])]
+    print(f"{what}: {len(b) - len(diff)} of {len(b)} final tensors bit-identical to the straight run")
+    if diff:
+        print(f"FAIL: {what}: {diff[:3]} differ"); ok = False
+bit_identical("z1from2-z1ep2", "z1-ep2", "(ep 2, zero 1) step 5 resumed at (ep 2, zero 1)")
 same("d6-z1-ep2", "d6-ep1", 1, 6, "dp 6: (ep 2, zero 1) vs (ep 1, zero 0)")
-a, b = tensors(f"{tmp}/final-d6-again.h5"), tensors(f"{tmp}/final-d6-z1-ep2.h5")
-diff = [n for n in b if n not in a or not np.array_equal(a[n], b[n])]
-print(f"dp 6: (ep 2, zero 1) step 3 resumed in its layout: {len(b) - len(diff)} of {len(b)} final tensors "
-      "bit-identical to the straight run")
-if diff:
-    print(f"FAIL: dp 6 resumed: {diff[:3]} differ"); ok = False
+bit_identical("d6-again", "d6-z1-ep2", "dp 6: (ep 2, zero 1) step 3 resumed in its layout")
 # optimizer bytes per rank: zero 0 holds m and v (FP32) of the rank's arena,
 # 8 (dense + experts) bytes; zero 1 m, v and the gradient shard of its
 # dense / dp and experts / expert_dp elements. Experts per rank: 2 MoE
