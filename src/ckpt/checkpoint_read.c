@@ -599,7 +599,12 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] " #k " = %d, but the run has %d",  \
                          path, (int)c->k, (int)m->k);
     SAME_INT(vocab_size) SAME_INT(d_model) SAME_INT(n_layers) SAME_INT(n_heads)
-    SAME_INT(n_kv_heads) SAME_INT(ffn_dim) SAME_INT(tie_embeddings)
+    SAME_INT(n_kv_heads) SAME_INT(tie_embeddings)
+    // ffn_dim is the dense blocks' width; a model whose every block is MoE
+    // uses it only through llama_moe_ffn (compared below), so a Mixtral
+    // import (ffn_dim = intermediate_size) matches a config that sets
+    // moe_ffn_dim alone
+    if (!m->moe_experts || m->moe_first_dense_layers > 0 || !c->moe_experts) SAME_INT(ffn_dim)
     if (llama_head_dim(c) != llama_head_dim(m))
         return error_set(err, STATUS_BAD_INPUT, "%s: [model] head_dim = %d, but the run has %d", path,
                          llama_head_dim(c), llama_head_dim(m));
@@ -607,6 +612,7 @@ enum status checkpoint_check_model(const struct ckpt_reader *r, const struct lla
     SAME_INT(moe_experts)
     if (m->moe_experts) {
         SAME_INT(moe_top_k) SAME_INT(moe_shared_experts) SAME_INT(moe_first_dense_layers)
+        SAME_INT(moe_norm_topk) // renormalising the top-k weights changes what they compute
         if (llama_moe_ffn(c) != llama_moe_ffn(m) || llama_moe_shared_ffn(c) != llama_moe_shared_ffn(m) ||
             (llama_moe_shared_ffn(m) && c->moe_shared_gate != m->moe_shared_gate))
             return error_set(err, STATUS_BAD_INPUT, "%s: [model] moe_ffn_dim = %d, moe_shared_ffn_dim "

@@ -92,8 +92,8 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
                          "not the data ranks; use zero_stage = 0 or 1", file, KT("parallel", "ep"),
                          KT("parallel", "zero_stage"));
     const char *later = "the mixture-of-experts decoder runs under dp, ep, tp (with or without "
-                        "sequence parallelism), pp (1f1b, interleaved or not) and any recompute "
-                        "for now; this comes later";
+                        "sequence parallelism), pp (1f1b, interleaved or not), ZeRO-1 and any "
+                        "recompute for now; this comes later";
     if (m->moe_top_k > m->moe_experts)
         return error_set(err, bad, "%s: moe_top_k must be at most moe_experts: %s; %s", file,
                          KT("model", "moe_top_k"), KT("model", "moe_experts"));

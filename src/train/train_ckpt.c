@@ -789,11 +789,18 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
     if (checkpoint_check_model(r, &t->m.lc, t->data.ds->index.tokenizer, &err->err)) {
         tokenizer_origin(t, &err->err);
         // Another model: say how to start fresh (resume = none is refused
-        // for a dir holding checkpoints, trainer_resume).
+        // for a dir holding checkpoints, trainer_resume); a checkpoint named
+        // by checkpoint.resume = PATH is not the dir's, so drop the key.
         size_t k = strlen(err->err.msg);
-        snprintf(err->err.msg + k, sizeof err->err.msg - k, ". To train this model from scratch, "
-                 "give it a new [checkpoint] dir (or move %s away); to continue that run, use its "
-                 "[model] values", t->cfg.checkpoint.dir[0] ? t->cfg.checkpoint.dir : "that folder");
+        if (t->cfg.checkpoint.resume == RESUME_PATH)
+            snprintf(err->err.msg + k, sizeof err->err.msg - k, ". To train this model from "
+                     "scratch, drop checkpoint.resume = %s; to continue that run, use its [model] "
+                     "values", t->cfg.checkpoint.resume_path);
+        else
+            snprintf(err->err.msg + k, sizeof err->err.msg - k, ". To train this model from "
+                     "scratch, give it a new [checkpoint] dir (or move %s away); to continue that "
+                     "run, use its [model] values",
+                     t->cfg.checkpoint.dir[0] ? t->cfg.checkpoint.dir : "that folder");
         s = err->err.status;
         goto out;
     }

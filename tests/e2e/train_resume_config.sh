@@ -6,7 +6,8 @@
 #     train.override_schedule = true; the checkpoint folder byte-identical and
 #     the run folder holding nothing but train.log, which has the refusal. A changed seed, a changed
 #     train.loss_on (even with override_schedule; the message names model.init_from) and another model are refused too,
-#     the model mismatch saying how to start fresh.
+#     the model mismatch saying how to start fresh (a new [checkpoint] dir, or
+#     without the checkpoint.resume = PATH that named it).
 #  2. The same resume with train.override_schedule = true: steps 61-80 run,
 #     and their lr (metrics.jsonl) is the continued cosine computed here from
 #     the documented formula: within one step's change of step 60's at step
@@ -61,6 +62,8 @@ refuse "seed" "train.seed 7 -> 8 .*seed cannot change" train.steps=60 train.seed
 refuse "loss_on" "train.loss_on all -> response .*model.init_from = .*step-000060" train.steps=60 \
     train.loss_on=response train.override_schedule=true
 refuse "model shape" "d_model = 64, but the run has 128.*new \[checkpoint\] dir" model.d_model=128 model.n_heads=4
+refuse "model shape, resume = PATH" "d_model = 64, but the run has 128.*drop checkpoint.resume = .*step-000060" \
+    model.d_model=128 model.n_heads=4 checkpoint.resume="$tmp/ck/step-000060"
 refuse "resume = none on a used dir" "already holds checkpoints" checkpoint.resume=none
 
 # 2. the override: the lr continues

@@ -287,6 +287,36 @@ static void test_bad(const char *root) {
            "model mismatch: %s", err.msg);
     EXPECT(checkpoint_check_model(r, &model_cfg, "bpe-other", &err) == STATUS_BAD_INPUT &&
                strstr(err.msg, "tokenizer = 'bpe-test'"), "tokenizer mismatch: %s", err.msg);
+    // A MoE manifest (the [model] lines a MoE run writes, widths resolved):
+    // ffn_dim, the dense blocks' width, is compared only when a block is
+    // dense (a Mixtral import's ffn_dim is intermediate_size, unused);
+    // moe_norm_topk always (renormalising changes what the weights compute).
+    for (int dense = 0; dense <= 1; dense++) {
+        char moe[700], cmd[4096];
+        snprintf(moe, sizeof moe, "%s/moe-manifest-%d", root, dense);
+        snprintf(cmd, sizeof cmd, "cp -r %s %s && cd %s && sed -i 's/^\\[files\\]$/moe_experts = 4\\n"
+                 "moe_top_k = 2\\nmoe_ffn_dim = 32\\nmoe_shared_experts = 0\\nmoe_shared_ffn_dim = 0\\n"
+                 "moe_shared_gate = 0\\nmoe_norm_topk = 1\\nmoe_first_dense_layers = %d\\n\\n[files]/' "
+                 "manifest.ini", good, moe, moe, dense);
+        run(cmd);
+        struct ckpt_reader *mr = NULL;
+        EXPECT(checkpoint_open(moe, &mr, &err) == STATUS_OK, "MoE manifest: %s", err.msg);
+        if (!mr) continue;
+        struct llama_config mc = model_cfg;
+        mc.moe_experts = 4, mc.moe_top_k = 2, mc.moe_ffn_dim = 32, mc.moe_norm_topk = true;
+        mc.moe_first_dense_layers = dense, mc.ffn_dim = 64;
+        enum status st = checkpoint_check_model(mr, &mc, "bpe-test", &err);
+        if (dense)
+            EXPECT(st == STATUS_BAD_INPUT && strstr(err.msg, "[model] ffn_dim = 32, but the run has 64"),
+                   "a dense block's ffn_dim differs: status %d, %s", st, err.msg);
+        else
+            EXPECT(st == STATUS_OK, "every block MoE, the experts' width equal: %s", err.msg);
+        mc.ffn_dim = 32, mc.moe_norm_topk = false;
+        EXPECT(checkpoint_check_model(mr, &mc, "bpe-test", &err) == STATUS_BAD_INPUT &&
+                   strstr(err.msg, "[model] moe_norm_topk = 1, but the run has 0"),
+               "moe_norm_topk mismatch: %s", err.msg);
+        checkpoint_close(mr);
+    }
     float buf[60];
     struct ckpt_piece want = {.name = "param/w", .grows = 6, .gcols = 11, .rows = 6, .cols = 11,
                               .flat_end = 60, .dtype = DTYPE_FP32, .data = buf};
