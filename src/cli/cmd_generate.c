@@ -61,8 +61,8 @@ static const struct config_choice generate_chat_template_choices[] = {{"plain", 
 static const struct cli_flag generate_flags[] = {
     {"MODEL_DIR", CLI_PATH, NULL, NULL, 0, 0, 0, NULL,
      "a trident checkpoint (step-NNNNNN, or a [checkpoint] dir holding 'latest') or a Hugging Face "
-     "folder (Llama, Qwen2, Qwen3, Mistral, Mixtral or Qwen2-MoE: config.json, safetensors; MoE "
-     "models with --no-kv-cache); generation stops at the model's stop ids when it has some "
+     "folder (Llama, Qwen2, Qwen3, Mistral, Mixtral or Qwen2-MoE: config.json, safetensors); "
+     "generation stops at the model's stop ids when it has some "
      "(eos_token_id of generation_config.json or config.json, every id of a list; an import keeps "
      "them), else at the tokenizer's end-of-text", G(model_dir)},
     {"--prompt", CLI_LIST, "TEXT", NULL, 0, 0, 0, NULL, "a prompt to continue", G(prompts)},

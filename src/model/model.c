@@ -948,11 +948,6 @@ enum status model_kv_cache_init(struct model *m, int rows, int len, struct error
         return error_set(err, STATUS_BAD_INPUT, "model: a key/value cache of %d rows of %d "
                          "positions (rows 1 to %d, positions 1 to max_seq_len %d)", rows, len,
                          LLAMA_MAX_MICRO_BATCH, m->cfg.max_seq_len);
-    if (m->cfg.moe_experts)
-        return error_set(err, STATUS_BAD_INPUT, "model: generation with a key/value cache is not "
-                         "built for mixture-of-experts blocks (moe_experts = %d) yet; trident generate "
-                         "--no-kv-cache recomputes the window instead",
-                         m->cfg.moe_experts);
     if (m->kv.rows == rows && m->kv.len == len) return STATUS_OK;
     kv_free(m);
     struct kv_cache kv = {.rows = rows, .len = len};

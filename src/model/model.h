@@ -596,8 +596,14 @@ void model_get_logits_at(struct model *m, int b, int t, double *out);
 // computing all rows); under context parallelism each rank decodes the whole
 // sequence alone (the weights are whole on every cp rank); pipeline stages
 // pass model_decode_message_numel elements from stage to stage as in
-// training. The cached logits equal the full window's forward within
-// rounding (tests/unit/test_kv_decode.c).
+// training. A mixture-of-experts block routes the step's rows as the
+// training forward does (moe.h, its GEMMs batch-invariant too); under expert
+// parallelism every rank of an ep group steps together (the layer's
+// all-to-alls), as every data rank does for training's samples; with a
+// capacity factor, an expert's capacity counts the step's rows (dropless
+// models, every Hugging Face import, decode exactly as the window's forward).
+// The cached logits equal the full window's forward within rounding
+// (tests/unit/test_kv_decode.c).
 
 // Bytes of model_kv_cache_init(rows, len) for this shard and microbatch (B,
 // T): keys and values (rows, len, Hkvl, D) of every local layer in dtype,

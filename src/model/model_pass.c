@@ -536,7 +536,10 @@ static void block_forward(struct model *m, struct slot *S, int blk, int i, bool 
         // sequence parallelism ln2's all-gather), so tmp is complete, the
         // same on each (no TP sum, unlike the row-parallel down projection),
         // and the rank keeps its rows of it.
-        CHECK(!m->decoding, "block %d: generation is not built for MoE blocks", blk);
+        // In a generation step (m->decoding) the same layer over the step's
+        // rows: its GEMMs batch-invariant (model_decode_chunk sets
+        // m->moe.invariant), its statistics into slot 0's moe_st, which no
+        // backward reads before the next training forward overwrites them.
         if (again) { // recompute = full: the layer again, its output unused
             moe_recompute(m, S, a, blk, i);
             return;
@@ -707,7 +710,9 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     } else {
         message_in(m, S->x[0], in);
     }
-    if (m->cfg.moe_experts) { // the routing of the blocks before the chunk
+    // the routing of the blocks before the chunk (not in a generation step:
+    // its messages carry the activations alone, model_decode_message_numel)
+    if (m->cfg.moe_experts && !m->decoding) {
         if (model_chunk_first(m, chunk)) memset(&S->moe_in, 0, sizeof S->moe_in);
         else moe_tail_in(m, &S->moe_in, in);
     }
@@ -728,7 +733,7 @@ static void forward_chunk(struct model *m, int chunk, int slot, const int32_t *t
     }
     if (!last) {
         message_out(m, out, S->x[nl]);
-        if (m->cfg.moe_experts) {
+        if (m->cfg.moe_experts && !m->decoding) {
             struct moe_route_sum r;
             moe_route_add(m, S, chunk, &r);
             moe_tail_out(m, out, &r);
@@ -1185,11 +1190,13 @@ void model_decode_chunk(struct model *m, int chunk, const int32_t *pos, int Tq,
     m->B = kv->rows, m->T = Tq, m->N = m->Ns = kv->rows * Tq, m->cp = 1, m->sp = false;
     m->doc_eot = -1, m->tmp_s = m->tmp, m->red_s = m->red;
     m->decoding = true;
+    m->moe.invariant = !m->decode_variant; // the MoE layers' GEMMs as forward_matmul's
     kv->Tq = Tq;
     NVTX_PUSH("decode");
     forward_chunk(m, chunk, 0, tokens, in, NULL, out, NULL, NULL);
     NVTX_POP();
     m->decoding = false;
+    m->moe.invariant = false;
     m->B = B, m->T = T, m->N = N, m->Ns = Ns, m->cp = cp, m->sp = sp;
     m->doc_eot = eot, m->tmp_s = tmp_s, m->red_s = red_s;
 }

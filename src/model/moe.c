@@ -189,26 +189,31 @@ static int sum_rows(const int32_t *rows_of, int n) {
     return m;
 }
 
+// out (M, N) = a (M, K) b^T (b (N, K)): a forward GEMM, batch-invariant
+// when asked (moe_config.invariant).
+static void mm_nt(struct backend *be, bool invariant, struct tensor out, struct tensor a,
+                  struct tensor b, int M, int N, int K) {
+    if (invariant) backend_matmul_invariant(be, out, a, b, M, N, K, false, true, 1.0f, 0.0f);
+    else backend_matmul(be, out, a, b, M, N, K, false, true, 1.0f, 0.0f);
+}
+
 void moe_experts_forward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
                          struct tensor yp, struct tensor hg, struct tensor hu, struct tensor h,
                          struct tensor xp, struct tensor gate, struct tensor up,
-                         struct tensor down) {
+                         struct tensor down, bool invariant) {
     int M = sum_rows(rows_of, n);
     for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
         int m = rows_of[e];
         if (!m) continue;
         struct tensor xe = rows(xp, o, m, C);
-        backend_matmul(be, rows(hg, o, m, F), xe, expert(gate, e, F, C), m, F, C, false, true, 1.0f,
-                       0.0f);
-        backend_matmul(be, rows(hu, o, m, F), xe, expert(up, e, F, C), m, F, C, false, true, 1.0f,
-                       0.0f);
+        mm_nt(be, invariant, rows(hg, o, m, F), xe, expert(gate, e, F, C), m, F, C);
+        mm_nt(be, invariant, rows(hu, o, m, F), xe, expert(up, e, F, C), m, F, C);
     }
     backend_swiglu_forward(be, h, hg, hu, (size_t)M * F);
     for (int e = 0, o = 0; e < n; o += rows_of[e], e++) {
         int m = rows_of[e];
         if (!m) continue;
-        backend_matmul(be, rows(yp, o, m, C), rows(h, o, m, F), expert(down, e, C, F), m, C, F,
-                       false, true, 1.0f, 0.0f);
+        mm_nt(be, invariant, rows(yp, o, m, C), rows(h, o, m, F), expert(down, e, C, F), m, C, F);
     }
 }
 
@@ -295,7 +300,8 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
     CHECK(E <= MOE_MAX_EXPERTS, "moe_forward: E=%d", E);
 
     // routing and the dispatch plan, then the counts on the host
-    backend_matmul(be, logits, x, w->router, N, E, C, false, true, 1.0f, 0.0f);
+    bool inv = c->invariant;
+    mm_nt(be, inv, logits, x, w->router, N, E, C);
     backend_moe_route(be, a.probs, a.lse, a.topk_idx, a.topk_w, a.stats, logits, w->expert_bias, N,
                       E, k, c->norm_topk);
     int capacity = moe_capacity(c, N);
@@ -336,26 +342,26 @@ void moe_forward(struct backend *be, const struct moe_config *c, struct tensor y
             int m = sum_rows(rows_of, El);
             moe_experts_forward(be, El, rows_of, C, F, rows(a.yr, o, m, C), rows(a.hg, o, m, F),
                                 rows(a.hu, o, m, F), rows(a.h, o, m, F), rows(a.xr, o, m, C),
-                                w->gate, w->up, w->down);
+                                w->gate, w->up, w->down, inv);
             o += m;
         }
         ep_exchange(be, c, st, a.yp, a.yr, C, false);
     } else {
         st->R = st->M;
         moe_experts_forward(be, E, st->kept, C, F, a.yp, a.hg, a.hu, a.h, a.xp, w->gate, w->up,
-                            w->down);
+                            w->down, inv);
     }
     backend_moe_combine(be, y, a.yp, a.topk_w, a.dest, N, C, k, false, false);
 
     if (c->shared_F > 0) { // y += [sigmoid(x Ws^T)] down(silu(gate x) * up x)
         int Fs = c->shared_F;
-        backend_matmul(be, a.sg, x, w->sh_gate, N, Fs, C, false, true, 1.0f, 0.0f);
-        backend_matmul(be, a.su, x, w->sh_up, N, Fs, C, false, true, 1.0f, 0.0f);
+        mm_nt(be, inv, a.sg, x, w->sh_gate, N, Fs, C);
+        mm_nt(be, inv, a.su, x, w->sh_up, N, Fs, C);
         backend_swiglu_forward(be, a.sh, a.sg, a.su, (size_t)N * Fs);
-        backend_matmul(be, a.sy, a.sh, w->sh_down, N, C, Fs, false, true, 1.0f, 0.0f);
+        mm_nt(be, inv, a.sy, a.sh, w->sh_down, N, C, Fs);
         if (c->shared_gate) {
             struct tensor no_dest = tensor_view(NULL, DTYPE_I32, 0);
-            backend_matmul(be, a.s, x, w->sh_router, N, 1, C, false, true, 1.0f, 0.0f);
+            mm_nt(be, inv, a.s, x, w->sh_router, N, 1, C);
             backend_moe_combine(be, y, a.sy, a.s, no_dest, N, C, 1, true, true);
         } else {
             backend_add(be, y, y, a.sy, (size_t)N * C);

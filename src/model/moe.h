@@ -93,6 +93,11 @@ struct moe_config {
     double aux_coeff;       // load-balancing loss coefficient (transformers' router_aux_loss_coef)
     double z_coeff;         // router z-loss coefficient (ST-MoE: 1e-3)
     struct moe_ep ep;       // expert parallelism (size 0 or 1: none); E % size == 0
+    // moe_forward's GEMMs through backend_matmul_invariant (each row's bits
+    // independent of how many rows share the call): generation's steps set it
+    // (model_decode_chunk), so that a token routed in a one-token step gets
+    // the bits of the same token in a step over the whole window.
+    bool invariant;
 };
 
 // Parameters (or their gradients: the same shapes) of one layer, in the
@@ -188,10 +193,11 @@ size_t moe_scratch_bytes(const struct moe_config *c, int N, enum dtype dt);
 // consecutive in expert order in xp (M, C), M = sum rows_of. hg, hu, h (M,
 // F) = the gate and up projections and silu(hg) * hu, yp (M, C) = h down_e^T
 // (an expert with no rows costs no call). Every tensor of one storage dtype.
+// invariant: the GEMMs through backend_matmul_invariant (moe_config's).
 void moe_experts_forward(struct backend *be, int n, const int32_t *rows_of, int C, int F,
                          struct tensor yp, struct tensor hg, struct tensor hu, struct tensor h,
                          struct tensor xp, struct tensor gate, struct tensor up,
-                         struct tensor down);
+                         struct tensor down, bool invariant);
 // Its backward given dyp (M, C): dxp (M, C) =; dgate, dup, ddown += (the
 // gradients' dtype, or FP32 for BF16/FP16 rows); dh, dhg, dhu (M, F):
 // working memory, overwritten. Six GEMMs per expert with rows.

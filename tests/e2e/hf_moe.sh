@@ -31,7 +31,10 @@
 #      of another moe_top_k, naming num_experts_per_tok;
 #  (e) `ckpt export --format hf` of trident MoE models neither class holds (a
 #      shared expert without q/k/v biases; q/k/v biases without a shared
-#      expert) exits 2 naming the class and what it lacks, writing nothing.
+#      expert) exits 2 naming the class and what it lacks, writing nothing;
+#  (f) `trident generate --temperature 0` of the folder, with the key/value
+#      cache and with --no-kv-cache, continues its prompt with transformers'
+#      greedy `generate` ids (24, or up to eos), ended alike.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -56,6 +59,12 @@ for fam in mixtral qwen2moe; do
     "$TRIDENT" ckpt export "$w/ck" "$w/export-bf16" --format hf --dtype bf16 --max-shard-size 40K > /dev/null ||
         fail "$fam: export in bf16 shards"
     logits "$w/export-bf16" "$w/export-bf16.safetensors"
+    # (f) generation with and without the key/value cache
+    gen=(--prompt "In the beginning" --max-new-tokens 24 --temperature 0 --json)
+    "$TRIDENT" generate "$w/hf" "${gen[@]}" > "$w/gen.jsonl" 2> "$w/gen.err" ||
+        { cat "$w/gen.err"; fail "(f) $fam: trident generate"; }
+    "$TRIDENT" generate "$w/hf" "${gen[@]}" --no-kv-cache > "$w/gen-nokv.jsonl" 2> "$w/gen.err" ||
+        { cat "$w/gen.err"; fail "(f) $fam: trident generate --no-kv-cache"; }
     # (c)
     layout=(parallel.ep=2) && [ $fam = qwen2moe ] && layout=(parallel.dp_shard=2)
     # shellcheck disable=SC2046
@@ -64,7 +73,7 @@ for fam in mixtral qwen2moe; do
         > "$w/logI" 2>&1 || { grep -m3 trident "$w/logI"; fail "(c) $fam: init_from in ${layout[*]}"; }
     "$TRIDENT" ckpt export "$w/ckI" "$w/export-init" --format hf > /dev/null || fail "(c) $fam: export of the run"
 done
-# (a), (b), (c)
+# (a), (b), (c), (f)
 "$HFPY" $live check "$tmp" mixtral qwen2moe || fail "see above"
 # (d)
 for d in "$tmp"/refuse/*; do
@@ -98,4 +107,4 @@ for case in "moe_shared_experts=1 Mixtral.*shared expert" "qkv_bias=true Qwen2Mo
         fail "(e) export of a MoE model with $1: exit $rc, '$(cat "$tmp/err-$k")' (expected exit 2 matching '$2')"
     echo "ok: (e) refused: $(cat "$tmp/err-$k")"
 done
-echo "ok: MixtralForCausalLM and Qwen2MoeForCausalLM: logits, router choices and aux loss = transformers' through the folder, import and export; exports load in transformers with no missing or unexpected key; init_from in ep 2 and dp_shard 2; 10 config refusals by key, 2 export refusals"
+echo "ok: MixtralForCausalLM and Qwen2MoeForCausalLM: logits, router choices and aux loss = transformers' through the folder, import and export; exports load in transformers with no missing or unexpected key; init_from in ep 2 and dp_shard 2; 10 config refusals by key, 2 export refusals; greedy generate = transformers' with and without the key/value cache"

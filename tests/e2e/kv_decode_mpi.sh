@@ -9,7 +9,10 @@
 #      whole window) within 1e-5 in both (measured 0), on every rank;
 #  (b) the training log's samples under (tp 2, pp 2, 2 virtual stages, sp)
 #      and under (pp 2, zbv)
-#      (before issue 28: none under pipeline parallelism): a greedy sample of
+#      (before issue 28: none under pipeline parallelism), and of the
+#      mixture-of-experts model of tests/e2e/configs/moe.ini under (ep 2, dp 2)
+#      (each sample step's all-to-alls between the two ranks) and (pp 2)
+#      (before: no samples for MoE models, no cache in generate): a greedy sample of
 #      24 tokens, read from metrics.jsonl's sample record, is what `trident
 #      generate --no-kv-cache` (one process, the window recomputed per token)
 #      and `trident generate` (the cache) continue from its first token on
@@ -32,12 +35,17 @@ need_py tokenizers
 small_dataset "$tmp"
 # The (tp 2, pp 2, 2 virtual stages, sp) run, and (tp 1, pp 2) under ZB-V
 # (issue 30: the head on stage 0, stage 1's chunks back to back).
-for layout in "2 parallel.sequence_parallel=true" "1 parallel.pp_schedule=zbv"; do
-    read -r tp extra <<<"$layout"
-    sfx=""; [ "$tp" = 1 ] && sfx="-zbv"
-    small_train "$tmp/run$sfx" "$tmp/ck$sfx" $tp 2 1 0 model.n_layers=4 parallel.virtual_stages=2 $extra \
-        model.tie_embeddings=false train.steps=40 train.sample_every=40 train.sample_temperature=0 \
-        train.sample_tokens=24 > "$tmp/train.log" 2>&1 || { tail -20 "$tmp/train.log"; fail "(b) training exited non-zero"; }
+dense_ini=$SMALL_INI
+# layout: ini tp pp dp steps suffix extra keys (the MoE runs short: any weights do)
+for layout in "$dense_ini 2 2 1 40 - parallel.sequence_parallel=true parallel.virtual_stages=2" \
+    "$dense_ini 1 2 1 40 -zbv parallel.pp_schedule=zbv parallel.virtual_stages=2" \
+    "tests/e2e/configs/moe.ini 1 1 2 8 -moe-ep parallel.ep=2" "tests/e2e/configs/moe.ini 1 2 1 8 -moe-pp"; do
+    read -r SMALL_INI tp pp dp steps sfx extra <<<"$layout"
+    [ "$sfx" = - ] && sfx=""
+    # shellcheck disable=SC2086
+    small_train "$tmp/run$sfx" "$tmp/ck$sfx" $tp $pp $dp 0 model.n_layers=4 $extra \
+        model.tie_embeddings=false train.steps=$steps train.sample_every=$steps train.sample_temperature=0 \
+        train.sample_tokens=24 > "$tmp/train.log" 2>&1 || { tail -20 "$tmp/train.log"; fail "(b) $sfx training exited non-zero"; }
     [ "$(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run$sfx/metrics.jsonl")" -eq 1 ] ||
         fail "(b) $(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run$sfx/metrics.jsonl") sample records, expected 1"
     sample=$(jq -j 'select(.event == "sample") | .text' "$tmp/run$sfx/metrics.jsonl")
@@ -56,9 +64,9 @@ PY
         "$TRIDENT" generate "$tmp/ck$sfx" --tokenizer "$tmp/shards" --prompt "$first" --max-new-tokens 23 --json \
             $cache > "$tmp/g.jsonl" 2> "$tmp/g.err" || { cat "$tmp/g.err"; fail "(b) generate $cache exited non-zero"; }
         got=$(jq -j '.prompt + .text + (if .ended then " <|endoftext|>" else "" end)' "$tmp/g.jsonl")
-        [ "$got" = "$sample" ] || fail "(b) generate $cache: '$got', the (tp $tp, pp 2$sfx) training sample: '$sample'"
+        [ "$got" = "$sample" ] || fail "(b) generate $cache: '$got', the (tp $tp, pp $pp, dp $dp${sfx:+, ${sfx#-}}) training sample: '$sample'"
         grep -q "tokens/s" "$tmp/g.err" || fail "(b) generate $cache printed no tokens/s"
     done
-    echo "(b) the (tp $tp, pp 2$sfx) training sample = generate's continuation, with and without the cache"
+    echo "(b) the (tp $tp, pp $pp, dp $dp${sfx:+, ${sfx#-}}) training sample = generate's continuation, with and without the cache"
 done
 echo PASS

@@ -26,7 +26,10 @@ of trident's logits, router choices, auxiliary loss and exports against them.
       OUT/FAMILY/export-bf16 (BF16, 40 KB shards) loads with no missing or
       unexpected key, each tensor the FP32 export's rounded to BF16, and its
       transformers logits equal trident's (OUT/FAMILY/export-bf16.safetensors)
-      within 1e-5.
+      within 1e-5; OUT/FAMILY/gen.jsonl and gen-nokv.jsonl (`trident generate
+      --temperature 0 --json` of the folder, with the key/value cache and with
+      --no-kv-cache): the ids transformers' greedy `generate` continues the
+      same prompt ids with (24 tokens or up to its eos), ended alike.
 
 Models (weights N(0, 0.2), routers N(0, 0.5) so that no top-k choice is near a
 tie, biases N(0, 0.1), norm gains 1 + N(0, 0.1); vocab 264, hidden 32, 4 heads,
@@ -211,6 +214,21 @@ def check(out, fams):
         with safe_open(os.path.join(d, "export-bf16.safetensors"), "np") as f:
             r = rel(f.get_tensor("logits")[0], lg)
         expect(r < 1e-5, f"{fam} export-bf16: trident's logits of it vs transformers': {r:.2e} relative")
+        # generation: transformers' greedy continuation of trident's prompt ids
+        m = cls.from_pretrained(os.path.join(d, "hf"), torch_dtype=torch.float32, attn_implementation="eager").eval()
+        for f in ("gen", "gen-nokv"):
+            g = json.loads(open(os.path.join(d, f"{f}.jsonl")).readline())
+            p = g["prompt_ids"]
+            with torch.no_grad():
+                o = m.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                               do_sample=False, max_new_tokens=24, eos_token_id=m.config.eos_token_id,
+                               pad_token_id=0)[0, len(p):].tolist()
+            ended = m.config.eos_token_id in o
+            want = o[:o.index(m.config.eos_token_id)] if ended else o
+            diff = "" if g["ids"] == want else f": {g['ids']} vs {want}"
+            expect(g["ids"] == want and g["ended"] == ended,
+                   f"{fam} {f}: trident generate {len(g['ids'])} ids (ended {g['ended']}) vs transformers' "
+                   f"greedy {len(want)} (ended {ended}){diff}")
     return bad
 
 
