@@ -67,8 +67,10 @@ void config_fp8_skip(const struct config *cfg, int *first, int *last) {
 // stage messages carry the routing for the load-balancing loss; recompute
 // = selective | full re-runs what it does for dense blocks (full: the MoE
 // layer too, model_pass.c moe_recompute); ZeRO-1 composes with ep (the
-// experts' optimizer state over expert_dp, optimizer.h). CP, the
-// split-backward schedules, ZeRO-2/3 and FP8 come later: refused by name here.
+// experts' optimizer state over expert_dp, optimizer.h); under cp each rank
+// routes its own rows of every sequence, the load-balancing statistics
+// summed over the cp ranks (model_pass.c). The split-backward schedules,
+// ZeRO-2/3 and FP8 come later: refused by name here.
 static enum status check_moe(const struct config *cfg, const char *file, struct error *err) {
     const struct model_config *m = &cfg->model;
     const struct parallel_config *p = &cfg->parallel;
@@ -92,7 +94,7 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
                          "not the data ranks; use zero_stage = 0 or 1", file, KT("parallel", "ep"),
                          KT("parallel", "zero_stage"));
     const char *later = "the mixture-of-experts decoder runs under dp, ep, tp (with or without "
-                        "sequence parallelism), pp (1f1b, interleaved or not), ZeRO-1 and any "
+                        "sequence parallelism), cp, pp (1f1b, interleaved or not), ZeRO-1 and any "
                         "recompute for now; this comes later";
     if (m->moe_top_k > m->moe_experts)
         return error_set(err, bad, "%s: moe_top_k must be at most moe_experts: %s; %s", file,
@@ -104,9 +106,6 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
     if (m->moe_shared_experts == 0 && m->moe_shared_ffn_dim)
         return error_set(err, bad, "%s: moe_shared_ffn_dim is set without a shared expert: %s; %s",
                          file, KT("model", "moe_shared_ffn_dim"), KT("model", "moe_shared_experts"));
-    if (MAX(1, p->cp) > 1)
-        return error_set(err, bad, "%s: %s with %s: %s", file, KT("model", "moe_experts"),
-                         KT("parallel", "cp"), later);
     // the interleaved schedule is 1f1b's table at virtual_stages > 1 (pipeline.h), which runs
     if (pipeline_schedule_splits(p->pp_schedule))
         return error_set(err, bad, "%s: %s with %s (the split B/W backward is not built for the "

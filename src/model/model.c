@@ -580,10 +580,9 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
         // expert parallelism: the buffers' row bounds (moe_rows_recv_max);
         // the groups come with model_set_groups
         m->moe.ep = (struct moe_ep){.size = MAX(1, shard->ep_size), .rank = shard->ep_rank};
-        if (cp > 1 || shard->split_backward)
+        if (shard->split_backward)
             return error_set(err, STATUS_BAD_INPUT, "model: the mixture-of-experts blocks need "
-                             "cp 1 (found %d) and no split backward (found %d) for now", cp,
-                             (int)shard->split_backward);
+                             "a fused backward (no split B/W schedule) for now");
     }
     m->sp = shard->sequence_parallel && shard->tp_size > 1;
     if (m->sp && m->N % shard->tp_size)

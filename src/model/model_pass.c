@@ -985,9 +985,13 @@ void model_moe_topk(struct model *m, int slot, int block, int32_t *out) {
 // are in the LM loss: the gradients are scaled by loss_scale N (loss_scale
 // = the LM loss's d loss / d token loss, times the fp16 loss scale), so the
 // aux term of a step is the mean over its microbatches when no target is
-// ignored. Logs them (model_moe_stats_take): the loss and the microbatch on
-// the last virtual stage, each chunk its blocks' z-losses, drops and
-// routing; on TP rank 0 only (the TP ranks run the same MoE layers); not
+// ignored. Under context parallelism the microbatch is cp ranks' N rows:
+// `all` holds the cp ranks' sums (backward_chunk), the load-balancing loss
+// is over their cp N rows and each rank's z-loss a mean over its N (its
+// gradient scaled by 1 / cp). Logs them (model_moe_stats_take): the loss and
+// the microbatch on the last virtual stage, each chunk its blocks' z-losses,
+// drops and routing (every cp rank: the microbatch counted cp times, the
+// means unchanged); on TP rank 0 only (the TP ranks run the same MoE layers); not
 // for a loss scale of 0 (the backward of a pipeline's evaluation pass,
 // train_step.c, or a step with no target: the terms add nothing).
 static void moe_losses(struct model *m, struct slot *S, int chunk,
@@ -995,14 +999,15 @@ static void moe_losses(struct model *m, struct slot *S, int chunk,
     int nl = model_chunk_layers(m, chunk), b0 = m->block0[chunk], E = m->moe.E;
     double *log = m->shard.tp_rank == 0 && all->loss_scale != 0 ? m->moe_log : NULL;
     struct moe_stats model_st = {0}, *one = &model_st; // the model's MoE blocks as one layer
-    one->N = m->n_moe_model * m->N, one->E = E;
+    int Nm = m->N * m->cp; // the microbatch's rows
+    one->N = m->n_moe_model * Nm, one->E = E;
     for (int e = 0; e < E; e++)
         one->routed[e] = (int32_t)all->routed[e], one->prob_sum[e] = all->prob_sum[e];
     double aux = moe_aux_loss_layers(&one, 1, m->moe.aux_coeff);
     if (log && model_chunk_last(m, chunk)) log[0] += 1, log[1] += aux;
     int l0 = m->shard.layer_begin[chunk], j = 0; // the chunk's first MoE block among the model's
     while (j < m->n_moe_model && m->moe_layer[j] < l0) j++;
-    double w = all->loss_scale * m->N;
+    double w = all->loss_scale * Nm;
     for (int i = 0; i < nl; i++) {
         if (!m->blocks[b0 + i].is_moe) continue;
         struct moe_stats *st = &S->moe_st[i];
@@ -1014,7 +1019,7 @@ static void moe_losses(struct model *m, struct slot *S, int chunk,
             for (int e = 0; e < E; e++) log[4 + (size_t)j * E + e] += st->routed[e];
         }
         for (int e = 0; e < E; e++) st->aux_grad[e] = one->aux_grad[e] * w;
-        st->z_grad *= w;
+        st->z_grad *= w / m->cp; // z_coeff / N of this rank's rows: the microbatch's mean
         j++;
     }
 }
@@ -1075,6 +1080,18 @@ static void backward_chunk(struct model *m, int chunk, int slot, int wslot, doub
         if (model_chunk_last(m, chunk)) {
             moe_route_add(m, S, chunk, &all);
             all.loss_scale = loss_scale;
+            // Under context parallelism the microbatch's rows are spread over
+            // the cp ranks: their routing sums, so that every cp rank's
+            // auxiliary gradients are the whole microbatch's (as at cp 1)
+            if (m->cp > 1) {
+                struct comm_group *cp = parallel_host_group(m->groups.cp, m->groups.host_cp);
+                double t[2 * MOE_MAX_EXPERTS];
+                memcpy(t, all.routed, m->moe.E * sizeof *t);
+                memcpy(t + m->moe.E, all.prob_sum, m->moe.E * sizeof *t);
+                comm_all_reduce(cp, t, 2 * (size_t)m->moe.E, DTYPE_FP64, COMM_SUM);
+                memcpy(all.routed, t, m->moe.E * sizeof *t);
+                memcpy(all.prob_sum, t + m->moe.E, m->moe.E * sizeof *t);
+            }
         } else {
             moe_tail_in(m, &all, dout);
         }

@@ -65,7 +65,7 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
 # whole MoE layer and its activations for all N rows); expert parallelism (the
 # twelfth field: ep) at (1,1,4), ep 4, in fp32, and ep 2 with ZeRO-1.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2"
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2 1,1,2,0,0,true,0,1,2,1f1b,moe,2"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "full fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,2,0,0,true,0,1,1,1f1b,moe,2 1,1,4,0,0,true,0,1,1,1f1b,moe,4"

