@@ -230,6 +230,8 @@ static int print_config(const struct train_args *o) {
         fprintf(stderr, "trident: %s\n", err.msg);
         return st;
     }
+    char unread[2048];
+    if (config_unread_keys(&cfg, unread, sizeof unread)) fprintf(stderr, "trident: warning: %s\n", unread);
     config_print_origins(&cfg, stdout);
     if (infer_dp)
         printf("# parallel.dp = 0 (infer): dp = world size / (tp * cp * pp) at run time; shown as 1\n");
@@ -250,7 +252,18 @@ int cmd_train(int argc, char **argv) {
     struct train_args o = {0};
     struct error perr = {0};
     if (cli_parse(&cli_train, argc, argv, &o, &perr)) {
-        fprintf(stderr, "trident train: %s\n(trident train --help for usage)\n", perr.msg);
+        // A Megatron-LM flag (--tensor-model-parallel-size 2) is an override here.
+        char hint[512] = "";
+        for (int i = 1; i < argc && !hint[0]; i++)
+            if (argv[i][0] == '-' && strstr(perr.msg, argv[i])) {
+                char name[64];
+                snprintf(name, sizeof name, "%.*s", (int)strcspn(argv[i], "="), argv[i]);
+                if (config_alias_hint(name, hint, sizeof hint)) {
+                    size_t k = strlen(hint);
+                    snprintf(hint + k, sizeof hint - k, " (overrides are written section.key=value)");
+                }
+            }
+        fprintf(stderr, "trident train: %s%s\n(trident train --help for usage)\n", perr.msg, hint);
         cli_free(&cli_train, &o);
         return perr.status;
     }

@@ -63,9 +63,37 @@ static int name_closeness(const char *typo, const char *known) {
     return -1;
 }
 
+bool config_alias_hint(const char *key, char *buf, size_t n) {
+    char norm[64];
+    size_t len = 0;
+    const char *raw = key;
+    while (*key == '-') key++;
+    for (; *key && len + 1 < sizeof norm; key++) norm[len++] = *key == '-' ? '_' : *key;
+    norm[len] = '\0';
+    for (int a = 0; a < config_n_aliases; a++) {
+        const struct config_alias *al = &config_aliases[a];
+        if (strcasecmp(norm, al->name) && !(al->flag && !strcmp(raw, al->flag))) continue;
+        char flag[80];
+        if (al->flag) snprintf(flag, sizeof flag, "llm.c's %s (%s)", al->flag, al->name);
+        else {
+            size_t k = (size_t)snprintf(flag, sizeof flag, "Megatron-LM's --");
+            for (const char *p = al->name; *p && k + 1 < sizeof flag; p++) flag[k++] = *p == '_' ? '-' : *p;
+            flag[k] = '\0';
+        }
+        if (al->target)
+            snprintf(buf, n, "; %s is %s here%s%s%s", flag, al->target, al->note ? " (" : "",
+                     al->note ? al->note : "", al->note ? ")" : "");
+        else snprintf(buf, n, "; %s has no key here: %s", flag, al->note);
+        return true;
+    }
+    return false;
+}
+
 // "; did you mean train.lr?" for the closest key (same section preferred), or
-// "; keys of [train]: ..." when none is close.
+// "; keys of [train]: ..." when none is close. Another trainer's name for a
+// key (config_aliases) is answered with trident's key instead.
 static void suggest_key(const char *section, const char *key, char *buf, size_t n) {
+    if (config_alias_hint(key, buf, n)) return;
     int best = -1, best_score = INT_MAX;
     for (int i = 0; i < config_n_keys; i++) {
         int d = name_closeness(key, config_keys[i].key);
@@ -523,7 +551,10 @@ static int load_handler(void *user, const char *section_in, const char *name, co
     snprintf(section, sizeof section, "%s", skip_space(section_in));
     strip_right(section);
     if (!section[0]) {
-        error_set(c->err, STATUS_BAD_INPUT, "%s: key '%s' comes before any [section] header", where, name);
+        char hint[512] = "";
+        config_alias_hint(name, hint, sizeof hint);
+        error_set(c->err, STATUS_BAD_INPUT, "%s: key '%s' comes before any [section] header%s", where, name,
+                  hint);
         c->failed = true;
         return 0;
     }
@@ -588,8 +619,13 @@ static enum status apply_override(struct config *cfg, int n, const char *arg, st
     snprintf(where, sizeof where, "command line argument %d '%.100s'", n, arg);
     const char *eq = strchr(arg, '=');
     const char *dot = eq ? memchr(arg, '.', (size_t)(eq - arg)) : NULL;
-    if (!eq || !dot)
-        return error_set(err, STATUS_BAD_INPUT, "%s: expected section.key=value, e.g. train.lr=3e-4", where);
+    if (!eq || !dot) {
+        char name[64], hint[512] = "";
+        snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - arg : (ptrdiff_t)strlen(arg)), arg);
+        config_alias_hint(name, hint, sizeof hint);
+        return error_set(err, STATUS_BAD_INPUT, "%s: expected section.key=value, e.g. train.lr=3e-4%s", where,
+                         hint);
+    }
     char section[64], key[64], value[CONFIG_PATH_MAX + 64];
     snprintf(section, sizeof section, "%.*s", (int)(dot - arg), arg);
     snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
@@ -721,7 +757,9 @@ static const char docs_header[] =
     "  2 for a bad config). A run saves the same resolved config as `config.ini` in\n"
     "  its `[log] run_dir`.\n"
     "- `[section]` headers and `key = value` lines. Values are not quoted. A key may\n"
-    "  appear once per file. Unknown sections and keys are errors.\n"
+    "  appear once per file. Unknown sections and keys are errors; a close key is\n"
+    "  suggested, and a Megatron-LM or llm.c name is answered with trident's key\n"
+    "  (the last section below).\n"
     "- A full-line comment starts with `#` or `;`. An inline comment is `#` or `;`\n"
     "  preceded by whitespace and runs to the end of the line. Any other text after a\n"
     "  value is part of it: `steps = 100 total` and `steps = 100abc` are errors.\n"
@@ -793,5 +831,24 @@ void config_write_docs(FILE *f) {
                     value[0] ? "`" : "", value[0] ? value : "(unset)", value[0] ? "`" : "", range, k->unit,
                     k->doc);
         }
+    }
+    fputs("\n## Names from Megatron-LM and llm.c\n\n"
+          "An unknown key spelt as one of these (Megatron-LM's argument with `_` for `-`, or\n"
+          "llm.c's variable; case and `-` for `_` do not matter) is refused naming trident's\n"
+          "key. Names trident shares (`lr`, `seed`, `zero_stage`, ...) are not listed.\n\n"
+          "| name | Megatron-LM / llm.c flag | trident key | note |\n|---|---|---|---|\n", f);
+    // The name column without backquotes: `| \`key\` |` rows are the key tables'
+    // (tests/e2e/train_print_config.sh reads them).
+    for (int a = 0; a < config_n_aliases; a++) {
+        const struct config_alias *al = &config_aliases[a];
+        char flag[80];
+        if (al->flag) snprintf(flag, sizeof flag, "llm.c `%s`", al->flag);
+        else {
+            size_t k = (size_t)snprintf(flag, sizeof flag, "`--");
+            for (const char *p = al->name; *p && k + 2 < sizeof flag; p++) flag[k++] = *p == '_' ? '-' : *p;
+            snprintf(flag + k, sizeof flag - k, "`");
+        }
+        fprintf(f, "| %s | %s | %s%s%s | %s |\n", al->name, flag, al->target ? "`" : "",
+                al->target ? al->target : "(none)", al->target ? "`" : "", al->note ? al->note : "");
     }
 }

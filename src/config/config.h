@@ -252,6 +252,26 @@ extern const struct config_key config_keys[];
 extern const int config_n_keys;
 extern const char *const config_sections[]; // NULL-terminated, in file order
 
+// Another trainer's name for a setting, so that an unknown key written as
+// Megatron-LM or llm.c spells it is answered with trident's key (config.c's
+// unknown-key messages): "Megatron-LM's --moe-router-topk is model.moe_top_k
+// here". Only settings whose meaning is the same are listed; note says what
+// differs (a unit, a value to write) or, with target NULL, why there is no key.
+struct config_alias {
+    const char *name;   // as written in an INI: Megatron-LM's argument with '_', llm.c's variable
+    const char *flag;   // llm.c's flag ("-l"); NULL: Megatron-LM's --name with '-' for '_'
+    const char *target; // "section.key" or "section.key = value"; NULL: none
+    const char *note;   // NULL, or the difference
+};
+extern const struct config_alias config_aliases[];
+extern const int config_n_aliases;
+// "; Megatron-LM's --moe-router-topk is model.moe_top_k here" into buf when
+// key is the name of a config_aliases row (compared without case, '-' read as
+// '_', leading dashes dropped: `--moe-router-topk` finds it too) or an llm.c
+// flag ("-l"); false, buf untouched, when it is none. The unknown-key
+// messages of config_load end so.
+bool config_alias_hint(const char *key, char *buf, size_t n);
+
 // ---- API ----------------------------------------------------------------------
 
 // Fills every value with its default (the table's def) and origins with 0.
@@ -280,6 +300,15 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 // checked by dataset_open, which reads index.ini.
 enum status config_validate(struct config *cfg, int world_size, bool has_cuda,
                             struct error *err);
+
+// Keys set to another value than their default that the rest of the config
+// leaves unread: [precision] fp8_scaling, fp8_amax_history_len,
+// fp8_amax_compute, fp8_margin and fp8_skip_layers with fp8 = none. Not an
+// error (a user toggles fp8 and keeps the rest); `trident train` prints the
+// text as a warning at start (rank 0, stderr). Writes into buf a sentence
+// naming each such key, its value and origin, and the key that makes them
+// unread ("" when none). Returns how many keys it names.
+int config_unread_keys(const struct config *cfg, char *buf, size_t n);
 
 // The blocks [precision] fp8_skip_layers keeps in bf16: the first *first and
 // the last *last of the model's n_layers (0, 0 without fp8).

@@ -411,6 +411,122 @@ const struct config_key config_keys[] = {
 
 const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 
+// Megatron-LM's arguments (megatron/training/arguments.py and the config
+// dataclasses it builds flags from: TransformerConfig, TrainingConfig, ...;
+// checked against its main branch of 2026-08) and llm.c's train_gpt2.cu flags
+// whose meaning is that of a trident key, for config.c's unknown-key
+// messages. Names trident shares (lr, min_lr, seed, weight_decay, adam_eps,
+// micro_batch_size, global_batch_size, sequence_parallel, zero_stage,
+// moe_aux_loss_coeff, moe_z_loss_coeff, fp8_margin, fp8_amax_history_len, ...)
+// are left out: the edit-distance suggestion finds them in their section.
+#define MEG(name_, target_, note_) {.name = name_, .flag = NULL, .target = target_, .note = note_}
+#define LLMC(name_, flag_, target_, note_) {.name = name_, .flag = flag_, .target = target_, .note = note_}
+const struct config_alias config_aliases[] = {
+    // [model]
+    MEG("num_layers", "model.n_layers", NULL),
+    MEG("hidden_size", "model.d_model", NULL),
+    MEG("ffn_hidden_size", "model.ffn_dim", NULL),
+    MEG("num_attention_heads", "model.n_heads", NULL),
+    MEG("num_query_groups", "model.n_kv_heads", NULL),
+    MEG("group_query_attention", NULL,
+        "grouped-query attention is on whenever model.n_kv_heads < model.n_heads"),
+    MEG("kv_channels", "model.head_dim", NULL),
+    MEG("max_position_embeddings", "model.max_seq_len", NULL),
+    MEG("rotary_base", "model.rope_theta", NULL),
+    MEG("use_rope_scaling", "model.rope_scaling = llama3", NULL),
+    MEG("norm_epsilon", "model.norm_eps", NULL),
+    MEG("init_method_std", "model.init_std", NULL),
+    MEG("untie_embeddings_and_output_weights", "model.tie_embeddings = false", NULL),
+    MEG("qk_layernorm", "model.qk_norm", NULL),
+    MEG("add_qkv_bias", "model.qkv_bias", NULL),
+    MEG("recompute_granularity", "model.recompute", NULL),
+    MEG("num_experts", "model.moe_experts", NULL),
+    MEG("moe_router_topk", "model.moe_top_k", NULL),
+    MEG("moe_ffn_hidden_size", "model.moe_ffn_dim", NULL),
+    MEG("moe_shared_expert_intermediate_size", "model.moe_shared_ffn_dim",
+        "with model.moe_shared_experts = 1"),
+    MEG("moe_shared_expert_gate", "model.moe_shared_gate", NULL),
+    MEG("moe_expert_capacity_factor", "model.moe_capacity_factor", "0 is dropless, Megatron-LM's unset"),
+    MEG("moe_router_load_balancing_type", NULL,
+        "the one load-balancing loss is model.moe_aux_loss_coeff's, 0 turns it off"),
+    MEG("finetune", "model.init_from = CHECKPOINT",
+        "a fresh run from its weights: step 0, a new optimizer"),
+    // [train]
+    MEG("seq_length", "train.seq_len", NULL),
+    MEG("train_iters", "train.steps", NULL),
+    MEG("lr_warmup_iters", "train.warmup_steps", NULL),
+    MEG("lr_decay_style", "train.lr_schedule", NULL),
+    MEG("clip_grad", "train.grad_clip", NULL),
+    MEG("adam_beta1", "train.beta1", NULL),
+    MEG("adam_beta2", "train.beta2", NULL),
+    MEG("eval_interval", "train.eval_every", NULL),
+    MEG("eval_iters", "train.eval_steps", NULL),
+    MEG("exit_duration_in_mins", "train.exit_duration_mins", NULL),
+    MEG("override_opt_param_scheduler", "train.override_schedule = true", NULL),
+    // [data]
+    MEG("data_path", "data.path", "a folder of `trident prep` shards; a weighted blend is data.paths"),
+    MEG("reset_position_ids", "data.packing = concat_reset",
+        "which also resets the attention mask, as --reset-attention-mask"),
+    MEG("reset_attention_mask", "data.packing = concat_reset",
+        "which also resets the position ids, as --reset-position-ids"),
+    // [parallel]
+    MEG("tensor_model_parallel_size", "parallel.tp", NULL),
+    MEG("pipeline_model_parallel_size", "parallel.pp", NULL),
+    MEG("context_parallel_size", "parallel.cp", NULL),
+    MEG("expert_model_parallel_size", "parallel.ep", NULL),
+    MEG("num_virtual_stages_per_pipeline_rank", "parallel.virtual_stages", NULL),
+    MEG("num_layers_per_virtual_pipeline_stage", "parallel.virtual_stages",
+        "counted in model chunks per pipeline rank: n_layers / (pp x layers per chunk)"),
+    MEG("use_distributed_optimizer", "parallel.zero_stage = 1", NULL),
+    // [precision]
+    MEG("bf16", "precision.dtype = bf16", NULL),
+    MEG("fp16", "precision.dtype = fp16", NULL),
+    MEG("grad_reduce_in_bf16", "precision.grad_dtype = bf16", NULL),
+    MEG("fp8_format", "precision.fp8", NULL),
+    MEG("fp8_recipe", "precision.fp8_scaling", "delayed is delayed, tensorwise is current"),
+    MEG("fp8_amax_compute_algo", "precision.fp8_amax_compute", NULL),
+    MEG("first_last_layers_bf16", "precision.fp8_skip_layers",
+        "first,last, or a count N: N blocks at each end"),
+    MEG("num_layers_at_start_in_bf16", "precision.fp8_skip_layers = N", "N blocks at each end"),
+    MEG("num_layers_at_end_in_bf16", "precision.fp8_skip_layers = N", "N blocks at each end"),
+    MEG("initial_loss_scale", "precision.loss_scale_initial", NULL),
+    MEG("min_loss_scale", "precision.loss_scale_min", NULL),
+    MEG("loss_scale_window", "precision.loss_scale_growth_interval", NULL),
+    // [checkpoint]
+    MEG("save", "checkpoint.dir", NULL),
+    MEG("load", "checkpoint.dir",
+        "resume = auto, the default, continues from its latest; checkpoint.resume = FOLDER reads one "
+        "step-N folder"),
+    MEG("save_interval", "checkpoint.every", NULL),
+    MEG("async_save", "checkpoint.async", NULL),
+    // [log]
+    MEG("log_interval", "log.every", NULL),
+    MEG("tensorboard_dir", "log.run_dir",
+        "its TensorBoard event files; log.tensorboard = false turns them off"),
+    // llm.c (train_gpt2.cu's usage text)
+    LLMC("B", "-b", "train.micro_batch_size", NULL),
+    LLMC("T", "-t", "train.seq_len", NULL),
+    LLMC("total_batch_size", "-d", "train.global_batch_size", "counted in sequences: tokens / seq_len"),
+    LLMC("max_steps", "-x", "train.steps", NULL),
+    LLMC("learning_rate", "-l", "train.lr", NULL),
+    LLMC("warmup_iterations", "-u", "train.warmup_steps", NULL),
+    LLMC("final_learning_rate_frac", "-q", "train.min_lr", "a rate: lr x the fraction"),
+    LLMC("lr_scheduler_type", "-k", "train.lr_schedule", NULL),
+    LLMC("val_loss_every", "-v", "train.eval_every", NULL),
+    LLMC("val_max_steps", "-m", "train.eval_steps", NULL),
+    LLMC("genT", "-g", "train.sample_tokens", NULL),
+    LLMC("train_data_pattern", "-i", "data.path", "a folder of `trident prep` shards"),
+    LLMC("val_data_pattern", "-j", NULL,
+         "the validation split is in data.path's folder (`trident prep --val-fraction`)"),
+    LLMC("checkpoint_every", "-n", "checkpoint.every", NULL),
+    LLMC("checkpoints_keep", "-nk", "checkpoint.keep_last", NULL),
+    LLMC("output_log_dir", "-o", "log.run_dir", NULL),
+};
+#undef MEG
+#undef LLMC
+
+const int config_n_aliases = (int)(sizeof config_aliases / sizeof config_aliases[0]);
+
 _Static_assert(sizeof config_keys / sizeof config_keys[0] <= CONFIG_MAX_KEYS,
                "raise CONFIG_MAX_KEYS in config.h");
 // The parser stores enums through an int *.

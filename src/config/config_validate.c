@@ -120,6 +120,34 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
     return STATUS_OK;
 }
 
+int config_unread_keys(const struct config *cfg, char *buf, size_t n) {
+    // The keys only the FP8 linear layers read (docs/design.md §5 "FP8").
+    static const char *const fp8_keys[] = {"fp8_scaling", "fp8_amax_history_len", "fp8_amax_compute",
+                                           "fp8_margin", "fp8_skip_layers"};
+    buf[0] = '\0';
+    if (cfg->precision.fp8 != FP8_NONE) return 0;
+    // Against the default, as check_rope_scaling: a run folder's config.ini
+    // writes every key, and its defaults must load without a warning.
+    struct config def;
+    config_defaults(&def);
+    int count = 0;
+    size_t len = 0;
+    for (size_t k = 0; k < sizeof fp8_keys / sizeof fp8_keys[0] && len < n; k++) {
+        int i = config_key_index("precision", fp8_keys[k]);
+        CHECK(i >= 0, "no key precision.%s", fp8_keys[k]);
+        char a[CONFIG_PATH_MAX + 16], b[CONFIG_PATH_MAX + 16];
+        if (!strcmp(config_format_value(cfg, i, a, sizeof a), config_format_value(&def, i, b, sizeof b)))
+            continue;
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", count ? ", " : "", KT("precision", fp8_keys[k]));
+        count++;
+    }
+    if (count && len < n)
+        snprintf(buf + len, n - len, ": %s no effect with %s; only FP8 linear layers read %s "
+                 "(precision.fp8 = hybrid or e4m3)", count > 1 ? "have" : "has", KT("precision", "fp8"),
+                 count > 1 ? "them" : "it");
+    return count;
+}
+
 // [precision] fp8 (docs/design.md §5 "FP8"): on top of bf16 only (the FP8
 // GEMMs read BF16 activations and write BF16 outputs, and the scales assume
 // fp32's exponent range: no fp16 loss scale under them), a whole count of

@@ -620,6 +620,9 @@ static void print_banner(const struct trainer *t) {
                 "preemption signal (SIGUSR1 or SIGTERM: the time limit's --signal, scancel) stops every rank "
                 "with exit 3 and nothing saved, and a requeued job starts again from step 0; set "
                 "checkpoint.dir=FOLDER or leave it unset (the run folder's)\n", job);
+    // Keys the config sets but nothing reads (fp8 = none): a warning, not an error.
+    char unread[2048];
+    if (config_unread_keys(c, unread, sizeof unread)) fprintf(stderr, "trident: warning: %s\n", unread);
     if (t->par.topo.has_device_groups)
         printf("communication: NCCL for device buffers (tensor, context, data, expert, embedding "
                "groups; pipeline messages %s), MPI for host scalars\n",

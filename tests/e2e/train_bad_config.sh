@@ -62,6 +62,9 @@ cases=(
 "missing dataset|set data.path=/nonexistent/shards||/nonexistent/shards"
 "override without =||train.steps|train.steps"
 "override unknown key||train.stepss=5|stepss.*did you mean"
+"Megatron-LM name|set model.moe_router_topk=2||unknown key 'moe_router_topk' in \\[model\\]; Megatron-LM's --moe-router-topk is model.moe_top_k here"
+"Megatron-LM name of another section|set model.tensor_model_parallel_size=2||Megatron-LM's --tensor-model-parallel-size is parallel.tp here"
+"Megatron-LM flag on the command line||--num-layers 4|Megatron-LM's --num-layers is model.n_layers here"
 "override without section||steps=5|steps=5"
 "override bad value||train.lr=fast|train.lr.*fast"
 "cuda in cpu build||system.device=cuda|no CUDA|cuda"
@@ -122,6 +125,18 @@ if [ "$rc" -ne 2 ] || ! grep -q "differs from rank 0's: rank 0 has \`lr = 0.001\
     echo "FAIL [ranks with different configs]: exit $rc in $ms ms"; head -5 <<<"$out"; fail=1
 else
     echo "ok   [ranks with different configs] ($(grep -m1 "differs" <<<"$out" | cut -c1-150))"
+fi
+# [precision] fp8 sub-keys set while fp8 = none are read by nothing: the run
+# trains (exit 0) and rank 0 alone says so once on stderr, naming the keys.
+rc=0; timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "$base" log.run_dir="$tmp/fp8-none" checkpoint.dir=none \
+    train.steps=1 train.warmup_steps=0 precision.fp8_margin=2 precision.fp8_scaling=current \
+    >"$tmp/fp8-none.out" 2>"$tmp/fp8-none.err" || rc=$?
+want="trident: warning: precision.fp8_scaling = current \(command line argument 6\), precision.fp8_margin = 2 \(command line argument 5\): have no effect with precision.fp8 = none \(default\)"
+if [ "$rc" -ne 0 ] || [ "$(grep -cE -- "$want" "$tmp/fp8-none.err")" -ne 1 ]; then
+    echo "FAIL [fp8 keys with fp8 = none]: exit $rc, $(grep -cE -- "$want" "$tmp/fp8-none.err") warnings (want 1):"
+    tail -5 "$tmp/fp8-none.err"; fail=1
+else
+    echo "ok   [fp8 keys with fp8 = none] ($(grep -m1 -E -- "$want" "$tmp/fp8-none.err" | cut -c1-150))"
 fi
 echo "$n cases"
 [ "$n" -ge 25 ] || { echo "FAIL: fewer than 25 cases"; fail=1; }

@@ -6,7 +6,8 @@
 # that file and the line grep finds it on, an override names its argument,
 # a key the file leaves out says default. The printed text loads back (it is
 # an INI file whose origins are inline comments) to the same values. A bad
-# config exits 2 naming the key; no run folder is made.
+# config exits 2 naming the key; no run folder is made. FP8 keys that
+# precision.fp8 = none leaves unread are a warning on stderr, not an error.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -71,4 +72,11 @@ diff <("$TRIDENT" train --print-config "$ini" train.lr=1e-3) "$tmp/late.ini" > /
 rc=0
 bad=$("$TRIDENT" train --print-config "$ini" model.init_std=1e300 2>&1 >/dev/null) || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'model.init_std = 1e+300' <<<"$bad" || fail "bad config: exit $rc: $bad"
+# FP8 keys set while precision.fp8 = none: exit 0, the config printed, a
+# warning naming them on stderr (not on stdout, which stays an INI file).
+rc=0
+"$TRIDENT" train --print-config "$ini" precision.fp8_amax_history_len=16 >"$tmp/fp8.ini" 2>"$tmp/fp8.err" || rc=$?
+[ "$rc" -eq 0 ] && grep -q '^fp8_amax_history_len = 16 ' "$tmp/fp8.ini" &&
+    grep -q '^trident: warning: precision.fp8_amax_history_len = 16 (command line argument 1): has no effect with precision.fp8 = none' "$tmp/fp8.err" &&
+    ! grep -q 'warning' "$tmp/fp8.ini" || fail "fp8 keys with fp8 = none: exit $rc: $(cat "$tmp/fp8.err")"
 echo "PASS: train_print_config"

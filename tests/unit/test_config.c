@@ -3,8 +3,10 @@
 // §10 key contract, and a table of bad configs that must each fail with exit
 // status 2 and a message naming where, which key, the value and the expectation.
 // `test_config --write-docs` regenerates docs/config.md from the key table.
+#include <ctype.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -471,6 +473,25 @@ static const struct bad_case bad_cases[] = {
      {"model.rope_original_max_pos = 8", "is not read by", "model.rope_scaling = linear"}},
     {"rope factor 0", NULL, {"model.rope_scaling=linear", "model.rope_scaling_factor=0"}, 1,
      {"model.rope_scaling_factor"}},
+    // Another trainer's names (config_aliases): trident's key named, in its own section.
+    {"megatron name", "[model]\nmoe_router_topk = 2\n", {0}, 1,
+     {"@:2: unknown key 'moe_router_topk' in [model]; Megatron-LM's --moe-router-topk is model.moe_top_k here"}},
+    {"megatron name of another section", "[model]\ntensor_model_parallel_size = 2\n", {0}, 1,
+     {"@:2", "'tensor_model_parallel_size' in [model]", "Megatron-LM's --tensor-model-parallel-size is parallel.tp here"}},
+    {"megatron name with dashes", NULL, {"parallel.pipeline-model-parallel-size=2"}, 1,
+     {"argument 1", "Megatron-LM's --pipeline-model-parallel-size is parallel.pp here"}},
+    {"megatron flag with a value", "[precision]\nbf16 = true\n", {0}, 1,
+     {"@:2", "Megatron-LM's --bf16 is precision.dtype = bf16 here"}},
+    {"megatron name with a note", "[parallel]\nnum_layers_per_virtual_pipeline_stage = 2\n", {0}, 1,
+     {"@:2", "is parallel.virtual_stages here (counted in model chunks per pipeline rank"}},
+    {"megatron name without a key", "[model]\nmoe_router_load_balancing_type = aux_loss\n", {0}, 1,
+     {"@:2", "Megatron-LM's --moe-router-load-balancing-type has no key here", "model.moe_aux_loss_coeff"}},
+    {"megatron name before any section", "num_layers = 2\n", {0}, 1,
+     {"@:1", "'num_layers' comes before any [section] header", "Megatron-LM's --num-layers is model.n_layers here"}},
+    {"megatron override without section", NULL, {"tensor_model_parallel_size=2"}, 1,
+     {"argument 1", "expected section.key=value", "Megatron-LM's --tensor-model-parallel-size is parallel.tp here"}},
+    {"llm.c name", "[train]\nlearning_rate = 0.1\n", {0}, 1, {"@:2", "llm.c's -l (learning_rate) is train.lr here"}},
+    {"llm.c name upper case", "[train]\nB = 4\n", {0}, 1, {"@:2", "llm.c's -b (B) is train.micro_batch_size here"}},
 };
 
 // The fp32 bounds let the largest sane values through: init_std just below
@@ -622,6 +643,81 @@ static void test_bad_inputs(void) {
            "head size 512 is fine on the cpu: %s", err.msg);
 }
 
+// ---- other trainers' names, keys nothing reads -------------------------------------
+
+// The alias table's rows against the key table: no name is a trident key (it
+// would never reach the unknown-key message), names are unique, each target
+// names a key, and a target with a value (section.key = value) loads; a row
+// without a target says why.
+static void test_aliases(void) {
+    EXPECT(config_n_aliases >= 40, "alias rows: %d", config_n_aliases);
+    for (int a = 0; a < config_n_aliases; a++) {
+        const struct config_alias *al = &config_aliases[a];
+        for (int i = 0; i < config_n_keys; i++)
+            EXPECT(strcasecmp(al->name, config_keys[i].key), "alias %s is the key %s.%s", al->name,
+                   config_keys[i].section, config_keys[i].key);
+        for (int b = 0; b < a; b++)
+            EXPECT(strcasecmp(al->name, config_aliases[b].name), "alias %s twice", al->name);
+        if (!al->target) {
+            EXPECT(al->note && al->note[0], "alias %s: no target and no note", al->name);
+            continue;
+        }
+        char sec[32], key[64], value[64] = "";
+        int got = sscanf(al->target, "%31[a-z].%63[a-z0-9_] = %63s", sec, key, value);
+        EXPECT(got >= 2 && config_key_index(sec, key) >= 0, "alias %s: target '%s' is no key", al->name,
+               al->target);
+        if (got == 3 && islower((unsigned char)value[0])) { // "CHECKPOINT", "N": placeholders
+            char over[160];
+            snprintf(over, sizeof over, "%s.%s=%s", sec, key, value);
+            char *ov[] = {over};
+            struct config c;
+            struct error err = {0};
+            EXPECT(config_load(NULL, 1, ov, &c, &err) == STATUS_OK, "alias %s: %s: %s", al->name, over, err.msg);
+        }
+    }
+    char hint[256] = "untouched";
+    EXPECT(!config_alias_hint("steps", hint, sizeof hint) && !strcmp(hint, "untouched"), "no hint for steps");
+    EXPECT(config_alias_hint("--MOE-ROUTER-TOPK", hint, sizeof hint) &&
+               !strcmp(hint, "; Megatron-LM's --moe-router-topk is model.moe_top_k here"),
+           "dashes and case: '%s'", hint);
+    EXPECT(config_alias_hint("-l", hint, sizeof hint) && !strcmp(hint, "; llm.c's -l (learning_rate) is train.lr here"),
+           "an llm.c flag: '%s'", hint);
+}
+
+// [precision] fp8 sub-keys set while fp8 = none: named by config_unread_keys
+// (a warning at start), not refused.
+static void test_unread_keys(void) {
+    struct config c;
+    struct error err = {0};
+    char text[1024];
+    config_defaults(&c);
+    EXPECT(config_unread_keys(&c, text, sizeof text) == 0 && !text[0], "defaults: '%s'", text);
+    const char *ov[] = {"precision.fp8_margin=2", "precision.fp8_scaling=current", "precision.fp8_skip_layers=1"};
+    EXPECT(load_on(1, &c, &err, 3, ov) == STATUS_OK, "fp8 keys with fp8 = none load and validate: %s", err.msg);
+    EXPECT(config_unread_keys(&c, text, sizeof text) == 3, "three keys: '%s'", text);
+    const char *want[] = {"precision.fp8_scaling = current (command line argument 2), ",
+                          "precision.fp8_margin = 2 (command line argument 1), ",
+                          "precision.fp8_skip_layers = 1 (command line argument 3): ",
+                          "have no effect with precision.fp8 = none (default)", "only FP8 linear layers read them"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        EXPECT(contains(text, want[i]), "'%s' lacks '%s'", text, want[i]);
+    write_tmp("[precision]\nfp8_amax_history_len = 16\n");
+    EXPECT(config_load(tmp_path, 0, NULL, &c, &err) == STATUS_OK && config_unread_keys(&c, text, sizeof text) == 1,
+           "one key: '%s'", text);
+    char one[256];
+    snprintf(one, sizeof one, "precision.fp8_amax_history_len = 16 (%s:2): has no effect", tmp_path);
+    EXPECT(contains(text, one) && contains(text, "read it "), "'%s' lacks '%s'", text, one);
+    // With fp8 on they are read; a key written at its default (a run
+    // folder's config.ini writes every key) is not named.
+    const char *on[] = {"precision.dtype=bf16", "precision.fp8=hybrid", "precision.fp8_margin=2"};
+    EXPECT(load_on(1, &c, &err, 3, on) == STATUS_OK && config_unread_keys(&c, text, sizeof text) == 0,
+           "fp8 = hybrid: '%s' %s", text, err.msg);
+    const char *at_default[] = {"precision.fp8_scaling=delayed", "precision.fp8_amax_history_len=1"};
+    EXPECT(config_load(NULL, 2, (char **)at_default, &c, &err) == STATUS_OK &&
+               config_unread_keys(&c, text, sizeof text) == 0,
+           "keys at their defaults: '%s'", text);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--write-docs")) {
         FILE *f = fopen("docs/config.md", "w");
@@ -654,6 +750,8 @@ int main(int argc, char **argv) {
     test_model_options();
     test_moe_interleaved();
     test_ep_zero1();
+    test_aliases();
+    test_unread_keys();
     unlink(tmp_path);
     return test_finish("test_config");
 }
