@@ -422,8 +422,6 @@ static const struct bad_case bad_cases[] = {
     {"moe with zb-h1", "[model]\nmoe_experts = 4\n[parallel]\npp = 2\npp_schedule = zb-h1\n", {0}, 2,
      {"model.moe_experts = 4 (@:2) with parallel.pp_schedule = zb-h1 (@:5)", "split B/W backward",
       "comes later"}},
-    {"moe with cp", "[model]\nmoe_experts = 4\n[parallel]\ncp = 2\n", {0}, 2,
-     {"with parallel.cp = 2 (@:4)"}},
     {"moe with zero 2", "[model]\nmoe_experts = 4\n[parallel]\ndp = 2\nzero_stage = 2\n", {0}, 2,
      {"with parallel.zero_stage = 2 (@:5)"}},
     {"ep with zero 3", "[model]\nmoe_experts = 4\n[parallel]\ndp = 2\nep = 2\nzero_stage = 3\n", {0}, 2,
