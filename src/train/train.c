@@ -467,15 +467,14 @@ static enum status setup_faults(struct trainer *t, struct error *err) {
 // Samples come from every TP group and pipeline stage (world rank 0 prints;
 // each sample runs on the model's key/value cache, sample.h, whose one row of
 // seq_len positions is allocated here and counted in the run's memory, as
-// `trident plan` counts it); under context parallelism every rank drops the
-// tokenizer (not built). Rank 0 says when samples or validation were asked
-// for and will not run.
+// `trident plan` counts it; under context parallelism each rank decodes the
+// whole sequence alone, model.h). Rank 0 says when samples or validation
+// were asked for and will not run.
 static void setup_samples(struct trainer *t) {
     const struct config *c = &t->cfg;
     struct trainer_data *d = &t->data;
-    bool cp = c->parallel.cp > 1;
     char why[sizeof ((struct error *)0)->msg + 64] = "";
-    if (!(c->train.sample_every > 0 && !cp)) {
+    if (!(c->train.sample_every > 0)) {
         tokenizer_free(d->tok);
         d->tok = NULL;
     }
@@ -500,7 +499,7 @@ static void setup_samples(struct trainer *t) {
         }
     }
     if (is_root(t) && c->train.sample_every > 0 && !d->tok)
-        printf("note: no text samples: %s\n", why[0] ? why : cp ? "not under context parallelism yet"
+        printf("note: no text samples: %s\n", why[0] ? why
                : "no tokenizer (set [data] tokenizer or put tokenizer.json in [data] path)");
     if (is_root(t) && c->train.eval_every > 0 && !d->has_val)
         printf("note: no validation: the dataset's val split has %llu sequences, fewer than one "

@@ -12,7 +12,8 @@
 #      (before issue 28: none under pipeline parallelism), and of the
 #      mixture-of-experts model of tests/e2e/configs/moe.ini under (ep 2, dp 2)
 #      (each sample step's all-to-alls between the two ranks) and (pp 2)
-#      (before: no samples for MoE models, no cache in generate): a greedy sample of
+#      (before: no samples for MoE models, no cache in generate), and under
+#      cp 2 (before: none; every cp rank decodes the whole sequence): a greedy sample of
 #      24 tokens, read from metrics.jsonl's sample record, is what `trident
 #      generate --no-kv-cache` (one process, the window recomputed per token)
 #      and `trident generate` (the cache) continue from its first token on
@@ -36,14 +37,16 @@ small_dataset "$tmp"
 # The (tp 2, pp 2, 2 virtual stages, sp) run, and (tp 1, pp 2) under ZB-V
 # (issue 30: the head on stage 0, stage 1's chunks back to back).
 dense_ini=$SMALL_INI
-# layout: ini tp pp dp steps suffix extra keys (the MoE runs short: any weights do)
-for layout in "$dense_ini 2 2 1 40 - parallel.sequence_parallel=true parallel.virtual_stages=2" \
-    "$dense_ini 1 2 1 40 -zbv parallel.pp_schedule=zbv parallel.virtual_stages=2" \
-    "tests/e2e/configs/moe.ini 1 1 2 8 -moe-ep parallel.ep=2" "tests/e2e/configs/moe.ini 1 2 1 8 -moe-pp"; do
-    read -r SMALL_INI tp pp dp steps sfx extra <<<"$layout"
+# layout: ini tp pp dp cp steps suffix extra keys (the MoE and cp runs short: any weights do)
+for layout in "$dense_ini 2 2 1 1 40 - parallel.sequence_parallel=true parallel.virtual_stages=2" \
+    "$dense_ini 1 2 1 1 40 -zbv parallel.pp_schedule=zbv parallel.virtual_stages=2" \
+    "$dense_ini 1 1 1 2 8 -cp" \
+    "tests/e2e/configs/moe.ini 1 1 2 1 8 -moe-ep parallel.ep=2" "tests/e2e/configs/moe.ini 1 2 1 1 8 -moe-pp"; do
+    read -r SMALL_INI tp pp dp cp steps sfx extra <<<"$layout"
     [ "$sfx" = - ] && sfx=""
+    SMALL_CP=""; [ "$cp" -gt 1 ] && SMALL_CP=$cp
     # shellcheck disable=SC2086
-    small_train "$tmp/run$sfx" "$tmp/ck$sfx" $tp $pp $dp 0 model.n_layers=4 $extra \
+    SMALL_CP=$SMALL_CP small_train "$tmp/run$sfx" "$tmp/ck$sfx" $tp $pp $dp 0 model.n_layers=4 $extra \
         model.tie_embeddings=false train.steps=$steps train.sample_every=$steps train.sample_temperature=0 \
         train.sample_tokens=24 > "$tmp/train.log" 2>&1 || { tail -20 "$tmp/train.log"; fail "(b) $sfx training exited non-zero"; }
     [ "$(jq -s '[.[] | select(.event == "sample")] | length' "$tmp/run$sfx/metrics.jsonl")" -eq 1 ] ||
