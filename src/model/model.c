@@ -25,6 +25,15 @@ static struct tensor carve(struct carver *c, enum dtype dtype, size_t numel) {
     return tensor_view(c->base ? c->base + at : NULL, dtype, numel);
 }
 
+// Carves bytes of MoE buffers (moe.h's activations or scratch, as I32 words)
+// and counts what they take, padding included, in mem.moe_bytes.
+static struct tensor carve_moe(struct carver *c, size_t bytes, size_t *moe_bytes) {
+    size_t at = c->bytes;
+    struct tensor t = carve(c, DTYPE_I32, (bytes + 3) / 4);
+    *moe_bytes += c->bytes - at;
+    return t;
+}
+
 struct dims {
     int C, D, Hl, Hkvl, Fl, Vl, vocab_start, Vvalid, Lloc, max_layers;
     int kv_head0, kv_replicas; // first local key/value head; ranks holding each copy
@@ -294,18 +303,23 @@ static int units_layout(const struct param_info *p, int n, size_t total,
     return k;
 }
 
-enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
-                              struct error *err) {
+enum status model_shard_param_table(const struct llama_config *cfg, const struct model_shard *shard,
+                                    struct param_info **out, int *n, struct error *err) {
     *out = NULL, *n = 0;
-    struct model_shard s = model_shard_full(cfg);
     struct dims d;
-    enum status st = dims_compute(cfg, &s, &d, err);
+    enum status st = dims_compute(cfg, shard, &d, err);
     if (st) return st;
     size_t total;
-    int count = params_layout(cfg, &s, &d, NULL, &total);
+    int count = params_layout(cfg, shard, &d, NULL, &total);
     *out = xcalloc((size_t)count, sizeof **out);
-    *n = params_layout(cfg, &s, &d, *out, &total);
+    *n = params_layout(cfg, shard, &d, *out, &total);
     return STATUS_OK;
+}
+
+enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
+                              struct error *err) {
+    struct model_shard s = model_shard_full(cfg);
+    return model_shard_param_table(cfg, &s, out, n, err);
 }
 
 static enum dtype grad_dtype(enum dtype d) { return d == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32; }
@@ -420,9 +434,7 @@ static void slot_layout(struct model *m, struct slot *S, struct carver *c) {
         if (moe && !moe_in_slot(m)) {
             S->acts[l].moe = m->re.moe;
         } else if (moe) {
-            size_t bytes = moe_activation_bytes(&m->moe, m->N, a);
-            S->acts[l].moe = carve(c, DTYPE_I32, (bytes + 3) / 4);
-            m->mem.moe_bytes += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+            S->acts[l].moe = carve_moe(c, moe_activation_bytes(&m->moe, m->N, a), &m->mem.moe_bytes);
         }
     }
     if (m->last) {
@@ -456,11 +468,8 @@ static void acts_layout(struct model *m, struct carver *c) {
         slot_layer_kinds(m, l, &dense, &moe);
         any_moe |= moe;
     }
-    if (any_moe && !moe_in_slot(m)) {
-        size_t bytes = moe_activation_bytes(&m->moe, m->N, a);
-        m->re.moe = carve(c, DTYPE_I32, (bytes + 3) / 4);
-        m->mem.moe_bytes += (bytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
-    }
+    if (any_moe && !moe_in_slot(m))
+        m->re.moe = carve_moe(c, moe_activation_bytes(&m->moe, m->N, a), &m->mem.moe_bytes);
     bool re_lnf = m->last && m->shard.recompute != RECOMPUTE_NONE;
     m->re_lnf = re_lnf ? carve(c, a, (size_t)Ns * C) : tensor_view(NULL, a, 0);
     m->mem.recompute_bytes = c->bytes - before;
@@ -495,10 +504,8 @@ static void acts_layout(struct model *m, struct carver *c) {
         m->ring[0] = m->ring[1] = tensor_view(NULL, a, 0);
     }
     m->mem.cp_bytes = c->bytes - before;
-    before = c->bytes;
-    m->moe_scratch = carve(c, DTYPE_I32, m->cfg.moe_experts
-                                             ? (moe_scratch_bytes(&m->moe, N, a) + 3) / 4 : 0);
-    m->mem.moe_bytes += c->bytes - before;
+    m->moe_scratch = carve_moe(c, m->cfg.moe_experts ? moe_scratch_bytes(&m->moe, N, a) : 0,
+                               &m->mem.moe_bytes);
     m->tmp = carve(c, a, (size_t)N * C);
     m->dx = carve(c, a, (size_t)Ns * C);
     m->dln = carve(c, a, (size_t)N * C);
@@ -609,6 +616,9 @@ static enum status model_setup(struct model *m, const struct llama_config *cfg,
                             (size_t)d.Vl * d.C * dtype_size(grad_dtype(dtype));
     struct param_info *p = xcalloc((size_t)m->n_params, sizeof *p);
     params_layout(cfg, shard, &d, p, &total);
+    m->mem.n_expert_params = 0; // each tensor padded to ALIGN_ELEMS, as param_add places them
+    for (int i = 0; i < m->n_params; i++)
+        if (p[i].expert) m->mem.n_expert_params += (p[i].numel + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
     m->mem.n_units = units_layout(p, m->n_params, total, shard, NULL);
     struct model_unit *u = xcalloc((size_t)m->mem.n_units, sizeof *u);
     units_layout(p, m->n_params, total, shard, u);

@@ -254,6 +254,10 @@ struct model_memory {
                              // activations (moe_activation_bytes per MoE block of each slot)
                              // and their one shared scratch (moe_scratch_bytes); 0 when dense
     size_t n_params;         // elements of this rank's parameters
+    size_t n_expert_params;  // of n_params: the routed-expert tensors' (param_info.expert: gate,
+                             // up (El Fe, C), down (El C, Fe) of each MoE block, El = E / ep),
+                             // each padded to 128 elements as the arena places them (not a
+                             // unit's or the arena's padding after the last); 0 when dense
     int n_units;             // units of this rank (model_units)
     size_t max_unit_numel;   // elements of its largest unit (padding included)
     size_t tied_embed_numel; // elements of the embedding unit when the head reads it (a tied
@@ -268,6 +272,13 @@ struct model;
 // Errors: STATUS_BAD_INPUT as model_plan (shapes that do not divide).
 enum status model_param_table(const struct llama_config *cfg, struct param_info **out, int *n,
                               struct error *err);
+// The same for the rank holding shard: the table model_params gives of a
+// model model_init'ed with shard (local shapes and arena offsets, in arena
+// order), without allocating it (`trident plan`'s ZeRO-1 ranges with expert
+// parallelism, optimizer_plan_numel). *out: (*n,) xmalloc'd, the caller frees it.
+// Errors: as model_plan.
+enum status model_shard_param_table(const struct llama_config *cfg, const struct model_shard *shard,
+                                    struct param_info **out, int *n, struct error *err);
 
 // Training FLOPs per token of the whole model (every layer, every tensor-
 // parallel shard; the same number in every layout), the numerator of MFU

@@ -90,11 +90,35 @@ static bool zero1_split(const struct optimizer *o) {
     return false;
 }
 
-// ZeRO-1's runs (struct optimizer) and this rank's range of each. A tensor's
-// run reaches to the next tensor's offset (its alignment padding), the last
-// to the arena's end (its padding: model_shard.arena_multiple), as
-// grad_sync's buckets cut them. Without the split one run over dp, which
-// must divide it. Errors: STATUS_BAD_INPUT for an arena that does not divide.
+// ZeRO-1's runs of an arena of numel elements holding the np tensors of p
+// (arena order): run k is [b[k], e[k]), expert[k] whether it holds routed-
+// expert tensors, for k below the count returned. A tensor's run reaches to
+// the next tensor's offset (its alignment padding), the last to the arena's
+// end (its padding: model_shard.arena_multiple), as grad_sync's buckets cut
+// them; split false: the one run [0, numel). b, e, expert: room for np + 1.
+static int zero1_runs(const struct param_info *p, int np, size_t numel, bool split, size_t *b,
+                      size_t *e, bool *expert) {
+    if (!split) {
+        b[0] = 0, e[0] = numel, expert[0] = false;
+        return 1;
+    }
+    int k = 0;
+    for (int i = 0; i < np; i++) {
+        size_t from = i ? p[i].offset : 0, to = i + 1 < np ? p[i + 1].offset : numel;
+        if (k && expert[k - 1] == p[i].expert && e[k - 1] == from) e[k - 1] = to;
+        else b[k] = from, e[k] = to, expert[k] = p[i].expert, k++;
+    }
+    return k;
+}
+
+// Rank d of S's block of a run of len elements: len / S of them, the last
+// rank also the len % S after the others'.
+static size_t run_block(size_t len, int S, int d) { return d == S - 1 ? len - len / S * (S - 1) : len / S; }
+
+// ZeRO-1's runs (struct optimizer, zero1_runs) and this rank's range of each:
+// over dp, or with the split the expert runs over expert_dp. Without the
+// split the one run must divide by dp. Errors: STATUS_BAD_INPUT for an arena
+// that does not divide.
 static enum status zero1_runs_init(struct optimizer *o, struct error *err) {
     size_t numel = model_grad_arena(o->model).numel;
     int np;
@@ -107,27 +131,20 @@ static enum status zero1_runs_init(struct optimizer *o, struct error *err) {
     o->run_b = xcalloc((size_t)cap, sizeof *o->run_b), o->run_e = xcalloc((size_t)cap, sizeof *o->run_e);
     o->run_per = xcalloc((size_t)cap, sizeof *o->run_per);
     o->run_g = xcalloc((size_t)cap, sizeof *o->run_g);
-    int k = 0;
-    if (!split) {
-        if (numel % o->groups.dp->size)
-            return error_set(err, STATUS_BAD_INPUT, "optimizer: ZeRO-1 needs the parameter arena "
-                             "(%zu elements) padded to a multiple of dp = %d", numel, o->groups.dp->size);
-        o->run_b[0] = 0, o->run_e[0] = numel, o->run_g[0] = o->groups.dp, k = 1;
-    } else {
-        for (int i = 0; i < np; i++) { // parameter table in arena order
-            size_t b = i ? p[i].offset : 0, e = i + 1 < np ? p[i + 1].offset : numel;
-            struct comm_group *g = p[i].expert ? o->groups.expert_dp : o->groups.dp;
-            if (k && o->run_g[k - 1] == g && o->run_e[k - 1] == b) o->run_e[k - 1] = e;
-            else o->run_b[k] = b, o->run_e[k] = e, o->run_g[k] = g, k++;
-        }
-    }
+    if (!split && numel % o->groups.dp->size)
+        return error_set(err, STATUS_BAD_INPUT, "optimizer: ZeRO-1 needs the parameter arena "
+                         "(%zu elements) padded to a multiple of dp = %d", numel, o->groups.dp->size);
+    bool *expert = xcalloc((size_t)cap, sizeof *expert);
+    int k = zero1_runs(p, np, numel, split, o->run_b, o->run_e, expert);
+    for (int r = 0; r < k; r++) o->run_g[r] = expert[r] ? o->groups.expert_dp : o->groups.dp;
+    free(expert);
     o->n_ranges = k, o->n = 0;
     for (int r = 0; r < k; r++) {
         int S = group_size(o->run_g[r]), d = S > 1 ? o->run_g[r]->rank : 0;
         size_t len = o->run_e[r] - o->run_b[r];
         o->run_per[r] = len / S;
         o->rb[r] = o->run_b[r] + o->run_per[r] * d;
-        o->re[r] = d == S - 1 ? o->run_e[r] : o->rb[r] + o->run_per[r];
+        o->re[r] = o->rb[r] + run_block(len, S, d);
         o->rat[r] = o->n, o->n += o->re[r] - o->rb[r];
     }
     o->begin = o->rb[0], o->end = o->re[0];
@@ -247,12 +264,23 @@ void optimizer_free(struct optimizer *o) {
     free(o);
 }
 
-size_t optimizer_plan_bytes(size_t n_params, size_t n_expert, enum dtype dtype, int dp, int ep,
-                            int zero_stage, enum dtype grad_dtype) {
+size_t optimizer_zero1_numel(const struct param_info *p, int np, size_t numel, int dp, int dp_rank,
+                             int ep, int expert_dp_rank) {
+    bool split = false;
+    for (int i = 0; ep > 1 && i < np; i++) split |= p[i].expert;
+    int cap = split ? np + 1 : 1;
+    size_t *b = xcalloc((size_t)cap, sizeof *b), *e = xcalloc((size_t)cap, sizeof *e), n = 0;
+    bool *expert = xcalloc((size_t)cap, sizeof *expert);
+    int k = zero1_runs(p, np, numel, split, b, e, expert);
+    for (int r = 0; r < k; r++)
+        n += expert[r] ? run_block(e[r] - b[r], dp / ep, expert_dp_rank) : run_block(e[r] - b[r], dp, dp_rank);
+    free(b), free(e), free(expert);
+    return n;
+}
+
+size_t optimizer_plan_bytes(size_t n_params, size_t n, enum dtype dtype, int dp, int zero_stage,
+                            enum dtype grad_dtype) {
     bool z1 = zero_stage == 1 && dp > 1;
-    size_t n = z1 || zero_stage >= 2 ? n_params / dp : n_params;
-    if (z1 && ep > 1 && n_expert) // dense state over dp, the experts' over expert_dp (dp / ep)
-        n = (n_params - n_expert) / dp + n_expert / (dp / ep);
     size_t master = low_precision(dtype) ? n * sizeof(float) : 0;
     size_t bf16_rs = z1 && grad_dtype == DTYPE_BF16 ? (n_params + n) * sizeof(uint16_t) : 0;
     size_t es = dtype_size(dtype == DTYPE_FP64 ? DTYPE_FP64 : DTYPE_FP32); // moments, gradients

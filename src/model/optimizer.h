@@ -90,18 +90,27 @@ void optimizer_free(struct optimizer *opt);
 // shard).
 size_t optimizer_state_bytes(const struct optimizer *opt);
 // The same from sizes alone (trident plan): moments (and for a BF16/FP16
-// model master weights) for n_params arena elements of a model of dtype,
-// divided over dp ranks under zero_stage 1 (ZeRO-1 with ep > 1 expert-
-// parallel ranks among them: the n_expert elements of routed-expert
-// tensors, alignment padding included, over dp / ep ranks, the rest over
-// dp), plus under ZeRO-1 with dp > 1 the gradient shard (the gradient
-// arena's dtype) and, when grad_dtype is DTYPE_BF16, the BF16 reduce-scatter
-// buffers. Exact when every run of the arena (optimizer_init) divides by its
-// group's size, as it does for groups dividing 128 (tensors start 128
-// elements apart); else the group's last rank holds up to S - 1 more
-// elements per run than this says.
-size_t optimizer_plan_bytes(size_t n_params, size_t n_expert, enum dtype dtype, int dp, int ep,
-                            int zero_stage, enum dtype grad_dtype);
+// model master weights) for the n elements of this rank's ranges, of an
+// arena of n_params elements of a model of dtype (n: n_params without
+// ZeRO; optimizer_zero1_numel under zero_stage 1 with dp > 1; n_params / dp
+// under ZeRO-2/3, each unit padded to divide), plus under ZeRO-1 with dp > 1
+// the gradient shard (the gradient arena's dtype) and, when grad_dtype is
+// DTYPE_BF16, the BF16 reduce-scatter buffers (the n_params gradients and
+// the n reduced). Exact: optimizer_state_bytes of that rank.
+size_t optimizer_plan_bytes(size_t n_params, size_t n, enum dtype dtype, int dp, int zero_stage,
+                            enum dtype grad_dtype);
+// ZeRO-1's elements of one rank's ranges (optimizer_init; what its moments
+// hold): the runs of an arena of numel elements holding the np tensors of p
+// (arena order and offsets as model_params or model_shard_param_table give
+// them; p may be NULL with np 0), the one run [0, numel) over dp ranks, or
+// with ep > 1 and routed-expert tensors (param_info.expert) among p each run
+// of dense tensors over dp and each run of expert tensors over the dp / ep
+// ranks of expert_dp; in each the rank's len / S elements, the group's last
+// rank (dp_rank = dp - 1, expert_dp_rank = dp / ep - 1) also the len % S
+// after them. dp_rank: the rank in the gradient group (data x context);
+// expert_dp_rank: in expert_dp. Needs ep to divide dp.
+size_t optimizer_zero1_numel(const struct param_info *p, int np, size_t numel, int dp, int dp_rank,
+                             int ep, int expert_dp_rank);
 
 // Makes the gradients final and returns the global L2 norm over the whole
 // model, each parameter counted once (param_info.norm_skip), accumulated in

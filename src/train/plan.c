@@ -154,20 +154,30 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
         .moe_bytes = mem.moe_bytes,
     };
     // Mixture of experts: the routed experts this rank holds (E / ep of every MoE block
-    // among its layers, each gate, up (F, C) and down (C, F): model.c params_layout)
+    // among its layers: model_memory.n_expert_params)
     if (lc.moe_experts) {
-        int ep = MAX(1, shard.ep_size), n_moe = 0;
+        int n_moe = 0;
         for (int k = 0; k < shard.n_chunks; k++)
             for (int l = shard.layer_begin[k]; l < shard.layer_end[k]; l++) n_moe += llama_layer_moe(&lc, l);
-        out->moe_blocks = n_moe, out->experts_local = lc.moe_experts / ep;
-        out->expert_params = (size_t)n_moe * out->experts_local * 3 * (size_t)llama_moe_ffn(&lc) * lc.d_model;
+        out->moe_blocks = n_moe, out->experts_local = lc.moe_experts / MAX(1, shard.ep_size);
+        out->expert_params = mem.n_expert_params;
     }
-    // ZeRO-1 under ep splits the experts' state over expert_dp: their arena
-    // elements, each tensor padded to 128 (model.c's ALIGN_ELEMS)
-    size_t per_expert_tensor = out->expert_params / MAX(1, 3 * out->moe_blocks);
-    size_t n_expert = (size_t)out->moe_blocks * 3 * ((per_expert_tensor + 127) / 128 * 128);
-    out->optimizer = optimizer_plan_bytes(mem.n_params, n_expert, c->precision.dtype, grad_ranks,
-                                          MAX(1, c->parallel.ep), z->zero_stage, c->precision.grad_dtype);
+    // ZeRO-1: this rank's ranges of the arena's runs (optimizer_zero1_numel),
+    // under ep the experts' runs over expert_dp; their table only then.
+    size_t n_state = mem.n_params;
+    if (z->zero_stage == 1 && grad_ranks > 1) {
+        struct param_info *p = NULL;
+        int np = 0, ep = MAX(1, c->parallel.ep);
+        struct grid_layout g = config_grid(c);
+        if (ep > 1 && mem.n_expert_params && (st = model_shard_param_table(&lc, &shard, &p, &np, err)))
+            return st;
+        int d = topology_group_rank(&g, GROUP_DP_CP, coord);
+        int de = topology_group_rank(&g, GROUP_EXPERT_DP, coord);
+        n_state = optimizer_zero1_numel(p, np, mem.n_params, grad_ranks, d, ep, de);
+        free(p);
+    }
+    out->optimizer = optimizer_plan_bytes(mem.n_params, n_state, c->precision.dtype, grad_ranks, z->zero_stage,
+                                          c->precision.grad_dtype);
     // FP8 (precision.fp8 != none): the copies plan_fp8_bytes counts
     struct plan_fp8 f8;
     if ((st = plan_fp8_bytes(c, &shard, &f8, err))) return st;
@@ -197,7 +207,7 @@ enum status plan_rank(const struct config *c, struct grid_coord coord, struct pl
     out->grads_shard = nS * G, out->grads_units = (2 * U + tied) * G, out->grads_recv = (2 * (U / S) + tied / S) * G;
     out->grads_transfer = zg - out->grads_shard - out->grads_units - out->grads_recv; // their bf16 twins
     out->grads += zg;
-    out->optimizer = optimizer_plan_bytes(n, 0, c->precision.dtype, S, 1, z->zero_stage, c->precision.grad_dtype);
+    out->optimizer = optimizer_plan_bytes(n, nS, c->precision.dtype, S, z->zero_stage, c->precision.grad_dtype);
     out->opt_master = c->precision.dtype == DTYPE_BF16 || c->precision.dtype == DTYPE_FP16 ? nS * sizeof(float) : 0;
     out->opt_moments = out->optimizer - out->opt_master;
     if (z->zero_stage == 3) {
@@ -276,7 +286,7 @@ enum status plan_groups(const struct config *c, struct plan_group *out, int *n_o
                          : p == 0 ? "first" : p == last ? "last" : "middle";
         for (int t = 0; t < tp; t++) {
             struct plan_rank_bytes b;
-            struct grid_coord at = {{0}}; // data and context rank 0: every one holds the same
+            struct grid_coord at = {{0}}; // data and context rank 0 (ZeRO-1 under ep: see plan.h)
             at.at[AXIS_TP] = t, at.at[AXIS_PP] = p;
             enum status st = plan_rank(c, at, &b, err);
             if (st) return st;

@@ -94,7 +94,8 @@ struct plan_rank_bytes {
     int moe_blocks;                               // MoE blocks among the rank's layers
     int experts_local;                            // routed experts it holds of each: E / ep
     size_t expert_params;                         // elements, inside n_params: those experts'
-                                                  // gate, up, down (3 F C each)
+                                                  // gate, up, down (3 F C each, each padded
+                                                  // to 128: model_memory.n_expert_params)
     size_t moe_bytes;                             // bytes, inside activations: the MoE blocks'
                                                   // routing and expert buffers in every slot
                                                   // and their scratch (model_memory.moe_bytes;
@@ -131,9 +132,11 @@ enum status plan_fp8_bytes(const struct config *c, const struct model_shard *sha
 size_t plan_rank_total(const struct plan_rank_bytes *b);
 
 // The bytes of grid position coord (its tensor rank and pipeline stage; every
-// data rank holds the same) of the config's layout (c->parallel.dp resolved)
-// under plan_sharding_of(c). Errors: STATUS_BAD_INPUT as plan_shard, and
-// model_plan's.
+// data rank holds the same, but for ZeRO-1 under ep, whose optimizer bytes
+// are coord's: its ranks in dp and expert_dp, optimizer_zero1_numel, the
+// groups' last rank holding the runs' rests) of the config's layout
+// (c->parallel.dp resolved) under plan_sharding_of(c). Errors:
+// STATUS_BAD_INPUT as plan_shard, and model_plan's.
 enum status plan_rank(const struct config *c, struct grid_coord coord, struct plan_rank_bytes *out,
                       struct error *err);
 
@@ -172,7 +175,9 @@ struct plan_group {
 
 // Groups the ranks of the config's layout (c->parallel.dp resolved) into at
 // most pp * tp rows (out has room for pp * tp); every context and data rank
-// of a row's (stage, tensor rank) holds the same bytes (n_ranks counts them).
+// of a row's (stage, tensor rank) holds the same bytes (n_ranks counts them),
+// data rank 0's (ZeRO-1 under ep: the last data rank holds up to S - 1 more
+// optimizer elements a run, plan_rank).
 // *n_out: rows written; *peak: the largest rank's total bytes; *sum: all
 // ranks' bytes together. Errors: as plan_rank.
 enum status plan_groups(const struct config *c, struct plan_group *out, int *n_out, size_t *peak,

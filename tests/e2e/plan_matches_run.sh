@@ -33,7 +33,10 @@
 # (1,1,4) with ep 4 in fp32 (the twelfth field: each rank's 2 of the 8
 # experts, its expert buffers sized for the ep N k rows it may receive), and
 # (1,1,4) with ep 2 and ZeRO-1 (the dense tensors' optimizer state over dp,
-# the experts' over the 2 ranks of expert_dp); under recompute (MoE blocks
+# the experts' over the 2 ranks of expert_dp), and (1,1,6) with ep 2 and
+# ZeRO-1 (global batch 24), whose groups of 6 and 3 ranks do not divide
+# every run of the arena (rank 0 holds len / S of each run: the plan sums
+# them per run, optimizer_zero1_numel); under recompute (MoE blocks
 # recompute their norms and q, k; full also the MoE layer, whose routing and
 # expert activations then live once in the recompute buffer, not per block
 # and slot): selective at (1,1,1) and (1,2,1), full at (1,1,1), (2,1,1)+SP,
@@ -64,8 +67,9 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # per slot, one shared scratch): (1,1,1) and (1,1,2)+ZeRO-1 in fp32, (1,1,1) in bf16;
 # (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
 # whole MoE layer and its activations for all N rows); expert parallelism (the
-# twelfth field: ep) at (1,1,4), ep 4, in fp32, and ep 2 with ZeRO-1.
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2 1,1,2,0,0,true,0,1,2,1f1b,moe,2"
+# twelfth field: ep) at (1,1,4), ep 4, in fp32, and ep 2 with ZeRO-1 at dp 4 and dp 6;
+# under context parallelism at (1,1,2), cp 2, ep 2 (each cp rank routes its own rows).
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2 1,1,6,1,0,true,0,1,1,1f1b,moe,2 1,1,2,0,0,true,0,1,2,1f1b,moe,2"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "full fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,2,0,0,true,0,1,1,1f1b,moe,2 1,1,4,0,0,true,0,1,1,1f1b,moe,4"
@@ -76,8 +80,9 @@ for l in $layouts; do
     ini=$SMALL_INI; [ "${moe:-}" = moe ] && ini=tests/e2e/configs/moe.ini
     run_dir="$tmp/run-$tp-$pp-$dp-$z-$sp-$keep-$shard-$v-$cp-$sched-${moe:-dense}-$ep-$mode-$dtype-$grad"
     l="$l $mode $dtype grad $grad"
+    gbs=16; [ $((gbs % (2 * dp))) = 0 ] || gbs=$((4 * dp)) # micro_batch_size 2 x dp divides it
     args=(data.path="$tmp/shards" model.recompute=$mode precision.dtype=$dtype precision.grad_dtype=$grad parallel.tp=$tp parallel.pp=$pp parallel.dp=$dp
-          parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=16
+          parallel.zero_stage=$z parallel.sequence_parallel=$sp parallel.reshard_after_forward=$keep parallel.dp_shard=$shard parallel.virtual_stages=$v train.global_batch_size=$gbs
           parallel.cp=$cp parallel.pp_schedule=$sched parallel.ep=$ep train.steps=1 train.warmup_steps=1 log.run_dir="$run_dir")
     [ "$v" = 1 ] && [ "$pp" -le 2 ] || args+=(model.n_layers=$((2 * pp * v))) # a layer or more per virtual stage
     rc=0; plan=$("$TRIDENT" plan "$ini" "${args[@]}") || rc=$?

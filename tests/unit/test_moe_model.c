@@ -15,6 +15,12 @@
 //   plus one moe_scratch_bytes under recompute none and selective, one
 //   moe_activation_bytes (the recompute buffer's) plus the scratch under
 //   full, and model_plan gives model_init's sizes;
+// - model_memory.n_expert_params = 3 x (E / ep) Fe C per MoE block, each
+//   tensor padded to 128 elements (closed form; Fe C E / ep = 224 pads to
+//   256), what model_init's table spaces them by and what
+//   model_shard_param_table gives; optimizer_zero1_numel's blocks over the
+//   data ranks of dp 6, ep 2 cover the dense elements once and the experts'
+//   once per ep rank, rank 0's each run's len / S (rank 5 the rests);
 // - with a CUDA backend (or the emulated build), its MoE decoder against the
 //   CPU's: logits, gradients (1e-4), the same routing.
 #include <math.h>
@@ -24,6 +30,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/moe.h"
+#include "model/optimizer.h"
 #include "test.h"
 
 static uint64_t rng_state = 4242;
@@ -227,6 +234,55 @@ static void test_flops_and_bytes(struct backend *be) {
     }
 }
 
+// model_memory.n_expert_params and ZeRO-1's blocks of the runs (header).
+static void test_expert_elements(struct backend *be) {
+    struct llama_config c = base_config();
+    c.n_layers = 3, c.moe_first_dense_layers = 1, c.moe_experts = 8, c.moe_top_k = 2;
+    c.moe_ffn_dim = 7, c.moe_shared_experts = 1, c.moe_shared_ffn_dim = 40;
+    for (int ep = 1; ep <= 8; ep *= 2) {
+        if (ep == 4) continue;
+        struct model_shard sh = model_shard_full(&c);
+        sh.ep_size = ep, sh.ep_rank = ep - 1;
+        struct model_memory plan;
+        struct error err;
+        CHECK(!model_plan(&c, &sh, DTYPE_FP32, 2, 8, &plan, &err), "%s", err.msg);
+        size_t per = (size_t)(8 / ep) * 7 * 32, want = 2 * 3 * ((per + 127) / 128 * 128);
+        EXPECT(plan.n_expert_params == want, "ep %d: n_expert_params %zu, expected %zu (2 blocks x 3 "
+               "x %zu padded to 128)", ep, plan.n_expert_params, want, per);
+        struct model *m;
+        CHECK(!model_init(&m, be, &c, &sh, DTYPE_FP32, 2, 8, 1, &err), "%s", err.msg);
+        int n, nt;
+        const struct param_info *p = model_params(m, &n);
+        struct param_info *t;
+        CHECK(!model_shard_param_table(&c, &sh, &t, &nt, &err), "%s", err.msg);
+        size_t spaced = 0;
+        for (int i = 0; i + 1 < n; i++) spaced += p[i].expert ? p[i + 1].offset - p[i].offset : 0;
+        bool same = nt == n;
+        for (int i = 0; same && i < n; i++) same = !strcmp(t[i].name, p[i].name) && t[i].offset == p[i].offset;
+        EXPECT(spaced == want && model_memory(m)->n_expert_params == want && same,
+               "ep %d: model_init's experts span %zu elements, its n_expert_params %zu, expected %zu; "
+               "model_shard_param_table %s model_params", ep, spaced, model_memory(m)->n_expert_params,
+               want, same ? "==" : "!=");
+        if (ep != 2) {
+            free(t), model_free(m);
+            continue;
+        }
+        // ZeRO-1 at dp 6, ep 2 (data rank d: ep rank d % 2, expert_dp rank d / 2)
+        size_t numel = plan.n_params, sum = 0, rank0 = 0;
+        for (int d = 0; d < 6; d++) sum += optimizer_zero1_numel(p, n, numel, 6, d, 2, d / 2);
+        for (int i = 0, j; i < n; i = j) { // rank 0: each run's len / S
+            for (j = i + 1; j < n && p[j].expert == p[i].expert; j++) {}
+            rank0 += ((j < n ? p[j].offset : numel) - (i ? p[i].offset : 0)) / (p[i].expert ? 3 : 6);
+        }
+        size_t got0 = optimizer_zero1_numel(p, n, numel, 6, 0, 2, 0);
+        EXPECT(sum == numel + want && got0 == rank0 && got0 < (numel - want) / 6 + want / 3,
+               "dp 6, ep 2: the blocks sum to %zu, expected %zu (dense + 2 x experts); rank 0 holds "
+               "%zu, expected %zu (and fewer than the totals' quotients %zu)", sum, numel + want, got0,
+               rank0, (numel - want) / 6 + want / 3);
+        free(t), model_free(m);
+    }
+}
+
 // The CUDA backend's MoE decoder against the CPU's (when one is there, or
 // the emulated build): an FP32 forward and backward of the finite-difference
 // test's model (dense block, two MoE blocks with a gated shared expert, aux
@@ -277,6 +333,7 @@ int main(void) {
     test_one_expert_is_dense(be);
     test_finite_differences(be);
     test_flops_and_bytes(be);
+    test_expert_elements(be);
     if (backend_has_cuda() && backend_device_count() > 0) {
         struct error err = {0};
         struct backend *gpu = backend_init(BACKEND_CUDA, 0, 0, &err);
