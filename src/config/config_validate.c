@@ -67,10 +67,12 @@ void config_fp8_skip(const struct config *cfg, int *first, int *last) {
 // stage messages carry the routing for the load-balancing loss; recompute
 // = selective | full re-runs what it does for dense blocks (full: the MoE
 // layer too, model_pass.c moe_recompute); ZeRO-1 composes with ep (the
-// experts' optimizer state over expert_dp, optimizer.h); under cp each rank
-// routes its own rows of every sequence, the load-balancing statistics
-// summed over the cp ranks (model_pass.c). The split-backward schedules,
-// ZeRO-2/3 and FP8 come later: refused by name here.
+// experts' optimizer state over expert_dp, optimizer.h); ZeRO-2/3 at ep 1
+// (the experts are a block unit's tensors like any other, sharded over the
+// shard group); under cp each rank routes its own rows of every sequence,
+// the load-balancing statistics summed over the cp ranks (model_pass.c).
+// The split-backward schedules, ZeRO-2/3 under ep and FP8 come later:
+// refused by name here.
 static enum status check_moe(const struct config *cfg, const char *file, struct error *err) {
     const struct model_config *m = &cfg->model;
     const struct parallel_config *p = &cfg->parallel;
@@ -94,8 +96,8 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
                          "not the data ranks; use zero_stage = 0 or 1", file, KT("parallel", "ep"),
                          KT("parallel", "zero_stage"));
     const char *later = "the mixture-of-experts decoder runs under dp, ep, tp (with or without "
-                        "sequence parallelism), cp, pp (1f1b, interleaved or not), ZeRO-1 and any "
-                        "recompute for now; this comes later";
+                        "sequence parallelism), cp, pp (1f1b, interleaved or not), ZeRO-1 (ZeRO-2/3 "
+                        "at ep 1) and any recompute for now; this comes later";
     if (m->moe_top_k > m->moe_experts)
         return error_set(err, bad, "%s: moe_top_k must be at most moe_experts: %s; %s", file,
                          KT("model", "moe_top_k"), KT("model", "moe_experts"));
@@ -111,9 +113,6 @@ static enum status check_moe(const struct config *cfg, const char *file, struct 
         return error_set(err, bad, "%s: %s with %s (the split B/W backward is not built for the "
                          "MoE layer): %s", file, KT("model", "moe_experts"),
                          KT("parallel", "pp_schedule"), later);
-    if (p->zero_stage >= 2)
-        return error_set(err, bad, "%s: %s with %s: %s", file, KT("model", "moe_experts"),
-                         KT("parallel", "zero_stage"), later);
     if (cfg->precision.fp8 != FP8_NONE)
         return error_set(err, bad, "%s: %s with %s (the expert GEMMs have no FP8 path): %s", file,
                          KT("model", "moe_experts"), KT("precision", "fp8"), later);

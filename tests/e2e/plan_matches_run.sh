@@ -68,8 +68,10 @@ layouts="1,1,1,0,0 2,2,2,1,0 1,2,1,0,0 2,1,1,0,1"
 # (2,1,1) with sequence parallelism and (1,2,1) in fp32 (every TP rank holds the
 # whole MoE layer and its activations for all N rows); expert parallelism (the
 # twelfth field: ep) at (1,1,4), ep 4, in fp32, and ep 2 with ZeRO-1 at dp 4 and dp 6;
-# under context parallelism at (1,1,2), cp 2, ep 2 (each cp rank routes its own rows).
-[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2 1,1,6,1,0,true,0,1,1,1f1b,moe,2 1,1,2,0,0,true,0,1,2,1f1b,moe,2"
+# under context parallelism at (1,1,2), cp 2, ep 2 (each cp rank routes its own rows);
+# ZeRO-3 at (1,1,2) and ZeRO-2 at (2,1,2) with sequence parallelism (ep 1: the experts
+# sharded as any block tensor).
+[ "$mode $dtype $grad" = "none fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,1,2,1,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe 1,1,4,0,0,true,0,1,1,1f1b,moe,4 1,1,4,1,0,true,0,1,1,1f1b,moe,2 1,1,6,1,0,true,0,1,1,1f1b,moe,2 1,1,2,0,0,true,0,1,2,1f1b,moe,2 1,1,2,3,0,true,0,1,1,1f1b,moe 2,1,2,2,1,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "none bf16 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "selective fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 1,2,1,0,0,true,0,1,1,1f1b,moe"
 [ "$mode $dtype $grad" = "full fp32 fp32" ] && layouts="$layouts 1,1,1,0,0,true,0,1,1,1f1b,moe 2,1,1,0,1,true,0,1,1,1f1b,moe 1,2,2,0,0,true,0,1,1,1f1b,moe,2 1,1,4,0,0,true,0,1,1,1f1b,moe,4"

@@ -12,8 +12,9 @@
 #     dp 2 with ZeRO-1 logs 1 rank's losses and aux losses (steps 1-5, 1e-5;
 #     the MoE counts summed over ranks).
 #  3. A capacity factor drops assignments (moe_dropped > 0 at cf 0.5).
-#  4. Refused with exit 2 naming model.moe_experts: ZeRO-2 (tp, cp and pp:
-#     tests/e2e/train_moe_parallel.sh; recompute: train_recompute.sh).
+#  4. Refused with exit 2 naming model.moe_experts: the split (zero-bubble)
+#     schedule zb-h1 (tp, cp, pp and ZeRO-2/3: tests/e2e/train_moe_parallel.sh;
+#     recompute: train_recompute.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -88,10 +89,10 @@ else: print(f"capacity factor 0.5: dropped {[x['moe_dropped'] for x in c.values(
 sys.exit(0 if ok else 1)
 PY
 
-for bad in parallel.zero_stage=2; do
+for bad in parallel.pp_schedule=zb-h1; do
     rc=0
     out=$(OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 "${MPIRUN[@]}" -np 2 \
-          "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" log.run_dir="$tmp/run-refused" parallel.dp=2 "$bad" 2>&1) || rc=$?
+          "$TRIDENT" train "$SMALL_INI" data.path="$tmp/shards" log.run_dir="$tmp/run-refused" parallel.pp=2 "$bad" 2>&1) || rc=$?
     if [ "$rc" = 2 ] && grep -q "model.moe_experts = 8" <<<"$out" && grep -q "${bad%%=*}" <<<"$out"; then
         echo "refused ($bad): $(grep -m1 moe_experts <<<"$out" | cut -c1-160)"
     else

@@ -422,8 +422,6 @@ static const struct bad_case bad_cases[] = {
     {"moe with zb-h1", "[model]\nmoe_experts = 4\n[parallel]\npp = 2\npp_schedule = zb-h1\n", {0}, 2,
      {"model.moe_experts = 4 (@:2) with parallel.pp_schedule = zb-h1 (@:5)", "split B/W backward",
       "comes later"}},
-    {"moe with zero 2", "[model]\nmoe_experts = 4\n[parallel]\ndp = 2\nzero_stage = 2\n", {0}, 2,
-     {"with parallel.zero_stage = 2 (@:5)"}},
     {"ep with zero 3", "[model]\nmoe_experts = 4\n[parallel]\ndp = 2\nep = 2\nzero_stage = 3\n", {0}, 2,
      {"parallel.ep = 2 (@:5) with parallel.zero_stage = 3 (@:6)", "expert_dp", "zero_stage = 0 or 1"}},
     {"moe with fp8", "[model]\nmoe_experts = 4\n[precision]\ndtype = bf16\nfp8 = hybrid\n", {0}, 1,
@@ -509,7 +507,8 @@ static void test_fp32_edges(void) {
 // issue 31: the MoE decoder under the interleaved schedule (1f1b's table at
 // virtual_stages > 1, which it runs) validates, as 1f1b with virtual_stages 2
 // does, and so do recompute = selective and full (model_pass.c recomputes
-// MoE blocks); the split schedules stay refused (bad_cases' "moe with zb-h1").
+// MoE blocks), and ZeRO-2/3 at ep 1; the split schedules stay refused
+// (bad_cases' "moe with zb-h1").
 static void test_moe_interleaved(void) {
     const char *ov[] = {"model.moe_experts=4", "parallel.pp=2", "parallel.virtual_stages=2",
                         "parallel.pp_schedule=interleaved"};
@@ -525,6 +524,13 @@ static void test_moe_interleaved(void) {
         EXPECT(config_load(NULL, 4, (char **)rc, &c, &err) == STATUS_OK &&
                    config_validate(&c, 2, false, &err) == STATUS_OK,
                "moe at ep 2 with %s refused: %s", rc[3], err.msg);
+    // ZeRO-2/3 at ep 1 (the experts sharded over the shard group as any block
+    // tensor); under ep they stay refused (bad_cases' "ep with zero 3")
+    const char *z[] = {"model.moe_experts=4", "parallel.dp=2", "parallel.zero_stage=2"};
+    for (int i = 0; i < 2; i++, z[2] = "parallel.zero_stage=3")
+        EXPECT(config_load(NULL, 3, (char **)z, &c, &err) == STATUS_OK &&
+                   config_validate(&c, 2, false, &err) == STATUS_OK,
+               "moe at ep 1 with %s refused: %s", z[2], err.msg);
 }
 
 // ZeRO-1 composes with expert parallelism (the experts' state over expert_dp).
