@@ -18,7 +18,9 @@
 # each on its own NCCL group and stream): the same 5 steps within 1e-5 of
 # the CPU's. Context parallelism at cp 2 (dp 2, ep 2: 4 ranks; the ring
 # attention's blocks and the MoE all-to-alls on their own NCCL groups, the
-# routing sums over the cp ranks): the same 5 steps within 1e-5 of the CPU's.
+# routing sums over the cp ranks): the same 5 steps within 1e-5 of the CPU's;
+# and ZeRO-3 at dp 2, ep 1 (each MoE block's unit gathered and its gradients
+# reduce-scattered over NCCL) likewise.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -44,6 +46,8 @@ DP=4 run cpu-z1 cpu 2 parallel.zero_stage=1
 DP=4 run cuda-z1 cuda 2 parallel.zero_stage=1
 CP=2 run cpu-cp cpu 2
 CP=2 run cuda-cp cuda 2
+run cpu-z3 cpu 1 parallel.zero_stage=3
+run cuda-z3 cuda 1 parallel.zero_stage=3
 collectives() { sed -n 's/^cuda_emu: .* \([0-9]*\) collectives.*/\1/p' "$tmp/$1.log" | sort -n | head -1; }
 c2=$(collectives cuda) c1=$(collectives cuda-ep1) cf=$(collectives cuda-full)
 export c1 c2
@@ -59,7 +63,7 @@ jq -n -r --arg v "$v" --slurpfile a <(metrics "$tmp/run-cpu$v" '[.step, .loss, .
     | if $w <= 1e-5 then "ep 2\(if $v == "" then "" else " recompute full" end): emulated CUDA vs CPU, 5 steps within 1e-5 (worst rel \($w)); NCCL collectives \(env.c1) at ep 1, \(env.c2) at ep 2"
       else "FAIL: ep 2\($v): emulated CUDA vs CPU: worst rel \($w) > 1e-5" end end' | tee -a "$tmp/verdict"
 done
-for c in "z1:dp 4, ep 2, zero 1" "cp:dp 2, ep 2, cp 2"; do
+for c in "z1:dp 4, ep 2, zero 1" "cp:dp 2, ep 2, cp 2" "z3:dp 2, ep 1, zero 3"; do
 jq -n -r --arg what "${c#*:}" --slurpfile a <(metrics "$tmp/run-cpu-${c%%:*}" '[.step, .loss, .grad_norm, .moe_aux_loss]') \
     --slurpfile b <(metrics "$tmp/run-cuda-${c%%:*}" '[.step, .loss, .grad_norm, .moe_aux_loss]') '
     if ($a | length) != 5 or ($b | length) != 5 then "FAIL: \($what): \($b | length) emulated steps, \($a | length) on the CPU"
