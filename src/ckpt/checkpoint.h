@@ -209,6 +209,34 @@ struct ckpt_info {
 };
 const struct ckpt_info *checkpoint_info(const struct ckpt_reader *r);
 
+// The manifest alone of a checkpoint folder (or a dir holding `latest`),
+// with checkpoint_open's checks of it (format version, every value's range,
+// the required keys, the layout lines) and none of the rank files: what
+// `ckpt info` still prints of a checkpoint checkpoint_open refuses. *out:
+// filled (path: the folder). Errors: STATUS_BAD_INPUT naming manifest.ini.
+enum status checkpoint_read_manifest(const char *path, struct ckpt_info *out, struct error *err);
+
+// Checks the manifest's layout lines against what the rank files hold (the
+// reader reassembles every tensor from its pieces' tags alone, so a
+// hand-edited tp, ep or pp read the same data and passed `ckpt verify`). A
+// rank file's coordinates along each axis are those of its world rank in
+// the manifest's layout (topology_coord_of), and:
+//   - the folder holds no rank-NNNNN.h5 beyond world_size;
+//   - each piece of a layer's q_proj (its rows, the heads, split over tp) is
+//     the block of grows / tp rows at its file's tp coordinate;
+//   - each piece of a routed-expert tensor (param_info.expert: rows split
+//     over ep) is the block of grows / ep rows at its file's ep coordinate,
+//     so the files hold ep expert shards (ep divides dp_shard: the manifest's
+//     own check, checkpoint_open);
+//   - every tensor of a layer (any prefix, the FP8 state too) lies in files
+//     of one pipeline stage, and the layers on all pp stages.
+// Axis by axis, tp first, so that the refusal names the key that was changed
+// (a key moves the coordinates of its axis and the slower ones). Metadata
+// only: no tensor is read. `ckpt verify`, `ckpt info` and a resume call it.
+// Errors: STATUS_BAD_INPUT naming manifest.ini, the key and its value, the
+// rank file, the block it holds and the one the key gives it.
+enum status checkpoint_check_layout(const struct ckpt_reader *r, struct error *err);
+
 // Refuses weights trained with another tokenizer than the run's data: where
 // names the weights (a checkpoint's manifest, a Hugging Face folder's
 // tokenizer.json), have is their tokenizer identity (tokenizer_identity), want

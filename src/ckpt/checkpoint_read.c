@@ -487,13 +487,55 @@ static enum status manifest_layout(const char *manifest, const int *sizes, struc
         if (sizes[k] && sizes[k] != topology_group_size(&in->layout, (enum group_kind)k))
             return error_set(err, STATUS_BAD_INPUT, "%s: %s = %d, but the layout %s makes it %d",
                              manifest, topology_group_name((enum group_kind)k), sizes[k],
-                             topology_layout_text(&in->layout, true, " = ", ", ", text, sizeof text),
+                             topology_layout_line(&in->layout, text, sizeof text),
                              topology_group_size(&in->layout, (enum group_kind)k));
     if ((int64_t)topology_world_size(&in->layout) != in->world_size)
-        return error_set(err, STATUS_BAD_INPUT, "%s: %s = %d ranks != world_size=%d", manifest,
-                         topology_layout_text(&in->layout, true, "=", " * ", text, sizeof text),
-                         topology_world_size(&in->layout), in->world_size);
+        return error_set(err, STATUS_BAD_INPUT, "%s: world_size = %d, but the layout lines make %s",
+                         manifest, in->world_size, topology_layout_line(&in->layout, text, sizeof text));
     return STATUS_OK;
+}
+
+// Reads and checks dir/manifest.ini (at manifest) into *in: the format
+// version, every value's range, the required keys and the layout lines
+// (manifest_layout). *files: the [files] entries ((world_size,), the
+// caller frees; NULL when it fails).
+static enum status read_manifest(const char *dir, const char *manifest, struct ckpt_info *in,
+                                 struct manifest_file **files, struct error *err) {
+    memset(in, 0, sizeof *in);
+    snprintf(in->path, sizeof in->path, "%s", dir);
+    struct manifest_parse mp = {.info = in};
+    enum status st = STATUS_OK;
+    *files = NULL;
+    FILE *f = fopen(manifest, "r");
+    if (!f) return error_set(err, STATUS_BAD_INPUT, "%s: cannot read: %s", manifest, strerror(errno));
+    int line = ini_parse_file(f, manifest_handler, &mp);
+    fclose(f);
+    if (line)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: syntax error on line %d", manifest, line);
+    else if (mp.have & 1 && in->format_version != CKPT_FORMAT_VERSION)
+        st = error_set(err, STATUS_BAD_INPUT, "%s: format_version = %d; this trident reads "
+                       "checkpoint format version %d", manifest, in->format_version,
+                       CKPT_FORMAT_VERSION);
+    else if (mp.bad[0])
+        st = error_set(err, STATUS_BAD_INPUT, "%s: %s", manifest, mp.bad);
+    for (int i = 0; !st && i < N_REQUIRED; i++)
+        if (!(mp.have & (1u << i)))
+            st = error_set(err, STATUS_BAD_INPUT, "%s: key %s missing", manifest, required_keys[i]);
+    if (!st) st = manifest_layout(manifest, mp.sizes, in, err);
+    if (st) free(mp.files);
+    else *files = mp.files;
+    return st;
+}
+
+enum status checkpoint_read_manifest(const char *path, struct ckpt_info *out, struct error *err) {
+    char dir[CKPT_PATH_MAX], manifest[CKPT_PATH_MAX + 32];
+    enum status st = checkpoint_resolve(NULL, RESUME_PATH, path, dir, err);
+    if (st) return st;
+    snprintf(manifest, sizeof manifest, "%s/manifest.ini", dir);
+    struct manifest_file *files;
+    st = read_manifest(dir, manifest, out, &files, err);
+    free(files);
+    return st;
 }
 
 static enum status open_reader(const char *path, bool checksums, struct ckpt_reader **out,
@@ -504,40 +546,12 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
     if (st) return st;
     h5util_quiet();
     struct ckpt_reader *rd = xcalloc(1, sizeof *rd);
-    snprintf(rd->info.path, sizeof rd->info.path, "%s", dir);
     snprintf(rd->manifest, sizeof rd->manifest, "%s/manifest.ini", dir);
-    struct manifest_parse mp = {.info = &rd->info};
-    FILE *f = fopen(rd->manifest, "r");
-    if (!f) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: cannot read: %s", rd->manifest, strerror(errno));
-        goto done;
-    }
-    int line = ini_parse_file(f, manifest_handler, &mp);
-    fclose(f);
-    if (line) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: syntax error on line %d", rd->manifest, line);
-        goto done;
-    }
-    if (mp.have & 1 && rd->info.format_version != CKPT_FORMAT_VERSION) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: format_version = %d; this trident reads "
-                       "checkpoint format version %d", rd->manifest, rd->info.format_version,
-                       CKPT_FORMAT_VERSION);
-        goto done;
-    }
-    if (mp.bad[0]) {
-        st = error_set(err, STATUS_BAD_INPUT, "%s: %s", rd->manifest, mp.bad);
-        goto done;
-    }
-    for (int i = 0; i < N_REQUIRED; i++)
-        if (!(mp.have & (1u << i))) {
-            st = error_set(err, STATUS_BAD_INPUT, "%s: key %s missing", rd->manifest,
-                           required_keys[i]);
-            goto done;
-        }
-    if ((st = manifest_layout(rd->manifest, mp.sizes, &rd->info, err))) goto done;
+    struct manifest_file *files = NULL;
+    if ((st = read_manifest(dir, rd->manifest, &rd->info, &files, err))) goto done;
     rd->files = xmalloc((size_t)rd->info.world_size * sizeof *rd->files);
     for (int r = 0; r < rd->info.world_size; r++) rd->files[r] = -1;
-    if ((st = open_files(rd, mp.files, checksums, err))) goto done;
+    if ((st = open_files(rd, files, checksums, err))) goto done;
     if (rd->n_pieces) qsort(rd->pieces, (size_t)rd->n_pieces, sizeof *rd->pieces, cmp_pieces);
     rd->loaded = xcalloc((size_t)rd->n_pieces + 1, 1);
     st = check_coverage(rd, err);
@@ -545,7 +559,7 @@ static enum status open_reader(const char *path, bool checksums, struct ckpt_rea
     // rank refuse the same files (the owners' entries: trainer_state_verify).
     for (int r = 0; !st && r < rd->info.world_size; r++) st = read_state_step(rd, r, err);
 done:
-    free(mp.files);
+    free(files);
     if (st) checkpoint_close(rd);
     else *out = rd;
     return st;

@@ -11,8 +11,11 @@
 // sequences, for checks against other implementations). DIR is a checkpoint
 // folder (step-NNNNNN) or a [checkpoint] dir holding `latest` (logits: or a
 // Hugging Face folder). All validate the whole checkpoint (checkpoint_open)
-// and exit 2 on a bad one; verify also reads every value and exits 2 naming
-// each tensor that holds a NaN or an infinity.
+// and exit 2 on a bad one (info first prints what the manifest says, when it
+// reads: checkpoint_read_manifest); info and verify also check the
+// manifest's layout against the rank files (checkpoint_check_layout), and
+// verify reads every value and exits 2 naming each tensor that holds a NaN
+// or an infinity.
 #include <errno.h>
 #include <hdf5.h>
 #include <stdlib.h>
@@ -33,14 +36,14 @@
 #include "train/generate.h"
 #include "train/train_state.h"
 
-static void print_info(const struct ckpt_reader *r) {
-    const struct ckpt_info *in = checkpoint_info(r);
+// What the manifest says: step, layout (in the words of the trainer's start
+// line, topology_layout_line), model and tokenizer.
+static void print_manifest(const struct ckpt_info *in) {
     const struct llama_config *m = &in->model;
     printf("checkpoint %s\n", in->path);
     printf("  format_version %d, step %lld\n", in->format_version, (long long)in->step);
     char grid[256];
-    printf("  layout %s (world %d), zero_stage=%d\n",
-           topology_layout_text(&in->layout, false, "=", " ", grid, sizeof grid), in->world_size,
+    printf("  layout %s, zero_stage %d\n", topology_layout_line(&in->layout, grid, sizeof grid),
            in->zero_stage);
     printf("  model vocab_size=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d "
            "tie_embeddings=%d\n", m->vocab_size, m->d_model, m->n_layers, m->n_heads,
@@ -56,6 +59,10 @@ static void print_info(const struct ckpt_reader *r) {
     printf("  tokenizer %s\n", in->tokenizer_id[0] ? in->tokenizer_id : "(none)");
     if (in->weights_only)
         printf("  weights only (use as model.init_from): no optimizer state, not a checkpoint to resume\n");
+}
+
+static void print_info(const struct ckpt_reader *r) {
+    print_manifest(checkpoint_info(r));
     printf("  %-60s %-12s %-5s %6s %12s\n", "tensor", "shape", "dtype", "pieces", "bytes");
     int n = checkpoint_n_pieces(r);
     size_t total = 0;
@@ -216,12 +223,13 @@ static const struct cli_flag import_flags[] = {
 
 const struct cli_command cli_ckpt_info = {
     .name = "ckpt info", .synopsis = "DIR",
-    .summary = "Prints a checkpoint's step, layout, model, tokenizer and tensors.",
+    .summary = "Prints a checkpoint's step, layout (as the training start line does), model, tokenizer and\n"
+               "tensors; for one that does not open, what its manifest says, then why (exit 2).",
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_verify = {
     .name = "ckpt verify", .synopsis = "DIR",
-    .summary = "Reads every value of a checkpoint: checksums, completeness, and exit 2 naming each tensor\n"
-               "that holds a NaN or an infinity.",
+    .summary = "Reads every value of a checkpoint: checksums, completeness, the manifest's layout against the\n"
+               "rank files' blocks, and exit 2 naming each tensor that holds a NaN or an infinity.",
     .flags = ckpt_dir_flags, .n_flags = CLI_N(ckpt_dir_flags)};
 const struct cli_command cli_ckpt_export = {
     .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
@@ -495,6 +503,15 @@ int cmd_ckpt(int argc, char **argv) {
     }
     struct ckpt_reader *r;
     if (checkpoint_open(o.dir, &r, &err)) {
+        // info: what the manifest says, when it can be read, before the
+        // reason (a truncated rank file printed nothing of the layout).
+        struct ckpt_info in;
+        struct error merr = {0};
+        if (cmd == &cli_ckpt_info && checkpoint_read_manifest(o.dir, &in, &merr) == STATUS_OK) {
+            print_manifest(&in);
+            printf("  tensors: not listed, the checkpoint does not open (below)\n");
+            fflush(stdout);
+        }
         fprintf(stderr, "trident: %s: %s\n", cmd->name, err.msg);
         return err.status;
     }
@@ -506,6 +523,12 @@ int cmd_ckpt(int argc, char **argv) {
         }
     } else if (cmd == &cli_ckpt_info) {
         print_info(r);
+        if (checkpoint_check_layout(r, &err)) { // after what the files hold, which it names
+            fflush(stdout);
+            fprintf(stderr, "trident: ckpt info: %s\n", err.msg);
+            checkpoint_close(r);
+            return err.status;
+        }
     } else {
         const struct ckpt_info *in = checkpoint_info(r);
         // Every rank file's /state first, judged by its owners (before any
@@ -526,13 +549,16 @@ int cmd_ckpt(int argc, char **argv) {
         const char *const *state_names;
         int n_state = optimizer_state_names(&state_names);
         const char *const fp8_optional[] = {MODEL_FP8_STATE_PREFIX}; // the model's FP8 scaling state
-        if (checkpoint_check_tensors(r, state_names, n_state, fp8_optional, 1, &err)) {
+        // The tensors of the manifest's model, then its layout against their
+        // pieces (metadata only).
+        if (checkpoint_check_tensors(r, state_names, n_state, fp8_optional, 1, &err) ||
+            checkpoint_check_layout(r, &err)) {
             fprintf(stderr, "trident: ckpt verify: %s\n", err.msg);
             checkpoint_close(r);
             return err.status;
         }
         printf("ok: %s: step %lld, %d rank files, %d pieces; checksums match, every tensor "
-               "complete and finite, the tensors of the manifest's model%s\n", in->path, (long long)in->step, in->world_size,
+               "complete and finite, the tensors of the manifest's model in the blocks of its layout%s\n", in->path, (long long)in->step, in->world_size,
                checkpoint_n_pieces(r), in->weights_only ? "; weights only (use as model.init_from)" : "");
     }
     checkpoint_close(r);

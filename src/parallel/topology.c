@@ -131,6 +131,13 @@ char *topology_layout_text(const struct grid_layout *g, bool axes_only, const ch
     return buf;
 }
 
+char *topology_layout_line(const struct grid_layout *g, char *buf, size_t cap) {
+    char axes_text[256];
+    snprintf(buf, cap, "world %d = %s", topology_world_size(g),
+             topology_layout_text(g, true, " ", " x ", axes_text, sizeof axes_text));
+    return buf;
+}
+
 // Mixed radix over the axes in list order, the first fastest.
 int topology_rank_of(const struct grid_layout *g, struct grid_coord c) {
     int rank = 0;

@@ -86,6 +86,12 @@ int topology_layout_sizes(const struct grid_layout *g, bool axes_only, const cha
 // " * ") "tp=2 * dp_shard=2 * dp_replicate=1 * pp=2". Returns buf.
 char *topology_layout_text(const struct grid_layout *g, bool axes_only, const char *assign,
                            const char *sep, char *buf, size_t cap);
+// The layout as people read it, one phrase wherever a layout is shown (the
+// trainer's start line, its resume line, `trident ckpt info`, the checkpoint
+// layer's layout errors): "world 4 = tp 1 x cp 1 x ep 2 x dp_shard 2 x
+// dp_replicate 1 x pp 1", the world and every axis' size in rank order (the
+// dp_shard axis is the [parallel] dp_shard / ep). Returns buf (cut at cap).
+char *topology_layout_line(const struct grid_layout *g, char *buf, size_t cap);
 
 int topology_rank_of(const struct grid_layout *g, struct grid_coord coord);
 struct grid_coord topology_coord_of(const struct grid_layout *g, int rank);

@@ -590,8 +590,8 @@ static void print_banner(const struct trainer *t) {
     // dp from the default (0) was inferred from the world (config_resolve_dp).
     bool inferred = c->origin[config_key_index("parallel", "dp")] == 0;
     char grid[256];
-    printf("trident train: %s, world %d = %s%s, device %s\n", c->file, t->par.topo.world_size,
-           topology_layout_text(&t->par.topo.layout, true, " ", " x ", grid, sizeof grid),
+    printf("trident train: %s, %s%s, device %s\n", c->file,
+           topology_layout_line(&t->par.topo.layout, grid, sizeof grid),
            inferred ? " (dp inferred: world / (tp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
     // One count and source when every rank has the same, else rank by rank.
     const int *th = t->log.threads_all, n = t->par.topo.world_size;

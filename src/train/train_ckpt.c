@@ -733,6 +733,97 @@ static enum status init_from(struct trainer *t, const char *path, struct trainer
     return STATUS_OK;
 }
 
+// checkpoint_open (checksums) and the checks a resume makes before reading
+// any tensor: the tensors of the manifest's model, the manifest's layout
+// against the pieces, every rank file's /state by its owners. *out: NULL on
+// an error (the reader closed).
+static enum status open_checked(const char *path, struct ckpt_reader **out, struct error *err) {
+    const char *const *state_names;
+    int n_state = optimizer_state_names(&state_names);
+    const char *const fp8_optional[] = {MODEL_FP8_STATE_PREFIX}; // the model's FP8 scaling state, when saved
+    struct ckpt_reader *r = NULL;
+    enum status st = checkpoint_open(path, &r, err);
+    if (!st) st = checkpoint_check_tensors(r, state_names, n_state, fp8_optional, 1, err);
+    if (!st) st = checkpoint_check_layout(r, err);
+    if (!st) st = trainer_state_verify(r, err);
+    if (st) checkpoint_close(r), r = NULL;
+    *out = r;
+    return st;
+}
+
+static int cmp_step_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+// The steps of dir's complete checkpoint folders (step-N, nothing after)
+// below `below`, newest first, into *steps (the caller frees); returns how many.
+static int older_steps(const char *dir, int64_t below, int64_t **steps) {
+    size_t n = 0, cap = 0;
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        long long step;
+        int used = 0;
+        if (sscanf(e->d_name, "step-%lld%n", &step, &used) != 1 || e->d_name[used] || step >= below)
+            continue;
+        if (n == cap) *steps = realloc(*steps, (cap = 2 * cap + 8) * sizeof **steps);
+        CHECK(*steps, "out of memory listing %s", dir);
+        (*steps)[n++] = step;
+    }
+    if (d) closedir(d);
+    if (n) qsort(*steps, n, sizeof **steps, cmp_step_desc);
+    return (int)n;
+}
+
+// Automatic resume refused the newest checkpoint (path, which dir/latest
+// names) on rank 0's checks: rank 0 looks for the newest older step-N of
+// [checkpoint] dir that passes the same checks (open_checked, every file
+// read) and appends to its message how to continue from it; the refused
+// one is left where it is (checkpoint.branch moves it aside, never deletes
+// it). Collective: the other ranks wait at a barrier, so that rank 0's
+// message gets out before any rank ends the job. Nothing for a resume =
+// PATH (the user named that checkpoint) or without older steps.
+static void older_checkpoint_hint(struct trainer *t, const char *path, struct error *err) {
+    const struct config *c = &t->cfg;
+    int64_t newest = checkpoint_latest_step(c->checkpoint.dir), *steps;
+    if (c->checkpoint.resume != RESUME_AUTO || newest < 0) return;
+    int n = older_steps(c->checkpoint.dir, newest, &steps);
+    double allowance = 1;
+    char older[CKPT_PATH_MAX + 32], phase[CKPT_PATH_MAX + 128];
+    for (int i = 0; i < n; i++) {
+        snprintf(older, sizeof older, "%s/step-%06lld", c->checkpoint.dir, (long long)steps[i]);
+        allowance += load_allowance(t, older);
+    }
+    snprintf(phase, sizeof phase, "start-up: %.160s refused; rank 0 checks the older checkpoints of "
+             "%.160s (a barrier)", path, c->checkpoint.dir);
+    watchdog_phase(t->watchdog, phase, allowance, 1);
+    int found = -1;
+    for (int i = 0; t->par.topo.world_rank == 0 && i < n && found < 0; i++) {
+        struct ckpt_reader *r;
+        struct error ignored;
+        snprintf(older, sizeof older, "%s/step-%06lld", c->checkpoint.dir, (long long)steps[i]);
+        if (open_checked(older, &r, &ignored)) continue;
+        if (!checkpoint_info(r)->weights_only) found = i; // an import's weights do not resume
+        checkpoint_close(r);
+        watchdog_kick(t->watchdog);
+    }
+    comm_barrier(&t->par.topo.world);
+    size_t k = strlen(err->msg);
+    if (t->par.topo.world_rank == 0 && found >= 0)
+        snprintf(err->msg + k, sizeof err->msg - k, "; the newest older checkpoint that passes these "
+                 "checks is %s/step-%06lld: to continue from it, set checkpoint.resume = "
+                 "%s/step-%06lld and checkpoint.branch = true (the steps after it, step-%06lld "
+                 "among them, then move aside into %s/branched-after-step-%06lld-<time>/, kept)",
+                 c->checkpoint.dir, (long long)steps[found], c->checkpoint.dir,
+                 (long long)steps[found], (long long)newest, c->checkpoint.dir,
+                 (long long)steps[found]);
+    else if (t->par.topo.world_rank == 0 && n > 0)
+        snprintf(err->msg + k, sizeof err->msg - k, "; no older checkpoint of %s passes these checks "
+                 "either", c->checkpoint.dir);
+    free(steps);
+}
+
 // Reads the checkpoint at path into the model, the optimizer and the train
 // loader; fills sv (every owner's saved state). Errors of the checkpoint's content are every rank's, read
 // failures this rank's alone.
@@ -753,13 +844,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
     double allowance = load_allowance(t, path);
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (checksums of its files)", base);
     watchdog_phase(t->watchdog, phase, allowance, 0);
-    int own = checkpoint_open(path, &r, &err->err);
-    const char *const *state_names;
-    int n_state = optimizer_state_names(&state_names);
-    const char *const fp8_optional[] = {MODEL_FP8_STATE_PREFIX}; // the model's FP8 scaling state, when saved
-    if (!own && checkpoint_check_tensors(r, state_names, n_state, fp8_optional, 1, &err->err)) own = err->err.status;
-    // Every rank file's /state, judged by its owners.
-    if (!own && trainer_state_verify(r, &err->err)) own = err->err.status;
+    int own = open_checked(path, &r, &err->err);
     int verdict[2] = {own, root ? own : 0};
     snprintf(phase, sizeof phase, "start-up: loading checkpoint %.160s (every rank's checksum verdict, a "
              "collective)", base);
@@ -770,6 +855,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
     if (verdict[0]) {
         checkpoint_close(r);
         if (verdict[1]) { // rank 0 holds the message
+            older_checkpoint_hint(t, path, &err->err);
             if (!root) err->err.msg[0] = '\0';
             return err->err.status = (enum status)verdict[1];
         }
@@ -887,7 +973,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
         char grid[256];
         printf("resumed from %s: step %lld, saved in layout %s (zero_stage %d); "
                "data continues at epoch %llu, sample %llu%s\n", path, (long long)sv->step,
-               topology_layout_text(&info->layout, true, " ", " x ", grid, sizeof grid), info->zero_stage,
+               topology_layout_line(&info->layout, grid, sizeof grid), info->zero_stage,
                (unsigned long long)ls->epoch, (unsigned long long)ls->sample, change);
         fflush(stdout);
     }

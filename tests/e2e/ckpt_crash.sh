@@ -123,14 +123,40 @@ rc=0; TRIDENT_FAULT=fsync:2@1 timeout -k 2 30 "${MPIRUN[@]}" -np 4 "$DRV" asave 
     [ ! -e "$dir/step-000002.tmp" ] && [ "$("$DRV" load "$dir" 2>&1)" = "loaded step 1" ] ||
     { cat "$root/out"; ls "$dir"; echo "FAIL: fsync fault in rank 1's background write (exit $rc)"; fail=1; }
 
-# info: the layout and every tensor with its global shape, pieces and bytes
-# (W = q_proj, (8, 8) fp32: 4 pieces of 64 bytes each for the moments, ZeRO
-# halves of two TP blocks; param/W twice per block, once per DP rank).
+# info: the layout (in the words of the trainer's start line) and every
+# tensor with its global shape, pieces and bytes (W = q_proj, (8, 8) fp32: 4
+# pieces of 64 bytes each for the moments, ZeRO halves of two TP blocks;
+# param/W twice per block, once per DP rank).
 out=$("$TRIDENT" ckpt info "$root/clean" 2>&1) || fail "ckpt info: $out"
-grep -q 'layout tp=2 cp=1 dp=2 dp_shard=2 dp_replicate=1 ep=1 pp=1 (world 4), zero_stage=1' <<<"$out" &&
+grep -q '^  layout world 4 = tp 2 x cp 1 x ep 1 x dp_shard 2 x dp_replicate 1 x pp 1, zero_stage 1$' <<<"$out" &&
     grep -Eq '^  adam_m/model.layers.0.self_attn.q_proj.weight +\(8, 8\) +fp32 +4 +256$' <<<"$out" &&
     grep -Eq '^  param/model.layers.0.self_attn.q_proj.weight +\(8, 8\) +fp32 +4 +512$' <<<"$out" ||
     { echo "$out"; echo "FAIL: ckpt info"; fail=1; }
+
+# The manifest's layout against the rank files: a copy relabelled tp 1 x dp
+# 4 (the same world, so it opens and reads the same values; it passed verify
+# before the check) and one with a fifth rank file: verify, and info after
+# its listing, exit 2 naming manifest.ini, the key, a file and its block.
+relabel() { # NAME CMD: $root/NAME, a copy of clean's step 3 changed by CMD (run in it)
+    rm -rf "$root/$1"; cp -r "$root/clean/step-000003" "$root/$1"; (cd "$root/$1" && eval "$2")
+}
+refused() { # LABEL CMD PATTERN: `trident CMD` exits 2, PATTERN in its output as one line ('|' ends a line)
+    local rc=0 out; out=$("$TRIDENT" $2 2>&1) || rc=$?
+    [ "$rc" -eq 2 ] && tr '\n' '|' <<<"$out" | grep -Eq -- "$3" || { echo "$out"; echo "FAIL: $1: exit $rc"; fail=1; }
+}
+relabel tp1 "sed -i 's/^tp = 2$/tp = 1/; s/^dp = 2$/dp = 4/; s/^dp_shard = 2$/dp_shard = 4/' manifest.ini"
+pat='tp1/manifest.ini: tp = 1, but .*/tp1/rank-0000[0-3].h5 holds rows \[[04], [48]\) of [a-z_]+/model.layers.0.self_attn.q_proj.weight \(8, 8\) \(blocks of 4 rows: 2 tp shards\); tp = 1 \(world 4 = tp 1 x cp 1 x ep 1 x dp_shard 4 x dp_replicate 1 x pp 1\) gives that file \(tp rank 0\) rows \[0, 8\)'
+refused "verify, tp relabelled" "ckpt verify $root/tp1" "$pat"
+refused "info, tp relabelled" "ckpt info $root/tp1" "total stored [0-9.]+ MB in [0-9]+ pieces\|trident: ckpt info: .*$pat"
+relabel rank5 "cp rank-00003.h5 rank-00004.h5"
+refused "verify, a fifth rank file" "ckpt verify $root/rank5" \
+    'rank5/manifest.ini: world_size = 4 \(world 4 = tp 2 x .*\), but the folder also holds rank-00004.h5'
+# A truncated rank file: info prints the manifest's step, layout and model,
+# then names the file and what is wrong (exit 2).
+relabel cut "truncate -s 3000 rank-00001.h5"
+refused "info, a truncated rank file" "ckpt info $root/cut" "\|  format_version 1, step 3\|  layout world 4 = \
+tp 2 x cp 1 x ep 1 x dp_shard 2 x dp_replicate 1 x pp 1, zero_stage 1\|  model vocab_size=64 d_model=8 n_layers=1 \
+.*\|trident: ckpt info: .*/cut/rank-00001.h5: 3000 bytes, manifest.ini says [0-9]+ \(truncated or replaced\)\|$"
 
 # A bad checkpoint: verify exits 2 and names the file.
 printf 'x' | dd of="$root/clean/step-000003/rank-00001.h5" bs=1 seek=4000 conv=notrunc status=none

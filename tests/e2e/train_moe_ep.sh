@@ -35,7 +35,10 @@
 #     sharded with the moments) (ep 2, zero 1) logs (ep 1, zero 0)'s losses
 #     within 1e-3 over 4 steps.
 #  5. Refused with exit 2, naming the key: ep 3 (does not divide 8 experts),
-#     ep 2 with zero_stage 2, ep 2 with a dense model.
+#     ep 2 with zero_stage 2, ep 2 with a dense model; a step-5 checkpoint of
+#     (ep 2, zero 1) whose manifest says ep = 1 or ep = 4 by `ckpt verify`
+#     and by a resume, naming manifest.ini's ep and a rank file's expert rows.
+#  6. `ckpt info` prints the layout as the start line does.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -117,6 +120,30 @@ for ep in 1 4; do
 done
 grep -qx "ep = 2" "$tmp/ck-ep2/step-000005/manifest.ini" ||
     { echo "FAIL: the ep 2 manifest has no 'ep = 2' line"; fail=1; }
+# ckpt info describes the layout in the start line's words (one formatter,
+# topology_layout_line): "world 4 = tp 1 x cp 1 x ep 2 x dp_shard 2 x ...".
+start=$(sed -n 's/^trident train: [^,]*, \(world [^,]*\), device .*/\1/p' "$tmp/z1-ep2.log")
+info=$("$TRIDENT" ckpt info "$tmp/ck-z1-ep2/step-000005" | sed -n 's/^  layout \(.*\), zero_stage 1$/\1/p')
+[ -n "$start" ] && [ "$start" = "$info" ] && [[ "$start" == *" x ep 2 x dp_shard 2 x "* ]] ||
+    { echo "FAIL: ckpt info's layout '$info', the start line's '$start'"; fail=1; }
+# The (ep 2, zero 1) step 5 with its manifest's ep edited to 1 and to 4 (a
+# valid layout of the same world whose data reads the same: it passed
+# verify): `ckpt verify` and a resume from it exit 2 naming manifest.ini's
+# ep, a rank file and the expert rows it holds (2 shards of 256 of 512).
+for e in 1 4; do
+    mkdir -p "$tmp/ck-edited-ep$e"; cp -r "$tmp/ck-z1-ep2/step-000005" "$tmp/ck-edited-ep$e/"
+    echo step-000005 > "$tmp/ck-edited-ep$e/latest"
+    sed -i "s/^ep = 2$/ep = $e/" "$tmp/ck-edited-ep$e/step-000005/manifest.ini"
+    pat="step-000005/manifest.ini: ep = $e, but .*/rank-0000[0-3].h5 holds rows \[(0|256), (256|512)\) of [a-z_]+/model.layers.0.mlp.experts.[a-z_]+.weight \(512, 64\) \(blocks of 256 rows: 2 ep shards\); ep = $e"
+    rc=0; out=$("$TRIDENT" ckpt verify "$tmp/ck-edited-ep$e" 2>&1) || rc=$?
+    [ "$rc" -eq 2 ] && grep -Eq "$pat" <<<"$out" || { echo "$out"; echo "FAIL: verify of ep = $e edited: exit $rc"; fail=1; }
+    rc=0; OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "$SMALL_INI" \
+        data.path="$tmp/shards" train.global_batch_size=16 train.warmup_steps=2 train.eval_every=0 train.steps=10 \
+        checkpoint.dir="$tmp/ck-edited-ep$e" log.run_dir="$tmp/run-edited-ep$e" parallel.dp=4 parallel.ep=2 \
+        parallel.zero_stage=1 > "$tmp/edited-ep$e.log" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] && grep -Eq "trident: \[rank 0\] .*$pat" "$tmp/edited-ep$e.log" ||
+        { grep trident: "$tmp/edited-ep$e.log" | head -3 || true; echo "FAIL: resume from ep = $e edited: exit $rc"; fail=1; }
+done
 
 "$PY" - "$tmp" <<'PY' || fail=1
 import json, sys, h5py, numpy as np

@@ -14,7 +14,9 @@
 #     and resuming from it is bit-exact against a straight run.
 #  4. Refused with exit 2 and a message naming the file, nothing changed: a
 #     flipped byte, a truncated or missing rank file, another model, an
-#     unknown format version.
+#     unknown format version; an automatic resume refused names the newest
+#     older checkpoint that passes the same checks, and following its hint
+#     (checkpoint.resume = it, checkpoint.branch = true) trains on from it.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -113,6 +115,26 @@ fresh_bad
 refuse "model differs" "d_model" model.d_model=128 model.n_heads=4
 fresh_bad; sed -i 's/^format_version = 1/format_version = 7/' "$tmp/ck-bad/step-000020/manifest.ini"
 refuse "unknown format version" "format_version.*7"
+# An automatic resume refused for its newest checkpoint says which older
+# one passes the same checks and how to continue from it (the refusal stays,
+# nothing moves): stopped-1,1,1,0 saved steps 5, 10, 15 and 20; 20 and 15
+# damaged, the hint names 10; following it trains on from step 10, the
+# damaged steps moved aside, kept. With every step damaged: no older one.
+stopped_bad() { rm -rf "$tmp/ck-bad"; cp -r "$tmp/ck-stopped-1,1,1,0" "$tmp/ck-bad"; }
+stopped_bad; printf '\x55' | dd of="$tmp/ck-bad/step-000020/rank-00000.h5" bs=1 seek=5000 conv=notrunc 2>/dev/null
+truncate -s 3000 "$tmp/ck-bad/step-000015/rank-00000.h5"
+refuse "an older checkpoint named" "step-000020/rank-00000.h5: checksum .* \(the file is corrupt\); the newest \
+older checkpoint that passes these checks is $tmp/ck-bad/step-000010: to continue from it, set checkpoint.resume = \
+$tmp/ck-bad/step-000010 and checkpoint.branch = true \(the steps after it, step-000020 among them, then move aside"
+rc=0; small_train "$tmp/run-hint" "$tmp/ck-bad" 1 1 2 0 checkpoint.resume="$tmp/ck-bad/step-000010" \
+    checkpoint.branch=true > "$tmp/hint.log" 2>&1 || rc=$?
+aside=("$tmp/ck-bad"/branched-after-step-000010-*)
+[ "$rc" -eq 0 ] && [ "$(metrics "$tmp/run-hint" .step | head -n 1)" = 11 ] && [ -f "${aside[0]}/step-000020/rank-00000.h5" ] &&
+    [ -f "${aside[0]}/step-000015/rank-00000.h5" ] && [ "$(cat "$tmp/ck-bad/latest")" = step-000020 ] ||
+    { grep trident: "$tmp/hint.log" | head -3 || true; ls "$tmp/ck-bad"; echo "FAIL: following the hint (exit $rc)"; fail=1; }
+stopped_bad; for s in 5 10 15 20; do truncate -s 3000 "$tmp/ck-bad/step-0000$(printf %02d $s)/rank-00000.h5"; done
+refuse "no older checkpoint passes" "step-000020/rank-00000.h5: 3000 bytes.*; no older checkpoint of $tmp/ck-bad \
+passes these checks either"
 
 "$PY" - "$tmp" <<'PY' || fail=1
 import glob, json, sys, h5py, numpy as np

@@ -232,12 +232,13 @@ static void test_bad(const char *root) {
     expect_refused(root, good, "nomanifest", "rm manifest.ini", "manifest.ini");
     // The layout lines (tp 2 x dp 3 = dp_shard 3 x dp_replicate 1) must agree.
     expect_refused(root, good, "replicas", "sed -i 's/^dp_replicate = 1$/dp_replicate = 3/' manifest.ini",
-                   "manifest.ini: dp_replicate = 3, but the layout tp = 2, cp = 1, ep = 1, dp_shard = 3, dp_replicate = 1, "
-                   "pp = 1 makes it 1");
+                   "manifest.ini: dp_replicate = 3, but the layout world 6 = tp 2 x cp 1 x ep 1 x dp_shard 3 x "
+                   "dp_replicate 1 x pp 1 makes it 1");
     expect_refused(root, good, "shard", "sed -i 's/^dp_shard = 3$/dp_shard = 2/' manifest.ini",
                    "manifest.ini: dp_shard = 2 does not divide dp = 3");
     expect_refused(root, good, "world", "sed -i 's/^dp = 3$/dp = 1/; /^dp_/d' manifest.ini",
-                   "manifest.ini: tp=2 * cp=1 * ep=1 * dp_shard=1 * dp_replicate=1 * pp=1 = 2 ranks != world_size=6");
+                   "manifest.ini: world_size = 6, but the layout lines make world 2 = tp 2 x cp 1 x ep 1 x "
+                   "dp_shard 1 x dp_replicate 1 x pp 1");
     // A manifest from before dp_shard (tp, pp, dp only) opens as one shard
     // group of every data rank.
     char cmd[4096], old[700];

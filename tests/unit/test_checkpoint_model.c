@@ -10,6 +10,13 @@
 // from the saved seed (init depends only on seed, name, global index: an
 // independent reference), and its moments the closed form; then 3 ZeRO
 // ranks of layout B each read only their shard of m (arena cut mid-tensor).
+// Layout checks (checkpoint_check_layout): layout A's files pass; copies
+// whose manifest.ini says another tp or pp (the world kept, so that they
+// still open and read the same values) or that hold one rank file more are
+// refused naming the key and a file; so are an ep = 2 checkpoint of a MoE
+// model (its expert tensors' row blocks on the files of ep ranks 0 and 1)
+// relabelled ep = 1 and ep = 4. A truncated rank file: checkpoint_open
+// refuses, checkpoint_read_manifest still gives the step and the layout.
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
@@ -51,6 +58,91 @@ static struct model *init_model(struct backend *be, int t, int tp, int s, int pp
     return m;
 }
 
+static void run(const char *cmd) { EXPECT(system(cmd) == 0, "%s", cmd); }
+
+// A copy of the checkpoint folder good, changed by cmd (run in the copy),
+// opens (the manifest's own checks pass, the values read as before) but
+// checkpoint_check_layout refuses it with a message holding each needle.
+static void expect_layout_refused(const char *good, const char *name, const char *cmd,
+                                  const char *needle, const char *needle2) {
+    char buf[4096], copy[1024];
+    snprintf(copy, sizeof copy, "%s-%s", good, name);
+    snprintf(buf, sizeof buf, "cp -r %s %s && cd %s && %s", good, copy, copy, cmd);
+    run(buf);
+    struct ckpt_reader *r = NULL;
+    struct error err = {0};
+    EXPECT(checkpoint_open(copy, &r, &err) == STATUS_OK, "%s: open: %s", name, err.msg);
+    if (!r) return;
+    enum status st = checkpoint_check_layout(r, &err);
+    EXPECT(st == STATUS_BAD_INPUT && strstr(err.msg, needle) && strstr(err.msg, needle2),
+           "%s: status %d, message '%s' lacks '%s' or '%s'", name, st, st ? err.msg : "", needle,
+           needle2);
+    if (st) printf("  %-8s refused: %s\n", name, err.msg);
+    checkpoint_close(r);
+}
+
+// A MoE model's checkpoint saved at dp 4 with ep 2, ZeRO 0, as the trainer
+// writes it (train_ckpt.c save_args): rank 0 (ep rank 0) every tensor with
+// rows [0, E F / 2) of the stacked experts, rank 1 (ep rank 1, expert_dp
+// rank 0) only rows [E F / 2, E F) of each expert tensor, ranks 2 and 3
+// nothing. Blocks of expert tensors other than those refused when relabelled.
+static void test_moe_layout(const char *root) {
+    static const struct llama_config moe = {
+        .vocab_size = 32, .d_model = 8, .n_layers = 2, .n_heads = 2, .n_kv_heads = 2,
+        .ffn_dim = 12, .max_seq_len = 16, .rope_theta = 10000, .norm_eps = 1e-5f,
+        .moe_experts = 4, .moe_top_k = 2, .moe_ffn_dim = 6};
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/moe", root);
+    struct error err = {0};
+    struct param_info *p;
+    int n;
+    EXPECT(model_param_table(&moe, &p, &n, &err) == STATUS_OK, "%s", err.msg);
+    static float zeros[32 * 8]; // the largest tensor: (vocab_size, d_model)
+    struct ckpt_save_args a = {.dir = dir, .step = 3, .layout = topology_layout_ep(1, 1, 4, 0, 1, 2),
+                               .zero_stage = 0, .model = &moe, .tokenizer_id = ""};
+    struct ckpt_file_sum sums[4];
+    EXPECT(checkpoint_prepare(&a, &err) == STATUS_OK, "%s", err.msg);
+    struct ckpt_piece *pieces = xcalloc(3 * (size_t)n, sizeof *pieces);
+    static const char *prefixes[3] = {"param", "adam_m", "adam_v"};
+    int experts = 0;
+    for (int rank = 0; rank < 4; rank++) {
+        int k = 0, e = rank; // ep rank of world ranks 0 and 1
+        for (int i = 0; rank < 2 && i < n; i++) {
+            if (rank == 1 && !p[i].expert) continue;
+            experts += rank == 0 && p[i].expert;
+            for (int w = 0; w < 3; w++) {
+                struct ckpt_piece *q = &pieces[k++];
+                memset(q, 0, sizeof *q);
+                snprintf(q->name, sizeof q->name, "%s/%s", prefixes[w], p[i].name);
+                q->grows = q->rows = p[i].grows, q->gcols = q->cols = p[i].gcols;
+                if (p[i].expert) q->rows = p[i].grows / 2, q->row_offset = e * q->rows;
+                q->flat_end = (size_t)q->rows * q->cols;
+                q->dtype = DTYPE_FP32, q->data = zeros;
+            }
+        }
+        a.rank = rank, a.pieces = pieces, a.n_pieces = k;
+        EXPECT(checkpoint_write_rank(&a, &sums[rank], &err) == STATUS_OK, "%s", err.msg);
+    }
+    EXPECT(experts == 6, "%d expert tensors, expected 3 in each of 2 layers", experts);
+    a.rank = 0;
+    EXPECT(checkpoint_commit(&a, sums, &err) == STATUS_OK, "%s", err.msg);
+    free(pieces), free(p);
+    char good[600];
+    snprintf(good, sizeof good, "%s/step-000003", dir);
+    struct ckpt_reader *r;
+    EXPECT(checkpoint_open(good, &r, &err) == STATUS_OK, "%s", err.msg);
+    EXPECT(checkpoint_check_layout(r, &err) == STATUS_OK, "ep 2 as saved: %s", err.msg);
+    checkpoint_close(r);
+    expect_layout_refused(good, "ep1", "sed -i 's/^ep = 2$/ep = 1/' manifest.ini",
+                          "manifest.ini: ep = 1, but ",
+                          "rank-00000.h5 holds rows [0, 16) of adam_m/model.layers.0.mlp.experts.down_proj.weight "
+                          "(32, 6) (blocks of 16 rows: 2 ep shards); ep = 1");
+    expect_layout_refused(good, "ep4", "sed -i 's/^ep = 2$/ep = 4/' manifest.ini",
+                          "manifest.ini: ep = 4, but ",
+                          "(blocks of 16 rows: 2 ep shards); ep = 4 (world 4 = tp 1 x cp 1 x ep 4 x dp_shard 1 x "
+                          "dp_replicate 1 x pp 1) gives that file (ep rank 0) rows [0, 8) of the routed experts");
+}
+
 int main(void) {
     char root[] = "/tmp/trident-ckpt-model-XXXXXX";
     if (!mkdtemp(root)) TEST_SKIP("cannot make a temporary folder");
@@ -87,7 +179,9 @@ int main(void) {
                                                    pieces + k);
                 k += checkpoint_pieces_from_params(p, n, "adam_v", shard[1], DTYPE_FP32, lo, hi,
                                                    pieces + k);
-                a.rank = t + TP * (s + PP * d);
+                struct grid_coord at = {{0}}; // the world rank of (t, d, s): topology's order
+                at.at[AXIS_TP] = t, at.at[AXIS_DP_SHARD] = d, at.at[AXIS_PP] = s;
+                a.rank = topology_rank_of(&a.layout, at);
                 a.pieces = pieces, a.n_pieces = k;
                 EXPECT(checkpoint_write_rank(&a, &sums[a.rank], &err) == STATUS_OK, "%s", err.msg);
                 free(shard[0]), free(shard[1]);
@@ -108,6 +202,7 @@ int main(void) {
         return test_finish("test_checkpoint_model");
     }
     EXPECT(checkpoint_check_model(r, &cfg, "", &err) == STATUS_OK, "%s", err.msg);
+    EXPECT(checkpoint_check_layout(r, &err) == STATUS_OK, "layout A as saved: %s", err.msg);
     struct model *m = init_model(be, 0, 1, 0, 1, 999), *ref = init_model(be, 0, 1, 0, 1, 11);
     int n;
     const struct param_info *p = model_params(m, &n);
@@ -154,8 +249,29 @@ int main(void) {
     free(pieces), free(mom[0]), free(mom[1]);
     checkpoint_close(r);
     model_free(m), model_free(ref);
+    // Layout A relabelled: tp 1 x dp 4 (world 8 still), pp 4 x dp 1; a ninth rank file.
+    expect_layout_refused(path, "tp1", "sed -i 's/^tp = 2$/tp = 1/; s/^dp = 2$/dp = 4/; "
+                          "s/^dp_shard = 2$/dp_shard = 4/' manifest.ini", "manifest.ini: tp = 1, but ",
+                          "rank-00000.h5 holds rows [0, 8) of adam_m/model.layers.0.self_attn.q_proj.weight (16, 16) "
+                          "(blocks of 8 rows: 2 tp shards); tp = 1");
+    expect_layout_refused(path, "pp4", "sed -i 's/^pp = 2$/pp = 4/; s/^dp = 2$/dp = 1/; "
+                          "s/^dp_shard = 2$/dp_shard = 1/' manifest.ini", "manifest.ini: pp = 4, but layer 0's",
+                          "which world 8 = tp 2 x cp 1 x ep 1 x dp_shard 1 x dp_replicate 1 x pp 4 makes stages 0 and 1");
+    expect_layout_refused(path, "ranks9", "cp rank-00007.h5 rank-00008.h5", "manifest.ini: world_size = 8",
+                          "also holds rank-00008.h5");
+    // A truncated rank file: the manifest alone still reads.
+    char cmd[4 * CKPT_PATH_MAX], cut[CKPT_PATH_MAX + 8];
+    snprintf(cut, sizeof cut, "%s-cut", path);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s && truncate -s 1000 %s/rank-00003.h5", path, cut, cut);
+    run(cmd);
+    struct ckpt_info in;
+    EXPECT(checkpoint_open(cut, &r, &err) == STATUS_BAD_INPUT && strstr(err.msg, "rank-00003.h5: 1000 bytes"),
+           "truncated: %s", err.msg);
+    EXPECT(checkpoint_read_manifest(cut, &in, &err) == STATUS_OK && in.step == 4 && in.world_size == 8 &&
+               in.layout.size[AXIS_TP] == 2 && in.layout.size[AXIS_PP] == 2 && in.model.d_model == 16,
+           "the manifest of a truncated checkpoint: %s", err.msg);
+    test_moe_layout(root);
     backend_free(be);
-    char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     if (!test_failures && system(cmd)) return 1;
     return test_finish("test_checkpoint_model");

@@ -273,6 +273,9 @@ static void test_describe(void) {
     EXPECT(strstr(buf, "expert_dp    groups: [0 4] [1 5] [2 6] [3 7]\n"), "describe: %s", buf);
     EXPECT(!strcmp(topology_layout_text(&g, false, "=", " ", text, sizeof text),
                    "tp=2 cp=1 dp=4 dp_shard=4 dp_replicate=1 ep=2 pp=1"), "sizes: %s", text);
+    // The phrase of the start line and `ckpt info`: the axes (dp_shard the key's / ep).
+    EXPECT(!strcmp(topology_layout_line(&g, text, sizeof text),
+                   "world 8 = tp 2 x cp 1 x ep 2 x dp_shard 2 x dp_replicate 1 x pp 1"), "line: %s", text);
 }
 
 // comm_self: reductions leave data, scatter/gather copy, requests complete.
