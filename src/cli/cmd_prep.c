@@ -37,7 +37,8 @@ static const struct cli_flag prep_flags[] = {
     {"--input", CLI_PATHS, "PATH", NULL, 0, 0, 0, NULL,
      "text files or folders of them (several allowed, and --input again); a folder is read recursively "
      "(--recursive), hidden files and folders skipped, each folder once (symlink loops are skipped), files "
-     "in byte order of their paths (the same on any file system); required", P(inputs)},
+     "in byte order of their paths (the same on any file system); a file named twice (any spelling, or "
+     "also inside a folder given) is read once, with a note; required", P(inputs)},
     {"--include", CLI_LIST, "GLOB", NULL, 0, 0, 0, NULL,
      "a folder's files whose name matches GLOB (fnmatch, e.g. '*.txt'; quote it); default: every regular, "
      "non-hidden file", P(includes)},
@@ -89,12 +90,14 @@ const struct cli_command cli_prep = {
     .n_flags = CLI_N(prep_flags),
     .notes =
         "Input must be UTF-8 text: a file with a NUL byte, compressed (gzip, zstd, xz, bzip2, zip),\n"
-        "UTF-16, or more than 1% invalid UTF-8 is refused by name before anything is written (exit 2).\n"
+        "UTF-16, or more than 1% invalid UTF-8 is refused by name before anything is written (exit 2);\n"
+        "a UTF-8 byte-order mark at a file's start is skipped. --format chat input in which no\n"
+        "conversation has an assistant turn (nothing to train on) is refused too.\n"
         "Encodes on all cores (OMP_NUM_THREADS); the output does not depend on the thread count.\n"
         "stdout ends with a line 'prep_stats: {JSON}' (documents, tokens, bytes, seconds, threads,\n"
-        "mb_per_s, peak_rss_bytes, files, jsonl_files, jsonl_detected, left_out, invalid_utf8_bytes,\n"
-        "train_documents, train_tokens, val_documents, val_tokens, val_seq_len, val_sequences,\n"
-        "val_sequences_needed).\n",
+        "mb_per_s, peak_rss_bytes, files, jsonl_files, jsonl_detected, left_out, duplicates,\n"
+        "invalid_utf8_bytes, chat_no_assistant, train_documents, train_tokens, val_documents, val_tokens,\n"
+        "val_seq_len, val_sequences, val_sequences_needed).\n",
 };
 
 // The default run (`make run`, scripts/run_default.sh) trains configs/tiny.ini;
@@ -118,13 +121,13 @@ static int bad_arg(const char *fmt, const char *a, const char *b) {
 static void warn_val_split(const struct prep_options *opt, const struct prep_stats *s, uint64_t val_seq) {
     const double need = (double)PREP_DEFAULT_GLOBAL_BATCH * PREP_DEFAULT_SEQ_LEN + 1; // tokens
     double total = (double)(s->tokens[0] + s->tokens[1]);
-    // dataset_open refuses a val split of 1..seq_len tokens; train skips
-    // validation when the split has fewer sequences than a global batch.
-    int refused = s->tokens[1] > 0 && s->tokens[1] < PREP_DEFAULT_SEQ_LEN + 1;
+    // Train skips validation when the split has fewer sequences than a
+    // global batch, none at all when it holds 1..seq_len tokens.
+    int none_fits = s->tokens[1] > 0 && s->tokens[1] < PREP_DEFAULT_SEQ_LEN + 1;
     fprintf(stderr, "prep: warning: the validation split holds %llu sequences of seq_len %d, fewer than one global "
-            "batch (global_batch_size = %d) of %s, the default run, which %s: ",
+            "batch (global_batch_size = %d) of %s, the default run, which would train without validation%s: ",
             (unsigned long long)val_seq, PREP_DEFAULT_SEQ_LEN, PREP_DEFAULT_GLOBAL_BATCH, PREP_DEFAULT_CONFIG,
-            refused ? "refuses the dataset (no validation sequence fits)" : "would train without validation");
+            none_fits ? " (no validation sequence fits)" : "");
     // Documents go whole to a split, so tokens follow the fraction only about:
     // the fraction scaled by the tokens missing, with a 25% margin, rounded up
     // to two significant digits.
@@ -227,14 +230,16 @@ int cmd_prep(int argc, char **argv) {
     if (opt.val_fraction > 0 && val_seq < PREP_DEFAULT_GLOBAL_BATCH) warn_val_split(&opt, &stats, val_seq);
     printf("prep_stats: {\"documents\": %llu, \"tokens\": %llu, \"bytes\": %llu, \"seconds\": %.3f, \"threads\": %d, "
            "\"mb_per_s\": %.3f, \"peak_rss_bytes\": %llu, \"files\": %d, \"jsonl_files\": %d, "
-           "\"jsonl_detected\": %d, \"left_out\": %d, \"invalid_utf8_bytes\": %llu, \"train_documents\": %llu, "
+           "\"jsonl_detected\": %d, \"left_out\": %d, \"duplicates\": %d, \"invalid_utf8_bytes\": %llu, "
+           "\"chat_no_assistant\": %llu, \"train_documents\": %llu, "
            "\"train_tokens\": %llu, \"val_documents\": %llu, \"val_tokens\": %llu, \"val_seq_len\": %d, "
            "\"val_sequences\": %llu, \"val_sequences_needed\": %d}\n",
            (unsigned long long)(stats.documents[0] + stats.documents[1]),
            (unsigned long long)(stats.tokens[0] + stats.tokens[1]), (unsigned long long)stats.bytes,
            stats.encode_seconds, stats.threads, (double)stats.bytes / 1e6 / MAX(stats.encode_seconds, 1e-9),
            (unsigned long long)stats.peak_rss_bytes, stats.files, stats.jsonl_files, stats.jsonl_detected,
-           stats.left_out, (unsigned long long)stats.invalid_utf8_bytes, (unsigned long long)stats.documents[0],
+           stats.left_out, stats.duplicates, (unsigned long long)stats.invalid_utf8_bytes,
+           (unsigned long long)stats.chat_no_assistant, (unsigned long long)stats.documents[0],
            (unsigned long long)stats.tokens[0], (unsigned long long)stats.documents[1],
            (unsigned long long)stats.tokens[1], PREP_DEFAULT_SEQ_LEN, (unsigned long long)val_seq,
            PREP_DEFAULT_GLOBAL_BATCH);

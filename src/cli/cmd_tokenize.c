@@ -14,6 +14,7 @@
 #include "base/common.h"
 #include "cli.h"
 #include "cli_flags.h"
+#include "data/prep.h"
 #include "tokenizer/tokenizer.h"
 
 struct tokenize_args {
@@ -32,8 +33,9 @@ static const struct cli_flag tokenize_flags[] = {
      "encode: special-token text (<|endoftext|>) in stdin becomes its id; by default it is encoded as "
      "ordinary text", T(allow_special)},
     {"--train", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
-     "train a byte-level BPE on stdin (documents separated by blank lines); needs --vocab-size and "
-     "--output, takes no --tokenizer or --decode", T(train)},
+     "train a byte-level BPE on stdin (documents separated by blank lines; UTF-8 text, checked as "
+     "`trident prep` checks an input file); needs --vocab-size and --output, takes no --tokenizer or "
+     "--decode", T(train)},
     {"--vocab-size", CLI_INT, "N", NULL, 257, 1 << 30, 0, NULL, "--train: ids of the trained tokenizer",
      T(vocab_size)},
     {"--output", CLI_PATH, "FILE", NULL, 0, 0, 0, NULL, "--train: the tokenizer.json to write", T(output)},
@@ -175,7 +177,20 @@ int cmd_tokenize(int argc, char **argv) {
             fprintf(stderr, "trident tokenize: reading stdin failed\n");
             return STATUS_RUNTIME;
         }
-        int rc = do_train(text, len, v, out);
+        // The checks prep makes of an input file; a UTF-8 byte-order mark
+        // at the start is skipped as prep skips one.
+        struct error terr = {0};
+        size_t bom = len >= 3 && !memcmp(text, PREP_UTF8_BOM, 3) ? 3 : 0, k = bom;
+        while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r' || text[k] == '\n')) k++;
+        if (prep_check_text("stdin", text, len, &terr) ||
+            (k == len && error_set(&terr, STATUS_BAD_INPUT, "stdin: no input text (%zu bytes%s): --train reads "
+                                   "the training corpus from stdin, documents separated by blank lines", len,
+                                   len ? ", all blank" : ""))) {
+            fprintf(stderr, "trident tokenize: %s\n", terr.msg);
+            free(text);
+            return terr.status;
+        }
+        int rc = do_train(text + bom, len - bom, v, out);
         free(text);
         return rc;
     }

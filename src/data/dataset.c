@@ -152,7 +152,7 @@ enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected, 
     ds->shards = xcalloc((size_t)ds->n_shards, sizeof *ds->shards);
     for (int i = 0; i < ds->n_shards; i++) {
         ds->shards[i].entry = ds->index.shards[i];
-        ds->shards[i].h5.file = ds->shards[i].h5.tokens = ds->shards[i].h5.file_space = H5I_INVALID_HID;
+        shard_init(&ds->shards[i].h5);
     }
     uint64_t total = 0;
     for (int i = 0; i < ds->n_shards && !s; i++) {
@@ -175,14 +175,18 @@ enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected, 
                       ds->index.total_tokens, total);
         goto fail;
     }
+    // Training needs a sequence; a validation split too short for one is
+    // served as none (dataset_val_unusable says why).
+    uint64_t n = ds->split_tokens[SPLIT_TRAIN];
+    if (n < (uint64_t)seq_len + 1) {
+        s = error_set(err, STATUS_BAD_INPUT,
+                      "%s: the %s split holds %" PRIu64 " tokens, fewer than seq_len + 1 = %d: no sequence fits "
+                      "(prepare more text%s, or train with a shorter seq_len)", ipath, split_name(SPLIT_TRAIN), n,
+                      seq_len + 1, ds->split_tokens[SPLIT_VAL] > 0 ? " or a smaller --val-fraction" : "");
+        goto fail;
+    }
     for (int sp = 0; sp < SPLIT_COUNT; sp++) {
-        uint64_t n = ds->split_tokens[sp];
-        if ((sp == SPLIT_TRAIN || n > 0) && n < (uint64_t)seq_len + 1) {
-            s = error_set(err, STATUS_BAD_INPUT,
-                          "%s: the %s split holds %" PRIu64 " tokens, fewer than seq_len + 1 = %d: no sequence fits",
-                          ipath, split_name(sp), n, seq_len + 1);
-            goto fail;
-        }
+        n = ds->split_tokens[sp];
         ds->split_sequences[sp] = n > 0 ? (n - 1) / (uint64_t)seq_len : 0;
     }
     *out = ds;
@@ -190,6 +194,15 @@ enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected, 
 fail:
     dataset_close(ds);
     return s;
+}
+
+bool dataset_val_unusable(const struct dataset *ds, char *why, size_t n) {
+    uint64_t tokens = ds->split_tokens[SPLIT_VAL];
+    if (tokens == 0 || ds->split_sequences[SPLIT_VAL] > 0) return false;
+    snprintf(why, n, "the %s split of %s holds %" PRIu64 " tokens, fewer than seq_len + 1 = %d: no sequence fits "
+             "(re-run trident prep with a larger --val-fraction, or --val-fraction 0 for no validation split)",
+             split_name(SPLIT_VAL), ds->dir, tokens, ds->seq_len + 1);
+    return true;
 }
 
 void dataset_close(struct dataset *ds) {

@@ -58,8 +58,8 @@ struct dataset {
 // training: the index (format version, vocab_size_expected when > 0,
 // tokenizer_expected when not NULL, total_tokens against the shards' sum),
 // every listed shard file is present with the size index.ini records, the
-// training split is non-empty and holds at least seq_len + 1 tokens (the
-// validation split: none, or that many). No shard is opened and no token is
+// training split holds at least seq_len + 1 tokens (a validation split of
+// fewer holds no sequence: dataset_val_unusable). No shard is opened and no token is
 // read here: the per-shard checks (checksum, format version, /tokens dtype
 // against the vocabulary, attributes against the index, /doc_offsets start at
 // 0, increase and end at the token count, every token id < vocab_size) run in
@@ -69,6 +69,11 @@ struct dataset {
 enum status dataset_open(const char *dir, int seq_len, int vocab_size_expected,
                          const char *tokenizer_expected, struct dataset **out, struct error *err);
 void dataset_close(struct dataset *ds);
+
+// Whether ds's validation split holds tokens but no sequence of seq_len (1
+// to seq_len tokens): then why (n bytes) says so, naming the split, its
+// tokens, seq_len + 1 and the fix, for the caller's note.
+bool dataset_val_unusable(const struct dataset *ds, char *why, size_t n);
 
 // Shard i, open and validated: from the hot tier when ds->cache holds a
 // published copy, else from dir (the cold tier). The first read of a shard

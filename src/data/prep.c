@@ -259,6 +259,11 @@ static enum status count_docs(const struct prep_options *opt, uint64_t *n, struc
     stats->jsonl_detected = r.jsonl_detected;
     stats->left_out = r.left_out;
     stats->invalid_utf8_bytes = r.invalid_utf8_bytes;
+    stats->duplicates = r.duplicates;
+    stats->chat_no_assistant = r.chat_no_assistant;
+    if (!st && r.duplicates)
+        fprintf(stderr, "prep: note: input %s is the same file as %s and is read once (%d input path%s a file "
+                "listed before)\n", r.dup_path, r.dup_of, r.duplicates, r.duplicates > 1 ? "s repeat" : " repeats");
     if (!st && r.jsonl_detected)
         fprintf(stderr, "prep: note: %d of %d input files read as JSON Lines (named *.jsonl or *.json, first "
                 "character '{'; the text in field \"%s\"; first: %s); --format text reads every file as text\n",
@@ -270,6 +275,21 @@ static enum status count_docs(const struct prep_options *opt, uint64_t *n, struc
     if (!st && r.invalid_utf8_bytes)
         fprintf(stderr, "prep: note: %llu bytes of the input are invalid UTF-8, encoded as byte tokens\n",
                 (unsigned long long)r.invalid_utf8_bytes);
+    // Chat data trains on the assistant's turns only (the loss mask): with
+    // none in any conversation every step would have no target.
+    if (!st && r.chat_docs && r.chat_no_assistant == r.chat_docs)
+        st = error_set(err, STATUS_BAD_INPUT, "%s%s: no conversation has an assistant turn (%llu read; the first "
+                       "at %s:%llu), so no token would be trained on: --format chat expects {\"prompt\": ..., "
+                       "\"response\": ...} records or \"messages\" with a {\"role\": \"assistant\", \"content\": "
+                       "...} turn (--format jsonl trains on every token of a \"text\" field)",
+                       r.n_paths ? r.paths[0] : opt->inputs[0], r.n_paths > 1 ? " ..." : "",
+                       (unsigned long long)r.chat_docs, r.paths[r.first_no_assistant_file],
+                       (unsigned long long)r.first_no_assistant_line);
+    else if (!st && r.chat_no_assistant)
+        fprintf(stderr, "prep: note: %llu of %llu conversations have no assistant turn (none of their tokens is "
+                "trained on; the first at %s:%llu)\n", (unsigned long long)r.chat_no_assistant,
+                (unsigned long long)r.chat_docs, r.paths[r.first_no_assistant_file],
+                (unsigned long long)r.first_no_assistant_line);
     doc_reader_close(&r);
     if (!st && *n == 0)
         st = error_set(err, STATUS_BAD_INPUT, "%s%s: no documents found in the input", opt->inputs[0],

@@ -88,6 +88,8 @@ struct prep_stats {
     int jsonl_files;       // of them read as JSON Lines (--format jsonl or detected)
     int jsonl_detected;    // of them detected as JSON Lines (PREP_FORMAT_AUTO)
     int left_out;          // folder files not matching any include glob
+    int duplicates;        // input paths naming a file listed before (read once)
+    uint64_t chat_no_assistant; // --format chat: conversations without an assistant turn (nothing trained on)
     uint64_t invalid_utf8_bytes; // bytes in invalid UTF-8 sequences, tolerated (see doc_reader_next)
     double encode_seconds; // reading, encoding and writing, without tokenizer training
     int threads;           // encoder threads
@@ -113,6 +115,15 @@ void corpus_free(struct corpus *c);
 // UTF-8 crawl) before it is refused as not UTF-8: both bounds are exceeded.
 #define PREP_MAX_BAD_UTF8_PERCENT 1
 #define PREP_MAX_BAD_UTF8_BYTES 16
+// A UTF-8 byte-order mark: skipped at the start of a file (as the config
+// reader skips one), ordinary text elsewhere.
+#define PREP_UTF8_BOM "\xef\xbb\xbf"
+
+// Checks that text (n bytes, the whole input called name) is text as
+// doc_reader_next requires of a file (no binary magic at its start, no NUL
+// byte, not too much invalid UTF-8), with its messages. Errors:
+// STATUS_BAD_INPUT naming name and what was seen.
+enum status prep_check_text(const char *name, const char *text, size_t n, struct error *err);
 
 struct doc_reader {
     char **paths;          // (n_paths) input files in reading order
@@ -124,6 +135,11 @@ struct doc_reader {
     int doc_per_file;
     const char *text_key;
     int left_out;                 // folder files not matching an include glob
+    int duplicates;               // paths naming a file listed before (read once)
+    char dup_path[1024], dup_of[1024]; // the first such path, and the earlier path of its file
+    uint64_t chat_docs, chat_no_assistant; // chat: conversations read; of them without an assistant turn
+    int first_no_assistant_file;  // the first of those: its file (index in paths) and line
+    uint64_t first_no_assistant_line;
     int jsonl_files, jsonl_detected, first_detected; // files read as JSON Lines; detected; the first (-1: none)
     uint64_t file_bytes;          // of the current file, read so far
     uint64_t bad_utf8, first_bad, first_bad_line; // the current file's invalid UTF-8 bytes; the first's offset, line
@@ -141,6 +157,9 @@ struct doc_reader {
 // skipped, sub-folders too when opt->recursive, each folder visited once (a
 // symlink loop or a second link to a folder is skipped), sorted by path (byte
 // order, strcmp), so the reading order does not depend on the file system.
+// Each file is read once, at its first place: a later path of the same file
+// (device and inode: the same input twice, another spelling, a hard link, a
+// file also inside a folder given) is dropped and counted in duplicates.
 // Errors: STATUS_BAD_INPUT naming a missing input, an unlistable folder or a
 // folder with no file to read.
 enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt, struct error *err);
@@ -148,6 +167,9 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
 // "\u0000") stays valid until the next call; *text is NULL at the end of the
 // inputs. Plain text: a run of non-blank lines, or with doc_per_file the file
 // from its first to its last non-blank line; the last line break is dropped.
+// A UTF-8 byte-order mark at the start of a file is skipped (format
+// detection sees past it). Chat records are counted in chat_docs, those
+// without an assistant turn in chat_no_assistant.
 // Errors: STATUS_BAD_INPUT naming file and line (unreadable file, bad JSON, no
 // string field text_key, a *.json file holding a JSON array) or naming the
 // file and what was seen when it is not text: a NUL byte, gzip/zstd/xz/bzip2/

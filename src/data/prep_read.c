@@ -14,13 +14,62 @@
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static void add_path(struct doc_reader *r, const char *p, uint64_t size) {
+// An input file's identity, for drop_duplicates: (dev, ino), and at, its
+// place in the reading order.
+struct file_id {
+    uint64_t dev, ino, size;
+    int at;
+};
+
+// Appends file p (sb: its stat) to the reading order and its identity to
+// *ids (n_paths entries).
+static void add_path(struct doc_reader *r, const char *p, const struct stat *sb, struct file_id **ids) {
     r->paths = realloc(r->paths, (size_t)(r->n_paths + 1) * sizeof *r->paths);
-    CHECK(r->paths, "out of memory");
+    *ids = realloc(*ids, (size_t)(r->n_paths + 1) * sizeof **ids);
+    CHECK(r->paths && *ids, "out of memory");
     r->paths[r->n_paths] = strdup(p);
     CHECK(r->paths[r->n_paths], "out of memory");
+    (*ids)[r->n_paths] = (struct file_id){(uint64_t)sb->st_dev, (uint64_t)sb->st_ino, (uint64_t)sb->st_size,
+                                          r->n_paths};
     r->n_paths++;
-    r->total_bytes += size;
+    r->total_bytes += (uint64_t)sb->st_size;
+}
+
+static int cmp_file_id(const void *a, const void *b) {
+    const struct file_id *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+// Keeps each file once, at its first place in the reading order: the same
+// file named twice (--input A --input A, another spelling of its path, a hard
+// link, a file also inside a folder given) would otherwise be read twice.
+// Counts the dropped in r->duplicates and names the first of them. ids
+// (n_paths) is sorted here.
+static void drop_duplicates(struct doc_reader *r, struct file_id *ids) {
+    if (r->n_paths < 2) return;
+    qsort(ids, (size_t)r->n_paths, sizeof *ids, cmp_file_id);
+    int *first = xmalloc((size_t)r->n_paths * sizeof *first); // the place its file is read at
+    for (int k = 0; k < r->n_paths; k++) {
+        int same = k > 0 && ids[k].dev == ids[k - 1].dev && ids[k].ino == ids[k - 1].ino;
+        first[ids[k].at] = same ? first[ids[k - 1].at] : ids[k].at;
+        if (same) r->total_bytes -= MIN(ids[k].size, r->total_bytes);
+    }
+    int kept = 0;
+    for (int i = 0; i < r->n_paths; i++) {
+        if (first[i] == i) {
+            r->paths[kept++] = r->paths[i];
+            continue;
+        }
+        if (r->duplicates++ == 0) {
+            snprintf(r->dup_path, sizeof r->dup_path, "%s", r->paths[i]);
+            snprintf(r->dup_of, sizeof r->dup_of, "%s", r->paths[first[i]]);
+        }
+        free(r->paths[i]);
+    }
+    r->n_paths = kept;
+    free(first);
 }
 
 // A folder walk: the folders visited (device, inode), so a symlink loop or a
@@ -101,15 +150,17 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
     r->text_key = opt->text_key ? opt->text_key : "text";
     r->chat_template = opt->chat_template;
     r->first_detected = -1;
+    struct file_id *ids = NULL; // (n_paths,)
     for (int i = 0; i < opt->n_inputs; i++) {
         const char *in = opt->inputs[i];
         struct stat sb;
         if (stat(in, &sb) != 0) {
+            free(ids);
             doc_reader_close(r);
             return error_set(err, STATUS_BAD_INPUT, "%s: input not found: %s", in, strerror(errno));
         }
         if (!S_ISDIR(sb.st_mode)) {
-            add_path(r, in, (uint64_t)sb.st_size);
+            add_path(r, in, &sb, &ids);
             continue;
         }
         struct walk w = {.opt = opt};
@@ -126,7 +177,8 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
         if (w.n_files) qsort(w.files, w.n_files, sizeof *w.files, cmp_str);
         for (size_t k = 0; k < w.n_files; k++) {
             struct stat fs;
-            if (!st) add_path(r, w.files[k], stat(w.files[k], &fs) == 0 ? (uint64_t)fs.st_size : 0);
+            if (!st && stat(w.files[k], &fs) != 0) memset(&fs, 0, sizeof fs); // gone: its open will say so
+            if (!st) add_path(r, w.files[k], &fs, &ids);
             free(w.files[k]);
         }
         r->left_out += w.left_out;
@@ -134,10 +186,13 @@ enum status doc_reader_open(struct doc_reader *r, const struct prep_options *opt
         free(w.dev);
         free(w.ino);
         if (st) {
+            free(ids);
             doc_reader_close(r);
             return st;
         }
     }
+    drop_duplicates(r, ids);
+    free(ids);
     return STATUS_OK;
 }
 
@@ -270,6 +325,13 @@ static enum status chat_doc(struct doc_reader *r, const char *s, size_t n, struc
         st = error_set(err, STATUS_BAD_INPUT, "%s:%llu: expected {\"prompt\": string, \"response\": string} or "
                        "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (--format chat)", path, line);
     }
+    int assistant = 0;
+    for (size_t i = 0; i < nm && !st; i++) assistant |= m[i].role_len == 9 && !memcmp(m[i].role, "assistant", 9);
+    if (!st) {
+        r->chat_docs++;
+        if (!assistant && r->chat_no_assistant++ == 0)
+            r->first_no_assistant_file = r->file, r->first_no_assistant_line = r->line_no;
+    }
     if (!st && r->chat_template != CHAT_TEMPLATE_PLAIN) {
         st = chat_render(r->chat_template, m, nm, 0, &r->doc, &r->doc_len, &r->doc_cap, err);
         if (st) {
@@ -335,21 +397,31 @@ static size_t utf8_valid_at(const unsigned char *s, size_t n) {
     return k;
 }
 
-// Checks one raw line (n bytes, its newline included) of the current file is
-// text: the first line for binary magic, every line for NUL bytes, and counts
-// its invalid UTF-8 bytes (judged at the end of the file).
-static enum status check_line(struct doc_reader *r, const char *line, size_t n, struct error *err) {
-    const char *path = r->paths[r->file];
-    const unsigned char *s = (const unsigned char *)line;
-    const char *magic = r->line_no == 1 ? binary_magic(s, n) : NULL;
-    if (magic) return error_set(err, STATUS_BAD_INPUT, "%s: not text: %s", path, magic);
-    const char *nul = memchr(line, 0, n);
-    if (nul)
-        return error_set(err, STATUS_BAD_INPUT, "%s: not text: a NUL byte at byte offset %llu (line %llu), binary "
-                         "data (or UTF-16 text: convert it with iconv -t UTF-8); leave such files out of a folder "
-                         "with --include GLOB",
-                         path, (unsigned long long)(r->file_bytes + (uint64_t)(nul - line)),
-                         (unsigned long long)r->line_no);
+// The refusal of a file (path) with a NUL byte at offset (1-based line).
+static enum status nul_error(const char *path, uint64_t offset, uint64_t line, int in_folder, struct error *err) {
+    return error_set(err, STATUS_BAD_INPUT, "%s: not text: a NUL byte at byte offset %llu (line %llu), binary "
+                     "data (or UTF-16 text: convert it with iconv -t UTF-8)%s", path, (unsigned long long)offset,
+                     (unsigned long long)line, in_folder ? "; leave such files out of a folder with --include GLOB"
+                                                         : "");
+}
+
+// The refusal of a file (path) of n bytes, bad of them invalid UTF-8 (the
+// first at offset, on line), when that is too many (prep.h); else STATUS_OK.
+static enum status utf8_check(const char *path, uint64_t bad, uint64_t n, uint64_t offset, uint64_t line,
+                              struct error *err) {
+    if (bad > PREP_MAX_BAD_UTF8_BYTES && bad * 100 > n * PREP_MAX_BAD_UTF8_PERCENT)
+        return error_set(err, STATUS_BAD_INPUT, "%s: not UTF-8 text: %llu of its %llu bytes are invalid UTF-8 "
+                         "(the first at byte offset %llu, line %llu; at most %d%% are tolerated): binary data, or "
+                         "text in another encoding (convert it, e.g. iconv -f LATIN1 -t UTF-8)", path,
+                         (unsigned long long)bad, (unsigned long long)n, (unsigned long long)offset,
+                         (unsigned long long)line, PREP_MAX_BAD_UTF8_PERCENT);
+    return STATUS_OK;
+}
+
+// Invalid UTF-8 bytes in s (n bytes); the first's index in *first (n when none).
+static uint64_t utf8_count_bad(const unsigned char *s, size_t n, size_t *first) {
+    uint64_t bad = 0;
+    *first = n;
     for (size_t i = 0; i < n;) {
         if (i + 8 <= n) { // 8 ASCII bytes at a time
             uint64_t v;
@@ -364,28 +436,52 @@ static enum status check_line(struct doc_reader *r, const char *line, size_t n, 
             i += k;
             continue;
         }
-        if (r->bad_utf8++ == 0) {
-            r->first_bad = r->file_bytes + i;
-            r->first_bad_line = r->line_no;
-        }
+        if (bad++ == 0) *first = i;
         i++;
     }
+    return bad;
+}
+
+enum status prep_check_text(const char *name, const char *text, size_t n, struct error *err) {
+    const unsigned char *s = (const unsigned char *)text;
+    const char *magic = binary_magic(s, n);
+    if (magic) return error_set(err, STATUS_BAD_INPUT, "%s: not text: %s", name, magic);
+    size_t first;
+    uint64_t bad = utf8_count_bad(s, n, &first);
+    const char *nul = memchr(text, 0, n);
+    size_t at = nul ? (size_t)(nul - text) : first;
+    uint64_t line = 1;
+    for (const char *p = text; (p = memchr(p, '\n', (size_t)(text + at - p))); p++) line++;
+    if (nul) return nul_error(name, at, line, 0, err);
+    return utf8_check(name, bad, n, first, line, err);
+}
+
+// Checks one raw line (n bytes, its newline included) of the current file is
+// text: the first line for binary magic, every line for NUL bytes, and counts
+// its invalid UTF-8 bytes (judged at the end of the file).
+static enum status check_line(struct doc_reader *r, const char *line, size_t n, struct error *err) {
+    const char *path = r->paths[r->file];
+    const unsigned char *s = (const unsigned char *)line;
+    const char *magic = r->line_no == 1 ? binary_magic(s, n) : NULL;
+    if (magic) return error_set(err, STATUS_BAD_INPUT, "%s: not text: %s", path, magic);
+    const char *nul = memchr(line, 0, n);
+    if (nul) return nul_error(path, r->file_bytes + (uint64_t)(nul - line), r->line_no, 1, err);
+    size_t first;
+    uint64_t bad = utf8_count_bad(s, n, &first);
+    if (bad && r->bad_utf8 == 0) {
+        r->first_bad = r->file_bytes + first;
+        r->first_bad_line = r->line_no;
+    }
+    r->bad_utf8 += bad;
     r->file_bytes += n;
     return STATUS_OK;
 }
 
 // The end of the current file: refuses it when too much of it is not UTF-8.
 static enum status check_file_end(struct doc_reader *r, struct error *err) {
-    uint64_t bad = r->bad_utf8, n = r->file_bytes;
-    if (bad > PREP_MAX_BAD_UTF8_BYTES && bad * 100 > n * PREP_MAX_BAD_UTF8_PERCENT)
-        return error_set(err, STATUS_BAD_INPUT, "%s: not UTF-8 text: %llu of its %llu bytes are invalid UTF-8 "
-                         "(the first at byte offset %llu, line %llu; at most %d%% are tolerated): binary data, or "
-                         "text in another encoding (convert it, e.g. iconv -f LATIN1 -t UTF-8)",
-                         r->paths[r->file], (unsigned long long)bad, (unsigned long long)n,
-                         (unsigned long long)r->first_bad, (unsigned long long)r->first_bad_line,
-                         PREP_MAX_BAD_UTF8_PERCENT);
-    r->invalid_utf8_bytes += bad;
-    return STATUS_OK;
+    enum status st = utf8_check(r->paths[r->file], r->bad_utf8, r->file_bytes, r->first_bad, r->first_bad_line, err);
+    if (!st) r->invalid_utf8_bytes += r->bad_utf8;
+    return st;
 }
 
 static int has_suffix_ci(const char *s, const char *suffix) {
@@ -444,16 +540,18 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
         r->bytes_read += (uint64_t)got;
         r->line_no++;
         if ((st = check_line(r, r->line, (size_t)got, err))) return st;
+        const char *line = r->line;
         size_t n = (size_t)got;
-        if (n && r->line[n - 1] == '\n') n--;
-        int blank = line_is_blank(r->line, n);
+        if (r->line_no == 1 && n >= 3 && !memcmp(line, PREP_UTF8_BOM, 3)) line += 3, n -= 3; // not text: skipped
+        if (n && line[n - 1] == '\n') n--;
+        int blank = line_is_blank(line, n);
         if (r->file_format < 0) {
             if (blank) continue;
-            if ((st = decide_format(r, r->line, n, err))) return st;
+            if ((st = decide_format(r, line, n, err))) return st;
         }
         if (r->file_format == PREP_FORMAT_JSONL || r->file_format == PREP_FORMAT_CHAT) {
             if (blank) continue;
-            if ((st = r->file_format == PREP_FORMAT_CHAT ? chat_doc(r, r->line, n, err) : jsonl_doc(r, r->line, n, err)))
+            if ((st = r->file_format == PREP_FORMAT_CHAT ? chat_doc(r, line, n, err) : jsonl_doc(r, line, n, err)))
                 return st;
             if (r->doc_len == 0) continue; // empty documents are skipped
             *text = r->doc;
@@ -467,7 +565,7 @@ enum status doc_reader_next(struct doc_reader *r, const char **text, size_t *len
         if (blank && !in_doc) continue;
         if (blank && !r->doc_per_file) break;
         if (!in_doc) r->doc_len = 0;
-        doc_set(r, r->line, n, in_doc);
+        doc_set(r, line, n, in_doc);
         in_doc = 1;
         if (!blank) doc_end = r->doc_len;
     }

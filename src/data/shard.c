@@ -137,9 +137,13 @@ static enum status open_1d(struct shard *s, const char *name, hid_t *dset, uint6
     return STATUS_OK;
 }
 
-enum status shard_open(const char *path, struct shard *s, struct error *err) {
+void shard_init(struct shard *s) {
     memset(s, 0, sizeof *s);
     s->file = s->tokens = s->file_space = s->loss_mask = H5I_INVALID_HID;
+}
+
+enum status shard_open(const char *path, struct shard *s, struct error *err) {
+    shard_init(s);
     snprintf(s->path, sizeof s->path, "%s", path);
     h5util_quiet();
     FILE *probe = fopen(path, "rb");

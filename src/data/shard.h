@@ -62,6 +62,10 @@ enum status shard_write_masked(const char *path, int elem_bytes, const int32_t *
 // HDF5 (truncated, corrupt), or lacks a dataset or attribute of the layout,
 // or whose /loss_mask is not uint8 of /tokens' length.
 enum status shard_open(const char *path, struct shard *s, struct error *err);
+// A closed shard: every handle H5I_INVALID_HID (a zeroed struct is not one:
+// 0 is not an HDF5 id, and shard_close would pass it to HDF5, which prints
+// an error stack). shard_close leaves s so too.
+void shard_init(struct shard *s);
 void shard_close(struct shard *s);
 
 // Reads /tokens[start, start + count) into out (count,) as int32 through one

@@ -501,7 +501,12 @@ static void setup_samples(struct trainer *t) {
     if (is_root(t) && c->train.sample_every > 0 && !d->tok)
         printf("note: no text samples: %s\n", why[0] ? why
                : "no tokenizer (set [data] tokenizer or put tokenizer.json in [data] path)");
-    if (is_root(t) && c->train.eval_every > 0 && !d->has_val)
+    char short_val[sizeof d->ds->dir + 256] = "";
+    for (int k = 0; k < d->n_sets && !short_val[0]; k++)
+        dataset_val_unusable(d->sets[k], short_val, sizeof short_val);
+    if (is_root(t) && c->train.eval_every > 0 && !d->has_val && short_val[0])
+        printf("note: no validation: %s\n", short_val);
+    else if (is_root(t) && c->train.eval_every > 0 && !d->has_val)
         printf("note: no validation: the dataset's val split has %llu sequences, fewer than one "
                "global batch of %d\n", (unsigned long long)d->ds->split_sequences[SPLIT_VAL],
                c->train.global_batch_size);

@@ -2,7 +2,9 @@
 # prep_bad_data.sh: bad command lines and bad datasets are refused with exit 2
 # and a message naming the file and the problem: `trident prep` arguments and
 # inputs, and `trident data-check` (which opens a dataset exactly as training
-# does) on a good dataset broken one way at a time.
+# does) on a good dataset broken one way at a time, with no HDF5 error stack
+# printed before the message; `trident tokenize --train` refuses what prep
+# refuses.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 T=$TRIDENT
@@ -26,6 +28,10 @@ expect2() {
             echo "FAIL $name: message lacks '$w': $(cat "$tmp/err")"; failures=$((failures + 1)); return
         fi
     done
+    # The message alone: no HDF5 error stack before it (a handle closed twice, or never opened).
+    if grep -q "HDF5-DIAG" "$tmp/err"; then
+        echo "FAIL $name: an HDF5 error stack on stderr: $(head -n 3 "$tmp/err")"; failures=$((failures + 1)); return
+    fi
     echo "ok   $name: $(head -c 200 "$tmp/err" | head -n 1)"
 }
 
@@ -50,6 +56,21 @@ printf '{"text": "fine"}\n{"text": 3}\n' > "$tmp/bad.jsonl"
 expect2 "prep bad jsonl" "$tmp/bad.jsonl:2" "\"text\"" -- \
     "$T" prep --input "$tmp/bad.jsonl" --format jsonl --output "$tmp/x" --vocab-size 300
 expect2 "prep missing tokenizer" "$tmp/none.json" -- "$T" prep --input "$tmp/corpus.txt" --output "$tmp/x" --tokenizer "$tmp/none.json"
+
+# --- tokenize --train: stdin checked as prep checks an input file
+expect2 "tokenize --train on empty stdin" "stdin: no input text (0 bytes)" -- \
+    sh -c '"$1" tokenize --train --vocab-size 300 --output "$2" < /dev/null' sh "$T" "$tmp/t.json"
+expect2 "tokenize --train on blank stdin" "stdin: no input text (4 bytes, all blank)" -- \
+    sh -c 'printf "\n \n\n" | "$1" tokenize --train --vocab-size 300 --output "$2"' sh "$T" "$tmp/t.json"
+printf 'Text, then\nbinary \x00\x01\x02 bytes.\n' > "$tmp/nul.txt"
+expect2 "tokenize --train on NUL bytes" "stdin: not text: a NUL byte at byte offset 18 (line 2)" -- \
+    sh -c '"$1" tokenize --train --vocab-size 300 --output "$2" < "$3"' sh "$T" "$tmp/t.json" "$tmp/nul.txt"
+expect2 "prep of the same file" "$tmp/nul.txt: not text: a NUL byte at byte offset 18 (line 2)" -- \
+    "$T" prep --input "$tmp/nul.txt" --output "$tmp/x" --vocab-size 300
+printf 'Some text.\n' | gzip -c > "$tmp/text.gz"
+expect2 "tokenize --train on gzip" "stdin: not text: gzip-compressed" -- \
+    sh -c '"$1" tokenize --train --vocab-size 300 --output "$2" < "$3"' sh "$T" "$tmp/t.json" "$tmp/text.gz"
+[ ! -e "$tmp/t.json" ] || { echo "FAIL: a refused tokenize --train wrote $tmp/t.json"; failures=$((failures + 1)); }
 
 # --- a good dataset: 512 ids, several train shards and a val shard
 "$T" prep --input "$tmp/corpus.txt" --output "$tmp/good" --vocab-size 512 --val-fraction 0.2 --shard-tokens 5000 \

@@ -139,6 +139,25 @@ printf '[{"text": "an array"}]\n' > "$tmp/array.json"
 refused "a JSON array" "$tmp/array.json" "a JSON array, not JSON Lines" -- --input "$tmp/array.json"
 refused "--text-key with no JSON Lines" "--text-key needs JSON Lines input" -- --input "$tmp/mixed/a.txt" --text-key body
 
+# --- a UTF-8 byte-order mark starting a file is skipped (detection sees past
+# it), one elsewhere is text
+printf '\xef\xbb\xbf{"text": "hello world"}\n{"text": "second doc"}\n' > "$tmp/bom.jsonl"
+prep_ok "a BOM before JSON Lines" bomj --input "$tmp/bom.jsonl"
+expect_stat "a BOM before JSON Lines" bomj '[.jsonl_detected, .documents] | @tsv' "$(printf '1\t2')"
+expect_docs "a BOM before JSON Lines" bomj '["hello world","second doc"]'
+prep_ok "a BOM before --format jsonl" bomj2 --input "$tmp/bom.jsonl" --format jsonl
+expect_docs "a BOM before --format jsonl" bomj2 '["hello world","second doc"]'
+printf '\xef\xbb\xbfFirst line.\n\n\xef\xbb\xbfSecond.\n' > "$tmp/bom.txt"
+prep_ok "a BOM before text" bomt --input "$tmp/bom.txt"
+expect_docs "a BOM before text (the second, inside, kept)" bomt '["First line.","\ufeffSecond."]'
+
+# --- a file named twice (any spelling, or inside a folder given) is read once
+prep_ok "a file given twice" twice --input "$tmp/tree/a.txt" --input "$tmp/tree/./a.txt" --input "$tmp/tree"
+expect_stat "a file given twice" twice '[.files, .duplicates] | @tsv' "$(printf '5\t2')"
+expect_docs "a file given twice, read once" twice "$want"
+grep -qF "input $tmp/tree/./a.txt is the same file as $tmp/tree/a.txt and is read once" "$tmp/twice.err" \
+    && echo "ok   the note names the duplicate" || bad "no note on the duplicate: $(cat "$tmp/twice.err")"
+
 # --- binary input refused by name, nothing left behind
 mkdir "$tmp/bin"
 printf 'Some text.\n' | gzip -c > "$tmp/bin/notes.txt.gz"
@@ -236,16 +255,39 @@ if [ -n "$f" ]; then
 else
     bad "the warning names no --val-fraction: $(cat "$tmp/small.err")"
 fi
-# A few validation tokens (< seq_len + 1): the default config cannot open it.
+# A few validation tokens (< seq_len + 1): no validation sequence fits, so
+# the default config trains without validation, with a note saying why and
+# how to fix it, as for a split shorter than one batch (eval_every > 0 or not).
 for i in $(seq 60); do printf 'Short document %d.\n\n' "$i"; done > "$tmp/short.txt"
 "$T" prep --input "$tmp/short.txt" --output "$tmp/short" --tokenizer "$tmp/tok.json" --val-fraction 0.05 --quiet \
-    > /dev/null 2> "$tmp/short.err" || bad "prep of short documents exited $?"
-rc=0; "$T" data-check "$tmp/short" --seq-len "$seq" > /dev/null 2> "$tmp/dc.err" || rc=$?
-if grep -qF "refuses the dataset" "$tmp/short.err" && [ $rc -eq 2 ] && grep -qF "the val split holds" "$tmp/dc.err"; then
-    echo "ok   a val split of < $((seq + 1)) tokens: warned that the default run refuses it, and data-check does"
+    > "$tmp/short.out" 2> "$tmp/short.err" || bad "prep of short documents exited $?"
+vt=$(stat_of "$tmp/short.out" .val_tokens)
+rc=0; "$T" data-check "$tmp/short" --seq-len "$seq" > "$tmp/dc.out" 2> "$tmp/dc.err" || rc=$?
+if grep -qF "would train without validation (no validation sequence fits)" "$tmp/short.err" && [ $rc -eq 0 ] \
+    && grep -qF "val: $vt tokens" "$tmp/dc.out" && grep -qF "0 sequences" "$tmp/dc.out" && [ "$vt" -gt 0 ] \
+    && [ "$vt" -le "$seq" ]; then
+    echo "ok   a val split of $vt < $((seq + 1)) tokens: warned that the default run has no validation; data-check opens it"
 else
     bad "tiny val split: data-check exit $rc ($(cat "$tmp/dc.err")), prep stderr $(cat "$tmp/short.err")"
 fi
+for every in 0 1; do
+    rc=0; "$T" train configs/tiny.ini data.path="$tmp/short" model.vocab_size=400 model.n_layers=1 \
+        parallel.dp=1 train.global_batch_size=2 train.micro_batch_size=1 train.eval_every=$every train.steps=1 \
+        train.warmup_steps=1 train.sample_every=0 log.run_dir="$tmp/run$every" > "$tmp/train$every.out" 2>&1 \
+        || rc=$?
+    note="note: no validation: the val split of $tmp/short holds $vt tokens, fewer than seq_len + 1 = $((seq + 1))"
+    if [ $rc -eq 0 ] && { [ $every = 0 ] || { grep -qF "$note" "$tmp/train$every.out" \
+        && grep -qF "re-run trident prep with a larger --val-fraction, or --val-fraction 0" "$tmp/train$every.out"; }; }; then
+        echo "ok   trains on it with eval_every = $every$([ $every = 0 ] || echo ", the note says why and the fix")"
+    else
+        bad "train on a val split of $vt tokens, eval_every = $every: exit $rc: $(grep -v '^step' "$tmp/train$every.out" | head -5)"
+    fi
+done
+# A train split that short is refused, saying how to fix it.
+rc=0; "$T" data-check "$tmp/short" --seq-len 100000 > /dev/null 2> "$tmp/dc.err" || rc=$?
+[ $rc -eq 2 ] && grep -qF "the train split holds" "$tmp/dc.err" && grep -qF "train with a shorter seq_len" "$tmp/dc.err" \
+    && echo "ok   a train split shorter than seq_len + 1: exit 2, $(cat "$tmp/dc.err")" \
+    || bad "short train split: exit $rc, $(cat "$tmp/dc.err")"
 prep_ok "--val-fraction 0" noval --input "$tmp/val.txt"
 grep -q warning "$tmp/noval.err" && bad "--val-fraction 0 (no validation asked) warned" || echo "ok   --val-fraction 0: no warning"
 

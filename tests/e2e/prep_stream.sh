@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # prep_stream.sh: `trident prep` streams its input and encodes in parallel:
-#  - a 100 MB generated corpus (one 10 MB file given 10 times) preps with peak
+#  - a 100 MB generated corpus (ten copies of one 10 MB file) preps with peak
 #    RSS (prep_stats.peak_rss_bytes, getrusage) far below the corpus size;
 #  - the shards are byte-identical with 1 and 2 encoder threads, and identical
 #    to HF tokenizers' ids for sampled documents (h5py); the validation split
@@ -76,7 +76,8 @@ rc=0; "$T" prep --input "$tmp/special.txt" --text-key body --output "$tmp/x" --t
 
 # --- 100 MB in bounded memory; same bytes with 1 and 2 threads
 "$PY" tests/e2e/lib/gen_corpus.py 10 7 > "$tmp/c10.txt"
-inputs=(); for i in $(seq 10); do inputs+=("$tmp/c10.txt"); done
+# Ten copies: a file named ten times is read once.
+inputs=(); for i in $(seq 10); do cp "$tmp/c10.txt" "$tmp/c10-$i.txt"; inputs+=("$tmp/c10-$i.txt"); done
 corpus=$(( $(stat -c %s "$tmp/c10.txt") * 10 ))
 for th in 2 1; do
     OMP_NUM_THREADS=$th "$T" prep --input "${inputs[@]}" --output "$tmp/big$th" --tokenizer "$tmp/tok.json" \

@@ -6,7 +6,9 @@
 #     the end-of-text token of each record, and whose 0-runs to
 #     "User: PROMPT\nAssistant:"; every record is there once.
 #  2. Refused with exit 2, nothing written: a record holding U+0001, a record
-#     with neither prompt/response nor messages, --format chat with --vocab-size.
+#     with neither prompt/response nor messages, --format chat with --vocab-size,
+#     data in which no conversation has an assistant turn (nothing to train on;
+#     some without one are counted in prep_stats' chat_no_assistant).
 #  3. loss_on = response: the losses of 3 steps at dp = 1 and dp = 2 agree
 #     within 1e-5 (the masked count is summed over DP ranks and microbatches)
 #     and differ from loss_on = all; on a dataset without /loss_mask,
@@ -70,7 +72,20 @@ bad fields '{"text": "a"}' --tokenizer "$tmp/shards/tokenizer.json"
 grep -q "pairs.jsonl\|fields.jsonl:1" "$tmp/fields.err" || fail "no file:line in: $(cat "$tmp/fields.err")"
 bad role '{"messages": [{"role": "robot", "content": "x"}]}' --tokenizer "$tmp/shards/tokenizer.json"
 bad vocab '{"prompt": "a", "response": "b"}' --vocab-size 300
-echo "refused with exit 2, nothing written: U+0001, missing fields, unknown role, --vocab-size"
+bad noasst '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}' \
+    --tokenizer "$tmp/shards/tokenizer.json"
+grep -qF "$tmp/noasst.jsonl: no conversation has an assistant turn" "$tmp/noasst.err" \
+    && grep -qF '{"role": "assistant", "content": ...}' "$tmp/noasst.err" \
+    || fail "no assistant turn anywhere: the refusal does not name the file and what is expected: $(cat "$tmp/noasst.err")"
+# Some conversations without one: prepped, counted, with a note.
+{ printf '{"messages": [{"role": "user", "content": "u"}]}\n'; head -n 2 "$tmp/pairs.jsonl"; } > "$tmp/some.jsonl"
+"$TRIDENT" prep --input "$tmp/some.jsonl" --output "$tmp/some" --format chat --tokenizer "$tmp/shards/tokenizer.json" \
+    --val-fraction 0 --quiet > "$tmp/some.out" 2> "$tmp/some.err" || fail "some conversations without an assistant turn: exit $?"
+[ "$(grep '^prep_stats: ' "$tmp/some.out" | cut -d' ' -f2- | jq -r '[.documents, .chat_no_assistant] | @tsv')" = "$(printf '3\t1')" ] \
+    && grep -qF "1 of 3 conversations have no assistant turn" "$tmp/some.err" \
+    || fail "1 of 3 conversations without an assistant turn: $(cat "$tmp/some.out" "$tmp/some.err")"
+echo "refused with exit 2, nothing written: U+0001, missing fields, unknown role, --vocab-size, no assistant turn" \
+    "in any conversation (one of three without: counted)"
 
 # 3. the masked loss over DP ranks
 run() { # NAME DP DATA [overrides]

@@ -110,7 +110,25 @@ int main(void) {
     expect_refused("vocab mismatch", 8, 64, NULL, "index.ini", "vocab_size 50 but the model expects 64");
     expect_refused("tokenizer mismatch", 8, 0, "tok-xyz", "index.ini", "tokenizer 'tok-abc'");
     expect_refused("seq_len too long", 300, 0, NULL, "index.ini", "train split holds 200 tokens, fewer than seq_len + 1 = 301");
-    expect_refused("val shorter than seq_len", 40, 0, NULL, "index.ini", "val split holds 30 tokens");
+    expect_refused("seq_len too long: the fix", 300, 0, NULL, "--val-fraction", "shorter seq_len");
+    // A val split shorter than one sequence is no validation, not an error:
+    // it serves no sequence, and dataset_val_unusable says why and the fix.
+    {
+        EXPECT(dataset_open(dir, 40, 0, NULL, &ds, &err) == STATUS_OK, "val of 30 tokens at seq_len 40: %s", err.msg);
+        char why[512] = "";
+        EXPECT(ds->split_sequences[SPLIT_VAL] == 0 && ds->split_sequences[SPLIT_TRAIN] == 4,
+               "sequences train %llu val %llu, expected 4 and 0",
+               (unsigned long long)ds->split_sequences[SPLIT_TRAIN],
+               (unsigned long long)ds->split_sequences[SPLIT_VAL]);
+        EXPECT(dataset_val_unusable(ds, why, sizeof why) && strstr(why, "val split") &&
+                   strstr(why, "holds 30 tokens, fewer than seq_len + 1 = 41") && strstr(why, "--val-fraction 0"),
+               "dataset_val_unusable: '%s'", why);
+        dataset_close(ds);
+        EXPECT(dataset_open(dir, 8, 0, NULL, &ds, &err) == STATUS_OK, "%s", err.msg);
+        EXPECT(!dataset_val_unusable(ds, why, sizeof why), "a val split of 3 sequences called unusable");
+        dataset_close(ds);
+        ds = NULL;
+    }
 
     // Index lists a shard that is not on disk.
     shell("sed -i 's/^num_shards = 3/num_shards = 4/' '%s/index.ini' && printf '\\n[shard-00003]\\nfile = shard-00009.h5\\n"
