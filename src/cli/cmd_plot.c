@@ -395,8 +395,8 @@ int cmd_plot(int argc, char **argv) {
     struct stat sb;
     bool missing = stat(run_dir, &sb) != 0;
     if (missing || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "trident plot: RUN_DIR %s: %s; expected a run folder (metrics.jsonl, config.ini)\n",
-                run_dir, missing ? strerror(errno) : "not a folder");
+        fprintf(stderr, "trident plot: RUN_DIR %s: %s; expected a run folder (metrics.jsonl, "
+                "config.ini)\n", run_dir, missing ? strerror(errno) : "not a folder");
         return STATUS_BAD_INPUT;
     }
     char *def = NULL;

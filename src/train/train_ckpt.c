@@ -834,7 +834,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
         struct optimizer_config old = optimizer_saved_schedule(&sv->opt, oc);
         oc->rebase_step = (int)lr_step;
         oc->rebase_lr = optimizer_lr(&old, (int)lr_step - 1);
-        if (root)
+        if (root && sv->step < t->cfg.train.steps) // else nothing to train (trainer_run says so)
             printf("resume: the LR schedule continues from %.3e, the lr it had reached, at schedule "
                    "position %lld, to min_lr %.3e at step %d (docs/design.md §7)\n", oc->rebase_lr,
                    (long long)lr_step, t->cfg.train.min_lr, t->cfg.train.steps);
