@@ -1275,9 +1275,9 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // (no KV cache) would otherwise dilute it, and differ between runs.
         const struct trainer_log *lg = &t->log;
         printf("done: %d steps, %.0f tokens, %.1f s wall (train %.1f s, eval %.1f s, samples %.1f s, "
-               "saves %.1f s), mean %.0f tokens/s training", out->steps_done - start_step, tokens_seen,
-               total,
-               lg->train_s, lg->eval_s, lg->sample_s, lg->save_s, lg->train_s > 0 ? tokens_seen / lg->train_s : 0);
+               "saves %.1f s), mean %.0f tokens/s training", out->steps_done - start_step,
+               tokens_seen, total, lg->train_s, lg->eval_s, lg->sample_s, lg->save_s,
+               lg->train_s > 0 ? tokens_seen / lg->train_s : 0);
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
         if (t->progress.skipped_steps)
             printf(", %d steps skipped (non-finite loss or grad norm)", t->progress.skipped_steps);
