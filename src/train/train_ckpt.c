@@ -642,7 +642,8 @@ static double load_allowance(const struct trainer *t, const char *dir) {
 // (config.json present) or a trident checkpoint, in this run's layout: each
 // rank reads only the blocks its pieces describe (safetensors byte ranges, or
 // checkpoint_read_piece's resharding). The model config must match (a
-// mismatch names the key and both values, the same on every rank); the
+// mismatch names the key and both values, every differing key of a Hugging
+// Face folder at once, the same on every rank); the
 // optimizer state, step and data position stay those of a fresh run.
 static enum status init_from(struct trainer *t, const char *path, struct trainer_error *err) {
     char cfg[CONFIG_PATH_MAX + 16];
