@@ -363,9 +363,11 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
     PUT("%s/config.json: ", h->dir);
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].used && ints[i].a != ints[i].b)
-            DIFF("%s = %d, the run's [model] %s = %d", ints[i].hf, ints[i].a, ints[i].ours, ints[i].b);
+            DIFF("%s = %d, the run's [model] %s = %d", ints[i].hf, ints[i].a, ints[i].ours,
+                 ints[i].b);
     if (f->rope_theta != m->rope_theta)
-        DIFF("rope_theta = %.17g, the run's [model] rope_theta = %.17g", f->rope_theta, m->rope_theta);
+        DIFF("rope_theta = %.17g, the run's [model] rope_theta = %.17g", f->rope_theta,
+             m->rope_theta);
     const struct rope_scaling *a = &f->rope_scaling, *b = &m->rope_scaling;
     static const char *const rs_names[] = {"none", "linear", "llama3"};
     if (a->type != b->type ||
@@ -374,10 +376,10 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
          (a->low_freq_factor != b->low_freq_factor || a->high_freq_factor != b->high_freq_factor ||
           a->original_max_pos != b->original_max_pos)))
         DIFF("rope_scaling = %s (factor %g, low_freq_factor %g, high_freq_factor %g, "
-             "original_max_position_embeddings %d), the run's [model] rope_scaling = %s (factor %g, "
-             "%g, %g, %d)", rs_names[a->type], a->factor, a->low_freq_factor, a->high_freq_factor,
-             a->original_max_pos, rs_names[b->type], b->factor, b->low_freq_factor,
-             b->high_freq_factor, b->original_max_pos);
+             "original_max_position_embeddings %d), the run's [model] rope_scaling = %s "
+             "(factor %g, %g, %g, %d)", rs_names[a->type], a->factor, a->low_freq_factor,
+             a->high_freq_factor, a->original_max_pos, rs_names[b->type], b->factor,
+             b->low_freq_factor, b->high_freq_factor, b->original_max_pos);
     if (f->norm_eps != m->norm_eps)
         DIFF("rms_norm_eps = %.9g, the run's [model] norm_eps = %.9g", (double)f->norm_eps,
              (double)m->norm_eps);
