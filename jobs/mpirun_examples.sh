@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # mpirun_examples.sh: launch lines for the layouts trident supports. N ranks
-# must equal tp * pp * dp; rank order is Megatron's (tp fastest, then dp,
-# then pp). As root, OpenMPI also needs OMPI_ALLOW_RUN_AS_ROOT=1
+# must equal tp * cp * pp * dp (parallel.dp = 0 infers dp = N / (tp * cp * pp);
+# configs/tiny.ini sets dp = 2, so these lines give it); rank order is
+# Megatron's (tp fastest, then cp, then dp, then pp; docs/design.md section 2).
+# tests/e2e/slurm.sh checks each line with `trident plan --world-size N`.
+# As root, OpenMPI also needs OMPI_ALLOW_RUN_AS_ROOT=1
 # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; more ranks than cores need --oversubscribe.
 # Print them with: bash jobs/mpirun_examples.sh. Slurm batch scripts:
 # jobs/slurm_train.sbatch (one node), jobs/slurm_multinode.sbatch (GPUs).
@@ -14,6 +17,10 @@ mpirun -np 4 build/trident train configs/tiny.ini parallel.tp=2 parallel.dp=2 pa
 mpirun -np 2 build/trident train configs/tiny.ini parallel.tp=2 parallel.dp=1 parallel.sequence_parallel=true
 # pipeline parallel 2 (1F1B) x data parallel 2
 mpirun -np 4 build/trident train configs/tiny.ini parallel.pp=2 parallel.dp=2 train.global_batch_size=32
+# context parallel 2 x data parallel 2: each sequence's tokens split over 2 ranks (ring attention)
+mpirun -np 4 build/trident train configs/tiny.ini parallel.cp=2 parallel.dp=2
+# ZeRO-3 (FSDP) over data parallel 4: parameters, gradients and optimizer state sharded; parameters all-gathered per unit
+mpirun -np 4 build/trident train configs/tiny.ini parallel.dp=4 parallel.zero_stage=3 train.global_batch_size=32
 # interleaved 1F1B: 2 stages, 2 model chunks each
 mpirun -np 2 build/trident train configs/tiny.ini parallel.pp=2 parallel.dp=1 parallel.virtual_stages=2
 # the full grid: tp 2 x pp 2 x dp 2 (1F1B needs microbatches >= stages: 32 / (8 x 2) = 2)

@@ -353,13 +353,21 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
                 {"architectures (Qwen2, Qwen2-MoE: q/k/v biases)", "qkv_bias", f->qkv_bias,
                  m->qkv_bias, true},
                 {"architectures (Qwen3: q/k norms)", "qk_norm", f->qk_norm, m->qk_norm, true}};
+    // Every difference in one message: a folder of another model usually
+    // differs in several keys, and one refusal per key is a round trip each.
+    char msg[sizeof err->msg];
+    size_t n = sizeof msg, k = 0;
+    int diffs = 0;
+#define PUT(...) (k += (size_t)snprintf(msg + MIN(k, n), n - MIN(k, n), __VA_ARGS__))
+#define DIFF(...) (PUT("%s", diffs++ ? "; " : ""), PUT(__VA_ARGS__))
+    PUT("%s/config.json: ", h->dir);
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].used && ints[i].a != ints[i].b)
-            return error_set(err, STATUS_BAD_INPUT, "%s/config.json: %s = %d, the run's [model] "
-                             "%s = %d", h->dir, ints[i].hf, ints[i].a, ints[i].ours, ints[i].b);
+            DIFF("%s = %d, the run's [model] %s = %d", ints[i].hf, ints[i].a, ints[i].ours,
+                 ints[i].b);
     if (f->rope_theta != m->rope_theta)
-        return error_set(err, STATUS_BAD_INPUT, "%s/config.json: rope_theta = %.17g, the run's "
-                         "[model] rope_theta = %.17g", h->dir, f->rope_theta, m->rope_theta);
+        DIFF("rope_theta = %.17g, the run's [model] rope_theta = %.17g", f->rope_theta,
+             m->rope_theta);
     const struct rope_scaling *a = &f->rope_scaling, *b = &m->rope_scaling;
     static const char *const rs_names[] = {"none", "linear", "llama3"};
     if (a->type != b->type ||
@@ -367,16 +375,19 @@ enum status hf_check_model(const struct hf_model *h, const struct llama_config *
         (a->type == ROPE_SCALING_LLAMA3 &&
          (a->low_freq_factor != b->low_freq_factor || a->high_freq_factor != b->high_freq_factor ||
           a->original_max_pos != b->original_max_pos)))
-        return error_set(err, STATUS_BAD_INPUT, "%s/config.json: rope_scaling = %s (factor %g, "
-                         "low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings "
-                         "%d), the run's [model] rope_scaling = %s (factor %g, %g, %g, %d)", h->dir,
-                         rs_names[a->type], a->factor, a->low_freq_factor, a->high_freq_factor,
-                         a->original_max_pos, rs_names[b->type], b->factor, b->low_freq_factor,
-                         b->high_freq_factor, b->original_max_pos);
+        DIFF("rope_scaling = %s (factor %g, low_freq_factor %g, high_freq_factor %g, "
+             "original_max_position_embeddings %d), the run's [model] rope_scaling = %s "
+             "(factor %g, %g, %g, %d)", rs_names[a->type], a->factor, a->low_freq_factor,
+             a->high_freq_factor, a->original_max_pos, rs_names[b->type], b->factor,
+             b->low_freq_factor, b->high_freq_factor, b->original_max_pos);
     if (f->norm_eps != m->norm_eps)
-        return error_set(err, STATUS_BAD_INPUT, "%s/config.json: rms_norm_eps = %.9g, the run's "
-                         "[model] norm_eps = %.9g", h->dir, (double)f->norm_eps,
-                         (double)m->norm_eps);
+        DIFF("rms_norm_eps = %.9g, the run's [model] norm_eps = %.9g", (double)f->norm_eps,
+             (double)m->norm_eps);
+    if (diffs > 1) PUT(" (%d differences)", diffs);
+#undef DIFF
+#undef PUT
+    if (k >= n) memcpy(msg + n - 4, "...", 4); // truncated: say so
+    if (diffs) return error_set(err, STATUS_BAD_INPUT, "%s", msg);
     return STATUS_OK;
 }
 

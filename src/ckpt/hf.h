@@ -135,7 +135,8 @@ int hf_eos_id(const struct hf_model *h);
 const struct hf_meta *hf_model_meta(const struct hf_model *h);
 
 // Refuses a run whose model differs from the folder's: Errors:
-// STATUS_BAD_INPUT "DIR/config.json: KEY = X, the run's [model] KEY = Y".
+// STATUS_BAD_INPUT "DIR/config.json: KEY = X, the run's [model] KEY = Y", every
+// differing key in one message ("; " between them, "(N differences)" after).
 enum status hf_check_model(const struct hf_model *h, const struct llama_config *model,
                            struct error *err);
 

@@ -15,6 +15,7 @@
 // to a data file (temporary, or --data FILE), a gnuplot script draws it into
 // PNG.tmp, renamed to PNG when gnuplot succeeds.
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <spawn.h>
@@ -275,10 +276,6 @@ static void plot_title(char *title, size_t size, const char *run_dir, const stru
 static enum status plot_run(const char *run_dir, const char *out, const char *data_out,
                             struct error *err) {
     struct stat sb;
-    if (stat(run_dir, &sb))
-        return error_set(err, STATUS_BAD_INPUT, "%s: no run folder (%s)", run_dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return error_set(err, STATUS_BAD_INPUT, "%s: not a run folder (not a directory)", run_dir);
     size_t n = strlen(run_dir) + 32;
     char *metrics = xmalloc(n), *cfg_path = xmalloc(n), *tmp_out = xmalloc(strlen(out) + 8);
     snprintf(metrics, n, "%s/metrics.jsonl", run_dir);
@@ -327,6 +324,37 @@ done:
     return st;
 }
 
+// Whether file can be written: not a folder, its folder exists, and probe
+// (file itself, or the temporary file written in its stead) opens for
+// writing (a probe that did not exist is removed again). Else false with
+// the reason in why.
+static bool plot_writable(const char *file, const char *probe, char *why, size_t n) {
+    struct stat sb;
+    if (!stat(file, &sb) && S_ISDIR(sb.st_mode)) {
+        snprintf(why, n, "is a folder; expected a file name");
+        return false;
+    }
+    char *dir = xmalloc(strlen(file) + 2);
+    strcpy(dir, file);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) slash[1] = '\0';
+    else *slash = '\0';
+    bool ok = !stat(dir, &sb) && S_ISDIR(sb.st_mode);
+    if (!ok) snprintf(why, n, "the folder %s does not exist", dir);
+    free(dir);
+    if (!ok) return false;
+    bool existed = access(probe, F_OK) == 0;
+    int fd = open(probe, O_WRONLY | O_CREAT | O_APPEND, 0666);
+    if (fd < 0) {
+        snprintf(why, n, "cannot write %s: %s", probe, strerror(errno));
+        return false;
+    }
+    close(fd);
+    if (!existed) unlink(probe);
+    return true;
+}
+
 struct plot_args {
     const char *run_dir, *out, *data;
 };
@@ -364,33 +392,40 @@ int cmd_plot(int argc, char **argv) {
         return STATUS_BAD_INPUT;
     }
     const char *run_dir = o.run_dir, *out = o.out, *data_out = o.data;
+    struct stat sb;
+    bool missing = stat(run_dir, &sb) != 0;
+    if (missing || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "trident plot: RUN_DIR %s: %s; expected a run folder (metrics.jsonl, "
+                "config.ini)\n", run_dir, missing ? strerror(errno) : "not a folder");
+        return STATUS_BAD_INPUT;
+    }
     char *def = NULL;
     if (!out) {
         def = xmalloc(strlen(run_dir) + 16);
         sprintf(def, "%s/curves.png", run_dir);
         out = def;
     }
-    // The folders of --out and --data must exist (gnuplot's own error would
-    // name its temporary script instead).
-    const char *files[2] = {out, data_out}, *flags[2] = {"--out", "--data"};
-    for (int k = 0; k < 2; k++) {
-        if (!files[k]) continue;
-        char *dir = xmalloc(strlen(files[k]) + 1);
-        strcpy(dir, files[k]);
-        char *slash = strrchr(dir, '/');
-        struct stat sb;
-        bool ok = !slash || slash == dir || (*slash = '\0', stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode));
-        if (!ok) {
-            fprintf(stderr, "trident plot: %s %s: the folder %s does not exist\n", flags[k], files[k], dir);
-            free(dir), free(def);
-            return STATUS_BAD_INPUT;
+    // --out (gnuplot writes PNG.tmp next to it) and --data must be writable
+    // before any work: gnuplot's own errors would name its temporary script.
+    char *tmp_out = xmalloc(strlen(out) + 8);
+    sprintf(tmp_out, "%s.tmp", out);
+    const char *files[2] = {out, data_out}, *probes[2] = {tmp_out, data_out};
+    const char *flags[2] = {o.out ? "--out" : "--out (default RUN_DIR/curves.png)", "--data"};
+    enum status st = STATUS_OK;
+    for (int k = 0; k < 2 && !st; k++) {
+        char why[256];
+        if (files[k] && !plot_writable(files[k], probes[k], why, sizeof why)) {
+            fprintf(stderr, "trident plot: %s %s: %s\n", flags[k], files[k], why);
+            st = STATUS_BAD_INPUT;
         }
-        free(dir);
     }
-    struct error err = {0};
-    enum status st = plot_run(run_dir, out, data_out, &err);
-    if (st) fprintf(stderr, "trident plot: %s\n", err.msg);
-    else printf("%s\n", out);
+    free(tmp_out);
+    if (!st) {
+        struct error err = {0};
+        st = plot_run(run_dir, out, data_out, &err);
+        if (st) fprintf(stderr, "trident plot: %s\n", err.msg);
+        else printf("%s\n", out);
+    }
     free(def);
     return st;
 }

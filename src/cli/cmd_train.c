@@ -189,6 +189,7 @@ struct train_args {
     const char *config;
     struct cli_list overrides;
     bool print_config;
+    int world; // --world-size, with --print-config; 0: none given
 };
 
 #define T(field) offsetof(struct train_args, field)
@@ -200,12 +201,15 @@ static const struct cli_flag train_flags[] = {
     {"--print-config", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
      "print every key of the resolved config, its value and where it came from (default, FILE:LINE or "
      "command line argument N) and exit 0: no training, no MPI", T(print_config)},
+    {"--world-size", CLI_INT, "N", NULL, 1, 1 << 24, 0, NULL,
+     "with --print-config: the ranks the run will have, checked and used as a run would (parallel.dp = 0 "
+     "infers dp = N / (tp * cp * pp)); without it, dp = 0 shows as 1", T(world)},
 };
 #undef T
 
 const struct cli_command cli_train = {
     .name = "train",
-    .synopsis = "CONFIG.ini [section.key=value ...] [--print-config]",
+    .synopsis = "CONFIG.ini [section.key=value ...] [--print-config [--world-size N]]",
     .summary = "Trains a model under mpirun -np N or srun, N = tp * cp * pp * dp (parallel.dp = 0, the default,\n"
                "infers dp = N / (tp * cp * pp)).",
     .flags = train_flags,
@@ -215,17 +219,18 @@ const struct cli_command cli_train = {
              "refused (exit 2) by each rank before MPI starts.\n",
 };
 
-// `trident train --print-config CONFIG [overrides]`: loads and validates the
-// config as a run would (without MPI: no world size, so tp * pp * dp is not
-// checked against one, and dp = 0 shows as 1 with a note) and prints every
-// key, its value and where it came from (config_print_origins) to stdout.
-// Returns 0, or 2 after printing the error for a bad config.
+// `trident train --print-config CONFIG [--world-size N] [overrides]`: loads and
+// validates the config as a run of N ranks would (without MPI; without N,
+// tp * cp * pp * dp is not checked against one, and dp = 0 shows as 1 with a
+// note) and prints every key, its value and where it came from
+// (config_print_origins) to stdout. Returns 0, or 2 after printing the error
+// for a bad config.
 static int print_config(const struct train_args *o) {
     struct error err = {0};
     struct config cfg;
     enum status st = config_load(o->config, o->overrides.n, (char **)o->overrides.values, &cfg, &err);
-    bool infer_dp = !st && cfg.parallel.dp == 0;
-    if (!st) st = config_validate(&cfg, 0, backend_has_cuda(), &err);
+    bool infer_dp = !st && cfg.parallel.dp == 0 && !o->world;
+    if (!st) st = config_validate(&cfg, o->world, backend_has_cuda(), &err);
     if (st) {
         fprintf(stderr, "trident: %s\n", err.msg);
         return st;
@@ -271,6 +276,12 @@ int cmd_train(int argc, char **argv) {
         int rc = print_config(&o);
         cli_free(&cli_train, &o);
         return rc;
+    }
+    if (o.world) { // MPI gives a run its world size
+        fprintf(stderr, "trident train: --world-size %d: an option of --print-config; a run's ranks are "
+                "mpirun's -np (or srun's tasks)\n(trident train --help for usage)\n", o.world);
+        cli_free(&cli_train, &o);
+        return STATUS_BAD_INPUT;
     }
     install_stop_handlers();
     start_parent_watch();

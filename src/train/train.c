@@ -1143,8 +1143,8 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
     err->alone = false;
     *out = (struct trainer_outcome){.steps_done = start_step};
     if (start_step >= c->train.steps && is_root(t))
-        printf("nothing to do: the checkpoint is at step %d and [train] steps = %d\n",
-               start_step, c->train.steps);
+        printf("nothing to train: the checkpoint is at step %d, train.steps = %d\n", start_step,
+               c->train.steps);
     // A fresh run from other weights (model.init_from) measures them first:
     // the baseline a fine-tuning's validation loss falls from, logged as step 0.
     if (start_step == 0 && c->model.init_from[0] && d->has_val && c->train.eval_every > 0 &&
@@ -1279,8 +1279,9 @@ enum status trainer_run(struct trainer *t, const volatile sig_atomic_t *stop_fla
         // (no KV cache) would otherwise dilute it, and differ between runs.
         const struct trainer_log *lg = &t->log;
         printf("done: %d steps, %.0f tokens, %.1f s wall (train %.1f s, eval %.1f s, samples %.1f s, "
-               "saves %.1f s), mean %.0f tokens/s training", c->train.steps - start_step, tokens_seen, total,
-               lg->train_s, lg->eval_s, lg->sample_s, lg->save_s, lg->train_s > 0 ? tokens_seen / lg->train_s : 0);
+               "saves %.1f s), mean %.0f tokens/s training", out->steps_done - start_step,
+               tokens_seen, total, lg->train_s, lg->eval_s, lg->sample_s, lg->save_s,
+               lg->train_s > 0 ? tokens_seen / lg->train_s : 0);
         if (isfinite(best_val)) printf(", best validation loss %.4f", best_val);
         if (t->progress.skipped_steps)
             printf(", %d steps skipped (non-finite loss or grad norm)", t->progress.skipped_steps);

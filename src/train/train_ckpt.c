@@ -642,7 +642,8 @@ static double load_allowance(const struct trainer *t, const char *dir) {
 // (config.json present) or a trident checkpoint, in this run's layout: each
 // rank reads only the blocks its pieces describe (safetensors byte ranges, or
 // checkpoint_read_piece's resharding). The model config must match (a
-// mismatch names the key and both values, the same on every rank); the
+// mismatch names the key and both values, every differing key of a Hugging
+// Face folder at once, the same on every rank); the
 // optimizer state, step and data position stay those of a fresh run.
 static enum status init_from(struct trainer *t, const char *path, struct trainer_error *err) {
     char cfg[CONFIG_PATH_MAX + 16];
@@ -920,7 +921,7 @@ static enum status resume_from(struct trainer *t, const char *path, struct train
         struct optimizer_config old = optimizer_saved_schedule(&sv->opt, oc);
         oc->rebase_step = (int)lr_step;
         oc->rebase_lr = optimizer_lr(&old, (int)lr_step - 1);
-        if (root)
+        if (root && sv->step < t->cfg.train.steps) // else nothing to train (trainer_run says so)
             printf("resume: the LR schedule continues from %.3e, the lr it had reached, at schedule "
                    "position %lld, to min_lr %.3e at step %d (docs/design.md §7)\n", oc->rebase_lr,
                    (long long)lr_step, t->cfg.train.min_lr, t->cfg.train.steps);

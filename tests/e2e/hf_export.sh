@@ -32,7 +32,9 @@
 #      or an infinity (BF16 shard) in a tensor for import, generate and
 #      init_from (file, tensor, first element); a missing tensor; an index
 #      naming the wrong shard; no config.json; a missing init_from folder; a
-#      config.json hidden_size other than the run's d_model; an HF folder's
+#      config.json hidden_size other than the run's d_model (and one that also
+#      differs in num_hidden_layers: one message names both keys and their
+#      count); an HF folder's
 #      tokenizer.json other than the run's data's (init_from) or --tokenizer's
 #      (generate); without tokenizer.json init_from and generate run with a
 #      note; import
@@ -147,7 +149,7 @@ bad="$PY tests/e2e/lib/hf_bad.py"
 refused() { # refused WHAT PATTERN CMD...: exit 2 and PATTERN in its output
     local what=$1 pat=$2 rc=0; shift 2
     "$@" > "$tmp/out" 2>&1 || rc=$?
-    [ "$rc" -eq 2 ] && grep -q -- "$pat" "$tmp/out" || fail "(f) $what: rc $rc, $(tail -3 "$tmp/out")"
+    [ "$rc" -eq 2 ] && grep -q -- "$pat" "$tmp/out" || fail "(f) $what: rc $rc, $(grep -m2 trident: "$tmp/out"; tail -3 "$tmp/out")"
 }
 one=(train.steps=1 train.warmup_steps=0 model.tie_embeddings=false train.seq_len=64)
 $bad "$tmp/hfB" "$tmp/hfNan" nonfinite model.norm.weight 5
@@ -180,6 +182,10 @@ refused "init_from a missing folder" "\[model\] init_from = $tmp/nope: no such f
 $bad "$tmp/hfB" "$tmp/hfHid" config hidden_size 128
 refused "init_from another hidden_size" "hfHid/config.json: hidden_size = 128, the run's \[model\] d_model = 64" \
     small_train "$tmp/runH" "$tmp/ckH" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfHid"
+# Several keys differ: one refusal names them all (not one a round trip).
+$bad "$tmp/hfHid" "$tmp/hfTwo" config num_hidden_layers 3
+refused "init_from with 2 keys other" "hfTwo/config.json: hidden_size = 128, the run's \[model\] d_model = 64; num_hidden_layers = 3, the run's \[model\] n_layers = 2 (2 differences)" \
+    small_train "$tmp/runH" "$tmp/ckH" 1 1 1 0 "${one[@]}" model.init_from="$tmp/hfTwo"
 # Tokenizer identity: the folder's tokenizer.json against the run's data.
 $bad "$tmp/hfB" "$tmp/hfTok" rm tokenizer.json && cp "$tmp/other.json" "$tmp/hfTok/tokenizer.json"
 refused "init_from another tokenizer" "hfTok/tokenizer.json: tokenizer = '[0-9a-f]*', but the run's data uses '[0-9a-f]*'" \

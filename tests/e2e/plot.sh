@@ -24,10 +24,13 @@
 #     on 2 ranks, its folder under TRIDENT_RUNS=$tmp/runs) ends by printing
 #     "curves: <run folder>/curves.png", and that file is the PNG of that
 #     folder (the same bytes as trident plot of it);
-#  6. bad inputs exit 2 naming what is wrong: no such folder, no
+#  6. bad inputs exit 2 naming what is wrong: no such folder (named as
+#     RUN_DIR, not as the default --out in it), no
 #     metrics.jsonl, no config.ini, no step records, a broken line that is
 #     not the last (a torn last line is skipped: exit 0), no gnuplot on PATH
-#     (the message says `make deps`), an unknown option.
+#     (the message says `make deps`), an unknown option, an --out or --data
+#     that cannot be written (under /proc, or a folder), named with its flag
+#     before gnuplot runs (no gnuplot error on stderr, no file left).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -152,7 +155,8 @@ bad() {
     grep -qF -- "$want" "$tmp/err" || { cat "$tmp/err"; fail "$name: stderr does not say '$want'"; }
     echo "bad input $name: exit 2: $(head -1 "$tmp/err")"
 }
-bad no-dir "$tmp/nope" "$TRIDENT" plot "$tmp/nope"
+bad no-dir "RUN_DIR $tmp/nope: No such file" "$TRIDENT" plot "$tmp/nope"
+! grep -q -- "--out" "$tmp/err" || fail "no-dir: the message names --out, which was not given: $(cat "$tmp/err")"
 mkdir "$tmp/empty"
 bad no-metrics "$tmp/empty/metrics.jsonl" "$TRIDENT" plot "$tmp/empty"
 mkdir "$tmp/nocfg"; cp "$run/metrics.jsonl" "$tmp/nocfg/"
@@ -171,4 +175,13 @@ bad no-gnuplot "make deps" env PATH=/nonexistent "$TRIDENT" plot "$run" --out "$
 bad unknown-option "--colour" "$TRIDENT" plot "$run" --colour
 bad no-out-folder "the folder $tmp/nowhere does not exist" "$TRIDENT" plot "$run" --out "$tmp/nowhere/x.png"
 bad no-run-dir "RUN_DIR is required" "$TRIDENT" plot
+bad out-unwritable "--out /proc/trident-plot.png: cannot write" "$TRIDENT" plot "$run" --out /proc/trident-plot.png
+! grep -qi gnuplot "$tmp/err" || fail "an unwritable --out reached gnuplot: $(cat "$tmp/err")"
+mkdir "$tmp/outdir"
+bad out-folder "--out $tmp/outdir: is a folder" "$TRIDENT" plot "$run" --out "$tmp/outdir"
+bad data-unwritable "--data /proc/trident-plot.dat: cannot write" \
+    "$TRIDENT" plot "$run" --out "$tmp/y.png" --data /proc/trident-plot.dat
+! grep -qi gnuplot "$tmp/err" || fail "an unwritable --data reached gnuplot: $(cat "$tmp/err")"
+[ -z "$(ls "$tmp/outdir")" ] && [ ! -e "$tmp/y.png" ] && [ ! -e "$tmp/y.png.tmp" ] && [ ! -e "$tmp/outdir.tmp" ] ||
+    fail "a refused plot left files: $(ls "$tmp/outdir" "$tmp"/y.png* "$tmp/outdir.tmp" 2>&1)"
 echo "plot: all checks passed"

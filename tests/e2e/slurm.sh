@@ -4,6 +4,20 @@
 # installed by `make deps`) started as root in the foreground, with a
 # slurm.conf, a munge key, spool, state and logs in $tmp and two free ports;
 # every daemon it started is stopped by its PID when the script exits.
+#  0. First, without daemons (also where the rest skips): dry runs of the job
+#     scripts with srun and scontrol stubbed (srun prints its arguments), and
+#     what they would launch checked with `trident plan --world-size N`, which
+#     applies trident's own layout rule:
+#     - jobs/slurm_multinode.sbatch on 2 nodes x 8 (configs/llama-1b.ini on
+#       the CPU device) launches a valid 16-rank layout with parallel.cp=2
+#       (tp 8 x cp 2 = 16) and without it (dp 2); with pp 2 and cp 2 (32
+#       ranks) it stops with exit 2 naming the 16 ranks, before srun;
+#     - jobs/slurm_train.sbatch keeps the config's [checkpoint] dir under a
+#       header with an inline comment (`[checkpoint]   # ...`) and a value with
+#       one, and dir = none (no checkpoint.dir= added), and adds its default
+#       folder to a config without one;
+#     - every mpirun/srun line of jobs/mpirun_examples.sh is a valid layout
+#       of its -np / --ntasks (the salloc's ranks for those inside it).
 #  a. `srun --mpi=pmix --ntasks=2` of a 20-step run: exit 0, steps 1..20 in
 #     metrics.jsonl with two ranks' time split each, and 1 OpenMP thread per
 #     rank (2 ranks on 2 CPUs: the start record's `threads`, or the banner's
@@ -31,6 +45,80 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
+
+# ---- 0. dry runs of the job scripts ------------------------------------------------
+stub=$tmp/stub
+mkdir -p "$stub" "$tmp/submit"
+printf '#!/bin/sh\necho "SRUN: $*"\n' > "$stub/srun"
+printf '#!/bin/sh\n' > "$stub/scontrol" # no job: the scripts fall back to their own paths
+chmod +x "$stub/srun" "$stub/scontrol"
+# dry NODES PER_NODE SCRIPT ARGS...: the job script with the stubs, from
+# $tmp/submit; its output in $tmp/dry.out, the `trident train` arguments it
+# would launch (none: empty) in $tmp/dry.args; returns its exit status.
+dry() {
+    local nodes=$1 per=$2 script=$PWD/$3 rc=0; shift 3
+    (cd "$tmp/submit" && env PATH="$stub:$PATH" TRIDENT="$TRIDENT" TRIDENT_JOBS_DIR="$OLDPWD/jobs" \
+        SLURM_SUBMIT_DIR="$tmp/submit" SLURM_JOB_NAME=dry SLURM_JOB_NUM_NODES="$nodes" \
+        SLURM_NTASKS_PER_NODE="$per" SLURM_NTASKS=$((nodes * per)) bash "$script" "$@") > "$tmp/dry.out" 2>&1 ||
+        rc=$?
+    sed -n 's/^SRUN: .* train //p' "$tmp/dry.out" > "$tmp/dry.args"
+    return $rc
+}
+# plan_ok N ARGS...: trident's layout rule accepts ARGS (a config and its
+# overrides) on N ranks; the plan's first line in $tmp/plan.out.
+plan_ok() {
+    local n=$1; shift
+    "$TRIDENT" plan "$@" --world-size "$n" > "$tmp/plan.out" 2>&1
+}
+ini1b=$PWD/configs/llama-1b.ini
+for extra in "parallel.cp=2" ""; do
+    dry 2 8 jobs/slurm_multinode.sbatch "$ini1b" system.device=cpu $extra ||
+        { cat "$tmp/dry.out"; fail "0. multinode 2 x 8 ${extra:-(no cp)}: exit non-zero"; }
+    [ -s "$tmp/dry.args" ] || { cat "$tmp/dry.out"; fail "0. multinode ${extra:-(no cp)}: nothing launched"; }
+    plan_ok 16 $(cat "$tmp/dry.args") || { cat "$tmp/dry.out" "$tmp/plan.out"; fail "0. multinode 2 x 8 ${extra:-(no cp)} launches a layout that is not 16 ranks"; }
+    cp=1; [ -z "$extra" ] || cp=2
+    head -n 1 "$tmp/plan.out" | grep -q "tp 8 x cp $cp x .* = 16 ranks" ||
+        fail "0. multinode ${extra:-(no cp)}: $(head -n 1 "$tmp/plan.out")"
+    echo "0. slurm_multinode.sbatch 2 x 8 ${extra:-(no cp)}: $(head -n 1 "$tmp/plan.out" | cut -d, -f2)"
+done
+rc=0; dry 2 8 jobs/slurm_multinode.sbatch "$ini1b" system.device=cpu parallel.cp=2 parallel.pp=2 || rc=$?
+[ "$rc" -eq 2 ] && [ ! -s "$tmp/dry.args" ] && grep -q "16 ranks" "$tmp/dry.out" ||
+    { cat "$tmp/dry.out"; fail "0. multinode 2 x 8 with tp 8 x cp 2 x pp 2: exit $rc, want 2 before srun naming 16 ranks"; }
+echo "0. slurm_multinode.sbatch 2 x 8, tp 8 x cp 2 x pp 2: exit 2 before srun: $(grep -m1 -o 'world size is .*ranks' "$tmp/dry.out" || grep -m1 trident: "$tmp/dry.out" | cut -c1-120)"
+# [checkpoint] dir as trident reads it (a header with an inline comment).
+sed 's/^\[log\]$/[checkpoint]   # where checkpoints go\ndir = MINE  # inline comment\n\n[log]/' \
+    "$SMALL_INI" > "$tmp/ckdir.ini"
+grep -q '^\[checkpoint\]   # where' "$tmp/ckdir.ini" || fail "0. could not make the [checkpoint] config"
+for v in "$tmp/mine" none; do
+    sed "s|MINE|$v|" "$tmp/ckdir.ini" > "$tmp/ck-$(basename "$v").ini"
+    "$TRIDENT" train --print-config "$tmp/ck-$(basename "$v").ini" > "$tmp/printed.ini" &&
+        grep -Eq "^# dir = \\(unset\\), # $tmp/ck-$(basename "$v").ini:|^dir = $v    # " "$tmp/printed.ini" ||
+        fail "0. trident does not read [checkpoint] dir = $v of $tmp/ck-$(basename "$v").ini"
+    dry 1 1 jobs/slurm_train.sbatch "$tmp/ck-$(basename "$v").ini" data.path="$tmp/none" ||
+        { cat "$tmp/dry.out"; fail "0. slurm_train.sbatch, [checkpoint] dir = $v: exit non-zero"; }
+    [ -s "$tmp/dry.args" ] && ! grep -q "checkpoint.dir=" "$tmp/dry.args" ||
+        { cat "$tmp/dry.out"; fail "0. slurm_train.sbatch overrode the config's [checkpoint] dir = $v: $(cat "$tmp/dry.args")"; }
+done
+dry 1 1 jobs/slurm_train.sbatch "$PWD/$SMALL_INI" data.path="$tmp/none" ||
+    { cat "$tmp/dry.out"; fail "0. slurm_train.sbatch of small.ini: exit non-zero"; }
+grep -q "checkpoint.dir=$tmp/submit/runs/dry/checkpoints " "$tmp/dry.args" ||
+    { cat "$tmp/dry.out"; fail "0. slurm_train.sbatch did not add its checkpoint folder: $(cat "$tmp/dry.args")"; }
+echo "0. slurm_train.sbatch: [checkpoint] dir of the config kept (a header with a comment; none), added where unset"
+# Every launch line of mpirun_examples.sh (continuations joined).
+alloc=$(bash jobs/mpirun_examples.sh | sed -n 's/^salloc .*--nodes=\([0-9]*\) --ntasks-per-node=\([0-9]*\).*/\1 \2/p')
+alloc=$(( ${alloc% *} * ${alloc#* } ))
+n_lines=0
+while read -r line; do
+    n=$(grep -oE '(-np |--ntasks=)[0-9]+' <<<"$line" | grep -oE '[0-9]+$' || true)
+    plan_ok "${n:-$alloc}" ${line#* build/trident train } ||
+        { cat "$tmp/plan.out"; fail "0. mpirun_examples.sh: not a layout of ${n:-$alloc} ranks: $line"; }
+    n_lines=$((n_lines + 1))
+done < <(bash jobs/mpirun_examples.sh | sed -e ':a' -e '/\\$/{N; s/\\\n *//; ba}' | grep -E '^(mpirun|srun) ')
+[ "$n_lines" -ge 12 ] || fail "0. mpirun_examples.sh: only $n_lines launch lines found"
+grep -q "parallel.cp=2" <(bash jobs/mpirun_examples.sh) && grep -q "parallel.zero_stage=3" <(bash jobs/mpirun_examples.sh) ||
+    fail "0. mpirun_examples.sh has no cp or no ZeRO-3 example"
+echo "0. mpirun_examples.sh: $n_lines launch lines, each a valid layout of its ranks (salloc's: $alloc)"
+
 [ "$(id -u)" -eq 0 ] || skip "not root: slurmd and a private munged need root here"
 PATH=$PATH:/usr/sbin:/sbin # the daemons' folder, not on every PATH
 for c in munged mungekey slurmctld slurmd srun sbatch scontrol scancel squeue; do

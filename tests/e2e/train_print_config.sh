@@ -8,6 +8,10 @@
 # an INI file whose origins are inline comments) to the same values. A bad
 # config exits 2 naming the key; no run folder is made. FP8 keys that
 # precision.fp8 = none leaves unread are a warning on stderr, not an error.
+# --world-size N validates the layout as a run of N ranks: dp = 0 prints the
+# inferred dp (4 ranks / tp 2 = 2); a layout of other size exits 2 naming N
+# (and configs/mixtral-8x7b.ini's ep = 8, which needs dp >= 8, prints at 32
+# ranks though not without N); without --print-config it is refused.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -79,4 +83,16 @@ rc=0
 [ "$rc" -eq 0 ] && grep -q '^fp8_amax_history_len = 16 ' "$tmp/fp8.ini" &&
     grep -q '^trident: warning: precision.fp8_amax_history_len = 16 (command line argument 1): has no effect with precision.fp8 = none' "$tmp/fp8.err" &&
     ! grep -q 'warning' "$tmp/fp8.ini" || fail "fp8 keys with fp8 = none: exit $rc: $(cat "$tmp/fp8.err")"
+# --world-size
+dp_of() { sed -n '/^\[parallel\]/,/^\[/s/^dp = \([0-9]*\) .*/\1/p'; }
+got=$("$TRIDENT" train --print-config "$ini" --world-size 4 parallel.tp=2 parallel.dp=0 | dp_of)
+[ "$got" = 2 ] || fail "--world-size 4, tp 2, dp 0: printed dp '$got', want 2"
+rc=0; err=$("$TRIDENT" train --print-config "$ini" --world-size 3 2>&1 >/dev/null) || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'world size is N = 3 ranks' <<<"$err" || fail "--world-size 3 for 2 ranks: exit $rc: $err"
+"$TRIDENT" train --print-config configs/mixtral-8x7b.ini --world-size 32 system.device=cpu > "$tmp/moe.ini" ||
+    fail "mixtral at 32 ranks: --print-config --world-size 32 refused it"
+[ "$(dp_of < "$tmp/moe.ini")" = 8 ] || fail "mixtral at 32 ranks (pp 4): dp $(dp_of < "$tmp/moe.ini"), want 8"
+rc=0; err=$("$TRIDENT" train "$ini" --world-size 2 2>&1) || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- '--world-size 2: an option of --print-config' <<<"$err" ||
+    fail "train --world-size without --print-config: exit $rc: $err"
 echo "PASS: train_print_config"

@@ -18,6 +18,11 @@
 #     at a step < 100000, the closing record says exit_duration, a checkpoint
 #     of that step verifies, and resuming it (to 5 more steps, with the
 #     override) completes with exit 0.
+#  6. The step-60 checkpoint resumed with train.steps = 1 (shrunk below it,
+#     with the override): exit 0, the output says "nothing to train: the
+#     checkpoint is at step 60, train.steps = 1" and "done: 0 steps" (not
+#     -59), prints no LR-schedule continuation to step 1, and the closing
+#     record has steps_done 60, steps 0.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 need_built "$TRIDENT"
@@ -129,5 +134,19 @@ if [ -n "$k" ]; then
     if grep -q "note: \[model\] init_from = $tmp/ck-dp is not read: this run resumes from $tmp/ck-time/step-0*$k " "$tmp/time2.log"
     then echo "ok   [init_from on a resume] not read, and the note says so"
     else echo "FAIL: a resume with model.init_from set does not say init_from is not read"; fail=1; fi
+fi
+
+# 6. train.steps shrunk below the checkpoint's step: nothing to train, said plainly
+cp -r "$tmp/ck" "$tmp/ck-shrink"
+rc=0; run 1 "$tmp/run-shrink" "$tmp/ck-shrink" parallel.dp=1 train.steps=1 train.warmup_steps=0 \
+    train.override_schedule=true > "$tmp/shrink.log" 2>&1 || rc=$?
+closing=$(jq -r 'select(.done) | "\(.steps_done) \(.steps)"' "$tmp/run-shrink/metrics.jsonl" 2>/dev/null || true)
+if [ "$rc" = 0 ] && grep -q "^nothing to train: the checkpoint is at step 60, train.steps = 1$" "$tmp/shrink.log" &&
+    grep -q "^done: 0 steps," "$tmp/shrink.log" && ! grep -q "LR schedule continues" "$tmp/shrink.log" &&
+    [ "$closing" = "60 0" ]; then
+    echo "ok   [steps 60 -> 1] exit 0: $(grep '^nothing to train' "$tmp/shrink.log"); $(grep -o '^done: [-0-9]* steps' "$tmp/shrink.log")"
+else
+    echo "FAIL: resume at 60 with train.steps = 1: exit $rc, closing record '$closing'"
+    grep -E "nothing to|^done:|LR schedule" "$tmp/shrink.log" || tail -3 "$tmp/shrink.log"; fail=1
 fi
 exit $fail
