@@ -96,7 +96,8 @@ static const struct cli_flag generate_flags[] = {
     {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
      G(threads)},
     {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
-     "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected)",
+     "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected); "
+     "bytes of prompt or text that are not UTF-8 as U+FFFD (the ids exact)",
      G(json)},
     {"--no-kv-cache", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
      "recompute the whole window for every new token, one prompt at a time (the method before the "
