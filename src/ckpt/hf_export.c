@@ -29,6 +29,7 @@ static void written_path(struct written *w, const char *name, char *path, size_t
 static enum status write_json(struct written *w, const char *name, json_t *j, struct error *err) {
     char path[CKPT_PATH_MAX + 64];
     written_path(w, name, path, sizeof path);
+    if (!j) return error_set(err, STATUS_RUNTIME, "%s: out of memory making its JSON", path);
     int bad = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(16));
     json_decref(j);
     return bad ? error_set(err, STATUS_RUNTIME, "%s: cannot write", path) : STATUS_OK;
@@ -115,7 +116,8 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
                            int bos, const int *eos, int n_eos, int pad) {
     json_t *j = json_object();
     int D = m->head_dim ? m->head_dim : m->d_model / m->n_heads;
-    json_object_set_new(j, "architectures", json_pack("[s]", hf_family_arch(f)));
+    // (json_pack's NULL, out of memory: config_json returns NULL, write_json says so)
+    bool ok = !json_object_set_new(j, "architectures", json_pack("[s]", hf_family_arch(f)));
     json_object_set_new(j, "model_type", json_string(hf_family_model_type(f)));
     json_object_set_new(j, "vocab_size", json_integer(m->vocab_size));
     json_object_set_new(j, "hidden_size", json_integer(m->d_model));
@@ -130,7 +132,7 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
     json_object_set_new(j, "max_position_embeddings", json_integer(m->max_seq_len));
     json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
     if (f != HF_MISTRAL && f != HF_MIXTRAL)
-        json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
+        ok &= !json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
     json_object_set_new(j, "rms_norm_eps", json_real(shortest_float(m->norm_eps)));
     json_object_set_new(j, "hidden_act", json_string("silu"));
     if (f == HF_LLAMA || f == HF_QWEN3) json_object_set_new(j, "attention_bias", json_false());
@@ -170,6 +172,7 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
     json_object_set_new(j, "eos_token_id", hf_ids_json(eos, n_eos));
     if (pad >= 0) json_object_set_new(j, "pad_token_id", json_integer(pad));
     json_object_set_new(j, "use_cache", json_true());
+    if (!ok) json_decref(j), j = NULL;
     return j;
 }
 
@@ -360,9 +363,11 @@ enum status hf_export(struct ckpt_reader *r, const struct hf_export_args *a, str
             json_object_set_new(tc, "clean_up_tokenization_spaces", json_false());
             // what transformers' generate(**tok(text, return_tensors="pt")) accepts:
             // no token_type_ids (PreTrainedTokenizerFast's default returns them)
-            json_object_set_new(tc, "model_input_names", json_pack("[s, s]", "input_ids", "attention_mask"));
-            if (a->chat_template) json_object_set_new(tc, "chat_template", json_string(a->chat_template));
-            st = write_json(&w, "tokenizer_config.json", tc, err);
+            json_t *names = json_pack("[s, s]", "input_ids", "attention_mask");
+            if (json_object_set_new(tc, "model_input_names", names)) json_decref(tc), tc = NULL;
+            if (tc && a->chat_template)
+                json_object_set_new(tc, "chat_template", json_string(a->chat_template));
+            st = write_json(&w, "tokenizer_config.json", tc, err); // tc NULL: out of memory
         }
     }
     for (int i = 0; i < n; i++)

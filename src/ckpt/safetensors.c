@@ -253,9 +253,13 @@ enum status safetensors_write(const char *path, const struct safetensors_entry *
         uint64_t bytes = safetensors_numel(e[i].ndim, e[i].shape) * dtype_size(e[i].dtype);
         json_t *shape = json_array();
         for (int d = 0; d < e[i].ndim; d++) json_array_append_new(shape, json_integer(e[i].shape[d]));
-        json_object_set_new(root, e[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", dn, "shape", shape,
-                                      "data_offsets", (json_int_t)off, (json_int_t)(off + bytes)));
+        json_t *t = json_pack("{s:s, s:o, s:[I, I]}", "dtype", dn, "shape", shape, "data_offsets",
+                              (json_int_t)off, (json_int_t)(off + bytes)); // NULL: out of memory
+        if (!t || json_object_set_new(root, e[i].name, t)) { // a key must be UTF-8 (jansson)
+            st = error_set(err, t ? STATUS_BAD_INPUT : STATUS_RUNTIME, "%s: tensor '%s': %s", path,
+                           e[i].name, t ? "a name of invalid UTF-8" : "out of memory");
+            break;
+        }
         off += bytes;
     }
     char *hdr = st ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

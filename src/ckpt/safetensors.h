@@ -75,7 +75,7 @@ struct safetensors_entry {
 
 // Writes n tensors and the metadata pairs meta[0..2*n_meta) (key, value,
 // key, value, ...) to path (via path.tmp and a rename). Errors:
-// STATUS_BAD_INPUT for a duplicate or empty name or an unsupported dtype,
+// STATUS_BAD_INPUT for a duplicate, empty or invalid UTF-8 name or an unsupported dtype,
 // STATUS_RUNTIME for a failed write.
 enum status safetensors_write(const char *path, const struct safetensors_entry *e, int n,
                               const char *const *meta, int n_meta, struct error *err);

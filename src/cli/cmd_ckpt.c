@@ -234,7 +234,7 @@ const struct cli_command cli_ckpt_verify = {
 const struct cli_command cli_ckpt_export = {
     .name = "ckpt export", .synopsis = "DIR OUT [--format h5 | --format hf [--dtype D] [--max-shard-size BYTES] [--tokenizer PATH] [--chat-template T]]",
     .summary = "Exports a checkpoint's parameters as one HDF5 file or a Hugging Face folder (Llama, Qwen2, Qwen3,\n"
-               "Mixtral or Qwen2-MoE).",
+               "Mistral, Mixtral or Qwen2-MoE).",
     .flags = ckpt_export_flags, .n_flags = CLI_N(ckpt_export_flags)};
 const struct cli_command cli_ckpt_logits = {
     .name = "ckpt logits", .synopsis = "DIR --tokens IDS.txt --out OUT.safetensors",

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #include "base/common.h"
 #include "base/threads.h"
@@ -95,7 +96,8 @@ static const struct cli_flag generate_flags[] = {
     {"--threads", CLI_INT, "N", "0", 0, 4096, 0, NULL, "CPU threads; 0: the CPUs of this process",
      G(threads)},
     {"--json", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
-     "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected)",
+     "one JSON line per prompt: prompt, prompt_ids (end-of-text first), ids, text, ended (and expected); "
+     "bytes of prompt or text that are not UTF-8 as U+FFFD (the ids exact)",
      G(json)},
     {"--no-kv-cache", CLI_SWITCH, NULL, NULL, 0, 0, 0, NULL,
      "recompute the whole window for every new token, one prompt at a time (the method before the "
@@ -227,6 +229,28 @@ int cli_chat_template_of(const char *tok_file) {
     if (jinja && t < 0 && strstr(jinja, "<|im_start|>")) t = CHAT_TEMPLATE_CHATML;
     json_decref(tc);
     return t >= 0 ? t : CHAT_TEMPLATE_PLAIN;
+}
+
+// A JSON string of text with every invalid UTF-8 byte as U+FFFD (a prompt is
+// the command line's bytes, and jansson takes UTF-8 only: json_pack returned
+// NULL for "caf\xe9"), other characters kept (JSON escapes them); the ids
+// beside it stay exact. NULL only when out of memory.
+static json_t *json_text(const char *text) {
+    json_t *j = json_string(text);
+    if (j) return j;
+    size_t n = strlen(text), o = 0;
+    char *clean = xmalloc(3 * n + 1); // each invalid byte grows to 3 at most
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
+                                              (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0 || cp < 0) k = 1, memcpy(clean + o, "\xEF\xBF\xBD", 3), o += 3;
+        else memcpy(clean + o, text + i, (size_t)k), o += (size_t)k;
+        i += (size_t)k;
+    }
+    j = json_stringn(clean, o);
+    free(clean);
+    return j;
 }
 
 static json_t *id_array(const int32_t *ids, int n) {
@@ -378,6 +402,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = xmalloc(sizeof *out * (size_t)max_new * rows);
     int n_out[GENERATE_ROWS];
     bool ended[GENERATE_ROWS];
+    struct sample_params params = {o.temperature, o.top_k, o.top_p, o.seed};
     double t_prefill = 0, t_decode = 0, t0 = time_now_s();
     long n_new = 0, n_prompt_ids = 0;
     for (int i0 = 0; i0 < n_prompts; i0 += rows) {
@@ -385,8 +410,8 @@ int cmd_generate(int argc, char **argv) {
         if (o.no_kv_cache) {
             double s0 = time_now_s();
             int stop_id = chat_stop >= 0 ? chat_stop : g.n_stop ? -1 : eot;
-            n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, o.temperature, o.top_k, o.seed,
-                                       stop_id, out, &ended[0], NULL);
+            n_out[0] = sample_continue(g.m, ids[i0], n_ids[i0], max_new, params, stop_id, out,
+                                       &ended[0], NULL);
             int stop = generator_stop_at(&g, out, n_out[0], stop_id); // the model's list
             if (stop < n_out[0]) n_out[0] = stop, ended[0] = true;
             t_decode += time_now_s() - s0;
@@ -396,10 +421,13 @@ int cmd_generate(int argc, char **argv) {
             for (int b = 0; b < nb; b++) pp[b] = ids[i0 + b];
             struct sample_request rq = {.rows = nb, .prompts = pp, .n_prompt = n_ids + i0,
                                         .n_new = max_new,
-                                        .params = {o.temperature, o.top_k, o.top_p, o.seed},
+                                        .params = params,
                                         .stop_ids = stops, .n_stop = n_stop};
             struct sample_result res = {.out = out, .n_out = n_out, .ended = ended};
-            if (sample_generate(g.m, &rq, &res, &err)) goto out;
+            if (sample_generate(g.m, &rq, &res, &err)) {
+                free(out);
+                goto out;
+            }
             t_prefill += res.prefill_s, t_decode += res.decode_s;
             n_new += res.new_tokens, n_prompt_ids += res.prompt_tokens;
         }
@@ -407,15 +435,24 @@ int cmd_generate(int argc, char **argv) {
             int i = i0 + b;
             char *text = decode_clean(tok, out + (size_t)b * max_new, n_out[b]);
             if (o.json) {
-                json_t *j = json_pack("{s:s, s:o, s:o, s:s, s:b}", "prompt", ps[i].text,
+                // (json_pack takes the references of its "o" values, on failure too)
+                json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:b}", "prompt", json_text(ps[i].text),
                                       "prompt_ids", id_array(ids[i], n_ids[i]), "ids",
-                                      id_array(out + (size_t)b * max_new, n_out[b]), "text", text,
-                                      "ended", ended[b]);
-                if (ps[i].expected) json_object_set_new(j, "expected", json_string(ps[i].expected));
-                char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+                                      id_array(out + (size_t)b * max_new, n_out[b]), "text",
+                                      json_text(text), "ended", ended[b]);
+                if (j && ps[i].expected &&
+                    json_object_set_new(j, "expected", json_text(ps[i].expected)))
+                    json_decref(j), j = NULL;
+                char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+                json_decref(j);
+                if (!s) {
+                    free(text), free(out);
+                    error_set(&err, STATUS_RUNTIME, "prompt %d: cannot make its JSON line (out of "
+                              "memory)", i + 1);
+                    goto out;
+                }
                 printf("%s\n", s);
                 free(s);
-                json_decref(j);
             } else {
                 printf("[%d] prompt: %s\n    output: %s%s\n", i + 1, ps[i].text, text,
                        ended[b] ? " <|endoftext|>" : "");

@@ -56,25 +56,22 @@ static int pick_p(double *logits, int V, double temperature, int top_k, double t
     return best;
 }
 
-static int pick(double *logits, int V, double temperature, int top_k, double u) {
-    return pick_p(logits, V, temperature, top_k, 1.0, u, NULL);
-}
-
-// sample_continue, asking stop (may be NULL) before every token.
+// Continues prompt as sample_continue, asking stop (may be NULL) before every token.
 static int continue_until(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
-                          double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
-                          bool *ended, struct watchdog *wd, const struct sample_stop *stop) {
+                          const struct sample_params *sp, int eot, int32_t *out, bool *ended,
+                          struct watchdog *wd, const struct sample_stop *stop) {
     int B, T, V;
     model_microbatch_shape(m, &B, &T, &V);
     CHECK(n_prompt >= 1 && n_prompt <= T, "sample_continue: %d prompt tokens, window %d", n_prompt, T);
     int32_t *tokens = xcalloc((size_t)B * T, sizeof *tokens);
     int32_t *targets = xmalloc(sizeof *targets * B * T);
     double *logits = xmalloc(sizeof *logits * V);
+    int *order = xmalloc(sizeof *order * V);
     for (int i = 0; i < B * T; i++) targets[i] = IGNORE_INDEX;
     memcpy(tokens, prompt, sizeof *tokens * n_prompt);
     int len = n_prompt, n_out = 0;
     *ended = false;
-    uint64_t state = seed;
+    uint64_t state = sp->seed;
     for (int i = 0; i < n_tokens; i++) {
         if (stop && stop->poll(stop->ctx)) break; // a stop within one token
         if (len == T) { // window full: keep the last half as context
@@ -87,7 +84,8 @@ static int continue_until(struct model *m, const int32_t *prompt, int n_prompt, 
         watchdog_kick(wd); // a token is progress (a long sample is no hang)
         model_get_logits_at(m, 0, len - 1, logits);
         state = rng_splitmix64(state);
-        int next = pick(logits, V, temperature, top_k, (double)(state >> 11) * 0x1.0p-53);
+        int next = pick_p(logits, V, sp->temperature, sp->top_k, sp->top_p,
+                          (double)(state >> 11) * 0x1.0p-53, order);
         if (next == eot) {
             *ended = true;
             break;
@@ -95,14 +93,14 @@ static int continue_until(struct model *m, const int32_t *prompt, int n_prompt, 
         tokens[len++] = next;
         out[n_out++] = next;
     }
-    free(tokens), free(targets), free(logits);
+    free(tokens), free(targets), free(logits), free(order);
     return n_out;
 }
 
 int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
-                    double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
-                    bool *ended, struct watchdog *wd) {
-    return continue_until(m, prompt, n_prompt, n_tokens, temperature, top_k, seed, eot, out, ended, wd, NULL);
+                    struct sample_params params, int eot, int32_t *out, bool *ended,
+                    struct watchdog *wd) {
+    return continue_until(m, prompt, n_prompt, n_tokens, &params, eot, out, ended, wd, NULL);
 }
 
 int sample_print(struct model *m, const struct tokenizer *tok, int n_tokens, double temperature,

@@ -93,16 +93,16 @@ enum status sample_generate(struct model *m, const struct sample_request *rq,
                             struct sample_result *res, struct error *err);
 
 // Continues prompt (n_prompt,) ids, 1 <= n_prompt <= T of the model's
-// microbatch (B, T), by up to n_tokens ids written to out (n_tokens,): the
-// loop of sample_print (one full forward of row 0 per token, logits at the
-// last filled position; a full window keeps its last half as context, so
+// microbatch (B, T), by up to n_tokens ids written to out (n_tokens,)
+// without a key/value cache (one full forward of row 0 per token, logits at
+// the last filled position; a full window keeps its last half as context, so
 // positions restart: callers that want none keep n_prompt + n_tokens <= T).
-// temperature 0 is greedy (the first largest logit); else softmax(logits /
-// temperature) over the top_k largest (0: all), drawn with splitmix64 from
-// seed. Stops before eot (-1: never) and sets *ended. Returns the ids
-// written. Single-stage models; with tp > 1 every rank of the group calls it.
+// Draws as sample_generate's row for this prompt (struct sample_params:
+// temperature, top-k, top-p, seed; the same ids where the logits agree).
+// Stops before eot (-1: never) and sets *ended. Returns the ids written.
+// Single-stage models; with tp > 1 every rank of the group calls it.
 int sample_continue(struct model *m, const int32_t *prompt, int n_prompt, int n_tokens,
-                    double temperature, int top_k, uint64_t seed, int eot, int32_t *out,
-                    bool *ended, struct watchdog *wd);
+                    struct sample_params params, int eot, int32_t *out, bool *ended,
+                    struct watchdog *wd);
 
 #endif

@@ -210,11 +210,14 @@ static enum status train_write(const struct token_table *tt, const int32_t *merg
     json_t *root = json_object(), *added = json_array(), *model = json_object();
     json_t *vocab = json_object(), *jm = json_array();
     int32_t eot = (int32_t)tt->n;
-    json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", eot, "content",
-                                           "<|endoftext|>", "single_word", 0, "lstrip", 0, "rstrip", 0,
-                                           "normalized", 0, "special", 1));
+    // (json_pack returns NULL only out of memory: refused below, no file written)
+    json_t *eot_json = json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", eot, "content",
+                                 "<|endoftext|>", "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                 "normalized", 0, "special", 1);
+    bool ok = !json_array_append_new(added, eot_json);
     json_t *byte_level = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                                    "trim_offsets", 1, "use_regex", 1);
+    ok &= byte_level != NULL;
     for (size_t id = 0; id < tt->n; id++) {
         json_t *s = token_json(tt, (int32_t)id);
         json_object_setn_new(vocab, json_string_value(s), json_string_length(s), json_integer((json_int_t)id));
@@ -248,8 +251,10 @@ static enum status train_write(const struct token_table *tt, const int32_t *merg
     json_object_set_new(root, "model", model);
 
     enum status st = STATUS_OK;
-    FILE *f = fopen(out_path, "wb");
-    if (!f) st = error_set(err, STATUS_RUNTIME, "%s: cannot create tokenizer file: %m", out_path);
+    FILE *f = ok ? fopen(out_path, "wb") : NULL;
+    if (!ok) st = error_set(err, STATUS_RUNTIME, "%s: out of memory making its JSON", out_path);
+    else if (!f)
+        st = error_set(err, STATUS_RUNTIME, "%s: cannot create tokenizer file: %m", out_path);
     else {
         int bad = json_dumpf(root, f, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0;
         bad |= fputc('\n', f) == EOF;

@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
 
     CHECK(!model_init(&m, be, &lc, &shard, DTYPE_FP32, 1, 1 + NEW, 1, &err), "%s", err.msg);
     t0 = time_now_s(), c0 = cpu_time_s();
-    int n = sample_continue(m, &prompt, 1, full_tokens, 0, 0, 0, -1, out, &ended, NULL);
+    int n = sample_continue(m, &prompt, 1, full_tokens, (struct sample_params){.top_p = 1}, -1, out,
+                            &ended, NULL);
     double full_s = time_now_s() - t0, full_cpu = cpu_time_s() - c0;
     model_free(m);
     double full = n / full_s;

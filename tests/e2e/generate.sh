@@ -6,6 +6,9 @@
 #      prompts do) spells that sample, 32 tokens;
 #  (b) the checkpoint and its HF export give identical --json lines, and so
 #      does a second run (deterministic; temperature 0.8, top-k 20, a seed too);
+#      --no-kv-cache draws the cache's ids at --top-p 0.01, other ids at 1;
+#      (b2) --json lines are valid JSON for a prompt of invalid UTF-8 (exact
+#      prompt ids, U+FFFD in "prompt") and for sampled texts of lone bytes;
 #  (c) independent: every --json line, with --chat too, is the greedy
 #      continuation of a float64 numpy forward of the exported folder
 #      (tests/e2e/lib/hf_check.py generate); --chat's prompt ids are HF
@@ -69,7 +72,69 @@ gen "$tmp/hf" "${prompts[@]}" "${samp[@]}" > "$tmp/s1.jsonl" && gen "$tmp/ck" --
 cmp "$tmp/s1.jsonl" "$tmp/s2.jsonl" || fail "(b) sampled runs with one seed differ"
 gen "$tmp/hf" --prompt "And God said" --max-new-tokens 8 | grep -q "^\[1\] prompt: And God said" ||
     fail "(b) text output"
-echo "(b) checkpoint and HF folder: identical greedy and seeded outputs, twice"
+# --no-kv-cache samples as the cache does, top-p included (it ignored --top-p):
+# at temperature 1 with --top-p 0.01 the same ids, and not those of --top-p 1
+ids_of() { jq -c .ids "$1"; }
+nuc=("${prompts[@]}" --temperature 1 --seed 3 --max-new-tokens 16 --json)
+gen "$tmp/hf" "${nuc[@]}" --top-p 0.01 > "$tmp/p1.jsonl" &&
+    gen "$tmp/hf" "${nuc[@]}" --top-p 0.01 --no-kv-cache > "$tmp/p2.jsonl" &&
+    gen "$tmp/hf" "${nuc[@]}" --top-p 1 --no-kv-cache > "$tmp/p3.jsonl" 2> "$tmp/err" ||
+    fail "(b) --top-p runs: $(cat "$tmp/err")"
+[ "$(ids_of "$tmp/p1.jsonl")" = "$(ids_of "$tmp/p2.jsonl")" ] ||
+    fail "(b) --top-p 0.01: the cache drew $(ids_of "$tmp/p1.jsonl"), --no-kv-cache $(ids_of "$tmp/p2.jsonl")"
+[ "$(ids_of "$tmp/p2.jsonl")" != "$(ids_of "$tmp/p3.jsonl")" ] ||
+    fail "(b) --no-kv-cache: --top-p 0.01 and 1 drew the same ids"
+echo "(b) checkpoint and HF folder: identical greedy and seeded outputs, twice; --top-p without the cache too"
+
+# (b2) --json is valid JSON (UTF-8) for any bytes: a prompt of invalid UTF-8
+# (it crashed: jansson refused the string) keeps its exact ids (the byte-level
+# tokens of "caf\xe9") and shows U+FFFD; near-uniform draws (temperature 50)
+# emit lone bytes >= 0x80, and each line's text is its ids' bytes with each
+# invalid byte and control byte but tab and newline as U+FFFD (a check in Python)
+gen "$tmp/hf" --prompt $'caf\xe9' --prompt $'x\xff\xfey' --max-new-tokens 4 --json > "$tmp/u.jsonl" 2> "$tmp/err" ||
+    fail "(b2) --json with an invalid UTF-8 prompt: exit $?, $(cat "$tmp/err")"
+gen "$tmp/hf" "${prompts[@]}" --temperature 50 --seed 1 --max-new-tokens 40 --json >> "$tmp/u.jsonl" ||
+    fail "(b2) temperature 50"
+"$PY" - "$tmp/hf/tokenizer.json" "$tmp/u.jsonl" <<'PY' || fail "(b2) --json of invalid UTF-8"
+import json, sys
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+# byte-level BPE's byte <-> character table (GPT-2's bytes_to_unicode)
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+rest = [b for b in range(256) if b not in bs]
+cs = bs + [256 + n for n in range(len(rest))]
+bs = bs + rest
+byte_of = {chr(c): b for b, c in zip(bs, cs)}
+def raw(ids):
+    return bytes(byte_of[ch] for i in ids for ch in tok.id_to_token(i))
+def clean(b):  # one U+FFFD per invalid byte and per control byte but \t \n
+    out, i = [], 0
+    while i < len(b):
+        for k in (1, 2, 3, 4):
+            try:
+                ch = b[i:i + k].decode("utf-8")
+                break
+            except UnicodeDecodeError:
+                ch = None
+        if ch is None or (k == 1 and (ord(ch) < 0x20 or ord(ch) == 0x7F) and ch not in "\t\n"):
+            out.append("\ufffd"); i += 1
+        else:
+            out.append(ch); i += k
+    return "".join(out)
+lines = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8", errors="strict")]
+assert len(lines) == 5, len(lines)
+for g, want in zip(lines, [b"caf\xe9", b"x\xff\xfey"]):
+    assert raw(g["prompt_ids"][1:]) == want, (g["prompt_ids"], want)
+    assert g["prompt"] == clean(want), g["prompt"]
+invalid = 0
+for g in lines:
+    b = raw(g["ids"])
+    assert g["text"] == clean(b), (g["text"], clean(b))
+    try: b.decode("utf-8")
+    except UnicodeDecodeError: invalid += 1
+assert invalid, "no line drew invalid UTF-8: the check is idle"
+print(f"(b2) --json: valid UTF-8 prompts and texts for invalid bytes ({invalid} of 5 lines drew some)")
+PY
 
 # (c) numpy float64 on the folder; --chat from a --prompts file
 printf '%s\n' '{"prompt": "In the beginning", "response": "Genesis 1:1"}' '{"prompt": "And it came to pass"}' > "$tmp/p.jsonl"

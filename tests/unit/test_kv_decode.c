@@ -33,7 +33,8 @@
 // case fails with 2.5e-7.
 // Then the sampler (sample.h): greedy tokens of sample_generate (the cache)
 // equal sample_continue's (the window recomputed per token); top_p 1e-9 at
-// temperature 1 gives the greedy tokens, top_p 1 others; a list of stop ids
+// temperature 1 gives the greedy tokens, top_p 1 others; at temperature 1,
+// top_p 0.5 the two draw the same ids (not top_p 1's); a list of stop ids
 // ends a row at its second id.
 #include <math.h>
 #include <string.h>
@@ -130,7 +131,8 @@ static int greedy_equal(struct backend *be, enum dtype dt) {
     struct sample_result res = {.out = (int32_t *)outs, .n_out = n_out, .ended = ended};
     CHECK(!sample_generate(dec, &rq, &res, &err), "%s", err.msg);
     for (int i = 0; i < 2; i++) {
-        int nr = sample_continue(full, prompts[i], n_prompt[i], n_new, 0, 0, 1, -1, ref, &ref_ended, NULL);
+        int nr = sample_continue(full, prompts[i], n_prompt[i], n_new, rq.params, -1, ref,
+                                 &ref_ended, NULL);
         EXPECT(nr == n_out[i], "prompt %d: %d tokens from the window, %d from the cache", i, nr, n_out[i]);
         for (int j = 0; j < nr && j < n_out[i]; j++, compared++)
             EXPECT(ref[j] == outs[i][j], "prompt %d token %d: window %d, cache %d", i, j, ref[j], outs[i][j]);
@@ -149,6 +151,24 @@ static int greedy_equal(struct backend *be, enum dtype dt) {
     rq.params.top_p = 1;
     CHECK(!sample_generate(dec, &rq, &res2, &err), "%s", err.msg);
     EXPECT(memcmp(outs, outs2, sizeof outs), "temperature 1, top_p 1 drew the greedy ids");
+    // sample_continue (generate --no-kv-cache) draws with top_p as the cache
+    // does: the same ids at temperature 1, top_p 0.5, one seed, and not those
+    // of top_p 1 (it ignored top_p before)
+    rq.params = (struct sample_params){.temperature = 1, .top_k = 0, .top_p = 0.5, .seed = 5};
+    CHECK(!sample_generate(dec, &rq, &res2, &err), "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        struct sample_params all = rq.params;
+        all.top_p = 1;
+        int32_t ref1[32];
+        int nr = sample_continue(full, prompts[i], n_prompt[i], n_new, rq.params, -1, ref,
+                                 &ref_ended, NULL);
+        int n1 = sample_continue(full, prompts[i], n_prompt[i], n_new, all, -1, ref1, &ref_ended,
+                                 NULL);
+        EXPECT(nr == n_out2[i] && !memcmp(ref, outs2[i], sizeof *ref * nr),
+               "prompt %d, top_p 0.5: the window drew other ids than the cache", i);
+        EXPECT(n1 != nr || memcmp(ref, ref1, sizeof *ref * nr),
+               "prompt %d: top_p 0.5 drew top_p 1's ids", i);
+    }
     // stop ids: a list whose second id is row 0's 5th greedy token ends row 0
     // just before its first occurrence (not output), ended; the other row too
     // if that id comes up there

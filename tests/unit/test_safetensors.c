@@ -85,6 +85,10 @@ static void test_write_layout(void) {
     struct safetensors_entry d[2] = {e[0], e[0]};
     EXPECT(safetensors_write(path2, d, 2, NULL, 0, &err) == STATUS_BAD_INPUT, "duplicate name");
     EXPECT(access(path2, F_OK) != 0, "a refused write left a file");
+    // So is a name of invalid UTF-8 (a JSON key must be UTF-8: the header lacked it)
+    d[1].name = "b\xff";
+    EXPECT(safetensors_write(path2, d, 2, NULL, 0, &err) == STATUS_BAD_INPUT, "invalid UTF-8 name");
+    EXPECT(access(path2, F_OK) != 0, "a refused write left a file");
 }
 
 static void test_read_handmade(void) {
