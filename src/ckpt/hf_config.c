@@ -1,6 +1,6 @@
 // hf_config.c: config.json and generation_config.json of a Hugging Face
 // folder read into a struct llama_config and struct hf_meta (hf.h): every key
-// of the four families' config classes honoured or refused by the table
+// of the families' config classes honoured or refused by the table
 // hf_config_keys (docs/formats.md "Hugging Face config keys"), every value
 // checked for type and range before use.
 #include <errno.h>

@@ -116,7 +116,8 @@ static enum status export_family(const struct llama_config *m, const struct hf_e
 }
 
 // config.json: the keys the family's config class reads (transformers'
-// models/{llama,qwen2,qwen3,mistral}/configuration_*.py; docs/formats.md).
+// models/{llama,qwen2,qwen3,mistral,mixtral,qwen2_moe,qwen3_moe}/configuration_*.py;
+// docs/formats.md).
 static json_t *config_json(const struct llama_config *m, enum hf_family f, enum dtype d,
                            int bos, const int *eos, int n_eos, int pad) {
     json_t *j = json_object();

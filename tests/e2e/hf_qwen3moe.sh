@@ -86,6 +86,13 @@ if have_topk.shape != want_topk.shape or not np.array_equal(np.sort(have_topk, -
                f"({int((np.sort(have_topk, -1) != np.sort(want_topk, -1)).sum())} of {want_topk.size})")
 else:
     print(f"(a) {want_topk.shape[0]} sparse layers x {want_topk.shape[1]} tokens: top-2 experts = transformers'")
+lhf = load_st(f"{w}/logits-hf.safetensors")["logits"].astype(np.float64)
+want = ref["logits"].astype(np.float64)
+rel = np.linalg.norm(lhf - want) / np.linalg.norm(want)
+if not (lhf.shape == want.shape and rel < 1e-5):
+    bad.append(f"(e) the export's logits differ from transformers' ({rel:.2e})")
+else:
+    print(f"(e) the export's logits: relative error {rel:.2e}")
 orig = load_st(f"{d}/model.safetensors")
 cfg = json.load(open(f"{d}/config.json"))
 for name in ("hf", "hfI"):
