@@ -17,8 +17,9 @@
 // independent forward pass. The other families (enum hf_family) are read and
 // written the same way; a mixture-of-experts model's stacked experts (model.h)
 // are split into and read from the family's per-expert tensors by rows
-// (MixtralForCausalLM's block_sparse_moe names, Qwen2MoeForCausalLM's
-// mlp.experts.e; tests/e2e/hf_moe.sh against transformers).
+// (MixtralForCausalLM's block_sparse_moe names, Qwen2MoeForCausalLM's and
+// Qwen3MoeForCausalLM's mlp.experts.e; tests/e2e/hf_moe.sh and hf_qwen3moe.sh
+// against transformers).
 #ifndef TRIDENT_HF_H
 #define TRIDENT_HF_H
 
@@ -30,12 +31,13 @@
 #include "safetensors.h"
 
 // The families read and written: transformers' class names in config.json's
-// `architectures` and their model_type. Mixtral and Qwen2-MoE are the
+// `architectures` and their model_type. Mixtral, Qwen2-MoE and Qwen3-MoE (Qwen3's
+// attention, Qwen2-MoE's expert names, no shared expert) are the
 // mixture-of-experts ones ([model] moe_*; docs/formats.md "Hugging Face
 // export and import"): their per-expert tensors are trident's stacked ones
 // (hf_moe_name).
 enum hf_family { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL, HF_MIXTRAL, HF_QWEN2_MOE,
-                 HF_N_FAMILIES };
+                 HF_QWEN3_MOE, HF_N_FAMILIES };
 const char *hf_family_arch(enum hf_family f);       // "LlamaForCausalLM", ...
 const char *hf_family_model_type(enum hf_family f); // "llama", ...
 
@@ -72,8 +74,8 @@ const struct hf_key_row *hf_config_keys(int *n);
 
 // Reads dir/config.json (and dir/generation_config.json when present) into
 // *lc (sizes, head_dim 0 when hidden_size / heads, qkv_bias for Qwen2 and
-// Qwen2-MoE, qk_norm for Qwen3, rope_scaling, max_seq_len =
-// max_position_embeddings; Mixtral and Qwen2-MoE: the moe_* fields, the
+// Qwen2-MoE, qk_norm for Qwen3 and Qwen3-MoE, rope_scaling, max_seq_len =
+// max_position_embeddings; Mixtral, Qwen2-MoE, Qwen3-MoE: the moe_* fields, the
 // sparse layers as moe_first_dense_layers, router_aux_loss_coef as
 // moe_aux_loss_coeff)
 // and *meta. Only regular files are opened. Every number is checked for its
@@ -95,7 +97,8 @@ struct hf_export_args {
     const struct hf_meta *meta; // or NULL; else its family and ids replace bos_id, eos_id
                                 // (every eos id is written, a list when more than one)
     int family;                 // -1: from the model: qk_norm Qwen3, qkv_bias Qwen2, else
-                                // meta's family, else Llama
+                                // meta's family, else Llama (MoE: Qwen3-MoE with qk_norm,
+                                // Qwen2-MoE with qkv_bias, else Mixtral)
     const char *tokenizer_json; // copied to out_dir/tokenizer.json, or NULL
     const char *eos_token;      // its text for tokenizer_config.json, or NULL
     const char *chat_template;  // tokenizer_config.json "chat_template" (Jinja text the model was

@@ -1,6 +1,6 @@
 // hf_config.c: config.json and generation_config.json of a Hugging Face
 // folder read into a struct llama_config and struct hf_meta (hf.h): every key
-// of the four families' config classes honoured or refused by the table
+// of the families' config classes honoured or refused by the table
 // hf_config_keys (docs/formats.md "Hugging Face config keys"), every value
 // checked for type and range before use.
 #include <errno.h>
@@ -17,14 +17,16 @@
 #include "hf_internal.h"
 
 enum { L = 1 << HF_LLAMA, Q2 = 1 << HF_QWEN2, Q3 = 1 << HF_QWEN3, M = 1 << HF_MISTRAL,
-       X = 1 << HF_MIXTRAL, QM = 1 << HF_QWEN2_MOE, ALL = L | Q2 | Q3 | M | X | QM };
+       X = 1 << HF_MIXTRAL, QM = 1 << HF_QWEN2_MOE, Q3M = 1 << HF_QWEN3_MOE,
+       ALL = L | Q2 | Q3 | M | X | QM | Q3M };
 
 static const struct {
     const char *arch, *model_type;
 } families[HF_N_FAMILIES] = {{"LlamaForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"},
                              {"Qwen3ForCausalLM", "qwen3"}, {"MistralForCausalLM", "mistral"},
                              {"MixtralForCausalLM", "mixtral"},
-                             {"Qwen2MoeForCausalLM", "qwen2_moe"}};
+                             {"Qwen2MoeForCausalLM", "qwen2_moe"},
+                             {"Qwen3MoeForCausalLM", "qwen3_moe"}};
 
 const char *hf_family_arch(enum hf_family f) { return families[f].arch; }
 const char *hf_family_model_type(enum hf_family f) { return families[f].model_type; }
@@ -48,37 +50,39 @@ static const struct hf_key_row rows[] = {
     {C, "num_hidden_layers", ALL, "model", NULL},
     {C, "num_attention_heads", ALL, "model", NULL},
     {C, "num_key_value_heads", ALL, "model", NULL},
-    {C, "head_dim", L | Q3 | M, "model", NULL},
+    {C, "head_dim", L | Q3 | M | Q3M, "model", NULL},
     {C, "max_position_embeddings", ALL, "model", NULL},
     {C, "rms_norm_eps", ALL, "model", NULL},
     {C, "rope_theta", ALL, "model", NULL},
-    {C, "rope_scaling", L | Q2 | Q3 | QM, "model", NULL},
+    {C, "rope_scaling", L | Q2 | Q3 | QM | Q3M, "model", NULL},
     {C, "rope_scaling", M | X, "refused", "null"},
     {C, "tie_word_embeddings", ALL, "model", NULL},
     {C, "bos_token_id", ALL, "ids", NULL},
     {C, "eos_token_id", ALL, "ids", NULL},
     {C, "pad_token_id", ALL, "ids", NULL},
-    {C, "attention_bias", L | Q3, "refused", "false"},
+    {C, "attention_bias", L | Q3 | Q3M, "refused", "false"},
     {C, "mlp_bias", L, "refused", "false"},
     {C, "attention_dropout", ALL, "refused", "0"},
     {C, "add_cross_attention", ALL, "refused", "false"},
     {C, "is_encoder_decoder", ALL, "refused", "false"},
     {C, "pruned_heads", ALL, "refused", "{}"},
-    {C, "sliding_window", Q2 | Q3 | M | X | QM, "window", NULL},
-    {C, "use_sliding_window", Q2 | Q3 | QM, "window", NULL},
-    {C, "max_window_layers", Q2 | Q3 | QM, "window", NULL},
+    {C, "sliding_window", Q2 | Q3 | M | X | QM | Q3M, "window", NULL},
+    {C, "use_sliding_window", Q2 | Q3 | QM | Q3M, "window", NULL},
+    {C, "max_window_layers", Q2 | Q3 | QM | Q3M, "window", NULL},
     // mixture of experts (get_moe)
     {C, "num_local_experts", X, "model", NULL},
-    {C, "num_experts", QM, "model", NULL},
-    {C, "num_experts_per_tok", X | QM, "model", NULL},
-    {C, "moe_intermediate_size", QM, "model", NULL},
+    {C, "num_experts", QM | Q3M, "model", NULL},
+    {C, "num_experts_per_tok", X | QM | Q3M, "model", NULL},
+    {C, "moe_intermediate_size", QM | Q3M, "model", NULL},
     {C, "shared_expert_intermediate_size", QM, "model", NULL},
-    {C, "norm_topk_prob", QM, "model", NULL},
-    {C, "decoder_sparse_step", QM, "model", NULL},
-    {C, "mlp_only_layers", QM, "model", NULL},
-    {C, "router_aux_loss_coef", X | QM, "model", NULL},
+    // Qwen3MoeConfig has no shared expert: a folder that gives one is not this class's
+    {C, "shared_expert_intermediate_size", Q3M, "refused", "0"},
+    {C, "norm_topk_prob", QM | Q3M, "model", NULL},
+    {C, "decoder_sparse_step", QM | Q3M, "model", NULL},
+    {C, "mlp_only_layers", QM | Q3M, "model", NULL},
+    {C, "router_aux_loss_coef", X | QM | Q3M, "model", NULL},
     {C, "router_jitter_noise", X, "refused", "0"},
-    {C, "output_router_logits", X | QM, "no effect", NULL},
+    {C, "output_router_logits", X | QM | Q3M, "no effect", NULL},
     {C, "_attn_implementation_autoset", ALL, "no effect", NULL},
     {C, "_name_or_path", ALL, "no effect", NULL},
     {C, "chunk_size_feed_forward", ALL, "no effect", NULL},
@@ -395,7 +399,9 @@ static enum status get_rope_scaling(const char *path, json_t *j, struct llama_co
 }
 
 // The class defaults for an absent key (transformers 4.46.3's LlamaConfig,
-// Qwen2Config, MistralConfig, MixtralConfig, Qwen2MoeConfig; 4.51's Qwen3Config).
+// Qwen2Config, MistralConfig, MixtralConfig, Qwen2MoeConfig; 4.51's Qwen3Config and
+// Qwen3MoeConfig, which has no head_dim parameter: Qwen3MoeAttention takes the
+// key when given, else hidden / heads).
 static const struct {
     long long vocab, hidden, inter, layers, heads, kv_heads, max_pos, head_dim, sliding_window;
     int bos, eos; // -1: none
@@ -407,6 +413,7 @@ static const struct {
     [HF_MISTRAL] = {32000, 4096, 14336, 32, 32, 8, 131072, 0, 4096, 1, 2, 1e4, 1e-6},
     [HF_MIXTRAL] = {32000, 4096, 14336, 32, 32, 8, 131072, 0, 0, 1, 2, 1e6, 1e-5},
     [HF_QWEN2_MOE] = {151936, 2048, 5632, 24, 16, 16, 32768, 0, 4096, -1, -1, 1e4, 1e-6},
+    [HF_QWEN3_MOE] = {151936, 2048, 6144, 24, 32, 4, 32768, 0, 4096, -1, -1, 1e4, 1e-6},
 };
 
 // A number >= 0 (integer or real), finite.
@@ -422,7 +429,8 @@ static enum status get_nonneg(const char *path, json_t *j, const char *key, doub
 }
 
 // The mixture-of-experts keys of MixtralConfig / Qwen2MoeConfig (transformers
-// 4.46.3) into lc's moe_* fields: num_local_experts / num_experts,
+// 4.46.3) / Qwen3MoeConfig (4.51: Qwen2-MoE's keys and defaults of its own, no
+// shared expert) into lc's moe_* fields: num_local_experts / num_experts,
 // num_experts_per_tok (<= the experts), the experts' width (Mixtral:
 // intermediate_size F; Qwen2-MoE: moe_intermediate_size, intermediate_size
 // being the dense layers'), Qwen2-MoE's gated shared expert of
@@ -433,18 +441,19 @@ static enum status get_nonneg(const char *path, json_t *j, const char *key, doub
 // moe_first_dense_layers = d; another pattern is refused naming both keys.
 static enum status get_moe(const char *path, json_t *j, enum hf_family f, long long Ly,
                            long long F, struct llama_config *lc, struct error *err) {
-    bool mix = f == HF_MIXTRAL;
+    bool mix = f == HF_MIXTRAL, q3 = f == HF_QWEN3_MOE;
     const char *ek = mix ? "num_local_experts" : "num_experts";
     long long E = 0, k = 0, Fe = F, Fs = 0, step = 1;
     bool norm = true;
     double coef = 0;
     char b[120];
-    enum status st = get_int(path, j, ek, 1, 256, mix ? 8 : 60, &E, err);
-    if (!st) st = get_int(path, j, "num_experts_per_tok", 1, E, mix ? 2 : 4, &k, err);
-    if (!st && !mix) st = get_int(path, j, "moe_intermediate_size", 1, LLAMA_MAX_FFN, 1408, &Fe, err);
+    enum status st = get_int(path, j, ek, 1, 256, mix ? 8 : q3 ? 128 : 60, &E, err);
+    if (!st) st = get_int(path, j, "num_experts_per_tok", 1, E, mix ? 2 : q3 ? 8 : 4, &k, err);
     if (!st && !mix)
+        st = get_int(path, j, "moe_intermediate_size", 1, LLAMA_MAX_FFN, q3 ? 768 : 1408, &Fe, err);
+    if (!st && !mix && !q3) // Qwen3-MoE: none (the key is refused unless 0)
         st = get_int(path, j, "shared_expert_intermediate_size", 0, LLAMA_MAX_FFN, 5632, &Fs, err);
-    if (!st && !mix && Fs == 0)
+    if (!st && !mix && !q3 && Fs == 0)
         st = error_set(err, STATUS_BAD_INPUT, "%s: shared_expert_intermediate_size = 0: trident's "
                        "Qwen2MoeForCausalLM has its gated shared expert (> 0)", path);
     if (!st && !mix) st = get_bool(path, j, "norm_topk_prob", false, &norm, err);
@@ -540,8 +549,9 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
     if (f < 0 || json_array_size(arch) != 1)
         st = error_set(err, STATUS_BAD_INPUT, "%s: architectures = %s; trident reads "
                        "[\"LlamaForCausalLM\"], [\"Qwen2ForCausalLM\"], [\"Qwen3ForCausalLM\"], "
-                       "[\"MistralForCausalLM\"], [\"MixtralForCausalLM\"] or "
-                       "[\"Qwen2MoeForCausalLM\"]", path, arch ? show(arch, b, sizeof b) : "(absent)");
+                       "[\"MistralForCausalLM\"], [\"MixtralForCausalLM\"], "
+                       "[\"Qwen2MoeForCausalLM\"] or [\"Qwen3MoeForCausalLM\"]", path,
+                       arch ? show(arch, b, sizeof b) : "(absent)");
     meta->family = f < 0 ? HF_LLAMA : (enum hf_family)f;
     json_t *mt = json_object_get(j, "model_type");
     if (!st && mt && (!json_is_string(mt) || strcmp(json_string_value(mt), families[f].model_type)))
@@ -624,14 +634,15 @@ enum status hf_read_config(const char *dir, struct llama_config *lc, struct hf_m
                            "attention", path, w, P, mistral_like ? "" : ", use_sliding_window "
                            "true");
     }
-    if (!st && (f == HF_MIXTRAL || f == HF_QWEN2_MOE)) st = get_moe(path, j, f, Ly, F, lc, err);
+    if (!st && (f == HF_MIXTRAL || f == HF_QWEN2_MOE || f == HF_QWEN3_MOE))
+        st = get_moe(path, j, f, Ly, F, lc, err);
     if (!st) {
         lc->vocab_size = (int)V, lc->d_model = (int)Cm, lc->ffn_dim = (int)F;
         lc->n_layers = (int)Ly, lc->n_heads = (int)H, lc->n_kv_heads = (int)Hkv;
         lc->max_seq_len = (int)P, lc->rope_theta = theta, lc->norm_eps = (float)eps;
         lc->head_dim = D * H == Cm ? 0 : (int)D; // 0: the default, d_model / n_heads
         lc->qkv_bias = f == HF_QWEN2 || f == HF_QWEN2_MOE;
-        lc->qk_norm = f == HF_QWEN3;
+        lc->qk_norm = f == HF_QWEN3 || f == HF_QWEN3_MOE;
         lc->init_std = 0.02f;
         if (dflt[f].bos >= 0) meta->bos_id = dflt[f].bos < V ? dflt[f].bos : -1;
         if (dflt[f].eos >= 0 && dflt[f].eos < V) meta->eos_ids[meta->n_eos++] = dflt[f].eos;

@@ -49,7 +49,9 @@ static const char *torch_dtype(enum dtype d) {
     return d == DTYPE_BF16 ? "bfloat16" : d == DTYPE_FP16 ? "float16" : "float32";
 }
 
-static bool family_moe(enum hf_family f) { return f == HF_MIXTRAL || f == HF_QWEN2_MOE; }
+static bool family_moe(enum hf_family f) {
+    return f == HF_MIXTRAL || f == HF_QWEN2_MOE || f == HF_QWEN3_MOE;
+}
 
 static json_t *rope_scaling_json(const struct rope_scaling *r) {
     if (r->type == ROPE_SCALING_LINEAR)
@@ -73,12 +75,16 @@ static enum status export_family(const struct llama_config *m, const struct hf_e
                        : a->meta                      ? a->meta->family
                                                       : HF_LLAMA;
     if (m->moe_experts) {
-        // Qwen2-MoE: q/k/v biases and a gated shared expert; Mixtral: neither,
-        // renormalised top-k, every layer sparse, no rope_scaling.
-        f = m->qkv_bias ? HF_QWEN2_MOE : HF_MIXTRAL;
-        bool mix = f == HF_MIXTRAL;
+        // Qwen3-MoE: q/k norms, no biases, no shared expert (any head_dim, dense
+        // first layers, top-k renormalised or not); Qwen2-MoE: q/k/v biases and a
+        // gated shared expert; Mixtral: neither, renormalised top-k, every layer
+        // sparse, no rope_scaling.
+        f = m->qk_norm ? HF_QWEN3_MOE : m->qkv_bias ? HF_QWEN2_MOE : HF_MIXTRAL;
+        bool mix = f == HF_MIXTRAL, q3 = f == HF_QWEN3_MOE;
         const char *why =
-            m->qk_norm ? "q/k norms"
+            q3 && m->qkv_bias ? "both q/k norms and q/k/v biases"
+            : q3 && m->moe_shared_experts ? "a shared expert (the class has none)"
+            : q3 ? NULL
             : m->head_dim && m->head_dim * m->n_heads != m->d_model
                 ? "a head_dim other than hidden_size / heads"
             : mix && m->moe_shared_experts
@@ -111,7 +117,8 @@ static enum status export_family(const struct llama_config *m, const struct hf_e
 }
 
 // config.json: the keys the family's config class reads (transformers'
-// models/{llama,qwen2,qwen3,mistral}/configuration_*.py; docs/formats.md).
+// models/{llama,qwen2,qwen3,mistral,mixtral,qwen2_moe,qwen3_moe}/configuration_*.py;
+// docs/formats.md).
 static json_t *config_json(const struct llama_config *m, enum hf_family f, enum dtype d,
                            int bos, const int *eos, int n_eos, int pad) {
     json_t *j = json_object();
@@ -127,7 +134,7 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
     json_object_set_new(j, "num_hidden_layers", json_integer(m->n_layers));
     json_object_set_new(j, "num_attention_heads", json_integer(m->n_heads));
     json_object_set_new(j, "num_key_value_heads", json_integer(m->n_kv_heads));
-    if (f == HF_LLAMA || f == HF_QWEN3 || f == HF_MISTRAL)
+    if (f == HF_LLAMA || f == HF_QWEN3 || f == HF_MISTRAL || f == HF_QWEN3_MOE)
         json_object_set_new(j, "head_dim", json_integer(D)); // the others: hidden / heads
     json_object_set_new(j, "max_position_embeddings", json_integer(m->max_seq_len));
     json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
@@ -135,14 +142,15 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
         ok &= !json_object_set_new(j, "rope_scaling", rope_scaling_json(&m->rope_scaling));
     json_object_set_new(j, "rms_norm_eps", json_real(shortest_float(m->norm_eps)));
     json_object_set_new(j, "hidden_act", json_string("silu"));
-    if (f == HF_LLAMA || f == HF_QWEN3) json_object_set_new(j, "attention_bias", json_false());
+    if (f == HF_LLAMA || f == HF_QWEN3 || f == HF_QWEN3_MOE)
+        json_object_set_new(j, "attention_bias", json_false());
     json_object_set_new(j, "attention_dropout", json_real(0.0));
     if (f == HF_LLAMA) {
         json_object_set_new(j, "mlp_bias", json_false());
         json_object_set_new(j, "pretraining_tp", json_integer(1));
     }
     if (f != HF_LLAMA) json_object_set_new(j, "sliding_window", json_null());
-    if (f == HF_QWEN2 || f == HF_QWEN3 || f == HF_QWEN2_MOE) {
+    if (f == HF_QWEN2 || f == HF_QWEN3 || f == HF_QWEN2_MOE || f == HF_QWEN3_MOE) {
         json_object_set_new(j, "use_sliding_window", json_false());
         json_object_set_new(j, "max_window_layers", json_integer(m->n_layers));
     }
@@ -150,11 +158,12 @@ static json_t *config_json(const struct llama_config *m, enum hf_family f, enum 
         json_object_set_new(j, "num_local_experts", json_integer(m->moe_experts));
         json_object_set_new(j, "router_jitter_noise", json_real(0.0));
     }
-    if (f == HF_QWEN2_MOE) {
+    if (f == HF_QWEN2_MOE || f == HF_QWEN3_MOE) {
         json_object_set_new(j, "num_experts", json_integer(m->moe_experts));
         json_object_set_new(j, "moe_intermediate_size", json_integer(llama_moe_ffn(m)));
-        json_object_set_new(j, "shared_expert_intermediate_size",
-                            json_integer(llama_moe_shared_ffn(m)));
+        if (f == HF_QWEN2_MOE)
+            json_object_set_new(j, "shared_expert_intermediate_size",
+                                json_integer(llama_moe_shared_ffn(m)));
         json_object_set_new(j, "norm_topk_prob", json_boolean(m->moe_norm_topk));
         json_object_set_new(j, "decoder_sparse_step", json_integer(1));
         json_t *dense = json_array(); // the first moe_first_dense_layers layers

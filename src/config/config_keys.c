@@ -120,10 +120,10 @@ const struct config_key config_keys[] = {
               "standard deviation of the normal weight init"),
     KEY_PATH("model", "init_from", model.init_from, "", CONFIG_OPTIONAL,
              "a fresh run starts from these weights: a Hugging Face Llama, Qwen2, Qwen3, Mistral, "
-             "Mixtral or Qwen2-MoE folder (config.json, safetensors) or a trident checkpoint; every "
-             "[model] size must match "
-             "them; the optimizer starts fresh; with eval_every > 0 their validation loss is "
-             "measured first (step 0); ignored when resuming"),
+             "Mixtral, Qwen2-MoE or Qwen3-MoE folder (config.json, safetensors) or a trident "
+             "checkpoint; every [model] size must match them; the optimizer starts fresh; with "
+             "eval_every > 0 their validation loss is measured first (step 0); ignored when "
+             "resuming"),
     KEY_ENUM("model", "recompute", model.recompute, "none", recompute_choices,
              "activation recomputation in the backward pass: selective recomputes the norm "
              "outputs, RoPE'd q/k and SwiGLU product, full keeps only each block's input "

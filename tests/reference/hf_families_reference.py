@@ -20,7 +20,9 @@ Writes tests/reference/fixtures/hf_families/:
                         changes the model as transformers reads it.
   config_keys.json      each family's default config's to_dict() (also MixtralConfig and
                         Qwen2MoeConfig, tests/e2e/hf_moe.sh's families) and GenerationConfig's
-                        (key: default), for tests/unit/test_hf_keys.c (the table of
+                        (key: default; qwen3_moe's, from transformers 4.51.3, is
+                        tests/reference/qwen3moe_reference.py's and kept), for
+                        tests/unit/test_hf_keys.c (the table of
                         src/ckpt/hf_config.c and docs/formats.md against it); `keys` as the
                         only argument writes just this file
 
@@ -286,6 +288,9 @@ def config_keys():
         out["qwen3"] = keys(mod.Qwen3Config().to_dict())
     else:
         out["qwen3"] = json.load(open(os.path.join(OUT, "config_keys.json")))["qwen3"]
+    # Qwen3MoeConfig's: written by qwen3moe_reference.py (transformers 4.51.3), kept
+    old = json.load(open(os.path.join(OUT, "config_keys.json")))
+    out.update({k: old[k] for k in ("qwen3_moe", "qwen3_moe_transformers") if k in old})
     json.dump(out, open(os.path.join(OUT, "config_keys.json"), "w"), indent=0)
 
 

@@ -31,7 +31,7 @@
 #define DOCS "docs/formats.md"
 
 static const char *fam_names[HF_N_FAMILIES] = {"llama", "qwen2", "qwen3", "mistral", "mixtral",
-                                               "qwen2_moe"};
+                                               "qwen2_moe", "qwen3_moe"};
 
 struct doc_row {
     char file[32], key[64], action[16];
@@ -99,7 +99,8 @@ static char dir[] = "/tmp/test_hf_keys.XXXXXX";
 
 static json_t *base_config(int f) {
     static const char *arch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                 "MistralForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"};
+                                 "MistralForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
+                                 "Qwen3MoeForCausalLM"};
     json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "architectures",
                           arch[f], "model_type", fam_names[f], "vocab_size", 264, "hidden_size", 32,
                           "intermediate_size", 48, "num_hidden_layers", 2, "num_attention_heads", 4,
@@ -193,18 +194,20 @@ int main(void) {
         // rms_norm_eps 1e-6 (Mixtral 1e-5), Llama, Mistral and Mixtral's bos 1
         // and eos 2, none for Qwen; Mixtral's 8 experts of intermediate_size,
         // top-2, renormalised; Qwen2-MoE's 60 of 1408, top-4, not
-        // renormalised, a gated shared expert of 5632; router_aux_loss_coef 0.001.
-        bool mix = f == HF_MIXTRAL, qm = f == HF_QWEN2_MOE;
+        // renormalised, a gated shared expert of 5632; Qwen3-MoE's 128 of 768,
+        // top-8, not renormalised, no shared expert, head_dim hidden / heads
+        // (Qwen3MoeConfig has no head_dim); router_aux_loss_coef 0.001.
+        bool mix = f == HF_MIXTRAL, qm = f == HF_QWEN2_MOE, q3m = f == HF_QWEN3_MOE;
         EXPECT(!st && !base.tie_embeddings && base.head_dim == 0 &&
                base.rope_theta == (mix ? 1e6 : 10000.0) && base.norm_eps == (mix ? 1e-5f : 1e-6f) &&
                base.rope_scaling.type == ROPE_SCALING_NONE &&
-               base.qkv_bias == (f == HF_QWEN2 || qm) && base.qk_norm == (f == HF_QWEN3),
+               base.qkv_bias == (f == HF_QWEN2 || qm) && base.qk_norm == (f == HF_QWEN3 || q3m),
                "%s: the defaults of absent keys", fam_names[f]);
-        EXPECT(!st && (mix || qm ? base.moe_experts == (mix ? 8 : 60) &&
-                                       base.moe_top_k == (mix ? 2 : 4) &&
-                                       base.moe_ffn_dim == (mix ? 48 : 1408) &&
+        EXPECT(!st && (mix || qm || q3m ? base.moe_experts == (mix ? 8 : qm ? 60 : 128) &&
+                                       base.moe_top_k == (mix ? 2 : qm ? 4 : 8) &&
+                                       base.moe_ffn_dim == (mix ? 48 : qm ? 1408 : 768) &&
                                        base.moe_shared_experts == qm &&
-                                       base.moe_shared_ffn_dim == (mix ? 0 : 5632) &&
+                                       base.moe_shared_ffn_dim == (qm ? 5632 : 0) &&
                                        base.moe_norm_topk == mix && base.moe_aux_loss_coeff == 0.001 &&
                                        base.moe_first_dense_layers == 0
                                  : base.moe_experts == 0),

@@ -9,7 +9,7 @@ greedy ids). No transformers here (the fixtures hold its results).
       applied to REF_DIR/config.json; prints the count), WORK/stop/generation_config.json
       (eos_token_id [the fixture's first eos id, greedy[4]]: generation must
       stop before greedy[4]), WORK/keys.txt (the [model] keys of the folder's
-      config, for init_from)
+      config, for init_from; qwen3_moe's experts with a prefix of dense layers)
   hf_families_check.py check REF_DIR WORK
       trident's logits WORK/logits.safetensors and WORK/vK.safetensors equal
       reference.safetensors' "logits" and "variant_K" within 1e-5 relative
@@ -37,9 +37,10 @@ def load_st(path):
     for k, v in hdr.items():
         if k == "__metadata__":
             continue
-        assert v["dtype"] == "F32", (k, v["dtype"])
+        # F32 (logits, weights); a MoE model's router choices (I32) and aux loss (F64)
+        dt = {"F32": "<f4", "I32": "<i4", "F64": "<f8"}[v["dtype"]]
         s, e = v["data_offsets"]
-        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype="<f4").reshape(v["shape"])
+        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=dt).reshape(v["shape"])
     return out
 
 
@@ -68,8 +69,14 @@ def prepare(d, w):
         k.append(f"model.head_dim={D}")
     if c["model_type"] == "qwen2":
         k.append("model.qkv_bias=true")
-    if c["model_type"] == "qwen3":
+    if c["model_type"] in ("qwen3", "qwen3_moe"):
         k.append("model.qk_norm=true")
+    if c["model_type"] == "qwen3_moe":  # every layer from len(mlp_only_layers) on sparse
+        k += [f"model.moe_experts={c['num_experts']}", f"model.moe_top_k={c['num_experts_per_tok']}",
+              f"model.moe_ffn_dim={c['moe_intermediate_size']}", "model.moe_shared_experts=0",
+              f"model.moe_norm_topk={str(c['norm_topk_prob']).lower()}",
+              f"model.moe_first_dense_layers={len(c['mlp_only_layers'])}",
+              f"model.moe_aux_loss_coeff={c['router_aux_loss_coef']}", "model.moe_z_loss_coeff=0"]
     rs = c.get("rope_scaling")
     if rs and rs.get("rope_type", rs.get("type")) == "llama3":
         k += ["model.rope_scaling=llama3", f"model.rope_scaling_factor={rs['factor']}",
