@@ -290,7 +290,7 @@ enum status config_load(const char *path, int n_overrides, char **overrides, str
 #define CONFIG_CUDA_MAX_HEAD_DIM 256
 
 // First resolves parallel.dp = 0 (config_resolve_dp), then the cross-key
-// checks: tp * pp * dp == world_size (skipped when world_size <= 0),
+// checks: tp * cp * pp * dp == world_size (skipped when world_size <= 0),
 // head, layer, batch and sequence divisibility, lr and warmup order, and that
 // device = cuda only when has_cuda (pass whether this build has a CUDA backend),
 // with a head size <= CONFIG_CUDA_MAX_HEAD_DIM; attention = cudnn only with
