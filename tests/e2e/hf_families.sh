@@ -46,16 +46,7 @@ live=() runs=()
 for fam in $FAMILIES; do
     d=$FIX/$fam w=$tmp/$fam
     mkdir "$w"
-    n=$($check prepare "$d" "$w")
-    # (a)
-    "$TRIDENT" ckpt logits "$d" --tokens "$w/tokens.txt" --out "$w/logits.safetensors" > /dev/null ||
-        fail "(a) $fam: trident ckpt logits"
-    # (b)
-    for k in $(seq 0 $((n - 1))); do
-        ln -s "$PWD/$d/model.safetensors" "$w/v$k/model.safetensors"
-        "$TRIDENT" ckpt logits "$w/v$k" --tokens "$w/tokens24.txt" --out "$w/v$k.safetensors" > /dev/null \
-            2> "$tmp/err" || fail "(b) $fam variant $k ($(cat "$w/v$k/config.json")): $(cat "$tmp/err")"
-    done
+    hf_fixture_logits "$d" "$w" "$fam: " # (a), (b)
     # (c)
     gen=(--prompt "In the beginning" --max-new-tokens 32 --temperature 0 --json)
     "$TRIDENT" generate "$d" "${gen[@]}" > "$w/gen.jsonl" || fail "(c) $fam: trident generate"

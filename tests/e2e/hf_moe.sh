@@ -79,11 +79,7 @@ done
 for d in "$tmp"/refuse/*; do
     read -r fam key < "$d/KEY"
     ln -s "$tmp/$fam/hf/model.safetensors" "$d/model.safetensors"
-    rc=0
-    "$TRIDENT" ckpt logits "$d" --tokens "$tmp/$fam/tokens.txt" --out "$d/l.safetensors" > /dev/null 2> "$d/err" || rc=$?
-    [ $rc -eq 2 ] && grep -q "config.json: .*\b$key\b" "$d/err" ||
-        fail "(d) $fam, $key changed: exit $rc, '$(cat "$d/err")' (expected exit 2 naming $key)"
-    echo "ok: (d) refused: $(head -c 200 "$d/err")"
+    hf_refused "$d" "$tmp/$fam/tokens.txt" "$key" "(d) $fam, $key changed"
 done
 rc=0
 # shellcheck disable=SC2046

@@ -37,16 +37,7 @@ FIX=tests/reference/fixtures/hf_families
 d=$FIX/qwen3_moe w=$tmp/q
 check="$PY tests/e2e/lib/hf_families_check.py"
 mkdir "$w"
-n=$($check prepare "$d" "$w")
-# (a)
-"$TRIDENT" ckpt logits "$d" --tokens "$w/tokens.txt" --out "$w/logits.safetensors" > /dev/null ||
-    fail "(a) trident ckpt logits"
-# (b)
-for k in $(seq 0 $((n - 1))); do
-    ln -s "$PWD/$d/model.safetensors" "$w/v$k/model.safetensors"
-    "$TRIDENT" ckpt logits "$w/v$k" --tokens "$w/tokens24.txt" --out "$w/v$k.safetensors" > /dev/null \
-        2> "$tmp/err" || fail "(b) variant $k ($(cat "$w/v$k/config.json")): $(cat "$tmp/err")"
-done
+hf_fixture_logits "$d" "$w" "" # (a), (b)
 # (c)
 gen=(--prompt "In the beginning" --max-new-tokens 32 --temperature 0 --json)
 "$TRIDENT" generate "$d" "${gen[@]}" > "$w/gen.jsonl" 2> "$tmp/err" || fail "(c) generate: $(cat "$tmp/err")"
@@ -135,11 +126,7 @@ for case in "shared_expert_intermediate_size 64" "attention_bias true" "num_expe
     $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c[sys.argv[2]] = json.loads(sys.argv[3])
 if sys.argv[2] == "sliding_window": c.update(use_sliding_window=True, max_window_layers=0)
 json.dump(c, open(sys.argv[4], "w"))' "$d/config.json" "$1" "$2" "$r/config.json"
-    rc=0
-    "$TRIDENT" ckpt logits "$r" --tokens "$w/tokens24.txt" --out "$r/l.safetensors" > /dev/null 2> "$r/err" || rc=$?
-    [ $rc -eq 2 ] && grep -q "config.json: .*\b$1\b" "$r/err" ||
-        fail "(g) $1 = $2: exit $rc, '$(cat "$r/err")' (expected exit 2 naming $1)"
-    echo "ok: (g) refused: $(head -c 200 "$r/err")"
+    hf_refused "$r" "$w/tokens24.txt" "$1" "(g) $1 = $2"
 done
 # (g) export refusal: q/k norms with a shared expert (tests/e2e/configs/moe.ini has one)
 SMALL_INI=tests/e2e/configs/moe.ini small_train "$tmp/runS" "$tmp/ckS" 1 1 1 0 model.vocab_size=264 \
@@ -150,4 +137,4 @@ rc=0
 [ $rc -eq 2 ] && grep -q "Qwen3MoeForCausalLM.*shared expert" "$tmp/errS" && [ ! -e "$tmp/hfS" ] ||
     fail "(g) export with q/k norms and a shared expert: exit $rc, '$(cat "$tmp/errS")'"
 echo "ok: (g) refused: $(cat "$tmp/errS")"
-echo "ok: Qwen3MoeForCausalLM: logits and router choices = transformers 4.51.3's at 72 positions, $n config variants too, 32 greedy ids with and without the key/value cache, stop at the second eos id (folder and import), import -> export and init_from (ep 2) -> export give the folder's tensors under Qwen3MoeForCausalLM, 5 config refusals and 1 export refusal"
+echo "ok: Qwen3MoeForCausalLM: logits and router choices = transformers 4.51.3's at 72 positions, $HF_VARIANTS config variants too, 32 greedy ids with and without the key/value cache, stop at the second eos id (folder and import), import -> export and init_from (ep 2) -> export give the folder's tensors under Qwen3MoeForCausalLM, 5 config refusals and 1 export refusal"

@@ -121,3 +121,30 @@ small_train() {
         ${SMALL_CP:+parallel.cp=$SMALL_CP} \
         train.global_batch_size=16 train.eval_every="${SMALL_EVAL_EVERY:-0}" checkpoint.dir="$ck" log.run_dir="$run" "$@"
 }
+
+# hf_fixture_logits FIXTURE_DIR WORK_DIR LABEL: a Hugging Face fixture folder's
+# checks (a) and (b) of tests/e2e/hf_families.sh: hf_families_check.py prepare
+# into WORK_DIR, `trident ckpt logits` of the folder, and of each config.json
+# variant (WORK_DIR/vK, the folder's weights linked in; HF_VARIANTS: how
+# many); the comparison with transformers' numbers is hf_families_check.py's.
+hf_fixture_logits() {
+    local d=$1 w=$2 label=$3 k
+    HF_VARIANTS=$($PY tests/e2e/lib/hf_families_check.py prepare "$d" "$w")
+    "$TRIDENT" ckpt logits "$d" --tokens "$w/tokens.txt" --out "$w/logits.safetensors" > /dev/null ||
+        fail "(a) ${label}trident ckpt logits"
+    for k in $(seq 0 $((HF_VARIANTS - 1))); do
+        ln -s "$PWD/$d/model.safetensors" "$w/v$k/model.safetensors"
+        "$TRIDENT" ckpt logits "$w/v$k" --tokens "$w/tokens24.txt" --out "$w/v$k.safetensors" > /dev/null \
+            2> "$tmp/err" || fail "(b) ${label}variant $k ($(cat "$w/v$k/config.json")): $(cat "$tmp/err")"
+    done
+}
+
+# hf_refused DIR TOKENS KEY WHAT: `trident ckpt logits` of Hugging Face folder
+# DIR (a changed config.json) exits 2 naming config.json's KEY.
+hf_refused() {
+    local r=$1 tokens=$2 key=$3 what=$4 rc=0
+    "$TRIDENT" ckpt logits "$r" --tokens "$tokens" --out "$r/l.safetensors" > /dev/null 2> "$r/err" || rc=$?
+    [ $rc -eq 2 ] && grep -q "config.json: .*\b$key\b" "$r/err" ||
+        fail "$what: exit $rc, '$(cat "$r/err")' (expected exit 2 naming $key)"
+    echo "ok: $what refused: $(head -c 200 "$r/err")"
+}
