@@ -365,11 +365,10 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err) {
-    if (keep_last <= 0) return STATUS_OK;
+int checkpoint_list_steps(const char *dir, int64_t **steps) {
+    *steps = NULL;
     DIR *d = opendir(dir);
-    if (!d) return error_set(err, STATUS_RUNTIME, "%s: cannot list: %s", dir, strerror(errno));
-    int64_t *steps = NULL;
+    if (!d) return -1;
     size_t n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -380,14 +379,23 @@ enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err)
         if (n == cap) {
             cap = cap * 2 + 16;
             int64_t *ns = xmalloc(cap * sizeof *ns);
-            if (n) memcpy(ns, steps, n * sizeof *ns);
-            free(steps);
-            steps = ns;
+            if (n) memcpy(ns, *steps, n * sizeof *ns);
+            free(*steps);
+            *steps = ns;
         }
-        steps[n++] = step;
+        (*steps)[n++] = step;
     }
     closedir(d);
-    qsort(steps, n, sizeof *steps, cmp_i64);
+    if (n) qsort(*steps, n, sizeof **steps, cmp_i64);
+    return (int)n;
+}
+
+enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err) {
+    if (keep_last <= 0) return STATUS_OK;
+    int64_t *steps;
+    int listed = checkpoint_list_steps(dir, &steps);
+    if (listed < 0) return error_set(err, STATUS_RUNTIME, "%s: cannot list: %s", dir, strerror(errno));
+    size_t n = (size_t)listed;
     char cur[256], name[64];
     latest_name(dir, cur, sizeof cur);
     enum status st = STATUS_OK;

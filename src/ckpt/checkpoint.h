@@ -155,6 +155,11 @@ enum status checkpoint_write_rank(const struct ckpt_save_args *a, struct ckpt_fi
 enum status checkpoint_commit(const struct ckpt_save_args *a, const struct ckpt_file_sum *sums,
                               struct error *err);
 
+// The steps of dir's complete checkpoint folders (step-N, nothing after: not
+// a .tmp), ascending, into *steps (malloc'd, the caller frees; NULL when
+// none). Returns how many, or -1 (errno set) when dir cannot be listed.
+int checkpoint_list_steps(const char *dir, int64_t **steps);
+
 // Deletes complete checkpoints of dir beyond the newest keep_last (0: none),
 // never the one `latest` names. Errors: STATUS_RUNTIME from storage.
 enum status checkpoint_rotate(const char *dir, int keep_last, struct error *err);

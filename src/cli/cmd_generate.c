@@ -28,7 +28,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <utf8proc.h>
 
 #include "base/common.h"
 #include "base/threads.h"
@@ -238,17 +237,9 @@ int cli_chat_template_of(const char *tok_file) {
 static json_t *json_text(const char *text) {
     json_t *j = json_string(text);
     if (j) return j;
-    size_t n = strlen(text), o = 0;
-    char *clean = xmalloc(3 * n + 1); // each invalid byte grows to 3 at most
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
-                                              (utf8proc_ssize_t)(n - i), &cp);
-        if (k <= 0 || cp < 0) k = 1, memcpy(clean + o, "\xEF\xBF\xBD", 3), o += 3;
-        else memcpy(clean + o, text + i, (size_t)k), o += (size_t)k;
-        i += (size_t)k;
-    }
-    j = json_stringn(clean, o);
+    size_t n;
+    char *clean = tokenizer_utf8_repair(text, strlen(text), &n);
+    j = json_stringn(clean, n);
     free(clean);
     return j;
 }

@@ -640,6 +640,18 @@ static size_t moe_tail_bytes(const struct model *m) {
     return m->cfg.moe_experts ? (2 * (size_t)m->moe.E + 1) * sizeof(double) : 0;
 }
 
+// t (2 E + 1) = r's routed (E), prob_sum (E) and loss_scale, packed; and back.
+static void route_pack(double *t, const struct moe_route_sum *r, size_t E) {
+    memcpy(t, r->routed, E * sizeof *t);
+    memcpy(t + E, r->prob_sum, E * sizeof *t);
+    t[2 * E] = r->loss_scale;
+}
+static void route_unpack(struct moe_route_sum *r, const double *t, size_t E) {
+    memcpy(r->routed, t, E * sizeof *t);
+    memcpy(r->prob_sum, t + E, E * sizeof *t);
+    r->loss_scale = t[2 * E];
+}
+
 // *r = the tail of stage message msg (host or backend memory).
 static void moe_tail_in(struct model *m, struct moe_route_sum *r, const void *msg) {
     size_t E = (size_t)m->moe.E, bytes = moe_tail_bytes(m);
@@ -647,18 +659,14 @@ static void moe_tail_in(struct model *m, struct moe_route_sum *r, const void *ms
     const char *src = (const char *)msg + (size_t)m->Ns * m->C * dtype_size(m->dtype);
     if (m->messages_on_device) backend_to_host(m->be, t, src, bytes);
     else memcpy(t, src, bytes);
-    memcpy(r->routed, t, E * sizeof *t);
-    memcpy(r->prob_sum, t + E, E * sizeof *t);
-    r->loss_scale = t[2 * E];
+    route_unpack(r, t, E);
 }
 
 // The tail of stage message msg (host or backend memory) = *r.
 static void moe_tail_out(struct model *m, void *msg, const struct moe_route_sum *r) {
     size_t E = (size_t)m->moe.E, bytes = moe_tail_bytes(m);
     double t[2 * MOE_MAX_EXPERTS + 1];
-    memcpy(t, r->routed, E * sizeof *t);
-    memcpy(t + E, r->prob_sum, E * sizeof *t);
-    t[2 * E] = r->loss_scale;
+    route_pack(t, r, E);
     char *dst = (char *)msg + (size_t)m->Ns * m->C * dtype_size(m->dtype);
     if (m->messages_on_device) backend_to_device(m->be, dst, t, bytes);
     else memcpy(dst, t, bytes);
@@ -1083,14 +1091,12 @@ static void backward_chunk(struct model *m, int chunk, int slot, int wslot, doub
             // Under context parallelism the microbatch's rows are spread over
             // the cp ranks: their routing sums, so that every cp rank's
             // auxiliary gradients are the whole microbatch's (as at cp 1)
-            if (m->cp > 1) {
+            if (m->cp > 1) { // the 2 E sums (the loss scale, the same on each, stays)
                 struct comm_group *cp = parallel_host_group(m->groups.cp, m->groups.host_cp);
-                double t[2 * MOE_MAX_EXPERTS];
-                memcpy(t, all.routed, m->moe.E * sizeof *t);
-                memcpy(t + m->moe.E, all.prob_sum, m->moe.E * sizeof *t);
+                double t[2 * MOE_MAX_EXPERTS + 1];
+                route_pack(t, &all, (size_t)m->moe.E);
                 comm_all_reduce(cp, t, 2 * (size_t)m->moe.E, DTYPE_FP64, COMM_SUM);
-                memcpy(all.routed, t, m->moe.E * sizeof *t);
-                memcpy(all.prob_sum, t + m->moe.E, m->moe.E * sizeof *t);
+                route_unpack(&all, t, (size_t)m->moe.E);
             }
         } else {
             moe_tail_in(m, &all, dout);

@@ -49,6 +49,9 @@ enum status tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, si
 // Validity per utf8proc_iterate (Unicode §3.9, Table 3-7). Returns a
 // malloc'd NUL-terminated string; *out_len (may be NULL) excludes the NUL.
 char *tokenizer_utf8_sanitize(const char *text, size_t n, size_t *out_len);
+// The same with control bytes kept: only invalid UTF-8 becomes U+FFFD (text
+// for a JSON string, whose writer escapes the controls).
+char *tokenizer_utf8_repair(const char *text, size_t n, size_t *out_len);
 
 // Number of ids (base vocabulary plus added tokens): max id + 1.
 int tokenizer_vocab_size(const struct tokenizer *tok);

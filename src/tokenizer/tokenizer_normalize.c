@@ -204,7 +204,9 @@ char *normalizer_apply(const struct normalizer *nz, const char *text, size_t len
     return cur.s;
 }
 
-char *tokenizer_utf8_sanitize(const char *text, size_t n, size_t *out_len) {
+// The copy of tokenizer_utf8_sanitize (controls: C0 controls but tab and
+// newline replaced too) and of tokenizer_utf8_repair (kept).
+static char *utf8_replace(const char *text, size_t n, size_t *out_len, bool controls) {
     static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
     char *out = xmalloc(3 * n + 1); // each invalid byte grows to 3 at most
     size_t o = 0;
@@ -212,7 +214,7 @@ char *tokenizer_utf8_sanitize(const char *text, size_t n, size_t *out_len) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
                                               (utf8proc_ssize_t)(n - i), &cp);
-        bool control = k == 1 && (cp < 0x20 || cp == 0x7F) && cp != '\t' && cp != '\n';
+        bool control = controls && k == 1 && (cp < 0x20 || cp == 0x7F) && cp != '\t' && cp != '\n';
         if (k > 0 && cp >= 0 && !control) {
             memcpy(out + o, text + i, (size_t)k), o += (size_t)k, i += (size_t)k;
         } else {
@@ -222,4 +224,12 @@ char *tokenizer_utf8_sanitize(const char *text, size_t n, size_t *out_len) {
     out[o] = '\0';
     if (out_len) *out_len = o;
     return out;
+}
+
+char *tokenizer_utf8_sanitize(const char *text, size_t n, size_t *out_len) {
+    return utf8_replace(text, n, out_len, true);
+}
+
+char *tokenizer_utf8_repair(const char *text, size_t n, size_t *out_len) {
+    return utf8_replace(text, n, out_len, false);
 }

@@ -597,7 +597,7 @@ static void print_banner(const struct trainer *t) {
     char grid[256];
     printf("trident train: %s, %s%s, device %s\n", c->file,
            topology_layout_line(&t->par.topo.layout, grid, sizeof grid),
-           inferred ? " (dp inferred: world / (tp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
+           inferred ? " (dp inferred: world / (tp * cp * pp))" : "", c->system.device == DEVICE_CPU ? "cpu" : "cuda");
     // One count and source when every rank has the same, else rank by rank.
     const int *th = t->log.threads_all, n = t->par.topo.world_size;
     bool same = true;

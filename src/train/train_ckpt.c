@@ -752,31 +752,6 @@ static enum status open_checked(const char *path, struct ckpt_reader **out, stru
     return st;
 }
 
-static int cmp_step_desc(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
-// The steps of dir's complete checkpoint folders (step-N, nothing after)
-// below `below`, newest first, into *steps (the caller frees); returns how many.
-static int older_steps(const char *dir, int64_t below, int64_t **steps) {
-    size_t n = 0, cap = 0;
-    *steps = NULL;
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        long long step;
-        int used = 0;
-        if (sscanf(e->d_name, "step-%lld%n", &step, &used) != 1 || e->d_name[used] || step >= below)
-            continue;
-        if (n == cap) *steps = realloc(*steps, (cap = 2 * cap + 8) * sizeof **steps);
-        CHECK(*steps, "out of memory listing %s", dir);
-        (*steps)[n++] = step;
-    }
-    if (d) closedir(d);
-    if (n) qsort(*steps, n, sizeof **steps, cmp_step_desc);
-    return (int)n;
-}
-
 // Automatic resume refused the newest checkpoint (path, which dir/latest
 // names) on rank 0's checks: rank 0 looks for the newest older step-N of
 // [checkpoint] dir that passes the same checks (open_checked, every file
@@ -789,7 +764,9 @@ static void older_checkpoint_hint(struct trainer *t, const char *path, struct er
     const struct config *c = &t->cfg;
     int64_t newest = checkpoint_latest_step(c->checkpoint.dir), *steps;
     if (c->checkpoint.resume != RESUME_AUTO || newest < 0) return;
-    int n = older_steps(c->checkpoint.dir, newest, &steps);
+    // the complete step folders below the newest, ascending
+    int n = MAX(0, checkpoint_list_steps(c->checkpoint.dir, &steps));
+    while (n > 0 && steps[n - 1] >= newest) n--;
     double allowance = 1;
     char older[CKPT_PATH_MAX + 32], phase[CKPT_PATH_MAX + 128];
     for (int i = 0; i < n; i++) {
@@ -800,7 +777,7 @@ static void older_checkpoint_hint(struct trainer *t, const char *path, struct er
              "%.160s (a barrier)", path, c->checkpoint.dir);
     watchdog_phase(t->watchdog, phase, allowance, 1);
     int found = -1;
-    for (int i = 0; t->par.topo.world_rank == 0 && i < n && found < 0; i++) {
+    for (int i = n - 1; t->par.topo.world_rank == 0 && i >= 0 && found < 0; i--) { // newest first
         struct ckpt_reader *r;
         struct error ignored;
         snprintf(older, sizeof older, "%s/step-%06lld", c->checkpoint.dir, (long long)steps[i]);
