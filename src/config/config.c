@@ -63,6 +63,13 @@ static int name_closeness(const char *typo, const char *known) {
     return -1;
 }
 
+// out = Megatron-LM's command-line flag of argument name: "--" and name with '-' for '_'.
+static void megatron_flag(const char *name, char *out, size_t n) {
+    size_t k = (size_t)snprintf(out, n, "--");
+    for (; *name && k + 1 < n; name++) out[k++] = *name == '_' ? '-' : *name;
+    out[MIN(k, n - 1)] = '\0';
+}
+
 bool config_alias_hint(const char *key, char *buf, size_t n) {
     char norm[64];
     size_t len = 0;
@@ -73,13 +80,9 @@ bool config_alias_hint(const char *key, char *buf, size_t n) {
     for (int a = 0; a < config_n_aliases; a++) {
         const struct config_alias *al = &config_aliases[a];
         if (strcasecmp(norm, al->name) && !(al->flag && !strcmp(raw, al->flag))) continue;
-        char flag[80];
+        char flag[80], mf[64];
         if (al->flag) snprintf(flag, sizeof flag, "llm.c's %s (%s)", al->flag, al->name);
-        else {
-            size_t k = (size_t)snprintf(flag, sizeof flag, "Megatron-LM's --");
-            for (const char *p = al->name; *p && k + 1 < sizeof flag; p++) flag[k++] = *p == '_' ? '-' : *p;
-            flag[k] = '\0';
-        }
+        else megatron_flag(al->name, mf, sizeof mf), snprintf(flag, sizeof flag, "Megatron-LM's %s", mf);
         if (al->target)
             snprintf(buf, n, "; %s is %s here%s%s%s", flag, al->target, al->note ? " (" : "",
                      al->note ? al->note : "", al->note ? ")" : "");
@@ -843,13 +846,9 @@ void config_write_docs(FILE *f) {
     // (tests/e2e/train_print_config.sh reads them).
     for (int a = 0; a < config_n_aliases; a++) {
         const struct config_alias *al = &config_aliases[a];
-        char flag[80];
+        char flag[80], mf[64];
         if (al->flag) snprintf(flag, sizeof flag, "llm.c `%s`", al->flag);
-        else {
-            size_t k = (size_t)snprintf(flag, sizeof flag, "`--");
-            for (const char *p = al->name; *p && k + 2 < sizeof flag; p++) flag[k++] = *p == '_' ? '-' : *p;
-            snprintf(flag + k, sizeof flag - k, "`");
-        }
+        else megatron_flag(al->name, mf, sizeof mf), snprintf(flag, sizeof flag, "`%s`", mf);
         fprintf(f, "| %s | %s | %s%s%s | %s |\n", al->name, flag, al->target ? "`" : "",
                 al->target ? al->target : "(none)", al->target ? "`" : "", al->note ? al->note : "");
     }
